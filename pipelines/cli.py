@@ -1,0 +1,71 @@
+"""The ``biasboard`` console script: one subcommand per job.
+
+Each subcommand lives in its own module under ``biasboard.pipelines`` exposing
+``add_arguments(parser)`` and ``run(args, beam_args) -> int``.  Modules are
+imported only when their command runs, so ``biasboard --help`` stays fast and a
+command never pays for another's imports.  Everything after the job's own flags
+that it does not know (``--runner``, ``--project``, ``--setup_file`` ...) is
+handed to Beam's ``PipelineOptions`` untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from biasboard.schemas.errors import BiasboardError
+
+#: command name → (module under biasboard.pipelines, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": ("simulate", "write day-partitioned synthetic battle logs and truth.json"),
+    "import": ("import_formats", "convert other tools' formats to biasboard's battle Parquet"),
+    "backfill": ("backfill", "aggregate a date range of battle logs into per-day cells"),
+    "refresh": ("refresh", "aggregate new days, merge cells, fit, publish a snapshot"),
+    "export": ("export", "write a published snapshot's rankings elsewhere"),
+    "audit": ("audit", "judge audit: order, length, self-preference, gold labels"),
+    "plan": ("plan", "the next comparisons to run (top-k-aware)"),
+    "demo": ("demo", "simulate + refresh in a temp folder and print the leaderboards"),
+}
+
+
+def _load(command: str):
+    module_name, _ = COMMANDS[command]
+    return importlib.import_module(f"biasboard.pipelines.{module_name}")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser; only ``command``'s module is imported to add its flags."""
+    parser = argparse.ArgumentParser(
+        prog="biasboard",
+        description="Bias-corrected leaderboards from LLM-judge battle logs, on Apache Beam.",
+        epilog="Standard Beam pipeline options (--runner, --project, --region, ...) may follow a job's own.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (_, help_text) in COMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            _load(name).add_arguments(sub_parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if a in COMMANDS), None)
+    parser = build_parser(command)
+    args, beam_args = parser.parse_known_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(_load(args.command).run(args, beam_args) or 0)
+    except BiasboardError as err:
+        print(f"biasboard {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

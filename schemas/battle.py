@@ -1,0 +1,59 @@
+"""The Battle, Score and Anchor contracts: what an input row must look like.
+
+A *battle* is one judged pairwise comparison: ``model_a`` was shown first,
+``model_b`` second, and ``winner`` holds FastChat's verdict values.  These
+schemas are the contract that readers validate against; the rules that turn a
+bad row into a dead letter live in :mod:`biasboard.schemas.rules`.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+#: FastChat's four verdicts.  ``tie (bothbad)`` is a tie whose share is reported.
+WINNER_VALUES: tuple[str, ...] = ("model_a", "model_b", "tie", "tie (bothbad)")
+
+BATTLE_SCHEMA = pa.schema(
+    [
+        pa.field("battle_id", pa.string(), nullable=False),
+        pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("judge", pa.string(), nullable=False),
+        pa.field("model_a", pa.string(), nullable=False),  # shown first
+        pa.field("model_b", pa.string(), nullable=False),  # shown second
+        pa.field("winner", pa.string(), nullable=False),
+        pa.field("prompt_id", pa.string()),
+        pa.field("len_a", pa.int64()),  # response length, one unit per dataset
+        pa.field("len_b", pa.int64()),
+        pa.field("family_a", pa.string()),
+        pa.field("family_b", pa.string()),
+        pa.field("judge_family", pa.string()),
+    ]
+)
+
+#: Columns a battle file must have; the rest are optional.
+BATTLE_REQUIRED: tuple[str, ...] = ("battle_id", "ts", "judge", "model_a", "model_b", "winner")
+
+SCORE_SCHEMA = pa.schema(
+    [
+        pa.field("score_id", pa.string(), nullable=False),
+        pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("judge", pa.string(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("score", pa.int64(), nullable=False),  # ordinal grade 1..K
+        pa.field("len", pa.int64()),
+        pa.field("family", pa.string()),
+        pa.field("judge_family", pa.string()),
+    ]
+)
+SCORE_REQUIRED: tuple[str, ...] = ("score_id", "ts", "judge", "model", "prompt_id", "score")
+
+#: Anchors are battle-shaped rows whose verdict is trusted (humans or a strong judge).
+ANCHOR_SCHEMA = BATTLE_SCHEMA
+ANCHOR_REQUIRED = BATTLE_REQUIRED
+
+#: FastChat / arena column names accepted by readers, mapped onto ours.
+FASTCHAT_COLUMN_MAP: dict[str, str] = {
+    "question_id": "battle_id",
+    "tstamp": "ts",
+}

@@ -1,0 +1,101 @@
+"""The Cells contract: additive sufficient statistics the models are fit on.
+
+One row of pair cells counts the battles of one judge between one ordered pair
+(``model_a`` shown first) in one length bin.  Every measure column is a sum, so
+cells form a commutative monoid under "concatenate, group by the key, sum":
+cells(A) ⊕ cells(B) = cells(A ∪ B).  Days are stored as separate partitions and
+a day re-aggregated replaces its partition rather than adding to it.
+
+Length covariate
+----------------
+``x = ln(len_a) - ln(len_b)`` (the log length ratio, first minus second), kept
+unstandardised so that it does not depend on the data seen so far; the fit
+standardises at fit time from the cells' own sums.  Bins have **fixed** edges
+(:data:`LEN_BIN_EDGES`), so two days binned separately merge exactly; the exact
+within-cell sums ``sum_x`` and ``sum_x2`` are kept, so the fit uses each cell's
+mean covariate rather than the bin centre.  Battles without both lengths go to
+bin :data:`LEN_BIN_MISSING` with zero sums (and do not count in ``n_len``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+#: Width of a length bin in log-ratio units (0.25 ≈ a 28% length difference).
+LEN_BIN_WIDTH: float = 0.25
+#: Interior edges from -2.5 to 2.5 (ratios from 1/12 to 12); 0 is an edge, so
+#: the sign of x (which answer was longer) is recoverable from the bin alone.
+LEN_BIN_EDGES: np.ndarray = np.round(np.arange(-2.5, 2.5 + 1e-9, LEN_BIN_WIDTH), 10)
+#: Bin ``0`` holds x < -2.5, bin ``len(LEN_BIN_EDGES)`` holds x >= 2.5.
+LEN_BIN_COUNT: int = len(LEN_BIN_EDGES) + 1
+#: Bin for battles whose lengths are unknown.
+LEN_BIN_MISSING: int = -1
+
+PAIR_CELL_KEYS: tuple[str, ...] = (
+    "judge",
+    "judge_family",
+    "model_a",
+    "model_b",
+    "family_a",
+    "family_b",
+    "len_bin",
+)
+PAIR_CELL_MEASURES: tuple[str, ...] = (
+    "n",  # battles in the cell
+    "win_a",  # first-shown model won
+    "win_b",  # second-shown model won
+    "tie",  # plain ties
+    "tie_bothbad",  # "tie (bothbad)"; total ties = tie + tie_bothbad
+    "n_len",  # battles with both lengths known
+    "sum_x",  # Σ ln(len_a / len_b) over those
+    "sum_x2",  # Σ x² (within-cell spread, for diagnostics)
+    "sum_loglen_a",  # Σ ln(len_a): absolute length profile per model
+    "sum_loglen_b",  # Σ ln(len_b)
+)
+
+PAIR_CELLS_SCHEMA = pa.schema(
+    [
+        pa.field("judge", pa.string(), nullable=False),
+        pa.field("judge_family", pa.string(), nullable=False),
+        pa.field("model_a", pa.string(), nullable=False),
+        pa.field("model_b", pa.string(), nullable=False),
+        pa.field("family_a", pa.string(), nullable=False),
+        pa.field("family_b", pa.string(), nullable=False),
+        pa.field("len_bin", pa.int16(), nullable=False),
+        pa.field("n", pa.int64(), nullable=False),
+        pa.field("win_a", pa.int64(), nullable=False),
+        pa.field("win_b", pa.int64(), nullable=False),
+        pa.field("tie", pa.int64(), nullable=False),
+        pa.field("tie_bothbad", pa.int64(), nullable=False),
+        pa.field("n_len", pa.int64(), nullable=False),
+        pa.field("sum_x", pa.float64(), nullable=False),
+        pa.field("sum_x2", pa.float64(), nullable=False),
+        pa.field("sum_loglen_a", pa.float64(), nullable=False),
+        pa.field("sum_loglen_b", pa.float64(), nullable=False),
+    ]
+)
+
+#: Ordinal score cells: counts of each grade per (judge, model, prompt).
+SCORE_CELL_KEYS: tuple[str, ...] = ("judge", "judge_family", "model", "family", "prompt_id", "score")
+SCORE_CELLS_SCHEMA = pa.schema(
+    [
+        pa.field("judge", pa.string(), nullable=False),
+        pa.field("judge_family", pa.string(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("family", pa.string(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("score", pa.int64(), nullable=False),
+        pa.field("n", pa.int64(), nullable=False),
+    ]
+)
+
+#: Family assigned when neither a column nor the family map names one.
+UNKNOWN_FAMILY: str = "unknown"
+
+
+def length_bin(x: np.ndarray) -> np.ndarray:
+    """Fixed-edge bin index of log length ratios ``x`` (NaN → :data:`LEN_BIN_MISSING`)."""
+    bins = np.searchsorted(LEN_BIN_EDGES, x, side="right").astype(np.int16)
+    bins[np.isnan(x)] = LEN_BIN_MISSING
+    return bins

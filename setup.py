@@ -1,0 +1,36 @@
+"""Packaging for biasboard.
+
+The repository keeps the design card's top-level layout (``pipelines/``,
+``transforms/``, ``schemas/``, ``ranking/``) but installs every folder under the
+``biasboard`` namespace (``biasboard.pipelines`` ...), so that generic names such
+as ``schemas`` never collide with other distributions on a Dataflow, Flink or
+Spark worker.  The same file is what ``--setup_file ./setup.py`` ships to remote
+workers.
+"""
+
+from setuptools import setup
+
+SUBPACKAGES = ("pipelines", "transforms", "schemas", "ranking")
+
+setup(
+    name="biasboard",
+    version="0.1.0",
+    description="Bias-corrected leaderboards from LLM-judge battle logs, on Apache Beam.",
+    python_requires=">=3.10",
+    packages=["biasboard", *(f"biasboard.{name}" for name in SUBPACKAGES)],
+    package_dir={"biasboard": "biasboard", **{f"biasboard.{name}": name for name in SUBPACKAGES}},
+    package_data={"biasboard.schemas": ["*.json"]},
+    install_requires=[
+        # Beam caps pyarrow < 26 and numpy < 2.5; we stay inside its caps.
+        "apache-beam[gcp]>=2.70,<3",
+        "pyarrow>=15,<26",
+        "numpy>=1.26,<2.5",
+        "polars>=1.0",
+        "scipy>=1.11",
+        "google-cloud-storage>=2.10",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6", "gcp-storage-emulator>=2024.0", "build", "ruff"],
+    },
+    entry_points={"console_scripts": ["biasboard=biasboard.pipelines.cli:main"]},
+)
