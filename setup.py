@@ -10,7 +10,7 @@ workers.
 
 from setuptools import setup
 
-SUBPACKAGES = ("pipelines", "transforms", "schemas", "ranking")
+SUBPACKAGES = ("pipelines", "transforms", "schemas", "ranking", "importers")
 
 setup(
     name="biasboard",
