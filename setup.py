@@ -10,7 +10,7 @@ workers.
 
 from setuptools import setup
 
-SUBPACKAGES = ("pipelines", "transforms", "schemas", "ranking", "importers")
+SUBPACKAGES = ("pipelines", "transforms", "schemas", "ranking", "importers", "report")
 
 setup(
     name="biasboard",
