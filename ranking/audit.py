@@ -1,0 +1,849 @@
+"""Judge audit: what a judge does before anyone trusts a correction of it.
+
+Pure polars/numpy measurements on tables of **validated** battles (the Battle
+contract of :mod:`biasboard.schemas.battle`: ``model_a`` shown first, ``winner``
+one of FastChat's four values).  Nothing here imports Beam: the Beam transform
+(:mod:`biasboard.transforms.audit`), the CLI, the tests and the benchmarks all
+call these same functions.
+
+Every measurement is built in two steps so that it scales and splits:
+
+1. :func:`audit_partials` turns any slice of battles (a record batch, a day)
+   into **additive partials** — per-key counts and sums that add up across
+   slices (a commutative monoid under :func:`merge_partials`).
+2. :func:`finish_audit` turns the summed partials into rates, shares and
+   standard errors (:class:`AuditResult`).
+
+The one non-additive step is order pairing: a battle is paired with the battle
+of the same judge, the same ``prompt_id`` and the same two models shown in the
+swapped order (seed 001).  Partials therefore keep *compact order rows*, one per
+(judge, prompt, unordered pair) with verdict counts per presentation order;
+these add up across slices, and only once a group's rows are complete does
+:func:`pair_order_stats` reduce them to additive per-(judge, model pair) counts.
+A distributed runner shards the compact rows by (judge, prompt) so that each
+group is complete inside one shard (:func:`order_shard`).
+
+Measurements (seeds 001 and 003):
+
+* **Order** — per judge: the first/second/tie split of all its verdicts; over
+  prompt-pairs judged in both orders, the 3×3 cross-tab of the two verdicts
+  (rows: verdict with ``model_x`` first; columns: with ``model_y`` first, where
+  ``model_x < model_y`` by name), the flip rate, the averaged win rate and the
+  win rate among order-consistent pairs with its standard error (per pair of
+  models and per model).  Plus the consistency rate under the
+  Position-Bias-Analyzer convention (see :func:`pair_order_stats`).
+* **Identical answers** — self-battles (``model_a == model_b``): first-slot,
+  second-slot and tie counts and the share in which a winner was declared.
+* **Length** — mean length of chosen vs rejected answers, how often the longer
+  answer wins, and agreement with a "pick the longer" rule.
+* **Family** — win rate of the judge's own family's models (in cross-family
+  battles) under the judge itself vs under judges of other families.
+* **Gold labels** — on the discriminative subset (the trusted label names a
+  winner), the judge's accuracy, the random-pick (½) and longest-pick baselines
+  and the lift over each.
+
+Ties: ``tie`` and ``tie (bothbad)`` are one verdict class ("tie") for order
+consistency and win rates, and their split is kept in the counts.  A judge's
+tie on a discriminative gold case scores ½ (the expected score of breaking the
+tie at random); strict hits are reported beside it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from biasboard.schemas.errors import InputError
+
+#: Columns every audit input needs; the rest (prompt_id, lengths, families, gold) are optional.
+AUDIT_REQUIRED: tuple[str, ...] = ("judge", "model_a", "model_b", "winner")
+
+#: Optional columns and their types, added as nulls when absent.
+_OPTIONAL: dict[str, pl.DataType] = {
+    "prompt_id": pl.Utf8,
+    "len_a": pl.Int64,
+    "len_b": pl.Int64,
+    "family_a": pl.Utf8,
+    "family_b": pl.Utf8,
+    "judge_family": pl.Utf8,
+    "gold": pl.Utf8,
+}
+
+#: Name of the optional gold-label column: the correct verdict, in FastChat's values, for this row's order.
+GOLD_COLUMN = "gold"
+
+#: Families that mean "not known" and so take no part in the family measurement.
+_NO_FAMILY = ("", "unknown")
+
+# Verdict classes in identity terms for an unordered pair (x < y by name).
+_CLASSES = ("x", "y", "t")
+#: Score of model_x for each class (a tie is half a win).
+_SCORE_X = {"x": 1.0, "y": 0.0, "t": 0.5}
+
+ORDER_ROW_KEYS: tuple[str, ...] = ("judge", "prompt_id", "model_x", "model_y")
+#: xf_* counts verdicts with model_x shown first, yf_* with model_y shown first.
+ORDER_ROW_MEASURES: tuple[str, ...] = tuple(
+    f"{order}_{verdict}" for order in ("xf", "yf") for verdict in ("x", "y", "tie", "bothbad")
+)
+
+PAIR_KEYS: tuple[str, ...] = ("judge", "model_x", "model_y")
+PAIR_MEASURES: tuple[str, ...] = (
+    "pairs",  # prompt-pairs judged in both orders
+    *(f"c_{u}{v}" for u in _CLASSES for v in _CLASSES),  # cross-tab: u with x first, v with y first
+    "judgments",  # all verdicts on this pair that carry a prompt_id
+    "orphans",  # verdicts whose swapped partner is absent
+    "pba_consistent",  # consistent verdicts under the PBA convention (orphans count as consistent)
+    "pba_cons_x",  # ... of which model_x won
+    "pba_cons_y",
+    "pba_cons_t",
+)
+
+SLOT_KEYS: tuple[str, ...] = ("judge",)
+SLOT_MEASURES: tuple[str, ...] = ("n", "first", "second", "tie", "bothbad")
+
+LENGTH_KEYS: tuple[str, ...] = ("judge",)
+LENGTH_MEASURES: tuple[str, ...] = (
+    "n_len",  # battles with both lengths known
+    "n_decisive",  # ... with a declared winner
+    "sum_len_chosen",
+    "sum_len_rejected",
+    "n_diff",  # ... whose lengths differ
+    "n_decisive_diff",
+    "longer_wins",  # decisive, lengths differ, the longer won
+    "ties_diff",  # lengths differ, judge called a tie
+)
+
+FAMILY_KEYS: tuple[str, ...] = ("judge", "judge_family", "family")
+FAMILY_MEASURES: tuple[str, ...] = ("n", "wins", "ties", "losses")
+
+GOLD_KEYS: tuple[str, ...] = ("judge",)
+GOLD_MEASURES: tuple[str, ...] = (
+    "n_labeled",  # battles with a trusted label
+    "n_disc",  # ... where the label names a winner (the discriminative subset)
+    "hits",  # the judge picked the gold winner
+    "judge_ties",  # the judge called a tie on a discriminative case
+    "longest_score",  # Σ score of pick-the-longer (½ when lengths are equal or unknown)
+    "n_len_disc",  # discriminative cases with both lengths known and different
+)
+
+
+def _empty(keys: tuple[str, ...], measures: tuple[str, ...], float_measures: bool = False) -> pl.DataFrame:
+    schema: dict[str, pl.DataType] = {k: pl.Utf8 for k in keys}
+    schema.update({m: (pl.Float64 if float_measures else pl.Int64) for m in measures})
+    return pl.DataFrame(schema=schema)
+
+
+def as_battle_frame(battles: pa.Table | pl.DataFrame, *, source: str = "battles") -> pl.DataFrame:
+    """The battles as a polars frame with every optional audit column present (nulls when absent).
+
+    Raises :class:`InputError` naming ``source`` and the column when a required column is missing.
+    """
+    frame = battles if isinstance(battles, pl.DataFrame) else pl.from_arrow(battles)
+    if not isinstance(frame, pl.DataFrame):  # pl.from_arrow returns a Series for a bare array
+        raise InputError(f"{source}: expected a table of battles, got {type(battles).__name__}")
+    missing = [c for c in AUDIT_REQUIRED if c not in frame.columns]
+    if missing:
+        raise InputError(f"{source}: missing required column(s) {', '.join(missing)} for the judge audit")
+    additions = [pl.lit(None, dtype=dtype).alias(name) for name, dtype in _OPTIONAL.items() if name not in frame.columns]
+    if additions:
+        frame = frame.with_columns(additions)
+    casts = {name: dtype for name, dtype in _OPTIONAL.items() if frame.schema[name] != dtype}
+    casts.update({c: pl.Utf8 for c in AUDIT_REQUIRED if frame.schema[c] != pl.Utf8})
+    if casts:
+        frame = frame.with_columns([pl.col(c).cast(t) for c, t in casts.items()])
+    return frame
+
+
+# --------------------------------------------------------------------------------------------
+# Order: compact rows → per-pair additive stats → per-judge / per-model / per-pair rates
+# --------------------------------------------------------------------------------------------
+
+
+def order_rows(battles: pl.DataFrame) -> pl.DataFrame:
+    """Compact order rows: verdict counts per (judge, prompt, unordered pair) and presentation order.
+
+    ``model_x``/``model_y`` are the pair's two models sorted by name; ``xf_v`` counts
+    verdicts ``v`` (x won, y won, tie, tie (bothbad)) given with ``model_x`` shown first,
+    ``yf_v`` with ``model_y`` first.  Self-battles and battles without a ``prompt_id``
+    cannot be paired and are left out (they count in the slot split).  The rows are
+    additive: rows of two slices summed by key are the rows of their union.
+    """
+    b = battles.filter((pl.col("model_a") != pl.col("model_b")) & pl.col("prompt_id").is_not_null())
+    x_first = pl.col("model_a") < pl.col("model_b")
+    first = pl.col("winner") == "model_a"
+    second = pl.col("winner") == "model_b"
+    tie = pl.col("winner") == "tie"
+    bothbad = pl.col("winner") == "tie (bothbad)"
+    y_first = x_first.not_()
+    exprs = {
+        "xf_x": x_first & first,
+        "xf_y": x_first & second,
+        "xf_tie": x_first & tie,
+        "xf_bothbad": x_first & bothbad,
+        "yf_x": y_first & second,
+        "yf_y": y_first & first,
+        "yf_tie": y_first & tie,
+        "yf_bothbad": y_first & bothbad,
+    }
+    return (
+        b.with_columns(
+            pl.min_horizontal("model_a", "model_b").alias("model_x"),
+            pl.max_horizontal("model_a", "model_b").alias("model_y"),
+            *[e.cast(pl.Int64).alias(name) for name, e in exprs.items()],
+        )
+        .group_by(list(ORDER_ROW_KEYS))
+        .agg([pl.col(m).sum() for m in ORDER_ROW_MEASURES])
+    )
+
+
+def order_shard(rows: pl.DataFrame, n_shards: int) -> pl.Series:
+    """Shard index of each compact order row, by (judge, prompt_id) — a group never straddles shards."""
+    return (pl.struct("judge", "prompt_id").hash(seed=0) % max(1, n_shards)).alias("shard")
+
+
+def pair_order_stats(rows: pl.DataFrame) -> pl.DataFrame:
+    """Reduce *complete* compact order rows to additive per-(judge, model_x, model_y) counts.
+
+    A prompt-pair judged in both orders contributes one pair to the cross-tab.  When
+    an order holds several verdicts (repeated judging), the pair contributes the
+    expected cross-tab of drawing one verdict from each order (the outer product of
+    the two orders' verdict shares); with one verdict per order this is the plain
+    count.  ``c_uv`` is the (expected) number of pairs whose verdict was ``u`` with
+    ``model_x`` shown first and ``v`` with ``model_y`` shown first.
+
+    The Position-Bias-Analyzer (PBA) convention (Shi et al. 2024, ``find_inconsistent``)
+    counts *verdicts*, not pairs: a verdict is consistent when its swapped partner
+    agrees, **or when the partner is absent** (e.g. the partner's verdict could not be
+    extracted); the rate is consistent verdicts over all verdicts.  ``pba_*`` columns
+    carry those counts and the consistent verdicts' outcomes (for PBA's
+    win-plus-half-draw table).  Adding the outputs of two calls is valid only when
+    no (judge, prompt, pair) group is split between them.
+    """
+    if rows.height == 0:
+        return _empty(PAIR_KEYS, PAIR_MEASURES, float_measures=True)
+    r = rows.with_columns(
+        (pl.col("xf_tie") + pl.col("xf_bothbad")).alias("xf_t"),
+        (pl.col("yf_tie") + pl.col("yf_bothbad")).alias("yf_t"),
+    )
+    n1 = pl.col("xf_x") + pl.col("xf_y") + pl.col("xf_t")
+    n2 = pl.col("yf_x") + pl.col("yf_y") + pl.col("yf_t")
+    r = r.with_columns(n1.cast(pl.Float64).alias("n1"), n2.cast(pl.Float64).alias("n2"))
+    both = (pl.col("n1") > 0) & (pl.col("n2") > 0)
+    r = r.with_columns(both.alias("both"))
+    shares = []
+    for c in _CLASSES:
+        shares.append(pl.when(pl.col("both")).then(pl.col(f"xf_{c}") / pl.col("n1")).otherwise(0.0).alias(f"p1_{c}"))
+        shares.append(pl.when(pl.col("both")).then(pl.col(f"yf_{c}") / pl.col("n2")).otherwise(0.0).alias(f"p2_{c}"))
+    r = r.with_columns(shares)
+    orphan = pl.col("both").not_()
+    per_class_consistent = {
+        c: pl.when(pl.col("both"))
+        .then(pl.col(f"xf_{c}") * pl.col(f"p2_{c}") + pl.col(f"yf_{c}") * pl.col(f"p1_{c}"))
+        .otherwise(pl.col(f"xf_{c}") + pl.col(f"yf_{c}"))
+        for c in _CLASSES
+    }
+    r = r.with_columns(
+        pl.col("both").cast(pl.Float64).alias("pairs"),
+        *[(pl.col(f"p1_{u}") * pl.col(f"p2_{v}")).alias(f"c_{u}{v}") for u in _CLASSES for v in _CLASSES],
+        (pl.col("n1") + pl.col("n2")).alias("judgments"),
+        pl.when(orphan).then(pl.col("n1") + pl.col("n2")).otherwise(0.0).alias("orphans"),
+        *[e.cast(pl.Float64).alias(f"pba_cons_{c}") for c, e in per_class_consistent.items()],
+    ).with_columns((pl.col("pba_cons_x") + pl.col("pba_cons_y") + pl.col("pba_cons_t")).alias("pba_consistent"))
+    return r.group_by(list(PAIR_KEYS)).agg([pl.col(m).sum() for m in PAIR_MEASURES])
+
+
+def _order_rates(frame: pl.DataFrame) -> pl.DataFrame:
+    """Add flip, consistency and win-rate columns to a frame of summed pair measures."""
+    consistent = pl.col("c_xx") + pl.col("c_yy") + pl.col("c_tt")
+    avg_x = sum(
+        (pl.col(f"c_{u}{v}") * ((_SCORE_X[u] + _SCORE_X[v]) / 2.0) for u in _CLASSES for v in _CLASSES),
+        pl.lit(0.0),
+    )
+    return frame.with_columns(consistent.alias("consistent")).with_columns(
+        _ratio(pl.col("consistent"), pl.col("pairs")).alias("consistency_rate"),
+        (1.0 - _ratio(pl.col("consistent"), pl.col("pairs"))).alias("flip_rate"),
+        _ratio(pl.col("c_xy"), pl.col("pairs")).alias("prefers_first_rate"),  # first slot won in both orders
+        _ratio(pl.col("c_yx"), pl.col("pairs")).alias("prefers_second_rate"),
+        _ratio(
+            pl.col("c_xt") + pl.col("c_tx") + pl.col("c_yt") + pl.col("c_ty"),
+            pl.col("pairs"),
+        ).alias("tie_flip_rate"),
+        _ratio(avg_x, pl.col("pairs")).alias("averaged_win_rate_x"),
+        _ratio(pl.col("pba_consistent"), pl.col("judgments")).alias("pba_consistency_rate"),
+    )
+
+
+def _ratio(num: pl.Expr, den: pl.Expr) -> pl.Expr:
+    """num / den, null when den is 0 (no evidence is not a rate of 0)."""
+    return pl.when(den > 0).then(num / den).otherwise(None)
+
+
+def _score_rate_and_se(wins: pl.Expr, ties: pl.Expr, n: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """Mean score (win 1, tie ½, loss 0) and its standard error sqrt(var/n).
+
+    With no ties this is the seed's p(1−p)/n; ties enter through the exact
+    second moment E[s²] = (wins + ¼ ties)/n.
+    """
+    p = _ratio(wins + 0.5 * ties, n)
+    second = _ratio(wins + 0.25 * ties, n)
+    se = pl.when(n > 0).then(((second - p * p).clip(lower_bound=0.0) / n).sqrt()).otherwise(None)
+    return p, se
+
+
+def order_pairs_table(pairs: pl.DataFrame) -> pl.DataFrame:
+    """Per (judge, model_x, model_y): cross-tab, flip rate, averaged win rate, consistent win rate ± SE, PBA rates."""
+    t = _order_rates(pairs)
+    p, se = _score_rate_and_se(pl.col("c_xx"), pl.col("c_tt"), pl.col("consistent"))
+    return t.with_columns(
+        p.alias("consistent_win_rate_x"),
+        se.alias("consistent_win_rate_x_se"),
+        _ratio(pl.col("pba_cons_x") + 0.5 * pl.col("pba_cons_t"), pl.col("pba_consistent")).alias(
+            "pba_win_halfdraw_x"
+        ),
+    ).sort(list(PAIR_KEYS))
+
+
+def order_models_table(pairs: pl.DataFrame) -> pl.DataFrame:
+    """Per (judge, model): win rate among order-consistent pairs (ties half) ± SE, and the averaged win rate."""
+    if pairs.height == 0:
+        return pl.DataFrame(
+            schema={
+                "judge": pl.Utf8,
+                "model": pl.Utf8,
+                "pairs": pl.Float64,
+                "consistent": pl.Float64,
+                "consistent_wins": pl.Float64,
+                "consistent_ties": pl.Float64,
+                "consistent_losses": pl.Float64,
+                "averaged_win_rate": pl.Float64,
+                "consistent_win_rate": pl.Float64,
+                "consistent_win_rate_se": pl.Float64,
+            }
+        )
+    avg_x = sum(
+        (pl.col(f"c_{u}{v}") * ((_SCORE_X[u] + _SCORE_X[v]) / 2.0) for u in _CLASSES for v in _CLASSES),
+        pl.lit(0.0),
+    )
+    base = pairs.with_columns(avg_x.alias("avg_score_x"))
+    as_x = base.select(
+        "judge",
+        pl.col("model_x").alias("model"),
+        "pairs",
+        pl.col("c_xx").alias("consistent_wins"),
+        pl.col("c_tt").alias("consistent_ties"),
+        pl.col("c_yy").alias("consistent_losses"),
+        pl.col("avg_score_x").alias("avg_score"),
+    )
+    as_y = base.select(
+        "judge",
+        pl.col("model_y").alias("model"),
+        "pairs",
+        pl.col("c_yy").alias("consistent_wins"),
+        pl.col("c_tt").alias("consistent_ties"),
+        pl.col("c_xx").alias("consistent_losses"),
+        (pl.col("pairs") - pl.col("avg_score_x")).alias("avg_score"),
+    )
+    m = (
+        pl.concat([as_x, as_y])
+        .group_by("judge", "model")
+        .agg(pl.all().sum())
+        .with_columns(
+            (pl.col("consistent_wins") + pl.col("consistent_ties") + pl.col("consistent_losses")).alias("consistent")
+        )
+    )
+    p, se = _score_rate_and_se(pl.col("consistent_wins"), pl.col("consistent_ties"), pl.col("consistent"))
+    return (
+        m.with_columns(
+            _ratio(pl.col("avg_score"), pl.col("pairs")).alias("averaged_win_rate"),
+            p.alias("consistent_win_rate"),
+            se.alias("consistent_win_rate_se"),
+        )
+        .drop("avg_score")
+        .select(
+            "judge",
+            "model",
+            "pairs",
+            "consistent",
+            "consistent_wins",
+            "consistent_ties",
+            "consistent_losses",
+            "averaged_win_rate",
+            "consistent_win_rate",
+            "consistent_win_rate_se",
+        )
+        .sort("judge", "model")
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Slots, identical answers, length, family, gold: per-slice additive counts
+# --------------------------------------------------------------------------------------------
+
+
+def _verdict_counts(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    return frame.group_by(keys).agg(
+        pl.len().cast(pl.Int64).alias("n"),
+        (pl.col("winner") == "model_a").sum().cast(pl.Int64).alias("first"),
+        (pl.col("winner") == "model_b").sum().cast(pl.Int64).alias("second"),
+        (pl.col("winner") == "tie").sum().cast(pl.Int64).alias("tie"),
+        (pl.col("winner") == "tie (bothbad)").sum().cast(pl.Int64).alias("bothbad"),
+    )
+
+
+def slot_counts(battles: pl.DataFrame) -> pl.DataFrame:
+    """Per judge: first-slot wins, second-slot wins and ties over all battles between two different models."""
+    return _verdict_counts(battles.filter(pl.col("model_a") != pl.col("model_b")), list(SLOT_KEYS))
+
+
+def identical_counts(battles: pl.DataFrame) -> pl.DataFrame:
+    """Per judge: the same counts over self-battles (``model_a == model_b``), the identical-answer check."""
+    return _verdict_counts(battles.filter(pl.col("model_a") == pl.col("model_b")), list(SLOT_KEYS))
+
+
+def length_counts(battles: pl.DataFrame) -> pl.DataFrame:
+    """Per judge: sums for the length profile of picks (battles with both lengths known)."""
+    b = battles.filter(
+        (pl.col("model_a") != pl.col("model_b")) & pl.col("len_a").is_not_null() & pl.col("len_b").is_not_null()
+    )
+    a_won = pl.col("winner") == "model_a"
+    b_won = pl.col("winner") == "model_b"
+    decisive = a_won | b_won
+    is_tie = decisive.not_()
+    diff = pl.col("len_a") != pl.col("len_b")
+    longer_won = (a_won & (pl.col("len_a") > pl.col("len_b"))) | (b_won & (pl.col("len_b") > pl.col("len_a")))
+    chosen = pl.when(a_won).then(pl.col("len_a")).when(b_won).then(pl.col("len_b")).otherwise(0)
+    rejected = pl.when(a_won).then(pl.col("len_b")).when(b_won).then(pl.col("len_a")).otherwise(0)
+    return b.group_by(list(LENGTH_KEYS)).agg(
+        pl.len().cast(pl.Int64).alias("n_len"),
+        decisive.sum().cast(pl.Int64).alias("n_decisive"),
+        chosen.sum().cast(pl.Int64).alias("sum_len_chosen"),
+        rejected.sum().cast(pl.Int64).alias("sum_len_rejected"),
+        diff.sum().cast(pl.Int64).alias("n_diff"),
+        (decisive & diff).sum().cast(pl.Int64).alias("n_decisive_diff"),
+        longer_won.sum().cast(pl.Int64).alias("longer_wins"),
+        (is_tie & diff).sum().cast(pl.Int64).alias("ties_diff"),
+    )
+
+
+def family_counts(battles: pl.DataFrame) -> pl.DataFrame:
+    """Per (judge, judge_family, model family): results of that family's models in cross-family battles.
+
+    Only battles between models of two different known families count, so a
+    family's score is always against outsiders.
+    """
+    known = lambda c: pl.col(c).is_not_null() & pl.col(c).is_in(list(_NO_FAMILY)).not_()  # noqa: E731
+    b = battles.filter(
+        known("family_a")
+        & known("family_b")
+        & known("judge_family")
+        & (pl.col("family_a") != pl.col("family_b"))
+        & (pl.col("model_a") != pl.col("model_b"))
+    )
+    tie = pl.col("winner").is_in(["tie", "tie (bothbad)"])
+    side_a = b.select(
+        "judge",
+        "judge_family",
+        pl.col("family_a").alias("family"),
+        (pl.col("winner") == "model_a").alias("win"),
+        tie.alias("tie"),
+        (pl.col("winner") == "model_b").alias("loss"),
+    )
+    side_b = b.select(
+        "judge",
+        "judge_family",
+        pl.col("family_b").alias("family"),
+        (pl.col("winner") == "model_b").alias("win"),
+        tie.alias("tie"),
+        (pl.col("winner") == "model_a").alias("loss"),
+    )
+    return (
+        pl.concat([side_a, side_b])
+        .group_by(list(FAMILY_KEYS))
+        .agg(
+            pl.len().cast(pl.Int64).alias("n"),
+            pl.col("win").sum().cast(pl.Int64).alias("wins"),
+            pl.col("tie").sum().cast(pl.Int64).alias("ties"),
+            pl.col("loss").sum().cast(pl.Int64).alias("losses"),
+        )
+    )
+
+
+def anchor_gold(anchors: pa.Table | pl.DataFrame) -> pl.DataFrame:
+    """Trusted verdicts as a lookup: (prompt_id, model_x, model_y) → ``gold_model``.
+
+    Anchors are battle-shaped rows whose verdict is trusted.  Several anchors on
+    the same prompt and pair are averaged (win 1, tie ½ for ``model_x``); the gold
+    winner is the side with the higher mean, and an even mean is a tie (empty
+    ``gold_model``: not discriminative).  Anchors without a ``prompt_id`` cannot be
+    matched to a battle and are left out.
+    """
+    a = as_battle_frame(anchors, source="anchors").filter(
+        pl.col("prompt_id").is_not_null() & (pl.col("model_a") != pl.col("model_b"))
+    )
+    x = pl.min_horizontal("model_a", "model_b")
+    score_first = pl.when(pl.col("winner") == "model_a").then(1.0).when(pl.col("winner") == "model_b").then(0.0)
+    score_first = score_first.otherwise(0.5)
+    score_x = pl.when(pl.col("model_a") == x).then(score_first).otherwise(1.0 - score_first)
+    return (
+        a.with_columns(x.alias("model_x"), pl.max_horizontal("model_a", "model_b").alias("model_y"), score_x.alias("s"))
+        .group_by("prompt_id", "model_x", "model_y")
+        .agg(pl.col("s").mean())
+        .with_columns(
+            pl.when(pl.col("s") > 0.5)
+            .then(pl.col("model_x"))
+            .when(pl.col("s") < 0.5)
+            .then(pl.col("model_y"))
+            .otherwise(pl.lit(""))
+            .alias("gold_model")
+        )
+        .drop("s")
+    )
+
+
+def attach_gold(battles: pl.DataFrame, gold_lookup: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Add ``gold_model``: the model a trusted label says should win ("" = no winner, null = unlabeled).
+
+    The row's own ``gold`` column (FastChat values for this row's order) wins over
+    the anchor lookup from :func:`anchor_gold`.
+    """
+    from_column = (
+        pl.when(pl.col(GOLD_COLUMN) == "model_a")
+        .then(pl.col("model_a"))
+        .when(pl.col(GOLD_COLUMN) == "model_b")
+        .then(pl.col("model_b"))
+        .when(pl.col(GOLD_COLUMN).is_in(["tie", "tie (bothbad)"]))
+        .then(pl.lit(""))
+        .otherwise(None)
+    )
+    out = battles.with_columns(from_column.alias("gold_model"))
+    if gold_lookup is not None and gold_lookup.height:
+        out = (
+            out.with_columns(
+                pl.min_horizontal("model_a", "model_b").alias("_x"),
+                pl.max_horizontal("model_a", "model_b").alias("_y"),
+            )
+            .join(
+                gold_lookup.rename({"model_x": "_x", "model_y": "_y", "gold_model": "_anchor_gold"}),
+                on=["prompt_id", "_x", "_y"],
+                how="left",
+            )
+            .with_columns(pl.coalesce("gold_model", "_anchor_gold").alias("gold_model"))
+            .drop("_x", "_y", "_anchor_gold")
+        )
+    return out
+
+
+def gold_counts(battles: pl.DataFrame) -> pl.DataFrame:
+    """Per judge: counts on labeled battles (needs ``gold_model`` from :func:`attach_gold`)."""
+    b = battles.filter(pl.col("gold_model").is_not_null() & (pl.col("model_a") != pl.col("model_b")))
+    disc = pl.col("gold_model") != ""
+    picked = pl.when(pl.col("winner") == "model_a").then(pl.col("model_a"))
+    picked = picked.when(pl.col("winner") == "model_b").then(pl.col("model_b")).otherwise(None)
+    lengths_known = pl.col("len_a").is_not_null() & pl.col("len_b").is_not_null()
+    longer = pl.when(pl.col("len_a") > pl.col("len_b")).then(pl.col("model_a"))
+    longer = longer.when(pl.col("len_b") > pl.col("len_a")).then(pl.col("model_b")).otherwise(None)
+    longest_score = pl.when(longer.is_null()).then(0.5).when(longer == pl.col("gold_model")).then(1.0).otherwise(0.0)
+    return b.group_by(list(GOLD_KEYS)).agg(
+        pl.len().cast(pl.Int64).alias("n_labeled"),
+        disc.sum().cast(pl.Int64).alias("n_disc"),
+        (disc & (picked == pl.col("gold_model"))).fill_null(False).sum().cast(pl.Int64).alias("hits"),
+        (disc & picked.is_null()).sum().cast(pl.Int64).alias("judge_ties"),
+        pl.when(disc).then(longest_score).otherwise(0.0).sum().alias("longest_score"),
+        (disc & lengths_known & longer.is_not_null()).sum().cast(pl.Int64).alias("n_len_disc"),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Partials: the additive monoid the Beam path combines
+# --------------------------------------------------------------------------------------------
+
+_PARTIAL_SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "order_rows": (ORDER_ROW_KEYS, ORDER_ROW_MEASURES),
+    "order_pairs": (PAIR_KEYS, PAIR_MEASURES),
+    "slots": (SLOT_KEYS, SLOT_MEASURES),
+    "identical": (SLOT_KEYS, SLOT_MEASURES),
+    "length": (LENGTH_KEYS, LENGTH_MEASURES),
+    "family": (FAMILY_KEYS, FAMILY_MEASURES),
+    "gold": (GOLD_KEYS, GOLD_MEASURES),
+}
+
+
+def _empty_partial(name: str) -> pl.DataFrame:
+    keys, measures = _PARTIAL_SPECS[name]
+    floats = name == "order_pairs"
+    frame = _empty(keys, measures, float_measures=floats)
+    if name == "gold":
+        frame = frame.with_columns(pl.col("longest_score").cast(pl.Float64))
+    return frame
+
+
+@dataclass(frozen=True)
+class AuditPartials:
+    """Additive audit statistics of a slice of battles.
+
+    ``order_rows`` are compact rows still waiting for their partner order;
+    ``order_pairs`` are rows already reduced by :func:`pair_order_stats` (add
+    them only across slices whose (judge, prompt) groups are disjoint).
+    """
+
+    order_rows: pl.DataFrame = field(default_factory=lambda: _empty_partial("order_rows"))
+    order_pairs: pl.DataFrame = field(default_factory=lambda: _empty_partial("order_pairs"))
+    slots: pl.DataFrame = field(default_factory=lambda: _empty_partial("slots"))
+    identical: pl.DataFrame = field(default_factory=lambda: _empty_partial("identical"))
+    length: pl.DataFrame = field(default_factory=lambda: _empty_partial("length"))
+    family: pl.DataFrame = field(default_factory=lambda: _empty_partial("family"))
+    gold: pl.DataFrame = field(default_factory=lambda: _empty_partial("gold"))
+
+
+def audit_partials(
+    battles: pa.Table | pl.DataFrame,
+    gold_lookup: pl.DataFrame | None = None,
+    *,
+    source: str = "battles",
+) -> AuditPartials:
+    """Additive partials of one slice of validated battles (a record batch, a day, a file)."""
+    frame = attach_gold(as_battle_frame(battles, source=source), gold_lookup)
+    return AuditPartials(
+        order_rows=order_rows(frame),
+        slots=slot_counts(frame),
+        identical=identical_counts(frame),
+        length=length_counts(frame),
+        family=family_counts(frame),
+        gold=gold_counts(frame),
+    )
+
+
+def _sum_by(frames: list[pl.DataFrame], name: str) -> pl.DataFrame:
+    keys, measures = _PARTIAL_SPECS[name]
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return _empty_partial(name)
+    template = _empty_partial(name)
+    aligned = [f.select(template.columns).cast(dict(template.schema)) for f in frames]
+    merged = pl.concat(aligned) if len(aligned) > 1 else aligned[0]
+    if len(aligned) == 1:
+        return merged
+    return merged.group_by(list(keys)).agg([pl.col(m).sum() for m in measures])
+
+
+def merge_partials(parts: list[AuditPartials]) -> AuditPartials:
+    """Sum partials key by key (the monoid's operation; the empty partial is its identity)."""
+    return AuditPartials(**{f.name: _sum_by([getattr(p, f.name) for p in parts], f.name) for f in fields(AuditPartials)})
+
+
+def reduce_order_rows(partials: AuditPartials) -> AuditPartials:
+    """Move complete compact order rows into per-pair stats (call once a slice holds whole groups)."""
+    if partials.order_rows.height == 0:
+        return partials
+    pairs = _sum_by([partials.order_pairs, pair_order_stats(partials.order_rows)], "order_pairs")
+    values = {f.name: getattr(partials, f.name) for f in fields(AuditPartials)}
+    values.update(order_rows=_empty_partial("order_rows"), order_pairs=pairs)
+    return AuditPartials(**values)
+
+
+# --------------------------------------------------------------------------------------------
+# Finishing: rates, shares, standard errors
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """The audit's tables (one source of truth for Parquet, JSON and the report section).
+
+    * ``judges`` — one row per judge: slot split, order consistency (ours and PBA's),
+      identical-answer check, length profile, gold-label accuracy.
+    * ``order_pairs`` — per (judge, model_x, model_y): cross-tab and win rates.
+    * ``order_models`` — per (judge, model): consistent win rate ± SE.
+    * ``family`` — per judge: own-family win rate under itself vs under other-family judges.
+    """
+
+    judges: pl.DataFrame
+    order_pairs: pl.DataFrame
+    order_models: pl.DataFrame
+    family: pl.DataFrame
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able dict: every table as a list of records (NaN/None → null)."""
+        return {name: _records(frame) for name, frame in self.tables().items()}
+
+
+def _records(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    out = []
+    for row in frame.to_dicts():
+        out.append({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()})
+    return out
+
+
+def _slots_table(slots: pl.DataFrame, prefix: str) -> pl.DataFrame:
+    ties = pl.col("tie") + pl.col("bothbad")
+    declared = pl.col("first") + pl.col("second")
+    cols = [
+        pl.col("n"),
+        pl.col("first"),
+        pl.col("second"),
+        pl.col("tie"),
+        pl.col("bothbad"),
+        _ratio(pl.col("first"), pl.col("n")).alias("first_share"),
+        _ratio(pl.col("second"), pl.col("n")).alias("second_share"),
+        _ratio(ties, pl.col("n")).alias("tie_share"),
+        _ratio(pl.col("bothbad"), ties).alias("bothbad_share_of_ties"),
+        _ratio(declared, pl.col("n")).alias("declared_share"),
+        _ratio(pl.col("first"), declared).alias("first_share_of_declared"),
+    ]
+    return slots.select("judge", *[c.alias(f"{prefix}{c.meta.output_name()}") for c in cols])
+
+
+def _length_table(length: pl.DataFrame) -> pl.DataFrame:
+    rate = _ratio(pl.col("longer_wins"), pl.col("n_decisive_diff"))
+    return length.select(
+        "judge",
+        pl.col("n_len").alias("len_n"),
+        _ratio(pl.col("sum_len_chosen"), pl.col("n_decisive")).alias("len_mean_chosen"),
+        _ratio(pl.col("sum_len_rejected"), pl.col("n_decisive")).alias("len_mean_rejected"),
+        pl.col("n_decisive_diff").alias("len_n_decisive_diff"),
+        rate.alias("len_longer_win_rate"),
+        pl.when(pl.col("n_decisive_diff") > 0)
+        .then((rate * (1.0 - rate) / pl.col("n_decisive_diff")).sqrt())
+        .otherwise(None)
+        .alias("len_longer_win_rate_se"),
+        _ratio(pl.col("longer_wins"), pl.col("n_diff")).alias("len_agreement_pick_longer"),
+        pl.col("n_diff").alias("len_n_diff"),
+    )
+
+
+def _gold_table(gold: pl.DataFrame) -> pl.DataFrame:
+    accuracy = _ratio(pl.col("hits") + 0.5 * pl.col("judge_ties"), pl.col("n_disc"))
+    longest = _ratio(pl.col("longest_score"), pl.col("n_disc"))
+    return gold.select(
+        "judge",
+        pl.col("n_labeled").alias("gold_n_labeled"),
+        pl.col("n_disc").alias("gold_n_discriminative"),
+        _ratio(pl.col("n_disc"), pl.col("n_labeled")).alias("gold_discriminative_share"),
+        accuracy.alias("gold_accuracy"),
+        pl.when(pl.col("n_disc") > 0)
+        .then((accuracy * (1.0 - accuracy) / pl.col("n_disc")).sqrt())
+        .otherwise(None)
+        .alias("gold_accuracy_se"),
+        _ratio(pl.col("hits"), pl.col("n_disc")).alias("gold_strict_accuracy"),
+        pl.col("judge_ties").alias("gold_judge_ties"),
+        pl.when(pl.col("n_disc") > 0).then(0.5).otherwise(None).alias("gold_random_pick_baseline"),
+        longest.alias("gold_longest_pick_baseline"),
+        (accuracy - 0.5).alias("gold_lift_over_random"),
+        (accuracy - longest).alias("gold_lift_over_longest"),
+    )
+
+
+def family_table(family: pl.DataFrame) -> pl.DataFrame:
+    """Own-family preference per judge: its family's score under itself vs under judges of other families."""
+    schema = {
+        "judge": pl.Utf8,
+        "judge_family": pl.Utf8,
+        "n_self": pl.Int64,
+        "win_rate_self": pl.Float64,
+        "n_other_judges": pl.Int64,
+        "win_rate_other_judges": pl.Float64,
+        "self_preference": pl.Float64,
+        "self_preference_se": pl.Float64,
+    }
+    if family.height == 0:
+        return pl.DataFrame(schema=schema)
+    score = (pl.col("wins") + 0.5 * pl.col("ties")).alias("score")
+    f = family.with_columns(score)
+    own = f.filter(pl.col("family") == pl.col("judge_family")).select(
+        "judge", "judge_family", pl.col("n").alias("n_self"), pl.col("score").alias("score_self")
+    )
+    # For family F: totals under every judge, minus the judges of family F themselves.
+    by_family = f.group_by("family").agg(pl.col("n").sum().alias("n_all"), pl.col("score").sum().alias("score_all"))
+    by_family_same = (
+        f.filter(pl.col("family") == pl.col("judge_family"))
+        .group_by("family")
+        .agg(pl.col("n").sum().alias("n_same"), pl.col("score").sum().alias("score_same"))
+    )
+    others = by_family.join(by_family_same, on="family", how="left").with_columns(
+        (pl.col("n_all") - pl.col("n_same").fill_null(0)).alias("n_other_judges"),
+        (pl.col("score_all") - pl.col("score_same").fill_null(0.0)).alias("score_other"),
+    )
+    t = own.join(others.select("family", "n_other_judges", "score_other"), left_on="judge_family", right_on="family")
+    p_self = _ratio(pl.col("score_self"), pl.col("n_self"))
+    p_other = _ratio(pl.col("score_other"), pl.col("n_other_judges"))
+    t = t.with_columns(p_self.alias("win_rate_self"), p_other.alias("win_rate_other_judges"))
+    var = (
+        pl.col("win_rate_self") * (1 - pl.col("win_rate_self")) / pl.col("n_self")
+        + pl.col("win_rate_other_judges") * (1 - pl.col("win_rate_other_judges")) / pl.col("n_other_judges")
+    )
+    return (
+        t.with_columns(
+            (pl.col("win_rate_self") - pl.col("win_rate_other_judges")).alias("self_preference"),
+            var.sqrt().alias("self_preference_se"),
+        )
+        .select(list(schema))
+        .cast(schema)
+        .sort("judge")
+    )
+
+
+def finish_audit(partials: AuditPartials) -> AuditResult:
+    """Rates and standard errors from summed partials (reduces any pending order rows first)."""
+    p = reduce_order_rows(partials)
+    pairs = order_pairs_table(p.order_pairs)
+    judge_order = _order_rates(p.order_pairs.group_by("judge").agg([pl.col(m).sum() for m in PAIR_MEASURES])).select(
+        "judge",
+        pl.col("pairs").alias("order_pairs"),
+        *[pl.col(f"c_{u}{v}").alias(f"order_c_{u}{v}") for u in _CLASSES for v in _CLASSES],
+        pl.col("consistent").alias("order_consistent"),
+        pl.col("consistency_rate").alias("order_consistency_rate"),
+        pl.col("flip_rate").alias("order_flip_rate"),
+        pl.col("prefers_first_rate").alias("order_prefers_first_rate"),
+        pl.col("prefers_second_rate").alias("order_prefers_second_rate"),
+        pl.col("tie_flip_rate").alias("order_tie_flip_rate"),
+        pl.col("judgments").alias("pba_judgments"),
+        pl.col("pba_consistent"),
+        pl.col("pba_consistency_rate"),
+    )
+    judges = pl.concat(
+        [
+            frame.select("judge")
+            for frame in (p.slots, p.identical, p.length, p.gold, p.order_pairs)
+            if frame.height
+        ]
+        or [pl.DataFrame(schema={"judge": pl.Utf8})]
+    ).unique()
+    for table in (
+        _slots_table(p.slots, "slot_"),
+        judge_order,
+        _slots_table(p.identical, "identical_"),
+        _length_table(p.length),
+        _gold_table(p.gold),
+    ):
+        judges = judges.join(table, on="judge", how="left")
+    return AuditResult(
+        judges=judges.sort("judge"),
+        order_pairs=pairs,
+        order_models=order_models_table(p.order_pairs),
+        family=family_table(p.family),
+    )
+
+
+def audit(
+    battles: pa.Table | pl.DataFrame,
+    anchors: pa.Table | pl.DataFrame | None = None,
+    *,
+    source: str = "battles",
+) -> AuditResult:
+    """The whole audit of an in-memory table of validated battles (optionally with trusted anchors)."""
+    lookup = anchor_gold(anchors) if anchors is not None else None
+    return finish_audit(audit_partials(battles, lookup, source=source))
+
+
+def cross_tab(order_pairs: pl.DataFrame, judge: str) -> np.ndarray:
+    """The judge's 3×3 cross-tab (rows: verdict with model_x first; cols: with model_y first; x, y, tie)."""
+    row = order_pairs.filter(pl.col("judge") == judge)
+    return np.array([[float(row[f"c_{u}{v}"].sum()) for v in _CLASSES] for u in _CLASSES])
