@@ -1,0 +1,130 @@
+"""Snapshot publishing and ``biasboard export`` on local folders (the bucket path is in test_gcs.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import os
+
+import polars as pl
+import pytest
+from biasboard.pipelines import cli
+from biasboard.pipelines.export import export_snapshot
+from biasboard.schemas.errors import StateError
+from biasboard.transforms import publish, storage
+
+NASTY = ['<script>alert("x")</script>', "Tom & Jerry's", "模型-甲", "plain"]
+
+
+def _tables(shift: float = 0.0) -> tuple[pl.DataFrame, pl.DataFrame]:
+    leaderboard = pl.DataFrame(
+        {
+            "model": NASTY,
+            "n_battles": [10, 20, 30, 40],
+            "rank_naive": [1, 2, 3, 4],
+            "rating_naive": [1.5 + shift, 0.5, -0.5, float("nan")],
+            "rank_corrected": [2, 1, 3, 4],
+            "rating_corrected": [0.4, 1.1, -0.2, -1.3],
+        }
+    )
+    bias = pl.DataFrame({"judge": ["j&1", "j<2>"], "effect": ["position", "length"], "estimate": [0.3, None]})
+    return leaderboard, bias
+
+
+def _publish(out: str, shift: float = 0.0, now: dt.datetime | None = None) -> publish.Published:
+    leaderboard, bias = _tables(shift)
+    files = publish.snapshot_files(leaderboard, bias, {"kendall_tau": 0.5 + shift}, "<html></html>")
+    return publish.publish_snapshot(out, files, {"inputs": []}, now=now)
+
+
+def test_publish_makes_a_complete_snapshot_and_moves_latest(tmp_path):
+    out = str(tmp_path / "out")
+    first = _publish(out, now=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc))
+    assert publish.latest_snapshot_id(out) == first.snapshot_id
+    assert first.snapshot_id.startswith("20240101T000000Z-")
+    names = set(os.listdir(first.path))
+    assert names == {*publish.SNAPSHOT_FILES, "manifest.json"}
+    manifest = publish.read_manifest(first.path)
+    for name in publish.SNAPSHOT_FILES:  # the manifest vouches for every byte
+        data = (tmp_path / "out" / "snapshots" / first.snapshot_id / name).read_bytes()
+        assert manifest["files"][name]["bytes"] == len(data)
+    second = _publish(out, shift=1.0, now=dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc))
+    assert second.snapshot_id != first.snapshot_id
+    assert publish.latest_snapshot_id(out) == second.snapshot_id
+    assert publish.list_snapshots(out) == [first.snapshot_id, second.snapshot_id]
+    assert not storage.list_children(storage.join(out, "staging"))
+
+
+def test_identical_content_in_the_same_second_reuses_the_snapshot(tmp_path):
+    out = str(tmp_path / "out")
+    now = dt.datetime(2024, 3, 1, 12, tzinfo=dt.timezone.utc)
+    first = _publish(out, now=now)
+    again = _publish(out, now=now)
+    assert again.reused and again.snapshot_id == first.snapshot_id
+    assert publish.list_snapshots(out) == [first.snapshot_id]
+
+
+def test_unfinished_snapshots_are_never_visible_and_get_cleaned(tmp_path):
+    out = tmp_path / "out"
+    good = _publish(str(out))
+    # What a run killed mid-publish leaves: a staging folder, and (on a bucket) a copy without its manifest.
+    (out / "staging" / "20990101T000000Z-abc.1234").mkdir(parents=True)
+    (out / "staging" / "20990101T000000Z-abc.1234" / "leaderboard.csv").write_text("half")
+    (out / "snapshots" / "20990101T000000Z-deadbeef0000").mkdir()
+    assert publish.list_snapshots(str(out)) == [good.snapshot_id]
+    assert publish.resolve_snapshot(str(out)).endswith(good.snapshot_id)
+    with pytest.raises(StateError, match="incomplete"):
+        publish.resolve_snapshot(str(out), "20990101T000000Z-deadbeef0000")
+    _publish(str(out), shift=2.0)
+    assert not list((out / "staging").iterdir())
+
+
+def test_json_tables_have_no_nan_and_keep_untrusted_names_verbatim(tmp_path):
+    leaderboard, _ = _tables()
+    rows = json.loads(publish.table_bytes(leaderboard, "json"))
+    assert [row["model"] for row in rows] == NASTY
+    assert rows[0]["rating_naive"] == 1.5 and rows[3]["rating_naive"] is None
+    with pytest.raises(ValueError, match="unknown table format"):
+        publish.table_bytes(leaderboard, "xlsx")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
+def test_export_latest_round_trips_every_format(tmp_path, fmt):
+    out = str(tmp_path / "out")
+    _publish(out, now=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc))
+    latest = _publish(out, shift=1.0, now=dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc))
+    dest = tmp_path / "dash"
+    written = export_snapshot(out, str(dest), fmt)
+    assert [os.path.basename(p) for p in written] == [f"leaderboard.{fmt}", f"bias.{fmt}", "snapshot.json"]
+    stamp = json.loads((dest / "snapshot.json").read_text())
+    assert stamp["snapshot_id"] == latest.snapshot_id
+    data = (dest / f"leaderboard.{fmt}").read_bytes()
+    expected, _ = _tables(1.0)
+    if fmt == "parquet":
+        back = pl.read_parquet(io.BytesIO(data))
+        assert back.equals(expected)
+        assert data == (tmp_path / "out" / "snapshots" / latest.snapshot_id / "leaderboard.parquet").read_bytes()
+    elif fmt == "csv":
+        back = pl.read_csv(io.BytesIO(data))
+        assert back["model"].to_list() == NASTY
+        assert back["rating_naive"][0] == pytest.approx(2.5)
+    else:
+        assert data == (tmp_path / "out" / "snapshots" / latest.snapshot_id / "leaderboard.json").read_bytes()
+
+
+def test_export_cli_picks_an_older_snapshot_and_reports_errors_in_one_line(tmp_path, capsys):
+    out = str(tmp_path / "out")
+    old = _publish(out, now=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc))
+    _publish(out, shift=1.0, now=dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc))
+    dest = tmp_path / "dash"
+    argv = ["export", "--out", out, "--snapshot", old.snapshot_id, "--to", str(dest), "--format", "csv"]
+    assert cli.main(argv) == 0
+    assert json.loads((dest / "snapshot.json").read_text())["snapshot_id"] == old.snapshot_id
+    assert pl.read_csv(dest / "leaderboard.csv")["rating_naive"][0] == pytest.approx(1.5)
+
+    assert cli.main(["export", "--out", out, "--snapshot", "nope", "--to", str(dest), "--format", "csv"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("biasboard export: error: snapshot 'nope' not found") and "\n" not in err
+    assert cli.main(["export", "--out", str(tmp_path / "empty"), "--to", str(dest), "--format", "json"]) == 2
+    assert "no snapshot published" in capsys.readouterr().err

@@ -1,0 +1,255 @@
+"""Publish a snapshot so that readers see all of it or none of it.
+
+Layout under the output folder ``OUT`` (local or ``gs://``)::
+
+    OUT/LATEST                       one line: the id of the current snapshot
+    OUT/snapshots/<id>/              leaderboard.{parquet,csv,json}, bias.{parquet,json},
+                                     summary.json, report.html, manifest.json
+    OUT/staging/<id>.<nonce>/        a snapshot being written (never read)
+
+The protocol, whatever the storage:
+
+1. every file is written into a private staging folder, ``manifest.json`` last
+   (it lists each file's size and SHA-256, so it doubles as the completeness mark);
+2. the staging folder is made visible as ``snapshots/<id>`` — one atomic
+   ``rename`` locally; on a bucket the objects are copied with ``manifest.json``
+   copied last, because a prefix cannot be renamed;
+3. ``LATEST`` is replaced atomically (temp + rename locally; one object
+   upload on a bucket, written only after step 2 finished).
+
+A reader follows ``LATEST`` and only ever sees complete snapshots; a snapshot
+folder without its ``manifest.json`` (a bucket copy cut short) is ignored by
+:func:`list_snapshots`.  A killed run therefore leaves at worst an orphan in
+``staging/`` (removed by the next publish) and the previous ``LATEST`` intact.
+One refresh at a time per ``OUT`` is assumed (the scheduler's job).
+
+The snapshot id is the UTC time plus a hash of the content, so ids sort in
+time order and two snapshots with the same id are byte-identical: publishing
+identical content again within the same second reuses the existing snapshot.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import polars as pl
+from biasboard.schemas.errors import StateError
+from biasboard.transforms import storage
+
+_LOG = logging.getLogger(__name__)
+
+LATEST = "LATEST"
+SNAPSHOTS = "snapshots"
+STAGING = "staging"
+MANIFEST = "manifest.json"
+
+#: Files every snapshot holds (DESIGN §6), besides manifest.json.
+SNAPSHOT_FILES: tuple[str, ...] = (
+    "leaderboard.parquet",
+    "leaderboard.csv",
+    "leaderboard.json",
+    "bias.parquet",
+    "bias.json",
+    "summary.json",
+    "report.html",
+)
+
+
+@dataclass(frozen=True)
+class Published:
+    """Where a snapshot went: its id and its folder."""
+
+    snapshot_id: str
+    path: str
+    reused: bool = False
+
+
+def table_bytes(frame: pl.DataFrame, fmt: str) -> bytes:
+    """One table serialised as ``parquet``, ``csv`` or ``json`` (a list of row objects).
+
+    The single place that decides the on-disk form of a table, so a snapshot and
+    an export of it are byte-identical.  In JSON a missing or non-finite number is
+    ``null`` (JSON has no NaN); the Parquet and CSV forms keep what the frame holds.
+    """
+    if fmt == "parquet":
+        buffer = io.BytesIO()
+        frame.write_parquet(buffer, compression="zstd", statistics=False)
+        return buffer.getvalue()
+    if fmt == "csv":
+        return frame.write_csv().encode("utf-8")
+    if fmt == "json":
+        rows = [{key: _json_value(value) for key, value in row.items()} for row in frame.to_dicts()]
+        return (json.dumps(rows, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    raise ValueError(f"unknown table format {fmt!r} (csv, json or parquet)")
+
+
+def json_bytes(document: Mapping[str, object]) -> bytes:
+    """A JSON document (summary, manifest): sorted keys, NaN/inf as null, UTF-8."""
+    return (
+        json.dumps(_json_value(document), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+    ).encode("utf-8")
+
+
+def snapshot_files(
+    leaderboard: pl.DataFrame, bias: pl.DataFrame, summary: Mapping[str, object], report_html: str
+) -> dict[str, bytes]:
+    """Every data file of a snapshot (all but the manifest), by name."""
+    files = {f"leaderboard.{fmt}": table_bytes(leaderboard, fmt) for fmt in ("parquet", "csv", "json")}
+    files.update({f"bias.{fmt}": table_bytes(bias, fmt) for fmt in ("parquet", "json")})
+    files["summary.json"] = json_bytes(summary)
+    files["report.html"] = report_html.encode("utf-8")
+    return files
+
+
+def _json_value(value: object) -> object:
+    """Plain JSON values: non-finite floats → None, containers recursively, dates and others → str."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if hasattr(value, "item"):  # numpy scalars
+        return _json_value(value.item())
+    if hasattr(value, "tolist"):  # numpy arrays
+        return _json_value(value.tolist())
+    return str(value)
+
+
+def content_hash(files: Mapping[str, bytes]) -> str:
+    """SHA-256 over the files' names and bytes, in name order (the manifest is not content)."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        data = files[name]
+        digest.update(name.encode("utf-8") + b"\0" + len(data).to_bytes(8, "big") + data)
+    return digest.hexdigest()
+
+
+def make_snapshot_id(files: Mapping[str, bytes], now: dt.datetime | None = None) -> str:
+    """``YYYYMMDDTHHMMSSZ-<12 hex of the content hash>``: sorts by time, names the content."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return f"{now.astimezone(dt.timezone.utc):%Y%m%dT%H%M%SZ}-{content_hash(files)[:12]}"
+
+
+def snapshot_dir(out_dir: str, snapshot_id: str) -> str:
+    return storage.join(out_dir, SNAPSHOTS, snapshot_id)
+
+
+def publish_snapshot(
+    out_dir: str,
+    files: Mapping[str, bytes],
+    manifest: Mapping[str, object],
+    now: dt.datetime | None = None,
+) -> Published:
+    """Write ``files`` as a new snapshot under ``out_dir`` and point ``LATEST`` at it.
+
+    ``manifest`` is completed with the snapshot id, the content hash and each
+    file's size and SHA-256, and written last.  Returns where it went.
+    """
+    missing = [name for name in SNAPSHOT_FILES if name not in files]
+    if missing:
+        raise StateError(f"snapshot for {out_dir} lacks {', '.join(missing)}")
+    started = time.monotonic()
+    snapshot_id = make_snapshot_id(files, now)
+    final = snapshot_dir(out_dir, snapshot_id)
+    _clean_staging(out_dir)
+
+    if _is_complete(final):
+        # Same content, same second: that snapshot already is this one.
+        _point_latest(out_dir, snapshot_id)
+        _LOG.info("publish: snapshot %s already exists with identical content; LATEST points to it", snapshot_id)
+        return Published(snapshot_id, final, reused=True)
+
+    full_manifest = dict(manifest)
+    full_manifest["snapshot_id"] = snapshot_id
+    full_manifest["content_sha256"] = content_hash(files)
+    full_manifest["files"] = {
+        name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in sorted(files.items())
+    }
+    manifest_bytes = json_bytes(full_manifest)
+
+    staging = storage.join(out_dir, STAGING, f"{snapshot_id}.{uuid.uuid4().hex[:8]}")
+    storage.ensure_dir(staging)
+    for name in sorted(files):
+        storage.write_bytes(storage.join(staging, name), files[name])
+    storage.write_bytes(storage.join(staging, MANIFEST), manifest_bytes)
+    _LOG.info("publish: wrote %d files (%d bytes) to staging", len(files) + 1, sum(map(len, files.values())))
+
+    _make_visible(out_dir, staging, final)
+    _point_latest(out_dir, snapshot_id)
+    _LOG.info("publish: snapshot %s is LATEST (%.2f s)", snapshot_id, time.monotonic() - started)
+    return Published(snapshot_id, final)
+
+
+def latest_snapshot_id(out_dir: str) -> str | None:
+    """The id ``LATEST`` names, or None when nothing was published yet."""
+    pointer = storage.join(out_dir, LATEST)
+    if not storage.exists(pointer):
+        return None
+    snapshot_id = storage.read_text(pointer).strip()
+    return snapshot_id or None
+
+
+def resolve_snapshot(out_dir: str, snapshot_id: str | None = None) -> str:
+    """Folder of ``snapshot_id`` (default: ``LATEST``), checked complete; a clear error otherwise."""
+    chosen = snapshot_id or latest_snapshot_id(out_dir)
+    if chosen is None:
+        raise StateError(f"no snapshot published under {out_dir} (no {LATEST}); run `biasboard refresh` first")
+    path = snapshot_dir(out_dir, chosen)
+    if not _is_complete(path):
+        known = ", ".join(list_snapshots(out_dir)[-5:]) or "none"
+        raise StateError(f"snapshot {chosen!r} not found (or incomplete) under {out_dir}; recent: {known}")
+    return path
+
+
+def list_snapshots(out_dir: str) -> list[str]:
+    """Ids of complete snapshots (those with a manifest), oldest first."""
+    root = storage.join(out_dir, SNAPSHOTS)
+    return [sid for sid in storage.list_children(root) if _is_complete(storage.join(root, sid))]
+
+
+def read_manifest(snapshot_path: str) -> dict:
+    return json.loads(storage.read_text(storage.join(snapshot_path, MANIFEST)))
+
+
+def _is_complete(path: str) -> bool:
+    return storage.exists(storage.join(path, MANIFEST))
+
+
+def _make_visible(out_dir: str, staging: str, final: str) -> None:
+    if not storage.is_remote(final):
+        storage.ensure_dir(storage.join(out_dir, SNAPSHOTS))
+        storage.rename_dir(staging, final)
+        return
+    # A bucket cannot rename a prefix: copy data files first, the manifest (the completeness mark) last.
+    names = [info.path for info in storage.list_files(staging)]
+    manifest = [p for p in names if p.endswith("/" + MANIFEST)]
+    for path in [p for p in names if p not in manifest] + manifest:
+        rel = path[len(staging.rstrip("/")) + 1 :]
+        storage.write_bytes(storage.join(final, rel), storage.read_bytes(path))
+    storage.delete_tree(staging)
+
+
+def _point_latest(out_dir: str, snapshot_id: str) -> None:
+    storage.atomic_write_text(storage.join(out_dir, LATEST), snapshot_id + "\n")
+
+
+def _clean_staging(out_dir: str) -> None:
+    """Remove what killed runs left in staging (never visible, never needed)."""
+    root = storage.join(out_dir, STAGING)
+    leftovers = storage.list_children(root)
+    for name in leftovers:
+        storage.delete_tree(storage.join(root, name))
+    if leftovers:
+        _LOG.info("publish: removed %d unfinished staging folder(s) left by an interrupted run", len(leftovers))

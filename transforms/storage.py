@@ -1,0 +1,266 @@
+"""Storage helpers that make a local folder and a ``gs://`` prefix behave alike.
+
+Every job reads inputs, keeps state and publishes snapshots through these few
+functions, which are thin wrappers over Beam's :class:`FileSystems`: the same
+code then works on a laptop, on the GCS emulator in the tests and on a real
+bucket on Dataflow, with no ``if gs:`` branches scattered through the jobs.
+
+What differs between the two, and is handled here once:
+
+* **Atomic replace.**  Locally a file is written to a temporary name in the
+  same folder, flushed, ``fsync``-ed and ``os.replace``-d, so a reader sees the
+  old file or the new one, never half of one.  A GCS object upload is already
+  atomic (an object appears whole, or not at all), so on a bucket the object
+  is written directly; "directories" there are only prefixes, so callers that
+  need a group of files to appear together write a *pointer object last*
+  (see :mod:`biasboard.transforms.publish`).
+* **Folders.**  Local folders are created on demand; a bucket has none.
+* **Credentials.**  See :func:`configure_gcs_auth`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from biasboard.schemas.errors import StateError
+
+_LOG = logging.getLogger(__name__)
+
+#: Environment variable that google-cloud-storage (and every Google client
+#: library) reads to talk to a storage emulator instead of the real service.
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One file found under a prefix: its full path, size in bytes, modification time (epoch s)."""
+
+    path: str
+    size: int
+    mtime: float
+
+
+def is_remote(path: str) -> bool:
+    """True for a URL with a scheme other than ``file`` (``gs://``, ``s3://`` ...)."""
+    scheme = FileSystems.get_scheme(path)
+    return scheme is not None and scheme != "file"
+
+
+def join(base: str, *parts: str) -> str:
+    """Join path parts with ``/`` for URLs and the OS separator for local paths."""
+    if is_remote(base):
+        return posixpath.join(base.rstrip("/"), *parts)
+    return os.path.join(base, *parts)
+
+
+def ensure_dir(path: str) -> None:
+    """Create a local folder (and parents); a no-op on a bucket, which has no folders."""
+    if not is_remote(path):
+        os.makedirs(path, exist_ok=True)
+
+
+def exists(path: str) -> bool:
+    """Does the file exist (locally: file or folder)?"""
+    return FileSystems.exists(path)
+
+
+def read_bytes(path: str) -> bytes:
+    """The whole content of one file."""
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            return handle.read()
+    except Exception as err:  # Beam wraps every backend's error differently
+        raise StateError(f"cannot read {path}: {err}") from err
+
+
+def read_text(path: str) -> str:
+    """The whole content of one UTF-8 text file."""
+    return read_bytes(path).decode("utf-8")
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` (not atomic locally; use :func:`atomic_write_bytes` for that)."""
+    if not is_remote(path):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.write(data)
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a reader never sees a partial file.
+
+    Locally: temp file in the same folder, fsync, ``os.replace`` (atomic on
+    POSIX within one file system), then fsync the folder so the rename
+    survives a crash.  On a bucket: one object upload, which GCS makes visible
+    only once complete.
+    """
+    if is_remote(path):
+        write_bytes(path, data)
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex}")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    _fsync_dir(folder)
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """:func:`atomic_write_bytes` for UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def list_files(prefix: str) -> list[FileInfo]:
+    """Every file below ``prefix`` (a folder or an object prefix), recursively, sorted by path."""
+    if not is_remote(prefix):
+        if not os.path.isdir(prefix):
+            return []
+        found = []
+        for root, _, names in os.walk(prefix):
+            for name in names:
+                full = os.path.join(root, name)
+                stat = os.stat(full)
+                found.append(FileInfo(full, stat.st_size, stat.st_mtime))
+        return sorted(found, key=lambda info: info.path)
+    base = prefix.rstrip("/") + "/"
+    return [FileInfo(m.path, m.size_in_bytes, m.last_updated_in_seconds) for m in _match(base + "**")]
+
+
+def glob(pattern: str) -> list[FileInfo]:
+    """Files matching a glob (``*`` within a path segment, ``**`` across segments), sorted by path."""
+    return [FileInfo(m.path, m.size_in_bytes, m.last_updated_in_seconds) for m in _match(pattern)]
+
+
+def list_children(prefix: str) -> list[str]:
+    """Names of the immediate entries (files and sub-folders) under ``prefix``, sorted."""
+    if not is_remote(prefix):
+        return sorted(os.listdir(prefix)) if os.path.isdir(prefix) else []
+    base = prefix.rstrip("/") + "/"
+    names = {info.path[len(base) :].split("/", 1)[0] for info in list_files(prefix)}
+    return sorted(name for name in names if name)
+
+
+def delete(paths: Iterable[str]) -> None:
+    """Delete files (missing ones are ignored)."""
+    present = [p for p in paths if FileSystems.exists(p)]
+    if present:
+        FileSystems.delete(present)
+
+
+def delete_tree(prefix: str) -> None:
+    """Delete a folder / every object under a prefix (missing is fine)."""
+    if not is_remote(prefix):
+        if os.path.isdir(prefix):
+            FileSystems.delete([prefix])
+        return
+    delete([info.path for info in list_files(prefix)])
+
+
+def copy_tree(src: str, dst: str) -> list[str]:
+    """Copy every file under ``src`` to the same relative path under ``dst``; returns the new paths.
+
+    Works across schemes (local → bucket and back) by reading and writing bytes,
+    which is what export needs; within one bucket Beam's server-side copy is used.
+    """
+    sources = list_files(src)
+    base = src.rstrip("/").rstrip(os.sep)
+    written = []
+    for info in sources:
+        rel = info.path[len(base) :].lstrip("/").lstrip(os.sep).replace(os.sep, "/")
+        target = join(dst, *rel.split("/"))
+        if is_remote(src) and is_remote(dst) and FileSystems.get_scheme(src) == FileSystems.get_scheme(dst):
+            FileSystems.copy([info.path], [target])
+        else:
+            write_bytes(target, read_bytes(info.path))
+        written.append(target)
+    return written
+
+
+def rename_dir(src: str, dst: str) -> None:
+    """Make folder ``src`` appear as ``dst``.
+
+    Locally one ``os.rename``: atomic, and refuses to overwrite an existing
+    ``dst``.  On a bucket there is no rename of a prefix: objects are copied
+    then the originals deleted, so the caller must not treat ``dst`` as
+    visible until it has written its pointer object afterwards.
+    """
+    if not is_remote(src):
+        if os.path.exists(dst):
+            raise StateError(f"cannot publish {src} as {dst}: {dst} already exists")
+        os.rename(src, dst)
+        _fsync_dir(os.path.dirname(os.path.abspath(dst)))
+        return
+    copy_tree(src, dst)
+    delete_tree(src)
+
+
+def configure_gcs_auth(no_auth: bool = False) -> bool:
+    """Skip Beam's credential lookup when it can only end anonymous; returns whether it did.
+
+    Beam's GCS file system asks ``google.auth.default()`` for credentials and,
+    when there are none, retries with exponential back-off for about 20 s per
+    process before going on anonymously.  Two documented situations mean "no
+    credentials wanted", and only in those do we go straight to anonymous:
+
+    * ``STORAGE_EMULATOR_HOST`` is set: the google-cloud-storage library itself
+      then bypasses authentication (its ``Client`` uses ``AnonymousCredentials``
+      for an emulator), and the emulator ignores credentials;
+    * Beam's own ``--no_auth`` option ("skips authorizing credentials with
+      Google Cloud"), which Beam's Dataflow client honours but its GCS file
+      system does not.
+
+    Otherwise nothing changes: real credentials (ADC, service accounts,
+    ``--impersonate_service_account``) are looked up exactly as Beam does.
+    Beam offers no public switch for this, so we seed its per-process
+    credential cache with "none" (Beam's result after the retries, minus the wait).
+    """
+    emulator = os.environ.get(EMULATOR_ENV)
+    if not emulator and not no_auth:
+        return False
+    from apache_beam.internal.gcp import auth
+
+    with auth._Credentials._credentials_lock:
+        auth._Credentials._credentials = None
+        auth._Credentials._credentials_init = True
+    reason = f"{EMULATOR_ENV}={emulator}" if emulator else "--no_auth"
+    _LOG.info("GCS access is anonymous (%s): skipping the credential lookup", reason)
+    return True
+
+
+def _match(pattern: str):
+    try:
+        result = FileSystems.match([pattern])[0]
+    except Exception as err:
+        # Beam raises when a pattern matches nothing on some backends; an empty listing is the honest answer.
+        if "No files found" in str(err) or "not found" in str(err).lower():
+            return []
+        raise StateError(f"cannot list {pattern}: {err}") from err
+    return sorted(result.metadata_list, key=lambda m: m.path)
+
+
+def _fsync_dir(folder: str) -> None:
+    """Flush a folder's entry table so a completed rename survives power loss (POSIX only)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
