@@ -1,0 +1,408 @@
+"""Small, dependency-free SVG plot builders for the report.
+
+Why hand-written SVG: the report must open offline, forever, from a single file (no CDN, no plotting
+library's JavaScript) and it must be safe with untrusted model and judge names.  Every builder returns
+one ``<svg>`` element as a string, meant to be inlined in HTML5 (so it carries no namespace
+declaration and the page holds no URL at all) and also well-formed XML; every piece of text that
+comes from data goes through :func:`esc` (``html.escape`` with ``quote=True``), in text nodes and in
+attributes alike.  Non-finite numbers (``None``, NaN, ±inf) are never drawn: the row keeps its label
+and shows nothing rather than a point at a made-up place.
+
+The builders know nothing about leaderboards; :mod:`biasboard.report.html` decides what to plot.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+FONT_SIZE = 12
+ROW_HEIGHT = 20
+#: Colours used across the page (colour-blind-safe pair for naive vs corrected).
+NAIVE_COLOUR = "#5b7db8"
+CORRECTED_COLOUR = "#d9792b"
+UP_COLOUR = "#2a9d5b"
+DOWN_COLOUR = "#c8443a"
+FLAT_COLOUR = "#9aa3ad"
+GRID_COLOUR = "#e3e6ea"
+AXIS_COLOUR = "#6b7580"
+TEXT_COLOUR = "#24292f"
+
+
+def esc(value: object) -> str:
+    """Escape anything for HTML/XML text and attribute values (quotes included)."""
+    return html.escape(str(value), quote=True)
+
+
+def finite(value: object) -> float | None:
+    """``value`` as a float when it is a finite real number, else None (None, NaN, inf, text)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        f = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def text_width(text: str, size: float = FONT_SIZE) -> float:
+    """Rough rendered width of ``text`` in pixels: wide (CJK) characters count a full em, others ~0.6 em.
+
+    No font metrics are available offline; this only has to be good enough to size margins.
+    """
+    total = 0.0
+    for ch in text:
+        if unicodedata.combining(ch):
+            continue
+        total += 1.0 if unicodedata.east_asian_width(ch) in ("W", "F") else 0.6
+    return total * size
+
+
+def truncate(text: str, max_px: float, size: float = FONT_SIZE) -> str:
+    """Shorten ``text`` (before escaping, so no entity is ever cut in half) to fit ``max_px``."""
+    if text_width(text, size) <= max_px:
+        return text
+    out = ""
+    for ch in text:
+        if text_width(out + ch + "…", size) > max_px:
+            break
+        out += ch
+    return out + "…"
+
+
+def fmt(value: object, digits: int = 1) -> str:
+    """A number with ``digits`` decimals, or an em dash when it is missing or not finite."""
+    f = finite(value)
+    return "—" if f is None else f"{f:.{digits}f}"
+
+
+def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round tick values covering [lo, hi] with a 1/2/5 × 10^k step (the usual axis labelling)."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    if hi <= lo:
+        hi = lo + 1.0
+    raw = (hi - lo) / max(count, 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    first = math.floor(lo / step) * step
+    ticks = []
+    t = first
+    while t <= hi + step * 1e-9:
+        ticks.append(round(t, 10))
+        t += step
+    if ticks and ticks[0] > lo:
+        ticks.insert(0, round(ticks[0] - step, 10))
+    if ticks and ticks[-1] < hi:
+        ticks.append(round(ticks[-1] + step, 10))
+    return ticks
+
+
+def _tick_label(value: float, ticks: Sequence[float]) -> str:
+    step = abs(ticks[1] - ticks[0]) if len(ticks) > 1 else 1.0
+    digits = max(0, -math.floor(math.log10(step))) if step > 0 else 0
+    return f"{value:.{digits}f}"
+
+
+def _svg_open(width: float, height: float, label: str) -> str:
+    return (
+        f'<svg width="{width:.0f}" height="{height:.0f}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" role="img" aria-label="{esc(label)}" '
+        f'font-family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif" font-size="{FONT_SIZE}">'
+        f"<title>{esc(label)}</title>"
+    )
+
+
+def _empty(label: str, message: str = "nothing to plot", width: float = 320) -> str:
+    return (
+        _svg_open(width, 40, label)
+        + f'<text x="8" y="24" fill="{AXIS_COLOUR}" font-style="italic">{esc(message)}</text></svg>'
+    )
+
+
+@dataclass(frozen=True)
+class Series:
+    """One set of intervals in a forest plot: a point and its CI per row (None where missing).
+
+    ``hollow`` marks, per row, a point drawn as an open circle (e.g. a coefficient the data does not
+    identify, so the prior chose it).
+    """
+
+    name: str
+    colour: str
+    values: Sequence[object]
+    lows: Sequence[object]
+    highs: Sequence[object]
+    hollow: Sequence[bool] | None = None
+
+
+def forest_plot(
+    labels: Sequence[str],
+    series: Sequence[Series],
+    *,
+    title: str,
+    x_label: str = "",
+    reference: float | None = None,
+    width: int = 720,
+    label_px: int | None = None,
+    tooltips: Sequence[str] | None = None,
+) -> str:
+    """Dot-and-whisker (forest) plot: one row per label, one dot with its CI per series.
+
+    Several series share a row, offset vertically, so naive and corrected ratings of a model sit
+    next to each other.  ``reference`` draws a dashed vertical line (0 for a bias coefficient).
+    """
+    n = len(labels)
+    xs = [finite(v) for s in series for arr in (s.values, s.lows, s.highs) for v in arr]
+    xs = [x for x in xs if x is not None]
+    if reference is not None:
+        xs.append(reference)
+    if n == 0 or not xs:
+        return _empty(title)
+    lo, hi = min(xs), max(xs)
+    pad = (hi - lo) * 0.04 or 1.0
+    ticks = nice_ticks(lo - pad, hi + pad)
+    d_lo, d_hi = ticks[0], ticks[-1]
+
+    if label_px is None:
+        label_px = math.ceil(min(260, max(60, max(text_width(str(lab)) for lab in labels) + 16)))
+    legend_h = 22 if len(series) > 1 or series[0].name else 0
+    top = 10 + legend_h
+    plot_left, plot_right = label_px, width - 16
+    bottom_axis = 34 if x_label else 22
+    height = top + n * ROW_HEIGHT + bottom_axis
+
+    def sx(v: float) -> float:
+        return plot_left + (v - d_lo) / (d_hi - d_lo) * (plot_right - plot_left)
+
+    parts = [_svg_open(width, height, title)]
+    # legend
+    if legend_h:
+        x = plot_left
+        for s in series:
+            parts.append(f'<circle cx="{x + 5}" cy="{10 + 6}" r="4.5" fill="{s.colour}"/>')
+            parts.append(f'<text x="{x + 14}" y="{10 + 10}" fill="{TEXT_COLOUR}">{esc(s.name)}</text>')
+            x += 28 + text_width(s.name)
+    # zebra rows and grid
+    for i in range(n):
+        if i % 2 == 0:
+            parts.append(
+                f'<rect x="0" y="{top + i * ROW_HEIGHT}" width="{width}" height="{ROW_HEIGHT}" fill="#f6f8fa"/>'
+            )
+    for t in ticks:
+        x = sx(t)
+        parts.append(
+            f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + n * ROW_HEIGHT}" stroke="{GRID_COLOUR}"/>'
+        )
+        parts.append(
+            f'<text x="{x:.1f}" y="{top + n * ROW_HEIGHT + 14}" text-anchor="middle" '
+            f'fill="{AXIS_COLOUR}" font-size="11">{esc(_tick_label(t, ticks))}</text>'
+        )
+    if reference is not None:
+        x = sx(reference)
+        parts.append(
+            f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{top + n * ROW_HEIGHT}" '
+            f'stroke="{AXIS_COLOUR}" stroke-dasharray="4 3"/>'
+        )
+    if x_label:
+        parts.append(
+            f'<text x="{(plot_left + plot_right) / 2:.1f}" y="{height - 4}" text-anchor="middle" '
+            f'fill="{AXIS_COLOUR}" font-size="11">{esc(x_label)}</text>'
+        )
+    k = len(series)
+    for i, lab in enumerate(labels):
+        cy = top + i * ROW_HEIGHT + ROW_HEIGHT / 2
+        full = str(lab)
+        tip = tooltips[i] if tooltips is not None else full
+        parts.append(
+            f'<text x="{plot_left - 8}" y="{cy + 4:.1f}" text-anchor="end" fill="{TEXT_COLOUR}">'
+            f"<title>{esc(tip)}</title>{esc(truncate(full, label_px - 14))}</text>"
+        )
+        for j, s in enumerate(series):
+            y = cy + (j - (k - 1) / 2) * 6
+            v, a, b = finite(s.values[i]), finite(s.lows[i]), finite(s.highs[i])
+            if a is not None and b is not None:
+                parts.append(
+                    f'<line x1="{sx(a):.1f}" y1="{y:.1f}" x2="{sx(b):.1f}" y2="{y:.1f}" '
+                    f'stroke="{s.colour}" stroke-width="2" stroke-linecap="round" opacity="0.75"/>'
+                )
+            if v is not None:
+                hollow = bool(s.hollow[i]) if s.hollow is not None else False
+                fill = "#ffffff" if hollow else s.colour
+                ci = f" [{fmt(a, 2)}, {fmt(b, 2)}]" if a is not None and b is not None else ""
+                parts.append(
+                    f'<circle cx="{sx(v):.1f}" cy="{y:.1f}" r="3.8" fill="{fill}" stroke="{s.colour}" '
+                    f'stroke-width="1.5"><title>{esc(f"{tip} · {s.name}: {v:.2f}{ci}")}</title></circle>'
+                )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def slope_chart(
+    labels: Sequence[str],
+    left_ranks: Sequence[object],
+    right_ranks: Sequence[object],
+    *,
+    title: str,
+    left_title: str = "naive",
+    right_title: str = "corrected",
+    width: int = 720,
+) -> str:
+    """Rank-change (slope) chart: each item's position on the left and on the right, joined by a line.
+
+    Items are stacked by their order on each side (not by raw rank), so a plotted subset of a large
+    leaderboard stays evenly spaced; the true rank is printed in each label.  Green lines move up,
+    red lines move down, grey lines stay.  Items without both ranks are left out.
+    """
+    items = [
+        (str(lab), int(a), int(b))
+        for lab, a, b in zip(labels, left_ranks, right_ranks, strict=True)
+        if finite(a) is not None and finite(b) is not None
+    ]
+    if not items:
+        return _empty(title)
+    n = len(items)
+    left_pos = {i: p for p, i in enumerate(sorted(range(n), key=lambda i: (items[i][1], items[i][0])))}
+    right_pos = {i: p for p, i in enumerate(sorted(range(n), key=lambda i: (items[i][2], items[i][0])))}
+    label_px = math.ceil(min(240, max(80, max(text_width(f"#{r} {lab}") for lab, r, _ in items) + 4)))
+    x_left, x_right = label_px + 12, width - label_px - 12
+    top = 30
+    height = top + n * ROW_HEIGHT + 8
+
+    def y(p: int) -> float:
+        return top + p * ROW_HEIGHT + ROW_HEIGHT / 2
+
+    parts = [_svg_open(width, height, title)]
+    parts.append(
+        f'<text x="{x_left}" y="16" text-anchor="middle" fill="{AXIS_COLOUR}" font-weight="600">'
+        f"{esc(left_title)}</text>"
+    )
+    parts.append(
+        f'<text x="{x_right}" y="16" text-anchor="middle" fill="{AXIS_COLOUR}" font-weight="600">'
+        f"{esc(right_title)}</text>"
+    )
+    # unchanged first so that movers are drawn on top
+    order = sorted(range(n), key=lambda i: abs(items[i][1] - items[i][2]))
+    for i in order:
+        lab, a, b = items[i]
+        colour = UP_COLOUR if b < a else DOWN_COLOUR if b > a else FLAT_COLOUR
+        width_px = 2.2 if a != b else 1.2
+        y1, y2 = y(left_pos[i]), y(right_pos[i])
+        tip = f"{lab}: #{a} → #{b}"
+        parts.append(
+            f'<g><title>{esc(tip)}</title>'
+            f'<line x1="{x_left}" y1="{y1:.1f}" x2="{x_right}" y2="{y2:.1f}" stroke="{colour}" '
+            f'stroke-width="{width_px}" opacity="0.85"/>'
+            f'<circle cx="{x_left}" cy="{y1:.1f}" r="3.5" fill="{colour}"/>'
+            f'<circle cx="{x_right}" cy="{y2:.1f}" r="3.5" fill="{colour}"/>'
+            f'<text x="{x_left - 8}" y="{y1 + 4:.1f}" text-anchor="end" fill="{TEXT_COLOUR}">'
+            f"{esc(truncate(f'#{a} {lab}', label_px))}</text>"
+            f'<text x="{x_right + 8}" y="{y2 + 4:.1f}" fill="{TEXT_COLOUR}">'
+            f"{esc(truncate(f'#{b} {lab}', label_px))}</text></g>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One segment kind of a stacked bar: its name, colour and a share per row (None where unknown)."""
+
+    name: str
+    colour: str
+    values: Sequence[object]
+
+
+def split_bars(
+    labels: Sequence[str],
+    parts_: Sequence[Part],
+    *,
+    title: str,
+    annotations: Sequence[str] | None = None,
+    width: int = 720,
+) -> str:
+    """100 % stacked horizontal bars, one per label (e.g. a judge's A / B / tie verdict shares).
+
+    Shares are normalised per row, so counts work as well as fractions.  ``annotations`` is text
+    printed right of each bar (e.g. the flip rate).
+    """
+    n = len(labels)
+    if n == 0 or not parts_:
+        return _empty(title)
+    label_px = math.ceil(min(220, max(60, max(text_width(str(lab)) for lab in labels) + 16)))
+    note_px = 0
+    if annotations:
+        note_px = int(min(200, max(text_width(a) for a in annotations) + 16))
+    x0, x1 = label_px, width - 12 - note_px
+    top = 32
+    height = top + n * (ROW_HEIGHT + 4) + 6
+    out = [_svg_open(width, height, title)]
+    x = x0
+    for p in parts_:
+        out.append(f'<rect x="{x}" y="8" width="11" height="11" rx="2" fill="{p.colour}"/>')
+        out.append(f'<text x="{x + 16}" y="18" fill="{TEXT_COLOUR}">{esc(p.name)}</text>')
+        x += 32 + text_width(p.name)
+    for i, lab in enumerate(labels):
+        y = top + i * (ROW_HEIGHT + 4)
+        vals = [finite(p.values[i]) for p in parts_]
+        total = sum(v for v in vals if v is not None and v > 0)
+        out.append(
+            f'<text x="{x0 - 8}" y="{y + 14}" text-anchor="end" fill="{TEXT_COLOUR}">'
+            f"<title>{esc(lab)}</title>{esc(truncate(str(lab), label_px - 14))}</text>"
+        )
+        if total <= 0:
+            out.append(
+                f'<text x="{x0}" y="{y + 14}" fill="{AXIS_COLOUR}" font-style="italic">no data</text>'
+            )
+        else:
+            cx = float(x0)
+            for p, v in zip(parts_, vals, strict=True):
+                if v is None or v <= 0:
+                    continue
+                w = v / total * (x1 - x0)
+                share = v / total
+                out.append(
+                    f'<rect x="{cx:.1f}" y="{y}" width="{w:.1f}" height="{ROW_HEIGHT}" fill="{p.colour}">'
+                    f"<title>{esc(f'{lab} · {p.name}: {share:.1%}')}</title></rect>"
+                )
+                if w > 34:
+                    out.append(
+                        f'<text x="{cx + w / 2:.1f}" y="{y + 14}" text-anchor="middle" fill="#ffffff" '
+                        f'font-size="11">{share:.0%}</text>'
+                    )
+                cx += w
+        if annotations:
+            out.append(
+                f'<text x="{x1 + 10}" y="{y + 14}" fill="{TEXT_COLOUR}">{esc(annotations[i])}</text>'
+            )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def hbar_chart(labels: Sequence[str], values: Sequence[object], *, title: str, colour: str = DOWN_COLOUR,
+               width: int = 560) -> str:
+    """Plain horizontal bars with the value printed at the end (e.g. dead letters by reason)."""
+    rows = [(str(lab), finite(v)) for lab, v in zip(labels, values, strict=True)]
+    rows = [(lab, v) for lab, v in rows if v is not None]
+    if not rows:
+        return _empty(title)
+    label_px = math.ceil(min(240, max(60, max(text_width(lab) for lab, _ in rows) + 16)))
+    vmax = max(v for _, v in rows) or 1.0
+    x0, x1 = label_px, width - 70
+    height = len(rows) * (ROW_HEIGHT + 4) + 8
+    out = [_svg_open(width, height, title)]
+    for i, (lab, v) in enumerate(rows):
+        y = 4 + i * (ROW_HEIGHT + 4)
+        w = max(0.0, v) / vmax * (x1 - x0)
+        shown = f"{v:,.0f}" if float(v).is_integer() else f"{v:,.3g}"
+        out.append(
+            f'<text x="{x0 - 8}" y="{y + 14}" text-anchor="end" fill="{TEXT_COLOUR}">'
+            f"<title>{esc(lab)}</title>{esc(truncate(lab, label_px - 14))}</text>"
+            f'<rect x="{x0}" y="{y}" width="{w:.1f}" height="{ROW_HEIGHT}" rx="2" fill="{colour}" opacity="0.85"/>'
+            f'<text x="{x0 + w + 6:.1f}" y="{y + 14}" fill="{TEXT_COLOUR}">{esc(shown)}</text>'
+        )
+    out.append("</svg>")
+    return "".join(out)
