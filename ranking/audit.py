@@ -57,7 +57,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-
 from biasboard.schemas.errors import InputError
 
 #: Columns every audit input needs; the rest (prompt_id, lengths, families, gold) are optional.
@@ -149,7 +148,8 @@ def as_battle_frame(battles: pa.Table | pl.DataFrame, *, source: str = "battles"
     missing = [c for c in AUDIT_REQUIRED if c not in frame.columns]
     if missing:
         raise InputError(f"{source}: missing required column(s) {', '.join(missing)} for the judge audit")
-    additions = [pl.lit(None, dtype=dtype).alias(name) for name, dtype in _OPTIONAL.items() if name not in frame.columns]
+    absent = [(name, dtype) for name, dtype in _OPTIONAL.items() if name not in frame.columns]
+    additions = [pl.lit(None, dtype=dtype).alias(name) for name, dtype in absent]
     if additions:
         frame = frame.with_columns(additions)
     casts = {name: dtype for name, dtype in _OPTIONAL.items() if frame.schema[name] != dtype}
@@ -633,7 +633,8 @@ def _sum_by(frames: list[pl.DataFrame], name: str) -> pl.DataFrame:
 
 def merge_partials(parts: list[AuditPartials]) -> AuditPartials:
     """Sum partials key by key (the monoid's operation; the empty partial is its identity)."""
-    return AuditPartials(**{f.name: _sum_by([getattr(p, f.name) for p in parts], f.name) for f in fields(AuditPartials)})
+    names = [f.name for f in fields(AuditPartials)]
+    return AuditPartials(**{name: _sum_by([getattr(p, name) for p in parts], name) for name in names})
 
 
 def reduce_order_rows(partials: AuditPartials) -> AuditPartials:

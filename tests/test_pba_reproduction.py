@@ -1,0 +1,150 @@
+"""Real-data acceptance: the audit reproduces Position-Bias-Analyzer's published numbers exactly.
+
+Data: ``../shared/data/mtbench-position-bias-analyzer`` (see its SOURCE.md).  PBA's
+convention (``find_inconsistent`` in its ``subeval`` utilities): verdicts that
+could not be extracted are dropped; a verdict is *consistent* when its swapped
+partner (same question, the two models in the other order) agrees, or when that
+partner is absent; the rate is consistent verdicts over extracted verdicts.  Its
+"win + draw/2" table is computed over the consistent verdicts only.
+
+The published logs give the counts as integers, so the consistency checks are
+exact equalities; the win+halfdraw CSVs are rounded to 4 decimals by PBA, so
+those compare at that precision (|ours − published| ≤ 0.5e-4).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+from biasboard.ranking.audit import audit
+from conftest import shared_data
+
+DATASET = "mtbench-position-bias-analyzer"
+
+#: (benchmark file prefix, judge) with raw judgments in the dataset, and PBA's published folder suffix.
+JUDGES: list[tuple[str, str, str]] = [
+    ("mtbench", "gpt-4-0613", "MTBench_gpt-4-0613_3"),
+    ("mtbench", "gpt-3.5-turbo-1106", "MTBench_gpt-3.5-turbo-1106_3"),
+    ("mtbench", "gemini-pro", "MTBench_gemini-pro_3"),
+    ("devbench", "gpt-4-0613", "DevBench_gpt-4-0613_2"),
+    ("devbench", "gpt-3.5-turbo-1106", "DevBench_gpt-3.5-turbo-1106_2"),
+    ("devbench", "gpt-3.5-turbo-0125", "DevBench_gpt-3.5-turbo-0125_2"),
+    ("devbench", "gemini-pro", "DevBench_gemini-pro_2"),
+    ("devbench", "claude-3-haiku-20240307", "DevBench_claude-3-haiku-20240307_2"),
+]
+
+_CONSISTENT_LINE = re.compile(r"(\d+) out of (\d+) answers are consistent\. .* The consistent rate is ([\d.]+)%")
+
+
+def load_judgments(root: Path, benchmark: str, judge: str) -> pl.DataFrame:
+    """The dataset's raw judgments as validated battles (unextracted verdicts left out, as validation does).
+
+    Reads the shared files directly with polars.  ``prompt_id`` is the question;
+    ``category`` is kept for PBA's per-category columns.
+    """
+    raw = pl.read_ndjson(root / f"{benchmark}_judgments_{judge}.jsonl.gz")
+    return raw.filter(pl.col("winner").is_not_null()).select(
+        pl.col("judge"),
+        pl.col("model_a"),
+        pl.col("model_b"),
+        pl.col("winner"),
+        pl.col("question_id").cast(pl.Utf8).alias("prompt_id"),
+        pl.col("len_chars_a").cast(pl.Int64).alias("len_a"),
+        pl.col("len_chars_b").cast(pl.Int64).alias("len_b"),
+        pl.col("category"),
+    )
+
+
+def published_consistency(root: Path, folder: str) -> tuple[int, int, float]:
+    text = (root / "published" / f"{folder}.log.txt").read_text()
+    match = _CONSISTENT_LINE.search(text)
+    assert match, f"no consistency line in {folder}.log.txt"
+    return int(match.group(1)), int(match.group(2)), float(match.group(3))
+
+
+@pytest.fixture(scope="module")
+def root() -> Path:
+    return shared_data(DATASET)
+
+
+@pytest.mark.parametrize(("benchmark", "judge", "folder"), JUDGES, ids=[f[2] for f in JUDGES])
+def test_order_consistency_reproduces_published_log(root: Path, benchmark: str, judge: str, folder: str) -> None:
+    battles = load_judgments(root, benchmark, judge)
+    consistent, total, percent = published_consistency(root, folder)
+    row = audit(battles).judges.row(0, named=True)
+    assert row["pba_judgments"] == total
+    assert row["pba_consistent"] == consistent
+    assert round(100 * row["pba_consistency_rate"], 2) == percent
+
+
+def test_gpt4_mtbench_headline(root: Path) -> None:
+    """The issue's anchor figure, and our pair-based view of the same data beside it."""
+    row = audit(load_judgments(root, "mtbench", "gpt-4-0613")).judges.row(0, named=True)
+    assert (row["pba_consistent"], row["pba_judgments"]) == (3914, 4800)
+    assert f"{100 * row['pba_consistency_rate']:.2f}" == "81.54"
+    # No verdict is missing for gpt-4-0613, so every verdict is in a pair: 2400 pairs,
+    # 1957 consistent (3914 / 2), and the pair-based flip rate is the complement.
+    assert row["order_pairs"] == 2400
+    assert row["order_consistent"] == 1957
+    assert row["order_flip_rate"] == pytest.approx(1 - 1957 / 2400)
+
+
+def _reference_model(published: pl.DataFrame, battles: pl.DataFrame) -> str:
+    models = set(battles["model_a"]) | set(battles["model_b"])
+    listed = set(published["model"])
+    # MT-Bench lists the reference with an empty row; DevBench leaves it out.
+    empty = published.filter(pl.col("Overall-lang").is_null())["model"].to_list()
+    if empty:
+        return empty[0]
+    (reference,) = models - listed
+    return reference
+
+
+def _win_halfdraw(pairs: pl.DataFrame, model: str, reference: str) -> float | None:
+    x, y = sorted((model, reference))
+    row = pairs.filter((pl.col("model_x") == x) & (pl.col("model_y") == y))
+    if row.height == 0 or row["pba_consistent"][0] == 0:
+        return None
+    value = row["pba_win_halfdraw_x"][0]
+    return value if model == x else 1.0 - value
+
+
+def _column_filter(column: str, benchmark: str) -> pl.Expr:
+    if column in ("Overall-lang", "EN"):
+        return pl.lit(True)
+    if benchmark == "devbench" and "-" not in column:  # a super-task: every sub-task under it
+        return pl.col("category").str.split("-").list.first() == column
+    return pl.col("category") == column
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "judge", "folder"),
+    [j for j in JUDGES if j[0] == "mtbench"] + [JUDGES[3]],
+    ids=[j[2] for j in JUDGES if j[0] == "mtbench"] + [JUDGES[3][2]],
+)
+def test_win_halfdraw_among_consistent_reproduces_published_csv(
+    root: Path, benchmark: str, judge: str, folder: str
+) -> None:
+    battles = load_judgments(root, benchmark, judge)
+    published = pl.read_csv(root / "published" / f"{folder}.win+halfdraw.csv", infer_schema_length=0)
+    reference = _reference_model(published, battles)
+    columns = [c for c in published.columns if c != "model"]
+    checked = 0
+    for column in columns:
+        subset = battles.filter(_column_filter(column, benchmark))
+        assert subset.height, f"{folder}: no battles for column {column}"
+        pairs = audit(subset).order_pairs
+        ours = {m: _win_halfdraw(pairs, m, reference) for m in published["model"] if m != reference}
+        for model, text in zip(published["model"], published[column], strict=True):
+            if model == reference:
+                continue
+            expected = float(text)
+            assert ours[model] is not None, f"{folder} {column} {model}: no consistent verdicts"
+            assert abs(ours[model] - expected) <= 0.5e-4 + 1e-12, (folder, column, model, ours[model], expected)
+            checked += 1
+    listed = sum(1 for m in published["model"] if m != reference)
+    assert listed >= 9
+    assert checked == listed * len(columns)
