@@ -1,0 +1,130 @@
+"""Model and judge families from names: ordered prefix/regex rules.
+
+The affinity covariate (does a judge favour its own family?) needs the family
+of each model and of each judge.  A battle may carry them (``family_a``,
+``family_b``, ``judge_family``); otherwise the family map assigns them from the
+name.  Rules are tried in order on the lower-cased name and the first match
+wins, so specific rules (``gpt4all`` is Nomic's) come before general ones
+(``gpt`` is OpenAI's).  A user map (``--family-map PATH``) is tried before the
+defaults in :file:`default_families.json`, so it can override or extend them.
+
+Rule file format (JSON)::
+
+    {"rules": [{"prefix": "llama", "family": "meta"},
+               {"regex": "^my-(judge|model)", "family": "in-house"}]}
+
+A bare list of rules, or a ``{"prefix": "family"}`` object (prefixes in file
+order), is accepted too.  ``prefix`` matches at the start of the name or just
+after an org path (``meta-llama/llama-3`` matches ``llama``); ``regex`` is a
+Python regular expression searched anywhere in the name.
+
+Names are matched once per distinct name and cached, so applying the map to a
+batch costs one dictionary lookup per distinct name, never Python per row.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+
+import polars as pl
+from biasboard.schemas.cells import UNKNOWN_FAMILY
+from biasboard.schemas.errors import InputError
+
+DEFAULT_FAMILIES_RESOURCE = "default_families.json"
+
+
+@dataclass(frozen=True)
+class FamilyRule:
+    """One ordered rule: a compiled pattern and the family it assigns."""
+
+    pattern: str
+    family: str
+
+    def compiled(self) -> re.Pattern[str]:
+        return re.compile(self.pattern)
+
+
+def _rule_from_obj(obj: object, source: str, index: int) -> FamilyRule:
+    if not isinstance(obj, dict) or "family" not in obj or not ({"prefix", "regex"} & set(obj)):
+        raise InputError(f"{source}: family rule #{index} must be an object with 'family' and 'prefix' or 'regex'")
+    family = str(obj["family"]).strip()
+    if not family:
+        raise InputError(f"{source}: family rule #{index} has an empty 'family'")
+    pattern = str(obj["regex"]).lower() if "regex" in obj else r"(^|/)" + re.escape(str(obj["prefix"]).lower())
+    try:
+        re.compile(pattern)
+    except re.error as err:
+        raise InputError(f"{source}: family rule #{index} has a bad regex {pattern!r}: {err}") from err
+    return FamilyRule(pattern, family)
+
+
+def parse_rules(text: str, source: str) -> list[FamilyRule]:
+    """Rules from a family-map JSON document; ``source`` names it in error messages."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{source}: family map is not valid JSON: {err}") from err
+    if isinstance(doc, dict) and "rules" in doc:
+        items = doc["rules"]
+    elif isinstance(doc, list):
+        items = doc
+    elif isinstance(doc, dict):
+        items = [{"prefix": k, "family": v} for k, v in doc.items() if not k.startswith("_")]
+    else:
+        raise InputError(f"{source}: family map must be a JSON object or list")
+    if not isinstance(items, list):
+        raise InputError(f"{source}: 'rules' must be a list")
+    return [_rule_from_obj(obj, source, i) for i, obj in enumerate(items)]
+
+
+def default_rules() -> list[FamilyRule]:
+    """The shipped rules for the common model families."""
+    text = resources.files("biasboard.schemas").joinpath(DEFAULT_FAMILIES_RESOURCE).read_text(encoding="utf-8")
+    return parse_rules(text, DEFAULT_FAMILIES_RESOURCE)
+
+
+@dataclass
+class FamilyMap:
+    """Ordered rules (user rules first) with a per-name cache.  Picklable for Beam workers."""
+
+    rules: list[FamilyRule]
+    default: str = UNKNOWN_FAMILY
+    _cache: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    _compiled: list[tuple[re.Pattern[str], str]] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def with_user_rules(cls, user_text: str | None = None, source: str = "--family-map") -> FamilyMap:
+        """The defaults, preceded by the rules of a user map when given."""
+        user = parse_rules(user_text, source) if user_text is not None else []
+        return cls(rules=[*user, *default_rules()])
+
+    def __getstate__(self) -> dict:
+        return {"rules": self.rules, "default": self.default}
+
+    def __setstate__(self, state: dict) -> None:
+        self.rules = state["rules"]
+        self.default = state["default"]
+        self._cache = {}
+        self._compiled = None
+
+    def family_of(self, name: str) -> str:
+        """The family of one name (first matching rule, else :data:`UNKNOWN_FAMILY`)."""
+        hit = self._cache.get(name)
+        if hit is not None:
+            return hit
+        if self._compiled is None:
+            self._compiled = [(rule.compiled(), rule.family) for rule in self.rules]
+        lowered = name.strip().lower()
+        family = next((fam for pattern, fam in self._compiled if pattern.search(lowered)), self.default)
+        self._cache[name] = family
+        return family
+
+    def assign(self, names: pl.Series) -> pl.Series:
+        """Family of every name in ``names`` (vectorised: one rule match per distinct name)."""
+        names = names.cast(pl.String)
+        distinct = names.drop_nulls().unique().to_list()
+        mapping = {name: self.family_of(name) for name in distinct}
+        return names.replace_strict(mapping, default=self.default, return_dtype=pl.String)

@@ -1,0 +1,220 @@
+"""Validation rules: which battle (or score) rows are dead-lettered, and why.
+
+Every rule is a polars expression evaluated on a whole record batch at once;
+nothing here loops over rows.  :func:`battle_reason_expr` returns, per row, the
+ONE reason the row is rejected for (or null when the row is valid), so that a
+row with several faults is counted once and the conservation identity
+``read = counted + rejected`` holds by construction.
+
+What is accepted
+----------------
+* **Required fields** (:data:`~biasboard.schemas.battle.BATTLE_REQUIRED`): null,
+  empty, or whitespace-only → ``missing:<column>``.
+* **Timestamp** ``ts`` (or FastChat's ``tstamp``) may be an Arrow timestamp
+  (tz-naive is read as UTC), a date, numeric epoch **seconds** (FastChat's
+  float ``tstamp``), or an ISO-8601 string in one of the forms
+  ``YYYY-MM-DD``, ``YYYY-MM-DD[T| ]hh:mm:ss[.f]`` with an optional ``Z`` /
+  ``±hh:mm`` offset (no offset = UTC).  Anything else, and any instant outside
+  [:data:`TS_MIN`, :data:`TS_MAX`) — almost always epoch milliseconds mistaken
+  for seconds, or a zero placeholder — → ``bad_timestamp``.
+* **Winner**: FastChat's four values after trimming surrounding whitespace and
+  lower-casing (``" Model_A"`` is ``model_a``).  Nothing else is guessed: a
+  ``"tie(bothbad)"`` without the space, ``"A"``, ``"1"`` or ``"error"`` →
+  ``bad_winner``.  Exact values only would reject rows whose meaning is not in
+  doubt; wider guessing would silently invent verdicts.
+* **Lengths** ``len_a``/``len_b`` are optional; null means unknown (the battle
+  counts, in the missing-length bin).  A value that is not a number (NaN, or a
+  string that does not parse) → ``bad_length``; negative → ``negative_length``;
+  above :data:`~biasboard.schemas.deadletter.MAX_RESPONSE_LENGTH` (or infinite)
+  → ``absurd_length``.  Zero is valid (an empty answer).
+* **Duplicates**: the first *valid* occurrence of a ``battle_id`` within a day
+  partition is kept; later valid rows with the same id → ``duplicate_battle_id``.
+  Duplicates are judged only among rows that pass every other rule, so a
+  corrected resend after a malformed first attempt is kept.  (Detected by
+  :mod:`biasboard.transforms.validate`, since it needs state across batches.)
+* **Self-battles** (``model_a == model_b``) are valid and kept.
+* Unknown extra columns are ignored; absent optional columns are nulls.
+
+Precedence (first that applies wins): ``missing:<col>`` in the order of
+:data:`BATTLE_REQUIRED`, then ``bad_timestamp``, ``bad_winner``, ``bad_length``,
+``negative_length``, ``absurd_length``, ``duplicate_battle_id``.  Scores use
+``missing:<col>``, ``bad_timestamp``, ``bad_score``, ``bad_length``,
+``negative_length``, ``absurd_length``, ``duplicate_score_id``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+from biasboard.schemas.battle import BATTLE_REQUIRED, FASTCHAT_COLUMN_MAP, SCORE_REQUIRED, WINNER_VALUES
+from biasboard.schemas.deadletter import (
+    MAX_RESPONSE_LENGTH,
+    REASON_ABSURD_LENGTH,
+    REASON_BAD_SCORE,
+    REASON_BAD_TIMESTAMP,
+    REASON_BAD_WINNER,
+    REASON_DUPLICATE_ID,
+    REASON_MISSING_PREFIX,
+    REASON_NEGATIVE_LENGTH,
+)
+
+#: A length that is present but not a number (NaN, unparseable text).
+REASON_BAD_LENGTH = "bad_length"
+#: A repeated ``score_id`` in a score file (the battle reason names battles).
+REASON_DUPLICATE_SCORE_ID = "duplicate_score_id"
+
+#: Plausible instants: judge logs cannot predate 1990 or postdate 2100.
+TS_MIN = dt.datetime(1990, 1, 1, tzinfo=dt.timezone.utc)
+TS_MAX = dt.datetime(2100, 1, 1, tzinfo=dt.timezone.utc)
+#: Ordinal grades accepted in score rows: integers 1..MAX_SCORE.
+MAX_SCORE = 100
+
+#: ISO-8601 forms tried in turn (``%#z`` = ``Z`` or ``±hh[:mm]``); no offset means UTC.
+ISO_FORMATS: tuple[tuple[str, bool], ...] = (
+    ("%Y-%m-%dT%H:%M:%S%.f%#z", True),
+    ("%Y-%m-%d %H:%M:%S%.f%#z", True),
+    ("%Y-%m-%dT%H:%M:%S%.f", False),
+    ("%Y-%m-%d %H:%M:%S%.f", False),
+    ("%Y-%m-%d", False),
+)
+
+#: Winner value → code used by the cell measures (index into WINNER_VALUES).
+WINNER_CODES: dict[str, int] = {value: code for code, value in enumerate(WINNER_VALUES)}
+
+LENGTH_COLUMNS_BATTLE = ("len_a", "len_b")
+LENGTH_COLUMNS_SCORE = ("len",)
+
+
+def apply_column_aliases(names: list[str]) -> dict[str, str]:
+    """Renames that map FastChat/arena column names onto ours (only where ours is absent)."""
+    present = set(names)
+    return {src: dst for src, dst in FASTCHAT_COLUMN_MAP.items() if src in present and dst not in present}
+
+
+def timestamp_expr(dtype: pl.DataType, column: str = "ts") -> pl.Expr:
+    """``column`` of type ``dtype`` as Datetime(us, UTC); null where unparseable or implausible."""
+    col = pl.col(column)
+    if isinstance(dtype, pl.Datetime):
+        parsed = col.dt.replace_time_zone("UTC") if dtype.time_zone is None else col.dt.convert_time_zone("UTC")
+        parsed = parsed.dt.cast_time_unit("us")
+    elif dtype == pl.Date:
+        parsed = col.cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
+    elif dtype.is_numeric():
+        seconds = col.cast(pl.Float64)
+        in_range = seconds.is_between(TS_MIN.timestamp(), TS_MAX.timestamp(), closed="left")
+        micros = pl.when(in_range).then((seconds * 1e6).round()).otherwise(None).cast(pl.Int64)
+        parsed = micros.cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
+    elif dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum):
+        text = col.cast(pl.String).str.strip_chars()
+        parsed = pl.coalesce(
+            [
+                text.str.to_datetime(fmt, strict=False, time_unit="us", time_zone="UTC")
+                if has_zone
+                else text.str.to_datetime(fmt, strict=False, time_unit="us").dt.replace_time_zone("UTC")
+                for fmt, has_zone in ISO_FORMATS
+            ]
+        )
+    else:  # a type that cannot hold an instant (bool, struct, all-null ...): everything is bad
+        return pl.lit(None, dtype=pl.Datetime("us", "UTC"))
+    in_window = parsed.is_between(pl.lit(TS_MIN), pl.lit(TS_MAX), closed="left")
+    return pl.when(in_window).then(parsed).otherwise(None)
+
+
+def is_blank(column: str, dtype: pl.DataType) -> pl.Expr:
+    """Null, or (for text) empty or whitespace-only."""
+    col = pl.col(column)
+    if dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum):
+        return col.is_null() | (col.cast(pl.String).str.strip_chars() == "")
+    return col.is_null()
+
+
+def length_expr(column: str, dtype: pl.DataType) -> pl.Expr:
+    """A length column as Float64 (null stays null; unparseable text becomes NaN, i.e. ``bad_length``)."""
+    col = pl.col(column)
+    if dtype == pl.Null:
+        return pl.lit(None, dtype=pl.Float64)
+    if dtype.is_numeric():
+        return col.cast(pl.Float64)
+    text = col.cast(pl.String).str.strip_chars()
+    number = text.cast(pl.Float64, strict=False)
+    return pl.when(text.is_null() | (text == "")).then(None).otherwise(number.fill_null(float("nan")))
+
+
+def _length_reasons(lengths: list[pl.Expr]) -> list[tuple[pl.Expr, str]]:
+    bad = pl.any_horizontal([e.is_nan().fill_null(False) for e in lengths])
+    negative = pl.any_horizontal([(e < 0).fill_null(False) for e in lengths])
+    absurd = pl.any_horizontal([(e > MAX_RESPONSE_LENGTH).fill_null(False) for e in lengths])
+    return [(bad, REASON_BAD_LENGTH), (negative, REASON_NEGATIVE_LENGTH), (absurd, REASON_ABSURD_LENGTH)]
+
+
+def _first_reason(conditions: list[tuple[pl.Expr, str]]) -> pl.Expr:
+    """The reason of the first true condition, else null (one reason per row, by precedence)."""
+    chain = None
+    for condition, reason in conditions:
+        chain = pl.when(condition) if chain is None else chain.when(condition)
+        chain = chain.then(pl.lit(reason))
+    return chain.otherwise(pl.lit(None, dtype=pl.String))
+
+
+def winner_expr(column: str = "winner") -> pl.Expr:
+    """Winner normalised (trimmed, lower-cased); still a string."""
+    return pl.col(column).cast(pl.String).str.strip_chars().str.to_lowercase()
+
+
+def battle_reason_expr(schema: dict[str, pl.DataType], ts_parsed: str, lengths: tuple[str, str]) -> pl.Expr:
+    """Per-row rejection reason for battles (null = valid), before duplicate detection.
+
+    ``schema`` is the batch's column → dtype (all required columns present);
+    ``ts_parsed`` names the column already holding :func:`timestamp_expr`;
+    ``lengths`` name the columns holding :func:`length_expr` results.
+    """
+    conditions = [(is_blank(c, schema[c]), REASON_MISSING_PREFIX + c) for c in BATTLE_REQUIRED]
+    conditions.append((pl.col(ts_parsed).is_null(), REASON_BAD_TIMESTAMP))
+    conditions.append((~winner_expr().is_in(list(WINNER_VALUES)), REASON_BAD_WINNER))
+    conditions.extend(_length_reasons([pl.col(c) for c in lengths]))
+    return _first_reason(conditions)
+
+
+def score_value_expr(dtype: pl.DataType, column: str = "score") -> pl.Expr:
+    """A score as Int64 when it is a whole number in 1..MAX_SCORE, else null (``bad_score``)."""
+    col = pl.col(column)
+    if dtype == pl.Null:
+        return pl.lit(None, dtype=pl.Int64)
+    number = (
+        col.cast(pl.Float64)
+        if dtype.is_numeric()
+        else col.cast(pl.String).str.strip_chars().cast(pl.Float64, strict=False)
+    )
+    ok = (number == number.round()) & number.is_between(1, MAX_SCORE)
+    return pl.when(ok).then(number).otherwise(None).cast(pl.Int64)
+
+
+def score_reason_expr(schema: dict[str, pl.DataType], ts_parsed: str, score_parsed: str, length: str) -> pl.Expr:
+    """Per-row rejection reason for score rows (null = valid), before duplicate detection."""
+    conditions = [(is_blank(c, schema[c]), REASON_MISSING_PREFIX + c) for c in SCORE_REQUIRED]
+    conditions.append((pl.col(ts_parsed).is_null(), REASON_BAD_TIMESTAMP))
+    conditions.append((pl.col(score_parsed).is_null(), REASON_BAD_SCORE))
+    conditions.extend(_length_reasons([pl.col(length)]))
+    return _first_reason(conditions)
+
+
+#: Every reason a battle can be rejected for, in precedence order (tests enumerate these).
+BATTLE_REASONS: tuple[str, ...] = (
+    *(REASON_MISSING_PREFIX + c for c in BATTLE_REQUIRED),
+    REASON_BAD_TIMESTAMP,
+    REASON_BAD_WINNER,
+    REASON_BAD_LENGTH,
+    REASON_NEGATIVE_LENGTH,
+    REASON_ABSURD_LENGTH,
+    REASON_DUPLICATE_ID,
+)
+SCORE_REASONS: tuple[str, ...] = (
+    *(REASON_MISSING_PREFIX + c for c in SCORE_REQUIRED),
+    REASON_BAD_TIMESTAMP,
+    REASON_BAD_SCORE,
+    REASON_BAD_LENGTH,
+    REASON_NEGATIVE_LENGTH,
+    REASON_ABSURD_LENGTH,
+    REASON_DUPLICATE_SCORE_ID,
+)

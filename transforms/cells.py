@@ -1,0 +1,222 @@
+"""Partial cells of one record batch, and the monoid that merges them.
+
+:func:`partial_cells` is THE per-batch computation: validate, attach
+covariates, group by the cell key and sum.  The Beam ingest, the tests and the
+benchmark all call it.  :func:`merge_cells` is the monoid operation
+(concatenate, group by the key, sum); the empty table is its identity, so
+partials of any split of the data, merged in any order, give the cells of the
+whole (exactly for the counts; up to float rounding for the ``sum_*`` columns).
+
+Counts travel with the cells as a plain dict (:class:`IngestCounts`), so the
+conservation identity ``read = counted + Σ rejected`` can be checked at every
+level: a batch, a day, a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import polars as pl
+import pyarrow as pa
+from biasboard.schemas.cells import (
+    PAIR_CELL_KEYS,
+    PAIR_CELL_MEASURES,
+    PAIR_CELLS_SCHEMA,
+    SCORE_CELL_KEYS,
+    SCORE_CELLS_SCHEMA,
+)
+from biasboard.schemas.families import FamilyMap
+from biasboard.transforms.covariates import attach_covariates, resolve_families
+from biasboard.transforms.validate import (
+    BATTLE_DEAD_LETTER_SCHEMA,
+    SCORE,
+    SCORE_DEAD_LETTER_SCHEMA,
+    WINNER_CODE,
+    SeenIds,
+    validate_battles,
+    validate_scores,
+)
+
+
+@dataclass
+class IngestCounts:
+    """Row accounting for a batch, a day or a run; adds like the cells do."""
+
+    read: int = 0
+    counted: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    self_battles: int = 0
+
+    def __add__(self, other: IngestCounts) -> IngestCounts:
+        rejected = dict(self.rejected)
+        for reason, n in other.rejected.items():
+            rejected[reason] = rejected.get(reason, 0) + n
+        return IngestCounts(
+            self.read + other.read, self.counted + other.counted, rejected, self.self_battles + other.self_battles
+        )
+
+    @property
+    def rejected_total(self) -> int:
+        return sum(self.rejected.values())
+
+    @property
+    def conserved(self) -> bool:
+        """``read == counted + rejected``: no row was lost or counted twice."""
+        return self.read == self.counted + self.rejected_total
+
+    def to_dict(self) -> dict:
+        return {
+            "read": self.read,
+            "counted": self.counted,
+            "rejected": dict(sorted(self.rejected.items())),
+            "rejected_total": self.rejected_total,
+            "self_battles": self.self_battles,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> IngestCounts:
+        return cls(
+            int(d["read"]),
+            int(d["counted"]),
+            {k: int(v) for k, v in d["rejected"].items()},
+            int(d.get("self_battles", 0)),
+        )
+
+
+@dataclass
+class BatchCells:
+    """What one batch (or a merged day) yields: cells, dead letters, counts."""
+
+    cells: pa.Table
+    dead_letters: pa.Table
+    counts: IngestCounts
+
+
+def _aggregate_pairs(df: pl.DataFrame) -> pa.Table:
+    """Valid battles with covariates → pair cells (group by the key, sum the measures)."""
+    has_len = pl.col("_x").is_not_null()
+    winner = pl.col(WINNER_CODE)
+    cells = df.group_by(list(PAIR_CELL_KEYS)).agg(
+        pl.len().alias("n"),
+        (winner == 0).sum().alias("win_a"),
+        (winner == 1).sum().alias("win_b"),
+        (winner == 2).sum().alias("tie"),
+        (winner == 3).sum().alias("tie_bothbad"),
+        has_len.sum().alias("n_len"),
+        pl.col("_x").sum().alias("sum_x"),
+        (pl.col("_x") * pl.col("_x")).sum().alias("sum_x2"),
+        pl.col("_loga").filter(has_len).sum().alias("sum_loglen_a"),
+        pl.col("_logb").filter(has_len).sum().alias("sum_loglen_b"),
+    )
+    return cells.to_arrow().cast(PAIR_CELLS_SCHEMA)
+
+
+def partial_cells(
+    batch: pa.Table | pa.RecordBatch,
+    family_map: FamilyMap,
+    seen: SeenIds | None = None,
+    source_file: str = "",
+    row_offset: int = 0,
+) -> BatchCells:
+    """One batch of battle rows → (pair cells, dead letters, counts).
+
+    ``seen`` holds the ids already kept earlier in the same day (pass one
+    :class:`SeenIds` per day; None checks duplicates within this batch only).
+    ``source_file``/``row_offset`` locate dead letters in their input file.
+    """
+    checked = validate_battles(batch, seen, source_file, row_offset)
+    valid = attach_covariates(checked.valid, family_map)
+    self_battles = int((valid.get_column("model_a") == valid.get_column("model_b")).sum())
+    counts = IngestCounts(checked.read, valid.height, checked.rejected, self_battles)
+    return BatchCells(_aggregate_pairs(valid), checked.dead_letters, counts)
+
+
+def partial_score_cells(
+    batch: pa.Table | pa.RecordBatch,
+    family_map: FamilyMap,
+    seen: SeenIds | None = None,
+    source_file: str = "",
+    row_offset: int = 0,
+) -> BatchCells:
+    """One batch of score rows → (score cells, dead letters, counts); see :func:`partial_cells`."""
+    checked = validate_scores(batch, seen, source_file, row_offset)
+    valid = resolve_families(checked.valid, family_map, (("family", "model"), ("judge_family", "judge")))
+    cells = valid.with_columns(pl.col(SCORE).alias("score")).group_by(list(SCORE_CELL_KEYS)).agg(pl.len().alias("n"))
+    counts = IngestCounts(checked.read, valid.height, checked.rejected, 0)
+    return BatchCells(cells.to_arrow().cast(SCORE_CELLS_SCHEMA), checked.dead_letters, counts)
+
+
+def merge_cells(
+    tables: Iterable[pa.Table], schema: pa.Schema = PAIR_CELLS_SCHEMA, keys: tuple[str, ...] | None = None
+) -> pa.Table:
+    """The monoid operation: concatenate, group by the key, sum every measure.
+
+    The result is sorted by the key, so equal inputs give byte-identical
+    outputs whatever order the partials came in (idempotent rewrites of a day
+    produce the same file).  Works for pair cells (default) and score cells.
+    """
+    if keys is None:
+        keys = PAIR_CELL_KEYS if schema == PAIR_CELLS_SCHEMA else SCORE_CELL_KEYS
+    measures = [f.name for f in schema if f.name not in keys]
+    parts = [t for t in tables if t.num_rows]
+    if not parts:
+        return schema.empty_table()
+    frame = pl.from_arrow(pa.concat_tables([t.cast(schema) for t in parts]))
+    assert isinstance(frame, pl.DataFrame)
+    merged = frame.group_by(list(keys)).agg(pl.col(m).sum() for m in measures).sort(list(keys))
+    return merged.to_arrow().cast(schema)
+
+
+def merge_batches(results: Iterable[BatchCells], schema: pa.Schema = PAIR_CELLS_SCHEMA) -> BatchCells:
+    """Merge several batches' results into one (cells merged, dead letters concatenated, counts added)."""
+    results = list(results)
+    dead_schema = BATTLE_DEAD_LETTER_SCHEMA if schema == PAIR_CELLS_SCHEMA else SCORE_DEAD_LETTER_SCHEMA
+    dead = [r.dead_letters for r in results if r.dead_letters.num_rows]
+    counts = sum((r.counts for r in results), IngestCounts())
+    return BatchCells(
+        merge_cells((r.cells for r in results), schema),
+        pa.concat_tables(dead) if dead else dead_schema.empty_table(),
+        counts,
+    )
+
+
+def judge_summary(cells: pa.Table) -> pa.Table:
+    """Per-judge totals of pair cells: battles, shares of first-shown wins, second-shown wins, ties.
+
+    ``tie_share`` counts both kinds of tie; ``bothbad_share`` is the part that
+    was ``tie (bothbad)``.  ``self_battles`` counts battles of a model against itself.
+    """
+    frame = (
+        pl.from_arrow(cells.cast(PAIR_CELLS_SCHEMA))
+        if cells.num_rows
+        else pl.from_arrow(PAIR_CELLS_SCHEMA.empty_table())
+    )
+    assert isinstance(frame, pl.DataFrame)
+    n = pl.col("n").sum()
+    summary = (
+        frame.group_by("judge", "judge_family")
+        .agg(
+            n.alias("n"),
+            (pl.col("win_a").sum() / n).alias("win_a_share"),
+            (pl.col("win_b").sum() / n).alias("win_b_share"),
+            ((pl.col("tie").sum() + pl.col("tie_bothbad").sum()) / n).alias("tie_share"),
+            (pl.col("tie_bothbad").sum() / n).alias("bothbad_share"),
+            pl.col("n").filter(pl.col("model_a") == pl.col("model_b")).sum().alias("self_battles"),
+            pl.concat_list("model_a", "model_b").explode().n_unique().alias("models"),
+        )
+        .sort("judge")
+    )
+    return summary.to_arrow()
+
+
+__all__ = [
+    "PAIR_CELL_MEASURES",
+    "BatchCells",
+    "IngestCounts",
+    "judge_summary",
+    "merge_batches",
+    "merge_cells",
+    "partial_cells",
+    "partial_score_cells",
+]

@@ -1,0 +1,260 @@
+"""Find input files, assign them to days, check them up front, stream them as Arrow batches.
+
+Everything goes through Beam's ``FileSystems``, so a glob may be local or
+``gs://`` (or any file system Beam knows).
+
+Which day a file belongs to
+---------------------------
+Battle logs are partitioned by day.  A file's day comes from its path: a hive
+segment ``day=YYYY-MM-DD`` (``date=`` and ``dt=`` are accepted too), else a
+``YYYY-MM-DD`` in the file name.  A file with neither is *undated*: each of its
+rows goes to the UTC date of its own ``ts``, and rows whose ``ts`` is missing
+or unparseable go to the file's earliest such date (its "home" day), where they
+are dead-lettered as ``bad_timestamp`` — so they are counted exactly once.  An
+undated file with no parseable ``ts`` at all has no day and is an input error.
+
+Up-front checks
+---------------
+Before any pipeline runs, every selected file's Parquet footer is read: a file
+that cannot be opened or parsed, has no rows, or lacks a required column fails
+with an :class:`~biasboard.schemas.errors.InputError` naming the file (and
+column).  Row-level faults are never errors: they become dead letters.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+from biasboard.schemas import rules
+from biasboard.schemas.battle import BATTLE_REQUIRED, BATTLE_SCHEMA, SCORE_REQUIRED, SCORE_SCHEMA
+from biasboard.schemas.errors import InputError
+from biasboard.schemas.families import FamilyMap
+from biasboard.transforms.validate import SOURCE_ROW
+
+_HIVE_DAY = re.compile(r"(?:^|/)(?:day|date|dt)=(\d{4}-\d{2}-\d{2})(?:/|$)")
+_NAME_DAY = re.compile(r"(?<!\d)(\d{4}-\d{2}-\d{2})(?!\d)")
+_WILDCARD = re.compile(r"[*?\[]")
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+#: Rows per Arrow batch streamed from a file: large enough that per-batch
+#: overhead vanishes, small enough that a batch stays in tens of MB.
+DEFAULT_BATCH_ROWS = 1 << 18
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file and its fingerprint (what refresh compares to see a change).
+
+    ``undated``: rows are assigned to days by their ``ts`` (see module doc);
+    ``home_day``: where an undated file's rows without a usable ``ts`` go.
+    """
+
+    path: str
+    size: int
+    mtime: float
+    checksum: str
+    undated: bool = False
+    home_day: str | None = None
+
+    def fingerprint(self) -> dict:
+        return {"path": self.path, "size": self.size, "mtime": self.mtime, "checksum": self.checksum}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def day_of_path(path: str) -> str | None:
+    """The day a file belongs to by its path (hive ``day=``/``date=``/``dt=``, else a date in the name)."""
+    hive = _HIVE_DAY.findall(path)
+    if hive:
+        return _checked_day(hive[-1], path)
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    found = _NAME_DAY.findall(name)
+    return _checked_day(found[-1], path) if found else None
+
+
+def _checked_day(day: str, path: str) -> str:
+    try:
+        import datetime as dt
+
+        dt.date.fromisoformat(day)
+    except ValueError as err:
+        raise InputError(f"{path}: the date {day!r} in the path is not a calendar day") from err
+    return day
+
+
+def validate_day(day: str, option: str) -> str:
+    """``YYYY-MM-DD`` or an InputError naming the option."""
+    if not _DAY.match(day or ""):
+        raise InputError(f"{option}: expected a day as YYYY-MM-DD, got {day!r}")
+    return _checked_day(day, option)
+
+
+def match_files(glob: str) -> list[InputFile]:
+    """Files matching ``glob`` (a folder means every ``*.parquet`` below it), sorted by path."""
+    patterns = [glob]
+    if not _WILDCARD.search(glob):
+        patterns.insert(0, glob.rstrip("/") + "/**.parquet")
+    for pattern in patterns:
+        try:
+            metadata = FileSystems.match([pattern])[0].metadata_list
+        except Exception as err:  # Beam raises BeamIOError with nested causes
+            raise InputError(f"{glob}: cannot list input files: {err}") from err
+        files = [m for m in metadata if not m.path.rstrip("/").endswith("/_SUCCESS")]
+        if files:
+            break
+    else:
+        raise InputError(f"{glob}: no input files match")
+    out = []
+    for m in sorted(files, key=lambda m: m.path):
+        try:
+            checksum = str(FileSystems.checksum(m.path))
+        except Exception:  # some file systems have no checksum; size + mtime still fingerprint
+            checksum = ""
+        out.append(InputFile(m.path, int(m.size_in_bytes or 0), float(m.last_updated_in_seconds or 0.0), checksum))
+    return out
+
+
+def open_parquet(path: str) -> pq.ParquetFile:
+    """A Parquet reader over Beam's FileSystems; InputError when unreadable."""
+    try:
+        handle = FileSystems.open(path, compression_type="uncompressed")
+        return pq.ParquetFile(handle)
+    except Exception as err:
+        raise InputError(f"{path}: cannot read as Parquet: {err}") from err
+
+
+def required_columns(kind: str) -> tuple[str, ...]:
+    return BATTLE_REQUIRED if kind == "battle" else SCORE_REQUIRED
+
+
+def wanted_columns(names: Iterable[str], kind: str) -> list[str]:
+    """The columns worth reading from a file: ours (or their FastChat aliases); extras are skipped."""
+    names = list(names)
+    schema = BATTLE_SCHEMA if kind == "battle" else SCORE_SCHEMA
+    ours = {f.name for f in schema}
+    aliases = rules.apply_column_aliases(names)
+    return [n for n in names if n in ours or n in aliases]
+
+
+def check_file(path: str, kind: str = "battle") -> pq.FileMetaData:
+    """Up-front check of one file: readable Parquet, not empty, every required column present."""
+    reader = open_parquet(path)
+    try:
+        names = reader.schema_arrow.names
+        meta = reader.metadata
+    except Exception as err:
+        raise InputError(f"{path}: cannot read the Parquet footer: {err}") from err
+    renamed = [rules.apply_column_aliases(names).get(n, n) for n in names]
+    for column in required_columns(kind):
+        if column not in renamed:
+            raise InputError(f"{path}: required column '{column}' is missing (has: {', '.join(names)})")
+    if meta.num_rows == 0:
+        raise InputError(f"{path}: the file has no rows")
+    return meta
+
+
+def iter_batches(
+    path: str, kind: str = "battle", batch_rows: int = DEFAULT_BATCH_ROWS
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(row offset in the file, record batch) pairs, reading only the columns we use."""
+    reader = open_parquet(path)
+    columns = wanted_columns(reader.schema_arrow.names, kind)
+    offset = 0
+    try:
+        for batch in reader.iter_batches(batch_size=batch_rows, columns=columns, use_threads=True):
+            yield offset, batch
+            offset += batch.num_rows
+    except InputError:
+        raise
+    except Exception as err:
+        raise InputError(f"{path}: cannot read row {offset} onwards: {err}") from err
+
+
+def _ts_days(path: str, kind: str) -> pl.Series:
+    """UTC date of each row's ``ts`` in an undated file (null where unusable)."""
+    reader = open_parquet(path)
+    names = reader.schema_arrow.names
+    ts_name = next((n for n in names if rules.apply_column_aliases([n]).get(n, n) == "ts"), "ts")
+    column = reader.read(columns=[ts_name]).rename_columns(["ts"])
+    frame = pl.from_arrow(column)
+    assert isinstance(frame, pl.DataFrame)
+    return frame.select(rules.timestamp_expr(frame.schema["ts"]).dt.date().cast(pl.String)).to_series()
+
+
+def undated_days(path: str, kind: str = "battle") -> list[str]:
+    """Days present in an undated file (by its rows' ``ts``), sorted; InputError when none."""
+    days = _ts_days(path, kind).drop_nulls().unique().sort().to_list()
+    if not days:
+        raise InputError(f"{path}: no day in the path and no parseable 'ts' in any row, so no day to file it under")
+    return days
+
+
+def rows_of_day(batch: pa.RecordBatch, offset: int, day: str, home_day: str | None) -> pa.RecordBatch:
+    """Rows of an undated file's batch that belong to ``day`` (rows without a usable ts go to ``home_day``).
+
+    The rows' positions in the file are kept in a ``_source_row`` column so
+    that dead letters still point at the right row after filtering.
+    """
+    batch = batch.append_column(SOURCE_ROW, pa.array(range(offset, offset + batch.num_rows), pa.int64()))
+    frame = pl.from_arrow(batch.select([c for c in batch.schema.names if c in ("ts", "tstamp")][:1]))
+    assert isinstance(frame, pl.DataFrame)
+    name = frame.columns[0]
+    days = frame.select(rules.timestamp_expr(frame.schema[name], name).dt.date().cast(pl.String)).to_series()
+    mask = (days == day).fill_null(day == home_day)
+    return batch.filter(pa.array(mask.to_numpy()))
+
+
+def list_input_days(
+    input_glob: str,
+    days: Iterable[str] | None = None,
+    day_range: tuple[str | None, str | None] = (None, None),
+    kind: str = "battle",
+    check: bool = True,
+) -> dict[str, list[InputFile]]:
+    """Input files grouped by day (sorted), restricted to ``days`` and the inclusive ``day_range``.
+
+    Every selected file is checked up front (see :func:`check_file`) when
+    ``check`` is true; an undated file is listed under each day its rows fall on.
+    """
+    wanted = set(days) if days is not None else None
+    low, high = day_range
+
+    def keep(day: str) -> bool:
+        return (wanted is None or day in wanted) and (low is None or day >= low) and (high is None or day <= high)
+
+    by_day: dict[str, list[InputFile]] = {}
+    for f in match_files(input_glob):
+        day = day_of_path(f.path)
+        if day is not None:
+            if keep(day):
+                if check:
+                    check_file(f.path, kind)
+                by_day.setdefault(day, []).append(f)
+            continue
+        if check:
+            check_file(f.path, kind)
+        file_days = undated_days(f.path, kind)
+        undated = InputFile(f.path, f.size, f.mtime, f.checksum, undated=True, home_day=file_days[0])
+        for d in file_days:
+            if keep(d):
+                by_day.setdefault(d, []).append(undated)
+    return {day: sorted(files, key=lambda f: f.path) for day, files in sorted(by_day.items())}
+
+
+def load_family_map(path: str | None) -> FamilyMap:
+    """The default family map, preceded by the rules of the user's file at ``path`` (local or gs://)."""
+    if path is None:
+        return FamilyMap.with_user_rules()
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as handle:
+            text = handle.read().decode("utf-8")
+    except Exception as err:
+        raise InputError(f"{path}: cannot read the family map: {err}") from err
+    return FamilyMap.with_user_rules(text, path)

@@ -1,0 +1,192 @@
+"""The state folder: per-day cells, dead letters and manifests, through Beam's FileSystems.
+
+Layout (``STATE`` may be local or ``gs://``)::
+
+    STATE/cells/day=YYYY-MM-DD/pair_cells.parquet
+    STATE/cells/day=YYYY-MM-DD/score_cells.parquet        (only when scores were given)
+    STATE/deadletters/day=YYYY-MM-DD/dead_letters.parquet
+    STATE/deadletters/day=YYYY-MM-DD/score_dead_letters.parquet
+    STATE/manifests/day=YYYY-MM-DD.json                  inputs + fingerprints, counts, files
+
+The manifest is the commit marker of a day: readers only trust days that have
+one.  Rewriting a day (:func:`write_day`) writes every file under a temporary
+name first, then removes the old manifest, renames the files into place
+(replacing the old ones, deleting ones this run no longer produces) and
+finally writes the new manifest the same way.  A crash at any point leaves
+either the old day intact or a day without a manifest (re-done by the next
+run) — never a half-new day that readers trust.  Re-aggregating a day
+therefore replaces its partition; it never adds to it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA
+from biasboard.schemas.errors import StateError
+from biasboard.transforms.cells import merge_cells
+
+PAIR_CELLS_FILE = "pair_cells.parquet"
+SCORE_CELLS_FILE = "score_cells.parquet"
+DEAD_LETTERS_FILE = "dead_letters.parquet"
+SCORE_DEAD_LETTERS_FILE = "score_dead_letters.parquet"
+MANIFEST_VERSION = 1
+
+
+def _join(*parts: str) -> str:
+    head, *rest = parts
+    return FileSystems.join(head.rstrip("/"), *rest) if rest else head
+
+
+def cells_dir(state_dir: str, day: str) -> str:
+    return _join(state_dir, "cells", f"day={day}")
+
+
+def deadletters_dir(state_dir: str, day: str) -> str:
+    return _join(state_dir, "deadletters", f"day={day}")
+
+
+def manifest_path(state_dir: str, day: str) -> str:
+    return _join(state_dir, "manifests", f"day={day}.json")
+
+
+def _temp_name(path: str) -> str:
+    folder, name = FileSystems.split(path)
+    return _join(folder, f".tmp-{uuid.uuid4().hex}-{name}")
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    with FileSystems.create(path, mime_type="application/octet-stream") as handle:
+        handle.write(data)
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def _exists(path: str) -> bool:
+    try:
+        return FileSystems.exists(path)
+    except Exception:
+        return False
+
+
+def _replace(temp: str, final: str) -> None:
+    """Move ``temp`` over ``final`` (rename replaces on POSIX; on GCS it is copy-over + delete)."""
+    FileSystems.rename([temp], [final])
+
+
+def write_day(
+    state_dir: str,
+    day: str,
+    manifest: dict,
+    tables: dict[str, pa.Table],
+) -> dict:
+    """Replace day ``day``'s partition with ``tables`` ({file name: table}) and its manifest.
+
+    File names are those of this module (``PAIR_CELLS_FILE`` ...): cells files
+    go under ``cells/``, dead letters under ``deadletters/``.  Files the day
+    had before and ``tables`` lacks are deleted.  Returns the manifest written.
+    """
+    targets = {}
+    for name, table in tables.items():
+        folder = deadletters_dir(state_dir, day) if "dead_letters" in name else cells_dir(state_dir, day)
+        targets[_join(folder, name)] = table
+    temps = {}
+    for final, table in targets.items():
+        temp = _temp_name(final)
+        _write_bytes(temp, _parquet_bytes(table))
+        temps[final] = temp
+    manifest = {
+        **manifest,
+        "day": day,
+        "version": MANIFEST_VERSION,
+        "files": sorted(_relative(state_dir, p) for p in targets),
+    }
+    manifest_file = manifest_path(state_dir, day)
+    manifest_temp = _temp_name(manifest_file)
+    _write_bytes(manifest_temp, json.dumps(manifest, indent=2, sort_keys=True).encode())
+    if _exists(manifest_file):
+        FileSystems.delete([manifest_file])
+    for final, temp in temps.items():
+        _replace(temp, final)
+    every = [PAIR_CELLS_FILE, SCORE_CELLS_FILE, DEAD_LETTERS_FILE, SCORE_DEAD_LETTERS_FILE]
+    for name in every:
+        folder = deadletters_dir(state_dir, day) if "dead_letters" in name else cells_dir(state_dir, day)
+        stale = _join(folder, name)
+        if stale not in targets and _exists(stale):
+            FileSystems.delete([stale])
+    _replace(manifest_temp, manifest_file)
+    return manifest
+
+
+def _relative(state_dir: str, path: str) -> str:
+    return path[len(state_dir.rstrip("/")) + 1 :]
+
+
+def read_manifest(state_dir: str, day: str) -> dict | None:
+    """The manifest of ``day``, or None when the day is not (completely) stored."""
+    path = manifest_path(state_dir, day)
+    if not _exists(path):
+        return None
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as handle:
+            return json.loads(handle.read().decode())
+    except Exception as err:
+        raise StateError(f"{path}: unreadable manifest: {err}") from err
+
+
+def list_state_days(state_dir: str) -> list[str]:
+    """Days with a committed partition (a manifest), sorted."""
+    pattern = _join(state_dir, "manifests", "day=*.json")
+    try:
+        metadata = FileSystems.match([pattern])[0].metadata_list
+    except Exception:
+        return []
+    names = (m.path.rstrip("/").rsplit("/", 1)[-1] for m in metadata)
+    return sorted(n[len("day=") : -len(".json")] for n in names if n.startswith("day=") and n.endswith(".json"))
+
+
+def _read_table(path: str, schema: pa.Schema | None = None) -> pa.Table:
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as handle:
+            table = pq.read_table(pa.BufferReader(handle.read()))
+    except Exception as err:
+        raise StateError(f"{path}: unreadable state file: {err}") from err
+    return table.cast(schema) if schema is not None else table
+
+
+def _load(state_dir: str, name: str, schema: pa.Schema | None, days: Iterable[str] | None) -> list[pa.Table]:
+    selected = list_state_days(state_dir) if days is None else sorted(set(days))
+    tables = []
+    for day in selected:
+        manifest = read_manifest(state_dir, day)
+        if manifest is None:
+            raise StateError(f"{state_dir}: day {day} has no committed partition (no manifest)")
+        folder = deadletters_dir(state_dir, day) if "dead_letters" in name else cells_dir(state_dir, day)
+        if _relative(state_dir, _join(folder, name)) in manifest.get("files", []):
+            tables.append(_read_table(_join(folder, name), schema))
+    return tables
+
+
+def load_cells(state_dir: str, days: Iterable[str] | None = None) -> pa.Table:
+    """All stored pair cells (or those of ``days``), merged into one table by the monoid."""
+    return merge_cells(_load(state_dir, PAIR_CELLS_FILE, PAIR_CELLS_SCHEMA, days), PAIR_CELLS_SCHEMA)
+
+
+def load_score_cells(state_dir: str, days: Iterable[str] | None = None) -> pa.Table:
+    """All stored score cells (or those of ``days``), merged."""
+    return merge_cells(_load(state_dir, SCORE_CELLS_FILE, SCORE_CELLS_SCHEMA, days), SCORE_CELLS_SCHEMA)
+
+
+def load_dead_letters(state_dir: str, days: Iterable[str] | None = None, scores: bool = False) -> pa.Table | None:
+    """Stored dead letters concatenated (None when there are none)."""
+    tables = _load(state_dir, SCORE_DEAD_LETTERS_FILE if scores else DEAD_LETTERS_FILE, None, days)
+    return pa.concat_tables(tables) if tables else None
