@@ -261,7 +261,7 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Mapping[str, Any], top_n: in
     shown = len(subset)
     if shown < len(lb):
         scope = (f"Showing {shown} of {len(lb)} models: the top {top_n} by corrected rating and the "
-                 f"largest rank changes among the rest. Every model is in the table below.")
+                 f"largest rank changes among the rest (below the dashed rule). Every model is in the table below.")
     else:
         scope = f"All {len(lb)} models, ordered by corrected rank."
     labels = [f"{_int(r.get('rank_corrected'))}. {r.get('model')}" for r in subset]
@@ -280,6 +280,7 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Mapping[str, Any], top_n: in
         title="Ratings with confidence intervals, naive and corrected",
         x_label=f"rating (Elo-like scale) with {ci_name}",
         tooltips=tips,
+        breaks=[top_n] if shown < len(lb) else [],
         width=860,
     )
     slope = slope_chart(
@@ -476,7 +477,7 @@ def _position(diag: Mapping[str, Any]) -> str:
             f"<td>{esc(wr_text)}</td></tr>"
         )
     table = (
-        '<table><thead><tr><th class="l">Judge</th><th>Pairs seen in both orders</th><th>Flip rate</th>'
+        '<table class="order"><thead><tr><th class="l">Judge</th><th>Pairs seen in both orders</th><th>Flip rate</th>'
         "<th>A</th><th>B</th><th>Tie</th><th>Win rate among order-consistent pairs (± SE)</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
@@ -610,7 +611,7 @@ def _counts(summary: Mapping[str, Any]) -> str:
         body += "<h3>Dead letters by reason</h3>"
         body += _figure(hbar_chart([str(k) for k, _ in reasons], [v for _, v in reasons],
                                    title="Rejected rows by reason", colour=DOWN_COLOUR))
-        body += ('<table><thead><tr><th class="l">Reason</th><th>Rows</th></tr></thead><tbody>'
+        body += ('<table class="reasons"><thead><tr><th class="l">Reason</th><th>Rows</th></tr></thead><tbody>'
                  + "".join(f'<tr><td class="name">{esc(k)}</td><td>{_int(v)}</td></tr>' for k, v in reasons)
                  + "</tbody></table>")
     elif total_rejected == 0:

@@ -149,11 +149,13 @@ def forest_plot(
     width: int = 720,
     label_px: int | None = None,
     tooltips: Sequence[str] | None = None,
+    breaks: Sequence[int] = (),
 ) -> str:
     """Dot-and-whisker (forest) plot: one row per label, one dot with its CI per series.
 
     Several series share a row, offset vertically, so naive and corrected ratings of a model sit
-    next to each other.  ``reference`` draws a dashed vertical line (0 for a bias coefficient).
+    next to each other.  ``reference`` draws a dashed vertical line (0 for a bias coefficient);
+    ``breaks`` draws a rule above each listed row index (e.g. where the top N ends and movers begin).
     """
     n = len(labels)
     xs = [finite(v) for s in series for arr in (s.values, s.lows, s.highs) for v in arr]
@@ -207,6 +209,13 @@ def forest_plot(
             f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{top + n * ROW_HEIGHT}" '
             f'stroke="{AXIS_COLOUR}" stroke-dasharray="4 3"/>'
         )
+    for b in breaks:
+        if 0 < b < n:
+            yb = top + b * ROW_HEIGHT
+            parts.append(
+                f'<line x1="4" y1="{yb}" x2="{width - 4}" y2="{yb}" stroke="{AXIS_COLOUR}" '
+                f'stroke-width="1.2" stroke-dasharray="6 4"/>'
+            )
     if x_label:
         parts.append(
             f'<text x="{(plot_left + plot_right) / 2:.1f}" y="{height - 4}" text-anchor="middle" '
