@@ -431,31 +431,42 @@ def _bias_table(bias: list[dict[str, Any]]) -> str:
     )
 
 
+#: Accepted spellings of the split's parts; the ``slot_*`` ones are the audit's per-judge table columns.
 _SPLIT_KEYS = {
-    "A": ("A", "a", "first", "model_a", "share_a", "a_share"),
-    "B": ("B", "b", "second", "model_b", "share_b", "b_share"),
-    "tie": ("tie", "ties", "share_tie", "tie_share"),
+    "A": ("A", "a", "first", "model_a", "share_a", "a_share", "first_share", "slot_first_share"),
+    "B": ("B", "b", "second", "model_b", "share_b", "b_share", "second_share", "slot_second_share"),
+    "tie": ("tie", "ties", "share_tie", "tie_share", "slot_tie_share"),
 }
+_FLIP_KEYS = ("flip_rate", "order_flip_rate")
+#: Where the diagnostics may keep per-judge order statistics (a mapping judge → stats, or records with "judge").
+_ORDER_KEYS = ("order", "per_judge", "position", "order_stats", "judges")
+_PAIRS_KEYS = ("n_pairs", "order_pairs", "pairs")
 
 
-def _order_stats(diag: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """Per-judge order statistics (flip rate, A/B/tie split) from wherever the diagnostics keep them."""
-    raw = _first(diag, ("order", "per_judge", "position", "order_stats"))
-    out = []
-    for judge, stats in _keyed(raw, "judge"):
-        if not isinstance(stats, Mapping):
-            continue
-        split_src = stats.get("split") if isinstance(stats.get("split"), Mapping) else stats
-        split = {k: finite(_first(split_src, keys)) for k, keys in _SPLIT_KEYS.items()}
-        flip = finite(stats.get("flip_rate"))
-        if flip is None and all(v is None for v in split.values()):
-            continue
-        out.append((judge, {**stats, "flip_rate": flip, "split_norm": split}))
-    return sorted(out, key=lambda js: (js[0] != GLOBAL_JUDGE, js[0]))
+def _order_stats(diag: Mapping[str, Any]) -> tuple[str | None, list[tuple[str, dict[str, Any]]]]:
+    """Per-judge order statistics (flip rate, A/B/tie split) and the diagnostics key they were found under.
+
+    The first of ``_ORDER_KEYS`` holding any judge with a flip rate or a split wins; a key holding something
+    else is left for the generic diagnostics table.
+    """
+    for key in _ORDER_KEYS:
+        out = []
+        for judge, stats in _keyed(diag.get(key), "judge"):
+            if not isinstance(stats, Mapping):
+                continue
+            split_src = stats.get("split") if isinstance(stats.get("split"), Mapping) else stats
+            split = {k: finite(_first(split_src, keys)) for k, keys in _SPLIT_KEYS.items()}
+            flip = finite(_first(stats, _FLIP_KEYS))
+            if flip is None and all(v is None for v in split.values()):
+                continue
+            out.append((judge, {**stats, "flip_rate": flip, "split_norm": split}))
+        if out:
+            return key, sorted(out, key=lambda js: (js[0] != GLOBAL_JUDGE, js[0]))
+    return None, []
 
 
 def _position(diag: Mapping[str, Any]) -> str:
-    stats = _order_stats(diag)
+    _, stats = _order_stats(diag)
     if not stats:
         return ""
     labels = [_judge_label(j) for j, _ in stats]
@@ -463,7 +474,8 @@ def _position(diag: Mapping[str, Any]) -> str:
              for key, name, colour in (("A", "first shown (A) wins", NAIVE_COLOUR),
                                        ("B", "second shown (B) wins", CORRECTED_COLOUR),
                                        ("tie", "tie", FLAT_COLOUR))]
-    notes = [f"flip rate {_pct(s['flip_rate'])}" if s["flip_rate"] is not None else "" for _, s in stats]
+    notes = [f"flip rate {_pct(s['flip_rate'])}" if s["flip_rate"] is not None else "not seen in both orders"
+             for _, s in stats]
     svg = split_bars(labels, parts, title="Verdict split by position, per judge", annotations=notes, width=860)
     rows = []
     for judge, s in stats:
@@ -472,7 +484,7 @@ def _position(diag: Mapping[str, Any]) -> str:
         split = s["split_norm"]
         rows.append(
             f'<tr><td class="name">{esc(_judge_label(judge))}</td>'
-            f"<td>{_int(_first(s, ('n_pairs', 'pairs', 'n')))}</td><td>{_pct(s['flip_rate'])}</td>"
+            f"<td>{_int(_first(s, _PAIRS_KEYS))}</td><td>{_pct(s['flip_rate'])}</td>"
             f"<td>{fmt(split['A'], 3)}</td><td>{fmt(split['B'], 3)}</td><td>{fmt(split['tie'], 3)}</td>"
             f"<td>{esc(wr_text)}</td></tr>"
         )
@@ -540,8 +552,6 @@ def _connectivity_sentences(diag: Mapping[str, Any]) -> list[str]:
     return [s]
 
 
-_KNOWN_DIAG = {"order", "per_judge", "position", "order_stats", "identifiability", "connectivity"}
-
 
 def _generic(value: Any, depth: int = 0) -> str:
     """Any JSON-like value as small escaped HTML (nested mappings become tables, long lists are cut)."""
@@ -574,7 +584,8 @@ def _diagnostics(summary: Mapping[str, Any]) -> str:
         if rho is not None:
             s += f" Spearman ρ is {rho:.3f}."
         sentences.insert(0, s)
-    others = {k: v for k, v in diag.items() if k not in _KNOWN_DIAG}
+    known = {"identifiability", "connectivity", _order_stats(diag)[0]}
+    others = {k: v for k, v in diag.items() if k not in known}
     if not sentences and not others:
         return ""
     body = "".join(f"<p>{esc(s)}</p>" for s in sentences)
@@ -591,12 +602,15 @@ def _counts(summary: Mapping[str, Any]) -> str:
     by_reason = rejected if isinstance(rejected, Mapping) else counts.get("rejected_by_reason")
     by_reason = by_reason if isinstance(by_reason, Mapping) else {}
     reasons = sorted(by_reason.items(), key=lambda kv: (-(finite(kv[1]) or 0.0), str(kv[0])))
-    total_rejected = finite(rejected) if not isinstance(rejected, Mapping) else sum(
-        finite(v) or 0.0 for v in by_reason.values())
+    if isinstance(rejected, Mapping):
+        total_rejected: float | None = sum(finite(v) or 0.0 for v in by_reason.values())
+    else:
+        total_rejected = finite(rejected) if rejected is not None else finite(counts.get("rejected_total"))
     read, counted = finite(counts.get("read")), finite(counts.get("counted"))
     cards = "".join(
         f'<div class="card"><div class="v">{_int(v)}</div><div class="k">{esc(k)}</div></div>'
-        for k, v in (("rows read", read), ("counted", counted), ("rejected", total_rejected))
+        for k, v in (("rows read", read), ("counted", counted), ("rejected", total_rejected),
+                     ("self-battles (same model on both sides)", finite(counts.get("self_battles"))))
         if v is not None
     )
     body = f'<div class="cards">{cards}</div>'

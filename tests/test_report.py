@@ -424,3 +424,27 @@ def test_slope_and_split_builders_escape_and_parse():
     assert widths[0] == pytest.approx(3 * widths[1], rel=1e-2)
     assert "f<1>" in "".join(root.itertext())
     assert esc('"') == "&quot;" and esc("'") == "&#x27;"
+
+
+def test_reads_the_audit_judges_records_and_counts_totals():
+    lb, bias, summary = make_inputs()
+    summary["diagnostics"] = {
+        "judges": [
+            {"judge": "j<1>", "slot_first_share": 0.6, "slot_second_share": 0.3, "slot_tie_share": 0.1,
+             "order_flip_rate": None, "order_pairs": 0},
+            {"judge": "j2", "slot_first_share": 0.45, "slot_second_share": 0.45, "slot_tie_share": 0.1,
+             "order_flip_rate": 0.2, "order_pairs": 50},
+        ],
+        "identifiability": {"length": {"profile_range_nats": 2.5}},
+    }
+    summary["counts"] = {"read": 10, "counted": 7, "rejected_total": 3, "self_battles": 2}
+    page = render_report(lb, bias, summary)
+    check(page)
+    order = {r[0]: r for r in table_rows(page, "order")}
+    assert order["j<1>"][1:6] == ["0", "—", "0.600", "0.300", "0.100"]
+    assert order["j2"][1:6] == ["50", "20.0%", "0.450", "0.450", "0.100"]
+    text = text_of(page)
+    assert "not seen in both orders" in text
+    assert "The length coefficient has a profile-likelihood range of 2.5 nats." in text
+    assert "Every row read is either counted or a dead letter" in text
+    assert "Other diagnostics" not in text  # the judges records were used, not dumped
