@@ -412,11 +412,16 @@ def _bias_table(bias: list[dict[str, Any]]) -> str:
             return f'<span class="tag bad">{no}</span>'
         return "—"
 
+    boot = any(finite(r.get("boot_ci_low")) is not None for r in rows)
+
+    def boot_cell(r: Mapping[str, Any]) -> str:
+        return f'<td class="ci">[{fmt(r.get("boot_ci_low"), 3)}, {fmt(r.get("boot_ci_high"), 3)}]</td>' if boot else ""
+
     body = "".join(
         "<tr>"
         f'<td class="name">{esc(_judge_label(r.get("judge")))}</td><td class="l">{esc(r.get("effect", "—"))}</td>'
         f"<td>{fmt(r.get('estimate'), 3)}</td>"
-        f'<td class="ci">[{fmt(r.get("ci_low"), 3)}, {fmt(r.get("ci_high"), 3)}]</td>'
+        f'<td class="ci">[{fmt(r.get("ci_low"), 3)}, {fmt(r.get("ci_high"), 3)}]</td>{boot_cell(r)}'
         f"<td>{flag(r.get('identified'), 'identified', 'prior-selected')}</td>"
         f"<td>{flag(r.get('enabled'), 'on', 'off')}</td>"
         f'<td class="l">{esc(r.get("note") or "")}</td>'
@@ -426,7 +431,8 @@ def _bias_table(bias: list[dict[str, Any]]) -> str:
     return (
         f"<details><summary>All {len(rows)} coefficients as a table</summary>"
         '<table class="bias"><thead><tr><th class="l">Judge</th><th class="l">Effect</th><th>Estimate</th>'
-        '<th>CI</th><th>Identified</th><th>Enabled</th><th class="l">Note</th></tr></thead>'
+        f'<th>CI</th>{"<th>Bootstrap CI</th>" if boot else ""}'
+        '<th>Identified</th><th>Enabled</th><th class="l">Note</th></tr></thead>'
         f"<tbody>{body}</tbody></table></details>"
     )
 
@@ -494,9 +500,9 @@ def _position(diag: Mapping[str, Any]) -> str:
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
     body = (
-        '<p class="note">Where a judge saw the same pair in both orders: how often its verdict flipped with '
-        "the order, and how its verdicts split between the first-shown answer, the second and a tie. An "
-        "unbiased judge splits A and B evenly and rarely flips.</p>" + _figure(svg) + table
+        '<p class="note">How each judge\'s verdicts split between the answer shown first (A), the one shown '
+        "second (B) and a tie; and, where it saw the same pair in both orders, how often its verdict flipped "
+        "with the order. An unbiased judge splits A and B evenly and rarely flips.</p>" + _figure(svg) + table
     )
     return _section("position", "Position: split and flip rate per judge", body)
 

@@ -260,6 +260,7 @@ def test_bias_table_matches_inputs(page):
     _, bias, _ = make_inputs()
     rows = table_rows(page, "bias")
     assert len(rows) == bias.height
+    assert all(len(r) == 7 for r in rows)  # no bootstrap column when there is no bootstrap CI
     seen = {(r[0], r[1]): r for r in rows}
     for rec in bias.to_dicts():
         judge = "all judges (global)" if rec["judge"] == "*" else rec["judge"]
@@ -448,3 +449,14 @@ def test_reads_the_audit_judges_records_and_counts_totals():
     assert "The length coefficient has a profile-likelihood range of 2.5 nats." in text
     assert "Every row read is either counted or a dead letter" in text
     assert "Other diagnostics" not in text  # the judges records were used, not dumped
+
+
+def test_bias_table_shows_bootstrap_ci_when_present():
+    lb, bias, summary = make_inputs()
+    bias = bias.with_columns(
+        (pl.col("ci_low") - 0.5).alias("boot_ci_low"), (pl.col("ci_high") + 0.5).alias("boot_ci_high")
+    )
+    rows = table_rows(render_report(lb, bias, summary), "bias")
+    rec = bias.to_dicts()[0]
+    row = next(r for r in rows if r[0] == "all judges (global)" and r[1] == rec["effect"])
+    assert row[4] == f"[{rec['boot_ci_low']:.3f}, {rec['boot_ci_high']:.3f}]"
