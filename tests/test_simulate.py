@@ -1,0 +1,363 @@
+"""The simulator: contracts, determinism, designs, exact bad-row counts, and its statistics.
+
+Counts in files are re-derived here independently (pyarrow/polars and plain
+Python on small data) and compared with ``truth.json``; the statistical checks
+recompute the documented model from ``truth.json`` alone, so a generator that
+drifts from DESIGN §4 fails them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from biasboard.pipelines.cli import main as cli_main
+from biasboard.ranking.simulate import (
+    BAD_ROW_REASONS,
+    DESIGNS,
+    FAMILY_PREFIXES,
+    SimulationConfig,
+    draw_parameters,
+    grade_probabilities,
+    simulate_days,
+    truth,
+    write_simulation,
+)
+from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA, WINNER_VALUES
+from biasboard.schemas.deadletter import MAX_RESPONSE_LENGTH
+from biasboard.schemas.errors import InputError
+
+
+def _read_days(root: Path, kind: str) -> dict[str, pa.Table]:
+    return {
+        path.parent.name.removeprefix("day="): pq.read_table(path)
+        for path in sorted((root / kind).glob("day=*/part-00000.parquet"))
+    }
+
+
+def _all_battles(config: SimulationConfig) -> pa.Table:
+    return pa.concat_tables([battles for _, battles, _ in simulate_days(config)])
+
+
+def test_clean_files_follow_the_contracts(tmp_path):
+    config = SimulationConfig(battles=3000, models=12, judges=4, human_judges=1, days=3, scores=0.3, seed=3)
+    write_simulation(config, tmp_path)
+    days = _read_days(tmp_path, "battles")
+    assert list(days) == ["2024-01-01", "2024-01-02", "2024-01-03"]
+    truth_doc = json.loads((tmp_path / "truth.json").read_text())
+    families = {m["model"]: m["family"] for m in truth_doc["models"]}
+    judge_families = {j["judge"]: j["family"] for j in truth_doc["judges"]}
+    rows = 0
+    for day, table in days.items():
+        assert table.schema.equals(BATTLE_SCHEMA), table.schema
+        rows += table.num_rows
+        df = pl.from_arrow(table)
+        assert set(df["winner"].unique()) <= set(WINNER_VALUES)
+        assert df["len_a"].min() >= 1 and df["len_b"].min() >= 1
+        assert df["ts"].dt.date().unique().to_list() == [dt.date.fromisoformat(day)]
+        assert df["battle_id"].n_unique() == df.height
+        assert (df["family_a"] == df["model_a"].replace_strict(families)).all()
+        assert (df["judge_family"] == df["judge"].replace_strict(judge_families)).all()
+    assert rows == truth_doc["counts"]["valid"] == 3000
+    # a prefix family map recognises every model name
+    for model, family in families.items():
+        assert model.startswith(FAMILY_PREFIXES[family] + "-")
+    assert Counter(judge_families.values())["human"] == 1
+    scores = _read_days(tmp_path, "scores")
+    assert list(scores) == list(days)
+    score_df = pl.concat([pl.from_arrow(t) for t in scores.values()])
+    assert all(t.schema.equals(SCORE_SCHEMA) for t in scores.values())
+    assert score_df.height == truth_doc["counts"]["score_rows"] == 900
+    assert score_df["score"].min() >= 1 and score_df["score"].max() <= config.grades
+    assert score_df["score"].n_unique() >= config.grades - 2  # the thresholds spread grades over the scale
+
+
+def test_same_seed_same_data_other_seed_other_data():
+    config = SimulationConfig(battles=4000, days=2, bad_rows=0.02, scores=0.1, self_battles=0.1, design="swiss")
+    first = list(simulate_days(config))
+    again = list(simulate_days(config))
+    other = list(simulate_days(SimulationConfig(**{**config.__dict__, "seed": 1})))
+    for (d1, b1, s1), (d2, b2, s2) in zip(first, again, strict=True):
+        assert d1 == d2 and b1.equals(b2) and s1.equals(s2)
+    assert truth(config) == truth(config)
+    assert not first[0][1].equals(other[0][1])
+
+
+def _is_missing(value) -> bool:
+    return value is None or value == ""
+
+
+def _parses(text: str) -> bool:
+    try:
+        dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
+
+
+def _defects(row: dict, seen_ids: set[str]) -> list[str]:
+    """Every defect of one row, by the dead-letter contract's rules (written here from scratch)."""
+    required = ("battle_id", "ts", "judge", "model_a", "model_b", "winner")
+    found = [f"missing:{c}" for c in required if _is_missing(row[c])]
+    if not _is_missing(row["winner"]) and row["winner"] not in WINNER_VALUES:
+        found.append("bad_winner")
+    lengths = [row["len_a"], row["len_b"]]
+    if any(v is not None and v < 0 for v in lengths):
+        found.append("negative_length")
+    if any(v is not None and v > MAX_RESPONSE_LENGTH for v in lengths):
+        found.append("absurd_length")
+    if not _is_missing(row["ts"]) and not _parses(row["ts"]):
+        found.append("bad_timestamp")
+    if not _is_missing(row["battle_id"]):
+        if row["battle_id"] in seen_ids:
+            found.append("duplicate_battle_id")
+        seen_ids.add(row["battle_id"])
+    return found
+
+
+@pytest.mark.parametrize("both_orders", [False, True])
+def test_injected_bad_rows_match_truth_exactly(tmp_path, both_orders):
+    config = SimulationConfig(
+        battles=2400, days=2, bad_rows=0.05, self_battles=0.05, both_orders=both_orders, seed=11, chunk_rows=1000
+    )
+    write_simulation(config, tmp_path)
+    counts = json.loads((tmp_path / "truth.json").read_text())["counts"]
+    found: Counter[str] = Counter()
+    valid = 0
+    for table in _read_days(tmp_path, "battles").values():
+        assert table.schema.field("ts").type == pa.string()
+        seen: set[str] = set()  # duplicates repeat an id of the same day
+        first_row = True
+        for row in table.to_pylist():
+            defects = _defects(row, seen)
+            assert len(defects) <= 1, (row, defects)  # one defect per bad row, so reasons are unambiguous
+            found.update(defects)
+            valid += not defects
+            if first_row:
+                assert not defects
+                first_row = False
+    assert set(counts["bad_rows"]) == set(BAD_ROW_REASONS)
+    assert dict(found) == {k: v for k, v in counts["bad_rows"].items() if v}
+    assert all(v > 0 for v in counts["bad_rows"].values())  # every kind is present
+    assert valid == counts["valid"] == 2400
+    assert valid + sum(found.values()) == counts["rows"]
+    days = counts["per_day"]
+    assert sum(d["bad"] for d in days.values()) == counts["bad_total"] == sum(found.values())
+
+
+def test_duplicates_are_exact_repeats_of_an_earlier_row(tmp_path):
+    config = SimulationConfig(battles=3000, days=1, bad_rows=0.1, seed=5)
+    write_simulation(config, tmp_path)
+    df = pl.from_arrow(_read_days(tmp_path, "battles")["2024-01-01"]).with_row_index("row")
+    ids = df.filter(pl.col("battle_id").is_not_null() & (pl.col("battle_id") != ""))
+    dup_ids = ids.filter(pl.col("battle_id").is_duplicated())
+    n_dups = dup_ids.height - dup_ids["battle_id"].n_unique()
+    assert n_dups == json.loads((tmp_path / "truth.json").read_text())["counts"]["bad_rows"]["duplicate_battle_id"]
+    for _, group in dup_ids.group_by("battle_id"):
+        group = group.sort("row")
+        assert group.drop("row").n_unique() == 1  # same content, byte for byte
+
+
+def test_self_battles_are_present_and_counted():
+    config = SimulationConfig(battles=20_000, days=2, self_battles=0.1, self_identical=0.5, seed=2)
+    df = pl.from_arrow(_all_battles(config))
+    counts = truth(config)["counts"]
+    self_rows = df.filter(pl.col("model_a") == pl.col("model_b"))
+    assert self_rows.height == counts["self_battles"] == 2000
+    identical = self_rows.filter(pl.col("len_a") == pl.col("len_b")).height
+    # identical-answer checks have equal lengths by construction; two answers rarely tie in length
+    assert counts["identical_self_battles"] <= identical < counts["identical_self_battles"] * 1.1
+
+
+def test_both_orders_rows_come_in_swapped_pairs():
+    config = SimulationConfig(battles=5000, days=1, both_orders=True, self_battles=0.02, seed=4)
+    df = pl.from_arrow(_all_battles(config))
+    first, second = df[0::2], df[1::2]
+    assert first.height == second.height == 2500
+    for col in ("prompt_id", "judge"):
+        assert (first[col] == second[col]).all()
+    assert (first["model_a"] == second["model_b"]).all() and (first["model_b"] == second["model_a"]).all()
+    assert (first["len_a"] == second["len_b"]).all() and (first["len_b"] == second["len_a"]).all()
+    assert df["battle_id"].n_unique() == df.height
+    # verdicts are independent draws: order flips happen
+    flips = ((first["winner"] == "model_a") & (second["winner"] == "model_a")).sum()
+    assert flips > 0
+
+
+def _design_frame(design: str, **kw) -> tuple[pl.DataFrame, dict]:
+    config = SimulationConfig(battles=30_000, models=30, days=1, design=design, seed=8, **kw)
+    return pl.from_arrow(_all_battles(config)), truth(config)
+
+
+def test_hub_designs_put_a_hub_in_every_battle():
+    for design, n_hubs in (("hubspoke", 1), ("multihub", 3)):
+        df, t = _design_frame(design)
+        hubs = t["design"]["hubs"]
+        assert len(hubs) == n_hubs
+        has_hub = df["model_a"].is_in(hubs) | df["model_b"].is_in(hubs)
+        assert has_hub.all()
+        # hubs are shown first or second at random
+        assert 0.45 < df["model_a"].is_in(hubs).mean() < 0.55 if n_hubs == 1 else True
+
+
+def _standing_gap(df: pl.DataFrame, t: dict) -> np.ndarray:
+    standing = {m["model"]: m["standing"] for m in t["models"]}
+    return np.abs(df["model_a"].replace_strict(standing).to_numpy() - df["model_b"].replace_strict(standing).to_numpy())
+
+
+def test_swiss_and_stratified_pair_close_models_uniform_does_not():
+    uniform, tu = _design_frame("uniform")
+    swiss, ts = _design_frame("swiss")
+    strat, tst = _design_frame("stratified")
+    assert _standing_gap(uniform, tu).mean() > 8  # ~ (M+1)/3 for uniform pairs of 30
+    assert _standing_gap(swiss, ts).mean() < 2.5  # geometric distances 1, 2, 3 …
+    stratum = {m["model"]: m["stratum"] for m in tst["models"]}
+    same = strat["model_a"].replace_strict(stratum) == strat["model_b"].replace_strict(stratum)
+    n_strata = len(tst["design"]["strata_bounds"]) - 1
+    expected = 0.9 + 0.1 / n_strata  # cross-stratum draws land in the same stratum by chance
+    assert abs(same.mean() - expected) < 0.02
+    for df in (uniform, swiss, strat):
+        assert (df["model_a"] != df["model_b"]).all()
+
+
+def test_popularity_design_follows_its_weights():
+    df, t = _design_frame("popularity")
+    counts = pl.concat([df["model_a"], df["model_b"]]).value_counts()
+    n = dict(zip(counts[:, 0].to_list(), counts["count"].to_list(), strict=True))
+    weights = np.array([m["popularity"] for m in t["models"]])
+    share = np.array([n.get(m["model"], 0) for m in t["models"]]) / (2 * df.height)
+    assert np.corrcoef(weights, share)[0, 1] > 0.95
+    assert share.max() / share.min() > 5  # exposure is very unequal
+
+
+def test_unknown_design_and_bad_settings_are_refused():
+    assert "popularity" in DESIGNS
+    with pytest.raises(InputError, match="--design"):
+        SimulationConfig(design="roundrobin")
+    with pytest.raises(InputError, match="--bad-rows"):
+        SimulationConfig(bad_rows=1.5)
+    with pytest.raises(InputError, match="--human-judges"):
+        SimulationConfig(judges=2, human_judges=3)
+
+
+def _implied(df: pl.DataFrame, t: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """P(a), P(b), P(tie) per row from truth.json alone: DESIGN §4 written out again."""
+    theta = {m["model"]: m["theta"] for m in t["models"]}
+    fam = {m["model"]: m["family"] for m in t["models"]}
+    judges = {j["judge"]: j for j in t["judges"]}
+
+    def by_judge(key):
+        return df["judge"].replace_strict({k: v[key] for k, v in judges.items()}).to_numpy()
+
+    jf = df["judge"].replace_strict({k: v["family"] for k, v in judges.items()}).to_numpy()
+    s = (df["model_a"].replace_strict(fam).to_numpy() == jf).astype(float)
+    s -= df["model_b"].replace_strict(fam).to_numpy() == jf
+    x = np.log(df["len_a"].to_numpy()) - np.log(df["len_b"].to_numpy())
+    dtheta = df["model_a"].replace_strict(theta).to_numpy() - df["model_b"].replace_strict(theta).to_numpy()
+    eta = by_judge("a") * dtheta + by_judge("gamma") + by_judge("beta") * x + by_judge("lambda") * s
+    nu = by_judge("nu")
+    den = np.exp(eta / 2) + np.exp(-eta / 2) + nu
+    return np.exp(eta / 2) / den, np.exp(-eta / 2) / den, nu / den
+
+
+def _within_se(observed: float, p: np.ndarray, k: float = 4.0) -> bool:
+    return abs(observed - p.sum()) < k * math.sqrt(np.sum(p * (1 - p)))
+
+
+def test_verdicts_follow_the_documented_model():
+    # Strong position, length and affinity effects so a generator that drops one is caught.
+    config = SimulationConfig(
+        battles=200_000,
+        models=12,
+        judges=3,
+        days=1,
+        self_battles=0.1,
+        gamma0=-0.5,
+        beta0=0.8,
+        lambda0=1.0,
+        corr_length=0.5,
+        seed=21,
+    )
+    t = truth(config)
+    df = pl.from_arrow(_all_battles(config))
+    p_a, p_b, p_tie = _implied(df, t)
+    winner = df["winner"].to_numpy()
+    assert _within_se((winner == "model_a").sum(), p_a)
+    assert _within_se((winner == "model_b").sum(), p_b)
+    assert _within_se(np.isin(winner, ["tie", "tie (bothbad)"]).sum(), p_tie)
+    # the same check within subsets, where each effect matters most
+    longer_first = (df["len_a"] > df["len_b"]).to_numpy()
+    assert _within_se((winner[longer_first] == "model_a").sum(), p_a[longer_first])
+    self_rows = (df["model_a"] == df["model_b"]).to_numpy()
+    assert _within_se((winner[self_rows] == "model_b").sum(), p_b[self_rows])
+    # the model without its length term is rejected by the same test (the check has power)
+    p_no_len, _, _ = _implied(df.with_columns(len_b=pl.col("len_a")), t)
+    assert not _within_se((winner[longer_first] == "model_a").sum(), p_no_len[longer_first])
+
+
+def test_length_correlates_with_quality_as_set():
+    for rho in (0.0, 0.6):
+        config = SimulationConfig(battles=60_000, models=25, days=1, corr_length=rho, seed=9)
+        t = truth(config)
+        assert t["global"]["corr_theta_length"] == pytest.approx(rho, abs=1e-9)
+        df = pl.from_arrow(_all_battles(config))
+        per_model = (
+            pl.concat(
+                [
+                    df.select(model="model_a", loglen=pl.col("len_a").log()),
+                    df.select(model="model_b", loglen=pl.col("len_b").log()),
+                ]
+            )
+            .group_by("model")
+            .agg(pl.col("loglen").mean())
+        )
+        theta = {m["model"]: m["theta"] for m in t["models"]}
+        observed = np.corrcoef(per_model["model"].replace_strict(theta).to_numpy(), per_model["loglen"].to_numpy())
+        assert observed[0, 1] == pytest.approx(rho, abs=0.05)
+
+
+def test_scores_follow_the_partial_credit_model():
+    config = SimulationConfig(battles=100_000, models=10, judges=3, days=1, scores=0.5, grades=7, seed=13)
+    params = draw_parameters(config)
+    scores = pl.concat([pl.from_arrow(s) for _, _, s in simulate_days(config, params)])
+    t = truth(config, params)
+    theta = {m["model"]: m["theta"] for m in t["models"]}
+    alpha = {j["judge"]: j["alpha"] for j in t["judges"]}
+    delta = np.array(t["prompts"]["delta"])
+    loc = (
+        scores["model"].replace_strict(theta).to_numpy()
+        - delta[scores["prompt_id"].str.slice(1).cast(pl.Int64).to_numpy()]
+        - scores["judge"].replace_strict(alpha).to_numpy()
+    )
+    probs = grade_probabilities(loc, np.array(t["scores"]["tau"]))
+    observed = scores["score"].to_numpy()
+    for k in (1, 4, 7):
+        assert _within_se((observed == k).sum(), probs[:, k - 1])
+    # severity shows: the harshest judge grades lowest on average
+    by_judge = scores.group_by("judge").agg(pl.col("score").mean())
+    harshest = max(alpha, key=alpha.get)
+    assert by_judge.sort("score")["judge"][0] == harshest
+
+
+def test_cli_writes_refuses_to_overwrite_and_rejects_bad_flags(tmp_path, capsys):
+    out = tmp_path / "sim"
+    argv = ["simulate", "--out", str(out), "--battles", "2000", "--days", "2", "--design", "multihub"]
+    assert cli_main([*argv, "--bad-rows", "0.01", "--scores", "0.1", "--both-orders", "--self-battles", "0.1"]) == 0
+    assert (out / "truth.json").exists()
+    assert sorted(p.name for p in (out / "battles").iterdir()) == ["day=2024-01-01", "day=2024-01-02"]
+    assert sorted(p.name for p in (out / "scores").iterdir()) == ["day=2024-01-01", "day=2024-01-02"]
+    assert cli_main(argv) == 2  # an earlier simulation is not silently mixed with a new one
+    assert "--overwrite" in capsys.readouterr().err
+    assert cli_main([*argv, "--overwrite", "--seed", "5"]) == 0
+    assert not (out / "scores").exists()
+    assert json.loads((out / "truth.json").read_text())["seed"] == 5
+    assert cli_main([*argv, "--overwrite", "--bad-rows", "1.5"]) == 2
+    assert "--bad-rows" in capsys.readouterr().err
