@@ -1,0 +1,282 @@
+"""The judge audit (seeds 001 and 003): hand-checked figures, the monoid, the Beam path and the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+from pathlib import Path
+
+import apache_beam as beam
+import numpy as np
+import polars as pl
+import pytest
+from biasboard.ranking.audit import (
+    AuditPartials,
+    audit,
+    audit_partials,
+    cross_tab,
+    finish_audit,
+    merge_partials,
+    order_shard,
+    reduce_order_rows,
+)
+from biasboard.schemas.errors import InputError
+
+FIRST, SECOND, TIE, BOTHBAD = "model_a", "model_b", "tie", "tie (bothbad)"
+
+
+def battles(rows: list[tuple], columns: tuple[str, ...] = ("judge", "prompt_id", "model_a", "model_b", "winner")):
+    return pl.DataFrame(rows, schema=list(columns), orient="row")
+
+
+def seed001_battles() -> pl.DataFrame:
+    """Seed 001's 400 pairs: A/A 154, B/B 138, first-slot both 90, second-slot both 18.
+
+    Verdicts are by slot; "A" is model_x (it sorts first), "B" is model_y.
+    """
+    rows = []
+    kinds = [("A", "A")] * 154 + [("B", "B")] * 138 + [("A", "B")] * 90 + [("B", "A")] * 18
+    for i, (a_first, b_first) in enumerate(kinds):
+        rows.append(("j", f"p{i}", "A", "B", FIRST if a_first == "A" else SECOND))
+        rows.append(("j", f"p{i}", "B", "A", FIRST if b_first == "B" else SECOND))
+    return battles(rows)
+
+
+def test_seed001_cross_tab_flip_rate_and_consistent_win_rate() -> None:
+    result = audit(seed001_battles())
+    judge = result.judges.row(0, named=True)
+    assert judge["order_pairs"] == 400
+    np.testing.assert_array_equal(cross_tab(result.order_pairs, "j"), [[154, 90, 0], [18, 138, 0], [0, 0, 0]])
+    assert judge["order_flip_rate"] == pytest.approx(108 / 400)  # 27%
+    assert judge["order_prefers_first_rate"] == pytest.approx(90 / 400)
+    assert judge["order_prefers_second_rate"] == pytest.approx(18 / 400)
+    # 800 verdicts: first slot won 154 + 90·2 + 138 ... count by slot directly.
+    assert judge["slot_n"] == 800
+    assert judge["slot_first"] == 154 + 2 * 90 + 138
+    pair = result.order_pairs.row(0, named=True)
+    assert pair["averaged_win_rate_x"] == pytest.approx(416 / 800)  # the seed's 52%
+    assert pair["consistent_win_rate_x"] == pytest.approx(154 / 292)  # 52.7%
+    assert pair["consistent_win_rate_x_se"] == pytest.approx(math.sqrt((154 / 292) * (138 / 292) / 292))  # 2.9 pts
+    assert round(100 * pair["consistent_win_rate_x_se"], 1) == 2.9
+    models = result.order_models.filter(pl.col("model") == "B").row(0, named=True)
+    assert models["consistent_win_rate"] == pytest.approx(138 / 292)
+    assert models["averaged_win_rate"] == pytest.approx(384 / 800)
+
+
+def test_identical_answer_check_seed001_counts() -> None:
+    rows = [("j", f"p{i}", "m", "m", FIRST) for i in range(58)]
+    rows += [("j", f"q{i}", "m", "m", SECOND) for i in range(21)]
+    rows += [("j", f"r{i}", "m", "m", TIE) for i in range(20)] + [("j", "s", "m", "m", BOTHBAD)]
+    judge = audit(battles(rows)).judges.row(0, named=True)
+    assert (judge["identical_n"], judge["identical_first"], judge["identical_second"]) == (100, 58, 21)
+    assert judge["identical_tie"] + judge["identical_bothbad"] == 21
+    assert judge["identical_declared_share"] == pytest.approx(0.79)
+    assert judge["identical_first_share_of_declared"] == pytest.approx(58 / 79)
+    assert judge["slot_n"] is None  # self-battles never count as position evidence
+    assert judge["order_pairs"] is None
+
+
+def test_ties_and_repeated_verdicts_in_the_cross_tab() -> None:
+    rows = [
+        # p1: tie in both orders (consistent); p2: x first → x, y first → tie (a tie flip)
+        ("j", "p1", "x", "y", TIE),
+        ("j", "p1", "y", "x", BOTHBAD),
+        ("j", "p2", "x", "y", FIRST),
+        ("j", "p2", "y", "x", TIE),
+        # p3: judged twice with x first (x, y) and once with y first (y): expected cross-tab ½ (x,y) + ½ (y,y)
+        ("j", "p3", "x", "y", FIRST),
+        ("j", "p3", "x", "y", SECOND),
+        ("j", "p3", "y", "x", FIRST),
+        # p4: only one order — an orphan
+        ("j", "p4", "x", "y", SECOND),
+    ]
+    result = audit(battles(rows))
+    tab = cross_tab(result.order_pairs, "j")
+    np.testing.assert_allclose(tab, [[0, 0.5, 1], [0, 0.5, 0], [0, 0, 1]])
+    judge = result.judges.row(0, named=True)
+    assert judge["order_pairs"] == 3
+    assert judge["order_consistent"] == pytest.approx(1.5)
+    assert judge["order_tie_flip_rate"] == pytest.approx(1 / 3)
+    # PBA: 8 verdicts; consistent: p1 both (2), p2 none, p3: x-first "y" agrees with y-first "y" (1 + ½ of the
+    # y-first verdict's two partners agree), p4 orphan (1) → 2 + 0 + 1.5 + 1 = 4.5
+    assert judge["pba_judgments"] == 8
+    assert judge["pba_consistent"] == pytest.approx(4.5)
+    assert judge["slot_bothbad"] == 1
+
+
+def test_pba_orphans_count_as_consistent() -> None:
+    rows = [("j", "p1", "x", "y", FIRST), ("j", "p1", "y", "x", SECOND), ("j", "p2", "x", "y", FIRST)]
+    judge = audit(battles(rows)).judges.row(0, named=True)
+    assert (judge["pba_consistent"], judge["pba_judgments"]) == (3, 3)
+    assert judge["order_pairs"] == 1
+    assert judge["order_flip_rate"] == 0
+
+
+def test_length_profile() -> None:
+    cols = ("judge", "prompt_id", "model_a", "model_b", "winner", "len_a", "len_b")
+    rows = [
+        ("j", "p1", "x", "y", FIRST, 300, 100),  # longer won
+        ("j", "p2", "x", "y", SECOND, 300, 100),  # shorter won
+        ("j", "p3", "x", "y", SECOND, 100, 200),  # longer won
+        ("j", "p4", "x", "y", TIE, 100, 200),  # tie with different lengths: disagrees with pick-the-longer
+        ("j", "p5", "x", "y", FIRST, 150, 150),  # equal lengths
+        ("j", "p6", "x", "y", FIRST, None, 150),  # unknown length: left out
+    ]
+    judge = audit(battles(rows, cols)).judges.row(0, named=True)
+    assert judge["len_n"] == 5
+    assert judge["len_mean_chosen"] == pytest.approx((300 + 100 + 200 + 150) / 4)
+    assert judge["len_mean_rejected"] == pytest.approx((100 + 300 + 100 + 150) / 4)
+    assert judge["len_n_decisive_diff"] == 3
+    assert judge["len_longer_win_rate"] == pytest.approx(2 / 3)
+    assert judge["len_agreement_pick_longer"] == pytest.approx(2 / 4)
+
+
+def test_own_family_preference() -> None:
+    cols = ("judge", "prompt_id", "model_a", "model_b", "winner", "family_a", "family_b", "judge_family")
+    rows = []
+    # Judge "o" (family openai) scores gpt 3 wins of 4 against claude; judge "a" (anthropic) 1 win + 1 tie of 4.
+    for i, w in enumerate([FIRST, FIRST, FIRST, SECOND]):
+        rows.append(("o", f"p{i}", "gpt", "claude", w, "openai", "anthropic", "openai"))
+    for i, w in enumerate([FIRST, TIE, SECOND, SECOND]):
+        rows.append(("a", f"p{i}", "gpt", "claude", w, "openai", "anthropic", "anthropic"))
+    rows.append(("o", "same", "gpt", "gpt2", FIRST, "openai", "openai", "openai"))  # same family: not counted
+    fam = audit(battles(rows, cols)).family
+    o = fam.filter(pl.col("judge") == "o").row(0, named=True)
+    assert (o["n_self"], o["n_other_judges"]) == (4, 4)
+    assert o["win_rate_self"] == pytest.approx(0.75)
+    assert o["win_rate_other_judges"] == pytest.approx(1.5 / 4)
+    assert o["self_preference"] == pytest.approx(0.75 - 0.375)
+    expected_se = math.sqrt(0.75 * 0.25 / 4 + 0.375 * 0.625 / 4)
+    assert o["self_preference_se"] == pytest.approx(expected_se)
+    a = fam.filter(pl.col("judge") == "a").row(0, named=True)
+    assert a["win_rate_self"] == pytest.approx(2.5 / 4)  # claude under its own family's judge
+    assert a["win_rate_other_judges"] == pytest.approx(1 / 4)
+
+
+def test_gold_labels_column_and_anchor_table() -> None:
+    cols = ("judge", "prompt_id", "model_a", "model_b", "winner", "len_a", "len_b", "gold")
+    rows = [
+        ("j", "p1", "x", "y", FIRST, 10, 20, "model_a"),  # hit; longest picks y → miss
+        ("j", "p2", "x", "y", FIRST, 10, 20, "model_b"),  # miss; longest hit
+        ("j", "p3", "x", "y", TIE, 30, 20, "model_a"),  # judge tie scores ½; longest hit
+        ("j", "p4", "x", "y", SECOND, 20, 20, "model_b"),  # hit; equal lengths: longest ½
+        ("j", "p5", "x", "y", FIRST, 10, 20, "tie"),  # not discriminative
+        ("j", "p6", "x", "y", FIRST, 10, 20, None),  # unlabeled
+    ]
+    judge = audit(battles(rows, cols)).judges.row(0, named=True)
+    assert (judge["gold_n_labeled"], judge["gold_n_discriminative"]) == (5, 4)
+    assert judge["gold_accuracy"] == pytest.approx(2.5 / 4)
+    assert judge["gold_strict_accuracy"] == pytest.approx(2 / 4)
+    assert judge["gold_random_pick_baseline"] == 0.5
+    assert judge["gold_longest_pick_baseline"] == pytest.approx(2.5 / 4)
+    assert judge["gold_lift_over_random"] == pytest.approx(0.125)
+    assert judge["gold_lift_over_longest"] == pytest.approx(0.0)
+
+    # The same labels as trusted anchors, shown in the other order by a human judge.
+    plain = battles(rows, cols).drop("gold")
+    anchors = battles(
+        [
+            ("human", "p1", "y", "x", SECOND),
+            ("human", "p2", "y", "x", FIRST),
+            ("human", "p3", "x", "y", FIRST),
+            ("human", "p4", "y", "x", FIRST),
+            ("human", "p5", "x", "y", TIE),
+        ]
+    )
+    via_anchors = audit(plain, anchors).judges.filter(pl.col("judge") == "j").row(0, named=True)
+    for key in ("gold_n_labeled", "gold_n_discriminative", "gold_accuracy", "gold_longest_pick_baseline"):
+        assert via_anchors[key] == pytest.approx(judge[key]), key
+
+
+def test_missing_required_column_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="winner"):
+        audit(pl.DataFrame({"judge": ["j"], "model_a": ["x"], "model_b": ["y"]}), source="day=2024-01-01")
+
+
+def test_empty_input_finishes() -> None:
+    result = finish_audit(merge_partials([]))
+    assert result.judges.height == 0
+    assert json.dumps(result.to_json())
+
+
+def random_battles(seed: int, n: int = 3000) -> pl.DataFrame:
+    """Both-order battles with repeats, orphans, self-battles, lengths, families and gold labels."""
+    rng = np.random.default_rng(seed)
+    models = np.array([f"m{i}" for i in range(6)])
+    fam = {m: ("fa" if i % 2 else "fb") for i, m in enumerate(models)}
+    judges = np.array(["j1", "j2", "j3"])
+    a = rng.integers(0, 6, n)
+    b = rng.integers(0, 6, n)
+    winners = np.array([FIRST, SECOND, TIE, BOTHBAD])[rng.choice(4, n, p=[0.45, 0.35, 0.15, 0.05])]
+    frame = pl.DataFrame(
+        {
+            "judge": judges[rng.integers(0, 3, n)],
+            "prompt_id": [f"p{i}" for i in rng.integers(0, 40, n)],
+            "model_a": models[a],
+            "model_b": models[b],
+            "winner": winners,
+            "len_a": rng.integers(1, 500, n),
+            "len_b": rng.integers(1, 500, n),
+            "gold": np.array([FIRST, SECOND, TIE, None])[rng.integers(0, 4, n)],
+        }
+    )
+    return frame.with_columns(
+        pl.col("model_a").replace_strict(fam).alias("family_a"),
+        pl.col("model_b").replace_strict(fam).alias("family_b"),
+        pl.col("judge").replace_strict({"j1": "fa", "j2": "fb", "j3": "fc"}).alias("judge_family"),
+    )
+
+
+def assert_same_result(left, right) -> None:
+    for name, frame in left.tables().items():
+        other = right.tables()[name]
+        keys = [c for c in ("judge", "model", "model_x", "model_y") if c in frame.columns]
+        a, b = frame.sort(keys), other.sort(keys)
+        assert a.columns == b.columns, name
+        for column in a.columns:
+            if a.schema[column].is_numeric():
+                np.testing.assert_allclose(
+                    a[column].cast(pl.Float64).to_numpy(), b[column].cast(pl.Float64).to_numpy(), rtol=1e-9,
+                    atol=1e-12, err_msg=f"{name}.{column}",
+                )
+            else:
+                assert a[column].to_list() == b[column].to_list(), f"{name}.{column}"
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_partials_are_a_monoid_and_shards_give_the_same_audit(seed: int) -> None:
+    data = random_battles(seed)
+    whole = audit(data)
+    rng = np.random.default_rng(seed + 100)
+    slice_of = rng.integers(0, 5, data.height)
+    parts = [audit_partials(data.filter(pl.Series(slice_of == k))) for k in range(5)]
+    assert_same_result(whole, finish_audit(merge_partials(parts[::-1])))
+    # Sharded: order rows split by (judge, prompt), each shard reduced alone, then summed.
+    merged = merge_partials(parts)
+    rows = merged.order_rows.with_columns(order_shard(merged.order_rows, 4))
+    reduced = [
+        reduce_order_rows(AuditPartials(order_rows=rows.filter(pl.col("shard") == s).drop("shard"))) for s in range(4)
+    ]
+    counts_only = AuditPartials(
+        slots=merged.slots, identical=merged.identical, length=merged.length, family=merged.family, gold=merged.gold
+    )
+    assert_same_result(whole, finish_audit(merge_partials([counts_only, *reduced])))
+
+
+def _save(result, path: str) -> None:
+    Path(path).write_bytes(pickle.dumps(result))
+
+
+def test_beam_transform_matches_in_memory_audit(tmp_path: Path) -> None:
+    from biasboard.pipelines.options import beam_options
+    from biasboard.transforms.audit import AuditBattles
+
+    data = random_battles(7, n=4000)
+    batches = [data.slice(offset, 700).to_arrow() for offset in range(0, data.height, 700)]
+    target = str(tmp_path / "result.pickle")
+    with beam.Pipeline(options=beam_options([])) as p:
+        _ = p | beam.Create(batches) | AuditBattles(n_shards=3) | beam.Map(_save, target)
+    result = pickle.loads(Path(target).read_bytes())
+    assert result.judges.height == 3
+    assert_same_result(audit(data), result)
