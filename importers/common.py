@@ -1,0 +1,371 @@
+"""What every importer shares: finding and reading input files, and turning a mapped frame into battles + dead letters.
+
+An importer's only job is the *mapping* from a foreign format onto our columns
+(who was shown first, what the verdict means).  Everything else is here, once:
+
+* :func:`resolve_inputs` / :func:`read_records` find and read the files (JSON
+  array, JSON lines or CSV, optionally gzip-compressed) as whole columns, and
+  raise :class:`~biasboard.schemas.errors.InputError` naming the file when one
+  is missing, empty or garbled.
+* :func:`finalize_battles` / :func:`finalize_scores` apply the *same* validation
+  rules as the ingest (:mod:`biasboard.schemas.rules`) to the mapped rows, so a
+  converted file never holds a row the ingest would reject, and split the rows
+  into valid ones (cast to :data:`~biasboard.schemas.battle.BATTLE_SCHEMA` /
+  ``SCORE_SCHEMA``) and dead letters that keep the original fields as text.
+  Each input row ends up in exactly one of the two, so
+  ``rows_read = rows_converted + rows_dead`` holds by construction.
+
+Identifiers: a source's own id when it has one, else a readable composite of
+the row's identifying fields (format, judge, prompt, models, source time stamp),
+never a row number, so re-importing the same file, or the same judgment found
+in two files, yields the same ``battle_id`` and the ingest's dedupe catches it.
+
+Undated sources (AlpacaEval, LLMFAO, PBA, most Arena-Bench grades) are stamped
+with one fixed, documented day (:data:`DEFAULT_DATE`, overridable with
+``--date``) at 00:00 UTC; the manifest says so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import glob
+import gzip
+import json
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.json as pa_json
+from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA
+from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
+from biasboard.schemas.errors import InputError
+from biasboard.schemas.rules import (
+    REASON_DUPLICATE_SCORE_ID,
+    battle_reason_expr,
+    length_expr,
+    score_reason_expr,
+    score_value_expr,
+    timestamp_expr,
+    winner_expr,
+)
+
+#: The judge gave no usable verdict (FastChat ``error``, a null PBA verdict, a null AlpacaEval preference, score -1).
+REASON_NO_VERDICT = "no_verdict"
+#: The source does not record which answer the judge saw first (AlpacaEval rows without logprobs).
+REASON_UNKNOWN_ORDER = "unknown_order"
+
+#: The day stamped on rows whose source carries no time: clearly artificial, inside the rules' plausible window.
+DEFAULT_DATE = dt.date(2000, 1, 1)
+
+#: Provenance columns carried through a conversion (dropped from the dead letters' original fields).
+SOURCE_FILE = "__source_file"
+SOURCE_ROW = "__source_row"
+REASON = "__reason"
+
+#: The columns a format's mapping must produce for battles (``ts`` raw: epoch seconds, datetime, or text).
+BATTLE_MAPPED = ("battle_id", "ts", "judge", "model_a", "model_b", "winner", "prompt_id", "len_a", "len_b")
+SCORE_MAPPED = ("score_id", "ts", "judge", "model", "prompt_id", "score", "len")
+
+#: JSON reader block size: large enough that type inference sees a whole fixture file at once.
+_JSON_BLOCK_SIZE = 64 << 20
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """Choices a user can make on the command line; defaults are documented in the CLI help."""
+
+    default_date: dt.date = DEFAULT_DATE
+    judge: str | None = None  # overrides (or supplies) the judge name
+    length_unit: str = "chars"  # chars | words, where the source offers both
+    tie_band: float = 0.0  # AlpacaEval: |preference - 1.5| <= band is a tie
+    answers_dir: Path | None = None  # FastChat model_answer folder for MT-Bench lengths
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """One conversion: valid rows in our schema, dead letters, and the counts that must add up."""
+
+    kind: str  # "battles" | "scores"
+    rows: pa.Table
+    dead_letters: pa.Table
+    rows_read: int  # conversion units (an MT-Bench pair line is two games)
+    source_rows: int  # lines / records in the input files
+    sources: tuple[str, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def rows_converted(self) -> int:
+        return self.rows.num_rows
+
+    def dead_by_reason(self) -> dict[str, int]:
+        if self.dead_letters.num_rows == 0:
+            return {}
+        counts = pl.from_arrow(self.dead_letters.select(["reason"])).group_by("reason").len().sort("reason")
+        return dict(zip(counts["reason"].to_list(), counts["len"].to_list(), strict=True))
+
+
+# ---------------------------------------------------------------------------------------------- input files
+
+
+def resolve_inputs(spec: str | Path, patterns: Sequence[str]) -> list[Path]:
+    """The files named by ``spec``: a file, a folder (files matching ``patterns``) or a glob; sorted, never empty."""
+    text = str(spec)
+    path = Path(text)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        found = sorted({p for pattern in patterns for p in path.glob(pattern) if p.is_file()})
+        if not found:
+            raise InputError(f"{path}: folder holds no input files matching {', '.join(patterns)}")
+        return found
+    if any(ch in text for ch in "*?["):
+        found = sorted(Path(p) for p in glob.glob(text) if Path(p).is_file())
+        if not found:
+            raise InputError(f"{text}: no file matches this pattern")
+        return found
+    raise InputError(f"{text}: input file not found")
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(2) == b"\x1f\x8b"
+
+
+def _first_byte(path: Path) -> bytes:
+    """The first non-blank byte of the (decompressed) file, or b'' when it is empty."""
+    opener = gzip.open if _is_gzip(path) else open
+    with opener(path, "rb") as handle:
+        while chunk := handle.read(4096):
+            stripped = chunk.lstrip()
+            if stripped:
+                return stripped[:1]
+    return b""
+
+
+def read_records(path: Path) -> pl.DataFrame:
+    """One input file as a DataFrame with provenance columns; JSON array, JSON lines or CSV, gzip or plain.
+
+    JSON lines and CSV go through pyarrow's columnar readers; a JSON *array*
+    (FastChat's pretty-printed ``clean_battle*.json``) is parsed whole and
+    converted in one step.  Any failure becomes an InputError naming the file.
+    """
+    try:
+        first = _first_byte(path)
+        if not first:
+            raise InputError(f"{path}: input file is empty")
+        name = path.name.lower().removesuffix(".gz")
+        if name.endswith(".csv"):
+            stream = pa.input_stream(str(path), compression="gzip" if _is_gzip(path) else None)
+            table = pa_csv.read_csv(stream)
+            frame = pl.from_arrow(table)
+        elif first == b"[":
+            opener = gzip.open if _is_gzip(path) else open
+            with opener(path, "rt", encoding="utf-8") as handle:
+                records = json.load(handle)
+            if not records:
+                raise InputError(f"{path}: input file holds an empty JSON array")
+            if not all(isinstance(r, dict) for r in records):
+                raise InputError(f"{path}: JSON array must hold objects (one per row)")
+            frame = pl.from_dicts(records, infer_schema_length=None)
+        elif first == b"{":
+            stream = pa.input_stream(str(path), compression="gzip" if _is_gzip(path) else None)
+            table = pa_json.read_json(stream, read_options=pa_json.ReadOptions(block_size=_JSON_BLOCK_SIZE))
+            frame = pl.from_arrow(table)
+        else:
+            raise InputError(f"{path}: not JSON (array or lines) or CSV: starts with {first!r}")
+    except InputError:
+        raise
+    except (pa.ArrowInvalid, json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError, zlib.error) as err:
+        raise InputError(f"{path}: cannot be parsed ({type(err).__name__}: {str(err).splitlines()[0]})") from err
+    if not isinstance(frame, pl.DataFrame) or frame.height == 0:
+        raise InputError(f"{path}: input file holds no rows")
+    return frame.with_columns(
+        pl.lit(str(path)).alias(SOURCE_FILE), pl.int_range(pl.len(), dtype=pl.Int64).alias(SOURCE_ROW)
+    )
+
+
+def read_all(paths: Iterable[Path]) -> pl.DataFrame:
+    """Several input files as one frame (columns unioned; types relaxed to a common supertype)."""
+    frames = [read_records(p) for p in paths]
+    return pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
+
+
+def require_columns(frame: pl.DataFrame, columns: Iterable[str], paths: Sequence[Path], what: str) -> None:
+    """InputError naming the file(s) and the first absent column the format needs."""
+    for column in columns:
+        if column not in frame.columns:
+            names = ", ".join(str(p) for p in paths)
+            raise InputError(f"{names}: {what} input lacks required column '{column}'")
+
+
+def column_or_null(frame: pl.DataFrame, column: str, dtype: pl.DataType = pl.String) -> pl.Expr:
+    """The column when present, else a typed null (optional fields)."""
+    return pl.col(column) if column in frame.columns else pl.lit(None, dtype=dtype)
+
+
+def as_text(frame: pl.DataFrame, column: str) -> pl.Expr:
+    """A column as text for ids and keys (lists are joined with '/'), nulls as ''."""
+    dtype = frame.schema[column]
+    if isinstance(dtype, pl.List):
+        return pl.col(column).list.eval(pl.element().cast(pl.String)).list.join("/").fill_null("")
+    return pl.col(column).cast(pl.String).fill_null("")
+
+
+def judge_parts(frame: pl.DataFrame, options: ImportOptions, paths: Sequence[Path]) -> tuple[pl.Expr, pl.Expr]:
+    """(judge name, prompt template name) from FastChat's ``judge`` field, ``[model, prompt]`` or a plain string.
+
+    ``--judge`` wins over the file; a file without any judge field needs ``--judge``.
+    """
+    prompt = pl.lit(None, dtype=pl.String)
+    if "judge" in frame.columns and isinstance(frame.schema["judge"], pl.List):
+        prompt = pl.col("judge").list.get(1, null_on_oob=True).cast(pl.String)
+    if options.judge:
+        return pl.lit(options.judge), prompt
+    if "judge" not in frame.columns:
+        names = ", ".join(str(p) for p in paths)
+        raise InputError(f"{names}: no 'judge' field in the file; name the judge with --judge")
+    if isinstance(frame.schema["judge"], pl.List):
+        return pl.col("judge").list.get(0, null_on_oob=True).cast(pl.String), prompt
+    return pl.col("judge").cast(pl.String), prompt
+
+
+def fixed_day(options: ImportOptions) -> pl.Expr:
+    """00:00 UTC of the documented default day, for sources without time stamps."""
+    moment = dt.datetime.combine(options.default_date, dt.time(), tzinfo=dt.timezone.utc)
+    return pl.lit(moment, dtype=pl.Datetime("us", "UTC"))
+
+
+def fixed_epoch_seconds(options: ImportOptions) -> float:
+    """The default day as epoch seconds, for columns that otherwise hold FastChat's ``tstamp``."""
+    return dt.datetime.combine(options.default_date, dt.time(), tzinfo=dt.timezone.utc).timestamp()
+
+
+def pick_length_unit(options: ImportOptions) -> str:
+    if options.length_unit not in ("chars", "words"):
+        raise InputError(f"--length-unit must be 'chars' or 'words', not {options.length_unit!r}")
+    return options.length_unit
+
+
+# ---------------------------------------------------------------------------------------------- finalizing
+
+
+def _dead_letters(raw: pl.DataFrame, reasons: pl.Series, mask: pl.Series) -> pa.Table:
+    """Rejected rows: every original field as text, then reason, source file and row (the dead-letter contract)."""
+    original = [c for c in raw.columns if c not in (SOURCE_FILE, SOURCE_ROW)]
+    texts = []
+    for column in original:
+        dtype = raw.schema[column]
+        if isinstance(dtype, (pl.List, pl.Array)):
+            texts.append(pl.col(column).list.eval(pl.element().cast(pl.String)).list.join(", ").alias(column))
+        elif isinstance(dtype, pl.Struct):
+            texts.append(pl.col(column).struct.json_encode().alias(column))
+        else:
+            texts.append(pl.col(column).cast(pl.String).alias(column))
+    dead = (
+        raw.with_columns(reasons.alias(REASON))
+        .filter(mask)
+        .select(
+            *texts,
+            pl.col(REASON).alias("reason"),
+            pl.col(SOURCE_FILE).alias("source_file"),
+            pl.col(SOURCE_ROW).cast(pl.Int64).alias("source_row"),
+        )
+    )
+    meta_names = {"reason", "source_file", "source_row"}
+    schema = dead_letter_schema(pa.schema([pa.field(c, pa.string()) for c in original if c not in meta_names]))
+    # An original column named like a meta field would be shadowed; the contract's meta wins.
+    return dead.select(schema.names).to_arrow().cast(schema)
+
+
+def _split(raw: pl.DataFrame, checked: pl.DataFrame, id_column: str, dup_reason: str) -> tuple[pl.Series, pl.Series]:
+    """(reason per row, mask of rejected rows), adding duplicates among otherwise valid rows."""
+    valid_id = pl.when(pl.col(REASON).is_null()).then(pl.col(id_column))
+    reasons = checked.select(
+        pl.when(pl.col(REASON).is_null() & ~valid_id.is_first_distinct())
+        .then(pl.lit(dup_reason))
+        .otherwise(pl.col(REASON))
+        .alias(REASON)
+    ).to_series()
+    if raw.height != checked.height:  # a join gone wrong would misalign dead letters with their rows
+        raise AssertionError(f"mapped rows ({checked.height}) do not align with source rows ({raw.height})")
+    return reasons, reasons.is_not_null()
+
+
+def finalize_battles(
+    raw: pl.DataFrame, mapped: pl.DataFrame, *, sources: Sequence[Path], source_rows: int, notes: Sequence[str] = ()
+) -> ImportResult:
+    """Validate ``mapped`` (row-aligned with ``raw``) with the ingest's rules; valid rows → BATTLE_SCHEMA.
+
+    ``mapped`` holds :data:`BATTLE_MAPPED` plus ``__reason`` (a format-specific
+    rejection such as ``no_verdict``, null when the mapping succeeded).  The
+    format's reason takes precedence over the generic rules.
+    """
+    checked = mapped.with_columns(
+        timestamp_expr(mapped.schema["ts"], "ts").alias("__ts"),
+        length_expr("len_a", mapped.schema["len_a"]).alias("__len_a"),
+        length_expr("len_b", mapped.schema["len_b"]).alias("__len_b"),
+    )
+    rule = battle_reason_expr(checked.schema, "__ts", ("__len_a", "__len_b"))
+    checked = checked.with_columns(pl.coalesce(pl.col(REASON), rule).alias(REASON))
+    reasons, rejected = _split(raw, checked, "battle_id", REASON_DUPLICATE_ID)
+    valid = checked.filter(~rejected).select(
+        pl.col("battle_id").cast(pl.String),
+        pl.col("__ts").alias("ts"),
+        pl.col("judge").cast(pl.String),
+        pl.col("model_a").cast(pl.String),
+        pl.col("model_b").cast(pl.String),
+        winner_expr("winner").alias("winner"),
+        pl.col("prompt_id").cast(pl.String),
+        pl.col("__len_a").round().cast(pl.Int64).alias("len_a"),
+        pl.col("__len_b").round().cast(pl.Int64).alias("len_b"),
+        pl.lit(None, dtype=pl.String).alias("family_a"),
+        pl.lit(None, dtype=pl.String).alias("family_b"),
+        pl.lit(None, dtype=pl.String).alias("judge_family"),
+    )
+    return ImportResult(
+        kind="battles",
+        rows=valid.to_arrow().cast(BATTLE_SCHEMA),
+        dead_letters=_dead_letters(raw, reasons, rejected),
+        rows_read=raw.height,
+        source_rows=source_rows,
+        sources=tuple(str(p) for p in sources),
+        notes=tuple(notes),
+    )
+
+
+def finalize_scores(
+    raw: pl.DataFrame, mapped: pl.DataFrame, *, sources: Sequence[Path], source_rows: int, notes: Sequence[str] = ()
+) -> ImportResult:
+    """Score rows (ordinal single-answer grades) → SCORE_SCHEMA, with the ingest's score rules."""
+    checked = mapped.with_columns(
+        timestamp_expr(mapped.schema["ts"], "ts").alias("__ts"),
+        score_value_expr(mapped.schema["score"], "score").alias("__score"),
+        length_expr("len", mapped.schema["len"]).alias("__len"),
+    )
+    rule = score_reason_expr(checked.schema, "__ts", "__score", "__len")
+    checked = checked.with_columns(pl.coalesce(pl.col(REASON), rule).alias(REASON))
+    reasons, rejected = _split(raw, checked, "score_id", REASON_DUPLICATE_SCORE_ID)
+    valid = checked.filter(~rejected).select(
+        pl.col("score_id").cast(pl.String),
+        pl.col("__ts").alias("ts"),
+        pl.col("judge").cast(pl.String),
+        pl.col("model").cast(pl.String),
+        pl.col("prompt_id").cast(pl.String),
+        pl.col("__score").alias("score"),
+        pl.col("__len").round().cast(pl.Int64).alias("len"),
+        pl.lit(None, dtype=pl.String).alias("family"),
+        pl.lit(None, dtype=pl.String).alias("judge_family"),
+    )
+    return ImportResult(
+        kind="scores",
+        rows=valid.to_arrow().cast(SCORE_SCHEMA),
+        dead_letters=_dead_letters(raw, reasons, rejected),
+        rows_read=raw.height,
+        source_rows=source_rows,
+        sources=tuple(str(p) for p in sources),
+        notes=tuple(notes),
+    )

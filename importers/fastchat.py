@@ -1,0 +1,92 @@
+"""FastChat / Chatbot Arena ``clean_battle*.json`` → battles.
+
+The arena's own log format already is ours in spirit: ``model_a`` is the
+answer shown first (left), ``winner`` holds the four FastChat verdicts,
+``tstamp`` is the vote's epoch seconds and ``judge`` the voter.  What differs:
+
+* ``question_id`` (when present) is the arena's per-conversation id, so it is
+  the ``battle_id`` (FastChat's own dedupe key); without it the id is the
+  composite ``fastchat:<judge>:<tstamp>:<model_a>:<model_b>``.  No prompt
+  identity exists in these logs, so ``prompt_id`` stays null.
+* Token counts, when the log has ``conv_metadata``, give the lengths
+  (``sum_assistant_a_tokens`` / ``_b``: tokens, FastChat's style-control unit).
+* Everything else (``anony``, ``turn``, ``language`` ...) is not part of a battle
+  and is dropped; a row that is dead-lettered keeps all of it as text.
+
+Self-battles (a model against itself, present in both public samples) are
+converted like any other battle: the ingest's rules keep them.  A missing
+``tstamp`` column means the whole file is undated and gets the default day.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+from biasboard.importers.common import (
+    REASON,
+    ImportOptions,
+    ImportResult,
+    as_text,
+    finalize_battles,
+    fixed_day,
+    read_all,
+    require_columns,
+)
+from biasboard.schemas.errors import InputError
+
+PATTERNS = ("*.json", "*.json.gz", "*.jsonl", "*.jsonl.gz")
+TOKEN_FIELDS = ("sum_assistant_a_tokens", "sum_assistant_b_tokens")
+
+
+def _token_lengths(frame: pl.DataFrame) -> tuple[pl.Expr, pl.Expr]:
+    meta = frame.schema.get("conv_metadata")
+    if isinstance(meta, pl.Struct) and all(name in {f.name for f in meta.fields} for name in TOKEN_FIELDS):
+        return tuple(pl.col("conv_metadata").struct.field(name) for name in TOKEN_FIELDS)  # type: ignore[return-value]
+    return pl.lit(None, dtype=pl.Int64), pl.lit(None, dtype=pl.Int64)
+
+
+def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
+    raw = read_all(paths)
+    require_columns(raw, ("model_a", "model_b", "winner"), paths, "FastChat battle")
+    notes: list[str] = []
+    if options.judge:
+        judge = pl.lit(options.judge)
+    elif "judge" in raw.columns:
+        judge = pl.col("judge").cast(pl.String)
+    else:
+        raise InputError(f"{', '.join(map(str, paths))}: no 'judge' field in the file; name the judge with --judge")
+    time_column = next((c for c in ("tstamp", "ts") if c in raw.columns), None)
+    if time_column is None:
+        ts = fixed_day(options)
+        notes.append(f"no tstamp column: every battle dated {options.default_date.isoformat()} 00:00 UTC")
+    else:
+        ts = pl.col(time_column)
+    composite = pl.concat_str(
+        [
+            pl.lit("fastchat"),
+            judge.fill_null(""),
+            as_text(raw, time_column) if time_column else pl.lit(""),
+            pl.col("model_a").cast(pl.String).fill_null(""),
+            pl.col("model_b").cast(pl.String).fill_null(""),
+        ],
+        separator=":",
+    )
+    battle_id = (
+        pl.coalesce(pl.col("question_id").cast(pl.String), composite) if "question_id" in raw.columns else composite
+    )
+    len_a, len_b = _token_lengths(raw)
+    mapped = raw.select(
+        battle_id.alias("battle_id"),
+        ts.alias("ts"),
+        judge.alias("judge"),
+        pl.col("model_a").cast(pl.String),
+        pl.col("model_b").cast(pl.String),
+        pl.col("winner").cast(pl.String),
+        pl.lit(None, dtype=pl.String).alias("prompt_id"),
+        len_a.alias("len_a"),
+        len_b.alias("len_b"),
+        pl.lit(None, dtype=pl.String).alias(REASON),
+    )
+    return finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)

@@ -1,0 +1,105 @@
+"""LLMFAO comparison CSVs (crowd, GPT-4, GPT-3.5 on the same pairs) → battles.
+
+Columns: ``id, prompt, model_x, model_y, [worker,] winner, left, right``.
+``left`` is the name of ``model_x``, shown first (GPT judges: "Model A output";
+crowd: the left panel); ``winner`` is ``left`` / ``right`` / ``tie``.  So
+``model_a`` = ``left``, ``model_b`` = ``right``, and left → ``model_a``,
+right → ``model_b``, tie → ``tie``.  Any other verdict reaches the rules as is
+(``bad_winner``).
+
+Judge: the file name's prefix (``crowd``, ``gpt4``, ``gpt3``: ``gpt4-crowd-
+comparisons.csv`` is GPT-4 on the crowd's subset), or ``--judge``.
+``battle_id`` = ``llmfao:<judge>:<id>`` (crowd rows add ``:<worker>``: one pair
+is voted on by several workers), so the GPT-4 rows repeated in
+``gpt4-crowd-comparisons.csv`` carry the same ids as in ``gpt4-comparisons.csv``.
+``prompt_id`` is LLMFAO's prompt id.  The files are undated: every battle gets
+the default day.  Lengths come from ``response_lengths.csv`` beside the input
+when present (joined on model id and prompt id; ``len_chars`` or ``len_words``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+from biasboard.importers.common import (
+    REASON,
+    SOURCE_FILE,
+    ImportOptions,
+    ImportResult,
+    finalize_battles,
+    fixed_day,
+    pick_length_unit,
+    read_all,
+    read_records,
+    require_columns,
+)
+
+PATTERNS = ("*comparisons.csv", "*comparisons.csv.gz")
+REQUIRED = ("id", "prompt", "model_x", "model_y", "winner", "left", "right")
+LENGTHS_SIDECAR = "response_lengths.csv"
+
+
+def judge_from_file(path: str) -> str:
+    """``gpt4-crowd-comparisons.csv`` → ``gpt4``; ``crowd-comparisons.csv`` → ``crowd``."""
+    return Path(path).name.split("-")[0]
+
+
+def _lengths(paths: Sequence[Path], unit: str) -> tuple[pl.DataFrame | None, Path | None]:
+    for path in paths:
+        sidecar = path.parent / LENGTHS_SIDECAR
+        if sidecar.is_file():
+            table = read_records(sidecar)
+            if {"model_id", "prompt_id", f"len_{unit}"} <= set(table.columns):
+                lengths = table.select(
+                    pl.col("model_id").cast(pl.String).alias("__model"),
+                    pl.col("prompt_id").cast(pl.String).alias("__prompt"),
+                    pl.col(f"len_{unit}").cast(pl.Int64).alias("__len"),
+                ).unique(subset=["__model", "__prompt"], keep="last", maintain_order=True)
+                return lengths, sidecar
+    return None, None
+
+
+def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
+    unit = pick_length_unit(options)
+    raw = read_all(paths)
+    require_columns(raw, REQUIRED, paths, "LLMFAO comparison")
+    if options.judge:
+        judge = pl.lit(options.judge)
+    else:
+        names = {str(p): judge_from_file(str(p)) for p in paths}
+        judge = pl.col(SOURCE_FILE).replace_strict(names, return_dtype=pl.String)
+    winner = pl.col("winner").cast(pl.String)
+    parts = [pl.lit("llmfao"), judge.fill_null(""), pl.col("id").cast(pl.String).fill_null("")]
+    if "worker" in raw.columns:
+        parts.append(pl.col("worker").cast(pl.String))  # null for GPT rows imported alongside: no suffix
+    mapped = raw.select(
+        pl.concat_str(parts, separator=":", ignore_nulls=True).alias("battle_id"),
+        fixed_day(options).alias("ts"),
+        judge.alias("judge"),
+        pl.col("left").cast(pl.String).alias("model_a"),
+        pl.col("right").cast(pl.String).alias("model_b"),
+        pl.when(winner == "left")
+        .then(pl.lit("model_a"))
+        .when(winner == "right")
+        .then(pl.lit("model_b"))
+        .otherwise(winner)
+        .alias("winner"),
+        pl.col("prompt").cast(pl.String).alias("prompt_id"),
+        pl.col("model_x").cast(pl.String).alias("__x"),
+        pl.col("model_y").cast(pl.String).alias("__y"),
+        pl.lit(None, dtype=pl.String).alias(REASON),
+    )
+    notes = [f"no time stamps in LLMFAO: every battle dated {options.default_date.isoformat()} 00:00 UTC"]
+    lengths, origin = _lengths(paths, unit)
+    if lengths is None:
+        mapped = mapped.with_columns(
+            pl.lit(None, dtype=pl.Int64).alias("len_a"), pl.lit(None, dtype=pl.Int64).alias("len_b")
+        )
+    else:
+        notes.append(f"lengths: {unit} from {origin}")
+        for model_column, length_column in (("__x", "len_a"), ("__y", "len_b")):
+            keyed = lengths.rename({"__model": model_column, "__prompt": "prompt_id", "__len": length_column})
+            mapped = mapped.join(keyed, on=[model_column, "prompt_id"], how="left", maintain_order="left")
+    return finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)

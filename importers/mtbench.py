@@ -1,0 +1,131 @@
+"""FastChat ``llm_judge`` pairwise judgments (MT-Bench ``gpt-4_pair.jsonl``) → two battles per line.
+
+Each line is one (question, turn, model_1, model_2) match judged twice
+(FastChat ``play_a_match_pair``): game 1 shows ``model_1`` as Assistant A,
+game 2 shows ``model_2`` as Assistant A.  FastChat maps both verdicts back to
+model labels before writing (``g1_map = {A: model_1, B: model_2}``,
+``g2_map = {A: model_2, B: model_1}``), so:
+
+====== ============ ============= ============================== ==========================
+game   ``model_a``  ``model_b``   ``gN_winner == "model_1"`` →   ``"model_2"`` →
+====== ============ ============= ============================== ==========================
+g1     model_1      model_2       ``model_a``                    ``model_b``
+g2     model_2      model_1       ``model_b``                    ``model_a``
+====== ============ ============= ============================== ==========================
+
+``tie`` stays ``tie``; ``error`` (no ``[[A]]/[[B]]/[[C]]`` in the judge's text)
+is dead-lettered as ``no_verdict``, per game, so one bad game never costs the
+other.  One line is therefore two conversion units: ``rows_read`` counts games,
+and a dead letter carries the whole line plus its ``game`` (1 or 2).
+
+``judge`` is FastChat's ``[model, prompt]`` pair: the judge is the model; the
+prompt template only enters the id.  ``prompt_id`` is ``<question_id>:t<turn>``
+so both games of a match (and the same question in other MT-Bench sources)
+share it.  ``battle_id`` is
+``mtbench-pair:<judge>:<prompt>:<question>:t<turn>:<model_1>:<model_2>:<tstamp>:g<game>``.
+Lengths come from the run's ``model_answer`` folder when present (see
+:mod:`biasboard.importers.answers`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+from biasboard.importers.answers import answer_lengths, default_answers_dir
+from biasboard.importers.common import (
+    REASON,
+    REASON_NO_VERDICT,
+    ImportOptions,
+    ImportResult,
+    as_text,
+    column_or_null,
+    finalize_battles,
+    fixed_day,
+    judge_parts,
+    read_all,
+    require_columns,
+)
+
+PATTERNS = ("*pair*.jsonl", "*pair*.jsonl.gz")
+REQUIRED = ("question_id", "model_1", "model_2", "g1_winner", "g2_winner")
+
+
+def explode_games(raw: pl.DataFrame) -> pl.DataFrame:
+    """Two rows per match line, game 1 then game 2, in line order."""
+    return raw.with_columns(pl.lit([1, 2], dtype=pl.List(pl.Int64)).alias("game")).explode("game")
+
+
+def shown_order_winner(game: pl.Expr, verdict: pl.Expr) -> pl.Expr:
+    """FastChat's model-label verdict → our shown-order winner (see the table in the module doc)."""
+    first_is_model_1 = game == 1
+    return (
+        pl.when(verdict == "tie")
+        .then(pl.lit("tie"))
+        .when(verdict == "model_1")
+        .then(pl.when(first_is_model_1).then(pl.lit("model_a")).otherwise(pl.lit("model_b")))
+        .when(verdict == "model_2")
+        .then(pl.when(first_is_model_1).then(pl.lit("model_b")).otherwise(pl.lit("model_a")))
+        .otherwise(verdict)  # anything else reaches the rules unchanged: bad_winner (or missing:winner)
+    )
+
+
+def attach_answer_lengths(
+    frame: pl.DataFrame, lengths: pl.DataFrame | None, pairs: Sequence[tuple[str, str]]
+) -> pl.DataFrame:
+    """Left-join answer lengths for each (model column → length column) pair, keeping row order."""
+    for model_column, length_column in pairs:
+        if lengths is None:
+            frame = frame.with_columns(pl.lit(None, dtype=pl.Int64).alias(length_column))
+            continue
+        keyed = lengths.rename({"model": model_column, "question_id": "__qid", "turn": "__turn", "len": length_column})
+        frame = frame.join(keyed, on=[model_column, "__qid", "__turn"], how="left", maintain_order="left")
+    return frame
+
+
+def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
+    lines = read_all(paths)
+    require_columns(lines, REQUIRED, paths, "MT-Bench pair")
+    judge, prompt = judge_parts(lines, options, paths)
+    notes: list[str] = []
+    raw = explode_games(lines)
+    game = pl.col("game")
+    turn = column_or_null(raw, "turn", pl.Int64).cast(pl.Int64).fill_null(1)
+    verdict = pl.when(game == 1).then(pl.col("g1_winner")).otherwise(pl.col("g2_winner")).cast(pl.String)
+    ts = pl.col("tstamp") if "tstamp" in raw.columns else fixed_day(options)
+    if "tstamp" not in raw.columns:
+        notes.append(f"no tstamp column: every battle dated {options.default_date.isoformat()} 00:00 UTC")
+    qid = pl.col("question_id").cast(pl.String)
+    battle_id = pl.concat_str(
+        [
+            pl.lit("mtbench-pair"),
+            judge.fill_null(""),
+            prompt.fill_null(""),
+            qid.fill_null(""),
+            pl.format("t{}", turn),
+            pl.col("model_1").cast(pl.String).fill_null(""),
+            pl.col("model_2").cast(pl.String).fill_null(""),
+            as_text(raw, "tstamp") if "tstamp" in raw.columns else pl.lit(""),
+            pl.format("g{}", game),
+        ],
+        separator=":",
+    )
+    mapped = raw.select(
+        battle_id.alias("battle_id"),
+        ts.alias("ts"),
+        judge.alias("judge"),
+        pl.when(game == 1).then(pl.col("model_1")).otherwise(pl.col("model_2")).cast(pl.String).alias("model_a"),
+        pl.when(game == 1).then(pl.col("model_2")).otherwise(pl.col("model_1")).cast(pl.String).alias("model_b"),
+        shown_order_winner(game, verdict).alias("winner"),
+        pl.format("{}:t{}", qid, turn).alias("prompt_id"),
+        pl.when(verdict == "error").then(pl.lit(REASON_NO_VERDICT)).otherwise(None).cast(pl.String).alias(REASON),
+        qid.alias("__qid"),
+        turn.alias("__turn"),
+    )
+    answers_dir = options.answers_dir or default_answers_dir(paths)
+    lengths = answer_lengths(answers_dir) if answers_dir else None
+    if lengths is not None:
+        notes.append(f"lengths: characters of the judged answer turns, from {answers_dir}")
+    mapped = attach_answer_lengths(mapped, lengths, (("model_a", "len_a"), ("model_b", "len_b")))
+    return finalize_battles(raw, mapped, sources=paths, source_rows=lines.height, notes=notes)

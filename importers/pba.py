@@ -1,0 +1,97 @@
+"""Position-Bias-Analyzer judgment files (MT-Bench, DevBench, the 9-judge repetition subset) → battles.
+
+Each row is one judge call on one presentation order: ``model_a`` is the answer
+shown first (``position_a == "first"`` in every published row; a row saying
+``"second"`` is swapped into shown order, anything else is ``unknown_order``),
+``winner`` is already ``model_a`` / ``model_b`` / ``tie`` (extracted with the
+repository's own regexes from ``verdict`` A / B / C), and a null verdict (the
+judge's text matched no pattern) is dead-lettered as ``no_verdict``.  Both
+orders of a pair are separate rows, so pairing them back (flip rates) is the
+ingest's job, by ``prompt_id`` and the model pair.
+
+``battle_id`` = ``pba:<benchmark>:<judge>:r<repetition>:<question>[:t<turn>]:<model_a>:<model_b>``
+(repetition 0 in the main files) — the files have no ids and no time stamps
+(every battle gets the default day).  ``prompt_id`` = ``<question>:t<turn>`` for
+MT-Bench (turn 2 rows: the judge saw the whole two-turn dialogue), ``<question>``
+for DevBench.  Lengths: ``len_chars_*`` (default; both turns for MT-Bench) or
+``len_words_*``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+from biasboard.importers.common import (
+    REASON,
+    REASON_NO_VERDICT,
+    REASON_UNKNOWN_ORDER,
+    ImportOptions,
+    ImportResult,
+    column_or_null,
+    finalize_battles,
+    fixed_day,
+    judge_parts,
+    pick_length_unit,
+    read_all,
+    require_columns,
+)
+
+PATTERNS = ("*judgments*.jsonl", "*judgments*.jsonl.gz")
+REQUIRED = ("question_id", "model_a", "model_b", "winner")
+SWAPPED = {"model_a": "model_b", "model_b": "model_a"}
+
+
+def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
+    unit = pick_length_unit(options)
+    raw = read_all(paths)
+    require_columns(raw, REQUIRED, paths, "Position-Bias-Analyzer judgment")
+    judge, _ = judge_parts(raw, options, paths)
+    position = column_or_null(raw, "position_a").cast(pl.String).fill_null("first")
+    second = position == "second"
+    benchmark = column_or_null(raw, "benchmark").cast(pl.String).fill_null("")
+    repetition = column_or_null(raw, "repetition", pl.Int64).cast(pl.String).fill_null("0")
+    turn = column_or_null(raw, "turn", pl.Int64).cast(pl.String)
+    qid = pl.col("question_id").cast(pl.String)
+    a, b = pl.col("model_a").cast(pl.String), pl.col("model_b").cast(pl.String)
+    len_a = column_or_null(raw, f"len_{unit}_a", pl.Int64)
+    len_b = column_or_null(raw, f"len_{unit}_b", pl.Int64)
+    winner = pl.col("winner").cast(pl.String)
+    battle_id = pl.concat_str(
+        [
+            pl.lit("pba"),
+            benchmark,
+            judge.fill_null(""),
+            pl.format("r{}", repetition),
+            qid.fill_null(""),
+            pl.format("t{}", turn),  # null (no turn: DevBench) drops the part
+            a.fill_null(""),
+            b.fill_null(""),
+        ],
+        separator=":",
+        ignore_nulls=True,
+    )
+    mapped = raw.select(
+        battle_id.alias("battle_id"),
+        fixed_day(options).alias("ts"),
+        judge.alias("judge"),
+        pl.when(second).then(b).otherwise(a).alias("model_a"),
+        pl.when(second).then(a).otherwise(b).alias("model_b"),
+        pl.when(second).then(winner.replace(SWAPPED)).otherwise(winner).alias("winner"),
+        pl.when(turn.is_null()).then(qid).otherwise(pl.format("{}:t{}", qid, turn)).alias("prompt_id"),
+        pl.when(second).then(len_b).otherwise(len_a).alias("len_a"),
+        pl.when(second).then(len_a).otherwise(len_b).alias("len_b"),
+        pl.when(winner.is_null())
+        .then(pl.lit(REASON_NO_VERDICT))
+        .when(~position.is_in(["first", "second"]))
+        .then(pl.lit(REASON_UNKNOWN_ORDER))
+        .otherwise(pl.lit(None, dtype=pl.String))
+        .alias(REASON),
+    )
+    notes = [
+        f"no time stamps in Position-Bias-Analyzer files: every battle dated {options.default_date.isoformat()} "
+        "00:00 UTC",
+        f"lengths: {unit}",
+    ]
+    return finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)

@@ -1,0 +1,39 @@
+"""The import formats by CLI name: converter, the file patterns a folder input is searched with, and a summary."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from biasboard.importers import alpacaeval, fastchat, llmfao, mtbench, pba, scores
+from biasboard.importers.common import ImportOptions, ImportResult
+
+
+@dataclass(frozen=True)
+class ImportFormat:
+    name: str
+    convert: Callable[[Sequence[Path], ImportOptions], ImportResult]
+    patterns: tuple[str, ...]
+    summary: str
+
+
+FORMATS: dict[str, ImportFormat] = {
+    f.name: f
+    for f in (
+        ImportFormat("fastchat", fastchat.convert, fastchat.PATTERNS, "FastChat/arena clean_battle JSON"),
+        ImportFormat("mtbench-pair", mtbench.convert, mtbench.PATTERNS, "FastChat llm_judge pair judgments (2 games)"),
+        ImportFormat("mtbench-single", scores.convert, scores.PATTERNS, "single-answer 1-10 grades → score rows"),
+        ImportFormat("alpacaeval", alpacaeval.convert, alpacaeval.PATTERNS, "AlpacaEval annotations"),
+        ImportFormat("llmfao", llmfao.convert, llmfao.PATTERNS, "LLMFAO comparison CSVs (left/right)"),
+        ImportFormat("pba", pba.convert, pba.PATTERNS, "Position-Bias-Analyzer judgments (both orders)"),
+    )
+}
+
+
+def import_path(format_name: str, spec: str | Path, options: ImportOptions | None = None) -> ImportResult:
+    """Convert the file, folder or glob ``spec`` in format ``format_name`` (no output written)."""
+    from biasboard.importers.common import resolve_inputs
+
+    fmt = FORMATS[format_name]
+    return fmt.convert(resolve_inputs(spec, fmt.patterns), options or ImportOptions())

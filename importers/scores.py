@@ -1,0 +1,128 @@
+"""Single-answer grades (FastChat ``gpt-4_single.jsonl``, Arena-Bench-v1 judgments) → score rows.
+
+FastChat's single grading writes one line per (model, question, turn):
+``score`` is the integer parsed from the judge's ``[[n]]``, ``-1`` when the
+judge gave none (FastChat's ``show_result.py`` drops those), ``judge`` is
+``[model, prompt]``.  Arena-Bench-v1 files are the same format without
+``judge``/``turn``/``tstamp`` on most rows (pass ``--judge``) and with
+``null`` for a missing rating and whole floats such as ``10.0``.
+
+Mapping and decisions:
+
+* ``score`` null or ``-1`` → dead letter ``no_verdict``; a half point (8.5, 9.5:
+  the judge wrote ``[[8.5]]``) is not an ordinal grade → ``bad_score`` (the
+  ingest's rule); ``10.0`` is the grade 10.
+* ``score_id`` = ``single:<judge>:<prompt>:<question>:t<turn>:<model>:<tstamp>``:
+  the time stamp keeps both judgments when a run graded regenerated answers
+  twice (alvarobartt's ``mistral-orpo``), while a copy of the same judgment in
+  another file collides and is deduplicated.
+* ``prompt_id`` = ``<question>:t<turn>`` (turn defaults to 1), as for pairs.
+* ``ts`` from ``tstamp``; rows without one get the default day (the manifest
+  counts them).
+* ``len``: characters of the judged answer turn(s) from a FastChat
+  ``model_answer`` folder beside the judgments, or, for Arena-Bench-v1, the
+  ``answer_chars`` of a ``scores.csv`` beside the input (the judged text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+from biasboard.importers.answers import answer_lengths, default_answers_dir
+from biasboard.importers.common import (
+    REASON,
+    REASON_NO_VERDICT,
+    ImportOptions,
+    ImportResult,
+    as_text,
+    column_or_null,
+    finalize_scores,
+    fixed_epoch_seconds,
+    judge_parts,
+    read_all,
+    read_records,
+    require_columns,
+)
+from biasboard.importers.mtbench import attach_answer_lengths
+
+PATTERNS = ("*single*.jsonl", "*single*.jsonl.gz", "judgments.jsonl", "judgments.jsonl.gz")
+REQUIRED = ("question_id", "model", "score")
+SCORES_SIDECAR = "scores.csv"
+
+
+def _sidecar_lengths(paths: Sequence[Path]) -> tuple[pl.DataFrame | None, Path | None]:
+    """Arena-Bench-v1's ``scores.csv`` (question_id, model, answer_chars) beside the input, keyed like answers."""
+    for path in paths:
+        sidecar = path.parent / SCORES_SIDECAR
+        if sidecar.is_file():
+            table = read_records(sidecar)
+            if {"question_id", "model", "answer_chars"} <= set(table.columns):
+                lengths = table.select(
+                    pl.col("model").cast(pl.String),
+                    pl.col("question_id").cast(pl.String),
+                    pl.lit(1, dtype=pl.Int64).alias("turn"),
+                    pl.col("answer_chars").cast(pl.Int64).alias("len"),
+                ).unique(subset=["model", "question_id", "turn"], keep="last", maintain_order=True)
+                return lengths, sidecar
+    return None, None
+
+
+def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
+    raw = read_all(paths)
+    require_columns(raw, REQUIRED, paths, "single-answer grading")
+    judge, prompt = judge_parts(raw, options, paths)
+    notes: list[str] = []
+    turn = column_or_null(raw, "turn", pl.Int64).cast(pl.Int64).fill_null(1)
+    stamp = column_or_null(raw, "tstamp", pl.Float64)
+    undated = raw.height if "tstamp" not in raw.columns else raw["tstamp"].null_count()
+    if undated:
+        notes.append(f"{undated} rows without tstamp dated {options.default_date.isoformat()} 00:00 UTC")
+    # Epoch seconds for the rules; an unparseable stamp becomes NaN (bad_timestamp), never the default day.
+    seconds = stamp.cast(pl.Float64, strict=False)
+    ts = (
+        pl.when(stamp.is_null())
+        .then(pl.lit(fixed_epoch_seconds(options)))
+        .when(seconds.is_null())
+        .then(pl.lit(float("nan")))
+        .otherwise(seconds)
+    )
+    qid = pl.col("question_id").cast(pl.String)
+    score = pl.col("score").cast(pl.Float64, strict=False)
+    score_id = pl.concat_str(
+        [
+            pl.lit("single"),
+            judge.fill_null(""),
+            prompt.fill_null(""),
+            qid.fill_null(""),
+            pl.format("t{}", turn),
+            pl.col("model").cast(pl.String).fill_null(""),
+            as_text(raw, "tstamp") if "tstamp" in raw.columns else pl.lit(""),
+        ],
+        separator=":",
+    )
+    mapped = raw.select(
+        score_id.alias("score_id"),
+        ts.alias("ts"),
+        judge.alias("judge"),
+        pl.col("model").cast(pl.String),
+        pl.format("{}:t{}", qid, turn).alias("prompt_id"),
+        pl.col("score"),
+        pl.when(pl.col("score").is_null() | (score == -1))
+        .then(pl.lit(REASON_NO_VERDICT))
+        .otherwise(None)
+        .cast(pl.String)
+        .alias(REASON),
+        qid.alias("__qid"),
+        turn.alias("__turn"),
+    )
+    answers_dir = options.answers_dir or default_answers_dir(paths)
+    if answers_dir is not None:
+        lengths, origin = answer_lengths(answers_dir), answers_dir
+    else:
+        lengths, origin = _sidecar_lengths(paths)
+    if lengths is not None:
+        notes.append(f"lengths: characters of the judged answer, from {origin}")
+    mapped = attach_answer_lengths(mapped, lengths, (("model", "len"),))
+    return finalize_scores(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)

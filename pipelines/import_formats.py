@@ -1,0 +1,104 @@
+"""``biasboard import``: other tools' judge logs → biasboard's day-partitioned battle (or score) Parquet.
+
+Examples::
+
+    biasboard import --format fastchat --in clean_battle_20240220.json.gz --out imported/genai
+    biasboard import --format mtbench-pair --in data/mt_bench/model_judgment/gpt-4_pair.jsonl --out imported/mtb
+    biasboard import --format mtbench-single --in judgments.jsonl.gz --judge gpt-4 --out imported/arena-bench
+    biasboard import --format alpacaeval --in alpacaeval/ --out imported/alpacaeval
+    biasboard import --format pba --in mtbench-position-bias-analyzer/ --out imported/pba
+    biasboard refresh --input 'imported/pba/battles/**/*.parquet' --state state --out site
+
+``--in`` is a file, a folder (searched with the format's file patterns) or a
+glob.  Conversion is columnar (pyarrow/polars on whole files) and needs no Beam
+runner: these files are small next to battle logs, and the ingest that reads the
+output is the Beam job.  Every input row is either converted or dead-lettered
+with a reason; the printed counts and ``OUT/import_manifest.json`` add up.
+Each format's module docstring (``biasboard.importers.<format>``) says exactly how
+its verdicts and shown order are mapped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from pathlib import Path
+
+from biasboard.importers.common import DEFAULT_DATE, ImportOptions, resolve_inputs
+from biasboard.importers.output import summary_lines, write_import
+from biasboard.importers.registry import FORMATS
+from biasboard.schemas.errors import InputError
+
+
+def _date(text: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not a YYYY-MM-DD date: {text!r}") from err
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    formats = "; ".join(f"{f.name}: {f.summary}" for f in FORMATS.values())
+    parser.add_argument("--format", required=True, choices=sorted(FORMATS), help=f"input format ({formats})")
+    parser.add_argument("--in", dest="input", required=True, metavar="PATH", help="input file, folder or glob")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (one import per folder)")
+    parser.add_argument(
+        "--date",
+        type=_date,
+        default=DEFAULT_DATE,
+        metavar="YYYY-MM-DD",
+        help=f"day stamped on rows whose source has no time stamp (default {DEFAULT_DATE.isoformat()}, "
+        "an obviously artificial day)",
+    )
+    parser.add_argument("--judge", help="judge name for every row (needed when the file names none)")
+    parser.add_argument(
+        "--length-unit",
+        choices=("chars", "words"),
+        default="chars",
+        help="length column to use where the source has both (alpacaeval, llmfao, pba; default chars)",
+    )
+    parser.add_argument(
+        "--tie-band",
+        type=float,
+        default=0.0,
+        metavar="W",
+        help="alpacaeval: a preference within W of 1.5 is a tie (default 0: only exactly 1.5)",
+    )
+    parser.add_argument(
+        "--answers",
+        metavar="DIR",
+        help="mtbench-pair/-single: FastChat model_answer folder for lengths (default: ../model_answer if present)",
+    )
+
+
+def run(args: argparse.Namespace, beam_args: list[str]) -> int:
+    if beam_args:
+        raise InputError(f"unrecognised arguments: {' '.join(beam_args)} (import runs no Beam pipeline)")
+    fmt = FORMATS[args.format]
+    paths = resolve_inputs(args.input, fmt.patterns)
+    answers = Path(args.answers) if args.answers else None
+    if answers is not None and not answers.is_dir():
+        raise InputError(f"{answers}: --answers folder not found")
+    options = ImportOptions(
+        default_date=args.date,
+        judge=args.judge,
+        length_unit=args.length_unit,
+        tie_band=args.tie_band,
+        answers_dir=answers,
+    )
+    result = fmt.convert(paths, options)
+    manifest = write_import(
+        result,
+        Path(args.out),
+        fmt.name,
+        {
+            "date": args.date.isoformat(),
+            "judge": args.judge,
+            "length_unit": args.length_unit,
+            "tie_band": args.tie_band,
+            "answers": args.answers,
+        },
+    )
+    for line in summary_lines(manifest, Path(args.out)):
+        print(line)
+    return 0
