@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=d.seed, help="random seed (default %(default)s)")
     parser.add_argument("--corr-length", type=float, default=d.corr_length, help="corr(θ, mean log length)")
     parser.add_argument("--self-battles", type=float, default=d.self_battles, help="share of model_a == model_b")
+    parser.add_argument("--self-identical", type=float, default=d.self_identical, help="of self-battles: same answer")
+    parser.add_argument("--hubs", type=int, default=d.hubs, help="multihub hubs (0: max(2, min(5, M/8)))")
+    parser.add_argument("--strata", type=int, default=d.strata, help="stratified strata (0: max(2, min(5, M/5)))")
     parser.add_argument("--prompts", type=int, default=d.prompts, help="distinct prompts (default %(default)s)")
     parser.add_argument("--families", type=int, default=d.families, help="model families (default %(default)s)")
     parser.add_argument("--position-skew", type=float, default=d.position_skew, help="SD of per-model first-slot")
@@ -76,6 +79,9 @@ def config_from_args(args: argparse.Namespace) -> SimulationConfig:
         seed=args.seed,
         corr_length=args.corr_length,
         self_battles=args.self_battles,
+        self_identical=args.self_identical,
+        hubs=args.hubs,
+        strata=args.strata,
         prompts=args.prompts,
         families=args.families,
         position_skew=args.position_skew,

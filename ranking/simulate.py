@@ -610,9 +610,7 @@ def _battle_table(config: SimulationConfig, params: Parameters, day: dt.date, co
     family = np.asarray(params.family_names)
     ts_day = (day - _EPOCH).days * _US_PER_DAY
     ts = (
-        _iso_timestamps(day, cols["micros"])
-        if iso
-        else pa.array(ts_day + cols["micros"], pa.timestamp("us", tz="UTC"))
+        _iso_timestamps(day, cols["micros"]) if iso else pa.array(ts_day + cols["micros"], pa.timestamp("us", tz="UTC"))
     )
     arrays = {
         "battle_id": _fixed_width_strings(_id_prefix(day), ids, 9),

@@ -8,6 +8,7 @@ drifts from DESIGN §4 fails them.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -84,7 +85,7 @@ def test_same_seed_same_data_other_seed_other_data():
     config = SimulationConfig(battles=4000, days=2, bad_rows=0.02, scores=0.1, self_battles=0.1, design="swiss")
     first = list(simulate_days(config))
     again = list(simulate_days(config))
-    other = list(simulate_days(SimulationConfig(**{**config.__dict__, "seed": 1})))
+    other = list(simulate_days(dataclasses.replace(config, seed=1)))
     for (d1, b1, s1), (d2, b2, s2) in zip(first, again, strict=True):
         assert d1 == d2 and b1.equals(b2) and s1.equals(s2)
     assert truth(config) == truth(config)
@@ -204,8 +205,10 @@ def test_hub_designs_put_a_hub_in_every_battle():
         assert len(hubs) == n_hubs
         has_hub = df["model_a"].is_in(hubs) | df["model_b"].is_in(hubs)
         assert has_hub.all()
-        # hubs are shown first or second at random
-        assert 0.45 < df["model_a"].is_in(hubs).mean() < 0.55 if n_hubs == 1 else True
+        assert not (df["model_a"].is_in(hubs) & df["model_b"].is_in(hubs)).all()  # spokes do play
+        # the order shown is a fair coin: the hub is first in about half the battles
+        if n_hubs == 1:
+            assert 0.48 < df["model_a"].is_in(hubs).mean() < 0.52
 
 
 def _standing_gap(df: pl.DataFrame, t: dict) -> np.ndarray:
