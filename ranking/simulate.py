@@ -107,6 +107,8 @@ from biasboard.schemas.errors import InputError, StateError
 DESIGNS: tuple[str, ...] = ("uniform", "swiss", "stratified", "hubspoke", "multihub", "popularity")
 
 #: Model families in the order they are used, with the name prefix a family map recognises.
+#: Models are named ``<prefix>-sim-NN`` and LLM judges ``<prefix>-sim-judge-K`` (human pools
+#: ``human-pool-K``), so the default family map assigns the same families as the columns.
 FAMILY_PREFIXES: dict[str, str] = {
     "openai": "gpt",
     "anthropic": "claude",
@@ -115,7 +117,7 @@ FAMILY_PREFIXES: dict[str, str] = {
     "mistral": "mistral",
     "alibaba": "qwen",
     "deepseek": "deepseek",
-    "microsoft": "phi",
+    "microsoft": "phi3",
     "xai": "grok",
     "cohere": "command-r",
 }
@@ -311,7 +313,8 @@ def draw_parameters(config: SimulationConfig) -> Parameters:
     judge_names = []
     for k, f in enumerate(judge_family):
         seen[f] = seen.get(f, 0) + 1
-        judge_names.append(f"human-pool-{seen[f]}" if judge_human[k] else f"judge-{family_names[f]}-{seen[f]}")
+        prefix = "human-pool" if judge_human[k] else f"{FAMILY_PREFIXES[family_names[f]]}-sim-judge"
+        judge_names.append(f"{prefix}-{seen[f]}")
 
     u = rng.normal(0.0, config.sd_u, n_judges)
     beta = config.beta0 + rng.normal(0.0, config.sd_beta, n_judges)

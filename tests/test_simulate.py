@@ -35,6 +35,7 @@ from biasboard.ranking.simulate import (
 from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA, WINNER_VALUES
 from biasboard.schemas.deadletter import MAX_RESPONSE_LENGTH
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.families import FamilyMap
 
 
 def _read_days(root: Path, kind: str) -> dict[str, pa.Table]:
@@ -68,9 +69,6 @@ def test_clean_files_follow_the_contracts(tmp_path):
         assert (df["family_a"] == df["model_a"].replace_strict(families)).all()
         assert (df["judge_family"] == df["judge"].replace_strict(judge_families)).all()
     assert rows == truth_doc["counts"]["valid"] == 3000
-    # a prefix family map recognises every model name
-    for model, family in families.items():
-        assert model.startswith(FAMILY_PREFIXES[family] + "-")
     assert Counter(judge_families.values())["human"] == 1
     scores = _read_days(tmp_path, "scores")
     assert list(scores) == list(days)
@@ -79,6 +77,16 @@ def test_clean_files_follow_the_contracts(tmp_path):
     assert score_df.height == truth_doc["counts"]["score_rows"] == 900
     assert score_df["score"].min() >= 1 and score_df["score"].max() <= config.grades
     assert score_df["score"].n_unique() >= config.grades - 2  # the thresholds spread grades over the scale
+
+
+def test_the_default_family_map_recognises_every_simulated_name():
+    """Data without family columns must get the same families from names alone."""
+    config = SimulationConfig(models=25, families=len(FAMILY_PREFIXES), judges=12, human_judges=2)
+    t = truth(config)
+    family_map = FamilyMap.with_user_rules(None)
+    named = [(m["model"], m["family"]) for m in t["models"]] + [(j["judge"], j["family"]) for j in t["judges"]]
+    assert {family for _, family in named} == {*FAMILY_PREFIXES, "human"}
+    assert [(name, family_map.family_of(name)) for name, _ in named] == named
 
 
 def test_same_seed_same_data_other_seed_other_data():
