@@ -1,0 +1,278 @@
+"""The backfill job end to end on the real FnApiRunner, over real Parquet files.
+
+Covers: every rejection reason dead-lettered and counted, the conservation
+identity per day and per run, duplicates across the files of a day, undated
+files, self-battles, scores, family-map override, day ranges, idempotent
+re-aggregation (a day is replaced, never added to), and the up-front errors.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from biasboard.pipelines import cli
+from biasboard.pipelines.backfill import run_backfill
+from biasboard.schemas.deadletter import MAX_RESPONSE_LENGTH
+from biasboard.schemas.errors import InputError
+from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.rules import BATTLE_REASONS
+from biasboard.transforms.cells import merge_cells, partial_cells
+from biasboard.transforms.read import day_of_path, list_input_days
+from biasboard.transforms.state import list_state_days, load_cells, load_dead_letters, load_score_cells, read_manifest
+from biasboard.transforms.validate import SeenIds
+
+UTC = dt.timezone.utc
+D1, D2 = "2024-05-01", "2024-05-02"
+
+
+def ts(day: str, hour: int = 12) -> dt.datetime:
+    return dt.datetime.fromisoformat(day).replace(hour=hour, tzinfo=UTC)
+
+
+def battle(bid, day=D1, judge="gpt-4", a="claude-2", b="llama-2-70b", winner="model_a", la=100, lb=50, t=None):
+    return {
+        "battle_id": bid,
+        "ts": t if t is not None else ts(day).isoformat(),
+        "judge": judge,
+        "model_a": a,
+        "model_b": b,
+        "winner": winner,
+        "len_a": la,
+        "len_b": lb,
+    }
+
+
+def write(path: Path, rows: list[dict], **extra_columns) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table(
+        {
+            "battle_id": pa.array([r["battle_id"] for r in rows], pa.string()),
+            "ts": pa.array([r["ts"] for r in rows], pa.string()),
+            "judge": pa.array([r["judge"] for r in rows], pa.string()),
+            "model_a": pa.array([r["model_a"] for r in rows], pa.string()),
+            "model_b": pa.array([r["model_b"] for r in rows], pa.string()),
+            "winner": pa.array([r["winner"] for r in rows], pa.string()),
+            "len_a": pa.array([r["len_a"] for r in rows], pa.float64()),
+            "len_b": pa.array([r["len_b"] for r in rows], pa.float64()),
+            **extra_columns,
+        }
+    )
+    pq.write_table(table, path, row_group_size=4)  # several row groups: batches inside a file
+    return path
+
+
+def day1_rows() -> list[dict]:
+    """Valid rows, self-battles, and one row for every rejection reason."""
+    return [
+        battle("v1"),
+        battle("v2", winner="tie"),
+        battle("v3", a="gpt-4", b="gpt-4", winner="tie (bothbad)"),  # self-battle: valid
+        battle("v4", winner=" Model_B ", la=None),
+        battle(None),  # missing:battle_id
+        battle("e2", t=""),  # missing:ts
+        battle("e3", judge="  "),  # missing:judge
+        battle("e4", a=None),  # missing:model_a
+        battle("e5", b=""),  # missing:model_b
+        battle("e6", winner=None),  # missing:winner
+        battle("e7", t="not a time"),  # bad_timestamp
+        battle("e8", winner="both"),  # bad_winner
+        battle("e9", la=float("nan")),  # bad_length
+        battle("e10", lb=-4),  # negative_length
+        battle("e11", la=MAX_RESPONSE_LENGTH * 10),  # absurd_length
+        battle("v1", winner="model_b"),  # duplicate_battle_id
+    ]
+
+
+@pytest.fixture()
+def logs(tmp_path: Path) -> Path:
+    root = tmp_path / "logs"
+    write(root / f"day={D1}" / "part-0.parquet", day1_rows(), extra=pa.array(list(range(16))))
+    # day 2 in two files; "w1" repeats in the second file (a duplicate across files of the day)
+    write(root / f"day={D2}" / "part-0.parquet", [battle(f"w{i}", D2, a="gpt-4o") for i in range(6)])
+    write(root / f"day={D2}" / "part-1.parquet", [battle("w1", D2), battle("w9", D2, judge="human")])
+    # an undated file: rows go to the day of their ts; the bad-ts row goes to its earliest day (D1)
+    write(root / "extra" / "undated.parquet", [battle("u1", D1), battle("u2", D2), battle("u3", t="??")])
+    return root
+
+
+def test_backfill_dead_letters_every_reason_and_conserves(logs: Path, tmp_path: Path):
+    state = str(tmp_path / "state")
+    result = run_backfill(str(logs), state)
+    assert result.days == [D1, D2] == list_state_days(state)
+
+    counts = result.counts
+    assert counts.read == 16 + 8 + 3
+    assert counts.conserved and counts.read == counts.counted + counts.rejected_total
+    assert set(counts.rejected) == set(BATTLE_REASONS)  # every kind of bad row is present and named
+    assert counts.rejected["duplicate_battle_id"] == 2 and counts.rejected["bad_timestamp"] == 2
+    assert counts.rejected_total == len(BATTLE_REASONS) + 2
+    assert counts.self_battles == 1
+
+    # per day: the manifest states the identity and names the inputs with their fingerprints
+    m1 = read_manifest(state, D1)
+    assert (
+        m1["counts"]["read"] == 16 + 2
+        and m1["counts"]["read"] == m1["counts"]["counted"] + m1["counts"]["rejected_total"]
+    )
+    assert {Path(i["path"]).name for i in m1["inputs"]} == {"part-0.parquet", "undated.parquet"}
+    assert all(i["size"] > 0 for i in m1["inputs"])
+    assert read_manifest(state, D2)["counts"] == {
+        "read": 9,
+        "counted": 8,
+        "rejected": {"duplicate_battle_id": 1},
+        "rejected_total": 1,
+        "self_battles": 0,
+    }
+
+    # Beam counters agree with the manifests
+    assert result.metrics["battles_read"] == counts.read
+    assert result.metrics["battles_counted"] == counts.counted
+    assert result.metrics["battles_rejected:missing:ts"] == 1
+
+    # dead letters: one row per rejection, with the reason, the file and the row in it
+    dead = load_dead_letters(state)
+    assert dead.num_rows == counts.rejected_total
+    dl = pl.from_arrow(dead)
+    assert dict(dl.group_by("reason").len().iter_rows()) == counts.rejected
+    dup = dl.filter(pl.col("reason") == "duplicate_battle_id").sort("source_file")
+    assert dup.get_column("source_row").to_list() == [15, 0]  # row 15 of day 1, row 0 of day 2's second file
+    undated_bad = dl.filter(pl.col("source_file").str.ends_with("undated.parquet"))
+    assert undated_bad.get_column("source_row").to_list() == [2] and undated_bad.get_column("ts").to_list() == ["??"]
+
+    # the stored cells are exactly what the pure per-batch function gives on the same rows
+    cells = load_cells(state)
+    assert sum(cells.column("n").to_pylist()) == counts.counted
+    fmap = FamilyMap.with_user_rules()
+    seen1, seen2 = SeenIds(), SeenIds()
+    direct = merge_cells(
+        [
+            partial_cells(pq.read_table(logs / f"day={D1}" / "part-0.parquet"), fmap, seen1).cells,
+            partial_cells(pq.read_table(logs / "extra" / "undated.parquet").slice(0, 1), fmap, seen1).cells,
+            partial_cells(pq.read_table(logs / f"day={D2}" / "part-0.parquet"), fmap, seen2).cells,
+            partial_cells(pq.read_table(logs / f"day={D2}" / "part-1.parquet"), fmap, seen2).cells,
+            partial_cells(pq.read_table(logs / "extra" / "undated.parquet").slice(1, 1), fmap, seen2).cells,
+        ]
+    )
+    assert_same_cells(cells, direct)
+    self_cell = [c for c in cells.to_pylist() if c["model_a"] == c["model_b"]]
+    assert len(self_cell) == 1 and self_cell[0]["tie_bothbad"] == 1 and self_cell[0]["family_a"] == "openai"
+
+
+def assert_same_cells(left: pa.Table, right: pa.Table) -> None:
+    """Same keys and counts; float sums equal up to summation order."""
+    a, b = pl.from_arrow(left), pl.from_arrow(right)
+    floats = ["sum_x", "sum_x2", "sum_loglen_a", "sum_loglen_b"]
+    assert a.drop(floats).equals(b.drop(floats))
+    for column in floats:
+        assert (a.get_column(column) - b.get_column(column)).abs().max() < 1e-9
+
+
+def test_rerun_replaces_a_day_and_never_adds(logs: Path, tmp_path: Path):
+    state = str(tmp_path / "state")
+    first = run_backfill(str(logs), state, days=[D2])
+    cells_before = load_cells(state)
+    files = sorted(Path(state).rglob("*.parquet"))
+    again = run_backfill(str(logs), state, days=[D2])
+    assert load_cells(state).equals(cells_before)  # same input: same cells, nothing double-counted
+    assert again.counts == first.counts
+    assert sorted(Path(state).rglob("*.parquet")) == files  # no temp or extra files left behind
+    assert not list(Path(state).rglob(".tmp-*"))
+
+    # the day's input changes (one file dropped): re-aggregating replaces the partition
+    (logs / f"day={D2}" / "part-1.parquet").unlink()
+    changed = run_backfill(str(logs), state, days=[D2])
+    assert changed.counts.read == 6 + 1
+    assert sum(load_cells(state).column("n").to_pylist()) == changed.counts.counted == 7
+    assert read_manifest(state, D1) is None  # other days untouched (never written here)
+
+
+def test_scores_and_family_map_and_range_through_the_cli(logs: Path, tmp_path: Path, capsys):
+    scores = tmp_path / "scores" / f"day={D1}" / "part-0.parquet"
+    scores.parent.mkdir(parents=True)
+    pq.write_table(
+        pa.table(
+            {
+                "score_id": ["s1", "s2", "s2", "s3"],
+                "ts": pa.array([ts(D1)] * 4, pa.timestamp("us", tz="UTC")),
+                "judge": ["gpt-4"] * 4,
+                "model": ["claude-2", "claude-2", "claude-2", "gpt-4o"],
+                "prompt_id": ["p1", "p1", "p1", "p2"],
+                "score": [7, 7, 3, 11_000],
+            }
+        ),
+        scores,
+    )
+    fmap = tmp_path / "families.json"
+    fmap.write_text(json.dumps({"rules": [{"prefix": "claude", "family": "acme"}]}))
+    state = tmp_path / "state"
+    code = cli.main(
+        [
+            "backfill",
+            "--input",
+            str(logs),
+            "--state",
+            str(state),
+            "--from",
+            D1,
+            "--to",
+            D1,
+            "--scores",
+            str(tmp_path / "scores"),
+            "--family-map",
+            str(fmap),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert list_state_days(str(state)) == [D1]  # --to excluded day 2
+    assert "battles: read 18 = counted 5 + rejected 13 [ok]" in out
+    assert "scores: read 4 = counted 2 + rejected 2 [ok]" in out
+    assert "gpt-4" in out and "openai" in out  # the per-judge summary
+    cells = load_cells(str(state))
+    assert set(cells.column("family_a").to_pylist()) >= {"acme"}  # user rule beat the default (anthropic)
+    score_cells = load_score_cells(str(state)).to_pylist()
+    assert [(c["model"], c["family"], c["score"], c["n"]) for c in score_cells] == [("claude-2", "acme", 7, 2)]
+
+
+def test_day_of_path():
+    assert day_of_path("gs://b/logs/day=2024-05-01/part-0.parquet") == "2024-05-01"
+    assert day_of_path("/x/dt=2024-05-01/y/part.parquet") == "2024-05-01"
+    assert day_of_path("/x/date=2024-05-01/part.parquet") == "2024-05-01"
+    assert day_of_path("/x/battles-2024-05-03.parquet") == "2024-05-03"
+    assert day_of_path("/2024-05-09/battles.parquet") is None  # only hive segments or the file name
+    with pytest.raises(InputError, match="2024-02-31"):
+        day_of_path("/x/day=2024-02-31/p.parquet")
+
+
+def test_up_front_errors_name_the_file_and_column(tmp_path: Path, capsys):
+    good = [battle("v1")]
+    missing = write(tmp_path / "a" / f"day={D1}" / "p.parquet", good)
+    pq.write_table(pq.read_table(missing).drop_columns(["winner"]), missing)
+    with pytest.raises(InputError, match=r"p\.parquet: required column 'winner' is missing"):
+        list_input_days(str(tmp_path / "a"))
+
+    empty = write(tmp_path / "b" / f"day={D1}" / "empty.parquet", good)
+    pq.write_table(pq.read_table(empty).slice(0, 0), empty)
+    with pytest.raises(InputError, match=r"empty\.parquet: the file has no rows"):
+        list_input_days(str(tmp_path / "b"))
+
+    garbage = tmp_path / "c" / f"day={D1}" / "junk.parquet"
+    garbage.parent.mkdir(parents=True)
+    garbage.write_bytes(b"this is not parquet at all")
+    with pytest.raises(InputError, match=r"junk\.parquet: cannot read as Parquet"):
+        list_input_days(str(tmp_path / "c"))
+
+    with pytest.raises(InputError, match="no input files match"):
+        list_input_days(str(tmp_path / "nowhere" / "*.parquet"))
+
+    # through the CLI: exit code 2 and one line naming the file, no traceback
+    code = cli.main(["backfill", "--input", str(tmp_path / "a"), "--state", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "required column 'winner'" in err and "Traceback" not in err
+    assert not (tmp_path / "s").exists()  # nothing written before the checks passed

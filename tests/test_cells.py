@@ -1,0 +1,178 @@
+"""Partial cells and the cell monoid: exact against a plain reference, and the monoid laws (hypothesis)."""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import math
+from collections import defaultdict
+
+import polars as pl
+import pyarrow as pa
+from biasboard.schemas.cells import LEN_BIN_EDGES, PAIR_CELL_KEYS, PAIR_CELLS_SCHEMA
+from biasboard.schemas.families import FamilyMap
+from biasboard.transforms.cells import judge_summary, merge_cells, partial_cells
+from biasboard.transforms.validate import SeenIds
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+FMAP = FamilyMap.with_user_rules()
+T0 = dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc)
+INT_MEASURES = ["n", "win_a", "win_b", "tie", "tie_bothbad", "n_len"]
+FLOAT_MEASURES = ["sum_x", "sum_x2", "sum_loglen_a", "sum_loglen_b"]
+
+MODELS = ["gpt-4", "claude-2", "llama-2-70b", "vicuna-13b", "acme"]
+JUDGES = ["gpt-4", "human", "claude-3-opus"]
+WINNERS = ["model_a", "model_b", "tie", "tie (bothbad)", "bogus"]
+LENGTHS = st.one_of(st.none(), st.integers(-2, 3), st.integers(0, 3000))
+
+COLUMNS = ("battle_id", "judge", "model_a", "model_b", "winner", "len_a", "len_b", "family_a")
+row = st.fixed_dictionaries(
+    {
+        "battle_id": st.integers(0, 40).map(str),
+        "judge": st.sampled_from(JUDGES),
+        "model_a": st.sampled_from(MODELS),
+        "model_b": st.sampled_from(MODELS),
+        "winner": st.sampled_from(WINNERS),
+        "len_a": LENGTHS,
+        "len_b": LENGTHS,
+        "family_a": st.sampled_from([None, None, "", "custom"]),
+    }
+)
+battle_lists = st.lists(row, min_size=0, max_size=60)
+
+
+def to_table(rows: list[dict]) -> pa.Table:
+    columns = {k: [r[k] for r in rows] for k in COLUMNS}
+    table = pa.table({k: pa.array(v, pa.int64() if k.startswith("len_") else pa.string()) for k, v in columns.items()})
+    return table.append_column("ts", pa.array([T0] * len(rows), pa.timestamp("us", tz="UTC")))
+
+
+def frame(cells: pa.Table) -> pl.DataFrame:
+    assert cells.schema.equals(PAIR_CELLS_SCHEMA)
+    return pl.from_arrow(cells).sort(list(PAIR_CELL_KEYS))
+
+
+def assert_cells_equal(left: pa.Table, right: pa.Table) -> None:
+    """Keys and counts exactly; float sums to 1e-9 (float addition is not associative)."""
+    a, b = frame(left), frame(right)
+    assert a.select(*PAIR_CELL_KEYS, *INT_MEASURES).equals(b.select(*PAIR_CELL_KEYS, *INT_MEASURES))
+    for column in FLOAT_MEASURES:
+        for x, y in zip(a.get_column(column).to_list(), b.get_column(column).to_list(), strict=True):
+            assert math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9), (column, x, y)
+
+
+def cells_of(rows: list[dict], seen: SeenIds | None = None) -> pa.Table:
+    return partial_cells(to_table(rows), FMAP, seen if seen is not None else SeenIds()).cells
+
+
+def reference_cells(rows: list[dict]) -> dict:
+    """Plain-Python cells of rows that are all valid and distinct: the definition, written out."""
+    out: dict = defaultdict(lambda: defaultdict(float))
+    for r in rows:
+        la, lb = r["len_a"], r["len_b"]
+        has = la is not None and lb is not None
+        x = math.log(max(la, 1)) - math.log(max(lb, 1)) if has else None
+        bin_ = bisect.bisect_right(list(LEN_BIN_EDGES), x) if has else -1
+        fam_a = r["family_a"] or FMAP.family_of(r["model_a"])
+        key = (
+            r["judge"],
+            FMAP.family_of(r["judge"]),
+            r["model_a"],
+            r["model_b"],
+            fam_a,
+            FMAP.family_of(r["model_b"]),
+            bin_,
+        )
+        cell = out[key]
+        cell["n"] += 1
+        cell[{"model_a": "win_a", "model_b": "win_b", "tie": "tie", "tie (bothbad)": "tie_bothbad"}[r["winner"]]] += 1
+        if has:
+            cell["n_len"] += 1
+            cell["sum_x"] += x
+            cell["sum_x2"] += x * x
+            cell["sum_loglen_a"] += math.log(max(la, 1))
+            cell["sum_loglen_b"] += math.log(max(lb, 1))
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(battle_lists)
+def test_partial_cells_match_the_definition(rows):
+    valid, seen_ids = [], set()
+    for r in rows:
+        bad = r["winner"] == "bogus" or any(v is not None and v < 0 for v in (r["len_a"], r["len_b"]))
+        if not bad and r["battle_id"] not in seen_ids:
+            seen_ids.add(r["battle_id"])
+            valid.append(r)
+    result = partial_cells(to_table(rows), FMAP, SeenIds())
+    assert result.counts.read == len(rows) and result.counts.counted == len(valid)
+    assert result.counts.conserved and result.dead_letters.num_rows == result.counts.rejected_total
+    assert result.counts.self_battles == sum(r["model_a"] == r["model_b"] for r in valid)
+    expected = reference_cells(valid)
+    got = {tuple(c[k] for k in PAIR_CELL_KEYS): c for c in result.cells.to_pylist()}
+    assert set(got) == set(expected)
+    for key, cell in expected.items():
+        for measure in INT_MEASURES:
+            assert got[key][measure] == cell.get(measure, 0), (key, measure)
+        for measure in FLOAT_MEASURES:
+            assert math.isclose(got[key][measure], cell.get(measure, 0.0), rel_tol=1e-9, abs_tol=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(battle_lists, st.integers(0, 60))
+def test_batching_does_not_change_a_day(rows, cut):
+    """Cells of a day are the same whether its rows come in one batch or two (duplicates found across batches)."""
+    whole = partial_cells(to_table(rows), FMAP, SeenIds())
+    seen = SeenIds()
+    left = partial_cells(to_table(rows[:cut]), FMAP, seen)
+    right = partial_cells(to_table(rows[cut:]), FMAP, seen)
+    assert_cells_equal(merge_cells([left.cells, right.cells]), whole.cells)
+    assert (left.counts + right.counts) == whole.counts
+
+
+@settings(max_examples=40, deadline=None)
+@given(battle_lists, battle_lists)
+def test_union_of_disjoint_parts(rows_a, rows_b):
+    """cells(A) ⊕ cells(B) = cells(A ∪ B) for parts with distinct ids (e.g. two days)."""
+    rows_b = [{**r, "battle_id": "B" + r["battle_id"]} for r in rows_b]
+    assert_cells_equal(merge_cells([cells_of(rows_a), cells_of(rows_b)]), cells_of(rows_a + rows_b))
+
+
+@settings(max_examples=30, deadline=None)
+@given(battle_lists, battle_lists, battle_lists)
+def test_monoid_laws(rows_a, rows_b, rows_c):
+    a, b, c = cells_of(rows_a), cells_of(rows_b), cells_of(rows_c)
+    empty = PAIR_CELLS_SCHEMA.empty_table()
+    # commutative: byte-for-byte the same table (merge sorts by key)
+    assert merge_cells([a, b]).equals(merge_cells([b, a]))
+    # associative
+    assert_cells_equal(merge_cells([merge_cells([a, b]), c]), merge_cells([a, merge_cells([b, c])]))
+    # identity, and idempotent normal form: merging a merged table with nothing changes nothing
+    assert merge_cells([a, empty]).equals(merge_cells([a]))
+    assert merge_cells([merge_cells([a])]).equals(merge_cells([a]))
+    assert merge_cells([]).equals(empty)
+    # totals are conserved by merging
+    total = sum(sum(t.column("n").to_pylist()) for t in (a, b, c))
+    assert sum(merge_cells([a, b, c]).column("n").to_pylist()) == total
+
+
+def test_judge_summary_shares():
+    rows = [
+        {
+            "battle_id": str(i),
+            "judge": "gpt-4",
+            "model_a": "m1",
+            "model_b": m_b,
+            "winner": w,
+            "len_a": 10,
+            "len_b": 20,
+            "family_a": None,
+        }
+        for i, (m_b, w) in enumerate([("m2", "model_a"), ("m2", "model_a"), ("m1", "tie (bothbad)"), ("m2", "model_b")])
+    ]
+    summary = judge_summary(cells_of(rows)).to_pylist()
+    assert len(summary) == 1
+    s = summary[0]
+    assert s["n"] == 4 and s["judge_family"] == "openai" and s["self_battles"] == 1 and s["models"] == 2
+    assert (s["win_a_share"], s["win_b_share"], s["tie_share"], s["bothbad_share"]) == (0.5, 0.25, 0.25, 0.25)

@@ -1,0 +1,305 @@
+"""Validation rules and the family map, checked row by row on small Arrow tables."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+from biasboard.schemas.battle import BATTLE_REQUIRED
+from biasboard.schemas.deadletter import MAX_RESPONSE_LENGTH
+from biasboard.schemas.errors import InputError
+from biasboard.schemas.families import FamilyMap, parse_rules
+from biasboard.schemas.rules import BATTLE_REASONS, SCORE_REASONS
+from biasboard.transforms.validate import SeenIds, validate_battles, validate_scores
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2024, 5, 1, 12, tzinfo=UTC)
+
+
+def battles(**overrides) -> dict:
+    """One valid battle as column lists, with some fields replaced."""
+    row = {
+        "battle_id": ["b1"],
+        "ts": pa.array([T0], pa.timestamp("us", tz="UTC")),
+        "judge": ["gpt-4"],
+        "model_a": ["claude-3-opus"],
+        "model_b": ["llama-3-70b"],
+        "winner": ["model_a"],
+        "len_a": [100],
+        "len_b": [50],
+    }
+    row.update(overrides)
+    return row
+
+
+def reason_of(**overrides) -> str | None:
+    out = validate_battles(pa.table(battles(**overrides)))
+    assert out.read == 1
+    if out.valid.height == 1:
+        assert out.dead_letters.num_rows == 0
+        return None
+    return out.dead_letters.column("reason")[0].as_py()
+
+
+def test_valid_battle_is_kept():
+    assert reason_of() is None
+
+
+@pytest.mark.parametrize("column", BATTLE_REQUIRED)
+@pytest.mark.parametrize("blank", [None, "", "   "])
+def test_missing_required_field(column, blank):
+    if column == "ts":
+        value = pa.array([blank], pa.string())
+        expected = "missing:ts"
+    else:
+        value = [blank]
+        expected = f"missing:{column}"
+    assert reason_of(**{column: value}) == expected
+
+
+@pytest.mark.parametrize(
+    "winner, ok",
+    [
+        ("model_a", True),
+        ("model_b", True),
+        ("tie", True),
+        ("tie (bothbad)", True),
+        ("  Model_B ", True),
+        ("TIE (BOTHBAD)", True),
+        ("tie(bothbad)", False),
+        ("A", False),
+        ("1", False),
+        ("error", False),
+    ],
+)
+def test_winner_values(winner, ok):
+    assert reason_of(winner=[winner]) == (None if ok else "bad_winner")
+
+
+@pytest.mark.parametrize(
+    "ts, ok",
+    [
+        (pa.array(["2024-05-01T12:00:00Z"]), True),
+        (pa.array(["2024-05-01T14:00:00+02:00"]), True),
+        (pa.array(["2024-05-01 12:00:00.250"]), True),
+        (pa.array(["2024-05-01"]), True),
+        (pa.array([1714564800.5]), True),  # FastChat float tstamp
+        (pa.array([1714564800], pa.int64()), True),
+        (pa.array([dt.datetime(2024, 5, 1, 12)], pa.timestamp("ms")), True),  # tz-naive read as UTC
+        (pa.array(["yesterday"]), False),
+        (pa.array(["2024-13-45T00:00:00"]), False),
+        (pa.array([1714564800000], pa.int64()), False),  # milliseconds mistaken for seconds
+        (pa.array([0.0]), False),
+        (pa.array([float("nan")]), False),
+    ],
+)
+def test_timestamps(ts, ok):
+    assert reason_of(ts=ts) == (None if ok else "bad_timestamp")
+
+
+def test_timestamp_parsed_to_utc_instant():
+    out = validate_battles(pa.table(battles(ts=pa.array(["2024-05-01T14:00:00+02:00"]))))
+    assert out.valid.get_column("_ts").to_list()[0] == T0
+
+
+@pytest.mark.parametrize(
+    "len_a, len_b, reason",
+    [
+        ([0], [10], None),
+        ([None], [10], None),
+        ([-1], [10], "negative_length"),
+        ([10], [-5], "negative_length"),
+        ([MAX_RESPONSE_LENGTH], [1], None),
+        ([MAX_RESPONSE_LENGTH + 1], [1], "absurd_length"),
+        (pa.array([float("inf")]), [1], "absurd_length"),
+        (pa.array([float("nan")]), [1], "bad_length"),
+        (["12"], ["7"], None),
+        (["twelve"], ["7"], "bad_length"),
+    ],
+)
+def test_lengths(len_a, len_b, reason):
+    assert reason_of(len_a=len_a, len_b=len_b) == reason
+
+
+def test_precedence_one_reason_per_row():
+    # missing judge beats a bad timestamp, which beats a bad winner, which beats a negative length
+    assert reason_of(judge=[""], ts=pa.array(["nope"]), winner=["x"], len_a=[-1]) == "missing:judge"
+    assert reason_of(ts=pa.array(["nope"]), winner=["x"], len_a=[-1]) == "bad_timestamp"
+    assert reason_of(winner=["x"], len_a=[-1]) == "bad_winner"
+    assert reason_of(len_a=[-1], len_b=[MAX_RESPONSE_LENGTH * 2]) == "negative_length"
+    assert reason_of(battle_id=[None], model_a=[None]) == "missing:battle_id"
+
+
+def test_self_battle_is_valid_extra_columns_ignored_optional_absent():
+    table = pa.table(
+        {
+            "battle_id": ["s1"],
+            "ts": pa.array([T0], pa.timestamp("us", tz="UTC")),
+            "judge": ["human"],
+            "model_a": ["gpt-4o"],
+            "model_b": ["gpt-4o"],
+            "winner": ["tie"],
+            "some_extra": [{"x": 1}],
+        }
+    )
+    out = validate_battles(table)
+    assert out.valid.height == 1 and out.dead_letters.num_rows == 0
+    assert out.valid.get_column("len_a").to_list() == [None]
+    assert "some_extra" not in out.valid.columns
+
+
+def test_fastchat_column_names():
+    cols = battles()
+    cols["tstamp"] = pa.array([1714564800.0])
+    cols["question_id"] = cols.pop("battle_id")
+    del cols["ts"]
+    out = validate_battles(pa.table(cols))
+    assert out.valid.height == 1
+
+
+def test_duplicates_first_valid_occurrence_kept_across_batches():
+    seen = SeenIds()
+    first = validate_battles(
+        pa.table(battles(battle_id=["a", "b", "a", "c"], winner=["bad", "tie", "tie", "tie"], **_four())), seen
+    )
+    # row 0 ("a") is malformed, so the later valid "a" is the first valid occurrence and is kept
+    assert first.valid.get_column("battle_id").to_list() == ["b", "a", "c"]
+    second = validate_battles(pa.table(battles(battle_id=["c", "d", "d", "b"], winner=["tie"] * 4, **_four())), seen)
+    assert second.valid.get_column("battle_id").to_list() == ["d"]
+    assert second.rejected == {"duplicate_battle_id": 3}
+    rows = second.dead_letters.column("source_row").to_pylist()
+    assert rows == [0, 2, 3]
+
+
+def _four() -> dict:
+    return {
+        "ts": pa.array([T0] * 4, pa.timestamp("us", tz="UTC")),
+        "judge": ["j"] * 4,
+        "model_a": ["a"] * 4,
+        "model_b": ["b"] * 4,
+        "len_a": [1] * 4,
+        "len_b": [1] * 4,
+    }
+
+
+def test_seen_ids_matches_a_python_set():
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    seen, truth = SeenIds(), set()
+    for _ in range(30):
+        ids = rng.integers(0, 5000, size=rng.integers(1, 400))
+        h1 = ids.astype(np.uint64) * np.uint64(2654435761) % np.uint64(1 << 20)  # forced h1 collisions
+        h2 = ids.astype(np.uint64)
+        expected = np.array([i in truth for i in ids])
+        assert (seen.contains(h1, h2) == expected).all()
+        fresh = np.flatnonzero(~expected)
+        keep = fresh[np.unique(ids[fresh], return_index=True)[1]]  # first occurrence of each new id
+        seen.add(h1[keep], h2[keep])
+        truth.update(ids.tolist())
+    assert len(seen) == len(truth)
+
+
+def test_dead_letter_keeps_original_text_and_location():
+    table = pa.table(battles(battle_id=["x1", "x2"], **_two(len_a=["12", "oops"])))
+    out = validate_battles(table, source_file="f.parquet", row_offset=40)
+    dl = out.dead_letters.to_pylist()
+    assert len(dl) == 1
+    assert dl[0]["len_a"] == "oops" and dl[0]["reason"] == "bad_length"
+    assert dl[0]["source_file"] == "f.parquet" and dl[0]["source_row"] == 41
+
+
+def _two(**over) -> dict:
+    cols = {
+        "ts": pa.array([T0] * 2, pa.timestamp("us", tz="UTC")),
+        "judge": ["j"] * 2,
+        "model_a": ["a"] * 2,
+        "model_b": ["b"] * 2,
+        "winner": ["tie"] * 2,
+        "len_a": [1, 2],
+        "len_b": [1, 2],
+    }
+    cols.update(over)
+    return cols
+
+
+def test_score_rules_every_reason():
+    table = pa.table(
+        {
+            "score_id": ["s1", "s2", "s3", "s4", "s5", "s6", "s1", "s7"],
+            "ts": ["2024-05-01", "2024-05-01", "bad", "2024-05-01", "2024-05-01", "2024-05-01", "2024-05-01", None],
+            "judge": ["gpt-4"] * 8,
+            "model": ["m1", "m1", "m1", "m1", "m1", "", "m1", "m1"],
+            "prompt_id": ["p"] * 8,
+            "score": [5, 0, 5, 7.5, 3, 3, 4, 3],
+            "len": [10, 10, 10, 10, -3, 10, 10, 10],
+        }
+    )
+    out = validate_scores(table)
+    assert out.valid.get_column("score_id").to_list() == ["s1"]
+    assert out.rejected == {
+        "bad_score": 2,
+        "bad_timestamp": 1,
+        "negative_length": 1,
+        "missing:model": 1,
+        "duplicate_score_id": 1,
+        "missing:ts": 1,
+    }
+    assert set(out.rejected) <= set(SCORE_REASONS)
+
+
+def test_reason_lists_are_complete():
+    assert len(BATTLE_REASONS) == len(set(BATTLE_REASONS)) == len(BATTLE_REQUIRED) + 6
+
+
+# --- family map -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, family",
+    [
+        ("gpt-4-0613", "openai"),
+        ("GPT-4o-2024-05-13", "openai"),
+        ("chatgpt-4o-latest", "openai"),
+        ("o1-preview", "openai"),
+        ("o3-mini", "openai"),
+        ("gpt4all-13b-snoozy", "nomic"),
+        ("claude-3-5-sonnet-20240620", "anthropic"),
+        ("gemini-1.5-pro", "google"),
+        ("gemma-2-27b-it", "google"),
+        ("palm-2", "google"),
+        ("meta-llama/Llama-2-70b-chat-hf", "meta"),
+        ("llama-3-8b-instruct", "meta"),
+        ("vicuna-13b", "lmsys"),
+        ("mixtral-8x7b-instruct-v0.1", "mistral"),
+        ("mistral-large-2407", "mistral"),
+        ("qwen2-72b-instruct", "alibaba"),
+        ("deepseek-v2.5", "deepseek"),
+        ("yi-34b-chat", "01-ai"),
+        ("command-r-plus", "cohere"),
+        ("phi-3-medium-4k-instruct", "microsoft"),
+        ("human", "human"),
+        ("totally-new-model", "unknown"),
+    ],
+)
+def test_default_families(name, family):
+    assert FamilyMap.with_user_rules().family_of(name) == family
+
+
+def test_user_rules_come_first_and_extend():
+    user = '{"rules": [{"prefix": "gpt-4", "family": "azure"}, {"regex": "^acme-", "family": "acme"}]}'
+    fmap = FamilyMap.with_user_rules(user, "mine.json")
+    assert fmap.family_of("gpt-4-turbo") == "azure"  # overrides the default
+    assert fmap.family_of("gpt-3.5-turbo") == "openai"  # defaults still apply after
+    assert fmap.family_of("acme-7b") == "acme"
+    simple = FamilyMap.with_user_rules('{"acme": "acme-corp"}', "simple.json")
+    assert simple.family_of("ACME-7b") == "acme-corp"
+
+
+@pytest.mark.parametrize(
+    "text", ["not json", '{"rules": [{"prefix": "x"}]}', '{"rules": [{"regex": "(", "family": "f"}]}']
+)
+def test_bad_family_map_names_the_file(text):
+    with pytest.raises(InputError, match=r"mine\.json"):
+        parse_rules(text, "mine.json")
