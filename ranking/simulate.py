@@ -920,8 +920,8 @@ def write_simulation(config: SimulationConfig, out_dir: str | Path, overwrite: b
                 writers = {}
                 current_day = day
             for kind, table in (("battles", battles), ("scores", scores)):
-                if table is None:
-                    continue
+                if table is None or table.num_rows == 0:
+                    continue  # no file for an empty day: readers rightly reject empty files
                 if kind not in writers:
                     folder = out / kind / f"day={day.isoformat()}"
                     folder.mkdir(parents=True, exist_ok=True)

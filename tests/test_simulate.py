@@ -372,3 +372,11 @@ def test_cli_writes_refuses_to_overwrite_and_rejects_bad_flags(tmp_path, capsys)
     assert json.loads((out / "truth.json").read_text())["seed"] == 5
     assert cli_main([*argv, "--overwrite", "--bad-rows", "1.5"]) == 2
     assert "--bad-rows" in capsys.readouterr().err
+
+
+def test_days_without_battles_get_no_empty_files(tmp_path):
+    config = SimulationConfig(battles=3, days=5, models=3, scores=1.0)
+    write_simulation(config, tmp_path)
+    assert sorted(_read_days(tmp_path, "battles")) == ["2024-01-01", "2024-01-02", "2024-01-03"]
+    assert all(t.num_rows == 1 for t in _read_days(tmp_path, "scores").values())
+    assert [d["rows"] for d in truth(config)["counts"]["per_day"].values()] == [1, 1, 1, 0, 0]
