@@ -22,6 +22,14 @@ position effect.  The dead letter keeps the preference and lengths as text, so
 an order-free analysis (a raw win rate) can still use them.  AlpacaEval 1
 annotation files carry no order at all: every row becomes ``unknown_order``.
 
+**Judge.** ``judge`` is the annotator config (``weighted_alpaca_eval_gpt4_turbo``
+...), which names its judge model rather than a family the ingest's name rules
+know (``alpaca_eval_gpt4`` would read as Stanford's Alpaca).  So
+``judge_family`` is set from the config's model token (:data:`ANNOTATOR_FAMILIES`:
+``gpt4``/``gpt-4``/``chatgpt``/``gpt3``/``davinci`` → openai, ``claude`` →
+anthropic, ``llama`` → meta, ...), null when none matches.  Model families stay
+null (the family map assigns them from the generator names).
+
 Lengths: ``len_chars_*`` (default) or ``len_words_*`` (``--length-unit words``).
 No time stamps: every battle gets the default day.  ``battle_id`` =
 ``alpacaeval:<annotator>:<instruction>:<generator_1>:<generator_2>``, so the two
@@ -52,6 +60,15 @@ from biasboard.schemas.errors import InputError
 
 PATTERNS = ("annotations*.json", "annotations*.json.gz", "annotations*.jsonl", "annotations*.jsonl.gz")
 REQUIRED = ("instruction_id", "generator_1", "generator_2", "preference")
+#: Model tokens in AlpacaEval annotator config names → judge family (first match, on the lower-cased name).
+ANNOTATOR_FAMILIES: tuple[tuple[str, str], ...] = (
+    (r"gpt-?4|gpt-?3|chatgpt|davinci|openai", "openai"),
+    (r"claude|anthropic", "anthropic"),
+    (r"llama", "meta"),
+    (r"mistral|mixtral", "mistral"),
+    (r"gemini|palm|bison", "google"),
+    (r"qwen", "alibaba"),
+)
 DRAW = 1.5
 LEGACY_DRAW = 0.0
 
@@ -72,6 +89,16 @@ def listed_winner(preference: pl.Expr, tie_band: float) -> pl.Expr:
         .then(pl.lit("output_2"))
         .otherwise(pl.lit("output_1"))
     )
+
+
+def annotator_family(annotator: pl.Expr) -> pl.Expr:
+    """The judge family an annotator config name states (see :data:`ANNOTATOR_FAMILIES`), else null."""
+    lowered = annotator.str.to_lowercase()
+    chain = None
+    for pattern, family in ANNOTATOR_FAMILIES:
+        chain = pl.when(lowered.str.contains(pattern)) if chain is None else chain.when(lowered.str.contains(pattern))
+        chain = chain.then(pl.lit(family))
+    return chain.otherwise(pl.lit(None, dtype=pl.String))
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
@@ -126,6 +153,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.when(first_is_2).then(len_2).otherwise(len_1).alias("len_a"),
         pl.when(first_is_2).then(len_1).otherwise(len_2).alias("len_b"),
         reason.alias(REASON),
+        annotator_family(judge).alias("judge_family"),
     )
     notes = [
         f"no time stamps in AlpacaEval annotations: every battle dated {options.default_date.isoformat()} 00:00 UTC",

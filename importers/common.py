@@ -281,6 +281,11 @@ def _dead_letters(raw: pl.DataFrame, reasons: pl.Series, mask: pl.Series) -> pa.
     return dead.select(schema.names).to_arrow().cast(schema)
 
 
+def _optional_text(mapped: pl.DataFrame, column: str) -> pl.Expr:
+    """A family column the mapping chose to fill (the source names it), else null for the ingest's family map."""
+    return (pl.col(column).cast(pl.String) if column in mapped.columns else pl.lit(None, dtype=pl.String)).alias(column)
+
+
 def _split(raw: pl.DataFrame, checked: pl.DataFrame, id_column: str, dup_reason: str) -> tuple[pl.Series, pl.Series]:
     """(reason per row, mask of rejected rows), adding duplicates among otherwise valid rows."""
     valid_id = pl.when(pl.col(REASON).is_null()).then(pl.col(id_column))
@@ -301,7 +306,9 @@ def finalize_battles(
     """Validate ``mapped`` (row-aligned with ``raw``) with the ingest's rules; valid rows → BATTLE_SCHEMA.
 
     ``mapped`` holds :data:`BATTLE_MAPPED` plus ``__reason`` (a format-specific
-    rejection such as ``no_verdict``, null when the mapping succeeded).  The
+    rejection such as ``no_verdict``, null when the mapping succeeded), and
+    optionally ``family_a`` / ``family_b`` / ``judge_family`` when the source
+    names them (left null otherwise: the ingest's family map assigns them).  The
     format's reason takes precedence over the generic rules.
     """
     checked = mapped.with_columns(
@@ -322,9 +329,7 @@ def finalize_battles(
         pl.col("prompt_id").cast(pl.String),
         pl.col("__len_a").round().cast(pl.Int64).alias("len_a"),
         pl.col("__len_b").round().cast(pl.Int64).alias("len_b"),
-        pl.lit(None, dtype=pl.String).alias("family_a"),
-        pl.lit(None, dtype=pl.String).alias("family_b"),
-        pl.lit(None, dtype=pl.String).alias("judge_family"),
+        *(_optional_text(mapped, c) for c in ("family_a", "family_b", "judge_family")),
     )
     return ImportResult(
         kind="battles",

@@ -55,6 +55,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     turn = column_or_null(raw, "turn", pl.Int64).cast(pl.String)
     qid = pl.col("question_id").cast(pl.String)
     a, b = pl.col("model_a").cast(pl.String), pl.col("model_b").cast(pl.String)
+    shown_a, shown_b = pl.when(second).then(b).otherwise(a), pl.when(second).then(a).otherwise(b)
     len_a = column_or_null(raw, f"len_{unit}_a", pl.Int64)
     len_b = column_or_null(raw, f"len_{unit}_b", pl.Int64)
     winner = pl.col("winner").cast(pl.String)
@@ -66,8 +67,8 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
             pl.format("r{}", repetition),
             qid.fill_null(""),
             pl.format("t{}", turn),  # null (no turn: DevBench) drops the part
-            a.fill_null(""),
-            b.fill_null(""),
+            shown_a.fill_null(""),
+            shown_b.fill_null(""),
         ],
         separator=":",
         ignore_nulls=True,
@@ -76,8 +77,8 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         battle_id.alias("battle_id"),
         fixed_day(options).alias("ts"),
         judge.alias("judge"),
-        pl.when(second).then(b).otherwise(a).alias("model_a"),
-        pl.when(second).then(a).otherwise(b).alias("model_b"),
+        shown_a.alias("model_a"),
+        shown_b.alias("model_b"),
         pl.when(second).then(winner.replace(SWAPPED)).otherwise(winner).alias("winner"),
         pl.when(turn.is_null()).then(qid).otherwise(pl.format("{}:t{}", qid, turn)).alias("prompt_id"),
         pl.when(second).then(len_b).otherwise(len_a).alias("len_a"),

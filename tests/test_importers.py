@@ -14,7 +14,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from biasboard.importers.alpacaeval import listed_winner
+from biasboard.importers.alpacaeval import annotator_family, listed_winner
 from biasboard.importers.common import REASON_NO_VERDICT, REASON_UNKNOWN_ORDER, ImportOptions, ImportResult
 from biasboard.importers.registry import import_path
 from biasboard.pipelines import cli
@@ -220,6 +220,18 @@ def test_alpacaeval_shown_order_from_recovered_rows():
     ).all()
 
 
+def test_alpacaeval_judge_family_comes_from_the_annotator_config():
+    result = import_path(
+        "alpacaeval", shared_data("alpacaeval", "annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz")
+    )
+    rows = pl.from_arrow(result.rows)
+    assert set(rows["judge"]) == {"weighted_alpaca_eval_gpt4_turbo"} and set(rows["judge_family"]) == {"openai"}
+    assert rows["family_a"].null_count() == rows.height  # model families are left to the ingest's family map
+    names = pl.Series(["alpaca_eval_gpt4", "bedrock_claude", "alpaca_eval_llama3_70b_fn", "my_annotator"])
+    families = pl.select(annotator_family(pl.lit(names))).to_series().to_list()
+    assert families == ["openai", "anthropic", "meta", None]
+
+
 def test_alpacaeval_1_has_no_recoverable_order():
     result = import_path("alpacaeval", shared_data("alpacaeval", "annotations_alpaca_eval_gpt4.jsonl.gz"))
     check_contract(result)
@@ -302,6 +314,20 @@ def test_cli_end_to_end_writes_partitions_manifest_and_is_idempotent(tmp_path, c
     assert "already holds an import" in capsys.readouterr().err
 
 
+def test_imported_battles_feed_the_backfill_job(tmp_path, capsys):
+    """The real ingest (Beam, FnApiRunner) reads an import's day partitions and rejects nothing."""
+    source = shared_data("arena-clean-battle-samples", "mteb-arena", "clean_battle_clustering.json")
+    out = tmp_path / "imported"
+    assert cli.main(["import", "--format", "fastchat", "--in", str(source), "--out", str(out)]) == 0
+    days = sorted(p.name for p in (out / "battles").iterdir())
+    assert days[0] == "day=2024-07-29" and days[-1] == "day=2024-09-14"  # SOURCE.md date range
+    capsys.readouterr()
+    glob = str(out / "battles" / "*" / "*.parquet")
+    assert cli.main(["backfill", "--input", glob, "--state", str(tmp_path / "state"), "--runner=FnApiRunner"]) == 0
+    printed = capsys.readouterr().out
+    assert "read 124 = counted 124 + rejected 0" in printed and "self-battles kept: 1" in printed
+
+
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
@@ -348,3 +374,34 @@ def test_bad_rows_are_dead_lettered_with_reasons(tmp_path):
     assert dead["reason"].to_list() == ["bad_winner", "missing:model_a", "bad_timestamp", "duplicate_battle_id"]
     assert dead["source_row"].to_list() == [1, 2, 3, 4] and dead["winner"][0] == "A"
     assert pa.types.is_string(result.dead_letters.schema.field("tstamp").type)
+
+
+def test_fastchat_ids_and_token_lengths_when_the_log_has_them(tmp_path):
+    """LMSYS arena logs carry a per-battle ``question_id`` and ``conv_metadata`` token counts."""
+    meta = {"sum_assistant_a_tokens": 120, "sum_assistant_b_tokens": 340, "sum_user_tokens": 9}
+    rows = [
+        {"question_id": "q1", "model_a": "a", "model_b": "b", "winner": "model_b", "judge": "u1", "tstamp": 1.72e9,
+         "conv_metadata": meta},
+        {"question_id": None, "model_a": "b", "model_b": "a", "winner": "tie", "judge": "u2", "tstamp": 1.72e9 + 5,
+         "conv_metadata": meta},
+    ]  # fmt: skip
+    path = tmp_path / "clean_battle.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = check_contract(import_path("fastchat", path))
+    assert out["battle_id"].to_list() == ["q1", "fastchat:u2:1720000005.0:b:a"]
+    assert out["len_a"].to_list() == [120, 120] and out["len_b"].to_list() == [340, 340]
+
+
+def test_pba_row_shown_second_is_swapped_into_shown_order(tmp_path):
+    base = {"benchmark": "MTBench", "question_id": 81, "turn": 2, "judge": "j", "model_a": "x", "model_b": "y",
+            "verdict": "A", "winner": "model_a", "len_chars_a": 10, "len_chars_b": 20}  # fmt: skip
+    rows = [{**base, "position_a": "first"}, {**base, "position_a": "second"}, {**base, "position_a": "?"}]
+    path = tmp_path / "judgments.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = import_path("pba", path)
+    out = check_contract(result)
+    assert out.select("model_a", "model_b", "winner", "len_a", "len_b").rows() == [
+        ("x", "y", "model_a", 10, 20),
+        ("y", "x", "model_b", 20, 10),  # x (shown second) won
+    ]
+    assert result.dead_by_reason() == {REASON_UNKNOWN_ORDER: 1}
