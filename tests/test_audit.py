@@ -218,7 +218,7 @@ def random_battles(seed: int, n: int = 3000) -> pl.DataFrame:
             "winner": winners,
             "len_a": rng.integers(1, 500, n),
             "len_b": rng.integers(1, 500, n),
-            "gold": np.array([FIRST, SECOND, TIE, None])[rng.integers(0, 4, n)],
+            "gold": pl.Series(np.array([FIRST, SECOND, TIE, None])[rng.integers(0, 4, n)].tolist(), dtype=pl.String),
         }
     )
     return frame.with_columns(
@@ -237,8 +237,11 @@ def assert_same_result(left, right) -> None:
         for column in a.columns:
             if a.schema[column].is_numeric():
                 np.testing.assert_allclose(
-                    a[column].cast(pl.Float64).to_numpy(), b[column].cast(pl.Float64).to_numpy(), rtol=1e-9,
-                    atol=1e-12, err_msg=f"{name}.{column}",
+                    a[column].cast(pl.Float64).to_numpy(),
+                    b[column].cast(pl.Float64).to_numpy(),
+                    rtol=1e-9,
+                    atol=1e-12,
+                    err_msg=f"{name}.{column}",
                 )
             else:
                 assert a[column].to_list() == b[column].to_list(), f"{name}.{column}"
@@ -280,3 +283,48 @@ def test_beam_transform_matches_in_memory_audit(tmp_path: Path) -> None:
     result = pickle.loads(Path(target).read_bytes())
     assert result.judges.height == 3
     assert_same_result(audit(data), result)
+
+
+def _write_battles(frame: pl.DataFrame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = frame.height
+    frame.with_columns(
+        pl.Series("battle_id", [f"b{i}" for i in range(n)]),
+        pl.lit("2024-01-01T12:00:00Z").alias("ts"),
+    ).write_parquet(path)
+
+
+def test_cli_writes_parquet_json_and_escaped_html(tmp_path: Path) -> None:
+    from biasboard.pipelines import cli
+
+    data = random_battles(11, n=1500).with_columns(
+        pl.when(pl.col("judge") == "j1")
+        .then(pl.lit('<script>alert("j")</script>'))
+        .otherwise(pl.col("judge"))
+        .alias("judge")
+    )
+    bad = data.head(3).with_columns(pl.lit("maybe").alias("winner"))  # three rows the validator rejects
+    _write_battles(pl.concat([data, bad]), tmp_path / "in" / "day=2024-01-01" / "part-0.parquet")
+    # Anchors: a trusted judge's verdict on some prompts, used where the battle has no gold of its own.
+    anchors = data.filter(pl.col("gold").is_null()).head(200).drop("gold").with_columns(pl.lit("human").alias("judge"))
+    _write_battles(anchors, tmp_path / "anchors" / "day=2024-01-01" / "a.parquet")
+    out = tmp_path / "out"
+    code = cli.main(
+        ["audit", "--input", str(tmp_path / "in"), "--out", str(out), "--anchors", str(tmp_path / "anchors")]
+    )
+    assert code == 0
+    document = json.loads((out / "audit.json").read_text())
+    assert document["counts"]["read"] == data.height + 3
+    assert document["counts"]["rejected"] == {"bad_winner": 3}
+    written = pl.read_parquet(out / "audit_judges.parquet")
+    # Families in the files come from the data here, so the in-memory audit of the valid rows must agree exactly.
+    expected = audit(data, anchors).judges
+    assert_same_result(
+        type("R", (), {"tables": lambda self: {"judges": expected}})(),
+        type("R", (), {"tables": lambda self: {"judges": written}})(),
+    )
+    assert written.filter(pl.col("gold_n_labeled") > 0).height == data["judge"].n_unique() == 3
+    page = (out / "audit_section.html").read_text()
+    assert "<script>" not in page
+    assert "&lt;script&gt;alert(&quot;j&quot;)&lt;/script&gt;" in page
+    assert [r["judge"] for r in document["tables"]["judges"]] == sorted(set(data["judge"]))
