@@ -1,0 +1,586 @@
+"""``biasboard refresh``: the scheduled job — aggregate what is new, merge, fit, publish.
+
+    biasboard refresh --input 'logs/battles/day=*/*.parquet' --state STATE --out OUT [Beam options]
+
+1. **read**: list the input files, group them by day and fingerprint each day
+   (path, size, modification time, checksum of every file); a day is *new* when
+   the state has no committed partition for it, *changed* when its fingerprint
+   differs from the one stored in the day's state manifest.
+2. **aggregate**: only those days go through the ingest pipeline
+   (:func:`biasboard.pipelines.backfill.run_backfill`), which replaces each
+   day's cells partition — never adds to it — so re-running never double-counts.
+3. **fit**: all stored cells are merged and both models are fit on them
+   (naive Bradley–Terry and the bias-aware model).
+4. **publish**: leaderboard, bias table, summary, report and manifest go out as
+   one snapshot, atomically (:mod:`biasboard.transforms.publish`).
+
+Running it twice on the same input aggregates nothing the second time and
+publishes the same numbers.  Everything after step 2 is deterministic in the
+stored cells, so a run killed at any point and re-run publishes exactly what an
+uninterrupted run would have.
+
+The aggregation is a Beam pipeline and runs wherever the Beam options say
+(``--runner=DataflowRunner|FlinkRunner|SparkRunner|PortableRunner``; local
+default ``FnApiRunner``); the fit works on the bounded cells, not on battles,
+so it runs in the launching process (an Airflow worker, a cron host).  With
+``--dry_run`` or ``--template_location`` only the Dataflow job is built (and
+staged), nothing runs and nothing is published.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import logging
+import os
+import platform
+import signal
+import time
+from collections.abc import Mapping
+from contextlib import contextmanager, redirect_stdout
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+
+import polars as pl
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
+from biasboard.pipelines.options import beam_options
+from biasboard.schemas.errors import InputError
+from biasboard.transforms import publish, storage
+
+_LOG = logging.getLogger(__name__)
+
+#: Set this to a checkpoint name to have the process SIGKILL itself there (crash tests; see :func:`failpoint`).
+FAILPOINT_ENV = "BIASBOARD_FAILPOINT"
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", required=True, help="battle Parquet files: a glob or a folder (local or gs://)")
+    parser.add_argument("--state", required=True, help="state folder: per-day cells, dead letters, manifests")
+    parser.add_argument("--out", required=True, help="output folder: snapshots/ and LATEST (local or gs://)")
+    parser.add_argument("--scores", default=None, help="optional ordinal score Parquet files (glob or folder)")
+    parser.add_argument("--families", default=None, help="family map file (model/judge name → family)")
+    parser.add_argument("--k", type=int, default=10, help="top-k for the membership probabilities (default 10)")
+    parser.add_argument("--bootstrap", type=int, default=0, help="Poisson-bootstrap replicates (default 0: Laplace)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo parts (default 0)")
+    parser.add_argument("--title", default="biasboard report", help="title of report.html")
+    parser.add_argument(
+        "--no-audit", dest="audit", action="store_false", help="skip the judge audit (order, length, family)"
+    )
+
+
+def run(args: argparse.Namespace, beam_args: list[str]) -> int:
+    outcome = refresh(
+        args.input,
+        args.state,
+        args.out,
+        beam_args,
+        RefreshOptions(
+            scores_glob=args.scores,
+            families=args.families,
+            k=args.k,
+            bootstrap=args.bootstrap,
+            seed=args.seed,
+            title=args.title,
+            audit=args.audit,
+        ),
+    )
+    if outcome.published is None:
+        print(f"job built, not run ({outcome.reason}); nothing published")
+        return 0
+    print(f"snapshot {outcome.published.snapshot_id} published to {outcome.published.path}")
+    print(f"Kendall tau naive vs corrected: {outcome.summary.get('kendall_tau')}")
+    print(f"report: {storage.join(outcome.published.path, 'report.html')}")
+    return 0
+
+
+# --------------------------------------------------------------------------- the job
+
+
+@dataclass(frozen=True)
+class RefreshOptions:
+    """The job's own options (Beam's come separately)."""
+
+    scores_glob: str | None = None
+    families: str | None = None
+    k: int = 10
+    bootstrap: int = 0
+    seed: int = 0
+    title: str = "biasboard report"
+    audit: bool = True
+
+
+@dataclass
+class Outcome:
+    """What a refresh did: the snapshot (None for a dry run), its summary and the days it aggregated."""
+
+    published: publish.Published | None
+    summary: dict = field(default_factory=dict)
+    aggregated_days: list[str] = field(default_factory=list)
+    reason: str = ""
+    job: object | None = None
+
+
+@dataclass
+class Timings:
+    """Wall time per stage, for the manifest and the log."""
+
+    stages: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def stage(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stages[name] = round(time.perf_counter() - start, 3)
+
+
+def refresh(
+    input_glob: str,
+    state_dir: str,
+    out_dir: str,
+    beam_args: list[str] | None = None,
+    options: RefreshOptions | None = None,
+) -> Outcome:
+    """Aggregate new/changed days, merge all cells, fit both models, publish a snapshot."""
+    options = options or RefreshOptions()
+    beam_args = list(beam_args or [])
+    pipeline_options = beam_options(beam_args)
+    storage.configure_gcs_auth(no_auth=pipeline_options.view_as(GoogleCloudOptions).no_auth)
+    timings = Timings()
+    started = dt.datetime.now(dt.timezone.utc)
+
+    with timings.stage("read"):
+        plan = plan_days(input_glob, state_dir, options.scores_glob)
+    _LOG.info(
+        "read: %d input file(s) over %d day(s): %d new, %d changed, %d unchanged",
+        plan.n_files,
+        len(plan.fingerprints),
+        len(plan.new),
+        len(plan.changed),
+        len(plan.unchanged),
+    )
+    todo = plan.new + plan.changed
+
+    build_only = _build_only_reason(pipeline_options)
+    if build_only:
+        job = build_aggregation_job(input_glob, state_dir, beam_args, todo, options)
+        _LOG.info("aggregate: %s: the job was built, nothing ran, nothing is published", build_only)
+        return Outcome(None, aggregated_days=todo, reason=build_only, job=job)
+    failpoint("after-read")
+
+    metrics: dict[str, int] = {}
+    with timings.stage("aggregate"):
+        if todo:
+            metrics = aggregate_days(input_glob, state_dir, beam_args, todo, options)
+        else:
+            _LOG.info("aggregate: nothing new; the stored cells are up to date")
+    failpoint("after-aggregate")
+
+    audit_files: dict[str, bytes] = {}
+    if options.audit:
+        with timings.stage("audit"):
+            audit_files = audit_state(input_glob, state_dir, beam_args, plan, options)
+    failpoint("after-audit")
+
+    with timings.stage("fit"):
+        fitted = fit_state(state_dir, options, audit_files)
+    counts = fitted.summary["counts"]
+    _LOG.info(
+        "fit: %d models, %d judges, %d cells; %d rows read, %d counted, %d rejected over %d day(s)",
+        fitted.leaderboard.height,
+        len(fitted.summary["judges"]),
+        fitted.n_cells,
+        counts["read"],
+        counts["counted"],
+        counts["rejected_total"],
+        fitted.summary["days"]["count"],
+    )
+    failpoint("after-fit")
+
+    with timings.stage("report"):
+        report_html = render(fitted, options)
+
+    manifest = {
+        "job": "refresh",
+        "started_at": started.isoformat(timespec="seconds"),
+        "inputs": {
+            "glob": input_glob,
+            "scores_glob": options.scores_glob,
+            "digest": plan.digest,
+            "days": plan.fingerprints,
+        },
+        "state": state_dir,
+        "aggregated_days": todo,
+        "versions": versions(),
+        "options": {
+            "refresh": asdict(options),
+            "model": fitted.model_options,
+            "beam": _beam_options_for_manifest(pipeline_options),
+        },
+        "metrics": {"this_run": metrics, "source": "Beam counters of this run's aggregation (empty: nothing new)"},
+        "counts": counts,
+        "timings_s": timings.stages,
+    }
+    with timings.stage("publish"):
+        files = publish.snapshot_files(fitted.leaderboard, fitted.bias, fitted.summary, report_html)
+        files.update(fitted.extra_files)
+        published = publish.publish_snapshot(out_dir, files, manifest)
+    _LOG.info(
+        "publish: snapshot %s (%d files) is LATEST; stage times: %s",
+        published.snapshot_id,
+        len(files) + 1,
+        ", ".join(f"{k} {v:.2f} s" for k, v in timings.stages.items()),
+    )
+    return Outcome(published, fitted.summary, todo)
+
+
+def failpoint(name: str) -> None:
+    """Crash-test hook: SIGKILL this process here when ``BIASBOARD_FAILPOINT`` names this point.
+
+    A SIGKILL cannot be caught or cleaned up after, so it is the honest stand-in
+    for a machine dying at this exact place; the crash tests use it to hit the
+    points between stages deterministically.  Unset (always, in production) it
+    is a dictionary lookup.
+    """
+    if os.environ.get(FAILPOINT_ENV) == name:
+        _LOG.warning("failpoint %s: killing this process", name)
+        logging.shutdown()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- read: what changed
+
+
+@dataclass
+class DayPlan:
+    """Per day: its input fingerprint, and which days are new, changed or unchanged against the state."""
+
+    fingerprints: dict[str, dict]
+    new: list[str]
+    changed: list[str]
+    unchanged: list[str]
+    n_files: int
+
+    @property
+    def digest(self) -> str:
+        """One digest of the whole input (what the audit, which reads everything, depends on)."""
+        return _digest({day: fp["digest"] for day, fp in self.fingerprints.items()})
+
+
+def _digest(document: object) -> str:
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _entries(fingerprints: object) -> list[dict] | None:
+    """File fingerprints (path, size, mtime, checksum) in path order; None when absent."""
+    if not isinstance(fingerprints, list):
+        return None
+    keys = ("path", "size", "mtime", "checksum")
+    return sorted(
+        ({k: e.get(k) for k in keys} for e in fingerprints if isinstance(e, Mapping)), key=lambda e: str(e["path"])
+    )
+
+
+def day_digest(inputs: object, score_inputs: object = None) -> str:
+    """Digest of one day's battle (and score) file fingerprints: it changes when any file does."""
+    return _digest({"inputs": _entries(inputs), "score_inputs": _entries(score_inputs)})
+
+
+def plan_days(input_glob: str, state_dir: str, scores_glob: str | None = None) -> DayPlan:
+    """Compare the input's per-day fingerprints with those the state's day manifests recorded.
+
+    A file's fingerprint is its path, size, modification time and the file
+    system's checksum (see :func:`biasboard.transforms.read.match_files`), so
+    a rewritten or appended file changes its day's digest without the job
+    reading any data; a day the state has no committed manifest for is new.
+    """
+    from biasboard.transforms import read, state
+
+    battles = read.list_input_days(input_glob, check=False)
+    scores = read.list_input_days(scores_glob, kind="score", check=False) if scores_glob else {}
+    fingerprints = {}
+    for day in sorted(set(battles) | set(scores)):
+        inputs = [f.fingerprint() for f in battles.get(day, [])]
+        score_inputs = [f.fingerprint() for f in scores.get(day, [])] if scores_glob else None
+        fingerprints[day] = {"digest": day_digest(inputs, score_inputs), "files": inputs, "score_files": score_inputs}
+    new, changed, unchanged = [], [], []
+    for day, fingerprint in fingerprints.items():
+        manifest = state.read_manifest(state_dir, day)
+        if manifest is None:
+            new.append(day)
+        elif day_digest(manifest.get("inputs"), manifest.get("score_inputs")) != fingerprint["digest"]:
+            changed.append(day)
+        else:
+            unchanged.append(day)
+    n_files = len({f.path for files in (*battles.values(), *scores.values()) for f in files})
+    return DayPlan(fingerprints, new, changed, unchanged, n_files)
+
+
+# --------------------------------------------------------------------------- aggregate
+
+
+def aggregate_days(
+    input_glob: str, state_dir: str, beam_args: list[str], days: list[str], options: RefreshOptions
+) -> dict[str, int]:
+    """Run the ingest pipeline over ``days``; returns its Beam counters (rows read, counted, rejected by reason)."""
+    from biasboard.pipelines.backfill import run_backfill
+
+    result = run_backfill(
+        input_glob,
+        state_dir,
+        beam_args,
+        days=days,
+        family_map=options.families,
+        scores_glob=options.scores_glob,
+    )
+    _LOG.info(
+        "aggregate: %d day(s): read %d rows, counted %d, rejected %d",
+        len(result.days),
+        result.counts.read,
+        result.counts.counted,
+        result.counts.rejected_total,
+    )
+    return dict(sorted(result.metrics.items()))
+
+
+def build_aggregation_job(
+    input_glob: str, state_dir: str, beam_args: list[str], days: list[str], options: RefreshOptions
+) -> object:
+    """Build (and, for a template, stage) the ingest job without running it; returns the runner's result.
+
+    The same transforms as :func:`~biasboard.pipelines.backfill.run_backfill`;
+    used with ``--dry_run`` / ``--template_location``, where nothing runs, so
+    there is nothing to wait for and no state to read back.
+    """
+    import apache_beam as beam
+    from biasboard.pipelines import backfill
+    from biasboard.transforms.read import load_family_map
+
+    tasks = backfill.plan_days(input_glob, days or None, scores_glob=options.scores_glob)
+    pipeline = beam.Pipeline(options=beam_options(beam_args))
+    _ = (
+        pipeline
+        | "DayPartitions" >> beam.Create(tasks)
+        | "AggregateDays" >> backfill.AggregateDays(state_dir, load_family_map(options.families))
+    )
+    return pipeline.run()
+
+
+def _build_only_reason(options: PipelineOptions) -> str:
+    if options.view_as(TestOptions).dry_run:
+        return "--dry_run"
+    if options.view_as(GoogleCloudOptions).template_location:
+        return "--template_location"
+    return ""
+
+
+# --------------------------------------------------------------------------- audit
+
+
+AUDIT_DIR = "audit"
+AUDIT_INPUTS = "inputs.json"
+
+
+def audit_state(input_glob: str, state_dir: str, beam_args: list[str], plan: DayPlan, options: RefreshOptions):
+    """The judge audit of the whole input, kept under ``STATE/audit`` and re-run only when the input changed.
+
+    Order pairing needs both orders of a prompt, which may sit on different
+    days, so the audit reads all battles rather than per-day cells.  Its files
+    are written by the audit job; ``inputs.json`` (the input digest) is written
+    after it finished, so a run killed mid-audit re-runs it next time.
+    Returns the files to add to the snapshot (name → bytes).
+    """
+    folder = storage.join(state_dir, AUDIT_DIR)
+    stamp_path = storage.join(folder, AUDIT_INPUTS)
+    stamp = {"input_digest": plan.digest, "input_glob": input_glob}
+    current = storage.exists(stamp_path) and json.loads(storage.read_text(stamp_path)) == stamp
+    if not current:
+        from biasboard.pipelines import audit
+
+        storage.delete_tree(folder)
+        args = argparse.Namespace(
+            input=input_glob, out=folder, anchors=None, family_map=options.families, order_shards=None
+        )
+        parser = argparse.ArgumentParser()
+        audit.add_arguments(parser)
+        defaults = parser.parse_args(["--input", input_glob, "--out", folder])
+        args.order_shards = defaults.order_shards
+        with open(os.devnull, "w") as sink, redirect_stdout(sink):
+            audit.run(args, beam_args)
+        storage.atomic_write_bytes(stamp_path, publish.json_bytes(stamp))
+        _LOG.info("audit: judge audit of %d day(s) written to %s", len(plan.fingerprints), folder)
+    else:
+        _LOG.info("audit: input unchanged; reusing %s", folder)
+    files = {}
+    for info in storage.list_files(folder):
+        name = info.path.replace("\\", "/").rsplit("/", 1)[-1]
+        if name != AUDIT_INPUTS:
+            files[name] = storage.read_bytes(info.path)
+    return files
+
+
+# --------------------------------------------------------------------------- fit and summarise
+
+
+@dataclass
+class Fitted:
+    """Everything a snapshot is made of, before serialisation."""
+
+    leaderboard: pl.DataFrame
+    bias: pl.DataFrame
+    summary: dict
+    model_options: dict
+    n_cells: int
+    audit_html: str | None = None
+    extra_files: dict[str, bytes] = field(default_factory=dict)
+
+
+def model_config(options: RefreshOptions):
+    from biasboard.ranking import ModelConfig
+
+    return ModelConfig(k=options.k, bootstrap=options.bootstrap, seed=options.seed)
+
+
+def fit_state(state_dir: str, options: RefreshOptions, audit_files: Mapping[str, bytes] | None = None) -> Fitted:
+    """Merge every stored day's cells and fit both models; the summary sums the days' manifests.
+
+    Deterministic in the stored cells: the cells are put in key order before the
+    fit, so the numbers do not depend on the order days were aggregated in.
+    """
+    from biasboard.ranking import fit_leaderboards
+    from biasboard.ranking.leaderboard import side_by_side
+    from biasboard.schemas.cells import PAIR_CELL_KEYS, SCORE_CELL_KEYS
+    from biasboard.transforms import state
+
+    days = state.list_state_days(state_dir)
+    if not days:
+        raise InputError(f"{state_dir}: no aggregated days to fit (is --input empty?)")
+    cells = state.load_cells(state_dir).sort_by([(k, "ascending") for k in PAIR_CELL_KEYS])
+    score_cells = state.load_score_cells(state_dir)
+    score_cells = score_cells.sort_by([(k, "ascending") for k in SCORE_CELL_KEYS]) if score_cells.num_rows else None
+    if cells.num_rows == 0:
+        raise InputError(f"{state_dir}: the stored days hold no valid battle (every row was rejected)")
+    _LOG.info(
+        "fit: merged %d pair cells%s from %d day(s)",
+        cells.num_rows,
+        f" and {score_cells.num_rows} score cells" if score_cells is not None else "",
+        len(days),
+    )
+    config = model_config(options)
+    naive, corrected = fit_leaderboards(cells, score_cells, config=config)
+    leaderboard = side_by_side(naive, corrected)
+    summary = build_summary(state_dir, days, cells, naive, corrected)
+    audit_files = dict(audit_files or {})
+    audit_html = None
+    if audit_files:
+        from biasboard.pipelines.audit import AUDIT_HTML, AUDIT_JSON
+
+        audit_doc = json.loads(audit_files[AUDIT_JSON]) if AUDIT_JSON in audit_files else {}
+        judges = audit_doc.get("tables", {}).get("judges")
+        if judges:
+            summary["diagnostics"]["order"] = judges
+        audit_html = audit_files[AUDIT_HTML].decode("utf-8") if AUDIT_HTML in audit_files else None
+    return Fitted(
+        leaderboard=leaderboard,
+        bias=corrected.bias,
+        summary=summary,
+        model_options=_config_dict(config),
+        n_cells=cells.num_rows,
+        audit_html=audit_html,
+        extra_files=audit_files,
+    )
+
+
+def build_summary(state_dir: str, days: list[str], cells, naive, corrected) -> dict:
+    """summary.json (DESIGN §6): τ and ρ naive vs corrected, counts by reason, judges, diagnostics, warnings."""
+    from biasboard.ranking.diagnostics import CROSSING_TYPICAL
+    from biasboard.transforms import state
+    from biasboard.transforms.cells import IngestCounts, judge_summary
+
+    manifests = [state.read_manifest(state_dir, day) or {} for day in days]
+    counts = sum((IngestCounts.from_dict(m["counts"]) for m in manifests if "counts" in m), IngestCounts())
+    score_manifests = [m["score_counts"] for m in manifests if "score_counts" in m]
+    comparison = corrected.diagnostics.get("naive_vs_corrected", {})
+    diagnostics = {key: value for key, value in corrected.diagnostics.items() if key != "warnings"}
+    identifiability = {}
+    for name, info in diagnostics.get("profile_likelihood", {}).items():
+        identifiability[name] = {
+            "profile_range_nats": info.get("range_nats"),
+            "prior_selected": bool(info.get("warning")),
+            "message": info.get("note", ""),
+        }
+    covariates = diagnostics.get("covariates", {})
+    if "length" in identifiability and covariates.get("corr_theta_length_corrected") is not None:
+        identifiability["length"]["corr_theta"] = covariates["corr_theta_length_corrected"]
+        identifiability["length"]["crossing"] = CROSSING_TYPICAL
+    diagnostics["identifiability"] = identifiability
+    diagnostics["connectivity"] = {
+        "n_components": corrected.diagnostics.get("n_components", 1),
+        "components": corrected.diagnostics.get("components", [list(corrected.models)]),
+    }
+    diagnostics["naive"] = {key: value for key, value in naive.diagnostics.items() if key != "warnings"}
+    diagnostics["convergence"] = {
+        fit.method: {"converged": bool(fit.converged), "iterations": int(fit.iterations), "grad_norm": fit.grad_norm}
+        for fit in (naive, corrected)
+    }
+    warnings = [*naive.diagnostics.get("warnings", []), *corrected.diagnostics.get("warnings", [])]
+    if not counts.conserved:
+        warnings.append(
+            f"row accounting does not add up: read {counts.read} != counted {counts.counted} + "
+            f"rejected {counts.rejected_total}"
+        )
+    summary = {
+        "kendall_tau": comparison.get("kendall_tau"),
+        "spearman": comparison.get("spearman"),
+        "models": len(corrected.models),
+        "days": {"count": len(days), "first": days[0], "last": days[-1]},
+        "counts": counts.to_dict(),
+        "judges": judge_summary(cells).to_pylist(),
+        "diagnostics": diagnostics,
+        "warnings": warnings,
+    }
+    if score_manifests:
+        summary["score_counts"] = sum((IngestCounts.from_dict(c) for c in score_manifests), IngestCounts()).to_dict()
+    return summary
+
+
+def _config_dict(config) -> dict:
+    out = asdict(config)
+    out["disabled"] = sorted(list(pair) for pair in config.disabled)
+    return out
+
+
+def render(fitted: Fitted, options: RefreshOptions) -> str:
+    from biasboard.report.html import render_report
+
+    return render_report(fitted.leaderboard, fitted.bias, fitted.summary, fitted.audit_html, title=options.title)
+
+
+# --------------------------------------------------------------------------- manifest helpers
+
+
+_VERSIONED = ("biasboard", "apache-beam", "pyarrow", "polars", "numpy", "scipy", "google-cloud-storage")
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python and of the libraries whose behaviour the numbers depend on."""
+    found = {"python": platform.python_version()}
+    for name in _VERSIONED:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def _beam_options_for_manifest(options: PipelineOptions) -> dict:
+    """The Beam options that were given explicitly (the runner always), for the manifest."""
+    given = options.get_all_options(drop_default=True, retain_unknown_options=True)
+    given["runner"] = options.view_as(StandardOptions).runner
+    return {key: value for key, value in sorted(given.items()) if not callable(value)}
