@@ -19,6 +19,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from biasboard.importers.common import ImportOptions
+from biasboard.importers.pba import convert
 from biasboard.ranking.audit import audit
 from conftest import shared_data
 
@@ -40,22 +42,19 @@ _CONSISTENT_LINE = re.compile(r"(\d+) out of (\d+) answers are consistent\. .* T
 
 
 def load_judgments(root: Path, benchmark: str, judge: str) -> pl.DataFrame:
-    """The dataset's raw judgments as validated battles (unextracted verdicts left out, as validation does).
+    """The dataset's judgments as battles, converted by the project's PBA importer.
 
-    Reads the shared files directly with polars.  ``prompt_id`` is the question;
-    ``category`` is kept for PBA's per-category columns.
+    The importer dead-letters verdicts its regexes could not extract (PBA drops
+    them too).  ``category`` (for PBA's per-category columns) is not part of the
+    battle contract, so it is joined back from the raw file by question.
     """
-    raw = pl.read_ndjson(root / f"{benchmark}_judgments_{judge}.jsonl.gz")
-    return raw.filter(pl.col("winner").is_not_null()).select(
-        pl.col("judge"),
-        pl.col("model_a"),
-        pl.col("model_b"),
-        pl.col("winner"),
-        pl.col("question_id").cast(pl.Utf8).alias("prompt_id"),
-        pl.col("len_chars_a").cast(pl.Int64).alias("len_a"),
-        pl.col("len_chars_b").cast(pl.Int64).alias("len_b"),
-        pl.col("category"),
-    )
+    path = root / f"{benchmark}_judgments_{judge}.jsonl.gz"
+    result = convert([path], ImportOptions())
+    raw = pl.read_ndjson(path).select(pl.col("question_id").cast(pl.Utf8).alias("question"), "category").unique()
+    frame = pl.from_arrow(result.rows)
+    assert isinstance(frame, pl.DataFrame)
+    question = pl.col("prompt_id").str.split(":").list.first().alias("question")
+    return frame.with_columns(question).join(raw, on="question", how="left").drop("question")
 
 
 def published_consistency(root: Path, folder: str) -> tuple[int, int, float]:
@@ -148,3 +147,28 @@ def test_win_halfdraw_among_consistent_reproduces_published_csv(
     listed = sum(1 for m in published["model"] if m != reference)
     assert listed >= 9
     assert checked == listed * len(columns)
+
+
+def test_import_then_audit_cli_reproduces_the_mtbench_logs(root: Path, tmp_path: Path) -> None:
+    """End to end: ``biasboard import --format pba`` then ``biasboard audit`` on the FnApiRunner."""
+    from biasboard.pipelines import cli
+
+    expected = {}
+    for benchmark, judge, folder in JUDGES:
+        if benchmark != "mtbench":
+            continue
+        imported = tmp_path / "battles" / judge
+        args = ["import", "--format", "pba", "--in", str(root / f"mtbench_judgments_{judge}.jsonl.gz")]
+        assert cli.main([*args, "--out", str(imported)]) == 0
+        expected[judge] = published_consistency(root, folder)
+    out = tmp_path / "audit"
+    assert (
+        cli.main(["audit", "--input", str(tmp_path / "battles" / "*" / "battles" / "**.parquet"), "--out", str(out)])
+        == 0
+    )
+    judges = pl.read_parquet(out / "audit_judges.parquet")
+    assert sorted(judges["judge"]) == sorted(expected)
+    for row in judges.iter_rows(named=True):
+        consistent, total, percent = expected[row["judge"]]
+        assert (row["pba_consistent"], row["pba_judgments"]) == (consistent, total)
+        assert round(100 * row["pba_consistency_rate"], 2) == percent
