@@ -1,0 +1,213 @@
+"""Entry points: the naive leaderboard and the bias-aware one, fit on cells.
+
+``fit_naive`` is plain Bradley–Terry with ties as half wins (Evalica's and the arena notebooks'
+convention: a tie adds ½ to each side's wins), maximum likelihood, ratings normalised to mean 0 on the
+logit scale.  ``fit_bias_aware`` is DESIGN §4's model (see :mod:`biasboard.ranking.model`), MAP under
+the Gaussian priors of :class:`~biasboard.ranking.config.Priors`.  Both fit on cells split into
+``shards`` parts whose partial sums add; the answer does not depend on ``shards``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from biasboard.ranking.bias_table import bias_table
+from biasboard.ranking.config import ModelConfig, NaiveConfig
+from biasboard.ranking.data import CellsInput, Dataset, build_dataset
+from biasboard.ranking.diagnostics import (
+    compare_rankings,
+    connectivity_report,
+    covariate_report,
+    profile_ranges,
+)
+from biasboard.ranking.graph import comparison_components, mle_exists
+from biasboard.ranking.problem import Problem, bias_aware_problem, naive_problem
+from biasboard.ranking.result import Z95, FitResult, empty_bias_table
+from biasboard.ranking.solver import Solution, laplace_covariance, minimize
+from biasboard.ranking.uncertainty import (
+    percentile_interval,
+    poisson_pairs,
+    poisson_scores,
+    top_k_probabilities,
+)
+
+
+def _dataset(cells: CellsInput | Dataset, score_cells: CellsInput | None = None) -> Dataset:
+    return cells if isinstance(cells, Dataset) else build_dataset(cells, score_cells)
+
+
+def n_battles(data: Dataset) -> np.ndarray:
+    """Battles per model against a different model (self-battles inform judge effects, not θ)."""
+    pairs = data.pairs
+    keep = pairs.a != pairs.b
+    m = len(data.models)
+    return np.bincount(pairs.a[keep], weights=pairs.n[keep], minlength=m) + np.bincount(
+        pairs.b[keep], weights=pairs.n[keep], minlength=m
+    )
+
+
+def _theta_posterior(problem: Problem, solution: Solution, cov_core: np.ndarray):
+    lay = problem.layout
+    theta = solution.core[lay.theta]
+    m = lay.n_models
+    proj = np.eye(m) - 1.0 / m
+    cov = proj @ cov_core[lay.theta, lay.theta] @ proj
+    cov = 0.5 * (cov + cov.T)
+    rating = theta - theta.mean()
+    se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    return rating, cov, se
+
+
+def _bootstrap(problem: Problem, solution: Solution, replicates: int, shards: int, rng: np.random.Generator,
+               tol: float, max_iter: int):
+    """Poisson bootstrap: refit from the MAP on redrawn cell counts; returns (centred θ draws, raw core draws)."""
+    lay = problem.layout
+    thetas, cores = [], []
+    for _ in range(replicates):
+        pairs = poisson_pairs(problem.data.pairs, rng)
+        scores = poisson_scores(problem.data.scores, rng) if not problem.naive else None
+        obj = problem.objective(shards, pairs=pairs, scores=scores)
+        sol = minimize(obj, solution.core, solution.diag, tol=tol, max_iter=max_iter, g0_norm=solution.scale)
+        theta = sol.core[lay.theta]
+        thetas.append(theta - theta.mean())
+        cores.append(sol.core)
+    return np.array(thetas), np.array(cores)
+
+
+def _assemble(problem: Problem, solution: Solution, cov_core: np.ndarray, *, method: str, k: int, draws: int,
+              seed: int, boot_theta: np.ndarray | None, bias, diagnostics: dict) -> FitResult:
+    rating, cov, se = _theta_posterior(problem, solution, cov_core)
+    component = comparison_components(problem.data.pairs, len(problem.data.models))
+    rng = np.random.default_rng(seed)
+    m = len(rating)
+    root_vals, root_vecs = np.linalg.eigh(cov)
+    samples = rating + rng.standard_normal((draws, m)) @ (root_vecs * np.sqrt(np.clip(root_vals, 0, None))).T
+    p_top = top_k_probabilities(samples, k, component if component.max() > 0 else None)
+    boot_lo = boot_hi = None
+    if boot_theta is not None and len(boot_theta):
+        boot_lo, boot_hi = percentile_interval(boot_theta)
+    return FitResult(
+        models=problem.data.models,
+        rating=rating,
+        se=se,
+        ci_low=rating - Z95 * se,
+        ci_high=rating + Z95 * se,
+        cov=cov,
+        n_battles=n_battles(problem.data),
+        bias=bias,
+        p_top_k=p_top,
+        k=k,
+        diagnostics=diagnostics,
+        converged=solution.converged,
+        grad_norm=solution.grad_norm,
+        iterations=solution.iterations,
+        method=method,
+        rel_grad=solution.rel_grad,
+        loglik=solution.evaluation.loglik,
+        component=component,
+        boot_ci_low=boot_lo,
+        boot_ci_high=boot_hi,
+        params={"core": solution.core, "diag": solution.diag, "cov_core": cov_core},
+    )
+
+
+def fit_naive(cells: CellsInput | Dataset, *, config: NaiveConfig | None = None, shards: int = 1) -> FitResult:
+    """Bradley–Terry with ties as half wins, maximum likelihood on pair cells (what arenas publish)."""
+    config = config or NaiveConfig()
+    data = _dataset(cells)
+    warnings: list[str] = []
+    theta_sd = config.theta_sd
+    if theta_sd is None and not mle_exists(data.pairs, len(data.models)):
+        theta_sd = config.fallback_theta_sd
+        warnings.append(
+            "naive Bradley-Terry: the maximum-likelihood ratings do not exist (some model never wins or never "
+            f"loses against the rest, or the comparison graph is split); fitted with a N(0, {theta_sd:g}^2) prior "
+            "on ratings instead"
+        )
+    problem = naive_problem(data, theta_sd)
+    solution = minimize(problem.objective(shards), *problem.zeros(), tol=config.tol, max_iter=config.max_iter)
+    boot = None
+    if config.bootstrap:
+        boot, _ = _bootstrap(problem, solution, config.bootstrap, shards, np.random.default_rng(config.seed + 1),
+                             config.tol, config.max_iter)
+    diagnostics = connectivity_report(data)
+    diagnostics["warnings"] = warnings + diagnostics.pop("warnings")
+    diagnostics["tie_convention"] = "a tie counts as half a win for each side (Evalica/arena convention)"
+    diagnostics["prior_theta_sd"] = theta_sd
+    if not solution.converged:
+        diagnostics["warnings"].append(f"naive fit did not converge (relative gradient {solution.rel_grad:.2e})")
+    return _assemble(problem, solution, laplace_covariance(solution), method="naive", k=config.k,
+                     draws=config.posterior_draws, seed=config.seed, boot_theta=boot, bias=empty_bias_table(),
+                     diagnostics=diagnostics)
+
+
+def solve_bias_aware(problem: Problem, config: ModelConfig, shards: int = 1,
+                     fixed: dict[int, float] | None = None) -> Solution:
+    """MAP of a bias-aware problem from a cold start, with ``fixed`` raw parameters held at given values."""
+    core, diag = problem.zeros()
+    free = np.ones(core.size, bool)
+    for index, value in (fixed or {}).items():
+        core[index] = value
+        free[index] = False
+    return minimize(problem.objective(shards), core, diag, free=free, tol=config.tol, max_iter=config.max_iter)
+
+
+def fit_bias_aware(
+    cells: CellsInput | Dataset,
+    score_cells: CellsInput | None = None,
+    *,
+    config: ModelConfig | None = None,
+    shards: int = 1,
+    naive: FitResult | None = None,
+) -> FitResult:
+    """DESIGN §4's bias-aware model on pair cells (and, optionally, ordinal score cells).
+
+    Pass the ``naive`` fit of the same cells to get Kendall τ / Spearman naive vs corrected and the
+    covariate correlation of both in the diagnostics.
+    """
+    config = config or ModelConfig()
+    data = _dataset(cells, score_cells)
+    problem = bias_aware_problem(data, config)
+    solution = solve_bias_aware(problem, config, shards)
+    cov_core = laplace_covariance(solution)
+    boot_theta = boot_core = None
+    if config.bootstrap:
+        boot_theta, boot_core = _bootstrap(problem, solution, config.bootstrap, shards,
+                                          np.random.default_rng(config.seed + 1), config.tol, config.max_iter)
+    profiles = profile_ranges(problem, solution, config, shards) if config.profile else {}
+    bias = bias_table(problem, solution, cov_core, profiles, boot_core)
+    diagnostics = connectivity_report(data)
+    warnings: list[str] = diagnostics.pop("warnings")
+    diagnostics["profile_likelihood"] = profiles
+    for info in profiles.values():
+        if info.get("warning"):
+            warnings.append(info["warning"])
+    rating = solution.core[problem.layout.theta]
+    cov_rep = covariate_report(data, rating, None if naive is None else naive.rating)
+    warnings.extend(cov_rep.pop("warnings"))
+    diagnostics["covariates"] = cov_rep
+    if naive is not None:
+        diagnostics["naive_vs_corrected"] = compare_rankings(naive, rating, data.models)
+    diagnostics["omega"] = config.omega
+    diagnostics["length_scale"] = problem.spec.x_scale
+    if not solution.converged:
+        warnings.append(f"bias-aware fit did not converge (relative gradient {solution.rel_grad:.2e})")
+    diagnostics["warnings"] = warnings
+    return _assemble(problem, solution, cov_core, method="bias_aware", k=config.k, draws=config.posterior_draws,
+                     seed=config.seed, boot_theta=boot_theta, bias=bias, diagnostics=diagnostics)
+
+
+def fit_leaderboards(
+    cells: CellsInput | Dataset,
+    score_cells: CellsInput | None = None,
+    *,
+    config: ModelConfig | None = None,
+    naive_config: NaiveConfig | None = None,
+    shards: int = 1,
+) -> tuple[FitResult, FitResult]:
+    """Both leaderboards of the same cells: (naive, corrected), the corrected one comparing itself to naive."""
+    config = config or ModelConfig()
+    data = _dataset(cells, score_cells)
+    naive_config = naive_config or NaiveConfig(k=config.k, seed=config.seed, bootstrap=config.bootstrap)
+    naive = fit_naive(data, config=naive_config, shards=shards)
+    corrected = fit_bias_aware(data, config=config, shards=shards, naive=naive)
+    return naive, corrected

@@ -1,0 +1,46 @@
+"""The comparison graph: which models can be ranked against which.
+
+Two models are comparable when a chain of battles links them (weak connectivity of the comparison
+graph).  The maximum-likelihood Bradley–Terry fit needs more — every model must both win and lose
+against the rest of its component (strong connectivity of the "earned points against" graph,
+Zermelo/Ford) — or some rating runs to ±∞.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from biasboard.ranking.data import PairArrays
+from scipy.sparse.csgraph import connected_components
+
+
+def _graph(rows: np.ndarray, cols: np.ndarray, n_models: int) -> sp.csr_matrix:
+    return sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n_models, n_models))
+
+
+def comparison_components(pairs: PairArrays, n_models: int) -> np.ndarray:
+    """Component label per model (0 = the largest), over battles between two different models."""
+    keep = (pairs.a != pairs.b) & (pairs.n > 0)
+    _, labels = connected_components(_graph(pairs.a[keep], pairs.b[keep], n_models), directed=False)
+    sizes = np.bincount(labels)
+    order = np.argsort(-sizes, kind="stable")
+    relabel = np.empty_like(order)
+    relabel[order] = np.arange(order.size)
+    return relabel[labels]
+
+
+def mle_exists(pairs: PairArrays, n_models: int) -> bool:
+    """True when the ties-as-half-wins BT likelihood has a finite maximiser (strongly connected)."""
+    keep = pairs.a != pairs.b
+    a, b = pairs.a[keep], pairs.b[keep]
+    a_pts = (pairs.win_a + 0.5 * pairs.tie)[keep] > 0
+    b_pts = (pairs.win_b + 0.5 * pairs.tie)[keep] > 0
+    # Edge u → v when u earned points against v.
+    rows = np.concatenate([a[a_pts], b[b_pts]])
+    cols = np.concatenate([b[a_pts], a[b_pts]])
+    n_comp, _ = connected_components(_graph(rows, cols, n_models), directed=True, connection="strong")
+    return n_comp == 1
+
+
+def component_names(component: np.ndarray, models: tuple[str, ...]) -> list[list[str]]:
+    return [[models[i] for i in np.flatnonzero(component == c)] for c in range(int(component.max()) + 1)]

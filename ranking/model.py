@@ -1,0 +1,361 @@
+"""The likelihood of both models as ONE pure function of (parameters, shard of cells) → partial sums.
+
+Pairwise part (DESIGN §4), for a cell of judge j with model a shown first and b second::
+
+    η = a_j (θ_a − θ_b) + γ_j + β_j x̄ + λ_j (s_a − s_b)
+    P(a wins) ∝ exp(η/2),  P(b wins) ∝ exp(−η/2),  P(tie) ∝ ν_j = exp(ψ_j)        (Davidson 1970)
+
+so without ties P(a wins) = σ(η) and θ is on the Bradley–Terry logit scale.  x̄ is the cell's mean
+*standardised* log length ratio.  γ_j = γ₀ + u_j, β_j = β₀ + b_j, λ_j = λ₀ + l_j; a_j = exp(L_j) with
+L_j = ρ_j − mean(ρ) over judges whose discrimination is enabled (the mean of log a_j is 0, so θ keeps the
+scale of the average judge).  A self-battle has θ_a − θ_b = 0 and s_a − s_b = 0: it informs γ, β, ν only.
+
+Ordinal part (seed 002, partial-credit many-facet Rasch), for a (judge, model, prompt) with counts n_k of
+category k = 0..K−1::
+
+    P(k) ∝ exp(k φ − Σ_{m≤k} τ_m),   φ = θ_m − δ_p − α_j
+
+Naive model: η = θ_a − θ_b and a tie counts as half a win for each side (binomial likelihood on the
+fractional counts w_a + t/2, w_b + t/2): the Bradley–Terry of arena leaderboards and of Evalica.
+
+Every sum is over cells, so the objective, gradient and Hessian of a set of cells are the sums of
+:func:`partials` over any partition of the cells into shards (DESIGN §4, "Fit").  The partials are in
+the *effective* coordinates (θ, per-judge γ_j, β_j, λ_j, L_j, ψ_j, α_j, τ) where every cell touches only
+its own judge; :class:`Layout` maps them linearly to the free parameters (global + per-judge
+deviations), a map that commutes with the sum over shards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from biasboard.ranking.data import PairArrays, ScoreArrays
+
+#: Per-judge blocks, in the same order in the raw and the effective vectors.
+JUDGE_BLOCKS: tuple[str, ...] = ("position", "length", "affinity", "discrimination", "tie", "severity")
+POS, LEN, AFF, DISC, TIE, SEV = range(6)
+#: The three effects with a global coefficient plus per-judge deviations.
+GLOBAL_EFFECTS: tuple[str, ...] = ("position", "length", "affinity")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Positions of every parameter.
+
+    Raw ("core") vector: θ (M) | γ₀, β₀, λ₀ | u (J) | b (J) | l (J) | ρ (J) | ψ (J) | α (J) | τ (K−1).
+    Diagonal vector: δ_p (P prompts) — kept apart because its Hessian block is diagonal, which the
+    solver eliminates by a Schur complement instead of storing a P × P matrix.
+    Effective vector: θ (M) | γ_j | β_j | λ_j | L_j | ψ_j | α_j | τ.
+    A naive layout has J = 0 and no ordinal part: θ only.
+    """
+
+    n_models: int
+    n_judges: int
+    n_tau: int = 0
+    n_prompts: int = 0
+    naive: bool = False
+
+    @property
+    def theta(self) -> slice:
+        return slice(0, self.n_models)
+
+    @property
+    def n_glob(self) -> int:
+        return 0 if self.naive else 3
+
+    def glob(self, effect: int) -> int:
+        return self.n_models + effect
+
+    def block(self, t: int) -> slice:
+        start = self.n_models + self.n_glob + t * self.n_judges
+        return slice(start, start + self.n_judges)
+
+    @property
+    def tau(self) -> slice:
+        start = self.n_models + self.n_glob + len(JUDGE_BLOCKS) * self.n_judges
+        return slice(start, start + self.n_tau)
+
+    @property
+    def n_core(self) -> int:
+        return self.tau.stop
+
+    def eff_block(self, t: int) -> slice:
+        start = self.n_models + t * self.n_judges
+        return slice(start, start + self.n_judges)
+
+    @property
+    def eff_tau(self) -> slice:
+        start = self.n_models + len(JUDGE_BLOCKS) * self.n_judges
+        return slice(start, start + self.n_tau)
+
+    @property
+    def n_eff(self) -> int:
+        return self.eff_tau.stop
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What is fixed during a fit: the layout, which effects each judge has, the covariate scale, weights.
+
+    ``masks[t, j]`` is 1 when judge j has effect block t (0 fixes it at zero: a_j = 1 for discrimination).
+    """
+
+    layout: Layout
+    masks: np.ndarray  # (6, J) float
+    x_scale: float = 1.0
+    w_pair: float = 1.0
+    w_ord: float = 1.0
+
+    def effective_map(self) -> sp.csr_matrix:
+        """The sparse linear map E with effective = E @ raw (constant over a fit)."""
+        lay = self.layout
+        if lay.naive:
+            return sp.identity(lay.n_models, format="csr")
+        rows, cols, vals = [], [], []
+
+        def put(r, c, v):
+            rows.append(np.asarray(r))
+            cols.append(np.asarray(c))
+            vals.append(np.broadcast_to(np.asarray(v, dtype=float), np.shape(r)))
+
+        m = np.arange(lay.n_models)
+        put(m, m, 1.0)
+        jj = np.arange(lay.n_judges)
+        for t in range(len(JUDGE_BLOCKS)):
+            eff = lay.eff_block(t).start + jj
+            raw = lay.block(t).start + jj
+            mask = self.masks[t]
+            if t == DISC:
+                on = np.flatnonzero(mask > 0)
+                if on.size >= 2:  # L_j = ρ_j − mean over enabled judges; one judge alone: a_j = 1
+                    put(eff[on], raw[on], 1.0)
+                    rr, cc = np.meshgrid(eff[on], raw[on], indexing="ij")
+                    put(rr.ravel(), cc.ravel(), -1.0 / on.size)
+                continue
+            put(eff, raw, mask)
+            if t in (POS, LEN, AFF):
+                put(eff, np.full(lay.n_judges, lay.glob(t)), mask)
+        tt = np.arange(lay.n_tau)
+        put(lay.eff_tau.start + tt, lay.tau.start + tt, 1.0)
+        data = np.concatenate(vals)
+        keep = data != 0
+        return sp.csr_matrix(
+            (data[keep], (np.concatenate(rows)[keep], np.concatenate(cols)[keep])), shape=(lay.n_eff, lay.n_core)
+        )
+
+
+@dataclass
+class Partials:
+    """Sums over a shard's cells, in effective coordinates, of the negative log-likelihood f and its derivatives."""
+
+    f: float
+    g: np.ndarray  # (n_eff,)
+    H: np.ndarray  # (n_eff, n_eff) dense
+    g_diag: np.ndarray  # (P,)
+    H_diag: np.ndarray  # (P,)
+    H_cross: np.ndarray  # (n_eff, P)
+
+    def __iadd__(self, other: Partials) -> Partials:
+        self.f += other.f
+        self.g += other.g
+        self.H += other.H
+        self.g_diag += other.g_diag
+        self.H_diag += other.H_diag
+        self.H_cross += other.H_cross
+        return self
+
+    @staticmethod
+    def zeros(lay: Layout) -> Partials:
+        return Partials(
+            0.0,
+            np.zeros(lay.n_eff),
+            np.zeros((lay.n_eff, lay.n_eff)),
+            np.zeros(lay.n_prompts),
+            np.zeros(lay.n_prompts),
+            np.zeros((lay.n_eff, lay.n_prompts)),
+        )
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A part of the cells: pair cells and (optionally) ordinal cells."""
+
+    pairs: PairArrays | None
+    scores: ScoreArrays | None = None
+
+
+def _laplacian_from_pairs(a: np.ndarray, b: np.ndarray, w: np.ndarray, m: int) -> np.ndarray:
+    """Σ_c w_c (e_a − e_b)(e_a − e_b)ᵀ as a dense M × M matrix, via one bincount (self-pairs cancel)."""
+    weights = np.bincount(a * m + b, weights=w, minlength=m * m).reshape(m, m)
+    out = -(weights + weights.T)
+    out[np.diag_indices(m)] += weights.sum(axis=0) + weights.sum(axis=1)
+    return out
+
+
+def _signed_bincount(a, b, w, size):
+    return np.bincount(a, weights=w, minlength=size) - np.bincount(b, weights=w, minlength=size)
+
+
+def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials) -> None:
+    lay = spec.layout
+    m_count, j_count = lay.n_models, lay.n_judges
+    theta = eff[lay.theta]
+    a, b = pairs.a, pairs.b
+    dtheta = theta[a] - theta[b]
+    wgt = spec.w_pair
+    if lay.naive:
+        # Ties as half wins: binomial log-likelihood of (w_a + t/2) successes in n trials.
+        s_a = pairs.win_a + 0.5 * pairs.tie
+        eta = dtheta
+        log_p = -np.logaddexp(0.0, -eta)
+        log_q = -np.logaddexp(0.0, eta)
+        out.f -= wgt * float(np.sum(s_a * log_p + (pairs.n - s_a) * log_q))
+        p = np.exp(log_p)
+        g_eta = wgt * (pairs.n * p - s_a)
+        h_eta = wgt * pairs.n * p * (1.0 - p)
+        out.g[lay.theta] += _signed_bincount(a, b, g_eta, m_count)
+        out.H[lay.theta, lay.theta] += _laplacian_from_pairs(a, b, h_eta, m_count)
+        return
+
+    j = pairs.j
+    blk = [eff[lay.eff_block(t)] for t in range(len(JUDGE_BLOCKS))]
+    disc = np.exp(blk[DISC])[j]
+    xs = pairs.x / spec.x_scale
+    # z_t = ∂η/∂(effective block t) for t in position, length, affinity, discrimination.
+    q = disc * dtheta
+    z = np.stack([np.ones_like(xs), xs, pairs.ds, q])
+    eta = q + blk[POS][j] + blk[LEN][j] * xs + blk[AFF][j] * pairs.ds
+    psi = blk[TIE][j]
+    half = 0.5 * eta
+    log_norm = np.logaddexp(np.logaddexp(half, -half), psi)
+    p_a = np.exp(half - log_norm)
+    p_b = np.exp(-half - log_norm)
+    p_t = np.exp(psi - log_norm)
+    n = pairs.n
+    out.f -= wgt * float(np.sum(pairs.win_a * half - pairs.win_b * half + pairs.tie * psi - n * log_norm))
+    diff = p_a - p_b
+    g_eta = wgt * (-0.5 * (pairs.win_a - pairs.win_b) + 0.5 * n * diff)
+    g_psi = wgt * (n * p_t - pairs.tie)
+    h_eta = wgt * 0.25 * n * ((p_a + p_b) - diff * diff)
+    h_eta_psi = wgt * (-0.5) * n * diff * p_t
+    h_psi = wgt * n * p_t * (1.0 - p_t)
+
+    # θ block: gradient, Laplacian of the pairs, and the θ × per-judge cross terms.
+    th = lay.theta
+    out.g[th] += _signed_bincount(a, b, g_eta * disc, m_count)
+    out.H[th, th] += _laplacian_from_pairs(a, b, h_eta * disc * disc, m_count)
+    idx_a = a * j_count + j
+    idx_b = b * j_count + j
+    size = m_count * j_count
+    cross_weights = [h_eta * disc * z[t] for t in range(4)]
+    cross_weights[DISC] = cross_weights[DISC] + g_eta * disc  # ∂²η/∂θ_a∂L_j = a_j
+    cross_weights.append(h_eta_psi * disc)  # tie block
+    for t, w in zip((POS, LEN, AFF, DISC, TIE), cross_weights, strict=True):
+        block = _signed_bincount(idx_a, idx_b, w, size).reshape(m_count, j_count)
+        cols = lay.eff_block(t)
+        out.H[th, cols] += block
+        out.H[cols, th] += block.T
+
+    # Per-judge blocks: every cell touches only its own judge, so each (t, t') pair is a diagonal.
+    jj = np.arange(j_count)
+    eta_types = (POS, LEN, AFF, DISC)
+    for t in eta_types:
+        out.g[lay.eff_block(t)] += np.bincount(j, weights=g_eta * z[t], minlength=j_count)
+    out.g[lay.eff_block(TIE)] += np.bincount(j, weights=g_psi, minlength=j_count)
+    for i1, t1 in enumerate(eta_types):
+        for t2 in eta_types[i1:]:
+            w = h_eta * z[t1] * z[t2]
+            if t1 == DISC and t2 == DISC:
+                w = w + g_eta * q  # ∂²η/∂L_j² = q
+            d = np.bincount(j, weights=w, minlength=j_count)
+            r1, r2 = lay.eff_block(t1).start + jj, lay.eff_block(t2).start + jj
+            out.H[r1, r2] += d
+            if t1 != t2:
+                out.H[r2, r1] += d
+        d = np.bincount(j, weights=h_eta_psi * z[t1], minlength=j_count)
+        r1, r2 = lay.eff_block(t1).start + jj, lay.eff_block(TIE).start + jj
+        out.H[r1, r2] += d
+        out.H[r2, r1] += d
+    r = lay.eff_block(TIE).start + jj
+    out.H[r, r] += np.bincount(j, weights=h_psi, minlength=j_count)
+
+
+def _score_partials(eff: np.ndarray, delta: np.ndarray, scores: ScoreArrays, spec: Spec, out: Partials) -> None:
+    lay = spec.layout
+    m_count, j_count, p_count, k_tau = lay.n_models, lay.n_judges, lay.n_prompts, lay.n_tau
+    counts = scores.counts
+    n_cat = counts.shape[1]
+    m, j, p = scores.m, scores.j, scores.p
+    theta = eff[lay.theta]
+    alpha = eff[lay.eff_block(SEV)]
+    tau = eff[lay.eff_tau]
+    phi = theta[m] - delta[p] - alpha[j]
+    cats = np.arange(n_cat, dtype=float)
+    cum_tau = np.concatenate([[0.0], np.cumsum(tau)])  # T_k
+    scores_k = phi[:, None] * cats[None, :] - cum_tau[None, :]
+    log_z = np.logaddexp.reduce(scores_k, axis=1)
+    prob = np.exp(scores_k - log_z[:, None])
+    total = counts.sum(axis=1)
+    wgt = spec.w_ord
+    out.f -= wgt * float(np.sum(counts * scores_k) - np.sum(total * log_z))
+    mean_k = prob @ cats
+    var_k = prob @ (cats * cats) - mean_k**2
+    # upper[:, m-1] = P(k >= m), m = 1..K−1; cnt_upper likewise for the observed counts.
+    upper = np.cumsum(prob[:, ::-1], axis=1)[:, ::-1][:, 1:]
+    cnt_upper = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1][:, 1:]
+    k_upper = np.cumsum((prob * cats)[:, ::-1], axis=1)[:, ::-1][:, 1:]  # E[k·1{k>=m}]
+    g_phi = wgt * -(counts @ cats - total * mean_k)
+    h_phi = wgt * total * var_k
+    g_tau = wgt * (cnt_upper - total[:, None] * upper)
+    h_phi_tau = wgt * -total[:, None] * (k_upper - mean_k[:, None] * upper)  # −N Cov(k, 1{k>=m})
+    up_max = upper[:, np.maximum.outer(np.arange(n_cat - 1), np.arange(n_cat - 1))]  # P(k >= max(m, m'))
+    h_tau = wgt * np.einsum("r,rab->ab", total, up_max - upper[:, :, None] * upper[:, None, :])
+
+    th = lay.theta
+    sev = lay.eff_block(SEV)
+    ta = lay.eff_tau
+    out.g[th] += np.bincount(m, weights=g_phi, minlength=m_count)
+    out.g[sev] -= np.bincount(j, weights=g_phi, minlength=j_count)
+    out.g_diag -= np.bincount(p, weights=g_phi, minlength=p_count)
+    out.g[ta] += g_tau.sum(axis=0)
+    diag_theta = np.bincount(m, weights=h_phi, minlength=m_count)
+    out.H[np.arange(m_count), np.arange(m_count)] += diag_theta
+    ths = np.bincount(m * j_count + j, weights=h_phi, minlength=m_count * j_count).reshape(m_count, j_count)
+    out.H[th, sev] -= ths
+    out.H[sev, th] -= ths.T
+    r = sev.start + np.arange(j_count)
+    out.H[r, r] += np.bincount(j, weights=h_phi, minlength=j_count)
+    out.H_diag += np.bincount(p, weights=h_phi, minlength=p_count)
+    out.H_cross[th] -= np.bincount(m * p_count + p, weights=h_phi, minlength=m_count * p_count).reshape(
+        m_count, p_count
+    )
+    out.H_cross[sev] += np.bincount(j * p_count + p, weights=h_phi, minlength=j_count * p_count).reshape(
+        j_count, p_count
+    )
+    out.H[ta, ta] += h_tau
+    for c in range(k_tau):
+        w = h_phi_tau[:, c]
+        col = ta.start + c
+        v = np.bincount(m, weights=w, minlength=m_count)
+        out.H[th, col] += v
+        out.H[col, th] += v
+        v = np.bincount(j, weights=w, minlength=j_count)
+        out.H[sev, col] -= v
+        out.H[col, sev] -= v
+        out.H_cross[col] -= np.bincount(p, weights=w, minlength=p_count)
+
+
+def partials(eff: np.ndarray, delta: np.ndarray, shard: Shard, spec: Spec) -> Partials:
+    """THE pure function: effective parameters and prompt difficulties, one shard → its partial sums.
+
+    ``eff`` is ``spec.effective_map() @ raw``; the result's sums over shards are the objective (negative
+    log-likelihood, weighted), gradient and Hessian of all the cells, in effective coordinates.
+    """
+    out = Partials.zeros(spec.layout)
+    if shard.pairs is not None and len(shard.pairs):
+        _pair_partials(eff, shard.pairs, spec, out)
+    if shard.scores is not None and len(shard.scores):
+        _score_partials(eff, delta, shard.scores, spec, out)
+    return out

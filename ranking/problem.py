@@ -1,0 +1,148 @@
+"""From a coded dataset and a config to the objects the solver needs: layout, spec, prior, shards.
+
+Kept apart from the fitting entry points so that the bootstrap, the profile likelihood and the oracle
+fit (judge effects fixed at their true values) rebuild exactly the same problem with one change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from biasboard.ranking.config import ModelConfig
+from biasboard.ranking.data import Dataset, PairArrays, ScoreArrays, shard_indices
+from biasboard.ranking.model import AFF, DISC, JUDGE_BLOCKS, LEN, POS, SEV, TIE, Layout, Shard, Spec
+from biasboard.ranking.solver import Objective, Prior
+
+#: Config effect name of each judge block.
+BLOCK_EFFECT: dict[int, str] = {
+    POS: "position",
+    LEN: "length",
+    AFF: "affinity",
+    DISC: "discrimination",
+    TIE: "tie",
+    SEV: "severity",
+}
+
+
+def make_shards(pairs: PairArrays, scores: ScoreArrays | None, shards: int) -> list[Shard]:
+    """Split cells into ``shards`` parts; any split gives the same sums (and so the same fit)."""
+    pair_parts = [pairs.take(i) for i in shard_indices(len(pairs), shards)]
+    if scores is None:
+        return [Shard(p, None) for p in pair_parts]
+    score_parts = [scores.take(i) for i in shard_indices(len(scores), shards)]
+    return [Shard(p, s) for p, s in zip(pair_parts, score_parts, strict=True)]
+
+
+@dataclass
+class Problem:
+    """One model on one dataset: everything but the parameter values."""
+
+    data: Dataset
+    layout: Layout
+    spec: Spec
+    prior: Prior
+    notes: dict[tuple[int, int], str] = field(default_factory=dict)  # (block, judge) → why switched off
+    naive: bool = False
+
+    def objective(self, shards: int = 1, pairs: PairArrays | None = None, scores: ScoreArrays | None = None,
+                  prior: Prior | None = None) -> Objective:
+        pairs = self.data.pairs if pairs is None else pairs
+        scores = (None if self.naive else self.data.scores) if scores is None else scores
+        return Objective(self.spec, make_shards(pairs, scores, shards), self.prior if prior is None else prior)
+
+    def zeros(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros(self.layout.n_core), np.zeros(self.layout.n_prompts)
+
+    def without_theta_prior(self) -> Prior:
+        """The prior with θ's replaced by a location gauge (for likelihood profiles)."""
+        precision = self.prior.precision.copy()
+        precision[self.layout.theta] = 1e-8
+        return replace(self.prior, precision=precision, gauge=1.0, n_theta=self.layout.n_models)
+
+
+def naive_problem(data: Dataset, theta_sd: float | None) -> Problem:
+    m = len(data.models)
+    lay = Layout(m, 0, naive=True)
+    spec = Spec(lay, np.zeros((len(JUDGE_BLOCKS), 0)))
+    precision = np.full(m, 0.0 if theta_sd is None else 1.0 / theta_sd**2)
+    prior = Prior(np.zeros(m), precision, np.zeros(0), np.zeros(0), gauge=1.0 if theta_sd is None else 0.0, n_theta=m)
+    return Problem(data, lay, spec, prior, naive=True)
+
+
+def length_scale(pairs: PairArrays) -> float:
+    """RMS of the log length ratio over battles with lengths: the unit β is estimated in internally."""
+    n_len = pairs.n_len.sum()
+    if n_len <= 0:
+        return 1.0
+    rms = float(np.sqrt(pairs.sum_x2.sum() / n_len))
+    return rms if rms > 0 else 1.0
+
+
+def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
+    m, jn = len(data.models), len(data.judges)
+    scores = data.scores
+    n_tau = max(data.n_categories - 1, 0)
+    lay = Layout(m, jn, n_tau, len(data.prompts))
+    pairs = data.pairs
+    masks = np.ones((len(JUDGE_BLOCKS), jn))
+    notes: dict[tuple[int, int], str] = {}
+    has_len = np.bincount(pairs.j, weights=pairs.n_len, minlength=jn) > 0
+    has_aff = np.bincount(pairs.j, weights=np.abs(pairs.ds) * pairs.n, minlength=jn) > 0
+    has_scores = np.zeros(jn, bool) if scores is None else np.bincount(scores.j, minlength=jn) > 0
+    for j, judge in enumerate(data.judges):
+        for t, effect in BLOCK_EFFECT.items():
+            if t != TIE and not config.is_enabled(judge, effect):
+                masks[t, j] = 0.0
+                notes[(t, j)] = "disabled by configuration"
+        if not has_len[j]:
+            masks[LEN, j] = 0.0
+            notes.setdefault((LEN, j), "no battles with both lengths known")
+        if not has_aff[j]:
+            masks[AFF, j] = 0.0
+            notes.setdefault((AFF, j), "no battle involves a model of the judge's own family")
+        if not has_scores[j]:
+            masks[SEV, j] = 0.0
+            notes.setdefault((SEV, j), "no ordinal scores from this judge")
+    if masks[DISC].sum() < 2:
+        for j in np.flatnonzero(masks[DISC]):
+            notes.setdefault((DISC, j), "fixed at 1: the scale of a single judge is the scale of θ")
+        masks[DISC] = 0.0
+    has_ord = scores is not None and config.omega < 1.0
+    w_pair, w_ord = (2.0 * config.omega, 2.0 * (1.0 - config.omega)) if has_ord else (1.0, 0.0)
+    spec = Spec(lay, masks, length_scale(pairs), w_pair, w_ord)
+
+    pr = config.priors
+    precision = np.zeros(lay.n_core)
+    mean = np.zeros(lay.n_core)
+    precision[lay.theta] = 1.0 / pr.theta_sd**2
+    precision[lay.glob(POS)] = 1.0 / pr.position_sd**2
+    precision[lay.glob(LEN)] = 1.0 / pr.length_sd**2
+    precision[lay.glob(AFF)] = 1.0 / pr.affinity_sd**2
+    precision[lay.block(POS)] = 1.0 / pr.position_dev_sd**2
+    precision[lay.block(LEN)] = 1.0 / pr.length_dev_sd**2
+    precision[lay.block(AFF)] = 1.0 / pr.affinity_dev_sd**2
+    precision[lay.block(DISC)] = 1.0 / pr.discrimination_sd**2
+    precision[lay.block(TIE)] = 1.0 / pr.tie_sd**2
+    mean[lay.block(TIE)] = pr.tie_mean
+    precision[lay.block(SEV)] = 1.0 / pr.severity_sd**2
+    precision[lay.tau] = 1.0 / pr.threshold_sd**2
+    prior = Prior(
+        mean,
+        precision,
+        np.zeros(lay.n_prompts),
+        np.full(lay.n_prompts, 1.0 / pr.difficulty_sd**2),
+        n_theta=m,
+    )
+    if not has_ord and scores is not None:
+        data = replace(data, scores=None)
+    return Problem(data, lay, spec, prior, notes)
+
+
+def prior_sd_of_effect(problem: Problem, block: int) -> tuple[float, float]:
+    """(global SD, per-judge deviation SD) of a block's prior (global 0 when the block has none)."""
+    pr = problem.prior.precision
+    lay = problem.layout
+    dev = 1.0 / np.sqrt(pr[lay.block(block).start]) if lay.n_judges else 0.0
+    glob = 1.0 / np.sqrt(pr[lay.glob(block)]) if block in (POS, LEN, AFF) else 0.0
+    return float(glob), float(dev)

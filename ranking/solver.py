@@ -1,0 +1,217 @@
+"""MAP by damped Newton (Levenberg–Marquardt trust region) on sums of shard partials.
+
+The Hessian has three parts: a dense "core" block (θ, the global and per-judge bias coefficients,
+the ordinal thresholds — at most a few thousand), a *diagonal* block for the prompt difficulties δ_p
+(a prompt only ever meets itself), and the dense core × prompt cross block.  A Newton step eliminates δ
+by the Schur complement S = A − B D⁻¹ Bᵀ and factorises S once (Cholesky); the same S, inverted at the
+optimum, is the Laplace covariance of the core parameters.  Damping μ is raised when S + μI is not
+positive definite or a step fails to decrease the objective, lowered when the quadratic model predicts
+the decrease well, so the fit starts cold (all zeros) and still converges quadratically at the end.
+
+Convergence: relative gradient norm ‖g‖₂ / max(‖g₀‖₂, 1) below ``tol`` (g₀ the gradient at the start);
+after that one undamped polishing step is taken, which makes the answer independent of the shard
+count to ~1e-12 rather than ~tol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg as sla
+from biasboard.ranking.model import Partials, Shard, Spec, partials
+
+
+@dataclass(frozen=True)
+class Prior:
+    """Independent Gaussian priors on the raw core and the diagonal (prompt) parameters.
+
+    ``gauge`` adds κ/2 (Σθ)² — a pure location fix with no effect on θ contrasts, used when θ has no
+    prior (maximum likelihood) so the Hessian is still invertible.
+    """
+
+    mean: np.ndarray
+    precision: np.ndarray
+    mean_diag: np.ndarray
+    precision_diag: np.ndarray
+    gauge: float = 0.0
+    n_theta: int = 0
+
+
+@dataclass
+class Evaluation:
+    f: float
+    loglik: float  # weighted log-likelihood only (no prior): −Σ partial f
+    g: np.ndarray
+    H: np.ndarray
+    g_diag: np.ndarray
+    H_diag: np.ndarray
+    B: np.ndarray
+
+
+class Objective:
+    """Negative log-posterior over shards: Σ_shards partials(...) mapped to raw coordinates, plus the prior."""
+
+    def __init__(self, spec: Spec, shards: Sequence[Shard], prior: Prior):
+        self.spec = spec
+        self.shards = list(shards)
+        self.prior = prior
+        self.E = spec.effective_map()
+        self.ET = self.E.T.tocsr()
+
+    def data_partials(self, core: np.ndarray, diag: np.ndarray) -> Partials:
+        eff = self.E @ core
+        total = Partials.zeros(self.spec.layout)
+        for shard in self.shards:
+            total += partials(eff, diag, shard, self.spec)
+        return total
+
+    def evaluate(self, core: np.ndarray, diag: np.ndarray, *, derivatives: bool = True) -> Evaluation:
+        part = self.data_partials(core, diag)
+        pr = self.prior
+        dc = core - pr.mean
+        dd = diag - pr.mean_diag
+        theta_sum = core[: pr.n_theta].sum()
+        f = part.f + 0.5 * float(dc @ (pr.precision * dc) + dd @ (pr.precision_diag * dd))
+        f += 0.5 * pr.gauge * theta_sum**2
+        if not derivatives:
+            return Evaluation(f, -part.f, np.empty(0), np.empty((0, 0)), np.empty(0), np.empty(0), np.empty((0, 0)))
+        g = self.ET @ part.g + pr.precision * dc
+        g[: pr.n_theta] += pr.gauge * theta_sum
+        left = self.ET @ part.H  # (n_core, n_eff)
+        H = np.asarray(self.ET @ left.T)
+        H = 0.5 * (H + H.T)
+        H[np.diag_indices_from(H)] += pr.precision
+        if pr.gauge:
+            H[: pr.n_theta, : pr.n_theta] += pr.gauge
+        B = np.asarray(self.ET @ part.H_cross)
+        return Evaluation(
+            f, -part.f, g, H, part.g_diag + pr.precision_diag * dd, part.H_diag + pr.precision_diag, B
+        )
+
+
+@dataclass
+class Solution:
+    core: np.ndarray
+    diag: np.ndarray
+    evaluation: Evaluation
+    free: np.ndarray  # bool mask over core
+    iterations: int
+    converged: bool
+    grad_norm: float
+    rel_grad: float
+    scale: float  # the gradient norm convergence is relative to (at the cold start)
+
+
+def _schur_factor(H: np.ndarray, B: np.ndarray, D: np.ndarray, mu: float):
+    """Cholesky factor of S = H + μI − B (D + μ)⁻¹ Bᵀ, or None when not positive definite."""
+    d = D + mu
+    if np.any(d <= 0):
+        return None, d
+    S = H - (B / d) @ B.T if B.size else H.copy()
+    S[np.diag_indices_from(S)] += mu
+    try:
+        return sla.cho_factor(S, lower=True, check_finite=False), d
+    except (sla.LinAlgError, ValueError):
+        return None, d
+
+
+def _newton_step(ev: Evaluation, free: np.ndarray, mu: float):
+    H = ev.H[np.ix_(free, free)]
+    B = ev.B[free]
+    factor, d = _schur_factor(H, B, ev.H_diag, mu)
+    if factor is None:
+        return None
+    g = ev.g[free]
+    rhs = -g + (B @ (ev.g_diag / d) if B.size else 0.0)
+    s = sla.cho_solve(factor, rhs, check_finite=False)
+    t = -(ev.g_diag + (B.T @ s if B.size else 0.0)) / d
+    return s, t
+
+
+def _grad_norm(ev: Evaluation, free: np.ndarray) -> float:
+    return float(np.sqrt(np.sum(ev.g[free] ** 2) + np.sum(ev.g_diag**2)))
+
+
+def minimize(
+    objective: Objective,
+    core0: np.ndarray,
+    diag0: np.ndarray,
+    *,
+    free: np.ndarray | None = None,
+    tol: float = 1e-8,
+    max_iter: int = 200,
+    g0_norm: float | None = None,
+) -> Solution:
+    """Damped Newton from (core0, diag0) with the parameters outside ``free`` held fixed."""
+    core, diag = core0.astype(float).copy(), diag0.astype(float).copy()
+    free = np.ones(core.shape[0], bool) if free is None else free
+    ev = objective.evaluate(core, diag)
+    scale = max(_grad_norm(ev, free) if g0_norm is None else g0_norm, 1.0)
+    mu = 0.0
+    diag_scale = float(np.mean(np.abs(np.diag(ev.H)))) if ev.H.size else 1.0
+    it = 0
+    converged = False
+    polished = False
+    while it < max_iter:
+        gn = _grad_norm(ev, free)
+        if gn <= tol * scale:
+            converged = True
+            if polished:
+                break
+        step = _newton_step(ev, free, 0.0 if converged else mu)
+        if step is None:
+            if converged:
+                break
+            mu = max(4.0 * mu, 1e-8 * diag_scale)
+            it += 1
+            continue
+        s, t = step
+        new_core = core.copy()
+        new_core[free] += s
+        new_diag = diag + t
+        new_ev = objective.evaluate(new_core, new_diag)
+        it += 1
+        g_f = ev.g[free]
+        predicted = -(g_f @ s + ev.g_diag @ t) - 0.5 * (
+            s @ (ev.H[np.ix_(free, free)] @ s) + 2 * t @ (ev.B[free].T @ s) + t @ (ev.H_diag * t)
+        )
+        actual = ev.f - new_ev.f
+        if converged:
+            polished = True
+            if np.isfinite(new_ev.f) and _grad_norm(new_ev, free) < gn:
+                core, diag, ev = new_core, new_diag, new_ev
+            break
+        if np.isfinite(new_ev.f) and actual >= 0 and (actual > 1e-4 * predicted or predicted <= 0):
+            core, diag, ev = new_core, new_diag, new_ev
+            if predicted <= 1e-15 * max(abs(ev.f), 1.0) and mu == 0.0:
+                # The quadratic model predicts no further gain at machine precision: a stationary point.
+                converged = _grad_norm(ev, free) <= tol * scale
+                break
+            ratio = actual / predicted if predicted > 0 else 1.0
+            if ratio > 0.75:
+                mu = mu / 4.0 if mu > 1e-10 * diag_scale else 0.0
+            elif ratio < 0.25:
+                mu = max(4.0 * mu, 1e-6 * diag_scale)
+        else:
+            mu = max(4.0 * mu, 1e-4 * diag_scale)
+    gn = _grad_norm(ev, free)
+    return Solution(core, diag, ev, free, it, bool(gn <= tol * scale), gn, gn / scale, scale)
+
+
+def laplace_covariance(solution: Solution) -> np.ndarray:
+    """Posterior covariance of the core parameters (δ marginalised), zero rows for fixed parameters."""
+    ev, free = solution.evaluation, solution.free
+    factor, _ = _schur_factor(ev.H[np.ix_(free, free)], ev.B[free], ev.H_diag, 0.0)
+    n = ev.H.shape[0]
+    cov = np.zeros((n, n))
+    if factor is None:
+        # Not positive definite at the optimum (should not happen with proper priors): use a pseudo-inverse.
+        d = ev.H_diag
+        S = ev.H[np.ix_(free, free)] - ((ev.B[free] / d) @ ev.B[free].T if ev.B.size else 0.0)
+        inv = np.linalg.pinv(S)
+    else:
+        inv = sla.cho_solve(factor, np.eye(int(free.sum())), check_finite=False)
+    cov[np.ix_(free, free)] = 0.5 * (inv + inv.T)
+    return cov
