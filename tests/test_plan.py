@@ -1,0 +1,266 @@
+"""Top-k-aware acquisition (ranking/acquisition.py) and ``biasboard plan`` on a published snapshot."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
+from biasboard.pipelines import cli
+from biasboard.pipelines.plan import POSTERIOR_FILE, make_plan, plan_inputs
+from biasboard.ranking import ModelConfig, fit_bias_aware
+from biasboard.ranking.acquisition import (
+    PLAN_COLUMNS,
+    STRATEGIES,
+    Posterior,
+    _believer_update,
+    circle_schedule,
+    davidson_information,
+    posterior_from_fit,
+    select_comparisons,
+)
+from biasboard.schemas.battle import BATTLE_SCHEMA
+from biasboard.schemas.errors import InputError
+from biasboard.schemas.families import FamilyMap
+from biasboard.transforms import publish
+from biasboard.transforms.cells import partial_cells
+
+M, K = 20, 5
+#: Clear gaps of 0.8 logits, except the models at ranks 5 and 6 (indices 4, 5), 0.05 apart: they
+#: straddle the k-th place and nobody else is in doubt.
+THETA = np.concatenate([np.arange(4)[::-1] * 0.8 + 4.0, [0.825, 0.775], -np.arange(14) * 0.8 - 0.8])
+BOUNDARY = {4, 5}
+
+
+def _constructed_posterior() -> Posterior:
+    """Known means; the boundary pair is uncertain, and so are the bottom models (a trap for D-optimal)."""
+    sd = np.full(M, 0.1)
+    sd[[4, 5]] = 0.35
+    sd[-4:] = 0.9  # very uncertain, but nowhere near the top 5
+    proj = np.eye(M) - 1.0 / M
+    cov = proj @ np.diag(sd**2) @ proj
+    return Posterior(models=tuple(f"m{i:02d}" for i in range(M)), mean=THETA - THETA.mean(), cov=cov, k=K)
+
+
+def _units(sel) -> list[frozenset]:
+    return [frozenset((int(a), int(b))) for a, b in zip(sel.first, sel.second, strict=True)]
+
+
+def _boundary_share(sel) -> float:
+    return float(np.mean([bool(u & BOUNDARY) for u in _units(sel)]))
+
+
+def test_topk_concentrates_on_the_boundary_where_dopt_and_roundrobin_do_not():
+    post = _constructed_posterior()
+    picks = {s: select_comparisons(post, 20, s, seed=3, repeat=False) for s in STRATEGIES}
+    topk = picks["topk"]
+    assert _units(topk)[0] == frozenset(BOUNDARY)  # the straddling pair comes first
+    assert _boundary_share(topk) >= 0.8
+    # D-optimal chases the uncertain bottom models; round-robin and random spread evenly.
+    bottom = set(range(M - 4, M))
+    assert np.mean([bool(u & bottom) for u in _units(picks["dopt"])]) >= 0.5
+    assert not any(u & bottom for u in _units(topk))
+    for other in ("dopt", "roundrobin", "random"):
+        assert _boundary_share(topk) > _boundary_share(picks[other]) + 0.3, other
+
+
+def test_every_unit_runs_in_both_orders_and_the_budget_holds():
+    post = _constructed_posterior()
+    for strategy in STRATEGIES:
+        for budget in (2, 7, 30):
+            frame = select_comparisons(post, budget, strategy, seed=1).to_frame(post)
+            assert frame.height == budget - budget % 2
+            assert dict(frame.schema) == PLAN_COLUMNS
+            first, second = frame[0::2], frame[1::2]
+            assert first["model_a"].to_list() == second["model_b"].to_list()
+            assert first["model_b"].to_list() == second["model_a"].to_list()
+            assert (first["unit"] == second["unit"]).all()
+            assert (frame["model_a"] != frame["model_b"]).all()
+
+
+def test_without_repeats_a_small_pool_runs_out_of_pairs_not_over_budget():
+    post = Posterior(models=("a", "b", "c", "d"), mean=np.array([1.0, 0.5, 0.0, -1.5]), cov=np.eye(4) * 0.2, k=2)
+    for strategy in STRATEGIES:
+        sel = select_comparisons(post, 100, strategy, repeat=False)
+        assert sel.n_units == 6  # all C(4, 2) pairs, once each
+        assert len(set(_units(sel))) == 6
+    counts = np.zeros((4, 4))
+    counts[0, 1] = 1  # a vs b was already run once: with repeat=False it is not planned again
+    sel = select_comparisons(post, 100, "topk", counts=counts, repeat=False)
+    assert frozenset((0, 1)) not in _units(sel) and sel.n_units == 5
+
+
+def test_plans_are_deterministic_by_seed():
+    post = _constructed_posterior()
+    for strategy in STRATEGIES:
+        one = select_comparisons(post, 40, strategy, seed=7).to_frame(post)
+        two = select_comparisons(post, 40, strategy, seed=7).to_frame(post)
+        assert one.equals(two), strategy
+    a = select_comparisons(post, 40, "random", seed=1).to_frame(post)
+    b = select_comparisons(post, 40, "random", seed=2).to_frame(post)
+    assert not a.equals(b)
+
+
+def test_roundrobin_serves_the_least_compared_pairs_and_every_model_once_per_round():
+    order = circle_schedule(6)
+    first_round = [frozenset(np.argwhere(order == p)[0]) for p in range(3)]
+    assert set().union(*first_round) == set(range(6))  # each model plays once in the first round
+    post = Posterior(models=tuple("abcdef"), mean=np.zeros(6), cov=np.eye(6), k=2)
+    counts = np.ones((6, 6)) - np.eye(6)
+    counts[2, 4] = 0
+    counts[4, 2] = 0
+    sel = select_comparisons(post, 2, "roundrobin", counts=counts)
+    assert _units(sel) == [frozenset((2, 4))]
+
+
+def test_believer_update_moves_draws_to_the_conditioned_posterior():
+    rng = np.random.default_rng(0)
+    m = 5
+    root = rng.standard_normal((m, m))
+    cov = root @ root.T / m + 0.1 * np.eye(m)
+    mean = rng.standard_normal(m)
+    draws = mean + rng.standard_normal((200_000, m)) @ np.linalg.cholesky(cov).T
+    new_cov, new_draws = _believer_update(cov, draws, mean, 1, 3, w=2.0, rng=rng)
+    x = np.zeros(m)
+    x[1], x[3] = 1.0, -1.0
+    precision = np.linalg.inv(cov) + 2.0 * np.outer(x, x)
+    np.testing.assert_allclose(new_cov, np.linalg.inv(precision), atol=1e-10)
+    np.testing.assert_allclose(np.cov(new_draws.T), new_cov, atol=0.02)
+    np.testing.assert_allclose(new_draws.mean(axis=0), mean, atol=0.02)
+
+
+def test_davidson_information_is_the_logistic_one_without_ties():
+    eta = np.linspace(-3, 3, 13)
+    p = 1.0 / (1.0 + np.exp(-eta))
+    np.testing.assert_allclose(davidson_information(eta, 0.0), p * (1 - p), atol=1e-12)
+    # Between equals with ν = 1: P(a) = P(b) = P(tie) = 1/3, information ¼ · 2/3 (a tie says less than a win).
+    assert davidson_information(np.array([0.0]), 1.0)[0] == pytest.approx(1 / 6)
+
+
+def test_a_judges_position_effect_lowers_the_information_of_a_unit():
+    base = dict(models=("a", "b", "c"), mean=np.array([0.3, 0.0, -0.3]), cov=np.eye(3) * 0.5, k=1,
+                judges=("fair", "biased"), discrimination=np.ones(2), tie=np.zeros(2))
+    post = Posterior(position=np.array([0.0, 2.5]), **base)
+    sel = select_comparisons(post, 2, "dopt")
+    assert sel.judges[sel.judge[0]] == "fair"  # the unit goes to the judge whose verdicts say more
+    only = select_comparisons(post, 2, "dopt", judges=["biased"])
+    assert only.judges == ("biased",) and only.info[0] < sel.info[0]
+    with pytest.raises(KeyError, match="nobody"):
+        select_comparisons(post, 2, "dopt", judges=["nobody"])
+
+
+def test_posterior_bytes_round_trip():
+    post = _constructed_posterior()
+    back = Posterior.from_bytes(post.to_bytes())
+    assert back.models == post.models and back.k == post.k
+    np.testing.assert_array_equal(back.cov, post.cov)
+    with pytest.raises(ValueError, match=r"posterior\.npz"):
+        Posterior.from_bytes(b"not a zip")
+
+
+# ------------------------------------------------------------------ a real fit, a real snapshot, the CLI
+
+
+def _battles(reps: int = 3, seed: int = 0) -> pa.Table:
+    """Every ordered pair ``reps`` times, verdicts from THETA with a position effect, one judge."""
+    rng = np.random.default_rng(seed)
+    names = np.array([f"gpt-sim-{i:02d}" for i in range(M)])
+    a, b = np.nonzero(~np.eye(M, dtype=bool))
+    a, b = np.repeat(a, reps), np.repeat(b, reps)
+    n = a.size
+    p_a = 1.0 / (1.0 + np.exp(-(THETA[a] - THETA[b] + 0.3)))
+    winner = np.where(rng.random(n) < p_a, "model_a", "model_b")
+    lengths = rng.integers(200, 400, (2, n))
+    ts = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    return pa.table(
+        {
+            "battle_id": [f"b{i}" for i in range(n)],
+            "ts": pa.array([ts] * n, pa.timestamp("us", tz="UTC")),
+            "judge": ["judge-x"] * n,
+            "model_a": names[a].tolist(),
+            "model_b": names[b].tolist(),
+            "winner": winner.tolist(),
+            "prompt_id": [f"p{i % 50}" for i in range(n)],
+            "len_a": lengths[0],
+            "len_b": lengths[1],
+            "family_a": ["openai"] * n,
+            "family_b": ["openai"] * n,
+            "judge_family": ["meta"] * n,
+        },
+        schema=BATTLE_SCHEMA,
+    )
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    cells = partial_cells(_battles(), FamilyMap.with_user_rules()).cells
+    return fit_bias_aware(cells, config=ModelConfig(k=K, profile=False, posterior_draws=2000))
+
+
+def _snapshot(out: str, fit, with_posterior: bool = True) -> publish.Published:
+    leaderboard = pl.DataFrame({"model": list(fit.models), "rating_corrected": fit.rating, "p_top_k": fit.p_top_k})
+    files = publish.snapshot_files(leaderboard, fit.bias, {"k": fit.k}, "<html></html>")
+    if with_posterior:
+        files.update(plan_inputs(fit))
+    return publish.publish_snapshot(out, files, {"inputs": []})
+
+
+def test_posterior_from_a_real_fit_carries_the_judge_effects(fitted):
+    post = posterior_from_fit(fitted)
+    assert post.judges == ("judge-x",) and post.k == K
+    row = fitted.bias.filter((pl.col("judge") == "judge-x") & (pl.col("effect") == "position"))
+    assert post.position[0] == pytest.approx(row["estimate"][0])
+    assert 0.0 < post.position[0] < 0.8  # the simulated +0.3 is recovered roughly
+
+
+def test_plan_on_a_real_fit_targets_the_models_the_fit_is_unsure_about(fitted):
+    post = posterior_from_fit(fitted)
+    u = fitted.p_top_k * (1 - fitted.p_top_k)
+    picks = {s: select_comparisons(post, 20, s, seed=0, repeat=False) for s in ("topk", "roundrobin", "random")}
+    touched = {s: np.mean([u[list(unit)].max() for unit in _units(sel)]) for s, sel in picks.items()}
+    assert touched["topk"] > 2 * touched["roundrobin"]
+    assert touched["topk"] > 2 * touched["random"]
+    true_boundary = {fitted.models.index(f"gpt-sim-{i:02d}") for i in BOUNDARY}
+    assert frozenset(true_boundary) == _units(picks["topk"])[0]
+
+
+def test_cli_plans_from_the_latest_snapshot(tmp_path, fitted, capsys):
+    out = str(tmp_path / "out")
+    published = _snapshot(out, fitted)
+    code = cli.main(["plan", "--out", out, "--budget", "24", "--strategy", "topk", "--seed", "2"])
+    assert code == 0
+    dest = tmp_path / "out" / "plans" / published.snapshot_id
+    frame = pl.read_parquet(dest / "plan.parquet")
+    assert frame.height == 24 and dict(frame.schema) == PLAN_COLUMNS
+    assert pl.read_csv(dest / "plan.csv").select("model_a", "model_b").equals(frame.select("model_a", "model_b"))
+    meta = json.loads((dest / "plan.json").read_text())
+    assert meta["snapshot_id"] == published.snapshot_id and meta["planned"] == 24 and meta["k"] == K
+    assert set(frame["judge"].unique()) == {"judge-x"}
+    pairs = set(zip(frame["model_a"], frame["model_b"], strict=True))
+    assert all((b, a) in pairs for a, b in pairs)  # both orders of every planned pair
+    again = make_plan(out, 24, strategy="topk", seed=2, to=str(tmp_path / "again"))
+    assert again.frame.equals(frame)  # same snapshot, same seed: the same plan
+    assert "planned 24 comparisons" in capsys.readouterr().out
+
+
+def test_cli_errors_are_one_line(tmp_path, fitted, capsys):
+    out = str(tmp_path / "out")
+    assert cli.main(["plan", "--out", out, "--budget", "10"]) == 2
+    assert "no snapshot published" in capsys.readouterr().err
+    _snapshot(out, fitted, with_posterior=False)
+    assert cli.main(["plan", "--out", out, "--budget", "10"]) == 2
+    assert POSTERIOR_FILE in capsys.readouterr().err
+    _snapshot(str(tmp_path / "good"), fitted)
+    assert cli.main(["plan", "--out", str(tmp_path / "good"), "--budget", "10", "--judge", "nobody"]) == 2
+    assert "nobody" in capsys.readouterr().err
+    with pytest.raises(InputError, match="budget"):
+        make_plan(str(tmp_path / "good"), 1)
+    meta = io.StringIO()  # the odd budget note is printed, the plan holds budget - 1 rows
+    code = cli.main(["plan", "--out", str(tmp_path / "good"), "--budget", "9", "--to", str(tmp_path / "odd")])
+    meta.write(capsys.readouterr().out)
+    assert code == 0 and "odd" in meta.getvalue()
+    assert pl.read_parquet(tmp_path / "odd" / "plan.parquet").height == 8
