@@ -36,7 +36,6 @@ import json
 import logging
 import os
 import platform
-import signal
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager, redirect_stdout
@@ -48,11 +47,9 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from biasboard.pipelines.options import beam_options
 from biasboard.schemas.errors import InputError
 from biasboard.transforms import publish, storage
+from biasboard.transforms.publish import failpoint
 
 _LOG = logging.getLogger(__name__)
-
-#: Set this to a checkpoint name to have the process SIGKILL itself there (crash tests; see :func:`failpoint`).
-FAILPOINT_ENV = "BIASBOARD_FAILPOINT"
 
 
 # --------------------------------------------------------------------------- CLI
@@ -238,20 +235,6 @@ def refresh(
         ", ".join(f"{k} {v:.2f} s" for k, v in timings.stages.items()),
     )
     return Outcome(published, fitted.summary, todo)
-
-
-def failpoint(name: str) -> None:
-    """Crash-test hook: SIGKILL this process here when ``BIASBOARD_FAILPOINT`` names this point.
-
-    A SIGKILL cannot be caught or cleaned up after, so it is the honest stand-in
-    for a machine dying at this exact place; the crash tests use it to hit the
-    points between stages deterministically.  Unset (always, in production) it
-    is a dictionary lookup.
-    """
-    if os.environ.get(FAILPOINT_ENV) == name:
-        _LOG.warning("failpoint %s: killing this process", name)
-        logging.shutdown()
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 # --------------------------------------------------------------------------- read: what changed

@@ -36,6 +36,8 @@ import io
 import json
 import logging
 import math
+import os
+import signal
 import time
 import uuid
 from collections.abc import Mapping
@@ -46,6 +48,9 @@ from biasboard.schemas.errors import StateError
 from biasboard.transforms import storage
 
 _LOG = logging.getLogger(__name__)
+
+#: Set this to a checkpoint name to have the process SIGKILL itself there (crash tests; see :func:`failpoint`).
+FAILPOINT_ENV = "BIASBOARD_FAILPOINT"
 
 LATEST = "LATEST"
 SNAPSHOTS = "snapshots"
@@ -185,11 +190,27 @@ def publish_snapshot(
         storage.write_bytes(storage.join(staging, name), files[name])
     storage.write_bytes(storage.join(staging, MANIFEST), manifest_bytes)
     _LOG.info("publish: wrote %d files (%d bytes) to staging", len(files) + 1, sum(map(len, files.values())))
+    failpoint("publish-staged")
 
     _make_visible(out_dir, staging, final)
+    failpoint("publish-visible")
     _point_latest(out_dir, snapshot_id)
     _LOG.info("publish: snapshot %s is LATEST (%.2f s)", snapshot_id, time.monotonic() - started)
     return Published(snapshot_id, final)
+
+
+def failpoint(name: str) -> None:
+    """Crash-test hook: SIGKILL this process here when ``BIASBOARD_FAILPOINT`` names this point.
+
+    A SIGKILL cannot be caught or cleaned up after, so it is the honest stand-in
+    for a machine dying at this exact place; the crash tests use it to hit the
+    points between stages deterministically.  Unset (always, in production) it
+    costs one dictionary lookup.
+    """
+    if os.environ.get(FAILPOINT_ENV) == name:
+        _LOG.warning("failpoint %s: killing this process", name)
+        logging.shutdown()
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def latest_snapshot_id(out_dir: str) -> str | None:
