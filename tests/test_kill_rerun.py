@@ -1,0 +1,112 @@
+"""A refresh killed with SIGKILL mid-run: the last snapshot stays intact, the rerun publishes the same numbers.
+
+The killed refresh is a separate process.  Two kinds of kill: at named points
+(``BIASBOARD_FAILPOINT``: the process SIGKILLs itself between aggregation and
+fit, and between writing the staging folder and making it visible), and from
+outside while the aggregation pipeline is running.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from biasboard.pipelines.refresh import RefreshOptions, refresh
+from biasboard.ranking.simulate import SimulationConfig, write_simulation
+from biasboard.transforms import publish
+
+SIM = SimulationConfig(battles=3000, models=6, judges=3, days=3, bad_rows=0.01, seed=5)
+OPTIONS = RefreshOptions(audit=False)
+NUMBERS = ("leaderboard.parquet", "bias.parquet", "summary.json")
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory) -> Path:
+    return write_simulation(SIM, tmp_path_factory.mktemp("sim"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(sim, tmp_path_factory) -> dict[str, bytes]:
+    """The numbers of one refresh over all days, never interrupted."""
+    root = tmp_path_factory.mktemp("baseline")
+    refresh(_glob(sim), str(root / "state"), str(root / "out"), [], OPTIONS)
+    snap = Path(publish.resolve_snapshot(str(root / "out")))
+    return {name: (snap / name).read_bytes() for name in NUMBERS}
+
+
+def _glob(root: Path) -> str:
+    return str(root / "battles" / "day=*" / "*.parquet")
+
+
+def _first_two_days_published(sim: Path, tmp_path: Path) -> tuple[Path, str]:
+    """Logs with days 1-2 refreshed into a snapshot, then day 3 arriving: the state a nightly run meets."""
+    logs = tmp_path / "logs"
+    shutil.copytree(sim / "battles", logs / "battles", ignore=shutil.ignore_patterns("day=2024-01-03"))
+    first = refresh(_glob(logs), str(tmp_path / "state"), str(tmp_path / "out"), [], OPTIONS)
+    shutil.copytree(sim / "battles" / "day=2024-01-03", logs / "battles" / "day=2024-01-03")
+    return logs, first.published.snapshot_id
+
+
+def _command(logs: Path, tmp_path: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "biasboard.pipelines.cli", "refresh", "--no-audit",
+        "--input", _glob(logs), "--state", str(tmp_path / "state"), "--out", str(tmp_path / "out"),
+    ]  # fmt: skip
+
+
+def _assert_intact(out: Path, snapshot_id: str) -> None:
+    """LATEST still names the old snapshot, whose every file matches its manifest; nothing else is visible."""
+    assert publish.latest_snapshot_id(str(out)) == snapshot_id
+    assert publish.list_snapshots(str(out)) == [snapshot_id]
+    snap = out / "snapshots" / snapshot_id
+    manifest = json.loads((snap / "manifest.json").read_text())
+    for name, meta in manifest["files"].items():
+        assert hashlib.sha256((snap / name).read_bytes()).hexdigest() == meta["sha256"], name
+
+
+def _rerun_matches(logs: Path, tmp_path: Path, old_id: str, uninterrupted: dict[str, bytes]) -> None:
+    again = refresh(_glob(logs), str(tmp_path / "state"), str(tmp_path / "out"), [], OPTIONS)
+    assert again.published.snapshot_id != old_id
+    snap = Path(again.published.path)
+    for name in NUMBERS:
+        assert (snap / name).read_bytes() == uninterrupted[name], f"{name} differs from the uninterrupted run"
+    assert not list((tmp_path / "out" / "staging").glob("*")), "the rerun cleans what the killed run left"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["after-aggregate", "publish-staged"])
+def test_killed_at_a_failpoint(sim, tmp_path, uninterrupted, point):
+    logs, old_id = _first_two_days_published(sim, tmp_path)
+    env = {**os.environ, publish.FAILPOINT_ENV: point}
+    proc = subprocess.run(_command(logs, tmp_path), env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert f"failpoint {point}" in proc.stderr
+    if point == "publish-staged":  # the complete new snapshot sat in staging, invisible
+        assert len(list((tmp_path / "out" / "staging").iterdir())) == 1
+    _assert_intact(tmp_path / "out", old_id)
+    _rerun_matches(logs, tmp_path, old_id, uninterrupted)
+
+
+@pytest.mark.slow
+def test_killed_from_outside_while_aggregating(sim, tmp_path, uninterrupted):
+    logs, old_id = _first_two_days_published(sim, tmp_path)
+    proc = subprocess.Popen(_command(logs, tmp_path), stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:  # the ingest logs "backfill: N day(s)" as its pipeline starts
+            if "backfill:" in line:
+                proc.send_signal(signal.SIGKILL)
+                break
+        assert proc.wait(timeout=120) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stderr.close()
+    _assert_intact(tmp_path / "out", old_id)
+    _rerun_matches(logs, tmp_path, old_id, uninterrupted)
