@@ -81,3 +81,32 @@ def test_publish_and_export_on_a_bucket(emulator, tmp_path):
     # bucket → local works too
     assert cli.main(["export", "--out", out, "--to", str(tmp_path / "d"), "--format", "json"]) == 0
     assert json.loads((tmp_path / "d" / "bias.json").read_text())[0]["judge"] == "j"
+
+
+def test_refresh_and_export_entirely_on_a_bucket(emulator, tmp_path):
+    """Battles read from gs://, state and snapshots on gs://, export to gs:// — and a second run adds nothing."""
+    from biasboard.pipelines.refresh import RefreshOptions, refresh
+    from biasboard.ranking.simulate import SimulationConfig, write_simulation
+
+    sim = write_simulation(SimulationConfig(battles=2000, models=5, judges=2, days=2, bad_rows=0.01, seed=3), tmp_path)
+    storage.copy_tree(str(sim / "battles"), f"{emulator}/logs/battles")
+    truth = json.loads((sim / "truth.json").read_text())["counts"]
+    glob, state, out = f"{emulator}/logs/battles/day=*/*.parquet", f"{emulator}/state", f"{emulator}/site"
+
+    first = refresh(glob, state, out, ["--runner=FnApiRunner"], RefreshOptions(audit=False))
+    assert first.aggregated_days == ["2024-01-01", "2024-01-02"]
+    assert first.summary["counts"]["read"] == truth["rows"] and first.summary["counts"]["counted"] == truth["valid"]
+    assert storage.exists(f"{state}/manifests/day=2024-01-02.json")
+    snapshot = publish.resolve_snapshot(out)
+    assert snapshot.startswith(f"{out}/snapshots/")
+    assert {*publish.SNAPSHOT_FILES, "manifest.json"} <= set(storage.list_children(snapshot))
+
+    second = refresh(glob, state, out, [], RefreshOptions(audit=False))
+    assert second.aggregated_days == []
+    assert storage.read_bytes(f"{second.published.path}/leaderboard.parquet") == storage.read_bytes(
+        f"{snapshot}/leaderboard.parquet"
+    )
+
+    assert cli.main(["export", "--out", out, "--to", f"{emulator}/dashboards/lb", "--format", "csv"]) == 0
+    exported = pl.read_csv(io.BytesIO(storage.read_bytes(f"{emulator}/dashboards/lb/leaderboard.csv")))
+    assert exported.height == 5 and "rating_corrected" in exported.columns
