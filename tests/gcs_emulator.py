@@ -59,6 +59,32 @@ def gcs_emulator(bucket: str, log_path: Path) -> Iterator[str]:
             proc.wait()
 
 
+@contextlib.contextmanager
+def emulated_gcs(bucket: str, log_path: Path) -> Iterator[str]:
+    """The emulator with ``STORAGE_EMULATOR_HOST`` set in this process; yields ``gs://bucket``.
+
+    Beam's credential cache is seeded anonymous through the project's own
+    :func:`~biasboard.transforms.storage.configure_gcs_auth` (what every job
+    does at start) and restored afterwards, so nothing leaks into other tests.
+    """
+    from apache_beam.internal.gcp import auth
+    from biasboard.transforms import storage
+
+    saved_env = os.environ.get(storage.EMULATOR_ENV)
+    saved_cache = (auth._Credentials._credentials_init, auth._Credentials._credentials)
+    with gcs_emulator(bucket, log_path) as host:
+        os.environ[storage.EMULATOR_ENV] = host
+        try:
+            assert storage.configure_gcs_auth()  # anonymous at once: no 20 s credential lookup
+            yield f"gs://{bucket}"
+        finally:
+            auth._Credentials._credentials_init, auth._Credentials._credentials = saved_cache
+            if saved_env is None:
+                os.environ.pop(storage.EMULATOR_ENV, None)
+            else:
+                os.environ[storage.EMULATOR_ENV] = saved_env
+
+
 def emulator_env(host: str) -> dict[str, str]:
     """Environment for child processes that must talk to the emulator."""
     env = dict(os.environ)

@@ -10,35 +10,20 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
-import os
 
 import polars as pl
 import pytest
 from biasboard.pipelines import cli
 from biasboard.transforms import publish, storage
-from gcs_emulator import gcs_emulator
+from gcs_emulator import emulated_gcs
 
 BUCKET = "biasboard-test"
 
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory):
-    """The emulator for this module; Beam's credential cache is restored afterwards."""
-    from apache_beam.internal.gcp import auth
-
-    saved_env = os.environ.get(storage.EMULATOR_ENV)
-    saved_cache = (auth._Credentials._credentials_init, auth._Credentials._credentials)
-    with gcs_emulator(BUCKET, tmp_path_factory.mktemp("gcs") / "emulator.log") as host:
-        os.environ[storage.EMULATOR_ENV] = host
-        assert storage.configure_gcs_auth()  # anonymous at once: no 20 s credential lookup
-        try:
-            yield f"gs://{BUCKET}"
-        finally:
-            auth._Credentials._credentials_init, auth._Credentials._credentials = saved_cache
-            if saved_env is None:
-                os.environ.pop(storage.EMULATOR_ENV, None)
-            else:
-                os.environ[storage.EMULATOR_ENV] = saved_env
+    with emulated_gcs(BUCKET, tmp_path_factory.mktemp("gcs") / "emulator.log") as root:
+        yield root
 
 
 def _publish(out: str, shift: float, day: int) -> publish.Published:
