@@ -133,7 +133,7 @@ def test_dataflow_dry_run_builds_the_job_with_the_package(sim, tmp_path, bucket)
             role = beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(dep.role_payload)
             staged[role.staged_name] = beam_runner_api_pb2.ArtifactFilePayload.FromString(dep.type_payload).path
     assert "workflow.tar.gz" in staged, f"setup.py was not packaged: {sorted(staged)}"
-    assert _sdist_members(staged["workflow.tar.gz"]) >= SHIPPED
+    assert _sdist_members(Path(staged["workflow.tar.gz"]).read_bytes()) >= SHIPPED
 
 
 @pytest.mark.slow
