@@ -3,8 +3,9 @@
 - Connectivity: models in different components of the comparison graph are named, never silently
   ranked against each other.
 - Identifiability (seed 000): the profile likelihood of each global covariate effect — its coefficient
-  fixed at ĉ − Δ, ĉ, ĉ + Δ (Δ = 2 prior SDs), the per-judge deviations held at their MAP, everything
-  else (θ without its prior) re-optimised — and its range in nats.  A per-model-constant covariate is
+  fixed at ĉ − Δ, ĉ, ĉ + Δ (Δ = 2 prior SDs), everything else re-optimised (θ without its prior, the
+  per-judge deviations without theirs but summing to zero, so ĉ is the judges' common level) — and its
+  range in nats.  A per-model-constant covariate is
   collinear with θ, so the range is 0: the value is prior-selected.
 - corr(θ̂, mean log length per model), against seed 000's crossing point: correction removes real
   quality in proportion to how much quality and the covariate co-vary; the benefit fell with the
@@ -98,20 +99,21 @@ def profile_ranges(problem: Problem, solution: Solution, config: ModelConfig, sh
     """Profile log-likelihood range (nats) of each enabled global covariate effect over ĉ ± 2 prior SDs."""
     lay, spec = problem.layout, problem.spec
     out: dict = {}
-    objective = problem.objective(shards, prior=problem.without_theta_prior())
     for name, t in PROFILED.items():
         if not spec.masks[t].any():
             continue
+        objective = problem.objective(shards, prior=problem.profile_prior(t))
         sd_glob, _ = prior_sd_of_effect(problem, t)
         delta = 2.0 * sd_glob
         centre = float(solution.core[lay.glob(t)])
         free = np.ones(lay.n_core, bool)
         free[lay.glob(t)] = False
-        free[lay.block(t)] = False
         logliks = []
         for value in (centre - delta, centre, centre + delta):
             core = solution.core.copy()
             core[lay.glob(t)] = value
+            devs = core[lay.block(t)]
+            core[lay.block(t)] = np.where(spec.masks[t] > 0, devs - devs[spec.masks[t] > 0].mean(), devs)
             sol = minimize(objective, core, solution.diag, free=free, tol=config.tol, max_iter=config.max_iter,
                            g0_norm=solution.scale)
             logliks.append(sol.evaluation.loglik)

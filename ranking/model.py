@@ -8,7 +8,8 @@ Pairwise part (DESIGN §4), for a cell of judge j with model a shown first and b
 so without ties P(a wins) = σ(η) and θ is on the Bradley–Terry logit scale.  x̄ is the cell's mean
 *standardised* log length ratio.  γ_j = γ₀ + u_j, β_j = β₀ + b_j, λ_j = λ₀ + l_j; a_j = exp(L_j) with
 L_j = ρ_j − mean(ρ) over judges whose discrimination is enabled (the mean of log a_j is 0, so θ keeps the
-scale of the average judge).  A self-battle has θ_a − θ_b = 0 and s_a − s_b = 0: it informs γ, β, ν only.
+scale of the average judge) — unless ordinal scores fix the scale of θ, then L_j = ρ_j.  A self-battle
+has θ_a − θ_b = 0 and s_a − s_b = 0: it informs γ, β, ν only.
 
 Ordinal part (seed 002, partial-credit many-facet Rasch), for a (judge, model, prompt) with counts n_k of
 category k = 0..K−1::
@@ -107,6 +108,9 @@ class Spec:
     x_scale: float = 1.0
     w_pair: float = 1.0
     w_ord: float = 1.0
+    #: Fix mean(log a_j) = 0 — needed when only pairwise data set the scale of θ; with ordinal scores
+    #: (where a_j does not enter) the common scale of a_j is identified and left free.
+    centre_discrimination: bool = True
 
     def effective_map(self) -> sp.csr_matrix:
         """The sparse linear map E with effective = E @ raw (constant over a fit)."""
@@ -127,7 +131,7 @@ class Spec:
             eff = lay.eff_block(t).start + jj
             raw = lay.block(t).start + jj
             mask = self.masks[t]
-            if t == DISC:
+            if t == DISC and self.centre_discrimination:
                 on = np.flatnonzero(mask > 0)
                 if on.size >= 2:  # L_j = ρ_j − mean over enabled judges; one judge alone: a_j = 1
                     put(eff[on], raw[on], 1.0)

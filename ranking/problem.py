@@ -54,11 +54,22 @@ class Problem:
     def zeros(self) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(self.layout.n_core), np.zeros(self.layout.n_prompts)
 
-    def without_theta_prior(self) -> Prior:
-        """The prior with θ's replaced by a location gauge (for likelihood profiles)."""
+    def profile_prior(self, block: int) -> Prior:
+        """The prior of a likelihood profile over the common level of effect ``block``.
+
+        θ loses its prior (a location gauge instead) and the per-judge deviations of the profiled effect
+        lose theirs but sum to zero (a stiff gauge), so the global coefficient is the judges' mean level
+        and the deviations are free to absorb anything but that level — e.g. the a_j-proportional shifts
+        that keep a per-model-constant covariate exactly flat.
+        """
+        lay = self.layout
         precision = self.prior.precision.copy()
-        precision[self.layout.theta] = 1e-8
-        return replace(self.prior, precision=precision, gauge=1.0, n_theta=self.layout.n_models)
+        precision[lay.theta] = 0.0
+        on = lay.block(block).start + np.flatnonzero(self.spec.masks[block])
+        precision[on] = 0.0
+        theta = np.arange(lay.n_models)
+        stiff = 1e4 * max(1.0, float(np.max(self.prior.precision)))
+        return replace(self.prior, precision=precision, gauges=((theta, 1.0), (on, stiff)))
 
 
 def naive_problem(data: Dataset, theta_sd: float | None) -> Problem:
@@ -66,7 +77,8 @@ def naive_problem(data: Dataset, theta_sd: float | None) -> Problem:
     lay = Layout(m, 0, naive=True)
     spec = Spec(lay, np.zeros((len(JUDGE_BLOCKS), 0)))
     precision = np.full(m, 0.0 if theta_sd is None else 1.0 / theta_sd**2)
-    prior = Prior(np.zeros(m), precision, np.zeros(0), np.zeros(0), gauge=1.0 if theta_sd is None else 0.0, n_theta=m)
+    gauges = ((np.arange(m), 1.0),) if theta_sd is None else ()
+    prior = Prior(np.zeros(m), precision, np.zeros(0), np.zeros(0), gauges=gauges)
     return Problem(data, lay, spec, prior, naive=True)
 
 
@@ -104,13 +116,13 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         if not has_scores[j]:
             masks[SEV, j] = 0.0
             notes.setdefault((SEV, j), "no ordinal scores from this judge")
-    if masks[DISC].sum() < 2:
+    has_ord = scores is not None and config.omega < 1.0
+    if masks[DISC].sum() < 2 and not has_ord:
         for j in np.flatnonzero(masks[DISC]):
             notes.setdefault((DISC, j), "fixed at 1: the scale of a single judge is the scale of θ")
         masks[DISC] = 0.0
-    has_ord = scores is not None and config.omega < 1.0
     w_pair, w_ord = (2.0 * config.omega, 2.0 * (1.0 - config.omega)) if has_ord else (1.0, 0.0)
-    spec = Spec(lay, masks, length_scale(pairs), w_pair, w_ord)
+    spec = Spec(lay, masks, length_scale(pairs), w_pair, w_ord, centre_discrimination=not has_ord)
 
     pr = config.priors
     precision = np.zeros(lay.n_core)
@@ -132,7 +144,6 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         precision,
         np.zeros(lay.n_prompts),
         np.full(lay.n_prompts, 1.0 / pr.difficulty_sd**2),
-        n_theta=m,
     )
     if not has_ord and scores is not None:
         data = replace(data, scores=None)

@@ -27,16 +27,16 @@ from biasboard.ranking.model import Partials, Shard, Spec, partials
 class Prior:
     """Independent Gaussian priors on the raw core and the diagonal (prompt) parameters.
 
-    ``gauge`` adds κ/2 (Σθ)² — a pure location fix with no effect on θ contrasts, used when θ has no
-    prior (maximum likelihood) so the Hessian is still invertible.
+    ``gauges`` are (indices, κ) pairs, each adding κ/2 (Σ_{i ∈ indices} p_i)²: a location fix for a set of
+    parameters the likelihood sees only through differences (θ without a prior, per-judge deviations in a
+    likelihood profile), with no effect on those differences.
     """
 
     mean: np.ndarray
     precision: np.ndarray
     mean_diag: np.ndarray
     precision_diag: np.ndarray
-    gauge: float = 0.0
-    n_theta: int = 0
+    gauges: tuple[tuple[np.ndarray, float], ...] = ()
 
 
 @dataclass
@@ -72,19 +72,20 @@ class Objective:
         pr = self.prior
         dc = core - pr.mean
         dd = diag - pr.mean_diag
-        theta_sum = core[: pr.n_theta].sum()
         f = part.f + 0.5 * float(dc @ (pr.precision * dc) + dd @ (pr.precision_diag * dd))
-        f += 0.5 * pr.gauge * theta_sum**2
+        sums = [float(core[idx].sum()) for idx, _ in pr.gauges]
+        f += sum(0.5 * kappa * total**2 for (_, kappa), total in zip(pr.gauges, sums, strict=True))
         if not derivatives:
             return Evaluation(f, -part.f, np.empty(0), np.empty((0, 0)), np.empty(0), np.empty(0), np.empty((0, 0)))
         g = self.ET @ part.g + pr.precision * dc
-        g[: pr.n_theta] += pr.gauge * theta_sum
+        for (idx, kappa), total in zip(pr.gauges, sums, strict=True):
+            g[idx] += kappa * total
         left = self.ET @ part.H  # (n_core, n_eff)
         H = np.asarray(self.ET @ left.T)
         H = 0.5 * (H + H.T)
         H[np.diag_indices_from(H)] += pr.precision
-        if pr.gauge:
-            H[: pr.n_theta, : pr.n_theta] += pr.gauge
+        for idx, kappa in pr.gauges:
+            H[np.ix_(idx, idx)] += kappa
         B = np.asarray(self.ET @ part.H_cross)
         return Evaluation(
             f, -part.f, g, H, part.g_diag + pr.precision_diag * dd, part.H_diag + pr.precision_diag, B
@@ -161,11 +162,10 @@ def minimize(
             if polished:
                 break
         step = _newton_step(ev, free, 0.0 if converged else mu)
-        if step is None:
-            if converged:
+        if step is None:  # S + μI not positive definite (the a_j terms make f non-convex far from the MAP)
+            if converged or mu > 1e12 * diag_scale:
                 break
-            mu = max(4.0 * mu, 1e-8 * diag_scale)
-            it += 1
+            mu = max(10.0 * mu, 1e-6 * diag_scale)
             continue
         s, t = step
         new_core = core.copy()

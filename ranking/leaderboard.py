@@ -1,0 +1,47 @@
+"""The published leaderboard: naive and corrected side by side (DESIGN §6 columns, Elo-like scale)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+from biasboard.ranking.rank_stats import ranks_desc
+from biasboard.ranking.result import FitResult
+
+LEADERBOARD_COLUMNS: tuple[str, ...] = (
+    "model",
+    "n_battles",
+    "rank_naive",
+    "rating_naive",
+    "ci_low_naive",
+    "ci_high_naive",
+    "rank_corrected",
+    "rating_corrected",
+    "ci_low_corrected",
+    "ci_high_corrected",
+    "rank_change",
+    "p_top_k",
+)
+
+
+def side_by_side(naive: FitResult, corrected: FitResult, anchor: str | None = None) -> pl.DataFrame:
+    """One row per model, sorted by corrected rank; ``rank_change`` = rank_naive − rank_corrected (> 0: moved up).
+
+    Models the naive fit lacks (seen only in ordinal scores) get null naive columns.  ``p_top_k`` is the
+    corrected posterior's top-k membership probability.
+    """
+    nv = naive.elo(anchor if anchor in naive.models else None).with_columns(
+        pl.Series("rank_naive", ranks_desc(naive.rating))
+    )
+    cr = corrected.elo(anchor).with_columns(
+        pl.Series("rank_corrected", ranks_desc(corrected.rating)),
+        pl.Series("p_top_k", corrected.p_top_k),
+        pl.Series("n_battles", corrected.n_battles.astype(np.int64)),
+    )
+    nv = nv.rename({"rating": "rating_naive", "ci_low": "ci_low_naive", "ci_high": "ci_high_naive"})
+    cr = cr.rename({"rating": "rating_corrected", "ci_low": "ci_low_corrected", "ci_high": "ci_high_corrected"})
+    table = cr.join(nv, on="model", how="left").with_columns(
+        (pl.col("rank_naive").cast(pl.Int64) - pl.col("rank_corrected").cast(pl.Int64)).alias("rank_change"),
+        pl.col("rank_naive").cast(pl.Int64),
+        pl.col("rank_corrected").cast(pl.Int64),
+    )
+    return table.select(LEADERBOARD_COLUMNS).sort(["rank_corrected", "model"])

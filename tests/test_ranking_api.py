@@ -1,0 +1,166 @@
+"""The FitResult API others call: Elo scale, posterior draws, the side-by-side leaderboard, the bias table,
+switched-off effects, bootstrap, connectivity, rank statistics, and clear input errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
+from biasboard.ranking import ModelConfig, NaiveConfig, fit_bias_aware, fit_leaderboards, fit_naive
+from biasboard.ranking.leaderboard import LEADERBOARD_COLUMNS, side_by_side
+from biasboard.ranking.rank_stats import kendall_tau_b, spearman
+from biasboard.schemas.cells import PAIR_CELLS_SCHEMA
+from biasboard.schemas.errors import InputError
+from scipy import stats
+
+SMALL = ModelConfig(profile=False, posterior_draws=400, k=2)
+
+
+def _cells(rows: list[tuple]) -> pa.Table:
+    """rows: (judge, judge_family, model_a, model_b, family_a, family_b, win_a, win_b, tie, bothbad, x)."""
+    cols: dict[str, list] = {name: [] for name in PAIR_CELLS_SCHEMA.names}
+    for judge, jf, a, b, fa, fb, wa, wb, t, bb, x in rows:
+        n = wa + wb + t + bb
+        for name, value in zip(
+            PAIR_CELLS_SCHEMA.names,
+            (judge, jf, a, b, fa, fb, 0, n, wa, wb, t, bb, n, x * n, x * x * n + 0.01 * n, 5.0 * n, (5.0 - x) * n),
+            strict=True,
+        ):
+            cols[name].append(value)
+    return pa.table(cols, schema=PAIR_CELLS_SCHEMA)
+
+
+def _league(rng: np.random.Generator, models=6, judges=("j1", "j2"), judge_family="google") -> pa.Table:
+    """Every ordered pair, 40 battles per judge; models alternate openai/meta families."""
+    theta = np.linspace(1.0, -1.0, models)
+    rows = []
+    for judge in judges:
+        for a in range(models):
+            for b in range(models):
+                x = rng.normal(0, 0.3)
+                p = 1 / (1 + np.exp(-(theta[a] - theta[b] + 0.2 * x)))
+                wins = rng.binomial(40, p)
+                ties = rng.binomial(40 - wins, 0.2)
+                rows.append((judge, judge_family, f"m{a}", f"m{b}", "meta" if a % 2 else "openai",
+                             "meta" if b % 2 else "openai", wins, 40 - wins - ties, ties // 2, ties - ties // 2, x))
+    return _cells(rows)
+
+
+def test_elo_scale_mean_and_anchor():
+    fit = fit_naive(_league(np.random.default_rng(0)))
+    elo = fit.elo()
+    assert elo["rating"].mean() == pytest.approx(1000.0, abs=1e-9)
+    assert elo["rating"][0] - elo["rating"][1] == pytest.approx(
+        400 / math.log(10) * (fit.rating[0] - fit.rating[1]), rel=1e-12
+    )
+    anchored = fit.elo(anchor="m3")
+    row = anchored.filter(pl.col("model") == "m3").row(0, named=True)
+    assert row["rating"] == pytest.approx(1000.0) and row["ci_low"] == pytest.approx(1000.0, abs=1e-6)
+    with pytest.raises(KeyError):
+        fit.elo(anchor="nope")
+
+
+def test_posterior_samples_match_the_laplace_covariance():
+    fit = fit_bias_aware(_league(np.random.default_rng(1)), config=SMALL)
+    draws = fit.posterior_samples(20_000, np.random.default_rng(2))
+    assert draws.shape == (20_000, fit.n_models)
+    np.testing.assert_allclose(draws.mean(axis=0), fit.rating, atol=4 * fit.se.max() / np.sqrt(20_000) * 3)
+    np.testing.assert_allclose(draws.std(axis=0), fit.se, rtol=0.05)
+    assert np.all(fit.ci_low < fit.rating) and np.all(fit.rating < fit.ci_high)
+    assert fit.p_top_k.sum() == pytest.approx(fit.k, abs=1e-9)
+    assert fit.p_top_k[0] > 0.5  # m0 is the best by construction
+
+
+def test_side_by_side_has_exactly_the_design_columns():
+    naive, corrected = fit_leaderboards(_league(np.random.default_rng(3)), config=SMALL)
+    board = side_by_side(naive, corrected)
+    assert tuple(board.columns) == LEADERBOARD_COLUMNS
+    assert board.height == 6
+    assert board["rank_corrected"].to_list() == sorted(board["rank_corrected"].to_list())
+    assert (board["rank_change"] == board["rank_naive"] - board["rank_corrected"]).all()
+    assert board["rating_corrected"].mean() == pytest.approx(1000.0)
+    assert json.dumps(corrected.diagnostics)  # JSON-serialisable
+    assert corrected.diagnostics["naive_vs_corrected"]["kendall_tau"] > 0.5
+
+
+def test_bias_table_rows_and_switched_off_effects():
+    cells = _league(np.random.default_rng(4))
+    config = ModelConfig(profile=False, posterior_draws=200, disabled=frozenset({("j1", "length"), ("*", "affinity")}))
+    fit = fit_bias_aware(cells, config=config)
+    bias = fit.bias
+    assert set(bias.columns) >= {"judge", "effect", "estimate", "ci_low", "ci_high", "identified", "enabled", "note"}
+    j1_len = bias.filter((pl.col("judge") == "j1") & (pl.col("effect") == "length")).row(0, named=True)
+    assert not j1_len["enabled"] and j1_len["estimate"] == 0.0 and "disabled" in j1_len["note"]
+    j2_len = bias.filter((pl.col("judge") == "j2") & (pl.col("effect") == "length")).row(0, named=True)
+    assert j2_len["enabled"] and j2_len["ci_low"] < j2_len["estimate"] < j2_len["ci_high"]
+    assert not bias.filter(pl.col("effect") == "affinity")["enabled"].any()
+    share = bias.filter((pl.col("judge") == "*") & (pl.col("effect") == "tie_bothbad_share")).row(0, named=True)
+    assert 0.3 < share["estimate"] < 0.7  # half of the ties were bothbad, by construction
+    assert bias.filter(pl.col("effect") == "severity")["enabled"].sum() == 0  # no ordinal scores
+    with pytest.raises(ValueError, match="not one of"):
+        ModelConfig(disabled=frozenset({("j1", "colour")}))
+
+
+def test_unidentified_affinity_widens_theta_intervals_honestly():
+    """Both judges are of the "meta" family, so s_m is the same for a model in every battle: the affinity
+    covariate is constant within each model, so its split from θ is prior-selected and θ's CIs say so."""
+    cells = _league(np.random.default_rng(5), judge_family="meta")
+    fit = fit_bias_aware(cells, config=ModelConfig(posterior_draws=200))
+    assert fit.diagnostics["profile_likelihood"]["affinity"]["range_nats"] < 1e-4
+    row = fit.bias.filter((pl.col("judge") == "*") & (pl.col("effect") == "affinity")).row(0, named=True)
+    assert not row["identified"] and "prior-selected" in row["note"]
+    unaffected = fit_bias_aware(_league(np.random.default_rng(5)), config=ModelConfig(profile=False))
+    assert np.all(fit.se > 2 * unaffected.se)
+
+
+def test_poisson_bootstrap_gives_intervals_near_laplace():
+    cells = _league(np.random.default_rng(5))
+    fit = fit_bias_aware(cells, config=ModelConfig(profile=False, posterior_draws=200, bootstrap=40, seed=1))
+    width_boot = fit.boot_ci_high - fit.boot_ci_low
+    width_laplace = fit.ci_high - fit.ci_low
+    assert np.all(np.isfinite(width_boot))
+    assert 0.6 < np.median(width_boot / width_laplace) < 1.5
+    assert fit.bias["boot_ci_low"].is_not_nan().sum() > 0
+    naive = fit_naive(cells, config=NaiveConfig(bootstrap=10))
+    assert naive.boot_ci_low is not None and np.all(naive.boot_ci_low <= naive.boot_ci_high)
+
+
+def test_disconnected_components_are_named_and_not_ranked_across():
+    rows = [("j", "meta", "a1", "a2", "x", "x", 5, 3, 1, 0, 0.0), ("j", "meta", "a2", "a3", "x", "x", 4, 4, 1, 0, 0.0),
+            ("j", "meta", "a3", "a1", "x", "x", 2, 5, 1, 0, 0.0), ("j", "meta", "b1", "b2", "x", "x", 6, 2, 0, 0, 0.0),
+            ("j", "meta", "b2", "b1", "x", "x", 3, 4, 1, 0, 0.0)]
+    for fitter in (lambda c: fit_naive(c, config=NaiveConfig(k=1)),
+                   lambda c: fit_bias_aware(c, config=ModelConfig(profile=False, k=1))):
+        fit = fitter(_cells(rows))
+        assert fit.diagnostics["n_components"] == 2
+        assert fit.diagnostics["components"][1] == ["b1", "b2"]
+        assert any("disconnected" in w and "b1, b2" in w for w in fit.diagnostics["warnings"])
+        # top-1 within each component: probabilities sum to 1 in each.
+        comp = fit.component
+        for c in (0, 1):
+            assert fit.p_top_k[comp == c].sum() == pytest.approx(1.0)
+
+
+def test_rank_statistics_match_scipy():
+    rng = np.random.default_rng(7)
+    x, y = rng.normal(size=30), rng.normal(size=30)
+    y[:5] = y[5]  # ties
+    assert kendall_tau_b(x, y) == pytest.approx(stats.kendalltau(x, y).statistic)
+    assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic)
+    assert kendall_tau_b(x, x) == pytest.approx(1.0)
+    assert math.isnan(kendall_tau_b(x, np.ones(30)))
+
+
+def test_bad_cells_raise_input_errors_naming_the_column():
+    good = _league(np.random.default_rng(8))
+    with pytest.raises(InputError, match="missing column"):
+        fit_naive(good.drop_columns(["win_a"]))
+    broken = good.set_column(good.schema.get_field_index("n"), "n", pa.array(np.ones(good.num_rows, np.int64)))
+    with pytest.raises(InputError, match="column n"):
+        fit_naive(broken)
+    with pytest.raises(InputError, match="no battles"):
+        fit_naive(good.slice(0, 0))

@@ -1,0 +1,87 @@
+"""The naive leaderboard: Bradley–Terry with ties as half wins, checked exactly against Evalica on LLMFAO."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
+from biasboard.ranking import fit_naive
+from biasboard.schemas.cells import PAIR_CELLS_SCHEMA
+from conftest import shared_data
+
+
+def _cells_from_verdicts(frame: pl.DataFrame, judge: str = "crowd") -> pa.Table:
+    """left/right/winner verdict rows → pair cells (left = shown first), lengths unknown (bin −1)."""
+    winner = pl.col("winner")
+    cells = (
+        frame.group_by(["left", "right"])
+        .agg(
+            pl.len().alias("n"),
+            (winner == "left").sum().alias("win_a"),
+            (winner == "right").sum().alias("win_b"),
+            (winner == "tie").sum().alias("tie"),
+        )
+        .rename({"left": "model_a", "right": "model_b"})
+        .with_columns(
+            judge=pl.lit(judge),
+            judge_family=pl.lit("human"),
+            family_a=pl.lit("unknown"),
+            family_b=pl.lit("unknown"),
+            len_bin=pl.lit(-1, pl.Int16),
+            tie_bothbad=pl.lit(0),
+            n_len=pl.lit(0),
+            sum_x=pl.lit(0.0),
+            sum_x2=pl.lit(0.0),
+            sum_loglen_a=pl.lit(0.0),
+            sum_loglen_b=pl.lit(0.0),
+        )
+    )
+    return cells.select(PAIR_CELLS_SCHEMA.names).to_arrow().cast(PAIR_CELLS_SCHEMA)
+
+
+def test_llmfao_matches_evalica_bradley_terry_exactly():
+    """Evalica's BT (win + ½·tie matrix, MM iterations, scores normalised to sum 1) on crowd-comparisons.csv."""
+    folder = shared_data("llmfao")
+    crowd = pl.read_csv(folder / "crowd-comparisons.csv")
+    golden = pl.read_csv(folder / "evalica_llmfao-golden.csv").filter(pl.col("algorithm") == "bradley_terry")
+    fit = fit_naive(_cells_from_verdicts(crowd))
+    assert fit.converged and fit.rel_grad < 1e-8
+    assert fit.diagnostics["warnings"] == []
+    strength = np.exp(fit.rating)
+    ours = dict(zip(fit.models, strength / strength.sum(), strict=True))
+    assert set(ours) == set(golden["item"].to_list())
+    expected = golden["score"].to_numpy()
+    actual = np.array([ours[item] for item in golden["item"]])
+    np.testing.assert_allclose(actual, expected, rtol=1e-4)
+    # The ordering is the golden one too (Evalica's scores are all distinct).
+    assert list(np.argsort(-actual)) == list(np.argsort(-expected))
+
+
+def _two_model_cells(win_a: int, win_b: int, tie: int) -> pa.Table:
+    n = win_a + win_b + tie
+    return pa.table(
+        {
+            "judge": ["j"], "judge_family": ["human"], "model_a": ["x"], "model_b": ["y"],
+            "family_a": ["unknown"], "family_b": ["unknown"], "len_bin": pa.array([-1], pa.int16()),
+            "n": [n], "win_a": [win_a], "win_b": [win_b], "tie": [tie], "tie_bothbad": [0], "n_len": [0],
+            "sum_x": [0.0], "sum_x2": [0.0], "sum_loglen_a": [0.0], "sum_loglen_b": [0.0],
+        },
+        schema=PAIR_CELLS_SCHEMA,
+    )
+
+
+def test_a_tie_is_half_a_win_for_each_side():
+    # 3 wins, 1 loss, 2 ties → x earned 4 points of 6: θx − θy = ln(4/2).
+    fit = fit_naive(_two_model_cells(3, 1, 2))
+    assert fit.rating[0] - fit.rating[1] == pytest.approx(math.log(2.0), rel=1e-12)
+    assert fit.rating.sum() == pytest.approx(0.0, abs=1e-12)
+
+
+def test_mle_that_does_not_exist_falls_back_to_a_prior_and_says_so():
+    fit = fit_naive(_two_model_cells(5, 0, 0))
+    assert np.all(np.isfinite(fit.rating))
+    assert fit.rating[0] > fit.rating[1]
+    assert any("do not exist" in w for w in fit.diagnostics["warnings"])
