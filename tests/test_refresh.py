@@ -138,3 +138,40 @@ def test_refresh_cli_prints_the_snapshot_and_fails_in_one_line(sim, tmp_path, ca
     assert cli.main(bad) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("biasboard refresh: error:") and "no input files" in err and "\n" not in err
+
+
+def test_untrusted_names_survive_verbatim_in_tables_and_escaped_in_the_report(sim, tmp_path):
+    nasty = {
+        "gpt-sim-00": '<script>alert("x")</script>',
+        "claude-sim-01": 'Tom & Jerry\'s "best"',
+        "gemini-sim-02": "模型-甲 <b>",
+    }
+    for src in sorted((sim / "battles").glob("day=*/*.parquet")):
+        dst = tmp_path / "logs" / src.relative_to(sim)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        frame = (
+            pl.read_parquet(src)
+            .with_columns(pl.col(c).replace(nasty) for c in ("model_a", "model_b"))
+            .with_columns(pl.col("judge").replace({"gpt-sim-judge-1": "judge <i>&amp;</i>"}))
+        )
+        frame.write_parquet(dst)
+    outcome = refresh(_glob(tmp_path / "logs"), str(tmp_path / "state"), str(tmp_path / "out"), [], NO_AUDIT)
+    snap = Path(outcome.published.path)
+    models = set(pl.read_parquet(snap / "leaderboard.parquet")["model"])
+    assert set(nasty.values()) <= models
+    assert set(nasty.values()) <= {row["model"] for row in json.loads((snap / "leaderboard.json").read_text())}
+    html = (snap / "report.html").read_text()
+    assert "<script>" not in html and "<b>" not in html and "<i>&amp;</i>" not in html
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html and "模型-甲" in html
+
+
+def test_demo_prints_both_leaderboards_tau_and_the_report(tmp_path, capsys):
+    argv = ["demo", "--workdir", str(tmp_path), "--battles", "3000", "--models", "6", "--judges", "2", "--days", "2"]
+    assert cli.main([*argv, "--top", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "naive (plain Bradley-Terry)" in out and "corrected for judge biases" in out
+    assert "Kendall tau, naive vs corrected:" in out and "Kendall tau vs the true quality:" in out
+    report = Path(next(line.split(None, 1)[1] for line in out.splitlines() if line.startswith("report:")))
+    assert report.is_file() and report.stat().st_size > 1000
+    table = [line for line in out.splitlines() if line[:3].strip().isdigit()]
+    assert len(table) == 5
