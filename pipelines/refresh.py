@@ -567,3 +567,11 @@ def _beam_options_for_manifest(options: PipelineOptions) -> dict:
     given = options.get_all_options(drop_default=True, retain_unknown_options=True)
     given["runner"] = options.view_as(StandardOptions).runner
     return {key: value for key, value in sorted(given.items()) if not callable(value)}
+
+
+if __name__ == "__main__":  # ``python -m biasboard.pipelines.refresh …``: what Airflow's Beam operator runs
+    import sys
+
+    from biasboard.pipelines.cli import main
+
+    sys.exit(main(["refresh", *sys.argv[1:]]))
