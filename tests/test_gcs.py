@@ -95,3 +95,16 @@ def test_refresh_and_export_entirely_on_a_bucket(emulator, tmp_path):
     assert cli.main(["export", "--out", out, "--to", f"{emulator}/dashboards/lb", "--format", "csv"]) == 0
     exported = pl.read_csv(io.BytesIO(storage.read_bytes(f"{emulator}/dashboards/lb/leaderboard.csv")))
     assert exported.height == 5 and "rating_corrected" in exported.columns
+
+
+def test_anonymous_access_only_for_an_emulator_or_no_auth(monkeypatch):
+    """Real credential handling is untouched unless STORAGE_EMULATOR_HOST or --no_auth says otherwise."""
+    from apache_beam.internal.gcp import auth
+
+    monkeypatch.delenv(storage.EMULATOR_ENV, raising=False)
+    monkeypatch.setattr(auth._Credentials, "_credentials_init", False)
+    monkeypatch.setattr(auth._Credentials, "_credentials", None)
+    assert storage.configure_gcs_auth() is False
+    assert auth._Credentials._credentials_init is False  # Beam will still look credentials up
+    assert storage.configure_gcs_auth(no_auth=True) is True
+    assert auth._Credentials._credentials_init is True and auth._Credentials._credentials is None
