@@ -142,8 +142,9 @@ class AggregateDayFn(beam.DoFn):
                 pending.append(part)
                 pending_rows += part.cells.num_rows
                 if pending_rows >= MERGE_EVERY_ROWS:
-                    merged, pending, pending_rows = merge_batches([merged, *pending], schema), [], 0
-        return merge_batches([merged, *pending], schema)
+                    merged, pending, pending_rows = merge_batches([merged, *pending], schema, sort=False), [], 0
+        # no sort: rows of a stored partition are in no particular order (load_cells sorts what it merges)
+        return merge_batches([merged, *pending] if merged.counts.read else pending, schema, sort=False)
 
     def _count(self, counts: IngestCounts, prefix: str) -> None:
         Metrics.counter(METRICS_NAMESPACE, f"{prefix}_read").inc(counts.read)

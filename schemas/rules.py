@@ -92,8 +92,22 @@ def apply_column_aliases(names: list[str]) -> dict[str, str]:
     return {src: dst for src, dst in FASTCHAT_COLUMN_MAP.items() if src in present and dst not in present}
 
 
+def _in_window(parsed: pl.Expr) -> pl.Expr:
+    return pl.when(parsed.is_between(pl.lit(TS_MIN), pl.lit(TS_MAX), closed="left")).then(parsed).otherwise(None)
+
+
+def _iso_expr(text: pl.Expr, fmt: str, has_zone: bool) -> pl.Expr:
+    if has_zone:
+        return text.str.to_datetime(fmt, strict=False, time_unit="us", time_zone="UTC")
+    return text.str.to_datetime(fmt, strict=False, time_unit="us").dt.replace_time_zone("UTC")
+
+
 def timestamp_expr(dtype: pl.DataType, column: str = "ts") -> pl.Expr:
-    """``column`` of type ``dtype`` as Datetime(us, UTC); null where unparseable or implausible."""
+    """``column`` of type ``dtype`` as Datetime(us, UTC); null where unparseable or implausible.
+
+    For text this tries every ISO form on every row; :func:`parse_timestamps`
+    gives the same answer faster by trying later forms only on rows still unparsed.
+    """
     col = pl.col(column)
     if isinstance(dtype, pl.Datetime):
         parsed = col.dt.replace_time_zone("UTC") if dtype.time_zone is None else col.dt.convert_time_zone("UTC")
@@ -105,26 +119,42 @@ def timestamp_expr(dtype: pl.DataType, column: str = "ts") -> pl.Expr:
         in_range = seconds.is_between(TS_MIN.timestamp(), TS_MAX.timestamp(), closed="left")
         micros = pl.when(in_range).then((seconds * 1e6).round()).otherwise(None).cast(pl.Int64)
         parsed = micros.cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
-    elif dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum):
+    elif _is_text(dtype):
         text = col.cast(pl.String).str.strip_chars()
-        parsed = pl.coalesce(
-            [
-                text.str.to_datetime(fmt, strict=False, time_unit="us", time_zone="UTC")
-                if has_zone
-                else text.str.to_datetime(fmt, strict=False, time_unit="us").dt.replace_time_zone("UTC")
-                for fmt, has_zone in ISO_FORMATS
-            ]
-        )
+        parsed = pl.coalesce([_iso_expr(text, fmt, has_zone) for fmt, has_zone in ISO_FORMATS])
     else:  # a type that cannot hold an instant (bool, struct, all-null ...): everything is bad
         return pl.lit(None, dtype=pl.Datetime("us", "UTC"))
-    in_window = parsed.is_between(pl.lit(TS_MIN), pl.lit(TS_MAX), closed="left")
-    return pl.when(in_window).then(parsed).otherwise(None)
+    return _in_window(parsed)
+
+
+def parse_timestamps(df: pl.DataFrame, column: str = "ts") -> pl.Series:
+    """:func:`timestamp_expr` evaluated on ``df``; text tries later ISO forms only while rows remain unparsed."""
+    dtype = df.schema[column]
+    if not _is_text(dtype):
+        return df.select(timestamp_expr(dtype, column)).to_series()
+    text = df.get_column(column).cast(pl.String)
+    if text.str.len_bytes().max() is None:  # all null
+        return pl.Series(column, [None] * df.height, dtype=pl.Datetime("us", "UTC"))
+    frame = pl.DataFrame({"t": text})
+    parsed = frame.select(_iso_expr(pl.col("t"), *ISO_FORMATS[0])).to_series()
+    if parsed.null_count() > text.null_count():
+        frame = frame.with_columns(pl.col("t").str.strip_chars())
+        for fmt, has_zone in ISO_FORMATS:
+            attempt = frame.select(_iso_expr(pl.col("t"), fmt, has_zone)).to_series()
+            parsed = pl.DataFrame({"a": parsed, "b": attempt}).select(pl.coalesce("a", "b")).to_series()
+            if parsed.null_count() == text.null_count():
+                break
+    return frame.select(_in_window(pl.lit(parsed))).to_series().alias(column)
+
+
+def _is_text(dtype: pl.DataType) -> bool:
+    return dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
 
 
 def is_blank(column: str, dtype: pl.DataType) -> pl.Expr:
     """Null, or (for text) empty or whitespace-only."""
     col = pl.col(column)
-    if dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum):
+    if _is_text(dtype):
         return col.is_null() | (col.cast(pl.String).str.strip_chars() == "")
     return col.is_null()
 
@@ -148,7 +178,7 @@ def _length_reasons(lengths: list[pl.Expr]) -> list[tuple[pl.Expr, str]]:
     return [(bad, REASON_BAD_LENGTH), (negative, REASON_NEGATIVE_LENGTH), (absurd, REASON_ABSURD_LENGTH)]
 
 
-def _first_reason(conditions: list[tuple[pl.Expr, str]]) -> pl.Expr:
+def first_reason(conditions: list[tuple[pl.Expr, str]]) -> pl.Expr:
     """The reason of the first true condition, else null (one reason per row, by precedence)."""
     chain = None
     for condition, reason in conditions:
@@ -157,23 +187,45 @@ def _first_reason(conditions: list[tuple[pl.Expr, str]]) -> pl.Expr:
     return chain.otherwise(pl.lit(None, dtype=pl.String))
 
 
+def any_condition(conditions: list[tuple[pl.Expr, str]]) -> pl.Expr:
+    """True where any rule rejects the row (cheap: used to find the few rows that need a reason)."""
+    return pl.any_horizontal([condition for condition, _ in conditions])
+
+
 def winner_expr(column: str = "winner") -> pl.Expr:
     """Winner normalised (trimmed, lower-cased); still a string."""
     return pl.col(column).cast(pl.String).str.strip_chars().str.to_lowercase()
 
 
-def battle_reason_expr(schema: dict[str, pl.DataType], ts_parsed: str, lengths: tuple[str, str]) -> pl.Expr:
-    """Per-row rejection reason for battles (null = valid), before duplicate detection.
+def winner_codes(df: pl.DataFrame, column: str = "winner") -> pl.Series:
+    """Winner code (index into WINNER_VALUES) per row, null when not one of the accepted values.
 
-    ``schema`` is the batch's column → dtype (all required columns present);
-    ``ts_parsed`` names the column already holding :func:`timestamp_expr`;
-    ``lengths`` name the columns holding :func:`length_expr` results.
+    Exact values are looked up directly; the trim/lower-case normalisation is
+    only paid for when some non-null value did not match exactly.
+    """
+    raw = pl.col(column).cast(pl.String)
+    codes = df.select(raw.replace_strict(WINNER_CODES, default=None, return_dtype=pl.Int8)).to_series()
+    if codes.null_count() > df.get_column(column).null_count():
+        normalised = winner_expr(column).replace_strict(WINNER_CODES, default=None, return_dtype=pl.Int8)
+        codes = df.select(normalised).to_series()
+    return codes.alias("_winner")
+
+
+def battle_conditions(
+    schema: dict[str, pl.DataType], ts_parsed: str, winner_code: str, lengths: tuple[str, str]
+) -> list[tuple[pl.Expr, str]]:
+    """(condition, reason) pairs for battles in precedence order, before duplicate detection.
+
+    ``schema`` is the batch's column → dtype (every required column present);
+    ``ts_parsed`` names the column holding :func:`parse_timestamps`,
+    ``winner_code`` the one holding :func:`winner_codes`, ``lengths`` those
+    holding :func:`length_expr` results.
     """
     conditions = [(is_blank(c, schema[c]), REASON_MISSING_PREFIX + c) for c in BATTLE_REQUIRED]
     conditions.append((pl.col(ts_parsed).is_null(), REASON_BAD_TIMESTAMP))
-    conditions.append((~winner_expr().is_in(list(WINNER_VALUES)), REASON_BAD_WINNER))
+    conditions.append((pl.col(winner_code).is_null(), REASON_BAD_WINNER))
     conditions.extend(_length_reasons([pl.col(c) for c in lengths]))
-    return _first_reason(conditions)
+    return conditions
 
 
 def score_value_expr(dtype: pl.DataType, column: str = "score") -> pl.Expr:
@@ -190,13 +242,15 @@ def score_value_expr(dtype: pl.DataType, column: str = "score") -> pl.Expr:
     return pl.when(ok).then(number).otherwise(None).cast(pl.Int64)
 
 
-def score_reason_expr(schema: dict[str, pl.DataType], ts_parsed: str, score_parsed: str, length: str) -> pl.Expr:
-    """Per-row rejection reason for score rows (null = valid), before duplicate detection."""
+def score_conditions(
+    schema: dict[str, pl.DataType], ts_parsed: str, score_parsed: str, length: str
+) -> list[tuple[pl.Expr, str]]:
+    """(condition, reason) pairs for score rows in precedence order, before duplicate detection."""
     conditions = [(is_blank(c, schema[c]), REASON_MISSING_PREFIX + c) for c in SCORE_REQUIRED]
     conditions.append((pl.col(ts_parsed).is_null(), REASON_BAD_TIMESTAMP))
     conditions.append((pl.col(score_parsed).is_null(), REASON_BAD_SCORE))
     conditions.extend(_length_reasons([pl.col(length)]))
-    return _first_reason(conditions)
+    return conditions
 
 
 #: Every reason a battle can be rejected for, in precedence order (tests enumerate these).

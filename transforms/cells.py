@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 from biasboard.schemas.cells import (
     PAIR_CELL_KEYS,
     PAIR_CELL_MEASURES,
@@ -27,12 +28,13 @@ from biasboard.schemas.cells import (
     SCORE_CELLS_SCHEMA,
 )
 from biasboard.schemas.families import FamilyMap
-from biasboard.transforms.covariates import attach_covariates, resolve_families
+from biasboard.transforms.covariates import FAMILY_COLUMNS, length_measures, normalise_given, resolve_families
 from biasboard.transforms.validate import (
     BATTLE_DEAD_LETTER_SCHEMA,
     SCORE,
     SCORE_DEAD_LETTER_SCHEMA,
     WINNER_CODE,
+    Batch,
     SeenIds,
     validate_battles,
     validate_scores,
@@ -93,27 +95,38 @@ class BatchCells:
     counts: IngestCounts
 
 
-def _aggregate_pairs(df: pl.DataFrame) -> pa.Table:
-    """Valid battles with covariates → pair cells (group by the key, sum the measures)."""
-    has_len = pl.col("_x").is_not_null()
+def _aggregate_pairs(valid: pl.DataFrame, family_map: FamilyMap) -> pa.Table:
+    """Valid battles → pair cells: per-row measures, group by the key, sum; families resolved on the cells.
+
+    Family columns take part in the first grouping only when the data gives
+    some (an all-null column is left out of the key), and the map is applied
+    to the grouped names: a batch of 250k battles meets the map a few
+    thousand times, not 250k.
+    """
     winner = pl.col(WINNER_CODE)
-    cells = df.group_by(list(PAIR_CELL_KEYS)).agg(
-        pl.len().alias("n"),
-        (winner == 0).sum().alias("win_a"),
-        (winner == 1).sum().alias("win_b"),
-        (winner == 2).sum().alias("tie"),
-        (winner == 3).sum().alias("tie_bothbad"),
-        has_len.sum().alias("n_len"),
-        pl.col("_x").sum().alias("sum_x"),
-        (pl.col("_x") * pl.col("_x")).sum().alias("sum_x2"),
-        pl.col("_loga").filter(has_len).sum().alias("sum_loglen_a"),
-        pl.col("_logb").filter(has_len).sum().alias("sum_loglen_b"),
+    rows = length_measures(
+        valid.with_columns(
+            *(
+                (winner == code).cast(pl.UInt8).alias(name)  # sums upcast to Int64
+                for code, name in enumerate(("win_a", "win_b", "tie", "tie_bothbad"))
+            ),
+        )
     )
-    return cells.to_arrow().cast(PAIR_CELLS_SCHEMA)
+    given = [c for c, _ in FAMILY_COLUMNS if rows.get_column(c).null_count() < rows.height]
+    rows = normalise_given(rows, given)
+    keys = ["judge", "model_a", "model_b", "len_bin", *given]
+    measures = [m for m in PAIR_CELL_MEASURES if m != "n"]
+    grouped = rows.group_by(keys).agg(pl.len().alias("n"), *(pl.col(m).sum() for m in measures))
+    absent = [pl.lit(None, dtype=pl.String).alias(c) for c, _ in FAMILY_COLUMNS if c not in given]
+    cells = resolve_families(grouped.with_columns(absent), family_map)
+    table = cells.select(PAIR_CELLS_SCHEMA.names).to_arrow().cast(PAIR_CELLS_SCHEMA)
+    if any(grouped.get_column(c).null_count() for c in given):  # a given family may equal a mapped one
+        return merge_cells([table], sort=False)
+    return table
 
 
 def partial_cells(
-    batch: pa.Table | pa.RecordBatch,
+    batch: Batch,
     family_map: FamilyMap,
     seen: SeenIds | None = None,
     source_file: str = "",
@@ -126,14 +139,15 @@ def partial_cells(
     ``source_file``/``row_offset`` locate dead letters in their input file.
     """
     checked = validate_battles(batch, seen, source_file, row_offset)
-    valid = attach_covariates(checked.valid, family_map)
-    self_battles = int((valid.get_column("model_a") == valid.get_column("model_b")).sum())
-    counts = IngestCounts(checked.read, valid.height, checked.rejected, self_battles)
-    return BatchCells(_aggregate_pairs(valid), checked.dead_letters, counts)
+    cells = _aggregate_pairs(checked.valid, family_map)
+    self_mask = pc.equal(cells.column("model_a"), cells.column("model_b"))
+    self_battles = int(pc.sum(pc.filter(cells.column("n"), self_mask)).as_py() or 0)
+    counts = IngestCounts(checked.read, checked.valid.height, checked.rejected, self_battles)
+    return BatchCells(cells, checked.dead_letters, counts)
 
 
 def partial_score_cells(
-    batch: pa.Table | pa.RecordBatch,
+    batch: Batch,
     family_map: FamilyMap,
     seen: SeenIds | None = None,
     source_file: str = "",
@@ -148,13 +162,17 @@ def partial_score_cells(
 
 
 def merge_cells(
-    tables: Iterable[pa.Table], schema: pa.Schema = PAIR_CELLS_SCHEMA, keys: tuple[str, ...] | None = None
+    tables: Iterable[pa.Table],
+    schema: pa.Schema = PAIR_CELLS_SCHEMA,
+    keys: tuple[str, ...] | None = None,
+    sort: bool = True,
 ) -> pa.Table:
     """The monoid operation: concatenate, group by the key, sum every measure.
 
-    The result is sorted by the key, so equal inputs give byte-identical
-    outputs whatever order the partials came in (idempotent rewrites of a day
-    produce the same file).  Works for pair cells (default) and score cells.
+    With ``sort`` (the default) the result is sorted by the key, so equal
+    inputs give byte-identical outputs whatever order the partials came in
+    (idempotent rewrites of a day produce the same file); intermediate merges
+    skip the sort.  Works for pair cells (default) and score cells.
     """
     if keys is None:
         keys = PAIR_CELL_KEYS if schema == PAIR_CELLS_SCHEMA else SCORE_CELL_KEYS
@@ -164,18 +182,22 @@ def merge_cells(
         return schema.empty_table()
     frame = pl.from_arrow(pa.concat_tables([t.cast(schema) for t in parts]))
     assert isinstance(frame, pl.DataFrame)
-    merged = frame.group_by(list(keys)).agg(pl.col(m).sum() for m in measures).sort(list(keys))
-    return merged.to_arrow().cast(schema)
+    merged = frame.group_by(list(keys)).agg(pl.col(m).sum() for m in measures)
+    return (merged.sort(list(keys)) if sort else merged).to_arrow().cast(schema)
 
 
-def merge_batches(results: Iterable[BatchCells], schema: pa.Schema = PAIR_CELLS_SCHEMA) -> BatchCells:
+def merge_batches(
+    results: Iterable[BatchCells], schema: pa.Schema = PAIR_CELLS_SCHEMA, sort: bool = True
+) -> BatchCells:
     """Merge several batches' results into one (cells merged, dead letters concatenated, counts added)."""
     results = list(results)
+    if len(results) == 1 and not sort:
+        return results[0]
     dead_schema = BATTLE_DEAD_LETTER_SCHEMA if schema == PAIR_CELLS_SCHEMA else SCORE_DEAD_LETTER_SCHEMA
     dead = [r.dead_letters for r in results if r.dead_letters.num_rows]
     counts = sum((r.counts for r in results), IngestCounts())
     return BatchCells(
-        merge_cells((r.cells for r in results), schema),
+        merge_cells((r.cells for r in results), schema, sort=sort),
         pa.concat_tables(dead) if dead else dead_schema.empty_table(),
         counts,
     )

@@ -7,8 +7,8 @@
   1 so that x stays finite: an empty answer is then as short as a one-unit one,
   which keeps the battle instead of dropping a real verdict.  A battle missing
   either length goes to :data:`~biasboard.schemas.cells.LEN_BIN_MISSING`.
-* **Families**: a non-blank ``family_a``/``family_b``/``judge_family`` value in
-  the data wins; otherwise the :class:`~biasboard.schemas.families.FamilyMap`
+* **Families**: a non-empty ``family_a``/``family_b``/``judge_family`` value in
+  the data wins (taken as written); otherwise the :class:`~biasboard.schemas.families.FamilyMap`
   assigns one from the name (``unknown`` when no rule matches).
 """
 
@@ -27,26 +27,52 @@ FAMILY_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
+def given_family(column: str) -> pl.Expr:
+    """A family column as given in the data; empty → null (the map decides)."""
+    text = pl.col(column).cast(pl.String)
+    return pl.when(text.str.len_bytes() == 0).then(None).otherwise(text).alias(column)
+
+
+def normalise_given(df: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+    """Apply :func:`given_family` to ``columns``, skipping the pass when no value is empty (the usual case)."""
+    empty = [c for c in columns if df.select((pl.col(c).cast(pl.String).str.len_bytes() == 0).any()).item()]
+    return df.with_columns(given_family(c) for c in empty) if empty else df
+
+
 def resolve_families(df: pl.DataFrame, family_map: FamilyMap, pairs=FAMILY_COLUMNS) -> pl.DataFrame:
-    """Fill each family column from the data when given, else from the map."""
+    """Fill each family column from the data when given, else from the map.
+
+    Cheap on cells (the map runs once per distinct name); it is applied after
+    the per-batch aggregation, so never per battle.
+    """
+    df = normalise_given(df, [family_col for family_col, _ in pairs])
     columns = []
     for family_col, name_col in pairs:
-        given = pl.col(family_col).cast(pl.String).str.strip_chars()
+        if df.get_column(family_col).null_count() == 0:
+            continue  # every row names its family: the map is not consulted
         mapped = family_map.assign(df.get_column(name_col))
-        columns.append(pl.when(given.is_null() | (given == "")).then(mapped).otherwise(given).alias(family_col))
-    return df.with_columns(columns)
+        columns.append(pl.coalesce(pl.col(family_col), pl.lit(mapped)).alias(family_col))
+    return df.with_columns(columns) if columns else df
 
 
-def length_covariate(df: pl.DataFrame, len_a: str = "_len_a", len_b: str = "_len_b") -> pl.DataFrame:
-    """Add ``_loga``, ``_logb``, ``_x`` (null when a length is unknown) and ``len_bin``."""
+def length_measures(df: pl.DataFrame, len_a: str = "_len_a", len_b: str = "_len_b") -> pl.DataFrame:
+    """Add per-battle length measures: ``len_bin``, ``n_len`` (0/1), ``sum_x``, ``sum_x2``, ``sum_loglen_a/b``.
+
+    They are per-row values of the cell sums (zero when a length is unknown),
+    so aggregating is a plain sum of columns.
+    """
+    has = pl.col(len_a).is_not_null() & pl.col(len_b).is_not_null()
+    loga = pl.col(len_a).clip(lower_bound=1.0).log()
+    logb = pl.col(len_b).clip(lower_bound=1.0).log()
     df = df.with_columns(
-        pl.col(len_a).clip(lower_bound=1.0).log().alias("_loga"),
-        pl.col(len_b).clip(lower_bound=1.0).log().alias("_logb"),
-    ).with_columns((pl.col("_loga") - pl.col("_logb")).alias("_x"))
+        has.cast(pl.UInt8).alias("n_len"),
+        pl.when(has).then(loga).otherwise(0.0).alias("sum_loglen_a"),
+        pl.when(has).then(logb).otherwise(0.0).alias("sum_loglen_b"),
+        pl.when(has).then(loga - logb).otherwise(None).alias("_x"),
+    )
     x = df.get_column("_x").to_numpy(allow_copy=True).astype(np.float64, copy=False)
-    return df.with_columns(pl.Series("len_bin", length_bin(np.where(np.isfinite(x), x, np.nan))))
-
-
-def attach_covariates(valid: pl.DataFrame, family_map: FamilyMap) -> pl.DataFrame:
-    """Valid battles → the same rows with families resolved and the length covariate binned."""
-    return length_covariate(resolve_families(valid, family_map))
+    return df.with_columns(
+        pl.Series("len_bin", length_bin(x)),
+        pl.col("_x").fill_null(0.0).alias("sum_x"),
+        (pl.col("_x") * pl.col("_x")).fill_null(0.0).alias("sum_x2"),
+    ).drop("_x")

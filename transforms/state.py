@@ -67,7 +67,7 @@ def _write_bytes(path: str, data: bytes) -> None:
 
 def _parquet_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(table, sink, compression="snappy")
     return sink.getvalue().to_pybytes()
 
 

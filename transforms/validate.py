@@ -27,12 +27,30 @@ SCORE = "_score"
 #: Optional column carrying each row's position in its file (set when rows were filtered before validation).
 SOURCE_ROW = "_source_row"
 
+#: A batch of rows: an Arrow table or record batch, or a polars frame (what the Parquet reader yields).
+Batch = pa.Table | pa.RecordBatch | pl.DataFrame
+
 BATTLE_DEAD_LETTER_SCHEMA = dead_letter_schema(BATTLE_SCHEMA)
 SCORE_DEAD_LETTER_SCHEMA = dead_letter_schema(SCORE_SCHEMA)
 
 #: Two independently seeded 64-bit hashes of an id: a false "duplicate" needs both
 #: to collide at once (~2^-128 per pair), far below any other failure rate.
 _HASH_SEEDS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F)
+
+
+def first_occurrences(ids: pl.Series) -> np.ndarray:
+    """Mask of the first occurrence of each id in ``ids``, exact by value.
+
+    Integer hashes find candidates fast; only rows whose hash repeats (true
+    repeats, or the rare collision) are compared as strings.
+    """
+    h1 = ids.hash(_HASH_SEEDS[0])
+    first = h1.is_first_distinct().to_numpy()
+    if first.all():
+        return first
+    shared = np.flatnonzero(h1.is_duplicated().to_numpy())
+    first[shared] = ids.gather(shared).is_first_distinct().to_numpy()
+    return first
 
 
 def hash_ids(ids: pl.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -43,47 +61,75 @@ def hash_ids(ids: pl.Series) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class SeenIds:
-    """The ids seen so far in one day, as sorted runs of (h1, h2) hash pairs.
+    """The ids kept so far in one day, as sorted runs of (h1, h2) hash pairs.
 
-    A log-structured set: each batch adds one sorted run; runs of similar size
-    are merged like a binary counter, so a day of n ids costs O(n log² n) numpy
-    work and 16 bytes per id, with no Python per id.  Membership needs both
-    hashes to match (h2 is checked against every h1 match, so an h1-only
-    collision is never taken for a duplicate).
+    A log-structured set: each batch adds one sorted run, and runs of similar
+    size are merged like a binary counter, so a day of n ids costs
+    O(n log² n) numpy work and 16 bytes per id, with no Python per id.  Queries
+    are sorted before they are looked up, so the binary searches walk memory
+    in order.  An id counts as seen only when both hashes match (h2 is checked
+    against every h1 match, so an h1-only collision is never a duplicate).
+    The newest run is sorted only when the next batch arrives, so a day that
+    fits in one batch never sorts at all.
     """
 
     runs: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    pending: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
-        return sum(len(h1) for h1, _ in self.runs)
+        return sum(len(h1) for h1, _ in self.runs) + (len(self.pending[0]) if self.pending is not None else 0)
 
-    def contains(self, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
-        found = np.zeros(len(h1), dtype=bool)
+    def _contains_sorted(self, s1: np.ndarray, s2: np.ndarray) -> np.ndarray:
+        found = np.zeros(len(s1), dtype=bool)
         for run_h1, run_h2 in self.runs:
-            lo = np.searchsorted(run_h1, h1, side="left")
-            hi = np.searchsorted(run_h1, h1, side="right")
+            lo = np.searchsorted(run_h1, s1, side="left")
+            hi = np.searchsorted(run_h1, s1, side="right")
             width = hi - lo
             single = width == 1
-            found[single] |= run_h2[lo[single]] == h2[single]
-            for i in np.flatnonzero(width > 1):  # h1 collisions inside a run: astronomically rare
-                found[i] |= bool(np.any(run_h2[lo[i] : hi[i]] == h2[i]))
+            found[single] |= run_h2[lo[single]] == s2[single]
+            for i in np.flatnonzero(width > 1):  # an h1 shared by several kept ids: astronomically rare
+                found[i] |= bool(np.any(run_h2[lo[i] : hi[i]] == s2[i]))
         return found
 
-    def add(self, h1: np.ndarray, h2: np.ndarray) -> None:
-        if len(h1) == 0:
+    def _add_sorted(self, s1: np.ndarray, s2: np.ndarray) -> None:
+        if len(s1) == 0:
             return
-        order = np.argsort(h1, kind="stable")
-        self.runs.append((h1[order], h2[order]))
+        self.runs.append((s1, s2))
         while len(self.runs) > 1 and len(self.runs[-2][0]) <= 2 * len(self.runs[-1][0]):
             (a1, a2), (b1, b2) = self.runs[-2], self.runs.pop()
             m1, m2 = np.concatenate([a1, b1]), np.concatenate([a2, b2])
-            order = np.argsort(m1, kind="stable")
+            order = np.argsort(m1, kind="stable")  # two sorted runs: timsort merges them in linear time
             self.runs[-1] = (m1[order], m2[order])
 
+    def _settle(self) -> None:
+        """Sort the run added last (sorting is deferred until a later batch needs to look ids up)."""
+        if self.pending is not None:
+            h1, h2 = self.pending
+            self.pending = None
+            order = np.argsort(h1, kind="stable")
+            self._add_sorted(h1[order], h2[order])
 
-def normalise_columns(batch: pa.Table | pa.RecordBatch, kind: str = "battle", source: str = "") -> pl.DataFrame:
+    def admit(self, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
+        """Mask of rows whose id was not kept before; those ids are added to the set.
+
+        The rows given must already be distinct within their batch (see
+        :func:`_split`, which keeps the first occurrence exactly, by value).
+        """
+        self._settle()
+        if self.runs:
+            order = np.argsort(h1, kind="stable")
+            fresh_sorted = ~self._contains_sorted(h1[order], h2[order])
+            fresh = np.empty(len(h1), dtype=bool)
+            fresh[order] = fresh_sorted
+        else:  # the day's first batch: nothing to look up
+            fresh = np.ones(len(h1), dtype=bool)
+        self.pending = (h1[fresh], h2[fresh])
+        return fresh
+
+
+def normalise_columns(batch: Batch, kind: str = "battle", source: str = "") -> pl.DataFrame:
     """Batch → polars frame with our column names; absent optional columns added as nulls."""
-    df = pl.from_arrow(batch)
+    df = batch if isinstance(batch, pl.DataFrame) else pl.from_arrow(batch)
     assert isinstance(df, pl.DataFrame)
     schema, required = (BATTLE_SCHEMA, BATTLE_REQUIRED) if kind == "battle" else (SCORE_SCHEMA, SCORE_REQUIRED)
     renames = rules.apply_column_aliases(df.columns)
@@ -99,7 +145,7 @@ def normalise_columns(batch: pa.Table | pa.RecordBatch, kind: str = "battle", so
 
 @dataclass
 class Validated:
-    """One batch split: valid rows (with parsed helper columns) and the dead letters."""
+    """One batch split: valid rows (only the columns cells need) and the dead letters."""
 
     valid: pl.DataFrame
     dead_letters: pa.Table
@@ -107,93 +153,103 @@ class Validated:
     rejected: dict[str, int]
 
 
-def _dead_letters(df: pl.DataFrame, mask: pl.Series, schema: pa.Schema, source_file: str, row_offset: int) -> pa.Table:
-    rejected = df.filter(mask)
+def _dead_letters(rejected: pl.DataFrame, schema: pa.Schema, source_file: str, row_offset: int) -> pa.Table:
     if rejected.height == 0:
         return schema.empty_table()
     originals = [f.name for f in schema if f.name not in {"reason", "source_file", "source_row"}]
-    out = rejected.select(
+    source_row = pl.col(SOURCE_ROW) if SOURCE_ROW in rejected.columns else pl.col(ROW) + row_offset
+    out = rejected.sort(ROW).select(
         *[pl.col(c).cast(pl.String) for c in originals],
         pl.col(REASON).alias("reason"),
         pl.lit(source_file, dtype=pl.String).alias("source_file"),
-        (pl.col(SOURCE_ROW) if SOURCE_ROW in df.columns else pl.col(ROW) + row_offset)
-        .cast(pl.Int64)
-        .alias("source_row"),
+        source_row.cast(pl.Int64).alias("source_row"),
     )
     return out.to_arrow().cast(schema)
 
 
-def _mark_duplicates(df: pl.DataFrame, id_column: str, reason: str, seen: SeenIds | None) -> pl.DataFrame:
-    """Set ``reason`` on valid rows whose id was already kept (this batch or earlier in the day)."""
-    candidates = df.filter(pl.col(REASON).is_null()).select(ROW, pl.col(id_column).cast(pl.String))
-    if candidates.height == 0:
-        return df
-    first = candidates.get_column(id_column).is_first_distinct().to_numpy()
-    dup = ~first
+def _split(
+    df: pl.DataFrame,
+    conditions: list[tuple[pl.Expr, str]],
+    id_column: str,
+    duplicate_reason: str,
+    seen: SeenIds | None,
+    keep: list[pl.Expr],
+    dead_schema: pa.Schema,
+    source_file: str,
+    row_offset: int,
+) -> Validated:
+    """Rows failing a rule or repeating a kept id → dead letters (one reason each); the rest → valid.
+
+    The reason chain is evaluated only on the (usually few) rejected rows, and
+    only the columns cells need are carried into the valid frame.
+    """
+    df = df.with_row_index(ROW)
+    bad = df.select(rules.any_condition(conditions)).to_series()
+    dead_parts = []
+    slim = df.select(ROW, pl.col(id_column).cast(pl.String), *keep)
+    if bad.any():
+        dead_parts.append(df.filter(bad).with_columns(rules.first_reason(conditions).alias(REASON)))
+        slim = slim.filter(~bad)
+    ids = slim.get_column(id_column)
+    admitted = first_occurrences(ids)
     if seen is not None:
-        h1, h2 = hash_ids(candidates.get_column(id_column))
-        unique_idx = np.flatnonzero(first)
-        earlier = seen.contains(h1[unique_idx], h2[unique_idx])
-        dup[unique_idx[earlier]] = True
-        keep = unique_idx[~earlier]
-        seen.add(h1[keep], h2[keep])
-    if not dup.any():
-        return df
-    dup_rows = candidates.get_column(ROW).to_numpy()[dup]
-    is_dup = np.zeros(df.height, dtype=bool)
-    is_dup[dup_rows] = True
-    return df.with_columns(pl.when(pl.Series(is_dup)).then(pl.lit(reason)).otherwise(pl.col(REASON)).alias(REASON))
-
-
-def _split(df: pl.DataFrame, schema: pa.Schema, source_file: str, row_offset: int) -> Validated:
-    bad = pl.col(REASON).is_not_null()
-    counts = df.filter(bad).get_column(REASON).value_counts()
-    rejected = {str(r): int(n) for r, n in counts.iter_rows()}
-    dead = _dead_letters(df, df.select(bad).to_series(), schema, source_file, row_offset)
-    return Validated(df.filter(~bad), dead, df.height, rejected)
+        first = np.flatnonzero(admitted)
+        h1, h2 = hash_ids(ids.gather(first) if len(first) < len(ids) else ids)
+        admitted[first] = seen.admit(h1, h2)
+    if not admitted.all():
+        repeats = slim.get_column(ROW).to_numpy()[~admitted]
+        dead_parts.append(df[repeats].with_columns(pl.lit(duplicate_reason).alias(REASON)))
+        slim = slim.filter(pl.Series(admitted))
+    rejected: dict[str, int] = {}
+    for part in dead_parts:
+        for reason, n in part.get_column(REASON).value_counts().iter_rows():
+            rejected[str(reason)] = rejected.get(str(reason), 0) + int(n)
+    dead = _dead_letters(pl.concat(dead_parts) if dead_parts else df.clear(), dead_schema, source_file, row_offset)
+    return Validated(slim.drop(ROW, id_column), dead, df.height, rejected)
 
 
 def validate_battles(
-    batch: pa.Table | pa.RecordBatch, seen: SeenIds | None = None, source_file: str = "", row_offset: int = 0
+    batch: Batch, seen: SeenIds | None = None, source_file: str = "", row_offset: int = 0
 ) -> Validated:
     """Apply the battle rules to one batch.
 
     ``seen`` carries the day's kept ids between batches (None: duplicates are
-    only detected within this batch).  Valid rows gain ``_ts`` (UTC instant),
-    ``_winner`` (code, index into WINNER_VALUES) and numeric ``len_a``/``len_b``.
+    only detected within this batch).  Valid rows carry ``judge``, ``model_a``,
+    ``model_b``, the three family columns as given, ``_winner`` (code: index
+    into WINNER_VALUES) and the numeric lengths ``_len_a``/``_len_b``.
     """
     df = normalise_columns(batch, "battle", source_file)
     schema = df.schema
-    df = df.with_row_index(ROW).with_columns(
-        rules.timestamp_expr(schema["ts"]).alias(TS),
+    df = df.with_columns(
+        rules.parse_timestamps(df).alias(TS),
+        rules.winner_codes(df).alias(WINNER_CODE),
         rules.length_expr("len_a", schema["len_a"]).alias("_len_a"),
         rules.length_expr("len_b", schema["len_b"]).alias("_len_b"),
     )
-    df = df.with_columns(rules.battle_reason_expr(schema, TS, ("_len_a", "_len_b")).alias(REASON))
-    df = _mark_duplicates(df, "battle_id", REASON_DUPLICATE_ID, seen)
-    out = _split(df, BATTLE_DEAD_LETTER_SCHEMA, source_file, row_offset)
-    out.valid = out.valid.with_columns(
-        rules.winner_expr().replace_strict(rules.WINNER_CODES, return_dtype=pl.Int8).alias(WINNER_CODE),
-        *(pl.col(c).cast(pl.String) for c in ("judge", "model_a", "model_b")),
-    )
-    return out
+    conditions = rules.battle_conditions(schema, TS, WINNER_CODE, ("_len_a", "_len_b"))
+    keep = [
+        *(pl.col(c).cast(pl.String) for c in ("judge", "model_a", "model_b", "family_a", "family_b", "judge_family")),
+        pl.col(WINNER_CODE),
+        pl.col("_len_a"),
+        pl.col("_len_b"),
+    ]
+    return _split(df, conditions, "battle_id", REASON_DUPLICATE_ID, seen, keep, BATTLE_DEAD_LETTER_SCHEMA,
+                  source_file, row_offset)  # fmt: skip
 
 
-def validate_scores(
-    batch: pa.Table | pa.RecordBatch, seen: SeenIds | None = None, source_file: str = "", row_offset: int = 0
-) -> Validated:
-    """Apply the score rules to one batch (see :func:`validate_battles`); valid rows gain ``_score``."""
+def validate_scores(batch: Batch, seen: SeenIds | None = None, source_file: str = "", row_offset: int = 0) -> Validated:
+    """Apply the score rules to one batch (see :func:`validate_battles`); valid rows carry ``_score``."""
     df = normalise_columns(batch, "score", source_file)
     schema = df.schema
-    df = df.with_row_index(ROW).with_columns(
-        rules.timestamp_expr(schema["ts"]).alias(TS),
+    df = df.with_columns(
+        rules.parse_timestamps(df).alias(TS),
         rules.length_expr("len", schema["len"]).alias("_len"),
         rules.score_value_expr(schema["score"]).alias(SCORE),
     )
-    df = df.with_columns(rules.score_reason_expr(schema, TS, SCORE, "_len").alias(REASON))
-    df = _mark_duplicates(df, "score_id", rules.REASON_DUPLICATE_SCORE_ID, seen)
-    out = _split(df, SCORE_DEAD_LETTER_SCHEMA, source_file, row_offset)
-    out.valid = out.valid.with_columns(
-        *(pl.col(c).cast(pl.String) for c in ("judge", "model", "prompt_id")),
-    )
-    return out
+    conditions = rules.score_conditions(schema, TS, SCORE, "_len")
+    keep = [
+        *(pl.col(c).cast(pl.String) for c in ("judge", "model", "prompt_id", "family", "judge_family")),
+        pl.col(SCORE),
+    ]
+    return _split(df, conditions, "score_id", rules.REASON_DUPLICATE_SCORE_ID, seen, keep, SCORE_DEAD_LETTER_SCHEMA,
+                  source_file, row_offset)  # fmt: skip

@@ -1,0 +1,161 @@
+"""Benchmark: the Beam ingest → cells pipeline against the machine's physical limit.
+
+For N and 2N battles (default N = 20M) it generates day-partitioned battle logs
+with the project's simulator, then times, side by side in one run:
+
+  (a) ``run_backfill`` — the real Beam pipeline (FnApiRunner): read Parquet as
+      Arrow batches, validate every rule, dedupe ids across each day, attach
+      families and the length covariate, aggregate per-day cells, write cells,
+      dead letters and manifests;
+  (b) pure polars ``scan_parquet`` + ``group_by`` of the same keys (day, judge,
+      model_a, model_b, length bin) with the same sums on the same files — no
+      validation, no dedupe, no families: the practical limit on this machine.
+
+Each side runs in its own subprocess, so its peak RSS (ru_maxrss, self and
+children) is its own.  Printed: rows/s, the ratio a/b and peak RSS at N and 2N.
+Targets: a/b ≤ 2 at 20M, RSS < 1 GB and flat as N doubles.
+
+Days grow with N (``--rows-per-day``, default 500k): history grows by days,
+and a day is the unit of work, so memory is bounded by the largest day.
+
+    python bench/ingest.py              # 20M and 40M (a few minutes; generates ~1.5 GB of Parquet)
+    python bench/ingest.py --smoke      # 200k and 400k, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _peak_rss_mb() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, kids) / 1024.0  # Linux reports KiB
+
+
+def child_beam(data: str, state: str, beam_args: list[str]) -> dict:
+    from biasboard.pipelines.backfill import run_backfill
+
+    start = time.perf_counter()
+    result = run_backfill(str(Path(data) / "battles"), state, beam_args)
+    elapsed = time.perf_counter() - start
+    assert result.counts.conserved
+    return {"seconds": elapsed, "read": result.counts.read, "counted": result.counts.counted, "days": len(result.days)}
+
+
+def child_polars(data: str) -> dict:
+    import polars as pl
+    from biasboard.schemas.cells import LEN_BIN_EDGES, LEN_BIN_WIDTH
+
+    start = time.perf_counter()
+    x = (
+        pl.col("len_a").cast(pl.Float64).clip(lower_bound=1).log()
+        - pl.col("len_b").cast(pl.Float64).clip(lower_bound=1).log()
+    )
+    lo = float(LEN_BIN_EDGES[0])
+    nbins = len(LEN_BIN_EDGES)
+    len_bin = (((x - lo) / LEN_BIN_WIDTH).floor() + 1).clip(0, nbins).fill_null(-1).cast(pl.Int16)
+    cells = (
+        pl.scan_parquet(str(Path(data) / "battles" / "**" / "*.parquet"), hive_partitioning=True)
+        .with_columns(x.alias("x"), len_bin.alias("len_bin"))
+        .group_by("day", "judge", "model_a", "model_b", "len_bin")
+        .agg(
+            pl.len().alias("n"),
+            (pl.col("winner") == "model_a").sum().alias("win_a"),
+            (pl.col("winner") == "model_b").sum().alias("win_b"),
+            (pl.col("winner") == "tie").sum().alias("tie"),
+            pl.col("x").sum().alias("sum_x"),
+            (pl.col("x") ** 2).sum().alias("sum_x2"),
+        )
+        .collect()
+    )
+    elapsed = time.perf_counter() - start
+    return {"seconds": elapsed, "read": int(cells.get_column("n").sum()), "cells": cells.height}
+
+
+def _run_child(args: list[str]) -> dict:
+    env = {**os.environ, "NO_GCE_CHECK": "true"}
+    out = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"child {args[:2]} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def generate(folder: Path, battles: int, rows_per_day: int, bad_rows: float, seed: int) -> float:
+    from biasboard.ranking.simulate import SimulationConfig, write_simulation
+
+    days = max(1, round(battles / rows_per_day))
+    start = time.perf_counter()
+    config = SimulationConfig(battles=battles, days=days, models=40, judges=8, bad_rows=bad_rows, seed=seed)
+    write_simulation(config, folder, overwrite=True)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--battles", type=int, default=20_000_000, help="N (the run also does 2N)")
+    parser.add_argument("--smoke", action="store_true", help="tiny run (N = 200k) to check the bench works")
+    parser.add_argument("--rows-per-day", type=int, default=500_000)
+    parser.add_argument("--bad-rows", type=float, default=0.0, help="injected bad rows per valid row")
+    parser.add_argument("--work", help="folder for generated data (default: a temp folder, removed after)")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args, beam_args = parser.parse_known_args(argv)
+
+    if args.child:
+        kind, *rest = args.child
+        info = child_beam(rest[0], rest[1], beam_args) if kind == "beam" else child_polars(rest[0])
+        info["peak_rss_mb"] = _peak_rss_mb()
+        print(json.dumps(info))
+        return 0
+
+    n = 200_000 if args.smoke else args.battles
+    rows_per_day = min(args.rows_per_day, 50_000) if args.smoke else args.rows_per_day
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    rows = []
+    try:
+        for size in (n, 2 * n):
+            data = work / f"n{size}"
+            gen = generate(data, size, rows_per_day, args.bad_rows, seed=size)
+            disk = sum(p.stat().st_size for p in (data / "battles").rglob("*.parquet")) / 2**20
+            state = work / f"state{size}"
+            shutil.rmtree(state, ignore_errors=True)
+            polars_info = _run_child(["--child", "polars", str(data)])
+            beam_info = _run_child(["--child", "beam", str(data), str(state), *beam_args])
+            assert beam_info["read"] == polars_info["read"], (beam_info, polars_info)
+            rows.append((size, gen, disk, beam_info, polars_info))
+            shutil.rmtree(state, ignore_errors=True)
+            shutil.rmtree(data, ignore_errors=True)
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+    print(f"ingest benchmark ({os.cpu_count()} cores), days of {rows_per_day:,} rows, bad rows {args.bad_rows}")
+    header = (
+        f"{'battles':>11} {'days':>5} {'MB':>6} | {'beam s':>7} {'rows/s':>11} {'RSS MB':>7} | "
+        f"{'polars s':>8} {'rows/s':>11} {'RSS MB':>7} | {'a/b':>5}"
+    )
+    print(header)
+    print("-" * len(header))
+    for size, _gen, disk, beam_info, polars_info in rows:
+        b, p = beam_info["seconds"], polars_info["seconds"]
+        print(
+            f"{size:>11,} {beam_info['days']:>5} {disk:>6.0f} | {b:>7.2f} {beam_info['read'] / b:>11,.0f} "
+            f"{beam_info['peak_rss_mb']:>7.0f} | {p:>8.2f} {polars_info['read'] / p:>11,.0f} "
+            f"{polars_info['peak_rss_mb']:>7.0f} | {b / p:>5.2f}"
+        )
+    rss = [r[3]["peak_rss_mb"] for r in rows]
+    print(f"beam peak RSS at 2N / at N: {rss[1] / rss[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
