@@ -16,7 +16,7 @@ difference topk − other (wins/ties/losses over seeds), and the share of acquir
 true k-th or (k+1)-th model (seed 000's boundary-targeting mechanism).  Reported as measured; the
 document says where the top-k rule does not win.
 
-    python bench/acquisition_study.py            # M=20, k=5, 12 seeds: several minutes on 2 cores
+    python bench/acquisition_study.py            # M=20, k=5, 20 seeds: several minutes on 2 cores
     python bench/acquisition_study.py --smoke    # M=10, k=3, 2 seeds: seconds; writes to a temp folder
 
 Writes ``acquisition.csv``, ``evidence-acquisition.svg`` and ``evidence-acquisition.md`` to ``--out``
@@ -68,7 +68,7 @@ class Study:
     draws: int
 
 
-FULL = Study(models=20, k=5, theta_sd=1.0, seeds=12, batch=4, gamma=0.4, beta=1.0, len_model_sd=0.5, draws=1000)
+FULL = Study(models=20, k=5, theta_sd=1.0, seeds=20, batch=4, gamma=0.4, beta=1.0, len_model_sd=0.5, draws=1000)
 SMOKE = Study(models=10, k=3, theta_sd=1.0, seeds=2, batch=3, gamma=0.4, beta=1.0, len_model_sd=0.5, draws=300)
 
 
@@ -389,6 +389,13 @@ def verdict(summary: pl.DataFrame, diffs: pl.DataFrame, budgets: list[int]) -> l
             text += f"ahead by more than 2 SE at {ahead or 'no budget'}"
             text += f"; behind by more than 2 SE at {behind}" if behind else "; never behind by more than 2 SE"
             out.append(text + ".")
+    for kind in FITS:
+        sub = summary.filter((pl.col("fit") == kind) & pl.col("budget").is_in(inner[1:]))
+        best = sub.group_by("budget").agg(pl.col("strategy").sort_by("recall_mean", descending=True).first())
+        leaders = best["strategy"].value_counts().sort("count", descending=True).to_dicts()
+        counts = ", ".join(f"{r['strategy']} {r['count']}" for r in leaders)
+        out.append(f"- {kind} fit: highest mean recall after the warm-up and before the full matrix "
+                   f"({len(inner) - 1} budgets): {counts}.")
     full = budgets[-1]
     final = summary.filter(pl.col("budget") == full).group_by("fit").agg(pl.col("recall_mean").mean())
     for r in final.sort("fit").to_dicts():
