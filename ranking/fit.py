@@ -57,6 +57,19 @@ def _theta_posterior(problem: Problem, solution: Solution, cov_core: np.ndarray)
     return rating, cov, se
 
 
+def theta_cholesky(problem: Problem, cov_core: np.ndarray) -> np.ndarray:
+    """Lower Cholesky factor of θ's (uncentred, positive definite) posterior covariance block."""
+    block = cov_core[problem.layout.theta, problem.layout.theta]
+    jitter = 1e-12 * max(float(np.mean(np.diag(block))), 1e-300)
+    return np.linalg.cholesky(block + jitter * np.eye(block.shape[0]))
+
+
+def centred_draws(rating: np.ndarray, chol: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Draws of centred θ: uncentred N(0, Σ) draws, each centred — exactly N(θ̂, PΣP) — at Cholesky cost."""
+    z = rng.standard_normal((n, rating.size)) @ chol.T
+    return rating + z - z.mean(axis=1, keepdims=True)
+
+
 def _bootstrap(problem: Problem, solution: Solution, replicates: int, shards: int, rng: np.random.Generator,
                tol: float, max_iter: int):
     """Poisson bootstrap: refit from the MAP on redrawn cell counts; returns (centred θ draws, raw core draws)."""
@@ -78,9 +91,8 @@ def _assemble(problem: Problem, solution: Solution, cov_core: np.ndarray, *, met
     rating, cov, se = _theta_posterior(problem, solution, cov_core)
     component = comparison_components(problem.data.pairs, len(problem.data.models))
     rng = np.random.default_rng(seed)
-    m = len(rating)
-    root_vals, root_vecs = np.linalg.eigh(cov)
-    samples = rating + rng.standard_normal((draws, m)) @ (root_vecs * np.sqrt(np.clip(root_vals, 0, None))).T
+    chol = theta_cholesky(problem, cov_core)
+    samples = centred_draws(rating, chol, draws, rng)
     p_top = top_k_probabilities(samples, k, component if component.max() > 0 else None)
     boot_lo = boot_hi = None
     if boot_theta is not None and len(boot_theta):
@@ -106,7 +118,7 @@ def _assemble(problem: Problem, solution: Solution, cov_core: np.ndarray, *, met
         component=component,
         boot_ci_low=boot_lo,
         boot_ci_high=boot_hi,
-        params={"core": solution.core, "diag": solution.diag, "cov_core": cov_core},
+        params={"core": solution.core, "diag": solution.diag, "cov_core": cov_core, "theta_chol": chol},
     )
 
 

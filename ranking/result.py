@@ -106,6 +106,10 @@ class FitResult:
 
     def posterior_samples(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` draws of the centred θ vector from the Laplace posterior, shape (n, models)."""
+        chol = self.params.get("theta_chol")
+        if chol is not None:  # uncentred draws, centred: the same law as N(rating, cov), at Cholesky cost
+            z = rng.standard_normal((n, self.n_models)) @ chol.T
+            return self.rating[None, :] + z - z.mean(axis=1, keepdims=True)
         root = _sqrt_factor(self.cov)
         z = rng.standard_normal((n, self.n_models))
         return self.rating[None, :] + z @ root.T

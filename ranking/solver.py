@@ -165,7 +165,7 @@ def minimize(
         if step is None:  # S + μI not positive definite (the a_j terms make f non-convex far from the MAP)
             if converged or mu > 1e12 * diag_scale:
                 break
-            mu = max(10.0 * mu, 1e-6 * diag_scale)
+            mu = max(10.0 * mu, 1e-4 * diag_scale)
             continue
         s, t = step
         new_core = core.copy()
