@@ -212,20 +212,31 @@ def winner_codes(df: pl.DataFrame, column: str = "winner") -> pl.Series:
 
 
 def battle_conditions(
-    schema: dict[str, pl.DataType], ts_parsed: str, winner_code: str, lengths: tuple[str, str]
+    schema: dict[str, pl.DataType], ts_parsed: str, winner_code: str | pl.Expr, lengths: tuple[str, str]
 ) -> list[tuple[pl.Expr, str]]:
     """(condition, reason) pairs for battles in precedence order, before duplicate detection.
 
     ``schema`` is the batch's column → dtype (every required column present);
     ``ts_parsed`` names the column holding :func:`parse_timestamps`,
-    ``winner_code`` the one holding :func:`winner_codes`, ``lengths`` those
-    holding :func:`length_expr` results.
+    ``winner_code`` the one holding :func:`winner_codes` (or an expression for
+    it), ``lengths`` those holding :func:`length_expr` results.
     """
+    code = pl.col(winner_code) if isinstance(winner_code, str) else winner_code
     conditions = [(is_blank(c, schema[c]), REASON_MISSING_PREFIX + c) for c in BATTLE_REQUIRED]
     conditions.append((pl.col(ts_parsed).is_null(), REASON_BAD_TIMESTAMP))
-    conditions.append((pl.col(winner_code).is_null(), REASON_BAD_WINNER))
+    conditions.append((code.is_null(), REASON_BAD_WINNER))
     conditions.extend(_length_reasons([pl.col(c) for c in lengths]))
     return conditions
+
+
+def battle_reason_expr(schema: dict[str, pl.DataType], ts_parsed: str, lengths: tuple[str, str]) -> pl.Expr:
+    """The one rejection reason per battle row (null when valid), duplicates aside.
+
+    The whole-frame form of :func:`battle_conditions` for callers (the importers)
+    that validate a frame at once rather than batch by batch.
+    """
+    code = winner_expr().replace_strict(WINNER_CODES, default=None, return_dtype=pl.Int8)
+    return first_reason(battle_conditions(schema, ts_parsed, code, lengths))
 
 
 def score_value_expr(dtype: pl.DataType, column: str = "score") -> pl.Expr:
@@ -251,6 +262,11 @@ def score_conditions(
     conditions.append((pl.col(score_parsed).is_null(), REASON_BAD_SCORE))
     conditions.extend(_length_reasons([pl.col(length)]))
     return conditions
+
+
+def score_reason_expr(schema: dict[str, pl.DataType], ts_parsed: str, score_parsed: str, length: str) -> pl.Expr:
+    """The one rejection reason per score row (null when valid), duplicates aside: whole-frame form."""
+    return first_reason(score_conditions(schema, ts_parsed, score_parsed, length))
 
 
 #: Every reason a battle can be rejected for, in precedence order (tests enumerate these).
