@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -66,3 +67,15 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]], digi
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(fmt(v, digits) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def revision(root: Path) -> str:
+    """The commit the numbers came from, flagged when the core or the ingest had uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "ranking", "transforms", "importers", "schemas"],
+                               cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return head + (" with uncommitted changes in ranking/transforms/importers/schemas" if dirty else "")

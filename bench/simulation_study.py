@@ -9,8 +9,9 @@ and fit by the ranking core:
    each.  Kendall τ-b against the true θ for: naive win rate and naive Bradley–Terry (pairwise part),
    mean score (ordinal part), the hybrid *without* bias terms (both parts, the same model minus the
    judge effects: isolates what the correction adds beyond using more data), the bias-aware hybrid,
-   and the **oracle** — the hybrid with every judge effect fixed at its true value (DESIGN §4: τ on a
-   finite sample saturates at the oracle's, so an estimator is judged next to it).  Coefficient
+   and the **oracle** — the hybrid with every judge effect fixed at its true value
+   (:func:`biasboard.ranking.oracle.fit_oracle`; DESIGN §4: τ on a finite sample saturates at the
+   oracle's, so an estimator is judged next to it).  Coefficient
    recovery (RMSE, 95% CI coverage) of the per-judge position, length and affinity effects.
 2. **corr(θ, length) sweep** (seed 000): pairwise only, uniform design, a strong length bias; the gain
    τ(bias-aware) − τ(naive BT) as the true correlation between quality and mean response length grows,
@@ -36,7 +37,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "POLA
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
-import math  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402
@@ -48,17 +48,15 @@ import polars as pl  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from biasboard.ranking import ModelConfig, build_dataset, fit_bias_aware, fit_naive  # noqa: E402
+from biasboard.ranking import ModelConfig, fit_bias_aware, fit_naive  # noqa: E402
 from biasboard.ranking.config import SWITCHABLE  # noqa: E402
-from biasboard.ranking.fit import solve_bias_aware  # noqa: E402
-from biasboard.ranking.model import AFF, DISC, LEN, POS, SEV, TIE  # noqa: E402
-from biasboard.ranking.problem import bias_aware_problem  # noqa: E402
+from biasboard.ranking.oracle import fit_oracle  # noqa: E402
 from biasboard.ranking.rank_stats import kendall_tau_b, spearman, top_k_recall  # noqa: E402
 from biasboard.ranking.simulate import DESIGNS, SimulationConfig, simulate_days, truth  # noqa: E402
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA  # noqa: E402
 from biasboard.schemas.families import FamilyMap  # noqa: E402
 from biasboard.transforms.cells import merge_batches, partial_cells, partial_score_cells  # noqa: E402
-from evidence_sections import markdown_table, replace_section  # noqa: E402
+from evidence_sections import markdown_table, replace_section, revision  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MIXES: tuple[float, ...] = (0.1, 0.5, 0.9)
@@ -153,48 +151,6 @@ def mean_scores(score_cells: pa.Table) -> dict[str, float]:
     return dict(zip(means["model"].to_list(), means["mean"].to_list(), strict=True))
 
 
-# ------------------------------------------------------------------------------------------------ oracle
-
-
-def fit_oracle(pair_cells: pa.Table, score_cells: pa.Table | None, true: dict,
-               config: ModelConfig = STUDY_FIT) -> dict[str, float]:
-    """θ of the bias-aware model with every judge effect (and the thresholds) fixed at the truth.
-
-    The core has no public oracle entry point; this rebuilds the same problem the core fits
-    (:func:`~biasboard.ranking.problem.bias_aware_problem`) and solves it with the judge parameters held
-    at their true values (:func:`~biasboard.ranking.fit.solve_bias_aware` ``fixed=``), so only θ (and
-    the prompt difficulties) are free.  Global coefficients are held at 0 and each judge's deviation
-    carries its whole true value; length is converted to the core's standardised unit.  One residual
-    mismatch: the core fixes mean(log a_j) = 0 over judges, the simulator does not, so the oracle's a_j
-    are the true ones divided by their geometric mean (a common rescaling of θ; no effect on ranks of
-    pairwise data, a slight misfit of the θ scale against the ordinal part).
-    """
-    data = build_dataset(pair_cells, score_cells)
-    problem = bias_aware_problem(data, config)
-    lay, masks = problem.layout, problem.spec.masks
-    by_judge = {j["judge"]: j for j in true["judges"]}
-    fixed: dict[int, float] = {lay.glob(t): 0.0 for t in (POS, LEN, AFF)}
-    for idx, judge in enumerate(data.judges):
-        tj = by_judge[judge]
-        values = {
-            POS: tj["gamma"],
-            LEN: tj["beta"] * problem.spec.x_scale,
-            AFF: tj["lambda"],
-            DISC: math.log(tj["a"]),
-            TIE: math.log(tj["nu"]),
-            SEV: tj["alpha"],
-        }
-        for t, value in values.items():
-            fixed[lay.block(t).start + idx] = value if masks[t, idx] else 0.0
-    tau = np.asarray(true["scores"]["tau"])
-    if lay.n_tau == tau.size and data.min_score == 1:  # every grade 1..K was observed
-        for c in range(lay.n_tau):
-            fixed[lay.tau.start + c] = float(tau[c])
-    solution = solve_bias_aware(problem, config, fixed=fixed)
-    theta = solution.core[lay.theta]
-    return dict(zip(data.models, theta.tolist(), strict=True))
-
-
 # ------------------------------------------------------------------------------------------------ trials
 
 
@@ -233,8 +189,11 @@ def _recovery(bias: pl.DataFrame, true: dict) -> list[dict]:
 
 
 def run_trial(trial: Trial) -> tuple[list[dict], list[dict], float]:
-    """Simulate one data set, fit every estimator; (estimator rows, recovery rows, seconds)."""
-    start = time.perf_counter()
+    """Simulate one data set, fit every estimator; (estimator rows, recovery rows, CPU seconds).
+
+    CPU time, not wall time: on a shared machine the wall time of a trial measures the neighbours.
+    """
+    start = time.process_time()
     config = trial.config()
     true = truth(config)
     theta = {m["model"]: m["theta"] for m in true["models"]}
@@ -248,7 +207,9 @@ def run_trial(trial: Trial) -> tuple[list[dict], list[dict], float]:
         estimates["hybrid_no_bias"] = dict(zip(no_bias.models, no_bias.rating.tolist(), strict=True))
     aware = fit_bias_aware(pair_cells, score_cells, config=STUDY_FIT)
     estimates["bias_aware"] = dict(zip(aware.models, aware.rating.tolist(), strict=True))
-    estimates["oracle"] = fit_oracle(pair_cells, score_cells, true)
+    by_judge = {j["judge"]: j for j in true["judges"]}
+    models, oracle_theta = fit_oracle(pair_cells, by_judge, score_cells, config=STUDY_FIT)
+    estimates["oracle"] = dict(zip(models, oracle_theta.tolist(), strict=True))
     base = {
         "study": trial.study,
         "design": trial.design,
@@ -265,7 +226,7 @@ def run_trial(trial: Trial) -> tuple[list[dict], list[dict], float]:
         converged = aware.converged if name == "bias_aware" else naive.converged if name == "naive_bt" else True
         rows.append({**base, "estimator": name, **_scored(estimate, theta), "converged": converged})
     recovery = [{**base, **r} for r in _recovery(aware.bias, true)] if trial.study == "grid" else []
-    return rows, recovery, time.perf_counter() - start
+    return rows, recovery, time.process_time() - start
 
 
 def plan_trials(designs: tuple[str, ...], mixes: tuple[float, ...], sizes: tuple[int, ...], trials: int,
@@ -287,24 +248,29 @@ def plan_trials(designs: tuple[str, ...], mixes: tuple[float, ...], sizes: tuple
 
 
 def run_all(trials: list[Trial], workers: int) -> tuple[pl.DataFrame, pl.DataFrame, float]:
-    """Run the trials (in ``workers`` processes); per-estimator rows, recovery rows, summed trial seconds."""
+    """Run the trials (in ``workers`` processes); per-estimator rows, recovery rows, summed trial CPU seconds."""
     rows: list[dict] = []
     recovery: list[dict] = []
     busy = 0.0
     # Longest first (hybrid trials with many scores) so the two workers finish together.
     order = sorted(trials, key=lambda t: -t.observations * (1.0 + t.ordinal_share))
-    if workers <= 1:
-        results = map(run_trial, order)
-        for r, rec, sec in results:
-            rows += r
-            recovery += rec
+    start = time.perf_counter()
+    step = max(1, len(order) // 10)
+
+    def collect(results) -> None:
+        nonlocal busy
+        for done, (r, rec, sec) in enumerate(results, 1):
+            rows.extend(r)
+            recovery.extend(rec)
             busy += sec
+            if done % step == 0:
+                print(f"  {done}/{len(order)} trials, {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+
+    if workers <= 1:
+        collect(map(run_trial, order))
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            for r, rec, sec in pool.map(run_trial, order, chunksize=1):
-                rows += r
-                recovery += rec
-                busy += sec
+            collect(pool.map(run_trial, order, chunksize=1))
     return pl.DataFrame(rows), pl.DataFrame(recovery) if recovery else pl.DataFrame(), busy
 
 
@@ -508,11 +474,13 @@ def write_outputs(rows: pl.DataFrame, recovery: pl.DataFrame, out_dir: Path, evi
 
     run = (
         "## Simulation study: how it was run\n\n"
-        f"Mode `{meta['mode']}`: {meta['grid_trials']} design-grid trials ({meta['trials']} per design × "
+        f"Mode `{meta['mode']}` at revision {revision(ROOT)}: {meta['grid_trials']} design-grid trials "
+        f"({meta['trials']} per design × "
         f"ordinal share × budget; budgets {meta['sizes']} observations = pairwise battles + ordinal grades), "
         f"{meta['sweep_trials']} sweep trials ({meta['sweep_observations']} battles each). "
-        f"Wall time {meta['wall']:.0f} s with {meta['workers']} worker process(es) "
-        f"(sum of trial times {meta['busy']:.0f} s). 30 models, 4 LLM judges of 4 families "
+        f"Wall time {meta['wall']:.0f} s with {meta['workers']} worker process(es) on a machine shared with other "
+        f"jobs (load average at the end {meta['load']:.1f}); the trials' CPU time sums to {meta['busy']:.0f} s, "
+        f"i.e. ≈{meta['busy'] / 2 / 60:.1f} min on two otherwise idle cores. 30 models, 4 LLM judges of 4 families "
         "(simulator defaults: γ₀ = −0.165, SD(u_j) = 0.337, β₀ = 0.3 per unit log length ratio, λ₀ = 0.4, "
         "discrimination log-SD 0.2, Davidson ties), 200 prompts, corr(θ, length) = 0 in the grid. "
         "Data → cells with `transforms.cells.partial_cells` / `partial_score_cells`; fits by the ranking core "
@@ -597,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         "workers": args.workers,
         "wall": wall,
         "busy": busy,
+        "load": os.getloadavg()[0],
     }
     result = write_outputs(rows, recovery, args.out_dir, args.evidence, meta)
     with pl.Config(tbl_rows=200, tbl_cols=20, tbl_width_chars=200):
@@ -607,7 +576,8 @@ def main(argv: list[str] | None = None) -> int:
         if not result["recovery"].is_empty():
             print(result["recovery"])
     print(f"crossings: {result['crossings']}")
-    print(f"{len(trials)} trials in {wall:.1f} s wall ({busy:.1f} s of trial time, {args.workers} worker(s))")
+    print(f"{len(trials)} trials in {wall:.1f} s wall ({busy:.1f} s of trial CPU time, {args.workers} worker(s), "
+          f"load average {meta['load']:.1f})")
     return 0
 
 
