@@ -30,12 +30,11 @@ import argparse
 import html
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import apache_beam as beam
 import polars as pl
-import pyarrow as pa
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from biasboard.pipelines.backfill import _user_error as user_error
 from biasboard.pipelines.options import beam_options
@@ -47,7 +46,7 @@ from biasboard.transforms import publish, read, storage
 from biasboard.transforms.audit import DEFAULT_ORDER_SHARDS, AuditBattles
 from biasboard.transforms.cells import IngestCounts
 from biasboard.transforms.covariates import resolve_families
-from biasboard.transforms.validate import ROW, WINNER_CODE, SeenIds, validate_battles
+from biasboard.transforms.validate import WINNER_CODE, SeenIds, validate_battles
 
 _LOG = logging.getLogger(__name__)
 
@@ -111,11 +110,14 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def audit_frame(valid: pl.DataFrame, gold: pa.Array | None = None) -> pl.DataFrame:
-    """Validated rows (from ``validate_battles``) → the columns the audit reads.
+#: Columns of each valid row the audit needs beyond what the cells need.
+AUDIT_CARRY = ("prompt_id", GOLD_COLUMN)
 
-    Uses the validator's parsed verdict code and lengths; ``gold`` is the raw
-    batch's gold column (re-aligned to the valid rows by their row index).
+
+def audit_frame(valid: pl.DataFrame) -> pl.DataFrame:
+    """Validated rows (``validate_battles(..., carry=AUDIT_CARRY)``) → the columns the audit reads.
+
+    Uses the validator's parsed verdict code and lengths.
     """
     codes = pl.DataFrame({WINNER_CODE: pl.Series(range(len(WINNER_VALUES)), dtype=pl.Int8), "_w": WINNER_VALUES})
     frame = valid.join(codes, on=WINNER_CODE, how="left")
@@ -130,28 +132,9 @@ def audit_frame(valid: pl.DataFrame, gold: pa.Array | None = None) -> pl.DataFra
         pl.col("family_a").cast(pl.String),
         pl.col("family_b").cast(pl.String),
         pl.col("judge_family").cast(pl.String),
+        pl.col(GOLD_COLUMN),
     )
-    if gold is not None:
-        rows = valid.get_column(ROW).cast(pl.Int64).to_arrow()
-        out = out.with_columns(pl.Series(GOLD_COLUMN, gold.take(rows)).cast(pl.String))
-    return out
-
-
-def _batches(f: read.InputFile, day: str) -> Iterator[tuple[int, pa.Table]]:
-    """(row offset, batch) of one file's rows for ``day``, with ``gold`` kept when the file has it."""
-    reader = read.open_parquet(f.path)
-    names = reader.schema_arrow.names
-    columns = read.wanted_columns(names, "battle") + ([GOLD_COLUMN] if GOLD_COLUMN in names else [])
-    offset = 0
-    try:
-        for batch in reader.iter_batches(batch_size=read.DEFAULT_BATCH_ROWS, columns=columns):
-            rows = read.rows_of_day(batch, offset, day, f.home_day) if f.undated else batch
-            yield offset, pa.Table.from_batches([rows])
-            offset += batch.num_rows
-    except InputError:
-        raise
-    except Exception as err:
-        raise InputError(f"{f.path}: cannot read row {offset} onwards: {err}") from err
+    return out if out.get_column(GOLD_COLUMN).null_count() < out.height else out.drop(GOLD_COLUMN)
 
 
 def read_day(day_files: tuple[str, list[read.InputFile]], family_map: FamilyMap):
@@ -162,20 +145,15 @@ def read_day(day_files: tuple[str, list[read.InputFile]], family_map: FamilyMap)
     day, files = day_files
     seen = SeenIds()
     for f in files:
-        for offset, batch in _batches(f, day):
-            checked = validate_battles(
-                batch.drop_columns([c for c in (GOLD_COLUMN,) if c in batch.column_names]),
-                seen,
-                source_file=f.path,
-                row_offset=offset,
-            )
+        for offset, batch in read.iter_batches(f.path, "battle", carry=AUDIT_CARRY):
+            if f.undated:
+                batch = read.rows_of_day(batch, offset, day, f.home_day)
+            checked = validate_battles(batch, seen, source_file=f.path, row_offset=offset, carry=AUDIT_CARRY)
             self_battles = checked.valid.filter(pl.col("model_a") == pl.col("model_b")).height
             counts = IngestCounts(checked.read, checked.valid.height, dict(checked.rejected), self_battles)
             yield beam.pvalue.TaggedOutput("counts", counts)
             if checked.valid.height:
-                gold = batch.column(GOLD_COLUMN).combine_chunks() if GOLD_COLUMN in batch.column_names else None
-                valid = resolve_families(checked.valid, family_map)
-                yield audit_frame(valid, gold)
+                yield audit_frame(resolve_families(checked.valid, family_map))
 
 
 def _sum_counts(parts) -> IngestCounts:
@@ -188,8 +166,8 @@ def load_anchor_lookup(glob: str) -> pl.DataFrame:
     frames = []
     for files in read.list_input_days(glob).values():
         for f in files:
-            for offset, batch in read.iter_batches(f.path):
-                checked = validate_battles(batch, None, source_file=f.path, row_offset=offset)
+            for offset, batch in read.iter_batches(f.path, "battle", carry=AUDIT_CARRY):
+                checked = validate_battles(batch, None, source_file=f.path, row_offset=offset, carry=AUDIT_CARRY)
                 if checked.rejected:
                     _LOG.warning(
                         "anchors %s: %s rows rejected: %s", f.path, sum(checked.rejected.values()), checked.rejected

@@ -135,11 +135,11 @@ def required_columns(kind: str) -> tuple[str, ...]:
     return BATTLE_REQUIRED if kind == "battle" else SCORE_REQUIRED
 
 
-def wanted_columns(names: Iterable[str], kind: str) -> list[str]:
-    """The columns worth reading from a file: ours (or their FastChat aliases); extras are skipped."""
+def wanted_columns(names: Iterable[str], kind: str, carry: tuple[str, ...] = ()) -> list[str]:
+    """The columns worth reading from a file: ours (or their FastChat aliases) and ``carry``; extras are skipped."""
     names = list(names)
     schema = BATTLE_SCHEMA if kind == "battle" else SCORE_SCHEMA
-    ours = {f.name for f in schema}
+    ours = {f.name for f in schema} | set(carry)
     aliases = rules.apply_column_aliases(names)
     return [n for n in names if n in ours or n in aliases]
 
@@ -173,9 +173,11 @@ def _polars_source(path: str) -> str | io.BytesIO:
 
 
 def iter_batches(
-    path: str, kind: str = "battle", batch_rows: int = DEFAULT_BATCH_ROWS
+    path: str, kind: str = "battle", batch_rows: int = DEFAULT_BATCH_ROWS, carry: tuple[str, ...] = ()
 ) -> Iterator[tuple[int, pl.DataFrame]]:
     """(row offset in the file, batch as a polars frame) pairs, reading only the columns we use.
+
+    ``carry`` names extra columns a caller needs (the audit's ``gold``).
 
     Polars' Parquet reader decodes strings several times faster than
     pyarrow's here, and a sliced scan reads only the rows asked for, so a
@@ -187,7 +189,7 @@ def iter_batches(
     try:
         scan = pl.scan_parquet(source)
         names = scan.collect_schema().names()
-        columns = wanted_columns(names, kind)
+        columns = wanted_columns(names, kind, carry)
         total = scan.select(pl.len()).collect().item()
         for offset in range(0, total, batch_rows):
             if isinstance(source, io.BytesIO):

@@ -127,8 +127,13 @@ class SeenIds:
         return fresh
 
 
-def normalise_columns(batch: Batch, kind: str = "battle", source: str = "") -> pl.DataFrame:
-    """Batch → polars frame with our column names; absent optional columns added as nulls."""
+def normalise_columns(
+    batch: Batch, kind: str = "battle", source: str = "", carry: tuple[str, ...] = ()
+) -> pl.DataFrame:
+    """Batch → polars frame with our column names; absent optional columns added as nulls.
+
+    ``carry`` names extra columns (e.g. an audit's ``gold``) kept when present.
+    """
     df = batch if isinstance(batch, pl.DataFrame) else pl.from_arrow(batch)
     assert isinstance(df, pl.DataFrame)
     schema, required = (BATTLE_SCHEMA, BATTLE_REQUIRED) if kind == "battle" else (SCORE_SCHEMA, SCORE_REQUIRED)
@@ -139,7 +144,8 @@ def normalise_columns(batch: Batch, kind: str = "battle", source: str = "") -> p
     if missing:
         raise InputError(f"{source or 'batch'}: required column(s) missing: {', '.join(missing)}")
     absent = [pl.lit(None, dtype=pl.String).alias(f.name) for f in schema if f.name not in df.columns]
-    keep = [f.name for f in schema if f.name in df.columns] + [c for c in (SOURCE_ROW,) if c in df.columns]
+    extra = [c for c in (SOURCE_ROW, *carry) if c in df.columns and c not in schema.names]
+    keep = [f.name for f in schema if f.name in df.columns] + extra
     return df.select(keep).with_columns(absent) if absent else df.select(keep)
 
 
@@ -209,16 +215,23 @@ def _split(
 
 
 def validate_battles(
-    batch: Batch, seen: SeenIds | None = None, source_file: str = "", row_offset: int = 0
+    batch: Batch,
+    seen: SeenIds | None = None,
+    source_file: str = "",
+    row_offset: int = 0,
+    carry: tuple[str, ...] = (),
 ) -> Validated:
     """Apply the battle rules to one batch.
 
     ``seen`` carries the day's kept ids between batches (None: duplicates are
     only detected within this batch).  Valid rows carry ``judge``, ``model_a``,
     ``model_b``, the three family columns as given, ``_winner`` (code: index
-    into WINNER_VALUES) and the numeric lengths ``_len_a``/``_len_b``.
+    into WINNER_VALUES) and the numeric lengths ``_len_a``/``_len_b`` — what the
+    cells need, nothing more, since this is the ingest's hot path.  Callers that
+    need more of each valid row (the audit: ``prompt_id``, ``gold``) name those
+    columns in ``carry``; absent ones come back null.
     """
-    df = normalise_columns(batch, "battle", source_file)
+    df = normalise_columns(batch, "battle", source_file, carry)
     schema = df.schema
     df = df.with_columns(
         rules.parse_timestamps(df).alias(TS),
@@ -232,6 +245,7 @@ def validate_battles(
         pl.col(WINNER_CODE),
         pl.col("_len_a"),
         pl.col("_len_b"),
+        *(pl.col(c).cast(pl.String) if c in df.columns else pl.lit(None, dtype=pl.String).alias(c) for c in carry),
     ]
     return _split(df, conditions, "battle_id", REASON_DUPLICATE_ID, seen, keep, BATTLE_DEAD_LETTER_SCHEMA,
                   source_file, row_offset)  # fmt: skip
