@@ -249,6 +249,26 @@ ALPACA_LEADERBOARD = ("leaderboards", "repo_src", "data_AlpacaEval_2",
 ALPACA_BASELINE = "gpt4_1106_preview"
 
 
+def _rank(values: dict[str, float], common: list[str]) -> dict[str, int]:
+    order = sorted(common, key=lambda m: -values[m])
+    return {m: i + 1 for i, m in enumerate(order)}
+
+
+def _movers(naive: dict[str, float], corrected: dict[str, float], lc: dict[str, float], board: pl.DataFrame,
+            top: int = 6) -> list[list[object]]:
+    """The models whose corrected rank is furthest from their LC rank, with their naive rank and length."""
+    common = sorted(set(naive) & set(corrected) & set(lc))
+    r_naive, r_corr, r_lc = _rank(naive, common), _rank(corrected, common), _rank(lc, common)
+    length = dict(zip(board["model"].to_list(), board["avg_length"].to_list(), strict=True))
+    worst = sorted(common, key=lambda m: -abs(r_corr[m] - r_lc[m]))[:top]
+    return [[m, length.get(m), r_naive[m], r_corr[m], r_lc[m]] for m in worst]
+
+
+def _baseline_length() -> float:
+    board = pl.read_csv(DATA / "alpacaeval" / Path(*ALPACA_LEADERBOARD)).rename({"": "model"})
+    return float(board.filter(pl.col("model") == ALPACA_BASELINE)["avg_length"][0])
+
+
 def alpacaeval(config: ModelConfig) -> dict:
     imported = import_path("alpacaeval", DATA / "alpacaeval" / ALPACA_JUDGE_FILE)
     fit = fit_both("AlpacaEval 2", imported.rows, config)
@@ -268,6 +288,7 @@ def alpacaeval(config: ModelConfig) -> dict:
     for name, est in candidates:
         tau, rho, n = rank_agreement(est, lc)
         rows.append([name, n, tau, rho])
+    movers = _movers(naive, corrected, lc, board)
     tau_all, rho_all, n_all = rank_agreement(raw, lc)
     rows.append(["published raw win rate, every leaderboard model", n_all, tau_all, rho_all])
     tau_raw_naive, _, _ = rank_agreement(naive, raw_common)
@@ -292,6 +313,10 @@ def alpacaeval(config: ModelConfig) -> dict:
         f"{tau_raw_naive:.3f} (binary verdicts on the recovered-order rows vs continuous preferences on all). "
         f"Naive vs corrected: τ-b {nvc:.3f}, Spearman {nvc_rho:.3f}."
         + (f" Fitted models without a leaderboard row: {', '.join(unmatched)}." if unmatched else "")
+        + "\n\n**Largest rank disagreements of the corrected ranking with LC** (ranks among the models compared; "
+        "`avg_length`: the leaderboard's mean answer length in characters; the baseline's is "
+        f"{_baseline_length():.0f})\n\n"
+        + markdown_table(["model", "avg_length", "naive rank", "corrected rank", "LC rank"], movers)
         + "\n\n**Bias estimates**\n\n" + markdown_table(BIAS_HEADER, bias_rows(fit))
     )
     warns = warnings_of(fit)
