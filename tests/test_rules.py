@@ -292,6 +292,13 @@ def test_reason_lists_are_complete():
         ("phi-3-medium-4k-instruct", "microsoft"),
         ("human", "human"),
         ("totally-new-model", "unknown"),
+        # names that once matched the wrong rule
+        ("gpt-judge-1", "openai"),  # not gpt-j
+        ("gpt-j-6b", "eleutherai"),
+        ("text_davinci_003", "openai"),  # AlpacaEval spells it with underscores
+        ("alpaca_eval_gpt4", "openai"),  # an AlpacaEval annotator, not Stanford's Alpaca
+        ("weighted_alpaca_eval_gpt4_turbo", "openai"),
+        ("alpaca-7b", "stanford"),
     ],
 )
 def test_default_families(name, family):
