@@ -74,25 +74,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
-    if args.order_shards < 1:
-        raise InputError(f"--order-shards: must be at least 1, got {args.order_shards}")
+    run_audit(args.input, args.out, beam_args, args.anchors, args.family_map, args.order_shards)
+    print(storage.join(args.out, AUDIT_JSON))
+    return 0
+
+
+def run_audit(
+    input_glob: str,
+    out: str,
+    beam_args: list[str] | None = None,
+    anchors: str | None = None,
+    family_map: str | None = None,
+    order_shards: int = DEFAULT_ORDER_SHARDS,
+) -> str:
+    """Run the audit pipeline over ``input_glob`` and write its files to ``out``; returns audit.json's path.
+
+    The entry point the refresh job calls, so that a snapshot carries the same
+    audit that ``biasboard audit`` writes.
+    """
+    if order_shards < 1:
+        raise InputError(f"--order-shards: must be at least 1, got {order_shards}")
     options = beam_options(beam_args)
     storage.configure_gcs_auth(no_auth=options.view_as(GoogleCloudOptions).no_auth)
-    family_map = read.load_family_map(args.family_map)
-    days = read.list_input_days(args.input)
-    lookup = load_anchor_lookup(args.anchors) if args.anchors else None
+    families = read.load_family_map(family_map)
+    days = read.list_input_days(input_glob)
+    lookup = load_anchor_lookup(anchors) if anchors else None
     pipeline = beam.Pipeline(options=options)
     battles = (
         pipeline
         | "Days" >> beam.Create(sorted(days.items()))
         | "SpreadDays" >> beam.Reshuffle()
-        | "ReadValidate" >> beam.FlatMap(read_day, family_map).with_outputs("counts", main="battles")
+        | "ReadValidate" >> beam.FlatMap(read_day, families).with_outputs("counts", main="battles")
     )
     counts = battles.counts | "SumCounts" >> beam.CombineGlobally(_sum_counts)
     _ = (
         battles.battles
-        | "Audit" >> AuditBattles(lookup, n_shards=args.order_shards)
-        | "Write" >> beam.Map(write_audit, args.out, beam.pvalue.AsSingleton(counts))
+        | "Audit" >> AuditBattles(lookup, n_shards=order_shards)
+        | "Write" >> beam.Map(write_audit, out, beam.pvalue.AsSingleton(counts))
     )
     try:
         pipeline.run().wait_until_finish()
@@ -101,8 +119,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         if user is not None:
             raise user from err
         raise
-    print(storage.join(args.out, AUDIT_JSON))
-    return 0
+    return storage.join(out, AUDIT_JSON)
 
 
 # --------------------------------------------------------------------------------------------

@@ -34,11 +34,10 @@ import datetime as dt
 import hashlib
 import json
 import logging
-import os
 import platform
 import time
 from collections.abc import Mapping
-from contextlib import contextmanager, redirect_stdout
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 
@@ -384,18 +383,10 @@ def audit_state(input_glob: str, state_dir: str, beam_args: list[str], plan: Day
     stamp = {"input_digest": plan.digest, "input_glob": input_glob}
     current = storage.exists(stamp_path) and json.loads(storage.read_text(stamp_path)) == stamp
     if not current:
-        from biasboard.pipelines import audit
+        from biasboard.pipelines.audit import run_audit
 
         storage.delete_tree(folder)
-        args = argparse.Namespace(
-            input=input_glob, out=folder, anchors=None, family_map=options.families, order_shards=None
-        )
-        parser = argparse.ArgumentParser()
-        audit.add_arguments(parser)
-        defaults = parser.parse_args(["--input", input_glob, "--out", folder])
-        args.order_shards = defaults.order_shards
-        with open(os.devnull, "w") as sink, redirect_stdout(sink):
-            audit.run(args, beam_args)
+        run_audit(input_glob, folder, beam_args, family_map=options.families)
         storage.atomic_write_bytes(stamp_path, publish.json_bytes(stamp))
         _LOG.info("audit: judge audit of %d day(s) written to %s", len(plan.fingerprints), folder)
     else:
