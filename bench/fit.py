@@ -156,8 +156,14 @@ def worker(kind: str, workdir: Path, bootstrap: int) -> dict:
     return out
 
 
+#: Every fit process gets the same thread settings.  On a small machine shared with other work, OpenBLAS's
+#: spinning threads make a 1,300² Cholesky 10-20× slower than one thread does (measured here: 1-3 s vs
+#: 0.07-0.12 s), so BLAS is pinned to one thread — for arena-rank's process too (JAX/XLA keeps its own pool).
+FIT_ENV = {"NO_GCE_CHECK": "true", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def run_in_process(cmd: list[str]) -> dict:
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "NO_GCE_CHECK": "true"})
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **FIT_ENV})
     if done.returncode != 0:
         raise SystemExit(f"benchmark step failed: {' '.join(cmd[:4])}…\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -203,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     ensure_arena_venv()
     t0 = time.perf_counter()
     n_cells, aggregate_s, features = simulate(args, args.out)
+    print(f"BLAS threads per fit process: {FIT_ENV['OPENBLAS_NUM_THREADS']}; CPUs: {os.cpu_count()}")
     print(f"simulated {args.battles:,} battles, {args.models} models, {args.judges} judges -> {n_cells:,} cells "
           f"(ingest to cells {aggregate_s:.1f} s; simulation + writing {time.perf_counter() - t0:.1f} s)")
     tr = json.loads((args.out / "truth.json").read_text())

@@ -20,6 +20,7 @@ from biasboard.ranking.diagnostics import (
     profile_ranges,
 )
 from biasboard.ranking.graph import comparison_components, mle_exists
+from biasboard.ranking.model import DISC
 from biasboard.ranking.problem import Problem, bias_aware_problem, naive_problem
 from biasboard.ranking.result import Z95, FitResult, empty_bias_table
 from biasboard.ranking.solver import Solution, laplace_covariance, minimize
@@ -154,13 +155,33 @@ def fit_naive(cells: CellsInput | Dataset, *, config: NaiveConfig | None = None,
 
 def solve_bias_aware(problem: Problem, config: ModelConfig, shards: int = 1,
                      fixed: dict[int, float] | None = None) -> Solution:
-    """MAP of a bias-aware problem from a cold start, with ``fixed`` raw parameters held at given values."""
+    """MAP of a bias-aware problem from a cold start, with ``fixed`` raw parameters held at given values.
+
+    Two phases: the discriminations a_j make the objective non-convex (η is bilinear in a_j and θ), so
+    Newton first runs with a_j held at their start (the rest is convex: Davidson is log-concave in η, ψ and
+    η is then linear), to a loose tolerance; then with everything free from there, where the Hessian is
+    positive definite.  Convergence is relative to the full gradient at the cold start.
+    """
     core, diag = problem.zeros()
     free = np.ones(core.size, bool)
     for index, value in (fixed or {}).items():
         core[index] = value
         free[index] = False
-    return minimize(problem.objective(shards), core, diag, free=free, tol=config.tol, max_iter=config.max_iter)
+    objective = problem.objective(shards)
+    start = objective.evaluate(core, diag)
+    scale = float(np.sqrt(np.sum(start.g[free] ** 2) + np.sum(start.g_diag**2)))
+    disc = problem.layout.block(DISC)
+    if problem.spec.masks[DISC].any() and free[disc].any():
+        convex = free.copy()
+        convex[disc] = False
+        first = minimize(objective, core, diag, free=convex, tol=1e-4, max_iter=config.max_iter, g0_norm=scale)
+        core, diag = first.core, first.diag
+        iterations = first.iterations
+    else:
+        iterations = 0
+    solution = minimize(objective, core, diag, free=free, tol=config.tol, max_iter=config.max_iter, g0_norm=scale)
+    solution.iterations += iterations
+    return solution
 
 
 def fit_bias_aware(
