@@ -19,6 +19,7 @@ Usage::
 
     .venv/bin/python bench/fit.py            # the full benchmark (several minutes on 2 cores)
     .venv/bin/python bench/fit.py --smoke    # 50k battles, 20 models, 4 judges, 5 bootstrap replicates
+    .venv/bin/python bench/fit.py --coverage 40   # Laplace CI coverage over 40 simulated datasets
 """
 
 from __future__ import annotations
@@ -187,6 +188,44 @@ def coverage(result: dict, tr: dict) -> float:
     return float(np.mean((np.array(result["ci_low"]) <= true) & (true <= np.array(result["ci_high"]))))
 
 
+def coverage_study(seeds: int, battles: int = 20_000, models: int = 16, judges: int = 4) -> None:
+    """Laplace CI coverage of θ and of the per-judge effects over many seeds, with τ next to naive and oracle."""
+    import polars as pl
+    from biasboard.ranking import ModelConfig, fit_leaderboards
+    from biasboard.ranking.oracle import fit_oracle
+    from biasboard.ranking.rank_stats import kendall_tau_b
+    from biasboard.ranking.simulate import SimulationConfig, simulate_days, truth
+    from biasboard.schemas.families import FamilyMap
+    from biasboard.transforms.cells import merge_cells, partial_cells
+
+    family_map = FamilyMap.with_user_rules()
+    theta_hits, effect_hits, taus = [], {}, {"naive": [], "corrected": [], "oracle": []}
+    for seed in range(seeds):
+        config = SimulationConfig(battles=battles, models=models, judges=judges, days=1, seed=1000 + seed)
+        cells = merge_cells(partial_cells(b, family_map).cells for _, b, _ in simulate_days(config))
+        tr = truth(config)
+        naive, fit = fit_leaderboards(cells, config=ModelConfig(profile=False, posterior_draws=200))
+        g = float(np.exp(np.mean([np.log(j["a"]) for j in tr["judges"]])))
+        theta = {m["model"]: m["theta"] for m in tr["models"]}
+        true = np.array([theta[m] for m in fit.models])
+        true = (true - true.mean()) * g
+        theta_hits.extend((fit.ci_low <= true) & (true <= fit.ci_high))
+        for j in tr["judges"]:
+            for effect, value in (("position", j["gamma"]), ("length", j["beta"]), ("affinity", j["lambda"]),
+                                  ("tie", j["nu"]), ("discrimination", j["a"] / g)):
+                row = fit.bias.filter((pl.col("judge") == j["judge"]) & (pl.col("effect") == effect)).row(0, named=True)
+                if row["enabled"]:
+                    effect_hits.setdefault(effect, []).append(row["ci_low"] <= value <= row["ci_high"])
+        _, oracle = fit_oracle(cells, {j["judge"]: j for j in tr["judges"]})
+        for key, rating in (("naive", naive.rating), ("corrected", fit.rating), ("oracle", oracle)):
+            taus[key].append(kendall_tau_b(rating, true))
+    print(f"coverage study: {seeds} seeds x ({battles:,} battles, {models} models, {judges} judges)")
+    print(f"  θ 95% CI coverage: {np.mean(theta_hits):.3f} over {len(theta_hits)} intervals")
+    for effect, hits in effect_hits.items():
+        print(f"  {effect:15} 95% CI coverage: {np.mean(hits):.3f} over {len(hits)} intervals")
+    print("  mean τ vs truth: " + ", ".join(f"{k} {np.mean(v):.4f}" for k, v in taus.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--battles", type=int, default=1_000_000)
@@ -197,11 +236,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=HERE / "out" / "fit")
     parser.add_argument("--smoke", action="store_true", help="50k battles, 20 models, 4 judges, 5 replicates")
+    parser.add_argument("--coverage", type=int, default=0, metavar="SEEDS",
+                        help="run only the CI-coverage study over SEEDS simulated datasets")
     parser.add_argument("--worker", choices=["naive", "bias_aware", "bootstrap", "oracle"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.smoke:
         args.battles, args.models, args.judges, args.bootstrap, args.days = 50_000, 20, 4, 5, 2
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.coverage:
+        coverage_study(args.coverage)
+        return 0
     if args.worker:
         print(json.dumps(worker(args.worker, args.out, args.bootstrap)))
         return 0
