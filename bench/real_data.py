@@ -37,7 +37,8 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from biasboard.importers.registry import import_path
-from biasboard.ranking import FitResult, ModelConfig, NaiveConfig, fit_bias_aware, fit_leaderboards
+from biasboard.ranking import FitResult, ModelConfig, NaiveConfig, fit_bias_aware, fit_leaderboards, fit_naive
+from biasboard.ranking.gate import run_gate
 from biasboard.ranking.rank_stats import kendall_tau_b, spearman
 from biasboard.schemas.families import FamilyMap
 from biasboard.transforms.cells import partial_cells
@@ -336,7 +337,7 @@ def _pair_keys(battles: pa.Table) -> set[tuple[str, str, str]]:
     return set(frame.iter_rows())
 
 
-def llmfao(config: ModelConfig) -> dict:
+def llmfao(config: ModelConfig, gate: bool = True) -> dict:
     imported = {judge: import_path("llmfao", DATA / "llmfao" / name) for judge, name in LLMFAO_FILES.items()}
     pairs = {judge: _pair_keys(r.rows) for judge, r in imported.items()}
     same_pairs = pairs["gpt4"] == pairs["gpt3"] and pairs["gpt4"] <= pairs["crowd"]
@@ -361,6 +362,7 @@ def llmfao(config: ModelConfig) -> dict:
         rows.append([judge, fit.battles, n, f"{t_n:.3f} (±{s_n:.3f})", f"{t_c:.3f} (±{s_c:.3f})", f"{t_c - t_n:+.3f}",
                      only, r_n, r_c, t_nc, t_cc])
     crowd_self, _ = naive_vs_corrected(fits["crowd"])
+    gate_rows = gated_llmfao(imported, config) if gate else []
     body = (
         "## Real data: LLMFAO — does correcting a GPT judge move its ranking toward the crowd's?\n\n"
         "Files: " + ", ".join(f"`{v}` ({imported[k].rows_converted} battles)" for k, v in LLMFAO_FILES.items())
@@ -375,6 +377,13 @@ def llmfao(config: ModelConfig) -> dict:
                           "τ-b identified-only correction vs crowd (move)", "Spearman naive",
                           "Spearman corrected", "τ-b naive vs crowd-corrected", "τ-b corrected vs crowd-corrected"],
                          rows)
+        + ("\n\n**With the trusted-anchor gate (seed 000)**: the crowd's prompts are split in two at random; crowd "
+        "verdicts on one half are the gate's anchors (40 of them, or all), the crowd's naive BT ranking on the "
+        "other half is the reference, so the anchors never see the prompts they are scored on. The gate enables a "
+        "judge's (effect) correction only when it improves the anchors' log loss by more than 0.01 nats with "
+        "p ≤ 0.05 (`ranking.gate.run_gate`).\n\n"
+        + markdown_table(["GPT judge", "anchors", "enabled by the gate", "τ-b naive vs held-out crowd",
+                          "τ-b corrected (all effects)", "τ-b gated"], gate_rows) if gate_rows else "")
         + "\n\n**Bias estimates per judge**\n\n"
         + markdown_table(BIAS_HEADER, [r for f in fits.values() for r in bias_rows(f)])
     )
@@ -382,6 +391,32 @@ def llmfao(config: ModelConfig) -> dict:
     if warns:
         body += "\n\nWarnings:\n\n" + "\n".join(f"- {w}" for w in dict.fromkeys(warns))
     return {"section": ("real-llmfao", body), "fits": list(fits.values()), "moves": moves, "table": rows}
+
+
+def gated_llmfao(imported: dict, config: ModelConfig, anchor_counts: tuple[int | None, ...] = (40, None)) -> list:
+    """GPT judges corrected only where held-out crowd anchors support it; τ vs the crowd on the other prompts."""
+    crowd = pl.from_arrow(imported["crowd"].rows)
+    prompts = sorted(crowd["prompt_id"].unique().to_list())
+    rng = np.random.default_rng(0)
+    anchor_prompts = set(rng.choice(prompts, len(prompts) // 2, replace=False).tolist())
+    anchors_all = crowd.filter(pl.col("prompt_id").is_in(list(anchor_prompts)))
+    held_out = crowd.filter(~pl.col("prompt_id").is_in(list(anchor_prompts)))
+    reference = ratings(fit_naive(cells_of(held_out.to_arrow())[0]))
+    base = replace(config, profile=False)
+    rows = []
+    for judge in ("gpt4", "gpt3"):
+        cells = cells_of(imported[judge].rows)[0]
+        naive = fit_naive(cells)
+        full = fit_bias_aware(cells, config=base)
+        for count in anchor_counts:
+            anchors = anchors_all if count is None else anchors_all.sample(count, seed=0)
+            gate = run_gate(cells, anchors.to_arrow(), base_config=base)
+            gated = fit_bias_aware(cells, config=gate.config(base))
+            on = gate.decisions.filter(pl.col("enabled"))["effect"].to_list()
+            rows.append([judge, anchors.height, ", ".join(on) or "none",
+                         rank_agreement(ratings(naive), reference)[0], rank_agreement(ratings(full), reference)[0],
+                         rank_agreement(ratings(gated), reference)[0]])
+    return rows
 
 
 # --------------------------------------------------------------------------------------------------- main
@@ -394,20 +429,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", choices=DATASETS, default=list(DATASETS), help="data sets to fit")
     parser.add_argument("--no-profile", action="store_true", help="skip profile likelihoods (faster)")
+    parser.add_argument("--no-gate", action="store_true", help="skip the LLMFAO trusted-anchor gate (faster)")
+    parser.add_argument("--smoke", action="store_true", help="the smallest run: --only llmfao --no-profile --no-gate")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "docs" / "evidence", help="CSV folder")
     parser.add_argument("--evidence", type=Path, default=ROOT / "docs" / "evidence.md", help="page to update")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.only, args.no_profile, args.no_gate = ["llmfao"], True, True
     if not DATA.exists():
         print(f"shared data not found at {DATA.resolve()}", file=sys.stderr)
         return 2
     config = ModelConfig(profile=not args.no_profile, posterior_draws=500)
-    if args.no_profile:
-        config = replace(config, profile=False)
+    command = " ".join(["python bench/real_data.py", *(argv if argv is not None else sys.argv[1:])])
     args.out_dir.mkdir(parents=True, exist_ok=True)
     timings, results = {}, {}
     for name in args.only:
         start = time.perf_counter()
-        results[name] = RUNNERS[name](config)
+        results[name] = llmfao(config, gate=not args.no_gate) if name == "llmfao" else RUNNERS[name](config)
         timings[name] = time.perf_counter() - start
         section, body = results[name]["section"]
         replace_section(args.evidence, section, body)
@@ -419,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {timings[name]:.1f} s")
     run = (
         "## Real data: how it was run\n\n"
-        f"`python bench/real_data.py --only {' '.join(args.only)}` at revision {revision(ROOT)}; "
+        f"`{command}` at revision {revision(ROOT)}; "
         + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
         + ". Bias-aware model: the core's defaults (`ModelConfig()`: priors of `ranking/config.py`), profile "
         f"likelihoods {'off' if args.no_profile else 'on'}; Laplace 95% CIs. Per-model ratings and the full bias "

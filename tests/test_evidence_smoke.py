@@ -65,7 +65,7 @@ def test_simulation_study_smoke(tmp_path):
 
 def test_real_data_smoke(tmp_path):
     shared_data("llmfao", "crowd-comparisons.csv")
-    out = _run("real_data.py", "--only", "llmfao", "--no-profile", tmp=tmp_path)
+    out = _run("real_data.py", "--smoke", tmp=tmp_path)
     page = tmp_path / "evidence.md"
     body = read_section(page, "real-llmfao")
     assert body and "move toward crowd" in body
