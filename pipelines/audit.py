@@ -178,8 +178,11 @@ def _sum_counts(parts) -> IngestCounts:
     return sum(parts, IngestCounts())
 
 
-def load_anchor_lookup(glob: str) -> pl.DataFrame:
-    """Trusted verdicts (battle-shaped Parquet, validated by the same rules) → the gold lookup."""
+def load_anchors(glob: str) -> pl.DataFrame:
+    """Trusted verdicts (battle-shaped Parquet), validated by the ingest's rules, as audit rows.
+
+    Shared by the audit's gold-label accuracy and the refresh's trusted-anchor gate.
+    """
     frames = []
     for files in read.list_input_days(glob).values():
         for f in files:
@@ -192,7 +195,12 @@ def load_anchor_lookup(glob: str) -> pl.DataFrame:
                 frames.append(audit_frame(checked.valid))
     if not frames:
         raise InputError(f"--anchors: no valid trusted verdicts in {glob}")
-    lookup = anchor_gold(pl.concat(frames).unique())
+    return pl.concat(frames, how="diagonal_relaxed").unique()
+
+
+def load_anchor_lookup(glob: str) -> pl.DataFrame:
+    """Trusted verdicts → the gold lookup (by judge-free prompt and pair) the audit scores judges against."""
+    lookup = anchor_gold(load_anchors(glob))
     if lookup.height == 0:
         raise InputError(f"--anchors: {glob} has no verdicts with a prompt_id to match battles by")
     return lookup

@@ -67,6 +67,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-audit", dest="audit", action="store_false", help="skip the judge audit (order, length, family)"
     )
+    parser.add_argument(
+        "--anchors",
+        default=None,
+        help="trusted verdicts (battle-shaped Parquet glob): correct a judge's bias only where these anchors "
+        "support it (the trusted-anchor gate), and score each judge's gold-label accuracy",
+    )
+    parser.add_argument(
+        "--plan-budget",
+        type=int,
+        default=0,
+        help="also plan this many next comparisons (top-k-aware) from the new snapshot (default 0: no plan)",
+    )
 
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
@@ -83,6 +95,8 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             seed=args.seed,
             title=args.title,
             audit=args.audit,
+            anchors=args.anchors,
+            plan_budget=args.plan_budget,
         ),
     )
     if outcome.published is None:
@@ -91,6 +105,8 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     print(f"snapshot {outcome.published.snapshot_id} published to {outcome.published.path}")
     print(f"Kendall tau naive vs corrected: {outcome.summary.get('kendall_tau')}")
     print(f"report: {storage.join(outcome.published.path, 'report.html')}")
+    if outcome.plan_path:
+        print(f"plan: {outcome.plan_path}")
     return 0
 
 
@@ -108,6 +124,8 @@ class RefreshOptions:
     seed: int = 0
     title: str = "biasboard report"
     audit: bool = True
+    anchors: str | None = None
+    plan_budget: int = 0
 
 
 @dataclass
@@ -119,6 +137,7 @@ class Outcome:
     aggregated_days: list[str] = field(default_factory=list)
     reason: str = ""
     job: object | None = None
+    plan_path: str | None = None
 
 
 @dataclass
@@ -233,7 +252,13 @@ def refresh(
         len(files) + 1,
         ", ".join(f"{k} {v:.2f} s" for k, v in timings.stages.items()),
     )
-    return Outcome(published, fitted.summary, todo)
+    plan_path = None
+    if options.plan_budget:
+        from biasboard.pipelines.plan import make_plan
+
+        plan = make_plan(out_dir, options.plan_budget, snapshot_id=published.snapshot_id)
+        plan_path = plan.paths[0] if plan.paths else None
+    return Outcome(published, fitted.summary, todo, plan_path=plan_path)
 
 
 # --------------------------------------------------------------------------- read: what changed
@@ -380,13 +405,13 @@ def audit_state(input_glob: str, state_dir: str, beam_args: list[str], plan: Day
     """
     folder = storage.join(state_dir, AUDIT_DIR)
     stamp_path = storage.join(folder, AUDIT_INPUTS)
-    stamp = {"input_digest": plan.digest, "input_glob": input_glob}
+    stamp = {"input_digest": plan.digest, "input_glob": input_glob, "anchors": options.anchors}
     current = storage.exists(stamp_path) and json.loads(storage.read_text(stamp_path)) == stamp
     if not current:
         from biasboard.pipelines.audit import run_audit
 
         storage.delete_tree(folder)
-        run_audit(input_glob, folder, beam_args, family_map=options.families)
+        run_audit(input_glob, folder, beam_args, anchors=options.anchors, family_map=options.families)
         storage.atomic_write_bytes(stamp_path, publish.json_bytes(stamp))
         _LOG.info("audit: judge audit of %d day(s) written to %s", len(plan.fingerprints), folder)
     else:
@@ -427,6 +452,7 @@ def fit_state(state_dir: str, options: RefreshOptions, audit_files: Mapping[str,
     Deterministic in the stored cells: the cells are put in key order before the
     fit, so the numbers do not depend on the order days were aggregated in.
     """
+    from biasboard.pipelines.plan import plan_inputs
     from biasboard.ranking import fit_leaderboards
     from biasboard.ranking.leaderboard import side_by_side
     from biasboard.schemas.cells import PAIR_CELL_KEYS, SCORE_CELL_KEYS
@@ -447,9 +473,24 @@ def fit_state(state_dir: str, options: RefreshOptions, audit_files: Mapping[str,
         len(days),
     )
     config = model_config(options)
+    gate = None
+    if options.anchors:
+        from biasboard.pipelines.audit import load_anchors
+        from biasboard.ranking.gate import run_gate
+
+        gate = run_gate(cells, load_anchors(options.anchors), base_config=config, score_cells=score_cells)
+        config = gate.config(config)
+        _LOG.info("fit: the anchor gate left %d (judge, effect) correction(s) off", len(gate.disabled))
     naive, corrected = fit_leaderboards(cells, score_cells, config=config)
     leaderboard = side_by_side(naive, corrected)
     summary = build_summary(state_dir, days, cells, naive, corrected)
+    if gate is not None:
+        summary["diagnostics"]["gate"] = gate.to_json()
+        enabled = gate.decisions.filter(pl.col("enabled")).height
+        summary["warnings"].append(
+            f"trusted-anchor gate ({gate.k} anchors): correction enabled for {enabled} of "
+            f"{gate.decisions.height} (judge, effect) pairs; the others are fitted uncorrected"
+        )
     audit_files = dict(audit_files or {})
     audit_html = None
     if audit_files:
@@ -467,7 +508,7 @@ def fit_state(state_dir: str, options: RefreshOptions, audit_files: Mapping[str,
         model_options=_config_dict(config),
         n_cells=cells.num_rows,
         audit_html=audit_html,
-        extra_files=audit_files,
+        extra_files={**audit_files, **plan_inputs(corrected)},
     )
 
 

@@ -175,3 +175,52 @@ def test_demo_prints_both_leaderboards_tau_and_the_report(tmp_path, capsys):
     assert report.is_file() and report.stat().st_size > 1000
     table = [line for line in out.splitlines() if line[:3].strip().isdigit()]
     assert len(table) == 5
+
+
+def _write_anchors(sim: Path, folder: Path, pairs: int = 15) -> str:
+    """Trusted verdicts in both orders on ``pairs`` model pairs: the truly better model always wins."""
+    import itertools
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    models = json.loads((sim / "truth.json").read_text())["models"]
+    theta = {m["model"]: m["theta"] for m in models}
+    chosen = list(itertools.combinations(sorted(theta), 2))[:pairs]
+    rows = [(a, b) for a, b in chosen] + [(b, a) for a, b in chosen]
+    day = folder / "day=2024-01-01"
+    day.mkdir(parents=True)
+    table = pa.table(
+        {
+            "battle_id": [f"anchor-{i}" for i in range(len(rows))],
+            "ts": ["2024-01-01T00:00:00Z"] * len(rows),
+            "judge": ["trusted-humans"] * len(rows),
+            "model_a": [a for a, _ in rows],
+            "model_b": [b for _, b in rows],
+            "winner": ["model_a" if theta[a] > theta[b] else "model_b" for a, b in rows],
+            "prompt_id": [f"anchor-prompt-{min(a, b)}-{max(a, b)}" for a, b in rows],
+        }
+    )
+    pq.write_table(table, day / "anchors.parquet")
+    return str(folder / "day=*" / "*.parquet")
+
+
+def test_refresh_with_anchors_gates_corrections_and_plans_the_next_battles(sim, tmp_path):
+    anchors = _write_anchors(sim, tmp_path / "anchors")
+    options = RefreshOptions(audit=False, anchors=anchors, plan_budget=6)
+    outcome = refresh(_glob(sim), str(tmp_path / "state"), str(tmp_path / "out"), [], options)
+    snapshot = _snapshot(tmp_path / "out")
+    gate = outcome.summary["diagnostics"]["gate"]
+    judges = json.loads((sim / "truth.json").read_text())["judges"]
+    assert gate["k"] == 30
+    assert len(gate["decisions"]) == len(judges) * 3  # position, length, affinity per judge
+    assert any("trusted-anchor gate" in w for w in outcome.summary["warnings"])
+    # what the gate left off is what the published bias table says is off
+    bias = pl.read_parquet(snapshot / "bias.parquet")
+    assert gate["disabled"], "on a small simulation the anchors should not support every correction"
+    for judge, effect in gate["disabled"]:
+        rows = bias.filter((pl.col("judge") == judge) & (pl.col("effect") == effect))
+        assert rows.height and not rows["enabled"].any(), (judge, effect)
+    assert (snapshot / "posterior.npz").exists()
+    plan = pl.read_parquet(Path(outcome.plan_path).with_suffix(".parquet"))
+    assert plan.height == 6
