@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:  # Beam's INFO chatter (type-hint conversions, caches) drowns the job's own progress
+        logging.getLogger("apache_beam").setLevel(logging.WARNING)
     try:
         return int(_load(args.command).run(args, beam_args) or 0)
     except BiasboardError as err:
