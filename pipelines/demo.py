@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--days", type=int, default=DEMO.days, help="day partitions (default %(default)s)")
     parser.add_argument("--seed", type=int, default=DEMO.seed, help="random seed (default %(default)s)")
     parser.add_argument("--top", type=int, default=10, help="rows of each leaderboard to print (default 10)")
+    parser.add_argument("--k", type=int, default=3, help="top-k for the membership probabilities (default 3)")
     parser.add_argument("--no-audit", dest="audit", action="store_false", help="skip the judge audit")
 
 
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         str(workdir / "state"),
         str(workdir / "out"),
         beam_args,
-        RefreshOptions(audit=args.audit),
+        RefreshOptions(audit=args.audit, k=args.k),
     )
     if outcome.published is None:
         print(f"job built, not run ({outcome.reason})")

@@ -554,6 +554,8 @@ def build_summary(state_dir: str, days: list[str], cells, naive, corrected) -> d
         "kendall_tau": comparison.get("kendall_tau"),
         "spearman": comparison.get("spearman"),
         "models": len(corrected.models),
+        "top_k": corrected.k,
+        "ci_level": 0.95,
         "days": {"count": len(days), "first": days[0], "last": days[-1]},
         "counts": counts.to_dict(),
         "judges": judge_summary(cells).to_pylist(),
