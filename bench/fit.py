@@ -5,7 +5,8 @@ length, affinity, discrimination/severity and ties) → cells through the real i
 time and peak memory of
 
 - our naive BT (ties as half wins) from cells,
-- our bias-aware model with Laplace CIs (and profile-likelihood diagnostics) from cells,
+- our bias-aware model with Laplace CIs from cells, and again with the profile-likelihood diagnostics
+  (nine warm-started refits) on top,
 - the same with ``--bootstrap`` Poisson-bootstrap replicates,
 - arena-rank's plain ``BradleyTerry`` and its ``ContextualBradleyTerry`` given per-judge position,
   length and affinity columns (``reg=1e-8``, ``normalize_features=False``), on the battles,
@@ -64,8 +65,9 @@ else:
     out = model.compute_ratings_and_cis(data, ci_method="sandwich")
 ratings = np.asarray(out["ratings"]).tolist()
 t2 = time.perf_counter()
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
 print(json.dumps({"prepare_s": t1 - t0, "fit_s": t2 - t1, "models": list(data.competitors), "ratings": ratings,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_rss_mb": int(hwm) / 1024}))
 '''
 
 
@@ -125,6 +127,15 @@ def arena_table(battles: pa.Table, judges: list[str]) -> pa.Table:
     return pa.table(cols)
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM).  Not ru_maxrss: on Linux that survives exec, so a child
+    started by a big parent would report the parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def worker(kind: str, workdir: Path, bootstrap: int) -> dict:
     """One of our fits, in this (fresh) process: time, peak memory, ratings."""
     from biasboard.ranking import ModelConfig, fit_bias_aware, fit_naive
@@ -136,7 +147,9 @@ def worker(kind: str, workdir: Path, bootstrap: int) -> dict:
     if kind == "naive":
         fit = fit_naive(cells)
     elif kind == "bias_aware":
-        fit = fit_bias_aware(cells, config=ModelConfig())
+        fit = fit_bias_aware(cells, config=ModelConfig(profile=False))
+    elif kind == "profiles":
+        fit = fit_bias_aware(cells, config=ModelConfig(profile=True))
     elif kind == "bootstrap":
         fit = fit_bias_aware(cells, config=ModelConfig(bootstrap=bootstrap, profile=False))
     else:  # oracle
@@ -144,12 +157,10 @@ def worker(kind: str, workdir: Path, bootstrap: int) -> dict:
         models, rating = fit_oracle(cells, {j["judge"]: j for j in tr["judges"]})
         elapsed = time.perf_counter() - t0
         return {"fit_s": elapsed, "models": list(models), "ratings": rating.tolist(),
-                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                "traced_peak_mb": tracemalloc.get_traced_memory()[1] / 2**20}
+                "peak_rss_mb": peak_rss_mb(), "traced_peak_mb": tracemalloc.get_traced_memory()[1] / 2**20}
     elapsed = time.perf_counter() - t0
     out = {"fit_s": elapsed, "models": list(fit.models), "ratings": fit.rating.tolist(),
-           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "traced_peak_mb": tracemalloc.get_traced_memory()[1] / 2**20,
+           "peak_rss_mb": peak_rss_mb(), "traced_peak_mb": tracemalloc.get_traced_memory()[1] / 2**20,
            "converged": fit.converged, "rel_grad": fit.rel_grad, "iterations": fit.iterations}
     if kind != "naive":
         out["ci_coverage"] = None  # filled by the parent, which knows the truth
@@ -238,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="50k battles, 20 models, 4 judges, 5 replicates")
     parser.add_argument("--coverage", type=int, default=0, metavar="SEEDS",
                         help="run only the CI-coverage study over SEEDS simulated datasets")
-    parser.add_argument("--worker", choices=["naive", "bias_aware", "bootstrap", "oracle"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["naive", "bias_aware", "profiles", "bootstrap", "oracle"],
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.smoke:
         args.battles, args.models, args.judges, args.bootstrap, args.days = 50_000, 20, 4, 5, 2
@@ -259,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     tr = json.loads((args.out / "truth.json").read_text())
     me = [sys.executable, str(Path(__file__).resolve()), "--out", str(args.out), "--bootstrap", str(args.bootstrap)]
     rows = {}
-    for kind in ("naive", "bias_aware", "bootstrap", "oracle"):
+    for kind in ("naive", "bias_aware", "profiles", "bootstrap", "oracle"):
         rows[kind] = run_in_process([*me, "--worker", kind])
     arena = ARENA_SCRIPT
     battles = str(args.out / "battles_arena.parquet")
@@ -268,19 +280,20 @@ def main(argv: list[str] | None = None) -> int:
 
     labels = {
         "naive": "ours: naive BT (cells)",
-        "bias_aware": "ours: bias-aware + Laplace CIs + profiles",
+        "bias_aware": "ours: bias-aware + Laplace CIs",
+        "profiles": "ours: bias-aware + Laplace + profile likelihoods",
         "bootstrap": f"ours: bias-aware + {args.bootstrap} bootstrap",
         "oracle": "oracle: θ with true judge effects",
         "arena_bt": "arena-rank BradleyTerry (+sandwich)",
         "arena_contextual": "arena-rank ContextualBradleyTerry",
     }
     base = rows["arena_bt"]["fit_s"]
-    print(f"\n{'fit':44} {'time s':>8} {'vs arena BT':>11} {'peak RSS MB':>11} {'τ vs truth':>10}")
+    print(f"\n{'fit':50} {'time s':>8} {'vs arena BT':>11} {'peak RSS MB':>11} {'τ vs truth':>10}")
     for kind, label in labels.items():
         r = rows[kind]
-        print(f"{label:44} {r['fit_s']:8.2f} {r['fit_s'] / base:10.2f}x {r['peak_rss_mb']:11.0f} "
+        print(f"{label:50} {r['fit_s']:8.2f} {r['fit_s'] / base:10.2f}x {r['peak_rss_mb']:11.0f} "
               f"{tau_vs_truth(r, tr):10.4f}")
-    for kind in ("naive", "bias_aware", "bootstrap"):
+    for kind in ("naive", "bias_aware", "profiles", "bootstrap"):
         r = rows[kind]
         extra = f", traced numpy/python peak {r['traced_peak_mb']:.0f} MB"
         conv = f"converged={r['converged']} rel_grad={r['rel_grad']:.1e} iterations={r['iterations']}"
