@@ -13,7 +13,8 @@ and fit by the ranking core:
    (:func:`biasboard.ranking.oracle.fit_oracle`; DESIGN §4: τ on a finite sample saturates at the
    oracle's, so an estimator is judged next to it).  Coefficient
    recovery (RMSE, 95% CI coverage) of the per-judge position, length and affinity effects.
-2. **corr(θ, length) sweep** (seed 000): pairwise only, uniform design, a strong length bias; the gain
+2. **corr(θ, length) sweep** (seed 000): pairwise only, uniform design, the default and a strong length
+   bias (β₀ = 0.3, 1.0); the gain
    τ(bias-aware) − τ(naive BT) as the true correlation between quality and mean response length grows,
    and where it crosses zero — once with answer lengths that vary within a model (the simulator's
    default: the length effect is then partly identified by within-model variation) and once with
@@ -22,7 +23,7 @@ and fit by the ranking core:
 Writes ``docs/evidence/simulation_*.csv``, ``docs/evidence/simulation_*.png`` (when matplotlib is
 installed; it is a bench-only dependency) and the ``simulation-*`` sections of ``docs/evidence.md``.
 
-    python bench/simulation_study.py                 # full study (≈15 min on 2 cores)
+    python bench/simulation_study.py                 # full study (≈10 CPU-minutes: ≈5-8 min on 2 cores)
     python bench/simulation_study.py --smoke         # seconds: a few trials, for CI-like checks
     python bench/simulation_study.py --trials 10     # a quicker full-grid pass
 """
@@ -61,6 +62,10 @@ from evidence_sections import markdown_table, replace_section, revision  # noqa:
 ROOT = Path(__file__).resolve().parents[1]
 MIXES: tuple[float, ...] = (0.1, 0.5, 0.9)
 SWEEP_CORRS: tuple[float, ...] = (0.0, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9)
+#: Length bias β₀ per unit log length ratio in the sweep: the simulator's default, and a strong one (with a
+#: between-model SD of 0.35 in mean log length, β₀ = 1 shifts apparent quality by ≈0.35 logit).  Seed 000:
+#: the crossing point moves with the size of the bias, so one value would be a misleading threshold.
+SWEEP_BETAS: tuple[float, ...] = (0.3, 1.0)
 TOP_K = 10
 
 #: Estimators in table order; "oracle" is the ceiling, not a competitor.
@@ -92,6 +97,7 @@ class Trial:
     trial: int
     observations: int
     seed: int
+    beta0: float = 0.3  # the simulator's default length bias; the sweep also runs a strong one
 
     def config(self) -> SimulationConfig:
         share = self.ordinal_share
@@ -108,12 +114,9 @@ class Trial:
             scores=share / (1.0 - share) if share > 0 else 0.0,
             chunk_rows=max(1000, 4 * self.observations),
         )
-        if self.study == "sweep":
-            # A length bias strong enough to reorder models (β = 1 per unit log length ratio with a
-            # between-model SD of 0.35 in mean log length: ≈0.35 logit of apparent quality).
-            common["beta0"] = 1.0
-            if not self.within_model_length:
-                common["len_noise_sd"] = 0.0
+        common["beta0"] = self.beta0
+        if self.study == "sweep" and not self.within_model_length:
+            common["len_noise_sd"] = 0.0  # every answer of a model equally long: β not identified
         return SimulationConfig(**common)
 
 
@@ -216,6 +219,7 @@ def run_trial(trial: Trial) -> tuple[list[dict], list[dict], float]:
         "ordinal_share": trial.ordinal_share,
         "corr_length": trial.corr_length,
         "within_model_length": trial.within_model_length,
+        "beta0": trial.beta0,
         "trial": trial.trial,
         "seed": trial.seed,
         "observations": trial.observations,
@@ -239,11 +243,12 @@ def plan_trials(designs: tuple[str, ...], mixes: tuple[float, ...], sizes: tuple
                 for t in range(trials):
                     seed = 10_000 * DESIGNS.index(design) + 1_000 * round(10 * mix) + t + 100_000 * size
                     out.append(Trial("grid", design, mix, 0.0, True, t, size, seed))
-    for c, corr in enumerate(corrs):
-        for within in (True, False):
-            for t in range(sweep_trials):
-                seed = 3_000_000 + 10_000 * c + 1_000 * int(within) + t
-                out.append(Trial("sweep", "uniform", 0.0, corr, within, t, sweep_observations, seed))
+    for b, beta0 in enumerate(SWEEP_BETAS):
+        for c, corr in enumerate(corrs):
+            for within in (True, False):
+                for t in range(sweep_trials):
+                    seed = 3_000_000 + 100_000 * b + 10_000 * c + 1_000 * int(within) + t
+                    out.append(Trial("sweep", "uniform", 0.0, corr, within, t, sweep_observations, seed, beta0))
     return out
 
 
@@ -311,16 +316,16 @@ def sweep_summary(rows: pl.DataFrame) -> pl.DataFrame:
     sweep = rows.filter(pl.col("study") == "sweep")
     if sweep.is_empty():
         return sweep
-    wide = sweep.pivot(on="estimator", index=["corr_length", "within_model_length", "trial"], values="tau")
+    wide = sweep.pivot(on="estimator", index=["beta0", "corr_length", "within_model_length", "trial"], values="tau")
     wide = wide.with_columns(
         (pl.col("bias_aware") - pl.col("naive_bt")).alias("gain"),
         (pl.col("oracle") - pl.col("naive_bt")).alias("oracle_gain"),
     )
     return (
-        wide.group_by("corr_length", "within_model_length")
+        wide.group_by("beta0", "corr_length", "within_model_length")
         .agg(*_mean_se("naive_bt"), *_mean_se("bias_aware"), *_mean_se("oracle"), *_mean_se("gain"),
              *_mean_se("oracle_gain"), pl.len().alias("trials"))
-        .sort("within_model_length", "corr_length", descending=[True, False])
+        .sort("beta0", "within_model_length", "corr_length", descending=[False, True, False])
     )
 
 
@@ -383,14 +388,15 @@ def recovery_markdown(summary: pl.DataFrame) -> str:
 
 def sweep_markdown(summary: pl.DataFrame) -> tuple[str, dict[str, float | None]]:
     rows, crossings = [], {}
-    for within, part in summary.group_by("within_model_length", maintain_order=True):
-        label = "varies within model" if within[0] else "constant per model"
+    for (beta0, within), part in summary.group_by("beta0", "within_model_length", maintain_order=True):
+        label = f"β₀ = {beta0:g}, length {'varies within model' if within else 'constant per model'}"
         part = part.sort("corr_length")
         crossings[label] = crossing_point(part["corr_length"].to_numpy(), part["gain"].to_numpy())
         for r in part.iter_rows(named=True):
-            rows.append([label, f"{r['corr_length']:.2f}", r["naive_bt"], r["bias_aware"], r["oracle"],
+            rows.append([f"{beta0:g}", "varies within model" if within else "constant per model",
+                         f"{r['corr_length']:.2f}", r["naive_bt"], r["bias_aware"], r["oracle"],
                          f"{r['gain']:+.3f} ± {r['gain_se']:.3f}", f"{r['oracle_gain']:+.3f}", r["trials"]])
-    table = markdown_table(["length", "corr(θ, length)", "τ naive BT", "τ bias-aware", "τ oracle",
+    table = markdown_table(["β₀", "length", "corr(θ, length)", "τ naive BT", "τ bias-aware", "τ oracle",
                             "gain (bias-aware − naive)", "oracle − naive", "trials"], rows)
     return table, crossings
 
@@ -436,20 +442,24 @@ def plot(summary: pl.DataFrame, sweep: pl.DataFrame, out_dir: Path) -> list[Path
         plt.close(fig)
         written.append(path)
     if not sweep.is_empty():
-        fig, ax = plt.subplots(figsize=(6.4, 4.0))
-        for within, part in sweep.group_by("within_model_length", maintain_order=True):
-            part = part.sort("corr_length")
-            label = "length varies within model" if within[0] else "length constant per model"
-            ax.errorbar(part["corr_length"], part["gain"], yerr=part["gain_se"], marker="o", capsize=3,
-                        label=f"bias-aware − naive BT ({label})")
-            ax.plot(part["corr_length"], part["oracle_gain"], linestyle=":", marker=".",
-                    label=f"oracle − naive BT ({label})")
-        ax.axhline(0.0, color="black", linewidth=0.8)
-        ax.set_xlabel("corr(θ, mean log length)")
-        ax.set_ylabel("Δ Kendall τ vs truth")
-        ax.set_title("Where correction stops helping (seed 000's sweep)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        betas = sorted(set(sweep["beta0"].to_list()))
+        fig, axes = plt.subplots(1, len(betas), figsize=(5.6 * len(betas), 4.0), squeeze=False, sharey=True)
+        for ax, beta0 in zip(axes[0], betas, strict=True):
+            part_b = sweep.filter(pl.col("beta0") == beta0)
+            for (within,), part in part_b.group_by("within_model_length", maintain_order=True):
+                part = part.sort("corr_length")
+                label = "length varies within model" if within else "length constant per model"
+                line = ax.errorbar(part["corr_length"], part["gain"], yerr=part["gain_se"], marker="o", capsize=3,
+                                   label=f"bias-aware − naive BT ({label})")
+                ax.plot(part["corr_length"], part["oracle_gain"], linestyle=":", marker=".",
+                        color=line[0].get_color(), label=f"oracle − naive BT ({label})")
+            ax.axhline(0.0, color="black", linewidth=0.8)
+            ax.set_xlabel("corr(θ, mean log length)")
+            ax.set_title(f"length bias β₀ = {beta0:g}")
+            ax.grid(alpha=0.3)
+        axes[0, 0].set_ylabel("Δ Kendall τ vs truth")
+        axes[0, 0].legend(fontsize=7)
+        fig.suptitle("Where correction stops helping (seed 000's sweep)")
         fig.tight_layout()
         path = out_dir / "simulation_sweep.png"
         fig.savefig(path, dpi=110)
@@ -520,7 +530,10 @@ def write_outputs(rows: pl.DataFrame, recovery: pl.DataFrame, out_dir: Path, evi
                                       "gain does not cross zero in the range swept") for k, v in crossings.items()]
         body = (
             "## Simulation: corr(θ, length) sweep — where correction stops helping (seed 000)\n\n"
-            "Pairwise only, uniform design, β₀ = 1.0 (a strong length bias). *constant per model*: every answer "
+            "Pairwise only, uniform design, two length biases: β₀ = 0.3 (the simulator's default) and β₀ = 1.0 "
+            "(strong). *oracle − naive* is what a perfect correction would gain: where it is near zero the bias "
+            "barely reorders the models (length tracks quality), so there is nothing to win. "
+            "*constant per model*: every answer "
             "of a model has the same length, so the length effect is not identified from comparisons and the "
             "prior splits apparent quality into θ and β (seed 000's setting); *varies within model*: the "
             "simulator's per-answer length noise (SD 0.4 in log length) identifies β from within-model "
@@ -538,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=50, help="trials per design × ordinal share (default 50)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 3000, 10000],
                         help="budgets of battles + grades per grid trial (default 1000 3000 10000)")
-    parser.add_argument("--sweep-trials", type=int, default=30, help="trials per corr × length setting")
+    parser.add_argument("--sweep-trials", type=int, default=30, help="trials per β₀ × corr × length setting")
     parser.add_argument("--sweep-observations", type=int, default=3000, help="battles per sweep trial")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "docs" / "evidence", help="CSV/PNG folder")
@@ -571,8 +584,8 @@ def main(argv: list[str] | None = None) -> int:
     with pl.Config(tbl_rows=200, tbl_cols=20, tbl_width_chars=200):
         print(result["grid"].select("observations", "design", "ordinal_share", "estimator", "tau", "tau_se"))
         if not result["sweep"].is_empty():
-            print(result["sweep"].select("corr_length", "within_model_length", "naive_bt", "bias_aware", "oracle",
-                                         "gain", "gain_se"))
+            print(result["sweep"].select("beta0", "corr_length", "within_model_length", "naive_bt", "bias_aware",
+                                         "oracle", "gain", "gain_se"))
         if not result["recovery"].is_empty():
             print(result["recovery"])
     print(f"crossings: {result['crossings']}")

@@ -60,7 +60,7 @@ def test_simulation_study_smoke(tmp_path):
 
     sweep = pl.read_csv(tmp_path / "evidence" / "simulation_sweep.csv")
     assert sorted(sweep["corr_length"].unique().to_list()) == [0.0, 0.9]
-    assert sweep["trials"].to_list() == [3] * 4
+    assert sweep["trials"].to_list() == [3] * 8  # 2 biases × 2 length settings × 2 correlations
 
 
 def test_real_data_smoke(tmp_path):
