@@ -9,12 +9,14 @@ becomes each cell's mean log length ratio, and the affinity covariate
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 from biasboard.schemas.cells import (
     PAIR_CELL_KEYS,
     PAIR_CELL_MEASURES,
@@ -30,38 +32,76 @@ NO_AFFINITY_FAMILIES: frozenset[str] = frozenset({UNKNOWN_FAMILY, "human"})
 CellsInput = pa.Table | pl.DataFrame | Sequence[pa.Table | pl.DataFrame]
 
 
-def _as_frames(cells: CellsInput | None, schema: pa.Schema, what: str) -> list[pl.DataFrame]:
+def _as_tables(cells: CellsInput | None, schema: pa.Schema, what: str) -> list[pa.Table]:
+    """The inputs as Arrow tables in the contract's columns and types (empty tables dropped)."""
     if cells is None:
         return []
     items: Iterable = [cells] if isinstance(cells, pa.Table | pl.DataFrame) else cells
-    frames = []
+    tables = []
     for i, item in enumerate(items):
-        frame = pl.from_arrow(item) if isinstance(item, pa.Table) else item
-        if not isinstance(frame, pl.DataFrame):
+        if isinstance(item, pl.DataFrame):
+            item = item.to_arrow()
+        if not isinstance(item, pa.Table):
             raise InputError(f"{what} #{i}: expected a pyarrow Table or polars DataFrame, got {type(item).__name__}")
-        missing = [name for name in schema.names if name not in frame.columns]
+        missing = [name for name in schema.names if name not in item.column_names]
         if missing:
             raise InputError(f"{what} #{i}: missing column(s) {', '.join(missing)}")
-        frames.append(frame.select(schema.names))
-    return frames
+        try:
+            table = item.select(schema.names).cast(schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
+            raise InputError(f"{what} #{i}: columns do not match the cells contract ({err})") from None
+        if table.num_rows:
+            tables.append(table)
+    return tables
 
 
-def _concat(cells: CellsInput | None, schema: pa.Schema, what: str) -> pl.DataFrame | None:
-    frames = [f for f in _as_frames(cells, schema, what) if f.height]
-    return pl.concat(frames, how="vertical_relaxed") if frames else None
+def _vocab(tables: Sequence[pa.Table], *columns: str) -> tuple[str, ...]:
+    values: set[str] = set()
+    for table in tables:
+        for col in columns:
+            values.update(pc.unique(table[col]).to_pylist())
+    return tuple(sorted(values))
 
 
-def _encoded_merge(frame: pl.DataFrame, keys: Sequence[str], measures: Sequence[str],
-                   names: dict[str, Sequence[str]]) -> pl.DataFrame:
-    """Group-by-sum over the key after replacing every string key by its integer code.
+def _encode(tables: Sequence[pa.Table], names: dict[str, Sequence[str]]) -> dict[str, np.ndarray]:
+    """Concatenated columns as numpy arrays, every string key replaced by its integer code (its position in
+    ``names[col]``).  Coding in Arrow keeps the strings out of every later copy."""
+    value_sets = {col: pa.array(list(vocab), pa.string()) for col, vocab in names.items()}
+    columns: dict[str, list[np.ndarray]] = {}
+    for table in tables:
+        for name in table.column_names:
+            if name in value_sets:
+                values = pc.index_in(table[name], value_set=value_sets[name]).to_numpy().astype(np.int64)
+            else:
+                values = table[name].to_numpy()
+            columns.setdefault(name, []).append(values)
+    return {name: np.concatenate(parts) if len(parts) > 1 else parts[0] for name, parts in columns.items()}
 
-    Integer keys make the group-by and the (determinism-giving) sort an order of magnitude faster than
-    on strings; ``names[col]`` is the sorted vocabulary whose positions are the codes.
+
+def _group_sum(columns: dict[str, np.ndarray], keys: Sequence[str], measures: Sequence[str]) -> dict[str, np.ndarray]:
+    """The cells monoid on coded columns: group by ``keys``, sum ``measures``, rows sorted by the key.
+
+    The integer key columns are packed into one int64 (mixed radix), so grouping is one stable argsort and
+    one ``np.add.reduceat`` per measure — no hash table and no string, with memory a few arrays of cells.
     """
-    encoded = frame.with_columns(
-        pl.col(col).cast(pl.Enum(list(vocab))).to_physical().cast(pl.Int64) for col, vocab in names.items()
-    )
-    return encoded.group_by(list(keys)).agg([pl.col(m).sum() for m in measures]).sort(list(keys))
+    offsets = {k: int(columns[k].min()) for k in keys}
+    radix = [int(columns[k].max()) - offsets[k] + 1 for k in keys]
+    if float(np.prod(np.array(radix, dtype=float))) >= 2.0**62:
+        raise InputError("cells: too many distinct keys to group (more than 2^62 combinations)")
+    packed = np.zeros(len(columns[keys[0]]), np.int64)
+    for k, r in zip(keys, radix, strict=True):
+        packed = packed * r + (columns[k].astype(np.int64) - offsets[k])
+    order = np.argsort(packed, kind="stable")
+    packed = packed[order]
+    starts = np.flatnonzero(np.concatenate([[True], packed[1:] != packed[:-1]]))
+    out = {}
+    rest = packed[starts]
+    for k, r in reversed(list(zip(keys, radix, strict=True))):
+        out[k] = rest % r + offsets[k]
+        rest = rest // r
+    for m in measures:
+        out[m] = np.add.reduceat(columns[m][order], starts)
+    return {name: out[name] for name in (*keys, *measures)}
 
 
 @dataclass(frozen=True)
@@ -86,7 +126,8 @@ class PairArrays:
     def __len__(self) -> int:
         return int(self.a.shape[0])
 
-    def take(self, idx: np.ndarray) -> PairArrays:
+    def take(self, idx: np.ndarray | slice) -> PairArrays:
+        """Cells at ``idx`` (a slice gives views, no copy)."""
         return PairArrays(**{name: getattr(self, name)[idx] for name in self.__dataclass_fields__})
 
     def with_counts(self, win_a: np.ndarray, win_b: np.ndarray, tie: np.ndarray, bothbad: np.ndarray) -> PairArrays:
@@ -107,7 +148,7 @@ class ScoreArrays:
     def __len__(self) -> int:
         return int(self.j.shape[0])
 
-    def take(self, idx: np.ndarray) -> ScoreArrays:
+    def take(self, idx: np.ndarray | slice) -> ScoreArrays:
         return ScoreArrays(self.j[idx], self.m[idx], self.p[idx], self.counts[idx])
 
 
@@ -130,53 +171,52 @@ class Dataset:
 
 def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None) -> Dataset:
     """Merge (group-by-sum) and code the cells; checks counts add up and names the column when they do not."""
-    pairs = _concat(pair_cells, PAIR_CELLS_SCHEMA, "pair cells")
-    if pairs is None:
+    pair_tables = _as_tables(pair_cells, PAIR_CELLS_SCHEMA, "pair cells")
+    if not pair_tables:
         raise InputError("pair cells: no battles (no cells given)")
-    scores = _concat(score_cells, SCORE_CELLS_SCHEMA, "score cells")
+    score_tables = _as_tables(score_cells, SCORE_CELLS_SCHEMA, "score cells")
+    models = tuple(sorted(set(_vocab(pair_tables, "model_a", "model_b")) | set(_vocab(score_tables, "model"))))
+    judges = tuple(sorted(set(_vocab(pair_tables, "judge")) | set(_vocab(score_tables, "judge"))))
+    families = tuple(sorted(set(_vocab(pair_tables, "judge_family", "family_a", "family_b"))
+                            | set(_vocab(score_tables, "judge_family", "family"))))
+    prompts = _vocab(score_tables, "prompt_id")
+
+    pairs = _encode(pair_tables, {"judge": judges, "judge_family": families, "model_a": models,
+                                  "model_b": models, "family_a": families, "family_b": families})
     for col in ("n", "win_a", "win_b", "tie", "tie_bothbad", "n_len"):
         if pairs[col].min() < 0:
             raise InputError(f"pair cells: column {col} has negative counts")
-    bad = pairs.filter(pl.col("n") != pl.col("win_a") + pl.col("win_b") + pl.col("tie") + pl.col("tie_bothbad"))
-    if bad.height:
-        row = bad.row(0, named=True)
+    bad = np.flatnonzero(pairs["n"] != pairs["win_a"] + pairs["win_b"] + pairs["tie"] + pairs["tie_bothbad"])
+    if bad.size:
+        i = bad[0]
         raise InputError(
-            f"pair cells: column n != win_a + win_b + tie + tie_bothbad in {bad.height} cell(s), e.g. judge "
-            f"{row['judge']!r} {row['model_a']!r} vs {row['model_b']!r}"
+            f"pair cells: column n != win_a + win_b + tie + tie_bothbad in {bad.size} cell(s), e.g. judge "
+            f"{judges[pairs['judge'][i]]!r} {models[pairs['model_a'][i]]!r} vs {models[pairs['model_b'][i]]!r}"
         )
-    if (pairs["n_len"] > pairs["n"]).any():
+    if np.any(pairs["n_len"] > pairs["n"]):
         raise InputError("pair cells: column n_len exceeds n")
-    pairs = pairs.filter(pl.col("n") > 0)
-    if pairs.height == 0:
+    keep = pairs["n"] > 0
+    if not keep.any():
         raise InputError("pair cells: no battles (every cell has n = 0)")
-    if scores is not None:
+    if not keep.all():
+        pairs = {name: values[keep] for name, values in pairs.items()}
+    scores = None
+    if score_tables:
+        scores = _encode(score_tables, {"judge": judges, "judge_family": families, "model": models,
+                                        "family": families, "prompt_id": prompts})
         if scores["n"].min() < 0:
             raise InputError("score cells: column n has negative counts")
-        scores = scores.filter(pl.col("n") > 0)
-        scores = scores if scores.height else None
+        keep = scores["n"] > 0
+        scores = {name: values[keep] for name, values in scores.items()} if keep.any() else None
 
-    def vocab(*series: pl.Series) -> tuple[str, ...]:
-        return tuple(sorted(set().union(*(set(s.unique().to_list()) for s in series))))
-
-    models = vocab(pairs["model_a"], pairs["model_b"], *(() if scores is None else (scores["model"],)))
-    judges = vocab(pairs["judge"], *(() if scores is None else (scores["judge"],)))
-    families = vocab(pairs["judge_family"], pairs["family_a"], pairs["family_b"],
-                     *(() if scores is None else (scores["judge_family"],)))
-    prompts = () if scores is None else vocab(scores["prompt_id"])
-
-    merged = _encoded_merge(
-        pairs, PAIR_CELL_KEYS, PAIR_CELL_MEASURES,
-        {"judge": judges, "judge_family": families, "model_a": models, "model_b": models,
-         "family_a": families, "family_b": families},
-    )
-    col = {name: merged[name].to_numpy() for name in merged.columns}
+    col = _group_sum(pairs, PAIR_CELL_KEYS, PAIR_CELL_MEASURES)
+    del pairs
     fam_of_judge = np.full(len(judges), -1, np.int64)
     fam_of_judge[col["judge"]] = col["judge_family"]
     if scores is not None:
-        sj = scores.select(pl.col("judge").cast(pl.Enum(list(judges))).to_physical().cast(pl.Int64),
-                           pl.col("judge_family").cast(pl.Enum(list(families))).to_physical().cast(pl.Int64))
-        missing = fam_of_judge[sj["judge"].to_numpy()] < 0
-        fam_of_judge[sj["judge"].to_numpy()[missing]] = sj["judge_family"].to_numpy()[missing]
+        sj, sf = scores["judge"], scores["judge_family"]
+        missing = fam_of_judge[sj] < 0
+        fam_of_judge[sj[missing]] = sf[missing]
     judge_families = tuple(families[f] if f >= 0 else UNKNOWN_FAMILY for f in fam_of_judge)
     no_affinity = np.array([f in NO_AFFINITY_FAMILIES for f in families])
 
@@ -212,28 +252,22 @@ def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None)
         n_cat = int(scores["score"].max()) - min_score + 1
         if n_cat < 2:
             raise InputError("score cells: column score takes a single value; the ordinal part needs two or more")
-        coded = _encoded_merge(
-            scores.with_columns(pl.col("score") - min_score), ("judge", "model", "prompt_id", "score"), ("n",),
-            {"judge": judges, "model": models, "prompt_id": prompts},
-        )
-        key = np.stack([coded[c].to_numpy() for c in ("judge", "model", "prompt_id")], axis=1)
+        coded = _group_sum(scores, ("judge", "model", "prompt_id", "score"), ("n",))
+        key = np.stack([coded[c] for c in ("judge", "model", "prompt_id")], axis=1)
         first = np.ones(len(key), bool)  # rows are sorted by key: a new (judge, model, prompt) starts a row
         first[1:] = np.any(key[1:] != key[:-1], axis=1)
         row = np.cumsum(first) - 1
         counts = np.zeros((int(row[-1]) + 1, n_cat))
-        np.add.at(counts, (row, coded["score"].to_numpy()), coded["n"].to_numpy().astype(float))
+        np.add.at(counts, (row, coded["score"] - min_score), coded["n"].astype(float))
         starts = np.flatnonzero(first)
-        score_arrays = ScoreArrays(
-            j=coded["judge"].to_numpy()[starts],
-            m=coded["model"].to_numpy()[starts],
-            p=coded["prompt_id"].to_numpy()[starts],
-            counts=counts,
-        )
+        score_arrays = ScoreArrays(j=coded["judge"][starts], m=coded["model"][starts], p=coded["prompt_id"][starts],
+                                   counts=counts)
     return Dataset(models, judges, judge_families, prompts, min_score, arrays, score_arrays)
 
 
-def shard_indices(n_cells: int, shards: int) -> list[np.ndarray]:
-    """Split cell indices into ``shards`` contiguous parts (a hash split would do as well: sums add)."""
+def shard_indices(n_cells: int, shards: int) -> list[slice]:
+    """Split cells into ``shards`` contiguous parts (a hash split would do as well: sums add)."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
-    return np.array_split(np.arange(n_cells), shards)
+    bounds = np.linspace(0, n_cells, shards + 1).round().astype(int)
+    return [slice(int(lo), int(hi)) for lo, hi in itertools.pairwise(bounds)]

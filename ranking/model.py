@@ -189,6 +189,17 @@ class Shard:
     pairs: PairArrays | None
     scores: ScoreArrays | None = None
 
+    def chunks(self, size: int):
+        """Consecutive sub-shards of at most ``size`` cells each (views)."""
+        n_pairs = 0 if self.pairs is None else len(self.pairs)
+        n_scores = 0 if self.scores is None else len(self.scores)
+        for start in range(0, max(n_pairs, n_scores, 1), size):
+            stop = start + size
+            yield Shard(
+                None if self.pairs is None or start >= n_pairs else self.pairs.take(slice(start, stop)),
+                None if self.scores is None or start >= n_scores else self.scores.take(slice(start, stop)),
+            )
+
 
 def _laplacian_from_pairs(a: np.ndarray, b: np.ndarray, w: np.ndarray, m: int) -> np.ndarray:
     """Σ_c w_c (e_a − e_b)(e_a − e_b)ᵀ as a dense M × M matrix, via one bincount (self-pairs cancel)."""

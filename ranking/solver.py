@@ -22,6 +22,10 @@ import numpy as np
 import scipy.linalg as sla
 from biasboard.ranking.model import Partials, Shard, Spec, partials
 
+#: A shard is evaluated in slices of at most this many cells (views, no copy): the partials add, so this
+#: only bounds the per-cell temporaries (a few dozen arrays of this length) — peak memory, not the answer.
+CHUNK_CELLS: int = 1 << 17
+
 
 @dataclass(frozen=True)
 class Prior:
@@ -64,7 +68,8 @@ class Objective:
         eff = self.E @ core
         total = Partials.zeros(self.spec.layout)
         for shard in self.shards:
-            total += partials(eff, diag, shard, self.spec)
+            for chunk in shard.chunks(CHUNK_CELLS):
+                total += partials(eff, diag, chunk, self.spec)
         return total
 
     def evaluate(self, core: np.ndarray, diag: np.ndarray, *, derivatives: bool = True) -> Evaluation:
