@@ -441,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     config = ModelConfig(profile=not args.no_profile, posterior_draws=500)
     command = " ".join(["python bench/real_data.py", *(argv if argv is not None else sys.argv[1:])])
+    code_revision = revision(ROOT)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     timings, results = {}, {}
     for name in args.only:
@@ -457,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {timings[name]:.1f} s")
     run = (
         "## Real data: how it was run\n\n"
-        f"`{command}` at revision {revision(ROOT)}; "
+        f"`{command}` at revision {code_revision}; "
         + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
         + ". Bias-aware model: the core's defaults (`ModelConfig()`: priors of `ranking/config.py`), profile "
         f"likelihoods {'off' if args.no_profile else 'on'}; Laplace 95% CIs. Per-model ratings and the full bias "

@@ -226,9 +226,13 @@ def run_trial(trial: Trial) -> tuple[list[dict], list[dict], float]:
         "corr_realised": true["global"]["corr_theta_length"],
     }
     rows = []
+    # Convergence of the estimators that are iterative fits with a flag (win rate and mean score are closed
+    # forms; the core's oracle returns ratings only): None where it does not apply.
+    converged = {"naive_bt": naive.converged, "bias_aware": aware.converged}
+    if score_cells is not None:
+        converged["hybrid_no_bias"] = no_bias.converged
     for name, estimate in estimates.items():
-        converged = aware.converged if name == "bias_aware" else naive.converged if name == "naive_bt" else True
-        rows.append({**base, "estimator": name, **_scored(estimate, theta), "converged": converged})
+        rows.append({**base, "estimator": name, **_scored(estimate, theta), "converged": converged.get(name)})
     recovery = [{**base, **r} for r in _recovery(aware.bias, true)] if trial.study == "grid" else []
     return rows, recovery, time.process_time() - start
 
@@ -484,7 +488,7 @@ def write_outputs(rows: pl.DataFrame, recovery: pl.DataFrame, out_dir: Path, evi
 
     run = (
         "## Simulation study: how it was run\n\n"
-        f"Mode `{meta['mode']}` at revision {revision(ROOT)}: {meta['grid_trials']} design-grid trials "
+        f"Mode `{meta['mode']}` at revision {meta['revision']}: {meta['grid_trials']} design-grid trials "
         f"({meta['trials']} per design × "
         f"ordinal share × budget; budgets {meta['sizes']} observations = pairwise battles + ordinal grades), "
         f"{meta['sweep_trials']} sweep trials ({meta['sweep_observations']} battles each). "
@@ -565,6 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         args.sizes, args.sweep_observations = [1500], 1500
     trials = plan_trials(designs, mixes, tuple(args.sizes), args.trials, corrs, args.sweep_trials,
                          args.sweep_observations)
+    code_revision = revision(ROOT)  # before the run: the workers use the code imported now
     start = time.perf_counter()
     rows, recovery, busy = run_all(trials, args.workers)
     wall = time.perf_counter() - start
@@ -579,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall": wall,
         "busy": busy,
         "load": os.getloadavg()[0],
+        "revision": code_revision,
     }
     result = write_outputs(rows, recovery, args.out_dir, args.evidence, meta)
     with pl.Config(tbl_rows=200, tbl_cols=20, tbl_width_chars=200):

@@ -47,7 +47,8 @@ def test_simulation_study_smoke(tmp_path):
     assert set(grid["estimator"].unique().to_list()) == expected
     assert grid.group_by("design", "trial").len()["len"].to_list() == [len(expected)] * 6  # 2 designs × 3 trials
     assert grid["tau"].is_between(-1, 1).all()
-    assert grid["converged"].all()
+    fitted = grid.filter(pl.col("estimator").is_in(["naive_bt", "hybrid_no_bias", "bias_aware"]))
+    assert fitted["converged"].null_count() == 0 and fitted["converged"].all()
 
     mean = grid.group_by("estimator").agg(pl.col("tau").mean())
     tau = dict(zip(mean["estimator"].to_list(), mean["tau"].to_list(), strict=True))
