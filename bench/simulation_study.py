@@ -20,8 +20,9 @@ and fit by the ranking core:
    default: the length effect is then partly identified by within-model variation) and once with
    lengths constant per model (seed 000's unidentified case: the prior alone splits θ from β).
 
-Writes ``docs/evidence/simulation_*.csv``, ``docs/evidence/simulation_*.png`` (when matplotlib is
-installed; it is a bench-only dependency) and the ``simulation-*`` sections of ``docs/evidence.md``.
+Writes ``docs/evidence/simulation_*.csv`` (summaries), ``simulation_trials.parquet`` (every trial),
+``simulation_*.png`` (when matplotlib is installed; it is a bench-only dependency) and the
+``simulation-*`` sections of ``docs/evidence.md``.
 
     python bench/simulation_study.py                 # full study (≈10 CPU-minutes: ≈5-8 min on 2 cores)
     python bench/simulation_study.py --smoke         # seconds: a few trials, for CI-like checks
@@ -474,7 +475,7 @@ def plot(summary: pl.DataFrame, sweep: pl.DataFrame, out_dir: Path) -> list[Path
 
 def write_outputs(rows: pl.DataFrame, recovery: pl.DataFrame, out_dir: Path, evidence: Path, meta: dict) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows.write_csv(out_dir / "simulation_trials.csv")
+    rows.write_parquet(out_dir / "simulation_trials.parquet")  # per-trial rows: ~20k, compact as Parquet
     grid = grid_summary(rows)
     rec = recovery_summary(recovery)
     sweep = sweep_summary(rows)
@@ -499,7 +500,7 @@ def write_outputs(rows: pl.DataFrame, recovery: pl.DataFrame, out_dir: Path, evi
         "discrimination log-SD 0.2, Davidson ties), 200 prompts, corr(θ, length) = 0 in the grid. "
         "Data → cells with `transforms.cells.partial_cells` / `partial_score_cells`; fits by the ranking core "
         "(`fit_naive`, `fit_bias_aware` with profile likelihoods off). Per-trial rows: "
-        f"[`simulation_trials.csv`]({rel}/simulation_trials.csv)."
+        f"[`simulation_trials.parquet`]({rel}/simulation_trials.parquet)."
     )
     replace_section(evidence, "simulation-run", run)
 

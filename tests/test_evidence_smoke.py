@@ -41,7 +41,7 @@ def test_simulation_study_smoke(tmp_path):
     for section in ("simulation-run", "simulation-grid", "simulation-recovery", "simulation-sweep"):
         assert read_section(page, section), f"section {section} missing from the page"
 
-    trials = pl.read_csv(tmp_path / "evidence" / "simulation_trials.csv")
+    trials = pl.read_parquet(tmp_path / "evidence" / "simulation_trials.parquet")
     grid = trials.filter(pl.col("study") == "grid")
     expected = {"win_rate", "naive_bt", "mean_score", "hybrid_no_bias", "bias_aware", "oracle"}
     assert set(grid["estimator"].unique().to_list()) == expected
