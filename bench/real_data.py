@@ -359,8 +359,8 @@ def llmfao(config: ModelConfig, gate: bool = True) -> dict:
             t_o, _, _ = rank_agreement(ratings(fit.identified_only), crowd_naive)
             moves[f"{judge} identified-only"] = t_o - t_n
             only = f"{t_o:.3f} ({t_o - t_n:+.3f}; without {', '.join(fit.dropped)})"
-        rows.append([judge, fit.battles, n, f"{t_n:.3f} (±{s_n:.3f})", f"{t_c:.3f} (±{s_c:.3f})", f"{t_c - t_n:+.3f}",
-                     only, r_n, r_c, t_nc, t_cc])
+        rows.append([judge, fit.battles, n, naive_vs_corrected(fit)[0], f"{t_n:.3f} (±{s_n:.3f})",
+                     f"{t_c:.3f} (±{s_c:.3f})", f"{t_c - t_n:+.3f}", only, r_n, r_c, t_nc, t_cc])
     crowd_self, _ = naive_vs_corrected(fits["crowd"])
     gate_rows = gated_llmfao(imported, config) if gate else []
     body = (
@@ -372,7 +372,8 @@ def llmfao(config: ModelConfig, gate: bool = True) -> dict:
         + "Each pair is judged in one order only, so position is identified only through the random left/right "
         "assignment across pairs. Each judge is fit alone; the reference is the crowd's naive Bradley–Terry "
         f"ranking (τ-b naive vs corrected for the crowd itself: {crowd_self:.3f}).\n\n"
-        + markdown_table(["GPT judge", "battles", "models", "τ-b naive vs crowd (± posterior SD)",
+        + markdown_table(["GPT judge", "battles", "models", "τ-b naive vs corrected",
+                          "τ-b naive vs crowd (± posterior SD)",
                           "τ-b corrected vs crowd (± posterior SD)", "move toward crowd",
                           "τ-b identified-only correction vs crowd (move)", "Spearman naive",
                           "Spearman corrected", "τ-b naive vs crowd-corrected", "τ-b corrected vs crowd-corrected"],
