@@ -9,6 +9,8 @@ the Gaussian priors of :class:`~biasboard.ranking.config.Priors`.  Both fit on c
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from biasboard.ranking.bias_table import bias_table
 from biasboard.ranking.config import ModelConfig, NaiveConfig
@@ -23,7 +25,7 @@ from biasboard.ranking.graph import comparison_components, mle_exists
 from biasboard.ranking.model import DISC
 from biasboard.ranking.problem import Problem, bias_aware_problem, naive_problem
 from biasboard.ranking.result import Z95, FitResult, empty_bias_table
-from biasboard.ranking.solver import Solution, laplace_covariance, minimize
+from biasboard.ranking.solver import Solution, laplace_covariance, minimize, newton_factor, refit_nearby
 from biasboard.ranking.uncertainty import (
     percentile_interval,
     poisson_pairs,
@@ -71,20 +73,42 @@ def centred_draws(rating: np.ndarray, chol: np.ndarray, n: int, rng: np.random.G
     return rating + z - z.mean(axis=1, keepdims=True)
 
 
-def _bootstrap(problem: Problem, solution: Solution, replicates: int, shards: int, rng: np.random.Generator,
-               tol: float, max_iter: int):
-    """Poisson bootstrap: refit from the MAP on redrawn cell counts; returns (centred θ draws, raw core draws)."""
+def bootstrap_replicates(problem: Problem, solution: Solution, replicates: int, shards: int,
+                         rng: np.random.Generator, tol: float, max_iter: int, *, cold: bool = False):
+    """Poisson bootstrap: refit on redrawn cell counts; returns (centred θ draws, raw core draws).
+
+    Each replicate starts at the MAP and takes chord-Newton steps with the MAP's factorised Hessian
+    (:func:`~biasboard.ranking.solver.refit_nearby`: gradient-only evaluations, one factorisation for all
+    replicates), to the same relative-gradient tolerance as the fit.  ``cold=True`` solves every replicate
+    from a cold start instead, exactly as the fit itself is solved — the reference the warm path is tested
+    against.
+    """
     lay = problem.layout
+    newton = None if cold else newton_factor(solution.evaluation, solution.free)
     thetas, cores = [], []
     for _ in range(replicates):
         pairs = poisson_pairs(problem.data.pairs, rng)
         scores = poisson_scores(problem.data.scores, rng) if not problem.naive else None
-        obj = problem.objective(shards, pairs=pairs, scores=scores)
-        sol = minimize(obj, solution.core, solution.diag, tol=tol, max_iter=max_iter, g0_norm=solution.scale)
+        if cold:
+            sol = _cold_replicate(problem, pairs, scores, shards, tol, max_iter)
+        else:
+            obj = problem.objective(shards, pairs=pairs, scores=scores)
+            if newton is None:  # no positive-definite Hessian at the MAP to reuse: warm-started Newton
+                sol = minimize(obj, solution.core, solution.diag, free=solution.free, tol=tol, max_iter=max_iter,
+                               g0_norm=solution.scale)
+            else:
+                sol = refit_nearby(obj, solution, newton, tol=tol, max_iter=max_iter)
         theta = sol.core[lay.theta]
         thetas.append(theta - theta.mean())
         cores.append(sol.core)
     return np.array(thetas), np.array(cores)
+
+
+def _cold_replicate(problem: Problem, pairs, scores, shards: int, tol: float, max_iter: int) -> Solution:
+    if problem.naive:
+        return minimize(problem.objective(shards, pairs=pairs), *problem.zeros(), tol=tol, max_iter=max_iter)
+    data = replace(problem.data, pairs=pairs, scores=scores)
+    return solve_bias_aware(replace(problem, data=data), ModelConfig(tol=tol, max_iter=max_iter), shards)
 
 
 def _assemble(problem: Problem, solution: Solution, cov_core: np.ndarray, *, method: str, k: int, draws: int,
@@ -140,8 +164,8 @@ def fit_naive(cells: CellsInput | Dataset, *, config: NaiveConfig | None = None,
     solution = minimize(problem.objective(shards), *problem.zeros(), tol=config.tol, max_iter=config.max_iter)
     boot = None
     if config.bootstrap:
-        boot, _ = _bootstrap(problem, solution, config.bootstrap, shards, np.random.default_rng(config.seed + 1),
-                             config.tol, config.max_iter)
+        boot, _ = bootstrap_replicates(problem, solution, config.bootstrap, shards,
+                                       np.random.default_rng(config.seed + 1), config.tol, config.max_iter)
     diagnostics = connectivity_report(data)
     diagnostics["warnings"] = warnings + diagnostics.pop("warnings")
     diagnostics["tie_convention"] = "a tie counts as half a win for each side (Evalica/arena convention)"
@@ -204,8 +228,9 @@ def fit_bias_aware(
     cov_core = laplace_covariance(solution)
     boot_theta = boot_core = None
     if config.bootstrap:
-        boot_theta, boot_core = _bootstrap(problem, solution, config.bootstrap, shards,
-                                          np.random.default_rng(config.seed + 1), config.tol, config.max_iter)
+        boot_theta, boot_core = bootstrap_replicates(problem, solution, config.bootstrap, shards,
+                                                      np.random.default_rng(config.seed + 1), config.tol,
+                                                      config.max_iter)
     profiles = profile_ranges(problem, solution, config, shards) if config.profile else {}
     bias = bias_table(problem, solution, cov_core, profiles, boot_core)
     diagnostics = connectivity_report(data)

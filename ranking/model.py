@@ -213,7 +213,7 @@ def _signed_bincount(a, b, w, size):
     return np.bincount(a, weights=w, minlength=size) - np.bincount(b, weights=w, minlength=size)
 
 
-def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials) -> None:
+def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials, hessian: bool = True) -> None:
     lay = spec.layout
     m_count, j_count = lay.n_models, lay.n_judges
     theta = eff[lay.theta]
@@ -229,9 +229,10 @@ def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials
         out.f -= wgt * float(np.sum(s_a * log_p + (pairs.n - s_a) * log_q))
         p = np.exp(log_p)
         g_eta = wgt * (pairs.n * p - s_a)
-        h_eta = wgt * pairs.n * p * (1.0 - p)
         out.g[lay.theta] += _signed_bincount(a, b, g_eta, m_count)
-        out.H[lay.theta, lay.theta] += _laplacian_from_pairs(a, b, h_eta, m_count)
+        if hessian:
+            h_eta = wgt * pairs.n * p * (1.0 - p)
+            out.H[lay.theta, lay.theta] += _laplacian_from_pairs(a, b, h_eta, m_count)
         return
 
     j = pairs.j
@@ -253,13 +254,19 @@ def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials
     diff = p_a - p_b
     g_eta = wgt * (-0.5 * (pairs.win_a - pairs.win_b) + 0.5 * n * diff)
     g_psi = wgt * (n * p_t - pairs.tie)
+    th = lay.theta
+    out.g[th] += _signed_bincount(a, b, g_eta * disc, m_count)
+    eta_types = (POS, LEN, AFF, DISC)
+    for t in eta_types:
+        out.g[lay.eff_block(t)] += np.bincount(j, weights=g_eta * z[t], minlength=j_count)
+    out.g[lay.eff_block(TIE)] += np.bincount(j, weights=g_psi, minlength=j_count)
+    if not hessian:
+        return
     h_eta = wgt * 0.25 * n * ((p_a + p_b) - diff * diff)
     h_eta_psi = wgt * (-0.5) * n * diff * p_t
     h_psi = wgt * n * p_t * (1.0 - p_t)
 
-    # θ block: gradient, Laplacian of the pairs, and the θ × per-judge cross terms.
-    th = lay.theta
-    out.g[th] += _signed_bincount(a, b, g_eta * disc, m_count)
+    # θ block: Laplacian of the pairs and the θ × per-judge cross terms.
     out.H[th, th] += _laplacian_from_pairs(a, b, h_eta * disc * disc, m_count)
     idx_a = a * j_count + j
     idx_b = b * j_count + j
@@ -275,10 +282,6 @@ def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials
 
     # Per-judge blocks: every cell touches only its own judge, so each (t, t') pair is a diagonal.
     jj = np.arange(j_count)
-    eta_types = (POS, LEN, AFF, DISC)
-    for t in eta_types:
-        out.g[lay.eff_block(t)] += np.bincount(j, weights=g_eta * z[t], minlength=j_count)
-    out.g[lay.eff_block(TIE)] += np.bincount(j, weights=g_psi, minlength=j_count)
     for i1, t1 in enumerate(eta_types):
         for t2 in eta_types[i1:]:
             w = h_eta * z[t1] * z[t2]
@@ -297,7 +300,8 @@ def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials
     out.H[r, r] += np.bincount(j, weights=h_psi, minlength=j_count)
 
 
-def _score_partials(eff: np.ndarray, delta: np.ndarray, scores: ScoreArrays, spec: Spec, out: Partials) -> None:
+def _score_partials(eff: np.ndarray, delta: np.ndarray, scores: ScoreArrays, spec: Spec, out: Partials,
+                    hessian: bool = True) -> None:
     lay = spec.layout
     m_count, j_count, p_count, k_tau = lay.n_models, lay.n_judges, lay.n_prompts, lay.n_tau
     counts = scores.counts
@@ -316,18 +320,11 @@ def _score_partials(eff: np.ndarray, delta: np.ndarray, scores: ScoreArrays, spe
     wgt = spec.w_ord
     out.f -= wgt * float(np.sum(counts * scores_k) - np.sum(total * log_z))
     mean_k = prob @ cats
-    var_k = prob @ (cats * cats) - mean_k**2
     # upper[:, m-1] = P(k >= m), m = 1..K−1; cnt_upper likewise for the observed counts.
     upper = np.cumsum(prob[:, ::-1], axis=1)[:, ::-1][:, 1:]
     cnt_upper = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1][:, 1:]
-    k_upper = np.cumsum((prob * cats)[:, ::-1], axis=1)[:, ::-1][:, 1:]  # E[k·1{k>=m}]
     g_phi = wgt * -(counts @ cats - total * mean_k)
-    h_phi = wgt * total * var_k
     g_tau = wgt * (cnt_upper - total[:, None] * upper)
-    h_phi_tau = wgt * -total[:, None] * (k_upper - mean_k[:, None] * upper)  # −N Cov(k, 1{k>=m})
-    up_max = upper[:, np.maximum.outer(np.arange(n_cat - 1), np.arange(n_cat - 1))]  # P(k >= max(m, m'))
-    h_tau = wgt * np.einsum("r,rab->ab", total, up_max - upper[:, :, None] * upper[:, None, :])
-
     th = lay.theta
     sev = lay.eff_block(SEV)
     ta = lay.eff_tau
@@ -335,6 +332,15 @@ def _score_partials(eff: np.ndarray, delta: np.ndarray, scores: ScoreArrays, spe
     out.g[sev] -= np.bincount(j, weights=g_phi, minlength=j_count)
     out.g_diag -= np.bincount(p, weights=g_phi, minlength=p_count)
     out.g[ta] += g_tau.sum(axis=0)
+    if not hessian:
+        return
+    var_k = prob @ (cats * cats) - mean_k**2
+    k_upper = np.cumsum((prob * cats)[:, ::-1], axis=1)[:, ::-1][:, 1:]  # E[k·1{k>=m}]
+    h_phi = wgt * total * var_k
+    h_phi_tau = wgt * -total[:, None] * (k_upper - mean_k[:, None] * upper)  # −N Cov(k, 1{k>=m})
+    up_max = upper[:, np.maximum.outer(np.arange(n_cat - 1), np.arange(n_cat - 1))]  # P(k >= max(m, m'))
+    h_tau = wgt * np.einsum("r,rab->ab", total, up_max - upper[:, :, None] * upper[:, None, :])
+
     diag_theta = np.bincount(m, weights=h_phi, minlength=m_count)
     out.H[np.arange(m_count), np.arange(m_count)] += diag_theta
     ths = np.bincount(m * j_count + j, weights=h_phi, minlength=m_count * j_count).reshape(m_count, j_count)
@@ -362,15 +368,17 @@ def _score_partials(eff: np.ndarray, delta: np.ndarray, scores: ScoreArrays, spe
         out.H_cross[col] -= np.bincount(p, weights=w, minlength=p_count)
 
 
-def partials(eff: np.ndarray, delta: np.ndarray, shard: Shard, spec: Spec) -> Partials:
+def partials(eff: np.ndarray, delta: np.ndarray, shard: Shard, spec: Spec, hessian: bool = True) -> Partials:
     """THE pure function: effective parameters and prompt difficulties, one shard → its partial sums.
 
     ``eff`` is ``spec.effective_map() @ raw``; the result's sums over shards are the objective (negative
-    log-likelihood, weighted), gradient and Hessian of all the cells, in effective coordinates.
+    log-likelihood, weighted), gradient and Hessian of all the cells, in effective coordinates.  With
+    ``hessian=False`` the Hessian parts stay zero (about half the work): for steps that reuse a
+    factorised Hessian, such as the bootstrap's refits from the MAP.
     """
     out = Partials.zeros(spec.layout)
     if shard.pairs is not None and len(shard.pairs):
-        _pair_partials(eff, shard.pairs, spec, out)
+        _pair_partials(eff, shard.pairs, spec, out, hessian)
     if shard.scores is not None and len(shard.scores):
-        _score_partials(eff, delta, shard.scores, spec, out)
+        _score_partials(eff, delta, shard.scores, spec, out, hessian)
     return out

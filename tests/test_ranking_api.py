@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pytest
-from biasboard.ranking import ModelConfig, NaiveConfig, fit_bias_aware, fit_leaderboards, fit_naive
+from biasboard.ranking import ModelConfig, NaiveConfig, build_dataset, fit_bias_aware, fit_leaderboards, fit_naive
 from biasboard.ranking.leaderboard import LEADERBOARD_COLUMNS, side_by_side
 from biasboard.ranking.rank_stats import kendall_tau_b, spearman
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA
@@ -164,3 +164,44 @@ def test_bad_cells_raise_input_errors_naming_the_column():
         fit_naive(broken)
     with pytest.raises(InputError, match="no battles"):
         fit_naive(good.slice(0, 0))
+
+
+def test_warm_chord_bootstrap_matches_cold_refits():
+    """Replicates refit from the MAP with its factorised Hessian land where cold-started fits do."""
+    from biasboard.ranking.fit import bootstrap_replicates, solve_bias_aware
+    from biasboard.ranking.problem import bias_aware_problem
+    from biasboard.ranking.uncertainty import percentile_interval
+
+    config = ModelConfig(profile=False)
+    problem = bias_aware_problem(build_dataset(_league(np.random.default_rng(5), judges=("j1", "j2", "j3"))),
+                                 config)
+    solution = solve_bias_aware(problem, config)
+    runs = [bootstrap_replicates(problem, solution, 8, 1, np.random.default_rng(2), config.tol, config.max_iter,
+                                 cold=cold) for cold in (False, True)]
+    (warm_theta, warm_core), (cold_theta, cold_core) = runs
+    assert np.ptp(warm_theta, axis=0).min() > 1e-3  # the replicates differ: the comparison is not vacuous
+    assert np.max(np.abs(warm_core - cold_core)) < 1e-7
+    for warm, cold in zip(percentile_interval(warm_theta), percentile_interval(cold_theta), strict=True):
+        assert np.max(np.abs(warm - cold)) < 1e-7
+
+
+def test_dictionary_encoded_and_streamed_cells_give_the_same_dataset(tmp_path):
+    """Plain strings, dictionary-encoded columns and a Parquet stream of small batches code identically."""
+    import pyarrow.parquet as pq
+    from biasboard.ranking.data import read_cells
+
+    cells = _league(np.random.default_rng(3), models=5, judges=("j2", "j1"))
+    cells = cells.take(np.random.default_rng(0).permutation(cells.num_rows))  # not in key order
+    path = tmp_path / "cells.parquet"
+    pq.write_table(cells, path, row_group_size=7)
+    encoded = pa.table({name: (col.dictionary_encode() if pa.types.is_string(col.type) else col)
+                        for name, col in zip(cells.column_names, cells.columns, strict=True)})
+    plain = build_dataset(cells)
+    for other in (build_dataset(encoded), build_dataset(read_cells(path, batch_rows=5)),
+                  build_dataset([cells.slice(0, 30), cells.slice(30)])):
+        assert other.models == plain.models and other.judges == plain.judges
+        assert other.judge_families == plain.judge_families
+        for name in plain.pairs.__dataclass_fields__:
+            np.testing.assert_array_equal(getattr(other.pairs, name), getattr(plain.pairs, name))
+    with pytest.raises(InputError, match="column judge has 1 null"):
+        build_dataset(cells.set_column(0, "judge", pa.array([None] + ["j1"] * (cells.num_rows - 1), pa.string())))
