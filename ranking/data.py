@@ -10,7 +10,7 @@ becomes each cell's mean log length ratio, and the affinity covariate
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,60 +29,113 @@ from biasboard.schemas.errors import InputError
 #: Families that never count as "the judge's own family".
 NO_AFFINITY_FAMILIES: frozenset[str] = frozenset({UNKNOWN_FAMILY, "human"})
 
-CellsInput = pa.Table | pl.DataFrame | Sequence[pa.Table | pl.DataFrame]
+CellsInput = pa.Table | pl.DataFrame | Iterable[pa.Table | pa.RecordBatch | pl.DataFrame]
+
+#: Pair-cell measures that are counts: coded straight to float64 (exact below 2^53), the dtype the fit uses.
+_PAIR_COUNTS: frozenset[str] = frozenset({"n", "win_a", "win_b", "tie", "tie_bothbad", "n_len"})
 
 
-def _as_tables(cells: CellsInput | None, schema: pa.Schema, what: str) -> list[pa.Table]:
-    """The inputs as Arrow tables in the contract's columns and types (empty tables dropped)."""
+def _is_string(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+class _Vocab:
+    """Strings seen so far → provisional integer codes, sorted into the final vocabulary at the end.
+
+    Codes are made per Arrow chunk from the chunk's dictionary (a Parquet column read with
+    ``read_dictionary``, a polars Categorical) or from ``dictionary_encode`` of a plain string column, so
+    the only Python loop is over *distinct* values, and no string column is ever copied.
+    """
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def codes(self, column: pa.ChunkedArray) -> np.ndarray:
+        parts = []
+        for chunk in column.chunks:
+            if not pa.types.is_dictionary(chunk.type):
+                chunk = pc.dictionary_encode(chunk)
+            index = self.index
+            lut = np.array([index.setdefault(v, len(index)) for v in chunk.dictionary.to_pylist()], np.int32)
+            idx = chunk.indices.to_numpy(zero_copy_only=False)
+            parts.append(lut[idx] if lut.size else np.zeros(len(chunk), np.int32))
+        if not parts:
+            return np.zeros(0, np.int32)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    def finish(self) -> tuple[tuple[str, ...], np.ndarray]:
+        """(sorted vocabulary, array mapping each provisional code to its position in it)."""
+        names = list(self.index)
+        order = sorted(range(len(names)), key=names.__getitem__)
+        remap = np.empty(len(names), np.int32)
+        remap[order] = np.arange(len(names), dtype=np.int32)
+        return tuple(names[i] for i in order), remap
+
+
+def _code_tables(cells: CellsInput | None, schema: pa.Schema, what: str, vocabs: dict[str, _Vocab],
+                 counts: frozenset[str] = frozenset()) -> dict[str, np.ndarray] | None:
+    """Every input table's columns as numpy arrays, string keys as provisional codes of ``vocabs[col]``.
+
+    Tables are consumed one at a time (an iterator of record batches streams), each coded at once into
+    compact arrays — int32 codes, the contract's numeric types (``counts`` as float64) — so neither the
+    strings nor a second copy of the table are held; empty tables are skipped.  None when no rows.
+    """
     if cells is None:
-        return []
-    items: Iterable = [cells] if isinstance(cells, pa.Table | pl.DataFrame) else cells
-    tables = []
+        return None
+    items: Iterable = [cells] if isinstance(cells, pa.Table | pa.RecordBatch | pl.DataFrame) else cells
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in schema.names}
     for i, item in enumerate(items):
         if isinstance(item, pl.DataFrame):
             item = item.to_arrow()
+        if isinstance(item, pa.RecordBatch):
+            item = pa.Table.from_batches([item])
         if not isinstance(item, pa.Table):
             raise InputError(f"{what} #{i}: expected a pyarrow Table or polars DataFrame, got {type(item).__name__}")
         missing = [name for name in schema.names if name not in item.column_names]
         if missing:
             raise InputError(f"{what} #{i}: missing column(s) {', '.join(missing)}")
-        try:
-            table = item.select(schema.names).cast(schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
-            raise InputError(f"{what} #{i}: columns do not match the cells contract ({err})") from None
-        if table.num_rows:
-            tables.append(table)
-    return tables
+        if not item.num_rows:
+            continue
+        for field in schema:
+            column = item[field.name]
+            if column.null_count:
+                raise InputError(f"{what} #{i}: column {field.name} has {column.null_count} null value(s)")
+            try:
+                if field.name in vocabs:
+                    kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+                    if not _is_string(kind):
+                        column = column.cast(field.type)
+                    parts[field.name].append(vocabs[field.name].codes(column))
+                else:
+                    # Copied out of Arrow's pool into numpy's (Arrow's allocator keeps what it frees), so a
+                    # streamed batch's buffers are released when the batch is.
+                    values = column.cast(field.type).to_numpy()
+                    parts[field.name].append(values.astype(np.float64 if field.name in counts else values.dtype))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
+                raise InputError(f"{what} #{i}: columns do not match the cells contract ({err})") from None
+    if not parts[schema.names[0]]:
+        return None
+    out = {}
+    for name in schema.names:  # one column at a time: the parts of the others are not copied meanwhile
+        chunks = parts.pop(name)
+        out[name] = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+        del chunks
+    return out
 
 
-def _vocab(tables: Sequence[pa.Table], *columns: str) -> tuple[str, ...]:
-    values: set[str] = set()
-    for table in tables:
-        for col in columns:
-            values.update(pc.unique(table[col]).to_pylist())
-    return tuple(sorted(values))
-
-
-def _encode(tables: Sequence[pa.Table], names: dict[str, Sequence[str]]) -> dict[str, np.ndarray]:
-    """Concatenated columns as numpy arrays, every string key replaced by its integer code (its position in
-    ``names[col]``).  Coding in Arrow keeps the strings out of every later copy."""
-    value_sets = {col: pa.array(list(vocab), pa.string()) for col, vocab in names.items()}
-    columns: dict[str, list[np.ndarray]] = {}
-    for table in tables:
-        for name in table.column_names:
-            if name in value_sets:
-                values = pc.index_in(table[name], value_set=value_sets[name]).to_numpy().astype(np.int64)
-            else:
-                values = table[name].to_numpy()
-            columns.setdefault(name, []).append(values)
-    return {name: np.concatenate(parts) if len(parts) > 1 else parts[0] for name, parts in columns.items()}
+def _recode(columns: dict[str, np.ndarray], vocabs: dict[str, _Vocab], remaps: dict[int, np.ndarray]) -> None:
+    """Provisional codes → positions in the sorted vocabularies, in place of the columns."""
+    for name, vocab in vocabs.items():
+        columns[name] = remaps[id(vocab)][columns[name]]
 
 
 def _group_sum(columns: dict[str, np.ndarray], keys: Sequence[str], measures: Sequence[str]) -> dict[str, np.ndarray]:
     """The cells monoid on coded columns: group by ``keys``, sum ``measures``, rows sorted by the key.
 
     The integer key columns are packed into one int64 (mixed radix), so grouping is one stable argsort and
-    one ``np.add.reduceat`` per measure — no hash table and no string, with memory a few arrays of cells.
+    one ``np.add.reduceat`` per measure — no hash table and no string.  Cells that are already merged and
+    in key order (a stored, merged table) come back as they are, without a copy; otherwise each input
+    column is released as soon as its grouped version exists.
     """
     offsets = {k: int(columns[k].min()) for k in keys}
     radix = [int(columns[k].max()) - offsets[k] + 1 for k in keys]
@@ -90,17 +143,23 @@ def _group_sum(columns: dict[str, np.ndarray], keys: Sequence[str], measures: Se
         raise InputError("cells: too many distinct keys to group (more than 2^62 combinations)")
     packed = np.zeros(len(columns[keys[0]]), np.int64)
     for k, r in zip(keys, radix, strict=True):
-        packed = packed * r + (columns[k].astype(np.int64) - offsets[k])
+        packed *= r
+        packed += columns[k]
+        packed -= offsets[k]
+    if np.all(packed[1:] > packed[:-1]):
+        return {name: columns[name] for name in (*keys, *measures)}
     order = np.argsort(packed, kind="stable")
     packed = packed[order]
     starts = np.flatnonzero(np.concatenate([[True], packed[1:] != packed[:-1]]))
     out = {}
     rest = packed[starts]
+    del packed
     for k, r in reversed(list(zip(keys, radix, strict=True))):
         out[k] = rest % r + offsets[k]
         rest = rest // r
+        del columns[k]
     for m in measures:
-        out[m] = np.add.reduceat(columns[m][order], starts)
+        out[m] = np.add.reduceat(columns.pop(m)[order], starts)
     return {name: out[name] for name in (*keys, *measures)}
 
 
@@ -170,19 +229,30 @@ class Dataset:
 
 
 def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None) -> Dataset:
-    """Merge (group-by-sum) and code the cells; checks counts add up and names the column when they do not."""
-    pair_tables = _as_tables(pair_cells, PAIR_CELLS_SCHEMA, "pair cells")
-    if not pair_tables:
-        raise InputError("pair cells: no battles (no cells given)")
-    score_tables = _as_tables(score_cells, SCORE_CELLS_SCHEMA, "score cells")
-    models = tuple(sorted(set(_vocab(pair_tables, "model_a", "model_b")) | set(_vocab(score_tables, "model"))))
-    judges = tuple(sorted(set(_vocab(pair_tables, "judge")) | set(_vocab(score_tables, "judge"))))
-    families = tuple(sorted(set(_vocab(pair_tables, "judge_family", "family_a", "family_b"))
-                            | set(_vocab(score_tables, "judge_family", "family"))))
-    prompts = _vocab(score_tables, "prompt_id")
+    """Merge (group-by-sum) and code the cells; checks counts add up and names the column when they do not.
 
-    pairs = _encode(pair_tables, {"judge": judges, "judge_family": families, "model_a": models,
-                                  "model_b": models, "family_a": families, "family_b": families})
+    ``pair_cells`` may be one table, several (days), or an iterator of tables or record batches, consumed
+    once: each is coded to compact arrays as it arrives.  String key columns may be plain or
+    dictionary-encoded (e.g. ``pq.read_table(..., read_dictionary=[...])``), which keeps a big input small.
+    """
+    judge_v, model_v, family_v, prompt_v = _Vocab(), _Vocab(), _Vocab(), _Vocab()
+    pair_vocabs = {"judge": judge_v, "judge_family": family_v, "model_a": model_v, "model_b": model_v,
+                   "family_a": family_v, "family_b": family_v}
+    score_vocabs = {"judge": judge_v, "judge_family": family_v, "model": model_v, "family": family_v,
+                    "prompt_id": prompt_v}
+    pairs = _code_tables(pair_cells, PAIR_CELLS_SCHEMA, "pair cells", pair_vocabs, _PAIR_COUNTS)
+    if pairs is None:
+        raise InputError("pair cells: no battles (no cells given)")
+    scores = _code_tables(score_cells, SCORE_CELLS_SCHEMA, "score cells", score_vocabs)
+    vocabs = {}
+    remaps: dict[int, np.ndarray] = {}
+    for name, vocab in (("judges", judge_v), ("models", model_v), ("families", family_v), ("prompts", prompt_v)):
+        vocabs[name], remaps[id(vocab)] = vocab.finish()
+    judges, models, families, prompts = vocabs["judges"], vocabs["models"], vocabs["families"], vocabs["prompts"]
+    _recode(pairs, pair_vocabs, remaps)
+    if scores is not None:
+        _recode(scores, score_vocabs, remaps)
+
     for col in ("n", "win_a", "win_b", "tie", "tie_bothbad", "n_len"):
         if pairs[col].min() < 0:
             raise InputError(f"pair cells: column {col} has negative counts")
@@ -200,10 +270,7 @@ def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None)
         raise InputError("pair cells: no battles (every cell has n = 0)")
     if not keep.all():
         pairs = {name: values[keep] for name, values in pairs.items()}
-    scores = None
-    if score_tables:
-        scores = _encode(score_tables, {"judge": judges, "judge_family": families, "model": models,
-                                        "family": families, "prompt_id": prompts})
+    if scores is not None:
         if scores["n"].min() < 0:
             raise InputError("score cells: column n has negative counts")
         keep = scores["n"] > 0
@@ -220,30 +287,32 @@ def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None)
     judge_families = tuple(families[f] if f >= 0 else UNKNOWN_FAMILY for f in fam_of_judge)
     no_affinity = np.array([f in NO_AFFINITY_FAMILIES for f in families])
 
-    def affinity(fam: np.ndarray) -> np.ndarray:
-        return ((fam == col["judge_family"]) & ~no_affinity[fam]).astype(np.float64)
+    def affinity(fam: np.ndarray, judge_family: np.ndarray) -> np.ndarray:
+        return ((fam == judge_family) & ~no_affinity[fam]).astype(np.float64)
 
-    n_len = col["n_len"].astype(np.float64)
-    sum_x = col["sum_x"].astype(np.float64)
+    n_len = col["n_len"]
+    sum_x = col["sum_x"]
     # Battles without lengths sit in their own cells (len_bin −1) with n_len = 0: x = 0 there, so the
     # length term vanishes for them.  A cell mixing both would give the known part's mean to all.
     x = np.divide(sum_x, n_len, out=np.zeros_like(sum_x), where=n_len > 0)
+    # The measures are float64 already (counts were coded so): no copies here but the new columns.
     arrays = PairArrays(
-        a=col["model_a"],
-        b=col["model_b"],
-        j=col["judge"],
-        win_a=col["win_a"].astype(np.float64),
-        win_b=col["win_b"].astype(np.float64),
-        tie=(col["tie"] + col["tie_bothbad"]).astype(np.float64),
-        bothbad=col["tie_bothbad"].astype(np.float64),
-        n=col["n"].astype(np.float64),
+        a=col["model_a"].astype(np.int64, copy=False),
+        b=col["model_b"].astype(np.int64, copy=False),
+        j=col["judge"].astype(np.int64, copy=False),
+        win_a=col["win_a"],
+        win_b=col["win_b"],
+        tie=col["tie"] + col["tie_bothbad"],
+        bothbad=col["tie_bothbad"],
+        n=col["n"],
         x=x,
-        ds=affinity(col["family_a"]) - affinity(col["family_b"]),
+        ds=affinity(col["family_a"], col["judge_family"]) - affinity(col["family_b"], col["judge_family"]),
         n_len=n_len,
-        sum_x2=col["sum_x2"].astype(np.float64),
-        sum_loglen_a=col["sum_loglen_a"].astype(np.float64),
-        sum_loglen_b=col["sum_loglen_b"].astype(np.float64),
+        sum_x2=col["sum_x2"],
+        sum_loglen_a=col["sum_loglen_a"],
+        sum_loglen_b=col["sum_loglen_b"],
     )
+    del col
 
     score_arrays = None
     min_score = 0
@@ -258,11 +327,30 @@ def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None)
         first[1:] = np.any(key[1:] != key[:-1], axis=1)
         row = np.cumsum(first) - 1
         counts = np.zeros((int(row[-1]) + 1, n_cat))
-        np.add.at(counts, (row, coded["score"] - min_score), coded["n"].astype(float))
+        np.add.at(counts, (row, coded["score"] - min_score), coded["n"].astype(np.float64))
         starts = np.flatnonzero(first)
-        score_arrays = ScoreArrays(j=coded["judge"][starts], m=coded["model"][starts], p=coded["prompt_id"][starts],
-                                   counts=counts)
+        score_arrays = ScoreArrays(j=coded["judge"][starts].astype(np.int64), m=coded["model"][starts].astype(np.int64),
+                                   p=coded["prompt_id"][starts].astype(np.int64), counts=counts)
     return Dataset(models, judges, judge_families, prompts, min_score, arrays, score_arrays)
+
+
+def read_cells(source, batch_rows: int = 1 << 16) -> Iterator[pa.RecordBatch]:
+    """A Parquet file of cells (path or file-like) as record batches, string columns dictionary-encoded.
+
+    For :func:`build_dataset`: the batches are coded as they stream, so a big cells file never sits in
+    memory as a table of strings (at 530k cells that table takes ~165 MB of RSS; this path ~60 MB).
+    """
+    import pyarrow.parquet as pq
+
+    reader = pq.ParquetFile(source)
+    strings = [f.name for f in reader.schema_arrow if _is_string(f.type)]
+    reader = pq.ParquetFile(source, read_dictionary=strings)
+    try:
+        for group in range(reader.num_row_groups):
+            yield from reader.read_row_group(group, use_threads=False).to_batches(batch_rows)
+    finally:
+        reader.close()
+        pa.default_memory_pool().release_unused()  # the decoder's buffers, back to the system
 
 
 def shard_indices(n_cells: int, shards: int) -> list[slice]:
