@@ -65,9 +65,13 @@ def _write_bytes(path: str, data: bytes) -> None:
         handle.write(data)
 
 
+#: Row-group size of stored cells: readers (``ranking.data.read_cells``) stream a day one group at a time.
+CELLS_ROW_GROUP = 1 << 16
+
+
 def _parquet_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="snappy")
+    pq.write_table(table, sink, compression="snappy", row_group_size=CELLS_ROW_GROUP)
     return sink.getvalue().to_pybytes()
 
 
