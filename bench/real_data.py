@@ -64,6 +64,7 @@ class Fitted:
     rejected: dict[str, int]
     identified_only: FitResult | None = None  # refit without the effects the data do not identify
     dropped: tuple[str, ...] = ()
+    unbounded: FitResult | None = None  # the same correction with the length term unbounded (length_clip=None)
 
 
 # ----------------------------------------------------------------------------------------------- fitting
@@ -94,6 +95,8 @@ def fit_both(label: str, battles: pa.Table, config: ModelConfig) -> Fitted:
     cells, counted, rejected = cells_of(battles)
     naive, corrected = fit_leaderboards(cells, config=config, naive_config=NaiveConfig(k=config.k, posterior_draws=200))
     fitted = Fitted(label, naive, corrected, counted, rejected)
+    fitted.unbounded = corrected if config.length_clip is None else fit_bias_aware(
+        cells, config=replace(config, length_clip=None, profile=False), naive=naive)
     dropped = unidentified_effects(corrected) if config.profile else ()
     if dropped:
         only = replace(config, disabled=config.disabled | {("*", e) for e in dropped})
@@ -203,8 +206,9 @@ def mtbench(config: ModelConfig) -> dict:
         tau, rho = naive_vs_corrected(fit)
         only = fit.identified_only
         tau_only = rank_agreement(ratings(fit.naive), ratings(only))[0] if only is not None else float("nan")
+        tau_unbounded = rank_agreement(ratings(fit.naive), ratings(fit.unbounded))[0]
         tau_rows.append([fit.label, fit.battles, len(fit.naive.models), tau, rho, ", ".join(fit.dropped) or "none",
-                         tau_only])
+                         tau_only, tau_unbounded])
     glob = joint.corrected.bias.filter(pl.col("judge") == "*")
 
     def glob_value(effect: str) -> str:
@@ -228,7 +232,8 @@ def mtbench(config: ModelConfig) -> dict:
         "shrunk toward global levels) and one fit per judge.\n\n"
         "**Naive vs corrected ranking**\n\n"
         + markdown_table(["fit", "battles", "models", "Kendall τ-b", "Spearman ρ", "not identified",
-                          "τ-b naive vs identified-only correction"], tau_rows)
+                          "τ-b naive vs identified-only correction",
+                          "τ-b naive vs corrected, length unbounded"], tau_rows)
         + "\n\n**Bias estimates (joint fit)**\n\n" + BIAS_EXPLAINED + "\n\n"
         + markdown_table(BIAS_HEADER, bias_rows(joint))
         + "\n\n**Beside seed 002's MT-Bench figures** (theirs: GPT-4 pairs + single grades of the original "
@@ -248,6 +253,9 @@ ALPACA_JUDGE_FILE = "annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz"
 ALPACA_LEADERBOARD = ("leaderboards", "repo_src", "data_AlpacaEval_2",
                       "weighted_alpaca_eval_gpt4_turbo_leaderboard.csv")
 ALPACA_BASELINE = "gpt4_1106_preview"
+#: Length clips compared on AlpacaEval (None: unbounded); each must be a positive length-bin edge.
+CLIP_GRID: tuple[float | None, ...] = (None, 2.5, 2.0, 1.5, 1.0, 0.5)
+GAMED = "gpt4_gamed"
 
 
 def _rank(values: dict[str, float], common: list[str]) -> dict[str, int]:
@@ -263,6 +271,32 @@ def _movers(naive: dict[str, float], corrected: dict[str, float], lc: dict[str, 
     length = dict(zip(board["model"].to_list(), board["avg_length"].to_list(), strict=True))
     worst = sorted(common, key=lambda m: -abs(r_corr[m] - r_lc[m]))[:top]
     return [[m, length.get(m), r_naive[m], r_corr[m], r_lc[m]] for m in worst]
+
+
+def clip_sensitivity(battles: pa.Table, config: ModelConfig, naive: dict[str, float],
+                     lc: dict[str, float]) -> list[list[object]]:
+    """τ vs LC, β and the brevity-gamed model's rank of the bias-aware fit at each clip of :data:`CLIP_GRID`."""
+    cells = cells_of(battles)[0]
+    frame = pl.from_arrow(battles).filter(pl.col("len_a").is_not_null() & pl.col("len_b").is_not_null())
+    x = np.abs(np.log(np.maximum(frame["len_a"].to_numpy(), 1)) - np.log(np.maximum(frame["len_b"].to_numpy(), 1)))
+    rows = []
+    for clip in CLIP_GRID:
+        fit = fit_bias_aware(cells, config=replace(config, length_clip=clip, profile=False))
+        corrected = {m: v for m, v in ratings(fit).items() if m != ALPACA_BASELINE}
+        tau, rho, _ = rank_agreement(corrected, lc)
+        beta = fit.bias.filter((pl.col("judge") == "*") & (pl.col("effect") == "length")).row(0, named=True)
+        common = sorted(set(naive) & set(corrected) & set(lc))
+        gamed = "—"
+        if GAMED in common:
+            gamed = (f"{_rank(corrected, common)[GAMED]} ({_rank(naive, common)[GAMED]}, "
+                     f"{_rank(lc, common)[GAMED]})")
+        label = "None (unbounded)" if clip is None else f"{clip:g}"
+        if clip == config.length_clip:
+            label += " — default"
+        share = "0" if clip is None else f"{float(np.mean(x >= clip)):.3f}"
+        rows.append([label, share, f"{beta['estimate']:+.3f} [{beta['ci_low']:+.3f}, {beta['ci_high']:+.3f}]",
+                     tau, rho, gamed])
+    return rows
 
 
 def _baseline_length() -> float:
@@ -281,7 +315,12 @@ def alpacaeval(config: ModelConfig) -> dict:
     corrected = {m: v for m, v in ratings(fit.corrected).items() if m != ALPACA_BASELINE}
     ours = set(naive)
     raw_common = {m: v for m, v in raw.items() if m in ours}  # the same models as our fits, for a fair row
-    candidates = [("published raw win rate", raw_common), ("our naive BT", naive), ("our bias-aware", corrected)]
+    unbounded = {m: v for m, v in ratings(fit.unbounded).items() if m != ALPACA_BASELINE}
+    candidates = [("published raw win rate", raw_common), ("our naive BT", naive),
+                  (f"our bias-aware (length clipped at ±{config.length_clip:g}, the default)"
+                   if config.length_clip is not None else "our bias-aware (length unbounded)", corrected)]
+    if config.length_clip is not None:
+        candidates.append(("our bias-aware, length unbounded (`length_clip=None`)", unbounded))
     if fit.identified_only is not None:
         only = {m: v for m, v in ratings(fit.identified_only).items() if m != ALPACA_BASELINE}
         candidates.append((f"our bias-aware without {', '.join(fit.dropped)} (not identified)", only))
@@ -290,6 +329,7 @@ def alpacaeval(config: ModelConfig) -> dict:
         tau, rho, n = rank_agreement(est, lc)
         rows.append([name, n, tau, rho])
     movers = _movers(naive, corrected, lc, board)
+    sensitivity = clip_sensitivity(imported.rows, config, naive, lc)
     tau_all, rho_all, n_all = rank_agreement(raw, lc)
     rows.append(["published raw win rate, every leaderboard model", n_all, tau_all, rho_all])
     tau_raw_naive, _, _ = rank_agreement(naive, raw_common)
@@ -318,6 +358,13 @@ def alpacaeval(config: ModelConfig) -> dict:
         "`avg_length`: the leaderboard's mean answer length in characters; the baseline's is "
         f"{_baseline_length():.0f})\n\n"
         + markdown_table(["model", "avg_length", "naive rank", "corrected rank", "LC rank"], movers)
+        + "\n\n**Sensitivity to the length clip** (`ModelConfig.length_clip` = c: the covariate is "
+        "clip(ln(len_a/len_b), −c, c), so no answer earns more than c·β from its length; share beyond c: "
+        "battles whose |log length ratio| ≥ c; ranks among the models compared; profile likelihoods off; "
+        "the default is marked. The default was not chosen by this table — LC is another correction, not the "
+        "truth, and tuning c to it would fit the reference)\n\n"
+        + markdown_table(["length_clip", "share beyond c", "β [95% CI] per log-char ratio", "τ-b vs LC",
+                          "Spearman ρ vs LC", "gpt4_gamed corrected rank (naive, LC)"], sensitivity)
         + "\n\n**Bias estimates**\n\n" + markdown_table(BIAS_HEADER, bias_rows(fit))
     )
     warns = warnings_of(fit)
@@ -351,6 +398,7 @@ def llmfao(config: ModelConfig, gate: bool = True) -> dict:
         t_c, r_c, _ = rank_agreement(ratings(fit.corrected), crowd_naive)
         t_cc, _, _ = rank_agreement(ratings(fit.corrected), crowd_corr)
         t_nc, _, _ = rank_agreement(ratings(fit.naive), crowd_corr)
+        t_u, _, _ = rank_agreement(ratings(fit.unbounded), crowd_naive)
         s_n = tau_spread(fit.naive, crowd_naive)
         s_c = tau_spread(fit.corrected, crowd_naive)
         moves[judge] = t_c - t_n
@@ -360,7 +408,8 @@ def llmfao(config: ModelConfig, gate: bool = True) -> dict:
             moves[f"{judge} identified-only"] = t_o - t_n
             only = f"{t_o:.3f} ({t_o - t_n:+.3f}; without {', '.join(fit.dropped)})"
         rows.append([judge, fit.battles, n, naive_vs_corrected(fit)[0], f"{t_n:.3f} (±{s_n:.3f})",
-                     f"{t_c:.3f} (±{s_c:.3f})", f"{t_c - t_n:+.3f}", only, r_n, r_c, t_nc, t_cc])
+                     f"{t_c:.3f} (±{s_c:.3f})", f"{t_c - t_n:+.3f}", f"{t_u:.3f} ({t_u - t_n:+.3f})", only, r_n,
+                     r_c, t_nc, t_cc])
     crowd_self, _ = naive_vs_corrected(fits["crowd"])
     gate_rows = gated_llmfao(imported, config) if gate else []
     body = (
@@ -375,6 +424,7 @@ def llmfao(config: ModelConfig, gate: bool = True) -> dict:
         + markdown_table(["GPT judge", "battles", "models", "τ-b naive vs corrected",
                           "τ-b naive vs crowd (± posterior SD)",
                           "τ-b corrected vs crowd (± posterior SD)", "move toward crowd",
+                          "τ-b corrected, length unbounded, vs crowd (move)",
                           "τ-b identified-only correction vs crowd (move)", "Spearman naive",
                           "Spearman corrected", "τ-b naive vs crowd-corrected", "τ-b corrected vs crowd-corrected"],
                          rows)
@@ -461,7 +511,8 @@ def main(argv: list[str] | None = None) -> int:
         "## Real data: how it was run\n\n"
         f"`{command}` at revision {code_revision}; "
         + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
-        + ". Bias-aware model: the core's defaults (`ModelConfig()`: priors of `ranking/config.py`), profile "
+        + ". Bias-aware model: the core's defaults (`ModelConfig()`: priors of `ranking/config.py`, length term "
+        f"clipped at ±{config.length_clip} in log length ratio), profile "
         f"likelihoods {'off' if args.no_profile else 'on'}; Laplace 95% CIs. Per-model ratings and the full bias "
         "tables: `docs/evidence/real_*_leaderboards.csv`, `real_*_bias.csv`."
     )

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from biasboard.schemas.cells import LEN_BIN_EDGES
+
 #: Effects of the bias-aware model, as named in the bias table and in ``disabled``.
 EFFECTS: tuple[str, ...] = ("position", "length", "affinity", "tie", "discrimination", "severity")
 #: Effects the trusted-anchor gate (or a user) may switch off per judge.
@@ -66,6 +68,20 @@ class ModelConfig:
     every judge.  ``omega`` is seed 002's weight of the pairwise part against the
     ordinal part; the likelihoods are weighted 2ω and 2(1 − ω), so the default
     ω = 0.5 is the plain joint likelihood and the Laplace CIs stay calibrated.
+
+    ``length_clip`` bounds the length term: the covariate is x_c = clip(x, −c, c) with
+    x = ln(len_a / len_b), so β is "log-odds per unit log length ratio, up to ±c" and no answer earns
+    more than c·|β| from its length alone.  Why bounded: a linear, unbounded term extrapolates far past
+    the lengths that identify it — on AlpacaEval 2 a model whose answers were ~30× shorter than the
+    baseline's (x ≈ −3.4) got ~3 logits of credit from a β fitted on ordinary ratios and jumped from
+    naive rank 34 to corrected rank 1 (AlpacaEval's own LC bounds its length term with a tanh).
+    Why c must be a bin edge (:data:`~biasboard.schemas.cells.LEN_BIN_EDGES`): every battle of a cell
+    lies in one length bin, so on one side of an edge; a cell beyond ±c has clipped mean exactly ±c and
+    a cell inside keeps its mean — the clipped covariate is computed exactly from the cells, and merges
+    exactly.  Default 1.5 (a 4.5× length ratio): wide enough that ordinary ratios (the simulator's, and
+    nearly all of MT-Bench's and LLMFAO's battles) stay on the linear part, tight enough that a
+    degenerate length (brevity or padding gaming) is not extrapolated to.  ``None``: unbounded (linear
+    in x everywhere, the behaviour before the option existed).
     """
 
     priors: Priors = field(default_factory=Priors)
@@ -78,6 +94,7 @@ class ModelConfig:
     tol: float = 1e-8
     max_iter: int = 200
     profile: bool = True
+    length_clip: float | None = 1.5
 
     def __post_init__(self) -> None:
         if not 0.0 < self.omega <= 1.0:
@@ -87,6 +104,13 @@ class ModelConfig:
                 raise ValueError(f"disabled effect {effect!r} for judge {judge!r} is not one of {sorted(SWITCHABLE)}")
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.length_clip is not None:
+            edges = LEN_BIN_EDGES[LEN_BIN_EDGES > 0]
+            if not any(float(self.length_clip) == float(e) for e in edges):
+                raise ValueError(
+                    f"length_clip must be None or a positive length-bin edge (one of {edges.tolist()}) so the "
+                    f"clipped covariate is exact from the cells, got {self.length_clip!r}"
+                )
 
     def is_enabled(self, judge: str, effect: str) -> bool:
         return (judge, effect) not in self.disabled and ("*", effect) not in self.disabled

@@ -195,6 +195,26 @@ class PairArrays:
         return PairArrays(**fields)
 
 
+def clip_length(pairs: PairArrays, clip: float | None) -> PairArrays:
+    """The pair arrays with the length covariate clipped at ±``clip`` (exact from the cells; ``None``: as is).
+
+    Why it is exact: cells are grouped by fixed length bins and ``clip`` is a bin edge, so every battle
+    of a cell lies on one side of ±clip.  A cell beyond it has every clipped x equal to ±clip, so its
+    clipped mean is ±clip and its clipped Σx² is n_len·clip²; a cell inside keeps its mean and Σx².
+    The cell's mean lies in its bin, so clipping the mean says which case a cell is — no bin index
+    needed — and equals the mean of the battles' clipped x.  The fit's length scale (RMS of the
+    covariate) and every length diagnostic then see the covariate the model uses.
+    """
+    if clip is None:
+        return pairs
+    x = np.clip(pairs.x, -clip, clip)
+    beyond = np.abs(pairs.x) >= clip
+    sum_x2 = np.where(beyond, pairs.n_len * clip * clip, pairs.sum_x2)
+    fields = {name: getattr(pairs, name) for name in pairs.__dataclass_fields__}
+    fields.update(x=x, sum_x2=sum_x2)
+    return PairArrays(**fields)
+
+
 @dataclass(frozen=True)
 class ScoreArrays:
     """Score cells pivoted to one row per (judge, model, prompt) with a count per category."""

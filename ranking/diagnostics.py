@@ -9,7 +9,10 @@
   collinear with θ, so the range is 0: the value is prior-selected.
 - corr(θ̂, mean log length per model), against seed 000's crossing point: correction removes real
   quality in proportion to how much quality and the covariate co-vary; the benefit fell with the
-  correlation and changed sign between 0.22 and 0.60 (0.45 in its synthetic sweep).
+  correlation and changed sign between 0.22 and 0.60 (0.45 in its synthetic sweep).  When the length
+  term is clipped (``ModelConfig.length_clip``) the per-model profile is the one the correction acts
+  on — each model's mean clipped log length ratio against its opponents — so a model with degenerate
+  lengths counts as far as the clip lets it, not by its raw log length.
 """
 
 from __future__ import annotations
@@ -58,6 +61,21 @@ def mean_log_length(data: Dataset) -> np.ndarray:
     return np.divide(total, count, out=np.full(m, np.nan), where=count > 0)
 
 
+def mean_length_covariate(data: Dataset) -> np.ndarray:
+    """Each model's mean length covariate against its opponents (+x shown first, −x second; NaN where unknown).
+
+    Uses the data's covariate as stored — clipped when the data come from a clipped problem — and skips
+    self-battles (they say nothing about a model's length relative to others).
+    """
+    pairs, m = data.pairs, len(data.models)
+    other = pairs.a != pairs.b
+    wx = (pairs.n_len * pairs.x)[other]
+    a, b, w = pairs.a[other], pairs.b[other], pairs.n_len[other]
+    total = np.bincount(a, weights=wx, minlength=m) - np.bincount(b, weights=wx, minlength=m)
+    count = np.bincount(a, weights=w, minlength=m) + np.bincount(b, weights=w, minlength=m)
+    return np.divide(total, count, out=np.full(m, np.nan), where=count > 0)
+
+
 def _corr(x: np.ndarray, y: np.ndarray) -> float:
     ok = np.isfinite(x) & np.isfinite(y)
     if ok.sum() < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
@@ -65,13 +83,24 @@ def _corr(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(x[ok], y[ok])[0, 1])
 
 
-def covariate_report(data: Dataset, rating: np.ndarray, naive_rating: np.ndarray | None) -> dict:
-    """corr(θ̂, mean log length per model) for the corrected (and naive) ratings, with the crossing warning."""
-    length = mean_log_length(data)
+def covariate_report(data: Dataset, rating: np.ndarray, naive_rating: np.ndarray | None,
+                     length_clip: float | None = None) -> dict:
+    """corr(θ̂, per-model length profile) for the corrected (and naive) ratings, with the crossing warning.
+
+    The profile is the mean log length per model when the length term is unbounded (``length_clip``
+    None), and the mean clipped log length ratio (:func:`mean_length_covariate`, ``data`` already
+    clipped) when it is bounded; ``corr_theta_log_length_*`` always give the raw mean log length's.
+    """
+    raw = mean_log_length(data)
+    length = raw if length_clip is None else mean_length_covariate(data)
     corrected = _corr(rating, length)
     report: dict = {
         "corr_theta_length_corrected": corrected,
         "corr_theta_length_naive": None if naive_rating is None else _corr(naive_rating, length),
+        "length_profile": "mean log length" if length_clip is None
+        else f"mean log length ratio clipped at ±{length_clip:g}",
+        "corr_theta_log_length_corrected": _corr(rating, raw),
+        "corr_theta_log_length_naive": None if naive_rating is None else _corr(naive_rating, raw),
         "crossing_point_range": [CROSSING_LOW, CROSSING_HIGH],
         "warnings": [],
     }

@@ -240,13 +240,14 @@ def fit_bias_aware(
         if info.get("warning"):
             warnings.append(info["warning"])
     rating = solution.core[problem.layout.theta]
-    cov_rep = covariate_report(data, rating, None if naive is None else naive.rating)
+    cov_rep = covariate_report(problem.data, rating, None if naive is None else naive.rating, config.length_clip)
     warnings.extend(cov_rep.pop("warnings"))
     diagnostics["covariates"] = cov_rep
     if naive is not None:
         diagnostics["naive_vs_corrected"] = compare_rankings(naive, rating, data.models)
     diagnostics["omega"] = config.omega
     diagnostics["length_scale"] = problem.spec.x_scale
+    diagnostics["length_clip"] = config.length_clip
     if not solution.converged:
         warnings.append(f"bias-aware fit did not converge (relative gradient {solution.rel_grad:.2e})")
     diagnostics["warnings"] = warnings

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 from biasboard.ranking.config import ModelConfig
-from biasboard.ranking.data import Dataset, PairArrays, ScoreArrays, shard_indices
+from biasboard.ranking.data import Dataset, PairArrays, ScoreArrays, clip_length, shard_indices
 from biasboard.ranking.model import AFF, DISC, JUDGE_BLOCKS, LEN, POS, SEV, TIE, Layout, Shard, Spec
 from biasboard.ranking.solver import Objective, Prior
 
@@ -92,6 +92,9 @@ def length_scale(pairs: PairArrays) -> float:
 
 
 def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
+    """The bias-aware problem; its ``data`` carry the length covariate as the model uses it (clipped at
+    ``config.length_clip``), so the bootstrap, profiles, bias table and diagnostics all see that covariate."""
+    data = replace(data, pairs=clip_length(data.pairs, config.length_clip))
     m, jn = len(data.models), len(data.judges)
     scores = data.scores
     n_tau = max(data.n_categories - 1, 0)

@@ -21,7 +21,10 @@ from biasboard.schemas.cells import SCORE_CELLS_SCHEMA
 from biasboard.schemas.families import FamilyMap
 from biasboard.transforms.cells import merge_batches, partial_cells, partial_score_cells
 
-FAST = ModelConfig(profile=False, posterior_draws=500)
+#: The simulator's length effect is linear in x everywhere (β·x, unbounded), so recovery is checked with
+#: the unbounded covariate: the model that generated the data.  With the default clip (±1.5), ~5% of these
+#: battles lie beyond it and β̂ is biased by about +0.01 more (RMSE 0.029 → 0.034 over the five seeds below).
+FAST = ModelConfig(profile=False, posterior_draws=500, length_clip=None)
 
 
 def simulated(**settings):
@@ -83,7 +86,7 @@ def test_parameters_recovered_with_near_nominal_ci_coverage():
 
 def _taus(cells, tr, k=5):
     naive, corrected = fit_leaderboards(cells, config=FAST)
-    models, oracle = fit_oracle(cells, {j["judge"]: j for j in tr["judges"]})
+    models, oracle = fit_oracle(cells, {j["judge"]: j for j in tr["judges"]}, config=FAST)
     assert models == corrected.models
     theta = true_theta(corrected.models, tr, scale_by_discrimination=True)
     return {
