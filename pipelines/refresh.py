@@ -76,11 +76,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "support it (the trusted-anchor gate), and score each judge's gold-label accuracy",
     )
     parser.add_argument(
+        "--length-clip",
+        type=_length_clip,
+        default=1.5,
+        help="bound of the length covariate |ln(len_a/len_b)| (a length-bin edge, 0.25..2.5; 'none' = unbounded; "
+        "default 1.5, a 4.5x length ratio): past it a judge's verbosity preference is taken to saturate",
+    )
+    parser.add_argument(
         "--plan-budget",
         type=int,
         default=0,
         help="also plan this many next comparisons (top-k-aware) from the new snapshot (default 0: no plan)",
     )
+
+
+def _length_clip(text: str) -> float | None:
+    """``--length-clip`` value: a number, or 'none' for the unbounded covariate (checked by ModelConfig)."""
+    return None if text.strip().lower() == "none" else float(text)
 
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
@@ -99,6 +111,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             audit=args.audit,
             anchors=args.anchors,
             plan_budget=args.plan_budget,
+            length_clip=args.length_clip,
         ),
     )
     if outcome.published is None:
@@ -128,6 +141,7 @@ class RefreshOptions:
     audit: bool = True
     anchors: str | None = None
     plan_budget: int = 0
+    length_clip: float | None = 1.5
 
 
 @dataclass
@@ -166,6 +180,7 @@ def refresh(
 ) -> Outcome:
     """Aggregate new/changed days, merge all cells, fit both models, publish a snapshot."""
     options = options or RefreshOptions()
+    model_config(options)  # a bad model option fails now, before any data is read
     beam_args = list(beam_args or [])
     pipeline_options = beam_options(beam_args)
     storage.configure_gcs_auth(no_auth=pipeline_options.view_as(GoogleCloudOptions).no_auth)
@@ -445,7 +460,10 @@ class Fitted:
 def model_config(options: RefreshOptions):
     from biasboard.ranking import ModelConfig
 
-    return ModelConfig(k=options.k, bootstrap=options.bootstrap, seed=options.seed)
+    try:
+        return ModelConfig(k=options.k, bootstrap=options.bootstrap, seed=options.seed, length_clip=options.length_clip)
+    except ValueError as err:  # a bad option value, said in one line rather than a traceback
+        raise InputError(f"refresh options: {err}") from err
 
 
 def fit_state(state_dir: str, options: RefreshOptions, audit_files: Mapping[str, bytes] | None = None) -> Fitted:

@@ -10,6 +10,7 @@ as the simulator's ``truth.json`` spells it: ``gamma``, ``beta`` (per unit of ra
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 from biasboard.ranking.config import ModelConfig
@@ -26,8 +27,13 @@ def fit_oracle(
     *,
     config: ModelConfig | None = None,
 ) -> tuple[tuple[str, ...], np.ndarray]:
-    """(models, centred θ) of the bias-aware model with judge effects fixed at ``judges``' values."""
-    config = config or ModelConfig(profile=False)
+    """(models, centred θ) of the bias-aware model with judge effects fixed at ``judges``' values.
+
+    The judges' true β acts on the *unclipped* log length ratio (the simulator's
+    length effect is linear), so the oracle always fits with ``length_clip=None``
+    whatever ``config`` says; otherwise it would not be the oracle.
+    """
+    config = replace(config or ModelConfig(profile=False), length_clip=None)
     data = cells if isinstance(cells, Dataset) else build_dataset(cells, score_cells)
     problem = bias_aware_problem(data, config)
     lay, spec = problem.layout, problem.spec

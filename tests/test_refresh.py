@@ -224,3 +224,10 @@ def test_refresh_with_anchors_gates_corrections_and_plans_the_next_battles(sim, 
     assert (snapshot / "posterior.npz").exists()
     plan = pl.read_parquet(Path(outcome.plan_path).with_suffix(".parquet"))
     assert plan.height == 6
+
+
+def test_bad_length_clip_fails_before_any_work(sim, tmp_path, capsys):
+    argv = ["refresh", "--input", _glob(sim), "--state", str(tmp_path / "state"), "--out", str(tmp_path / "out")]
+    assert cli.main([*argv, "--length-clip", "1.3"]) == 2
+    assert "length_clip must be None or a positive length-bin edge" in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()  # nothing was aggregated
