@@ -38,13 +38,15 @@ SCORE_DEAD_LETTER_SCHEMA = dead_letter_schema(SCORE_SCHEMA)
 _HASH_SEEDS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F)
 
 
-def first_occurrences(ids: pl.Series) -> np.ndarray:
+def first_occurrences(ids: pl.Series, h1: pl.Series | None = None) -> np.ndarray:
     """Mask of the first occurrence of each id in ``ids``, exact by value.
 
     Integer hashes find candidates fast; only rows whose hash repeats (true
-    repeats, or the rare collision) are compared as strings.
+    repeats, or the rare collision) are compared as strings.  ``h1`` is
+    ``ids.hash(_HASH_SEEDS[0])`` when the caller has it already (see :func:`_split`).
     """
-    h1 = ids.hash(_HASH_SEEDS[0])
+    if h1 is None:
+        h1 = ids.hash(_HASH_SEEDS[0])
     first = h1.is_first_distinct().to_numpy()
     if first.all():
         return first
@@ -57,6 +59,12 @@ def hash_ids(ids: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     """Two independent 64-bit hashes of each id (uint64 arrays)."""
     ids = ids.cast(pl.String)
     return tuple(ids.hash(seed).to_numpy() for seed in _HASH_SEEDS)  # type: ignore[return-value]
+
+
+#: Blank checks the screen in :func:`_split` may skip: a blank ``ts`` never parses and a blank
+#: ``winner`` (or score) never has a code, so the parse condition already flags those rows
+#: (their reason is still the blank one: :func:`~biasboard.schemas.rules.first_reason` runs the full chain).
+_IMPLIED_BLANKS = frozenset(rules.REASON_MISSING_PREFIX + c for c in ("ts", "winner", "score"))
 
 
 @dataclass
@@ -190,18 +198,21 @@ def _split(
     only the columns cells need are carried into the valid frame.
     """
     df = df.with_row_index(ROW)
-    bad = df.select(rules.any_condition(conditions)).to_series()
+    screen = [(c, r) for c, r in conditions if r not in _IMPLIED_BLANKS]
+    bad = df.select(rules.any_condition(screen)).to_series()
     dead_parts = []
     slim = df.select(ROW, pl.col(id_column).cast(pl.String), *keep)
     if bad.any():
         dead_parts.append(df.filter(bad).with_columns(rules.first_reason(conditions).alias(REASON)))
         slim = slim.filter(~bad)
     ids = slim.get_column(id_column)
-    admitted = first_occurrences(ids)
-    if seen is not None:
+    h1 = ids.hash(_HASH_SEEDS[0])
+    admitted = first_occurrences(ids, h1)
+    if seen is not None:  # the same two hashes as hash_ids, h1 computed once
         first = np.flatnonzero(admitted)
-        h1, h2 = hash_ids(ids.gather(first) if len(first) < len(ids) else ids)
-        admitted[first] = seen.admit(h1, h2)
+        kept = ids.gather(first) if len(first) < len(ids) else ids
+        h1_kept = h1.gather(first) if len(first) < len(ids) else h1
+        admitted[first] = seen.admit(h1_kept.to_numpy(), kept.hash(_HASH_SEEDS[1]).to_numpy())
     if not admitted.all():
         repeats = slim.get_column(ROW).to_numpy()[~admitted]
         dead_parts.append(df[repeats].with_columns(pl.lit(duplicate_reason).alias(REASON)))
