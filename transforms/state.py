@@ -70,8 +70,14 @@ CELLS_ROW_GROUP = 1 << 16
 
 
 def _parquet_bytes(table: pa.Table) -> bytes:
+    """Snappy, dictionary-encoded strings, no column statistics.
+
+    Every reader of the state reads whole row groups (no predicate pushdown),
+    so min/max statistics would never prune anything; skipping them saves
+    about a fifth of the write time of a day's ~350k cells.
+    """
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="snappy", row_group_size=CELLS_ROW_GROUP)
+    pq.write_table(table, sink, compression="snappy", row_group_size=CELLS_ROW_GROUP, write_statistics=False)
     return sink.getvalue().to_pybytes()
 
 
