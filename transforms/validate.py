@@ -67,6 +67,29 @@ def hash_ids(ids: pl.Series) -> tuple[np.ndarray, np.ndarray]:
 _IMPLIED_BLANKS = frozenset(rules.REASON_MISSING_PREFIX + c for c in ("ts", "winner", "score"))
 
 
+def blank_mask(text: pl.Series) -> pl.Series:
+    """:func:`~biasboard.schemas.rules.is_blank` of a String column, without stripping every value.
+
+    A value whose first byte is printable, non-space ASCII is never blank, and
+    Arrow's string views keep every value's first bytes inline, so one numpy
+    look at the views clears almost every row; only the rest (null, empty,
+    leading space or non-ASCII) go through the exact strip check.
+    """
+    arr = text.to_arrow(compat_level=pl.CompatLevel.newest())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.type != pa.string_view():  # not the layout we read below: the plain check
+        return text.to_frame("t").select(rules.is_blank("t", pl.String)).to_series()
+    views = np.frombuffer(arr.buffers()[1], dtype=np.uint8).reshape(-1, 16)[arr.offset : arr.offset + len(arr)]
+    first = views[:, 4]  # the first byte of the value (0 for an empty one)
+    suspect = np.flatnonzero((first < 0x21) | (first > 0x7E) | text.is_null().to_numpy())
+    blank = np.zeros(len(text), dtype=bool)
+    if len(suspect):
+        checked = text.gather(suspect).to_frame("t").select(rules.is_blank("t", pl.String)).to_series()
+        blank[suspect] = checked.to_numpy()
+    return pl.Series(blank)
+
+
 @dataclass
 class SeenIds:
     """The ids kept so far in one day, as sorted runs of (h1, h2) hash pairs.
@@ -181,6 +204,14 @@ def _dead_letters(rejected: pl.DataFrame, schema: pa.Schema, source_file: str, r
     return out.to_arrow().cast(schema)
 
 
+def _fast_blank(df: pl.DataFrame, reason: str) -> pl.Expr:
+    """The ``missing:<column>`` condition as a precomputed mask (String columns) or the rule's expression."""
+    column = reason[len(rules.REASON_MISSING_PREFIX) :]
+    if df.schema[column] == pl.String:
+        return pl.lit(blank_mask(df.get_column(column)))
+    return rules.is_blank(column, df.schema[column])
+
+
 def _split(
     df: pl.DataFrame,
     conditions: list[tuple[pl.Expr, str]],
@@ -198,7 +229,8 @@ def _split(
     only the columns cells need are carried into the valid frame.
     """
     df = df.with_row_index(ROW)
-    screen = [(c, r) for c, r in conditions if r not in _IMPLIED_BLANKS]
+    screen = [(_fast_blank(df, r) if r.startswith(rules.REASON_MISSING_PREFIX) else c, r)
+              for c, r in conditions if r not in _IMPLIED_BLANKS]  # fmt: skip
     bad = df.select(rules.any_condition(screen)).to_series()
     dead_parts = []
     slim = df.select(ROW, pl.col(id_column).cast(pl.String), *keep)
