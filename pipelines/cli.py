@@ -15,7 +15,8 @@ import importlib
 import logging
 import sys
 
-from biasboard.schemas.errors import BiasboardError
+from biasboard.pipelines.options import unknown_options
+from biasboard.schemas.errors import BiasboardError, InputError
 
 #: command name → (module under biasboard.pipelines, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -63,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:  # Beam's INFO chatter (type-hint conversions, caches) drowns the job's own progress
         logging.getLogger("apache_beam").setLevel(logging.WARNING)
     try:
+        unknown = unknown_options(beam_args)
+        if unknown:
+            flags = " ".join(unknown)
+            raise InputError(f"unrecognised option(s) {flags}: neither a {args.command} flag nor a Beam option")
         return int(_load(args.command).run(args, beam_args) or 0)
     except BiasboardError as err:
         print(f"biasboard {args.command}: error: {err}", file=sys.stderr)

@@ -8,6 +8,8 @@ command line (Dataflow, Flink, Spark, Portable) wins.
 
 from __future__ import annotations
 
+import logging
+
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 DEFAULT_LOCAL_RUNNER = "FnApiRunner"
@@ -20,3 +22,24 @@ def beam_options(beam_args: list[str] | None) -> PipelineOptions:
     if not standard.runner:
         standard.runner = DEFAULT_LOCAL_RUNNER
     return options
+
+
+def unknown_options(beam_args: list[str] | None) -> list[str]:
+    """The flags in ``beam_args`` that are no Beam pipeline option either, as the user spelled them.
+
+    Jobs hand Beam whatever they do not parse themselves, and Beam only logs and
+    drops what it does not know: a misspelt job flag (``--family-map`` where the
+    job says ``--families``) would silently do nothing.  The CLI refuses them.
+    """
+    if not beam_args:
+        return []
+    options = PipelineOptions(list(beam_args))
+    beam_log = logging.getLogger("apache_beam.options.pipeline_options")
+    level = beam_log.level
+    beam_log.setLevel(logging.ERROR)  # Beam warns "Discarding unparseable args"; we say it better below
+    try:
+        unknown = set(options.get_all_options(retain_unknown_options=True)) - set(options.get_all_options())
+    finally:
+        beam_log.setLevel(level)
+    flags = [a for a in beam_args if a.startswith("--")]
+    return [f for f in flags if f[2:].split("=", 1)[0].replace("-", "_") in unknown]

@@ -61,7 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state", required=True, help="state folder: per-day cells, dead letters, manifests")
     parser.add_argument("--out", required=True, help="output folder: snapshots/ and LATEST (local or gs://)")
     parser.add_argument("--scores", default=None, help="optional ordinal score Parquet files (glob or folder)")
-    parser.add_argument("--families", default=None, help="family map file (model/judge name → family)")
+    parser.add_argument(
+        "--family-map",
+        "--families",
+        dest="families",
+        default=None,
+        help="family map file (model/judge name → family), tried before the defaults; as in backfill and audit",
+    )
     parser.add_argument("--k", type=int, default=10, help="top-k for the membership probabilities (default 10)")
     parser.add_argument("--bootstrap", type=int, default=0, help="Poisson-bootstrap replicates (default 0: Laplace)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo parts (default 0)")

@@ -1,0 +1,21 @@
+"""The CLI's own contract: misspelt flags are refused in one line, Beam's flags pass through."""
+
+from __future__ import annotations
+
+from biasboard.pipelines import cli
+from biasboard.pipelines.options import unknown_options
+
+
+def test_beam_flags_pass_and_unknown_flags_are_named():
+    beam = ["--runner", "DataflowRunner", "--project", "p", "--region=europe-west1", "--setup_file", "./setup.py"]
+    assert unknown_options(beam) == []
+    assert unknown_options([*beam, "--famly-map", "x.json", "--bogus=1"]) == ["--famly-map", "--bogus=1"]
+
+
+def test_a_misspelt_flag_fails_before_the_job_runs(tmp_path, capsys):
+    argv = ["export", "--out", str(tmp_path / "none"), "--to", str(tmp_path / "x"), "--format", "csv", "--snapshto", "a"]
+    code = cli.main(argv)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "unrecognised option(s) --snapshto" in err
+    assert "Traceback" not in err
