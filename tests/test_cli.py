@@ -13,7 +13,7 @@ def test_beam_flags_pass_and_unknown_flags_are_named():
 
 
 def test_a_misspelt_flag_fails_before_the_job_runs(tmp_path, capsys):
-    argv = ["export", "--out", str(tmp_path / "none"), "--to", str(tmp_path / "x"), "--format", "csv", "--snapshto", "a"]
+    argv = ["export", "--out", str(tmp_path / "no"), "--to", str(tmp_path / "x"), "--format", "csv", "--snapshto", "a"]
     code = cli.main(argv)
     assert code == 2
     err = capsys.readouterr().err
