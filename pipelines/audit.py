@@ -36,11 +36,10 @@ from typing import Any
 import apache_beam as beam
 import polars as pl
 from apache_beam.options.pipeline_options import GoogleCloudOptions
-from biasboard.pipelines.backfill import _user_error as user_error
 from biasboard.pipelines.options import beam_options
 from biasboard.ranking.audit import GOLD_COLUMN, AuditResult, anchor_gold
 from biasboard.schemas.battle import WINNER_VALUES
-from biasboard.schemas.errors import InputError
+from biasboard.schemas.errors import InputError, recover_user_error
 from biasboard.schemas.families import FamilyMap
 from biasboard.transforms import publish, read, storage
 from biasboard.transforms.audit import DEFAULT_ORDER_SHARDS, AuditBattles
@@ -115,7 +114,7 @@ def run_audit(
     try:
         pipeline.run().wait_until_finish()
     except Exception as err:  # a worker's InputError comes back wrapped by the runner
-        user = user_error(err)
+        user = recover_user_error(err)
         if user is not None:
             raise user from err
         raise

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 from dataclasses import dataclass, field
 
 import apache_beam as beam
@@ -41,8 +40,9 @@ import pyarrow as pa
 from apache_beam.metrics.metric import Metrics, MetricsFilter
 from biasboard.pipelines.options import beam_options
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA
-from biasboard.schemas.errors import BiasboardError, InputError, StateError
+from biasboard.schemas.errors import InputError, StateError, recover_user_error
 from biasboard.schemas.families import FamilyMap
+from biasboard.transforms import storage
 from biasboard.transforms.cells import (
     BatchCells,
     IngestCounts,
@@ -184,20 +184,6 @@ class AggregateDays(beam.PTransform):
         return tasks | "SpreadDays" >> beam.Reshuffle() | "AggregateDay" >> beam.ParDo(self.fn)
 
 
-def _user_error(err: BaseException) -> BiasboardError | None:
-    """The BiasboardError a worker raised, recovered from whatever Beam wrapped it in."""
-    seen = err
-    while seen is not None:
-        if isinstance(seen, BiasboardError):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    found = re.search(r"(InputError|StateError): (.+)", str(err))
-    if found:
-        cls = InputError if found.group(1) == "InputError" else StateError
-        return cls(found.group(2).strip())
-    return None
-
-
 def run_backfill(
     input_glob: str,
     state_dir: str,
@@ -218,6 +204,7 @@ def run_backfill(
     if not isinstance(family_map, FamilyMap):
         family_map = load_family_map(family_map)
     tasks = plan_days(input_glob, days, day_range, scores_glob)
+    storage.ensure_dir(state_dir)  # an unwritable state folder fails here, in one line, not inside a worker
     log.info("backfill: %d day(s) from %s into %s", len(tasks), input_glob, state_dir)
     pipeline = beam.Pipeline(options=beam_options(beam_args))
     _ = (
@@ -229,7 +216,7 @@ def run_backfill(
         outcome = pipeline.run()
         outcome.wait_until_finish()
     except Exception as err:
-        user = _user_error(err)
+        user = recover_user_error(err)
         if user is not None:
             raise user from err
         raise

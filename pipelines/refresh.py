@@ -187,6 +187,10 @@ def refresh(
     """Aggregate new/changed days, merge all cells, fit both models, publish a snapshot."""
     options = options or RefreshOptions()
     model_config(options)  # a bad model option fails now, before any data is read
+    if storage.normalise(state_dir) == storage.normalise(out_dir):
+        raise InputError(f"--state and --out are the same folder ({state_dir}); give each its own")
+    for folder in (state_dir, out_dir):  # unwritable folders fail here, in one line, not after the aggregation
+        storage.ensure_dir(folder)
     beam_args = list(beam_args or [])
     pipeline_options = beam_options(beam_args)
     storage.configure_gcs_auth(no_auth=pipeline_options.view_as(GoogleCloudOptions).no_auth)

@@ -19,3 +19,17 @@ def test_a_misspelt_flag_fails_before_the_job_runs(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "unrecognised option(s) --snapshto" in err
     assert "Traceback" not in err
+
+
+def test_unwritable_or_shared_folders_fail_in_one_line_before_any_work(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    logs = tmp_path / "logs" / "day=2024-01-01"
+    logs.mkdir(parents=True)
+    glob = str(tmp_path / "logs" / "day=*" / "*.parquet")
+    assert cli.main(["refresh", "--input", glob, "--state", str(blocker / "state"), "--out", str(tmp_path / "o")]) == 2
+    assert f"cannot write {blocker / 'state'}" in capsys.readouterr().err
+    same = str(tmp_path / "site")
+    assert cli.main(["refresh", "--input", glob, "--state", same, "--out", same + "/"]) == 2
+    assert "--state and --out are the same folder" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "site").exists()

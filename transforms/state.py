@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA
 from biasboard.schemas.errors import StateError
+from biasboard.transforms import storage
 from biasboard.transforms.cells import merge_cells
 
 PAIR_CELLS_FILE = "pair_cells.parquet"
@@ -63,8 +64,7 @@ def _temp_name(path: str) -> str:
 
 
 def _write_bytes(path: str, data: bytes) -> None:
-    with FileSystems.create(path, mime_type="application/octet-stream") as handle:
-        handle.write(data)
+    storage.write_bytes(path, data)
 
 
 #: Row-group size of stored cells: readers (``ranking.data.read_cells``) stream a day one group at a time.

@@ -25,6 +25,7 @@ import os
 import posixpath
 import uuid
 from collections.abc import Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -53,6 +54,11 @@ def is_remote(path: str) -> bool:
     return scheme is not None and scheme != "file"
 
 
+def normalise(path: str) -> str:
+    """A path in one spelling (absolute locally, no trailing slash), to tell whether two name the same folder."""
+    return path.rstrip("/") if is_remote(path) else os.path.abspath(path)
+
+
 def join(base: str, *parts: str) -> str:
     """Join path parts with ``/`` for URLs and the OS separator for local paths."""
     if is_remote(base):
@@ -60,10 +66,22 @@ def join(base: str, *parts: str) -> str:
     return os.path.join(base, *parts)
 
 
+@contextmanager
+def _writing(path: str):
+    """Turn a failed write (permissions, a file where a folder should be, a bucket that refuses) into one line."""
+    try:
+        yield
+    except StateError:
+        raise
+    except Exception as err:  # OSError locally; google.api_core / Beam wrappers on a bucket
+        raise StateError(f"cannot write {path}: {err}") from err
+
+
 def ensure_dir(path: str) -> None:
     """Create a local folder (and parents); a no-op on a bucket, which has no folders."""
     if not is_remote(path):
-        os.makedirs(path, exist_ok=True)
+        with _writing(path):
+            os.makedirs(path, exist_ok=True)
 
 
 def exists(path: str) -> bool:
@@ -87,10 +105,11 @@ def read_text(path: str) -> str:
 
 def write_bytes(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` (not atomic locally; use :func:`atomic_write_bytes` for that)."""
-    if not is_remote(path):
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(data)
+    with _writing(path):
+        if not is_remote(path):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            handle.write(data)
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
@@ -105,17 +124,18 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
         write_bytes(path, data)
         return
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex}")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with _writing(path):
+        os.makedirs(folder, exist_ok=True)
+        try:
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
     _fsync_dir(folder)
 
 
