@@ -97,6 +97,10 @@ def read_posterior(snapshot_path: str) -> Posterior:
         raise StateError(str(err)) from None
 
 
+#: The largest plan one call makes: picks are greedy with a posterior update each, O(models²) apiece.
+MAX_BUDGET = 100_000
+
+
 def make_plan(
     out_dir: str,
     budget: int,
@@ -112,6 +116,11 @@ def make_plan(
     """Plan ``budget`` comparisons from a snapshot and write them; refresh may call this after publishing."""
     if budget < 2:
         raise InputError(f"--budget {budget}: at least 2 comparisons (one pair in both orders) are needed")
+    if budget > MAX_BUDGET:
+        raise InputError(
+            f"--budget {budget}: at most {MAX_BUDGET} comparisons per plan (the posterior is updated after each "
+            "pick, so one plan is for the next round; refresh and plan again for the round after)"
+        )
     if k is not None and k < 1:
         raise InputError(f"--k {k}: must be at least 1")
     source = publish.resolve_snapshot(out_dir, snapshot_id)

@@ -29,12 +29,6 @@ VARIANCE_SHRINK: float = 0.5
 EFFECT_NAME = {POS: "position", LEN: "length", AFF: "affinity", DISC: "discrimination", TIE: "tie", SEV: "severity"}
 
 
-def effective_covariance(problem: Problem, cov_core: np.ndarray) -> np.ndarray:
-    E = problem.spec.effective_map()
-    left = E @ cov_core
-    return np.asarray(E @ left.T)
-
-
 def _wilson(successes: float, trials: float) -> tuple[float, float, float]:
     if trials <= 0:
         return float("nan"), float("nan"), float("nan")

@@ -33,3 +33,8 @@ def test_unwritable_or_shared_folders_fail_in_one_line_before_any_work(tmp_path,
     assert cli.main(["refresh", "--input", glob, "--state", same, "--out", same + "/"]) == 2
     assert "--state and --out are the same folder" in capsys.readouterr().err
     assert not (tmp_path / "o").exists() and not (tmp_path / "site").exists()
+
+
+def test_plan_refuses_a_budget_it_could_not_plan_in_reasonable_time(tmp_path, capsys):
+    assert cli.main(["plan", "--out", str(tmp_path), "--budget", "1000000000"]) == 2
+    assert "at most 100000 comparisons per plan" in capsys.readouterr().err
