@@ -52,6 +52,7 @@ from biasboard.importers.common import (
     column_or_null,
     finalize_battles,
     fixed_day,
+    judge_expr,
     pick_length_unit,
     read_all,
     require_columns,
@@ -107,12 +108,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     unit = pick_length_unit(options)
     raw = read_all(paths)
     require_columns(raw, REQUIRED, paths, "AlpacaEval annotation")
-    if options.judge:
-        judge = pl.lit(options.judge)
-    elif "annotator" in raw.columns:
-        judge = pl.col("annotator").cast(pl.String)
-    else:
-        raise InputError(f"{', '.join(map(str, paths))}: no 'annotator' field in the file; name the judge with --judge")
+    judge = judge_expr(raw, options, paths, column="annotator")
     preference = pl.col("preference").cast(pl.Float64, strict=False)
     listed = listed_winner(preference, options.tie_band)
     shown = column_or_null(raw, "shown_first").cast(pl.String)

@@ -215,6 +215,16 @@ def as_text(frame: pl.DataFrame, column: str) -> pl.Expr:
     return pl.col(column).cast(pl.String).fill_null("")
 
 
+def judge_expr(frame: pl.DataFrame, options: ImportOptions, paths: Sequence[Path], column: str = "judge") -> pl.Expr:
+    """Each row's judge: ``--judge`` when given, else the file's ``column``; a file with neither needs ``--judge``."""
+    if options.judge:
+        return pl.lit(options.judge)
+    if column not in frame.columns:
+        names = ", ".join(str(p) for p in paths)
+        raise InputError(f"{names}: no '{column}' field in the file; name the judge with --judge")
+    return pl.col(column).cast(pl.String)
+
+
 def judge_parts(frame: pl.DataFrame, options: ImportOptions, paths: Sequence[Path]) -> tuple[pl.Expr, pl.Expr]:
     """(judge name, prompt template name) from FastChat's ``judge`` field, ``[model, prompt]`` or a plain string.
 
@@ -223,14 +233,9 @@ def judge_parts(frame: pl.DataFrame, options: ImportOptions, paths: Sequence[Pat
     prompt = pl.lit(None, dtype=pl.String)
     if "judge" in frame.columns and isinstance(frame.schema["judge"], pl.List):
         prompt = pl.col("judge").list.get(1, null_on_oob=True).cast(pl.String)
-    if options.judge:
-        return pl.lit(options.judge), prompt
-    if "judge" not in frame.columns:
-        names = ", ".join(str(p) for p in paths)
-        raise InputError(f"{names}: no 'judge' field in the file; name the judge with --judge")
-    if isinstance(frame.schema["judge"], pl.List):
-        return pl.col("judge").list.get(0, null_on_oob=True).cast(pl.String), prompt
-    return pl.col("judge").cast(pl.String), prompt
+        if not options.judge:
+            return pl.col("judge").list.get(0, null_on_oob=True).cast(pl.String), prompt
+    return judge_expr(frame, options, paths), prompt
 
 
 def fixed_day(options: ImportOptions) -> pl.Expr:

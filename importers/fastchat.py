@@ -31,10 +31,10 @@ from biasboard.importers.common import (
     as_text,
     finalize_battles,
     fixed_day,
+    judge_expr,
     read_all,
     require_columns,
 )
-from biasboard.schemas.errors import InputError
 
 PATTERNS = ("*.json", "*.json.gz", "*.jsonl", "*.jsonl.gz")
 TOKEN_FIELDS = ("sum_assistant_a_tokens", "sum_assistant_b_tokens")
@@ -51,12 +51,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     raw = read_all(paths)
     require_columns(raw, ("model_a", "model_b", "winner"), paths, "FastChat battle")
     notes: list[str] = []
-    if options.judge:
-        judge = pl.lit(options.judge)
-    elif "judge" in raw.columns:
-        judge = pl.col("judge").cast(pl.String)
-    else:
-        raise InputError(f"{', '.join(map(str, paths))}: no 'judge' field in the file; name the judge with --judge")
+    judge = judge_expr(raw, options, paths)
     time_column = next((c for c in ("tstamp", "ts") if c in raw.columns), None)
     if time_column is None:
         ts = fixed_day(options)

@@ -18,6 +18,8 @@ from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.ranking.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import publish
 
+# DESIGN §6's leaderboard columns, spelled out here on purpose (not imported from ranking.leaderboard):
+# the test pins the published contract, so a change in the code cannot change the expectation with it.
 LEADERBOARD_COLUMNS = [
     "model",
     "n_battles",
