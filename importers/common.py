@@ -215,6 +215,11 @@ def as_text(frame: pl.DataFrame, column: str) -> pl.Expr:
     return pl.col(column).cast(pl.String).fill_null("")
 
 
+def stable_id(prefix: str, *parts: pl.Expr) -> pl.Expr:
+    """A deterministic id from a row's identifying fields (``prefix:part:part…``, nulls as ''): reimports match."""
+    return pl.concat_str([pl.lit(prefix), *(part.fill_null("") for part in parts)], separator=":")
+
+
 def judge_expr(frame: pl.DataFrame, options: ImportOptions, paths: Sequence[Path], column: str = "judge") -> pl.Expr:
     """Each row's judge: ``--judge`` when given, else the file's ``column``; a file with neither needs ``--judge``."""
     if options.judge:

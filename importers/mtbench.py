@@ -46,6 +46,7 @@ from biasboard.importers.common import (
     judge_parts,
     read_all,
     require_columns,
+    stable_id,
 )
 
 PATTERNS = ("*pair*.jsonl", "*pair*.jsonl.gz")
@@ -97,19 +98,16 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     if "tstamp" not in raw.columns:
         notes.append(f"no tstamp column: every battle dated {options.default_date.isoformat()} 00:00 UTC")
     qid = pl.col("question_id").cast(pl.String)
-    battle_id = pl.concat_str(
-        [
-            pl.lit("mtbench-pair"),
-            judge.fill_null(""),
-            prompt.fill_null(""),
-            qid.fill_null(""),
-            pl.format("t{}", turn),
-            pl.col("model_1").cast(pl.String).fill_null(""),
-            pl.col("model_2").cast(pl.String).fill_null(""),
-            as_text(raw, "tstamp") if "tstamp" in raw.columns else pl.lit(""),
-            pl.format("g{}", game),
-        ],
-        separator=":",
+    battle_id = stable_id(
+        "mtbench-pair",
+        judge,
+        prompt,
+        qid,
+        pl.format("t{}", turn),
+        pl.col("model_1").cast(pl.String),
+        pl.col("model_2").cast(pl.String),
+        as_text(raw, "tstamp") if "tstamp" in raw.columns else pl.lit(""),
+        pl.format("g{}", game),
     )
     mapped = raw.select(
         battle_id.alias("battle_id"),

@@ -44,6 +44,7 @@ from biasboard.importers.common import (
     read_all,
     read_records,
     require_columns,
+    stable_id,
 )
 from biasboard.importers.mtbench import attach_answer_lengths
 
@@ -90,17 +91,14 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     )
     qid = pl.col("question_id").cast(pl.String)
     score = pl.col("score").cast(pl.Float64, strict=False)
-    score_id = pl.concat_str(
-        [
-            pl.lit("single"),
-            judge.fill_null(""),
-            prompt.fill_null(""),
-            qid.fill_null(""),
-            pl.format("t{}", turn),
-            pl.col("model").cast(pl.String).fill_null(""),
-            as_text(raw, "tstamp") if "tstamp" in raw.columns else pl.lit(""),
-        ],
-        separator=":",
+    score_id = stable_id(
+        "single",
+        judge,
+        prompt,
+        qid,
+        pl.format("t{}", turn),
+        pl.col("model").cast(pl.String),
+        as_text(raw, "tstamp") if "tstamp" in raw.columns else pl.lit(""),
     )
     mapped = raw.select(
         score_id.alias("score_id"),
