@@ -10,7 +10,7 @@ workers.
 
 from setuptools import setup
 
-SUBPACKAGES = ("pipelines", "transforms", "schemas", "ranking", "importers", "report")
+SUBPACKAGES = ("pipelines", "transforms", "schemas", "ranking", "simulate", "audit", "plan", "importers", "report")
 
 setup(
     name="biasboard",

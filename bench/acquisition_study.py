@@ -10,7 +10,7 @@ Bradley–Terry (what arenas publish) or the bias-aware model; the same fit driv
 reported top-k (its MAP ratings), so "with and without bias correction" changes both.
 
 Strategies: ``topk`` (seed 000's rule), ``dopt`` (D-optimal), ``thompson``, ``roundrobin``,
-``random`` — all from :func:`biasboard.ranking.acquisition.select_comparisons`, the same function
+``random`` — all from :func:`biasboard.plan.select_comparisons`, the same function
 ``biasboard plan`` calls.  Printed and written: mean recall ± SE over seeds per budget, the paired
 difference topk − other (wins/ties/losses over seeds), and the share of acquired pairs that touch the
 true k-th or (k+1)-th model (seed 000's boundary-targeting mechanism).  Reported as measured; the
@@ -42,13 +42,13 @@ import pyarrow as pa
 
 os.environ.setdefault("NO_GCE_CHECK", "true")
 
+from biasboard.plan import STRATEGIES, posterior_from_fit, select_comparisons
 from biasboard.ranking import ModelConfig, NaiveConfig, fit_bias_aware, fit_naive
-from biasboard.ranking.acquisition import STRATEGIES, posterior_from_fit, select_comparisons
 from biasboard.ranking.rank_stats import top_k_recall
-from biasboard.ranking.simulate import SimulationConfig, draw_parameters, verdict_probabilities
 from biasboard.report.svg import esc, nice_ticks
 from biasboard.schemas.battle import BATTLE_SCHEMA
 from biasboard.schemas.families import FamilyMap
+from biasboard.simulate import SimulationConfig, draw_parameters, verdict_probabilities
 from biasboard.transforms.cells import partial_cells
 
 FITS = ("naive", "corrected")

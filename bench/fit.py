@@ -85,8 +85,8 @@ def ensure_arena_venv() -> None:
 
 def simulate(args, workdir: Path):
     """Simulate, aggregate to cells with the real ingest function, write cells + arena's battle table."""
-    from biasboard.ranking.simulate import SimulationConfig, simulate_days, truth
     from biasboard.schemas.families import FamilyMap
+    from biasboard.simulate import SimulationConfig, simulate_days, truth
     from biasboard.transforms.cells import merge_cells, partial_cells
 
     config = SimulationConfig(battles=args.battles, models=args.models, judges=args.judges, days=args.days,
@@ -209,8 +209,8 @@ def coverage_study(seeds: int, battles: int = 20_000, models: int = 16, judges: 
     from biasboard.ranking import ModelConfig, fit_leaderboards
     from biasboard.ranking.oracle import fit_oracle
     from biasboard.ranking.rank_stats import kendall_tau_b
-    from biasboard.ranking.simulate import SimulationConfig, simulate_days, truth
     from biasboard.schemas.families import FamilyMap
+    from biasboard.simulate import SimulationConfig, simulate_days, truth
     from biasboard.transforms.cells import merge_cells, partial_cells
 
     family_map = FamilyMap.with_user_rules()

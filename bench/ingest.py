@@ -91,7 +91,7 @@ def _run_child(args: list[str]) -> dict:
 
 
 def generate(folder: Path, battles: int, rows_per_day: int, bad_rows: float, seed: int) -> float:
-    from biasboard.ranking.simulate import SimulationConfig, write_simulation
+    from biasboard.simulate import SimulationConfig, write_simulation
 
     days = max(1, round(battles / rows_per_day))
     start = time.perf_counter()

@@ -1,6 +1,6 @@
 """Simulation study: does the bias-aware hybrid recover the true ranking better than naive aggregation?
 
-Two studies, both on data from the project's simulator (:mod:`biasboard.ranking.simulate`), turned into
+Two studies, both on data from the project's simulator (:mod:`biasboard.simulate`), turned into
 cells by the SAME per-batch function the ingest uses (:func:`biasboard.transforms.cells.partial_cells`),
 and fit by the ranking core:
 
@@ -54,9 +54,9 @@ from biasboard.ranking import ModelConfig, fit_bias_aware, fit_naive  # noqa: E4
 from biasboard.ranking.config import SWITCHABLE  # noqa: E402
 from biasboard.ranking.oracle import fit_oracle  # noqa: E402
 from biasboard.ranking.rank_stats import kendall_tau_b, spearman, top_k_recall  # noqa: E402
-from biasboard.ranking.simulate import DESIGNS, SimulationConfig, simulate_days, truth  # noqa: E402
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA  # noqa: E402
 from biasboard.schemas.families import FamilyMap  # noqa: E402
+from biasboard.simulate import DESIGNS, SimulationConfig, simulate_days, truth  # noqa: E402
 from biasboard.transforms.cells import merge_batches, partial_cells, partial_score_cells  # noqa: E402
 from evidence_sections import markdown_table, replace_section, revision  # noqa: E402
 

@@ -36,8 +36,8 @@ from typing import Any
 import apache_beam as beam
 import polars as pl
 from apache_beam.options.pipeline_options import GoogleCloudOptions
+from biasboard.audit import GOLD_COLUMN, AuditResult, anchor_gold
 from biasboard.pipelines.options import beam_options
-from biasboard.ranking.audit import GOLD_COLUMN, AuditResult, anchor_gold
 from biasboard.schemas.battle import WINNER_VALUES
 from biasboard.schemas.errors import InputError, recover_user_error
 from biasboard.schemas.families import FamilyMap

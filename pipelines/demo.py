@@ -24,8 +24,8 @@ import numpy as np
 import polars as pl
 from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.ranking.rank_stats import kendall_tau_b
-from biasboard.ranking.simulate import SimulationConfig, write_simulation
 from biasboard.schemas.errors import InputError
+from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import storage
 
 _LOG = logging.getLogger(__name__)

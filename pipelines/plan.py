@@ -10,7 +10,7 @@ writes ``plan.parquet``, ``plan.csv`` and ``plan.json`` (what was planned from w
 as two consecutive rows, one per order, so the position effect stays identified.  ``plan.json`` is
 written last, so a harness polling it never reads a half-written plan.
 
-The selection itself is :func:`biasboard.ranking.acquisition.select_comparisons`; this module only
+The selection itself is :func:`biasboard.plan.select_comparisons`; this module only
 moves bytes.  :func:`plan_inputs` is what ``refresh`` calls to put the posterior into a snapshot.
 Plan runs no Beam pipeline (it reads two small files); it uses Beam's file systems for ``gs://``.
 """
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import polars as pl
-from biasboard.ranking.acquisition import STRATEGIES, Posterior, posterior_from_fit, select_comparisons
+from biasboard.plan import STRATEGIES, Posterior, posterior_from_fit, select_comparisons
 from biasboard.schemas.errors import InputError, StateError
 from biasboard.transforms import publish, storage
 

@@ -2,7 +2,7 @@
 
 Writes ``OUT/battles/day=YYYY-MM-DD/part-00000.parquet`` (and ``OUT/scores/…``
 when ``--scores`` > 0) and ``OUT/truth.json`` with every true parameter and the
-exact count of every row kind.  The generator is :mod:`biasboard.ranking.simulate`
+exact count of every row kind.  The generator is :mod:`biasboard.simulate`
 (plain numpy/pyarrow, no Beam); this module only maps flags onto its config.
 
     biasboard simulate --out /tmp/sim --battles 1000000 --models 30 --judges 6 \\
@@ -16,8 +16,8 @@ import datetime as dt
 import logging
 import time
 
-from biasboard.ranking.simulate import DESIGNS, SimulationConfig, truth, write_simulation
 from biasboard.schemas.errors import InputError
+from biasboard.simulate import DESIGNS, SimulationConfig, truth, write_simulation
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import apache_beam as beam
 import numpy as np
 import polars as pl
 import pytest
-from biasboard.ranking.audit import (
+from biasboard.audit import (
     AuditPartials,
     audit,
     audit_partials,

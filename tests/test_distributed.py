@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from biasboard.pipelines.refresh import RefreshOptions, refresh
-from biasboard.ranking.simulate import SimulationConfig, write_simulation
+from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import publish, storage
 from gcs_emulator import VENV_BIN, emulated_gcs, free_port, wait_for_port
 

@@ -7,9 +7,9 @@ import numpy as np
 from apache_beam.testing.util import assert_that
 from biasboard.pipelines.options import beam_options
 from biasboard.ranking import ModelConfig, fit_leaderboards
-from biasboard.ranking.simulate import SimulationConfig, simulate_days
 from biasboard.schemas.cells import SCORE_CELLS_SCHEMA
 from biasboard.schemas.families import FamilyMap
+from biasboard.simulate import SimulationConfig, simulate_days
 from biasboard.transforms.cells import merge_cells, partial_cells, partial_score_cells
 from biasboard.transforms.fit import FitModels
 

@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 from biasboard.ranking.gate import GateSettings, run_gate, sign_flip_p_value
-from biasboard.ranking.simulate import SimulationConfig, draw_parameters, simulate_days
 from biasboard.schemas.families import FamilyMap
+from biasboard.simulate import SimulationConfig, draw_parameters, simulate_days
 from biasboard.transforms.cells import partial_cells
 
 

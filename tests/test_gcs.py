@@ -71,7 +71,7 @@ def test_publish_and_export_on_a_bucket(emulator, tmp_path):
 def test_refresh_and_export_entirely_on_a_bucket(emulator, tmp_path):
     """Battles read from gs://, state and snapshots on gs://, export to gs:// — and a second run adds nothing."""
     from biasboard.pipelines.refresh import RefreshOptions, refresh
-    from biasboard.ranking.simulate import SimulationConfig, write_simulation
+    from biasboard.simulate import SimulationConfig, write_simulation
 
     sim = write_simulation(SimulationConfig(battles=2000, models=5, judges=2, days=2, bad_rows=0.01, seed=3), tmp_path)
     storage.copy_tree(str(sim / "battles"), f"{emulator}/logs/battles")

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from biasboard.pipelines.demo import DEMO
 from biasboard.pipelines.refresh import RefreshOptions, refresh
-from biasboard.ranking.simulate import SimulationConfig, write_simulation
+from biasboard.simulate import SimulationConfig, write_simulation
 
 GOLDEN = Path(__file__).parent / "data" / "golden" / "demo_snapshot.json"
 REGENERATE = os.environ.get("BIASBOARD_REGEN_GOLDEN", "") not in ("", "0")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from biasboard.pipelines.refresh import RefreshOptions, refresh
-from biasboard.ranking.simulate import SimulationConfig, write_simulation
+from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import publish
 
 SIM = SimulationConfig(battles=3000, models=6, judges=3, days=3, bad_rows=0.01, seed=5)

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from biasboard.audit import audit
 from biasboard.importers.common import ImportOptions
 from biasboard.importers.pba import convert
-from biasboard.ranking.audit import audit
 from conftest import shared_data
 
 DATASET = "mtbench-position-bias-analyzer"

@@ -1,4 +1,4 @@
-"""Top-k-aware acquisition (ranking/acquisition.py) and ``biasboard plan`` on a published snapshot."""
+"""Top-k-aware acquisition (plan/acquisition.py) and ``biasboard plan`` on a published snapshot."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import pyarrow as pa
 import pytest
 from biasboard.pipelines import cli
 from biasboard.pipelines.plan import POSTERIOR_FILE, make_plan, plan_inputs
-from biasboard.ranking import ModelConfig, fit_bias_aware
-from biasboard.ranking.acquisition import (
+from biasboard.plan.acquisition import (
     PLAN_COLUMNS,
     STRATEGIES,
     Posterior,
@@ -23,6 +22,7 @@ from biasboard.ranking.acquisition import (
     posterior_from_fit,
     select_comparisons,
 )
+from biasboard.ranking import ModelConfig, fit_bias_aware
 from biasboard.schemas.battle import BATTLE_SCHEMA
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap

@@ -16,9 +16,9 @@ import pytest
 from biasboard.ranking import ModelConfig, fit_bias_aware, fit_leaderboards
 from biasboard.ranking.oracle import fit_oracle
 from biasboard.ranking.rank_stats import kendall_tau_b, top_k_recall
-from biasboard.ranking.simulate import SimulationConfig, simulate_days, truth
 from biasboard.schemas.cells import SCORE_CELLS_SCHEMA
 from biasboard.schemas.families import FamilyMap
+from biasboard.simulate import SimulationConfig, simulate_days, truth
 from biasboard.transforms.cells import merge_batches, partial_cells, partial_score_cells
 
 #: The simulator's length effect is linear in x everywhere (β·x, unbounded), so recovery is checked with

@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 from biasboard.pipelines import cli
 from biasboard.pipelines.refresh import RefreshOptions, refresh
-from biasboard.ranking.simulate import SimulationConfig, write_simulation
+from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import publish
 
 # DESIGN §6's leaderboard columns, spelled out here on purpose (not imported from ranking.leaderboard):

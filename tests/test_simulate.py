@@ -21,7 +21,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from biasboard.pipelines.cli import main as cli_main
-from biasboard.ranking.simulate import (
+from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA, WINNER_VALUES
+from biasboard.schemas.deadletter import MAX_RESPONSE_LENGTH
+from biasboard.schemas.errors import InputError
+from biasboard.schemas.families import FamilyMap
+from biasboard.simulate import (
     BAD_ROW_REASONS,
     DESIGNS,
     FAMILY_PREFIXES,
@@ -32,10 +36,6 @@ from biasboard.ranking.simulate import (
     truth,
     write_simulation,
 )
-from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA, WINNER_VALUES
-from biasboard.schemas.deadletter import MAX_RESPONSE_LENGTH
-from biasboard.schemas.errors import InputError
-from biasboard.schemas.families import FamilyMap
 
 
 def _read_days(root: Path, kind: str) -> dict[str, pa.Table]:

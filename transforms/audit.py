@@ -4,16 +4,16 @@ The audit needs prompt-level pairing (a battle meets its swapped-order partner,
 which may sit in another file or another day), so it cannot run on the cells.
 Its shape instead:
 
-1. each batch → :func:`~biasboard.ranking.audit.audit_partials` (additive
+1. each batch → :func:`~biasboard.audit.audit_partials` (additive
    per-key counts, plus *compact order rows*: one per (judge, prompt, unordered
    pair) with verdict counts per presentation order — already far fewer rows
    than battles);
 2. the compact order rows are keyed by a hash shard of (judge, prompt), so every
    group lands whole in one shard, summed there, and reduced by
-   :func:`~biasboard.ranking.audit.pair_order_stats` to additive per-(judge,
+   :func:`~biasboard.audit.pair_order_stats` to additive per-(judge,
    model pair) counts;
 3. everything else is per-judge counts; all of it is summed by one global
-   combine and finished by :func:`~biasboard.ranking.audit.finish_audit`.
+   combine and finished by :func:`~biasboard.audit.finish_audit`.
 
 The transforms only move tables; every number comes from the core, the same
 functions the tests call.
@@ -26,7 +26,7 @@ import dataclasses
 import apache_beam as beam
 import polars as pl
 import pyarrow as pa
-from biasboard.ranking.audit import (
+from biasboard.audit import (
     AuditPartials,
     AuditResult,
     audit_partials,
@@ -88,7 +88,7 @@ def _without_order_rows(partials: AuditPartials) -> AuditPartials:
 class AuditBattles(beam.PTransform):
     """PCollection of validated battle batches (``pa.Table`` or polars frames) → one :class:`AuditResult`.
 
-    ``gold_lookup``: trusted verdicts from :func:`~biasboard.ranking.audit.anchor_gold`
+    ``gold_lookup``: trusted verdicts from :func:`~biasboard.audit.anchor_gold`
     (small; passed by value to every worker).
     """
 
