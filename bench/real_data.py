@@ -191,8 +191,8 @@ SEED_002 = {"position (γ₀)": "−0.165 [−0.253, +0.076]", "verbosity (β)":
             "same-family affinity (λ)": "+0.411", "SD(u_j)": "0.337", "τ naive vs corrected": "0.80"}
 
 
-def mtbench(config: ModelConfig) -> dict:
-    spec = DATA / "mtbench-position-bias-analyzer" / "mtbench_judgments_*.jsonl.gz"
+def mtbench(config: ModelConfig, data: Path = DATA) -> dict:
+    spec = data / "mtbench-position-bias-analyzer" / "mtbench_judgments_*.jsonl.gz"
     imported = import_path("pba", spec)
     battles = imported.rows
     joint = fit_both("MT-Bench (3 judges)", battles, config)
@@ -299,15 +299,15 @@ def clip_sensitivity(battles: pa.Table, config: ModelConfig, naive: dict[str, fl
     return rows
 
 
-def _baseline_length() -> float:
-    board = pl.read_csv(DATA / "alpacaeval" / Path(*ALPACA_LEADERBOARD)).rename({"": "model"})
+def _baseline_length(data: Path = DATA) -> float:
+    board = pl.read_csv(data / "alpacaeval" / Path(*ALPACA_LEADERBOARD)).rename({"": "model"})
     return float(board.filter(pl.col("model") == ALPACA_BASELINE)["avg_length"][0])
 
 
-def alpacaeval(config: ModelConfig) -> dict:
-    imported = import_path("alpacaeval", DATA / "alpacaeval" / ALPACA_JUDGE_FILE)
+def alpacaeval(config: ModelConfig, data: Path = DATA) -> dict:
+    imported = import_path("alpacaeval", data / "alpacaeval" / ALPACA_JUDGE_FILE)
     fit = fit_both("AlpacaEval 2", imported.rows, config)
-    board = pl.read_csv(DATA / "alpacaeval" / Path(*ALPACA_LEADERBOARD)).rename({"": "model"})
+    board = pl.read_csv(data / "alpacaeval" / Path(*ALPACA_LEADERBOARD)).rename({"": "model"})
     board = board.filter(pl.col("model") != ALPACA_BASELINE)
     lc = dict(zip(board["model"].to_list(), board["length_controlled_winrate"].to_list(), strict=True))
     raw = dict(zip(board["model"].to_list(), board["win_rate"].to_list(), strict=True))
@@ -356,7 +356,7 @@ def alpacaeval(config: ModelConfig) -> dict:
         + (f" Fitted models without a leaderboard row: {', '.join(unmatched)}." if unmatched else "")
         + "\n\n**Largest rank disagreements of the corrected ranking with LC** (ranks among the models compared; "
         "`avg_length`: the leaderboard's mean answer length in characters; the baseline's is "
-        f"{_baseline_length():.0f})\n\n"
+        f"{_baseline_length(data):.0f})\n\n"
         + markdown_table(["model", "avg_length", "naive rank", "corrected rank", "LC rank"], movers)
         + "\n\n**Sensitivity to the length clip** (`ModelConfig.length_clip` = c: the covariate is "
         "clip(ln(len_a/len_b), −c, c), so no answer earns more than c·β from its length; share beyond c: "
@@ -384,8 +384,8 @@ def _pair_keys(battles: pa.Table) -> set[tuple[str, str, str]]:
     return set(frame.iter_rows())
 
 
-def llmfao(config: ModelConfig, gate: bool = True) -> dict:
-    imported = {judge: import_path("llmfao", DATA / "llmfao" / name) for judge, name in LLMFAO_FILES.items()}
+def llmfao(config: ModelConfig, gate: bool = True, data: Path = DATA) -> dict:
+    imported = {judge: import_path("llmfao", data / "llmfao" / name) for judge, name in LLMFAO_FILES.items()}
     pairs = {judge: _pair_keys(r.rows) for judge, r in imported.items()}
     same_pairs = pairs["gpt4"] == pairs["gpt3"] and pairs["gpt4"] <= pairs["crowd"]
     fits = {judge: fit_both(f"LLMFAO {judge}", r.rows, config) for judge, r in imported.items()}
@@ -482,13 +482,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-profile", action="store_true", help="skip profile likelihoods (faster)")
     parser.add_argument("--no-gate", action="store_true", help="skip the LLMFAO trusted-anchor gate (faster)")
     parser.add_argument("--smoke", action="store_true", help="the smallest run: --only llmfao --no-profile --no-gate")
+    parser.add_argument("--data", type=Path, default=DATA,
+                        help="real data folder (../shared/data; the tests pass their stripped extracts)")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "docs" / "evidence", help="CSV folder")
     parser.add_argument("--evidence", type=Path, default=ROOT / "docs" / "evidence.md", help="page to update")
     args = parser.parse_args(argv)
     if args.smoke:
         args.only, args.no_profile, args.no_gate = ["llmfao"], True, True
-    if not DATA.exists():
-        print(f"shared data not found at {DATA.resolve()}", file=sys.stderr)
+    if not args.data.exists():
+        print(f"shared data not found at {args.data.resolve()}", file=sys.stderr)
         return 2
     config = ModelConfig(profile=not args.no_profile, posterior_draws=500)
     command = " ".join(["python bench/real_data.py", *(argv if argv is not None else sys.argv[1:])])
@@ -497,7 +499,10 @@ def main(argv: list[str] | None = None) -> int:
     timings, results = {}, {}
     for name in args.only:
         start = time.perf_counter()
-        results[name] = llmfao(config, gate=not args.no_gate) if name == "llmfao" else RUNNERS[name](config)
+        if name == "llmfao":
+            results[name] = llmfao(config, gate=not args.no_gate, data=args.data)
+        else:
+            results[name] = RUNNERS[name](config, data=args.data)
         timings[name] = time.perf_counter() - start
         section, body = results[name]["section"]
         replace_section(args.evidence, section, body)

@@ -1,4 +1,4 @@
-"""Shared test fixtures: a disposable temp folder, offline Beam, the shared real data."""
+"""Shared test fixtures: a disposable temp folder, offline Beam, the vendored real data."""
 
 from __future__ import annotations
 
@@ -12,22 +12,19 @@ import pytest
 os.environ.setdefault("NO_GCE_CHECK", "true")
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = (PROJECT_ROOT / ".." / "shared" / "data").resolve()
+#: Stripped extracts of the public judge data in ``../shared/data`` (see each folder's SOURCE.md).
+REAL_DATA = PROJECT_ROOT / "tests" / "data"
 
 
-def shared_data(*parts: str) -> Path:
-    """Path into ``../shared/data``; skips the test when absent, fails under CI.
+def real_data(*parts: str) -> Path:
+    """Path into the vendored real-data extracts (``tests/data``); a missing file is a failure, never a skip.
 
-    The real judge data is a read-only fixture beside the project, never copied
-    into it.  A developer without it still gets a green suite with a clear skip
-    reason; CI (``CI=true``) must have it, so there its absence is a failure.
+    The extracts ship with the repository, so a fresh clone runs every golden
+    check; ``tests/data/make_extracts.py`` regenerates them from ``../shared/data``.
     """
-    path = SHARED_DATA.joinpath(*parts)
+    path = REAL_DATA.joinpath(*parts)
     if not path.exists():
-        message = f"shared data not found at {path} (expected ../shared/data beside the project)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        pytest.fail(f"test data not found at {path} (regenerate with python tests/data/make_extracts.py)")
     return path
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from conftest import PROJECT_ROOT, shared_data
+from conftest import PROJECT_ROOT, real_data
 
 BENCH = PROJECT_ROOT / "bench"
 sys.path.insert(0, str(BENCH))
@@ -65,8 +65,7 @@ def test_simulation_study_smoke(tmp_path):
 
 
 def test_real_data_smoke(tmp_path):
-    shared_data("llmfao", "crowd-comparisons.csv")
-    out = _run("real_data.py", "--smoke", tmp=tmp_path)
+    out = _run("real_data.py", "--smoke", "--data", str(real_data()), tmp=tmp_path)
     page = tmp_path / "evidence.md"
     body = read_section(page, "real-llmfao")
     assert body and "move toward crowd" in body

@@ -1,4 +1,4 @@
-"""Importers on the real shared fixtures: counts from each SOURCE.md, conservation, shown order, verdict mapping.
+"""Importers on the vendored real fixtures (tests/data): counts from each SOURCE.md, conservation, order, verdicts.
 
 Every expected number below is quoted from the fixture folder's SOURCE.md (or
 its published files), not from our own output.  Each import's valid rows are
@@ -22,7 +22,7 @@ from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA
 from biasboard.schemas.deadletter import REASON_BAD_SCORE, REASON_DUPLICATE_ID
 from biasboard.schemas.errors import InputError
 from biasboard.transforms.validate import validate_battles, validate_scores
-from conftest import shared_data
+from conftest import real_data
 
 FASTCHAT = ("fastchat-llm-judge-samples",)
 STEFAN_PAIR = (*FASTCHAT, "Stefanstud_FastChat", "mt_bench", "model_judgment", "gpt-4_pair.jsonl.gz")
@@ -58,7 +58,7 @@ def histogram(values: pl.Series, top: int = 10) -> list[int]:
 
 def test_fastchat_clean_battle_counts_and_self_battle():
     result = import_path(
-        "fastchat", shared_data("arena-clean-battle-samples", "mteb-arena", "clean_battle_clustering.json")
+        "fastchat", real_data("arena-clean-battle-samples", "mteb-arena", "clean_battle_clustering.json")
     )
     rows = check_contract(result)
     assert result.rows_read == 124 and result.rows_converted == 124
@@ -75,7 +75,7 @@ def test_fastchat_clean_battle_counts_and_self_battle():
 
 
 def test_fastchat_gzip_array_dates_and_disconnected_groups():
-    result = import_path("fastchat", shared_data("arena-clean-battle-samples", "genai-arena"))
+    result = import_path("fastchat", real_data("arena-clean-battle-samples", "genai-arena"))
     rows = check_contract(result)
     assert result.rows_converted == 2061
     assert dict(rows["winner"].value_counts().iter_rows()) == {
@@ -105,7 +105,7 @@ def _outcome_pairs(rows: pl.DataFrame) -> dict[tuple[str, str], int]:
 
 
 def test_mtbench_pair_two_games_in_shown_order():
-    result = import_path("mtbench-pair", shared_data(*STEFAN_PAIR))
+    result = import_path("mtbench-pair", real_data(*STEFAN_PAIR))
     rows = check_contract(result)
     assert result.source_rows == 75 and result.rows_read == 150
     # (m1,error) once and (error,error) once: three games without a verdict, each dead-lettered alone.
@@ -129,7 +129,7 @@ def test_mtbench_pair_two_games_in_shown_order():
 
 
 def test_mtbench_pair_error_games_become_dead_letters_with_their_line():
-    result = import_path("mtbench-pair", shared_data(*FRANKLIN_PAIR))
+    result = import_path("mtbench-pair", real_data(*FRANKLIN_PAIR))
     check_contract(result)
     assert result.source_rows == 80
     # (tie,error), (m1,error), (error,tie) once each, (error,error) once: five games.
@@ -145,7 +145,7 @@ def test_mtbench_pair_error_games_become_dead_letters_with_their_line():
 
 
 def test_mtbench_single_grades_match_published_histograms():
-    rows = check_contract(import_path("mtbench-single", shared_data(*DON_SINGLE)))
+    rows = check_contract(import_path("mtbench-single", real_data(*DON_SINGLE)))
     chat = rows.filter(pl.col("model") == "llama2_chat_7b")
     assert histogram(chat["score"]) == [20, 33, 6, 5, 1, 3, 9, 12, 24, 46]  # SOURCE.md (the 8.5 is dropped)
     base = rows.filter(pl.col("model") == "llama2_7b")
@@ -154,7 +154,7 @@ def test_mtbench_single_grades_match_published_histograms():
 
 
 def test_mtbench_single_duplicates_minus_one_and_half_points():
-    result = import_path("mtbench-single", shared_data(*ALVARO_SINGLE))
+    result = import_path("mtbench-single", real_data(*ALVARO_SINGLE))
     rows = check_contract(result)
     orpo = rows.filter(pl.col("model") == "mistral-orpo")
     # 320 rows: one -1 (no verdict), 3 x 8.5 and 1 x 9.5 (not ordinal grades); both judgments of each
@@ -166,7 +166,7 @@ def test_mtbench_single_duplicates_minus_one_and_half_points():
 
 
 def test_arena_bench_single_needs_a_judge_and_gets_lengths():
-    path = shared_data("arena-bench-v1-single", "judgments.jsonl.gz")
+    path = real_data("arena-bench-v1-single", "judgments.jsonl.gz")
     with pytest.raises(InputError, match=r"judgments\.jsonl\.gz.*--judge"):
         import_path("mtbench-single", path)
     result = import_path("mtbench-single", path, ImportOptions(judge="gpt-4"))
@@ -191,7 +191,7 @@ def test_alpacaeval_preference_threshold():
 
 
 def test_alpacaeval_shown_order_from_recovered_rows():
-    path = shared_data("alpacaeval", "annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz")
+    path = real_data("alpacaeval", "annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz")
     result = import_path("alpacaeval", path)
     rows = check_contract(result)
     dead = result.dead_by_reason()
@@ -222,7 +222,7 @@ def test_alpacaeval_shown_order_from_recovered_rows():
 
 def test_alpacaeval_judge_family_comes_from_the_annotator_config():
     result = import_path(
-        "alpacaeval", shared_data("alpacaeval", "annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz")
+        "alpacaeval", real_data("alpacaeval", "annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz")
     )
     rows = pl.from_arrow(result.rows)
     assert set(rows["judge"]) == {"weighted_alpaca_eval_gpt4_turbo"} and set(rows["judge_family"]) == {"openai"}
@@ -233,7 +233,7 @@ def test_alpacaeval_judge_family_comes_from_the_annotator_config():
 
 
 def test_alpacaeval_1_has_no_recoverable_order():
-    result = import_path("alpacaeval", shared_data("alpacaeval", "annotations_alpaca_eval_gpt4.jsonl.gz"))
+    result = import_path("alpacaeval", real_data("alpacaeval", "annotations_alpaca_eval_gpt4.jsonl.gz"))
     check_contract(result)
     assert result.rows_converted == 0
     assert result.dead_by_reason() == {REASON_UNKNOWN_ORDER: 42665 - 61, REASON_NO_VERDICT: 61}
@@ -245,7 +245,7 @@ def test_alpacaeval_1_has_no_recoverable_order():
 
 
 def test_llmfao_left_is_shown_first_and_copies_collide():
-    result = import_path("llmfao", shared_data("llmfao"))
+    result = import_path("llmfao", real_data("llmfao"))
     rows = check_contract(result)
     crowd = rows.filter(pl.col("judge") == "crowd")
     assert crowd.height == 8931
@@ -260,7 +260,7 @@ def test_llmfao_left_is_shown_first_and_copies_collide():
 
 
 def test_pba_reproduces_published_order_consistency():
-    result = import_path("pba", shared_data(*PBA, "mtbench_judgments_gpt-4-0613.jsonl.gz"))
+    result = import_path("pba", real_data(*PBA, "mtbench_judgments_gpt-4-0613.jsonl.gz"))
     rows = check_contract(result)
     assert result.rows_converted == 4800
     assert dict(rows["winner"].value_counts().iter_rows()) == {"model_a": 2059, "model_b": 2135, "tie": 606}
@@ -282,7 +282,7 @@ def test_pba_reproduces_published_order_consistency():
 
 
 def test_pba_null_verdicts_are_dead_letters():
-    result = import_path("pba", shared_data(*PBA, "mtbench_judgments_gemini-pro.jsonl.gz"))
+    result = import_path("pba", real_data(*PBA, "mtbench_judgments_gemini-pro.jsonl.gz"))
     check_contract(result)
     assert result.dead_by_reason() == {REASON_NO_VERDICT: 13}  # counts.json: 13 null verdicts
 
@@ -291,7 +291,7 @@ def test_pba_null_verdicts_are_dead_letters():
 
 
 def test_cli_end_to_end_writes_partitions_manifest_and_is_idempotent(tmp_path, capsys):
-    source = shared_data(*STEFAN_PAIR)
+    source = real_data(*STEFAN_PAIR)
     out = tmp_path / "imported"
     argv = ["import", "--format", "mtbench-pair", "--in", str(source), "--out", str(out)]
     assert cli.main(argv) == 0
@@ -309,14 +309,14 @@ def test_cli_end_to_end_writes_partitions_manifest_and_is_idempotent(tmp_path, c
     # Re-importing replaces the import with identical rows; another import into the same folder is refused.
     assert cli.main(argv) == 0
     assert pq.read_table(parts[0], partitioning=None).equals(table)
-    other = ["import", "--format", "mtbench-pair", "--in", str(shared_data(*FRANKLIN_PAIR)), "--out", str(out)]
+    other = ["import", "--format", "mtbench-pair", "--in", str(real_data(*FRANKLIN_PAIR)), "--out", str(out)]
     assert cli.main(other) == 2
     assert "already holds an import" in capsys.readouterr().err
 
 
 def test_imported_battles_feed_the_backfill_job(tmp_path, capsys):
     """The real ingest (Beam, FnApiRunner) reads an import's day partitions and rejects nothing."""
-    source = shared_data("arena-clean-battle-samples", "mteb-arena", "clean_battle_clustering.json")
+    source = real_data("arena-clean-battle-samples", "mteb-arena", "clean_battle_clustering.json")
     out = tmp_path / "imported"
     assert cli.main(["import", "--format", "fastchat", "--in", str(source), "--out", str(out)]) == 0
     days = sorted(p.name for p in (out / "battles").iterdir())

@@ -1,6 +1,6 @@
 """Real-data acceptance: the audit reproduces Position-Bias-Analyzer's published numbers exactly.
 
-Data: ``../shared/data/mtbench-position-bias-analyzer`` (see its SOURCE.md).  PBA's
+Data: ``tests/data/mtbench-position-bias-analyzer`` (stripped extract; see its SOURCE.md).  PBA's
 convention (``find_inconsistent`` in its ``subeval`` utilities): verdicts that
 could not be extracted are dropped; a verdict is *consistent* when its swapped
 partner (same question, the two models in the other order) agrees, or when that
@@ -22,7 +22,7 @@ import pytest
 from biasboard.audit import audit
 from biasboard.importers.common import ImportOptions
 from biasboard.importers.pba import convert
-from conftest import shared_data
+from conftest import real_data
 
 DATASET = "mtbench-position-bias-analyzer"
 
@@ -66,7 +66,7 @@ def published_consistency(root: Path, folder: str) -> tuple[int, int, float]:
 
 @pytest.fixture(scope="module")
 def root() -> Path:
-    return shared_data(DATASET)
+    return real_data(DATASET)
 
 
 @pytest.mark.parametrize(("benchmark", "judge", "folder"), JUDGES, ids=[f[2] for f in JUDGES])

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from biasboard.ranking import fit_naive
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA
-from conftest import shared_data
+from conftest import real_data
 
 
 def _cells_from_verdicts(frame: pl.DataFrame, judge: str = "crowd") -> pa.Table:
@@ -44,7 +44,7 @@ def _cells_from_verdicts(frame: pl.DataFrame, judge: str = "crowd") -> pa.Table:
 
 def test_llmfao_matches_evalica_bradley_terry_exactly():
     """Evalica's BT (win + ½·tie matrix, MM iterations, scores normalised to sum 1) on crowd-comparisons.csv."""
-    folder = shared_data("llmfao")
+    folder = real_data("llmfao")
     crowd = pl.read_csv(folder / "crowd-comparisons.csv")
     golden = pl.read_csv(folder / "evalica_llmfao-golden.csv").filter(pl.col("algorithm") == "bradley_terry")
     fit = fit_naive(_cells_from_verdicts(crowd))
