@@ -22,4 +22,4 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q tests/test_lint.py

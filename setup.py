@@ -30,7 +30,7 @@ setup(
         "google-cloud-storage>=2.10",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6", "gcp-storage-emulator>=2024.0", "build", "ruff"],
+        "test": ["pytest>=8", "hypothesis>=6", "gcp-storage-emulator>=2024.0", "build", "ruff", "mypy>=2.4"],
     },
     entry_points={"console_scripts": ["biasboard=biasboard.pipelines.cli:main"]},
 )

@@ -63,7 +63,7 @@ from biasboard.schemas.errors import InputError
 AUDIT_REQUIRED: tuple[str, ...] = ("judge", "model_a", "model_b", "winner")
 
 #: Optional columns and their types, added as nulls when absent.
-_OPTIONAL: dict[str, pl.DataType] = {
+_OPTIONAL: dict[str, type[pl.DataType]] = {
     "prompt_id": pl.Utf8,
     "len_a": pl.Int64,
     "len_b": pl.Int64,
@@ -132,7 +132,7 @@ GOLD_MEASURES: tuple[str, ...] = (
 
 
 def _empty(keys: tuple[str, ...], measures: tuple[str, ...], float_measures: bool = False) -> pl.DataFrame:
-    schema: dict[str, pl.DataType] = {k: pl.Utf8 for k in keys}
+    schema: dict[str, type[pl.DataType]] = {k: pl.Utf8 for k in keys}
     schema.update({m: (pl.Float64 if float_measures else pl.Int64) for m in measures})
     return pl.DataFrame(schema=schema)
 
@@ -201,7 +201,7 @@ def order_rows(battles: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def order_shard(rows: pl.DataFrame, n_shards: int) -> pl.Series:
+def order_shard(rows: pl.DataFrame, n_shards: int) -> pl.Expr:
     """Shard index of each compact order row, by (judge, prompt_id) — a group never straddles shards."""
     return (pl.struct("judge", "prompt_id").hash(seed=0) % max(1, n_shards)).alias("shard")
 
@@ -486,8 +486,8 @@ def anchor_gold(anchors: pa.Table | pl.DataFrame) -> pl.DataFrame:
         pl.col("prompt_id").is_not_null() & (pl.col("model_a") != pl.col("model_b"))
     )
     x = pl.min_horizontal("model_a", "model_b")
-    score_first = pl.when(pl.col("winner") == "model_a").then(1.0).when(pl.col("winner") == "model_b").then(0.0)
-    score_first = score_first.otherwise(0.5)
+    chain = pl.when(pl.col("winner") == "model_a").then(1.0).when(pl.col("winner") == "model_b").then(0.0)
+    score_first = chain.otherwise(0.5)
     score_x = pl.when(pl.col("model_a") == x).then(score_first).otherwise(1.0 - score_first)
     return (
         a.with_columns(x.alias("model_x"), pl.max_horizontal("model_a", "model_b").alias("model_y"), score_x.alias("s"))
@@ -542,11 +542,11 @@ def gold_counts(battles: pl.DataFrame) -> pl.DataFrame:
     """Per judge: counts on labeled battles (needs ``gold_model`` from :func:`attach_gold`)."""
     b = battles.filter(pl.col("gold_model").is_not_null() & (pl.col("model_a") != pl.col("model_b")))
     disc = pl.col("gold_model") != ""
-    picked = pl.when(pl.col("winner") == "model_a").then(pl.col("model_a"))
-    picked = picked.when(pl.col("winner") == "model_b").then(pl.col("model_b")).otherwise(None)
+    picked_a = pl.when(pl.col("winner") == "model_a").then(pl.col("model_a"))
+    picked = picked_a.when(pl.col("winner") == "model_b").then(pl.col("model_b")).otherwise(None)
     lengths_known = pl.col("len_a").is_not_null() & pl.col("len_b").is_not_null()
-    longer = pl.when(pl.col("len_a") > pl.col("len_b")).then(pl.col("model_a"))
-    longer = longer.when(pl.col("len_b") > pl.col("len_a")).then(pl.col("model_b")).otherwise(None)
+    longer_a = pl.when(pl.col("len_a") > pl.col("len_b")).then(pl.col("model_a"))
+    longer = longer_a.when(pl.col("len_b") > pl.col("len_a")).then(pl.col("model_b")).otherwise(None)
     longest_score = pl.when(longer.is_null()).then(0.5).when(longer == pl.col("gold_model")).then(1.0).otherwise(0.0)
     return b.group_by(list(GOLD_KEYS)).agg(
         pl.len().cast(pl.Int64).alias("n_labeled"),
@@ -624,7 +624,7 @@ def _sum_by(frames: list[pl.DataFrame], name: str) -> pl.DataFrame:
     if not frames:
         return _empty_partial(name)
     template = _empty_partial(name)
-    aligned = [f.select(template.columns).cast(dict(template.schema)) for f in frames]
+    aligned = [f.select(template.columns).cast(template.schema) for f in frames]
     merged = pl.concat(aligned) if len(aligned) > 1 else aligned[0]
     if len(aligned) == 1:
         return merged
@@ -786,7 +786,7 @@ def family_table(family: pl.DataFrame) -> pl.DataFrame:
             var.sqrt().alias("self_preference_se"),
         )
         .select(list(schema))
-        .cast(schema)
+        .cast(pl.Schema(schema))
         .sort("judge")
     )
 

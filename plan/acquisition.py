@@ -54,7 +54,7 @@ STRATEGIES: tuple[str, ...] = ("topk", "dopt", "thompson", "roundrobin", "random
 #: Name used for "any judge" (the global position effect, a = 1) when no judge is chosen.
 ANY_JUDGE = ""
 
-PLAN_COLUMNS: dict[str, pl.DataType] = {
+PLAN_COLUMNS: dict[str, type[pl.DataType]] = {
     "rank": pl.Int64,
     "unit": pl.Int64,
     "model_a": pl.String,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 import polars as pl
@@ -29,7 +30,7 @@ from biasboard.schemas.errors import InputError
 #: Families that never count as "the judge's own family".
 NO_AFFINITY_FAMILIES: frozenset[str] = frozenset({UNKNOWN_FAMILY, "human"})
 
-CellsInput = pa.Table | pl.DataFrame | Iterable[pa.Table | pa.RecordBatch | pl.DataFrame]
+CellsInput: TypeAlias = pa.Table | pl.DataFrame | Iterable[pa.Table | pa.RecordBatch | pl.DataFrame]
 
 #: Pair-cell measures that are counts: coded straight to float64 (exact below 2^53), the dtype the fit uses.
 _PAIR_COUNTS: frozenset[str] = frozenset({"n", "win_a", "win_b", "tie", "tie_bothbad", "n_len"})
@@ -273,9 +274,9 @@ def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None)
     if scores is not None:
         _recode(scores, score_vocabs, remaps)
 
-    for col in ("n", "win_a", "win_b", "tie", "tie_bothbad", "n_len"):
-        if pairs[col].min() < 0:
-            raise InputError(f"pair cells: column {col} has negative counts")
+    for name in ("n", "win_a", "win_b", "tie", "tie_bothbad", "n_len"):
+        if pairs[name].min() < 0:
+            raise InputError(f"pair cells: column {name} has negative counts")
     bad = np.flatnonzero(pairs["n"] != pairs["win_a"] + pairs["win_b"] + pairs["tie"] + pairs["tie_bothbad"])
     if bad.size:
         i = bad[0]

@@ -176,7 +176,7 @@ def _judges_of(cells: pa.Table | pl.DataFrame | Sequence[pa.Table]) -> list[str]
     tables = list(cells) if isinstance(cells, (list, tuple)) else [cells]
     names: set[str] = set()
     for t in tables:
-        frame = t if isinstance(t, pl.DataFrame) else pl.from_arrow(t)
+        frame = t if isinstance(t, pl.DataFrame) else pl.DataFrame(t)
         names.update(frame.get_column("judge").unique().to_list())
     return sorted(names)
 

@@ -121,7 +121,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
             notes.setdefault((SEV, j), "no ordinal scores from this judge")
     has_ord = scores is not None and config.omega < 1.0
     if masks[DISC].sum() < 2 and not has_ord:
-        for j in np.flatnonzero(masks[DISC]):
+        for j in np.flatnonzero(masks[DISC]).tolist():
             notes.setdefault((DISC, j), "fixed at 1: the scale of a single judge is the scale of θ")
         masks[DISC] = 0.0
     w_pair, w_ord = (2.0 * config.omega, 2.0 * (1.0 - config.omega)) if has_ord else (1.0, 0.0)

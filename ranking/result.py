@@ -13,7 +13,7 @@ ELO_PER_LOGIT: float = 400.0 / math.log(10.0)
 ELO_CENTER: float = 1000.0
 Z95: float = 1.959963984540054
 
-BIAS_COLUMNS: dict[str, pl.DataType] = {
+BIAS_COLUMNS: dict[str, type[pl.DataType]] = {
     "judge": pl.String,
     "effect": pl.String,
     "estimate": pl.Float64,

@@ -45,6 +45,7 @@ Precedence (first that applies wins): ``missing:<col>`` in the order of
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 
 import polars as pl
 from biasboard.schemas.battle import BATTLE_REQUIRED, FASTCHAT_COLUMN_MAP, SCORE_REQUIRED, WINNER_VALUES
@@ -58,6 +59,9 @@ from biasboard.schemas.deadletter import (
     REASON_MISSING_PREFIX,
     REASON_NEGATIVE_LENGTH,
 )
+
+if TYPE_CHECKING:
+    from polars.expr.whenthen import ChainedThen, Then
 
 #: A length that is present but not a number (NaN, unparseable text).
 REASON_BAD_LENGTH = "bad_length"
@@ -147,11 +151,11 @@ def parse_timestamps(df: pl.DataFrame, column: str = "ts") -> pl.Series:
     return frame.select(_in_window(pl.lit(parsed))).to_series().alias(column)
 
 
-def _is_text(dtype: pl.DataType) -> bool:
+def _is_text(dtype: pl.DataType | type[pl.DataType]) -> bool:
     return dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
 
 
-def is_blank(column: str, dtype: pl.DataType) -> pl.Expr:
+def is_blank(column: str, dtype: pl.DataType | type[pl.DataType]) -> pl.Expr:
     """Null, or (for text) empty or whitespace-only."""
     col = pl.col(column)
     if _is_text(dtype):
@@ -180,10 +184,10 @@ def _length_reasons(lengths: list[pl.Expr]) -> list[tuple[pl.Expr, str]]:
 
 def first_reason(conditions: list[tuple[pl.Expr, str]]) -> pl.Expr:
     """The reason of the first true condition, else null (one reason per row, by precedence)."""
-    chain = None
+    chain: Then | ChainedThen | None = None
     for condition, reason in conditions:
-        chain = pl.when(condition) if chain is None else chain.when(condition)
-        chain = chain.then(pl.lit(reason))
+        chain = (pl.when(condition) if chain is None else chain.when(condition)).then(pl.lit(reason))
+    assert chain is not None, "first_reason needs at least one condition"
     return chain.otherwise(pl.lit(None, dtype=pl.String))
 
 

@@ -642,7 +642,7 @@ def _corrupt(table: pa.Table, kinds: np.ndarray, rng: np.random.Generator) -> pa
             continue
         if reason.startswith(REASON_MISSING_PREFIX):
             column = reason[len(REASON_MISSING_PREFIX) :]
-            columns[column][rows] = np.where(np.arange(rows.size) % 2 == 0, None, "")
+            columns[column][rows] = np.array([None, ""], dtype=object)[np.arange(rows.size) % 2]
         elif reason == REASON_BAD_WINNER:
             columns["winner"][rows] = np.array(_BAD_WINNERS, dtype=object)[np.arange(rows.size) % len(_BAD_WINNERS)]
         elif reason == REASON_BAD_TIMESTAMP:

@@ -10,6 +10,7 @@ as text.  Nothing here loops over rows in Python.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import numpy as np
 import polars as pl
@@ -28,7 +29,7 @@ SCORE = "_score"
 SOURCE_ROW = "_source_row"
 
 #: A batch of rows: an Arrow table or record batch, or a polars frame (what the Parquet reader yields).
-Batch = pa.Table | pa.RecordBatch | pl.DataFrame
+Batch: TypeAlias = pa.Table | pa.RecordBatch | pl.DataFrame
 
 BATTLE_DEAD_LETTER_SCHEMA = dead_letter_schema(BATTLE_SCHEMA)
 SCORE_DEAD_LETTER_SCHEMA = dead_letter_schema(SCORE_SCHEMA)
