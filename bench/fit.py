@@ -109,6 +109,42 @@ def simulate(args, workdir: Path):
     return merged.num_rows, aggregate_s, features
 
 
+def split_voters(battles: pa.Table, voters: int, rng: np.random.Generator) -> pa.Table:
+    """Each human-pool battle re-labelled as cast by one of ``voters`` voters of that pool (``pool/vN``).
+
+    The voters share the pool's true effects, so a fit per voter should shrink them to the population
+    and rank as the pooled fit does.
+    """
+    import pyarrow.compute as pc
+
+    judge = battles["judge"]
+    human = pc.starts_with(judge, "human-pool")
+    voter = pa.array(rng.integers(0, voters, battles.num_rows)).cast(pa.string())
+    named = pc.binary_join_element_wise(judge, pc.binary_join_element_wise("v", voter, ""), "/")
+    return battles.set_column(battles.schema.get_field_index("judge"), "judge", pc.if_else(human, named, judge))
+
+
+def simulate_voters(args, workdir: Path) -> tuple[int, int]:
+    """1M battles, 8 judges of which 2 human pools; cells pooled and with each pool split into voters."""
+    from biasboard.ranking.simulate import SimulationConfig, simulate_days, truth
+    from biasboard.schemas.families import FamilyMap
+    from biasboard.transforms.cells import merge_cells, partial_cells
+
+    config = SimulationConfig(battles=args.battles, models=args.models, judges=args.judges, human_judges=2,
+                              days=args.days, seed=args.seed, self_battles=0.02)
+    family_map = FamilyMap.with_user_rules()
+    rng = np.random.default_rng(args.seed + 7)
+    pooled, split = [], []
+    for _, battles, _ in simulate_days(config):
+        pooled.append(partial_cells(battles, family_map).cells)
+        split.append(partial_cells(split_voters(battles, args.voters, rng), family_map).cells)
+    pooled_cells, voter_cells = merge_cells(pooled), merge_cells(split)
+    pq.write_table(pooled_cells, workdir / "cells.parquet", row_group_size=1 << 16)
+    pq.write_table(voter_cells, workdir / "cells_voters.parquet", row_group_size=1 << 16)
+    (workdir / "truth.json").write_text(json.dumps(truth(config)))
+    return pooled_cells.num_rows, voter_cells.num_rows
+
+
 def arena_table(battles: pa.Table, judges: list[str]) -> pa.Table:
     """Battles in arena-rank's columns plus per-judge position / length / affinity feature columns."""
     judge = np.array(battles["judge"].to_pylist())
@@ -147,7 +183,8 @@ def worker(kind: str, workdir: Path, bootstrap: int) -> dict:
     t0 = time.perf_counter()
     # Cells are coded as the Parquet batches stream in (dictionary-encoded keys): the fit's input is the
     # compact coded dataset, never a table of strings.  Reading and coding are inside the timed part.
-    cells = build_dataset(read_cells(workdir / "cells.parquet"))
+    voters = kind in ("voters", "voters_pooled")
+    cells = None if voters else build_dataset(read_cells(workdir / "cells.parquet"))
     if kind == "naive":
         fit = fit_naive(cells)
     elif kind == "bias_aware":
@@ -156,6 +193,12 @@ def worker(kind: str, workdir: Path, bootstrap: int) -> dict:
         fit = fit_bias_aware(cells, config=ModelConfig(profile=True))
     elif kind == "bootstrap":
         fit = fit_bias_aware(cells, config=ModelConfig(bootstrap=bootstrap, profile=False))
+    elif voters:
+        # The voter cells are coded as they stream in; pooling (--judge-pool prefix:/) happens while coding.
+        pool = "prefix:/" if kind == "voters_pooled" else None
+        config = ModelConfig(profile=False, judge_pool=pool)
+        fit = fit_bias_aware(build_dataset(read_cells(workdir / "cells_voters.parquet"), judge_pool=pool),
+                             config=config)
     else:  # oracle
         tr = json.loads((workdir / "truth.json").read_text())
         models, rating = fit_oracle(cells, {j["judge"]: j for j in tr["judges"]})
@@ -241,6 +284,36 @@ def coverage_study(seeds: int, battles: int = 20_000, models: int = 16, judges: 
     print("  mean τ vs truth: " + ", ".join(f"{k} {np.mean(v):.4f}" for k, v in taus.items()))
 
 
+def voters_study(args) -> int:
+    """Issue 11's voter-judge target, in one run: the pooled fit, the per-voter (judge-blocked) fit and the
+    per-voter cells pooled back by --judge-pool, each in a fresh process; time, peak RSS, τ vs truth."""
+    t0 = time.perf_counter()
+    n_pooled, n_voters = simulate_voters(args, args.out)
+    print(f"BLAS threads per fit process: {FIT_ENV['OPENBLAS_NUM_THREADS']}; CPUs: {os.cpu_count()}")
+    print(f"simulated {args.battles:,} battles, {args.models} models, {args.judges} judges (2 human pools, each "
+          f"split into {args.voters:,} voters): {n_pooled:,} pooled cells, {n_voters:,} voter cells "
+          f"({time.perf_counter() - t0:.1f} s)")
+    tr = json.loads((args.out / "truth.json").read_text())
+    me = [sys.executable, str(Path(__file__).resolve()), "--out", str(args.out)]
+    rows = {kind: run_in_process([*me, "--worker", kind]) for kind in ("bias_aware", "voters", "voters_pooled")}
+    labels = {"bias_aware": f"pooled: {args.judges} judges",
+              "voters": f"voters: {args.judges - 2} + {2 * args.voters:,} judges (blocked)",
+              "voters_pooled": "voters, --judge-pool prefix:/"}
+    base = rows["bias_aware"]
+    print(f"\n{'bias-aware fit (Laplace CIs, no profiles)':44} {'time s':>8} {'vs pooled':>9} {'peak RSS MB':>11} "
+          f"{'τ vs truth':>10} {'Δτ':>7}")
+    for kind, label in labels.items():
+        r = rows[kind]
+        tau = tau_vs_truth(r, tr)
+        print(f"{label:44} {r['fit_s']:8.2f} {r['fit_s'] / base['fit_s']:8.2f}x {r['peak_rss_mb']:11.0f} "
+              f"{tau:10.4f} {tau - tau_vs_truth(base, tr):+7.4f}")
+    for kind, label in labels.items():
+        r = rows[kind]
+        print(f"  {label}: converged={r['converged']} rel_grad={r['rel_grad']:.1e} iterations={r['iterations']}")
+    print("targets (issue 11.1): voters time <= 2x pooled, peak RSS <= 2500 MB, |Δτ| <= 0.005")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--battles", type=int, default=1_000_000)
@@ -253,11 +326,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="50k battles, 20 models, 4 judges, 5 replicates")
     parser.add_argument("--coverage", type=int, default=0, metavar="SEEDS",
                         help="run only the CI-coverage study over SEEDS simulated datasets")
-    parser.add_argument("--worker", choices=["naive", "bias_aware", "profiles", "bootstrap", "oracle"],
+    parser.add_argument("--voters", type=int, default=0, metavar="N",
+                        help="run only the voter-judge study: 2 of the judges are human pools, each split into N "
+                             "voters (issue 11: 25000); pooled vs per-voter vs --judge-pool fits")
+    parser.add_argument("--worker", choices=["naive", "bias_aware", "profiles", "bootstrap", "oracle", "voters",
+                                             "voters_pooled"],
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.smoke:
         args.battles, args.models, args.judges, args.bootstrap, args.days = 50_000, 20, 4, 5, 2
+        args.voters = min(args.voters, 500)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.coverage:
         coverage_study(args.coverage)
@@ -265,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(worker(args.worker, args.out, args.bootstrap)))
         return 0
+    if args.voters:
+        return voters_study(args)
 
     ensure_arena_venv()
     t0 = time.perf_counter()

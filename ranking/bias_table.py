@@ -18,10 +18,11 @@ from collections.abc import Callable
 
 import numpy as np
 import polars as pl
+from biasboard.ranking.arrowhead import BlockCovariance, centring
 from biasboard.ranking.model import AFF, DISC, LEN, POS, SEV, TIE
 from biasboard.ranking.problem import Problem, prior_sd_of_effect
 from biasboard.ranking.result import BIAS_COLUMNS, Z95
-from biasboard.ranking.solver import Solution
+from biasboard.ranking.solver import Solution, covariance_block
 from biasboard.ranking.uncertainty import percentile_interval
 
 IDENTIFIED_NATS: float = 2.0
@@ -40,7 +41,7 @@ def _wilson(successes: float, trials: float) -> tuple[float, float, float]:
 
 
 class _Rows:
-    def __init__(self, solution: Solution, cov_core: np.ndarray, boot_core: np.ndarray | None):
+    def __init__(self, solution: Solution, cov_core: np.ndarray | BlockCovariance, boot_core: np.ndarray | None):
         self.core = solution.core
         self.cov = cov_core
         self.boot = boot_core
@@ -49,7 +50,11 @@ class _Rows:
     def add(self, judge: str, effect: str, v: np.ndarray, *, fn: Callable = lambda z: z, identified: bool,
             enabled: bool, note: str) -> float:
         mean = float(v @ self.core)
-        sd = float(np.sqrt(max(v @ self.cov @ v, 0.0)))
+        if isinstance(self.cov, BlockCovariance):  # global rows only: v lives on the globals
+            vg = v[self.cov.glob_index]
+            sd = float(np.sqrt(max(vg @ self.cov.glob @ vg, 0.0)))
+        else:
+            sd = float(np.sqrt(max(v @ self.cov @ v, 0.0)))
         lo, hi = (mean - Z95 * sd, mean + Z95 * sd) if enabled else (mean, mean)
         b_lo = b_hi = float("nan")
         if self.boot is not None and enabled:
@@ -66,11 +71,10 @@ class _Rows:
                               boot_ci_high=float("nan")))
 
 
-def bias_table(problem: Problem, solution: Solution, cov_core: np.ndarray, profiles: dict,
+def bias_table(problem: Problem, solution: Solution, cov_core: np.ndarray | BlockCovariance, profiles: dict,
                boot_core: np.ndarray | None = None) -> pl.DataFrame:
     """Build the bias table of a bias-aware fit (see the module docstring for the rules)."""
     lay, spec, data = problem.layout, problem.spec, problem.data
-    E = spec.effective_map().toarray()
     rows = _Rows(solution, cov_core, boot_core)
     masks = spec.masks
     scale = spec.x_scale
@@ -89,7 +93,7 @@ def bias_table(problem: Problem, solution: Solution, cov_core: np.ndarray, profi
             identified = info["range_nats"] >= IDENTIFIED_NATS
             note = info["note"]
         else:
-            post = cov_core[lay.glob(t), lay.glob(t)]
+            post = covariance_block(cov_core, lay.glob(t))
             identified = any_on and post < VARIANCE_SHRINK * sd_glob**2
             note = "" if any_on else "disabled for every judge"
         global_identified[t] = bool(identified)
@@ -108,6 +112,11 @@ def bias_table(problem: Problem, solution: Solution, cov_core: np.ndarray, profi
 
     tie_by_judge = np.bincount(pairs.j, weights=pairs.tie, minlength=lay.n_judges)
     bothbad_by_judge = np.bincount(pairs.j, weights=pairs.bothbad, minlength=lay.n_judges)
+    if isinstance(cov_core, BlockCovariance):
+        judges = _judge_rows_blocked(problem, solution, cov_core, boot_core, global_identified, tie_by_judge,
+                                     bothbad_by_judge)
+        return pl.concat([pl.DataFrame(rows.rows, schema=BIAS_COLUMNS), judges], rechunk=True)
+    E = spec.effective_map().toarray()
     for j, judge in enumerate(data.judges):
         for t in (POS, LEN, AFF, DISC, TIE, SEV):
             name = EFFECT_NAME[t]
@@ -132,3 +141,85 @@ def bias_table(problem: Problem, solution: Solution, cov_core: np.ndarray, profi
         rows.add_plain(judge, "tie_bothbad_share", share, lo, hi, identified=bool(tie_by_judge[j] > 0),
                        enabled=True, note="share of this judge's ties that were 'tie (bothbad)'")
     return pl.DataFrame(rows.rows, schema=BIAS_COLUMNS)
+
+
+def _judge_rows_blocked(problem: Problem, solution: Solution, cov: BlockCovariance, boot_core: np.ndarray | None,
+                        global_identified: dict[int, bool], ties: np.ndarray, bothbad: np.ndarray) -> pl.DataFrame:
+    """The per-judge rows of a judge-blocked fit, vectorised over judges (the same rules as the loop above).
+
+    Judge j's total effect t is mask·(c_t + dev_jt) for position, length and affinity, so its variance is
+    var(c_t) + var(dev_jt) + 2 cov(dev_jt, c_t), all in :class:`BlockCovariance`; log a_j is centred.
+    """
+    lay, spec = problem.layout, problem.spec
+    if spec.masks[SEV].any():
+        raise ValueError("judge-blocked fits have no ordinal part (no severity)")
+    jn, m = lay.n_judges, lay.n_models
+    masks = spec.masks
+    unit = {LEN: 1.0 / spec.x_scale}
+    blocks = (POS, LEN, AFF, DISC, TIE, SEV)
+    centred = centring(spec)
+
+    def effects(core: np.ndarray) -> np.ndarray:  # (..., 6, J) effective judge effects from raw cores
+        raw = core[..., lay.block(0).start:lay.tau.start].reshape(*core.shape[:-1], len(blocks), jn).copy()
+        for t in (POS, LEN, AFF):
+            raw[..., t, :] += core[..., lay.glob(t), None]
+        if centred is not None:
+            raw[..., DISC, :] -= raw[..., DISC, centred].mean(axis=-1, keepdims=True)
+        return raw * masks
+
+    est = effects(solution.core)
+    var = cov.judge_var.T.copy()
+    for t in (POS, LEN, AFF):
+        var[t] += cov.glob[m + t, m + t] + 2.0 * cov.judge_glob[:, t, t]
+    var = np.clip(var * masks, 0.0, None)
+    boot = None if boot_core is None else effects(boot_core)
+    cols: dict[str, list] = {name: [] for name in BIAS_COLUMNS}
+    for t in blocks:
+        name = EFFECT_NAME[t]
+        scale = unit.get(t, 1.0)
+        fn: Callable = np.exp if t in (DISC, TIE) else (lambda z: z)
+        enabled = masks[t] > 0 if t != TIE else np.ones(jn, bool)
+        mean, sd = est[t] * scale, np.sqrt(var[t]) * scale
+        lo = np.where(enabled, mean - Z95 * sd, mean)
+        hi = np.where(enabled, mean + Z95 * sd, mean)
+        sd_glob, sd_dev = prior_sd_of_effect(problem, t)
+        identified = enabled & (var[t] < VARIANCE_SHRINK * (sd_glob**2 + sd_dev**2))
+        b_lo = b_hi = np.full(jn, np.nan)
+        if boot is not None:
+            b_lo, b_hi = percentile_interval(fn(boot[:, t, :] * scale))
+            b_lo, b_hi = np.where(enabled, b_lo, np.nan), np.where(enabled, b_hi, np.nan)
+        notes = []
+        for j in range(jn):
+            note = problem.notes.get((t, j), "")
+            if enabled[j] and not note:
+                if identified[j] and t in (POS, LEN, AFF) and not global_identified[t]:
+                    note = "differences between judges are identified; their common level is prior-selected"
+                elif not identified[j]:
+                    note = "prior-selected: the data barely move this coefficient from its prior"
+            notes.append(note)
+        for key, values in (("judge", problem.data.judges), ("effect", [name] * jn), ("estimate", fn(mean)),
+                            ("ci_low", fn(lo)), ("ci_high", fn(hi)), ("identified", identified),
+                            ("enabled", enabled), ("note", notes), ("boot_ci_low", b_lo), ("boot_ci_high", b_hi)):
+            cols[key].append(pl.Series(key, values, dtype=BIAS_COLUMNS[key]))
+    share, lo, hi = _wilson_arrays(bothbad, ties)
+    bb = {"judge": problem.data.judges, "effect": ["tie_bothbad_share"] * jn, "estimate": share, "ci_low": lo,
+          "ci_high": hi, "identified": ties > 0, "enabled": np.ones(jn, bool),
+          "note": ["share of this judge's ties that were 'tie (bothbad)'"] * jn,
+          "boot_ci_low": np.full(jn, np.nan), "boot_ci_high": np.full(jn, np.nan)}
+    for key, values in bb.items():
+        cols[key].append(pl.Series(key, values, dtype=BIAS_COLUMNS[key]))
+    long = pl.DataFrame({key: pl.concat(parts) for key, parts in cols.items()})
+    # The dense path's order: judge by judge, effects in block order, then the bothbad share.
+    order = np.arange(long.height).reshape(len(blocks) + 1, jn).T.ravel()
+    return long[order]
+
+
+def _wilson_arrays(successes: np.ndarray, trials: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_wilson` over arrays (NaN where there are no trials)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = successes / trials
+        denom = 1 + Z95**2 / trials
+        centre = (p + Z95**2 / (2 * trials)) / denom
+        half = Z95 * np.sqrt(p * (1 - p) / trials + Z95**2 / (4 * trials**2)) / denom
+    bad = trials <= 0
+    return tuple(np.where(bad, np.nan, v) for v in (p, centre - half, centre + half))

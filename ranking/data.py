@@ -249,12 +249,24 @@ class Dataset:
         return 0 if self.scores is None else int(self.scores.counts.shape[1])
 
 
-def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None) -> Dataset:
+def pool_judge_names(judges: Sequence[str], rule: str) -> tuple[str, ...]:
+    """Each judge's pool under ``rule``: ``prefix:SEP`` pools a judge by its name up to the first SEP
+    (``arena/voter-17`` → ``arena`` with ``prefix:/``); a name without SEP is its own pool."""
+    kind, _, sep = rule.partition(":")
+    if kind != "prefix" or not sep:
+        raise InputError(f"judge pool {rule!r}: expected 'prefix:SEP' (e.g. 'prefix:/')")
+    return tuple(name.split(sep, 1)[0] for name in judges)
+
+
+def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None, *,
+                  judge_pool: str | None = None) -> Dataset:
     """Merge (group-by-sum) and code the cells; checks counts add up and names the column when they do not.
 
     ``pair_cells`` may be one table, several (days), or an iterator of tables or record batches, consumed
     once: each is coded to compact arrays as it arrives.  String key columns may be plain or
     dictionary-encoded (e.g. ``pq.read_table(..., read_dictionary=[...])``), which keeps a big input small.
+    ``judge_pool`` (:func:`pool_judge_names`) gives one judge per pool: the pool's cells add up (the cells
+    monoid), so a pooled fit is the fit of cells aggregated under the pool's name.
     """
     judge_v, model_v, family_v, prompt_v = _Vocab(), _Vocab(), _Vocab(), _Vocab()
     pair_vocabs = {"judge": judge_v, "judge_family": family_v, "model_a": model_v, "model_b": model_v,
@@ -269,6 +281,12 @@ def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None)
     remaps: dict[int, np.ndarray] = {}
     for name, vocab in (("judges", judge_v), ("models", model_v), ("families", family_v), ("prompts", prompt_v)):
         vocabs[name], remaps[id(vocab)] = vocab.finish()
+    if judge_pool is not None:
+        pooled = pool_judge_names(vocabs["judges"], judge_pool)
+        vocabs["judges"] = tuple(sorted(set(pooled)))
+        position = {name: i for i, name in enumerate(vocabs["judges"])}
+        to_pool = np.array([position[name] for name in pooled], np.int32)
+        remaps[id(judge_v)] = to_pool[remaps[id(judge_v)]]
     judges, models, families, prompts = vocabs["judges"], vocabs["models"], vocabs["families"], vocabs["prompts"]
     _recode(pairs, pair_vocabs, remaps)
     if scores is not None:

@@ -25,7 +25,14 @@ from biasboard.ranking.graph import comparison_components, mle_exists
 from biasboard.ranking.model import DISC
 from biasboard.ranking.problem import Problem, bias_aware_problem, naive_problem
 from biasboard.ranking.result import Z95, FitResult, empty_bias_table
-from biasboard.ranking.solver import Solution, laplace_covariance, minimize, newton_factor, refit_nearby
+from biasboard.ranking.solver import (
+    Solution,
+    covariance_block,
+    laplace_covariance,
+    minimize,
+    newton_factor,
+    refit_nearby,
+)
 from biasboard.ranking.uncertainty import (
     percentile_interval,
     poisson_pairs,
@@ -34,8 +41,9 @@ from biasboard.ranking.uncertainty import (
 )
 
 
-def _dataset(cells: CellsInput | Dataset, score_cells: CellsInput | None = None) -> Dataset:
-    return cells if isinstance(cells, Dataset) else build_dataset(cells, score_cells)
+def _dataset(cells: CellsInput | Dataset, score_cells: CellsInput | None = None,
+             judge_pool: str | None = None) -> Dataset:
+    return cells if isinstance(cells, Dataset) else build_dataset(cells, score_cells, judge_pool=judge_pool)
 
 
 def n_battles(data: Dataset) -> np.ndarray:
@@ -53,7 +61,7 @@ def _theta_posterior(problem: Problem, solution: Solution, cov_core: np.ndarray)
     theta = solution.core[lay.theta]
     m = lay.n_models
     proj = np.eye(m) - 1.0 / m
-    cov = proj @ cov_core[lay.theta, lay.theta] @ proj
+    cov = proj @ covariance_block(cov_core, lay.theta) @ proj
     cov = 0.5 * (cov + cov.T)
     rating = theta - theta.mean()
     se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
@@ -62,7 +70,7 @@ def _theta_posterior(problem: Problem, solution: Solution, cov_core: np.ndarray)
 
 def theta_cholesky(problem: Problem, cov_core: np.ndarray) -> np.ndarray:
     """Lower Cholesky factor of θ's (uncentred, positive definite) posterior covariance block."""
-    block = cov_core[problem.layout.theta, problem.layout.theta]
+    block = covariance_block(cov_core, problem.layout.theta)
     jitter = 1e-12 * max(float(np.mean(np.diag(block))), 1e-300)
     return np.linalg.cholesky(block + jitter * np.eye(block.shape[0]))
 
@@ -222,7 +230,7 @@ def fit_bias_aware(
     covariate correlation of both in the diagnostics.
     """
     config = config or ModelConfig()
-    data = _dataset(cells, score_cells)
+    data = _dataset(cells, score_cells, config.judge_pool)
     problem = bias_aware_problem(data, config)
     solution = solve_bias_aware(problem, config, shards)
     cov_core = laplace_covariance(solution)
@@ -265,7 +273,7 @@ def fit_leaderboards(
 ) -> tuple[FitResult, FitResult]:
     """Both leaderboards of the same cells: (naive, corrected), the corrected one comparing itself to naive."""
     config = config or ModelConfig()
-    data = _dataset(cells, score_cells)
+    data = _dataset(cells, score_cells, config.judge_pool)
     naive_config = naive_config or NaiveConfig(k=config.k, seed=config.seed, bootstrap=config.bootstrap)
     naive = fit_naive(data, config=naive_config, shards=shards)
     corrected = fit_bias_aware(data, config=config, shards=shards, naive=naive)

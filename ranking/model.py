@@ -111,9 +111,16 @@ class Spec:
     #: Fix mean(log a_j) = 0 — needed when only pairwise data set the scale of θ; with ordinal scores
     #: (where a_j does not enter) the common scale of a_j is identified and left free.
     centre_discrimination: bool = True
+    #: Keep the per-judge Hessian as blocks and eliminate them by a Schur complement (many judges; pair
+    #: cells only): :mod:`biasboard.ranking.arrowhead`.
+    judge_blocks: bool = False
 
-    def effective_map(self) -> sp.csr_matrix:
-        """The sparse linear map E with effective = E @ raw (constant over a fit)."""
+    def effective_map(self, centred: bool = True) -> sp.csr_matrix:
+        """The sparse linear map E with effective = E @ raw (constant over a fit).
+
+        ``centred=False`` leaves out the centring of log a_j (L_j = ρ_j instead of ρ_j − mean ρ): its J²
+        entries are applied as an O(J) correction by the judge-blocked path instead.
+        """
         lay = self.layout
         if lay.naive:
             return sp.identity(lay.n_models, format="csr")
@@ -135,8 +142,9 @@ class Spec:
                 on = np.flatnonzero(mask > 0)
                 if on.size >= 2:  # L_j = ρ_j − mean over enabled judges; one judge alone: a_j = 1
                     put(eff[on], raw[on], 1.0)
-                    rr, cc = np.meshgrid(eff[on], raw[on], indexing="ij")
-                    put(rr.ravel(), cc.ravel(), -1.0 / on.size)
+                    if centred:
+                        rr, cc = np.meshgrid(eff[on], raw[on], indexing="ij")
+                        put(rr.ravel(), cc.ravel(), -1.0 / on.size)
                 continue
             put(eff, raw, mask)
             if t in (POS, LEN, AFF):
@@ -213,6 +221,58 @@ def _signed_bincount(a, b, w, size):
     return np.bincount(a, weights=w, minlength=size) - np.bincount(b, weights=w, minlength=size)
 
 
+@dataclass
+class DavidsonTerms:
+    """Per-cell pieces of the Davidson pair likelihood, shared by the dense and the judge-blocked partials.
+
+    ``z[t]`` = ∂η/∂(effective block t) for t in position, length, affinity, discrimination; ``g_*`` and
+    ``h_*`` are the cells' first and second derivatives of −log L in η and ψ (weighted); ``f`` is −log L.
+    """
+
+    disc: np.ndarray
+    z: np.ndarray
+    q: np.ndarray
+    f: float
+    g_eta: np.ndarray
+    g_psi: np.ndarray
+    h_eta: np.ndarray | None = None
+    h_eta_psi: np.ndarray | None = None
+    h_psi: np.ndarray | None = None
+
+
+def davidson_terms(eff: np.ndarray, pairs: PairArrays, spec: Spec, hessian: bool = True) -> DavidsonTerms:
+    """η, the Davidson probabilities and the per-cell derivatives of one slice of pair cells."""
+    lay = spec.layout
+    theta = eff[lay.theta]
+    dtheta = theta[pairs.a] - theta[pairs.b]
+    wgt = spec.w_pair
+    j = pairs.j
+    blk = [eff[lay.eff_block(t)] for t in range(len(JUDGE_BLOCKS))]
+    disc = np.exp(blk[DISC])[j]
+    xs = pairs.x / spec.x_scale
+    # z_t = ∂η/∂(effective block t) for t in position, length, affinity, discrimination.
+    q = disc * dtheta
+    z = np.stack([np.ones_like(xs), xs, pairs.ds, q])
+    eta = q + blk[POS][j] + blk[LEN][j] * xs + blk[AFF][j] * pairs.ds
+    psi = blk[TIE][j]
+    half = 0.5 * eta
+    log_norm = np.logaddexp(np.logaddexp(half, -half), psi)
+    p_a = np.exp(half - log_norm)
+    p_b = np.exp(-half - log_norm)
+    p_t = np.exp(psi - log_norm)
+    n = pairs.n
+    f = -wgt * float(np.sum(pairs.win_a * half - pairs.win_b * half + pairs.tie * psi - n * log_norm))
+    diff = p_a - p_b
+    g_eta = wgt * (-0.5 * (pairs.win_a - pairs.win_b) + 0.5 * n * diff)
+    g_psi = wgt * (n * p_t - pairs.tie)
+    terms = DavidsonTerms(disc, z, q, f, g_eta, g_psi)
+    if hessian:
+        terms.h_eta = wgt * 0.25 * n * ((p_a + p_b) - diff * diff)
+        terms.h_eta_psi = wgt * (-0.5) * n * diff * p_t
+        terms.h_psi = wgt * n * p_t * (1.0 - p_t)
+    return terms
+
+
 def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials, hessian: bool = True) -> None:
     lay = spec.layout
     m_count, j_count = lay.n_models, lay.n_judges
@@ -236,35 +296,18 @@ def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials
         return
 
     j = pairs.j
-    blk = [eff[lay.eff_block(t)] for t in range(len(JUDGE_BLOCKS))]
-    disc = np.exp(blk[DISC])[j]
-    xs = pairs.x / spec.x_scale
-    # z_t = ∂η/∂(effective block t) for t in position, length, affinity, discrimination.
-    q = disc * dtheta
-    z = np.stack([np.ones_like(xs), xs, pairs.ds, q])
-    eta = q + blk[POS][j] + blk[LEN][j] * xs + blk[AFF][j] * pairs.ds
-    psi = blk[TIE][j]
-    half = 0.5 * eta
-    log_norm = np.logaddexp(np.logaddexp(half, -half), psi)
-    p_a = np.exp(half - log_norm)
-    p_b = np.exp(-half - log_norm)
-    p_t = np.exp(psi - log_norm)
-    n = pairs.n
-    out.f -= wgt * float(np.sum(pairs.win_a * half - pairs.win_b * half + pairs.tie * psi - n * log_norm))
-    diff = p_a - p_b
-    g_eta = wgt * (-0.5 * (pairs.win_a - pairs.win_b) + 0.5 * n * diff)
-    g_psi = wgt * (n * p_t - pairs.tie)
+    tm = davidson_terms(eff, pairs, spec, hessian)
+    disc, z, q, g_eta = tm.disc, tm.z, tm.q, tm.g_eta
+    out.f += tm.f
     th = lay.theta
     out.g[th] += _signed_bincount(a, b, g_eta * disc, m_count)
     eta_types = (POS, LEN, AFF, DISC)
     for t in eta_types:
         out.g[lay.eff_block(t)] += np.bincount(j, weights=g_eta * z[t], minlength=j_count)
-    out.g[lay.eff_block(TIE)] += np.bincount(j, weights=g_psi, minlength=j_count)
+    out.g[lay.eff_block(TIE)] += np.bincount(j, weights=tm.g_psi, minlength=j_count)
     if not hessian:
         return
-    h_eta = wgt * 0.25 * n * ((p_a + p_b) - diff * diff)
-    h_eta_psi = wgt * (-0.5) * n * diff * p_t
-    h_psi = wgt * n * p_t * (1.0 - p_t)
+    h_eta, h_eta_psi, h_psi = tm.h_eta, tm.h_eta_psi, tm.h_psi
 
     # θ block: Laplacian of the pairs and the θ × per-judge cross terms.
     out.H[th, th] += _laplacian_from_pairs(a, b, h_eta * disc * disc, m_count)
@@ -382,3 +425,69 @@ def partials(eff: np.ndarray, delta: np.ndarray, shard: Shard, spec: Spec, hessi
     if shard.scores is not None and len(shard.scores):
         _score_partials(eff, delta, shard.scores, spec, out, hessian)
     return out
+
+
+@dataclass
+class BlockPartials:
+    """Sums over a shard's pair cells with the per-judge part kept as blocks (effective coordinates).
+
+    For many judges (arena voters) the dense ``Partials.H`` would be (M + 6J)²; here the Hessian is kept
+    as what it is — block-arrowhead: θ × θ dense (M × M), one 6 × 6 block per judge, and the θ × judge
+    cross terms only at the (model, judge) pairs that occur (``C[e, t]`` for entry e of a
+    :class:`~biasboard.ranking.arrowhead.CrossIndex`).  Pair cells only (no ordinal part).
+    """
+
+    f: float
+    g: np.ndarray  # (n_eff,)
+    H_theta: np.ndarray  # (M, M)
+    A: np.ndarray  # (J, 6, 6)
+    C: np.ndarray  # (n_entries, 6)
+
+    @staticmethod
+    def zeros(lay: Layout, n_entries: int, hessian: bool = True) -> BlockPartials:
+        k = len(JUDGE_BLOCKS)
+        shape = (lambda *s: s) if hessian else (lambda *s: (0,) * len(s))
+        return BlockPartials(0.0, np.zeros(lay.n_eff), np.zeros(shape(lay.n_models, lay.n_models)),
+                             np.zeros(shape(lay.n_judges, k, k)), np.zeros(shape(n_entries, k)))
+
+
+def block_partials(eff: np.ndarray, pairs: PairArrays, at_a: np.ndarray, at_b: np.ndarray, spec: Spec,
+                   out: BlockPartials, hessian: bool = True) -> None:
+    """Add one slice of pair cells to ``out``: the same sums as :func:`partials`, judge-blocked.
+
+    ``at_a``/``at_b`` give each cell's entries (model a, judge) and (model b, judge) in ``out.C``.
+    """
+    lay = spec.layout
+    m_count, j_count = lay.n_models, lay.n_judges
+    a, b, j = pairs.a, pairs.b, pairs.j
+    tm = davidson_terms(eff, pairs, spec, hessian)
+    disc, z, q, g_eta = tm.disc, tm.z, tm.q, tm.g_eta
+    out.f += tm.f
+    out.g[lay.theta] += _signed_bincount(a, b, g_eta * disc, m_count)
+    eta_types = (POS, LEN, AFF, DISC)
+    for t in eta_types:
+        out.g[lay.eff_block(t)] += np.bincount(j, weights=g_eta * z[t], minlength=j_count)
+    out.g[lay.eff_block(TIE)] += np.bincount(j, weights=tm.g_psi, minlength=j_count)
+    if not hessian:
+        return
+    h_eta, h_eta_psi, h_psi = tm.h_eta, tm.h_eta_psi, tm.h_psi
+    out.H_theta += _laplacian_from_pairs(a, b, h_eta * disc * disc, m_count)
+    n_entries = out.C.shape[0]
+    cross = [h_eta * disc * z[t] for t in range(4)]
+    cross[DISC] = cross[DISC] + g_eta * disc  # ∂²η/∂θ_a∂L_j = a_j
+    cross.append(h_eta_psi * disc)
+    for t, w in zip((POS, LEN, AFF, DISC, TIE), cross, strict=True):
+        out.C[:, t] += _signed_bincount(at_a, at_b, w, n_entries)
+    for i1, t1 in enumerate(eta_types):
+        for t2 in eta_types[i1:]:
+            w = h_eta * z[t1] * z[t2]
+            if t1 == DISC and t2 == DISC:
+                w = w + g_eta * q
+            d = np.bincount(j, weights=w, minlength=j_count)
+            out.A[:, t1, t2] += d
+            if t1 != t2:
+                out.A[:, t2, t1] += d
+        d = np.bincount(j, weights=h_eta_psi * z[t1], minlength=j_count)
+        out.A[:, t1, TIE] += d
+        out.A[:, TIE, t1] += d
+    out.A[:, TIE, TIE] += np.bincount(j, weights=h_psi, minlength=j_count)

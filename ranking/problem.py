@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from biasboard.ranking.config import ModelConfig
+from biasboard.ranking.arrowhead import CrossIndex
+from biasboard.ranking.config import BLOCKED_MIN_JUDGES, ModelConfig
 from biasboard.ranking.data import Dataset, PairArrays, ScoreArrays, clip_length, shard_indices
 from biasboard.ranking.model import AFF, DISC, JUDGE_BLOCKS, LEN, POS, SEV, TIE, Layout, Shard, Spec
 from biasboard.ranking.solver import Objective, Prior
@@ -44,12 +45,25 @@ class Problem:
     prior: Prior
     notes: dict[tuple[int, int], str] = field(default_factory=dict)  # (block, judge) → why switched off
     naive: bool = False
+    _cross: dict[int, CrossIndex] = field(default_factory=dict, repr=False, compare=False)
 
     def objective(self, shards: int = 1, pairs: PairArrays | None = None, scores: ScoreArrays | None = None,
                   prior: Prior | None = None) -> Objective:
+        """The objective on these cells (or on redrawn counts of the same cells: ``pairs``/``scores``)."""
         pairs = self.data.pairs if pairs is None else pairs
         scores = (None if self.naive else self.data.scores) if scores is None else scores
-        return Objective(self.spec, make_shards(pairs, scores, shards), self.prior if prior is None else prior)
+        parts = make_shards(pairs, scores, shards)
+        cross = None
+        if self.spec.judge_blocks:  # the (judge, model) index depends on the cells' keys only: build it once
+            same_keys = pairs.a is self.data.pairs.a and pairs.b is self.data.pairs.b and pairs.j is self.data.pairs.j
+            cached = self._cross.get(shards)
+            if cached is None or not same_keys:
+                lay = self.layout
+                cached = CrossIndex.of([p.pairs for p in parts], lay.n_models, lay.n_judges)
+                if same_keys:
+                    self._cross[shards] = cached
+            cross = cached
+        return Objective(self.spec, parts, self.prior if prior is None else prior, cross)
 
     def zeros(self) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(self.layout.n_core), np.zeros(self.layout.n_prompts)
@@ -125,7 +139,13 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
             notes.setdefault((DISC, j), "fixed at 1: the scale of a single judge is the scale of θ")
         masks[DISC] = 0.0
     w_pair, w_ord = (2.0 * config.omega, 2.0 * (1.0 - config.omega)) if has_ord else (1.0, 0.0)
-    spec = Spec(lay, masks, length_scale(pairs), w_pair, w_ord, centre_discrimination=not has_ord)
+    blocked = config.judge_solver == "blocked" or (config.judge_solver == "auto" and jn >= BLOCKED_MIN_JUDGES)
+    if blocked and has_ord:
+        if config.judge_solver == "blocked":
+            raise ValueError("judge_solver='blocked' takes pair cells only; this fit has ordinal scores")
+        blocked = False
+    spec = Spec(lay, masks, length_scale(pairs), w_pair, w_ord, centre_discrimination=not has_ord,
+                judge_blocks=blocked)
 
     pr = config.priors
     precision = np.zeros(lay.n_core)

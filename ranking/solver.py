@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla
-from biasboard.ranking.model import Partials, Shard, Spec, partials
+from biasboard.ranking.arrowhead import ArrowFactor, ArrowHessian, BlockCovariance, CrossIndex, assemble, centring
+from biasboard.ranking.model import DISC, BlockPartials, Partials, Shard, Spec, block_partials, partials
 
 #: A shard is evaluated in slices of at most this many cells (views, no copy): the partials add, so this
 #: only bounds the per-cell temporaries (a few dozen arrays of this length) — peak memory, not the answer.
@@ -55,14 +56,54 @@ class Evaluation:
 
 
 class Objective:
-    """Negative log-posterior over shards: Σ_shards partials(...) mapped to raw coordinates, plus the prior."""
+    """Negative log-posterior over shards: Σ_shards partials(...) mapped to raw coordinates, plus the prior.
 
-    def __init__(self, spec: Spec, shards: Sequence[Shard], prior: Prior):
+    With ``spec.judge_blocks`` the Hessian is kept block-arrowhead (:mod:`biasboard.ranking.arrowhead`):
+    ``cross`` indexes the cells' (judge, model) pairs, built here unless a caller that refits the same
+    cells many times (the bootstrap) passes it in.
+    """
+
+    def __init__(self, spec: Spec, shards: Sequence[Shard], prior: Prior, cross: CrossIndex | None = None):
         self.spec = spec
         self.shards = list(shards)
         self.prior = prior
-        self.E = spec.effective_map()
+        self.blocked = spec.judge_blocks
+        self.E = spec.effective_map(centred=not self.blocked)
         self.ET = self.E.T.tocsr()
+        if self.blocked:
+            lay = spec.layout
+            if any(sh.scores is not None and len(sh.scores) for sh in self.shards):
+                raise ValueError("the judge-blocked solver takes pair cells only (no ordinal scores)")
+            parts = [sh.pairs for sh in self.shards if sh.pairs is not None]
+            self.cross = cross or CrossIndex.of(parts, lay.n_models, lay.n_judges)
+            self.centred = centring(spec)
+
+    def _effective(self, core: np.ndarray) -> np.ndarray:
+        eff = self.E @ core
+        if self.blocked and self.centred is not None:  # L_j = ρ_j − mean ρ over the centred judges, in O(J)
+            lay = self.spec.layout
+            eff[lay.eff_block(DISC).start + self.centred] -= core[lay.block(DISC).start + self.centred].mean()
+        return eff
+
+    def _effective_grad(self, g_eff: np.ndarray) -> np.ndarray:
+        g = self.ET @ g_eff
+        if self.blocked and self.centred is not None:
+            lay = self.spec.layout
+            g[lay.block(DISC).start + self.centred] -= g_eff[lay.eff_block(DISC).start + self.centred].mean()
+        return g
+
+    def _blocked_partials(self, eff: np.ndarray, hessian: bool) -> BlockPartials:
+        total = BlockPartials.zeros(self.spec.layout, self.cross.size, hessian)
+        index = 0
+        for shard in self.shards:
+            if shard.pairs is None:
+                continue
+            at_a, at_b = self.cross.at_a[index], self.cross.at_b[index]
+            index += 1
+            for start in range(0, len(shard.pairs), CHUNK_CELLS):
+                sl = slice(start, start + CHUNK_CELLS)
+                block_partials(eff, shard.pairs.take(sl), at_a[sl], at_b[sl], self.spec, total, hessian)
+        return total
 
     def data_partials(self, core: np.ndarray, diag: np.ndarray, hessian: bool = True) -> Partials:
         eff = self.E @ core
@@ -76,6 +117,8 @@ class Objective:
                  hessian: bool = True) -> Evaluation:
         """f, and unless ``derivatives=False`` the gradient, and unless ``hessian=False`` the Hessian blocks
         (left empty otherwise: a gradient-only evaluation costs about half a full one)."""
+        if self.blocked:
+            return self._evaluate_blocked(core, derivatives=derivatives, hessian=hessian)
         part = self.data_partials(core, diag, hessian=derivatives and hessian)
         pr = self.prior
         dc = core - pr.mean
@@ -99,6 +142,25 @@ class Objective:
             H[np.ix_(idx, idx)] += kappa
         B = np.asarray(self.ET @ part.H_cross)
         return Evaluation(f, -part.f, g, H, g_diag, part.H_diag + pr.precision_diag, B)
+
+    def _evaluate_blocked(self, core: np.ndarray, *, derivatives: bool, hessian: bool) -> Evaluation:
+        """:meth:`evaluate` with the judge-blocked partials; ``H`` is an :class:`ArrowHessian`."""
+        part = self._blocked_partials(self._effective(core), derivatives and hessian)
+        pr = self.prior
+        dc = core - pr.mean
+        f = part.f + 0.5 * float(dc @ (pr.precision * dc))
+        sums = [float(core[idx].sum()) for idx, _ in pr.gauges]
+        f += sum(0.5 * kappa * total**2 for (_, kappa), total in zip(pr.gauges, sums, strict=True))
+        empty, no_cross = np.empty(0), np.zeros((core.size, 0))
+        if not derivatives:
+            return Evaluation(f, -part.f, empty, np.empty((0, 0)), empty, empty, no_cross)
+        g = self._effective_grad(part.g) + pr.precision * dc
+        for (idx, kappa), total in zip(pr.gauges, sums, strict=True):
+            g[idx] += kappa * total
+        if not hessian:
+            return Evaluation(f, -part.f, g, np.empty((0, 0)), empty, empty, no_cross)
+        H = assemble(part, self.spec, pr.precision, pr.gauges, self.cross)
+        return Evaluation(f, -part.f, g, H, empty, empty, no_cross)
 
 
 @dataclass
@@ -147,8 +209,10 @@ class NewtonFactor:
         return s, t
 
 
-def newton_factor(ev: Evaluation, free: np.ndarray, mu: float = 0.0) -> NewtonFactor | None:
+def newton_factor(ev: Evaluation, free: np.ndarray, mu: float = 0.0) -> NewtonFactor | ArrowFactor | None:
     """The factorised (damped) Newton system of ``ev`` over ``free``, or None when not positive definite."""
+    if isinstance(ev.H, ArrowHessian):
+        return ArrowFactor.build(ev.H, free, mu)
     B = ev.B[free]
     factor, d = _schur_factor(ev.H[np.ix_(free, free)], B, ev.H_diag, mu)
     return None if factor is None else NewtonFactor(factor, B, d)
@@ -157,6 +221,21 @@ def newton_factor(ev: Evaluation, free: np.ndarray, mu: float = 0.0) -> NewtonFa
 def _newton_step(ev: Evaluation, free: np.ndarray, mu: float):
     newton = newton_factor(ev, free, mu)
     return None if newton is None else newton.solve(ev.g[free], ev.g_diag)
+
+
+def _diag_scale(ev: Evaluation) -> float:
+    if isinstance(ev.H, ArrowHessian):
+        return ev.H.diag_mean()
+    return float(np.mean(np.abs(np.diag(ev.H)))) if ev.H.size else 1.0
+
+
+def _quad(ev: Evaluation, free: np.ndarray, s: np.ndarray) -> float:
+    """sᵀ H s over the free parameters."""
+    if isinstance(ev.H, ArrowHessian):
+        full = np.zeros(free.size)
+        full[free] = s
+        return ev.H.quad(full)
+    return s @ (ev.H[np.ix_(free, free)] @ s)
 
 
 def _grad_norm(ev: Evaluation, free: np.ndarray) -> float:
@@ -179,7 +258,7 @@ def minimize(
     ev = objective.evaluate(core, diag)
     scale = max(_grad_norm(ev, free) if g0_norm is None else g0_norm, 1.0)
     mu = 0.0
-    diag_scale = float(np.mean(np.abs(np.diag(ev.H)))) if ev.H.size else 1.0
+    diag_scale = _diag_scale(ev)
     it = 0
     converged = False
     polished = False
@@ -203,7 +282,7 @@ def minimize(
         it += 1
         g_f = ev.g[free]
         predicted = -(g_f @ s + ev.g_diag @ t) - 0.5 * (
-            s @ (ev.H[np.ix_(free, free)] @ s) + 2 * t @ (ev.B[free].T @ s) + t @ (ev.H_diag * t)
+            _quad(ev, free, s) + 2 * t @ (ev.B[free].T @ s) + t @ (ev.H_diag * t)
         )
         actual = ev.f - new_ev.f
         if converged:
@@ -280,9 +359,25 @@ def refit_nearby(
     return solution
 
 
-def laplace_covariance(solution: Solution) -> np.ndarray:
-    """Posterior covariance of the core parameters (δ marginalised), zero rows for fixed parameters."""
+def covariance_block(cov: np.ndarray | BlockCovariance, index: slice | int):
+    """``cov[index, index]`` of a dense or a judge-blocked covariance (globals only for the latter)."""
+    if isinstance(cov, BlockCovariance):
+        return cov.block(index)
+    return cov[index, index]
+
+
+def laplace_covariance(solution: Solution) -> np.ndarray | BlockCovariance:
+    """Posterior covariance of the core parameters (δ marginalised), zero rows for fixed parameters.
+
+    A judge-blocked fit gets a :class:`~biasboard.ranking.arrowhead.BlockCovariance` (globals' block and
+    per-judge variances) instead of the (6J)² matrix.
+    """
     ev, free = solution.evaluation, solution.free
+    if isinstance(ev.H, ArrowHessian):
+        factor = ArrowFactor.build(ev.H, free)
+        if factor is None:
+            raise np.linalg.LinAlgError("the Hessian at the optimum is not positive definite")
+        return factor.covariance()
     factor, _ = _schur_factor(ev.H[np.ix_(free, free)], ev.B[free], ev.H_diag, 0.0)
     n = ev.H.shape[0]
     cov = np.zeros((n, n))
