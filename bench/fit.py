@@ -126,8 +126,8 @@ def split_voters(battles: pa.Table, voters: int, rng: np.random.Generator) -> pa
 
 def simulate_voters(args, workdir: Path) -> tuple[int, int]:
     """1M battles, 8 judges of which 2 human pools; cells pooled and with each pool split into voters."""
-    from biasboard.ranking.simulate import SimulationConfig, simulate_days, truth
     from biasboard.schemas.families import FamilyMap
+    from biasboard.simulate import SimulationConfig, simulate_days, truth
     from biasboard.transforms.cells import merge_cells, partial_cells
 
     config = SimulationConfig(battles=args.battles, models=args.models, judges=args.judges, human_judges=2,
