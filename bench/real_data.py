@@ -54,7 +54,7 @@ TAU_DRAWS = 400
 
 
 @dataclass
-class Fitted:
+class BothFits:
     """One data set (or one judge's part of it) fit both ways, with its ingest counts."""
 
     label: str
@@ -85,7 +85,7 @@ def unidentified_effects(fit: FitResult) -> tuple[str, ...]:
     return tuple(rows["effect"].to_list())
 
 
-def fit_both(label: str, battles: pa.Table, config: ModelConfig) -> Fitted:
+def fit_both(label: str, battles: pa.Table, config: ModelConfig) -> BothFits:
     """Naive and bias-aware fits of the same cells, plus a refit correcting only identified effects.
 
     Seed 000: when a covariate is constant within each model its coefficient is chosen by the prior, not
@@ -94,7 +94,7 @@ def fit_both(label: str, battles: pa.Table, config: ModelConfig) -> Fitted:
     """
     cells, counted, rejected = cells_of(battles)
     naive, corrected = fit_leaderboards(cells, config=config, naive_config=NaiveConfig(k=config.k, posterior_draws=200))
-    fitted = Fitted(label, naive, corrected, counted, rejected)
+    fitted = BothFits(label, naive, corrected, counted, rejected)
     fitted.unbounded = corrected if config.length_clip is None else fit_bias_aware(
         cells, config=replace(config, length_clip=None, profile=False), naive=naive)
     dropped = unidentified_effects(corrected) if config.profile else ()
@@ -126,7 +126,7 @@ def tau_spread(fit: FitResult, reference: dict[str, float], seed: int = 0) -> fl
     return float(np.std([kendall_tau_b(d, ref) for d in draws], ddof=1))
 
 
-def bias_rows(fit: Fitted, judges: list[str] | None = None) -> list[list[object]]:
+def bias_rows(fit: BothFits, judges: list[str] | None = None) -> list[list[object]]:
     """Per (judge, effect): estimate [95% CI], identified, note — the rows of a Markdown table."""
     table = fit.corrected.bias.filter(pl.col("effect").is_in([*SHOWN_EFFECTS, *(f"{e}" for e in SHOWN_EFFECTS)]))
     rows = []
@@ -149,11 +149,11 @@ BIAS_EXPLAINED = (
 )
 
 
-def bias_frame(fit: Fitted) -> pl.DataFrame:
+def bias_frame(fit: BothFits) -> pl.DataFrame:
     return fit.corrected.bias.with_columns(pl.lit(fit.label).alias("data"))
 
 
-def leaderboard_frame(fit: Fitted) -> pl.DataFrame:
+def leaderboard_frame(fit: BothFits) -> pl.DataFrame:
     return pl.DataFrame({
         "data": fit.label,
         "model": list(fit.naive.models),
@@ -174,12 +174,12 @@ def leaderboard_frame(fit: Fitted) -> pl.DataFrame:
     )
 
 
-def naive_vs_corrected(fit: Fitted) -> tuple[float, float]:
+def naive_vs_corrected(fit: BothFits) -> tuple[float, float]:
     tau, rho, _ = rank_agreement(ratings(fit.naive), ratings(fit.corrected))
     return tau, rho
 
 
-def warnings_of(fit: Fitted) -> list[str]:
+def warnings_of(fit: BothFits) -> list[str]:
     both = fit.naive.diagnostics.get("warnings", []) + fit.corrected.diagnostics.get("warnings", [])
     return list(dict.fromkeys(both))
 

@@ -68,7 +68,6 @@ REASON = "__reason"
 
 #: The columns a format's mapping must produce for battles (``ts`` raw: epoch seconds, datetime, or text).
 BATTLE_MAPPED = ("battle_id", "ts", "judge", "model_a", "model_b", "winner", "prompt_id", "len_a", "len_b")
-SCORE_MAPPED = ("score_id", "ts", "judge", "model", "prompt_id", "score", "len")
 
 #: JSON reader block size: large enough that type inference sees a whole fixture file at once.
 _JSON_BLOCK_SIZE = 64 << 20

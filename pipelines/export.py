@@ -68,7 +68,7 @@ def export_snapshot(
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt!r}: choose csv, json or parquet")
     source = publish.resolve_snapshot(out_dir, snapshot_id)
-    manifest = publish.read_manifest(source)
+    manifest = publish.read_snapshot_manifest(source)
     chosen_id = manifest["snapshot_id"]
     written = []
     for table in tables:

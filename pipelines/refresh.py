@@ -7,7 +7,7 @@
    the state has no committed partition for it, *changed* when its fingerprint
    differs from the one stored in the day's state manifest.
 2. **aggregate**: only those days go through the ingest pipeline
-   (:func:`biasboard.pipelines.backfill.run_backfill`), which replaces each
+   (:func:`biasboard.transforms.ingest.run_ingest`), which replaces each
    day's cells partition — never adds to it — so re-running never double-counts.
 3. **fit**: all stored cells are merged and both models are fit on them
    (naive Bradley–Terry and the bias-aware model).
@@ -46,8 +46,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 from biasboard.pipelines.options import beam_options
+from biasboard.ranking import ModelConfig, fit_leaderboards
+from biasboard.ranking.diagnostics import CROSSING_TYPICAL
+from biasboard.ranking.gate import run_gate
+from biasboard.ranking.leaderboard import side_by_side
+from biasboard.report.html import render_report
+from biasboard.schemas.cells import PAIR_CELL_KEYS, SCORE_CELL_KEYS
 from biasboard.schemas.errors import InputError
-from biasboard.transforms import publish, storage
+from biasboard.transforms import publish, read, state, storage
+from biasboard.transforms.audit import AUDIT_HTML, AUDIT_JSON, load_anchors, run_audit
+from biasboard.transforms.cells import IngestCounts, judge_summary
+from biasboard.transforms.ingest import build_ingest, day_tasks, run_ingest
+from biasboard.transforms.plan import make_plan, plan_inputs
 from biasboard.transforms.publish import failpoint
 
 _LOG = logging.getLogger(__name__)
@@ -198,20 +208,20 @@ def refresh(
     started = dt.datetime.now(dt.timezone.utc)
 
     with timings.stage("read"):
-        plan = plan_days(input_glob, state_dir, options.scores_glob)
+        changes = input_changes(input_glob, state_dir, options.scores_glob)
     _LOG.info(
         "read: %d input file(s) over %d day(s): %d new, %d changed, %d unchanged",
-        plan.n_files,
-        len(plan.fingerprints),
-        len(plan.new),
-        len(plan.changed),
-        len(plan.unchanged),
+        changes.n_files,
+        len(changes.fingerprints),
+        len(changes.new),
+        len(changes.changed),
+        len(changes.unchanged),
     )
-    todo = plan.new + plan.changed
+    todo = changes.new + changes.changed
 
     build_only = _build_only_reason(pipeline_options)
     if build_only:
-        job = build_aggregation_job(input_glob, state_dir, beam_args, todo, options)
+        job = build_aggregation_job(input_glob, state_dir, beam_options(beam_args), todo, options)
         _LOG.info("aggregate: %s: the job was built, nothing ran, nothing is published", build_only)
         return Outcome(None, aggregated_days=todo, reason=build_only, job=job)
     failpoint("after-read")
@@ -219,7 +229,7 @@ def refresh(
     metrics: dict[str, int] = {}
     with timings.stage("aggregate"):
         if todo:
-            metrics = aggregate_days(input_glob, state_dir, beam_args, todo, options)
+            metrics = aggregate_days(input_glob, state_dir, beam_options(beam_args), todo, options)
         else:
             _LOG.info("aggregate: nothing new; the stored cells are up to date")
     failpoint("after-aggregate")
@@ -227,7 +237,7 @@ def refresh(
     audit_files: dict[str, bytes] = {}
     if options.audit:
         with timings.stage("audit"):
-            audit_files = audit_state(input_glob, state_dir, beam_args, plan, options)
+            audit_files = audit_state(input_glob, state_dir, beam_options(beam_args), changes, options)
     failpoint("after-audit")
 
     with timings.stage("fit"):
@@ -254,8 +264,8 @@ def refresh(
         "inputs": {
             "glob": input_glob,
             "scores_glob": options.scores_glob,
-            "digest": plan.digest,
-            "days": plan.fingerprints,
+            "digest": changes.digest,
+            "days": changes.fingerprints,
         },
         "state": state_dir,
         "aggregated_days": todo,
@@ -281,8 +291,6 @@ def refresh(
     )
     plan_path = None
     if options.plan_budget:
-        from biasboard.pipelines.plan import make_plan
-
         plan = make_plan(out_dir, options.plan_budget, snapshot_id=published.snapshot_id)
         plan_path = plan.paths[0] if plan.paths else None
     return Outcome(published, fitted.summary, todo, plan_path=plan_path)
@@ -292,7 +300,7 @@ def refresh(
 
 
 @dataclass
-class DayPlan:
+class InputChanges:
     """Per day: its input fingerprint, and which days are new, changed or unchanged against the state."""
 
     fingerprints: dict[str, dict]
@@ -326,7 +334,7 @@ def day_digest(inputs: object, score_inputs: object = None) -> str:
     return _digest({"inputs": _entries(inputs), "score_inputs": _entries(score_inputs)})
 
 
-def plan_days(input_glob: str, state_dir: str, scores_glob: str | None = None) -> DayPlan:
+def input_changes(input_glob: str, state_dir: str, scores_glob: str | None = None) -> InputChanges:
     """Compare the input's per-day fingerprints with those the state's day manifests recorded.
 
     A file's fingerprint is its path, size, modification time and the file
@@ -334,8 +342,6 @@ def plan_days(input_glob: str, state_dir: str, scores_glob: str | None = None) -
     a rewritten or appended file changes its day's digest without the job
     reading any data; a day the state has no committed manifest for is new.
     """
-    from biasboard.transforms import read, state
-
     battles = read.list_input_days(input_glob, check=False)
     scores = read.list_input_days(scores_glob, kind="score", check=False) if scores_glob else {}
     fingerprints = {}
@@ -345,7 +351,7 @@ def plan_days(input_glob: str, state_dir: str, scores_glob: str | None = None) -
         fingerprints[day] = {"digest": day_digest(inputs, score_inputs), "files": inputs, "score_files": score_inputs}
     new, changed, unchanged = [], [], []
     for day, fingerprint in fingerprints.items():
-        manifest = state.read_manifest(state_dir, day)
+        manifest = state.read_day_manifest(state_dir, day)
         if manifest is None:
             new.append(day)
         elif day_digest(manifest.get("inputs"), manifest.get("score_inputs")) != fingerprint["digest"]:
@@ -353,22 +359,20 @@ def plan_days(input_glob: str, state_dir: str, scores_glob: str | None = None) -
         else:
             unchanged.append(day)
     n_files = len({f.path for files in (*battles.values(), *scores.values()) for f in files})
-    return DayPlan(fingerprints, new, changed, unchanged, n_files)
+    return InputChanges(fingerprints, new, changed, unchanged, n_files)
 
 
 # --------------------------------------------------------------------------- aggregate
 
 
 def aggregate_days(
-    input_glob: str, state_dir: str, beam_args: list[str], days: list[str], options: RefreshOptions
+    input_glob: str, state_dir: str, pipeline_options: PipelineOptions, days: list[str], options: RefreshOptions
 ) -> dict[str, int]:
     """Run the ingest pipeline over ``days``; returns its Beam counters (rows read, counted, rejected by reason)."""
-    from biasboard.pipelines.backfill import run_backfill
-
-    result = run_backfill(
+    result = run_ingest(
         input_glob,
         state_dir,
-        beam_args,
+        pipeline_options,
         days=days,
         family_map=options.families,
         scores_glob=options.scores_glob,
@@ -384,26 +388,17 @@ def aggregate_days(
 
 
 def build_aggregation_job(
-    input_glob: str, state_dir: str, beam_args: list[str], days: list[str], options: RefreshOptions
+    input_glob: str, state_dir: str, pipeline_options: PipelineOptions, days: list[str], options: RefreshOptions
 ) -> object:
     """Build (and, for a template, stage) the ingest job without running it; returns the runner's result.
 
-    The same transforms as :func:`~biasboard.pipelines.backfill.run_backfill`;
-    used with ``--dry_run`` / ``--template_location``, where nothing runs, so
-    there is nothing to wait for and no state to read back.
+    The same graph as :func:`~biasboard.transforms.ingest.run_ingest` runs
+    (:func:`~biasboard.transforms.ingest.build_ingest`); used with ``--dry_run`` /
+    ``--template_location``, where nothing runs, so there is nothing to wait for
+    and no state to read back.
     """
-    import apache_beam as beam
-    from biasboard.pipelines import backfill
-    from biasboard.transforms.read import load_family_map
-
-    tasks = backfill.plan_days(input_glob, days or None, scores_glob=options.scores_glob)
-    pipeline = beam.Pipeline(options=beam_options(beam_args))
-    _ = (
-        pipeline
-        | "DayPartitions" >> beam.Create(tasks)
-        | "AggregateDays" >> backfill.AggregateDays(state_dir, load_family_map(options.families))
-    )
-    return pipeline.run()
+    tasks = day_tasks(input_glob, days or None, scores_glob=options.scores_glob)
+    return build_ingest(pipeline_options, tasks, state_dir, read.load_family_map(options.families)).run()
 
 
 def _build_only_reason(options: PipelineOptions) -> str:
@@ -421,7 +416,9 @@ AUDIT_DIR = "audit"
 AUDIT_INPUTS = "inputs.json"
 
 
-def audit_state(input_glob: str, state_dir: str, beam_args: list[str], plan: DayPlan, options: RefreshOptions):
+def audit_state(
+    input_glob: str, state_dir: str, pipeline_options: PipelineOptions, changes: InputChanges, options: RefreshOptions
+) -> dict[str, bytes]:
     """The judge audit of the whole input, kept under ``STATE/audit`` and re-run only when the input changed.
 
     Order pairing needs both orders of a prompt, which may sit on different
@@ -432,15 +429,13 @@ def audit_state(input_glob: str, state_dir: str, beam_args: list[str], plan: Day
     """
     folder = storage.join(state_dir, AUDIT_DIR)
     stamp_path = storage.join(folder, AUDIT_INPUTS)
-    stamp = {"input_digest": plan.digest, "input_glob": input_glob, "anchors": options.anchors}
+    stamp = {"input_digest": changes.digest, "input_glob": input_glob, "anchors": options.anchors}
     current = storage.exists(stamp_path) and json.loads(storage.read_text(stamp_path)) == stamp
     if not current:
-        from biasboard.pipelines.audit import run_audit
-
         storage.delete_tree(folder)
-        run_audit(input_glob, folder, beam_args, anchors=options.anchors, family_map=options.families)
+        run_audit(input_glob, folder, pipeline_options, anchors=options.anchors, family_map=options.families)
         storage.atomic_write_bytes(stamp_path, publish.json_bytes(stamp))
-        _LOG.info("audit: judge audit of %d day(s) written to %s", len(plan.fingerprints), folder)
+        _LOG.info("audit: judge audit of %d day(s) written to %s", len(changes.fingerprints), folder)
     else:
         _LOG.info("audit: input unchanged; reusing %s", folder)
     files = {}
@@ -455,7 +450,7 @@ def audit_state(input_glob: str, state_dir: str, beam_args: list[str], plan: Day
 
 
 @dataclass
-class Fitted:
+class SnapshotParts:
     """Everything a snapshot is made of, before serialisation."""
 
     leaderboard: pl.DataFrame
@@ -467,27 +462,21 @@ class Fitted:
     extra_files: dict[str, bytes] = field(default_factory=dict)
 
 
-def model_config(options: RefreshOptions):
-    from biasboard.ranking import ModelConfig
-
+def model_config(options: RefreshOptions) -> ModelConfig:
     try:
         return ModelConfig(k=options.k, bootstrap=options.bootstrap, seed=options.seed, length_clip=options.length_clip)
     except ValueError as err:  # a bad option value, said in one line rather than a traceback
         raise InputError(f"refresh options: {err}") from err
 
 
-def fit_state(state_dir: str, options: RefreshOptions, audit_files: Mapping[str, bytes] | None = None) -> Fitted:
+def fit_state(
+    state_dir: str, options: RefreshOptions, audit_files: Mapping[str, bytes] | None = None
+) -> SnapshotParts:
     """Merge every stored day's cells and fit both models; the summary sums the days' manifests.
 
     Deterministic in the stored cells: the cells are put in key order before the
     fit, so the numbers do not depend on the order days were aggregated in.
     """
-    from biasboard.pipelines.plan import plan_inputs
-    from biasboard.ranking import fit_leaderboards
-    from biasboard.ranking.leaderboard import side_by_side
-    from biasboard.schemas.cells import PAIR_CELL_KEYS, SCORE_CELL_KEYS
-    from biasboard.transforms import state
-
     days = state.list_state_days(state_dir)
     if not days:
         raise InputError(f"{state_dir}: no aggregated days to fit (is --input empty?)")
@@ -505,9 +494,6 @@ def fit_state(state_dir: str, options: RefreshOptions, audit_files: Mapping[str,
     config = model_config(options)
     gate = None
     if options.anchors:
-        from biasboard.pipelines.audit import load_anchors
-        from biasboard.ranking.gate import run_gate
-
         gate = run_gate(cells, load_anchors(options.anchors), base_config=config, score_cells=score_cells)
         config = gate.config(config)
         _LOG.info("fit: the anchor gate left %d (judge, effect) correction(s) off", len(gate.disabled))
@@ -524,14 +510,12 @@ def fit_state(state_dir: str, options: RefreshOptions, audit_files: Mapping[str,
     audit_files = dict(audit_files or {})
     audit_html = None
     if audit_files:
-        from biasboard.pipelines.audit import AUDIT_HTML, AUDIT_JSON
-
         audit_doc = json.loads(audit_files[AUDIT_JSON]) if AUDIT_JSON in audit_files else {}
         judges = audit_doc.get("tables", {}).get("judges")
         if judges:
             summary["diagnostics"]["order"] = judges
         audit_html = audit_files[AUDIT_HTML].decode("utf-8") if AUDIT_HTML in audit_files else None
-    return Fitted(
+    return SnapshotParts(
         leaderboard=leaderboard,
         bias=corrected.bias,
         summary=summary,
@@ -553,11 +537,7 @@ def _dictionary_encoded(table: pa.Table) -> pa.Table:
 
 def build_summary(state_dir: str, days: list[str], cells, naive, corrected) -> dict:
     """summary.json (DESIGN §6): τ and ρ naive vs corrected, counts by reason, judges, diagnostics, warnings."""
-    from biasboard.ranking.diagnostics import CROSSING_TYPICAL
-    from biasboard.transforms import state
-    from biasboard.transforms.cells import IngestCounts, judge_summary
-
-    manifests = [state.read_manifest(state_dir, day) or {} for day in days]
+    manifests = [state.read_day_manifest(state_dir, day) or {} for day in days]
     counts = sum((IngestCounts.from_dict(m["counts"]) for m in manifests if "counts" in m), IngestCounts())
     score_manifests = [m["score_counts"] for m in manifests if "score_counts" in m]
     comparison = corrected.diagnostics.get("naive_vs_corrected", {})
@@ -612,9 +592,7 @@ def _config_dict(config) -> dict:
     return out
 
 
-def render(fitted: Fitted, options: RefreshOptions) -> str:
-    from biasboard.report.html import render_report
-
+def render(fitted: SnapshotParts, options: RefreshOptions) -> str:
     return render_report(fitted.leaderboard, fitted.bias, fitted.summary, fitted.audit_html, title=options.title)
 
 

@@ -37,8 +37,6 @@ from biasboard.ranking.data import PairArrays, ScoreArrays
 #: Per-judge blocks, in the same order in the raw and the effective vectors.
 JUDGE_BLOCKS: tuple[str, ...] = ("position", "length", "affinity", "discrimination", "tie", "severity")
 POS, LEN, AFF, DISC, TIE, SEV = range(6)
-#: The three effects with a global coefficient plus per-judge deviations.
-GLOBAL_EFFECTS: tuple[str, ...] = ("position", "length", "affinity")
 
 
 @dataclass(frozen=True)

@@ -48,10 +48,6 @@ SCORE_SCHEMA = pa.schema(
 )
 SCORE_REQUIRED: tuple[str, ...] = ("score_id", "ts", "judge", "model", "prompt_id", "score")
 
-#: Anchors are battle-shaped rows whose verdict is trusted (humans or a strong judge).
-ANCHOR_SCHEMA = BATTLE_SCHEMA
-ANCHOR_REQUIRED = BATTLE_REQUIRED
-
 #: FastChat / arena column names accepted by readers, mapped onto ours.
 FASTCHAT_COLUMN_MAP: dict[str, str] = {
     "question_id": "battle_id",

@@ -26,9 +26,8 @@ import pyarrow as pa
 LEN_BIN_WIDTH: float = 0.25
 #: Interior edges from -2.5 to 2.5 (ratios from 1/12 to 12); 0 is an edge, so
 #: the sign of x (which answer was longer) is recoverable from the bin alone.
-LEN_BIN_EDGES: np.ndarray = np.round(np.arange(-2.5, 2.5 + 1e-9, LEN_BIN_WIDTH), 10)
 #: Bin ``0`` holds x < -2.5, bin ``len(LEN_BIN_EDGES)`` holds x >= 2.5.
-LEN_BIN_COUNT: int = len(LEN_BIN_EDGES) + 1
+LEN_BIN_EDGES: np.ndarray = np.round(np.arange(-2.5, 2.5 + 1e-9, LEN_BIN_WIDTH), 10)
 #: Bin for battles whose lengths are unknown.
 LEN_BIN_MISSING: int = -1
 

@@ -86,9 +86,6 @@ ISO_FORMATS: tuple[tuple[str, bool], ...] = (
 #: Winner value → code used by the cell measures (index into WINNER_VALUES).
 WINNER_CODES: dict[str, int] = {value: code for code, value in enumerate(WINNER_VALUES)}
 
-LENGTH_COLUMNS_BATTLE = ("len_a", "len_b")
-LENGTH_COLUMNS_SCORE = ("len",)
-
 
 def apply_column_aliases(names: list[str]) -> dict[str, str]:
     """Renames that map FastChat/arena column names onto ours (only where ours is absent)."""

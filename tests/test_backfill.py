@@ -24,7 +24,13 @@ from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.rules import BATTLE_REASONS
 from biasboard.transforms.cells import merge_cells, partial_cells
 from biasboard.transforms.read import day_of_path, list_input_days
-from biasboard.transforms.state import list_state_days, load_cells, load_dead_letters, load_score_cells, read_manifest
+from biasboard.transforms.state import (
+    list_state_days,
+    load_cells,
+    load_dead_letters,
+    load_score_cells,
+    read_day_manifest,
+)
 from biasboard.transforms.validate import SeenIds
 
 UTC = dt.timezone.utc
@@ -115,14 +121,14 @@ def test_backfill_dead_letters_every_reason_and_conserves(logs: Path, tmp_path: 
     assert counts.self_battles == 1
 
     # per day: the manifest states the identity and names the inputs with their fingerprints
-    m1 = read_manifest(state, D1)
+    m1 = read_day_manifest(state, D1)
     assert (
         m1["counts"]["read"] == 16 + 2
         and m1["counts"]["read"] == m1["counts"]["counted"] + m1["counts"]["rejected_total"]
     )
     assert {Path(i["path"]).name for i in m1["inputs"]} == {"part-0.parquet", "undated.parquet"}
     assert all(i["size"] > 0 for i in m1["inputs"])
-    assert read_manifest(state, D2)["counts"] == {
+    assert read_day_manifest(state, D2)["counts"] == {
         "read": 9,
         "counted": 8,
         "rejected": {"duplicate_battle_id": 1},
@@ -189,7 +195,7 @@ def test_rerun_replaces_a_day_and_never_adds(logs: Path, tmp_path: Path):
     changed = run_backfill(str(logs), state, days=[D2])
     assert changed.counts.read == 6 + 1
     assert sum(load_cells(state).column("n").to_pylist()) == changed.counts.counted == 7
-    assert read_manifest(state, D1) is None  # other days untouched (never written here)
+    assert read_day_manifest(state, D1) is None  # other days untouched (never written here)
 
 
 def test_scores_and_family_map_and_range_through_the_cli(logs: Path, tmp_path: Path, capsys):

@@ -94,7 +94,7 @@ def test_refresh_on_the_portable_runner_with_external_workers(sim, tmp_path, por
     assert remote.aggregated_days == local.aggregated_days == ["2024-01-01", "2024-01-02"]
     # the aggregation ran in SDK worker processes started by the pool, not in this one
     assert "Starting worker" in worker_log.read_text()
-    manifest = publish.read_manifest(remote.published.path)
+    manifest = publish.read_snapshot_manifest(remote.published.path)
     assert manifest["options"]["beam"]["runner"] == "PortableRunner"
     assert manifest["metrics"]["this_run"]["battles_read"] == remote.summary["counts"]["read"]
     for name in ("leaderboard.parquet", "bias.parquet", "summary.json"):
@@ -113,7 +113,7 @@ def _sdist_members(tarball: bytes) -> set[str]:
         return {"/".join(name.split("/")[1:]) for name in handle.getnames()}
 
 
-SHIPPED = {"setup.py", "pipelines/refresh.py", "pipelines/backfill.py", "transforms/cells.py", "schemas/cells.py"}
+SHIPPED = {"setup.py", "pipelines/refresh.py", "transforms/ingest.py", "transforms/cells.py", "schemas/cells.py"}
 
 
 @pytest.mark.slow

@@ -45,7 +45,7 @@ def test_publish_makes_a_complete_snapshot_and_moves_latest(tmp_path):
     assert first.snapshot_id.startswith("20240101T000000Z-")
     names = set(os.listdir(first.path))
     assert names == {*publish.SNAPSHOT_FILES, "manifest.json"}
-    manifest = publish.read_manifest(first.path)
+    manifest = publish.read_snapshot_manifest(first.path)
     for name in publish.SNAPSHOT_FILES:  # the manifest vouches for every byte
         data = (tmp_path / "out" / "snapshots" / first.snapshot_id / name).read_bytes()
         assert manifest["files"][name]["bytes"] == len(data)

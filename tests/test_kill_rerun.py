@@ -99,8 +99,8 @@ def test_killed_from_outside_while_aggregating(sim, tmp_path, uninterrupted):
     logs, old_id = _first_two_days_published(sim, tmp_path)
     proc = subprocess.Popen(_command(logs, tmp_path), stderr=subprocess.PIPE, text=True)
     try:
-        for line in proc.stderr:  # the ingest logs "backfill: N day(s)" as its pipeline starts
-            if "backfill:" in line:
+        for line in proc.stderr:  # the ingest logs "ingest: N day(s)" as its pipeline starts
+            if "ingest:" in line:
                 proc.send_signal(signal.SIGKILL)
                 break
         assert proc.wait(timeout=120) == -signal.SIGKILL

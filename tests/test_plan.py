@@ -11,7 +11,6 @@ import polars as pl
 import pyarrow as pa
 import pytest
 from biasboard.pipelines import cli
-from biasboard.pipelines.plan import POSTERIOR_FILE, make_plan, plan_inputs
 from biasboard.plan.acquisition import (
     PLAN_COLUMNS,
     STRATEGIES,
@@ -28,6 +27,7 @@ from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.transforms import publish
 from biasboard.transforms.cells import partial_cells
+from biasboard.transforms.plan import POSTERIOR_FILE, make_plan, plan_inputs
 
 M, K = 20, 5
 #: Clear gaps of 0.8 logits, except the models at ranks 5 and 6 (indices 4, 5), 0.05 apart: they

@@ -15,27 +15,55 @@ Its shape instead:
 3. everything else is per-judge counts; all of it is summed by one global
    combine and finished by :func:`~biasboard.audit.finish_audit`.
 
-The transforms only move tables; every number comes from the core, the same
-functions the tests call.
+The transforms only move tables; every number comes from the audit package
+(:mod:`biasboard.audit`), the same functions the tests call.
+
+:func:`build_audit` is the whole graph ``biasboard audit`` and ``biasboard
+refresh`` run: each day's files are read with the shared day reader
+(:func:`~biasboard.transforms.read.day_batches`), validated with the ingest's
+rules (rejected rows counted by reason), audited, and written under one folder
+(:func:`write_audit`: one Parquet per table, the report fragment, and
+``audit.json`` last).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any
 
 import apache_beam as beam
 import polars as pl
 import pyarrow as pa
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from biasboard.audit import (
+    GOLD_COLUMN,
     AuditPartials,
     AuditResult,
+    anchor_gold,
     audit_partials,
     finish_audit,
     merge_partials,
     order_shard,
     pair_order_stats,
 )
+from biasboard.report.audit import render_audit_section
+from biasboard.schemas.battle import WINNER_VALUES
+from biasboard.schemas.errors import InputError
+from biasboard.schemas.families import FamilyMap
+from biasboard.transforms import publish, read, storage
+from biasboard.transforms.cells import IngestCounts
+from biasboard.transforms.covariates import resolve_families
+from biasboard.transforms.runner import run_to_completion
+from biasboard.transforms.validate import WINNER_CODE, SeenIds, validate_battles
 
+_LOG = logging.getLogger(__name__)
+
+#: Tables written as Parquet, in the order the report shows them.
+TABLES: tuple[str, ...] = ("judges", "order_pairs", "order_models", "family")
+AUDIT_JSON = "audit.json"
+AUDIT_HTML = "audit_section.html"
 #: Shards for order pairing: enough to spread the shuffle over workers, few enough to keep partials large.
 DEFAULT_ORDER_SHARDS = 16
 
@@ -114,4 +142,171 @@ class AuditBattles(beam.PTransform):
         )
 
 
-__all__ = ["AuditBattles", "AuditResult", "MergePartialsFn"]
+def build_audit(
+    options: PipelineOptions,
+    days: Mapping[str, list[read.InputFile]],
+    out: str,
+    family_map: FamilyMap,
+    gold_lookup: pl.DataFrame | None = None,
+    order_shards: int = DEFAULT_ORDER_SHARDS,
+) -> beam.Pipeline:
+    """The audit graph: read and validate each day, audit every battle, write the files under ``out``."""
+    pipeline = beam.Pipeline(options=options)
+    battles = (
+        pipeline
+        | "Days" >> beam.Create(sorted(days.items()))
+        | "SpreadDays" >> beam.Reshuffle()
+        | "ReadValidate" >> beam.FlatMap(read_day, family_map).with_outputs("counts", main="battles")
+    )
+    counts = battles.counts | "SumCounts" >> beam.CombineGlobally(_sum_counts)
+    _ = (
+        battles.battles
+        | "Audit" >> AuditBattles(gold_lookup, n_shards=order_shards)
+        | "Write" >> beam.Map(write_audit, out, beam.pvalue.AsSingleton(counts))
+    )
+    return pipeline
+
+
+def run_audit(
+    input_glob: str,
+    out: str,
+    options: PipelineOptions,
+    anchors: str | None = None,
+    family_map: str | None = None,
+    order_shards: int = DEFAULT_ORDER_SHARDS,
+) -> str:
+    """Audit ``input_glob`` and write the files under ``out``; returns audit.json's path.
+
+    What ``biasboard audit`` runs, and what ``biasboard refresh`` runs so that a
+    snapshot carries the same audit.
+    """
+    if order_shards < 1:
+        raise InputError(f"--order-shards: must be at least 1, got {order_shards}")
+    storage.configure_gcs_auth(no_auth=options.view_as(GoogleCloudOptions).no_auth)
+    families = read.load_family_map(family_map)
+    days = read.list_input_days(input_glob)
+    lookup = load_anchor_lookup(anchors) if anchors else None
+    run_to_completion(build_audit(options, days, out, families, lookup, order_shards))
+    return storage.join(out, AUDIT_JSON)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading: validated battles per day, with the optional gold column kept
+# --------------------------------------------------------------------------------------------
+
+
+#: Columns of each valid row the audit needs beyond what the cells need.
+AUDIT_CARRY = ("prompt_id", GOLD_COLUMN)
+
+
+def audit_frame(valid: pl.DataFrame) -> pl.DataFrame:
+    """Validated rows (``validate_battles(..., carry=AUDIT_CARRY)``) → the columns the audit reads.
+
+    Uses the validator's parsed verdict code and lengths.
+    """
+    codes = pl.DataFrame({WINNER_CODE: pl.Series(range(len(WINNER_VALUES)), dtype=pl.Int8), "_w": WINNER_VALUES})
+    frame = valid.join(codes, on=WINNER_CODE, how="left")
+    out = frame.select(
+        "judge",
+        "model_a",
+        "model_b",
+        pl.col("_w").alias("winner"),
+        pl.col("prompt_id").cast(pl.String),
+        pl.col("_len_a").cast(pl.Int64, strict=False).alias("len_a"),
+        pl.col("_len_b").cast(pl.Int64, strict=False).alias("len_b"),
+        pl.col("family_a").cast(pl.String),
+        pl.col("family_b").cast(pl.String),
+        pl.col("judge_family").cast(pl.String),
+        pl.col(GOLD_COLUMN),
+    )
+    return out if out.get_column(GOLD_COLUMN).null_count() < out.height else out.drop(GOLD_COLUMN)
+
+
+def read_day(day_files: tuple[str, list[read.InputFile]], family_map: FamilyMap):
+    """One day's files → validated audit frames, plus a ``counts`` output (read / valid / rejected by reason).
+
+    Repeated battle ids are detected across all the day's files, as ingest does.
+    """
+    day, files = day_files
+    seen = SeenIds()
+    for f, offset, batch in read.day_batches(day, files, carry=AUDIT_CARRY):
+        checked = validate_battles(batch, seen, source_file=f.path, row_offset=offset, carry=AUDIT_CARRY)
+        self_battles = checked.valid.filter(pl.col("model_a") == pl.col("model_b")).height
+        counts = IngestCounts(checked.read, checked.valid.height, dict(checked.rejected), self_battles)
+        yield beam.pvalue.TaggedOutput("counts", counts)
+        if checked.valid.height:
+            yield audit_frame(resolve_families(checked.valid, family_map))
+
+
+def _sum_counts(parts) -> IngestCounts:
+    """Row accounting of the whole run (``read = counted + rejected``), as the ingest keeps it."""
+    return sum(parts, IngestCounts())
+
+
+def load_anchors(glob: str) -> pl.DataFrame:
+    """Trusted verdicts (battle-shaped Parquet), validated by the ingest's rules, as audit rows.
+
+    Shared by the audit's gold-label accuracy and the refresh's trusted-anchor gate.
+    """
+    frames = []
+    for day, files in read.list_input_days(glob).items():
+        for f, offset, batch in read.day_batches(day, files, carry=AUDIT_CARRY):
+            checked = validate_battles(batch, None, source_file=f.path, row_offset=offset, carry=AUDIT_CARRY)
+            if checked.rejected:
+                _LOG.warning(
+                    "anchors %s: %s rows rejected: %s", f.path, sum(checked.rejected.values()), checked.rejected
+                )
+            frames.append(audit_frame(checked.valid))
+    if not frames:
+        raise InputError(f"--anchors: no valid trusted verdicts in {glob}")
+    return pl.concat(frames, how="diagonal_relaxed").unique()
+
+
+def load_anchor_lookup(glob: str) -> pl.DataFrame:
+    """Trusted verdicts → the gold lookup (by judge-free prompt and pair) the audit scores judges against."""
+    lookup = anchor_gold(load_anchors(glob))
+    if lookup.height == 0:
+        raise InputError(f"--anchors: {glob} has no verdicts with a prompt_id to match battles by")
+    return lookup
+
+
+# --------------------------------------------------------------------------------------------
+# Writing: Parquet + JSON + the report fragment
+# --------------------------------------------------------------------------------------------
+
+
+def audit_files(result: AuditResult, counts: IngestCounts | Mapping[str, Any] | None = None) -> dict[str, bytes]:
+    """Every audit file by name (a refresh adds these to its snapshot); ``audit.json`` is last."""
+    if isinstance(counts, IngestCounts):
+        counts = counts.to_dict()
+    files = {f"audit_{name}.parquet": publish.table_bytes(frame, "parquet") for name, frame in result.tables().items()}
+    files[AUDIT_HTML] = render_audit_section(result).encode("utf-8")
+    document = {"counts": dict(counts or {}), "tables": result.to_json(), "conventions": CONVENTIONS}
+    files[AUDIT_JSON] = publish.json_bytes(document)
+    return files
+
+
+def write_audit(result: AuditResult, out: str, counts: IngestCounts | Mapping[str, Any] | None = None) -> list[str]:
+    """Write the audit files under ``out`` (each atomically; ``audit.json`` last)."""
+    storage.ensure_dir(out)
+    written = []
+    for name, data in audit_files(result, counts).items():
+        path = storage.join(out, name)
+        storage.atomic_write_bytes(path, data)
+        written.append(path)
+    return written
+
+
+#: Plain-words definitions written beside the numbers.
+CONVENTIONS: dict[str, str] = {
+    "order_pairs": "prompt-pairs judged in both orders by the same judge (same prompt_id, the two models swapped)",
+    "order_flip_rate": "share of those pairs whose two verdicts disagree (ties are a verdict class of their own)",
+    "order_prefers_first_rate": "share of pairs where the first-shown answer won in both orders",
+    "pba_consistency_rate": "Position-Bias-Analyzer convention: consistent verdicts over all verdicts with a "
+    "prompt_id, where a verdict whose swapped partner is absent counts as consistent",
+    "consistent_win_rate": "win rate (tie = half) among order-consistent pairs; SE = sqrt(var(score)/n)",
+    "identical": "self-battles (model_a == model_b) are taken as identical answers",
+    "len_agreement_pick_longer": "share of battles with different lengths where the judge picked the longer answer",
+    "gold_accuracy": "on the discriminative subset (the label names a winner); a judge tie scores 1/2",
+    "family": "cross-family battles only; other judges = judges of other families",
+}

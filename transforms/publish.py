@@ -240,7 +240,7 @@ def list_snapshots(out_dir: str) -> list[str]:
     return [sid for sid in storage.list_children(root) if _is_complete(storage.join(root, sid))]
 
 
-def read_manifest(snapshot_path: str) -> dict:
+def read_snapshot_manifest(snapshot_path: str) -> dict:
     return json.loads(storage.read_text(storage.join(snapshot_path, MANIFEST)))
 
 

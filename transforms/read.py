@@ -279,3 +279,23 @@ def load_family_map(path: str | None) -> FamilyMap:
     except Exception as err:
         raise InputError(f"{path}: cannot read the family map: {err}") from err
     return FamilyMap.with_user_rules(text, path)
+
+
+def day_batches(
+    day: str,
+    files: Iterable[InputFile],
+    kind: str = "battle",
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    carry: tuple[str, ...] = (),
+) -> Iterator[tuple[InputFile, int, pl.DataFrame]]:
+    """One day's rows, batch by batch: (file, row offset in that file, batch).
+
+    The one day reader of every job (the ingest, the audit, the anchors): a
+    day-partitioned file is streamed whole, an undated file only with the rows
+    that fall on ``day`` (see :func:`rows_of_day`), so a row is read on one day only.
+    """
+    for f in files:
+        for offset, batch in iter_batches(f.path, kind, batch_rows, carry):
+            if f.undated:
+                batch = rows_of_day(batch, offset, day, f.home_day)
+            yield f, offset, batch

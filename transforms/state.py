@@ -154,7 +154,7 @@ def _relative(state_dir: str, path: str) -> str:
     return path[len(state_dir.rstrip("/")) + 1 :]
 
 
-def read_manifest(state_dir: str, day: str) -> dict | None:
+def read_day_manifest(state_dir: str, day: str) -> dict | None:
     """The manifest of ``day``, or None when the day is not (completely) stored."""
     path = manifest_path(state_dir, day)
     if not _exists(path):
@@ -190,7 +190,7 @@ def _load(state_dir: str, name: str, schema: pa.Schema | None, days: Iterable[st
     selected = list_state_days(state_dir) if days is None else sorted(set(days))
     tables = []
     for day in selected:
-        manifest = read_manifest(state_dir, day)
+        manifest = read_day_manifest(state_dir, day)
         if manifest is None:
             raise StateError(f"{state_dir}: day {day} has no committed partition (no manifest)")
         folder = deadletters_dir(state_dir, day) if "dead_letters" in name else cells_dir(state_dir, day)

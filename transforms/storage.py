@@ -160,11 +160,6 @@ def list_files(prefix: str) -> list[FileInfo]:
     return [FileInfo(m.path, m.size_in_bytes, m.last_updated_in_seconds) for m in _match(base + "**")]
 
 
-def glob(pattern: str) -> list[FileInfo]:
-    """Files matching a glob (``*`` within a path segment, ``**`` across segments), sorted by path."""
-    return [FileInfo(m.path, m.size_in_bytes, m.last_updated_in_seconds) for m in _match(pattern)]
-
-
 def list_children(prefix: str) -> list[str]:
     """Names of the immediate entries (files and sub-folders) under ``prefix``, sorted."""
     if not is_remote(prefix):

@@ -1,0 +1,174 @@
+"""The report's judge-audit section: the audit's tables as an HTML fragment.
+
+Renders an :class:`~biasboard.audit.AuditResult` or the document of
+``audit.json`` (the same numbers); every name that comes from the data is
+escaped.  The audit job writes the fragment as ``audit_section.html`` and the
+report embeds it.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from biasboard.audit import AuditResult
+
+
+def _fmt(value: Any, kind: str = "rate") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if kind == "rate":
+        return f"{100 * float(value):.1f}%"
+    if kind == "count":
+        return f"{float(value):,.0f}" if float(value).is_integer() else f"{float(value):,.1f}"
+    if kind == "num":
+        return f"{float(value):,.1f}"
+    return html.escape(str(value))
+
+
+def _table(caption: str, headers: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
+    return (
+        f'<table class="audit"><caption>{html.escape(caption)}</caption><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table>"
+    )
+
+
+def _records(audit: AuditResult | Mapping[str, Any], name: str) -> list[dict[str, Any]]:
+    if isinstance(audit, AuditResult):
+        return audit.to_json()[name]
+    tables = audit.get("tables", audit)
+    return list(tables.get(name, []))
+
+
+def render_audit_section(audit: AuditResult | Mapping[str, Any]) -> str:
+    """The audit as an HTML fragment (``<section>``) for the report; every name from the data is escaped.
+
+    Accepts an :class:`AuditResult` or the document of ``audit.json``.
+    """
+    judges = _records(audit, "judges")
+    name = lambda r: html.escape(str(r.get("judge")))  # noqa: E731
+    parts = ['<section class="audit" id="judge-audit"><h2>Judge audit</h2>']
+    if not judges:
+        parts.append("<p>No battles to audit.</p></section>")
+        return "".join(parts)
+    parts.append(
+        _table(
+            "Position: verdict split and order consistency (pairs judged in both orders)",
+            [
+                "judge",
+                "verdicts",
+                "first",
+                "second",
+                "tie",
+                "pairs",
+                "flip rate",
+                "first won both",
+                "second won both",
+                "consistency (PBA)",
+            ],
+            [
+                [
+                    name(r),
+                    _fmt(r.get("slot_n"), "count"),
+                    _fmt(r.get("slot_first_share")),
+                    _fmt(r.get("slot_second_share")),
+                    _fmt(r.get("slot_tie_share")),
+                    _fmt(r.get("order_pairs"), "count"),
+                    _fmt(r.get("order_flip_rate")),
+                    _fmt(r.get("order_prefers_first_rate")),
+                    _fmt(r.get("order_prefers_second_rate")),
+                    _fmt(r.get("pba_consistency_rate")),
+                ]
+                for r in judges
+            ],
+        )
+    )
+    identical = [r for r in judges if r.get("identical_n")]
+    if identical:
+        parts.append(
+            _table(
+                "Identical answers (self-battles): an unbiased judge calls them ties",
+                ["judge", "battles", "first", "second", "tie", "winner declared"],
+                [
+                    [
+                        name(r),
+                        _fmt(r.get("identical_n"), "count"),
+                        _fmt(r.get("identical_first"), "count"),
+                        _fmt(r.get("identical_second"), "count"),
+                        _fmt((r.get("identical_tie") or 0) + (r.get("identical_bothbad") or 0), "count"),
+                        _fmt(r.get("identical_declared_share")),
+                    ]
+                    for r in identical
+                ],
+            )
+        )
+    lengths = [r for r in judges if r.get("len_n")]
+    if lengths:
+        parts.append(
+            _table(
+                "Length profile of picks",
+                [
+                    "judge",
+                    "battles",
+                    "mean length chosen",
+                    "mean length rejected",
+                    "longer wins",
+                    "agrees with pick-the-longer",
+                ],
+                [
+                    [
+                        name(r),
+                        _fmt(r.get("len_n"), "count"),
+                        _fmt(r.get("len_mean_chosen"), "num"),
+                        _fmt(r.get("len_mean_rejected"), "num"),
+                        _fmt(r.get("len_longer_win_rate")),
+                        _fmt(r.get("len_agreement_pick_longer")),
+                    ]
+                    for r in lengths
+                ],
+            )
+        )
+    family = _records(audit, "family")
+    if family:
+        parts.append(
+            _table(
+                "Own-family preference (cross-family battles)",
+                ["judge", "family", "win rate under this judge", "under other-family judges", "difference ± SE"],
+                [
+                    [
+                        name(r),
+                        html.escape(str(r.get("judge_family"))),
+                        _fmt(r.get("win_rate_self")),
+                        _fmt(r.get("win_rate_other_judges")),
+                        f"{_fmt(r.get('self_preference'))} ± {_fmt(r.get('self_preference_se'))}",
+                    ]
+                    for r in family
+                ],
+            )
+        )
+    gold = [r for r in judges if r.get("gold_n_discriminative")]
+    if gold:
+        parts.append(
+            _table(
+                "Gold labels: accuracy on the discriminative subset",
+                ["judge", "cases", "accuracy", "random pick", "longest pick", "lift over random", "lift over longest"],
+                [
+                    [
+                        name(r),
+                        _fmt(r.get("gold_n_discriminative"), "count"),
+                        _fmt(r.get("gold_accuracy")),
+                        _fmt(r.get("gold_random_pick_baseline")),
+                        _fmt(r.get("gold_longest_pick_baseline")),
+                        _fmt(r.get("gold_lift_over_random")),
+                        _fmt(r.get("gold_lift_over_longest")),
+                    ]
+                    for r in gold
+                ],
+            )
+        )
+    parts.append("</section>")
+    return "".join(parts)

@@ -1,0 +1,215 @@
+"""The ingest composite: day tasks → one committed cells partition per day in the state folder.
+
+A day is the unit of work (a backfill is embarrassingly parallel per day): the
+graph is ``Create(day tasks) | Reshuffle | ParDo(AggregateDayFn)``, where each
+day's DoFn streams its files as Arrow/polars batches (:func:`~biasboard.transforms.read.day_batches`)
+and calls the same per-batch function the tests and benchmark call
+(:func:`~biasboard.transforms.cells.partial_cells`), merging the partials with
+the cell monoid.  Duplicated ``battle_id`` are found across the whole day, which
+is why a day is not split across workers.  Re-running a day replaces its
+partition, so the transform is idempotent.  Rows read, counted and rejected (by
+reason) are Beam counters in :data:`METRICS_NAMESPACE`, and each day's manifest
+keeps the same counts.
+
+``biasboard backfill`` runs this over a date range, ``biasboard refresh`` over
+the new and changed days; both build the graph with :func:`build_ingest`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+from apache_beam.metrics.metric import Metrics
+from apache_beam.options.pipeline_options import PipelineOptions
+from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA
+from biasboard.schemas.errors import InputError, StateError
+from biasboard.schemas.families import FamilyMap
+from biasboard.transforms import storage
+from biasboard.transforms.cells import (
+    BatchCells,
+    IngestCounts,
+    merge_batches,
+    partial_cells,
+    partial_score_cells,
+)
+from biasboard.transforms.read import (
+    DEFAULT_BATCH_ROWS,
+    InputFile,
+    day_batches,
+    list_input_days,
+    load_family_map,
+)
+from biasboard.transforms.runner import counters, run_to_completion
+from biasboard.transforms.state import (
+    DEAD_LETTERS_FILE,
+    PAIR_CELLS_FILE,
+    SCORE_CELLS_FILE,
+    SCORE_DEAD_LETTERS_FILE,
+    read_day_manifest,
+    write_day,
+)
+from biasboard.transforms.validate import SeenIds
+
+_LOG = logging.getLogger(__name__)
+
+METRICS_NAMESPACE = "biasboard.ingest"
+#: Merge a day's partial cells whenever this many partial rows have piled up,
+#: so a day's memory is bounded by its cells, not by its number of batches.
+MERGE_EVERY_ROWS = 1 << 19
+
+
+@dataclass
+class IngestResult:
+    """What an ingest run did: the days written, their manifests, counts summed over days, Beam metrics."""
+
+    state_dir: str
+    days: list[str]
+    manifests: dict[str, dict]
+    counts: IngestCounts
+    score_counts: IngestCounts | None
+    metrics: dict[str, int] = field(default_factory=dict)
+
+
+def day_tasks(
+    input_glob: str,
+    days: list[str] | None = None,
+    day_range: tuple[str | None, str | None] = (None, None),
+    scores_glob: str | None = None,
+) -> list[dict]:
+    """The work list: one task per day with its battle (and score) files, all checked up front."""
+    battles = list_input_days(input_glob, days, day_range, "battle")
+    scores = list_input_days(scores_glob, days, day_range, "score") if scores_glob else {}
+    all_days = sorted(set(battles) | set(scores))
+    if days is not None:
+        absent = sorted(set(days) - set(all_days))
+        if absent:
+            raise InputError(f"{input_glob}: no input files for day(s) {', '.join(absent)}")
+    if not all_days:
+        low, high = day_range
+        raise InputError(f"{input_glob}: no input files in the day range {low or '…'} to {high or '…'}")
+    return [
+        {
+            "day": day,
+            "files": [f.to_dict() for f in battles.get(day, [])],
+            "score_files": [f.to_dict() for f in scores.get(day, [])] if scores_glob else None,
+        }
+        for day in all_days
+    ]
+
+
+class AggregateDayFn(beam.DoFn):
+    """One day's files → that day's cells, dead letters and manifest, written to the state folder."""
+
+    def __init__(self, state_dir: str, family_map: FamilyMap, batch_rows: int = DEFAULT_BATCH_ROWS):
+        self.state_dir = state_dir
+        self.family_map = family_map
+        self.batch_rows = batch_rows
+
+    def _aggregate(self, day: str, files: list[dict], kind: str) -> BatchCells:
+        partial = partial_cells if kind == "battle" else partial_score_cells
+        schema = PAIR_CELLS_SCHEMA if kind == "battle" else SCORE_CELLS_SCHEMA
+        seen = SeenIds()
+        merged = merge_batches([], schema)
+        pending: list[BatchCells] = []
+        pending_rows = 0
+        for f, offset, batch in day_batches(day, [InputFile(**spec) for spec in files], kind, self.batch_rows):
+            part = partial(batch, self.family_map, seen, f.path, offset)
+            pending.append(part)
+            pending_rows += part.cells.num_rows
+            if pending_rows >= MERGE_EVERY_ROWS:
+                merged, pending, pending_rows = merge_batches([merged, *pending], schema, sort=False), [], 0
+        # no sort: rows of a stored partition are in no particular order (load_cells sorts what it merges)
+        return merge_batches([merged, *pending] if merged.counts.read else pending, schema, sort=False)
+
+    def _count(self, counts: IngestCounts, prefix: str) -> None:
+        Metrics.counter(METRICS_NAMESPACE, f"{prefix}_read").inc(counts.read)
+        Metrics.counter(METRICS_NAMESPACE, f"{prefix}_counted").inc(counts.counted)
+        for reason, n in counts.rejected.items():
+            Metrics.counter(METRICS_NAMESPACE, f"{prefix}_rejected:{reason}").inc(n)
+
+    def process(self, task: dict):
+        day = task["day"]
+        battles = self._aggregate(day, task["files"], "battle")
+        self._count(battles.counts, "battles")
+        Metrics.counter(METRICS_NAMESPACE, "self_battles").inc(battles.counts.self_battles)
+        tables = {PAIR_CELLS_FILE: battles.cells, DEAD_LETTERS_FILE: battles.dead_letters}
+        manifest = {
+            "inputs": [InputFile(**f).fingerprint() for f in task["files"]],
+            "counts": battles.counts.to_dict(),
+        }
+        if task["score_files"] is not None:
+            scores = self._aggregate(day, task["score_files"], "score")
+            self._count(scores.counts, "scores")
+            tables[SCORE_CELLS_FILE] = scores.cells
+            tables[SCORE_DEAD_LETTERS_FILE] = scores.dead_letters
+            manifest["score_inputs"] = [InputFile(**f).fingerprint() for f in task["score_files"]]
+            manifest["score_counts"] = scores.counts.to_dict()
+        yield write_day(self.state_dir, day, manifest, tables)
+
+
+class AggregateDays(beam.PTransform):
+    """Day tasks → one committed partition per day (the DoFn writes it; manifests flow on)."""
+
+    def __init__(self, state_dir: str, family_map: FamilyMap, batch_rows: int = DEFAULT_BATCH_ROWS):
+        super().__init__()
+        self.fn = AggregateDayFn(state_dir, family_map, batch_rows)
+
+    def expand(self, tasks):
+        # Reshuffle breaks fusion with Create, so a distributed runner spreads days over workers.
+        return tasks | "SpreadDays" >> beam.Reshuffle() | "AggregateDay" >> beam.ParDo(self.fn)
+
+
+def build_ingest(
+    options: PipelineOptions,
+    tasks: list[dict],
+    state_dir: str,
+    family_map: FamilyMap,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+) -> beam.Pipeline:
+    """The ingest graph over ``tasks`` (see :func:`day_tasks`), built and not run."""
+    pipeline = beam.Pipeline(options=options)
+    _ = (
+        pipeline
+        | "DayPartitions" >> beam.Create(tasks)
+        | "AggregateDays" >> AggregateDays(state_dir, family_map, batch_rows)
+    )
+    return pipeline
+
+
+def run_ingest(
+    input_glob: str,
+    state_dir: str,
+    options: PipelineOptions,
+    days: list[str] | None = None,
+    family_map: FamilyMap | str | None = None,
+    scores_glob: str | None = None,
+    day_range: tuple[str | None, str | None] = (None, None),
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+) -> IngestResult:
+    """Aggregate the selected days of ``input_glob`` into ``state_dir`` and read their manifests back.
+
+    ``days``: only these days (refresh passes the new or changed ones);
+    ``day_range``: inclusive (from, to) bounds; ``family_map``: a FamilyMap or
+    the path of a user rule file.  Input problems raise InputError before any
+    pipeline starts.
+    """
+    if not isinstance(family_map, FamilyMap):
+        family_map = load_family_map(family_map)
+    tasks = day_tasks(input_glob, days, day_range, scores_glob)
+    storage.ensure_dir(state_dir)  # an unwritable state folder fails here, in one line, not inside a worker
+    _LOG.info("ingest: %d day(s) from %s into %s", len(tasks), input_glob, state_dir)
+    outcome = run_to_completion(build_ingest(options, tasks, state_dir, family_map, batch_rows))
+    metrics = counters(outcome, METRICS_NAMESPACE)
+    manifests = {}
+    for task in tasks:
+        manifest = read_day_manifest(state_dir, task["day"])
+        if manifest is None:
+            raise StateError(f"{state_dir}: day {task['day']} was not committed by the pipeline")
+        manifests[task["day"]] = manifest
+    counts = sum((IngestCounts.from_dict(m["counts"]) for m in manifests.values()), IngestCounts())
+    score_counts = None
+    if scores_glob:
+        score_counts = sum((IngestCounts.from_dict(m["score_counts"]) for m in manifests.values()), IngestCounts())
+    return IngestResult(state_dir, sorted(manifests), manifests, counts, score_counts, metrics)

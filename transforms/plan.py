@@ -1,0 +1,127 @@
+"""A plan from a published snapshot: read its posterior, select the next comparisons, write them.
+
+Plan runs no Beam pipeline (it reads two small files); it uses Beam's file
+systems for ``gs://``.  The selection itself is
+:func:`biasboard.plan.select_comparisons`; this module moves bytes.
+:func:`plan_inputs` is what a refresh adds to a snapshot so a plan can be made
+from it; :func:`make_plan` is what ``biasboard plan`` runs, and what ``biasboard
+refresh --plan-budget`` runs after publishing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import polars as pl
+from biasboard.plan import Posterior, posterior_from_fit, select_comparisons
+from biasboard.schemas.errors import InputError, StateError
+from biasboard.transforms import publish, storage
+
+_LOG = logging.getLogger(__name__)
+
+#: The snapshot file plan reads; :func:`plan_inputs` writes it.
+POSTERIOR_FILE = "posterior.npz"
+PLAN_FILES = ("plan.parquet", "plan.csv", "plan.json")
+
+
+def plan_inputs(fit_result) -> dict[str, bytes]:
+    """Files to add to a snapshot so ``plan`` can run from it: ``{"posterior.npz": bytes}``.
+
+    Call with the corrected (bias-aware) :class:`~biasboard.ranking.result.FitResult` when
+    publishing: ``files.update(plan_inputs(corrected))`` before ``publish_snapshot``.
+    """
+    return {POSTERIOR_FILE: posterior_from_fit(fit_result).to_bytes()}
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    snapshot_id: str
+    frame: pl.DataFrame
+    paths: list[str]
+    notes: list[str]
+
+
+def read_posterior(snapshot_path: str) -> Posterior:
+    """The snapshot's ``posterior.npz``; a :class:`StateError` saying how to get one when it is absent."""
+    path = storage.join(snapshot_path, POSTERIOR_FILE)
+    if not storage.exists(path):
+        raise StateError(
+            f"{path} does not exist: this snapshot was published without the posterior that plan needs "
+            "(refresh must add biasboard.transforms.plan.plan_inputs(fit) to the snapshot's files)"
+        )
+    try:
+        return Posterior.from_bytes(storage.read_bytes(path), source=path)
+    except ValueError as err:
+        raise StateError(str(err)) from None
+
+
+#: The largest plan one call makes: picks are greedy with a posterior update each, O(models²) apiece.
+MAX_BUDGET = 100_000
+
+
+def make_plan(
+    out_dir: str,
+    budget: int,
+    *,
+    strategy: str = "topk",
+    k: int | None = None,
+    judges: Sequence[str] | None = None,
+    snapshot_id: str | None = None,
+    to: str | None = None,
+    seed: int = 0,
+    repeat: bool = True,
+) -> PlanResult:
+    """Plan ``budget`` comparisons from a snapshot and write them; refresh may call this after publishing."""
+    if budget < 2:
+        raise InputError(f"--budget {budget}: at least 2 comparisons (one pair in both orders) are needed")
+    if budget > MAX_BUDGET:
+        raise InputError(
+            f"--budget {budget}: at most {MAX_BUDGET} comparisons per plan (the posterior is updated after each "
+            "pick, so one plan is for the next round; refresh and plan again for the round after)"
+        )
+    if k is not None and k < 1:
+        raise InputError(f"--k {k}: must be at least 1")
+    source = publish.resolve_snapshot(out_dir, snapshot_id)
+    chosen = publish.read_snapshot_manifest(source).get("snapshot_id") or source.rstrip("/").rsplit("/", 1)[-1]
+    posterior = read_posterior(source)
+    notes: list[str] = []
+    if k is not None and k >= posterior.n_models:
+        raise InputError(f"--k {k}: the snapshot has only {posterior.n_models} models, so every model is in the top k")
+    try:
+        selection = select_comparisons(posterior, budget, strategy, k=k, judges=judges, seed=seed, repeat=repeat)
+    except KeyError as err:
+        raise InputError(f"--judge: {err.args[0]}") from None
+    if budget % 2:
+        notes.append(f"budget {budget} is odd: planned {budget - 1} (each pair runs in both orders)")
+    if 2 * selection.n_units < budget - budget % 2:
+        notes.append(f"only {selection.n_units} distinct pairs are available without repeats")
+    frame = selection.to_frame(posterior)
+    dest = to or storage.join(out_dir, "plans", chosen)
+    paths = []
+    for name, fmt in (("plan.parquet", "parquet"), ("plan.csv", "csv")):
+        path = storage.join(dest, name)
+        storage.atomic_write_bytes(path, publish.table_bytes(frame, fmt))
+        paths.append(path)
+    meta = {
+        "snapshot_id": chosen,
+        "source": source,
+        "strategy": strategy,
+        "budget": budget,
+        "planned": frame.height,
+        "k": k if k is not None else posterior.k,
+        "judges": list(selection.judges),
+        "seed": seed,
+        "repeat": repeat,
+        "posterior_method": posterior.method,
+        "files": list(PLAN_FILES[:2]),
+        "notes": notes,
+        "planned_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    meta_path = storage.join(dest, "plan.json")
+    storage.atomic_write_bytes(meta_path, publish.json_bytes(meta))
+    paths.append(meta_path)
+    _LOG.info("plan: %d comparisons by %s from %s → %s", frame.height, strategy, chosen, dest)
+    return PlanResult(chosen, frame, paths, notes)
