@@ -222,4 +222,4 @@ def _wilson_arrays(successes: np.ndarray, trials: np.ndarray) -> tuple[np.ndarra
         centre = (p + Z95**2 / (2 * trials)) / denom
         half = Z95 * np.sqrt(p * (1 - p) / trials + Z95**2 / (4 * trials**2)) / denom
     bad = trials <= 0
-    return tuple(np.where(bad, np.nan, v) for v in (p, centre - half, centre + half))
+    return np.where(bad, np.nan, p), np.where(bad, np.nan, centre - half), np.where(bad, np.nan, centre + half)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from biasboard.ranking.arrowhead import BlockCovariance
 from biasboard.ranking.bias_table import bias_table
 from biasboard.ranking.config import ModelConfig, NaiveConfig
 from biasboard.ranking.data import CellsInput, Dataset, build_dataset
@@ -56,7 +57,7 @@ def n_battles(data: Dataset) -> np.ndarray:
     )
 
 
-def _theta_posterior(problem: Problem, solution: Solution, cov_core: np.ndarray):
+def _theta_posterior(problem: Problem, solution: Solution, cov_core: np.ndarray | BlockCovariance):
     lay = problem.layout
     theta = solution.core[lay.theta]
     m = lay.n_models
@@ -68,7 +69,7 @@ def _theta_posterior(problem: Problem, solution: Solution, cov_core: np.ndarray)
     return rating, cov, se
 
 
-def theta_cholesky(problem: Problem, cov_core: np.ndarray) -> np.ndarray:
+def theta_cholesky(problem: Problem, cov_core: np.ndarray | BlockCovariance) -> np.ndarray:
     """Lower Cholesky factor of θ's (uncentred, positive definite) posterior covariance block."""
     block = covariance_block(cov_core, problem.layout.theta)
     jitter = 1e-12 * max(float(np.mean(np.diag(block))), 1e-300)
@@ -119,8 +120,8 @@ def _cold_replicate(problem: Problem, pairs, scores, shards: int, tol: float, ma
     return solve_bias_aware(replace(problem, data=data), ModelConfig(tol=tol, max_iter=max_iter), shards)
 
 
-def _assemble(problem: Problem, solution: Solution, cov_core: np.ndarray, *, method: str, k: int, draws: int,
-              seed: int, boot_theta: np.ndarray | None, bias, diagnostics: dict) -> FitResult:
+def _assemble(problem: Problem, solution: Solution, cov_core: np.ndarray | BlockCovariance, *, method: str, k: int,
+              draws: int, seed: int, boot_theta: np.ndarray | None, bias, diagnostics: dict) -> FitResult:
     rating, cov, se = _theta_posterior(problem, solution, cov_core)
     component = comparison_components(problem.data.pairs, len(problem.data.models))
     rng = np.random.default_rng(seed)

@@ -59,7 +59,8 @@ class Problem:
             cached = self._cross.get(shards)
             if cached is None or not same_keys:
                 lay = self.layout
-                cached = CrossIndex.of([p.pairs for p in parts], lay.n_models, lay.n_judges)
+                cached = CrossIndex.of([p.pairs for p in parts if p.pairs is not None], lay.n_models,
+                                       lay.n_judges)
                 if same_keys:
                     self._cross[shards] = cached
             cross = cached

@@ -49,7 +49,7 @@ class Evaluation:
     f: float
     loglik: float  # weighted log-likelihood only (no prior): −Σ partial f
     g: np.ndarray
-    H: np.ndarray
+    H: np.ndarray | ArrowHessian  # block-arrowhead for a judge-blocked objective
     g_diag: np.ndarray
     H_diag: np.ndarray
     B: np.ndarray
@@ -314,7 +314,7 @@ def minimize(
 def refit_nearby(
     objective: Objective,
     start: Solution,
-    newton: NewtonFactor,
+    newton: NewtonFactor | ArrowFactor,
     *,
     tol: float = 1e-8,
     max_iter: int = 200,
