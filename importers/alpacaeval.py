@@ -58,6 +58,7 @@ from biasboard.importers.common import (
     require_columns,
 )
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.rules import first_reason
 
 PATTERNS = ("annotations*.json", "annotations*.json.gz", "annotations*.jsonl", "annotations*.jsonl.gz")
 REQUIRED = ("instruction_id", "generator_1", "generator_2", "preference")
@@ -95,11 +96,7 @@ def listed_winner(preference: pl.Expr, tie_band: float) -> pl.Expr:
 def annotator_family(annotator: pl.Expr) -> pl.Expr:
     """The judge family an annotator config name states (see :data:`ANNOTATOR_FAMILIES`), else null."""
     lowered = annotator.str.to_lowercase()
-    chain = None
-    for pattern, family in ANNOTATOR_FAMILIES:
-        chain = pl.when(lowered.str.contains(pattern)) if chain is None else chain.when(lowered.str.contains(pattern))
-        chain = chain.then(pl.lit(family))
-    return chain.otherwise(pl.lit(None, dtype=pl.String))
+    return first_reason([(lowered.str.contains(pattern), family) for pattern, family in ANNOTATOR_FAMILIES])
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:

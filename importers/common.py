@@ -103,7 +103,7 @@ class ImportResult:
     def dead_by_reason(self) -> dict[str, int]:
         if self.dead_letters.num_rows == 0:
             return {}
-        counts = pl.from_arrow(self.dead_letters.select(["reason"])).group_by("reason").len().sort("reason")
+        counts = pl.DataFrame(self.dead_letters.select(["reason"])).group_by("reason").len().sort("reason")
         return dict(zip(counts["reason"].to_list(), counts["len"].to_list(), strict=True))
 
 
@@ -201,7 +201,7 @@ def require_columns(frame: pl.DataFrame, columns: Iterable[str], paths: Sequence
             raise InputError(f"{names}: {what} input lacks required column '{column}'")
 
 
-def column_or_null(frame: pl.DataFrame, column: str, dtype: pl.DataType = pl.String) -> pl.Expr:
+def column_or_null(frame: pl.DataFrame, column: str, dtype: pl.DataType | type[pl.DataType] = pl.String) -> pl.Expr:
     """The column when present, else a typed null (optional fields)."""
     return pl.col(column) if column in frame.columns else pl.lit(None, dtype=dtype)
 

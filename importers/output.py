@@ -18,6 +18,7 @@ import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -63,7 +64,7 @@ def partition_by_day(rows: pa.Table) -> dict[str, pa.Table]:
     """Rows split by UTC day of ``ts`` (schema kept exactly), in day order."""
     if rows.num_rows == 0:
         return {}
-    days = pl.from_arrow(rows.select(["ts"])).select(pl.col("ts").dt.date().cast(pl.String).alias("day"))["day"]
+    days = pl.DataFrame(rows.select(["ts"])).select(pl.col("ts").dt.date().cast(pl.String).alias("day"))["day"]
     out: dict[str, pa.Table] = {}
     for day in sorted(days.unique().to_list()):
         mask = pa.array((days == day).to_numpy())
@@ -87,7 +88,7 @@ def write_import(result: ImportResult, out: Path, format_name: str, options: dic
         rows_per_day[day] = table.num_rows
     pq.write_table(result.dead_letters, out / DEAD_LETTERS)
     dead = result.dead_by_reason()
-    manifest = {
+    manifest: dict[str, Any] = {
         "format": format_name,
         "kind": result.kind,
         "inputs": list(result.sources),

@@ -116,6 +116,8 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         turn.alias("__turn"),
     )
     answers_dir = options.answers_dir or default_answers_dir(paths)
+    lengths: pl.DataFrame | None
+    origin: Path | None
     if answers_dir is not None:
         lengths, origin = answer_lengths(answers_dir), answers_dir
     else:
