@@ -12,14 +12,18 @@ with the project's simulator, then times, side by side in one run:
       validation, no dedupe, no families: the practical limit on this machine.
 
 Each side runs in its own subprocess, so its peak RSS (ru_maxrss, self and
-children) is its own.  Printed: rows/s, the ratio a/b and peak RSS at N and 2N.
-Targets: a/b ≤ 2 at 20M, RSS < 1 GB and flat as N doubles.
+children) is its own.  Printed: rows/s, the ratio a/b and peak RSS at N and 2N,
+for clean logs and for logs carrying ``--bad-rows F`` bad rows per valid row
+(every kind of defect, ``ts`` as ISO text as the simulator writes dirty files),
+side by side in one table.  Targets: a/b ≤ 2 at 20M, clean and with 1% bad
+rows; RSS < 1 GB and flat as N doubles.
 
 Days grow with N (``--rows-per-day``, default 500k): history grows by days,
 and a day is the unit of work, so memory is bounded by the largest day.
 
-    python bench/ingest.py              # 20M and 40M (a few minutes; generates ~1.5 GB of Parquet)
-    python bench/ingest.py --smoke      # 200k and 400k, seconds
+    python bench/ingest.py                  # 20M and 40M, clean and 1% bad rows (generates ~1.5 GB per data set)
+    python bench/ingest.py --bad-rows 0.001 --no-double   # N only
+    python bench/ingest.py --smoke          # 200k and 400k, seconds
 """
 
 from __future__ import annotations
@@ -90,14 +94,12 @@ def _run_child(args: list[str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def generate(folder: Path, battles: int, rows_per_day: int, bad_rows: float, seed: int) -> float:
+def generate(folder: Path, battles: int, rows_per_day: int, bad_rows: float, seed: int) -> None:
     from biasboard.simulate import SimulationConfig, write_simulation
 
     days = max(1, round(battles / rows_per_day))
-    start = time.perf_counter()
     config = SimulationConfig(battles=battles, days=days, models=40, judges=8, bad_rows=bad_rows, seed=seed)
     write_simulation(config, folder, overwrite=True)
-    return time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--battles", type=int, default=20_000_000, help="N (the run also does 2N)")
     parser.add_argument("--smoke", action="store_true", help="tiny run (N = 200k) to check the bench works")
     parser.add_argument("--rows-per-day", type=int, default=500_000)
-    parser.add_argument("--bad-rows", type=float, default=0.0, help="injected bad rows per valid row")
+    parser.add_argument(
+        "--bad-rows", type=float, default=0.01, help="bad rows per valid row in the dirty run (0: clean run only)"
+    )
+    parser.add_argument("--no-double", action="store_true", help="run N only (skip 2N)")
     parser.add_argument("--work", help="folder for generated data (default: a temp folder, removed after)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args, beam_args = parser.parse_known_args(argv)
@@ -120,41 +125,55 @@ def main(argv: list[str] | None = None) -> int:
     n = 200_000 if args.smoke else args.battles
     rows_per_day = min(args.rows_per_day, 50_000) if args.smoke else args.rows_per_day
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    fractions = [0.0] if args.bad_rows == 0 else [0.0, args.bad_rows]
     rows = []
     try:
-        for size in (n, 2 * n):
-            data = work / f"n{size}"
-            gen = generate(data, size, rows_per_day, args.bad_rows, seed=size)
-            disk = sum(p.stat().st_size for p in (data / "battles").rglob("*.parquet")) / 2**20
-            state = work / f"state{size}"
-            shutil.rmtree(state, ignore_errors=True)
-            polars_info = _run_child(["--child", "polars", str(data)])
-            beam_info = _run_child(["--child", "beam", str(data), str(state), *beam_args])
-            assert beam_info["read"] == polars_info["read"], (beam_info, polars_info)
-            rows.append((size, gen, disk, beam_info, polars_info))
-            shutil.rmtree(state, ignore_errors=True)
-            shutil.rmtree(data, ignore_errors=True)
+        for size in (n,) if args.no_double else (n, 2 * n):
+            for bad in fractions:
+                data = work / f"n{size}-bad{bad}"
+                generate(data, size, rows_per_day, bad, seed=size)
+                disk = sum(p.stat().st_size for p in (data / "battles").rglob("*.parquet")) / 2**20
+                state = work / f"state{size}"
+                shutil.rmtree(state, ignore_errors=True)
+                polars_info = _run_child(["--child", "polars", str(data)])
+                beam_info = _run_child(["--child", "beam", str(data), str(state), *beam_args])
+                assert beam_info["read"] == polars_info["read"], (beam_info, polars_info)
+                rows.append((size, bad, disk, beam_info, polars_info))
+                shutil.rmtree(state, ignore_errors=True)
+                shutil.rmtree(data, ignore_errors=True)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
+    print_table(rows, rows_per_day)
+    return 0
 
-    print(f"ingest benchmark ({os.cpu_count()} cores), days of {rows_per_day:,} rows, bad rows {args.bad_rows}")
+
+def print_table(rows: list[tuple], rows_per_day: int) -> None:
+    """One table: clean and dirty runs at each N side by side; rows/s counts every row read, bad ones too."""
+    print(f"ingest benchmark ({os.cpu_count()} cores), days of {rows_per_day:,} valid rows")
     header = (
-        f"{'battles':>11} {'days':>5} {'MB':>6} | {'beam s':>7} {'rows/s':>11} {'RSS MB':>7} | "
+        f"{'battles':>11} {'bad':>6} {'rows':>11} {'days':>5} {'MB':>6} | {'beam s':>7} {'rows/s':>11} {'RSS MB':>7} | "
         f"{'polars s':>8} {'rows/s':>11} {'RSS MB':>7} | {'a/b':>5}"
     )
     print(header)
     print("-" * len(header))
-    for size, _gen, disk, beam_info, polars_info in rows:
+    ratios = {}
+    for size, bad, disk, beam_info, polars_info in rows:
         b, p = beam_info["seconds"], polars_info["seconds"]
+        ratios[size, bad] = b / p
         print(
-            f"{size:>11,} {beam_info['days']:>5} {disk:>6.0f} | {b:>7.2f} {beam_info['read'] / b:>11,.0f} "
-            f"{beam_info['peak_rss_mb']:>7.0f} | {p:>8.2f} {polars_info['read'] / p:>11,.0f} "
-            f"{polars_info['peak_rss_mb']:>7.0f} | {b / p:>5.2f}"
+            f"{size:>11,} {bad:>6.2%} {beam_info['read']:>11,} {beam_info['days']:>5} {disk:>6.0f} | "
+            f"{b:>7.2f} {beam_info['read'] / b:>11,.0f} {beam_info['peak_rss_mb']:>7.0f} | "
+            f"{p:>8.2f} {polars_info['read'] / p:>11,.0f} {polars_info['peak_rss_mb']:>7.0f} | {b / p:>5.2f}"
         )
-    rss = [r[3]["peak_rss_mb"] for r in rows]
-    print(f"beam peak RSS at 2N / at N: {rss[1] / rss[0]:.2f}")
-    return 0
+    for size in sorted({r[0] for r in rows}):
+        dirty = [bad for s, bad in ratios if s == size and bad > 0]
+        for bad in dirty:
+            print(f"N={size:,}: a/b with {bad:.2%} bad rows / a/b clean = {ratios[size, bad] / ratios[size, 0.0]:.2f}")
+    for bad in sorted({r[1] for r in rows}):
+        rss = [r[3]["peak_rss_mb"] for r in rows if r[1] == bad]
+        if len(rss) == 2:
+            print(f"beam peak RSS at 2N / at N (bad rows {bad:.2%}): {rss[1] / rss[0]:.2f}")
 
 
 if __name__ == "__main__":

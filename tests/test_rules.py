@@ -321,3 +321,33 @@ def test_user_rules_come_first_and_extend():
 def test_bad_family_map_names_the_file(text):
     with pytest.raises(InputError, match=r"mine\.json"):
         parse_rules(text, "mine.json")
+
+
+def _iso_texts():
+    """ISO-like text: valid forms, and near misses (bad calendar days, hour 24, odd zones, stray spaces)."""
+    from hypothesis import strategies as st
+
+    digits = st.integers
+    ymd = st.tuples(digits(1985, 2105), digits(0, 13), digits(0, 32))
+    date = ymd.map(lambda t: f"{t[0]:04d}-{t[1]:02d}-{t[2]:02d}")
+    clock = st.tuples(digits(0, 25), digits(0, 61), digits(0, 61)).map(lambda t: f"{t[0]:02d}:{t[1]:02d}:{t[2]:02d}")
+    fraction = st.sampled_from(["", ".5", ".25", ".123", ".1234", ".123456", ".1234567", ".123456789", "."])
+    zone = st.sampled_from(["", "Z", "+02:00", "-05:30", "+00:00", "+23:59", "+24:00", "+0200", "+02", "z", "UTC"])
+    sep = st.sampled_from(["T", " ", "t", "  "])
+    pad = st.sampled_from(["", " ", "\t"])
+    full = st.tuples(pad, date, sep, clock, fraction, zone, pad).map("".join)
+    return st.lists(st.one_of(full, date, st.none(), st.text(max_size=12)), min_size=1, max_size=40)
+
+
+def test_fast_timestamp_parse_equals_the_polars_forms():
+    """The Arrow fast path of ``parse_timestamps`` reads text exactly as the all-forms polars expression does."""
+    from hypothesis import given, settings
+
+    @settings(max_examples=200, deadline=None)
+    @given(_iso_texts())
+    def check(texts):
+        frame = pl.DataFrame({"ts": pl.Series(texts, dtype=pl.String)})
+        expected = frame.select(timestamp_expr(pl.String)).to_series().to_list()
+        assert parse_timestamps(frame).to_list() == expected, texts
+
+    check()

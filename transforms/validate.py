@@ -42,16 +42,20 @@ _HASH_SEEDS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F)
 def first_occurrences(ids: pl.Series, h1: pl.Series | None = None) -> np.ndarray:
     """Mask of the first occurrence of each id in ``ids``, exact by value.
 
-    Integer hashes find candidates fast; only rows whose hash repeats (true
-    repeats, or the rare collision) are compared as strings.  ``h1`` is
-    ``ids.hash(_HASH_SEEDS[0])`` when the caller has it already (see :func:`_split`).
+    Integer hashes find candidates fast (a count of distinct hashes clears a
+    batch without repeats; otherwise one sort finds the repeated hashes); only
+    rows whose hash repeats (true repeats, or the rare collision) are compared
+    as strings.  ``h1`` is ``ids.hash(_HASH_SEEDS[0])`` when the caller has it
+    already (see :func:`_split`).
     """
     if h1 is None:
         h1 = ids.hash(_HASH_SEEDS[0])
-    first = h1.is_first_distinct().to_numpy()
-    if first.all():
+    first = np.ones(len(ids), dtype=bool)
+    if h1.n_unique() == len(ids):
         return first
-    shared = np.flatnonzero(h1.is_duplicated().to_numpy())
+    ordered = np.sort(h1.to_numpy())
+    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+    shared = np.flatnonzero(h1.is_in(pl.Series(repeated).implode()).to_numpy())  # rows whose hash repeats
     first[shared] = ids.gather(shared).is_first_distinct().to_numpy()
     return first
 
@@ -191,8 +195,9 @@ class Validated:
     rejected: dict[str, int]
 
 
-def _dead_letters(rejected: pl.DataFrame, schema: pa.Schema, source_file: str, row_offset: int) -> pa.Table:
-    if rejected.height == 0:
+def _dead_letters(rejected: pl.DataFrame | None, schema: pa.Schema, source_file: str, row_offset: int) -> pa.Table:
+    """Rejected rows (with ``_reason`` and their batch position ``_row``) → dead letters in batch order."""
+    if rejected is None or rejected.height == 0:
         return schema.empty_table()
     originals = [f.name for f in schema if f.name not in {"reason", "source_file", "source_row"}]
     source_row = pl.col(SOURCE_ROW) if SOURCE_ROW in rejected.columns else pl.col(ROW) + row_offset
@@ -226,36 +231,41 @@ def _split(
 ) -> Validated:
     """Rows failing a rule or repeating a kept id → dead letters (one reason each); the rest → valid.
 
-    The reason chain is evaluated only on the (usually few) rejected rows, and
-    only the columns cells need are carried into the valid frame.
+    One mask pass finds the rows any rule rejects; the reason chain is then
+    evaluated on those (usually few) rows only, duplicates are looked for among
+    the rest, and the valid frame is cut from the batch by one filter carrying
+    only the columns cells need.  A batch with bad rows thus costs what a clean
+    batch costs, plus work proportional to its bad rows.
     """
-    df = df.with_row_index(ROW)
     screen = [(_fast_blank(df, r) if r.startswith(rules.REASON_MISSING_PREFIX) else c, r)
               for c, r in conditions if r not in _IMPLIED_BLANKS]  # fmt: skip
-    bad = df.select(rules.any_condition(screen)).to_series()
-    dead_parts = []
-    slim = df.select(ROW, pl.col(id_column).cast(pl.String), *keep)
-    if bad.any():
-        dead_parts.append(df.filter(bad).with_columns(rules.first_reason(conditions).alias(REASON)))
-        slim = slim.filter(~bad)
-    ids = slim.get_column(id_column)
+    bad = df.select(rules.any_condition(screen)).to_series().to_numpy()
+    good = np.flatnonzero(~bad)
+    ids = df.get_column(id_column).cast(pl.String)
+    if len(good) < df.height:
+        ids = ids.gather(good)
     h1 = ids.hash(_HASH_SEEDS[0])
     admitted = first_occurrences(ids, h1)
     if seen is not None:  # the same two hashes as hash_ids, h1 computed once
         first = np.flatnonzero(admitted)
-        kept = ids.gather(first) if len(first) < len(ids) else ids
-        h1_kept = h1.gather(first) if len(first) < len(ids) else h1
-        admitted[first] = seen.admit(h1_kept.to_numpy(), kept.hash(_HASH_SEEDS[1]).to_numpy())
-    if not admitted.all():
-        repeats = slim.get_column(ROW).to_numpy()[~admitted]
-        dead_parts.append(df[repeats].with_columns(pl.lit(duplicate_reason).alias(REASON)))
-        slim = slim.filter(pl.Series(admitted))
+        admitted[first] = seen.admit(h1.to_numpy()[first], ids.hash(_HASH_SEEDS[1]).to_numpy()[first])
+    valid = df.select(*keep)
+    if len(good) < df.height or not admitted.all():
+        keep_mask = np.zeros(df.height, dtype=bool)
+        keep_mask[good[admitted]] = True
+        valid = valid.filter(pl.Series(keep_mask))
+    bad_rows, repeat_rows = np.flatnonzero(bad), good[~admitted]
+    parts = []
+    if len(bad_rows):
+        parts.append(df[bad_rows].with_columns(rules.first_reason(conditions).alias(REASON), pl.Series(ROW, bad_rows)))
+    if len(repeat_rows):
+        parts.append(df[repeat_rows].with_columns(pl.lit(duplicate_reason).alias(REASON), pl.Series(ROW, repeat_rows)))
     rejected: dict[str, int] = {}
-    for part in dead_parts:
+    for part in parts:
         for reason, n in part.get_column(REASON).value_counts().iter_rows():
             rejected[str(reason)] = rejected.get(str(reason), 0) + int(n)
-    dead = _dead_letters(pl.concat(dead_parts) if dead_parts else df.clear(), dead_schema, source_file, row_offset)
-    return Validated(slim.drop(ROW, id_column), dead, df.height, rejected)
+    dead = _dead_letters(pl.concat(parts) if parts else None, dead_schema, source_file, row_offset)
+    return Validated(valid, dead, df.height, rejected)
 
 
 def validate_battles(
