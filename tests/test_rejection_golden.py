@@ -6,10 +6,10 @@ numeric and timestamp columns; bad winners; NaN, text, negative, infinite and
 absurd lengths; repeats within a batch, across batches and after a malformed
 first attempt; scores out of range) in batches whose columns have the types
 real files carry.  The outputs were recorded from the validator as it was
-before the rejection path was vectorised (``tests/golden/rejection.json``), so
+before the rejection path was vectorised (``tests/data/golden/rejection.json``), so
 any change in what is kept, what is rejected, for which reason, or where the
 dead letter points fails here.  Regenerate only for an intended rule change:
-``BIASBOARD_REGEN_GOLDEN=1 pytest tests/test_rejection_golden.py``.
+``BIASBOARD_REGEN_REJECTION=1 pytest tests/test_rejection_golden.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from biasboard.schemas.battle import BATTLE_REQUIRED, SCORE_REQUIRED
 from biasboard.schemas.deadletter import MAX_RESPONSE_LENGTH
 from biasboard.transforms.validate import SeenIds, validate_battles, validate_scores
 
-GOLDEN = Path(__file__).parent / "golden" / "rejection.json"
+GOLDEN = Path(__file__).parent / "data" / "golden" / "rejection.json"
 T0 = dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc)
 N = 240  # rows per batch
 
@@ -211,7 +211,7 @@ def outputs() -> list[dict]:
 
 def test_rejection_outputs_match_the_recorded_ones():
     got = json.loads(json.dumps(outputs()))  # the same JSON normalisation as the stored file
-    if os.environ.get("BIASBOARD_REGEN_GOLDEN") == "1":
+    if os.environ.get("BIASBOARD_REGEN_REJECTION") == "1":
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(json.dumps(got, indent=None, separators=(",", ":")) + "\n")
     expected = json.loads(GOLDEN.read_text())
