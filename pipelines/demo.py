@@ -24,7 +24,9 @@ import numpy as np
 import polars as pl
 from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.ranking.rank_stats import kendall_tau_b
+from biasboard.report.text import fmt, side_by_side_text
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.summary import Summary
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import storage
 
@@ -87,26 +89,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     return 0
 
 
-def side_by_side_text(board: pl.DataFrame, top: int) -> str:
-    """The two top-``top`` lists as aligned text: naive on the left, corrected (with its move) on the right."""
-    naive = board.sort("rank_naive").head(top)
-    corrected = board.sort("rank_corrected").head(top)
-    width = max(12, *(len(m) for m in board["model"].to_list()))
-    column = width + 8
-    head = f"{'#':>3}  {'naive (plain Bradley-Terry)':<{column}}    {'corrected for judge biases':<{column}}  move"
-    lines = [head, "-" * len(head)]
-    for i in range(min(top, board.height)):
-        n, c = naive.row(i, named=True), corrected.row(i, named=True)
-        change = c["rank_change"]
-        move = "=" if not change else (f"+{change}" if change > 0 else str(change))
-        lines.append(
-            f"{i + 1:>3}  {n['model']:<{width}} {n['rating_naive']:7.0f}    {c['model']:<{width}} "
-            f"{c['rating_corrected']:7.0f}  {move:>4}"
-        )
-    return "\n".join(lines)
-
-
-def tau_lines(board: pl.DataFrame, summary: dict, truth: dict) -> str:
+def tau_lines(board: pl.DataFrame, summary: Summary, truth: dict) -> str:
     """Kendall τ naive vs corrected, and each against the simulator's true quality θ."""
     theta = {m["model"]: m["theta"] for m in truth.get("models", [])}
     known = board.filter(pl.col("model").is_in(list(theta)))
@@ -114,6 +97,6 @@ def tau_lines(board: pl.DataFrame, summary: dict, truth: dict) -> str:
     tau_naive = kendall_tau_b(known["rating_naive"].to_numpy(), true)
     tau_corrected = kendall_tau_b(known["rating_corrected"].to_numpy(), true)
     return (
-        f"Kendall tau, naive vs corrected:  {summary.get('kendall_tau'):.3f}\n"
+        f"Kendall tau, naive vs corrected:  {fmt(summary.kendall_tau, 3)}\n"
         f"Kendall tau vs the true quality:  naive {tau_naive:.3f}, corrected {tau_corrected:.3f}"
     )

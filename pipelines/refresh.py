@@ -38,24 +38,28 @@ import platform
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
+from biasboard.audit.measures import PAIR_KEYS, PAIR_MEASURES, order_models_table
 from biasboard.pipelines.options import beam_options
 from biasboard.ranking import ModelConfig, fit_leaderboards
 from biasboard.ranking.diagnostics import CROSSING_TYPICAL
 from biasboard.ranking.gate import run_gate
 from biasboard.ranking.leaderboard import side_by_side
 from biasboard.report.html import render_report
+from biasboard.report.text import fmt, side_by_side_text
+from biasboard.schemas import summary as S
 from biasboard.schemas.cells import PAIR_CELL_KEYS, SCORE_CELL_KEYS
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.summary import Summary
 from biasboard.transforms import publish, read, state, storage
-from biasboard.transforms.audit import AUDIT_HTML, AUDIT_JSON, load_anchors, run_audit
-from biasboard.transforms.cells import IngestCounts, judge_summary
+from biasboard.transforms.audit import AUDIT_JSON, load_anchors, run_audit
+from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
 from biasboard.transforms.ingest import build_ingest, day_tasks, run_ingest
 from biasboard.transforms.plan import make_plan, plan_inputs
 from biasboard.transforms.publish import failpoint
@@ -111,6 +115,10 @@ def _length_clip(text: str) -> float | None:
     return None if text.strip().lower() == "none" else float(text)
 
 
+#: Rows of each leaderboard ``refresh`` prints when it is done.
+TOP_PRINTED = 10
+
+
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     outcome = refresh(
         args.input,
@@ -134,7 +142,9 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         print(f"job built, not run ({outcome.reason}); nothing published")
         return 0
     print(f"snapshot {outcome.published.snapshot_id} published to {outcome.published.path}")
-    print(f"Kendall tau naive vs corrected: {outcome.summary.get('kendall_tau')}")
+    if outcome.leaderboard is not None and outcome.summary is not None:
+        print(side_by_side_text(outcome.leaderboard, TOP_PRINTED))
+        print(f"Kendall tau naive vs corrected: {fmt(outcome.summary.kendall_tau, 3)}")
     print(f"report: {storage.join(outcome.published.path, 'report.html')}")
     if outcome.plan_path:
         print(f"plan: {outcome.plan_path}")
@@ -165,11 +175,12 @@ class Outcome:
     """What a refresh did: the snapshot (None for a dry run), its summary and the days it aggregated."""
 
     published: publish.Published | None
-    summary: dict = field(default_factory=dict)
+    summary: Summary | None = None
     aggregated_days: list[str] = field(default_factory=list)
     reason: str = ""
     job: object | None = None
     plan_path: str | None = None
+    leaderboard: pl.DataFrame | None = None
 
 
 @dataclass
@@ -242,16 +253,16 @@ def refresh(
 
     with timings.stage("fit"):
         fitted = fit_state(state_dir, options, audit_files)
-    counts = fitted.summary["counts"]
+    counts = fitted.summary.counts
     _LOG.info(
         "fit: %d models, %d judges, %d cells; %d rows read, %d counted, %d rejected over %d day(s)",
         fitted.leaderboard.height,
-        len(fitted.summary["judges"]),
+        len(fitted.summary.judges),
         fitted.n_cells,
-        counts["read"],
-        counts["counted"],
-        counts["rejected_total"],
-        fitted.summary["days"]["count"],
+        counts.read,
+        counts.counted,
+        counts.rejected_total,
+        fitted.summary.days.count,
     )
     failpoint("after-fit")
 
@@ -276,11 +287,11 @@ def refresh(
             "beam": _beam_options_for_manifest(pipeline_options),
         },
         "metrics": {"this_run": metrics, "source": "Beam counters of this run's aggregation (empty: nothing new)"},
-        "counts": counts,
+        "counts": S.to_jsonable(counts),
         "timings_s": timings.stages,
     }
     with timings.stage("publish"):
-        files = publish.snapshot_files(fitted.leaderboard, fitted.bias, fitted.summary, report_html)
+        files = publish.snapshot_files(fitted.leaderboard, fitted.bias, fitted.summary.to_json(), report_html)
         files.update(fitted.extra_files)
         published = publish.publish_snapshot(out_dir, files, manifest)
     _LOG.info(
@@ -293,7 +304,7 @@ def refresh(
     if options.plan_budget:
         plan = make_plan(out_dir, options.plan_budget, snapshot_id=published.snapshot_id)
         plan_path = plan.paths[0] if plan.paths else None
-    return Outcome(published, fitted.summary, todo, plan_path=plan_path)
+    return Outcome(published, fitted.summary, todo, plan_path=plan_path, leaderboard=fitted.leaderboard)
 
 
 # --------------------------------------------------------------------------- read: what changed
@@ -455,10 +466,9 @@ class SnapshotParts:
 
     leaderboard: pl.DataFrame
     bias: pl.DataFrame
-    summary: dict
+    summary: Summary
     model_options: dict
     n_cells: int
-    audit_html: str | None = None
     extra_files: dict[str, bytes] = field(default_factory=dict)
 
 
@@ -499,29 +509,19 @@ def fit_state(
         _LOG.info("fit: the anchor gate left %d (judge, effect) correction(s) off", len(gate.disabled))
     naive, corrected = fit_leaderboards(cells, score_cells, config=config)
     leaderboard = side_by_side(naive, corrected)
-    summary = build_summary(state_dir, days, cells, naive, corrected)
-    if gate is not None:
-        summary["diagnostics"]["gate"] = gate.to_json()
-        enabled = gate.decisions.filter(pl.col("enabled")).height
-        summary["warnings"].append(
-            f"trusted-anchor gate ({gate.k} anchors): correction enabled for {enabled} of "
-            f"{gate.decisions.height} (judge, effect) pairs; the others are fitted uncorrected"
-        )
     audit_files = dict(audit_files or {})
-    audit_html = None
+    audit_tables = None
     if audit_files:
-        audit_doc = json.loads(audit_files[AUDIT_JSON]) if AUDIT_JSON in audit_files else {}
-        judges = audit_doc.get("tables", {}).get("judges")
-        if judges:
-            summary["diagnostics"]["order"] = judges
-        audit_html = audit_files[AUDIT_HTML].decode("utf-8") if AUDIT_HTML in audit_files else None
+        audit_tables = json.loads(audit_files[AUDIT_JSON]).get("tables") if AUDIT_JSON in audit_files else None
+    summary = build_summary(
+        state_dir, days, cells, naive, corrected, leaderboard, gate=gate, audit_tables=audit_tables, seed=options.seed
+    )
     return SnapshotParts(
         leaderboard=leaderboard,
         bias=corrected.bias,
         summary=summary,
         model_options=_config_dict(config),
         n_cells=cells.num_rows,
-        audit_html=audit_html,
         extra_files={**audit_files, **plan_inputs(corrected)},
     )
 
@@ -535,55 +535,132 @@ def _dictionary_encoded(table: pa.Table) -> pa.Table:
     return table
 
 
-def build_summary(state_dir: str, days: list[str], cells, naive, corrected) -> dict:
-    """summary.json (DESIGN §6): τ and ρ naive vs corrected, counts by reason, judges, diagnostics, warnings."""
+def build_summary(
+    state_dir: str,
+    days: list[str],
+    cells,
+    naive,
+    corrected,
+    leaderboard: pl.DataFrame,
+    *,
+    gate=None,
+    audit_tables: Mapping[str, list] | None = None,
+    seed: int = 0,
+) -> Summary:
+    """summary.json, the one producer of :class:`~biasboard.schemas.summary.Summary` (DESIGN §6).
+
+    τ and ρ naive vs corrected, counts by reason, judges, the fit's diagnostics, the audit's per-judge
+    and per-model order tables (when the audit ran), rank intervals of both boards and the head-to-head
+    matrices of the top models, warnings.
+    """
     manifests = [state.read_day_manifest(state_dir, day) or {} for day in days]
     counts = sum((IngestCounts.from_dict(m["counts"]) for m in manifests if "counts" in m), IngestCounts())
     score_manifests = [m["score_counts"] for m in manifests if "score_counts" in m]
-    comparison = corrected.diagnostics.get("naive_vs_corrected", {})
-    diagnostics = {key: value for key, value in corrected.diagnostics.items() if key != "warnings"}
-    identifiability = {}
-    for name, info in diagnostics.get("profile_likelihood", {}).items():
-        identifiability[name] = {
-            "profile_range_nats": info.get("range_nats"),
-            "prior_selected": bool(info.get("warning")),
-            "message": info.get("note", ""),
-        }
-    covariates = diagnostics.get("covariates", {})
-    if "length" in identifiability and covariates.get("corr_theta_length_corrected") is not None:
-        identifiability["length"]["corr_theta"] = covariates["corr_theta_length_corrected"]
-        identifiability["length"]["crossing"] = CROSSING_TYPICAL
-    diagnostics["identifiability"] = identifiability
-    diagnostics["connectivity"] = {
-        "n_components": corrected.diagnostics.get("n_components", 1),
-        "components": corrected.diagnostics.get("components", [list(corrected.models)]),
+    fit_diag = corrected.diagnostics
+    comparison = fit_diag.get("naive_vs_corrected")
+    profiles = {name: _record(S.Profile, info) for name, info in fit_diag.get("profile_likelihood", {}).items()}
+    identifiability = {
+        name: S.Identifiability(profile_range_nats=p.range_nats, prior_selected=bool(p.warning), message=p.note)
+        for name, p in profiles.items()
     }
-    diagnostics["naive"] = {key: value for key, value in naive.diagnostics.items() if key != "warnings"}
-    diagnostics["convergence"] = {
-        fit.method: {"converged": bool(fit.converged), "iterations": int(fit.iterations), "grad_norm": fit.grad_norm}
-        for fit in (naive, corrected)
-    }
-    warnings = [*naive.diagnostics.get("warnings", []), *corrected.diagnostics.get("warnings", [])]
+    covariates = _record(S.Covariates, fit_diag["covariates"]) if "covariates" in fit_diag else None
+    if "length" in identifiability and covariates is not None and covariates.corr_theta_length_corrected is not None:
+        identifiability["length"].corr_theta = covariates.corr_theta_length_corrected
+        identifiability["length"].crossing = CROSSING_TYPICAL
+    audit = audit_tables or {}
+    diagnostics = S.Diagnostics(
+        identifiability=identifiability,
+        connectivity=S.Connectivity(
+            n_components=fit_diag.get("n_components", 1),
+            components=fit_diag.get("components", [list(corrected.models)]),
+        ),
+        convergence={
+            fit.method: S.Convergence(bool(fit.converged), int(fit.iterations), float(fit.grad_norm))
+            for fit in (naive, corrected)
+        },
+        naive=S.NaiveDiagnostics(
+            n_components=naive.diagnostics.get("n_components", 1),
+            tie_convention=naive.diagnostics.get("tie_convention", ""),
+            prior_theta_sd=naive.diagnostics.get("prior_theta_sd"),
+            components=naive.diagnostics.get("components"),
+        ),
+        n_components=fit_diag.get("n_components", 1),
+        profile_likelihood=profiles,
+        covariates=covariates,
+        naive_vs_corrected=_record(S.Comparison, comparison) if comparison else None,
+        omega=fit_diag.get("omega"),
+        length_scale=fit_diag.get("length_scale"),
+        length_clip=fit_diag.get("length_clip"),
+        components=fit_diag.get("components"),
+        order=[_record(S.JudgeAudit, row) for row in audit.get("judges", [])],
+        order_models=_pooled_order_models(audit.get("order_pairs", [])),
+        family=[_record(S.FamilyPreference, row) for row in audit.get("family", [])],
+        gate=S.from_jsonable(S.Gate, gate.to_json(), "gate") if gate is not None else None,
+    )
+    warnings = [*naive.diagnostics.get("warnings", []), *fit_diag.get("warnings", [])]
     if not counts.conserved:
         warnings.append(
             f"row accounting does not add up: read {counts.read} != counted {counts.counted} + "
             f"rejected {counts.rejected_total}"
         )
-    summary = {
-        "kendall_tau": comparison.get("kendall_tau"),
-        "spearman": comparison.get("spearman"),
-        "models": len(corrected.models),
-        "top_k": corrected.k,
-        "ci_level": 0.95,
-        "days": {"count": len(days), "first": days[0], "last": days[-1]},
-        "counts": counts.to_dict(),
-        "judges": judge_summary(cells).to_pylist(),
-        "diagnostics": diagnostics,
-        "warnings": warnings,
-    }
-    if score_manifests:
-        summary["score_counts"] = sum((IngestCounts.from_dict(c) for c in score_manifests), IngestCounts()).to_dict()
-    return summary
+    if gate is not None:
+        enabled = gate.decisions.filter(pl.col("enabled")).height
+        warnings.append(
+            f"trusted-anchor gate ({gate.k} anchors): correction enabled for {enabled} of "
+            f"{gate.decisions.height} (judge, effect) pairs; the others are fitted uncorrected"
+        )
+    top = leaderboard.sort("rank_corrected", "model")["model"].head(HEAD_TO_HEAD_TOP).to_list()
+    return S.Summary(
+        kendall_tau=comparison.get("kendall_tau") if comparison else None,
+        spearman=comparison.get("spearman") if comparison else None,
+        models=len(corrected.models),
+        top_k=corrected.k,
+        ci_level=0.95,
+        days=S.Days(count=len(days), first=days[0], last=days[-1]),
+        counts=S.from_jsonable(S.Counts, counts.to_dict(), "counts"),
+        judges=[_record(S.JudgeCounts, row) for row in judge_summary(cells).to_pylist()],
+        diagnostics=diagnostics,
+        warnings=warnings,
+        score_counts=S.from_jsonable(
+            S.Counts, sum((IngestCounts.from_dict(c) for c in score_manifests), IngestCounts()).to_dict(), "counts"
+        ) if score_manifests else None,
+        ranks=S.Ranks(
+            level=RANK_LEVEL,
+            source="Laplace posterior draws",
+            draws=RANK_DRAWS,
+            naive=_rank_intervals(naive, seed),
+            corrected=_rank_intervals(corrected, seed),
+        ),
+        head_to_head=S.HeadToHead(models=top, **head_to_head(cells, top)),
+    )
+
+
+#: Level and number of draws of the published rank intervals; the head-to-head matrices cover this many models.
+RANK_LEVEL = 0.95
+RANK_DRAWS = 2000
+HEAD_TO_HEAD_TOP = 20
+
+
+def _record(cls, row: Mapping) -> object:
+    """One audit/cells record as the contract's dataclass: the fields it declares, nothing guessed."""
+    declared = {f.name: row[f.name] for f in fields(cls) if f.name in row}
+    return S.from_jsonable(cls, S.to_jsonable(declared), cls.__name__)
+
+
+def _rank_intervals(fit, seed: int) -> list:
+    low, high = fit.rank_interval(RANK_LEVEL, draws=RANK_DRAWS, seed=seed)
+    rank = fit.ranks()
+    rows = zip(fit.models, rank, low, high, strict=True)
+    return [S.RankInterval(m, int(r), int(lo), int(hi)) for m, r, lo, hi in rows]
+
+
+def _pooled_order_models(order_pairs: list) -> list:
+    """Per model, over every judge: win rate among order-consistent pairs ± SE (the audit's formula)."""
+    if not order_pairs:
+        return []
+    pairs = pl.DataFrame(order_pairs).select(*PAIR_KEYS, *PAIR_MEASURES)
+    pooled = pairs.with_columns(pl.lit("*").alias("judge")).group_by(PAIR_KEYS).agg(pl.all().sum())
+    return [_record(S.ModelConsistency, row) for row in order_models_table(pooled).sort("model").to_dicts()]
 
 
 def _config_dict(config) -> dict:
@@ -593,7 +670,7 @@ def _config_dict(config) -> dict:
 
 
 def render(fitted: SnapshotParts, options: RefreshOptions) -> str:
-    return render_report(fitted.leaderboard, fitted.bias, fitted.summary, fitted.audit_html, title=options.title)
+    return render_report(fitted.leaderboard, fitted.bias, fitted.summary, title=options.title)
 
 
 # --------------------------------------------------------------------------- manifest helpers

@@ -31,6 +31,22 @@ def empty_bias_table() -> pl.DataFrame:
     return pl.DataFrame(schema=BIAS_COLUMNS)
 
 
+def rank_draws(draws: np.ndarray, component: np.ndarray | None = None) -> np.ndarray:
+    """Ranks (1 = best) of each row of ``draws`` (draws × models), within each comparison component.
+
+    A model is ranked only against models it can be compared with; ties in a draw are broken by index.
+    """
+    draws = np.atleast_2d(draws)
+    ranks = np.empty(draws.shape, np.int64)
+    groups = [np.arange(draws.shape[1])] if component is None or component.size == 0 else [
+        np.flatnonzero(component == c) for c in np.unique(component)
+    ]
+    for members in groups:
+        order = np.argsort(-draws[:, members], axis=1, kind="stable")
+        ranks[:, members] = np.argsort(order, axis=1, kind="stable") + 1
+    return ranks
+
+
 def _sqrt_factor(cov: np.ndarray) -> np.ndarray:
     """A square root of a (possibly singular) covariance, via the symmetric eigendecomposition."""
     vals, vecs = np.linalg.eigh(0.5 * (cov + cov.T))
@@ -113,6 +129,23 @@ class FitResult:
         root = _sqrt_factor(self.cov)
         z = rng.standard_normal((n, self.n_models))
         return self.rating[None, :] + z @ root.T
+
+    def ranks(self) -> np.ndarray:
+        """Rank of each model (1 = best) by rating, within its comparison component."""
+        return rank_draws(self.rating[None, :], self.component)[0]
+
+    def rank_interval(self, level: float = 0.95, *, draws: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Central ``level`` interval of each model's rank over ``draws`` posterior draws (within components).
+
+        Why: overlapping rating CIs say two models may swap, but not how far a model may fall; the rank
+        interval answers "could this model be anywhere from 2nd to 9th?" directly.
+        """
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"level must be in (0, 1), got {level}")
+        ranks = rank_draws(self.posterior_samples(draws, np.random.default_rng(seed)), self.component)
+        tail = 50.0 * (1.0 - level)
+        low, high = np.percentile(ranks, [tail, 100.0 - tail], axis=0, method="inverted_cdf")
+        return low.astype(np.int64), high.astype(np.int64)
 
     def table(self) -> pl.DataFrame:
         """One row per model: logit rating, SE, CI, battles, p_top_k."""

@@ -1,5 +1,5 @@
-"""The human-readable side of a snapshot: a self-contained report.html (inline SVG, no network)."""
+"""The human views of a snapshot: the self-contained report.html and the terminal summary."""
 
-from biasboard.report.html import render_report, sanitize_fragment
+from biasboard.report.html import render_report
 
-__all__ = ["render_report", "sanitize_fragment"]
+__all__ = ["render_report"]

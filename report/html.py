@@ -2,31 +2,22 @@
 
 Why this shape: the page is published beside the numbers and must open anywhere, offline, years
 later — so it holds no script, no font, no stylesheet or image to fetch (inline CSS, inline SVG), and a
-Content-Security-Policy that forbids loading anything even if some fragment tried.  Model and judge
-names come from battle logs we do not control: every string from the data is escaped with
-``html.escape(quote=True)`` in text, attributes and SVG alike; the audit fragment is passed through an
-allow-by-default, deny-the-dangerous re-serializer (:func:`sanitize_fragment`).
+Content-Security-Policy that forbids loading anything.  Model and judge names come from battle logs we
+do not control: every string from the data is escaped with ``html.escape(quote=True)`` in text,
+attributes and SVG alike.
 
-Inputs are the snapshot contracts of DESIGN §6.  The page is tolerant by design: whatever part of
-``summary`` (or a column of the tables) is absent is skipped, never guessed and never a crash.  The
-``summary["diagnostics"]`` shapes it reads (all optional, each also accepted as a list of dicts carrying
-the key field):
-
-- ``order`` (or ``per_judge`` / ``position``): ``{judge: {"flip_rate", "split": {"A", "B", "tie"},
-  "n_pairs", "consistent_win_rate", "consistent_win_rate_se"}}`` — the seed-001 statistics, for judges
-  whose data has both orders;
-- ``identifiability``: ``{covariate: {"profile_range_nats", "prior_selected", "corr_theta",
-  "crossing", "message"}}``;
-- ``connectivity``: ``{"n_components", "components": [[model, ...], ...]}``.
-
-Any other diagnostics key is shown as a small generic table so nothing the fit reports is lost.
+Inputs are typed: the leaderboard and bias tables (their columns are the contracts of
+:mod:`biasboard.ranking.leaderboard` and :mod:`biasboard.ranking.result`) and the
+:class:`~biasboard.schemas.summary.Summary` that ``refresh`` produced.  The page reads the Summary's
+fields by name — no alternative spellings, no guessed keys; an optional part that is absent (no audit,
+no gate, no rank intervals) is skipped.  It stays readable at phone width: wide tables scroll inside
+their own box, never the page.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from html.parser import HTMLParser
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import polars as pl
@@ -45,6 +36,7 @@ from biasboard.report.svg import (
     slope_chart,
     split_bars,
 )
+from biasboard.schemas.summary import HeadToHead, RankInterval, Summary
 
 #: How many models the plots show at most: the top ``TOP_N`` by corrected rank plus the ``MOVERS``
 #: largest rank changes outside them.  The full table always lists every model.
@@ -56,7 +48,8 @@ GLOBAL_JUDGE = "*"
 #: Plain-word meaning of each bias effect, and where its "no bias" line sits.
 EFFECTS: dict[str, tuple[str, float | None]] = {
     "position": ("Position (γ): logit advantage of the answer shown first; above 0 favours the first answer.", 0.0),
-    "length": ("Verbosity (β): logit change per SD of log-length difference; above 0 favours longer answers.", 0.0),
+    "length": ("Verbosity (β): logit change per unit of log length ratio ln(len_a/len_b), i.e. per e-fold "
+               "longer answer{clip}; above 0 favours longer answers.", 0.0),
     "affinity": ("Same-family affinity (λ): logit advantage for a model of the judge's own family.", 0.0),
     "tie": ("Tie propensity (ν): how readily the judge calls a tie; higher is less decisive.", None),
     "discrimination": ("Discrimination (a): the judge's scale on quality differences; 1 is average, "
@@ -68,13 +61,14 @@ EFFECTS: dict[str, tuple[str, float | None]] = {
 CSS = """
 :root { --fg:#24292f; --muted:#6b7580; --line:#d8dee4; --soft:#f6f8fa; --accent:#d9792b; --naive:#5b7db8; }
 * { box-sizing: border-box; }
+html, body { max-width:100%; overflow-x:hidden; }
 body { margin:0; color:var(--fg); background:#fff;
   font:14px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans","Helvetica Neue",Arial,sans-serif; }
 main { max-width:1120px; margin:0 auto; padding:24px 28px 64px; }
-h1 { font-size:26px; margin:0 0 4px; }
+h1 { font-size:26px; margin:0 0 4px; overflow-wrap:anywhere; }
 h2 { font-size:19px; margin:40px 0 8px; padding-bottom:4px; border-bottom:1px solid var(--line); }
 h3 { font-size:15px; margin:22px 0 6px; }
-p, li { max-width:80ch; }
+p, li { max-width:80ch; overflow-wrap:anywhere; }
 .sub { color:var(--muted); margin:0 0 18px; }
 .cards { display:flex; flex-wrap:wrap; gap:12px; margin:18px 0; }
 .card { border:1px solid var(--line); border-radius:8px; padding:10px 14px; min-width:120px; background:var(--soft); }
@@ -84,72 +78,45 @@ p, li { max-width:80ch; }
 .warn ul { margin:4px 0; padding-left:20px; }
 .note { color:var(--muted); font-size:13px; }
 .empty { color:var(--muted); font-style:italic; }
-figure { margin:12px 0 20px; overflow-x:auto; }
+figure { margin:12px 0 20px; max-width:100%; overflow-x:auto; }
 figcaption { color:var(--muted); font-size:13px; margin-top:4px; }
 svg { max-width:100%; height:auto; }
-table { border-collapse:collapse; font-variant-numeric:tabular-nums; margin:8px 0 16px; }
+.scroll { max-width:100%; overflow-x:auto; margin:8px 0 16px; }
+table { border-collapse:collapse; font-variant-numeric:tabular-nums; }
 th, td { padding:4px 10px; border-bottom:1px solid var(--line); text-align:right; vertical-align:top; }
-th { background:var(--soft); font-weight:600; position:sticky; top:0; }
+th { background:var(--soft); font-weight:600; }
 th[colspan] { text-align:center; }
-.panels { display:grid; grid-template-columns:repeat(auto-fit, minmax(500px, 1fr)); gap:4px 28px; }
+.panels { display:grid; grid-template-columns:repeat(auto-fit, minmax(min(500px, 100%), 1fr)); gap:4px 28px; }
 .panels h3 { margin-top:14px; } .panels p { margin:0; }
 td.l, th.l { text-align:left; }
-td.name { text-align:left; max-width:360px; overflow-wrap:anywhere; }
+td.name { text-align:left; min-width:8em; max-width:360px; overflow-wrap:anywhere; }
+th { white-space:nowrap; } thead th { white-space:normal; min-width:4em; }
 tbody tr:hover { background:#fafbfc; }
 .grp-c { border-bottom:2px solid var(--accent); }
 .grp-n { border-bottom:2px solid var(--naive); }
 .up { color:#2a9d5b; } .down { color:#c8443a; } .flat { color:var(--muted); }
-.ci { color:var(--muted); font-size:12px; }
+.ci { color:var(--muted); font-size:12px; white-space:nowrap; }
 .tag { display:inline-block; font-size:11px; padding:0 6px; border-radius:9px; background:#eef1f4; color:var(--muted); }
 .tag.bad { background:#fde8e6; color:#a4332a; } .tag.ok { background:#e6f4ea; color:#1f7a44; }
+table.matrix td, table.matrix th { padding:2px 5px; font-size:12px; text-align:center; }
+table.matrix th.l { text-align:left; white-space:nowrap; }
+table.matrix td.self { background:#eef1f4; }
 details > summary { cursor:pointer; color:var(--muted); margin:6px 0; }
-.audit { border:1px solid var(--line); border-radius:8px; padding:4px 16px 12px; }
 footer { margin-top:48px; color:var(--muted); font-size:12px; }
+@media (max-width:600px) {
+  main { padding:12px 10px 40px; }
+  h1 { font-size:21px; }
+  .card { min-width:0; padding:6px 10px; } .card .v { font-size:18px; }
+  th, td { padding:3px 6px; }
+  figure svg { max-width:none; }  /* charts keep their drawn size and scroll in their box: text stays legible */
+}
 """
 
 #: No fetch of any kind: the page must render from this one file.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; base-uri 'none'"
 
 
-# --------------------------------------------------------------------------- small tolerant helpers
-
-
-def _rows(frame: pl.DataFrame | Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
-    """Rows of a polars frame (or an already-materialised list of dicts); nothing → []."""
-    if frame is None:
-        return []
-    if isinstance(frame, pl.DataFrame):
-        return frame.to_dicts()
-    return [dict(r) for r in frame]
-
-
-def _get(mapping: Any, *path: str, default: Any = None) -> Any:
-    """``mapping[path[0]][path[1]]…`` or ``default`` as soon as a step is missing or not a mapping."""
-    cur = mapping
-    for key in path:
-        if not isinstance(cur, Mapping) or key not in cur:
-            return default
-        cur = cur[key]
-    return cur
-
-
-def _first(mapping: Any, keys: Iterable[str]) -> Any:
-    """The value of the first of ``keys`` present (and not None) in ``mapping``."""
-    if not isinstance(mapping, Mapping):
-        return None
-    for key in keys:
-        if mapping.get(key) is not None:
-            return mapping[key]
-    return None
-
-
-def _keyed(value: Any, key_field: str) -> list[tuple[str, Any]]:
-    """``{name: stats}`` or ``[{key_field: name, ...}]`` → ``[(name, stats)]``; anything else → []."""
-    if isinstance(value, Mapping):
-        return [(str(k), v) for k, v in value.items()]
-    if isinstance(value, list):
-        return [(str(v.get(key_field, "?")), v) for v in value if isinstance(v, Mapping)]
-    return []
+# --------------------------------------------------------------------------- small helpers
 
 
 def _int(value: Any) -> str:
@@ -160,6 +127,13 @@ def _int(value: Any) -> str:
 def _pct(value: Any, digits: int = 1) -> str:
     f = finite(value)
     return "—" if f is None else f"{f:.{digits}%}"
+
+
+def _pm(value: Any, se: Any, digits: int = 3) -> str:
+    """``value ± se`` (or the value alone, or an em dash)."""
+    if finite(value) is None:
+        return "—"
+    return f"{fmt(value, digits)} ± {fmt(se, digits)}" if finite(se) is not None else fmt(value, digits)
 
 
 def _judge_label(judge: Any) -> str:
@@ -173,15 +147,8 @@ def _rank_key(row: Mapping[str, Any], col: str) -> tuple[float, float, str]:
 
 
 def _rank_move(row: Mapping[str, Any]) -> float | None:
-    """Places gained after correction (naive rank − corrected rank), from the ranks themselves.
-
-    Falls back to the ``rank_change`` column only when a rank is missing, so the arrow shown always
-    agrees with the two rank columns printed next to it.
-    """
-    a, b = finite(row.get("rank_naive")), finite(row.get("rank_corrected"))
-    if a is not None and b is not None:
-        return a - b
-    return finite(row.get("rank_change"))
+    """Places gained after correction (naive rank − corrected rank): the published ``rank_change``."""
+    return finite(row["rank_change"])
 
 
 def _n(count: int, one: str, many: str) -> str:
@@ -197,43 +164,42 @@ def _figure(svg: str, caption: str = "") -> str:
     return f"<figure>{svg}{cap}</figure>"
 
 
+def _table(cls: str, head: str, rows: Iterable[str]) -> str:
+    """A table in its own horizontally scrolling box, so a wide table never widens the page."""
+    table = f'<table class="{esc(cls)}"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+    return f'<div class="scroll">{table}</div>'
+
+
+def _cards(items: Iterable[tuple[str, str | None]]) -> str:
+    html = "".join(
+        f'<div class="card"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>'
+        for k, v in items
+        if v is not None
+    )
+    return f'<div class="cards">{html}</div>' if html else ""
+
+
 # --------------------------------------------------------------------------- sections
 
 
-def _header(title: str, lb: list[dict[str, Any]], summary: Mapping[str, Any]) -> str:
-    counts = summary.get("counts") if isinstance(summary.get("counts"), Mapping) else {}
-    judges = summary.get("judges")
-    n_judges = len(judges) if isinstance(judges, (list, tuple, Mapping)) else finite(judges)
-    cards = [
-        ("models", _int(len(lb)) if lb else None),
-        ("judges", _int(n_judges) if n_judges is not None else None),
-        ("battles counted", _int(counts.get("counted")) if "counted" in counts else None),
-        ("Kendall τ naive vs corrected", fmt(summary.get("kendall_tau"), 3) if "kendall_tau" in summary else None),
-        ("Spearman ρ", fmt(summary.get("spearman"), 3) if "spearman" in summary else None),
-    ]
-    card_html = "".join(
-        f'<div class="card"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>'
-        for k, v in cards
-        if v is not None
-    )
-    sub = []
-    for key, label in (("snapshot_id", "snapshot"), ("snapshot", "snapshot"), ("generated_at", "generated")):
-        val = summary.get(key)
-        if isinstance(val, (str, int, float)) and not isinstance(val, bool):
-            sub.append(f"{label} {val}")
-    sub.append("naive Bradley–Terry beside the judge-bias-aware model")
-    return f"<header><h1>{esc(title)}</h1><p class=\"sub\">{esc(' · '.join(sub))}</p>" + (
-        f'<div class="cards">{card_html}</div>' if card_html else ""
-    ) + "</header>"
+def _header(title: str, lb: list[dict[str, Any]], summary: Summary) -> str:
+    cards = _cards([
+        ("models", _int(len(lb))),
+        ("judges", _int(len(summary.judges))),
+        ("battles counted", _int(summary.counts.counted)),
+        ("Kendall τ naive vs corrected", fmt(summary.kendall_tau, 3)),
+        ("Spearman ρ", fmt(summary.spearman, 3)),
+    ])
+    days = summary.days
+    span = days.first if days.first == days.last else f"{days.first} to {days.last}"
+    sub = f"{_n(days.count, 'day', 'days')} of battles, {span} · naive Bradley–Terry beside the judge-bias-aware model"
+    return f'<header><h1>{esc(title)}</h1><p class="sub">{esc(sub)}</p>{cards}</header>'
 
 
-def _warnings(summary: Mapping[str, Any]) -> str:
-    warns = summary.get("warnings")
-    if isinstance(warns, str):
-        warns = [warns]
-    if not isinstance(warns, (list, tuple)) or not warns:
+def _warnings(summary: Summary) -> str:
+    if not summary.warnings:
         return ""
-    items = "".join(f"<li>{esc(w)}</li>" for w in warns)
+    items = "".join(f"<li>{esc(w)}</li>" for w in summary.warnings)
     return f'<div class="warn" role="note"><strong>Warnings</strong><ul>{items}</ul></div>'
 
 
@@ -249,13 +215,11 @@ def _plot_subset(lb: list[dict[str, Any]], top_n: int, movers: int) -> list[dict
     return [r for r in ordered if id(r) in picked]
 
 
-def _leaderboard(lb: list[dict[str, Any]], summary: Mapping[str, Any], top_n: int, movers: int) -> str:
+def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers: int) -> str:
     if not lb:
         return _section("leaderboard", "Leaderboards", '<p class="empty">No models in this snapshot.</p>')
-    ci_level = finite(summary.get("ci_level"))
-    ci_name = f"{ci_level:.0%} CI" if ci_level is not None and 0 < ci_level < 1 else "CI"
-    k = finite(summary.get("top_k"))
-    ptop = f"P(top {k:.0f})" if k is not None else "P(top k)"
+    ci_name = f"{summary.ci_level:.0%} CI"
+    ptop = f"P(top {summary.top_k})"
     ordered = sorted(lb, key=lambda r: _rank_key(r, "rank_corrected"))
     subset = _plot_subset(lb, top_n, movers)
     shown = len(subset)
@@ -264,18 +228,15 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Mapping[str, Any], top_n: in
                  f"largest rank changes among the rest (below the dashed rule). Every model is in the table below.")
     else:
         scope = f"All {len(lb)} models, ordered by corrected rank."
-    labels = [f"{_int(r.get('rank_corrected'))}. {r.get('model')}" for r in subset]
-    tips = [
-        f"{r.get('model')} — corrected #{_int(r.get('rank_corrected'))}, naive #{_int(r.get('rank_naive'))}"
-        for r in subset
-    ]
+    labels = [f"{_int(r['rank_corrected'])}. {r['model']}" for r in subset]
+    tips = [f"{r['model']} — corrected #{_int(r['rank_corrected'])}, naive #{_int(r['rank_naive'])}" for r in subset]
     forest = forest_plot(
         labels,
         [
-            Series("naive", NAIVE_COLOUR, [r.get("rating_naive") for r in subset],
-                   [r.get("ci_low_naive") for r in subset], [r.get("ci_high_naive") for r in subset]),
-            Series("corrected", CORRECTED_COLOUR, [r.get("rating_corrected") for r in subset],
-                   [r.get("ci_low_corrected") for r in subset], [r.get("ci_high_corrected") for r in subset]),
+            Series("naive", NAIVE_COLOUR, [r["rating_naive"] for r in subset],
+                   [r["ci_low_naive"] for r in subset], [r["ci_high_naive"] for r in subset]),
+            Series("corrected", CORRECTED_COLOUR, [r["rating_corrected"] for r in subset],
+                   [r["ci_low_corrected"] for r in subset], [r["ci_high_corrected"] for r in subset]),
         ],
         title="Ratings with confidence intervals, naive and corrected",
         x_label=f"rating (Elo-like scale) with {ci_name}",
@@ -284,9 +245,9 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Mapping[str, Any], top_n: in
         width=860,
     )
     slope = slope_chart(
-        [str(r.get("model")) for r in subset],
-        [r.get("rank_naive") for r in subset],
-        [r.get("rank_corrected") for r in subset],
+        [str(r["model"]) for r in subset],
+        [r["rank_naive"] for r in subset],
+        [r["rank_corrected"] for r in subset],
         title="Rank change from the naive to the corrected leaderboard",
         left_title="naive rank",
         right_title="corrected rank",
@@ -298,7 +259,9 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Mapping[str, Any], top_n: in
     n_same = len(moved) - n_up - n_down
     change_note = (f"{_n(n_up, 'model moves', 'models move')} up and {n_down} down once the judges' biases are "
                    f"accounted for; {_n(n_same, 'keeps its', 'keep their')} rank.") if moved else ""
-
+    ranks = summary.ranks
+    rank_note = (f" The rank interval is the central {ranks.level:.0%} of each model's rank over {ranks.draws:,} "
+                 f"{ranks.source}: how far up or down the data allow a model to be.") if ranks else ""
     body = [
         f'<p class="note">{esc(scope)} Dots are ratings, bars their {esc(ci_name)}s. '
         "Overlapping intervals mean the data cannot order those models with confidence.</p>",
@@ -307,21 +270,35 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Mapping[str, Any], top_n: in
         f'<p class="note">{esc(change_note)}</p>' if change_note else "",
         _figure(slope, "Green: moves up after correction; red: moves down; grey: unchanged."),
         "<h3>Full table</h3>",
-        _leaderboard_table(ordered, ci_name, ptop),
+        f'<p class="note">{esc(rank_note.strip())}</p>' if rank_note else "",
+        _leaderboard_table(ordered, ci_name, ptop, summary),
     ]
     return _section("leaderboard", "Leaderboards: naive and corrected", "".join(body))
 
 
-def _leaderboard_table(ordered: list[dict[str, Any]], ci_name: str, ptop: str) -> str:
+def _rank_cell(intervals: Mapping[str, RankInterval], model: str) -> str:
+    iv = intervals.get(model)
+    if iv is None:
+        return "<td>—</td>"
+    text = str(iv.low) if iv.low == iv.high else f"{iv.low}–{iv.high}"
+    return f'<td class="ci">{esc(text)}</td>'
+
+
+def _leaderboard_table(ordered: list[dict[str, Any]], ci_name: str, ptop: str, summary: Summary) -> str:
+    ranks = summary.ranks
+    corrected = {iv.model: iv for iv in ranks.corrected} if ranks else {}
+    naive = {iv.model: iv for iv in ranks.naive} if ranks else {}
+    span = 3 if ranks else 2
+    interval_head = f"<th>Rank {ranks.level:.0%} interval</th>" if ranks else ""
     head = (
-        "<thead><tr>"
+        "<tr>"
         '<th class="l" rowspan="2">Model</th>'
-        '<th colspan="2" class="grp-c">Corrected</th>'
-        '<th colspan="2" class="grp-n">Naive</th>'
+        f'<th colspan="{span}" class="grp-c">Corrected</th>'
+        f'<th colspan="{span}" class="grp-n">Naive</th>'
         '<th rowspan="2" title="naive rank − corrected rank">Change</th>'
         f'<th rowspan="2">{esc(ptop)}</th><th rowspan="2">Battles</th></tr>'
-        f'<tr><th>Rank</th><th>Rating ({esc(ci_name)})</th><th>Rank</th><th>Rating ({esc(ci_name)})</th></tr>'
-        "</thead>"
+        f"<tr><th>Rank</th>{interval_head}<th>Rating ({esc(ci_name)})</th>"
+        f"<th>Rank</th>{interval_head}<th>Rating ({esc(ci_name)})</th></tr>"
     )
     body = []
     for r in ordered:
@@ -336,20 +313,69 @@ def _leaderboard_table(ordered: list[dict[str, Any]], ci_name: str, ptop: str) -
             change = '<span class="flat">0</span>'
 
         def rating(kind: str, r: Mapping[str, Any] = r) -> str:
-            lo, hi = r.get(f"ci_low_{kind}"), r.get(f"ci_high_{kind}")
+            lo, hi = r[f"ci_low_{kind}"], r[f"ci_high_{kind}"]
             ci = (f' <span class="ci">[{fmt(lo)}, {fmt(hi)}]</span>'
                   if finite(lo) is not None or finite(hi) is not None else "")
-            return f"{fmt(r.get(f'rating_{kind}'))}{ci}"
+            return f"{fmt(r[f'rating_{kind}'])}{ci}"
 
+        model = str(r["model"])
         body.append(
             "<tr>"
-            f'<td class="name">{esc(r.get("model", "—"))}</td>'
-            f"<td>{_int(r.get('rank_corrected'))}</td><td>{rating('corrected')}</td>"
-            f"<td>{_int(r.get('rank_naive'))}</td><td>{rating('naive')}</td>"
-            f"<td>{change}</td><td>{fmt(r.get('p_top_k'), 2)}</td><td>{_int(r.get('n_battles'))}</td>"
+            f'<td class="name">{esc(model)}</td>'
+            f"<td>{_int(r['rank_corrected'])}</td>{_rank_cell(corrected, model) if ranks else ''}"
+            f"<td>{rating('corrected')}</td>"
+            f"<td>{_int(r['rank_naive'])}</td>{_rank_cell(naive, model) if ranks else ''}<td>{rating('naive')}</td>"
+            f"<td>{change}</td><td>{fmt(r['p_top_k'], 2)}</td><td>{_int(r['n_battles'])}</td>"
             "</tr>"
         )
-    return f'<table class="leaderboard">{head}<tbody>{"".join(body)}</tbody></table>'
+    return _table("leaderboard", head, body)
+
+
+def _shade(rate: float | None) -> str:
+    """A cell background from red (the row model loses) through white to green (it wins)."""
+    if rate is None:
+        return ""
+    t = max(-1.0, min(1.0, 2.0 * rate - 1.0))
+    colour = (42, 157, 91) if t > 0 else (200, 68, 58)
+    alpha = 0.55 * abs(t)
+    return f' style="background:rgba({colour[0]},{colour[1]},{colour[2]},{alpha:.2f})"'
+
+
+def _matrix(cls: str, h2h: HeadToHead, cell) -> str:
+    n = len(h2h.models)
+    head = '<tr><th class="l">row vs column</th>' + "".join(
+        f'<th title="{esc(m)}">{i + 1}</th>' for i, m in enumerate(h2h.models)) + "</tr>"
+    rows = []
+    for i, m in enumerate(h2h.models):
+        cells = "".join('<td class="self"></td>' if i == j else cell(i, j) for j in range(n))
+        rows.append(f'<tr><th class="l">{i + 1}. {esc(m)}</th>{cells}</tr>')
+    return _table(f"matrix {cls}", head, rows)
+
+
+def _head_to_head(summary: Summary) -> str:
+    h2h = summary.head_to_head
+    if h2h is None or len(h2h.models) < 2:
+        return ""
+
+    def win(i: int, j: int) -> str:
+        rate = h2h.win_rate[i][j]
+        text = "·" if rate is None else f"{rate * 100:.0f}"
+        return f"<td{_shade(rate)}>{esc(text)}</td>"
+
+    def count(i: int, j: int) -> str:
+        n = h2h.battles[i][j]
+        return f"<td>{_int(n) if n else '·'}</td>"
+
+    body = (
+        f'<p class="note">The top {len(h2h.models)} models by corrected rank, numbered as in the rows. What the '
+        "judges said, before any correction: all judges and both orders pooled, a tie counted as half a win. "
+        "A dot: the two never met.</p>"
+        "<h3>Win rate of the row model against the column model (%)</h3>"
+        + _matrix("winrate", h2h, win)
+        + "<h3>Battles between the two</h3>"
+        + _matrix("battles", h2h, count)
+    )
+    return _section("head-to-head", "Head to head among the top models", body)
 
 
 def _effect_order(effects: Iterable[str]) -> list[str]:
@@ -361,7 +387,7 @@ def _judge_order(judges: Iterable[Any]) -> list[Any]:
     return sorted(set(judges), key=lambda j: (j != GLOBAL_JUDGE, str(j)))
 
 
-def _bias(bias: list[dict[str, Any]]) -> str:
+def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
     if not bias:
         return _section("bias", "Judge biases", '<p class="empty">No bias coefficients in this snapshot.</p>')
     parts = [
@@ -371,23 +397,24 @@ def _bias(bias: list[dict[str, Any]]) -> str:
     ]
     disabled: list[str] = []
     panels: list[str] = []
-    for effect in _effect_order(str(r.get("effect")) for r in bias):
-        rows = [r for r in bias if str(r.get("effect")) == effect]
+    for effect in _effect_order(str(r["effect"]) for r in bias):
+        rows = [r for r in bias if str(r["effect"]) == effect]
         for r in rows:
-            if r.get("enabled") is False:
-                disabled.append(f"{effect} ({_judge_label(r.get('judge'))})")
-        rows = [r for r in rows if r.get("enabled") is not False]
+            if r["enabled"] is False:
+                disabled.append(f"{effect} ({_judge_label(r['judge'])})")
+        rows = [r for r in rows if r["enabled"] is not False]
         if not rows:
             continue
-        order = _judge_order(r.get("judge") for r in rows)
-        by_judge = {r.get("judge"): r for r in rows}
+        order = _judge_order(r["judge"] for r in rows)
+        by_judge = {r["judge"]: r for r in rows}
         ordered = [by_judge[j] for j in order]
         desc, ref = EFFECTS.get(effect, ("", 0.0))
+        desc = desc.format(clip=_clip_text(summary))
         svg = forest_plot(
-            [_judge_label(r.get("judge")) for r in ordered],
-            [Series("", CORRECTED_COLOUR, [r.get("estimate") for r in ordered],
-                    [r.get("ci_low") for r in ordered], [r.get("ci_high") for r in ordered],
-                    hollow=[r.get("identified") is False for r in ordered])],
+            [_judge_label(r["judge"]) for r in ordered],
+            [Series("", CORRECTED_COLOUR, [r["estimate"] for r in ordered],
+                    [r["ci_low"] for r in ordered], [r["ci_high"] for r in ordered],
+                    hollow=[r["identified"] is False for r in ordered])],
             title=f"{effect} coefficient per judge",
             reference=ref,
             width=540,
@@ -401,9 +428,9 @@ def _bias(bias: list[dict[str, Any]]) -> str:
 
 
 def _bias_table(bias: list[dict[str, Any]]) -> str:
-    order = {e: i for i, e in enumerate(_effect_order(str(r.get("effect")) for r in bias))}
-    rows = sorted(bias, key=lambda r: (order.get(str(r.get("effect")), 0), r.get("judge") != GLOBAL_JUDGE,
-                                       str(r.get("judge"))))
+    order = {e: i for i, e in enumerate(_effect_order(str(r["effect"]) for r in bias))}
+    rows = sorted(bias, key=lambda r: (order.get(str(r["effect"]), 0), r["judge"] != GLOBAL_JUDGE,
+                                       str(r["judge"])))
 
     def flag(value: Any, yes: str, no: str) -> str:
         if value is True:
@@ -412,345 +439,231 @@ def _bias_table(bias: list[dict[str, Any]]) -> str:
             return f'<span class="tag bad">{no}</span>'
         return "—"
 
-    boot = any(finite(r.get("boot_ci_low")) is not None for r in rows)
+    boot = any(finite(r["boot_ci_low"]) is not None for r in rows)
 
     def boot_cell(r: Mapping[str, Any]) -> str:
-        return f'<td class="ci">[{fmt(r.get("boot_ci_low"), 3)}, {fmt(r.get("boot_ci_high"), 3)}]</td>' if boot else ""
+        return f'<td class="ci">[{fmt(r["boot_ci_low"], 3)}, {fmt(r["boot_ci_high"], 3)}]</td>' if boot else ""
 
     body = "".join(
         "<tr>"
-        f'<td class="name">{esc(_judge_label(r.get("judge")))}</td><td class="l">{esc(r.get("effect", "—"))}</td>'
-        f"<td>{fmt(r.get('estimate'), 3)}</td>"
-        f'<td class="ci">[{fmt(r.get("ci_low"), 3)}, {fmt(r.get("ci_high"), 3)}]</td>{boot_cell(r)}'
-        f"<td>{flag(r.get('identified'), 'identified', 'prior-selected')}</td>"
-        f"<td>{flag(r.get('enabled'), 'on', 'off')}</td>"
-        f'<td class="l">{esc(r.get("note") or "")}</td>'
+        f'<td class="name">{esc(_judge_label(r["judge"]))}</td><td class="l">{esc(r["effect"])}</td>'
+        f"<td>{fmt(r['estimate'], 3)}</td>"
+        f'<td class="ci">[{fmt(r["ci_low"], 3)}, {fmt(r["ci_high"], 3)}]</td>{boot_cell(r)}'
+        f"<td>{flag(r['identified'], 'identified', 'prior-selected')}</td>"
+        f"<td>{flag(r['enabled'], 'on', 'off')}</td>"
+        f'<td class="l">{esc(r["note"] or "")}</td>'
         "</tr>"
         for r in rows
     )
-    return (
-        f"<details><summary>All {len(rows)} coefficients as a table</summary>"
-        '<table class="bias"><thead><tr><th class="l">Judge</th><th class="l">Effect</th><th>Estimate</th>'
-        f'<th>CI</th>{"<th>Bootstrap CI</th>" if boot else ""}'
-        '<th>Identified</th><th>Enabled</th><th class="l">Note</th></tr></thead>'
-        f"<tbody>{body}</tbody></table></details>"
-    )
+    head = ('<tr><th class="l">Judge</th><th class="l">Effect</th><th>Estimate</th>'
+            f'<th>CI</th>{"<th>Bootstrap CI</th>" if boot else ""}'
+            '<th>Identified</th><th>Enabled</th><th class="l">Note</th></tr>')
+    summary = f"<summary>All {len(rows)} coefficients as a table</summary>"
+    return f"<details>{summary}{_table('bias', head, [body])}</details>"
 
 
-#: Accepted spellings of the split's parts; the ``slot_*`` ones are the audit's per-judge table columns.
-_SPLIT_KEYS = {
-    "A": ("A", "a", "first", "model_a", "share_a", "a_share", "first_share", "slot_first_share"),
-    "B": ("B", "b", "second", "model_b", "share_b", "b_share", "second_share", "slot_second_share"),
-    "tie": ("tie", "ties", "share_tie", "tie_share", "slot_tie_share"),
-}
-_FLIP_KEYS = ("flip_rate", "order_flip_rate")
-#: Where the diagnostics may keep per-judge order statistics (a mapping judge → stats, or records with "judge").
-_ORDER_KEYS = ("order", "per_judge", "position", "order_stats", "judges")
-_PAIRS_KEYS = ("n_pairs", "order_pairs", "pairs")
-
-
-def _order_stats(diag: Mapping[str, Any]) -> tuple[str | None, list[tuple[str, dict[str, Any]]]]:
-    """Per-judge order statistics (flip rate, A/B/tie split) and the diagnostics key they were found under.
-
-    The first of ``_ORDER_KEYS`` holding any judge with a flip rate or a split wins; a key holding something
-    else is left for the generic diagnostics table.
-    """
-    for key in _ORDER_KEYS:
-        out = []
-        for judge, stats in _keyed(diag.get(key), "judge"):
-            if not isinstance(stats, Mapping):
-                continue
-            split_src = stats.get("split") if isinstance(stats.get("split"), Mapping) else stats
-            split = {k: finite(_first(split_src, keys)) for k, keys in _SPLIT_KEYS.items()}
-            flip = finite(_first(stats, _FLIP_KEYS))
-            if flip is None and all(v is None for v in split.values()):
-                continue
-            out.append((judge, {**stats, "flip_rate": flip, "split_norm": split}))
-        if out:
-            return key, sorted(out, key=lambda js: (js[0] != GLOBAL_JUDGE, js[0]))
-    return None, []
-
-
-def _position(diag: Mapping[str, Any]) -> str:
-    _, stats = _order_stats(diag)
-    if not stats:
+def _clip_text(summary: Summary) -> str:
+    clip = summary.diagnostics.length_clip
+    if clip is None or finite(clip) is None:
         return ""
-    labels = [_judge_label(j) for j, _ in stats]
-    parts = [Part(name, colour, [s["split_norm"][key] for _, s in stats])
-             for key, name, colour in (("A", "first shown (A) wins", NAIVE_COLOUR),
-                                       ("B", "second shown (B) wins", CORRECTED_COLOUR),
-                                       ("tie", "tie", FLAT_COLOUR))]
-    notes = [f"flip rate {_pct(s['flip_rate'])}" if s["flip_rate"] is not None else "not seen in both orders"
-             for _, s in stats]
-    svg = split_bars(labels, parts, title="Verdict split by position, per judge", annotations=notes, width=860)
-    rows = []
-    for judge, s in stats:
-        wr, se = finite(s.get("consistent_win_rate")), finite(s.get("consistent_win_rate_se"))
-        wr_text = "—" if wr is None else (f"{wr:.3f} ± {se:.3f}" if se is not None else f"{wr:.3f}")
-        split = s["split_norm"]
-        rows.append(
-            f'<tr><td class="name">{esc(_judge_label(judge))}</td>'
-            f"<td>{_int(_first(s, _PAIRS_KEYS))}</td><td>{_pct(s['flip_rate'])}</td>"
-            f"<td>{fmt(split['A'], 3)}</td><td>{fmt(split['B'], 3)}</td><td>{fmt(split['tie'], 3)}</td>"
-            f"<td>{esc(wr_text)}</td></tr>"
-        )
-    table = (
-        '<table class="order"><thead><tr><th class="l">Judge</th><th>Pairs seen in both orders</th><th>Flip rate</th>'
-        "<th>A</th><th>B</th><th>Tie</th><th>Win rate among order-consistent pairs (± SE)</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>"
-    )
-    body = (
-        '<p class="note">How each judge\'s verdicts split between the answer shown first (A), the one shown '
-        "second (B) and a tie; and, where it saw the same pair in both orders, how often its verdict flipped "
-        "with the order. An unbiased judge splits A and B evenly and rarely flips.</p>" + _figure(svg) + table
-    )
-    return _section("position", "Position: split and flip rate per judge", body)
+    return f", with |ln(len_a/len_b)| clipped at {clip:g} (a {math.exp(clip):.1f}× length ratio) where it saturates"
 
 
-def _identifiability_sentences(diag: Mapping[str, Any]) -> list[str]:
+def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
+    """The judge audit, once: position split and flips, order-consistent win rates, length, own family."""
+    diag = summary.diagnostics
+    if not (diag.order or diag.order_models or diag.family):
+        return ""
+    body = ['<p class="note">What each judge does, measured on the battles themselves before any model is '
+            "fitted: where the answers were shown, how long they were, whose family they came from.</p>"]
+    order = sorted(diag.order, key=lambda a: a.judge)
+    if order:
+        labels = [_judge_label(a.judge) for a in order]
+        parts = [Part(name, colour, values) for name, colour, values in (
+            ("first shown (A) wins", NAIVE_COLOUR, [a.slot_first_share for a in order]),
+            ("second shown (B) wins", CORRECTED_COLOUR, [a.slot_second_share for a in order]),
+            ("tie", FLAT_COLOUR, [a.slot_tie_share for a in order]))]
+        notes = [f"flip rate {_pct(a.order_flip_rate)}" if finite(a.order_flip_rate) is not None
+                 else "not seen in both orders" for a in order]
+        svg = split_bars(labels, parts, title="Verdict split by position, per judge", annotations=notes, width=860)
+        head = ('<tr><th class="l">Judge</th><th>Verdicts</th><th>A</th><th>B</th><th>Tie</th>'
+                "<th>Pairs seen in both orders</th><th>Flip rate</th><th>First won both</th>"
+                "<th>Second won both</th></tr>")
+        rows = [
+            f'<tr><td class="name">{esc(_judge_label(a.judge))}</td><td>{_int(a.slot_n)}</td>'
+            f"<td>{fmt(a.slot_first_share, 3)}</td><td>{fmt(a.slot_second_share, 3)}</td>"
+            f"<td>{fmt(a.slot_tie_share, 3)}</td><td>{_int(a.order_pairs)}</td><td>{_pct(a.order_flip_rate)}</td>"
+            f"<td>{_pct(a.order_prefers_first_rate)}</td><td>{_pct(a.order_prefers_second_rate)}</td></tr>"
+            for a in order
+        ]
+        body += ["<h3>Position: split and flip rate per judge</h3>",
+                 '<p class="note">How each judge\'s verdicts split between the answer shown first (A), the one '
+                 "shown second (B) and a tie; and, where it saw the same prompt and pair in both orders, how often "
+                 "its verdict flipped with the order. An unbiased judge splits A and B evenly and rarely flips.</p>",
+                 _figure(svg), _table("order", head, rows)]
+    if diag.order_models:
+        models = sorted(diag.order_models, key=lambda m: (finite(corrected_rank.get(m.model)) or math.inf, m.model))
+        head = ('<tr><th class="l">Model</th><th>Corrected rank</th><th>Pairs seen in both orders</th>'
+                "<th>Order-consistent</th><th>Win rate among order-consistent pairs (± SE)</th>"
+                "<th>Win rate averaged over both orders</th></tr>")
+        rows = [
+            f'<tr><td class="name">{esc(m.model)}</td><td>{_int(corrected_rank.get(m.model))}</td>'
+            f"<td>{_int(m.pairs)}</td><td>{_int(m.consistent)}</td>"
+            f"<td>{esc(_pm(m.consistent_win_rate, m.consistent_win_rate_se))}</td>"
+            f"<td>{fmt(m.averaged_win_rate, 3)}</td></tr>"
+            for m in models
+        ]
+        body += ["<h3>Win rate among order-consistent pairs</h3>",
+                 '<p class="note">Per model, over every judge: among the prompts a judge saw in both orders and '
+                 "answered the same way both times (ties count half), how often this model won. Position cannot "
+                 "have decided these verdicts.</p>",
+                 _table("consistent", head, rows)]
+    lengths = [a for a in order if a.len_n]
+    if lengths:
+        head = ('<tr><th class="l">Judge</th><th>Battles</th><th>Mean length chosen</th>'
+                "<th>Mean length rejected</th><th>Longer answer wins (± SE)</th>"
+                "<th>Agrees with pick-the-longer</th></tr>")
+        rows = [
+            f'<tr><td class="name">{esc(_judge_label(a.judge))}</td><td>{_int(a.len_n)}</td>'
+            f"<td>{fmt(a.len_mean_chosen)}</td><td>{fmt(a.len_mean_rejected)}</td>"
+            f"<td>{esc(_pm(a.len_longer_win_rate, a.len_longer_win_rate_se))}</td>"
+            f"<td>{_pct(a.len_agreement_pick_longer)}</td></tr>"
+            for a in lengths
+        ]
+        body += ["<h3>Length profile of picks</h3>", _table("length", head, rows)]
+    if diag.family:
+        head = ('<tr><th class="l">Judge</th><th class="l">Family</th><th>Win rate under this judge</th>'
+                "<th>Under other-family judges</th><th>Difference (± SE)</th></tr>")
+        rows = [
+            f'<tr><td class="name">{esc(f.judge)}</td><td class="l">{esc(f.judge_family)}</td>'
+            f"<td>{_pct(f.win_rate_self)}</td><td>{_pct(f.win_rate_other_judges)}</td>"
+            f"<td>{esc(_pm(f.self_preference, f.self_preference_se))}</td></tr>"
+            for f in sorted(diag.family, key=lambda f: f.judge)
+        ]
+        body += ["<h3>Own-family preference</h3>",
+                 '<p class="note">In battles between families: how often the judge\'s own family\'s models win '
+                 "under the judge, against how often they win under judges of other families.</p>",
+                 _table("family", head, rows)]
+    return _section("audit", "Judge audit", "".join(body))
+
+
+def _identifiability_sentences(summary: Summary) -> list[str]:
     out = []
-    for cov, info in _keyed(diag.get("identifiability"), "covariate"):
-        if not isinstance(info, Mapping):
-            continue
-        rng = finite(_first(info, ("profile_range_nats", "profile_range", "range_nats")))
+    for cov, info in summary.diagnostics.identifiability.items():
+        rng = finite(info.profile_range_nats)
         rng_text = f" (profile-likelihood range {rng:.3g} nats)" if rng is not None else ""
-        prior = info.get("prior_selected")
-        if prior is True:
+        if info.prior_selected:
             s = f"The {cov} coefficient is prior-selected: these comparisons cannot tell it from quality{rng_text}."
-        elif prior is False:
-            s = f"The {cov} coefficient is identified by the data{rng_text}."
-        elif rng is not None:
-            s = f"The {cov} coefficient has a profile-likelihood range of {rng:.3g} nats."
         else:
-            s = ""
-        corr = finite(_first(info, ("corr_theta", "corr", "correlation")))
-        if corr is not None:
-            s += f" Correlation between model quality and mean {cov} per model: {corr:.2f}"
-            cross = finite(info.get("crossing"))
-            s += f" (correction starts to hurt near {cross:.2f})." if cross is not None else "."
-        msg = info.get("message")
-        if isinstance(msg, str) and msg:
-            s += f" {msg}"
-        if s.strip():
-            out.append(s.strip())
+            s = f"The {cov} coefficient is identified by the data{rng_text}."
+        if finite(info.corr_theta) is not None:
+            s += f" Correlation between model quality and mean {cov} per model: {info.corr_theta:.2f}"
+            s += f" (correction starts to hurt near {info.crossing:.2f})." if finite(info.crossing) is not None else "."
+        out.append(s)
     return out
 
 
-def _connectivity_sentences(diag: Mapping[str, Any]) -> list[str]:
-    conn = diag.get("connectivity")
-    comps = conn.get("components") if isinstance(conn, Mapping) else conn if isinstance(conn, list) else None
-    n = finite(_get(conn, "n_components"))
-    if isinstance(comps, list):
-        comps = [c for c in comps if isinstance(c, (list, tuple))]
-        n = float(len(comps)) if n is None else n
-    if n is None:
-        return []
-    if n <= 1:
+def _connectivity_sentences(summary: Summary) -> list[str]:
+    conn = summary.diagnostics.connectivity
+    if conn.n_components <= 1:
         return ["The comparison graph is connected: every model can be compared with every other."]
-    s = (f"The comparison graph falls into {n:.0f} separate groups; ratings are comparable only within a group, "
-         "never across groups.")
-    if isinstance(comps, list):
-        groups = []
-        for i, comp in enumerate(sorted(comps, key=len, reverse=True)[:10], 1):
-            names = ", ".join(str(m) for m in comp[:8]) + (", …" if len(comp) > 8 else "")
-            groups.append(f"group {i} ({len(comp)} models): {names}")
-        s += " " + "; ".join(groups) + "."
-    return [s]
+    s = (f"The comparison graph falls into {conn.n_components} separate groups; ratings are comparable only within "
+         "a group, never across groups.")
+    groups = []
+    for i, comp in enumerate(sorted(conn.components, key=len, reverse=True)[:10], 1):
+        names = ", ".join(comp[:8]) + (", …" if len(comp) > 8 else "")
+        groups.append(f"group {i} ({len(comp)} models): {names}")
+    return [s + " " + "; ".join(groups) + "."]
 
 
-
-def _generic(value: Any, depth: int = 0) -> str:
-    """Any JSON-like value as small escaped HTML (nested mappings become tables, long lists are cut)."""
-    if isinstance(value, Mapping):
-        if depth >= 3 or not value:
-            return esc(f"{len(value)} entries") if value else "—"
-        items = list(value.items())
-        rows = "".join(f'<tr><th class="l">{esc(k)}</th><td class="l">{_generic(v, depth + 1)}</td></tr>'
-                       for k, v in items[:40])
-        more = f'<tr><td class="l" colspan="2">… {len(items) - 40} more</td></tr>' if len(items) > 40 else ""
-        return f"<table>{rows}{more}</table>"
-    if isinstance(value, (list, tuple)):
-        shown = ", ".join(_generic(v, depth + 1) if isinstance(v, (Mapping, list, tuple)) else
-                          (fmt(v, 3) if isinstance(v, float) else esc(v)) for v in value[:20])
-        return shown + (esc(f", … ({len(value)} in all)") if len(value) > 20 else "")
-    if isinstance(value, float):
-        return esc(f"{value:.4g}") if math.isfinite(value) else "—"
-    return esc(value)
-
-
-def _diagnostics(summary: Mapping[str, Any]) -> str:
-    diag = summary.get("diagnostics")
-    diag = diag if isinstance(diag, Mapping) else {}
-    sentences = _identifiability_sentences(diag) + _connectivity_sentences(diag)
-    tau, rho = finite(summary.get("kendall_tau")), finite(summary.get("spearman"))
+def _diagnostics(summary: Summary) -> str:
+    diag = summary.diagnostics
+    sentences = []
+    tau, rho = finite(summary.kendall_tau), finite(summary.spearman)
     if tau is not None:
         agree = ("almost the same order" if tau >= 0.9 else "a similar order" if tau >= 0.7
                  else "noticeably different orders")
         s = f"Kendall τ between the naive and the corrected rankings is {tau:.3f}: the two leaderboards give {agree}."
         if rho is not None:
             s += f" Spearman ρ is {rho:.3f}."
-        sentences.insert(0, s)
-    known = {"identifiability", "connectivity", _order_stats(diag)[0]}
-    others = {k: v for k, v in diag.items() if k not in known}
-    if not sentences and not others:
-        return ""
+        sentences.append(s)
+    sentences += _identifiability_sentences(summary) + _connectivity_sentences(summary)
     body = "".join(f"<p>{esc(s)}</p>" for s in sentences)
-    if others:
-        body += "<h3>Other diagnostics</h3>" + _generic(others)
+    head = '<tr><th class="l">Fit</th><th>Converged</th><th>Iterations</th><th>Gradient norm</th></tr>'
+    rows = [
+        f'<tr><td class="l">{esc(name)}</td><td>{"yes" if c.converged else "no"}</td><td>{c.iterations}</td>'
+        f"<td>{esc(f'{c.grad_norm:.2g}' if finite(c.grad_norm) is not None else '—')}</td></tr>"
+        for name, c in diag.convergence.items()
+    ]
+    body += "<h3>Convergence</h3>" + _table("convergence", head, rows)
+    settings = [f"ω (weight of pairwise vs ordinal evidence) {fmt(diag.omega, 2)}" if diag.omega is not None else "",
+                f"length covariate clipped at ±{diag.length_clip:g}" if diag.length_clip is not None
+                else "length covariate unbounded",
+                f"naive ties: {diag.naive.tie_convention}" if diag.naive.tie_convention else ""]
+    body += f'<p class="note">{esc("; ".join(s for s in settings if s))}.</p>'
     return _section("diagnostics", "Diagnostics", body)
 
 
-def _counts(summary: Mapping[str, Any]) -> str:
-    counts = summary.get("counts")
-    if not isinstance(counts, Mapping):
+def _gate(summary: Summary) -> str:
+    gate = summary.diagnostics.gate
+    if gate is None:
         return ""
-    rejected = counts.get("rejected")
-    by_reason = rejected if isinstance(rejected, Mapping) else counts.get("rejected_by_reason")
-    by_reason = by_reason if isinstance(by_reason, Mapping) else {}
-    reasons = sorted(by_reason.items(), key=lambda kv: (-(finite(kv[1]) or 0.0), str(kv[0])))
-    if isinstance(rejected, Mapping):
-        total_rejected: float | None = sum(finite(v) or 0.0 for v in by_reason.values())
+    columns = list(dict.fromkeys(k for row in gate.decisions for k in row))
+    head = "<tr>" + "".join(f'<th class="l">{esc(c)}</th>' for c in columns) + "</tr>"
+    rows = ["<tr>" + "".join(
+        f'<td class="l">{esc(fmt(row.get(c), 3) if isinstance(row.get(c), float) else row.get(c, "—"))}</td>'
+        for c in columns) + "</tr>" for row in gate.decisions]
+    body = (f'<p class="note">{esc(gate.method)}: {gate.k} anchors ({gate.anchors_unmatched} unmatched), at least '
+            f"{gate.min_anchors} needed, level {gate.alpha:g}, margin {gate.margin:g} nats.</p>"
+            + _table("gate", head, rows))
+    return _section("gate", "Trusted-anchor gate", body)
+
+
+def _counts(summary: Summary) -> str:
+    counts = summary.counts
+    reasons = sorted(counts.rejected.items(), key=lambda kv: (-kv[1], kv[0]))
+    cards = _cards([("rows read", _int(counts.read)), ("counted", _int(counts.counted)),
+                    ("rejected", _int(counts.rejected_total)),
+                    ("self-battles (same model on both sides)", _int(counts.self_battles))])
+    body = cards
+    if counts.conserved:
+        body += '<p class="note">Every row read is either counted or a dead letter with a reason.</p>'
     else:
-        total_rejected = finite(rejected) if rejected is not None else finite(counts.get("rejected_total"))
-    read, counted = finite(counts.get("read")), finite(counts.get("counted"))
-    cards = "".join(
-        f'<div class="card"><div class="v">{_int(v)}</div><div class="k">{esc(k)}</div></div>'
-        for k, v in (("rows read", read), ("counted", counted), ("rejected", total_rejected),
-                     ("self-battles (same model on both sides)", finite(counts.get("self_battles"))))
-        if v is not None
-    )
-    body = f'<div class="cards">{cards}</div>'
-    if read is not None and counted is not None and total_rejected is not None:
-        if read == counted + total_rejected:
-            body += '<p class="note">Every row read is either counted or a dead letter with a reason.</p>'
-        else:
-            body += (f'<p class="warn">Rows read ({_int(read)}) ≠ counted ({_int(counted)}) + rejected '
-                     f"({_int(total_rejected)}): {_int(read - counted - total_rejected)} rows are unaccounted for."
-                     "</p>")
+        body += (f'<p class="warn">Rows read ({_int(counts.read)}) ≠ counted ({_int(counts.counted)}) + rejected '
+                 f"({_int(counts.rejected_total)}): {_int(counts.read - counts.counted - counts.rejected_total)} "
+                 "rows are unaccounted for.</p>")
     if reasons:
         body += "<h3>Dead letters by reason</h3>"
-        body += _figure(hbar_chart([str(k) for k, _ in reasons], [v for _, v in reasons],
+        body += _figure(hbar_chart([k for k, _ in reasons], [v for _, v in reasons],
                                    title="Rejected rows by reason", colour=DOWN_COLOUR))
-        body += ('<table class="reasons"><thead><tr><th class="l">Reason</th><th>Rows</th></tr></thead><tbody>'
-                 + "".join(f'<tr><td class="name">{esc(k)}</td><td>{_int(v)}</td></tr>' for k, v in reasons)
-                 + "</tbody></table>")
-    elif total_rejected == 0:
+        body += _table("reasons", '<tr><th class="l">Reason</th><th>Rows</th></tr>',
+                       [f'<tr><td class="name">{esc(k)}</td><td>{_int(v)}</td></tr>' for k, v in reasons])
+    else:
         body += '<p class="note">No row was rejected.</p>'
     return _section("counts", "Counts", body)
 
 
-def _judges(summary: Mapping[str, Any]) -> str:
-    judges = summary.get("judges")
-    if isinstance(judges, Mapping):
-        return _section("judges", "Judges", _generic(judges))
-    if isinstance(judges, (list, tuple)) and judges:
-        names = ", ".join(_judge_label(j) if not isinstance(j, Mapping) else str(j.get("judge", j)) for j in judges)
-        return _section("judges", "Judges", f"<p>{esc(names)}</p>")
-    return ""
-
-
-# --------------------------------------------------------------------------- the audit fragment
-
-
-_DROP_WITH_CONTENT = {"script", "iframe", "object", "embed", "noscript", "template", "frame", "frameset",
-                      "applet", "title", "head", "textarea", "select", "noembed", "noframes", "xmp"}
-_DROP_TAG = {"link", "meta", "base", "form", "input", "button", "html", "body", "img", "image", "video", "audio",
-             "source", "track", "picture", "use", "foreignobject", "animate", "set", "animatetransform",
-             "animatemotion", "portal", "feimage"}
-_URL_ATTRS = {"href", "src", "xlink:href", "action", "formaction", "background", "poster", "srcset", "data",
-              "lowsrc", "ping", "cite", "codebase", "dynsrc", "longdesc", "manifest", "usemap"}
-_VOID = {"area", "br", "col", "hr", "wbr"}
-_BAD_CSS = ("url(", "@import", "expression(", "javascript:", "behavior:", "-moz-binding", "\\")
-
-
-class _Sanitizer(HTMLParser):
-    """Re-serialise an HTML fragment, dropping anything that runs code or fetches something.
-
-    Why re-serialise rather than regex-filter: the output is built only from parsed tokens, with every
-    attribute value and text node escaped again, so malformed input cannot smuggle markup through, and
-    open tags are closed so the fragment cannot swallow the rest of the page.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.out: list[str] = []
-        self.stack: list[str] = []
-        self.skip: list[str] = []
-
-    def _attrs(self, attrs: list[tuple[str, str | None]]) -> str:
-        kept = []
-        for name, value in attrs:
-            low = name.lower()
-            if low.startswith("on") or not all(c.isalnum() or c in "-_:." for c in low):
-                continue
-            v = "" if value is None else value
-            if low in _URL_ATTRS and not v.strip().startswith("#"):
-                continue
-            if low == "style" and any(b in v.lower() for b in _BAD_CSS):
-                continue
-            kept.append(f' {low}="{esc(v)}"')
-        return "".join(kept)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if self.skip:
-            if tag == self.skip[-1]:
-                self.skip.append(tag)
-            return
-        if tag in _DROP_WITH_CONTENT:
-            self.skip.append(tag)
-            return
-        if tag in _DROP_TAG:
-            return
-        self.out.append(f"<{tag}{self._attrs(attrs)}>")
-        if tag not in _VOID:
-            self.stack.append(tag)
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if self.skip or tag in _DROP_WITH_CONTENT or tag in _DROP_TAG:
-            return
-        self.out.append(f"<{tag}{self._attrs(attrs)}/>" if tag not in _VOID else f"<{tag}{self._attrs(attrs)}>")
-
-    def handle_endtag(self, tag: str) -> None:
-        if self.skip:
-            if tag == self.skip[-1]:
-                self.skip.pop()
-            return
-        if tag in self.stack:
-            while self.stack:
-                top = self.stack.pop()
-                self.out.append(f"</{top}>")
-                if top == tag:
-                    break
-
-    def handle_data(self, data: str) -> None:
-        if self.skip:
-            return
-        if self.stack and self.stack[-1] == "style":
-            if not any(b in data.lower() for b in (*_BAD_CSS, "</")):
-                self.out.append(data)
-            return
-        self.out.append(esc(data))
-
-    def result(self) -> str:
-        self.close()
-        return "".join(self.out) + "".join(f"</{t}>" for t in reversed(self.stack))
-
-
-def sanitize_fragment(fragment: str) -> str:
-    """An HTML fragment made safe to embed: no script, no event handler, no external fetch, tags balanced."""
-    s = _Sanitizer()
-    s.feed(fragment)
-    return s.result()
+def _judges(summary: Summary) -> str:
+    if not summary.judges:
+        return ""
+    head = ('<tr><th class="l">Judge</th><th class="l">Family</th><th>Battles</th><th>Models</th>'
+            "<th>First shown wins</th><th>Second shown wins</th><th>Ties</th><th>Self-battles</th></tr>")
+    rows = [
+        f'<tr><td class="name">{esc(j.judge)}</td><td class="l">{esc(j.judge_family)}</td><td>{_int(j.n)}</td>'
+        f"<td>{_int(j.models)}</td><td>{_pct(j.win_a_share)}</td><td>{_pct(j.win_b_share)}</td>"
+        f"<td>{_pct(j.tie_share)}</td><td>{_int(j.self_battles)}</td></tr>"
+        for j in summary.judges
+    ]
+    return _section("judges", "Judges", _table("judges", head, rows))
 
 
 # --------------------------------------------------------------------------- the page
 
 
 def render_report(
-    leaderboard: pl.DataFrame | None,
-    bias: pl.DataFrame | None,
-    summary: Mapping[str, Any] | None,
-    audit_html: str | None = None,
+    leaderboard: pl.DataFrame,
+    bias: pl.DataFrame,
+    summary: Summary,
     title: str = "biasboard report",
     *,
     top_n: int = TOP_N,
@@ -758,28 +671,26 @@ def render_report(
 ) -> str:
     """The whole report.html as one string (UTF-8 text; the caller writes it).
 
-    ``leaderboard`` and ``bias`` follow DESIGN §6 (one row per model; one row per judge × effect),
-    ``summary`` is the parsed summary.json, ``audit_html`` an HTML fragment from the audit job (sanitised
-    again here). Missing parts are skipped; nothing here raises on absent keys or columns.
+    ``leaderboard`` has the published leaderboard columns (one row per model), ``bias`` the bias table's
+    (one row per judge × effect), ``summary`` is the snapshot's :class:`~biasboard.schemas.summary.Summary`.
     """
-    summary = summary if isinstance(summary, Mapping) else {}
-    lb = _rows(leaderboard)
-    bs = _rows(bias)
-    diag = summary.get("diagnostics") if isinstance(summary.get("diagnostics"), Mapping) else {}
+    lb = leaderboard.to_dicts()
+    corrected_rank = {r["model"]: r["rank_corrected"] for r in lb}
     sections = [
         _header(title, lb, summary),
         _warnings(summary),
         _leaderboard(lb, summary, top_n, movers),
-        _bias(bs),
-        _position(diag),
+        _head_to_head(summary),
+        _bias(bias.to_dicts(), summary),
+        _judge_audit(summary, corrected_rank),
+        _gate(summary),
         _diagnostics(summary),
         _counts(summary),
         _judges(summary),
     ]
-    if audit_html:
-        sections.append(_section("audit", "Judge audit", f'<div class="audit">{sanitize_fragment(audit_html)}</div>'))
-    nav_items = [("leaderboard", "Leaderboards"), ("bias", "Biases"), ("position", "Position"),
-                 ("diagnostics", "Diagnostics"), ("counts", "Counts"), ("audit", "Audit")]
+    nav_items = [("leaderboard", "Leaderboards"), ("head-to-head", "Head to head"), ("bias", "Biases"),
+                 ("audit", "Judge audit"), ("gate", "Gate"), ("diagnostics", "Diagnostics"), ("counts", "Counts"),
+                 ("judges", "Judges")]
     body = "".join(s for s in sections if s)
     nav = " · ".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in nav_items if f'<section id="{a}">' in body)
     return (
@@ -794,5 +705,4 @@ def render_report(
     )
 
 
-__all__ = ["render_report", "sanitize_fragment"]
-
+__all__ = ["render_report"]

@@ -96,7 +96,7 @@ def test_refresh_on_the_portable_runner_with_external_workers(sim, tmp_path, por
     assert "Starting worker" in worker_log.read_text()
     manifest = publish.read_snapshot_manifest(remote.published.path)
     assert manifest["options"]["beam"]["runner"] == "PortableRunner"
-    assert manifest["metrics"]["this_run"]["battles_read"] == remote.summary["counts"]["read"]
+    assert manifest["metrics"]["this_run"]["battles_read"] == remote.summary.counts.read
     for name in ("leaderboard.parquet", "bias.parquet", "summary.json"):
         assert (Path(remote.published.path) / name).read_bytes() == (Path(local.published.path) / name).read_bytes()
 

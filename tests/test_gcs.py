@@ -80,7 +80,7 @@ def test_refresh_and_export_entirely_on_a_bucket(emulator, tmp_path):
 
     first = refresh(glob, state, out, ["--runner=FnApiRunner"], RefreshOptions(audit=False))
     assert first.aggregated_days == ["2024-01-01", "2024-01-02"]
-    assert first.summary["counts"]["read"] == truth["rows"] and first.summary["counts"]["counted"] == truth["valid"]
+    assert first.summary.counts.read == truth["rows"] and first.summary.counts.counted == truth["valid"]
     assert storage.exists(f"{state}/manifests/day=2024-01-02.json")
     snapshot = publish.resolve_snapshot(out)
     assert snapshot.startswith(f"{out}/snapshots/")

@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 from biasboard.pipelines import cli
 from biasboard.pipelines.refresh import RefreshOptions, refresh
+from biasboard.schemas.summary import Summary
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import publish
 
@@ -81,6 +82,11 @@ def test_refresh_publishes_every_part_of_a_snapshot(sim, tmp_path):
     assert summary["diagnostics"]["identifiability"]["length"]["profile_range_nats"] > 0
     assert summary["diagnostics"]["order"], "both orders were simulated: the audit's per-judge order stats are in"
     assert isinstance(summary["warnings"], list)
+    # the published document reads back as the typed contract the job produced, field for field
+    assert Summary.from_json(summary).to_json() == summary == json.loads(json.dumps(outcome.summary.to_json()))
+    consistent = summary["diagnostics"]["order_models"]
+    assert {m["model"] for m in consistent} == set(board["model"])
+    assert all(0.0 <= m["consistent_win_rate"] <= 1.0 and m["consistent_win_rate_se"] > 0 for m in consistent)
 
     manifest = json.loads((snap / "manifest.json").read_text())
     run_counters = manifest["metrics"]["this_run"]  # Beam counters of the aggregation
@@ -113,13 +119,13 @@ def test_new_and_changed_days_replace_their_partitions(sim, tmp_path):
     state, out = str(tmp_path / "state"), str(tmp_path / "out")
     first = refresh(_glob(logs), state, out, [], NO_AUDIT)
     assert first.aggregated_days == ["2024-01-01", "2024-01-02"]
-    two_days = first.summary["counts"]["read"]
+    two_days = first.summary.counts.read
 
     shutil.copytree(sim / "battles" / "day=2024-01-03", logs / "battles" / "day=2024-01-03")
     second = refresh(_glob(logs), state, out, [], NO_AUDIT)
     assert second.aggregated_days == ["2024-01-03"]
     truth = json.loads((sim / "truth.json").read_text())["counts"]
-    assert second.summary["counts"]["read"] == truth["rows"] > two_days
+    assert second.summary.counts.read == truth["rows"] > two_days
 
     # rewrite day 2 with only its first 100 rows: the day is re-aggregated and its old rows are gone
     day2 = logs / "battles" / "day=2024-01-02" / "part-00000.parquet"
@@ -128,7 +134,7 @@ def test_new_and_changed_days_replace_their_partitions(sim, tmp_path):
     os.utime(day2, (1, 1))  # a different mtime even on a coarse clock; size changed anyway
     third = refresh(_glob(logs), state, out, [], NO_AUDIT)
     assert third.aggregated_days == ["2024-01-02"]
-    assert third.summary["counts"]["read"] == truth["rows"] - full.height + 100
+    assert third.summary.counts.read == truth["rows"] - full.height + 100
 
 
 def test_refresh_cli_prints_the_snapshot_and_fails_in_one_line(sim, tmp_path, capsys):
@@ -212,15 +218,15 @@ def test_refresh_with_anchors_gates_corrections_and_plans_the_next_battles(sim, 
     options = RefreshOptions(audit=False, anchors=anchors, plan_budget=6)
     outcome = refresh(_glob(sim), str(tmp_path / "state"), str(tmp_path / "out"), [], options)
     snapshot = _snapshot(tmp_path / "out")
-    gate = outcome.summary["diagnostics"]["gate"]
+    gate = outcome.summary.diagnostics.gate
     judges = json.loads((sim / "truth.json").read_text())["judges"]
-    assert gate["k"] == 30
-    assert len(gate["decisions"]) == len(judges) * 3  # position, length, affinity per judge
-    assert any("trusted-anchor gate" in w for w in outcome.summary["warnings"])
+    assert gate is not None and gate.k == 30
+    assert len(gate.decisions) == len(judges) * 3  # position, length, affinity per judge
+    assert any("trusted-anchor gate" in w for w in outcome.summary.warnings)
     # what the gate left off is what the published bias table says is off
     bias = pl.read_parquet(snapshot / "bias.parquet")
-    assert gate["disabled"], "on a small simulation the anchors should not support every correction"
-    for judge, effect in gate["disabled"]:
+    assert gate.disabled, "on a small simulation the anchors should not support every correction"
+    for judge, effect in gate.disabled:
         rows = bias.filter((pl.col("judge") == judge) & (pl.col("effect") == effect))
         assert rows.height and not rows["enabled"].any(), (judge, effect)
     assert (snapshot / "posterior.npz").exists()

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -232,10 +233,42 @@ def judge_summary(cells: pa.Table) -> pa.Table:
     return summary.to_arrow()
 
 
+def head_to_head(cells: pa.Table, models: list[str]) -> dict[str, list]:
+    """Battles and observed win rates (ties half) among ``models``, over every judge and both orders.
+
+    ``battles[i][j]`` counts battles between ``models[i]`` and ``models[j]`` (self-battles excluded);
+    ``win_rate[i][j]`` is i's share of them, None where the two never met.  Read off the cells without
+    a fit, so it shows what the judges said, before any correction.
+    """
+    frame = pl.from_arrow(cells.select(["model_a", "model_b", "n", "win_a", "win_b", "tie", "tie_bothbad"]))
+    assert isinstance(frame, pl.DataFrame)
+    index = {m: i for i, m in enumerate(models)}
+    frame = frame.with_columns(pl.col("model_a").cast(pl.String), pl.col("model_b").cast(pl.String)).filter(
+        pl.col("model_a").is_in(models) & pl.col("model_b").is_in(models) & (pl.col("model_a") != pl.col("model_b"))
+    )
+    half = 0.5 * (pl.col("tie") + pl.col("tie_bothbad"))
+    per = frame.group_by("model_a", "model_b").agg(pl.col("n").sum(), (pl.col("win_a") + half).sum().alias("score_a"))
+    m = len(models)
+    battles = np.zeros((m, m), np.int64)
+    score = np.zeros((m, m))
+    i = np.array([index[x] for x in per["model_a"].to_list()], np.int64)
+    j = np.array([index[x] for x in per["model_b"].to_list()], np.int64)
+    n = per["n"].to_numpy()
+    np.add.at(battles, (i, j), n)
+    np.add.at(battles, (j, i), n)
+    np.add.at(score, (i, j), per["score_a"].to_numpy())
+    np.add.at(score, (j, i), n - per["score_a"].to_numpy())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = score / battles
+    win_rate = [[None if battles[a, b] == 0 else float(rate[a, b]) for b in range(m)] for a in range(m)]
+    return {"battles": battles.tolist(), "win_rate": win_rate}
+
+
 __all__ = [
     "PAIR_CELL_MEASURES",
     "BatchCells",
     "IngestCounts",
+    "head_to_head",
     "judge_summary",
     "merge_batches",
     "merge_cells",

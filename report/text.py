@@ -1,0 +1,35 @@
+"""The terminal view of a snapshot: the top of both leaderboards side by side, numbers rounded for people.
+
+``refresh`` and ``demo`` end by printing this, so a person sees the result without opening a file.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from biasboard.report.svg import fmt
+
+__all__ = ["fmt", "side_by_side_text"]
+
+
+def side_by_side_text(board: pl.DataFrame, top: int) -> str:
+    """The two top-``top`` lists as aligned text: naive on the left, corrected (with its move) on the right.
+
+    ``board`` is the published leaderboard (``rank_*``, ``rating_*``, ``rank_change`` columns).  A model
+    the naive fit lacks (seen only in ordinal scores) has no naive rank and is left out of that column.
+    """
+    naive = board.filter(pl.col("rank_naive").is_not_null()).sort("rank_naive", "model").head(top)
+    corrected = board.sort("rank_corrected", "model").head(top)
+    width = max(12, *(len(m) for m in board["model"].to_list())) if board.height else 12
+    column = width + 8
+    head = f"{'#':>3}  {'naive (plain Bradley-Terry)':<{column}}    {'corrected for judge biases':<{column}}  move"
+    lines = [head, "-" * len(head)]
+    for i in range(min(top, board.height)):
+        c = corrected.row(i, named=True)
+        left = " " * (width + 8)
+        if i < naive.height:
+            n = naive.row(i, named=True)
+            left = f"{n['model']:<{width}} {fmt(n['rating_naive'], 0):>7}"
+        change = c["rank_change"]
+        move = "new" if change is None else "=" if not change else (f"+{change}" if change > 0 else str(change))
+        lines.append(f"{i + 1:>3}  {left}    {c['model']:<{width}} {fmt(c['rating_corrected'], 0):>7}  {move:>4}")
+    return "\n".join(lines)

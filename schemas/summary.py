@@ -1,0 +1,447 @@
+"""The Summary contract: what ``summary.json`` holds, typed, with one producer and one reader.
+
+Why typed: the report used to read an untyped ``summary.json`` through several accepted spellings per
+key that no producer wrote, so a column could be blank in production while its tests, which pinned the
+invented shapes, passed.  Now ``refresh``'s ``build_summary`` is the one producer of a :class:`Summary`,
+the report (:mod:`biasboard.report.html`) the one reader, and both share these field names.
+
+Serialisation is generic over the dataclasses below: :meth:`Summary.to_json` walks the fields (numpy
+scalars become Python numbers, NaN and ±inf become ``null``), and :meth:`Summary.from_json` rebuilds the
+dataclasses from their type hints, refusing a document of another major ``version`` or one missing a
+required field.  Keys a newer producer added are ignored, so an older reader still opens a newer file.
+**Adding a field is one line**: declare it, with a default, on the right dataclass; the producer fills it
+and the reader reads it by name.
+
+The published keys keep the meaning they had before the contract was typed (``kendall_tau``,
+``counts``, ``judges``, ``diagnostics.identifiability`` …); the contract added fields beside them
+(``version``, ``ranks``, ``head_to_head``, ``diagnostics.order_models``, ``diagnostics.family``).
+``diagnostics.order`` keeps every column of the audit's per-judge table under the audit's own names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, Union
+
+from biasboard.schemas.errors import InputError
+
+#: Major version of the contract: a reader refuses another major version rather than misread it.
+SUMMARY_VERSION: int = 2
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------- generic (de)serialisation
+
+
+def to_jsonable(value: Any) -> Any:
+    """A dataclass tree as plain JSON values: numpy scalars → Python, non-finite floats → None."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if hasattr(value, "item") and not isinstance(value, (int, float)):  # a numpy scalar
+        value = value.item()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return value
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    """``value`` (parsed JSON) as the type ``hint`` names; ``where`` is its path, for the error message."""
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            if len(args) < len(typing.get_args(hint)):
+                return None
+            raise InputError(f"summary: {where} is null but must be {hint}")
+        return _convert(args[0], value, where) if len(args) == 1 else value
+    if hint is Any:
+        return value
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise InputError(f"summary: {where} must be an object, got {type(value).__name__}")
+        return from_jsonable(hint, value, where)
+    if origin in (list, tuple):
+        (item,) = typing.get_args(hint)[:1] or (Any,)
+        if not isinstance(value, list):
+            raise InputError(f"summary: {where} must be a list, got {type(value).__name__}")
+        return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        _, item = typing.get_args(hint) or (str, Any)
+        if not isinstance(value, dict):
+            raise InputError(f"summary: {where} must be an object, got {type(value).__name__}")
+        return {str(k): _convert(item, v, f"{where}.{k}") for k, v in value.items()}
+    if hint is float:
+        if value is None:  # a non-finite number was written as null
+            return math.nan
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(f"summary: {where} must be a number, got {value!r}")
+        return float(value)
+    if hint in (int, str, bool) and not isinstance(value, hint):
+        raise InputError(f"summary: {where} must be {hint.__name__}, got {value!r}")
+    return value
+
+
+def from_jsonable(cls: type[T], document: dict[str, Any], where: str = "summary") -> T:
+    """Rebuild dataclass ``cls`` from ``document`` through its type hints (unknown keys are ignored)."""
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in document:
+            kwargs[f.name] = _convert(hints[f.name], document[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise InputError(f"summary: {where} lacks the required field {f.name!r}")
+    return cls(**kwargs)
+
+
+# --------------------------------------------------------------------------- the parts
+
+
+@dataclass
+class Days:
+    """The day partitions the fit merged."""
+
+    count: int
+    first: str
+    last: str
+
+
+@dataclass
+class Counts:
+    """Row accounting over every stored day: ``read == counted + rejected_total`` when nothing was lost."""
+
+    read: int
+    counted: int
+    rejected: dict[str, int]
+    rejected_total: int
+    self_battles: int = 0
+
+    @property
+    def conserved(self) -> bool:
+        return self.read == self.counted + self.rejected_total
+
+
+@dataclass
+class JudgeCounts:
+    """Per judge, from the cells: battles and the shares of first-shown wins, second-shown wins and ties."""
+
+    judge: str
+    judge_family: str
+    n: int
+    win_a_share: float
+    win_b_share: float
+    tie_share: float
+    bothbad_share: float
+    self_battles: int
+    models: int
+
+
+@dataclass
+class Identifiability:
+    """Whether the data pins a global effect down (profile likelihood) and where correction stops helping."""
+
+    profile_range_nats: float
+    prior_selected: bool
+    message: str = ""
+    corr_theta: float | None = None
+    crossing: float | None = None
+
+
+@dataclass
+class Connectivity:
+    """The comparison graph's connected components (ratings compare only within one)."""
+
+    n_components: int
+    components: list[list[str]]
+
+
+@dataclass
+class Convergence:
+    converged: bool
+    iterations: int
+    grad_norm: float
+
+
+@dataclass
+class Profile:
+    """The profile log likelihood of one global effect at its MAP and ±2 prior SDs."""
+
+    range_nats: float
+    grid: list[float]
+    loglik: list[float]
+    note: str = ""
+    warning: str | None = None
+
+
+@dataclass
+class Covariates:
+    """Correlation of model quality with the length covariate (seed 000's crossing-point check)."""
+
+    corr_theta_length_corrected: float | None
+    corr_theta_length_naive: float | None
+    corr_theta_log_length_corrected: float | None
+    corr_theta_log_length_naive: float | None
+    crossing_point_range: list[float]
+    length_profile: str
+
+
+@dataclass
+class Comparison:
+    """The naive and the corrected ranking compared (over the models both rank)."""
+
+    kendall_tau: float | None
+    spearman: float | None
+    n_models: int
+
+
+@dataclass
+class NaiveDiagnostics:
+    n_components: int
+    tie_convention: str
+    prior_theta_sd: float | None = None
+    components: list[list[str]] | None = None
+
+
+@dataclass
+class JudgeAudit:
+    """One judge's row of the audit's per-judge table, every column under the audit's own name.
+
+    ``slot_*``: all its verdicts between two different models — first-shown wins, second-shown wins,
+    ties, and their shares; ``identical_*``: the same over self-battles (identical answers);
+    ``order_*``: over prompt-pairs judged in both orders, the 3×3 cross-tab (``order_c_uv``), flips and
+    consistency; ``pba_*``: consistency under the Position-Bias-Analyzer convention; ``len_*``: the length
+    profile of its picks; ``gold_*``: accuracy against trusted labels and its baselines.  None where the
+    data hold nothing to measure (no pair in both orders, no gold label).
+    """
+
+    judge: str
+    slot_n: int | None = None
+    slot_first: int | None = None
+    slot_second: int | None = None
+    slot_tie: int | None = None
+    slot_bothbad: int | None = None
+    slot_first_share: float | None = None
+    slot_second_share: float | None = None
+    slot_tie_share: float | None = None
+    slot_bothbad_share_of_ties: float | None = None
+    slot_declared_share: float | None = None
+    slot_first_share_of_declared: float | None = None
+    identical_n: int | None = None
+    identical_first: int | None = None
+    identical_second: int | None = None
+    identical_tie: int | None = None
+    identical_bothbad: int | None = None
+    identical_first_share: float | None = None
+    identical_second_share: float | None = None
+    identical_tie_share: float | None = None
+    identical_bothbad_share_of_ties: float | None = None
+    identical_declared_share: float | None = None
+    identical_first_share_of_declared: float | None = None
+    order_pairs: float | None = None
+    order_c_xx: float | None = None
+    order_c_xy: float | None = None
+    order_c_xt: float | None = None
+    order_c_yx: float | None = None
+    order_c_yy: float | None = None
+    order_c_yt: float | None = None
+    order_c_tx: float | None = None
+    order_c_ty: float | None = None
+    order_c_tt: float | None = None
+    order_consistent: float | None = None
+    order_consistency_rate: float | None = None
+    order_flip_rate: float | None = None
+    order_tie_flip_rate: float | None = None
+    order_prefers_first_rate: float | None = None
+    order_prefers_second_rate: float | None = None
+    pba_judgments: float | None = None
+    pba_consistent: float | None = None
+    pba_consistency_rate: float | None = None
+    len_n: int | None = None
+    len_n_diff: int | None = None
+    len_n_decisive_diff: int | None = None
+    len_mean_chosen: float | None = None
+    len_mean_rejected: float | None = None
+    len_longer_win_rate: float | None = None
+    len_longer_win_rate_se: float | None = None
+    len_agreement_pick_longer: float | None = None
+    gold_n_labeled: int | None = None
+    gold_n_discriminative: int | None = None
+    gold_discriminative_share: float | None = None
+    gold_accuracy: float | None = None
+    gold_accuracy_se: float | None = None
+    gold_strict_accuracy: float | None = None
+    gold_judge_ties: int | None = None
+    gold_random_pick_baseline: float | None = None
+    gold_longest_pick_baseline: float | None = None
+    gold_lift_over_random: float | None = None
+    gold_lift_over_longest: float | None = None
+
+
+@dataclass
+class ModelConsistency:
+    """A model's win rate among order-consistent pairs (ties half) ± SE, pooled over judges.
+
+    Order-consistent: the judge saw the same prompt and pair in both orders and gave the same verdict
+    both times, so position bias cannot have decided it (seed 001).
+    """
+
+    model: str
+    pairs: float
+    consistent: float
+    consistent_win_rate: float | None
+    consistent_win_rate_se: float | None
+    averaged_win_rate: float | None
+
+
+@dataclass
+class FamilyPreference:
+    """Win rate of the judge's own family's models under the judge vs under judges of other families."""
+
+    judge: str
+    judge_family: str
+    n_self: int
+    n_other_judges: int
+    win_rate_self: float | None
+    win_rate_other_judges: float | None
+    self_preference: float | None
+    self_preference_se: float | None
+
+
+@dataclass
+class Gate:
+    """The trusted-anchor gate's decisions (written by :meth:`biasboard.ranking.gate.GateResult.to_json`)."""
+
+    method: str
+    k: int
+    anchors_unmatched: int
+    min_anchors: int
+    alpha: float
+    margin: float
+    decisions: list[dict[str, Any]]
+    disabled: list[list[str]]
+
+
+@dataclass
+class Diagnostics:
+    """The fit's diagnostics as published; the audit parts are present when the audit ran."""
+
+    identifiability: dict[str, Identifiability]
+    connectivity: Connectivity
+    convergence: dict[str, Convergence]
+    naive: NaiveDiagnostics
+    n_components: int
+    profile_likelihood: dict[str, Profile] = field(default_factory=dict)
+    covariates: Covariates | None = None
+    naive_vs_corrected: Comparison | None = None
+    omega: float | None = None
+    length_scale: float | None = None
+    length_clip: float | None = None
+    components: list[list[str]] | None = None
+    order: list[JudgeAudit] = field(default_factory=list)
+    order_models: list[ModelConsistency] = field(default_factory=list)
+    family: list[FamilyPreference] = field(default_factory=list)
+    gate: Gate | None = None
+
+
+@dataclass
+class RankInterval:
+    """A model's rank and the central interval of its rank over posterior draws (or bootstrap replicates)."""
+
+    model: str
+    rank: int
+    low: int
+    high: int
+
+
+@dataclass
+class Ranks:
+    """Rank intervals of both boards, at ``level`` (e.g. 0.95), from ``source`` draws."""
+
+    level: float
+    source: str
+    draws: int
+    naive: list[RankInterval]
+    corrected: list[RankInterval]
+
+
+@dataclass
+class HeadToHead:
+    """Observed results among the top models (by corrected rank), over all judges and both orders.
+
+    ``battles[i][j]`` counts battles between models i and j; ``win_rate[i][j]`` is i's share of them
+    (ties half), None where they never met.
+    """
+
+    models: list[str]
+    battles: list[list[int]]
+    win_rate: list[list[float | None]]
+
+
+@dataclass
+class Summary:
+    """summary.json: τ and ρ naive vs corrected, counts by reason, judges, diagnostics, warnings."""
+
+    kendall_tau: float | None
+    spearman: float | None
+    models: int
+    top_k: int
+    ci_level: float
+    days: Days
+    counts: Counts
+    judges: list[JudgeCounts]
+    diagnostics: Diagnostics
+    warnings: list[str] = field(default_factory=list)
+    score_counts: Counts | None = None
+    ranks: Ranks | None = None
+    head_to_head: HeadToHead | None = None
+    version: int = SUMMARY_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document (a dict of plain values; :func:`biasboard.transforms.publish.json_bytes` writes it)."""
+        return to_jsonable(self)
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> Summary:
+        """Read a summary.json document back; another major version or a missing field is an InputError."""
+        if not isinstance(document, dict):
+            raise InputError("summary: the document must be a JSON object")
+        version = document.get("version", 1)
+        if version != SUMMARY_VERSION:
+            raise InputError(f"summary: version {version!r} is not the version this reader knows ({SUMMARY_VERSION})")
+        return from_jsonable(cls, document)
+
+
+__all__ = [
+    "SUMMARY_VERSION",
+    "Comparison",
+    "Connectivity",
+    "Convergence",
+    "Counts",
+    "Covariates",
+    "Days",
+    "Diagnostics",
+    "FamilyPreference",
+    "Gate",
+    "HeadToHead",
+    "Identifiability",
+    "JudgeAudit",
+    "JudgeCounts",
+    "ModelConsistency",
+    "NaiveDiagnostics",
+    "Profile",
+    "RankInterval",
+    "Ranks",
+    "Summary",
+    "from_jsonable",
+    "to_jsonable",
+]
