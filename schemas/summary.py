@@ -67,7 +67,7 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         return _convert(args[0], value, where) if len(args) == 1 else value
     if hint is Any:
         return value
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
             raise InputError(f"summary: {where} must be an object, got {type(value).__name__}")
         return from_jsonable(hint, value, where)
