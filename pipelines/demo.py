@@ -75,7 +75,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         beam_args,
         RefreshOptions(audit=args.audit, k=args.k),
     )
-    if outcome.published is None:
+    if outcome.published is None or outcome.summary is None:
         print(f"job built, not run ({outcome.reason})")
         return 0
     snapshot = outcome.published.path

@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
+from typing import Any, TypeVar, cast
 
 import polars as pl
 import pyarrow as pa
@@ -65,6 +66,7 @@ from biasboard.transforms.plan import make_plan, plan_inputs
 from biasboard.transforms.publish import failpoint
 
 _LOG = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 # --------------------------------------------------------------------------- CLI
@@ -641,9 +643,9 @@ RANK_DRAWS = 2000
 HEAD_TO_HEAD_TOP = 20
 
 
-def _record(cls, row: Mapping) -> object:
+def _record(cls: type[_T], row: Mapping) -> _T:
     """One audit/cells record as the contract's dataclass: the fields it declares, nothing guessed."""
-    declared = {f.name: row[f.name] for f in fields(cls) if f.name in row}
+    declared = {f.name: row[f.name] for f in fields(cast(Any, cls)) if f.name in row}
     return S.from_jsonable(cls, S.to_jsonable(declared), cls.__name__)
 
 
