@@ -158,8 +158,8 @@ def forest_plot(
     ``breaks`` draws a rule above each listed row index (e.g. where the top N ends and movers begin).
     """
     n = len(labels)
-    xs = [finite(v) for s in series for arr in (s.values, s.lows, s.highs) for v in arr]
-    xs = [x for x in xs if x is not None]
+    found = [finite(v) for s in series for arr in (s.values, s.lows, s.highs) for v in arr]
+    xs = [x for x in found if x is not None]
     if reference is not None:
         xs.append(reference)
     if n == 0 or not xs:
@@ -183,7 +183,7 @@ def forest_plot(
     parts = [_svg_open(width, height, title)]
     # legend
     if legend_h:
-        x = plot_left
+        x: float = plot_left
         for s in series:
             parts.append(f'<circle cx="{x + 5}" cy="{10 + 6}" r="4.5" fill="{s.colour}"/>')
             parts.append(f'<text x="{x + 14}" y="{10 + 10}" fill="{TEXT_COLOUR}">{esc(s.name)}</text>')
@@ -209,9 +209,9 @@ def forest_plot(
             f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{top + n * ROW_HEIGHT}" '
             f'stroke="{AXIS_COLOUR}" stroke-dasharray="4 3"/>'
         )
-    for b in breaks:
-        if 0 < b < n:
-            yb = top + b * ROW_HEIGHT
+    for row in breaks:
+        if 0 < row < n:
+            yb = top + row * ROW_HEIGHT
             parts.append(
                 f'<line x1="4" y1="{yb}" x2="{width - 4}" y2="{yb}" stroke="{AXIS_COLOUR}" '
                 f'stroke-width="1.2" stroke-dasharray="6 4"/>'
@@ -267,9 +267,9 @@ def slope_chart(
     red lines move down, grey lines stay.  Items without both ranks are left out.
     """
     items = [
-        (str(lab), int(a), int(b))
+        (str(lab), int(fa), int(fb))
         for lab, a, b in zip(labels, left_ranks, right_ranks, strict=True)
-        if finite(a) is not None and finite(b) is not None
+        if (fa := finite(a)) is not None and (fb := finite(b)) is not None
     ]
     if not items:
         return _empty(title)
@@ -349,7 +349,7 @@ def split_bars(
     top = 32
     height = top + n * (ROW_HEIGHT + 4) + 6
     out = [_svg_open(width, height, title)]
-    x = x0
+    x: float = x0
     for p in parts_:
         out.append(f'<rect x="{x}" y="8" width="11" height="11" rx="2" fill="{p.colour}"/>')
         out.append(f'<text x="{x + 16}" y="18" fill="{TEXT_COLOUR}">{esc(p.name)}</text>')
@@ -394,8 +394,8 @@ def split_bars(
 def hbar_chart(labels: Sequence[str], values: Sequence[object], *, title: str, colour: str = DOWN_COLOUR,
                width: int = 560) -> str:
     """Plain horizontal bars with the value printed at the end (e.g. dead letters by reason)."""
-    rows = [(str(lab), finite(v)) for lab, v in zip(labels, values, strict=True)]
-    rows = [(lab, v) for lab, v in rows if v is not None]
+    found = [(str(lab), finite(v)) for lab, v in zip(labels, values, strict=True)]
+    rows = [(lab, v) for lab, v in found if v is not None]
     if not rows:
         return _empty(title)
     label_px = math.ceil(min(240, max(60, max(text_width(lab) for lab, _ in rows) + 16)))
