@@ -66,6 +66,8 @@ def format_counts(counts: IngestCounts, what: str = "battles") -> str:
     )
     if what == "battles":
         line += f"; self-battles kept: {counts.self_battles}"
+    if counts.empty_files:
+        line += f"; empty files skipped: {counts.empty_files}"
     return line
 
 

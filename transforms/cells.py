@@ -50,13 +50,19 @@ class IngestCounts:
     counted: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     self_battles: int = 0
+    #: Input files with no rows (empty part files), skipped.
+    empty_files: int = 0
 
     def __add__(self, other: IngestCounts) -> IngestCounts:
         rejected = dict(self.rejected)
         for reason, n in other.rejected.items():
             rejected[reason] = rejected.get(reason, 0) + n
         return IngestCounts(
-            self.read + other.read, self.counted + other.counted, rejected, self.self_battles + other.self_battles
+            self.read + other.read,
+            self.counted + other.counted,
+            rejected,
+            self.self_battles + other.self_battles,
+            self.empty_files + other.empty_files,
         )
 
     @property
@@ -69,13 +75,17 @@ class IngestCounts:
         return self.read == self.counted + self.rejected_total
 
     def to_dict(self) -> dict:
-        return {
+        """The counts as JSON; ``empty_files`` appears only when some input file had no rows."""
+        out = {
             "read": self.read,
             "counted": self.counted,
             "rejected": dict(sorted(self.rejected.items())),
             "rejected_total": self.rejected_total,
             "self_battles": self.self_battles,
         }
+        if self.empty_files:
+            out["empty_files"] = self.empty_files
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> IngestCounts:
@@ -84,6 +94,7 @@ class IngestCounts:
             int(d["counted"]),
             {k: int(v) for k, v in d["rejected"].items()},
             int(d.get("self_battles", 0)),
+            int(d.get("empty_files", 0)),
         )
 
 

@@ -114,14 +114,19 @@ class AggregateDayFn(beam.DoFn):
         merged = merge_batches([], schema)
         pending: list[BatchCells] = []
         pending_rows = 0
-        for f, offset, batch in day_batches(day, [InputFile(**spec) for spec in files], kind, self.batch_rows):
+        inputs = [InputFile(**spec) for spec in files]
+        read_from: set[str] = set()
+        for f, offset, batch in day_batches(day, inputs, kind, self.batch_rows):
+            read_from.add(f.path)
             part = partial(batch, self.family_map, seen, f.path, offset)
             pending.append(part)
             pending_rows += part.cells.num_rows
             if pending_rows >= MERGE_EVERY_ROWS:
                 merged, pending, pending_rows = merge_batches([merged, *pending], schema, sort=False), [], 0
         # no sort: rows of a stored partition are in no particular order (load_cells sorts what it merges)
-        return merge_batches([merged, *pending] if merged.counts.read else pending, schema, sort=False)
+        out = merge_batches([merged, *pending] if merged.counts.read else pending, schema, sort=False)
+        out.counts.empty_files += sum(1 for f in inputs if f.path not in read_from and not f.undated)
+        return out
 
     def _count(self, counts: IngestCounts, prefix: str) -> None:
         Metrics.counter(METRICS_NAMESPACE, f"{prefix}_read").inc(counts.read)

@@ -16,14 +16,20 @@ undated file with no parseable ``ts`` at all has no day and is an input error.
 Up-front checks
 ---------------
 Before any pipeline runs, every selected file's Parquet footer is read: a file
-that cannot be opened or parsed, has no rows, or lacks a required column fails
-with an :class:`~biasboard.schemas.errors.InputError` naming the file (and
-column).  Row-level faults are never errors: they become dead letters.
+that cannot be opened or parsed, or lacks a required column, fails with an
+:class:`~biasboard.schemas.errors.InputError` naming the file (and column).  A
+file with no rows (an empty part file, as Spark and Beam leave) is not an
+error: it is read as nothing and counted in the day's ``empty_files`` (an
+undated one has no day and is skipped with a log line).  An empty ``--input``
+and a folder without Parquet files are refused in one line.  Row-level faults
+are never errors: they become dead letters.
 """
 
 from __future__ import annotations
 
 import io
+import logging
+import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -37,7 +43,8 @@ from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.transforms.validate import SOURCE_ROW
 
-_HIVE_DAY = re.compile(r"(?:^|/)(?:day|date|dt)=(\d{4}-\d{2}-\d{2})(?:/|$)")
+_LOG = logging.getLogger(__name__)
+_HIVE_DAY = re.compile(r"(?:^|/)(?:day|date|dt)=(\d{4}-\d{2}-\d{2})(?=/|$)")
 _NAME_DAY = re.compile(r"(?<!\d)(\d{4}-\d{2}-\d{2})(?!\d)")
 _WILDCARD = re.compile(r"[*?\[]")
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -71,7 +78,11 @@ class InputFile:
 
 
 def day_of_path(path: str) -> str | None:
-    """The day a file belongs to by its path (hive ``day=``/``date=``/``dt=``, else a date in the name)."""
+    """The day a file belongs to by its path (hive ``day=``/``date=``/``dt=``, else a date in the name).
+
+    Nested day segments (``day=A/day=B/part.parquet``) file the rows under the
+    innermost one, the folder the file actually sits in.
+    """
     hive = _HIVE_DAY.findall(path)
     if hive:
         return _checked_day(hive[-1], path)
@@ -98,7 +109,13 @@ def validate_day(day: str, option: str) -> str:
 
 
 def match_files(glob: str) -> list[InputFile]:
-    """Files matching ``glob`` (a folder means every ``*.parquet`` below it), sorted by path."""
+    """Files matching ``glob`` (a folder means every ``*.parquet`` below it), sorted by path.
+
+    An empty glob (an unset shell variable) is refused rather than read as the
+    root folder, and a folder without Parquet files says so.
+    """
+    if not glob.strip():
+        raise InputError("the input path is empty (an unset shell variable?): give a folder or a glob of Parquet files")
     patterns = [glob]
     if not _WILDCARD.search(glob):
         patterns.insert(0, glob.rstrip("/") + "/**.parquet")
@@ -107,10 +124,12 @@ def match_files(glob: str) -> list[InputFile]:
             metadata = FileSystems.match([pattern])[0].metadata_list
         except Exception as err:  # Beam raises BeamIOError with nested causes
             raise InputError(f"{glob}: cannot list input files: {err}") from err
-        files = [m for m in metadata if not m.path.rstrip("/").endswith("/_SUCCESS")]
+        files = [m for m in metadata if not m.path.rstrip("/").endswith("/_SUCCESS") and not _is_folder(m.path)]
         if files:
             break
     else:
+        if not _WILDCARD.search(glob) and _is_folder(glob):
+            raise InputError(f"{glob}: the folder holds no .parquet files")
         raise InputError(f"{glob}: no input files match")
     out = []
     for m in sorted(files, key=lambda m: m.path):
@@ -120,6 +139,13 @@ def match_files(glob: str) -> list[InputFile]:
             checksum = ""
         out.append(InputFile(m.path, int(m.size_in_bytes or 0), float(m.last_updated_in_seconds or 0.0), checksum))
     return out
+
+
+def _is_folder(path: str) -> bool:
+    """A local directory, or a bucket path spelled as a folder (``gs://b/x/``)."""
+    if FileSystems.get_scheme(path) in (None, "file"):
+        return os.path.isdir(path[len("file://") :] if path.startswith("file://") else path)
+    return path.endswith("/")
 
 
 def open_parquet(path: str) -> pq.ParquetFile:
@@ -145,19 +171,23 @@ def wanted_columns(names: Iterable[str], kind: str, carry: tuple[str, ...] = ())
 
 
 def check_file(path: str, kind: str = "battle") -> pq.FileMetaData:
-    """Up-front check of one file: readable Parquet, not empty, every required column present."""
+    """Up-front check of one file: readable Parquet and, unless it has no rows, every required column present.
+
+    A file with no rows is not an error: Spark and Beam leave empty part files
+    behind.  It is read as zero batches and counted (``empty_files``).
+    """
     reader = open_parquet(path)
     try:
         names = reader.schema_arrow.names
         meta = reader.metadata
     except Exception as err:
         raise InputError(f"{path}: cannot read the Parquet footer: {err}") from err
+    if meta.num_rows == 0:
+        return meta
     renamed = [rules.apply_column_aliases(names).get(n, n) for n in names]
     for column in required_columns(kind):
         if column not in renamed:
             raise InputError(f"{path}: required column '{column}' is missing (has: {', '.join(names)})")
-    if meta.num_rows == 0:
-        raise InputError(f"{path}: the file has no rows")
     return meta
 
 
@@ -204,6 +234,8 @@ def iter_batches(
 def _ts_days(path: str, kind: str) -> pl.Series:
     """UTC date of each row's ``ts`` in an undated file (null where unusable)."""
     reader = open_parquet(path)
+    if reader.metadata.num_rows == 0:
+        return pl.Series("ts", [], dtype=pl.String)
     names = reader.schema_arrow.names
     ts_name = next((n for n in names if rules.apply_column_aliases([n]).get(n, n) == "ts"), "ts")
     column = reader.read(columns=[ts_name]).rename_columns(["ts"])
@@ -213,8 +245,14 @@ def _ts_days(path: str, kind: str) -> pl.Series:
 
 
 def undated_days(path: str, kind: str = "battle") -> list[str]:
-    """Days present in an undated file (by its rows' ``ts``), sorted; InputError when none."""
-    days = _ts_days(path, kind).drop_nulls().unique().sort().to_list()
+    """Days present in an undated file (by its rows' ``ts``), sorted; none for a file without rows.
+
+    InputError when the file has rows but none has a parseable ``ts``.
+    """
+    ts_days = _ts_days(path, kind)
+    if ts_days.is_empty():
+        return []
+    days = ts_days.drop_nulls().unique().sort().to_list()
     if not days:
         raise InputError(f"{path}: no day in the path and no parseable 'ts' in any row, so no day to file it under")
     return days
@@ -262,6 +300,9 @@ def list_input_days(
         if check:
             check_file(f.path, kind)
         file_days = undated_days(f.path, kind)
+        if not file_days:  # an empty part file without a day in its path: no rows, nothing to file
+            _LOG.info("%s: no rows and no day in the path; skipped", f.path)
+            continue
         undated = InputFile(f.path, f.size, f.mtime, f.checksum, undated=True, home_day=file_days[0])
         for d in file_days:
             if keep(d):

@@ -1,0 +1,89 @@
+"""Input files as real writers leave them: empty part files, nested day folders, empty paths and folders.
+
+Each case runs the real backfill (FnApiRunner) or the CLI, and checks the
+conservation identity ``read = counted + rejected`` wherever rows are read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from biasboard.pipelines import cli
+from biasboard.pipelines.backfill import run_backfill
+from biasboard.schemas.errors import InputError
+from biasboard.transforms.read import day_of_path, list_input_days, match_files
+from biasboard.transforms.state import read_day_manifest
+
+D1, D2 = "2024-05-01", "2024-05-02"
+
+
+def battles(n: int, day: str = D1, prefix: str = "b") -> pa.Table:
+    t0 = dt.datetime.fromisoformat(day).replace(hour=12, tzinfo=dt.timezone.utc)
+    return pa.table(
+        {
+            "battle_id": [f"{prefix}{i}" for i in range(n)],
+            "ts": pa.array([t0] * n, pa.timestamp("us", tz="UTC")),
+            "judge": ["gpt-4"] * n,
+            "model_a": ["m1", "m2"] * (n // 2) + ["m1"] * (n % 2),
+            "model_b": ["m2", "m3"] * (n // 2) + ["m3"] * (n % 2),
+            "winner": ["model_a"] * n,
+        }
+    )
+
+
+def write(path: Path, table: pa.Table) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path
+
+
+def test_empty_part_files_are_skipped_and_counted(tmp_path: Path):
+    logs = tmp_path / "logs"
+    write(logs / f"day={D1}" / "part-00000.parquet", battles(5))
+    write(logs / f"day={D1}" / "part-00001.parquet", battles(0))  # Spark's empty part, same schema
+    write(logs / f"day={D1}" / "part-00002.parquet", pa.table({"x": pa.array([], pa.int64())}))  # no columns at all
+    write(logs / f"day={D2}" / "part-00000.parquet", battles(0))  # a day with only an empty part
+    write(logs / "undated-empty.parquet", battles(0))  # no day anywhere, no rows: nothing to file
+    result = run_backfill(str(logs), str(tmp_path / "state"))
+    assert result.counts.read == 5 == result.counts.counted + result.counts.rejected_total
+    assert result.counts.empty_files == 3
+    assert read_day_manifest(str(tmp_path / "state"), D1)["counts"]["empty_files"] == 2
+    day2 = read_day_manifest(str(tmp_path / "state"), D2)["counts"]
+    assert day2["read"] == 0 and day2["empty_files"] == 1
+    assert len(read_day_manifest(str(tmp_path / "state"), D1)["inputs"]) == 3  # fingerprinted like any file
+
+
+def test_nested_day_folders_file_rows_under_the_innermost_day(tmp_path: Path):
+    assert day_of_path(f"/logs/day={D1}/day={D2}/part.parquet") == D2
+    assert day_of_path(f"/logs/day={D1}/x/dt={D2}/part.parquet") == D2
+    assert day_of_path(f"/logs/day={D1}/part.parquet") == D1
+    logs = tmp_path / "logs"
+    write(logs / f"day={D1}" / f"day={D2}" / "p.parquet", battles(4, D2))
+    write(logs / f"day={D1}" / "p.parquet", battles(3, D1, "c"))
+    days = list_input_days(str(logs))
+    assert sorted(days) == [D1, D2] and [Path(f.path).parent.name for f in days[D2]] == [f"day={D2}"]
+    result = run_backfill(str(logs), str(tmp_path / "state"))
+    assert result.manifests[D2]["counts"]["read"] == 4 and result.manifests[D1]["counts"]["read"] == 3
+    assert result.counts.conserved
+
+
+@pytest.mark.parametrize("glob", ["", "   "])
+def test_an_empty_input_is_refused_not_read_as_the_root(glob: str, tmp_path: Path, capsys):
+    with pytest.raises(InputError, match="input path is empty"):
+        match_files(glob)
+    code = cli.main(["backfill", "--input", glob, "--state", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "empty" in err and "Traceback" not in err
+
+
+def test_an_empty_folder_says_so(tmp_path: Path, capsys):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match=r"holds no \.parquet files"):
+        match_files(str(tmp_path / "empty"))
+    code = cli.main(["backfill", "--input", str(tmp_path / "empty"), "--state", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert code == 2 and "holds no .parquet files" in err and "Is a directory" not in err
