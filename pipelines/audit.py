@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 
+from apache_beam.options.pipeline_options import GoogleCloudOptions
+from biasboard.pipelines import validation
 from biasboard.pipelines.options import beam_options
 from biasboard.transforms import storage
 from biasboard.transforms.audit import AUDIT_JSON, DEFAULT_ORDER_SHARDS, run_audit
@@ -51,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
-    run_audit(args.input, args.out, beam_options(beam_args), args.anchors, args.family_map, args.order_shards)
+    options = beam_options(beam_args)
+    storage.configure_gcs_auth(no_auth=options.view_as(GoogleCloudOptions).no_auth)
+    families = validation.family_map(args.family_map)
+    validation.writable_folder(args.out, "--out")
+    run_audit(args.input, args.out, options, args.anchors, families, args.order_shards)
     print(storage.join(args.out, AUDIT_JSON))
     return 0

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 
 import pyarrow as pa
+from biasboard.pipelines import validation
 from biasboard.pipelines.options import beam_options
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
@@ -110,11 +111,13 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     high = validate_day(args.day_to, "--to") if args.day_to else None
     if low and high and low > high:
         raise InputError(f"--from {low} is after --to {high}")
+    family_map = validation.family_map(args.family_map)
+    validation.writable_folder(args.state, "--state")
     result = run_backfill(
         args.input,
         args.state,
         beam_args,
-        family_map=args.family_map,
+        family_map=family_map,
         scores_glob=args.scores,
         day_range=(low, high),
         batch_rows=args.batch_rows,

@@ -16,7 +16,7 @@ import logging
 import sys
 
 from biasboard.pipelines.options import unknown_options
-from biasboard.schemas.errors import BiasboardError, InputError
+from biasboard.schemas.errors import BiasboardError, InputError, recover_user_error
 
 #: command name → (module under biasboard.pipelines, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -52,6 +52,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _hide_user_error_tracebacks(record: logging.LogRecord) -> bool:
+    """Drop a runner's log of a worker's traceback when the error is one the user acts on.
+
+    Beam logs every exception raised in a DoFn with its full traceback before it
+    reaches the launcher; for a :class:`BiasboardError` (bad input, an unwritable
+    folder) the CLI prints the one-line message itself, so the traceback would
+    only bury it.  Any other error (a bug) keeps its traceback.  ``-v`` shows all.
+    """
+    error = record.exc_info[1] if record.exc_info else None
+    return error is None or recover_user_error(error) is None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if a in COMMANDS), None)
@@ -63,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.verbose:  # Beam's INFO chatter (type-hint conversions, caches) drowns the job's own progress
         logging.getLogger("apache_beam").setLevel(logging.WARNING)
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_hide_user_error_tracebacks)
     try:
         unknown = unknown_options(beam_args)
         if unknown:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from biasboard.pipelines import validation
 from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.ranking.rank_stats import kendall_tau_b
 from biasboard.report.text import fmt, side_by_side_text
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     if args.top < 1:
         raise InputError(f"--top must be at least 1, got {args.top}")
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="biasboard-demo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    validation.writable_folder(str(workdir), "--workdir")
     config = SimulationConfig(
         **{
             **DEMO.__dict__,

@@ -23,6 +23,7 @@ import logging
 
 import polars as pl
 from apache_beam.options.pipeline_options import GoogleCloudOptions
+from biasboard.pipelines import validation
 from biasboard.pipelines.options import beam_options
 from biasboard.schemas.errors import InputError, StateError
 from biasboard.transforms import publish, storage
@@ -51,6 +52,8 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     if unknown or not tables:
         raise InputError(f"--tables: unknown table(s) {', '.join(unknown) or '(none given)'}; choose from {TABLES}")
     storage.configure_gcs_auth(no_auth=beam_options(beam_args).view_as(GoogleCloudOptions).no_auth)
+    validation.reachable_bucket(args.out, "--out")
+    validation.writable_folder(args.to, "--to")
     written = export_snapshot(args.out, args.to, args.format, snapshot_id=args.snapshot, tables=tables)
     for path in written:
         print(path)

@@ -27,6 +27,7 @@ from pathlib import Path
 from biasboard.importers.common import DEFAULT_DATE, ImportOptions, resolve_inputs
 from biasboard.importers.output import summary_lines, write_import
 from biasboard.importers.registry import FORMATS
+from biasboard.pipelines import validation
 from biasboard.schemas.errors import InputError
 
 
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     if beam_args:
         raise InputError(f"unrecognised arguments: {' '.join(beam_args)} (import runs no Beam pipeline)")
     fmt = FORMATS[args.format]
+    validation.writable_folder(args.out, "--out")
     paths = resolve_inputs(args.input, fmt.patterns)
     answers = Path(args.answers) if args.answers else None
     if answers is not None and not answers.is_dir():

@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 from biasboard.audit.measures import PAIR_KEYS, PAIR_MEASURES, order_models_table
+from biasboard.pipelines import validation
 from biasboard.pipelines.options import beam_options
 from biasboard.ranking import ModelConfig, fit_leaderboards
 from biasboard.ranking.diagnostics import CROSSING_TYPICAL
@@ -57,12 +58,13 @@ from biasboard.report.text import fmt, side_by_side_text
 from biasboard.schemas import summary as S
 from biasboard.schemas.cells import PAIR_CELL_KEYS, SCORE_CELL_KEYS
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.summary import Summary
 from biasboard.transforms import publish, read, state, storage
 from biasboard.transforms.audit import AUDIT_JSON, load_anchors, run_audit
 from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
-from biasboard.transforms.ingest import build_ingest, day_tasks, run_ingest
-from biasboard.transforms.plan import make_plan, plan_inputs
+from biasboard.transforms.ingest import build_ingest, day_tasks, ingest_settings, run_ingest
+from biasboard.transforms.plan import MAX_BUDGET, make_plan, plan_inputs
 from biasboard.transforms.publish import failpoint
 
 _LOG = logging.getLogger(__name__)
@@ -209,19 +211,15 @@ def refresh(
 ) -> Outcome:
     """Aggregate new/changed days, merge all cells, fit both models, publish a snapshot."""
     options = options or RefreshOptions()
-    model_config(options)  # a bad model option fails now, before any data is read
-    if storage.normalise(state_dir) == storage.normalise(out_dir):
-        raise InputError(f"--state and --out are the same folder ({state_dir}); give each its own")
-    for folder in (state_dir, out_dir):  # unwritable folders fail here, in one line, not after the aggregation
-        storage.ensure_dir(folder)
     beam_args = list(beam_args or [])
     pipeline_options = beam_options(beam_args)
     storage.configure_gcs_auth(no_auth=pipeline_options.view_as(GoogleCloudOptions).no_auth)
+    family_map = check_options(state_dir, out_dir, options)
     timings = Timings()
     started = dt.datetime.now(dt.timezone.utc)
 
     with timings.stage("read"):
-        changes = input_changes(input_glob, state_dir, options.scores_glob)
+        changes = input_changes(input_glob, state_dir, options.scores_glob, ingest_settings(family_map))
     _LOG.info(
         "read: %d input file(s) over %d day(s): %d new, %d changed, %d unchanged",
         changes.n_files,
@@ -234,7 +232,7 @@ def refresh(
 
     build_only = _build_only_reason(pipeline_options)
     if build_only:
-        job = build_aggregation_job(input_glob, state_dir, beam_options(beam_args), todo, options)
+        job = build_aggregation_job(input_glob, state_dir, beam_options(beam_args), todo, options, family_map)
         _LOG.info("aggregate: %s: the job was built, nothing ran, nothing is published", build_only)
         return Outcome(None, aggregated_days=todo, reason=build_only, job=job)
     failpoint("after-read")
@@ -242,7 +240,7 @@ def refresh(
     metrics: dict[str, int] = {}
     with timings.stage("aggregate"):
         if todo:
-            metrics = aggregate_days(input_glob, state_dir, beam_options(beam_args), todo, options)
+            metrics = aggregate_days(input_glob, state_dir, beam_options(beam_args), todo, options, family_map)
         else:
             _LOG.info("aggregate: nothing new; the stored cells are up to date")
     failpoint("after-aggregate")
@@ -250,7 +248,7 @@ def refresh(
     audit_files: dict[str, bytes] = {}
     if options.audit:
         with timings.stage("audit"):
-            audit_files = audit_state(input_glob, state_dir, beam_options(beam_args), changes, options)
+            audit_files = audit_state(input_glob, state_dir, beam_options(beam_args), changes, options, family_map)
     failpoint("after-audit")
 
     with timings.stage("fit"):
@@ -279,6 +277,7 @@ def refresh(
             "scores_glob": options.scores_glob,
             "digest": changes.digest,
             "days": changes.fingerprints,
+            "family_map": {"path": options.families, "sha256": family_map.digest()},
         },
         "state": state_dir,
         "aggregated_days": todo,
@@ -307,6 +306,29 @@ def refresh(
         plan = make_plan(out_dir, options.plan_budget, snapshot_id=published.snapshot_id)
         plan_path = plan.paths[0] if plan.paths else None
     return Outcome(published, fitted.summary, todo, plan_path=plan_path, leaderboard=fitted.leaderboard)
+
+
+def check_options(state_dir: str, out_dir: str, options: RefreshOptions) -> FamilyMap:
+    """Every check that can fail without data, before any is read; returns the family map the run uses.
+
+    Numbers out of range, the two folders (distinct, writable, their buckets
+    reachable) and the family map (read and parsed even when no day is new)
+    fail here in one line, so a refused run has aggregated, fitted and
+    published nothing.
+    """
+    validation.at_least(options.k, 1, "--k")
+    validation.at_least(options.bootstrap, 0, "--bootstrap")
+    validation.at_least(options.seed, 0, "--seed")
+    validation.at_least(options.plan_budget, 0, "--plan-budget")
+    if options.plan_budget:
+        validation.at_least(options.plan_budget, 2, "--plan-budget (when given)")
+        if options.plan_budget > MAX_BUDGET:
+            raise InputError(f"--plan-budget {options.plan_budget}: at most {MAX_BUDGET} comparisons per plan")
+    model_config(options)
+    validation.distinct_folders(state=state_dir, out=out_dir)
+    validation.writable_folder(state_dir, "--state")
+    validation.writable_folder(out_dir, "--out")
+    return validation.family_map(options.families)
 
 
 # --------------------------------------------------------------------------- read: what changed
@@ -342,32 +364,45 @@ def _entries(fingerprints: object) -> list[dict] | None:
     )
 
 
-def day_digest(inputs: object, score_inputs: object = None) -> str:
-    """Digest of one day's battle (and score) file fingerprints: it changes when any file does."""
-    return _digest({"inputs": _entries(inputs), "score_inputs": _entries(score_inputs)})
+def day_digest(inputs: object, score_inputs: object = None, settings: object = None) -> str:
+    """Digest of one day's battle (and score) file fingerprints and ingest settings: it changes when any does."""
+    return _digest({"inputs": _entries(inputs), "score_inputs": _entries(score_inputs), "settings": settings})
 
 
-def input_changes(input_glob: str, state_dir: str, scores_glob: str | None = None) -> InputChanges:
+def input_changes(
+    input_glob: str, state_dir: str, scores_glob: str | None = None, settings: Mapping[str, str] | None = None
+) -> InputChanges:
     """Compare the input's per-day fingerprints with those the state's day manifests recorded.
 
     A file's fingerprint is its path, size, modification time and the file
     system's checksum (see :func:`biasboard.transforms.read.match_files`), so
     a rewritten or appended file changes its day's digest without the job
     reading any data; a day the state has no committed manifest for is new.
+    ``settings`` (:func:`~biasboard.transforms.ingest.ingest_settings`: the
+    family map's digest) is part of every day's fingerprint, so a changed map
+    re-aggregates every day: families are stored in the cells.
     """
+    settings = dict(settings) if settings is not None else None
     battles = read.list_input_days(input_glob, check=False)
     scores = read.list_input_days(scores_glob, kind="score", check=False) if scores_glob else {}
     fingerprints = {}
     for day in sorted(set(battles) | set(scores)):
         inputs = [f.fingerprint() for f in battles.get(day, [])]
         score_inputs = [f.fingerprint() for f in scores.get(day, [])] if scores_glob else None
-        fingerprints[day] = {"digest": day_digest(inputs, score_inputs), "files": inputs, "score_files": score_inputs}
+        fingerprints[day] = {
+            "digest": day_digest(inputs, score_inputs, settings),
+            "files": inputs,
+            "score_files": score_inputs,
+            "settings": settings,
+        }
     new, changed, unchanged = [], [], []
     for day, fingerprint in fingerprints.items():
         manifest = state.read_day_manifest(state_dir, day)
         if manifest is None:
             new.append(day)
-        elif day_digest(manifest.get("inputs"), manifest.get("score_inputs")) != fingerprint["digest"]:
+        elif day_digest(manifest.get("inputs"), manifest.get("score_inputs"), manifest.get("settings")) != fingerprint[
+            "digest"
+        ]:
             changed.append(day)
         else:
             unchanged.append(day)
@@ -379,7 +414,12 @@ def input_changes(input_glob: str, state_dir: str, scores_glob: str | None = Non
 
 
 def aggregate_days(
-    input_glob: str, state_dir: str, pipeline_options: PipelineOptions, days: list[str], options: RefreshOptions
+    input_glob: str,
+    state_dir: str,
+    pipeline_options: PipelineOptions,
+    days: list[str],
+    options: RefreshOptions,
+    family_map: FamilyMap,
 ) -> dict[str, int]:
     """Run the ingest pipeline over ``days``; returns its Beam counters (rows read, counted, rejected by reason)."""
     result = run_ingest(
@@ -387,7 +427,7 @@ def aggregate_days(
         state_dir,
         pipeline_options,
         days=days,
-        family_map=options.families,
+        family_map=family_map,
         scores_glob=options.scores_glob,
     )
     _LOG.info(
@@ -401,7 +441,12 @@ def aggregate_days(
 
 
 def build_aggregation_job(
-    input_glob: str, state_dir: str, pipeline_options: PipelineOptions, days: list[str], options: RefreshOptions
+    input_glob: str,
+    state_dir: str,
+    pipeline_options: PipelineOptions,
+    days: list[str],
+    options: RefreshOptions,
+    family_map: FamilyMap,
 ) -> object:
     """Build (and, for a template, stage) the ingest job without running it; returns the runner's result.
 
@@ -411,7 +456,7 @@ def build_aggregation_job(
     and no state to read back.
     """
     tasks = day_tasks(input_glob, days or None, scores_glob=options.scores_glob)
-    return build_ingest(pipeline_options, tasks, state_dir, read.load_family_map(options.families)).run()
+    return build_ingest(pipeline_options, tasks, state_dir, family_map).run()
 
 
 def _build_only_reason(options: PipelineOptions) -> str:
@@ -430,7 +475,12 @@ AUDIT_INPUTS = "inputs.json"
 
 
 def audit_state(
-    input_glob: str, state_dir: str, pipeline_options: PipelineOptions, changes: InputChanges, options: RefreshOptions
+    input_glob: str,
+    state_dir: str,
+    pipeline_options: PipelineOptions,
+    changes: InputChanges,
+    options: RefreshOptions,
+    family_map: FamilyMap,
 ) -> dict[str, bytes]:
     """The judge audit of the whole input, kept under ``STATE/audit`` and re-run only when the input changed.
 
@@ -442,11 +492,16 @@ def audit_state(
     """
     folder = storage.join(state_dir, AUDIT_DIR)
     stamp_path = storage.join(folder, AUDIT_INPUTS)
-    stamp = {"input_digest": changes.digest, "input_glob": input_glob, "anchors": options.anchors}
+    stamp = {
+        "input_digest": changes.digest,
+        "input_glob": input_glob,
+        "anchors": options.anchors,
+        "family_map": family_map.digest(),
+    }
     current = storage.exists(stamp_path) and json.loads(storage.read_text(stamp_path)) == stamp
     if not current:
         storage.delete_tree(folder)
-        run_audit(input_glob, folder, pipeline_options, anchors=options.anchors, family_map=options.families)
+        run_audit(input_glob, folder, pipeline_options, anchors=options.anchors, family_map=family_map)
         storage.atomic_write_bytes(stamp_path, publish.json_bytes(stamp))
         _LOG.info("audit: judge audit of %d day(s) written to %s", len(changes.fingerprints), folder)
     else:

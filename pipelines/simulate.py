@@ -16,6 +16,7 @@ import datetime as dt
 import logging
 import time
 
+from biasboard.pipelines import validation
 from biasboard.schemas.errors import InputError
 from biasboard.simulate import DESIGNS, SimulationConfig, truth, write_simulation
 
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     if beam_args:
         raise InputError(f"simulate runs no Beam pipeline; unknown options: {' '.join(beam_args)}")
     config = config_from_args(args)
+    validation.writable_folder(args.out, "--out")
     start = time.perf_counter()
     out = write_simulation(config, args.out, overwrite=args.overwrite)
     counts = truth(config)["counts"]

@@ -24,6 +24,7 @@ batch costs one dictionary lookup per distinct name, never Python per row.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -109,6 +110,17 @@ class FamilyMap:
         self.default = state["default"]
         self._cache = {}
         self._compiled = None
+
+    def digest(self) -> str:
+        """SHA-256 of the rules in order and the default: what a day's cells depend on besides its files.
+
+        Families are written into the stored cells, so a refresh must
+        re-aggregate a day when the map changes (a user map edited, given or
+        dropped, or new shipped defaults); this digest is part of the day's
+        fingerprint for that reason.
+        """
+        doc = {"rules": [[rule.pattern, rule.family] for rule in self.rules], "default": self.default}
+        return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode("utf-8")).hexdigest()
 
     def family_of(self, name: str) -> str:
         """The family of one name (first matching rule, else :data:`UNKNOWN_FAMILY`)."""

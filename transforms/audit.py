@@ -172,7 +172,7 @@ def run_audit(
     out: str,
     options: PipelineOptions,
     anchors: str | None = None,
-    family_map: str | None = None,
+    family_map: FamilyMap | str | None = None,
     order_shards: int = DEFAULT_ORDER_SHARDS,
 ) -> str:
     """Audit ``input_glob`` and write the files under ``out``; returns audit.json's path.
@@ -183,7 +183,7 @@ def run_audit(
     if order_shards < 1:
         raise InputError(f"--order-shards: must be at least 1, got {order_shards}")
     storage.configure_gcs_auth(no_auth=options.view_as(GoogleCloudOptions).no_auth)
-    families = read.load_family_map(family_map)
+    families = family_map if isinstance(family_map, FamilyMap) else read.load_family_map(family_map)
     days = read.list_input_days(input_glob)
     lookup = load_anchor_lookup(anchors) if anchors else None
     run_to_completion(build_audit(options, days, out, families, lookup, order_shards))

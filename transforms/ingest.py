@@ -99,6 +99,16 @@ def day_tasks(
     ]
 
 
+def ingest_settings(family_map: FamilyMap) -> dict[str, str]:
+    """Everything besides its input files that a day's cells depend on; stored in the day's manifest.
+
+    Families are resolved while a day is aggregated and written into its
+    cells, so the map's digest is part of what refresh compares to decide
+    whether a stored day is still current.
+    """
+    return {"family_map": family_map.digest()}
+
+
 class AggregateDayFn(beam.DoFn):
     """One day's files → that day's cells, dead letters and manifest, written to the state folder."""
 
@@ -143,6 +153,7 @@ class AggregateDayFn(beam.DoFn):
         manifest = {
             "inputs": [InputFile(**f).fingerprint() for f in task["files"]],
             "counts": battles.counts.to_dict(),
+            "settings": ingest_settings(self.family_map),
         }
         if task["score_files"] is not None:
             scores = self._aggregate(day, task["score_files"], "score")

@@ -1,0 +1,142 @@
+"""The checks every job runs before it does any work: options, folders, buckets, the family map.
+
+A job that fails after reading, aggregating, fitting or publishing has wasted
+the run and, worse, may have moved ``LATEST`` before refusing.  Each job
+therefore calls these first, and each raises a :class:`~biasboard.schemas.errors.BiasboardError`
+whose message the CLI prints as one line (exit code 2):
+
+* **numbers in range** (:func:`at_least`): ``--bootstrap -1`` or
+  ``--plan-budget -1`` are refused, not discovered after the fit;
+* **folders that will be written** (:func:`writable_folder`): a probe file is
+  written and removed (missing folders are created for it and removed again),
+  so a read-only folder, a file in the way or a full disk fail now; on a
+  bucket the bucket must exist and answer (:func:`reachable_bucket`);
+* **files that will be read** (:func:`family_map`): a family map is read and
+  parsed on every run, also when no day is new and the map would otherwise be
+  unused, so a typo in its path is never silent.
+
+The bucket probe is bounded (:data:`BUCKET_PROBE_DEADLINE_S`): Google's client
+retries a refused connection for two minutes by default, which on a
+misconfigured endpoint looks like a hang.  Transient errors in the middle of a
+job keep the library's own retries.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import uuid
+
+from biasboard.schemas.errors import InputError, StateError
+from biasboard.schemas.families import FamilyMap
+from biasboard.transforms import storage
+
+#: Total time the up-front bucket probe may spend retrying (seconds).
+BUCKET_PROBE_DEADLINE_S = 12.0
+#: Time one probe request may take (seconds).
+BUCKET_PROBE_TIMEOUT_S = 4.0
+
+
+def at_least(value: int | float | None, low: int | float, flag: str) -> None:
+    """Refuse ``value < low`` for ``flag`` (None means "not given" and passes)."""
+    if value is not None and value < low:
+        raise InputError(f"{flag} must be at least {low}, got {value}")
+
+
+def distinct_folders(**folders: str) -> None:
+    """Refuse two flags naming the same folder (``--state`` and ``--out`` share nothing)."""
+    seen: dict[str, str] = {}
+    for flag, path in folders.items():
+        key = storage.normalise(path)
+        if key in seen:
+            raise InputError(f"--{seen[key]} and --{flag} are the same folder ({path}); give each its own")
+        seen[key] = flag
+
+
+def writable_folder(path: str, flag: str) -> None:
+    """``path`` can be written: probed locally (and left as found); on a bucket, the bucket exists.
+
+    The probe is a real write (a uniquely named empty file, removed at once):
+    permission bits lie to root and to network file systems, a write does not.
+    """
+    if not path:
+        raise InputError(f"{flag} is empty")
+    if storage.is_remote(path):
+        reachable_bucket(path, flag)
+        return
+    created = _first_missing(os.path.abspath(path))
+    storage.ensure_dir(path)
+    probe = os.path.join(path, f".biasboard-write-check-{uuid.uuid4().hex}")
+    try:
+        with open(probe, "wb"):
+            pass
+        os.remove(probe)
+    except OSError as err:
+        raise StateError(f"{flag} {path}: cannot write there ({err.strerror or err})") from err
+    finally:
+        if created is not None:  # a checked run leaves no trace; the job creates the folder when it writes
+            shutil.rmtree(created, ignore_errors=True)
+
+
+def _first_missing(path: str) -> str | None:
+    """The outermost folder of ``path`` that does not exist yet (None when ``path`` exists)."""
+    missing = None
+    while not os.path.exists(path):
+        missing, parent = path, os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
+def reachable_bucket(path: str, flag: str) -> None:
+    """The ``gs://`` bucket of ``path`` exists and answers within :data:`BUCKET_PROBE_DEADLINE_S`.
+
+    Uses the same client (and credentials, or the anonymous emulator client)
+    Beam's GCS file system uses.  Other remote schemes are left to Beam.
+    """
+    if not path.startswith("gs://"):
+        return
+    bucket = path[len("gs://") :].split("/", 1)[0]
+    if not bucket:
+        raise InputError(f"{flag} {path}: no bucket name")
+    from apache_beam.io.gcp.gcsio import create_storage_client
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from google.api_core import exceptions
+    from google.cloud.storage.retry import DEFAULT_RETRY  # type: ignore[import-untyped]
+
+    bounded = DEFAULT_RETRY.with_timeout(BUCKET_PROBE_DEADLINE_S)
+    try:
+        client = create_storage_client(PipelineOptions([]))
+        found = client.lookup_bucket(bucket, retry=bounded, timeout=BUCKET_PROBE_TIMEOUT_S)
+    except exceptions.RetryError as err:
+        cause = err.cause or err
+        raise StateError(
+            f"{flag} {path}: cannot reach bucket {bucket} (gave up after {BUCKET_PROBE_DEADLINE_S:.0f} s: "
+            f"{_first_line(cause)})"
+        ) from err
+    except (exceptions.Forbidden, exceptions.Unauthorized) as err:
+        raise StateError(f"{flag} {path}: no access to bucket {bucket} ({_first_line(err)})") from err
+    except exceptions.GoogleAPIError as err:
+        raise StateError(f"{flag} {path}: bucket {bucket} cannot be checked ({_first_line(err)})") from err
+    except Exception as err:  # a transport error that is not retried (DNS failure, bad endpoint URL)
+        raise StateError(f"{flag} {path}: cannot reach bucket {bucket} ({_first_line(err)})") from err
+    if found is None:
+        raise StateError(f"{flag} {path}: bucket {bucket} does not exist")
+
+
+def family_map(path: str | None, flag: str = "--family-map") -> FamilyMap:
+    """The family map the run will use (defaults, preceded by the user's rules): read and parsed now."""
+    from biasboard.transforms.read import load_family_map
+
+    if path is not None and not path.strip():
+        raise InputError(f"{flag} is empty")
+    return load_family_map(path)
+
+
+def _first_line(err: BaseException) -> str:
+    """The gist of a client error: the OS reason when there is one (``Connection refused``), else line one."""
+    text = str(err).strip() or type(err).__name__
+    reason = re.search(r"\[Errno -?\d+\] ([^\"')\]]+)", text)
+    return reason.group(1).strip() if reason else text.splitlines()[0][:300]
