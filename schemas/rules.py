@@ -35,10 +35,15 @@ What is accepted
 * **Self-battles** (``model_a == model_b``) are valid and kept.
 * Unknown extra columns are ignored; absent optional columns are nulls.
 
+* **Column types** the rules cannot read (binary, nested, durations) are made
+  text first by :mod:`biasboard.schemas.coerce`: invalid UTF-8 → ``bad_utf8:<col>``,
+  a list, struct, map or duration value → ``bad_type:<col>``.
+
 Precedence (first that applies wins): ``missing:<col>`` in the order of
-:data:`BATTLE_REQUIRED`, then ``bad_timestamp``, ``bad_winner``, ``bad_length``,
+:data:`BATTLE_REQUIRED`, then ``bad_type:<col>``/``bad_utf8:<col>`` in column
+order, then ``bad_timestamp``, ``bad_winner``, ``bad_length``,
 ``negative_length``, ``absurd_length``, ``duplicate_battle_id``.  Scores use
-``missing:<col>``, ``bad_timestamp``, ``bad_score``, ``bad_length``,
+``missing:<col>``, ``bad_type:<col>``/``bad_utf8:<col>``, ``bad_timestamp``, ``bad_score``, ``bad_length``,
 ``negative_length``, ``absurd_length``, ``duplicate_score_id``.
 """
 
@@ -51,6 +56,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 from biasboard.schemas.battle import BATTLE_REQUIRED, FASTCHAT_COLUMN_MAP, SCORE_REQUIRED, WINNER_VALUES
+from biasboard.schemas.coerce import decode_binary, flag_reasons
 from biasboard.schemas.deadletter import (
     MAX_RESPONSE_LENGTH,
     REASON_ABSURD_LENGTH,
@@ -125,8 +131,8 @@ def timestamp_expr(dtype: pl.DataType, column: str = "ts") -> pl.Expr:
     elif _is_text(dtype):
         text = col.cast(pl.String).str.strip_chars()
         parsed = pl.coalesce([_iso_expr(text, fmt, has_zone) for fmt, has_zone in ISO_FORMATS])
-    else:  # a type that cannot hold an instant (bool, struct, all-null ...): everything is bad
-        return pl.lit(None, dtype=pl.Datetime("us", "UTC"))
+    else:  # a type that cannot hold an instant (bool, time, duration, list, all-null ...): everything is bad
+        return pl.repeat(None, pl.len(), dtype=pl.Datetime("us", "UTC"))  # a column, not a 1-row literal
     return _in_window(parsed)
 
 
@@ -179,9 +185,12 @@ def parse_timestamps(df: pl.DataFrame, column: str = "ts") -> pl.Series:
     bad timestamps costs what a clean batch costs.
     """
     dtype = df.schema[column]
-    if not _is_text(dtype):
+    if dtype == pl.Binary:  # text written without the UTF-8 annotation; invalid UTF-8 never parses
+        text = decode_binary(df.get_column(column))[0]
+    elif not _is_text(dtype):
         return df.select(timestamp_expr(dtype, column)).to_series()
-    text = df.get_column(column).cast(pl.String)
+    else:
+        text = df.get_column(column).cast(pl.String)
     micros, parsed = _arrow_iso(text)
     rest = np.flatnonzero(~parsed & text.is_not_null().to_numpy())
     if len(rest):
@@ -284,6 +293,7 @@ def battle_conditions(
     """
     code = pl.col(winner_code) if isinstance(winner_code, str) else winner_code
     conditions = [(is_blank(c, schema[c]), REASON_MISSING_PREFIX + c) for c in BATTLE_REQUIRED]
+    conditions.extend((pl.col(flag), reason) for flag, reason in flag_reasons(schema))
     conditions.append((pl.col(ts_parsed).is_null(), REASON_BAD_TIMESTAMP))
     conditions.append((code.is_null(), REASON_BAD_WINNER))
     conditions.extend(_length_reasons([pl.col(c) for c in lengths]))
@@ -319,6 +329,7 @@ def score_conditions(
 ) -> list[tuple[pl.Expr, str]]:
     """(condition, reason) pairs for score rows in precedence order, before duplicate detection."""
     conditions = [(is_blank(c, schema[c]), REASON_MISSING_PREFIX + c) for c in SCORE_REQUIRED]
+    conditions.extend((pl.col(flag), reason) for flag, reason in flag_reasons(schema))
     conditions.append((pl.col(ts_parsed).is_null(), REASON_BAD_TIMESTAMP))
     conditions.append((pl.col(score_parsed).is_null(), REASON_BAD_SCORE))
     conditions.extend(_length_reasons([pl.col(length)]))

@@ -17,6 +17,7 @@ import polars as pl
 import pyarrow as pa
 from biasboard.schemas import rules
 from biasboard.schemas.battle import BATTLE_REQUIRED, BATTLE_SCHEMA, SCORE_REQUIRED, SCORE_SCHEMA
+from biasboard.schemas.coerce import coerce_types
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
 from biasboard.schemas.errors import InputError
 
@@ -168,6 +169,9 @@ def normalise_columns(
 ) -> pl.DataFrame:
     """Batch → polars frame with our column names; absent optional columns added as nulls.
 
+    Columns of a type the rules cannot read are made text with a flag that
+    dead-letters their rows (:func:`~biasboard.schemas.coerce.coerce_types`).
+
     ``carry`` names extra columns (e.g. an audit's ``gold``) kept when present.
     """
     df = batch if isinstance(batch, pl.DataFrame) else pl.from_arrow(batch)
@@ -182,7 +186,8 @@ def normalise_columns(
     absent = [pl.lit(None, dtype=pl.String).alias(f.name) for f in schema if f.name not in df.columns]
     extra = [c for c in (SOURCE_ROW, *carry) if c in df.columns and c not in schema.names]
     keep = [f.name for f in schema if f.name in df.columns] + extra
-    return df.select(keep).with_columns(absent) if absent else df.select(keep)
+    df = df.select(keep).with_columns(absent) if absent else df.select(keep)
+    return coerce_types(df, [*schema.names, *carry])
 
 
 @dataclass
