@@ -121,6 +121,7 @@ def frozen_judge(study: Study, seed: int) -> FrozenJudge:
             "family_a": [None] * n,
             "family_b": [None] * n,
             "judge_family": [None] * n,
+            "order_known": [None] * n,
         },
         schema=BATTLE_SCHEMA,
     )

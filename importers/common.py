@@ -317,7 +317,9 @@ def finalize_battles(
     ``mapped`` holds :data:`BATTLE_MAPPED` plus ``__reason`` (a format-specific
     rejection such as ``no_verdict``, null when the mapping succeeded), and
     optionally ``family_a`` / ``family_b`` / ``judge_family`` when the source
-    names them (left null otherwise: the ingest's family map assigns them).  The
+    names them (left null otherwise: the ingest's family map assigns them) and
+    ``order_known`` (false where the source does not record the shown order;
+    null = known).  The
     format's reason takes precedence over the generic rules.
     """
     checked = mapped.with_columns(
@@ -339,6 +341,9 @@ def finalize_battles(
         pl.col("__len_a").round().cast(pl.Int64).alias("len_a"),
         pl.col("__len_b").round().cast(pl.Int64).alias("len_b"),
         *(_optional_text(mapped, c) for c in ("family_a", "family_b", "judge_family")),
+        (pl.col("order_known") if "order_known" in mapped.columns else pl.lit(None))
+        .cast(pl.Boolean)
+        .alias("order_known"),
     )
     return ImportResult(
         kind="battles",

@@ -19,11 +19,13 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 from biasboard.schemas.cells import (
+    PAIR_CELL_DEFAULTS,
     PAIR_CELL_KEYS,
     PAIR_CELL_MEASURES,
     PAIR_CELLS_SCHEMA,
     SCORE_CELLS_SCHEMA,
     UNKNOWN_FAMILY,
+    conform_pair_cells,
 )
 from biasboard.schemas.errors import InputError
 
@@ -92,6 +94,8 @@ def _code_tables(cells: CellsInput | None, schema: pa.Schema, what: str, vocabs:
             item = pa.Table.from_batches([item])
         if not isinstance(item, pa.Table):
             raise InputError(f"{what} #{i}: expected a pyarrow Table or polars DataFrame, got {type(item).__name__}")
+        if schema == PAIR_CELLS_SCHEMA and any(k not in item.column_names for k in PAIR_CELL_DEFAULTS):
+            item = conform_pair_cells(item)  # cells stored before order_known existed: order known
         missing = [name for name in schema.names if name not in item.column_names]
         if missing:
             raise InputError(f"{what} #{i}: missing column(s) {', '.join(missing)}")
@@ -182,6 +186,12 @@ class PairArrays:
     sum_x2: np.ndarray
     sum_loglen_a: np.ndarray
     sum_loglen_b: np.ndarray
+    #: 1.0 where the shown order is known, 0.0 where not (the position term is multiplied by it); None: all known.
+    pos: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.pos is None:
+            object.__setattr__(self, "pos", np.ones_like(self.n, dtype=np.float64))
 
     def __len__(self) -> int:
         return int(self.a.shape[0])
@@ -350,6 +360,7 @@ def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None,
         sum_x2=col["sum_x2"],
         sum_loglen_a=col["sum_loglen_a"],
         sum_loglen_b=col["sum_loglen_b"],
+        pos=col["order_known"].astype(np.float64),
     )
     del col
 

@@ -250,8 +250,9 @@ def davidson_terms(eff: np.ndarray, pairs: PairArrays, spec: Spec, hessian: bool
     xs = pairs.x / spec.x_scale
     # z_t = ∂η/∂(effective block t) for t in position, length, affinity, discrimination.
     q = disc * dtheta
-    z = np.stack([np.ones_like(xs), xs, pairs.ds, q])
-    eta = q + blk[POS][j] + blk[LEN][j] * xs + blk[AFF][j] * pairs.ds
+    # pos = 0 where the shown order is unknown: γ_j does not act there (and is not learnt from those cells).
+    z = np.stack([pairs.pos, xs, pairs.ds, q])
+    eta = q + blk[POS][j] * pairs.pos + blk[LEN][j] * xs + blk[AFF][j] * pairs.ds
     psi = blk[TIE][j]
     half = 0.5 * eta
     log_norm = np.logaddexp(np.logaddexp(half, -half), psi)

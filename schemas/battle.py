@@ -1,7 +1,11 @@
 """The Battle, Score and Anchor contracts: what an input row must look like.
 
 A *battle* is one judged pairwise comparison: ``model_a`` was shown first,
-``model_b`` second, and ``winner`` holds FastChat's verdict values.  These
+``model_b`` second, and ``winner`` holds FastChat's verdict values.  When the
+log does not record the shown order (most AlpacaEval files), ``order_known`` is
+false: ``model_a``/``model_b`` are then just the listed order, and the battle
+informs quality, length, affinity and ties but not the position effect.  A
+null or absent ``order_known`` means the order is known (older files).  These
 schemas are the contract that readers validate against; the rules that turn a
 bad row into a dead letter live in :mod:`biasboard.schemas.rules`.
 """
@@ -27,6 +31,7 @@ BATTLE_SCHEMA = pa.schema(
         pa.field("family_a", pa.string()),
         pa.field("family_b", pa.string()),
         pa.field("judge_family", pa.string()),
+        pa.field("order_known", pa.bool_()),  # false: the shown order is unknown; null/absent: known
     ]
 )
 

@@ -15,6 +15,14 @@ standardises at fit time from the cells' own sums.  Bins have **fixed** edges
 within-cell sums ``sum_x`` and ``sum_x2`` are kept, so the fit uses each cell's
 mean covariate rather than the bin centre.  Battles without both lengths go to
 bin :data:`LEN_BIN_MISSING` with zero sums (and do not count in ``n_len``).
+
+Shown order
+-----------
+``order_known`` is part of the key: battles whose shown order the log does not
+record sit in their own cells (``order_known`` false, ``model_a`` = the listed
+first model), which the fit uses for everything but the position effect.
+Cells written before the column existed read as known
+(:func:`conform_pair_cells`).
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ PAIR_CELL_KEYS: tuple[str, ...] = (
     "family_a",
     "family_b",
     "len_bin",
+    "order_known",
 )
 PAIR_CELL_MEASURES: tuple[str, ...] = (
     "n",  # battles in the cell
@@ -62,6 +71,7 @@ PAIR_CELLS_SCHEMA = pa.schema(
         pa.field("family_a", pa.string(), nullable=False),
         pa.field("family_b", pa.string(), nullable=False),
         pa.field("len_bin", pa.int16(), nullable=False),
+        pa.field("order_known", pa.bool_(), nullable=False),
         pa.field("n", pa.int64(), nullable=False),
         pa.field("win_a", pa.int64(), nullable=False),
         pa.field("win_b", pa.int64(), nullable=False),
@@ -74,6 +84,19 @@ PAIR_CELLS_SCHEMA = pa.schema(
         pa.field("sum_loglen_b", pa.float64(), nullable=False),
     ]
 )
+
+#: Key columns that older cells may lack, with the value they stand for (the order was known).
+PAIR_CELL_DEFAULTS: dict[str, object] = {"order_known": True}
+
+
+def conform_pair_cells(table: pa.Table) -> pa.Table:
+    """Pair cells in :data:`PAIR_CELLS_SCHEMA`, adding ``order_known`` = true to cells stored before it existed."""
+    for name, value in PAIR_CELL_DEFAULTS.items():
+        if name not in table.column_names:
+            field = PAIR_CELLS_SCHEMA.field(name)
+            table = table.append_column(field, pa.array([value] * table.num_rows, field.type))
+    return table.select(PAIR_CELLS_SCHEMA.names).cast(PAIR_CELLS_SCHEMA)
+
 
 #: Ordinal score cells: counts of each grade per (judge, model, prompt).
 SCORE_CELL_KEYS: tuple[str, ...] = ("judge", "judge_family", "model", "family", "prompt_id", "score")

@@ -240,6 +240,20 @@ def length_expr(column: str, dtype: pl.DataType) -> pl.Expr:
     return pl.when(text.is_null() | (text == "")).then(None).otherwise(number.fill_null(float("nan")))
 
 
+def order_known_expr(dtype: pl.DataType, column: str = "order_known") -> pl.Expr:
+    """``order_known`` as a Boolean, null/absent read as true (known); text "false"/"0"/"no" is false.
+
+    Never a rejection: a battle whose order is unknown is still counted (it informs everything but position).
+    """
+    col = pl.col(column)
+    if dtype == pl.Boolean:
+        return col.fill_null(True)
+    if dtype.is_numeric():
+        return (col != 0).fill_null(True)
+    text = col.cast(pl.String).str.strip_chars().str.to_lowercase()
+    return ~text.is_in(["false", "0", "no", "f"]).fill_null(False)
+
+
 def _length_reasons(lengths: list[pl.Expr]) -> list[tuple[pl.Expr, str]]:
     bad = pl.any_horizontal([e.is_nan().fill_null(False) for e in lengths])
     negative = pl.any_horizontal([(e < 0).fill_null(False) for e in lengths])

@@ -26,7 +26,7 @@ JUDGES = ["gpt-4", "human", "claude-3-opus"]
 WINNERS = ["model_a", "model_b", "tie", "tie (bothbad)", "bogus"]
 LENGTHS = st.one_of(st.none(), st.integers(-2, 3), st.integers(0, 3000))
 
-COLUMNS = ("battle_id", "judge", "model_a", "model_b", "winner", "len_a", "len_b", "family_a")
+COLUMNS = ("battle_id", "judge", "model_a", "model_b", "winner", "len_a", "len_b", "family_a", "order_known")
 row = st.fixed_dictionaries(
     {
         "battle_id": st.integers(0, 40).map(str),
@@ -37,14 +37,16 @@ row = st.fixed_dictionaries(
         "len_a": LENGTHS,
         "len_b": LENGTHS,
         "family_a": st.sampled_from([None, None, "", "custom"]),
+        "order_known": st.sampled_from([None, True, False]),
     }
 )
 battle_lists = st.lists(row, min_size=0, max_size=60)
 
 
 def to_table(rows: list[dict]) -> pa.Table:
-    columns = {k: [r[k] for r in rows] for k in COLUMNS}
-    table = pa.table({k: pa.array(v, pa.int64() if k.startswith("len_") else pa.string()) for k, v in columns.items()})
+    columns = {k: [r.get(k) for r in rows] for k in COLUMNS}
+    types = {"len_a": pa.int64(), "len_b": pa.int64(), "order_known": pa.bool_()}
+    table = pa.table({k: pa.array(v, types.get(k, pa.string())) for k, v in columns.items()})
     return table.append_column("ts", pa.array([T0] * len(rows), pa.timestamp("us", tz="UTC")))
 
 
@@ -83,6 +85,7 @@ def reference_cells(rows: list[dict]) -> dict:
             fam_a,
             FMAP.family_of(r["model_b"]),
             bin_,
+            r.get("order_known") is not False,  # null = known
         )
         cell = out[key]
         cell["n"] += 1

@@ -190,6 +190,7 @@ def _battles(reps: int = 3, seed: int = 0) -> pa.Table:
             "family_a": ["openai"] * n,
             "family_b": ["openai"] * n,
             "judge_family": ["meta"] * n,
+            "order_known": [None] * n,
         },
         schema=BATTLE_SCHEMA,
     )

@@ -27,6 +27,7 @@ from biasboard.schemas.cells import (
     PAIR_CELLS_SCHEMA,
     SCORE_CELL_KEYS,
     SCORE_CELLS_SCHEMA,
+    conform_pair_cells,
 )
 from biasboard.schemas.families import FamilyMap
 from biasboard.transforms.covariates import FAMILY_COLUMNS, length_measures, normalise_given, resolve_families
@@ -126,7 +127,7 @@ def _aggregate_pairs(valid: pl.DataFrame, family_map: FamilyMap) -> pa.Table:
     )
     given = [c for c, _ in FAMILY_COLUMNS if rows.get_column(c).null_count() < rows.height]
     rows = normalise_given(rows, given)
-    keys = ["judge", "model_a", "model_b", "len_bin", *given]
+    keys = ["judge", "model_a", "model_b", "len_bin", "order_known", *given]
     measures = [m for m in PAIR_CELL_MEASURES if m != "n"]
     grouped = rows.group_by(keys).agg(pl.len().alias("n"), *(pl.col(m).sum() for m in measures))
     absent = [pl.lit(None, dtype=pl.String).alias(c) for c, _ in FAMILY_COLUMNS if c not in given]
@@ -192,7 +193,8 @@ def merge_cells(
     parts = [t for t in tables if t.num_rows]
     if not parts:
         return schema.empty_table()
-    frame = pl.from_arrow(pa.concat_tables([t.cast(schema) for t in parts]))
+    conform = conform_pair_cells if schema == PAIR_CELLS_SCHEMA else (lambda t: t.cast(schema))
+    frame = pl.from_arrow(pa.concat_tables([conform(t) for t in parts]))
     assert isinstance(frame, pl.DataFrame)
     merged = frame.group_by(list(keys)).agg(pl.col(m).sum() for m in measures)
     return (merged.sort(list(keys)) if sort else merged).to_arrow().cast(schema)

@@ -29,7 +29,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
-from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA
+from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA, conform_pair_cells
 from biasboard.schemas.errors import StateError
 from biasboard.transforms import storage
 from biasboard.transforms.cells import merge_cells
@@ -183,6 +183,8 @@ def _read_table(path: str, schema: pa.Schema | None = None) -> pa.Table:
             table = pq.read_table(pa.BufferReader(handle.read()))
     except Exception as err:
         raise StateError(f"{path}: unreadable state file: {err}") from err
+    if schema == PAIR_CELLS_SCHEMA:
+        return conform_pair_cells(table)  # cells stored before ``order_known`` existed read as known
     return table.cast(schema) if schema is not None else table
 
 

@@ -285,7 +285,8 @@ def validate_battles(
     ``seen`` carries the day's kept ids between batches (None: duplicates are
     only detected within this batch).  Valid rows carry ``judge``, ``model_a``,
     ``model_b``, the three family columns as given, ``_winner`` (code: index
-    into WINNER_VALUES) and the numeric lengths ``_len_a``/``_len_b`` — what the
+    into WINNER_VALUES), the numeric lengths ``_len_a``/``_len_b`` and
+    ``order_known`` (Boolean, null read as true) — what the
     cells need, nothing more, since this is the ingest's hot path.  Callers that
     need more of each valid row (the audit: ``prompt_id``, ``gold``) name those
     columns in ``carry``; absent ones come back null.
@@ -304,6 +305,7 @@ def validate_battles(
         pl.col(WINNER_CODE),
         pl.col("_len_a"),
         pl.col("_len_b"),
+        rules.order_known_expr(schema["order_known"]).alias("order_known"),
         *(pl.col(c).cast(pl.String) if c in df.columns else pl.lit(None, dtype=pl.String).alias(c) for c in carry),
     ]
     return _split(df, conditions, "battle_id", REASON_DUPLICATE_ID, seen, keep, BATTLE_DEAD_LETTER_SCHEMA,
