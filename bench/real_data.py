@@ -3,9 +3,9 @@
 1. **MT-Bench, Position-Bias-Analyzer** (three LLM judges, every pair in both orders, 31 models against
    one hub): per-judge bias estimates with 95% CIs, Kendall τ naive vs corrected (joint fit and per judge),
    beside seed 002's MT-Bench figures.
-2. **AlpacaEval 2** (``weighted_alpaca_eval_gpt4_turbo``, rows whose shown order was recovered; lengths
-   in characters; every model against the gpt4_1106_preview baseline): the judge's bias estimates, and
-   Kendall τ-b / Spearman of our naive and corrected rankings against AlpacaEval's published
+2. **AlpacaEval 2** (``weighted_alpaca_eval_gpt4_turbo``; rows whose shown order is unknown count for all
+   but position; lengths in characters; every model against the gpt4_1106_preview baseline): the judge's
+   bias estimates, and Kendall τ-b / Spearman of our naive and corrected rankings against AlpacaEval's published
    *length-controlled* win rates, next to the published raw win rate's.
 3. **LLMFAO** (crowd, GPT-4 and GPT-3.5 on the same pairs — the crowd's subset, left/right order): each
    judge fit alone; does correcting a GPT judge's ranking move it toward the crowd's?
@@ -299,6 +299,11 @@ def clip_sensitivity(battles: pa.Table, config: ModelConfig, naive: dict[str, fl
     return rows
 
 
+def unknown_order_count(imported) -> int:
+    """Battles an import kept with ``order_known`` false."""
+    return int(pl.from_arrow(imported.rows).filter(pl.col("order_known") == False).height)  # noqa: E712
+
+
 def _baseline_length(data: Path = DATA) -> float:
     board = pl.read_csv(data / "alpacaeval" / Path(*ALPACA_LEADERBOARD)).rename({"": "model"})
     return float(board.filter(pl.col("model") == ALPACA_BASELINE)["avg_length"][0])
@@ -338,10 +343,11 @@ def alpacaeval(config: ModelConfig, data: Path = DATA) -> dict:
     nvc, nvc_rho = naive_vs_corrected(fit)
     unmatched = sorted(ours - set(lc))
     body = (
-        "## Real data: AlpacaEval 2 (GPT-4-Turbo judge, rows with a recovered shown order)\n\n"
+        "## Real data: AlpacaEval 2 (GPT-4-Turbo judge)\n\n"
         f"Imported with `biasboard import --format alpacaeval` from `{ALPACA_JUDGE_FILE}`: {imported.rows_read} "
         f"annotations, {imported.rows_converted} battles kept, dead letters {imported.dead_by_reason()} "
-        "(`unknown_order`: the judge's logprobs were not kept, so which output it saw first is unknown). "
+        f"({unknown_order_count(imported)} battles kept with the shown order unknown — the judge's logprobs were "
+        "not kept — which inform everything but the position effect). "
         "Preference > 1.5 → the second generator wins (a binary verdict; AlpacaEval averages the continuous "
         f"preference). Lengths in characters. {len(ours)} models, each against {ALPACA_BASELINE}: a hub-and-spoke "
         "design with one judge.\n\n"

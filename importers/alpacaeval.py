@@ -1,26 +1,35 @@
-"""AlpacaEval annotations → battles, only where the shown order is known.
+"""AlpacaEval annotations → battles; rows whose shown order is unknown are counted with ``order_known`` false.
 
-An annotation compares ``generator_1``'s output (the baseline) with
-``generator_2``'s on one instruction.  ``preference`` is AlpacaEval's encoding:
-1 = output_1 wins, 2 = output_2 wins, 1.5 or 0 = draw (0 is AlpacaEval's
-legacy draw value; ``metrics/helpers.py`` treats both as draws), and in
-AlpacaEval 2 a probability ``2 - P(m)`` anywhere in [1, 2].
+Input: AlpacaEval's own layout — ``results/<model>/<annotator>/annotations.json``
+given as that file, a model's folder or the whole ``results/`` tree (folders are
+searched recursively) — or the compact JSON lines with ``instruction_id`` and
+``len_*`` columns that the shared fixtures use.  An annotation compares
+``generator_1``'s output (the baseline) with ``generator_2``'s on one
+instruction.  ``preference`` is AlpacaEval's encoding: 1 = output_1 wins,
+2 = output_2 wins, 1.5 or 0 = draw (0 is AlpacaEval's legacy draw value;
+``metrics/helpers.py`` treats both as draws), and in AlpacaEval 2 a probability
+``2 - P(m)`` anywhere in [1, 2].
 
 **Verdict.** AlpacaEval's own discrete count (``n_wins``: preference - 1 > 0.5)
-is the threshold: preference > 1.5 → generator_2 wins, < 1.5 → generator_1
-wins, exactly 1.5 (or 0) → tie.  ``--tie-band W`` widens the tie to
-|preference - 1.5| <= W.  The strength of a continuous preference is not kept.
-Null → ``no_verdict``; any other value outside [1, 2] → ``bad_winner``.
+is the threshold: the sign of preference - 1.5 decides (> → generator_2 wins,
+< → generator_1), exactly 1.5 (or 0) is a tie; ``--tie-band W`` widens the tie
+to |preference - 1.5| <= W.  Null → ``no_verdict``; any other value outside
+[1, 2] → ``bad_winner``.
 
 **Shown order.** AlpacaEval randomises which output the judge sees first and
-does not store the draw.  For AlpacaEval 2 rows whose logprobs survived, the
-fixture's compiler recovered it as ``shown_first`` (``output_1``/``output_2``);
-``model_a`` is then that generator.  Rows without it *cannot* satisfy the
-battle contract (``model_a`` = shown first), so they are dead-lettered with
-reason ``unknown_order`` rather than given a guessed order that would fake a
-position effect.  The dead letter keeps the preference and lengths as text, so
-an order-free analysis (a raw win rate) can still use them.  AlpacaEval 1
-annotation files carry no order at all: every row becomes ``unknown_order``.
+does not store the draw, but the judge's answer gives it away where the
+log-probabilities survived: the prompt lists the first-shown output as model
+``m`` and the second as ``M``, AlpacaEval computes ``2 - P(m)`` on the shown
+pair and flips it back (``3 - p``) when it had swapped them.  So with
+``P(m)`` from ``raw_completion``'s first-token top log-probabilities
+(normalised over ``m`` and ``M``, as AlpacaEval's ``logprob_parser`` does),
+``preference ≈ 2 - P(m)`` means output_1 was shown first and
+``preference ≈ 1 + P(m)`` means output_2 was (within 1e-6; P(m) ≈ 0.5 cannot
+tell).  The compact fixtures carry the recovered order as ``shown_first``.
+Where neither says, the row is **kept** with ``order_known`` false and
+``model_a`` = generator_1 (the listed order): it informs quality, length,
+affinity and ties but not the position effect (AlpacaEval 1 files carry no
+order at all).
 
 **Judge.** ``judge`` is the annotator config (``weighted_alpaca_eval_gpt4_turbo``
 ...), which names its judge model rather than a family the ingest's name rules
@@ -30,15 +39,19 @@ know (``alpaca_eval_gpt4`` would read as Stanford's Alpaca).  So
 anthropic, ``llama`` → meta, ...), null when none matches.  Model families stay
 null (the family map assigns them from the generator names).
 
-Lengths: ``len_chars_*`` (default) or ``len_words_*`` (``--length-unit words``).
-No time stamps: every battle gets the default day.  ``battle_id`` =
-``alpacaeval:<annotator>:<instruction>:<generator_1>:<generator_2>``, so the two
-copies of one annotation file nested in some results folders collide and the
-second is a ``duplicate_battle_id``.
+Lengths: ``len_chars_*`` / ``len_words_*`` when given, else computed from
+``output_1``/``output_2`` (characters, or whitespace-separated words with
+``--length-unit words``).  No time stamps: every battle gets the default day.
+``prompt_id`` is ``instruction_id`` when given, else the first 16 hex digits of
+the instruction text's SHA-1 (the same instruction gets the same id in every
+file).  ``battle_id`` = ``alpacaeval:<annotator>:<prompt>:<generator_1>:<generator_2>``,
+so the two copies of one annotation file nested in some results folders
+collide and the second is a ``duplicate_battle_id``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,7 +59,6 @@ import polars as pl
 from biasboard.importers.common import (
     REASON,
     REASON_NO_VERDICT,
-    REASON_UNKNOWN_ORDER,
     ImportOptions,
     ImportResult,
     column_or_null,
@@ -56,12 +68,14 @@ from biasboard.importers.common import (
     pick_length_unit,
     read_all,
     require_columns,
+    stable_id,
 )
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.rules import first_reason
 
-PATTERNS = ("annotations*.json", "annotations*.json.gz", "annotations*.jsonl", "annotations*.jsonl.gz")
-REQUIRED = ("instruction_id", "generator_1", "generator_2", "preference")
+#: Searched recursively, so a model folder or the whole ``results/`` tree works as ``--in``.
+PATTERNS = tuple(f"**/annotations*.{ext}" for ext in ("json", "json.gz", "jsonl", "jsonl.gz"))
+REQUIRED = ("generator_1", "generator_2", "preference")
 #: Model tokens in AlpacaEval annotator config names → judge family (first match, on the lower-cased name).
 ANNOTATOR_FAMILIES: tuple[tuple[str, str], ...] = (
     (r"gpt-?4|gpt-?3|chatgpt|davinci|openai", "openai"),
@@ -73,6 +87,11 @@ ANNOTATOR_FAMILIES: tuple[tuple[str, str], ...] = (
 )
 DRAW = 1.5
 LEGACY_DRAW = 0.0
+#: How close ``preference`` must sit to ``2 - P(m)`` (or ``1 + P(m)``) to name the shown order (AlpacaEval
+#: rounds preferences to 10 decimals; the log-probabilities are rounded to about 7 significant digits).
+ORDER_TOLERANCE = 1e-6
+#: The tokens AlpacaEval's prompt names the first- and second-shown outputs by.
+FIRST_TOKEN, SECOND_TOKEN = "m", "M"
 
 
 def listed_winner(preference: pl.Expr, tie_band: float) -> pl.Expr:
@@ -99,6 +118,88 @@ def annotator_family(annotator: pl.Expr) -> pl.Expr:
     return first_reason([(lowered.str.contains(pattern), family) for pattern, family in ANNOTATOR_FAMILIES])
 
 
+def _field_path(dtype: pl.DataType, *names: str) -> bool:
+    """Whether nested struct fields ``names`` exist under ``dtype`` (lists are looked through)."""
+    for name in names:
+        while isinstance(dtype, pl.List):
+            dtype = dtype.inner
+        if not isinstance(dtype, pl.Struct):
+            return False
+        fields = {f.name: f.dtype for f in dtype.fields}
+        if name not in fields:
+            return False
+        dtype = fields[name]
+    return True
+
+
+def first_shown_probability(frame: pl.DataFrame) -> pl.Expr:
+    """P(m) — the judge's probability for the first-shown output — from ``raw_completion``; null if absent.
+
+    AlpacaEval's ``logprob_parser``: the first token's top log-probabilities, ``m`` normalised against
+    ``m`` and ``M`` (a token missing from the top list has probability 0).
+    """
+    if "raw_completion" not in frame.columns or not _field_path(
+        frame.schema["raw_completion"], "logprobs", "content", "top_logprobs", "token"
+    ):
+        return pl.lit(None, dtype=pl.Float64)
+    top = pl.col("raw_completion").struct.field("logprobs").struct.field("content").list.first()
+    top = top.struct.field("top_logprobs")
+
+    def mass(token: str) -> pl.Expr:
+        element = pl.element().struct
+        return top.list.eval(
+            pl.when(element.field("token") == token).then(element.field("logprob").cast(pl.Float64).exp())
+        ).list.sum()
+
+    p_first, p_second = mass(FIRST_TOKEN), mass(SECOND_TOKEN)
+    total = p_first + p_second
+    return pl.when(total > 0).then(p_first / total).otherwise(None)
+
+
+def shown_first(frame: pl.DataFrame, preference: pl.Expr) -> pl.Expr:
+    """'output_1' / 'output_2' (which output the judge saw first), null when the file cannot say."""
+    given = column_or_null(frame, "shown_first").cast(pl.String)
+    p_m = first_shown_probability(frame)
+    unswapped = (preference - (2.0 - p_m)).abs() <= ORDER_TOLERANCE
+    swapped = (preference - (1.0 + p_m)).abs() <= ORDER_TOLERANCE
+    recovered = (
+        pl.when(unswapped & ~swapped)
+        .then(pl.lit("output_1"))
+        .when(swapped & ~unswapped)
+        .then(pl.lit("output_2"))
+        .otherwise(pl.lit(None, dtype=pl.String))
+    )
+    return pl.when(given.is_in(["output_1", "output_2"])).then(given).otherwise(recovered)
+
+
+def _lengths(frame: pl.DataFrame, unit: str) -> tuple[pl.Expr, pl.Expr]:
+    """(length of output_1, of output_2): the file's ``len_<unit>_*`` columns, else measured on the outputs."""
+    if f"len_{unit}_1" in frame.columns:
+        return pl.col(f"len_{unit}_1"), column_or_null(frame, f"len_{unit}_2", pl.Int64)
+    if "output_1" not in frame.columns or "output_2" not in frame.columns:
+        return pl.lit(None, dtype=pl.Int64), pl.lit(None, dtype=pl.Int64)
+
+    def measure(column: str) -> pl.Expr:
+        text = pl.col(column).cast(pl.String)
+        return text.str.len_chars() if unit == "chars" else text.str.count_matches(r"\S+")
+
+    return measure("output_1"), measure("output_2")
+
+
+def prompt_ids(frame: pl.DataFrame, paths: Sequence[Path]) -> pl.Expr:
+    """``instruction_id`` when the file has it, else 16 hex digits of SHA-1 of the instruction text.
+
+    The hash runs once per *distinct* instruction (805 in AlpacaEval), not per row.
+    """
+    if "instruction_id" in frame.columns:
+        return pl.col("instruction_id").cast(pl.String)
+    require_columns(frame, ("instruction",), paths, "AlpacaEval annotation")
+    texts = frame.get_column("instruction").cast(pl.String).drop_nulls().unique()
+    digests = [hashlib.sha1(t.encode("utf-8")).hexdigest()[:16] for t in texts.to_list()]
+    lookup = dict(zip(texts.to_list(), digests, strict=True))
+    return pl.col("instruction").cast(pl.String).replace_strict(lookup, default=None, return_dtype=pl.String)
+
+
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     if not 0.0 <= options.tie_band < 0.5:
         raise InputError(f"--tie-band must be in [0, 0.5), not {options.tie_band}")
@@ -108,50 +209,42 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     judge = judge_expr(raw, options, paths, column="annotator")
     preference = pl.col("preference").cast(pl.Float64, strict=False)
     listed = listed_winner(preference, options.tie_band)
-    shown = column_or_null(raw, "shown_first").cast(pl.String)
-    first_is_1 = shown == "output_1"
-    first_is_2 = shown == "output_2"
-    len_1 = column_or_null(raw, f"len_{unit}_1", pl.Int64)
-    len_2 = column_or_null(raw, f"len_{unit}_2", pl.Int64)
+    first = shown_first(raw, preference)
+    first_is_2 = (first == "output_2").fill_null(False)
+    len_1, len_2 = _lengths(raw, unit)
     g1, g2 = pl.col("generator_1").cast(pl.String), pl.col("generator_2").cast(pl.String)
     winner = (
         pl.when(listed == "tie")
         .then(pl.lit("tie"))
         .when(listed.is_null())
         .then(pl.lit("bad_preference"))  # not a verdict value: the rules reject it as bad_winner
-        .when((listed == "output_1") == first_is_1)
+        .when((listed == "output_2") == first_is_2)
         .then(pl.lit("model_a"))
         .otherwise(pl.lit("model_b"))
     )
-    reason = (
-        pl.when(pl.col("preference").is_null())
-        .then(pl.lit(REASON_NO_VERDICT))
-        .when(~(first_is_1 | first_is_2).fill_null(False))
-        .then(pl.lit(REASON_UNKNOWN_ORDER))
-        .otherwise(pl.lit(None, dtype=pl.String))
-    )
-    instruction = pl.col("instruction_id").cast(pl.String)
-    battle_id = pl.concat_str(
-        [pl.lit("alpacaeval"), judge.fill_null(""), instruction.fill_null(""), g1.fill_null(""), g2.fill_null("")],
-        separator=":",
-    )
+    reason = pl.when(pl.col("preference").is_null()).then(pl.lit(REASON_NO_VERDICT)).otherwise(None)
+    prompt = prompt_ids(raw, paths)
     mapped = raw.select(
-        battle_id.alias("battle_id"),
+        stable_id("alpacaeval", judge, prompt, g1, g2).alias("battle_id"),
         fixed_day(options).alias("ts"),
         judge.alias("judge"),
         pl.when(first_is_2).then(g2).otherwise(g1).alias("model_a"),
         pl.when(first_is_2).then(g1).otherwise(g2).alias("model_b"),
         winner.alias("winner"),
-        instruction.alias("prompt_id"),
+        prompt.alias("prompt_id"),
         pl.when(first_is_2).then(len_2).otherwise(len_1).alias("len_a"),
         pl.when(first_is_2).then(len_1).otherwise(len_2).alias("len_b"),
-        reason.alias(REASON),
+        reason.cast(pl.String).alias(REASON),
         annotator_family(judge).alias("judge_family"),
+        pl.when(first.is_null()).then(False).otherwise(None).cast(pl.Boolean).alias("order_known"),
     )
+    unknown = mapped.filter(~pl.col("order_known").fill_null(True)).height
     notes = [
         f"no time stamps in AlpacaEval annotations: every battle dated {options.default_date.isoformat()} 00:00 UTC",
         f"verdict threshold: preference > 1.5 → generator_2, < 1.5 → generator_1, |p - 1.5| <= {options.tie_band} "
         "or p == 0 → tie",
+        f"shown order: recovered for {raw.height - unknown} rows; {unknown} rows kept with order_known = false "
+        "(listed order; no position information)",
         f"lengths: {unit}",
     ]
     return finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)

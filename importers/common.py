@@ -55,8 +55,6 @@ from biasboard.schemas.rules import (
 
 #: The judge gave no usable verdict (FastChat ``error``, a null PBA verdict, a null AlpacaEval preference, score -1).
 REASON_NO_VERDICT = "no_verdict"
-#: The source does not record which answer the judge saw first (AlpacaEval rows without logprobs).
-REASON_UNKNOWN_ORDER = "unknown_order"
 
 #: The day stamped on rows whose source carries no time: clearly artificial, inside the rules' plausible window.
 DEFAULT_DATE = dt.date(2000, 1, 1)

@@ -2,7 +2,8 @@
 
 Each row is one judge call on one presentation order: ``model_a`` is the answer
 shown first (``position_a == "first"`` in every published row; a row saying
-``"second"`` is swapped into shown order, anything else is ``unknown_order``),
+``"second"`` is swapped into shown order; any other value keeps the listed order
+with ``order_known`` false: counted, but not for the position effect),
 ``winner`` is already ``model_a`` / ``model_b`` / ``tie`` (extracted with the
 repository's own regexes from ``verdict`` A / B / C), and a null verdict (the
 judge's text matched no pattern) is dead-lettered as ``no_verdict``.  Both
@@ -26,7 +27,6 @@ import polars as pl
 from biasboard.importers.common import (
     REASON,
     REASON_NO_VERDICT,
-    REASON_UNKNOWN_ORDER,
     ImportOptions,
     ImportResult,
     column_or_null,
@@ -83,12 +83,8 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.when(turn.is_null()).then(qid).otherwise(pl.format("{}:t{}", qid, turn)).alias("prompt_id"),
         pl.when(second).then(len_b).otherwise(len_a).alias("len_a"),
         pl.when(second).then(len_a).otherwise(len_b).alias("len_b"),
-        pl.when(winner.is_null())
-        .then(pl.lit(REASON_NO_VERDICT))
-        .when(~position.is_in(["first", "second"]))
-        .then(pl.lit(REASON_UNKNOWN_ORDER))
-        .otherwise(pl.lit(None, dtype=pl.String))
-        .alias(REASON),
+        pl.when(winner.is_null()).then(pl.lit(REASON_NO_VERDICT)).otherwise(None).cast(pl.String).alias(REASON),
+        pl.when(position.is_in(["first", "second"])).then(None).otherwise(False).cast(pl.Boolean).alias("order_known"),
     )
     notes = [
         f"no time stamps in Position-Bias-Analyzer files: every battle dated {options.default_date.isoformat()} "

@@ -13,7 +13,9 @@ Examples::
 glob.  Conversion is columnar (pyarrow/polars on whole files) and needs no Beam
 runner: these files are small next to battle logs, and the ingest that reads the
 output is the Beam job.  Every input row is either converted or dead-lettered
-with a reason; the printed counts and ``OUT/import_manifest.json`` add up.
+with a reason; the printed counts and ``OUT/import_manifest.json`` add up.  An
+import that yields no row at all is an error (exit code 2), never a silent
+empty success.
 Each format's module docstring (``biasboard.importers.<format>``) says exactly how
 its verdicts and shown order are mapped.
 """
@@ -89,6 +91,11 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         answers_dir=answers,
     )
     result = fmt.convert(paths, options)
+    if result.rows_converted == 0:
+        dead = ", ".join(f"{reason}: {n}" for reason, n in result.dead_by_reason().items()) or "none"
+        raise InputError(
+            f"{args.input}: the import yielded 0 rows (read {result.rows_read}; dead letters {dead}); nothing written"
+        )
     manifest = write_import(
         result,
         Path(args.out),

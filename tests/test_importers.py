@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from biasboard.importers.alpacaeval import annotator_family, listed_winner
-from biasboard.importers.common import REASON_NO_VERDICT, REASON_UNKNOWN_ORDER, ImportOptions, ImportResult
+from biasboard.importers.common import REASON_NO_VERDICT, ImportOptions, ImportResult
 from biasboard.importers.registry import import_path
 from biasboard.pipelines import cli
 from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA
@@ -194,12 +194,17 @@ def test_alpacaeval_shown_order_from_recovered_rows():
     path = real_data("alpacaeval", "annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz")
     result = import_path("alpacaeval", path)
     rows = check_contract(result)
-    dead = result.dead_by_reason()
-    assert dead[REASON_UNKNOWN_ORDER] == 48290 - 43320  # SOURCE: 43,320 rows carry shown_first
-    # The vicuna results folders nest a second copy of the same annotations: the copies are duplicates.
-    assert dead[REASON_DUPLICATE_ID] > 0 and set(dead) == {REASON_UNKNOWN_ORDER, REASON_DUPLICATE_ID}
+    # The vicuna results folders nest a second copy of the same annotations (SOURCE.md): the copies are
+    # duplicates, and they are the only rows not converted.
+    raw_all = pl.read_ndjson(path, infer_schema_length=None)
+    nested = raw_all.filter(pl.col("source_path").str.count_matches("/") > 3)
+    assert result.dead_by_reason() == {REASON_DUPLICATE_ID: nested.height}
+    # SOURCE: 43,320 of 48,290 rows carry shown_first; the rest are counted with the order unknown.
+    unknown = rows.filter(pl.col("order_known") == False)  # noqa: E712
+    assert unknown.height == 48290 - 43320 - nested["shown_first"].null_count()
+    assert rows["order_known"].null_count() == rows.height - unknown.height
     # Independent check of the order mapping: the judge's own probability for the first-shown output.
-    raw = pl.read_ndjson(path, infer_schema_length=None).filter(pl.col("shown_first").is_not_null())
+    raw = raw_all.filter(pl.col("shown_first").is_not_null())
     raw = raw.with_columns(
         pl.concat_str(
             [pl.lit("alpacaeval"), "annotator", pl.col("instruction_id").cast(pl.String), "generator_1", "generator_2"],
@@ -207,7 +212,7 @@ def test_alpacaeval_shown_order_from_recovered_rows():
         ).alias("battle_id")
     ).unique("battle_id", keep="first")
     joined = rows.join(raw, on="battle_id", how="inner")
-    assert joined.height == rows.height
+    assert joined.height == rows.height - unknown.height
     decided = joined.filter(pl.col("winner") != "tie")
     assert ((decided["winner"] == "model_a") == (decided["p_shown_first_wins"] > 0.5)).all()
     first = pl.when(pl.col("shown_first") == "output_1").then("generator_1").otherwise("generator_2")
@@ -232,13 +237,70 @@ def test_alpacaeval_judge_family_comes_from_the_annotator_config():
     assert families == ["openai", "anthropic", "meta", None]
 
 
-def test_alpacaeval_1_has_no_recoverable_order():
+def test_alpacaeval_1_has_no_recoverable_order_and_is_counted():
     result = import_path("alpacaeval", real_data("alpacaeval", "annotations_alpaca_eval_gpt4.jsonl.gz"))
-    check_contract(result)
-    assert result.rows_converted == 0
-    assert result.dead_by_reason() == {REASON_UNKNOWN_ORDER: 42665 - 61, REASON_NO_VERDICT: 61}
-    dead = pl.from_arrow(result.dead_letters)
-    assert {"preference", "generator_1", "generator_2", "len_chars_1"} <= set(dead.columns)  # usable order-free
+    rows = check_contract(result)
+    # 42,665 rows, 61 without a preference; one results folder nests a second copy of its 805 annotations.
+    assert result.dead_by_reason() == {REASON_NO_VERDICT: 61, REASON_DUPLICATE_ID: 805}
+    assert result.rows_converted == 42665 - 61 - 805
+    assert (rows["order_known"] == False).all()  # noqa: E712  every row kept; none says who was shown first
+    assert set(rows["model_a"]) == {"text_davinci_003"}  # the listed order: the baseline, generator_1
+
+
+REAL_LAYOUT = ("alpacaeval", "real-layout", "results")
+
+
+@pytest.mark.parametrize("unit", ["chars", "words"])
+def test_alpacaeval_real_annotations_file_recovers_order_from_the_logprobs(unit):
+    """AlpacaEval's own annotations.json: order from raw_completion, lengths from the outputs.
+
+    Checked against the compact fixture of the same 805 annotations (same commit), whose compiler
+    recovered ``shown_first`` and measured the lengths on the original texts independently.
+    """
+    path = real_data(*REAL_LAYOUT, "gpt4_gamed", "weighted_alpaca_eval_gpt4_turbo", "annotations.json.gz")
+    result = import_path("alpacaeval", path, ImportOptions(length_unit=unit))
+    rows = check_contract(result).with_row_index("row")
+    assert result.rows_read == 805 and result.rows_converted == 805  # SOURCE.md: 805 rows
+    compact = pl.read_ndjson(real_data("alpacaeval", "annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz"),
+                             infer_schema_length=None).filter(pl.col("results_dir") == "gpt4_gamed")
+    joined = rows.join(compact.with_row_index("row"), on="row")
+    assert (joined["instruction_id"] == joined["row"]).all() and joined.height == 805
+    # Two rows have no raw_completion (and no shown_first in the compact file): kept, order unknown.
+    unknown = joined.filter(pl.col("order_known") == False)  # noqa: E712
+    assert unknown.height == 2 and unknown["shown_first"].null_count() == 2
+    known = joined.filter(pl.col("order_known").is_null())
+    ours = pl.when(pl.col("model_a") == pl.col("generator_1")).then(pl.lit("output_1")).otherwise(pl.lit("output_2"))
+    assert known.height == 803 and (known.select(ours).to_series() == known["shown_first"]).all()
+    baseline_len = pl.when(pl.col("model_a") == pl.col("generator_1")).then("len_a").otherwise("len_b")
+    assert (joined.select(baseline_len).to_series() == joined[f"len_{unit}_1"]).all()
+    # The continuous preference keeps its sign: > 1.5 is a win for generator_2 whatever the shown order.
+    decided = joined.filter(pl.col("winner") != "tie")
+    g2_won = (decided["winner"] == "model_a") == (decided["model_a"] == decided["generator_2"])
+    assert (g2_won == (decided["preference"] > 1.5)).all()
+    assert set(rows["model_a"]) | set(rows["model_b"]) == {"gpt4_1106_preview", "gpt4_gamed"}
+
+
+def test_alpacaeval_real_layout_as_a_model_folder_or_the_results_tree():
+    folder = import_path("alpacaeval", real_data(*REAL_LAYOUT, "alpaca-7b"))
+    rows = check_contract(folder)
+    assert folder.rows_read == 805 and (rows["order_known"] == False).all()  # noqa: E712  AlpacaEval 1
+    assert set(rows["judge"]) == {"alpaca_eval_gpt4"} and rows["len_a"].null_count() == 0
+    tree = import_path("alpacaeval", real_data(*REAL_LAYOUT))
+    check_contract(tree)
+    assert len(tree.sources) == 3 and tree.rows_read == 3 * 805
+    # Both AlpacaEval 1 files judge the same 805 instructions: their prompt ids coincide.
+    both = pl.from_arrow(tree.rows).filter(pl.col("judge") == "alpaca_eval_gpt4")
+    assert both.group_by("prompt_id").len()["len"].max() == 2 and both["prompt_id"].n_unique() == 805
+
+
+def test_an_import_that_yields_no_rows_exits_2(tmp_path, capsys):
+    path = tmp_path / "annotations.json"
+    path.write_text(json.dumps([{"instruction": "q", "output_1": "a", "output_2": "b", "generator_1": "x",
+                                 "generator_2": "y", "annotator": "j", "preference": None}]))
+    code = cli.main(["import", "--format", "alpacaeval", "--in", str(path), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "yielded 0 rows" in err and "no_verdict: 1" in err and not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------------------------------------- LLMFAO, PBA
@@ -396,12 +458,14 @@ def test_pba_row_shown_second_is_swapped_into_shown_order(tmp_path):
     base = {"benchmark": "MTBench", "question_id": 81, "turn": 2, "judge": "j", "model_a": "x", "model_b": "y",
             "verdict": "A", "winner": "model_a", "len_chars_a": 10, "len_chars_b": 20}  # fmt: skip
     rows = [{**base, "position_a": "first"}, {**base, "position_a": "second"}, {**base, "position_a": "?"}]
+    rows[2]["question_id"] = 82
     path = tmp_path / "judgments.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     result = import_path("pba", path)
     out = check_contract(result)
-    assert out.select("model_a", "model_b", "winner", "len_a", "len_b").rows() == [
-        ("x", "y", "model_a", 10, 20),
-        ("y", "x", "model_b", 20, 10),  # x (shown second) won
+    assert out.select("model_a", "model_b", "winner", "len_a", "len_b", "order_known").rows() == [
+        ("x", "y", "model_a", 10, 20, None),
+        ("y", "x", "model_b", 20, 10, None),  # x (shown second) won
+        ("x", "y", "model_a", 10, 20, False),  # order unreadable: counted in the listed order
     ]
-    assert result.dead_by_reason() == {REASON_UNKNOWN_ORDER: 1}
+    assert result.dead_by_reason() == {}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import hashlib
 import io
 import json
 import shutil
@@ -121,8 +122,14 @@ def _first_token_logprobs(raw: object) -> object:
 
 
 def alpaca_annotation(row: dict) -> dict:
-    """AlpacaEval ``annotations.json``: texts → fillers, the completion → its first-token logprobs."""
-    for name in ("instruction", "output_1", "output_2"):
+    """AlpacaEval ``annotations.json``: outputs → fillers, the instruction → a digest, the completion → logprobs.
+
+    The instruction identifies the prompt (the importer's ``prompt_id``), so it becomes a placeholder
+    naming its SHA-1 rather than a filler that two instructions of equal length would share.
+    """
+    if isinstance(row.get("instruction"), str):
+        row["instruction"] = f"[instruction {hashlib.sha1(row['instruction'].encode('utf-8')).hexdigest()[:16]}]"
+    for name in ("output_1", "output_2"):
         if isinstance(row.get(name), str):
             row[name] = filler(row[name])
     if "raw_completion" in row:
@@ -200,8 +207,8 @@ def plan() -> dict[str, list[tuple[str, Callable[[Path, Path], None], str]]]:
         ("annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz", _copy, "copied unchanged (texts already dropped)"),
         ("annotations_alpaca_eval_gpt4.jsonl.gz", _copy, "copied unchanged (texts already dropped)"),
         *((path, lambda s, d: _map_rows(s, d, alpaca_annotation, gzip_out=True),
-           "gzip-compressed; instruction/output_1/output_2 → same-length x-word fillers; raw_completion → the "
-           "first token's top log-probabilities only") for path in ALPACA_REAL),
+           "gzip-compressed; output_1/output_2 → same-length x-word fillers; instruction → `[instruction "
+           "<SHA-1 prefix>]`; raw_completion → the first token's top log-probabilities only") for path in ALPACA_REAL),
     ]
     sources["llmfao"] = [
         *((f"{name}-comparisons.csv", _copy, copy_note)
