@@ -54,6 +54,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 from biasboard.importers.common import (
@@ -120,15 +121,16 @@ def annotator_family(annotator: pl.Expr) -> pl.Expr:
 
 def _field_path(dtype: pl.DataType, *names: str) -> bool:
     """Whether nested struct fields ``names`` exist under ``dtype`` (lists are looked through)."""
+    current: Any = dtype
     for name in names:
-        while isinstance(dtype, pl.List):
-            dtype = dtype.inner
-        if not isinstance(dtype, pl.Struct):
+        while isinstance(current, pl.List):
+            current = current.inner
+        if not isinstance(current, pl.Struct):
             return False
-        fields = {f.name: f.dtype for f in dtype.fields}
+        fields = {f.name: f.dtype for f in current.fields}
         if name not in fields:
             return False
-        dtype = fields[name]
+        current = fields[name]
     return True
 
 

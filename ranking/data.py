@@ -186,12 +186,7 @@ class PairArrays:
     sum_x2: np.ndarray
     sum_loglen_a: np.ndarray
     sum_loglen_b: np.ndarray
-    #: 1.0 where the shown order is known, 0.0 where not (the position term is multiplied by it); None: all known.
-    pos: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        if self.pos is None:
-            object.__setattr__(self, "pos", np.ones_like(self.n, dtype=np.float64))
+    pos: np.ndarray  # 1.0 where the shown order is known, 0.0 where not (the position term is multiplied by it)
 
     def __len__(self) -> int:
         return int(self.a.shape[0])

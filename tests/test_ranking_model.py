@@ -19,7 +19,8 @@ def _random_problem(naive: bool, seed: int = 0):
     wa, wb, t = (rng.poisson(lam, n_cells).astype(float) for lam in (3, 3, 1))
     ones = np.ones(n_cells)
     pairs = PairArrays(a, b, j, wa, wb, t, 0 * t, wa + wb + t, rng.normal(size=n_cells),
-                       rng.integers(-1, 2, n_cells).astype(float), ones, ones, ones, ones)
+                       rng.integers(-1, 2, n_cells).astype(float), ones, ones, ones, ones,
+                       (rng.random(n_cells) < 0.7).astype(float))  # 30% of cells with the shown order unknown
     scores = ScoreArrays(rng.integers(0, judges, n_scores), rng.integers(0, m, n_scores),
                          rng.integers(0, prompts, n_scores), rng.poisson(2, (n_scores, cats)).astype(float))
     if naive:
