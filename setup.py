@@ -30,7 +30,16 @@ setup(
         "google-cloud-storage>=2.10",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6", "gcp-storage-emulator>=2024.0", "build", "ruff", "mypy>=2.4"],
+        "test": [
+            "pytest>=8",
+            "hypothesis>=6",
+            "gcp-storage-emulator>=2024.0",
+            "build",
+            # lint (tests/test_lint.py): scipy's types come from scipy-stubs; pyarrow has none that match
+            "ruff",
+            "mypy>=2.4",
+            "scipy-stubs",
+        ],
     },
     entry_points={"console_scripts": ["biasboard=biasboard.pipelines.cli:main"]},
 )
