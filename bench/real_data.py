@@ -38,9 +38,10 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from biasboard.importers.registry import import_path
 from biasboard.ranking import FitResult, ModelConfig, NaiveConfig, fit_bias_aware, fit_leaderboards, fit_naive
-from biasboard.ranking.gate import run_gate
 from biasboard.ranking.rank_stats import kendall_tau_b, spearman
+from biasboard.ranking.reference import Reference, fit_with_reference
 from biasboard.schemas.families import FamilyMap
+from biasboard.transforms.anchors import as_anchor_rows
 from biasboard.transforms.cells import partial_cells
 from evidence_sections import fmt, markdown_table, replace_section, revision
 
@@ -436,9 +437,9 @@ def llmfao(config: ModelConfig, gate: bool = True, data: Path = DATA) -> dict:
                          rows)
         + ("\n\n**With the trusted-anchor gate (seed 000)**: the crowd's prompts are split in two at random; crowd "
         "verdicts on one half are the gate's anchors (40 of them, or all), the crowd's naive BT ranking on the "
-        "other half is the reference, so the anchors never see the prompts they are scored on. The gate enables a "
-        "judge's (effect) correction only when it improves the anchors' log loss by more than 0.01 nats with "
-        "p ≤ 0.05 (`ranking.gate.run_gate`).\n\n"
+        "other half is the reference, so the anchors never see the prompts they are scored on. The anchors are the "
+        "reference (`ranking.reference.fit_with_reference`): an effect is corrected only where the judge's excess "
+        "over the anchors' own effect is jointly significant (Wald, Holm over effects, level 0.05).\n\n"
         + markdown_table(["GPT judge", "anchors", "enabled by the gate", "τ-b naive vs held-out crowd",
                           "τ-b corrected (all effects)", "τ-b gated"], gate_rows) if gate_rows else "")
         + "\n\n**Bias estimates per judge**\n\n"
@@ -467,9 +468,11 @@ def gated_llmfao(imported: dict, config: ModelConfig, anchor_counts: tuple[int |
         full = fit_bias_aware(cells, config=base)
         for count in anchor_counts:
             anchors = anchors_all if count is None else anchors_all.sample(count, seed=0)
-            gate = run_gate(cells, anchors.to_arrow(), base_config=base)
-            gated = fit_bias_aware(cells, config=gate.config(base))
-            on = gate.decisions.filter(pl.col("enabled"))["effect"].to_list()
+            anchor_cells = pl.from_arrow(partial_cells(as_anchor_rows(anchors), FamilyMap.with_user_rules()).cells)
+            fitted = fit_with_reference(cells, reference=Reference.parse("anchors", True), anchor_cells=anchor_cells,
+                                        config=base)
+            gated = fitted.corrected
+            on = sorted(set(fitted.gate.decisions.filter(pl.col("enabled"))["effect"].to_list()))
             rows.append([judge, anchors.height, ", ".join(on) or "none",
                          rank_agreement(ratings(naive), reference)[0], rank_agreement(ratings(full), reference)[0],
                          rank_agreement(ratings(gated), reference)[0]])

@@ -49,10 +49,10 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from biasboard.audit.measures import PAIR_KEYS, PAIR_MEASURES, order_models_table
 from biasboard.pipelines import validation
 from biasboard.pipelines.options import beam_options
-from biasboard.ranking import ModelConfig, fit_leaderboards
+from biasboard.ranking import ModelConfig
 from biasboard.ranking.diagnostics import CROSSING_TYPICAL
-from biasboard.ranking.gate import run_gate
 from biasboard.ranking.leaderboard import side_by_side
+from biasboard.ranking.reference import Reference, ReferenceFit, ReferenceSettings, fit_with_reference
 from biasboard.report.html import render_report
 from biasboard.report.text import fmt, side_by_side_text
 from biasboard.schemas import summary as S
@@ -61,7 +61,8 @@ from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.summary import Summary
 from biasboard.transforms import publish, read, state, storage
-from biasboard.transforms.audit import AUDIT_JSON, load_anchors, run_audit
+from biasboard.transforms.anchors import read_anchors
+from biasboard.transforms.audit import AUDIT_JSON, run_audit
 from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
 from biasboard.transforms.ingest import build_ingest, day_tasks, ingest_settings, run_ingest
 from biasboard.transforms.plan import MAX_BUDGET, make_plan, plan_inputs
@@ -98,6 +99,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="trusted verdicts (battle-shaped Parquet glob): correct a judge's bias only where these anchors "
         "support it (the trusted-anchor gate), and score each judge's gold-label accuracy",
+    )
+    parser.add_argument(
+        "--reference",
+        default=None,
+        help="what 'unbiased' means: 'none' (each judge's effects against zero, style control), 'anchors' (the "
+        "--anchors raters; the default when --anchors is given) or JUDGE[,JUDGE...] (judges of the input, e.g. "
+        "human pools, pooled): judges are corrected only for their excess over the reference, and the corrected "
+        "rating is what the reference concludes on each model's typical answers",
+    )
+    parser.add_argument(
+        "--gate-level",
+        type=float,
+        default=0.05,
+        help="family-wise level of the trusted-anchor gate (default 0.05): an effect is corrected only where the "
+        "judges' excesses over the reference are jointly significant at this level (Holm over effects)",
+    )
+    parser.add_argument(
+        "--apply-unidentified",
+        action="store_true",
+        help="also apply corrections the identifiability check reports as prior-selected (default: listed in the "
+        "summary with what applying them would change, not applied)",
     )
     parser.add_argument(
         "--length-clip",
@@ -140,6 +162,9 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             anchors=args.anchors,
             plan_budget=args.plan_budget,
             length_clip=args.length_clip,
+            reference=args.reference,
+            gate_level=args.gate_level,
+            apply_unidentified=args.apply_unidentified,
         ),
     )
     if outcome.published is None:
@@ -172,6 +197,9 @@ class RefreshOptions:
     anchors: str | None = None
     plan_budget: int = 0
     length_clip: float | None = 1.5
+    reference: str | None = None
+    gate_level: float = 0.05
+    apply_unidentified: bool = False
 
 
 @dataclass
@@ -531,6 +559,8 @@ class SnapshotParts:
 
 def model_config(options: RefreshOptions) -> ModelConfig:
     try:
+        ReferenceSettings(options.gate_level, options.apply_unidentified)
+        Reference.parse(options.reference, bool(options.anchors))
         return ModelConfig(k=options.k, bootstrap=options.bootstrap, seed=options.seed, length_clip=options.length_clip)
     except ValueError as err:  # a bad option value, said in one line rather than a traceback
         raise InputError(f"refresh options: {err}") from err
@@ -558,29 +588,67 @@ def fit_state(
         f" and {score_cells.num_rows} score cells" if score_cells is not None else "",
         len(days),
     )
-    config = model_config(options)
-    gate = None
-    if options.anchors:
-        gate = run_gate(cells, load_anchors(options.anchors), base_config=config, score_cells=score_cells)
-        config = gate.config(config)
-        _LOG.info("fit: the anchor gate left %d (judge, effect) correction(s) off", len(gate.disabled))
-    naive, corrected = fit_leaderboards(cells, score_cells, config=config)
+    fitted = fit_with_anchors(cells, score_cells, options)
+    naive, corrected = fitted.naive, fitted.corrected
     leaderboard = side_by_side(naive, corrected)
     audit_files = dict(audit_files or {})
     audit_tables = None
     if audit_files:
         audit_tables = json.loads(audit_files[AUDIT_JSON]).get("tables") if AUDIT_JSON in audit_files else None
     summary = build_summary(
-        state_dir, days, cells, naive, corrected, leaderboard, gate=gate, audit_tables=audit_tables, seed=options.seed
+        state_dir, days, cells, naive, corrected, leaderboard, reference=fitted, audit_tables=audit_tables,
+        seed=options.seed,
     )
     return SnapshotParts(
         leaderboard=leaderboard,
         bias=corrected.bias,
         summary=summary,
-        model_options=_config_dict(config),
+        model_options=_config_dict(fitted.config),
         n_cells=cells.num_rows,
         extra_files={**audit_files, **plan_inputs(corrected)},
     )
+
+
+def fit_with_anchors(cells, score_cells, options: RefreshOptions) -> ReferenceFit:
+    """Both boards, corrected toward the reference the options name (anchors read and aggregated here)."""
+    reference = Reference.parse(options.reference, bool(options.anchors))
+    anchors = read_anchors(options.anchors, read.load_family_map(options.families)) if options.anchors else None
+    if anchors is not None:
+        _LOG.info("fit: %d trusted anchor verdict(s) from %d rater name(s)", anchors.k, len(anchors.raters))
+    fitted = fit_with_reference(
+        cells,
+        score_cells,
+        reference=reference,
+        anchor_cells=anchors.cells if anchors is not None and reference.kind == "anchors" else None,
+        config=model_config(options),
+        settings=ReferenceSettings(options.gate_level, options.apply_unidentified),
+    )
+    if anchors is not None:
+        fitted.notes.append(f"anchors: {anchors.counts.counted} verdict(s) kept of {anchors.counts.read} read "
+                            f"(rejected: {anchors.counts.rejected or 'none'})")
+    return fitted
+
+
+def reference_warnings(fitted: ReferenceFit) -> list[str]:
+    """Plain-words warnings of the reference fit: what the gate enabled, what was not applied and why."""
+    out = []
+    if fitted.gate is not None:
+        decisions = fitted.gate.decisions
+        enabled = decisions.filter(pl.col("enabled")).height
+        out.append(
+            f"reference {fitted.reference.kind} ({fitted.k} verdicts): the gate corrected {enabled} of "
+            f"{decisions.height} (judge, effect) excesses at level {fitted.gate.level}; the others are tied to the "
+            "reference"
+        )
+    for entry in fitted.unidentified:
+        if not entry["applied"]:
+            tau = entry["if_applied"].get("kendall_tau")
+            out.append(
+                f"{entry['effect']} correction of {entry['judge']} is prior-selected and was not applied "
+                f"(applying it: Kendall tau {tau if tau is None else round(tau, 3)} against the published board; "
+                "--apply-unidentified forces it)"
+            )
+    return out
 
 
 def _dictionary_encoded(table: pa.Table) -> pa.Table:
@@ -600,7 +668,7 @@ def build_summary(
     corrected,
     leaderboard: pl.DataFrame,
     *,
-    gate=None,
+    reference: ReferenceFit | None = None,
     audit_tables: Mapping[str, list] | None = None,
     seed: int = 0,
 ) -> Summary:
@@ -625,6 +693,7 @@ def build_summary(
         identifiability["length"].corr_theta = covariates.corr_theta_length_corrected
         identifiability["length"].crossing = CROSSING_TYPICAL
     audit = audit_tables or {}
+    gate = reference.gate if reference is not None else None
     diagnostics = S.Diagnostics(
         identifiability=identifiability,
         connectivity=S.Connectivity(
@@ -660,12 +729,8 @@ def build_summary(
             f"row accounting does not add up: read {counts.read} != counted {counts.counted} + "
             f"rejected {counts.rejected_total}"
         )
-    if gate is not None:
-        enabled = gate.decisions.filter(pl.col("enabled")).height
-        warnings.append(
-            f"trusted-anchor gate ({gate.k} anchors): correction enabled for {enabled} of "
-            f"{gate.decisions.height} (judge, effect) pairs; the others are fitted uncorrected"
-        )
+    if reference is not None:
+        warnings.extend(reference_warnings(reference))
     top = leaderboard.sort("rank_corrected", "model")["model"].head(HEAD_TO_HEAD_TOP).to_list()
     return S.Summary(
         kendall_tau=comparison.get("kendall_tau") if comparison else None,
@@ -689,6 +754,7 @@ def build_summary(
             corrected=_rank_intervals(corrected, seed),
         ),
         head_to_head=S.HeadToHead(models=top, **head_to_head(cells, top)),
+        reference=S.from_jsonable(S.ReferenceInfo, reference.summary(), "reference") if reference is not None else None,
     )
 
 
@@ -723,6 +789,7 @@ def _pooled_order_models(order_pairs: list) -> list:
 def _config_dict(config) -> dict:
     out = asdict(config)
     out["disabled"] = sorted(list(pair) for pair in config.disabled)
+    out["reference"] = sorted(config.reference)
     return out
 
 

@@ -98,7 +98,7 @@ def bias_table(problem: Problem, solution: Solution, cov_core: np.ndarray | Bloc
             note = "" if any_on else "disabled for every judge"
         global_identified[t] = bool(identified)
         rows.add("*", name, v, identified=identified and any_on, enabled=any_on, note=note)
-        on = np.flatnonzero(masks[t])
+        on = np.flatnonzero(spec.deviation_mask(t))
         if on.size >= 2:
             devs = solution.core[lay.block(t)][on] * unit.get(t, 1.0)
             rows.add_plain("*", f"{name}_sd", float(np.std(devs, ddof=1)), float("nan"), float("nan"),

@@ -94,6 +94,13 @@ class ModelConfig:
     the same MAP and Laplace CIs (to ~1e-10), the blocked one in O(J) memory.  ``judge_pool``
     (``prefix:SEP``) fits one judge per name prefix — e.g. all ``arena/<voter>`` as ``arena`` — for
     users who want one effect per pool rather than voters shrunk towards their population.
+
+    ``reference`` names the judges whose verdicts define "unbiased" (anchors, human pools; see
+    :mod:`biasboard.ranking.reference`).  For position, length and affinity the model's global coefficient
+    is then the reference's own (pooled) effect: the reference judges have no deviation from it, every
+    other judge's deviation is its bias relative to the reference, and ``disabled`` for such an effect
+    means *tied to the reference* (deviation fixed at 0) rather than fixed at zero — unless the reference
+    has no data for the effect (no lengths, no family of its own), where the reference is zero as before.
     """
 
     priors: Priors = field(default_factory=Priors)
@@ -109,6 +116,7 @@ class ModelConfig:
     length_clip: float | None = 1.5
     judge_solver: str = "auto"
     judge_pool: str | None = None
+    reference: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.judge_pool is not None:
@@ -131,6 +139,9 @@ class ModelConfig:
                     f"length_clip must be None or a positive length-bin edge (one of {edges.tolist()}) so the "
                     f"clipped covariate is exact from the cells, got {self.length_clip!r}"
                 )
+
+    def is_reference(self, judge: str) -> bool:
+        return judge in self.reference
 
     def is_enabled(self, judge: str, effect: str) -> bool:
         return (judge, effect) not in self.disabled and ("*", effect) not in self.disabled

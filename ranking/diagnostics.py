@@ -142,7 +142,9 @@ def profile_ranges(problem: Problem, solution: Solution, config: ModelConfig, sh
             core = solution.core.copy()
             core[lay.glob(t)] = value
             devs = core[lay.block(t)]
-            core[lay.block(t)] = np.where(spec.masks[t] > 0, devs - devs[spec.masks[t] > 0].mean(), devs)
+            own = spec.deviation_mask(t) > 0
+            if spec.tied is None or not spec.tied[t].any():  # deviations sum to zero (no reference level)
+                core[lay.block(t)] = np.where(own, devs - devs[own].mean(), devs)
             sol = minimize(objective, core, solution.diag, free=free, tol=config.tol, max_iter=config.max_iter,
                            g0_norm=solution.scale)
             logliks.append(sol.evaluation.loglik)

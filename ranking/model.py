@@ -112,6 +112,13 @@ class Spec:
     #: Keep the per-judge Hessian as blocks and eliminate them by a Schur complement (many judges; pair
     #: cells only): :mod:`biasboard.ranking.arrowhead`.
     judge_blocks: bool = False
+    #: ``tied[t, j] = 1``: judge j has no deviation of its own for effect t (position, length, affinity), so its
+    #: effect is the global coefficient — the reference's (see ``ModelConfig.reference``).  None: no tie.
+    tied: np.ndarray | None = None
+
+    def deviation_mask(self, t: int) -> np.ndarray:
+        """Where judge j's own deviation of effect t enters η: the effect is on and not tied to the global."""
+        return self.masks[t] if self.tied is None else self.masks[t] * (1.0 - self.tied[t])
 
     def effective_map(self, centred: bool = True) -> sp.csr_matrix:
         """The sparse linear map E with effective = E @ raw (constant over a fit).
@@ -144,7 +151,7 @@ class Spec:
                         rr, cc = np.meshgrid(eff[on], raw[on], indexing="ij")
                         put(rr.ravel(), cc.ravel(), -1.0 / on.size)
                 continue
-            put(eff, raw, mask)
+            put(eff, raw, self.deviation_mask(t) if t in (POS, LEN, AFF) else mask)
             if t in (POS, LEN, AFF):
                 put(eff, np.full(lay.n_judges, lay.glob(t)), mask)
         tt = np.arange(lay.n_tau)

@@ -80,9 +80,12 @@ class Problem:
         lay = self.layout
         precision = self.prior.precision.copy()
         precision[lay.theta] = 0.0
-        on = lay.block(block).start + np.flatnonzero(self.spec.masks[block])
+        on = lay.block(block).start + np.flatnonzero(self.spec.deviation_mask(block))
         precision[on] = 0.0
         theta = np.arange(lay.n_models)
+        if self.spec.tied is not None and self.spec.tied[block].any():
+            # The global level is the reference's own effect: deviations are measured from it, no gauge.
+            return replace(self.prior, precision=precision, gauges=((theta, 1.0),))
         stiff = 1e4 * max(1.0, float(np.max(self.prior.precision)))
         return replace(self.prior, precision=precision, gauges=((theta, 1.0), (on, stiff)))
 
@@ -134,6 +137,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         if not has_scores[j]:
             masks[SEV, j] = 0.0
             notes.setdefault((SEV, j), "no ordinal scores from this judge")
+    tied = _tie_to_reference(data, config, masks, notes, has_len, has_aff)
     has_ord = scores is not None and config.omega < 1.0
     if masks[DISC].sum() < 2 and not has_ord:
         for j in np.flatnonzero(masks[DISC]).tolist():
@@ -146,7 +150,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
             raise ValueError("judge_solver='blocked' takes pair cells only; this fit has ordinal scores")
         blocked = False
     spec = Spec(lay, masks, length_scale(pairs), w_pair, w_ord, centre_discrimination=not has_ord,
-                judge_blocks=blocked)
+                judge_blocks=blocked, tied=tied)
 
     pr = config.priors
     precision = np.zeros(lay.n_core)
@@ -172,6 +176,34 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     if not has_ord and scores is not None:
         data = replace(data, scores=None)
     return Problem(data, lay, spec, prior, notes)
+
+
+def _tie_to_reference(data: Dataset, config: ModelConfig, masks: np.ndarray, notes: dict,
+                      has_len: np.ndarray, has_aff: np.ndarray) -> np.ndarray | None:
+    """The ``Spec.tied`` array of ``config.reference`` (None without a reference); updates masks and notes.
+
+    For each of position, length and affinity on which some reference judge has data, the global
+    coefficient becomes the reference's effect: reference judges are tied to it, and a judge whose
+    correction is switched off is tied to it too (its effect equals the reference's: no excess) instead
+    of being fixed at zero.  An effect the reference has no data for keeps the zero reference.
+    """
+    if not config.reference:
+        return None
+    ref = np.array([judge in config.reference for judge in data.judges])
+    tied = np.zeros_like(masks)
+    has_data = {POS: np.ones(len(data.judges), bool), LEN: has_len, AFF: has_aff}
+    for t in (POS, LEN, AFF):
+        if not masks[t, ref].any():
+            continue
+        tied[t, ref] = 1.0
+        for j in np.flatnonzero(~ref & has_data[t] & (masks[t] == 0)):
+            if notes.get((t, j)) == "disabled by configuration":
+                masks[t, j] = 1.0
+                tied[t, j] = 1.0
+                notes[(t, j)] = "tied to the reference: no excess over the reference's effect"
+        for j in np.flatnonzero(ref & (masks[t] > 0)):
+            notes[(t, j)] = "reference: this effect is the model's global coefficient"
+    return tied
 
 
 def prior_sd_of_effect(problem: Problem, block: int) -> tuple[float, float]:

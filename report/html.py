@@ -613,9 +613,10 @@ def _gate(summary: Summary) -> str:
     rows = ["<tr>" + "".join(
         f'<td class="l">{esc(fmt(row.get(c), 3) if isinstance(row.get(c), float) else row.get(c, "—"))}</td>'
         for c in columns) + "</tr>" for row in gate.decisions]
-    body = (f'<p class="note">{esc(gate.method)}: {gate.k} anchors ({gate.anchors_unmatched} unmatched), at least '
-            f"{gate.min_anchors} needed, level {gate.alpha:g}, margin {gate.margin:g} nats.</p>"
-            + _table("gate", head, rows))
+    reference = summary.reference
+    named = f"Reference: {esc(reference.description)}. " if reference is not None else ""
+    body = (f'<p class="note">{named}{esc(gate.method)}: {gate.k} reference verdicts, family-wise level '
+            f"{gate.level:g}.</p>" + _table("gate", head, rows))
     return _section("gate", "Trusted-anchor gate", body)
 
 

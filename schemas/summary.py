@@ -323,12 +323,30 @@ class Gate:
 
     method: str
     k: int
-    anchors_unmatched: int
-    min_anchors: int
-    alpha: float
-    margin: float
+    level: float
     decisions: list[dict[str, Any]]
     disabled: list[list[str]]
+
+
+@dataclass
+class ReferenceInfo:
+    """Which raters define "unbiased" and their own effects (:meth:`biasboard.ranking.reference.ReferenceFit.summary`).
+
+    ``own_effects`` maps position/length/affinity/discrimination to estimate and 95% CI; ``unidentified``
+    lists prior-selected corrections with what applying them would change; ``all_corrections_on``
+    compares the published board with every correction on.
+    """
+
+    kind: str
+    judges: list[str]
+    description: str
+    corrected_rating: str
+    verdicts: int
+    own_effects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gate: Gate | None = None
+    unidentified: list[dict[str, Any]] = field(default_factory=list)
+    all_corrections_on: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -404,6 +422,7 @@ class Summary:
     score_counts: Counts | None = None
     ranks: Ranks | None = None
     head_to_head: HeadToHead | None = None
+    reference: ReferenceInfo | None = None
     version: int = SUMMARY_VERSION
 
     def to_json(self) -> dict[str, Any]:

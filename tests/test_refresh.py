@@ -185,7 +185,7 @@ def test_demo_prints_both_leaderboards_tau_and_the_report(tmp_path, capsys):
     assert len(table) == 5
 
 
-def _write_anchors(sim: Path, folder: Path, pairs: int = 15) -> str:
+def _write_anchors(sim: Path, folder: Path, pairs: int = 15, prompt_ids: bool = True) -> str:
     """Trusted verdicts in both orders on ``pairs`` model pairs: the truly better model always wins."""
     import itertools
 
@@ -206,7 +206,7 @@ def _write_anchors(sim: Path, folder: Path, pairs: int = 15) -> str:
             "model_a": [a for a, _ in rows],
             "model_b": [b for _, b in rows],
             "winner": ["model_a" if theta[a] > theta[b] else "model_b" for a, b in rows],
-            "prompt_id": [f"anchor-prompt-{min(a, b)}-{max(a, b)}" for a, b in rows],
+            **({"prompt_id": [f"anchor-prompt-{min(a, b)}-{max(a, b)}" for a, b in rows]} if prompt_ids else {}),
         }
     )
     pq.write_table(table, day / "anchors.parquet")
@@ -214,21 +214,30 @@ def _write_anchors(sim: Path, folder: Path, pairs: int = 15) -> str:
 
 
 def test_refresh_with_anchors_gates_corrections_and_plans_the_next_battles(sim, tmp_path):
-    anchors = _write_anchors(sim, tmp_path / "anchors")
-    options = RefreshOptions(audit=False, anchors=anchors, plan_budget=6)
+    # Anchors without prompt_id work with the audit on (they cannot be matched to battles for gold labels,
+    # but they are the reference all the same).
+    anchors = _write_anchors(sim, tmp_path / "anchors", prompt_ids=False)
+    options = RefreshOptions(anchors=anchors, plan_budget=6)
     outcome = refresh(_glob(sim), str(tmp_path / "state"), str(tmp_path / "out"), [], options)
     snapshot = _snapshot(tmp_path / "out")
-    gate = outcome.summary.diagnostics.gate
+    reference = outcome.summary.reference
+    assert reference is not None and reference.gate is not None
+    gate = reference.gate
     judges = json.loads((sim / "truth.json").read_text())["judges"]
-    assert gate is not None and gate.k == 30
+    assert reference.kind == "anchors" and reference.verdicts == gate.k == 30
+    assert outcome.summary.diagnostics.gate == gate
+    assert reference.own_effects["position"]["ci_low"] is not None
     assert len(gate.decisions) == len(judges) * 3  # position, length, affinity per judge
-    assert any("trusted-anchor gate" in w for w in outcome.summary.warnings)
+    assert any("the gate corrected" in w for w in outcome.summary.warnings)
     # what the gate left off is what the published bias table says is off
     bias = pl.read_parquet(snapshot / "bias.parquet")
-    assert gate.disabled, "on a small simulation the anchors should not support every correction"
     for judge, effect in gate.disabled:
         rows = bias.filter((pl.col("judge") == judge) & (pl.col("effect") == effect))
         assert rows.height and not rows["enabled"].any(), (judge, effect)
+    # the anchors are the reference, not battles of the leaderboard
+    board = pl.read_parquet(snapshot / "leaderboard.parquet")
+    counts = outcome.summary.counts
+    assert board["n_battles"].sum() == 2 * (counts.counted - counts.self_battles)
     assert (snapshot / "posterior.npz").exists()
     plan = pl.read_parquet(Path(outcome.plan_path).with_suffix(".parquet"))
     assert plan.height == 6
@@ -238,4 +247,13 @@ def test_bad_length_clip_fails_before_any_work(sim, tmp_path, capsys):
     argv = ["refresh", "--input", _glob(sim), "--state", str(tmp_path / "state"), "--out", str(tmp_path / "out")]
     assert cli.main([*argv, "--length-clip", "1.3"]) == 2
     assert "length_clip must be None or a positive length-bin edge" in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()  # nothing was aggregated
+
+
+def test_bad_reference_options_fail_before_any_work(sim, tmp_path, capsys):
+    argv = ["refresh", "--input", _glob(sim), "--state", str(tmp_path / "state"), "--out", str(tmp_path / "out")]
+    assert cli.main([*argv, "--gate-level", "1.5"]) == 2
+    assert "gate level must be in (0, 1)" in capsys.readouterr().err
+    assert cli.main([*argv, "--reference", "anchors"]) == 2
+    assert "no --anchors given" in capsys.readouterr().err
     assert not (tmp_path / "state").exists()  # nothing was aggregated

@@ -246,12 +246,14 @@ def _sum_counts(parts) -> IngestCounts:
 def load_anchors(glob: str) -> pl.DataFrame:
     """Trusted verdicts (battle-shaped Parquet), validated by the ingest's rules, as audit rows.
 
-    Shared by the audit's gold-label accuracy and the refresh's trusted-anchor gate.
+    Every verdict is kept by its id (repeats of a pair are evidence); the refresh's reference reads the
+    same files through :func:`biasboard.transforms.anchors.read_anchors`.
     """
     frames = []
+    seen = SeenIds()  # one id set over every anchor file: a repeated id is a duplicate, a repeated pair is not
     for day, files in read.list_input_days(glob).items():
         for f, offset, batch in read.day_batches(day, files, carry=AUDIT_CARRY):
-            checked = validate_battles(batch, None, source_file=f.path, row_offset=offset, carry=AUDIT_CARRY)
+            checked = validate_battles(batch, seen, source_file=f.path, row_offset=offset, carry=AUDIT_CARRY)
             if checked.rejected:
                 _LOG.warning(
                     "anchors %s: %s rows rejected: %s", f.path, sum(checked.rejected.values()), checked.rejected
@@ -259,14 +261,14 @@ def load_anchors(glob: str) -> pl.DataFrame:
             frames.append(audit_frame(checked.valid))
     if not frames:
         raise InputError(f"--anchors: no valid trusted verdicts in {glob}")
-    return pl.concat(frames, how="diagonal_relaxed").unique()
+    return pl.concat(frames, how="diagonal_relaxed")
 
 
 def load_anchor_lookup(glob: str) -> pl.DataFrame:
     """Trusted verdicts → the gold lookup (by judge-free prompt and pair) the audit scores judges against."""
     lookup = anchor_gold(load_anchors(glob))
     if lookup.height == 0:
-        raise InputError(f"--anchors: {glob} has no verdicts with a prompt_id to match battles by")
+        _LOG.warning("anchors %s: no verdict has a prompt_id to match battles by; no gold-label accuracy", glob)
     return lookup
 
 

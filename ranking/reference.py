@@ -1,0 +1,451 @@
+"""What "unbiased" means: correct every judge toward a trusted reference, gated, identified effects only.
+
+A judge's effect is a bias only relative to what trusted raters do: humans prefer longer answers too, so
+subtracting every length effect removes quality the humans see.  Three references (DESIGN, "the reference"):
+
+* ``none`` — effects are measured against zero (style control, LMArena's choice); the corrected rating
+  is θ_m.
+* ``anchors`` — trusted verdicts given apart from the battles, fitted as one more rater
+  (:data:`ANCHOR_JUDGE`, no family of its own) and not counted in the leaderboard's battles;
+* named judges of the input (e.g. human pools), pooled as one rater.
+
+With a reference r the model's global position, length and affinity coefficients *are* r's own effects,
+estimated from r's verdicts (``ModelConfig.reference``); every other judge's deviation is its bias, the
+excess over r.  The corrected rating is what r would conclude on each model's typical answers::
+
+    φ_m = θ_m + (β_r / a_r) · x̄_m,   x̄_m = clip(μ_m − mean_k μ_k, −c, c)
+
+with μ_m model m's mean log length, c the length clip, β_r r's length effect per unit of log length ratio
+and a_r r's discrimination (so r's preference is expressed on θ's scale); position is averaged out and
+r's affinity (a rater's preference for its own family) is reported, not added.  φ is identified even
+where θ and β_r are not (length constant within each model, seed 000): r's verdicts measure θ_m + β_r·μ_m
+directly, whatever split the prior picks.  Its covariance is the delta-method map of the Laplace
+posterior.
+
+Which excesses are corrected is decided by the trusted-anchor gate (:mod:`biasboard.ranking.gate`); an
+excess the gate does not support is *tied* to the reference (the judge is taken to do what r does).  An
+effect the identifiability check reports as prior-selected is not applied to the published board unless
+``apply_unidentified``: with a reference, a judge whose excess the data barely move from its prior; with
+``none``, an effect whose profile likelihood is flat.  The summary lists each with what applying it would
+change (τ and the largest rank moves).  Pure numpy/polars over the core's fit functions; no Beam.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import polars as pl
+from biasboard.ranking.bias_table import VARIANCE_SHRINK
+from biasboard.ranking.config import ModelConfig, NaiveConfig
+from biasboard.ranking.data import CellsInput, Dataset, build_dataset
+from biasboard.ranking.diagnostics import compare_rankings, mean_log_length
+from biasboard.ranking.fit import centred_draws, fit_bias_aware, fit_naive
+from biasboard.ranking.gate import DEFAULT_LEVEL, GATED, GateResult, excess_vectors, run_gate
+from biasboard.ranking.model import DISC, LEN
+from biasboard.ranking.problem import Problem, bias_aware_problem, prior_sd_of_effect
+from biasboard.ranking.rank_stats import ranks_desc
+from biasboard.ranking.result import Z95, FitResult
+from biasboard.ranking.uncertainty import top_k_probabilities
+from biasboard.schemas.errors import InputError
+
+#: The judge name trusted anchors are fitted under (not a valid model or judge name of any import).
+ANCHOR_JUDGE = "(anchors)"
+REFERENCE_KINDS = ("none", "anchors")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Which raters define "unbiased": ``none`` (zero), ``anchors``, or named judges of the input."""
+
+    kind: str = "none"
+    judges: tuple[str, ...] = ()
+
+    @staticmethod
+    def parse(text: str | None, has_anchors: bool) -> Reference:
+        """``--reference`` value → Reference (default: anchors when anchors are given, else none)."""
+        if text is None or not text.strip():
+            return Reference("anchors", (ANCHOR_JUDGE,)) if has_anchors else Reference()
+        value = text.strip()
+        if value == "none":
+            return Reference()
+        if value == "anchors":
+            if not has_anchors:
+                raise InputError("--reference anchors: no --anchors given")
+            return Reference("anchors", (ANCHOR_JUDGE,))
+        names = tuple(sorted({name.strip() for name in value.split(",") if name.strip()}))
+        if not names:
+            raise InputError(f"--reference: no judge named in {text!r}")
+        return Reference("judges", names)
+
+    @property
+    def raters(self) -> frozenset[str]:
+        return frozenset(self.judges)
+
+    def describe(self) -> str:
+        if self.kind == "none":
+            return "none: each judge's effects are measured against zero (style control)"
+        if self.kind == "anchors":
+            return "anchors: the trusted verdicts given with --anchors, fitted as one rater and not counted in battles"
+        return f"judges: {', '.join(self.judges)} (pooled as one rater)"
+
+
+@dataclass(frozen=True)
+class ReferenceSettings:
+    """The gate's family-wise level and whether prior-selected effects are applied anyway."""
+
+    gate_level: float = DEFAULT_LEVEL
+    apply_unidentified: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.gate_level < 1.0:
+            raise ValueError(f"gate level must be in (0, 1), got {self.gate_level}")
+
+
+@dataclass(frozen=True)
+class ReferenceFit:
+    """The published boards and the evidence behind them.
+
+    ``corrected`` carries the reference rating φ as its ``rating`` (with CI, top-k and the battles of the
+    judges only); ``all_on`` is the same with every correction on (what the gate and the identified-only
+    rule were deciding about); ``config`` is the model actually published.
+    """
+
+    reference: Reference
+    naive: FitResult
+    corrected: FitResult
+    all_on: FitResult
+    config: ModelConfig
+    gate: GateResult | None
+    own_effects: dict[str, dict[str, Any]]
+    unidentified: list[dict[str, Any]]
+    all_on_comparison: dict[str, Any]
+    k: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def bias(self) -> pl.DataFrame:
+        return self.corrected.bias
+
+    def summary(self) -> dict[str, Any]:
+        """The ``reference`` section of summary.json."""
+        return {
+            "kind": self.reference.kind,
+            "judges": list(self.reference.judges),
+            "description": self.reference.describe(),
+            "corrected_rating": "theta" if self.reference.kind == "none" else
+            "theta_m + (beta_r / a_r) * clip(mean log length_m - pool mean, -clip, clip): what the reference "
+            "concludes on each model's typical answers, position averaged out",
+            "verdicts": self.k,
+            "own_effects": self.own_effects,
+            "gate": None if self.gate is None else self.gate.to_json(),
+            "unidentified": self.unidentified,
+            "all_corrections_on": self.all_on_comparison,
+            "notes": self.notes,
+        }
+
+
+# --------------------------------------------------------------------------- the reference rating
+
+
+def typical_length(data: Dataset, clip: float | None) -> np.ndarray:
+    """x̄_m: each model's mean log length minus the pool's mean, clipped at ±clip (0 where unknown)."""
+    mu = mean_log_length(data)
+    known = np.isfinite(mu)
+    if not known.any():
+        return np.zeros(len(data.models))
+    x = np.where(known, mu - mu[known].mean(), 0.0)
+    return x if clip is None else np.clip(x, -clip, clip)
+
+
+def reference_map(problem: Problem, core: np.ndarray, reference: frozenset[str],
+                  clip: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """(φ, J): the reference rating of every model and its Jacobian with respect to the raw core.
+
+    Linear in θ and β_r, divided by a_r = exp(mean L_r) (the reference's discrimination).
+    """
+    lay, spec = problem.layout, problem.spec
+    m = lay.n_models
+    theta = core[lay.theta]
+    jac = np.zeros((m, lay.n_core))
+    jac[np.arange(m), np.arange(m)] = 1.0
+    ref = np.flatnonzero([judge in reference for judge in problem.data.judges])
+    if spec.tied is None or not spec.tied[LEN].any() or ref.size == 0:
+        return theta.copy(), jac  # the reference has no length term of its own: φ = θ
+    xbar = typical_length(problem.data, clip)
+    v_beta = np.zeros(lay.n_core)
+    v_beta[lay.glob(LEN)] = 1.0 / spec.x_scale
+    E = spec.effective_map()
+    v_disc = np.asarray(E[lay.eff_block(DISC).start + ref].mean(axis=0)).ravel()
+    beta, a = float(v_beta @ core), float(np.exp(v_disc @ core))
+    phi = theta + beta / a * xbar
+    jac += np.outer(xbar / a, v_beta) - np.outer(xbar * beta / a, v_disc)
+    return phi, jac
+
+
+def with_rating(fit: FitResult, rating: np.ndarray, jac: np.ndarray, n_battles: np.ndarray,
+                draws: int, seed: int) -> FitResult:
+    """``fit`` with θ replaced by another linear(ised) function of the core: centred rating, covariance, CIs,
+    top-k probabilities recomputed; ``n_battles`` as given (the judges' battles only)."""
+    cov_core = fit.params["cov_core"]
+    m = rating.size
+    cov_u = jac @ cov_core @ jac.T
+    cov_u = 0.5 * (cov_u + cov_u.T)
+    proj = np.eye(m) - 1.0 / m
+    cov = proj @ cov_u @ proj
+    centred = rating - rating.mean()
+    se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    jitter = 1e-12 * max(float(np.mean(np.diag(cov_u))), 1e-300)
+    chol = np.linalg.cholesky(cov_u + jitter * np.eye(m))
+    samples = centred_draws(centred, chol, draws, np.random.default_rng(seed))
+    component = fit.component
+    p_top = top_k_probabilities(samples, fit.k, component if component.size and component.max() > 0 else None)
+    params = {**fit.params, "theta_chol": chol}
+    return replace(fit, rating=centred, se=se, ci_low=centred - Z95 * se, ci_high=centred + Z95 * se, cov=cov,
+                   p_top_k=p_top, n_battles=n_battles, params=params)
+
+
+def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> dict[str, dict[str, Any]]:
+    """The reference's own position, length, affinity (and discrimination) with 95% CIs."""
+    lay, spec = problem.layout, problem.spec
+    core, cov = fit.params["core"], fit.params["cov_core"]
+    out: dict[str, dict[str, Any]] = {}
+    for effect, t in GATED.items():
+        if spec.tied is None or not spec.tied[t].any():
+            out[effect] = {"estimate": 0.0, "ci_low": None, "ci_high": None,
+                           "source": "no data of the reference for this effect: its effect is taken as zero"}
+            continue
+        v = np.zeros(lay.n_core)
+        v[lay.glob(t)] = 1.0 / spec.x_scale if t == LEN else 1.0
+        est, sd = float(v @ core), float(np.sqrt(max(v @ cov @ v, 0.0)))
+        out[effect] = {"estimate": est, "ci_low": est - Z95 * sd, "ci_high": est + Z95 * sd,
+                       "source": "estimated from the reference's verdicts"}
+    ref = np.flatnonzero([judge in reference for judge in problem.data.judges])
+    if ref.size:
+        E = spec.effective_map()
+        v = np.asarray(E[lay.eff_block(DISC).start + ref].mean(axis=0)).ravel()
+        est, sd = float(v @ core), float(np.sqrt(max(v @ cov @ v, 0.0)))
+        out["discrimination"] = {"estimate": float(np.exp(est)), "ci_low": float(np.exp(est - Z95 * sd)),
+                                 "ci_high": float(np.exp(est + Z95 * sd)),
+                                 "source": "the reference's scale on quality differences (a_r)"}
+    return out
+
+
+def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -> pl.DataFrame:
+    """The bias table with each judge's position/length/affinity given as its excess over the reference."""
+    table = fit.bias
+    core, cov = fit.params["core"], fit.params["cov_core"]
+    updates = []
+    for effect, t in GATED.items():
+        if problem.spec.tied is None or not problem.spec.tied[t].any():
+            continue
+        judges, rows, _ = excess_vectors(problem, t, reference)
+        est = rows @ core
+        sd = np.sqrt(np.clip(np.einsum("ij,jk,ik->i", rows, cov, rows), 0.0, None))
+        for j, e, s in zip(judges, est, sd, strict=True):
+            updates.append((problem.data.judges[j], effect, float(e), float(e - Z95 * s), float(e + Z95 * s), True,
+                            "excess over the reference (the judge's bias relative to it)"))
+        ref = np.array([judge in reference for judge in problem.data.judges])
+        for j in np.flatnonzero((problem.spec.tied[t] > 0) & ~ref):
+            updates.append((problem.data.judges[j], effect, 0.0, 0.0, 0.0, False,
+                            "tied to the reference: no excess corrected"))
+    if not updates:
+        return table
+    upd = pl.DataFrame(updates, schema=["judge", "effect", "_e", "_lo", "_hi", "_on", "_note"], orient="row")
+    return (
+        table.join(upd, on=["judge", "effect"], how="left")
+        .with_columns(
+            pl.coalesce("_e", "estimate").alias("estimate"),
+            pl.coalesce("_lo", "ci_low").alias("ci_low"),
+            pl.coalesce("_hi", "ci_high").alias("ci_high"),
+            pl.coalesce("_on", "enabled").alias("enabled"),
+            pl.coalesce("_note", "note").alias("note"),
+        )
+        .drop("_e", "_lo", "_hi", "_on", "_note")
+    )
+
+
+# --------------------------------------------------------------------------- identified-only
+
+
+def unidentified_effects(problem: Problem, fit: FitResult, reference: frozenset[str],
+                         already_off: frozenset[tuple[str, str]] = frozenset()) -> set[tuple[str, str]]:
+    """(judge, effect) corrections the identifiability check reports as prior-selected.
+
+    With a reference: a judge whose excess keeps more than half of its prior variance (the data barely
+    move it).  Without: every judge's effect when the global profile likelihood of that effect is flat
+    (judge ``'*'``).  Corrections in ``already_off`` (e.g. left off by the gate) are not listed.
+    """
+    out: set[tuple[str, str]] = set()
+    if not reference:
+        for effect, info in fit.diagnostics.get("profile_likelihood", {}).items():
+            if info.get("warning") and effect in GATED:
+                out.add(("*", effect))
+        return out
+    cov = fit.params["cov_core"]
+    for effect, t in GATED.items():
+        if problem.spec.tied is None or not problem.spec.tied[t].any():
+            continue  # zero reference for this effect: judged as without a reference
+        judges, rows, unit = excess_vectors(problem, t, reference)
+        _, sd_dev = prior_sd_of_effect(problem, t)
+        post = np.einsum("ij,jk,ik->i", rows, cov, rows) / unit**2
+        for j, v in zip(judges, post, strict=True):
+            pair = (problem.data.judges[j], effect)
+            if v >= VARIANCE_SHRINK * sd_dev**2 and pair not in already_off:
+                out.add(pair)
+    info = fit.diagnostics.get("profile_likelihood", {})
+    for effect, t in GATED.items():
+        if (problem.spec.tied is None or not problem.spec.tied[t].any()) and info.get(effect, {}).get("warning"):
+            out.add(("*", effect))
+    return out
+
+
+def rank_moves(a: FitResult, b: FitResult, top: int = 5) -> list[dict[str, Any]]:
+    """The largest rank differences between two boards of the same models (b's rank minus a's)."""
+    index = {m: i for i, m in enumerate(b.models)}
+    ra, rb = ranks_desc(a.rating), ranks_desc(b.rating)
+    moves = [(m, int(ra[i]), int(rb[index[m]])) for i, m in enumerate(a.models) if m in index]
+    moves.sort(key=lambda r: (-abs(r[2] - r[1]), r[0]))
+    return [{"model": m, "rank": x, "rank_if_applied": y} for m, x, y in moves[:top] if x != y]
+
+
+def compare_boards(published: FitResult, other: FitResult) -> dict[str, Any]:
+    """τ and Spearman between two corrected boards, and the largest rank moves."""
+    out = compare_rankings(published, other.rating, other.models)
+    out["largest_moves"] = rank_moves(published, other)
+    return out
+
+
+# --------------------------------------------------------------------------- the fit
+
+
+def _keep_known_models(anchor_cells: pl.DataFrame, models: Sequence[str]) -> tuple[pl.DataFrame, int]:
+    known = pl.Series(list(models))
+    ok = pl.col("model_a").is_in(known) & pl.col("model_b").is_in(known)
+    dropped = int(anchor_cells.filter(~ok).get_column("n").sum() or 0)
+    return anchor_cells.filter(ok), dropped
+
+
+def _as_list(cells: CellsInput) -> list:
+    import pyarrow as pa
+
+    return [cells] if isinstance(cells, pa.Table | pa.RecordBatch | pl.DataFrame) else list(cells)
+
+
+def fit_with_reference(
+    cells: CellsInput,
+    score_cells: CellsInput | None = None,
+    *,
+    reference: Reference | None = None,
+    anchor_cells: pl.DataFrame | None = None,
+    config: ModelConfig | None = None,
+    naive_config: NaiveConfig | None = None,
+    settings: ReferenceSettings | None = None,
+) -> ReferenceFit:
+    """Both boards of ``cells`` corrected toward ``reference`` (see the module docstring).
+
+    ``anchor_cells``: pair cells of the trusted verdicts under judge :data:`ANCHOR_JUDGE` (anchors between
+    models absent from the battles are dropped and counted in the notes); they enter the bias-aware fit
+    only.  The naive board and every model's battle count come from ``cells`` alone.
+    """
+    reference = reference or Reference()
+    config = config or ModelConfig()
+    settings = settings or ReferenceSettings()
+    naive_config = naive_config or NaiveConfig(k=config.k, seed=config.seed, bootstrap=config.bootstrap)
+    cells = _as_list(cells)  # read twice (judges alone, then with the anchors): an iterator would not do
+    judge_data = build_dataset(cells, score_cells)
+    naive = fit_naive(judge_data, config=naive_config)
+    notes: list[str] = []
+    if reference.kind == "judges":
+        missing = sorted(set(reference.judges) - set(judge_data.judges))
+        if missing:
+            known = ", ".join(judge_data.judges[:10]) + (", ..." if len(judge_data.judges) > 10 else "")
+            raise InputError(f"--reference: no battles by judge(s) {', '.join(missing)} in the input (judges: {known})")
+        if set(reference.judges) == set(judge_data.judges):
+            raise InputError("--reference: every judge of the input is a reference judge; nothing to correct")
+    data = judge_data
+    k = 0
+    if reference.kind == "anchors":
+        if anchor_cells is None or anchor_cells.height == 0:
+            raise InputError("--reference anchors: no anchor verdicts")
+        if ANCHOR_JUDGE in judge_data.judges:
+            raise InputError(f"the input has a judge named {ANCHOR_JUDGE!r}, the name reserved for anchors")
+        anchor_cells, dropped = _keep_known_models(anchor_cells, judge_data.models)
+        if dropped:
+            notes.append(f"{dropped} anchor verdict(s) between models absent from the battles were left out")
+        k = int(anchor_cells.get_column("n").sum() or 0)
+        if k == 0:
+            raise InputError("--anchors: no anchor compares two models that appear in the battles")
+        data = build_dataset([*cells, anchor_cells.to_arrow()], score_cells)
+    elif reference.kind == "judges":
+        j = np.array([name in reference.raters for name in data.judges])
+        k = int(data.pairs.n[j[data.pairs.j]].sum())
+    raters = reference.raters
+    config = replace(config, reference=raters)
+    n_battles = naive.n_battles
+
+    def board(cfg: ModelConfig) -> tuple[Problem, FitResult]:
+        problem = bias_aware_problem(data, cfg)
+        if raters and problem.spec.judge_blocks:
+            raise InputError("--reference: not supported yet with the judge-blocked solver (>= 256 judges, or "
+                             "judge_solver='blocked'): the gate needs the judges' joint covariance; pool the judges")
+        fit = fit_bias_aware(data, config=cfg, naive=naive)
+        return problem, fit
+
+    def published_rating(problem: Problem, fit: FitResult) -> FitResult:
+        phi, jac = reference_map(problem, fit.params["core"], raters, config.length_clip)
+        out = with_rating(fit, phi, jac, _aligned(n_battles, naive.models, fit.models), config.posterior_draws,
+                          config.seed)
+        diagnostics = dict(out.diagnostics)
+        diagnostics["naive_vs_corrected"] = compare_rankings(naive, out.rating, out.models)
+        return replace(out, diagnostics=diagnostics)
+
+    problem_all, fit_all = board(config)
+    all_on = published_rating(problem_all, fit_all)
+    gate = run_gate(problem_all, fit_all, raters, k, settings.gate_level) if raters else None
+    gated_off = set(gate.disabled) if gate is not None else set()
+    unidentified = unidentified_effects(problem_all, fit_all, raters, frozenset(gated_off))
+    off = set(gated_off) if settings.apply_unidentified else gated_off | unidentified
+    published_config = replace(config, disabled=frozenset(config.disabled) | frozenset(off))
+    if off:
+        problem_pub, fit_pub = board(published_config)
+        corrected = published_rating(problem_pub, fit_pub)
+    else:
+        problem_pub, corrected = problem_all, all_on
+    unidentified_report: list[dict[str, Any]] = []
+    if unidentified:
+        if settings.apply_unidentified:
+            applied = corrected
+        elif gated_off:
+            applied = published_rating(*board(replace(config, disabled=frozenset(config.disabled) | gated_off)))
+        else:
+            applied = all_on
+        comparison = compare_boards(corrected, applied)
+        for judge, effect in sorted(unidentified):
+            unidentified_report.append({
+                "judge": judge, "effect": effect, "applied": settings.apply_unidentified,
+                "reason": "prior-selected: the data do not identify this correction",
+                "if_applied": {key: comparison[key] for key in ("kendall_tau", "spearman", "largest_moves")},
+            })
+    if raters:
+        corrected = replace(corrected, bias=relative_bias(problem_pub, corrected, raters))
+    return ReferenceFit(
+        reference=reference,
+        naive=naive,
+        corrected=corrected,
+        all_on=all_on,
+        config=published_config,
+        gate=gate,
+        own_effects=own_effects(problem_pub, corrected, raters) if raters else {},
+        unidentified=unidentified_report,
+        all_on_comparison=compare_boards(corrected, all_on),
+        k=k,
+        notes=notes,
+    )
+
+
+def _aligned(values: np.ndarray, models: Sequence[str], target: Sequence[str]) -> np.ndarray:
+    index = {m: i for i, m in enumerate(models)}
+    return np.array([values[index[m]] if m in index else 0.0 for m in target])

@@ -1,0 +1,71 @@
+"""Trusted anchors as data: every verdict kept by its id, aggregated into the cells of one rater.
+
+Anchors are battle-shaped rows whose verdict is trusted (DESIGN §3).  They are validated by the ingest's
+own rules (a bad row is counted by reason and left out, never silently dropped) with one id set over all
+anchor files, so a repeated ``battle_id`` is a duplicate and is counted once, while repeats of the same
+pair, by the same or by different raters, are distinct verdicts and all count: agreement between raters
+is evidence.  No ``prompt_id`` is needed.  Every row is then attributed to one rater,
+:data:`~biasboard.ranking.reference.ANCHOR_JUDGE`, with no family of its own, and aggregated into pair
+cells (one per ordered pair and length bin), so the fit and the gate hold O(cells) ≤ O(K), never a
+K-long array per test.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import polars as pl
+from biasboard.ranking.reference import ANCHOR_JUDGE
+from biasboard.schemas.errors import InputError
+from biasboard.schemas.families import FamilyMap
+from biasboard.transforms import read
+from biasboard.transforms.cells import IngestCounts, merge_cells, partial_cells
+from biasboard.transforms.validate import SeenIds
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AnchorSet:
+    """The anchors' pair cells (judge :data:`ANCHOR_JUDGE`), their row accounting and the raters named in them."""
+
+    cells: pl.DataFrame
+    counts: IngestCounts
+    raters: tuple[str, ...]
+
+    @property
+    def k(self) -> int:
+        """Verdicts kept (self-battles included; the fit uses them for position and length only)."""
+        return self.counts.counted
+
+
+def as_anchor_rows(batch: pl.DataFrame) -> pl.DataFrame:
+    """A batch of anchor rows attributed to the anchor rater: ``judge`` replaced, any judge family cleared."""
+    out = batch.with_columns(pl.lit(ANCHOR_JUDGE).alias("judge"))
+    if "judge_family" in out.columns:
+        out = out.with_columns(pl.lit(None, dtype=pl.String).alias("judge_family"))
+    return out
+
+
+def read_anchors(glob: str, family_map: FamilyMap | None = None) -> AnchorSet:
+    """Validate and aggregate every anchor file under ``glob`` (local or ``gs://``)."""
+    family_map = family_map or FamilyMap.with_user_rules()
+    seen = SeenIds()
+    parts, counts = [], IngestCounts()
+    raters: set[str] = set()
+    for day, files in read.list_input_days(glob).items():
+        for f, offset, batch in read.day_batches(day, files):
+            if "judge" in batch.columns:
+                raters.update(v for v in batch.get_column("judge").cast(pl.String).unique().to_list() if v)
+            result = partial_cells(as_anchor_rows(batch), family_map, seen, f.path, offset)
+            counts = counts + result.counts
+            if result.counts.rejected:
+                _LOG.warning("anchors %s: %d row(s) rejected: %s", f.path, sum(result.counts.rejected.values()),
+                             result.counts.rejected)
+            parts.append(result.cells)
+    if counts.counted == 0:
+        raise InputError(f"--anchors: no valid trusted verdicts in {glob}")
+    cells = pl.from_arrow(merge_cells(parts))
+    assert isinstance(cells, pl.DataFrame)
+    return AnchorSet(cells, counts, tuple(sorted(raters)))
