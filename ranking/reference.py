@@ -161,19 +161,20 @@ def typical_length(data: Dataset, clip: float | None) -> np.ndarray:
 
 
 def reference_map(problem: Problem, core: np.ndarray, reference: frozenset[str],
-                  clip: float | None) -> tuple[np.ndarray, np.ndarray]:
+                  clip: float | None) -> tuple[np.ndarray, np.ndarray | None]:
     """(φ, J): the reference rating of every model and its Jacobian with respect to the raw core.
 
-    Linear in θ and β_r, divided by a_r = exp(mean L_r) (the reference's discrimination).
+    Linear in θ and β_r, divided by a_r = exp(mean L_r) (the reference's discrimination).  J is None
+    when the reference has no length term of its own (no reference, or no lengths in its verdicts): φ = θ.
     """
     lay, spec = problem.layout, problem.spec
     m = lay.n_models
     theta = core[lay.theta]
-    jac = np.zeros((m, lay.n_core))
-    jac[np.arange(m), np.arange(m)] = 1.0
     ref = np.flatnonzero([judge in reference for judge in problem.data.judges])
     if spec.tied is None or not spec.tied[LEN].any() or ref.size == 0:
-        return theta.copy(), jac  # the reference has no length term of its own: φ = θ
+        return theta.copy(), None
+    jac = np.zeros((m, lay.n_core))
+    jac[np.arange(m), np.arange(m)] = 1.0
     xbar = typical_length(problem.data, clip)
     v_beta = np.zeros(lay.n_core)
     v_beta[lay.glob(LEN)] = 1.0 / spec.x_scale
@@ -396,8 +397,10 @@ def fit_with_reference(
 
     def published_rating(problem: Problem, fit: FitResult) -> FitResult:
         phi, jac = reference_map(problem, fit.params["core"], raters, config.length_clip)
-        out = with_rating(fit, phi, jac, _aligned(n_battles, naive.models, fit.models), config.posterior_draws,
-                          config.seed)
+        battles = _aligned(n_battles, naive.models, fit.models)
+        if jac is None:  # φ = θ: the fit's own posterior, untouched
+            return replace(fit, n_battles=battles)
+        out = with_rating(fit, phi, jac, battles, config.posterior_draws, config.seed)
         diagnostics = dict(out.diagnostics)
         diagnostics["naive_vs_corrected"] = compare_rankings(naive, out.rating, out.models)
         return replace(out, diagnostics=diagnostics)
