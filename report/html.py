@@ -17,7 +17,7 @@ their own box, never the page.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import polars as pl
@@ -44,6 +44,11 @@ TOP_N = 25
 MOVERS = 10
 
 GLOBAL_JUDGE = "*"
+#: Drawn widths of the wide charts: the desktop page, and a phone (about 400 px less the page margins).
+WIDE = 860
+NARROW = 370
+#: Drawn width of one bias panel (two side by side on a desktop).
+PANEL = 540
 
 #: Plain-word meaning of each bias effect, and where its "no bias" line sits.
 EFFECTS: dict[str, tuple[str, float | None]] = {
@@ -61,7 +66,6 @@ EFFECTS: dict[str, tuple[str, float | None]] = {
 CSS = """
 :root { --fg:#24292f; --muted:#6b7580; --line:#d8dee4; --soft:#f6f8fa; --accent:#d9792b; --naive:#5b7db8; }
 * { box-sizing: border-box; }
-html, body { max-width:100%; overflow-x:hidden; }
 body { margin:0; color:var(--fg); background:#fff;
   font:14px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans","Helvetica Neue",Arial,sans-serif; }
 main { max-width:1120px; margin:0 auto; padding:24px 28px 64px; }
@@ -79,6 +83,7 @@ p, li { max-width:80ch; overflow-wrap:anywhere; }
 .note { color:var(--muted); font-size:13px; }
 .empty { color:var(--muted); font-style:italic; }
 figure { margin:12px 0 20px; max-width:100%; overflow-x:auto; }
+figure.narrow { display:none; }
 figcaption { color:var(--muted); font-size:13px; margin-top:4px; }
 svg { max-width:100%; height:auto; }
 .scroll { max-width:100%; overflow-x:auto; margin:8px 0 16px; }
@@ -89,7 +94,8 @@ th[colspan] { text-align:center; }
 .panels { display:grid; grid-template-columns:repeat(auto-fit, minmax(min(500px, 100%), 1fr)); gap:4px 28px; }
 .panels h3 { margin-top:14px; } .panels p { margin:0; }
 td.l, th.l { text-align:left; }
-td.name { text-align:left; min-width:8em; max-width:360px; overflow-wrap:anywhere; }
+td.name { text-align:left; min-width:12em; max-width:360px; overflow-wrap:anywhere; }
+.scroll td.name:first-child, .scroll th.l:first-child { position:sticky; left:0; background:#fff; }
 th { white-space:nowrap; } thead th { white-space:normal; min-width:4em; }
 tbody tr:hover { background:#fafbfc; }
 .grp-c { border-bottom:2px solid var(--accent); }
@@ -108,7 +114,7 @@ footer { margin-top:48px; color:var(--muted); font-size:12px; }
   h1 { font-size:21px; }
   .card { min-width:0; padding:6px 10px; } .card .v { font-size:18px; }
   th, td { padding:3px 6px; }
-  figure svg { max-width:none; }  /* charts keep their drawn size and scroll in their box: text stays legible */
+  figure.wide { display:none; } figure.narrow { display:block; }
 }
 """
 
@@ -162,6 +168,15 @@ def _section(anchor: str, heading: str, body: str) -> str:
 def _figure(svg: str, caption: str = "") -> str:
     cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
     return f"<figure>{svg}{cap}</figure>"
+
+
+def _responsive(draw: Callable[[int], str]) -> str:
+    """A wide chart drawn twice, at full width and at phone width; CSS shows the one that fits.
+
+    Why: an SVG scaled down to a phone shrinks its text to a few pixels, and one kept at full size
+    hides half its data off screen; a chart laid out for the narrow width stays legible (no script).
+    """
+    return f'<figure class="wide">{draw(WIDE)}</figure><figure class="narrow">{draw(NARROW)}</figure>'
 
 
 def _table(cls: str, head: str, rows: Iterable[str]) -> str:
@@ -230,7 +245,7 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers:
         scope = f"All {len(lb)} models, ordered by corrected rank."
     labels = [f"{_int(r['rank_corrected'])}. {r['model']}" for r in subset]
     tips = [f"{r['model']} — corrected #{_int(r['rank_corrected'])}, naive #{_int(r['rank_naive'])}" for r in subset]
-    forest = forest_plot(
+    forest = _responsive(lambda width: forest_plot(
         labels,
         [
             Series("naive", NAIVE_COLOUR, [r["rating_naive"] for r in subset],
@@ -242,17 +257,18 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers:
         x_label=f"rating (Elo-like scale) with {ci_name}",
         tooltips=tips,
         breaks=[top_n] if shown < len(lb) else [],
-        width=860,
-    )
-    slope = slope_chart(
+        width=width,
+        label_px=None if width > NARROW else min(150, width // 3),
+    ))
+    slope = _responsive(lambda width: slope_chart(
         [str(r["model"]) for r in subset],
         [r["rank_naive"] for r in subset],
         [r["rank_corrected"] for r in subset],
         title="Rank change from the naive to the corrected leaderboard",
-        left_title="naive rank",
-        right_title="corrected rank",
-        width=860,
-    )
+        left_title="naive rank" if width > NARROW else "naive",
+        right_title="corrected rank" if width > NARROW else "corrected",
+        width=width,
+    ))
     moved = [m for m in (_rank_move(r) for r in lb) if m is not None]
     n_up = sum(1 for m in moved if m > 0)
     n_down = sum(1 for m in moved if m < 0)
@@ -265,10 +281,11 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers:
     body = [
         f'<p class="note">{esc(scope)} Dots are ratings, bars their {esc(ci_name)}s. '
         "Overlapping intervals mean the data cannot order those models with confidence.</p>",
-        _figure(forest),
+        forest,
         "<h3>Rank change</h3>",
         f'<p class="note">{esc(change_note)}</p>' if change_note else "",
-        _figure(slope, "Green: moves up after correction; red: moves down; grey: unchanged."),
+        slope.replace("</figure>", "<figcaption>Green: moves up after correction; red: moves down; grey: "
+                      "unchanged.</figcaption></figure>"),
         "<h3>Full table</h3>",
         f'<p class="note">{esc(rank_note.strip())}</p>' if rank_note else "",
         _leaderboard_table(ordered, ci_name, ptop, summary),
@@ -410,16 +427,16 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
         ordered = [by_judge[j] for j in order]
         desc, ref = EFFECTS.get(effect, ("", 0.0))
         desc = desc.format(clip=_clip_text(summary))
-        svg = forest_plot(
+        svg = _responsive(lambda width, ordered=ordered, ref=ref, effect=effect: forest_plot(
             [_judge_label(r["judge"]) for r in ordered],
             [Series("", CORRECTED_COLOUR, [r["estimate"] for r in ordered],
                     [r["ci_low"] for r in ordered], [r["ci_high"] for r in ordered],
                     hollow=[r["identified"] is False for r in ordered])],
             title=f"{effect} coefficient per judge",
             reference=ref,
-            width=540,
-        )
-        panels.append(f'<div><h3>{esc(effect)}</h3><p class="note">{esc(desc)}</p>{_figure(svg)}</div>')
+            width=PANEL if width > NARROW else width,
+        ))
+        panels.append(f'<div><h3>{esc(effect)}</h3><p class="note">{esc(desc)}</p>{svg}</div>')
     parts.append(f'<div class="panels">{"".join(panels)}</div>')
     if disabled:
         parts.append(f'<p class="note">Not fitted (disabled): {esc(", ".join(disabled))}.</p>')
@@ -485,7 +502,8 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
             ("tie", FLAT_COLOUR, [a.slot_tie_share for a in order]))]
         notes = [f"flip rate {_pct(a.order_flip_rate)}" if finite(a.order_flip_rate) is not None
                  else "not seen in both orders" for a in order]
-        svg = split_bars(labels, parts, title="Verdict split by position, per judge", annotations=notes, width=860)
+        split = _responsive(lambda width: split_bars(labels, parts, title="Verdict split by position, per judge",
+                                                     annotations=notes, width=width))
         head = ('<tr><th class="l">Judge</th><th>Verdicts</th><th>A</th><th>B</th><th>Tie</th>'
                 "<th>Pairs seen in both orders</th><th>Flip rate</th><th>First won both</th>"
                 "<th>Second won both</th></tr>")
@@ -500,7 +518,7 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
                  '<p class="note">How each judge\'s verdicts split between the answer shown first (A), the one '
                  "shown second (B) and a tie; and, where it saw the same prompt and pair in both orders, how often "
                  "its verdict flipped with the order. An unbiased judge splits A and B evenly and rarely flips.</p>",
-                 _figure(svg), _table("order", head, rows)]
+                 split, _table("order", head, rows)]
     if diag.order_models:
         models = sorted(diag.order_models, key=lambda m: (finite(corrected_rank.get(m.model)) or math.inf, m.model))
         head = ('<tr><th class="l">Model</th><th>Corrected rank</th><th>Pairs seen in both orders</th>'
