@@ -427,15 +427,16 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
         ordered = [by_judge[j] for j in order]
         desc, ref = EFFECTS.get(effect, ("", 0.0))
         desc = desc.format(clip=_clip_text(summary))
-        svg = _responsive(lambda width, ordered=ordered, ref=ref, effect=effect: forest_plot(
-            [_judge_label(r["judge"]) for r in ordered],
-            [Series("", CORRECTED_COLOUR, [r["estimate"] for r in ordered],
-                    [r["ci_low"] for r in ordered], [r["ci_high"] for r in ordered],
-                    hollow=[r["identified"] is False for r in ordered])],
-            title=f"{effect} coefficient per judge",
-            reference=ref,
-            width=PANEL if width > NARROW else width,
-        ))
+        labels = [_judge_label(r["judge"]) for r in ordered]
+        series = [Series("", CORRECTED_COLOUR, [r["estimate"] for r in ordered],
+                         [r["ci_low"] for r in ordered], [r["ci_high"] for r in ordered],
+                         hollow=[r["identified"] is False for r in ordered])]
+
+        def draw(width: int, labels: list[str] = labels, series: list[Series] = series,
+                 ref: float | None = ref, title: str = f"{effect} coefficient per judge") -> str:
+            return forest_plot(labels, series, title=title, reference=ref, width=PANEL if width > NARROW else width)
+
+        svg = _responsive(draw)
         panels.append(f'<div><h3>{esc(effect)}</h3><p class="note">{esc(desc)}</p>{svg}</div>')
     parts.append(f'<div class="panels">{"".join(panels)}</div>')
     if disabled:
