@@ -115,6 +115,7 @@ class ArrowHessian:
     Xg: np.ndarray  # (J, 6, 3): judge rows × γ₀, β₀, λ₀
     cross: CrossIndex
     low_rank: tuple[tuple[np.ndarray, float], ...]
+    on: np.ndarray  # (J, 6) bool: the judge's entry is switched on (else it has no coupling at all)
 
     def x_glob(self, v_g: np.ndarray, Xc: np.ndarray | None = None, Xg: np.ndarray | None = None) -> np.ndarray:
         """X v for a globals vector: (J, 6)."""
@@ -189,7 +190,7 @@ def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cro
         u = np.zeros(lay.n_core)
         u[lay.block(DISC).start + on] = 1.0
         low_rank.append((u, 0.0))
-    return ArrowHessian(lay, H, A, Xc, Xg, cross, tuple(low_rank))
+    return ArrowHessian(lay, H, A, Xc, Xg, cross, tuple(low_rank), mask > 0)
 
 
 class ArrowFactor:
@@ -208,11 +209,20 @@ class ArrowFactor:
         A[:, np.arange(K), np.arange(K)] += np.where(f_j > 0, mu, 1.0)
         self.Linv = np.linalg.inv(np.linalg.cholesky(A))  # raises LinAlgError when a block is not PD
         m = lay.n_models
-        self.Xc = hess.Xc * f_j[cr.judge] * f_g[cr.model][:, None]
+        if np.all(f_j == f_j[:1]):  # the same entries free for every judge (the usual case): a column mask
+            self.Xc = hess.Xc * f_j[:1]
+        else:
+            self.Xc = hess.Xc * f_j[cr.judge]
+        if not f_g[:m].all():
+            self.Xc = self.Xc * f_g[cr.model][:, None]
         self.Xg = hess.Xg * f_j[:, :, None] * f_g[None, None, m:m + N_EFFECTS]
         S = hess.H * f_g[:, None] * f_g[None, :]
         S[np.diag_indices_from(S)] += np.where(f_g > 0, mu, 1.0)
-        for _, _, D in self._slices():
+        # A switched-off or fixed entry has no coupling, in A_j (so in L_j⁻¹) nor in X_j: its rows of
+        # L_j⁻¹X_j are zero and are left out of the product (a third of the rows for voter-judges).
+        active = hess.on & (f_j > 0)
+        for j0, j1, D3 in self._slices():
+            D = D3.reshape(-1, D3.shape[2])[active[j0:j1].ravel()]
             S[:m + N_EFFECTS, :m + N_EFFECTS] -= D.T @ D
         self.S = S
         self.factor = sla.cho_factor(S, lower=True, check_finite=False)
@@ -233,19 +243,36 @@ class ArrowFactor:
             return None
 
     def _slices(self) -> Iterator[tuple[int, int, np.ndarray]]:
-        """(j0, j1, D) with D = L_j⁻¹ X_j stacked over judges j0..j1 (6·(j1 − j0) × (M + 3), dense)."""
+        """(j0, j1, D) with D[j] = L_j⁻¹ X_j for judges j0..j1, shape (j1 − j0, 6, M + 3), dense.
+
+        L_j⁻¹ is applied at the stored entries (one gather of a column of L⁻¹ per nonzero (r, k), never
+        an (entries × 6 × 6) array), then scattered into the dense slice.
+        """
         lay, cr = self.lay, self.hess.cross
         m = lay.n_models
+        if not hasattr(self, "_V"):
+            V = np.zeros_like(self.Xc)
+            linv = np.ascontiguousarray(self.Linv.transpose(1, 2, 0))  # (6, 6, J): contiguous gathers
+            xc = np.ascontiguousarray(self.Xc.T)
+            on = self.hess.on.any(axis=0)
+            for r in np.flatnonzero(on):
+                for k in np.flatnonzero(on[:r + 1]):
+                    V[:, r] += linv[r, k][cr.judge] * xc[k]
+            self._V = V
+            self._W = np.einsum("jik,jkc->jic", self.Linv, self.Xg)
+        width = m + N_EFFECTS
+        buffer = np.zeros(min(JUDGE_SLICE, lay.n_judges) * K * width)
         for j0 in range(0, lay.n_judges, JUDGE_SLICE):
             j1 = min(j0 + JUDGE_SLICE, lay.n_judges)
             e0, e1 = cr.starts[j0], cr.starts[j1]
-            Lc = self.Linv[j0:j1]
-            rel = cr.judge[e0:e1] - j0
-            V = np.einsum("eik,ek->ei", Lc[rel], self.Xc[e0:e1])
-            D = np.zeros(((j1 - j0) * K, m + N_EFFECTS))
-            D[(rel[:, None] * K + np.arange(K)[None, :]).ravel(), np.repeat(cr.model[e0:e1], K)] = V.ravel()
-            D[:, m:] = np.einsum("jik,jkc->jic", Lc, self.Xg[j0:j1]).reshape(-1, N_EFFECTS)
+            D = buffer[:(j1 - j0) * K * width].reshape(j1 - j0, K, width)
+            flat = (cr.judge[e0:e1] - j0) * (K * width) + cr.model[e0:e1]
+            for r in range(K):  # flat scatters: much faster than D[judge, :, model] = V
+                buffer[flat + r * width] = self._V[e0:e1, r]
+            D[:, :, m:] = self._W[j0:j1]
             yield j0, j1, D
+            for r in range(K):
+                buffer[flat + r * width] = 0.0
 
     def _ainv(self, v_j: np.ndarray) -> np.ndarray:
         return np.einsum("jki,jk->ji", self.Linv, np.einsum("jik,jk->ji", self.Linv, v_j))
@@ -282,7 +309,7 @@ class ArrowFactor:
         cov_jg = np.zeros((lay.n_judges, K, N_EFFECTS))
         top = sinv[:m + N_EFFECTS, :m + N_EFFECTS]
         for j0, j1, D in self._slices():
-            P = np.einsum("jki,jkm->jim", self.Linv[j0:j1], D.reshape(j1 - j0, K, -1)).reshape(-1, D.shape[1])
+            P = np.matmul(self.Linv[j0:j1].transpose(0, 2, 1), D).reshape(-1, D.shape[2])
             R = P @ top
             var_j[j0:j1] += np.einsum("rm,rm->r", R, P).reshape(-1, K)
             cov_jg[j0:j1] = -R[:, m:].reshape(-1, K, N_EFFECTS)

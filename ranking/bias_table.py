@@ -174,6 +174,9 @@ def _judge_rows_blocked(problem: Problem, solution: Solution, cov: BlockCovarian
     var = np.clip(var * masks, 0.0, None)
     boot = None if boot_core is None else effects(boot_core)
     cols: dict[str, list] = {name: [] for name in BIAS_COLUMNS}
+    by_block: dict[int, dict[int, str]] = {}
+    for (t, j), note in problem.notes.items():
+        by_block.setdefault(t, {})[j] = note
     for t in blocks:
         name = EFFECT_NAME[t]
         scale = unit.get(t, 1.0)
@@ -188,15 +191,14 @@ def _judge_rows_blocked(problem: Problem, solution: Solution, cov: BlockCovarian
         if boot is not None:
             b_lo, b_hi = percentile_interval(fn(boot[:, t, :] * scale))
             b_lo, b_hi = np.where(enabled, b_lo, np.nan), np.where(enabled, b_hi, np.nan)
-        notes = []
-        for j in range(jn):
-            note = problem.notes.get((t, j), "")
-            if enabled[j] and not note:
-                if identified[j] and t in (POS, LEN, AFF) and not global_identified[t]:
-                    note = "differences between judges are identified; their common level is prior-selected"
-                elif not identified[j]:
-                    note = "prior-selected: the data barely move this coefficient from its prior"
-            notes.append(note)
+        notes = np.array([""] * jn, dtype=object)
+        for j, note in by_block.get(t, {}).items():
+            notes[j] = note
+        blank = enabled & (notes == "")
+        if t in (POS, LEN, AFF) and not global_identified[t]:
+            notes[blank & identified] = ("differences between judges are identified; their common level is "
+                                         "prior-selected")
+        notes[blank & ~identified] = "prior-selected: the data barely move this coefficient from its prior"
         for key, values in (("judge", problem.data.judges), ("effect", [name] * jn), ("estimate", fn(mean)),
                             ("ci_low", fn(lo)), ("ci_high", fn(hi)), ("identified", identified),
                             ("enabled", enabled), ("note", notes), ("boot_ci_low", b_lo), ("boot_ci_high", b_hi)):

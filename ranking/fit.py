@@ -207,12 +207,14 @@ def solve_bias_aware(problem: Problem, config: ModelConfig, shards: int = 1,
     if problem.spec.masks[DISC].any() and free[disc].any():
         convex = free.copy()
         convex[disc] = False
-        first = minimize(objective, core, diag, free=convex, tol=1e-4, max_iter=config.max_iter, g0_norm=scale)
-        core, diag = first.core, first.diag
+        first = minimize(objective, core, diag, free=convex, tol=1e-4, max_iter=config.max_iter, g0_norm=scale,
+                         start=start)
+        core, diag, start = first.core, first.diag, first.evaluation
         iterations = first.iterations
     else:
         iterations = 0
-    solution = minimize(objective, core, diag, free=free, tol=config.tol, max_iter=config.max_iter, g0_norm=scale)
+    solution = minimize(objective, core, diag, free=free, tol=config.tol, max_iter=config.max_iter, g0_norm=scale,
+                        start=start)
     solution.iterations += iterations
     return solution
 
