@@ -254,9 +254,9 @@ class ArrowFactor:
             V = np.zeros_like(self.Xc)
             linv = np.ascontiguousarray(self.Linv.transpose(1, 2, 0))  # (6, 6, J): contiguous gathers
             xc = np.ascontiguousarray(self.Xc.T)
-            on = self.hess.on.any(axis=0)
-            for r in np.flatnonzero(on):
-                for k in np.flatnonzero(on[:r + 1]):
+            on = np.asarray(self.hess.on.any(axis=0))
+            for r in np.flatnonzero(on).tolist():
+                for k in np.flatnonzero(on[:r + 1]).tolist():
                     V[:, r] += linv[r, k][cr.judge] * xc[k]
             self._V = V
             self._W = np.einsum("jik,jkc->jic", self.Linv, self.Xg)
@@ -267,12 +267,12 @@ class ArrowFactor:
             e0, e1 = cr.starts[j0], cr.starts[j1]
             D = buffer[:(j1 - j0) * K * width].reshape(j1 - j0, K, width)
             flat = (cr.judge[e0:e1] - j0) * (K * width) + cr.model[e0:e1]
-            for r in range(K):  # flat scatters: much faster than D[judge, :, model] = V
-                buffer[flat + r * width] = self._V[e0:e1, r]
+            for t in range(K):  # flat scatters: much faster than D[judge, :, model] = V
+                buffer[flat + t * width] = self._V[e0:e1, t]
             D[:, :, m:] = self._W[j0:j1]
             yield j0, j1, D
-            for r in range(K):
-                buffer[flat + r * width] = 0.0
+            for t in range(K):
+                buffer[flat + t * width] = 0.0
 
     def _ainv(self, v_j: np.ndarray) -> np.ndarray:
         return np.einsum("jki,jk->ji", self.Linv, np.einsum("jik,jk->ji", self.Linv, v_j))
