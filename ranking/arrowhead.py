@@ -92,6 +92,11 @@ def join(lay: Layout, v_g: np.ndarray, v_j: np.ndarray) -> np.ndarray:
     return out
 
 
+def deviation_masks(spec: Spec) -> np.ndarray:
+    """(J, 6): 1 where judge j's own raw entry t enters η (a deviation tied to the reference does not)."""
+    return np.stack([spec.deviation_mask(t) if t < N_EFFECTS else spec.masks[t] for t in range(K)], axis=1)
+
+
 def centring(spec: Spec) -> np.ndarray | None:
     """Judges whose log a_j are centred (the dense path's L_j = ρ_j − mean ρ), or None."""
     if not spec.centre_discrimination:
@@ -157,12 +162,13 @@ def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cro
     """The raw Hessian from judge-blocked partials (effective coordinates), the prior and its gauges."""
     lay = spec.layout
     m = lay.n_models
-    mask = spec.masks.T  # (J, 6)
-    A = part.A * mask[:, :, None] * mask[:, None, :]
+    mask = spec.masks.T  # (J, 6): where effect t acts (through the global coefficient too)
+    dev = deviation_masks(spec)  # (J, 6): where the judge's own raw entry acts
+    A = part.A * dev[:, :, None] * dev[:, None, :]
     prec_g, prec_j = split(lay, precision)
     A[:, np.arange(K), np.arange(K)] += prec_j
-    Xc = part.C * mask[cross.judge]
-    Xg = part.A[:, :, :N_EFFECTS] * mask[:, :, None] * mask[:, None, :N_EFFECTS]
+    Xc = part.C * dev[cross.judge]
+    Xg = part.A[:, :, :N_EFFECTS] * dev[:, :, None] * mask[:, None, :N_EFFECTS]
     n_g = prec_g.size
     H = np.zeros((n_g, n_g))
     H[:m, :m] = part.H_theta
@@ -190,7 +196,7 @@ def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cro
         u = np.zeros(lay.n_core)
         u[lay.block(DISC).start + on] = 1.0
         low_rank.append((u, 0.0))
-    return ArrowHessian(lay, H, A, Xc, Xg, cross, tuple(low_rank), mask > 0)
+    return ArrowHessian(lay, H, A, Xc, Xg, cross, tuple(low_rank), dev > 0)
 
 
 class ArrowFactor:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 import polars as pl
-from biasboard.ranking.arrowhead import BlockCovariance, centring
+from biasboard.ranking.arrowhead import BlockCovariance, centring, deviation_masks
 from biasboard.ranking.model import AFF, DISC, LEN, POS, SEV, TIE
 from biasboard.ranking.problem import Problem, prior_sd_of_effect
 from biasboard.ranking.result import BIAS_COLUMNS, Z95
@@ -159,19 +159,22 @@ def _judge_rows_blocked(problem: Problem, solution: Solution, cov: BlockCovarian
     blocks = (POS, LEN, AFF, DISC, TIE, SEV)
     centred = centring(spec)
 
+    dev = deviation_masks(spec).T  # (6, J)
+
     def effects(core: np.ndarray) -> np.ndarray:  # (..., 6, J) effective judge effects from raw cores
-        raw = core[..., lay.block(0).start:lay.tau.start].reshape(*core.shape[:-1], len(blocks), jn).copy()
-        for t in (POS, LEN, AFF):
-            raw[..., t, :] += core[..., lay.glob(t), None]
+        raw = core[..., lay.block(0).start:lay.tau.start].reshape(*core.shape[:-1], len(blocks), jn) * dev
         if centred is not None:
             raw[..., DISC, :] -= raw[..., DISC, centred].mean(axis=-1, keepdims=True)
-        return raw * masks
+            raw[..., DISC, :] *= masks[DISC]
+        for t in (POS, LEN, AFF):
+            raw[..., t, :] += core[..., lay.glob(t), None] * masks[t]
+        return raw
 
     est = effects(solution.core)
-    var = cov.judge_var.T.copy()
+    var = cov.judge_var.T * dev
     for t in (POS, LEN, AFF):
-        var[t] += cov.glob[m + t, m + t] + 2.0 * cov.judge_glob[:, t, t]
-    var = np.clip(var * masks, 0.0, None)
+        var[t] += masks[t] * cov.glob[m + t, m + t] + 2.0 * masks[t] * dev[t] * cov.judge_glob[:, t, t]
+    var = np.clip(var, 0.0, None)
     boot = None if boot_core is None else effects(boot_core)
     cols: dict[str, list] = {name: [] for name in BIAS_COLUMNS}
     by_block: dict[int, dict[int, str]] = {}

@@ -89,6 +89,21 @@ def test_blocked_solver_with_fixed_effects_and_disabled_effects():
     assert np.max(np.abs(cores[0] - cores[1])) < TOL
 
 
+def test_blocked_fit_with_a_reference_judge():
+    """Deviations tied to the reference (``Spec.tied``) act through the global coefficient only."""
+    data = build_dataset(_cells(np.random.default_rng(6), models=7, judges=5, cells=400))
+    fits = {s: fit_bias_aware(data, config=ModelConfig(judge_solver=s, reference=frozenset({data.judges[1]}),
+                                                       disabled=frozenset({(data.judges[2], "position")}),
+                                                       posterior_draws=200))
+            for s in ("dense", "blocked")}
+    d, b = fits["dense"], fits["blocked"]
+    assert np.max(np.abs(d.rating - b.rating)) < TOL and np.max(np.abs(d.ci_low - b.ci_low)) < TOL
+    for col in ("estimate", "ci_low", "ci_high"):
+        x, y = d.bias[col].to_numpy(), b.bias[col].to_numpy()
+        ok = ~np.isnan(x)
+        assert np.max(np.abs(x[ok] - y[ok])) < 1e-7, col
+
+
 def test_blocked_solver_refuses_ordinal_scores():
     from tests.test_ranking_model import _score_cells
 
