@@ -122,6 +122,7 @@ def frozen_judge(study: Study, seed: int) -> FrozenJudge:
             "family_b": [None] * n,
             "judge_family": [None] * n,
             "order_known": [None] * n,
+            "strength": [None] * n,
         },
         schema=BATTLE_SCHEMA,
     )

@@ -80,6 +80,7 @@ class ImportOptions:
     length_unit: str = "chars"  # chars | words, where the source offers both
     tie_band: float = 0.0  # AlpacaEval: |preference - 1.5| <= band is a tie
     answers_dir: Path | None = None  # FastChat model_answer folder for MT-Bench lengths
+    baseline: str | None = None  # arena-hard-auto v0.1: the baseline model the files do not name
 
 
 @dataclass(frozen=True)
@@ -317,7 +318,7 @@ def finalize_battles(
     optionally ``family_a`` / ``family_b`` / ``judge_family`` when the source
     names them (left null otherwise: the ingest's family map assigns them) and
     ``order_known`` (false where the source does not record the shown order;
-    null = known).  The
+    null = known) and ``strength`` (an ordinal verdict strength, when the source has one).  The
     format's reason takes precedence over the generic rules.
     """
     checked = mapped.with_columns(
@@ -342,6 +343,7 @@ def finalize_battles(
         (pl.col("order_known") if "order_known" in mapped.columns else pl.lit(None))
         .cast(pl.Boolean)
         .alias("order_known"),
+        (pl.col("strength") if "strength" in mapped.columns else pl.lit(None)).cast(pl.Int8).alias("strength"),
     )
     return ImportResult(
         kind="battles",

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from biasboard.importers import alpacaeval, fastchat, llmfao, mtbench, pba, scores
+from biasboard.importers import alpacaeval, arenahard, fastchat, llmfao, mtbench, pba, scores
 from biasboard.importers.common import ImportOptions, ImportResult
 
 
@@ -27,6 +27,7 @@ FORMATS: dict[str, ImportFormat] = {
         ImportFormat("alpacaeval", alpacaeval.convert, alpacaeval.PATTERNS, "AlpacaEval annotations"),
         ImportFormat("llmfao", llmfao.convert, llmfao.PATTERNS, "LLMFAO comparison CSVs (left/right)"),
         ImportFormat("pba", pba.convert, pba.PATTERNS, "Position-Bias-Analyzer judgments (both orders)"),
+        ImportFormat("arena-hard", arenahard.convert, arenahard.PATTERNS, "arena-hard-auto model_judgment (2 games)"),
     )
 }
 

@@ -7,6 +7,8 @@ Examples::
     biasboard import --format mtbench-single --in judgments.jsonl.gz --judge gpt-4 --out imported/arena-bench
     biasboard import --format alpacaeval --in alpacaeval/ --out imported/alpacaeval
     biasboard import --format pba --in mtbench-position-bias-analyzer/ --out imported/pba
+    biasboard import --format arena-hard --in data/arena-hard-v0.1/model_judgment/gpt-4-1106-preview \
+        --baseline gpt-4-0314 --out imported/arena-hard
     biasboard refresh --input 'imported/pba/battles/**/*.parquet' --state state --out site
 
 ``--in`` is a file, a folder (searched with the format's file patterns) or a
@@ -68,6 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="alpacaeval: a preference within W of 1.5 is a tie (default 0: only exactly 1.5)",
     )
     parser.add_argument(
+        "--baseline",
+        help="arena-hard: the baseline model of a v0.1 run (its judge_config.yaml baseline_model, e.g. gpt-4-0314)",
+    )
+    parser.add_argument(
         "--answers",
         metavar="DIR",
         help="mtbench-pair/-single: FastChat model_answer folder for lengths (default: ../model_answer if present)",
@@ -89,6 +95,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         length_unit=args.length_unit,
         tie_band=args.tie_band,
         answers_dir=answers,
+        baseline=args.baseline,
     )
     result = fmt.convert(paths, options)
     if result.rows_converted == 0:
@@ -106,6 +113,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             "length_unit": args.length_unit,
             "tie_band": args.tie_band,
             "answers": args.answers,
+            "baseline": args.baseline,
         },
     )
     for line in summary_lines(manifest, Path(args.out)):

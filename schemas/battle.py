@@ -5,7 +5,10 @@ A *battle* is one judged pairwise comparison: ``model_a`` was shown first,
 log does not record the shown order (most AlpacaEval files), ``order_known`` is
 false: ``model_a``/``model_b`` are then just the listed order, and the battle
 informs quality, length, affinity and ties but not the position effect.  A
-null or absent ``order_known`` means the order is known (older files).  These
+null or absent ``order_known`` means the order is known (older files).
+``strength`` optionally keeps how strongly the judge preferred the winner
+(arena-hard-auto's ``A>>B`` = 2, ``A>B`` = 1, a tie 0); the fit reads the
+winner only.  These
 schemas are the contract that readers validate against; the rules that turn a
 bad row into a dead letter live in :mod:`biasboard.schemas.rules`.
 """
@@ -32,6 +35,7 @@ BATTLE_SCHEMA = pa.schema(
         pa.field("family_b", pa.string()),
         pa.field("judge_family", pa.string()),
         pa.field("order_known", pa.bool_()),  # false: the shown order is unknown; null/absent: known
+        pa.field("strength", pa.int8()),  # optional verdict strength: 2 "much better", 1 "better", 0 tie
     ]
 )
 

@@ -629,6 +629,7 @@ def _battle_table(config: SimulationConfig, params: Parameters, day: dt.date, co
         "family_b": _strings(family, params.model_family[cols["b"]]),
         "judge_family": _strings(family, params.judge_family[cols["judge"]]),
         "order_known": pa.nulls(len(ids), pa.bool_()),  # the simulated log records the shown order
+        "strength": pa.nulls(len(ids), pa.int8()),
     }
     schema = BATTLE_SCHEMA_WITH_BAD_ROWS if iso else BATTLE_SCHEMA
     return pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)

@@ -303,6 +303,57 @@ def test_an_import_that_yields_no_rows_exits_2(tmp_path, capsys):
     assert "yielded 0 rows" in err and "no_verdict: 1" in err and not (tmp_path / "out").exists()
 
 
+# ---------------------------------------------------------------------------------------------- arena-hard-auto
+
+ARENA_HARD = ("arena-hard-auto",)
+
+
+def test_arena_hard_v01_two_games_in_both_orders_with_strength():
+    folder = real_data(*ARENA_HARD, "v0.1", "model_judgment", "gpt-4-1106-preview")
+    with pytest.raises(InputError, match="--baseline"):
+        import_path("arena-hard", folder)
+    result = import_path("arena-hard", folder, ImportOptions(baseline="gpt-4-0314"))
+    rows = check_contract(result)
+    assert result.source_rows == 8 and result.rows_read == 16  # SOURCE.md: 4 + 4 lines, two games each
+    assert result.dead_by_reason() == {REASON_NO_VERDICT: 1}
+    g1 = rows.filter(pl.col("battle_id").str.ends_with(":g1"))
+    g2 = rows.filter(pl.col("battle_id").str.ends_with(":g2"))
+    assert set(g1["model_a"]) == {"gpt-4-0314"} and set(g2["model_b"]) == {"gpt-4-0314"}  # baseline shown first in g1
+    assert set(rows["judge"]) == {"gpt-4-1106-preview"}
+    # The labels in shown-order terms, per SOURCE.md: first game of claude's first question is B>A = claude won.
+    first = rows.filter(pl.col("battle_id").str.contains("328c149ed45a41c0b9d6f14659e63599:claude")).sort("battle_id")
+    assert first.select("model_a", "winner", "strength").rows() == [
+        ("gpt-4-0314", "model_b", 1),  # g1 "B>A": B (claude) better
+        ("claude-3-opus-20240229", "model_a", 1),  # g2 "A>B": A (claude) better
+    ]
+    # '>>' and '>' are both wins, kept apart in strength; "B<A" is A better, "A<<B" is B much better.
+    assert dict(rows.group_by("strength").len().iter_rows()) == {2: 5, 1: 8, 0: 2}
+    gpt35 = rows.filter(pl.col("prompt_id") == "b43c07656ead4150b360294ee932b410").filter(
+        pl.col("battle_id").str.contains("gpt-3.5")
+    ).sort("battle_id")
+    assert gpt35.select("winner", "strength").rows() == [("model_a", 1), ("model_b", 2)]
+
+
+def test_arena_hard_v2_names_its_baseline_and_skips_a_failed_game(tmp_path):
+    folder = real_data(*ARENA_HARD, "v2.0", "model_judgment")
+    result = import_path("arena-hard", folder, ImportOptions(baseline="ignored-when-the-file-names-one"))
+    rows = check_contract(result)
+    assert result.rows_read == 6 and result.dead_by_reason() == {REASON_NO_VERDICT: 1}
+    assert set(rows["model_a"]) | set(rows["model_b"]) == {"qwen3-32b", "o3-mini-2025-01-31", "gemini-2.0-flash-001"}
+    creative = rows.filter(pl.col("prompt_id") == "2b4d6f8a0c1e3579").sort("battle_id")
+    assert creative.select("model_a", "model_b", "winner", "strength").rows() == [
+        ("gemini-2.0-flash-001", "qwen3-32b", "model_b", 2),
+        ("qwen3-32b", "gemini-2.0-flash-001", "tie", 0),
+    ]
+    dead = pl.from_arrow(result.dead_letters)
+    assert "games" not in dead.columns and dead["game"].to_list() == ["2"]  # texts never reach dead letters
+    # End to end through the CLI into the ingest's day partitions.
+    out = tmp_path / "imported"
+    assert cli.main(["import", "--format", "arena-hard", "--in", str(folder), "--out", str(out)]) == 0
+    table = pq.read_table(next(out.glob("battles/day=*/*.parquet")), partitioning=None)
+    assert table.schema.equals(BATTLE_SCHEMA) and table.num_rows == 5
+
+
 # ---------------------------------------------------------------------------------------------- LLMFAO, PBA
 
 

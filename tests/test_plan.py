@@ -191,6 +191,7 @@ def _battles(reps: int = 3, seed: int = 0) -> pa.Table:
             "family_b": ["openai"] * n,
             "judge_family": ["meta"] * n,
             "order_known": [None] * n,
+            "strength": [None] * n,
         },
         schema=BATTLE_SCHEMA,
     )

@@ -42,6 +42,7 @@ def _battles(a: np.ndarray, b: np.ndarray, len_a: np.ndarray, len_b: np.ndarray,
             "family_b": ["fam-x"] * n,
             "judge_family": ["fam-judge"] * n,
             "order_known": [None] * n,
+            "strength": [None] * n,
         },
         schema=BATTLE_SCHEMA,
     )

@@ -1,0 +1,126 @@
+"""arena-hard-auto judgments (``model_judgment/<judge>/<model>.jsonl``) → two battles per line.
+
+arena-hard-auto's ``gen_judgment.py`` judges every model against one baseline
+on each question twice, once in each order, and writes one line per
+(question, model)::
+
+    {"question_id" | "uid": ..., "model": ..., "judge": ..., ["baseline": ..., "category": ...,]
+     "games": [{"score": "A>B", "judgment": ..., ...}, {"score": "B>>A", ...}]}
+
+Game 1 shows the **baseline as Assistant A** and the model as B; game 2 swaps
+them (v0.1: ``answer, baseline = baseline, answer`` for the second game; v2:
+``pairwise_judgment(baseline=answer, answer=baseline)``).  So:
+
+====== ============ ============
+game   ``model_a``  ``model_b``
+====== ============ ============
+g1     baseline     model
+g2     model        baseline
+====== ============ ============
+
+``score`` is the label the judge's text ended with, in A/B (= shown-order)
+terms: ``A>>B``, ``A>B``, ``A=B``, ``B>A``, ``B>>A`` (``show_result.py`` also
+maps ``A<<B``, ``A<B``, ``B=A``, ``B<<A``, ``B<A``).  Both ``>>`` and ``>``
+are a win for the side named; ``show_result.py`` counts a ``>>`` three times,
+which would treat one judgment as three independent battles — here it is one
+battle, and its strength is kept as the ordinal ``strength`` column (2 for
+``>>``/``<<``, 1 for ``>``/``<``, 0 for a tie) for analyses that can use it.
+A null game or score (no parsable label, or the API call failed) is
+dead-lettered as ``no_verdict`` per game; any other label reaches the rules
+unchanged (``bad_winner``).
+
+v0.1 lines name no baseline (it is ``baseline_model`` in the run's
+``judge_config.yaml``, ``gpt-4-0314`` for arena-hard-v0.1): pass
+``--baseline``.  v2 lines carry ``baseline`` (per category), which wins over
+``--baseline``.  ``prompt_id`` is ``question_id`` (v0.1) or ``uid`` (v2);
+``battle_id`` = ``arena-hard:<judge>:<prompt>:<model>:<baseline>:g<game>``.
+The files are undated (default day) and carry no lengths.  Judge explanations
+and prompts are not carried into dead letters (only each game's ``score``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+from biasboard.importers.common import (
+    REASON,
+    REASON_NO_VERDICT,
+    SOURCE_FILE,
+    SOURCE_ROW,
+    ImportOptions,
+    ImportResult,
+    finalize_battles,
+    fixed_day,
+    judge_expr,
+    read_all,
+    require_columns,
+    stable_id,
+)
+from biasboard.schemas.errors import InputError
+
+#: ``model_judgment/<judge>/<model>.jsonl``: a judge folder, the ``model_judgment`` folder or one file.
+PATTERNS = ("*.jsonl", "*.jsonl.gz", "*/*.jsonl", "*/*.jsonl.gz")
+REQUIRED = ("model", "games")
+#: Labels in shown-order terms → (winner, strength).
+LABELS: dict[str, tuple[str, int]] = {
+    "A>>B": ("model_a", 2), "B<<A": ("model_a", 2),
+    "A>B": ("model_a", 1), "B<A": ("model_a", 1),
+    "A=B": ("tie", 0), "B=A": ("tie", 0),
+    "B>A": ("model_b", 1), "A<B": ("model_b", 1),
+    "B>>A": ("model_b", 2), "A<<B": ("model_b", 2),
+}  # fmt: skip
+
+
+def _games(lines: pl.DataFrame) -> pl.DataFrame:
+    """Two rows per line (game 1, game 2) with that game's ``score`` label; the games' texts are dropped."""
+    games = pl.col("games")
+    score = games.list.get(pl.col("game") - 1, null_on_oob=True).struct.field("score").cast(pl.String)
+    keep = [c for c in lines.columns if c != "games"]
+    exploded = lines.with_columns(pl.lit([1, 2], dtype=pl.List(pl.Int64)).alias("game")).explode("game")
+    return exploded.select(*keep, "game", score.alias("score"))
+
+
+def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
+    lines = read_all(paths)
+    require_columns(lines, REQUIRED, paths, "arena-hard-auto judgment")
+    if not isinstance(lines.schema["games"], pl.List) or not isinstance(lines.schema["games"].inner, pl.Struct):
+        raise InputError(f"{', '.join(map(str, paths))}: 'games' must be a list of game objects")
+    if "uid" not in lines.columns and "question_id" not in lines.columns:
+        raise InputError(f"{', '.join(map(str, paths))}: arena-hard-auto input lacks 'question_id' (or 'uid')")
+    if "baseline" not in lines.columns and not options.baseline:
+        raise InputError(
+            f"{', '.join(map(str, paths))}: the file names no baseline model (arena-hard-auto v0.1); "
+            "pass --baseline (the run's judge_config.yaml baseline_model, e.g. gpt-4-0314)"
+        )
+    raw = _games(lines).select(pl.exclude(SOURCE_FILE, SOURCE_ROW), SOURCE_FILE, SOURCE_ROW)
+    judge = judge_expr(raw, options, paths)
+    given = pl.col("baseline").cast(pl.String) if "baseline" in raw.columns else pl.lit(None, dtype=pl.String)
+    baseline = given.fill_null(pl.lit(options.baseline, dtype=pl.String))
+    model = pl.col("model").cast(pl.String)
+    qid = pl.col("uid" if "uid" in raw.columns else "question_id").cast(pl.String)
+    label = pl.col("score").str.strip_chars().str.to_uppercase().str.replace_all(" ", "")
+    first = pl.col("game") == 1
+    winner = label.replace_strict({k: w for k, (w, _) in LABELS.items()}, default=pl.col("score"))
+    mapped = raw.select(
+        stable_id("arena-hard", judge, qid, model, baseline, pl.format("g{}", pl.col("game"))).alias("battle_id"),
+        fixed_day(options).alias("ts"),
+        judge.alias("judge"),
+        pl.when(first).then(baseline).otherwise(model).alias("model_a"),
+        pl.when(first).then(model).otherwise(baseline).alias("model_b"),
+        winner.cast(pl.String).alias("winner"),
+        qid.alias("prompt_id"),
+        pl.lit(None, dtype=pl.Int64).alias("len_a"),
+        pl.lit(None, dtype=pl.Int64).alias("len_b"),
+        pl.when(pl.col("score").is_null()).then(pl.lit(REASON_NO_VERDICT)).otherwise(None).cast(pl.String).alias(REASON),
+        label.replace_strict({k: s for k, (_, s) in LABELS.items()}, default=None, return_dtype=pl.Int8).alias(
+            "strength"
+        ),
+    )
+    notes = [
+        f"no time stamps in arena-hard-auto judgments: every battle dated {options.default_date.isoformat()} "
+        "00:00 UTC",
+        "game 1 shows the baseline first, game 2 the model; '>>' and '>' are both a win (strength 2 / 1)",
+    ]
+    return finalize_battles(raw, mapped, sources=paths, source_rows=lines.height, notes=notes)
