@@ -35,9 +35,10 @@ from biasboard.pipelines import validation
 from biasboard.pipelines.options import beam_options
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.names import AliasMap
 from biasboard.transforms.cells import IngestCounts, judge_summary
 from biasboard.transforms.ingest import IngestResult, run_ingest
-from biasboard.transforms.read import DEFAULT_BATCH_ROWS, validate_day
+from biasboard.transforms.read import DEFAULT_BATCH_ROWS, load_aliases, validate_day
 from biasboard.transforms.state import load_cells
 
 
@@ -50,11 +51,12 @@ def run_backfill(
     scores_glob: str | None = None,
     day_range: tuple[str | None, str | None] = (None, None),
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    aliases: AliasMap | None = None,
 ) -> IngestResult:
     """Aggregate the selected days of ``input_glob`` into ``state_dir`` (:func:`~biasboard.transforms.ingest.run_ingest`
     with the Beam options of ``beam_args``)."""
     options = beam_options(beam_args)
-    return run_ingest(input_glob, state_dir, options, days, family_map, scores_glob, day_range, batch_rows)
+    return run_ingest(input_glob, state_dir, options, days, family_map, scores_glob, day_range, batch_rows, aliases)
 
 
 def format_counts(counts: IngestCounts, what: str = "battles") -> str:
@@ -69,6 +71,8 @@ def format_counts(counts: IngestCounts, what: str = "battles") -> str:
         line += f"; self-battles kept: {counts.self_battles}"
     if counts.empty_files:
         line += f"; empty files skipped: {counts.empty_files}"
+    if counts.trimmed or counts.renamed:
+        line += f"; names trimmed in {counts.trimmed} row(s), renamed by --aliases in {counts.renamed}"
     return line
 
 
@@ -103,6 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", dest="day_to", metavar="YYYY-MM-DD", help="last day to aggregate (inclusive)")
     parser.add_argument("--scores", metavar="GLOB", help="ordinal score Parquet files to aggregate too")
     parser.add_argument("--family-map", metavar="PATH", help="JSON family rules tried before the defaults")
+    parser.add_argument("--aliases", metavar="PATH", help="JSON object: judge/model name -> canonical name")
     parser.add_argument("--batch-rows", type=int, default=DEFAULT_BATCH_ROWS, help=argparse.SUPPRESS)
 
 
@@ -112,6 +117,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     if low and high and low > high:
         raise InputError(f"--from {low} is after --to {high}")
     family_map = validation.family_map(args.family_map)
+    aliases = load_aliases(args.aliases)
     validation.writable_folder(args.state, "--state")
     result = run_backfill(
         args.input,
@@ -121,6 +127,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         scores_glob=args.scores,
         day_range=(low, high),
         batch_rows=args.batch_rows,
+        aliases=aliases,
     )
     print(backfill_summary(result))
     return 0 if result.counts.conserved else 1

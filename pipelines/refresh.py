@@ -59,6 +59,7 @@ from biasboard.schemas import summary as S
 from biasboard.schemas.cells import PAIR_CELL_KEYS, SCORE_CELL_KEYS
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.names import AliasMap
 from biasboard.schemas.summary import Summary
 from biasboard.transforms import publish, read, state, storage
 from biasboard.transforms.anchors import read_anchors
@@ -86,6 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="families",
         default=None,
         help="family map file (model/judge name → family), tried before the defaults; as in backfill and audit",
+    )
+    parser.add_argument(
+        "--aliases", default=None, help="JSON object: judge/model name -> canonical name (e.g. case variants)"
     )
     parser.add_argument("--k", type=int, default=10, help="top-k for the membership probabilities (default 10)")
     parser.add_argument("--bootstrap", type=int, default=0, help="Poisson-bootstrap replicates (default 0: Laplace)")
@@ -154,6 +158,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         RefreshOptions(
             scores_glob=args.scores,
             families=args.families,
+            aliases=args.aliases,
             k=args.k,
             bootstrap=args.bootstrap,
             seed=args.seed,
@@ -189,6 +194,7 @@ class RefreshOptions:
 
     scores_glob: str | None = None
     families: str | None = None
+    aliases: str | None = None
     k: int = 10
     bootstrap: int = 0
     seed: int = 0
@@ -243,11 +249,12 @@ def refresh(
     pipeline_options = beam_options(beam_args)
     storage.configure_gcs_auth(no_auth=pipeline_options.view_as(GoogleCloudOptions).no_auth)
     family_map = check_options(state_dir, out_dir, options)
+    aliases = read.load_aliases(options.aliases)
     timings = Timings()
     started = dt.datetime.now(dt.timezone.utc)
 
     with timings.stage("read"):
-        changes = input_changes(input_glob, state_dir, options.scores_glob, ingest_settings(family_map))
+        changes = input_changes(input_glob, state_dir, options.scores_glob, ingest_settings(family_map, aliases))
     _LOG.info(
         "read: %d input file(s) over %d day(s): %d new, %d changed, %d unchanged",
         changes.n_files,
@@ -260,7 +267,9 @@ def refresh(
 
     build_only = _build_only_reason(pipeline_options)
     if build_only:
-        job = build_aggregation_job(input_glob, state_dir, beam_options(beam_args), todo, options, family_map)
+        job = build_aggregation_job(
+            input_glob, state_dir, beam_options(beam_args), todo, options, family_map, aliases
+        )
         _LOG.info("aggregate: %s: the job was built, nothing ran, nothing is published", build_only)
         return Outcome(None, aggregated_days=todo, reason=build_only, job=job)
     failpoint("after-read")
@@ -268,7 +277,9 @@ def refresh(
     metrics: dict[str, int] = {}
     with timings.stage("aggregate"):
         if todo:
-            metrics = aggregate_days(input_glob, state_dir, beam_options(beam_args), todo, options, family_map)
+            metrics = aggregate_days(
+                input_glob, state_dir, beam_options(beam_args), todo, options, family_map, aliases
+            )
         else:
             _LOG.info("aggregate: nothing new; the stored cells are up to date")
     failpoint("after-aggregate")
@@ -306,6 +317,7 @@ def refresh(
             "digest": changes.digest,
             "days": changes.fingerprints,
             "family_map": {"path": options.families, "sha256": family_map.digest()},
+            "aliases": {"path": options.aliases, "sha256": aliases.digest()} if aliases is not None else None,
         },
         "state": state_dir,
         "aggregated_days": todo,
@@ -448,6 +460,7 @@ def aggregate_days(
     days: list[str],
     options: RefreshOptions,
     family_map: FamilyMap,
+    aliases: AliasMap | None = None,
 ) -> dict[str, int]:
     """Run the ingest pipeline over ``days``; returns its Beam counters (rows read, counted, rejected by reason)."""
     result = run_ingest(
@@ -457,6 +470,7 @@ def aggregate_days(
         days=days,
         family_map=family_map,
         scores_glob=options.scores_glob,
+        aliases=aliases,
     )
     _LOG.info(
         "aggregate: %d day(s): read %d rows, counted %d, rejected %d",
@@ -475,6 +489,7 @@ def build_aggregation_job(
     days: list[str],
     options: RefreshOptions,
     family_map: FamilyMap,
+    aliases: AliasMap | None = None,
 ) -> object:
     """Build (and, for a template, stage) the ingest job without running it; returns the runner's result.
 
@@ -484,7 +499,7 @@ def build_aggregation_job(
     and no state to read back.
     """
     tasks = day_tasks(input_glob, days or None, scores_glob=options.scores_glob)
-    return build_ingest(pipeline_options, tasks, state_dir, family_map).run()
+    return build_ingest(pipeline_options, tasks, state_dir, family_map, aliases=aliases).run()
 
 
 def _build_only_reason(options: PipelineOptions) -> str:

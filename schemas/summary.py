@@ -125,6 +125,11 @@ class Counts:
     rejected: dict[str, int]
     rejected_total: int
     self_battles: int = 0
+    #: Input files with no rows (empty part files), skipped.
+    empty_files: int = 0
+    #: Counted rows whose judge or model name lost surrounding whitespace / was renamed by ``--aliases``.
+    trimmed: int = 0
+    renamed: int = 0
 
     @property
     def conserved(self) -> bool:

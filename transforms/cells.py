@@ -30,6 +30,7 @@ from biasboard.schemas.cells import (
     conform_pair_cells,
 )
 from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.names import AliasMap
 from biasboard.transforms.covariates import FAMILY_COLUMNS, length_measures, normalise_given, resolve_families
 from biasboard.transforms.validate import (
     BATTLE_DEAD_LETTER_SCHEMA,
@@ -53,6 +54,9 @@ class IngestCounts:
     self_battles: int = 0
     #: Input files with no rows (empty part files), skipped.
     empty_files: int = 0
+    #: Counted rows whose judge or model name lost surrounding whitespace / was renamed by the alias map.
+    trimmed: int = 0
+    renamed: int = 0
 
     def __add__(self, other: IngestCounts) -> IngestCounts:
         rejected = dict(self.rejected)
@@ -64,6 +68,8 @@ class IngestCounts:
             rejected,
             self.self_battles + other.self_battles,
             self.empty_files + other.empty_files,
+            self.trimmed + other.trimmed,
+            self.renamed + other.renamed,
         )
 
     @property
@@ -76,7 +82,7 @@ class IngestCounts:
         return self.read == self.counted + self.rejected_total
 
     def to_dict(self) -> dict:
-        """The counts as JSON; ``empty_files`` appears only when some input file had no rows."""
+        """The counts as JSON; ``empty_files``, ``trimmed`` and ``renamed`` appear only when not zero."""
         out = {
             "read": self.read,
             "counted": self.counted,
@@ -84,8 +90,9 @@ class IngestCounts:
             "rejected_total": self.rejected_total,
             "self_battles": self.self_battles,
         }
-        if self.empty_files:
-            out["empty_files"] = self.empty_files
+        for key in ("empty_files", "trimmed", "renamed"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
         return out
 
     @classmethod
@@ -96,6 +103,8 @@ class IngestCounts:
             {k: int(v) for k, v in d["rejected"].items()},
             int(d.get("self_battles", 0)),
             int(d.get("empty_files", 0)),
+            int(d.get("trimmed", 0)),
+            int(d.get("renamed", 0)),
         )
 
 
@@ -144,18 +153,22 @@ def partial_cells(
     seen: SeenIds | None = None,
     source_file: str = "",
     row_offset: int = 0,
+    aliases: AliasMap | None = None,
 ) -> BatchCells:
     """One batch of battle rows → (pair cells, dead letters, counts).
 
     ``seen`` holds the ids already kept earlier in the same day (pass one
     :class:`SeenIds` per day; None checks duplicates within this batch only).
-    ``source_file``/``row_offset`` locate dead letters in their input file.
+    ``source_file``/``row_offset`` locate dead letters in their input file;
+    ``aliases`` renames judges and models (see :mod:`biasboard.schemas.names`).
     """
-    checked = validate_battles(batch, seen, source_file, row_offset)
+    checked = validate_battles(batch, seen, source_file, row_offset, aliases=aliases)
     cells = _aggregate_pairs(checked.valid, family_map)
     self_mask = pc.equal(cells.column("model_a"), cells.column("model_b"))
     self_battles = int(pc.sum(pc.filter(cells.column("n"), self_mask)).as_py() or 0)
-    counts = IngestCounts(checked.read, checked.valid.height, checked.rejected, self_battles)
+    counts = IngestCounts(
+        checked.read, checked.valid.height, checked.rejected, self_battles, 0, checked.trimmed, checked.renamed
+    )
     return BatchCells(cells, checked.dead_letters, counts)
 
 
@@ -165,12 +178,13 @@ def partial_score_cells(
     seen: SeenIds | None = None,
     source_file: str = "",
     row_offset: int = 0,
+    aliases: AliasMap | None = None,
 ) -> BatchCells:
     """One batch of score rows → (score cells, dead letters, counts); see :func:`partial_cells`."""
-    checked = validate_scores(batch, seen, source_file, row_offset)
+    checked = validate_scores(batch, seen, source_file, row_offset, aliases=aliases)
     valid = resolve_families(checked.valid, family_map, (("family", "model"), ("judge_family", "judge")))
     cells = valid.with_columns(pl.col(SCORE).alias("score")).group_by(list(SCORE_CELL_KEYS)).agg(pl.len().alias("n"))
-    counts = IngestCounts(checked.read, valid.height, checked.rejected, 0)
+    counts = IngestCounts(checked.read, valid.height, checked.rejected, 0, 0, checked.trimmed, checked.renamed)
     return BatchCells(cells.to_arrow().cast(SCORE_CELLS_SCHEMA), checked.dead_letters, counts)
 
 

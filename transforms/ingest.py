@@ -26,6 +26,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA
 from biasboard.schemas.errors import InputError, StateError
 from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.names import AliasMap
 from biasboard.transforms import storage
 from biasboard.transforms.cells import (
     BatchCells,
@@ -99,23 +100,34 @@ def day_tasks(
     ]
 
 
-def ingest_settings(family_map: FamilyMap) -> dict[str, str]:
+def ingest_settings(family_map: FamilyMap, aliases: AliasMap | None = None) -> dict[str, str]:
     """Everything besides its input files that a day's cells depend on; stored in the day's manifest.
 
-    Families are resolved while a day is aggregated and written into its
-    cells, so the map's digest is part of what refresh compares to decide
-    whether a stored day is still current.
+    Families are resolved and names aliased while a day is aggregated and
+    written into its cells, so the maps' digests are part of what refresh
+    compares to decide whether a stored day is still current (an alias map
+    only when one is given, so states written without one stay current).
     """
-    return {"family_map": family_map.digest()}
+    settings = {"family_map": family_map.digest()}
+    if aliases is not None and aliases.aliases:
+        settings["aliases"] = aliases.digest()
+    return settings
 
 
 class AggregateDayFn(beam.DoFn):
     """One day's files → that day's cells, dead letters and manifest, written to the state folder."""
 
-    def __init__(self, state_dir: str, family_map: FamilyMap, batch_rows: int = DEFAULT_BATCH_ROWS):
+    def __init__(
+        self,
+        state_dir: str,
+        family_map: FamilyMap,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+        aliases: AliasMap | None = None,
+    ):
         self.state_dir = state_dir
         self.family_map = family_map
         self.batch_rows = batch_rows
+        self.aliases = aliases
 
     def _aggregate(self, day: str, files: list[dict], kind: str) -> BatchCells:
         partial = partial_cells if kind == "battle" else partial_score_cells
@@ -128,7 +140,7 @@ class AggregateDayFn(beam.DoFn):
         read_from: set[str] = set()
         for f, offset, batch in day_batches(day, inputs, kind, self.batch_rows):
             read_from.add(f.path)
-            part = partial(batch, self.family_map, seen, f.path, offset)
+            part = partial(batch, self.family_map, seen, f.path, offset, aliases=self.aliases)
             pending.append(part)
             pending_rows += part.cells.num_rows
             if pending_rows >= MERGE_EVERY_ROWS:
@@ -153,7 +165,7 @@ class AggregateDayFn(beam.DoFn):
         manifest = {
             "inputs": [InputFile(**f).fingerprint() for f in task["files"]],
             "counts": battles.counts.to_dict(),
-            "settings": ingest_settings(self.family_map),
+            "settings": ingest_settings(self.family_map, self.aliases),
         }
         if task["score_files"] is not None:
             scores = self._aggregate(day, task["score_files"], "score")
@@ -168,9 +180,15 @@ class AggregateDayFn(beam.DoFn):
 class AggregateDays(beam.PTransform):
     """Day tasks → one committed partition per day (the DoFn writes it; manifests flow on)."""
 
-    def __init__(self, state_dir: str, family_map: FamilyMap, batch_rows: int = DEFAULT_BATCH_ROWS):
+    def __init__(
+        self,
+        state_dir: str,
+        family_map: FamilyMap,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+        aliases: AliasMap | None = None,
+    ):
         super().__init__()
-        self.fn = AggregateDayFn(state_dir, family_map, batch_rows)
+        self.fn = AggregateDayFn(state_dir, family_map, batch_rows, aliases)
 
     def expand(self, tasks):
         # Reshuffle breaks fusion with Create, so a distributed runner spreads days over workers.
@@ -183,13 +201,14 @@ def build_ingest(
     state_dir: str,
     family_map: FamilyMap,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    aliases: AliasMap | None = None,
 ) -> beam.Pipeline:
     """The ingest graph over ``tasks`` (see :func:`day_tasks`), built and not run."""
     pipeline = beam.Pipeline(options=options)
     _ = (
         pipeline
         | "DayPartitions" >> beam.Create(tasks)
-        | "AggregateDays" >> AggregateDays(state_dir, family_map, batch_rows)
+        | "AggregateDays" >> AggregateDays(state_dir, family_map, batch_rows, aliases)
     )
     return pipeline
 
@@ -203,20 +222,22 @@ def run_ingest(
     scores_glob: str | None = None,
     day_range: tuple[str | None, str | None] = (None, None),
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    aliases: AliasMap | None = None,
 ) -> IngestResult:
     """Aggregate the selected days of ``input_glob`` into ``state_dir`` and read their manifests back.
 
     ``days``: only these days (refresh passes the new or changed ones);
     ``day_range``: inclusive (from, to) bounds; ``family_map``: a FamilyMap or
-    the path of a user rule file.  Input problems raise InputError before any
-    pipeline starts.
+    the path of a user rule file; ``aliases``: judge/model renames
+    (:mod:`biasboard.schemas.names`).  Input problems raise InputError before
+    any pipeline starts.
     """
     if not isinstance(family_map, FamilyMap):
         family_map = load_family_map(family_map)
     tasks = day_tasks(input_glob, days, day_range, scores_glob)
     storage.ensure_dir(state_dir)  # an unwritable state folder fails here, in one line, not inside a worker
     _LOG.info("ingest: %d day(s) from %s into %s", len(tasks), input_glob, state_dir)
-    outcome = run_to_completion(build_ingest(options, tasks, state_dir, family_map, batch_rows))
+    outcome = run_to_completion(build_ingest(options, tasks, state_dir, family_map, batch_rows, aliases))
     metrics = counters(outcome, METRICS_NAMESPACE)
     manifests = {}
     for task in tasks:

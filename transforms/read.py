@@ -41,6 +41,7 @@ from biasboard.schemas import rules
 from biasboard.schemas.battle import BATTLE_REQUIRED, BATTLE_SCHEMA, SCORE_REQUIRED, SCORE_SCHEMA
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.names import AliasMap
 from biasboard.transforms.validate import SOURCE_ROW
 
 _LOG = logging.getLogger(__name__)
@@ -340,3 +341,17 @@ def day_batches(
             if f.undated:
                 batch = rows_of_day(batch, offset, day, f.home_day)
             yield f, offset, batch
+
+
+def load_aliases(path: str | None) -> AliasMap | None:
+    """The user's alias map at ``path`` (local or gs://), read and checked now; None without one."""
+    if path is None:
+        return None
+    if not path.strip():
+        raise InputError("--aliases is empty")
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as handle:
+            text = handle.read().decode("utf-8")
+    except Exception as err:
+        raise InputError(f"{path}: cannot read the alias map: {err}") from err
+    return AliasMap.parse(text, path)

@@ -20,6 +20,7 @@ from biasboard.schemas.battle import BATTLE_REQUIRED, BATTLE_SCHEMA, SCORE_REQUI
 from biasboard.schemas.coerce import coerce_types
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.names import BATTLE_NAME_COLUMNS, SCORE_NAME_COLUMNS, AliasMap, NameFixes, clean_names
 
 REASON = "_reason"
 ROW = "_row"
@@ -198,6 +199,9 @@ class Validated:
     dead_letters: pa.Table
     read: int
     rejected: dict[str, int]
+    #: Valid rows whose judge or model name was trimmed / renamed by the alias map (see schemas.names).
+    trimmed: int = 0
+    renamed: int = 0
 
 
 def _dead_letters(rejected: pl.DataFrame | None, schema: pa.Schema, source_file: str, row_offset: int) -> pa.Table:
@@ -233,6 +237,7 @@ def _split(
     dead_schema: pa.Schema,
     source_file: str,
     row_offset: int,
+    fixes: NameFixes,
 ) -> Validated:
     """Rows failing a rule or repeating a kept id → dead letters (one reason each); the rest → valid.
 
@@ -270,7 +275,8 @@ def _split(
         for reason, n in part.get_column(REASON).value_counts().iter_rows():
             rejected[str(reason)] = rejected.get(str(reason), 0) + int(n)
     dead = _dead_letters(pl.concat(parts) if parts else None, dead_schema, source_file, row_offset)
-    return Validated(valid, dead, df.height, rejected)
+    trimmed, renamed = fixes.counts(good[admitted])
+    return Validated(valid, dead, df.height, rejected, trimmed, renamed)
 
 
 def validate_battles(
@@ -279,6 +285,7 @@ def validate_battles(
     source_file: str = "",
     row_offset: int = 0,
     carry: tuple[str, ...] = (),
+    aliases: AliasMap | None = None,
 ) -> Validated:
     """Apply the battle rules to one batch.
 
@@ -289,9 +296,10 @@ def validate_battles(
     ``order_known`` (Boolean, null read as true) — what the
     cells need, nothing more, since this is the ingest's hot path.  Callers that
     need more of each valid row (the audit: ``prompt_id``, ``gold``) name those
-    columns in ``carry``; absent ones come back null.
+    columns in ``carry``; absent ones come back null.  Judge and model names
+    are trimmed and renamed by ``aliases`` first (:mod:`biasboard.schemas.names`).
     """
-    df = normalise_columns(batch, "battle", source_file, carry)
+    df, fixes = clean_names(normalise_columns(batch, "battle", source_file, carry), BATTLE_NAME_COLUMNS, aliases)
     schema = df.schema
     df = df.with_columns(
         rules.parse_timestamps(df).alias(TS),
@@ -309,12 +317,18 @@ def validate_battles(
         *(pl.col(c).cast(pl.String) if c in df.columns else pl.lit(None, dtype=pl.String).alias(c) for c in carry),
     ]
     return _split(df, conditions, "battle_id", REASON_DUPLICATE_ID, seen, keep, BATTLE_DEAD_LETTER_SCHEMA,
-                  source_file, row_offset)  # fmt: skip
+                  source_file, row_offset, fixes)  # fmt: skip
 
 
-def validate_scores(batch: Batch, seen: SeenIds | None = None, source_file: str = "", row_offset: int = 0) -> Validated:
+def validate_scores(
+    batch: Batch,
+    seen: SeenIds | None = None,
+    source_file: str = "",
+    row_offset: int = 0,
+    aliases: AliasMap | None = None,
+) -> Validated:
     """Apply the score rules to one batch (see :func:`validate_battles`); valid rows carry ``_score``."""
-    df = normalise_columns(batch, "score", source_file)
+    df, fixes = clean_names(normalise_columns(batch, "score", source_file), SCORE_NAME_COLUMNS, aliases)
     schema = df.schema
     df = df.with_columns(
         rules.parse_timestamps(df).alias(TS),
@@ -327,4 +341,4 @@ def validate_scores(batch: Batch, seen: SeenIds | None = None, source_file: str 
         pl.col(SCORE),
     ]
     return _split(df, conditions, "score_id", rules.REASON_DUPLICATE_SCORE_ID, seen, keep, SCORE_DEAD_LETTER_SCHEMA,
-                  source_file, row_offset)  # fmt: skip
+                  source_file, row_offset, fixes)  # fmt: skip

@@ -1,0 +1,143 @@
+"""Name hygiene for judge and model names: trim, reject the unusable, apply the user's aliases.
+
+Names are the leaderboard's keys, so two spellings of one model become two
+models.  Before any rule runs, every judge and model name is
+
+* **trimmed** of surrounding whitespace (``" gpt-4 "`` is ``gpt-4``; the counted
+  rows this changed are reported as ``trimmed``);
+* **renamed** by the optional alias map (``--aliases FILE``: a JSON object
+  ``{"name as written": "canonical name"}``, e.g. for case variants; applied
+  once, after trimming, to judges and models alike; reported as ``renamed``);
+* **rejected** when it holds a control character (``control_chars:<col>``) or
+  is longer than :data:`MAX_NAME_CHARS` characters (``name_too_long:<col>``):
+  such a name is a broken writer, not a model, and a megabyte name would be
+  carried through every table and plot.
+
+Names repeat across rows (models, judges), so the work is done once per
+distinct name in a batch and mapped back to the rows; a batch without anything
+to fix costs one ``unique`` per name column.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+from biasboard.schemas.coerce import FLAG_PREFIX
+from biasboard.schemas.errors import InputError
+
+#: Longest accepted judge or model name, in characters.
+MAX_NAME_CHARS = 256
+REASON_CONTROL_CHARS_PREFIX = "control_chars:"
+REASON_NAME_TOO_LONG_PREFIX = "name_too_long:"
+
+BATTLE_NAME_COLUMNS = ("judge", "model_a", "model_b")
+SCORE_NAME_COLUMNS = ("judge", "model")
+
+
+@dataclass(frozen=True)
+class AliasMap:
+    """Name → canonical name, as the user wrote it; empty means no renaming."""
+
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    source: str = ""
+
+    def digest(self) -> str:
+        """SHA-256 of the mapping (what a day's stored settings compare): a changed map re-aggregates."""
+        return hashlib.sha256(json.dumps(dict(sorted(self.aliases.items()))).encode("utf-8")).hexdigest()
+
+    @classmethod
+    def parse(cls, text: str, source: str) -> AliasMap:
+        """A JSON object of non-empty strings; InputError naming ``source`` otherwise."""
+        try:
+            document = json.loads(text)
+        except ValueError as err:
+            raise InputError(f"{source}: the alias map is not JSON: {err}") from err
+        if not isinstance(document, dict):
+            raise InputError(f"{source}: the alias map must be a JSON object of name -> canonical name")
+        bad = [k for k, v in document.items() if not isinstance(v, str) or not v.strip() or not k.strip()]
+        if bad:
+            raise InputError(f"{source}: alias map entries must map a name to a non-empty name (not: {bad[0]!r})")
+        aliases = {k.strip(): v.strip() for k, v in document.items()}
+        unusable = [v for v in aliases.values() if name_fault(v) is not None]
+        if unusable:
+            raise InputError(
+                f"{source}: canonical name {unusable[0][:40]!r} is not a usable name ({name_fault(unusable[0])})"
+            )
+        return cls(aliases, source)
+
+
+def name_fault(name: str) -> str | None:
+    """Why a (trimmed) name is unusable, or None (the scalar form of the rule, for option checks)."""
+    if len(name) > MAX_NAME_CHARS:
+        return f"longer than {MAX_NAME_CHARS} characters"
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in name):
+        return "holds a control character"
+    return None
+
+
+@dataclass
+class NameFixes:
+    """Which rows :func:`clean_names` trimmed / renamed (masks over the batch; None: no row).
+
+    A row both trimmed and renamed counts as renamed.  The validator counts the
+    rows it keeps (:meth:`counts`), so the numbers describe the leaderboard's rows.
+    """
+
+    trimmed: np.ndarray | None = None
+    renamed: np.ndarray | None = None
+
+    def counts(self, kept: np.ndarray) -> tuple[int, int]:
+        """(trimmed, renamed) among the rows at positions ``kept``."""
+        return tuple(int(m[kept].sum()) if m is not None else 0 for m in (self.trimmed, self.renamed))  # type: ignore[return-value]
+
+
+def clean_names(
+    df: pl.DataFrame, columns: Iterable[str], aliases: AliasMap | None = None
+) -> tuple[pl.DataFrame, NameFixes]:
+    """Trim and alias the name ``columns`` of ``df``; flag unusable names for the rules.
+
+    Flags are ``__flag:control_chars:<col>`` / ``__flag:name_too_long:<col>``
+    columns (see :mod:`biasboard.schemas.coerce`), added only when some row has one.
+    """
+    mapping = dict(aliases.aliases) if aliases is not None else {}
+    replaced: list[pl.Series] = []
+    trimmed_rows = renamed_rows = None
+    for name in columns:
+        if name not in df.columns or (
+            df.schema[name] not in (pl.String, pl.Categorical) and not isinstance(df.schema[name], pl.Enum)
+        ):
+            continue
+        column = df.get_column(name).cast(pl.String)
+        distinct = column.unique().drop_nulls()
+        stripped = distinct.str.strip_chars()
+        canonical = stripped.replace(mapping) if mapping else stripped
+        faults = pl.DataFrame({"name": distinct, "clean": canonical}).with_columns(
+            (pl.col("clean").str.len_chars() > MAX_NAME_CHARS).alias("long"),
+            pl.col("clean").str.contains(r"\p{Cc}").alias("ctrl"),
+            (pl.col("name") != pl.col("clean")).alias("changed"),
+            (pl.col("name").str.strip_chars() != pl.col("clean")).alias("aliased"),
+        )
+        for reason, flag in ((REASON_CONTROL_CHARS_PREFIX, "ctrl"), (REASON_NAME_TOO_LONG_PREFIX, "long")):
+            bad = faults.filter(pl.col(flag)).get_column("name")
+            if len(bad):
+                replaced.append(column.is_in(bad.implode()).fill_null(False).alias(FLAG_PREFIX + reason + name))
+        # a blank name stays as written: it is rejected as missing, and its dead letter shows what was there
+        changed = faults.filter(pl.col("changed") & ~pl.col("ctrl") & ~pl.col("long") & (pl.col("clean") != ""))
+        if changed.height:
+            old, new = changed.get_column("name"), changed.get_column("clean")
+            replaced.append(column.replace(old, new).alias(name))
+            aliased = changed.filter(pl.col("aliased")).get_column("name")
+            rows_aliased = column.is_in(aliased.implode()).fill_null(False)
+            rows_trimmed = column.is_in(old.implode()).fill_null(False) & ~rows_aliased
+            renamed_rows = rows_aliased if renamed_rows is None else renamed_rows | rows_aliased
+            trimmed_rows = rows_trimmed if trimmed_rows is None else trimmed_rows | rows_trimmed
+    renamed = renamed_rows.to_numpy() if renamed_rows is not None else None
+    trimmed = trimmed_rows.to_numpy() if trimmed_rows is not None else None
+    if trimmed is not None and renamed is not None:
+        trimmed = trimmed & ~renamed
+    return (df.with_columns(replaced) if replaced else df), NameFixes(trimmed, renamed)

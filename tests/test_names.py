@@ -1,0 +1,159 @@
+"""Name hygiene: surrounding whitespace trimmed, control characters and overlong names rejected, aliases applied.
+
+Unit checks on the validator, then the real backfill and refresh with ``--aliases``:
+case variants become one model, the rows renamed are counted in the day manifest
+and in summary.json, a changed alias map re-aggregates, and every run conserves
+``read = counted + rejected``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from biasboard.pipelines import cli
+from biasboard.pipelines.refresh import RefreshOptions, refresh
+from biasboard.schemas.errors import InputError
+from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.names import MAX_NAME_CHARS, AliasMap, name_fault
+from biasboard.simulate import SimulationConfig, write_simulation
+from biasboard.transforms.cells import partial_cells
+from biasboard.transforms.state import load_cells, read_day_manifest
+from biasboard.transforms.validate import validate_battles, validate_scores
+
+T0 = dt.datetime(2024, 5, 1, 12, tzinfo=dt.timezone.utc)
+
+
+def table(judges: list, models_a: list, models_b: list) -> pa.Table:
+    n = len(judges)
+    return pa.table(
+        {
+            "battle_id": [f"b{i}" for i in range(n)],
+            "ts": pa.array([T0] * n, pa.timestamp("us", tz="UTC")),
+            "judge": judges,
+            "model_a": models_a,
+            "model_b": models_b,
+            "winner": ["model_a"] * n,
+        }
+    )
+
+
+def test_names_are_trimmed_and_unusable_names_rejected_with_reasons():
+    long_name = "m" * (MAX_NAME_CHARS + 1)
+    batch = table(
+        [" gpt-4 ", "gpt-4", "gpt-4\t", "gpt\x00-4", "gpt-4", "gpt-4", "   "],
+        ["m1", "\tm1", "m1", "m1", long_name, "m" * MAX_NAME_CHARS, "m1"],
+        ["m2", "m2", "m\x1b[31m2", "m2", "m2", "m2", "m2"],
+    )
+    out = validate_battles(batch)
+    assert out.read == 7 == out.valid.height + sum(out.rejected.values())
+    assert out.rejected == {
+        "control_chars:model_b": 1,
+        "control_chars:judge": 1,
+        "name_too_long:model_a": 1,
+        "missing:judge": 1,
+    }
+    assert out.valid.get_column("judge").to_list() == ["gpt-4", "gpt-4", "gpt-4"]
+    assert out.valid.get_column("model_a").to_list() == ["m1", "m1", "m" * MAX_NAME_CHARS]
+    assert out.trimmed == 2 and out.renamed == 0  # valid rows 0 and 1 (row 2 is rejected for its model_b)
+    dead = {r["source_row"]: r for r in out.dead_letters.to_pylist()}
+    assert dead[6]["judge"] == "   " and dead[3]["judge"] == "gpt\x00-4"  # dead letters keep what was written
+
+
+def test_aliases_rename_case_variants_and_are_counted():
+    aliases = AliasMap({"GPT-4": "gpt-4", "Claude-3": "claude-3"}, "a.json")
+    batch = table(["GPT-4", " GPT-4 ", "gpt-4", "human"], ["Claude-3", "claude-3", "x", "y"], ["m", "m", "m", "m"])
+    out = validate_battles(batch, aliases=aliases)
+    assert out.valid.get_column("judge").to_list() == ["gpt-4", "gpt-4", "gpt-4", "human"]
+    assert out.valid.get_column("model_a").to_list() == ["claude-3", "claude-3", "x", "y"]
+    assert out.renamed == 2 and out.trimmed == 0  # a row both trimmed and renamed counts as renamed
+    cells = partial_cells(batch, FamilyMap.with_user_rules(), aliases=aliases)
+    assert cells.counts.renamed == 2 and cells.counts.conserved
+    scores = pa.table(
+        {
+            "score_id": ["s1", "s2"],
+            "ts": pa.array([T0] * 2, pa.timestamp("us", tz="UTC")),
+            "judge": ["GPT-4", "gpt-4 "],
+            "model": ["Claude-3", "z"],
+            "prompt_id": ["p", "p"],
+            "score": [3, 4],
+        }
+    )
+    checked = validate_scores(scores, aliases=aliases)
+    assert checked.valid.get_column("judge").to_list() == ["gpt-4", "gpt-4"] and checked.renamed == 1
+    assert checked.trimmed == 1
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[1, 2]", "JSON object"),
+        ("{nope", "not JSON"),
+        ('{"a": 3}', "non-empty name"),
+        ('{"a": "  "}', "non-empty name"),
+        ('{"a": "b\\u0000c"}', "control character"),
+    ],
+)
+def test_bad_alias_maps_name_the_file(text: str, message: str):
+    with pytest.raises(InputError, match=rf"aliases\.json: .*{message}"):
+        AliasMap.parse(text, "aliases.json")
+
+
+def test_name_fault_matches_the_column_rule():
+    assert name_fault("gpt-4") is None and name_fault("模型") is None
+    assert name_fault("a\x85b") and name_fault("a\x7fb") and name_fault("x" * (MAX_NAME_CHARS + 1))
+
+
+def _logs(folder: Path) -> Path:
+    rows = table(
+        ["GPT-4", "gpt-4", " gpt-4", "judge\x07"], ["Claude-3", "claude-3", "m1", "m1"], ["m1", "m1", "m2", "m2"]
+    )
+    path = folder / "logs" / "day=2024-05-01" / "p.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(rows, path)
+    return path.parent.parent
+
+
+def test_backfill_with_aliases_merges_case_variants(tmp_path: Path, capsys):
+    logs = _logs(tmp_path)
+    (tmp_path / "aliases.json").write_text(json.dumps({"GPT-4": "gpt-4", "Claude-3": "claude-3"}))
+    argv = ["backfill", "--input", str(logs), "--state", str(tmp_path / "state")]
+    assert cli.main([*argv, "--aliases", str(tmp_path / "aliases.json")]) == 0
+    assert "renamed by --aliases in 1" in capsys.readouterr().out
+    counts = read_day_manifest(str(tmp_path / "state"), "2024-05-01")["counts"]
+    assert counts["renamed"] == 1 and counts["trimmed"] == 1 and counts["rejected"] == {"control_chars:judge": 1}
+    assert counts["read"] == 4 == counts["counted"] + counts["rejected_total"]
+    cells = load_cells(str(tmp_path / "state"))
+    assert set(cells.column("judge").to_pylist()) == {"gpt-4"}
+    assert set(cells.column("model_a").to_pylist()) == {"claude-3", "m1"}
+
+    (tmp_path / "bad.json").write_text("[]")
+    code = cli.main([*argv, "--aliases", str(tmp_path / "bad.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "bad.json" in err and "Traceback" not in err
+
+
+def test_refresh_reports_renamed_rows_and_reaggregates_when_the_map_changes(tmp_path: Path):
+    sim = write_simulation(SimulationConfig(battles=3000, models=5, judges=2, days=2, seed=3), tmp_path / "sim")
+    glob = str(sim / "battles" / "day=*" / "*.parquet")
+    first = sorted(json.loads((sim / "truth.json").read_text())["models"], key=lambda m: m["model"])[0]["model"]
+    aliases = tmp_path / "aliases.json"
+    aliases.write_text(json.dumps({first: first.upper()}))
+    options = RefreshOptions(aliases=str(aliases), audit=False)
+    outcome = refresh(glob, str(tmp_path / "state"), str(tmp_path / "out"), [], options)
+    snap = Path(outcome.published.path)
+    summary = json.loads((snap / "summary.json").read_text())
+    assert summary["counts"]["renamed"] > 0
+    assert summary["counts"]["read"] == summary["counts"]["counted"] + summary["counts"]["rejected_total"]
+    board = {row["model"] for row in json.loads((snap / "leaderboard.json").read_text())}
+    assert first.upper() in board and first not in board
+
+    aliases.write_text(json.dumps({}))  # the map changed: every day is aggregated again, the old name is back
+    again = refresh(glob, str(tmp_path / "state"), str(tmp_path / "out"), [], options)
+    assert sorted(again.aggregated_days) == sorted(outcome.aggregated_days)
+    board = {row["model"] for row in json.loads((Path(again.published.path) / "leaderboard.json").read_text())}
+    assert first in board and first.upper() not in board
