@@ -194,25 +194,24 @@ class Posterior:
 def posterior_from_fit(fit) -> Posterior:
     """The :class:`Posterior` of a :class:`~biasboard.ranking.result.FitResult`.
 
-    Judge effects come from the fit's bias table (judge ``'*'`` rows are global): ``position`` → γ_j,
-    ``discrimination`` → a_j, ``tie`` → ν_j.  A naive fit has no bias table: one pseudo-judge with no
-    position effect, a = 1 and no ties (the naive model counts ties as half wins).
+    Judge effects are the fit's named effects (:attr:`~biasboard.ranking.result.FitResult.judges`; judge
+    ``'*'`` is global): ``position`` → γ_j, ``discrimination`` → a_j, ``tie`` → ν_j.  A naive fit has no
+    judge effects: one pseudo-judge with no position effect, a = 1 and no ties (the naive model counts ties
+    as half wins).
     """
-    bias = fit.bias
-    judges: list[str] = []
-    pos: list[float] = []
-    disc: list[float] = []
-    tie: list[float] = []
-    g_pos = 0.0
-    g_tie = 0.0
-    if bias is not None and bias.height:
-        est = {(r["judge"], r["effect"]): r["estimate"] for r in bias.select("judge", "effect", "estimate").to_dicts()}
-        g_pos = float(est.get(("*", "position"), 0.0) or 0.0)
-        judges = sorted({j for j, _ in est if j != "*"})
-        pos = [_finite(est.get((j, "position")), g_pos) for j in judges]
-        disc = [_finite(est.get((j, "discrimination")), 1.0) for j in judges]
-        tie = [_finite(est.get((j, "tie")), 0.0) for j in judges]
-        g_tie = float(np.median(tie)) if tie else 0.0
+    named = fit.judges
+    glob = named.get("*")
+    g_pos = _finite(glob.position.estimate if glob is not None and glob.position else None, 0.0)
+    judges = sorted(j for j in named if j != "*")
+
+    def estimate(judge: str, effect: str, default: float) -> float:
+        value = getattr(named[judge], effect)
+        return _finite(value.estimate if value is not None else None, default)
+
+    pos = [estimate(j, "position", g_pos) for j in judges]
+    disc = [estimate(j, "discrimination", 1.0) for j in judges]
+    tie = [estimate(j, "tie", 0.0) for j in judges]
+    g_tie = float(np.median(tie)) if tie else 0.0
     return Posterior(
         models=tuple(fit.models), mean=np.asarray(fit.rating, float), cov=np.asarray(fit.cov, float), k=int(fit.k),
         judges=tuple(judges), position=np.array(pos, float), discrimination=np.array(disc, float),

@@ -25,7 +25,7 @@ from biasboard.ranking.diagnostics import (
 from biasboard.ranking.graph import comparison_components, mle_exists
 from biasboard.ranking.model import DISC
 from biasboard.ranking.problem import Problem, bias_aware_problem, naive_problem
-from biasboard.ranking.result import Z95, FitResult, empty_bias_table
+from biasboard.ranking.result import Z95, FitResult, SolverState, empty_bias_table
 from biasboard.ranking.solver import (
     Solution,
     covariance_block,
@@ -152,7 +152,7 @@ def _assemble(problem: Problem, solution: Solution, cov_core: np.ndarray | Block
         component=component,
         boot_ci_low=boot_lo,
         boot_ci_high=boot_hi,
-        params={"core": solution.core, "diag": solution.diag, "cov_core": cov_core, "theta_chol": chol},
+        solver=SolverState(solution.core, solution.diag, cov_core, chol),
     )
 
 

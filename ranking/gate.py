@@ -137,7 +137,7 @@ def run_gate(problem: Problem, fit: FitResult, reference: frozenset[str], k: int
 
     if not 0.0 < level < 1.0:
         raise ValueError(f"gate level must be in (0, 1), got {level}")
-    core, cov = fit.params["core"], fit.params["cov_core"]
+    core, cov = fit.state.core, fit.state.cov_core
     groups = []
     for effect, t in GATED.items():
         judges, rows, _ = excess_vectors(problem, t, reference)

@@ -190,7 +190,7 @@ def with_rating(fit: FitResult, rating: np.ndarray, jac: np.ndarray, n_battles: 
                 draws: int, seed: int) -> FitResult:
     """``fit`` with θ replaced by another linear(ised) function of the core: centred rating, covariance, CIs,
     top-k probabilities recomputed; ``n_battles`` as given (the judges' battles only)."""
-    cov_core = fit.params["cov_core"]
+    cov_core = fit.state.cov_core
     m = rating.size
     cov_u = jac @ cov_core @ jac.T
     cov_u = 0.5 * (cov_u + cov_u.T)
@@ -203,15 +203,14 @@ def with_rating(fit: FitResult, rating: np.ndarray, jac: np.ndarray, n_battles: 
     samples = centred_draws(centred, chol, draws, np.random.default_rng(seed))
     component = fit.component
     p_top = top_k_probabilities(samples, fit.k, component if component.size and component.max() > 0 else None)
-    params = {**fit.params, "theta_chol": chol}
     return replace(fit, rating=centred, se=se, ci_low=centred - Z95 * se, ci_high=centred + Z95 * se, cov=cov,
-                   p_top_k=p_top, n_battles=n_battles, params=params)
+                   p_top_k=p_top, n_battles=n_battles, solver=replace(fit.state, theta_chol=chol))
 
 
 def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> dict[str, dict[str, Any]]:
     """The reference's own position, length, affinity (and discrimination) with 95% CIs."""
     lay, spec = problem.layout, problem.spec
-    core, cov = fit.params["core"], fit.params["cov_core"]
+    core, cov = fit.state.core, fit.state.cov_core
     out: dict[str, dict[str, Any]] = {}
     for effect, t in GATED.items():
         if spec.tied is None or not spec.tied[t].any():
@@ -237,7 +236,7 @@ def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> 
 def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -> pl.DataFrame:
     """The bias table with each judge's position/length/affinity given as its excess over the reference."""
     table = fit.bias
-    core, cov = fit.params["core"], fit.params["cov_core"]
+    core, cov = fit.state.core, fit.state.cov_core
     updates = []
     for effect, t in GATED.items():
         if problem.spec.tied is None or not problem.spec.tied[t].any():
@@ -285,7 +284,7 @@ def unidentified_effects(problem: Problem, fit: FitResult, reference: frozenset[
             if info.get("warning") and effect in GATED:
                 out.add(("*", effect))
         return out
-    cov = fit.params["cov_core"]
+    cov = fit.state.cov_core
     for effect, t in GATED.items():
         if problem.spec.tied is None or not problem.spec.tied[t].any():
             continue  # zero reference for this effect: judged as without a reference
@@ -396,7 +395,7 @@ def fit_with_reference(
         return problem, fit
 
     def published_rating(problem: Problem, fit: FitResult) -> FitResult:
-        phi, jac = reference_map(problem, fit.params["core"], raters, config.length_clip)
+        phi, jac = reference_map(problem, fit.state.core, raters, config.length_clip)
         battles = _aligned(n_battles, naive.models, fit.models)
         if jac is None:  # φ = θ: the fit's own posterior, untouched
             return replace(fit, n_battles=battles)

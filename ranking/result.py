@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -53,6 +55,100 @@ def _sqrt_factor(cov: np.ndarray) -> np.ndarray:
     return vecs * np.sqrt(np.clip(vals, 0.0, None))
 
 
+#: Effects reported on the exp scale (their Laplace interval is exp(m ± z·sd) of a log-scale m).
+LOG_SCALE_EFFECTS: frozenset[str] = frozenset({"discrimination", "tie"})
+#: The per-judge effects a :class:`JudgeEffects` names.
+JUDGE_EFFECTS: tuple[str, ...] = ("position", "length", "affinity", "discrimination", "tie", "severity")
+
+
+def z_value(alpha: float) -> float:
+    """The two-sided normal quantile z_{1−α/2} (1.96 at α = 0.05)."""
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    from scipy.stats import norm
+
+    return float(norm.ppf(1.0 - alpha / 2.0))
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One bias coefficient with its Laplace uncertainty, in the units the bias table reports.
+
+    ``link_estimate`` ± ``link_se`` is the approximately normal posterior on the scale the model is
+    linear in (log for discrimination and tie propensity, identity otherwise); :meth:`conf_int` maps
+    ``link_estimate ± z·link_se`` back, which is exactly how the bias table's 95% CI is made.
+    """
+
+    judge: str
+    name: str
+    estimate: float
+    link_estimate: float
+    link_se: float
+    log_scale: bool
+    identified: bool
+    enabled: bool
+    note: str = ""
+
+    @property
+    def se(self) -> float:
+        """Standard error on the reported scale (delta method for the exp-scale effects)."""
+        return self.link_se * (math.exp(self.link_estimate) if self.log_scale else 1.0)
+
+    def conf_int(self, alpha: float = 0.05) -> tuple[float, float]:
+        """The (1 − alpha) Laplace interval on the reported scale; a disabled effect has zero width."""
+        half = z_value(alpha) * self.link_se if self.enabled else 0.0
+        lo, hi = self.link_estimate - half, self.link_estimate + half
+        return (math.exp(lo), math.exp(hi)) if self.log_scale else (lo, hi)
+
+    @classmethod
+    def from_row(cls, row: dict) -> Effect:
+        """An effect from a bias-table row: the Laplace CI fn(m ± Z95·sd) gives m and sd back exactly."""
+        log_scale = row["effect"] in LOG_SCALE_EFFECTS
+        lo, hi = row["ci_low"], row["ci_high"]
+        link = (lambda v: math.log(v) if v > 0 else -math.inf) if log_scale else (lambda v: v)
+        if any(v is None or not math.isfinite(v) for v in (lo, hi, row["estimate"])):
+            link_estimate, link_se = math.nan, math.nan
+        else:
+            link_estimate, link_se = link(row["estimate"]), (link(hi) - link(lo)) / (2.0 * Z95)
+        return cls(judge=row["judge"], name=row["effect"], estimate=row["estimate"], link_estimate=link_estimate,
+                   link_se=link_se, log_scale=log_scale, identified=bool(row["identified"]),
+                   enabled=bool(row["enabled"]), note=row["note"] or "")
+
+
+@dataclass(frozen=True)
+class JudgeEffects:
+    """One judge's effects by name: ``result.judges["gpt-4"].length.conf_int(0.1)``.
+
+    Judge ``"*"`` holds the global (population) effects.  An effect the model does not have for this
+    judge (severity without ordinal scores, a global discrimination) is None.
+    """
+
+    judge: str
+    position: Effect | None = None
+    length: Effect | None = None
+    affinity: Effect | None = None
+    discrimination: Effect | None = None
+    tie: Effect | None = None
+    severity: Effect | None = None
+
+    def effects(self) -> list[Effect]:
+        return [e for e in (getattr(self, name) for name in JUDGE_EFFECTS) if e is not None]
+
+
+@dataclass(frozen=True, eq=False)
+class SolverState:
+    """What the solver ends with, for code that extends the fit (gate, reference map): not estimates.
+
+    ``core``/``diag`` are the raw parameter vectors at the MAP, ``cov_core`` their Laplace covariance
+    (dense, or per-judge blocks), ``theta_chol`` a Cholesky factor of θ's uncentred covariance.
+    """
+
+    core: np.ndarray
+    diag: np.ndarray
+    cov_core: Any
+    theta_chol: np.ndarray | None = None
+
+
 @dataclass(frozen=True, eq=False)
 class FitResult:
     """A fitted leaderboard model.
@@ -85,11 +181,73 @@ class FitResult:
     component: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     boot_ci_low: np.ndarray | None = None
     boot_ci_high: np.ndarray | None = None
-    params: dict = field(default_factory=dict)
+    solver: SolverState | None = None
 
     @property
     def n_models(self) -> int:
         return len(self.models)
+
+    @property
+    def state(self) -> SolverState:
+        """The solver's end state (raises when this result was built without one)."""
+        if self.solver is None:
+            raise ValueError(f"this {self.method} fit carries no solver state")
+        return self.solver
+
+    @property
+    def params(self) -> dict[str, float]:
+        """Every estimate by name, as statsmodels' ``params``: ``rating[<model>]``, ``<effect>[<judge>]``."""
+        out = {f"rating[{m}]": float(r) for m, r in zip(self.models, self.rating, strict=True)}
+        for judge in self.judges.values():
+            out.update({f"{e.name}[{e.judge}]": float(e.estimate) for e in judge.effects()})
+        return out
+
+    @cached_property
+    def judges(self) -> dict[str, JudgeEffects]:
+        """Named judge effects from the bias table: ``result.judges["gpt-4"].position.estimate``."""
+        by_judge: dict[str, dict[str, Effect]] = {}
+        if self.bias.height:
+            for row in self.bias.filter(pl.col("effect").is_in(JUDGE_EFFECTS)).to_dicts():
+                by_judge.setdefault(row["judge"], {})[row["effect"]] = Effect.from_row(row)
+        return {judge: JudgeEffects(judge, **effects) for judge, effects in by_judge.items()}
+
+    def conf_int(self, alpha: float = 0.05) -> pl.DataFrame:
+        """(1 − alpha) Laplace intervals of every rating (logit scale) and judge effect (reported scale)."""
+        half = z_value(alpha) * self.se
+        rows = [{"name": f"rating[{m}]", "estimate": float(r), "low": float(r - h), "high": float(r + h)}
+                for m, r, h in zip(self.models, self.rating, half, strict=True)]
+        for judge in self.judges.values():
+            for e in judge.effects():
+                lo, hi = e.conf_int(alpha)
+                rows.append({"name": f"{e.name}[{e.judge}]", "estimate": e.estimate, "low": lo, "high": hi})
+        return pl.DataFrame(rows, schema={"name": pl.String, "estimate": pl.Float64, "low": pl.Float64,
+                                          "high": pl.Float64})
+
+    def summary(self, alpha: float = 0.05) -> str:
+        """A text table a person reads: the fit, every rating, every judge effect, with (1 − alpha) intervals."""
+        level = f"{1 - alpha:.0%}"
+        judges = sum(1 for j in self.judges if j != "*")
+        lines = [f"{self.method} fit: {self.n_models} models" + (f", {judges} judges" if judges else "") + ", "
+                 f"{'converged' if self.converged else 'NOT converged'} in {self.iterations} iterations, "
+                 f"log likelihood {self.loglik:.3f}", ""]
+        width = max([len(m) for m in self.models] + [len(j) for j in self.judges] + [12])
+        lines.append(f"{'model':<{width}}  {'rating':>8}  {'se':>7}  {level + ' interval':>20}  {'battles':>8}")
+        half = z_value(alpha) * self.se
+        for i in np.argsort(-self.rating, kind="stable"):
+            lines.append(f"{self.models[i]:<{width}}  {self.rating[i]:8.3f}  {self.se[i]:7.3f}  "
+                         f"[{self.rating[i] - half[i]:8.3f}, {self.rating[i] + half[i]:8.3f}]  "
+                         f"{self.n_battles[i]:8.0f}")
+        if self.judges:
+            lines += ["", f"{'judge':<{width}}  {'effect':<14}  {'estimate':>8}  {'se':>7}  "
+                          f"{level + ' interval':>20}  note"]
+            for judge in sorted(self.judges, key=lambda j: (j != "*", j)):
+                for e in self.judges[judge].effects():
+                    lo, hi = e.conf_int(alpha)
+                    flag = "" if e.enabled else "off"
+                    flag = flag or ("" if e.identified else "prior-selected")
+                    lines.append(f"{judge:<{width}}  {e.name:<14}  {e.estimate:8.3f}  {e.se:7.3f}  "
+                                 f"[{lo:8.3f}, {hi:8.3f}]  {flag}")
+        return "\n".join(lines)
 
     def index(self, model: str) -> int:
         try:
@@ -122,7 +280,7 @@ class FitResult:
 
     def posterior_samples(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` draws of the centred θ vector from the Laplace posterior, shape (n, models)."""
-        chol = self.params.get("theta_chol")
+        chol = self.solver.theta_chol if self.solver is not None else None
         if chol is not None:  # uncentred draws, centred: the same law as N(rating, cov), at Cholesky cost
             z = rng.standard_normal((n, self.n_models)) @ chol.T
             return self.rating[None, :] + z - z.mean(axis=1, keepdims=True)
