@@ -87,3 +87,31 @@ def test_an_empty_folder_says_so(tmp_path: Path, capsys):
     code = cli.main(["backfill", "--input", str(tmp_path / "empty"), "--state", str(tmp_path / "s")])
     err = capsys.readouterr().err
     assert code == 2 and "holds no .parquet files" in err and "Is a directory" not in err
+
+
+def test_the_same_file_under_two_days_is_refused_naming_both(tmp_path: Path, capsys):
+    logs = tmp_path / "logs"
+    original = write(logs / f"day={D1}" / "part-0.parquet", battles(6))
+    copy = logs / f"day={D2}" / "part-0.parquet"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(original.read_bytes())
+    code = cli.main(["backfill", "--input", str(logs), "--state", str(tmp_path / "state")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert str(original) in err and str(copy) in err and "same content" in err
+    assert not (tmp_path / "state" / "manifests").exists()  # refused before any work
+
+
+def test_a_copy_of_a_stored_day_is_refused_and_copies_within_a_day_are_duplicates(tmp_path: Path, capsys):
+    logs, state = tmp_path / "logs", tmp_path / "state"
+    original = write(logs / f"day={D1}" / "part-0.parquet", battles(6))
+    write(logs / f"day={D1}" / "part-1.parquet", pq.read_table(original))
+    result = run_backfill(str(logs), str(state))  # two copies in one day: the second copy's rows are duplicates
+    assert result.counts.read == 12 and result.counts.rejected == {"duplicate_battle_id": 6}
+    assert result.counts.conserved
+    moved = logs / f"day={D2}" / "part-0.parquet"  # now the file is also filed under a new day
+    moved.parent.mkdir(parents=True)
+    moved.write_bytes(original.read_bytes())
+    code = cli.main(["backfill", "--input", str(logs), "--state", str(state), "--from", D2])
+    err = capsys.readouterr().err
+    assert code == 2 and f"(day {D1})" in err and f"(day {D2})" in err and "Traceback" not in err

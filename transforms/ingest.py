@@ -38,6 +38,7 @@ from biasboard.transforms.cells import (
 from biasboard.transforms.read import (
     DEFAULT_BATCH_ROWS,
     InputFile,
+    check_copies,
     day_batches,
     list_input_days,
     load_family_map,
@@ -48,6 +49,7 @@ from biasboard.transforms.state import (
     PAIR_CELLS_FILE,
     SCORE_CELLS_FILE,
     SCORE_DEAD_LETTERS_FILE,
+    list_state_days,
     read_day_manifest,
     write_day,
 )
@@ -98,6 +100,26 @@ def day_tasks(
         }
         for day in all_days
     ]
+
+
+def check_stored_copies(tasks: list[dict], state_dir: str) -> None:
+    """Refuse a file whose content is already in the state (or in the tasks) under another day.
+
+    A file copied or moved to a second day folder would have its rows counted
+    on both days; the day manifests keep every input's content fingerprint, so
+    the copy is caught here, in one line naming both paths, before any work.
+    """
+    todo = {task["day"] for task in tasks}
+    stored = {}
+    for day in list_state_days(state_dir):
+        if day not in todo:
+            manifest = read_day_manifest(state_dir, day) or {}
+            stored[day] = [*(manifest.get("inputs") or []), *(manifest.get("score_inputs") or [])]
+    for key in ("files", "score_files"):
+        check_copies(
+            {task["day"]: [InputFile(**spec) for spec in task[key] or []] for task in tasks},
+            stored,
+        )
 
 
 def ingest_settings(family_map: FamilyMap, aliases: AliasMap | None = None) -> dict[str, str]:
@@ -235,6 +257,7 @@ def run_ingest(
     if not isinstance(family_map, FamilyMap):
         family_map = load_family_map(family_map)
     tasks = day_tasks(input_glob, days, day_range, scores_glob)
+    check_stored_copies(tasks, state_dir)
     storage.ensure_dir(state_dir)  # an unwritable state folder fails here, in one line, not inside a worker
     _LOG.info("ingest: %d day(s) from %s into %s", len(tasks), input_glob, state_dir)
     outcome = run_to_completion(build_ingest(options, tasks, state_dir, family_map, batch_rows, aliases))

@@ -23,16 +23,29 @@ error: it is read as nothing and counted in the day's ``empty_files`` (an
 undated one has no day and is skipped with a log line).  An empty ``--input``
 and a folder without Parquet files are refused in one line.  Row-level faults
 are never errors: they become dead letters.
+
+The same file under two days
+----------------------------
+Each file's content fingerprint (:func:`content_fingerprint`: size, Parquet
+footer, first 64 KiB) is stored in its day's manifest.  A file whose content
+is already filed under another day, in this run or in the state, is refused
+before any work, in one line naming both paths (:func:`check_copies`): its
+rows would be counted on both days.  We refuse rather than dead-letter the
+second copy because which copy is the wrong one (a stray ``cp``, or a file
+moved to the right day after it was aggregated) is the operator's call.  Copies
+within one day are not refused: their rows repeat ``battle_id`` and the day's
+duplicate rule dead-letters them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import polars as pl
 import pyarrow.parquet as pq
@@ -61,7 +74,10 @@ class InputFile:
     """One input file and its fingerprint (what refresh compares to see a change).
 
     ``undated``: rows are assigned to days by their ``ts`` (see module doc);
-    ``home_day``: where an undated file's rows without a usable ``ts`` go.
+    ``home_day``: where an undated file's rows without a usable ``ts`` go;
+    ``content``: :func:`content_fingerprint` (empty when not computed, or for a
+    file without rows), stored in the day manifest so that a copy of the same
+    file under another day is caught (:func:`check_copies`).
     """
 
     path: str
@@ -70,9 +86,13 @@ class InputFile:
     checksum: str
     undated: bool = False
     home_day: str | None = None
+    content: str = ""
 
     def fingerprint(self) -> dict:
-        return {"path": self.path, "size": self.size, "mtime": self.mtime, "checksum": self.checksum}
+        out = {"path": self.path, "size": self.size, "mtime": self.mtime, "checksum": self.checksum}
+        if self.content:
+            out["content"] = self.content
+        return out
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -192,6 +212,62 @@ def check_file(path: str, kind: str = "battle") -> pq.FileMetaData:
     return meta
 
 
+#: Bytes of a file's head hashed into its content fingerprint (besides its size and Parquet footer).
+CONTENT_HEAD_BYTES = 1 << 16
+
+
+def content_fingerprint(path: str) -> str:
+    """SHA-256 of a Parquet file's size, footer and first 64 KiB: equal for copies of one file.
+
+    The footer holds every row group's size, row count, offsets and (usually)
+    column statistics, and the head holds the first pages, so two different
+    files of battles agree on all of it only by design; reading them costs two
+    small reads, whatever the file's size (a bucket's MD5 is not available on
+    every file system, and a local "checksum" is only the size).
+    """
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as handle:
+            head = handle.read(CONTENT_HEAD_BYTES)
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 8))
+            tail = handle.read(8)
+            footer_length = int.from_bytes(tail[:4], "little") if len(tail) == 8 else 0
+            handle.seek(max(0, size - 8 - footer_length))
+            footer = handle.read(footer_length + 8)
+    except Exception as err:
+        raise InputError(f"{path}: cannot read: {err}") from err
+    digest = hashlib.sha256(str(size).encode("ascii"))
+    digest.update(footer)
+    digest.update(head)
+    return digest.hexdigest()
+
+
+def check_copies(days: dict[str, list[InputFile]], stored: dict[str, list[dict]]) -> None:
+    """InputError when one file's content appears under two days (it would be counted twice).
+
+    ``days``: the files about to be aggregated, by day; ``stored``: the input
+    fingerprints of the other days already in the state (their manifests'
+    ``inputs``).  Copies within one day are left to the day's duplicate-id rule;
+    files without rows are never copies.
+    """
+    owner: dict[str, tuple[str, str]] = {}
+    for day, entries in sorted(stored.items()):
+        for entry in entries:
+            if isinstance(entry, dict) and entry.get("content"):
+                owner.setdefault(str(entry["content"]), (str(entry.get("path")), day))
+    for day, files in sorted(days.items()):
+        for f in files:
+            if not f.content:
+                continue
+            path, other_day = owner.setdefault(f.content, (f.path, day))
+            if other_day != day and path != f.path:
+                raise InputError(
+                    f"{f.path} (day {day}) has the same content as {path} (day {other_day}): the same file under "
+                    "two days would be counted twice; remove one copy (or the stored day from the state)"
+                )
+
+
 def _polars_source(path: str) -> str | io.BytesIO:
     """What polars reads: a local path directly (memory-mapped), else the file's bytes through FileSystems."""
     if FileSystems.get_scheme(path) in (None, "file"):
@@ -294,17 +370,17 @@ def list_input_days(
         day = day_of_path(f.path)
         if day is not None:
             if keep(day):
-                if check:
-                    check_file(f.path, kind)
+                if check and check_file(f.path, kind).num_rows:
+                    f = replace(f, content=content_fingerprint(f.path))
                 by_day.setdefault(day, []).append(f)
             continue
-        if check:
-            check_file(f.path, kind)
+        if check and check_file(f.path, kind).num_rows:
+            f = replace(f, content=content_fingerprint(f.path))
         file_days = undated_days(f.path, kind)
         if not file_days:  # an empty part file without a day in its path: no rows, nothing to file
             _LOG.info("%s: no rows and no day in the path; skipped", f.path)
             continue
-        undated = InputFile(f.path, f.size, f.mtime, f.checksum, undated=True, home_day=file_days[0])
+        undated = replace(f, undated=True, home_day=file_days[0])
         for d in file_days:
             if keep(d):
                 by_day.setdefault(d, []).append(undated)
