@@ -36,6 +36,12 @@ class Priors:
       careful shrinkage — when length is not identified (flat profile) a wide
       prior removes real quality along with length (seed 000's 7-point loss).
     - ``affinity_sd = 0.5``/``affinity_dev_sd = 0.25``: seed 002 estimates 0.41.
+    - ``excess_sd = 2``: with a reference (``ModelConfig.reference``) the per-judge deviations are each
+      judge's excess over the reference, and their prior replaces the three ``*_dev_sd``.  Wide on purpose:
+      the reference's own effects must be estimated from *its* verdicts; a tight prior on the excesses makes
+      every judge a pseudo-observation of the reference's level (measured: with 2,000 unbiased anchors and
+      four judges at β ≈ 0.4, the anchors' β was pulled from 0 to ≈ 0.1 by the 0.25 prior).  The excesses stay
+      identified by the contrast with the reference (both judge the same models).
     - ``tie_mean = 0``, ``tie_sd = 2`` on log ν_j (Davidson): ν = 1 gives a 1/3
       tie chance between equals; the data dominate whenever a judge has ties.
     - ``discrimination_sd = 0.3`` on log a_j (log-normal around 1); the mean of
@@ -51,6 +57,7 @@ class Priors:
     length_dev_sd: float = 0.25
     affinity_sd: float = 0.5
     affinity_dev_sd: float = 0.25
+    excess_sd: float = 2.0
     tie_mean: float = 0.0
     tie_sd: float = 2.0
     discrimination_sd: float = 0.3

@@ -162,6 +162,10 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     precision[lay.block(POS)] = 1.0 / pr.position_dev_sd**2
     precision[lay.block(LEN)] = 1.0 / pr.length_dev_sd**2
     precision[lay.block(AFF)] = 1.0 / pr.affinity_dev_sd**2
+    if tied is not None:  # deviations measured from the reference: its excess prior (Priors.excess_sd)
+        for t in (POS, LEN, AFF):
+            if tied[t].any():
+                precision[lay.block(t)] = 1.0 / pr.excess_sd**2
     precision[lay.block(DISC)] = 1.0 / pr.discrimination_sd**2
     precision[lay.block(TIE)] = 1.0 / pr.tie_sd**2
     mean[lay.block(TIE)] = pr.tie_mean
