@@ -44,7 +44,7 @@ from biasboard.ranking.data import CellsInput, Dataset, build_dataset
 from biasboard.ranking.diagnostics import compare_rankings, mean_log_length
 from biasboard.ranking.fit import centred_draws, fit_bias_aware, fit_naive
 from biasboard.ranking.gate import DEFAULT_LEVEL, GATED, GateResult, excess_vectors, run_gate
-from biasboard.ranking.model import DISC, LEN
+from biasboard.ranking.model import DISC, LEN, POS
 from biasboard.ranking.problem import Problem, bias_aware_problem, prior_sd_of_effect
 from biasboard.ranking.rank_stats import ranks_desc
 from biasboard.ranking.result import Z95, FitResult
@@ -124,6 +124,7 @@ class ReferenceFit:
     all_on_comparison: dict[str, Any]
     k: int = 0
     notes: list[str] = field(default_factory=list)
+    agreement: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def bias(self) -> pl.DataFrame:
@@ -143,6 +144,7 @@ class ReferenceFit:
             "gate": None if self.gate is None else self.gate.to_json(),
             "unidentified": self.unidentified,
             "all_corrections_on": self.all_on_comparison,
+            "agreement": self.agreement,
             "notes": self.notes,
         }
 
@@ -265,6 +267,62 @@ def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -
         )
         .drop("_e", "_lo", "_hi", "_on", "_note")
     )
+
+
+# --------------------------------------------------------------------------- agreement with the anchors
+
+
+def _scores(p: np.ndarray, win_a: np.ndarray, win_b: np.ndarray) -> tuple[float, float]:
+    """(accuracy, mean log loss) of P(first wins) = p on decided verdicts (ties left out)."""
+    n = float(win_a.sum() + win_b.sum())
+    if n == 0:
+        return float("nan"), float("nan")
+    p = np.clip(p, 1e-12, 1 - 1e-12)
+    correct = win_a * (p > 0.5) + win_b * (p < 0.5) + 0.5 * (win_a + win_b) * (p == 0.5)
+    loss = -(win_a * np.log(p) + win_b * np.log1p(-p))
+    return float(correct.sum() / n), float(loss.sum() / n)
+
+
+def anchor_agreement(problem: Problem, fit: FitResult, naive: FitResult, corrected: FitResult) -> list[dict[str, Any]]:
+    """How well each judge's verdicts, as fitted, predict the anchors' — with its own effects (uncorrected)
+    and with its excess removed (the reference's effects in its place, corrected); plus the naive and the
+    published boards (σ of the rating difference).  Accuracy on decided anchors and mean log loss.
+
+    Per anchor cell of judge j: uncorrected η = a_j(θ_a − θ_b) + γ_j + β_j·x; corrected η = a_j(θ_a − θ_b) +
+    γ_r + β_r·x.  The affinity term is left out (anchors carry no judge family to score it against).
+    Vectorised over anchor cells; O(anchor cells) memory per judge.
+    """
+    data, lay, spec = problem.data, problem.layout, problem.spec
+    if ANCHOR_JUDGE not in data.judges:
+        return []
+    r = data.judges.index(ANCHOR_JUDGE)
+    pairs = data.pairs.take(np.flatnonzero((data.pairs.j == r) & (data.pairs.a != data.pairs.b)))
+    eff = spec.effective_map() @ fit.params["core"]
+    theta = eff[lay.theta]
+    xs = pairs.x / spec.x_scale
+    block = [eff[lay.eff_block(t)] for t in (POS, LEN, DISC)]
+    dtheta = theta[pairs.a] - theta[pairs.b]
+    out = []
+    for j, judge in enumerate(data.judges):
+        if j == r:
+            continue
+        a_j = np.exp(block[2][j])
+        base = a_j * dtheta
+        uncorrected = base + block[0][j] + block[1][j] * xs
+        corrected_eta = base + block[0][r] + block[1][r] * xs
+        row: dict[str, Any] = {"judge": judge}
+        for label, eta in (("uncorrected", uncorrected), ("corrected", corrected_eta)):
+            acc, loss = _scores(1.0 / (1.0 + np.exp(-eta)), pairs.win_a, pairs.win_b)
+            row[f"accuracy_{label}"], row[f"log_loss_{label}"] = acc, loss
+        out.append(row)
+    names = {m: i for i, m in enumerate(data.models)}
+    for label, board in (("naive board", naive), ("published board", corrected)):
+        rating = np.full(len(data.models), np.nan)
+        rating[[names[m] for m in board.models]] = board.rating
+        acc, loss = _scores(1.0 / (1.0 + np.exp(-(rating[pairs.a] - rating[pairs.b]))), pairs.win_a, pairs.win_b)
+        out.append({"judge": label, "accuracy_uncorrected": acc, "log_loss_uncorrected": loss,
+                    "accuracy_corrected": None, "log_loss_corrected": None})
+    return out
 
 
 # --------------------------------------------------------------------------- identified-only
@@ -412,10 +470,10 @@ def fit_with_reference(
     off = set(gated_off) if settings.apply_unidentified else gated_off | unidentified
     published_config = replace(config, disabled=frozenset(config.disabled) | frozenset(off))
     if off:
-        problem_pub, fit_pub = board(published_config)
-        corrected = published_rating(problem_pub, fit_pub)
+        problem_pub, corrected_fit = board(published_config)
+        corrected = published_rating(problem_pub, corrected_fit)
     else:
-        problem_pub, corrected = problem_all, all_on
+        problem_pub, corrected_fit, corrected = problem_all, fit_all, all_on
     unidentified_report: list[dict[str, Any]] = []
     if unidentified:
         if settings.apply_unidentified:
@@ -445,6 +503,7 @@ def fit_with_reference(
         all_on_comparison=compare_boards(corrected, all_on),
         k=k,
         notes=notes,
+        agreement=anchor_agreement(problem_pub, corrected_fit, naive, corrected) if reference.kind == "anchors" else [],
     )
 
 

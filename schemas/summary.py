@@ -339,7 +339,8 @@ class ReferenceInfo:
 
     ``own_effects`` maps position/length/affinity/discrimination to estimate and 95% CI; ``unidentified``
     lists prior-selected corrections with what applying them would change; ``all_corrections_on``
-    compares the published board with every correction on.
+    compares the published board with every correction on; ``agreement`` scores each judge (and both
+    boards) against the anchors: accuracy and log loss, with and without correction.
     """
 
     kind: str
@@ -351,6 +352,7 @@ class ReferenceInfo:
     gate: Gate | None = None
     unidentified: list[dict[str, Any]] = field(default_factory=list)
     all_corrections_on: dict[str, Any] = field(default_factory=dict)
+    agreement: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 

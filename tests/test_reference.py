@@ -211,3 +211,14 @@ def test_never_enables_below_ten_verdicts() -> None:
     fit = fit_with_reference(cells, reference=ANCHORS, anchor_cells=anchor_cells(anchor_rows(params, 9, 1)))
     assert fit.k == 9 and not fit.gate.decisions["enabled"].any()
     assert "only 9 reference verdicts" in fit.gate.decisions["reason"][0]
+
+
+def test_agreement_with_anchors_improves_when_a_length_bias_is_removed() -> None:
+    cells, params = simulated(seed=23, beta0=1.0, sd_beta=0.0, len_model_sd=0.5)
+    fit = fit_with_reference(cells, reference=ANCHORS, anchor_cells=anchor_cells(anchor_rows(params, 3000, 7)))
+    rows = {row["judge"]: row for row in fit.agreement}
+    assert set(params.judge_names) | {"naive board", "published board"} == set(rows)
+    for judge in params.judge_names:
+        assert rows[judge]["log_loss_corrected"] < rows[judge]["log_loss_uncorrected"], rows[judge]
+    assert rows["published board"]["log_loss_uncorrected"] < rows["naive board"]["log_loss_uncorrected"]
+    assert 0.5 < rows["published board"]["accuracy_uncorrected"] <= 1.0
