@@ -297,7 +297,7 @@ def anchor_agreement(problem: Problem, fit: FitResult, naive: FitResult, correct
         return []
     r = data.judges.index(ANCHOR_JUDGE)
     pairs = data.pairs.take(np.flatnonzero((data.pairs.j == r) & (data.pairs.a != data.pairs.b)))
-    eff = spec.effective_map() @ fit.params["core"]
+    eff = spec.effective_map() @ fit.state.core
     theta = eff[lay.theta]
     xs = pairs.x / spec.x_scale
     block = [eff[lay.eff_block(t)] for t in (POS, LEN, DISC)]
