@@ -39,12 +39,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo draws (plans are deterministic)")
     parser.add_argument("--no-repeat", action="store_true",
                         help="plan each pair at most once (frozen judge: re-asking gives the same verdict)")
+    parser.add_argument("--max-pair-share", type=float, default=None,
+                        help="most of the batch one pair may take, a fraction in (0, 1] (default: an equal split "
+                        "over the pairs, rounded up)")
+    parser.add_argument("--max-judge-share", type=float, default=None,
+                        help="most of the batch one judge may take, a fraction in (0, 1] (default: an equal split "
+                        "over the judges, rounded up)")
 
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     storage.configure_gcs_auth(no_auth=beam_options(beam_args).view_as(GoogleCloudOptions).no_auth)
     result = make_plan(args.out, args.budget, strategy=args.strategy, k=args.k, judges=args.judge,
-                       snapshot_id=args.snapshot, to=args.to, seed=args.seed, repeat=not args.no_repeat)
+                       snapshot_id=args.snapshot, to=args.to, seed=args.seed, repeat=not args.no_repeat,
+                       max_pair_share=args.max_pair_share, max_judge_share=args.max_judge_share)
     print(f"planned {result.frame.height} comparisons ({result.frame.height // 2} pairs, both orders) "
           f"by {args.strategy} from snapshot {result.snapshot_id}")
     for note in result.notes:

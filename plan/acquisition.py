@@ -43,6 +43,7 @@ ones will remove and the batch spreads out instead of repeating one pair.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -349,6 +350,8 @@ def select_comparisons(
     repeat: bool = True,
     seed: int = 0,
     draws: int = 2000,
+    max_pair_share: float | None = None,
+    max_judge_share: float | None = None,
 ) -> Selection:
     """The next ``budget`` ordered comparisons (⌊budget/2⌋ units of both orders) by ``strategy``.
 
@@ -358,6 +361,14 @@ def select_comparisons(
     with any past comparison is not planned again — the frozen-judge protocol, where a re-query returns
     the cached verdict).  Within one batch a pair is planned at most once when ``repeat=False``.
     Deterministic for a given ``seed``.
+
+    The batch is spread: no pair gets more than its share of the ⌊budget/2⌋ units — an equal split over
+    the pairs that may be planned, rounded up — and no judge more than an equal split over the judges,
+    rounded up (each unit goes to the most informative judge that still has room).  Why: without a cap
+    the greedy rule spends most of a batch on the single most uncertain boundary pair and all of it on
+    the single most discriminating judge, so a round's verdicts rest on one pair and one judge's biases.
+    ``max_pair_share`` / ``max_judge_share`` (a fraction of the units, in (0, 1]) replace those caps
+    when asked, e.g. 1.0 to let one pair or one judge take the whole batch.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
@@ -368,14 +379,15 @@ def select_comparisons(
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     k = min(k, m)
+    for flag, share in (("max_pair_share", max_pair_share), ("max_judge_share", max_judge_share)):
+        if share is not None and not 0.0 < share <= 1.0:
+            raise ValueError(f"{flag} must be in (0, 1], got {share}")
     names, gamma, disc, nu = posterior.judge_effects(judges)
     mean = np.asarray(posterior.mean, float)
     cov = 0.5 * (np.asarray(posterior.cov, float) + np.asarray(posterior.cov, float).T)
     rng = np.random.default_rng(np.random.SeedSequence([seed, STRATEGIES.index(strategy)]))
 
     w_all = unit_information(mean, gamma, disc, nu)  # (J, M, M)
-    best_judge = np.argmax(w_all, axis=0)
-    w = np.max(w_all, axis=0)
     past = np.zeros((m, m)) if counts is None else np.asarray(counts, float)
     if past.shape != (m, m):
         raise ValueError(f"counts must be {m}×{m}, got {past.shape}")
@@ -384,6 +396,12 @@ def select_comparisons(
     if not repeat:
         allowed &= pair_counts == 0
     upper = np.triu(np.ones((m, m), dtype=bool), 1)
+    units = budget // 2
+    pair_cap = _cap(units, int((allowed & upper).sum()), max_pair_share)
+    judge_cap = _cap(units, len(names), max_judge_share)
+    batch_pairs = np.zeros((m, m), dtype=np.int64)  # units of this batch per pair (upper triangle)
+    judge_units = np.zeros(len(names), dtype=np.int64)
+    best_judge, w = _best_judges(w_all, judge_units < judge_cap)
 
     samples = mean + rng.standard_normal((draws, m)) @ _sqrt_factor(cov).T
     p0 = membership(samples, k)
@@ -391,8 +409,8 @@ def select_comparisons(
     schedule = circle_schedule(m)
 
     first, second, judge, score, info, reasons = [], [], [], [], [], []
-    for pick in range(budget // 2):
-        cand = allowed & upper
+    for pick in range(units):
+        cand = allowed & upper & (batch_pairs < pair_cap)
         if not cand.any():
             break
         d = np.diag(cov)
@@ -443,6 +461,10 @@ def select_comparisons(
             p = membership(samples, k)
         pair_counts[a, b] += 2
         pair_counts[b, a] += 2
+        batch_pairs[min(a, b), max(a, b)] += 1
+        judge_units[judge[-1]] += 1
+        if judge_units[judge[-1]] == judge_cap:  # that judge's share is spent: the rest go to the others
+            best_judge, w = _best_judges(w_all, judge_units < judge_cap)
         if not repeat:
             allowed[a, b] = allowed[b, a] = False
     return Selection(
@@ -456,6 +478,20 @@ def select_comparisons(
         p_top_k=p0,
         reasons=tuple(reasons),
     )
+
+
+def _cap(units: int, slots: int, share: float | None) -> int:
+    """Most units one pair (or judge) may take: ``share`` of the units if given, else an equal split."""
+    if share is not None:
+        return max(1, math.ceil(share * units))
+    return max(1, math.ceil(units / max(slots, 1)))
+
+
+def _best_judges(w_all: np.ndarray, open_: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair, the most informative judge among those with room left, and that judge's information."""
+    w_open = np.where(open_[:, None, None], w_all, -np.inf)
+    best = np.argmax(w_open, axis=0)
+    return best, np.take_along_axis(w_all, best[None], axis=0)[0]
 
 
 def _argmax_pair(crit: np.ndarray, mask: np.ndarray) -> tuple[int, int]:

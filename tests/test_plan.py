@@ -266,3 +266,57 @@ def test_cli_errors_are_one_line(tmp_path, fitted, capsys):
     meta.write(capsys.readouterr().out)
     assert code == 0 and "odd" in meta.getvalue()
     assert pl.read_parquet(tmp_path / "odd" / "plan.parquet").height == 8
+
+
+def _three_judge_posterior() -> Posterior:
+    """Six models, the 3rd and 4th straddling k = 3; judge j1 discriminates best, so greedy loves it."""
+    mean = np.array([2.0, 1.2, 0.42, 0.38, -0.6, -1.4])
+    sd = np.array([0.1, 0.1, 0.3, 0.3, 0.1, 0.1])
+    proj = np.eye(6) - 1.0 / 6
+    return Posterior(models=tuple(f"m{i}" for i in range(6)), mean=mean - mean.mean(),
+                     cov=proj @ np.diag(sd**2) @ proj, k=3, judges=("j1", "j2", "j3"),
+                     position=np.array([0.0, 0.2, -0.2]), discrimination=np.array([1.4, 0.9, 0.8]),
+                     tie=np.array([0.2, 0.3, 0.3]))
+
+
+def _spread(sel) -> tuple[int, dict[int, int], frozenset]:
+    units = _units(sel)
+    counts = {u: units.count(u) for u in set(units)}
+    judges = {j: int(np.sum(sel.judge == j)) for j in range(len(sel.judges))}
+    return max(counts.values()), judges, max(counts, key=counts.get)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_batch_is_spread_over_pairs_and_judges_unless_asked(strategy):
+    post = _three_judge_posterior()
+    units = 60  # over 15 pairs and 3 judges: at most 4 units per pair, 20 per judge
+    most, judges, _ = _spread(select_comparisons(post, 2 * units, strategy, seed=1))
+    assert most <= 4
+    assert sorted(judges.values()) == [20, 20, 20]
+    if strategy in ("topk", "thompson"):  # left alone, the greedy rules pile onto the boundary pair and j1
+        most, judges, top = _spread(select_comparisons(post, 2 * units, strategy, seed=1, max_pair_share=1.0,
+                                                       max_judge_share=1.0))
+        assert most > 4 and top == frozenset({2, 3}) and judges[0] > 20
+        most, _, _ = _spread(select_comparisons(post, 2 * units, strategy, seed=1, max_pair_share=0.1))
+        assert most <= 6  # ceil(0.1 × 60)
+
+
+def test_spread_keeps_the_top_k_focus():
+    """Capped, topk still spends its units where membership is in doubt: the boundary pair is capped, not lost."""
+    sel = select_comparisons(_three_judge_posterior(), 120, "topk", seed=1)
+    assert _units(sel).count(frozenset({2, 3})) == 4 == _spread(sel)[0]  # the boundary pair fills its share
+    touching = np.mean([bool(u & {2, 3}) for u in _units(sel)])
+    assert touching > 0.5
+    with pytest.raises(ValueError, match="max_pair_share"):
+        select_comparisons(_three_judge_posterior(), 10, "topk", max_pair_share=0.0)
+
+
+def test_cli_share_flags(tmp_path, fitted, capsys):
+    out = str(tmp_path / "out")
+    _snapshot(out, fitted)
+    assert cli.main(["plan", "--out", out, "--budget", "40", "--max-pair-share", "1.5"]) == 2
+    assert "--max-pair-share 1.5" in capsys.readouterr().err
+    assert cli.main(["plan", "--out", out, "--budget", "40", "--max-pair-share", "1", "--to",
+                     str(tmp_path / "p")]) == 0
+    frame = pl.read_parquet(tmp_path / "p" / "plan.parquet")
+    assert frame.height == 40

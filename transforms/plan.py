@@ -73,6 +73,8 @@ def make_plan(
     to: str | None = None,
     seed: int = 0,
     repeat: bool = True,
+    max_pair_share: float | None = None,
+    max_judge_share: float | None = None,
 ) -> PlanResult:
     """Plan ``budget`` comparisons from a snapshot and write them; refresh may call this after publishing."""
     if budget < 2:
@@ -84,6 +86,9 @@ def make_plan(
         )
     if k is not None and k < 1:
         raise InputError(f"--k {k}: must be at least 1")
+    for flag, share in (("--max-pair-share", max_pair_share), ("--max-judge-share", max_judge_share)):
+        if share is not None and not 0.0 < share <= 1.0:
+            raise InputError(f"{flag} {share}: must be a fraction of the batch in (0, 1]")
     source = publish.resolve_snapshot(out_dir, snapshot_id)
     chosen = publish.read_snapshot_manifest(source).get("snapshot_id") or source.rstrip("/").rsplit("/", 1)[-1]
     posterior = read_posterior(source)
@@ -91,7 +96,8 @@ def make_plan(
     if k is not None and k >= posterior.n_models:
         raise InputError(f"--k {k}: the snapshot has only {posterior.n_models} models, so every model is in the top k")
     try:
-        selection = select_comparisons(posterior, budget, strategy, k=k, judges=judges, seed=seed, repeat=repeat)
+        selection = select_comparisons(posterior, budget, strategy, k=k, judges=judges, seed=seed, repeat=repeat,
+                                       max_pair_share=max_pair_share, max_judge_share=max_judge_share)
     except KeyError as err:
         raise InputError(f"--judge: {err.args[0]}") from None
     if budget % 2:
