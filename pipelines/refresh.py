@@ -2,29 +2,32 @@
 
     biasboard refresh --input 'logs/battles/day=*/*.parquet' --state STATE --out OUT [Beam options]
 
-1. **read**: list the input files, group them by day and fingerprint each day
-   (path, size, modification time, checksum of every file); a day is *new* when
-   the state has no committed partition for it, *changed* when its fingerprint
-   differs from the one stored in the day's state manifest.
-2. **aggregate**: only those days go through the ingest pipeline
-   (:func:`biasboard.transforms.ingest.run_ingest`), which replaces each
-   day's cells partition — never adds to it — so re-running never double-counts.
-3. **fit**: all stored cells are merged and both models are fit on them
-   (naive Bradley–Terry and the bias-aware model).
-4. **publish**: leaderboard, bias table, summary, report and manifest go out as
-   one snapshot, atomically (:mod:`biasboard.transforms.publish`).
+1. **read** (launcher): list the input files, group them by day and
+   fingerprint each day (path, size, modification time, checksum of every
+   file); a day is *new* when the state has no committed partition for it,
+   *changed* when its fingerprint differs from the one stored in the day's
+   state manifest.
+2. **one pipeline** (:func:`build_refresh`), wherever the Beam options say:
+   *aggregate* only those days (:class:`~biasboard.transforms.ingest.AggregateDays`
+   replaces each day's cells partition — never adds to it — so re-running never
+   double-counts); *audit* the whole input when it changed
+   (:mod:`biasboard.transforms.audit`); then *fit*: the last stage
+   (:class:`~biasboard.transforms.fit.FitModels`) merges every stored day's
+   cells on one worker, fits both models (naive Bradley–Terry and the
+   bias-aware model), renders the report and stages the snapshot's files.
+3. **publish** (launcher): the staged snapshot is made visible by one rename
+   and ``LATEST`` is replaced (:mod:`biasboard.transforms.publish`).
 
 Running it twice on the same input aggregates nothing the second time and
-publishes the same numbers.  Everything after step 2 is deterministic in the
-stored cells, so a run killed at any point and re-run publishes exactly what an
-uninterrupted run would have.
+publishes the same numbers.  The fit is deterministic in the stored cells, so
+a run killed at any point and re-run publishes exactly what an uninterrupted
+run would have.
 
-The aggregation is a Beam pipeline and runs wherever the Beam options say
-(``--runner=DataflowRunner|FlinkRunner|SparkRunner|PortableRunner``; local
-default ``FnApiRunner``); the fit works on the bounded cells, not on battles,
-so it runs in the launching process (an Airflow worker, a cron host).  With
-``--dry_run`` or ``--template_location`` only the Dataflow job is built (and
-staged), nothing runs and nothing is published.
+The launcher (an Airflow task, a cron host) only compares fingerprints and
+renames a folder; a multi-GB fit runs on a worker that asks for
+``--fit-min-ram`` (a Beam resource hint).  Locally FnApiRunner runs the same
+graph.  With ``--dry_run`` or ``--template_location`` the job is only built
+(and staged): nothing runs and nothing is published.
 """
 
 from __future__ import annotations
@@ -32,45 +35,40 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
+import io
 import json
 import logging
 import platform
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from importlib import metadata
-from typing import Any, TypeVar, cast
 
+import apache_beam as beam
 import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
-from biasboard.audit.measures import PAIR_KEYS, PAIR_MEASURES, order_models_table
 from biasboard.pipelines import validation
 from biasboard.pipelines.options import beam_options
 from biasboard.ranking import ModelConfig
-from biasboard.ranking.diagnostics import CROSSING_TYPICAL
-from biasboard.ranking.leaderboard import side_by_side
-from biasboard.ranking.reference import Reference, ReferenceFit, ReferenceSettings, fit_with_reference
-from biasboard.report.html import render_report
+from biasboard.ranking.reference import Reference, ReferenceSettings
 from biasboard.report.text import fmt, side_by_side_text
 from biasboard.schemas import summary as S
-from biasboard.schemas.cells import PAIR_CELL_KEYS, SCORE_CELL_KEYS
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.schemas.summary import Summary
 from biasboard.transforms import publish, read, state, storage
-from biasboard.transforms.anchors import read_anchors
-from biasboard.transforms.audit import AUDIT_JSON, run_audit
-from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
-from biasboard.transforms.ingest import build_ingest, day_tasks, ingest_settings, run_ingest
-from biasboard.transforms.plan import MAX_BUDGET, make_plan, plan_inputs
+from biasboard.transforms.audit import audit_days, audit_inputs
+from biasboard.transforms.fit import DEFAULT_FIT_RAM, FitModels
+from biasboard.transforms.ingest import METRICS_NAMESPACE as INGEST_METRICS
+from biasboard.transforms.ingest import committed, day_tasks, ingest_days, ingest_settings
+from biasboard.transforms.plan import MAX_BUDGET, make_plan
 from biasboard.transforms.publish import failpoint
+from biasboard.transforms.runner import counters, run_to_completion
+from biasboard.transforms.snapshot import AUDIT_INPUTS, FitSpec
 
 _LOG = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
 
 # --------------------------------------------------------------------------- CLI
@@ -138,6 +136,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="also plan this many next comparisons (top-k-aware) from the new snapshot (default 0: no plan)",
     )
+    parser.add_argument(
+        "--fit-min-ram",
+        default=DEFAULT_FIT_RAM,
+        help=f"memory the fit stage asks its worker for (a Beam resource hint; default {DEFAULT_FIT_RAM})",
+    )
 
 
 def _length_clip(text: str) -> float | None:
@@ -170,6 +173,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             reference=args.reference,
             gate_level=args.gate_level,
             apply_unidentified=args.apply_unidentified,
+            fit_min_ram=args.fit_min_ram,
         ),
     )
     if outcome.published is None:
@@ -206,6 +210,7 @@ class RefreshOptions:
     reference: str | None = None
     gate_level: float = 0.05
     apply_unidentified: bool = False
+    fit_min_ram: str = DEFAULT_FIT_RAM
 
 
 @dataclass
@@ -250,6 +255,13 @@ def refresh(
     storage.configure_gcs_auth(no_auth=pipeline_options.view_as(GoogleCloudOptions).no_auth)
     family_map = check_options(state_dir, out_dir, options)
     aliases = read.load_aliases(options.aliases)
+    spec = FitSpec(
+        model_config(options),
+        Reference.parse(options.reference, bool(options.anchors)),
+        ReferenceSettings(options.gate_level, options.apply_unidentified),
+        options.anchors,
+        family_map,
+    )
     timings = Timings()
     started = dt.datetime.now(dt.timezone.utc)
 
@@ -264,49 +276,57 @@ def refresh(
         len(changes.unchanged),
     )
     todo = changes.new + changes.changed
+    audit = AuditPlan.of(input_glob, state_dir, changes, options, family_map)
+    staging = publish.new_staging(out_dir)
 
     build_only = _build_only_reason(pipeline_options)
     if build_only:
-        job = build_aggregation_job(
-            input_glob, state_dir, beam_options(beam_args), todo, options, family_map, aliases
+        pipeline = build_refresh(
+            pipeline_options, input_glob, state_dir, staging, todo, spec, options, family_map, aliases, audit
         )
-        _LOG.info("aggregate: %s: the job was built, nothing ran, nothing is published", build_only)
+        job = pipeline.run()
+        _LOG.info("refresh: %s: the job was built, nothing ran, nothing is published", build_only)
         return Outcome(None, aggregated_days=todo, reason=build_only, job=job)
     failpoint("after-read")
 
+    publish.clean_staging(out_dir)  # what killed runs left; this run stages its snapshot next
+    if audit.rerun:
+        storage.delete_tree(audit.folder)
+    with timings.stage("pipeline"):
+        pipeline = build_refresh(
+            pipeline_options, input_glob, state_dir, staging, todo, spec, options, family_map, aliases, audit
+        )
+        result = run_to_completion(pipeline)
     metrics: dict[str, int] = {}
-    with timings.stage("aggregate"):
-        if todo:
-            metrics = aggregate_days(
-                input_glob, state_dir, beam_options(beam_args), todo, options, family_map, aliases
-            )
-        else:
-            _LOG.info("aggregate: nothing new; the stored cells are up to date")
-    failpoint("after-aggregate")
+    if todo:
+        ingested = committed(state_dir, todo, bool(options.scores_glob), counters(result, INGEST_METRICS))
+        metrics = dict(sorted(ingested.metrics.items()))
+        _LOG.info(
+            "aggregate: %d day(s): read %d rows, counted %d, rejected %d",
+            len(ingested.days),
+            ingested.counts.read,
+            ingested.counts.counted,
+            ingested.counts.rejected_total,
+        )
+    else:
+        _LOG.info("aggregate: nothing new; the stored cells are up to date")
+    audit.finish()
 
-    audit_files: dict[str, bytes] = {}
-    if options.audit:
-        with timings.stage("audit"):
-            audit_files = audit_state(input_glob, state_dir, beam_options(beam_args), changes, options, family_map)
-    failpoint("after-audit")
-
-    with timings.stage("fit"):
-        fitted = fit_state(state_dir, options, audit_files)
-    counts = fitted.summary.counts
+    record = publish.read_run_record(staging)
+    summary = Summary.from_json(json.loads(storage.read_text(storage.join(staging, "summary.json"))))
+    leaderboard = pl.read_parquet(io.BytesIO(storage.read_bytes(storage.join(staging, "leaderboard.parquet"))))
+    counts = summary.counts
     _LOG.info(
         "fit: %d models, %d judges, %d cells; %d rows read, %d counted, %d rejected over %d day(s)",
-        fitted.leaderboard.height,
-        len(fitted.summary.judges),
-        fitted.n_cells,
+        leaderboard.height,
+        len(summary.judges),
+        record.get("n_cells", 0),
         counts.read,
         counts.counted,
         counts.rejected_total,
-        fitted.summary.days.count,
+        summary.days.count,
     )
-    failpoint("after-fit")
-
-    with timings.stage("report"):
-        report_html = render(fitted, options)
+    timings.stages.update(record.get("timings_s", {}))
 
     manifest = {
         "job": "refresh",
@@ -324,7 +344,7 @@ def refresh(
         "versions": versions(),
         "options": {
             "refresh": asdict(options),
-            "model": fitted.model_options,
+            "model": record.get("model_options", {}),
             "beam": _beam_options_for_manifest(pipeline_options),
         },
         "metrics": {"this_run": metrics, "source": "Beam counters of this run's aggregation (empty: nothing new)"},
@@ -332,20 +352,57 @@ def refresh(
         "timings_s": timings.stages,
     }
     with timings.stage("publish"):
-        files = publish.snapshot_files(fitted.leaderboard, fitted.bias, fitted.summary.to_json(), report_html)
-        files.update(fitted.extra_files)
-        published = publish.publish_snapshot(out_dir, files, manifest)
+        published = publish.publish_staged(out_dir, staging, manifest)
     _LOG.info(
-        "publish: snapshot %s (%d files) is LATEST; stage times: %s",
+        "publish: snapshot %s is LATEST; stage times: %s",
         published.snapshot_id,
-        len(files) + 1,
         ", ".join(f"{k} {v:.2f} s" for k, v in timings.stages.items()),
     )
     plan_path = None
     if options.plan_budget:
         plan = make_plan(out_dir, options.plan_budget, snapshot_id=published.snapshot_id)
         plan_path = plan.paths[0] if plan.paths else None
-    return Outcome(published, fitted.summary, todo, plan_path=plan_path, leaderboard=fitted.leaderboard)
+    return Outcome(published, summary, todo, plan_path=plan_path, leaderboard=leaderboard)
+
+
+def build_refresh(
+    pipeline_options: PipelineOptions,
+    input_glob: str,
+    state_dir: str,
+    staging: str,
+    days: list[str],
+    spec: FitSpec,
+    options: RefreshOptions,
+    family_map: FamilyMap,
+    aliases: AliasMap | None,
+    audit: AuditPlan,
+) -> beam.Pipeline:
+    """The refresh graph, built and not run: ingest ``days``, audit (when its input changed), fit and stage.
+
+    The same graph runs locally (FnApiRunner), on a cluster, and is what a
+    ``--dry_run`` or ``--template_location`` builds.  The fit waits for every
+    day to be committed and for the audit's files.
+    """
+    pipeline = beam.Pipeline(options=pipeline_options)
+    if days:
+        tasks = day_tasks(input_glob, days, scores_glob=options.scores_glob)
+        written = ingest_days(pipeline, tasks, state_dir, family_map, aliases=aliases)
+    else:
+        written = pipeline | "NothingNew" >> beam.Create([])
+    after = []
+    if audit.rerun:
+        inputs = audit_inputs(input_glob, audit.folder, options.anchors, family_map)
+        after.append(audit_days(pipeline, *inputs))
+    _ = written | "FitModels" >> FitModels(
+        state_dir,
+        staging,
+        spec,
+        audit_dir=audit.folder if options.audit else None,
+        title=options.title,
+        after=after,
+        min_ram=options.fit_min_ram,
+    )
+    return pipeline
 
 
 def check_options(state_dir: str, out_dir: str, options: RefreshOptions) -> FamilyMap:
@@ -450,56 +507,7 @@ def input_changes(
     return InputChanges(fingerprints, new, changed, unchanged, n_files)
 
 
-# --------------------------------------------------------------------------- aggregate
-
-
-def aggregate_days(
-    input_glob: str,
-    state_dir: str,
-    pipeline_options: PipelineOptions,
-    days: list[str],
-    options: RefreshOptions,
-    family_map: FamilyMap,
-    aliases: AliasMap | None = None,
-) -> dict[str, int]:
-    """Run the ingest pipeline over ``days``; returns its Beam counters (rows read, counted, rejected by reason)."""
-    result = run_ingest(
-        input_glob,
-        state_dir,
-        pipeline_options,
-        days=days,
-        family_map=family_map,
-        scores_glob=options.scores_glob,
-        aliases=aliases,
-    )
-    _LOG.info(
-        "aggregate: %d day(s): read %d rows, counted %d, rejected %d",
-        len(result.days),
-        result.counts.read,
-        result.counts.counted,
-        result.counts.rejected_total,
-    )
-    return dict(sorted(result.metrics.items()))
-
-
-def build_aggregation_job(
-    input_glob: str,
-    state_dir: str,
-    pipeline_options: PipelineOptions,
-    days: list[str],
-    options: RefreshOptions,
-    family_map: FamilyMap,
-    aliases: AliasMap | None = None,
-) -> object:
-    """Build (and, for a template, stage) the ingest job without running it; returns the runner's result.
-
-    The same graph as :func:`~biasboard.transforms.ingest.run_ingest` runs
-    (:func:`~biasboard.transforms.ingest.build_ingest`); used with ``--dry_run`` /
-    ``--template_location``, where nothing runs, so there is nothing to wait for
-    and no state to read back.
-    """
-    tasks = day_tasks(input_glob, days or None, scores_glob=options.scores_glob)
-    return build_ingest(pipeline_options, tasks, state_dir, family_map, aliases=aliases).run()
+# --------------------------------------------------------------------------- build only
 
 
 def _build_only_reason(options: PipelineOptions) -> str:
@@ -514,62 +522,50 @@ def _build_only_reason(options: PipelineOptions) -> str:
 
 
 AUDIT_DIR = "audit"
-AUDIT_INPUTS = "inputs.json"
 
 
-def audit_state(
-    input_glob: str,
-    state_dir: str,
-    pipeline_options: PipelineOptions,
-    changes: InputChanges,
-    options: RefreshOptions,
-    family_map: FamilyMap,
-) -> dict[str, bytes]:
+@dataclass
+class AuditPlan:
     """The judge audit of the whole input, kept under ``STATE/audit`` and re-run only when the input changed.
 
     Order pairing needs both orders of a prompt, which may sit on different
     days, so the audit reads all battles rather than per-day cells.  Its files
-    are written by the audit job; ``inputs.json`` (the input digest) is written
-    after it finished, so a run killed mid-audit re-runs it next time.
-    Returns the files to add to the snapshot (name → bytes).
+    are written by the pipeline's audit branch; ``inputs.json`` (the input
+    digest) is written after the pipeline finished (:meth:`finish`), so a run
+    killed mid-audit re-runs it next time.
     """
-    folder = storage.join(state_dir, AUDIT_DIR)
-    stamp_path = storage.join(folder, AUDIT_INPUTS)
-    stamp = {
-        "input_digest": changes.digest,
-        "input_glob": input_glob,
-        "anchors": options.anchors,
-        "family_map": family_map.digest(),
-    }
-    current = storage.exists(stamp_path) and json.loads(storage.read_text(stamp_path)) == stamp
-    if not current:
-        storage.delete_tree(folder)
-        run_audit(input_glob, folder, pipeline_options, anchors=options.anchors, family_map=family_map)
-        storage.atomic_write_bytes(stamp_path, publish.json_bytes(stamp))
-        _LOG.info("audit: judge audit of %d day(s) written to %s", len(changes.fingerprints), folder)
-    else:
-        _LOG.info("audit: input unchanged; reusing %s", folder)
-    files = {}
-    for info in storage.list_files(folder):
-        name = info.path.replace("\\", "/").rsplit("/", 1)[-1]
-        if name != AUDIT_INPUTS:
-            files[name] = storage.read_bytes(info.path)
-    return files
+
+    folder: str
+    stamp: dict
+    rerun: bool
+
+    @classmethod
+    def of(
+        cls, input_glob: str, state_dir: str, changes: InputChanges, options: RefreshOptions, family_map: FamilyMap
+    ) -> AuditPlan:
+        folder = storage.join(state_dir, AUDIT_DIR)
+        stamp = {
+            "input_digest": changes.digest,
+            "input_glob": input_glob,
+            "anchors": options.anchors,
+            "family_map": family_map.digest(),
+        }
+        if not options.audit:
+            return cls(folder, stamp, rerun=False)
+        stamp_path = storage.join(folder, AUDIT_INPUTS)
+        current = storage.exists(stamp_path) and json.loads(storage.read_text(stamp_path)) == stamp
+        if current:
+            _LOG.info("audit: input unchanged; reusing %s", folder)
+        return cls(folder, stamp, rerun=not current)
+
+    def finish(self) -> None:
+        """Stamp the audit the pipeline wrote with the input it was made from."""
+        if self.rerun:
+            storage.atomic_write_bytes(storage.join(self.folder, AUDIT_INPUTS), publish.json_bytes(self.stamp))
+            _LOG.info("audit: judge audit of the whole input written to %s", self.folder)
 
 
-# --------------------------------------------------------------------------- fit and summarise
-
-
-@dataclass
-class SnapshotParts:
-    """Everything a snapshot is made of, before serialisation."""
-
-    leaderboard: pl.DataFrame
-    bias: pl.DataFrame
-    summary: Summary
-    model_options: dict
-    n_cells: int
-    extra_files: dict[str, bytes] = field(default_factory=dict)
+# --------------------------------------------------------------------------- fit options
 
 
 def model_config(options: RefreshOptions) -> ModelConfig:
@@ -579,237 +575,6 @@ def model_config(options: RefreshOptions) -> ModelConfig:
         return ModelConfig(k=options.k, bootstrap=options.bootstrap, seed=options.seed, length_clip=options.length_clip)
     except ValueError as err:  # a bad option value, said in one line rather than a traceback
         raise InputError(f"refresh options: {err}") from err
-
-
-def fit_state(
-    state_dir: str, options: RefreshOptions, audit_files: Mapping[str, bytes] | None = None
-) -> SnapshotParts:
-    """Merge every stored day's cells and fit both models; the summary sums the days' manifests.
-
-    Deterministic in the stored cells: the cells are put in key order before the
-    fit, so the numbers do not depend on the order days were aggregated in.
-    """
-    days = state.list_state_days(state_dir)
-    if not days:
-        raise InputError(f"{state_dir}: no aggregated days to fit (is --input empty?)")
-    cells = _dictionary_encoded(state.load_cells(state_dir).sort_by([(k, "ascending") for k in PAIR_CELL_KEYS]))
-    score_cells = state.load_score_cells(state_dir)
-    score_cells = score_cells.sort_by([(k, "ascending") for k in SCORE_CELL_KEYS]) if score_cells.num_rows else None
-    if cells.num_rows == 0:
-        raise InputError(f"{state_dir}: the stored days hold no valid battle (every row was rejected)")
-    _LOG.info(
-        "fit: merged %d pair cells%s from %d day(s)",
-        cells.num_rows,
-        f" and {score_cells.num_rows} score cells" if score_cells is not None else "",
-        len(days),
-    )
-    fitted = fit_with_anchors(cells, score_cells, options)
-    naive, corrected = fitted.naive, fitted.corrected
-    leaderboard = side_by_side(naive, corrected)
-    audit_files = dict(audit_files or {})
-    audit_tables = None
-    if audit_files:
-        audit_tables = json.loads(audit_files[AUDIT_JSON]).get("tables") if AUDIT_JSON in audit_files else None
-    summary = build_summary(
-        state_dir, days, cells, naive, corrected, leaderboard, reference=fitted, audit_tables=audit_tables,
-        seed=options.seed,
-    )
-    return SnapshotParts(
-        leaderboard=leaderboard,
-        bias=corrected.bias,
-        summary=summary,
-        model_options=_config_dict(fitted.config),
-        n_cells=cells.num_rows,
-        extra_files={**audit_files, **plan_inputs(corrected)},
-    )
-
-
-def fit_with_anchors(cells, score_cells, options: RefreshOptions) -> ReferenceFit:
-    """Both boards, corrected toward the reference the options name (anchors read and aggregated here)."""
-    reference = Reference.parse(options.reference, bool(options.anchors))
-    anchors = read_anchors(options.anchors, read.load_family_map(options.families)) if options.anchors else None
-    if anchors is not None:
-        _LOG.info("fit: %d trusted anchor verdict(s) from %d rater name(s)", anchors.k, len(anchors.raters))
-    fitted = fit_with_reference(
-        cells,
-        score_cells,
-        reference=reference,
-        anchor_cells=anchors.cells if anchors is not None and reference.kind == "anchors" else None,
-        config=model_config(options),
-        settings=ReferenceSettings(options.gate_level, options.apply_unidentified),
-    )
-    if anchors is not None:
-        fitted.notes.append(f"anchors: {anchors.counts.counted} verdict(s) kept of {anchors.counts.read} read "
-                            f"(rejected: {anchors.counts.rejected or 'none'})")
-    return fitted
-
-
-def reference_warnings(fitted: ReferenceFit) -> list[str]:
-    """Plain-words warnings of the reference fit: what the gate enabled, what was not applied and why."""
-    out = []
-    if fitted.gate is not None:
-        decisions = fitted.gate.decisions
-        enabled = decisions.filter(pl.col("enabled")).height
-        out.append(
-            f"reference {fitted.reference.kind} ({fitted.k} verdicts): the gate corrected {enabled} of "
-            f"{decisions.height} (judge, effect) excesses at level {fitted.gate.level}; the others are tied to the "
-            "reference"
-        )
-    for entry in fitted.unidentified:
-        if not entry["applied"]:
-            tau = entry["if_applied"].get("kendall_tau")
-            out.append(
-                f"{entry['effect']} correction of {entry['judge']} is prior-selected and was not applied "
-                f"(applying it: Kendall tau {tau if tau is None else round(tau, 3)} against the published board; "
-                "--apply-unidentified forces it)"
-            )
-    return out
-
-
-def _dictionary_encoded(table: pa.Table) -> pa.Table:
-    """String key columns as dictionaries: the fit codes them without decoding, and the
-    merged cells of a long history then cost a few bytes per row instead of a string each."""
-    for i, field_ in enumerate(table.schema):
-        if pa.types.is_string(field_.type) or pa.types.is_large_string(field_.type):
-            table = table.set_column(i, field_.name, pc.dictionary_encode(table.column(i)))
-    return table
-
-
-def build_summary(
-    state_dir: str,
-    days: list[str],
-    cells,
-    naive,
-    corrected,
-    leaderboard: pl.DataFrame,
-    *,
-    reference: ReferenceFit | None = None,
-    audit_tables: Mapping[str, list] | None = None,
-    seed: int = 0,
-) -> Summary:
-    """summary.json, the one producer of :class:`~biasboard.schemas.summary.Summary` (DESIGN §6).
-
-    τ and ρ naive vs corrected, counts by reason, judges, the fit's diagnostics, the audit's per-judge
-    and per-model order tables (when the audit ran), rank intervals of both boards and the head-to-head
-    matrices of the top models, warnings.
-    """
-    manifests = [state.read_day_manifest(state_dir, day) or {} for day in days]
-    counts = sum((IngestCounts.from_dict(m["counts"]) for m in manifests if "counts" in m), IngestCounts())
-    score_manifests = [m["score_counts"] for m in manifests if "score_counts" in m]
-    fit_diag = corrected.diagnostics
-    comparison = fit_diag.get("naive_vs_corrected")
-    profiles = {name: _record(S.Profile, info) for name, info in fit_diag.get("profile_likelihood", {}).items()}
-    identifiability = {
-        name: S.Identifiability(profile_range_nats=p.range_nats, prior_selected=bool(p.warning), message=p.note)
-        for name, p in profiles.items()
-    }
-    covariates = _record(S.Covariates, fit_diag["covariates"]) if "covariates" in fit_diag else None
-    if "length" in identifiability and covariates is not None and covariates.corr_theta_length_corrected is not None:
-        identifiability["length"].corr_theta = covariates.corr_theta_length_corrected
-        identifiability["length"].crossing = CROSSING_TYPICAL
-    audit = audit_tables or {}
-    gate = reference.gate if reference is not None else None
-    diagnostics = S.Diagnostics(
-        identifiability=identifiability,
-        connectivity=S.Connectivity(
-            n_components=fit_diag.get("n_components", 1),
-            components=fit_diag.get("components", [list(corrected.models)]),
-        ),
-        convergence={
-            fit.method: S.Convergence(bool(fit.converged), int(fit.iterations), float(fit.grad_norm))
-            for fit in (naive, corrected)
-        },
-        naive=S.NaiveDiagnostics(
-            n_components=naive.diagnostics.get("n_components", 1),
-            tie_convention=naive.diagnostics.get("tie_convention", ""),
-            prior_theta_sd=naive.diagnostics.get("prior_theta_sd"),
-            components=naive.diagnostics.get("components"),
-        ),
-        n_components=fit_diag.get("n_components", 1),
-        profile_likelihood=profiles,
-        covariates=covariates,
-        naive_vs_corrected=_record(S.Comparison, comparison) if comparison else None,
-        omega=fit_diag.get("omega"),
-        length_scale=fit_diag.get("length_scale"),
-        length_clip=fit_diag.get("length_clip"),
-        components=fit_diag.get("components"),
-        order=[_record(S.JudgeAudit, row) for row in audit.get("judges", [])],
-        order_models=_pooled_order_models(audit.get("order_pairs", [])),
-        family=[_record(S.FamilyPreference, row) for row in audit.get("family", [])],
-        gate=S.from_jsonable(S.Gate, gate.to_json(), "gate") if gate is not None else None,
-    )
-    warnings = [*naive.diagnostics.get("warnings", []), *fit_diag.get("warnings", [])]
-    if not counts.conserved:
-        warnings.append(
-            f"row accounting does not add up: read {counts.read} != counted {counts.counted} + "
-            f"rejected {counts.rejected_total}"
-        )
-    if reference is not None:
-        warnings.extend(reference_warnings(reference))
-    top = leaderboard.sort("rank_corrected", "model")["model"].head(HEAD_TO_HEAD_TOP).to_list()
-    return S.Summary(
-        kendall_tau=comparison.get("kendall_tau") if comparison else None,
-        spearman=comparison.get("spearman") if comparison else None,
-        models=len(corrected.models),
-        top_k=corrected.k,
-        ci_level=0.95,
-        days=S.Days(count=len(days), first=days[0], last=days[-1]),
-        counts=S.from_jsonable(S.Counts, counts.to_dict(), "counts"),
-        judges=[_record(S.JudgeCounts, row) for row in judge_summary(cells).to_pylist()],
-        diagnostics=diagnostics,
-        warnings=warnings,
-        score_counts=S.from_jsonable(
-            S.Counts, sum((IngestCounts.from_dict(c) for c in score_manifests), IngestCounts()).to_dict(), "counts"
-        ) if score_manifests else None,
-        ranks=S.Ranks(
-            level=RANK_LEVEL,
-            source="Laplace posterior draws",
-            draws=RANK_DRAWS,
-            naive=_rank_intervals(naive, seed),
-            corrected=_rank_intervals(corrected, seed),
-        ),
-        head_to_head=S.HeadToHead(models=top, **head_to_head(cells, top)),
-        reference=S.from_jsonable(S.ReferenceInfo, reference.summary(), "reference") if reference is not None else None,
-    )
-
-
-#: Level and number of draws of the published rank intervals; the head-to-head matrices cover this many models.
-RANK_LEVEL = 0.95
-RANK_DRAWS = 2000
-HEAD_TO_HEAD_TOP = 20
-
-
-def _record(cls: type[_T], row: Mapping) -> _T:
-    """One audit/cells record as the contract's dataclass: the fields it declares, nothing guessed."""
-    declared = {f.name: row[f.name] for f in fields(cast(Any, cls)) if f.name in row}
-    return S.from_jsonable(cls, S.to_jsonable(declared), cls.__name__)
-
-
-def _rank_intervals(fit, seed: int) -> list:
-    low, high = fit.rank_interval(RANK_LEVEL, draws=RANK_DRAWS, seed=seed)
-    rank = fit.ranks()
-    rows = zip(fit.models, rank, low, high, strict=True)
-    return [S.RankInterval(m, int(r), int(lo), int(hi)) for m, r, lo, hi in rows]
-
-
-def _pooled_order_models(order_pairs: list) -> list:
-    """Per model, over every judge: win rate among order-consistent pairs ± SE (the audit's formula)."""
-    if not order_pairs:
-        return []
-    pairs = pl.DataFrame(order_pairs).select(*PAIR_KEYS, *PAIR_MEASURES)
-    pooled = pairs.with_columns(pl.lit("*").alias("judge")).group_by(PAIR_KEYS).agg(pl.all().sum())
-    return [_record(S.ModelConsistency, row) for row in order_models_table(pooled).sort("model").to_dicts()]
-
-
-def _config_dict(config) -> dict:
-    out = asdict(config)
-    out["disabled"] = sorted(list(pair) for pair in config.disabled)
-    out["reference"] = sorted(config.reference)
-    return out
-
-
-def render(fitted: SnapshotParts, options: RefreshOptions) -> str:
-    return render_report(fitted.leaderboard, fitted.bias, fitted.summary, title=options.title)
 
 
 # --------------------------------------------------------------------------- manifest helpers

@@ -1,43 +1,58 @@
-"""FitModels on the real FnApiRunner: several days' cell tables in, the same fits as the core out."""
+"""FitModels on the real FnApiRunner: the state's cells in, a staged snapshot out, the same fits as the core."""
 
 from __future__ import annotations
 
+import io
+import json
+
 import apache_beam as beam
 import numpy as np
-from apache_beam.testing.util import assert_that
+import polars as pl
+from biasboard.pipelines.backfill import run_backfill
 from biasboard.pipelines.options import beam_options
 from biasboard.ranking import ModelConfig, fit_leaderboards
+from biasboard.ranking.leaderboard import side_by_side
 from biasboard.schemas.cells import SCORE_CELLS_SCHEMA
 from biasboard.schemas.families import FamilyMap
-from biasboard.simulate import SimulationConfig, simulate_days
+from biasboard.simulate import SimulationConfig, simulate_days, write_simulation
+from biasboard.transforms import publish
 from biasboard.transforms.cells import merge_cells, partial_cells, partial_score_cells
 from biasboard.transforms.fit import FitModels
+from biasboard.transforms.snapshot import FitSpec
 
 CONFIG = ModelConfig(profile=False, posterior_draws=300, k=3)
+SIM = SimulationConfig(battles=6_000, models=8, judges=3, days=3, seed=2, scores=0.2, prompts=30)
 
 
-def test_fit_transform_matches_the_core_on_day_partitioned_cells():
-    sim = SimulationConfig(battles=6_000, models=8, judges=3, days=3, seed=2, scores=0.2, prompts=30)
+def test_fit_stage_stages_the_fits_the_core_makes_of_day_partitioned_cells(tmp_path):
+    logs = write_simulation(SIM, tmp_path / "logs")
+    state, out = str(tmp_path / "state"), str(tmp_path / "out")
+    run_backfill(
+        str(logs / "battles" / "day=*" / "*.parquet"),
+        state,
+        scores_glob=str(logs / "scores" / "day=*" / "*.parquet"),
+    )
     family_map = FamilyMap.with_user_rules()
     days, score_days = [], []
-    for _, battles, scores in simulate_days(sim):
+    for _, battles, scores in simulate_days(SIM):
         days.append(partial_cells(battles, family_map).cells)
         score_days.append(partial_score_cells(scores, family_map).cells)
-    expected_naive, expected = fit_leaderboards(
-        merge_cells(days), merge_cells(score_days, SCORE_CELLS_SCHEMA), config=CONFIG
-    )
+    naive, corrected = fit_leaderboards(merge_cells(days), merge_cells(score_days, SCORE_CELLS_SCHEMA), config=CONFIG)
 
-    def check(results):
-        assert len(results) == 1
-        naive, corrected = results[0]
-        assert naive.models == expected_naive.models
-        assert np.max(np.abs(naive.rating - expected_naive.rating)) < 1e-9
-        assert np.max(np.abs(corrected.rating - expected.rating)) < 1e-9
-        assert corrected.converged and corrected.method == "bias_aware"
-        assert corrected.bias.filter(corrected.bias["effect"] == "severity")["enabled"].any()
-
+    staging = publish.new_staging(out)
     with beam.Pipeline(options=beam_options(["--runner=FnApiRunner"])) as p:
-        cells = p | "Days" >> beam.Create(days)
-        scores = p | "ScoreDays" >> beam.Create(score_days)
-        fits = cells | FitModels(CONFIG, scores=scores, shards=4)
-        assert_that(fits, check)
+        _ = p | "NothingNew" >> beam.Create([]) | FitModels(state, staging, FitSpec(CONFIG), min_ram="1GB")
+
+    record = publish.read_run_record(staging)
+    assert record["days_committed"] == 0 and record["models"] == SIM.models and record["n_cells"] > 0
+    folder = tmp_path / "out" / "staging" / staging.rsplit("/", 1)[-1]
+    board = pl.read_parquet(io.BytesIO((folder / "leaderboard.parquet").read_bytes()))
+    expected = side_by_side(naive, corrected)
+    assert board.columns == expected.columns and board["model"].to_list() == expected["model"].to_list()
+    for column in ("rating_naive", "ci_low_naive", "rating_corrected", "ci_low_corrected", "p_top_k"):
+        assert np.max(np.abs(board[column].to_numpy() - expected[column].to_numpy())) < 1e-6, column
+    assert board["rank_corrected"].to_list() == expected["rank_corrected"].to_list()
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["score_counts"]["counted"] > 0  # the ordinal cells reached the fit
+    published = publish.publish_staged(out, staging, {"job": "test"})
+    assert publish.latest_snapshot_id(out) == published.snapshot_id

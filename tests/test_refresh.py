@@ -94,7 +94,7 @@ def test_refresh_publishes_every_part_of_a_snapshot(sim, tmp_path):
     by_reason = {k.split(":", 1)[1]: v for k, v in run_counters.items() if k.startswith("battles_rejected:")}
     assert by_reason == counts["rejected"]
     assert manifest["aggregated_days"] == sorted(manifest["inputs"]["days"]) and len(manifest["aggregated_days"]) == 3
-    assert set(manifest["timings_s"]) >= {"read", "aggregate", "audit", "fit"}
+    assert set(manifest["timings_s"]) >= {"read", "pipeline", "fit", "report"}  # fit, report: measured on the worker
     assert manifest["versions"]["apache-beam"] and manifest["options"]["beam"]["runner"] == "FnApiRunner"
     html = (snap / "report.html").read_text()
     assert "<html" in html and "http://" not in html.replace("http://www.w3.org", "")

@@ -142,6 +142,30 @@ class AuditBattles(beam.PTransform):
         )
 
 
+def audit_days(
+    pipeline: beam.Pipeline,
+    days: Mapping[str, list[read.InputFile]],
+    out: str,
+    family_map: FamilyMap,
+    gold_lookup: pl.DataFrame | None = None,
+    order_shards: int = DEFAULT_ORDER_SHARDS,
+) -> beam.PCollection:
+    """Add the audit to ``pipeline``: read and validate each day, audit every battle, write the files under
+    ``out``; returns the PCollection of written paths (what a later stage waits for)."""
+    battles = (
+        pipeline
+        | "Days" >> beam.Create(sorted(days.items()))
+        | "SpreadDays" >> beam.Reshuffle()
+        | "ReadValidate" >> beam.FlatMap(read_day, family_map).with_outputs("counts", main="battles")
+    )
+    counts = battles.counts | "SumCounts" >> beam.CombineGlobally(_sum_counts)
+    return (
+        battles.battles
+        | "Audit" >> AuditBattles(gold_lookup, n_shards=order_shards)
+        | "Write" >> beam.FlatMap(write_audit, out, beam.pvalue.AsSingleton(counts))
+    )
+
+
 def build_audit(
     options: PipelineOptions,
     days: Mapping[str, list[read.InputFile]],
@@ -150,20 +174,9 @@ def build_audit(
     gold_lookup: pl.DataFrame | None = None,
     order_shards: int = DEFAULT_ORDER_SHARDS,
 ) -> beam.Pipeline:
-    """The audit graph: read and validate each day, audit every battle, write the files under ``out``."""
+    """The audit graph on its own (``biasboard audit``), built and not run."""
     pipeline = beam.Pipeline(options=options)
-    battles = (
-        pipeline
-        | "Days" >> beam.Create(sorted(days.items()))
-        | "SpreadDays" >> beam.Reshuffle()
-        | "ReadValidate" >> beam.FlatMap(read_day, family_map).with_outputs("counts", main="battles")
-    )
-    counts = battles.counts | "SumCounts" >> beam.CombineGlobally(_sum_counts)
-    _ = (
-        battles.battles
-        | "Audit" >> AuditBattles(gold_lookup, n_shards=order_shards)
-        | "Write" >> beam.Map(write_audit, out, beam.pvalue.AsSingleton(counts))
-    )
+    audit_days(pipeline, days, out, family_map, gold_lookup, order_shards)
     return pipeline
 
 
@@ -180,14 +193,25 @@ def run_audit(
     What ``biasboard audit`` runs, and what ``biasboard refresh`` runs so that a
     snapshot carries the same audit.
     """
+    storage.configure_gcs_auth(no_auth=options.view_as(GoogleCloudOptions).no_auth)
+    run_to_completion(build_audit(options, *audit_inputs(input_glob, out, anchors, family_map, order_shards)))
+    return storage.join(out, AUDIT_JSON)
+
+
+def audit_inputs(
+    input_glob: str,
+    out: str,
+    anchors: str | None,
+    family_map: FamilyMap | str | None,
+    order_shards: int = DEFAULT_ORDER_SHARDS,
+) -> tuple[dict[str, list[read.InputFile]], str, FamilyMap, pl.DataFrame | None, int]:
+    """What :func:`audit_days` takes, from the job's options (input problems fail here, before any pipeline)."""
     if order_shards < 1:
         raise InputError(f"--order-shards: must be at least 1, got {order_shards}")
-    storage.configure_gcs_auth(no_auth=options.view_as(GoogleCloudOptions).no_auth)
     families = family_map if isinstance(family_map, FamilyMap) else read.load_family_map(family_map)
     days = read.list_input_days(input_glob)
     lookup = load_anchor_lookup(anchors) if anchors else None
-    run_to_completion(build_audit(options, days, out, families, lookup, order_shards))
-    return storage.join(out, AUDIT_JSON)
+    return days, out, families, lookup, order_shards
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,91 +1,104 @@
-"""FitModels: cells PCollection → (naive, corrected) fitted leaderboards, on a Beam worker.
+"""FitModels: the refresh pipeline's last stage — fit every stored day's cells on a worker and stage the snapshot.
 
-Why the fit is one DoFn and not a chain of stages: a Newton solve needs the gradient and Hessian of
-*all* cells at every iteration, and Beam has no loop across stages.  The cells, however, are small by
-construction — bounded by judges × ordered model pairs × length bins whatever the number of battles
-(DESIGN §5) — so the transform first combines every day's / batch's cell tables into one merged table
-(the cells monoid: concatenate, group by the key, sum — associative and commutative, so Beam may combine
-in any order, in parallel), then fits both models in a DoFn on whichever worker receives that table.
-Inside the DoFn the cells are split into ``shards`` parts and every objective, gradient and Hessian is
-the sum of :func:`biasboard.ranking.model.partials` — the one pure (params, shard) → partials function —
-over the shards, exactly as a multi-worker fit would add them; the answer does not depend on ``shards``.
+Why the fit is a pipeline stage: on Dataflow the launcher is usually a small
+task (an Airflow worker, a cron host), and a fit over a long history needs
+memory the launcher should not be asked for.  The stage runs once, after every
+new day is committed (the element it receives is the number of days this run
+wrote, possibly 0) and after the audit, if one runs (``after``: PCollections it
+waits for as side inputs).  It then merges the state's cells, fits the naive and
+the bias-aware model (:func:`biasboard.transforms.snapshot.fit_state`), renders
+the report and writes every data file into the staging folder
+(:func:`biasboard.transforms.publish.stage_files`).  The launcher only makes the
+staged snapshot visible (:func:`biasboard.transforms.publish.publish_staged`).
+
+Why one DoFn and not a chain of stages: a Newton solve needs the gradient and
+Hessian of *all* cells at every iteration, and Beam has no loop across stages.
+The cells are bounded by judges × ordered model pairs × length bins whatever the
+number of battles (see :mod:`biasboard.schemas.cells`), so one worker holds
+them; the memory it asks for is a Beam resource hint (``min_ram``), which
+Dataflow uses to pick the worker and local runners ignore.
 
 Usage::
 
-    fits = (pair_cells                      # PCollection[pa.Table] in PAIR_CELLS_SCHEMA
-            | 'Fit' >> FitModels(ModelConfig(k=10), scores=score_cells))
-    # fits: a single-element PCollection of (naive FitResult, corrected FitResult)
+    committed = pipeline | "DayPartitions" >> beam.Create(tasks) | "AggregateDays" >> AggregateDays(state, families)
+    staged = committed | "FitModels" >> FitModels(state, staging, FitSpec(ModelConfig(k=10)), after=[audit_written])
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Sequence
 
 import apache_beam as beam
-import pyarrow as pa
 from apache_beam import pvalue
-from biasboard.ranking.config import ModelConfig, NaiveConfig
-from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA
-from biasboard.transforms.cells import merge_cells
+from apache_beam.metrics.metric import Metrics
+from biasboard.transforms import publish
+from biasboard.transforms.snapshot import FitSpec, fit_state, read_audit_files, snapshot_files
+
+METRICS_NAMESPACE = "biasboard.fit"
+#: Memory the fit asks its worker for by default (a Beam resource hint); ``--fit-min-ram`` overrides it.
+DEFAULT_FIT_RAM = "4GB"
 
 
-class MergeCellsFn(beam.CombineFn):
-    """The cells monoid as a CombineFn: accumulators are merged tables, so memory stays bounded by the cells."""
+class FitSnapshotFn(beam.DoFn):
+    """(days committed) → fit the state's cells, stage the snapshot's files; yields the staging folder."""
 
-    def __init__(self, schema: pa.Schema = PAIR_CELLS_SCHEMA):
-        self._schema = schema
+    def __init__(self, state_dir: str, staging: str, spec: FitSpec, audit_dir: str | None, title: str):
+        self.state_dir = state_dir
+        self.staging = staging
+        self.spec = spec
+        self.audit_dir = audit_dir
+        self.title = title
 
-    def create_accumulator(self) -> pa.Table:
-        return self._schema.empty_table()
-
-    def add_input(self, accumulator: pa.Table, table: pa.Table) -> pa.Table:
-        return merge_cells([accumulator, table], self._schema)
-
-    def add_inputs(self, accumulator: pa.Table, tables: Iterable[pa.Table]) -> pa.Table:
-        return merge_cells([accumulator, *tables], self._schema)
-
-    def merge_accumulators(self, accumulators: Iterable[pa.Table]) -> pa.Table:
-        return merge_cells(list(accumulators), self._schema)
-
-    def extract_output(self, accumulator: pa.Table) -> pa.Table:
-        return accumulator
-
-
-class _FitDoFn(beam.DoFn):
-    def __init__(self, config: ModelConfig, naive_config: NaiveConfig | None, shards: int):
-        self._config = config
-        self._naive_config = naive_config
-        self._shards = shards
-
-    def process(self, cells: pa.Table, scores: pa.Table | None = None):
-        from biasboard.ranking import fit_leaderboards
-
-        if cells.num_rows == 0:
-            return  # nothing to fit: no valid battle reached the cells (the jobs report this upstream)
-        score_cells = scores if scores is not None and scores.num_rows else None
-        yield fit_leaderboards(
-            cells, score_cells, config=self._config, naive_config=self._naive_config, shards=self._shards
-        )
+    def process(self, element: int, *args, **kwargs):  # element: days committed; side inputs only order the stage
+        publish.failpoint("after-aggregate")
+        started = time.perf_counter()
+        audit_files = read_audit_files(self.audit_dir) if self.audit_dir else {}
+        parts = fit_state(self.state_dir, self.spec, audit_files)
+        fitted = time.perf_counter()
+        files = snapshot_files(parts, self.title)
+        rendered = time.perf_counter()
+        Metrics.counter(METRICS_NAMESPACE, "cells").inc(parts.n_cells)
+        Metrics.counter(METRICS_NAMESPACE, "models").inc(parts.leaderboard.height)
+        record = {
+            "days_committed": element,
+            "n_cells": parts.n_cells,
+            "models": parts.leaderboard.height,
+            "model_options": parts.model_options,
+            "timings_s": {"fit": round(fitted - started, 3), "report": round(rendered - fitted, 3)},
+        }
+        publish.stage_files(self.staging, files, record)
+        publish.failpoint("after-fit")
+        yield self.staging
 
 
 class FitModels(beam.PTransform):
-    """Merge the cell tables, then fit the naive and the bias-aware model (see the module docstring).
+    """Committed day manifests → the fitted snapshot staged under ``staging`` (see the module docstring).
 
-    ``scores`` is an optional PCollection of score-cell tables (SCORE_CELLS_SCHEMA) for the ordinal part.
+    ``after``: PCollections (the audit's written files) the fit must wait for;
+    ``audit_dir``: where the audit's files are, to add to the snapshot.
     """
 
-    def __init__(self, config: ModelConfig | None = None, *, scores: pvalue.PCollection | None = None,
-                 naive_config: NaiveConfig | None = None, shards: int = 4, label: str | None = None):
+    def __init__(
+        self,
+        state_dir: str,
+        staging: str,
+        spec: FitSpec,
+        *,
+        audit_dir: str | None = None,
+        title: str = "biasboard report",
+        after: Sequence[pvalue.PCollection] = (),
+        min_ram: str = DEFAULT_FIT_RAM,
+        label: str | None = None,
+    ):
         super().__init__(label)
-        self._config = config or ModelConfig()
-        self._scores = scores
-        self._naive_config = naive_config
-        self._shards = shards
+        self._fn = FitSnapshotFn(state_dir, staging, spec, audit_dir, title)
+        self._after = list(after)
+        self._min_ram = min_ram
 
-    def expand(self, cells: pvalue.PCollection) -> pvalue.PCollection:
-        merged = cells | "MergePairCells" >> beam.CombineGlobally(MergeCellsFn(PAIR_CELLS_SCHEMA))
-        fit = _FitDoFn(self._config, self._naive_config, self._shards)
-        if self._scores is None:
-            return merged | "FitNaiveAndBiasAware" >> beam.ParDo(fit)
-        scores = self._scores | "MergeScoreCells" >> beam.CombineGlobally(MergeCellsFn(SCORE_CELLS_SCHEMA))
-        return merged | "FitNaiveAndBiasAware" >> beam.ParDo(fit, scores=pvalue.AsSingleton(scores))
+    def expand(self, committed: pvalue.PCollection) -> pvalue.PCollection:
+        # One element (the count, 0 when nothing was new) once every day of this run is committed.
+        ready = committed | "AllDaysCommitted" >> beam.combiners.Count.Globally()
+        waits = {f"after_{i}": pvalue.AsList(pcoll) for i, pcoll in enumerate(self._after)}
+        fit = beam.ParDo(self._fn, **waits).with_resource_hints(min_ram=self._min_ram)
+        return ready | "FitAndStage" >> fit

@@ -217,6 +217,23 @@ class AggregateDays(beam.PTransform):
         return tasks | "SpreadDays" >> beam.Reshuffle() | "AggregateDay" >> beam.ParDo(self.fn)
 
 
+def ingest_days(
+    pipeline: beam.Pipeline,
+    tasks: list[dict],
+    state_dir: str,
+    family_map: FamilyMap,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    aliases: AliasMap | None = None,
+) -> beam.PCollection:
+    """Add the ingest over ``tasks`` (see :func:`day_tasks`) to ``pipeline``; returns the committed days' manifests."""
+    _LOG.info("ingest: %d day(s) into %s", len(tasks), state_dir)
+    return (
+        pipeline
+        | "DayPartitions" >> beam.Create(tasks)
+        | "AggregateDays" >> AggregateDays(state_dir, family_map, batch_rows, aliases)
+    )
+
+
 def build_ingest(
     options: PipelineOptions,
     tasks: list[dict],
@@ -225,14 +242,25 @@ def build_ingest(
     batch_rows: int = DEFAULT_BATCH_ROWS,
     aliases: AliasMap | None = None,
 ) -> beam.Pipeline:
-    """The ingest graph over ``tasks`` (see :func:`day_tasks`), built and not run."""
+    """The ingest graph on its own (``biasboard backfill``), built and not run."""
     pipeline = beam.Pipeline(options=options)
-    _ = (
-        pipeline
-        | "DayPartitions" >> beam.Create(tasks)
-        | "AggregateDays" >> AggregateDays(state_dir, family_map, batch_rows, aliases)
-    )
+    ingest_days(pipeline, tasks, state_dir, family_map, batch_rows, aliases)
     return pipeline
+
+
+def committed(state_dir: str, days: list[str], with_scores: bool, metrics: dict[str, int]) -> IngestResult:
+    """The result of an ingest run, read back from the day manifests it committed."""
+    manifests = {}
+    for day in days:
+        manifest = read_day_manifest(state_dir, day)
+        if manifest is None:
+            raise StateError(f"{state_dir}: day {day} was not committed by the pipeline")
+        manifests[day] = manifest
+    counts = sum((IngestCounts.from_dict(m["counts"]) for m in manifests.values()), IngestCounts())
+    score_counts = None
+    if with_scores:
+        score_counts = sum((IngestCounts.from_dict(m["score_counts"]) for m in manifests.values()), IngestCounts())
+    return IngestResult(state_dir, sorted(manifests), manifests, counts, score_counts, metrics)
 
 
 def run_ingest(
@@ -259,17 +287,6 @@ def run_ingest(
     tasks = day_tasks(input_glob, days, day_range, scores_glob)
     check_stored_copies(tasks, state_dir)
     storage.ensure_dir(state_dir)  # an unwritable state folder fails here, in one line, not inside a worker
-    _LOG.info("ingest: %d day(s) from %s into %s", len(tasks), input_glob, state_dir)
     outcome = run_to_completion(build_ingest(options, tasks, state_dir, family_map, batch_rows, aliases))
-    metrics = counters(outcome, METRICS_NAMESPACE)
-    manifests = {}
-    for task in tasks:
-        manifest = read_day_manifest(state_dir, task["day"])
-        if manifest is None:
-            raise StateError(f"{state_dir}: day {task['day']} was not committed by the pipeline")
-        manifests[task["day"]] = manifest
-    counts = sum((IngestCounts.from_dict(m["counts"]) for m in manifests.values()), IngestCounts())
-    score_counts = None
-    if scores_glob:
-        score_counts = sum((IngestCounts.from_dict(m["score_counts"]) for m in manifests.values()), IngestCounts())
-    return IngestResult(state_dir, sorted(manifests), manifests, counts, score_counts, metrics)
+    days_written = [task["day"] for task in tasks]
+    return committed(state_dir, days_written, bool(scores_glob), counters(outcome, METRICS_NAMESPACE))

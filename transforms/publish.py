@@ -5,12 +5,14 @@ Layout under the output folder ``OUT`` (local or ``gs://``)::
     OUT/LATEST                       one line: the id of the current snapshot
     OUT/snapshots/<id>/              leaderboard.{parquet,csv,json}, bias.{parquet,json},
                                      summary.json, report.html, manifest.json
-    OUT/staging/<id>.<nonce>/        a snapshot being written (never read)
+    OUT/staging/<nonce>/             a snapshot being written (never read)
 
 The protocol, whatever the storage:
 
-1. every file is written into a private staging folder, ``manifest.json`` last
-   (it lists each file's size and SHA-256, so it doubles as the completeness mark);
+1. every file is written into a private staging folder (by the fit stage, on a
+   worker: :func:`stage_files`), then ``manifest.json`` last by the launcher
+   (:func:`publish_staged`; it lists each file's size and SHA-256, so it doubles
+   as the completeness mark);
 2. the staging folder is made visible as ``snapshots/<id>`` — one atomic
    ``rename`` locally; on a bucket the objects are copied with ``manifest.json``
    copied last, because a prefix cannot be renamed;
@@ -56,6 +58,8 @@ LATEST = "LATEST"
 SNAPSHOTS = "snapshots"
 STAGING = "staging"
 MANIFEST = "manifest.json"
+#: The stage writer's note to the launcher, kept beside the staged files and removed before publishing.
+RUN_RECORD = "_run.json"
 
 #: Files every snapshot holds (DESIGN §6), besides manifest.json.
 SNAPSHOT_FILES: tuple[str, ...] = (
@@ -151,27 +155,74 @@ def snapshot_dir(out_dir: str, snapshot_id: str) -> str:
     return storage.join(out_dir, SNAPSHOTS, snapshot_id)
 
 
+def new_staging(out_dir: str) -> str:
+    """A fresh private staging folder for one snapshot under ``out_dir`` (only its path; nothing is created)."""
+    return storage.join(out_dir, STAGING, uuid.uuid4().hex)
+
+
+def stage_files(staging: str, files: Mapping[str, bytes], record: Mapping[str, object] | None = None) -> None:
+    """Write a snapshot's data files into ``staging`` (the fit stage does this, on a worker).
+
+    ``record``: what the writer wants the launcher to put in the manifest (the
+    fit's cell count, model options, stage times); it is kept in
+    :data:`RUN_RECORD` beside the files and removed again by :func:`publish_staged`.
+    """
+    missing = [name for name in SNAPSHOT_FILES if name not in files]
+    if missing:
+        raise StateError(f"snapshot staged in {staging} lacks {', '.join(missing)}")
+    storage.ensure_dir(staging)
+    for name in sorted(files):
+        storage.write_bytes(storage.join(staging, name), files[name])
+    if record is not None:
+        storage.write_bytes(storage.join(staging, RUN_RECORD), json_bytes(record))
+    _LOG.info("publish: wrote %d files (%d bytes) to staging", len(files), sum(map(len, files.values())))
+
+
+def read_run_record(staging: str) -> dict:
+    """The :data:`RUN_RECORD` the writer of ``staging`` left (empty when it left none)."""
+    path = storage.join(staging, RUN_RECORD)
+    return json.loads(storage.read_text(path)) if storage.exists(path) else {}
+
+
 def publish_snapshot(
     out_dir: str,
     files: Mapping[str, bytes],
     manifest: Mapping[str, object],
     now: dt.datetime | None = None,
 ) -> Published:
-    """Write ``files`` as a new snapshot under ``out_dir`` and point ``LATEST`` at it.
+    """Write ``files`` as a new snapshot under ``out_dir`` and point ``LATEST`` at it (stage, then publish)."""
+    clean_staging(out_dir)
+    staging = new_staging(out_dir)
+    stage_files(staging, files)
+    return publish_staged(out_dir, staging, manifest, now)
 
-    ``manifest`` is completed with the snapshot id, the content hash and each
-    file's size and SHA-256, and written last.  Returns where it went.
+
+def publish_staged(
+    out_dir: str,
+    staging: str,
+    manifest: Mapping[str, object],
+    now: dt.datetime | None = None,
+) -> Published:
+    """Make the snapshot staged in ``staging`` visible under ``out_dir`` and point ``LATEST`` at it.
+
+    The launcher's whole part of publishing: ``manifest`` is completed with the
+    snapshot id, the content hash and each file's size and SHA-256, and written
+    last into the staging folder, which one rename (a copy on a bucket) makes
+    ``snapshots/<id>``.  Returns where it went.
     """
+    started = time.monotonic()
+    storage.delete([storage.join(staging, RUN_RECORD)])
+    prefix = staging.rstrip("/") + "/"
+    files = {info.path[len(prefix) :]: storage.read_bytes(info.path) for info in storage.list_files(staging)}
     missing = [name for name in SNAPSHOT_FILES if name not in files]
     if missing:
         raise StateError(f"snapshot for {out_dir} lacks {', '.join(missing)}")
-    started = time.monotonic()
     snapshot_id = make_snapshot_id(files, now)
     final = snapshot_dir(out_dir, snapshot_id)
-    _clean_staging(out_dir)
 
     if _is_complete(final):
         # Same content, same second: that snapshot already is this one.
+        storage.delete_tree(staging)
         _point_latest(out_dir, snapshot_id)
         _LOG.info("publish: snapshot %s already exists with identical content; LATEST points to it", snapshot_id)
         return Published(snapshot_id, final, reused=True)
@@ -182,14 +233,7 @@ def publish_snapshot(
     full_manifest["files"] = {
         name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in sorted(files.items())
     }
-    manifest_bytes = json_bytes(full_manifest)
-
-    staging = storage.join(out_dir, STAGING, f"{snapshot_id}.{uuid.uuid4().hex[:8]}")
-    storage.ensure_dir(staging)
-    for name in sorted(files):
-        storage.write_bytes(storage.join(staging, name), files[name])
-    storage.write_bytes(storage.join(staging, MANIFEST), manifest_bytes)
-    _LOG.info("publish: wrote %d files (%d bytes) to staging", len(files) + 1, sum(map(len, files.values())))
+    storage.write_bytes(storage.join(staging, MANIFEST), json_bytes(full_manifest))
     failpoint("publish-staged")
 
     _make_visible(out_dir, staging, final)
@@ -266,8 +310,8 @@ def _point_latest(out_dir: str, snapshot_id: str) -> None:
     storage.atomic_write_text(storage.join(out_dir, LATEST), snapshot_id + "\n")
 
 
-def _clean_staging(out_dir: str) -> None:
-    """Remove what killed runs left in staging (never visible, never needed)."""
+def clean_staging(out_dir: str) -> None:
+    """Remove what killed runs left in staging (never visible, never needed); call before staging anew."""
     root = storage.join(out_dir, STAGING)
     leftovers = storage.list_children(root)
     for name in leftovers:

@@ -1,0 +1,324 @@
+"""What a snapshot is made of: the merged cells of every stored day, both fits, the summary and the report.
+
+One function, :func:`fit_state`, turns the state folder into a snapshot's
+parts; the fit stage of the refresh pipeline (:class:`~biasboard.transforms.fit.FitModels`)
+calls it on a worker and stages :func:`snapshot_files` for the launcher to
+publish.  It is deterministic in the stored cells: the cells are put in key
+order before the fit, so the numbers do not depend on the order days were
+aggregated in, on which worker fits them, or on the runner.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, TypeVar
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+from biasboard.audit.measures import PAIR_KEYS, PAIR_MEASURES, order_models_table
+from biasboard.ranking import ModelConfig
+from biasboard.ranking.diagnostics import CROSSING_TYPICAL
+from biasboard.ranking.leaderboard import side_by_side
+from biasboard.ranking.reference import Reference, ReferenceFit, ReferenceSettings, fit_with_reference
+from biasboard.report.html import render_report
+from biasboard.schemas import summary as S
+from biasboard.schemas.cells import PAIR_CELL_KEYS, SCORE_CELL_KEYS
+from biasboard.schemas.errors import InputError
+from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.summary import Summary
+from biasboard.transforms import publish, state, storage
+from biasboard.transforms.anchors import read_anchors
+from biasboard.transforms.audit import AUDIT_JSON
+from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
+from biasboard.transforms.plan import plan_inputs
+
+_LOG = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+T = TypeVar("T", bound="DataclassInstance")
+
+#: The refresh's stamp in the audit folder (the input digest the audit was made from); not an audit file.
+AUDIT_INPUTS = "inputs.json"
+
+
+@dataclass
+class SnapshotParts:
+    """Everything a snapshot is made of, before serialisation."""
+
+    leaderboard: pl.DataFrame
+    bias: pl.DataFrame
+    summary: Summary
+    model_options: dict
+    n_cells: int
+    extra_files: dict[str, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FitSpec:
+    """What the fit needs besides the stored cells: the model options and what "unbiased" means.
+
+    ``reference``/``settings``: the raters the corrections are taken against and
+    the trusted-anchor gate's settings (:mod:`biasboard.ranking.reference`);
+    ``anchors``: trusted verdicts (a battle-shaped Parquet glob), read with
+    ``family_map``.
+    """
+
+    config: ModelConfig
+    reference: Reference = field(default_factory=Reference)
+    settings: ReferenceSettings = field(default_factory=ReferenceSettings)
+    anchors: str | None = None
+    family_map: FamilyMap | None = None
+
+
+def fit_state(state_dir: str, spec: FitSpec, audit_files: Mapping[str, bytes] | None = None) -> SnapshotParts:
+    """Merge every stored day's cells and fit both models; the summary sums the days' manifests.
+
+    ``audit_files``: the judge audit's files (name → bytes), added to the
+    snapshot and summarised in it.
+
+    Deterministic in the stored cells: the cells are put in key order before the
+    fit, so the numbers do not depend on the order days were aggregated in.
+    """
+    days = state.list_state_days(state_dir)
+    if not days:
+        raise InputError(f"{state_dir}: no aggregated days to fit (is --input empty?)")
+    cells = _dictionary_encoded(state.load_cells(state_dir).sort_by([(k, "ascending") for k in PAIR_CELL_KEYS]))
+    score_cells = state.load_score_cells(state_dir)
+    score_cells = score_cells.sort_by([(k, "ascending") for k in SCORE_CELL_KEYS]) if score_cells.num_rows else None
+    if cells.num_rows == 0:
+        raise InputError(f"{state_dir}: the stored days hold no valid battle (every row was rejected)")
+    _LOG.info(
+        "fit: merged %d pair cells%s from %d day(s)",
+        cells.num_rows,
+        f" and {score_cells.num_rows} score cells" if score_cells is not None else "",
+        len(days),
+    )
+    fitted = fit_with_anchors(cells, score_cells, spec)
+    naive, corrected = fitted.naive, fitted.corrected
+    leaderboard = side_by_side(naive, corrected)
+    audit_files = dict(audit_files or {})
+    audit_tables = None
+    if audit_files:
+        audit_tables = json.loads(audit_files[AUDIT_JSON]).get("tables") if AUDIT_JSON in audit_files else None
+    summary = build_summary(
+        state_dir, days, cells, naive, corrected, leaderboard, reference=fitted, audit_tables=audit_tables,
+        seed=spec.config.seed,
+    )
+    return SnapshotParts(
+        leaderboard=leaderboard,
+        bias=corrected.bias,
+        summary=summary,
+        model_options=_config_dict(fitted.config),
+        n_cells=cells.num_rows,
+        extra_files={**audit_files, **plan_inputs(corrected)},
+    )
+
+
+def fit_with_anchors(cells: pa.Table, score_cells: pa.Table | None, spec: FitSpec) -> ReferenceFit:
+    """Both boards, corrected toward the reference ``spec`` names (anchors read and aggregated here)."""
+    reference = spec.reference
+    anchors = read_anchors(spec.anchors, spec.family_map or FamilyMap.with_user_rules()) if spec.anchors else None
+    if anchors is not None:
+        _LOG.info("fit: %d trusted anchor verdict(s) from %d rater name(s)", anchors.k, len(anchors.raters))
+    fitted = fit_with_reference(
+        cells,
+        score_cells,
+        reference=reference,
+        anchor_cells=anchors.cells if anchors is not None and reference.kind == "anchors" else None,
+        config=spec.config,
+        settings=spec.settings,
+    )
+    if anchors is not None:
+        fitted.notes.append(f"anchors: {anchors.counts.counted} verdict(s) kept of {anchors.counts.read} read "
+                            f"(rejected: {anchors.counts.rejected or 'none'})")
+    return fitted
+
+
+def reference_warnings(fitted: ReferenceFit) -> list[str]:
+    """Plain-words warnings of the reference fit: what the gate enabled, what was not applied and why."""
+    out = []
+    if fitted.gate is not None:
+        decisions = fitted.gate.decisions
+        enabled = decisions.filter(pl.col("enabled")).height
+        out.append(
+            f"reference {fitted.reference.kind} ({fitted.k} verdicts): the gate corrected {enabled} of "
+            f"{decisions.height} (judge, effect) excesses at level {fitted.gate.level}; the others are tied to the "
+            "reference"
+        )
+    for entry in fitted.unidentified:
+        if not entry["applied"]:
+            tau = entry["if_applied"].get("kendall_tau")
+            out.append(
+                f"{entry['effect']} correction of {entry['judge']} is prior-selected and was not applied "
+                f"(applying it: Kendall tau {tau if tau is None else round(tau, 3)} against the published board; "
+                "--apply-unidentified forces it)"
+            )
+    return out
+
+
+def _dictionary_encoded(table: pa.Table) -> pa.Table:
+    """String key columns as dictionaries: the fit codes them without decoding, and the
+    merged cells of a long history then cost a few bytes per row instead of a string each."""
+    for i, field_ in enumerate(table.schema):
+        if pa.types.is_string(field_.type) or pa.types.is_large_string(field_.type):
+            table = table.set_column(i, field_.name, pc.dictionary_encode(table.column(i)))
+    return table
+
+
+def build_summary(
+    state_dir: str,
+    days: list[str],
+    cells,
+    naive,
+    corrected,
+    leaderboard: pl.DataFrame,
+    *,
+    reference: ReferenceFit | None = None,
+    audit_tables: Mapping[str, list] | None = None,
+    seed: int = 0,
+) -> Summary:
+    """summary.json, the one producer of :class:`~biasboard.schemas.summary.Summary` (DESIGN §6).
+
+    τ and ρ naive vs corrected, counts by reason, judges, the fit's diagnostics, the audit's per-judge
+    and per-model order tables (when the audit ran), rank intervals of both boards and the head-to-head
+    matrices of the top models, warnings.
+    """
+    manifests = [state.read_day_manifest(state_dir, day) or {} for day in days]
+    counts = sum((IngestCounts.from_dict(m["counts"]) for m in manifests if "counts" in m), IngestCounts())
+    score_manifests = [m["score_counts"] for m in manifests if "score_counts" in m]
+    fit_diag = corrected.diagnostics
+    comparison = fit_diag.get("naive_vs_corrected")
+    profiles = {name: _record(S.Profile, info) for name, info in fit_diag.get("profile_likelihood", {}).items()}
+    identifiability = {
+        name: S.Identifiability(profile_range_nats=p.range_nats, prior_selected=bool(p.warning), message=p.note)
+        for name, p in profiles.items()
+    }
+    covariates = _record(S.Covariates, fit_diag["covariates"]) if "covariates" in fit_diag else None
+    if "length" in identifiability and covariates is not None and covariates.corr_theta_length_corrected is not None:
+        identifiability["length"].corr_theta = covariates.corr_theta_length_corrected
+        identifiability["length"].crossing = CROSSING_TYPICAL
+    audit = audit_tables or {}
+    gate = reference.gate if reference is not None else None
+    diagnostics = S.Diagnostics(
+        identifiability=identifiability,
+        connectivity=S.Connectivity(
+            n_components=fit_diag.get("n_components", 1),
+            components=fit_diag.get("components", [list(corrected.models)]),
+        ),
+        convergence={
+            fit.method: S.Convergence(bool(fit.converged), int(fit.iterations), float(fit.grad_norm))
+            for fit in (naive, corrected)
+        },
+        naive=S.NaiveDiagnostics(
+            n_components=naive.diagnostics.get("n_components", 1),
+            tie_convention=naive.diagnostics.get("tie_convention", ""),
+            prior_theta_sd=naive.diagnostics.get("prior_theta_sd"),
+            components=naive.diagnostics.get("components"),
+        ),
+        n_components=fit_diag.get("n_components", 1),
+        profile_likelihood=profiles,
+        covariates=covariates,
+        naive_vs_corrected=_record(S.Comparison, comparison) if comparison else None,
+        omega=fit_diag.get("omega"),
+        length_scale=fit_diag.get("length_scale"),
+        length_clip=fit_diag.get("length_clip"),
+        components=fit_diag.get("components"),
+        order=[_record(S.JudgeAudit, row) for row in audit.get("judges", [])],
+        order_models=_pooled_order_models(audit.get("order_pairs", [])),
+        family=[_record(S.FamilyPreference, row) for row in audit.get("family", [])],
+        gate=S.from_jsonable(S.Gate, gate.to_json(), "gate") if gate is not None else None,
+    )
+    warnings = [*naive.diagnostics.get("warnings", []), *fit_diag.get("warnings", [])]
+    if not counts.conserved:
+        warnings.append(
+            f"row accounting does not add up: read {counts.read} != counted {counts.counted} + "
+            f"rejected {counts.rejected_total}"
+        )
+    if reference is not None:
+        warnings.extend(reference_warnings(reference))
+    top = leaderboard.sort("rank_corrected", "model")["model"].head(HEAD_TO_HEAD_TOP).to_list()
+    return S.Summary(
+        kendall_tau=comparison.get("kendall_tau") if comparison else None,
+        spearman=comparison.get("spearman") if comparison else None,
+        models=len(corrected.models),
+        top_k=corrected.k,
+        ci_level=0.95,
+        days=S.Days(count=len(days), first=days[0], last=days[-1]),
+        counts=S.from_jsonable(S.Counts, counts.to_dict(), "counts"),
+        judges=[_record(S.JudgeCounts, row) for row in judge_summary(cells).to_pylist()],
+        diagnostics=diagnostics,
+        warnings=warnings,
+        score_counts=S.from_jsonable(
+            S.Counts, sum((IngestCounts.from_dict(c) for c in score_manifests), IngestCounts()).to_dict(), "counts"
+        ) if score_manifests else None,
+        ranks=S.Ranks(
+            level=RANK_LEVEL,
+            source="Laplace posterior draws",
+            draws=RANK_DRAWS,
+            naive=_rank_intervals(naive, seed),
+            corrected=_rank_intervals(corrected, seed),
+        ),
+        head_to_head=S.HeadToHead(models=top, **head_to_head(cells, top)),
+        reference=S.from_jsonable(S.ReferenceInfo, reference.summary(), "reference") if reference is not None else None,
+    )
+
+
+#: Level and number of draws of the published rank intervals; the head-to-head matrices cover this many models.
+RANK_LEVEL = 0.95
+RANK_DRAWS = 2000
+HEAD_TO_HEAD_TOP = 20
+
+
+def _record(cls: type[T], row: Mapping) -> T:
+    """One audit/cells record as the contract's dataclass: the fields it declares, nothing guessed."""
+    declared = {f.name: row[f.name] for f in fields(cls) if f.name in row}
+    return S.from_jsonable(cls, S.to_jsonable(declared), cls.__name__)
+
+
+def _rank_intervals(fit, seed: int) -> list:
+    low, high = fit.rank_interval(RANK_LEVEL, draws=RANK_DRAWS, seed=seed)
+    rank = fit.ranks()
+    rows = zip(fit.models, rank, low, high, strict=True)
+    return [S.RankInterval(m, int(r), int(lo), int(hi)) for m, r, lo, hi in rows]
+
+
+def _pooled_order_models(order_pairs: list) -> list:
+    """Per model, over every judge: win rate among order-consistent pairs ± SE (the audit's formula)."""
+    if not order_pairs:
+        return []
+    pairs = pl.DataFrame(order_pairs).select(*PAIR_KEYS, *PAIR_MEASURES)
+    pooled = pairs.with_columns(pl.lit("*").alias("judge")).group_by(PAIR_KEYS).agg(pl.all().sum())
+    return [_record(S.ModelConsistency, row) for row in order_models_table(pooled).sort("model").to_dicts()]
+
+
+def _config_dict(config) -> dict:
+    out = asdict(config)
+    out["disabled"] = sorted(list(pair) for pair in config.disabled)
+    out["reference"] = sorted(config.reference)
+    return out
+
+
+def render(parts: SnapshotParts, title: str) -> str:
+    """report.html of a snapshot."""
+    return render_report(parts.leaderboard, parts.bias, parts.summary, title=title)
+
+
+def snapshot_files(parts: SnapshotParts, title: str) -> dict[str, bytes]:
+    """Every data file of the snapshot (all but the manifest), by name."""
+    files = publish.snapshot_files(parts.leaderboard, parts.bias, parts.summary.to_json(), render(parts, title))
+    files.update(parts.extra_files)
+    return files
+
+
+def read_audit_files(folder: str) -> dict[str, bytes]:
+    """The judge audit's files written under ``folder`` (name → bytes), without the refresh's stamp."""
+    files = {}
+    for info in storage.list_files(folder):
+        name = info.path.replace("\\", "/").rsplit("/", 1)[-1]
+        if name != AUDIT_INPUTS:
+            files[name] = storage.read_bytes(info.path)
+    return files
