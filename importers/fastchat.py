@@ -43,7 +43,8 @@ TOKEN_FIELDS = ("sum_assistant_a_tokens", "sum_assistant_b_tokens")
 def _token_lengths(frame: pl.DataFrame) -> tuple[pl.Expr, pl.Expr]:
     meta = frame.schema.get("conv_metadata")
     if isinstance(meta, pl.Struct) and all(name in {f.name for f in meta.fields} for name in TOKEN_FIELDS):
-        return tuple(pl.col("conv_metadata").struct.field(name) for name in TOKEN_FIELDS)  # type: ignore[return-value]
+        len_a, len_b = (pl.col("conv_metadata").struct.field(name) for name in TOKEN_FIELDS)
+        return len_a, len_b
     return pl.lit(None, dtype=pl.Int64), pl.lit(None, dtype=pl.Int64)
 
 

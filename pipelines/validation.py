@@ -104,7 +104,7 @@ def reachable_bucket(path: str, flag: str) -> None:
     from apache_beam.io.gcp.gcsio import create_storage_client
     from apache_beam.options.pipeline_options import PipelineOptions
     from google.api_core import exceptions
-    from google.cloud.storage.retry import DEFAULT_RETRY  # type: ignore[import-untyped]
+    from google.cloud.storage.retry import DEFAULT_RETRY
 
     bounded = DEFAULT_RETRY.with_timeout(BUCKET_PROBE_DEADLINE_S)
     try:

@@ -42,7 +42,7 @@ def finite(value: object) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
     try:
-        f = float(value)  # type: ignore[arg-type]
+        f = float(value)  # type: ignore[arg-type]  # any object on purpose: TypeError below means "not a number"
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None

@@ -25,14 +25,17 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, Union
+from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 from biasboard.schemas.errors import InputError
 
 #: Major version of the contract: a reader refuses another major version rather than misread it.
 SUMMARY_VERSION: int = 2
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 # --------------------------------------------------------------------------- generic (de)serialisation
@@ -96,7 +99,7 @@ def from_jsonable(cls: type[T], document: dict[str, Any], where: str = "summary"
     """Rebuild dataclass ``cls`` from ``document`` through its type hints (unknown keys are ignored)."""
     hints = typing.get_type_hints(cls)
     kwargs = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in dataclasses.fields(cls):
         if f.name in document:
             kwargs[f.name] = _convert(hints[f.name], document[f.name], f"{where}.{f.name}")
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:

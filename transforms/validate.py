@@ -65,7 +65,8 @@ def first_occurrences(ids: pl.Series, h1: pl.Series | None = None) -> np.ndarray
 def hash_ids(ids: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     """Two independent 64-bit hashes of each id (uint64 arrays)."""
     ids = ids.cast(pl.String)
-    return tuple(ids.hash(seed).to_numpy() for seed in _HASH_SEEDS)  # type: ignore[return-value]
+    h1, h2 = (ids.hash(seed).to_numpy() for seed in _HASH_SEEDS)
+    return h1, h2
 
 
 #: Blank checks the screen in :func:`_split` may skip: a blank ``ts`` never parses and a blank
