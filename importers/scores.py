@@ -10,8 +10,9 @@ judge gave none (FastChat's ``show_result.py`` drops those), ``judge`` is
 Mapping and decisions:
 
 * ``score`` null or ``-1`` → dead letter ``no_verdict``; a half point (8.5, 9.5:
-  the judge wrote ``[[8.5]]``) is not an ordinal grade → ``bad_score`` (the
-  ingest's rule); ``10.0`` is the grade 10.
+  the judge wrote ``[[8.5]]``) is kept: the ingest's rule accepts grades on the
+  half-point grid, and the ordinal model gives each grade actually used its own
+  category (8.5 sits between 8 and 9); ``10.0`` is the grade 10.
 * ``score_id`` = ``single:<judge>:<prompt>:<question>:t<turn>:<model>:<tstamp>``:
   the time stamp keeps both judgments when a run graded regenerated answers
   twice (alvarobartt's ``mistral-orpo``), while a copy of the same judgment in

@@ -228,7 +228,7 @@ class ScoreArrays:
     j: np.ndarray
     m: np.ndarray
     p: np.ndarray
-    counts: np.ndarray  # (rows, K) float64; category k = score − min_score
+    counts: np.ndarray  # (rows, K) float64; category k = the k-th smallest grade used (Dataset.score_values)
 
     def __len__(self) -> int:
         return int(self.j.shape[0])
@@ -245,9 +245,11 @@ class Dataset:
     judges: tuple[str, ...]
     judge_families: tuple[str, ...]
     prompts: tuple[str, ...]
-    min_score: int
+    min_score: float
     pairs: PairArrays
     scores: ScoreArrays | None
+    #: The grades the ordinal part's categories stand for, in order (only those used: 1..10 plus an 8.5 is 11).
+    score_values: tuple[float, ...] = ()
 
     @property
     def n_categories(self) -> int:
@@ -360,10 +362,13 @@ def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None,
     del col
 
     score_arrays = None
-    min_score = 0
+    min_score = 0.0
+    values: tuple[float, ...] = ()
     if scores is not None:
-        min_score = int(scores["score"].min())
-        n_cat = int(scores["score"].max()) - min_score + 1
+        # Categories are the grades actually used, in order: a half point (8.5) is a category between 8 and 9,
+        # and a grade nobody gave adds no threshold the data cannot identify.
+        used, scores["score"] = np.unique(scores["score"], return_inverse=True)
+        values, min_score, n_cat = tuple(float(v) for v in used), float(used[0]), len(used)
         if n_cat < 2:
             raise InputError("score cells: column score takes a single value; the ordinal part needs two or more")
         coded = _group_sum(scores, ("judge", "model", "prompt_id", "score"), ("n",))
@@ -372,11 +377,11 @@ def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None,
         first[1:] = np.any(key[1:] != key[:-1], axis=1)
         row = np.cumsum(first) - 1
         counts = np.zeros((int(row[-1]) + 1, n_cat))
-        np.add.at(counts, (row, coded["score"] - min_score), coded["n"].astype(np.float64))
+        np.add.at(counts, (row, coded["score"]), coded["n"].astype(np.float64))
         starts = np.flatnonzero(first)
         score_arrays = ScoreArrays(j=coded["judge"][starts].astype(np.int64), m=coded["model"][starts].astype(np.int64),
                                    p=coded["prompt_id"][starts].astype(np.int64), counts=counts)
-    return Dataset(models, judges, judge_families, prompts, min_score, arrays, score_arrays)
+    return Dataset(models, judges, judge_families, prompts, min_score, arrays, score_arrays, values)
 
 
 def read_cells(source, batch_rows: int = 1 << 16) -> Iterator[pa.RecordBatch]:

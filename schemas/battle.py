@@ -49,7 +49,7 @@ SCORE_SCHEMA = pa.schema(
         pa.field("judge", pa.string(), nullable=False),
         pa.field("model", pa.string(), nullable=False),
         pa.field("prompt_id", pa.string(), nullable=False),
-        pa.field("score", pa.int64(), nullable=False),  # ordinal grade 1..K
+        pa.field("score", pa.float64(), nullable=False),  # ordinal grade 1..K on a half-point grid (8.5 allowed)
         pa.field("len", pa.int64()),
         pa.field("family", pa.string()),
         pa.field("judge_family", pa.string()),

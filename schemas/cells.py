@@ -107,7 +107,7 @@ SCORE_CELLS_SCHEMA = pa.schema(
         pa.field("model", pa.string(), nullable=False),
         pa.field("family", pa.string(), nullable=False),
         pa.field("prompt_id", pa.string(), nullable=False),
-        pa.field("score", pa.int64(), nullable=False),
+        pa.field("score", pa.float64(), nullable=False),  # a grade on the half-point grid
         pa.field("n", pa.int64(), nullable=False),
     ]
 )

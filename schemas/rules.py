@@ -79,7 +79,7 @@ REASON_DUPLICATE_SCORE_ID = "duplicate_score_id"
 #: Plausible instants: judge logs cannot predate 1990 or postdate 2100.
 TS_MIN = dt.datetime(1990, 1, 1, tzinfo=dt.timezone.utc)
 TS_MAX = dt.datetime(2100, 1, 1, tzinfo=dt.timezone.utc)
-#: Ordinal grades accepted in score rows: integers 1..MAX_SCORE.
+#: Ordinal grades accepted in score rows: 1..MAX_SCORE on a half-point grid (8.5 is a grade; 8.25 is not).
 MAX_SCORE = 100
 
 #: ISO-8601 forms tried in turn (``%#z`` = ``Z`` or ``±hh[:mm]``); no offset means UTC.
@@ -325,17 +325,21 @@ def battle_reason_expr(schema: dict[str, pl.DataType], ts_parsed: str, lengths: 
 
 
 def score_value_expr(dtype: pl.DataType, column: str = "score") -> pl.Expr:
-    """A score as Int64 when it is a whole number in 1..MAX_SCORE, else null (``bad_score``)."""
+    """A score as Float64 when it lies on the half-point grid in 1..MAX_SCORE, else null (``bad_score``).
+
+    Judges asked for 1..10 sometimes answer 8.5 (MT-Bench's ``[[8.5]]``); such a grade is a category of
+    its own, between 8 and 9 — the ordinal model uses the categories actually present, in order.
+    """
     col = pl.col(column)
     if dtype == pl.Null:
-        return pl.lit(None, dtype=pl.Int64)
+        return pl.lit(None, dtype=pl.Float64)
     number = (
         col.cast(pl.Float64)
         if dtype.is_numeric()
         else col.cast(pl.String).str.strip_chars().cast(pl.Float64, strict=False)
     )
-    ok = (number == number.round()) & number.is_between(1, MAX_SCORE)
-    return pl.when(ok).then(number).otherwise(None).cast(pl.Int64)
+    ok = (2 * number == (2 * number).round()) & number.is_between(1, MAX_SCORE)
+    return pl.when(ok).then(number).otherwise(None).cast(pl.Float64)
 
 
 def score_conditions(

@@ -721,7 +721,7 @@ def _score_table(config: SimulationConfig, params: Parameters, day: dt.date, chu
         "judge": _strings(params.judge_names, judge),
         "model": _strings(params.model_names, model),
         "prompt_id": _fixed_width_strings("p", prompt, 6),
-        "score": pa.array(score, pa.int64()),
+        "score": pa.array(score.astype(np.float64), pa.float64()),
         "len": pa.array(length, pa.int64()),
         "family": _strings(family, params.model_family[model]),
         "judge_family": _strings(family, params.judge_family[judge]),

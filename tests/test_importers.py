@@ -19,7 +19,7 @@ from biasboard.importers.common import REASON_NO_VERDICT, ImportOptions, ImportR
 from biasboard.importers.registry import import_path
 from biasboard.pipelines import cli
 from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA
-from biasboard.schemas.deadletter import REASON_BAD_SCORE, REASON_DUPLICATE_ID
+from biasboard.schemas.deadletter import REASON_DUPLICATE_ID
 from biasboard.schemas.errors import InputError
 from biasboard.transforms.validate import validate_battles, validate_scores
 from conftest import real_data
@@ -147,7 +147,8 @@ def test_mtbench_pair_error_games_become_dead_letters_with_their_line():
 def test_mtbench_single_grades_match_published_histograms():
     rows = check_contract(import_path("mtbench-single", real_data(*DON_SINGLE)))
     chat = rows.filter(pl.col("model") == "llama2_chat_7b")
-    assert histogram(chat["score"]) == [20, 33, 6, 5, 1, 3, 9, 12, 24, 46]  # SOURCE.md (the 8.5 is dropped)
+    assert histogram(chat["score"]) == [20, 33, 6, 5, 1, 3, 9, 12, 24, 46]  # SOURCE.md
+    assert chat.filter(pl.col("score") == 8.5).height == 1  # SOURCE.md: "+1 x 8.5", kept on the half-point grid
     base = rows.filter(pl.col("model") == "llama2_7b")
     assert histogram(base["score"]) == [62, 24, 10, 5, 4, 5, 10, 15, 15, 10]
     assert rows["len"].null_count() == 0 and set(rows["judge"]) == {"gpt-4"}
@@ -157,12 +158,13 @@ def test_mtbench_single_duplicates_minus_one_and_half_points():
     result = import_path("mtbench-single", real_data(*ALVARO_SINGLE))
     rows = check_contract(result)
     orpo = rows.filter(pl.col("model") == "mistral-orpo")
-    # 320 rows: one -1 (no verdict), 3 x 8.5 and 1 x 9.5 (not ordinal grades); both judgments of each
-    # (question, turn) are kept, being two gradings of regenerated answers.
-    assert orpo.height == 320 - 1 - 4
+    # 320 rows: one -1 (no verdict), 3 x 8.5 and 1 x 9.5 (kept: grades on the half-point grid); both
+    # judgments of each (question, turn) are kept, being two gradings of regenerated answers.
+    assert orpo.height == 320 - 1
     assert histogram(orpo["score"]) == [69, 41, 8, 4, 6, 15, 24, 38, 49, 61]
+    assert dict(orpo.filter(pl.col("score") % 1 != 0)["score"].value_counts().iter_rows()) == {8.5: 3, 9.5: 1}
     assert orpo.group_by("prompt_id").len()["len"].max() == 2
-    assert result.dead_by_reason() == {REASON_NO_VERDICT: 1, REASON_BAD_SCORE: 6}
+    assert result.dead_by_reason() == {REASON_NO_VERDICT: 1}  # the file's 6 half points are all kept
 
 
 def test_arena_bench_single_needs_a_judge_and_gets_lengths():

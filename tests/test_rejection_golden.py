@@ -145,7 +145,7 @@ def _score_batch() -> pa.Table:
             if column == "score" and blank is not None:
                 continue
             cols[column][next(rows)] = blank
-    for value in (0.0, -1.0, 7.5, 101.0, float("nan")):
+    for value in (0.0, -1.0, 7.25, 101.0, float("nan")):  # 7.25: off the half-point grid
         cols["score"][next(rows)] = value
     for value in ("never", "2024-02-30"):
         cols["ts"][next(rows)] = value
