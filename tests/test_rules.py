@@ -243,7 +243,7 @@ def test_score_rules_every_reason():
             "judge": ["gpt-4"] * 8,
             "model": ["m1", "m1", "m1", "m1", "m1", "", "m1", "m1"],
             "prompt_id": ["p"] * 8,
-            "score": [5, 0, 5, 7.5, 3, 3, 4, 3],
+            "score": [5, 0, 5, 7.25, 3, 3, 4, 3],  # 7.25: off the half-point grid (7.5 is a grade)
             "len": [10, 10, 10, 10, -3, 10, 10, 10],
         }
     )
