@@ -44,8 +44,9 @@ def connectivity_report(data: Dataset) -> dict:
         smaller = "; ".join(", ".join(group) for group in names[1:])
         report["warnings"].append(
             f"the comparison graph has {n_comp} disconnected components: no battle chain links [{smaller}] to "
-            f"the main group of {len(names[0])} models; their ratings are not comparable across components "
-            "(top-k is computed within each component)"
+            f"the main group of {len(names[0])} models; their ratings are not comparable across components: "
+            "each component is centred on its own, and ranks, CIs and top-k are computed within it (leaderboard "
+            "column 'component')"
         )
     return report
 

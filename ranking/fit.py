@@ -35,6 +35,8 @@ from biasboard.ranking.solver import (
     refit_nearby,
 )
 from biasboard.ranking.uncertainty import (
+    centre_within,
+    centring_matrix,
     percentile_interval,
     poisson_pairs,
     poisson_scores,
@@ -57,14 +59,15 @@ def n_battles(data: Dataset) -> np.ndarray:
     )
 
 
-def _theta_posterior(problem: Problem, solution: Solution, cov_core: np.ndarray | BlockCovariance):
+def _theta_posterior(problem: Problem, solution: Solution, cov_core: np.ndarray | BlockCovariance,
+                     component: np.ndarray):
+    """Ratings and their covariance, each comparison component centred on its own (sum to zero within it)."""
     lay = problem.layout
     theta = solution.core[lay.theta]
-    m = lay.n_models
-    proj = np.eye(m) - 1.0 / m
-    cov = proj @ covariance_block(cov_core, lay.theta) @ proj
+    proj = centring_matrix(component, lay.n_models)
+    cov = proj @ covariance_block(cov_core, lay.theta) @ proj.T
     cov = 0.5 * (cov + cov.T)
-    rating = theta - theta.mean()
+    rating = centre_within(theta, component)
     se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     return rating, cov, se
 
@@ -76,10 +79,12 @@ def theta_cholesky(problem: Problem, cov_core: np.ndarray | BlockCovariance) -> 
     return np.linalg.cholesky(block + jitter * np.eye(block.shape[0]))
 
 
-def centred_draws(rating: np.ndarray, chol: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Draws of centred θ: uncentred N(0, Σ) draws, each centred — exactly N(θ̂, PΣP) — at Cholesky cost."""
+def centred_draws(rating: np.ndarray, chol: np.ndarray, n: int, rng: np.random.Generator,
+                  component: np.ndarray | None = None) -> np.ndarray:
+    """Draws of centred θ: uncentred N(0, Σ) draws, each centred (within components) — exactly
+    N(θ̂, PΣPᵀ) — at Cholesky cost."""
     z = rng.standard_normal((n, rating.size)) @ chol.T
-    return rating + z - z.mean(axis=1, keepdims=True)
+    return rating + centre_within(z, component)
 
 
 def bootstrap_replicates(problem: Problem, solution: Solution, replicates: int, shards: int,
@@ -93,6 +98,7 @@ def bootstrap_replicates(problem: Problem, solution: Solution, replicates: int, 
     against.
     """
     lay = problem.layout
+    component = comparison_components(problem.data.pairs, lay.n_models)
     newton = None if cold else newton_factor(solution.evaluation, solution.free)
     thetas, cores = [], []
     for _ in range(replicates):
@@ -107,8 +113,7 @@ def bootstrap_replicates(problem: Problem, solution: Solution, replicates: int, 
                                g0_norm=solution.scale)
             else:
                 sol = refit_nearby(obj, solution, newton, tol=tol, max_iter=max_iter)
-        theta = sol.core[lay.theta]
-        thetas.append(theta - theta.mean())
+        thetas.append(centre_within(sol.core[lay.theta], component))
         cores.append(sol.core)
     return np.array(thetas), np.array(cores)
 
@@ -122,21 +127,27 @@ def _cold_replicate(problem: Problem, pairs, scores, shards: int, tol: float, ma
 
 def _assemble(problem: Problem, solution: Solution, cov_core: np.ndarray | BlockCovariance, *, method: str, k: int,
               draws: int, seed: int, boot_theta: np.ndarray | None, bias, diagnostics: dict) -> FitResult:
-    rating, cov, se = _theta_posterior(problem, solution, cov_core)
+    """The published result.  With bootstrap replicates the CIs (percentile), P(top-k) and the rank
+    intervals come from the replicates (``uncertainty="bootstrap"``); otherwise from the Laplace posterior."""
     component = comparison_components(problem.data.pairs, len(problem.data.models))
+    rating, cov, se = _theta_posterior(problem, solution, cov_core, component)
     rng = np.random.default_rng(seed)
     chol = theta_cholesky(problem, cov_core)
-    samples = centred_draws(rating, chol, draws, rng)
-    p_top = top_k_probabilities(samples, k, component if component.max() > 0 else None)
+    groups = component if component.max() > 0 else None
+    samples = centred_draws(rating, chol, draws, rng, groups)
+    ci_low, ci_high = rating - Z95 * se, rating + Z95 * se
     boot_lo = boot_hi = None
+    uncertainty = "laplace"
     if boot_theta is not None and len(boot_theta):
         boot_lo, boot_hi = percentile_interval(boot_theta)
+        ci_low, ci_high, samples, uncertainty = boot_lo, boot_hi, boot_theta, "bootstrap"
+    p_top = top_k_probabilities(samples, k, groups)
     return FitResult(
         models=problem.data.models,
         rating=rating,
         se=se,
-        ci_low=rating - Z95 * se,
-        ci_high=rating + Z95 * se,
+        ci_low=ci_low,
+        ci_high=ci_high,
         cov=cov,
         n_battles=n_battles(problem.data),
         bias=bias,
@@ -153,6 +164,8 @@ def _assemble(problem: Problem, solution: Solution, cov_core: np.ndarray | Block
         boot_ci_low=boot_lo,
         boot_ci_high=boot_hi,
         solver=SolverState(solution.core, solution.diag, cov_core, chol),
+        boot_theta=boot_theta if uncertainty == "bootstrap" else None,
+        uncertainty=uncertainty,
     )
 
 
@@ -162,14 +175,17 @@ def fit_naive(cells: CellsInput | Dataset, *, config: NaiveConfig | None = None,
     data = _dataset(cells)
     warnings: list[str] = []
     theta_sd = config.theta_sd
-    if theta_sd is None and not mle_exists(data.pairs, len(data.models)):
+    component = comparison_components(data.pairs, len(data.models))
+    # A split graph alone does not need a prior: each component gets its own gauge (its MLE exists when
+    # every component is strongly connected), so no rating is pulled by a prior across components.
+    if theta_sd is None and not mle_exists(data.pairs, len(data.models), within_components=True):
         theta_sd = config.fallback_theta_sd
         warnings.append(
             "naive Bradley-Terry: the maximum-likelihood ratings do not exist (some model never wins or never "
-            f"loses against the rest, or the comparison graph is split); fitted with a N(0, {theta_sd:g}^2) prior "
-            "on ratings instead"
+            f"loses against the rest of its component); fitted with a N(0, {theta_sd:g}^2) prior on ratings "
+            "instead"
         )
-    problem = naive_problem(data, theta_sd)
+    problem = naive_problem(data, theta_sd, component)
     solution = minimize(problem.objective(shards), *problem.zeros(), tol=config.tol, max_iter=config.max_iter)
     boot = None
     if config.bootstrap:

@@ -29,8 +29,12 @@ def comparison_components(pairs: PairArrays, n_models: int) -> np.ndarray:
     return relabel[labels]
 
 
-def mle_exists(pairs: PairArrays, n_models: int) -> bool:
-    """True when the ties-as-half-wins BT likelihood has a finite maximiser (strongly connected)."""
+def mle_exists(pairs: PairArrays, n_models: int, within_components: bool = False) -> bool:
+    """True when the ties-as-half-wins BT likelihood has a finite maximiser (strongly connected).
+
+    ``within_components``: the maximiser of each comparison component's ratings (one gauge each) —
+    every weakly connected component strongly connected.
+    """
     keep = pairs.a != pairs.b
     a, b = pairs.a[keep], pairs.b[keep]
     a_pts = (pairs.win_a + 0.5 * pairs.tie)[keep] > 0
@@ -39,6 +43,8 @@ def mle_exists(pairs: PairArrays, n_models: int) -> bool:
     rows = np.concatenate([a[a_pts], b[b_pts]])
     cols = np.concatenate([b[a_pts], a[b_pts]])
     n_comp, _ = connected_components(_graph(rows, cols, n_models), directed=True, connection="strong")
+    if within_components:
+        return n_comp == int(comparison_components(pairs, n_models).max()) + 1
     return n_comp == 1
 
 

@@ -20,22 +20,27 @@ LEADERBOARD_COLUMNS: tuple[str, ...] = (
     "ci_high_corrected",
     "rank_change",
     "p_top_k",
+    "component",
 )
 
 
 def side_by_side(naive: FitResult, corrected: FitResult, anchor: str | None = None) -> pl.DataFrame:
-    """One row per model, sorted by corrected rank; ``rank_change`` = rank_naive − rank_corrected (> 0: moved up).
+    """One row per model, sorted by component then corrected rank; ``rank_change`` = rank_naive −
+    rank_corrected (> 0: moved up).
 
     Models the naive fit lacks (seen only in ordinal scores) get null naive columns.  ``p_top_k`` is the
-    corrected posterior's top-k membership probability.
+    corrected posterior's top-k membership probability.  ``component`` numbers the comparison graph's
+    connected components (0 = the largest): ranks, CIs and P(top-k) hold within a component, each
+    centred on its own — models no battle chain links are never ranked against each other.
     """
     nv = naive.elo(anchor if anchor in naive.models else None).with_columns(
-        pl.Series("rank_naive", ranks_desc(naive.rating))
+        pl.Series("rank_naive", ranks_within(naive.rating, naive.component))
     )
     cr = corrected.elo(anchor).with_columns(
-        pl.Series("rank_corrected", ranks_desc(corrected.rating)),
+        pl.Series("rank_corrected", ranks_within(corrected.rating, corrected.component)),
         pl.Series("p_top_k", corrected.p_top_k),
         pl.Series("n_battles", corrected.n_battles.astype(np.int64)),
+        pl.Series("component", _components(corrected)),
     )
     nv = nv.rename({"rating": "rating_naive", "ci_low": "ci_low_naive", "ci_high": "ci_high_naive"})
     cr = cr.rename({"rating": "rating_corrected", "ci_low": "ci_low_corrected", "ci_high": "ci_high_corrected"})
@@ -44,4 +49,19 @@ def side_by_side(naive: FitResult, corrected: FitResult, anchor: str | None = No
         pl.col("rank_naive").cast(pl.Int64),
         pl.col("rank_corrected").cast(pl.Int64),
     )
-    return table.select(LEADERBOARD_COLUMNS).sort(["rank_corrected", "model"])
+    return table.select(LEADERBOARD_COLUMNS).sort(["component", "rank_corrected", "model"])
+
+
+def _components(fit: FitResult) -> np.ndarray:
+    return fit.component.astype(np.int64) if fit.component.size else np.zeros(fit.n_models, np.int64)
+
+
+def ranks_within(rating: np.ndarray, component: np.ndarray) -> np.ndarray:
+    """Competition ranks (1 = best; ties share the best rank) within each comparison component."""
+    if component.size == 0 or component.max() == 0:
+        return ranks_desc(rating)
+    out = np.empty(rating.size, np.int64)
+    for c in np.unique(component):
+        members = component == c
+        out[members] = ranks_desc(rating[members])
+    return out

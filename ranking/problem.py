@@ -90,12 +90,18 @@ class Problem:
         return replace(self.prior, precision=precision, gauges=((theta, 1.0), (on, stiff)))
 
 
-def naive_problem(data: Dataset, theta_sd: float | None) -> Problem:
+def naive_problem(data: Dataset, theta_sd: float | None, component: np.ndarray | None = None) -> Problem:
+    """Plain BT; without a θ prior each comparison component's ratings get their own location gauge."""
     m = len(data.models)
     lay = Layout(m, 0, naive=True)
     spec = Spec(lay, np.zeros((len(JUDGE_BLOCKS), 0)))
     precision = np.full(m, 0.0 if theta_sd is None else 1.0 / theta_sd**2)
-    gauges = ((np.arange(m), 1.0),) if theta_sd is None else ()
+    gauges: tuple[tuple[np.ndarray, float], ...] = ()
+    if theta_sd is None:
+        if component is None or component.size == 0 or component.max() == 0:
+            gauges = ((np.arange(m), 1.0),)
+        else:
+            gauges = tuple((np.flatnonzero(component == c), 1.0) for c in range(int(component.max()) + 1))
     prior = Prior(np.zeros(m), precision, np.zeros(0), np.zeros(0), gauges=gauges)
     return Problem(data, lay, spec, prior, naive=True)
 

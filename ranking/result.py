@@ -182,6 +182,11 @@ class FitResult:
     boot_ci_low: np.ndarray | None = None
     boot_ci_high: np.ndarray | None = None
     solver: SolverState | None = None
+    #: The Poisson-bootstrap replicates of the centred ratings (replicates × models), when published.
+    boot_theta: np.ndarray | None = None
+    #: Where ``ci_*``, ``p_top_k`` and the rank intervals come from: "laplace" (posterior draws) or
+    #: "bootstrap" (the replicates in ``boot_theta``, percentile CIs).
+    uncertainty: str = "laplace"
 
     @property
     def n_models(self) -> int:
@@ -261,6 +266,7 @@ class FitResult:
         With an anchor the anchor sits at 1000 with zero width and every other CI is that of the
         contrast θ_m − θ_anchor (variance var_m + var_anchor − 2 cov).
         """
+        boot = self.boot_theta if self.uncertainty == "bootstrap" else None
         if anchor is None:
             centre = self.rating
             var = np.diag(self.cov)
@@ -268,13 +274,17 @@ class FitResult:
             i = self.index(anchor)
             centre = self.rating - self.rating[i]
             var = np.diag(self.cov) + self.cov[i, i] - 2.0 * self.cov[:, i]
+            boot = None if boot is None else boot - boot[:, [i]]
         sd = np.sqrt(np.clip(var, 0.0, None))
+        low, high = centre - Z95 * sd, centre + Z95 * sd
+        if boot is not None:  # the published CIs are the replicates' percentile intervals
+            low, high = np.percentile(boot, 2.5, axis=0), np.percentile(boot, 97.5, axis=0)
         return pl.DataFrame(
             {
                 "model": list(self.models),
                 "rating": ELO_CENTER + ELO_PER_LOGIT * centre,
-                "ci_low": ELO_CENTER + ELO_PER_LOGIT * (centre - Z95 * sd),
-                "ci_high": ELO_CENTER + ELO_PER_LOGIT * (centre + Z95 * sd),
+                "ci_low": ELO_CENTER + ELO_PER_LOGIT * low,
+                "ci_high": ELO_CENTER + ELO_PER_LOGIT * high,
             }
         )
 
@@ -283,6 +293,11 @@ class FitResult:
         chol = self.solver.theta_chol if self.solver is not None else None
         if chol is not None:  # uncentred draws, centred: the same law as N(rating, cov), at Cholesky cost
             z = rng.standard_normal((n, self.n_models)) @ chol.T
+            if self.component.size and self.component.max() > 0:  # each component centred on its own
+                for c in np.unique(self.component):
+                    members = self.component == c
+                    z[:, members] -= z[:, members].mean(axis=1, keepdims=True)
+                return self.rating[None, :] + z
             return self.rating[None, :] + z - z.mean(axis=1, keepdims=True)
         root = _sqrt_factor(self.cov)
         z = rng.standard_normal((n, self.n_models))
@@ -300,7 +315,9 @@ class FitResult:
         """
         if not 0.0 < level < 1.0:
             raise ValueError(f"level must be in (0, 1), got {level}")
-        ranks = rank_draws(self.posterior_samples(draws, np.random.default_rng(seed)), self.component)
+        boot = self.boot_theta if self.uncertainty == "bootstrap" else None
+        samples = boot if boot is not None else self.posterior_samples(draws, np.random.default_rng(seed))
+        ranks = rank_draws(samples, self.component)
         tail = 50.0 * (1.0 - level)
         low, high = np.percentile(ranks, [tail, 100.0 - tail], axis=0, method="inverted_cdf")
         return low.astype(np.int64), high.astype(np.int64)

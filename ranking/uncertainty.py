@@ -12,6 +12,31 @@ import numpy as np
 from biasboard.ranking.data import PairArrays, ScoreArrays
 
 
+def centre_within(values: np.ndarray, component: np.ndarray | None = None) -> np.ndarray:
+    """``values`` (…, models) centred to mean 0 within each comparison component (all models when one).
+
+    Why: θ is identified only up to one constant per component of the comparison graph; centring each
+    component on its own keeps a component that floats (no battle links it to the rest) from widening
+    every interval — each component's θ is identified separately (sum to zero per component).
+    """
+    values = np.asarray(values, float)
+    if component is None or component.size == 0 or component.max() == 0:
+        return values - values.mean(axis=-1, keepdims=True)
+    out = values.copy()
+    for c in np.unique(component):
+        members = component == c
+        out[..., members] -= values[..., members].mean(axis=-1, keepdims=True)
+    return out
+
+
+def centring_matrix(component: np.ndarray, m: int) -> np.ndarray:
+    """P with P θ = :func:`centre_within` (θ): the covariance of the centred ratings is P Σ Pᵀ."""
+    if component.size == 0 or component.max() == 0:
+        return np.eye(m) - 1.0 / m
+    same = component[:, None] == component[None, :]
+    return np.eye(m) - same / np.bincount(component)[component][:, None]
+
+
 def top_k_probabilities(draws: np.ndarray, k: int, component: np.ndarray | None = None) -> np.ndarray:
     """P(model in top k) from posterior draws (rows = draws).  Ties in a draw are broken by index.
 

@@ -433,6 +433,9 @@ class Summary:
     ranks: Ranks | None = None
     head_to_head: HeadToHead | None = None
     reference: ReferenceInfo | None = None
+    #: Where the leaderboard's CIs, P(top-k) and rank intervals come from: "laplace" (the Laplace
+    #: posterior) or "bootstrap" (refresh --bootstrap B: the replicates, percentile CIs).
+    uncertainty: str = "laplace"
     version: int = SUMMARY_VERSION
 
     def to_json(self) -> dict[str, Any]:

@@ -232,7 +232,8 @@ def build_summary(
         family=[_record(S.FamilyPreference, row) for row in audit.get("family", [])],
         gate=S.from_jsonable(S.Gate, gate.to_json(), "gate") if gate is not None else None,
     )
-    warnings = [*naive.diagnostics.get("warnings", []), *fit_diag.get("warnings", [])]
+    # Once each: both boards report the same split comparison graph.
+    warnings = list(dict.fromkeys([*naive.diagnostics.get("warnings", []), *fit_diag.get("warnings", [])]))
     if not counts.conserved:
         warnings.append(
             f"row accounting does not add up: read {counts.read} != counted {counts.counted} + "
@@ -255,10 +256,11 @@ def build_summary(
         score_counts=S.from_jsonable(
             S.Counts, sum((IngestCounts.from_dict(c) for c in score_manifests), IngestCounts()).to_dict(), "counts"
         ) if score_manifests else None,
+        uncertainty=corrected.uncertainty,
         ranks=S.Ranks(
             level=RANK_LEVEL,
-            source="Laplace posterior draws",
-            draws=RANK_DRAWS,
+            source="bootstrap replicates" if corrected.boot_theta is not None else "Laplace posterior draws",
+            draws=len(corrected.boot_theta) if corrected.boot_theta is not None else RANK_DRAWS,
             naive=_rank_intervals(naive, seed),
             corrected=_rank_intervals(corrected, seed),
         ),

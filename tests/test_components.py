@@ -1,0 +1,86 @@
+"""A split comparison graph: each component's θ identified on its own, ranks/CIs/P(top-k) within it.
+
+Two groups of models that never meet (like GenAI-Arena's two groups): before, the naive fit fell back to
+a wide prior and every CI spanned the offset between the groups (±900 Elo), one rank ran across both
+groups and every P(top-k) was 1.  Here the offset is not identified and is not published.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from biasboard.ranking import ModelConfig, fit_leaderboards
+from biasboard.ranking.leaderboard import side_by_side
+
+from tests.test_ranking_model import _cells
+
+
+def _split_cells(seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    first = _cells(rng, models=6, judges=3, cells=400)
+    second = _cells(rng, models=5, judges=3, cells=300)
+    for name in ("model_a", "model_b"):
+        column = pc.replace_substring(second[name], "m", "x")
+        second = second.set_column(second.schema.get_field_index(name), second.schema.field(name), column)
+    return pa.concat_tables([first, second])
+
+
+def _connected_widths(seed: int = 0) -> float:
+    naive, _ = fit_leaderboards(_cells(np.random.default_rng(seed), models=6, judges=3, cells=400),
+                                config=ModelConfig(profile=False, k=2, posterior_draws=500))
+    return float(np.max(naive.ci_high - naive.ci_low))
+
+
+def test_two_components_are_ranked_and_centred_on_their_own():
+    naive, corrected = fit_leaderboards(_split_cells(), config=ModelConfig(profile=False, k=2, posterior_draws=500))
+    board = side_by_side(naive, corrected)
+    assert sorted(set(board["component"].to_list())) == [0, 1]
+    for fit in (naive, corrected):
+        assert set(np.unique(fit.component)) == {0, 1}
+        for c in (0, 1):
+            members = fit.component == c
+            assert abs(fit.rating[members].mean()) < 1e-9  # sum to zero within each component
+            # P(top-2) within each component: exactly 2 places to share.
+            assert abs(fit.p_top_k[members].sum() - 2.0) < 1e-9
+        # No CI spans the (unidentified) offset between the groups: as narrow as a connected board's.
+        assert np.max(fit.ci_high - fit.ci_low) < 3.0 * _connected_widths()
+    for c in (0, 1):
+        part = board.filter(board["component"] == c)
+        assert sorted(part["rank_corrected"].to_list()) == list(range(1, part.height + 1))
+        assert sorted(part["rank_naive"].to_list()) == list(range(1, part.height + 1))
+    # The naive board no longer needs a fallback prior: each component has its own gauge.
+    assert naive.diagnostics["prior_theta_sd"] is None
+    split = [w for w in naive.diagnostics["warnings"] + corrected.diagnostics["warnings"] if "disconnected" in w]
+    assert len(set(split)) == 1
+
+
+def test_connected_board_has_one_component_column():
+    naive, corrected = fit_leaderboards(_cells(np.random.default_rng(1), models=6, judges=3, cells=300),
+                                        config=ModelConfig(profile=False, posterior_draws=200))
+    board = side_by_side(naive, corrected)
+    assert board["component"].to_list() == [0] * board.height
+    assert board["rank_corrected"].to_list() == list(range(1, board.height + 1))
+
+
+def test_bootstrap_intervals_are_the_published_ones():
+    """With bootstrap replicates the CIs, P(top-k) and rank intervals come from them (and say so)."""
+    cells = _cells(np.random.default_rng(2), models=6, judges=3, cells=400)
+    naive, fit = fit_leaderboards(cells, config=ModelConfig(profile=False, bootstrap=20, k=2, posterior_draws=500))
+    for result in (naive, fit):
+        assert result.uncertainty == "bootstrap"
+        np.testing.assert_array_equal(result.ci_low, result.boot_ci_low)
+        np.testing.assert_array_equal(result.ci_high, result.boot_ci_high)
+        boot = result.boot_theta
+        assert boot.shape == (20, 6)
+        top = np.argsort(-boot, axis=1)[:, :2]
+        expected = np.bincount(top.ravel(), minlength=6) / 20
+        np.testing.assert_allclose(result.p_top_k, expected)
+    board = side_by_side(naive, fit)
+    elo = fit.elo()
+    expected_low = 1000 + 400 / np.log(10) * np.percentile(fit.boot_theta, 2.5, axis=0)
+    np.testing.assert_allclose(elo["ci_low"].to_numpy(), expected_low)
+    row = board.filter(board["model"] == fit.models[0]).row(0, named=True)
+    assert abs(row["ci_low_corrected"] - expected_low[0]) < 1e-9
+    low, high = fit.rank_interval(0.95)
+    assert np.all(low <= high)
