@@ -31,7 +31,9 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from biasboard.importers.registry import import_path
 from biasboard.ranking.config import ModelConfig
+from biasboard.ranking.fit import fit_naive
 from biasboard.ranking.rank_stats import kendall_tau_b
 from biasboard.ranking.reference import ANCHOR_JUDGE, Reference, fit_with_reference
 from biasboard.schemas.families import FamilyMap
@@ -234,9 +236,6 @@ def simulation_section(runs: pl.DataFrame, nulls: pl.DataFrame, size: dict, elap
 
 
 def llmfao_section(draws: int = 300) -> str:
-    from biasboard.importers.registry import import_path
-    from biasboard.ranking.fit import fit_naive
-
     files = {"crowd": "crowd-comparisons.csv", "gpt4": "gpt4-crowd-comparisons.csv",
              "gpt3": "gpt3-crowd-comparisons.csv"}
     imported = {k: import_path("llmfao", DATA / "llmfao" / v) for k, v in files.items()}

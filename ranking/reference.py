@@ -23,7 +23,9 @@ directly, whatever split the prior picks.  Its covariance is the delta-method ma
 posterior.
 
 Which excesses are corrected is decided by the trusted-anchor gate (:mod:`biasboard.ranking.gate`); an
-excess the gate does not support is *tied* to the reference (the judge is taken to do what r does).  An
+excess the gate does not support is *tied* to the reference (the judge is taken to do what r does).  The
+reference's own length effect is tested too, at the same level (:func:`reference_length_supported`): it
+enters every rating, and when the reference's verdicts cannot tell it from zero it is taken as zero.  An
 effect the identifiability check reports as prior-selected is not applied to the published board unless
 ``apply_unidentified``: with a reference, a judge whose excess the data barely move from its prior; with
 ``none``, an effect whose profile likelihood is flat.  The summary lists each with what applying it would
@@ -233,6 +235,24 @@ def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> 
                                  "ci_high": float(np.exp(est + Z95 * sd)),
                                  "source": "the reference's scale on quality differences (a_r)"}
     return out
+
+
+def reference_length_supported(own: dict[str, Any], level: float) -> bool:
+    """Whether the reference's own length effect differs from zero at ``level`` (two-sided Wald).
+
+    The reference's effects are gated like the judges': its length effect enters every rating (β_r·x̄_m),
+    and with tens or hundreds of anchors it is known only to ±0.3 or so (measured in
+    ``bench/reference_study.py``), enough to reorder a board whose reference in truth has no length
+    preference.  Position never enters the rating and affinity is not added, so only length is tested.
+    """
+    from scipy import stats
+
+    if own.get("ci_low") is None:
+        return False
+    sd = (own["ci_high"] - own["ci_low"]) / (2 * Z95)
+    if sd <= 0:
+        return True
+    return bool(2 * stats.norm.sf(abs(own["estimate"]) / sd) <= level)
 
 
 def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -> pl.DataFrame:
@@ -463,6 +483,14 @@ def fit_with_reference(
         return replace(out, diagnostics=diagnostics)
 
     problem_all, fit_all = board(config)
+    own_length = None
+    if raters:
+        own_length = own_effects(problem_all, fit_all, raters)["length"]
+        if not reference_length_supported(own_length, settings.gate_level):
+            # The reference's own length preference is not distinguishable from zero: zero it is, so K noisy
+            # verdicts do not move every rating by an unsupported β_r·x̄ (the length reference is then zero).
+            config = replace(config, disabled=frozenset(config.disabled) | {(r, "length") for r in raters})
+            problem_all, fit_all = board(config)
     all_on = published_rating(problem_all, fit_all)
     gate = run_gate(problem_all, fit_all, raters, k, settings.gate_level) if raters else None
     gated_off = set(gate.disabled) if gate is not None else set()
@@ -491,6 +519,11 @@ def fit_with_reference(
             })
     if raters:
         corrected = replace(corrected, bias=relative_bias(problem_pub, corrected, raters))
+    effects = own_effects(problem_pub, corrected, raters) if raters else {}
+    if own_length is not None and own_length["ci_low"] is not None and effects["length"]["ci_low"] is None:
+        effects["length"] = {**own_length, "applied": 0.0,
+                             "source": "estimated from the reference's verdicts; not distinguishable from zero at "
+                                       f"the gate level {settings.gate_level:g}, so taken as zero"}
     return ReferenceFit(
         reference=reference,
         naive=naive,
@@ -498,7 +531,7 @@ def fit_with_reference(
         all_on=all_on,
         config=published_config,
         gate=gate,
-        own_effects=own_effects(problem_pub, corrected, raters) if raters else {},
+        own_effects=effects,
         unidentified=unidentified_report,
         all_on_comparison=compare_boards(corrected, all_on),
         k=k,

@@ -102,7 +102,12 @@ def test_no_bias_enables_nothing() -> None:
         cells, params = simulated(seed=seed, **NO_BIAS)
         fit = fit_with_reference(cells, reference=ANCHORS, anchor_cells=anchor_cells(anchor_rows(params, 500, seed)))
         enabled += int(fit.gate.decisions["enabled"].any())
-        assert fit.config.disabled == {(j, e) for j, e in fit.gate.disabled}
+        assert fit.gate.disabled <= fit.config.disabled
+        # anything else left off is the reference's own length, zero unless its verdicts say otherwise
+        assert fit.config.disabled - fit.gate.disabled <= {(ANCHOR_JUDGE, "length")}
+        if (ANCHOR_JUDGE, "length") in fit.config.disabled:
+            own = fit.own_effects["length"]
+            assert own["applied"] == 0.0 and own["ci_low"] <= 0.0 <= own["ci_high"]
     assert enabled == 0
 
 
