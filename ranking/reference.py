@@ -472,12 +472,14 @@ def fit_with_reference(
         fit = fit_bias_aware(data, config=cfg, naive=naive)
         return problem, fit
 
+    clip, draws, seed = config.length_clip, config.posterior_draws, config.seed
+
     def published_rating(problem: Problem, fit: FitResult) -> FitResult:
-        phi, jac = reference_map(problem, fit.state.core, raters, config.length_clip)
+        phi, jac = reference_map(problem, fit.state.core, raters, clip)
         battles = _aligned(n_battles, naive.models, fit.models)
         if jac is None:  # φ = θ: the fit's own posterior, untouched
             return replace(fit, n_battles=battles)
-        out = with_rating(fit, phi, jac, battles, config.posterior_draws, config.seed)
+        out = with_rating(fit, phi, jac, battles, draws, seed)
         diagnostics = dict(out.diagnostics)
         diagnostics["naive_vs_corrected"] = compare_rankings(naive, out.rating, out.models)
         return replace(out, diagnostics=diagnostics)
