@@ -1,7 +1,7 @@
 """Packaging for biasboard.
 
-The repository keeps the design card's top-level layout (``pipelines/``,
-``transforms/``, ``schemas/``, ``ranking/``) but installs every folder under the
+The repository keeps one top-level folder per layer (``pipelines/``,
+``transforms/``, ``schemas/``, ``ranking/`` ...) but installs every folder under the
 ``biasboard`` namespace (``biasboard.pipelines`` ...), so that generic names such
 as ``schemas`` never collide with other distributions on a Dataflow, Flink or
 Spark worker.  The same file is what ``--setup_file ./setup.py`` ships to remote

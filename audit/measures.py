@@ -16,14 +16,14 @@ Every measurement is built in two steps so that it scales and splits:
 
 The one non-additive step is order pairing: a battle is paired with the battle
 of the same judge, the same ``prompt_id`` and the same two models shown in the
-swapped order (seed 001).  Partials therefore keep *compact order rows*, one per
+swapped order (“Position bias in pairwise judging”).  Partials therefore keep *compact order rows*, one per
 (judge, prompt, unordered pair) with verdict counts per presentation order;
 these add up across slices, and only once a group's rows are complete does
 :func:`pair_order_stats` reduce them to additive per-(judge, model pair) counts.
 A distributed runner shards the compact rows by (judge, prompt) so that each
 group is complete inside one shard (:func:`order_shard`).
 
-Measurements (seeds 001 and 003):
+Measurements (“Position bias in pairwise judging” and “Judge bias in best-of-N”):
 
 * **Order** — per judge: the first/second/tie split of all its verdicts; over
   prompt-pairs judged in both orders, the 3×3 cross-tab of the two verdicts

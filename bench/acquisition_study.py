@@ -1,6 +1,6 @@
 """Study: recall of the true top-k against the judge budget, for five acquisition strategies.
 
-A **frozen** simulated judge (seed 000's main protocol: one cached verdict per *ordered* pair, so
+A **frozen** simulated judge (Xu et al.'s main protocol: one cached verdict per *ordered* pair, so
 asking again returns the same answer) with a position bias γ and a length bias β (per unit of log
 length ratio, with model lengths that are *spurious*: uncorrelated with quality) judges M models.
 Every strategy starts from the same warm-up (a random cycle through all models, both orders), then
@@ -9,11 +9,11 @@ refits, and so on until every ordered pair has been asked.  The fit is either th
 Bradley–Terry (what arenas publish) or the bias-aware model; the same fit drives acquisition and the
 reported top-k (its MAP ratings), so "with and without bias correction" changes both.
 
-Strategies: ``topk`` (seed 000's rule), ``dopt`` (D-optimal), ``thompson``, ``roundrobin``,
+Strategies: ``topk`` (Xu et al.'s rule), ``dopt`` (D-optimal), ``thompson``, ``roundrobin``,
 ``random`` — all from :func:`biasboard.plan.select_comparisons`, the same function
 ``biasboard plan`` calls.  Printed and written: mean recall ± SE over seeds per budget, the paired
 difference topk − other (wins/ties/losses over seeds), and the share of acquired pairs that touch the
-true k-th or (k+1)-th model (seed 000's boundary-targeting mechanism).  Reported as measured; the
+true k-th or (k+1)-th model (Xu et al.'s boundary-targeting mechanism).  Reported as measured; the
 document says where the top-k rule does not win.
 
     python bench/acquisition_study.py            # M=20, k=5, 20 seeds: several minutes on 2 cores
@@ -316,7 +316,7 @@ def markdown(study: Study, summary: pl.DataFrame, diffs: pl.DataFrame, boundary:
         "",
         f"Setup: {study.models} models (θ ~ N(0, {study.theta_sd}²)), top k = {study.k}, {study.seeds} seeds "
         "(each its own truth and judge). One frozen judge: one cached verdict per ordered pair "
-        "(seed 000's main protocol), "
+        "(Xu et al.'s main protocol), "
         f"position effect γ = {study.gamma}, length effect β = {study.beta} per unit of log length ratio, model "
         f"lengths spurious (corr(θ, length) = 0, SD of model mean log length {study.len_model_sd}), Davidson ties. "
         f"Every run starts from the same warm-up ({study.models} pairs, a random cycle, both orders = "

@@ -2,7 +2,7 @@
 
 1. **MT-Bench, Position-Bias-Analyzer** (three LLM judges, every pair in both orders, 31 models against
    one hub): per-judge bias estimates with 95% CIs, Kendall τ naive vs corrected (joint fit and per judge),
-   beside seed 002's MT-Bench figures.
+   beside Katoch et al.'s MT-Bench figures.
 2. **AlpacaEval 2** (``weighted_alpaca_eval_gpt4_turbo``; rows whose shown order is unknown count for all
    but position; lengths in characters; every model against the gpt4_1106_preview baseline): the judge's
    bias estimates, and Kendall τ-b / Spearman of our naive and corrected rankings against AlpacaEval's published
@@ -89,7 +89,7 @@ def unidentified_effects(fit: FitResult) -> tuple[str, ...]:
 def fit_both(label: str, battles: pa.Table, config: ModelConfig) -> BothFits:
     """Naive and bias-aware fits of the same cells, plus a refit correcting only identified effects.
 
-    Seed 000: when a covariate is constant within each model its coefficient is chosen by the prior, not
+    Xu et al. (2026): when a covariate is constant within each model its coefficient is chosen by the prior, not
     by the data, so the 'correction' it applies is an assumption.  The refit switches such effects off
     (for every judge) to show how much of the corrected ranking rests on them.
     """
@@ -187,7 +187,7 @@ def warnings_of(fit: BothFits) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------- MT-Bench
 
-#: Seed 002, Table 1 and §4 (GPT-4-judged MT-Bench pairs + single grades; a different sample and fit).
+#: Katoch et al. (2026), Table 1 and §4 (GPT-4-judged MT-Bench pairs + single grades; a different sample and fit).
 SEED_002 = {"position (γ₀)": "−0.165 [−0.253, +0.076]", "verbosity (β)": "+0.163 [+0.058, +0.268]",
             "same-family affinity (λ)": "+0.411", "SD(u_j)": "0.337", "τ naive vs corrected": "0.80"}
 
@@ -237,10 +237,10 @@ def mtbench(config: ModelConfig, data: Path = DATA) -> dict:
                           "τ-b naive vs corrected, length unbounded"], tau_rows)
         + "\n\n**Bias estimates (joint fit)**\n\n" + BIAS_EXPLAINED + "\n\n"
         + markdown_table(BIAS_HEADER, bias_rows(joint))
-        + "\n\n**Beside seed 002's MT-Bench figures** (theirs: GPT-4 pairs + single grades of the original "
+        + "\n\n**Beside Katoch et al.'s MT-Bench figures** (theirs: GPT-4 pairs + single grades of the original "
         "MT-Bench, their scaling; ours: the three PBA judges, both orders — the same kind of quantity, not the "
         "same sample)\n\n"
-        + markdown_table(["quantity", "seed 002", "ours (joint fit)"], seed_rows)
+        + markdown_table(["quantity", "Katoch et al. 2026", "ours (joint fit)"], seed_rows)
     )
     warns = warnings_of(joint)
     if warns:
@@ -435,8 +435,8 @@ def llmfao(config: ModelConfig, gate: bool = True, data: Path = DATA) -> dict:
                           "τ-b identified-only correction vs crowd (move)", "Spearman naive",
                           "Spearman corrected", "τ-b naive vs crowd-corrected", "τ-b corrected vs crowd-corrected"],
                          rows)
-        + ("\n\n**With the trusted-anchor gate (seed 000)**: the crowd's prompts are split in two at random; crowd "
-        "verdicts on one half are the gate's anchors (40 of them, or all), the crowd's naive BT ranking on the "
+        + ("\n\n**With the trusted-anchor gate (Xu et al. 2026)**: the crowd's prompts are split in two at random; "
+        "crowd verdicts on one half are the gate's anchors (40 of them, or all), the crowd's naive BT ranking on the "
         "other half is the reference, so the anchors never see the prompts they are scored on. The anchors are the "
         "reference (`ranking.reference.fit_with_reference`): an effect is corrected only where the judge's excess "
         "over the anchors' own effect is jointly significant (Wald, Holm over effects, level 0.05).\n\n"

@@ -4,21 +4,21 @@ Two studies, both on data from the project's simulator (:mod:`biasboard.simulate
 cells by the SAME per-batch function the ingest uses (:func:`biasboard.transforms.cells.partial_cells`),
 and fit by the ranking core:
 
-1. **Design grid** (seed 002 §5): 30 models, 4 LLM judges with position, length and same-family biases,
+1. **Design grid** (Katoch et al. 2026, §5): 30 models, 4 LLM judges with position, length and same-family biases,
    the six tournament designs × ordinal shares 10/50/90% of a fixed budget of observations, 50 trials
    each.  Kendall τ-b against the true θ for: naive win rate and naive Bradley–Terry (pairwise part),
    mean score (ordinal part), the hybrid *without* bias terms (both parts, the same model minus the
    judge effects: isolates what the correction adds beyond using more data), the bias-aware hybrid,
    and the **oracle** — the hybrid with every judge effect fixed at its true value
-   (:func:`biasboard.ranking.oracle.fit_oracle`; DESIGN §4: τ on a finite sample saturates at the
+   (:func:`biasboard.ranking.oracle.fit_oracle`: τ on a finite sample saturates at the
    oracle's, so an estimator is judged next to it).  Coefficient
    recovery (RMSE, 95% CI coverage) of the per-judge position, length and affinity effects.
-2. **corr(θ, length) sweep** (seed 000): pairwise only, uniform design, the default and a strong length
+2. **corr(θ, length) sweep** (Xu et al. 2026): pairwise only, uniform design, the default and a strong length
    bias (β₀ = 0.3, 1.0); the gain
    τ(bias-aware) − τ(naive BT) as the true correlation between quality and mean response length grows,
    and where it crosses zero — once with answer lengths that vary within a model (the simulator's
    default: the length effect is then partly identified by within-model variation) and once with
-   lengths constant per model (seed 000's unidentified case: the prior alone splits θ from β).
+   lengths constant per model (Xu et al.'s unidentified case: the prior alone splits θ from β).
 
 Writes ``docs/evidence/simulation_*.csv`` (summaries), ``simulation_trials.parquet`` (every trial),
 ``simulation_*.png`` (when matplotlib is installed; it is a bench-only dependency) and the
@@ -64,7 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MIXES: tuple[float, ...] = (0.1, 0.5, 0.9)
 SWEEP_CORRS: tuple[float, ...] = (0.0, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9)
 #: Length bias β₀ per unit log length ratio in the sweep: the simulator's default, and a strong one (with a
-#: between-model SD of 0.35 in mean log length, β₀ = 1 shifts apparent quality by ≈0.35 logit).  Seed 000:
+#: between-model SD of 0.35 in mean log length, β₀ = 1 shifts apparent quality by ≈0.35 logit).  Xu et al. (2026):
 #: the crossing point moves with the size of the bias, so one value would be a misleading threshold.
 SWEEP_BETAS: tuple[float, ...] = (0.3, 1.0)
 TOP_K = 10
@@ -149,7 +149,7 @@ def win_rates(pair_cells: pa.Table) -> dict[str, float]:
 
 
 def mean_scores(score_cells: pa.Table) -> dict[str, float]:
-    """Average grade per model (seed 002's 'simple score averaging')."""
+    """Average grade per model (Katoch et al.'s 'simple score averaging')."""
     frame = pl.from_arrow(score_cells)
     means = frame.group_by("model").agg(((pl.col("score") * pl.col("n")).sum() / pl.col("n").sum()).alias("mean"))
     return dict(zip(means["model"].to_list(), means["mean"].to_list(), strict=True))
@@ -464,7 +464,7 @@ def plot(summary: pl.DataFrame, sweep: pl.DataFrame, out_dir: Path) -> list[Path
             ax.grid(alpha=0.3)
         axes[0, 0].set_ylabel("Δ Kendall τ vs truth")
         axes[0, 0].legend(fontsize=7)
-        fig.suptitle("Where correction stops helping (seed 000's sweep)")
+        fig.suptitle("Where correction stops helping (Xu et al.'s sweep)")
         fig.tight_layout()
         path = out_dir / "simulation_sweep.png"
         fig.savefig(path, dpi=110)
@@ -505,7 +505,7 @@ def write_outputs(rows: pl.DataFrame, recovery: pl.DataFrame, out_dir: Path, evi
     replace_section(evidence, "simulation-run", run)
 
     grid_body = (
-        "## Simulation: Kendall τ vs truth by tournament design and ordinal share (seed 002 §5)\n\n"
+        "## Simulation: Kendall τ vs truth by tournament design and ordinal share (Katoch et al. 2026, §5)\n\n"
         "Mean ± standard error over trials. *hybrid, no bias terms* is the same pairwise + ordinal model with "
         "every judge effect switched off: the gap between it and the bias-aware hybrid is what the correction "
         "adds; the gap between naive BT and it is what the extra (ordinal) data adds. The oracle fixes every "
@@ -534,13 +534,13 @@ def write_outputs(rows: pl.DataFrame, recovery: pl.DataFrame, out_dir: Path, evi
         lines = [f"- length {k}: " + (f"gain crosses zero at corr ≈ {v:.2f}" if v is not None else
                                       "gain does not cross zero in the range swept") for k, v in crossings.items()]
         body = (
-            "## Simulation: corr(θ, length) sweep — where correction stops helping (seed 000)\n\n"
+            "## Simulation: corr(θ, length) sweep — where correction stops helping (Xu et al. 2026)\n\n"
             "Pairwise only, uniform design, two length biases: β₀ = 0.3 (the simulator's default) and β₀ = 1.0 "
             "(strong). *oracle − naive* is what a perfect correction would gain: where it is near zero the bias "
             "barely reorders the models (length tracks quality), so there is nothing to win. "
             "*constant per model*: every answer "
             "of a model has the same length, so the length effect is not identified from comparisons and the "
-            "prior splits apparent quality into θ and β (seed 000's setting); *varies within model*: the "
+            "prior splits apparent quality into θ and β (Xu et al.'s setting); *varies within model*: the "
             "simulator's per-answer length noise (SD 0.4 in log length) identifies β from within-model "
             "variation.\n\n" + table + "\n\n" + "\n".join(lines)
         )

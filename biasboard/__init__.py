@@ -1,9 +1,13 @@
 """biasboard: leaderboards corrected for LLM-judge biases, next to the naive ones they replace.
 
-The code lives in the design card's folders and is installed under this namespace:
+Each top-level folder of the repository is installed under this namespace:
 ``biasboard.schemas`` (data contracts), ``biasboard.ranking`` (the numpy/scipy
-statistical core, no Beam), ``biasboard.transforms`` (Beam PTransforms that move
-Arrow batches and call the core) and ``biasboard.pipelines`` (the jobs and the CLI).
+model core, no Beam), ``biasboard.simulate``, ``biasboard.audit`` and
+``biasboard.plan`` (the simulator, the judge audit and the planner, beside the
+core), ``biasboard.transforms`` (Beam composites and DoFns that move Arrow
+batches and call the core), ``biasboard.report`` and ``biasboard.importers``,
+and ``biasboard.pipelines`` (the jobs and the CLI).  docs/design-notes.md draws
+the layers.
 """
 
 __version__ = "0.1.0"

@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judge", action="append", default=None,
                         help="plan for this judge (repeatable; default: every judge of the fit)")
     parser.add_argument("--strategy", choices=STRATEGIES, default="topk",
-                        help="topk (seed 000's rule, default), dopt, thompson, roundrobin or random")
+                        help="topk (Xu et al.'s rule, default), dopt, thompson, roundrobin or random")
     parser.add_argument("--snapshot", default=None, help="snapshot id (default: the one LATEST names)")
     parser.add_argument("--to", default=None, help="where to write the plan (default: OUT/plans/<snapshot id>)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo draws (plans are deterministic)")

@@ -42,7 +42,7 @@ import platform
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 
 import apache_beam as beam
@@ -78,33 +78,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="battle Parquet files: a glob or a folder (local or gs://)")
     parser.add_argument("--state", required=True, help="state folder: per-day cells, dead letters, manifests")
     parser.add_argument("--out", required=True, help="output folder: snapshots/ and LATEST (local or gs://)")
-    parser.add_argument("--scores", default=None, help="optional ordinal score Parquet files (glob or folder)")
+    parser.add_argument("--scores", dest="scores_glob", help="optional ordinal score Parquet files (glob or folder)")
     parser.add_argument(
         "--family-map",
         "--families",
         dest="families",
-        default=None,
         help="family map file (model/judge name → family), tried before the defaults; as in backfill and audit",
     )
-    parser.add_argument(
-        "--aliases", default=None, help="JSON object: judge/model name -> canonical name (e.g. case variants)"
-    )
-    parser.add_argument("--k", type=int, default=10, help="top-k for the membership probabilities (default 10)")
-    parser.add_argument("--bootstrap", type=int, default=0, help="Poisson-bootstrap replicates (default 0: Laplace)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo parts (default 0)")
-    parser.add_argument("--title", default="biasboard report", help="title of report.html")
+    parser.add_argument("--aliases", help="JSON object: judge/model name -> canonical name (e.g. case variants)")
+    parser.add_argument("--k", type=int, help="top-k for the membership probabilities (default %(default)s)")
+    parser.add_argument("--bootstrap", type=int, help="Poisson-bootstrap replicates (default %(default)s: Laplace)")
+    parser.add_argument("--seed", type=int, help="seed of the Monte Carlo parts (default %(default)s)")
+    parser.add_argument("--title", help="title of report.html (default %(default)r)")
     parser.add_argument(
         "--no-audit", dest="audit", action="store_false", help="skip the judge audit (order, length, family)"
     )
     parser.add_argument(
         "--anchors",
-        default=None,
         help="trusted verdicts (battle-shaped Parquet glob): correct a judge's bias only where these anchors "
         "support it (the trusted-anchor gate), and score each judge's gold-label accuracy",
     )
     parser.add_argument(
         "--reference",
-        default=None,
         help="what 'unbiased' means: 'none' (each judge's effects against zero, style control), 'anchors' (the "
         "--anchors raters; the default when --anchors is given) or JUDGE[,JUDGE...] (judges of the input, e.g. "
         "human pools, pooled): judges are corrected only for their excess over the reference, and the corrected "
@@ -113,9 +108,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gate-level",
         type=float,
-        default=0.05,
-        help="family-wise level of the trusted-anchor gate (default 0.05): an effect is corrected only where the "
-        "judges' excesses over the reference are jointly significant at this level (Holm over effects)",
+        help="family-wise level of the trusted-anchor gate (default %(default)s): an effect is corrected only where "
+        "the judges' excesses over the reference are jointly significant at this level (Holm over effects)",
     )
     parser.add_argument(
         "--apply-unidentified",
@@ -126,21 +120,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--length-clip",
         type=_length_clip,
-        default=1.5,
         help="bound of the length covariate |ln(len_a/len_b)| (a length-bin edge, 0.25..2.5; 'none' = unbounded; "
-        "default 1.5, a 4.5x length ratio): past it a judge's verbosity preference is taken to saturate",
+        "default %(default)s, a 4.5x length ratio): past it a judge's verbosity preference is taken to saturate",
     )
     parser.add_argument(
         "--plan-budget",
         type=int,
-        default=0,
-        help="also plan this many next comparisons (top-k-aware) from the new snapshot (default 0: no plan)",
+        help="also plan this many next comparisons (top-k-aware) from the new snapshot (default %(default)s: no plan)",
     )
     parser.add_argument(
-        "--fit-min-ram",
-        default=DEFAULT_FIT_RAM,
-        help=f"memory the fit stage asks its worker for (a Beam resource hint; default {DEFAULT_FIT_RAM})",
+        "--fit-min-ram", help="memory the fit stage asks its worker for (a Beam resource hint; default %(default)s)"
     )
+    # Every default is RefreshOptions' (one place); each flag's dest is the field it sets.
+    parser.set_defaults(**asdict(RefreshOptions()))
 
 
 def _length_clip(text: str) -> float | None:
@@ -158,23 +150,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         args.state,
         args.out,
         beam_args,
-        RefreshOptions(
-            scores_glob=args.scores,
-            families=args.families,
-            aliases=args.aliases,
-            k=args.k,
-            bootstrap=args.bootstrap,
-            seed=args.seed,
-            title=args.title,
-            audit=args.audit,
-            anchors=args.anchors,
-            plan_budget=args.plan_budget,
-            length_clip=args.length_clip,
-            reference=args.reference,
-            gate_level=args.gate_level,
-            apply_unidentified=args.apply_unidentified,
-            fit_min_ram=args.fit_min_ram,
-        ),
+        RefreshOptions(**{f.name: getattr(args, f.name) for f in fields(RefreshOptions)}),
     )
     if outcome.published is None:
         print(f"job built, not run ({outcome.reason}); nothing published")

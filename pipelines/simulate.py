@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--human-judges", type=int, default=d.human_judges, help="of which human pools")
     parser.add_argument("--days", type=int, default=d.days, help="day partitions (default %(default)s)")
     parser.add_argument("--start-date", type=_date, default=d.start_date, help="first day (default %(default)s)")
-    parser.add_argument("--design", choices=DESIGNS, default=d.design, help="tournament design (seed 002)")
+    parser.add_argument("--design", choices=DESIGNS, default=d.design, help="tournament design (Katoch et al. 2026)")
     parser.add_argument("--both-orders", action="store_true", help="judge every sampled unit in both orders")
     parser.add_argument("--bad-rows", type=float, default=d.bad_rows, help="injected bad rows per valid row")
     parser.add_argument("--scores", type=float, default=d.scores, help="ordinal score rows per battle row")

@@ -1,11 +1,11 @@
 """Which comparisons to run next: top-k-aware acquisition and its baselines (pure numpy).
 
 Why: a judge's budget is best spent where it can still change *who is in the top k*, not where it
-refines the order of models that are clearly in or clearly out (seed 000, appendix A; seed 002 §5).
+refines the order of models that are clearly in or clearly out (Xu et al. 2026, appendix A; Katoch et al. 2026, §5).
 
 The posterior is the Laplace one of a fit, θ ~ N(μ, Σ) on the logit scale (:class:`Posterior`).
 A planned unit is an unordered pair {a, b} judged in **both orders** (a shown first, then b shown
-first), so that the position effect stays identified from disagreement between orders (seed 000,
+first), so that the position effect stays identified from disagreement between orders (Xu et al. 2026,
 "ordered-query effect"); a budget of B comparisons is ⌊B/2⌋ units.
 
 Information of one unit, judged by judge j, about the contrast θ_a − θ_b (Gaussian approximation)::
@@ -22,10 +22,10 @@ does enter, which is why both orders are scored.
 
 Strategies (greedy, one unit at a time, ``B/2`` picks per batch):
 
-``topk``       seed 000's rule: membership uncertainty × expected information,
+``topk``       Xu et al.'s rule: membership uncertainty × expected information,
                ``score = [p_a(1 − p_a) + p_b(1 − p_b)] · gain(a, b)``, p = P(model in top k).  The
                membership factor is a boundary-targeted surrogate, not an exact expected
-               top-k-entropy reduction (seed 000 says the same of its own rule).
+               top-k-entropy reduction (Xu et al. 2026 says the same of its own rule).
 ``dopt``       ``gain`` alone: maximal log-det increase of the θ posterior precision, blind to k.
 ``thompson``   draw θ̃ from the posterior, take its top-k set S̃, run the crossing pair (i ∈ S̃,
                j ∉ S̃) with the smallest sampled gap θ̃_i − θ̃_j (the sampled boundary).

@@ -1,6 +1,6 @@
 """Newton systems with every judge's block eliminated by a Schur complement (a block-arrowhead Hessian).
 
-Arena logs name each voter as a judge (10⁴–10⁶ judges, DESIGN §5).  In raw coordinates the bias-aware
+Arena logs name each voter as a judge (10⁴–10⁶ judges).  In raw coordinates the bias-aware
 objective's Hessian is block-arrowhead: the globals G = (θ, γ₀, β₀, λ₀, τ) and one block per judge,
 r_j = (u_j, b_j, l_j, ρ_j, ψ_j, α_j); a cell of judge j touches r_j, its two models' θ and the global
 effects, never another judge.  So the Newton system ::

@@ -6,7 +6,7 @@ propensity ν_j and the discrimination a_j; division by the length scale to give
 log length ratio).  The Laplace CI is the map of vᵀp̂ ± 1.96·√(vᵀΣv); the bootstrap CI is the percentile
 interval of the mapped replicates.
 
-"Identified" follows seed 000: a global covariate effect is identified when its profile likelihood
+"Identified" follows Xu et al. 2026: a global covariate effect is identified when its profile likelihood
 (θ and everything else re-optimised) drops by at least ``IDENTIFIED_NATS`` over ±2 prior SDs; when it
 is flat the value is *prior-selected* and the note says so.  A per-judge effect is identified when the
 data shrink its posterior variance below half of its prior variance.

@@ -26,16 +26,16 @@ class Priors:
     Why these values:
 
     - ``theta_sd = 2``: weak on quality (arena spreads are 1–3 logits), yet not
-      vacuous: seed 000 shows that when a covariate is constant within each
+      vacuous: Xu et al. 2026 shows that when a covariate is constant within each
       model the *prior* picks the quality/bias split; a θ prior of the order of
       the real spread encodes "quality is a priori uncorrelated with length".
     - ``position_sd = 1`` (γ₀) and ``position_dev_sd = 0.5`` (u_j): a first-shown
-      preference of a few tenths of a logit is typical (seed 002: γ₀ = −0.17,
+      preference of a few tenths of a logit is typical (Katoch et al. 2026: γ₀ = −0.17,
       SD(u_j) = 0.34); 0.5 shrinks a judge with little data towards the pool.
     - ``length_sd = 0.5``/``length_dev_sd = 0.25`` per SD of the log ratio:
       careful shrinkage — when length is not identified (flat profile) a wide
-      prior removes real quality along with length (seed 000's 7-point loss).
-    - ``affinity_sd = 0.5``/``affinity_dev_sd = 0.25``: seed 002 estimates 0.41.
+      prior removes real quality along with length (Xu et al.'s 7-point loss).
+    - ``affinity_sd = 0.5``/``affinity_dev_sd = 0.25``: Katoch et al. 2026 estimates 0.41.
     - ``excess_sd = 2``: with a reference (``ModelConfig.reference``) the per-judge deviations are each
       judge's excess over the reference, and their prior replaces the three ``*_dev_sd``.  Wide on purpose:
       the reference's own effects must be estimated from *its* verdicts; a tight prior on the excesses makes
@@ -79,7 +79,7 @@ class ModelConfig:
 
     ``disabled`` holds (judge, effect) pairs whose effect is fixed at zero (for
     ``discrimination``: a_j fixed at 1); judge ``'*'`` switches the effect off for
-    every judge.  ``omega`` is seed 002's weight of the pairwise part against the
+    every judge.  ``omega`` is Katoch et al.'s weight of the pairwise part against the
     ordinal part; the likelihoods are weighted 2ω and 2(1 − ω), so the default
     ω = 0.5 is the plain joint likelihood and the Laplace CIs stay calibrated.
 

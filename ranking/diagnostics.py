@@ -2,12 +2,12 @@
 
 - Connectivity: models in different components of the comparison graph are named, never silently
   ranked against each other.
-- Identifiability (seed 000): the profile likelihood of each global covariate effect — its coefficient
+- Identifiability (Xu et al. 2026): the profile likelihood of each global covariate effect — its coefficient
   fixed at ĉ − Δ, ĉ, ĉ + Δ (Δ = 2 prior SDs), everything else re-optimised (θ without its prior, the
   per-judge deviations without theirs but summing to zero, so ĉ is the judges' common level) — and its
   range in nats.  A per-model-constant covariate is
   collinear with θ, so the range is 0: the value is prior-selected.
-- corr(θ̂, mean log length per model), against seed 000's crossing point: correction removes real
+- corr(θ̂, mean log length per model), against Xu et al.'s crossing point: correction removes real
   quality in proportion to how much quality and the covariate co-vary; the benefit fell with the
   correlation and changed sign between 0.22 and 0.60 (0.45 in its synthetic sweep).  When the length
   term is clipped (``ModelConfig.length_clip``) the per-model profile is the one the correction acts
@@ -26,7 +26,7 @@ from biasboard.ranking.problem import Problem, prior_sd_of_effect
 from biasboard.ranking.rank_stats import kendall_tau_b, spearman
 from biasboard.ranking.solver import Solution, minimize
 
-#: Seed 000: correction's benefit reverses somewhere in this range of corr(θ, covariate).
+#: Xu et al. (2026): correction's benefit reverses somewhere in this range of corr(θ, covariate).
 CROSSING_LOW: float = 0.22
 CROSSING_HIGH: float = 0.60
 CROSSING_TYPICAL: float = 0.45
@@ -109,7 +109,7 @@ def covariate_report(data: Dataset, rating: np.ndarray, naive_rating: np.ndarray
         strength = "beyond the typical" if abs(corrected) >= CROSSING_TYPICAL else "inside the"
         report["warnings"].append(
             f"corrected ratings correlate with mean response length (r = {corrected:.2f}), {strength} range "
-            f"{CROSSING_LOW}-{CROSSING_HIGH} where seed 000 found length correction starts to hurt: if longer "
+            f"{CROSSING_LOW}-{CROSSING_HIGH} where Xu et al. 2026 found length correction starts to hurt: if longer "
             "answers are genuinely better here, the correction removes real quality (check with trusted anchors)"
         )
     return report
@@ -159,7 +159,7 @@ def profile_ranges(problem: Problem, solution: Solution, config: ModelConfig, sh
         if span < FLAT_NATS:
             info["note"] = (
                 f"prior-selected: the profile likelihood is flat ({span:.4f} nats over ±2 prior SD); the comparisons "
-                f"cannot split quality from {name} (the covariate does not vary within models, seed 000), so the "
+                f"cannot split quality from {name} (the covariate does not vary within models, Xu et al. 2026), so the "
                 "value shown is chosen by the prior"
             )
             info["warning"] = f"{name} effect is not identified by the comparisons: its value is prior-selected"

@@ -2,7 +2,7 @@
 
 ``fit_naive`` is plain Bradley–Terry with ties as half wins (Evalica's and the arena notebooks'
 convention: a tie adds ½ to each side's wins), maximum likelihood, ratings normalised to mean 0 on the
-logit scale.  ``fit_bias_aware`` is DESIGN §4's model (see :mod:`biasboard.ranking.model`), MAP under
+logit scale.  ``fit_bias_aware`` is the bias-aware model of :mod:`biasboard.ranking.model`, MAP under
 the Gaussian priors of :class:`~biasboard.ranking.config.Priors`.  Both fit on cells split into
 ``shards`` parts whose partial sums add; the answer does not depend on ``shards``.
 """
@@ -243,7 +243,7 @@ def fit_bias_aware(
     shards: int = 1,
     naive: FitResult | None = None,
 ) -> FitResult:
-    """DESIGN §4's bias-aware model on pair cells (and, optionally, ordinal score cells).
+    """The bias-aware model (:mod:`biasboard.ranking.model`) on pair cells (and, optionally, ordinal score cells).
 
     Pass the ``naive`` fit of the same cells to get Kendall τ / Spearman naive vs corrected and the
     covariate correlation of both in the diagnostics.

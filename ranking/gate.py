@@ -1,4 +1,4 @@
-"""The trusted-anchor gate (seed 000): correct a judge's effect only where the reference's verdicts support it.
+"""The trusted-anchor gate (Xu et al. 2026): correct a judge's effect only where the reference's verdicts support it.
 
 With a reference r in the fit (trusted anchors, or named judges such as human pools; see
 :mod:`biasboard.ranking.reference`), every judge j has, per effect e (position, length, affinity), an
@@ -19,7 +19,7 @@ K anchors, SE(d) shrinks like 1/√K.  The gate asks, per effect, whether the ex
   close to zero anyway.
 * **multiple testing** — Holm's step-down correction over the effects tested, so the probability of
   enabling any correction when no judge has an excess is at most ``level`` (the family-wise rate).
-* **never below ``MIN_ANCHORS_FLOOR`` reference verdicts** (seed 000 saw false enables at K = 5 and none at
+* **never below ``MIN_ANCHORS_FLOOR`` reference verdicts** (Xu et al. 2026 saw false enables at K = 5 and none at
   K ≥ 10).
 
 Per (judge, effect) the table gives the excess, its SE, z, the Wald gain ½z² in nats (the quadratic
@@ -40,7 +40,7 @@ from biasboard.ranking.model import AFF, LEN, POS
 from biasboard.ranking.problem import Problem
 from biasboard.ranking.result import FitResult
 
-#: Below this many reference verdicts the gate never enables anything (seed 000).
+#: Below this many reference verdicts the gate never enables anything (Xu et al. 2026).
 MIN_ANCHORS_FLOOR = 10
 #: The effects the gate decides, with their judge blocks.
 GATED: dict[str, int] = {"position": POS, "length": LEN, "affinity": AFF}

@@ -1,4 +1,4 @@
-"""The published leaderboard: naive and corrected side by side (DESIGN §6 columns, Elo-like scale)."""
+"""The published leaderboard: naive and corrected side by side (columns in docs/running.md, Elo-like scale)."""
 
 from __future__ import annotations
 

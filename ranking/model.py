@@ -1,6 +1,6 @@
 """The likelihood of both models as ONE pure function of (parameters, shard of cells) → partial sums.
 
-Pairwise part (DESIGN §4), for a cell of judge j with model a shown first and b second::
+Pairwise part, for a cell of judge j with model a shown first and b second::
 
     η = a_j (θ_a − θ_b) + γ_j + β_j x̄ + λ_j (s_a − s_b)
     P(a wins) ∝ exp(η/2),  P(b wins) ∝ exp(−η/2),  P(tie) ∝ ν_j = exp(ψ_j)        (Davidson 1970)
@@ -11,7 +11,7 @@ L_j = ρ_j − mean(ρ) over judges whose discrimination is enabled (the mean of
 scale of the average judge) — unless ordinal scores fix the scale of θ, then L_j = ρ_j.  A self-battle
 has θ_a − θ_b = 0 and s_a − s_b = 0: it informs γ, β, ν only.
 
-Ordinal part (seed 002, partial-credit many-facet Rasch), for a (judge, model, prompt) with counts n_k of
+Ordinal part (Katoch et al. 2026, partial-credit many-facet Rasch), for a (judge, model, prompt) with counts n_k of
 category k = 0..K−1::
 
     P(k) ∝ exp(k φ − Σ_{m≤k} τ_m),   φ = θ_m − δ_p − α_j
@@ -20,7 +20,7 @@ Naive model: η = θ_a − θ_b and a tie counts as half a win for each side (bi
 fractional counts w_a + t/2, w_b + t/2): the Bradley–Terry of arena leaderboards and of Evalica.
 
 Every sum is over cells, so the objective, gradient and Hessian of a set of cells are the sums of
-:func:`partials` over any partition of the cells into shards (DESIGN §4, "Fit").  The partials are in
+:func:`partials` over any partition of the cells into shards.  The partials are in
 the *effective* coordinates (θ, per-judge γ_j, β_j, λ_j, L_j, ψ_j, α_j, τ) where every cell touches only
 its own judge; :class:`Layout` maps them linearly to the free parameters (global + per-judge
 deviations), a map that commutes with the sum over shards.

@@ -1,4 +1,4 @@
-"""The oracle fit of DESIGN §4: θ fit with every judge effect fixed at its true value.
+"""The oracle fit of the bias-aware model: θ fit with every judge effect fixed at its true value.
 
 On a finite sample, τ against the truth saturates at the oracle's τ, so an estimator is judged next
 to the oracle (and next to naive BT), not by "higher τ than X" alone.  The truth is given per judge

@@ -1,7 +1,7 @@
 """What "unbiased" means: correct every judge toward a trusted reference, gated, identified effects only.
 
 A judge's effect is a bias only relative to what trusted raters do: humans prefer longer answers too, so
-subtracting every length effect removes quality the humans see.  Three references (DESIGN, "the reference"):
+subtracting every length effect removes quality the humans see.  Three references (docs/design-notes.md):
 
 * ``none`` — effects are measured against zero (style control, LMArena's choice); the corrected rating
   is θ_m.
@@ -18,7 +18,7 @@ excess over r.  The corrected rating is what r would conclude on each model's ty
 with μ_m model m's mean log length, c the length clip, β_r r's length effect per unit of log length ratio
 and a_r r's discrimination (so r's preference is expressed on θ's scale); position is averaged out and
 r's affinity (a rater's preference for its own family) is reported, not added.  φ is identified even
-where θ and β_r are not (length constant within each model, seed 000): r's verdicts measure θ_m + β_r·μ_m
+where θ and β_r are not (length constant within each model, Xu et al. 2026): r's verdicts measure θ_m + β_r·μ_m
 directly, whatever split the prior picks.  Its covariance is the delta-method map of the Laplace
 posterior.
 

@@ -1,6 +1,6 @@
 """Uncertainty beyond the Laplace marginals: top-k membership by Monte Carlo, Poisson bootstrap on cells.
 
-Top-k (seed 000): draw θ from the Laplace posterior N(θ̂, Σ), rank each draw, and count how often each
+Top-k (Xu et al. 2026): draw θ from the Laplace posterior N(θ̂, Σ), rank each draw, and count how often each
 model is among the k best.  Bootstrap: every count of every cell is redrawn as Poisson(count) — the
 multinomial bootstrap of battles in its Poisson form, which needs only the cells, never the raw
 battles — and the model is refit from the MAP (a warm start, so a replicate costs a few Newton steps).

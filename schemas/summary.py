@@ -193,7 +193,7 @@ class Profile:
 
 @dataclass
 class Covariates:
-    """Correlation of model quality with the length covariate (seed 000's crossing-point check)."""
+    """Correlation of model quality with the length covariate (Xu et al.'s crossing-point check)."""
 
     corr_theta_length_corrected: float | None
     corr_theta_length_naive: float | None
@@ -300,7 +300,7 @@ class ModelConsistency:
     """A model's win rate among order-consistent pairs (ties half) ± SE, pooled over judges.
 
     Order-consistent: the judge saw the same prompt and pair in both orders and gave the same verdict
-    both times, so position bias cannot have decided it (seed 001).
+    both times, so position bias cannot have decided it (“Position bias in pairwise judging”).
     """
 
     model: str

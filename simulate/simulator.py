@@ -2,7 +2,7 @@
 
 Why a simulator: the bias-aware fit can only be judged against a truth it did
 not see.  This module draws models, judges and prompts with known parameters,
-lets every judge compare model pairs under the generative model of DESIGN §4,
+lets every judge compare model pairs under the generative model the fit assumes (:mod:`biasboard.ranking.model`),
 and returns day-partitioned Arrow tables in the Battle/Score contracts, plus a
 ``truth`` dict that holds every parameter and the exact count of every row kind
 (valid, self-battle, each injected defect), so tests can check conservation to
@@ -28,7 +28,7 @@ For judge *j*, model *a* shown first and *b* second::
   σ(logit(b_j) − (θ_a + θ_b)/2): b_j is the judge's base bothbad share
   (logit-normal around ``bothbad_share``), raised when both models are weak.
 * Lengths: model m has a mean log length μ_m whose in-sample correlation with
-  θ is *exactly* ``corr_length`` (seed 000's variable: correction helps below a
+  θ is *exactly* ``corr_length`` (Xu et al.'s variable: correction helps below a
   crossing point and hurts above it); a response's log length is
   μ_m + π_p (prompt offset, shared by both answers) + N(0, len_noise_sd),
   rounded to a positive integer token count.
@@ -37,7 +37,7 @@ Ordinal scores follow the partial-credit many-facet Rasch model
 P(X = k) ∝ exp(Σ_{h=2..k}(θ_m − δ_p − α_j − τ_h)), k = 1..K, with prompt
 difficulty δ_p (mean zero), judge severity α_j (mean zero) and thresholds τ.
 
-Tournament designs (seed 002's six; how the unordered pair is chosen)
+Tournament designs (Katoch et al.'s six; how the unordered pair is chosen)
 ---------------------------------------------------------------------
 ``uniform``     any two distinct models, uniformly.
 ``swiss``       a uniform model against a neighbour in the *standings*
@@ -167,8 +167,8 @@ class SimulationConfig:
     prompts: int = 500
     families: int = 6  # model families in use (≤ len(FAMILY_PREFIXES))
     theta_sd: float = 0.8
-    gamma0: float = -0.165  # seed 002's MT-Bench estimate: the second position is favoured
-    sd_u: float = 0.337  # seed 002's SD(u_j)
+    gamma0: float = -0.165  # Katoch et al.'s MT-Bench estimate: the second position is favoured
+    sd_u: float = 0.337  # Katoch et al.'s SD(u_j)
     beta0: float = 0.3  # per unit of ln length ratio
     sd_beta: float = 0.1
     lambda0: float = 0.4

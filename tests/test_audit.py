@@ -1,4 +1,7 @@
-"""The judge audit (seeds 001 and 003): hand-checked figures, the monoid, the Beam path and the CLI."""
+"""The judge audit: hand-checked figures, the monoid, the Beam path and the CLI.
+
+Figures from “Position bias in pairwise judging” and “Judge bias in best-of-N” (docs/references.md).
+"""
 
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ def battles(rows: list[tuple], columns: tuple[str, ...] = ("judge", "prompt_id",
 
 
 def seed001_battles() -> pl.DataFrame:
-    """Seed 001's 400 pairs: A/A 154, B/B 138, first-slot both 90, second-slot both 18.
+    """The 400 pairs of “Position bias in pairwise judging”: A/A 154, B/B 138, first-slot both 90, second-slot both 18.
 
     Verdicts are by slot; "A" is model_x (it sorts first), "B" is model_y.
     """

@@ -20,7 +20,7 @@ from biasboard.schemas.summary import Summary
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import publish
 
-# DESIGN §6's leaderboard columns, spelled out here on purpose (not imported from ranking.leaderboard):
+# The published leaderboard columns (docs/running.md), spelled out on purpose (not imported from ranking.leaderboard):
 # the test pins the published contract, so a change in the code cannot change the expectation with it.
 LEADERBOARD_COLUMNS = [
     "model",

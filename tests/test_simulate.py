@@ -3,7 +3,7 @@
 Counts in files are re-derived here independently (pyarrow/polars and plain
 Python on small data) and compared with ``truth.json``; the statistical checks
 recompute the documented model from ``truth.json`` alone, so a generator that
-drifts from DESIGN §4 fails them.
+drifts from the model of :mod:`biasboard.ranking.model` fails them.
 """
 
 from __future__ import annotations
@@ -260,7 +260,7 @@ def test_unknown_design_and_bad_settings_are_refused():
 
 
 def _implied(df: pl.DataFrame, t: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """P(a), P(b), P(tie) per row from truth.json alone: DESIGN §4 written out again."""
+    """P(a), P(b), P(tie) per row from truth.json alone: the model written out again."""
     theta = {m["model"]: m["theta"] for m in t["models"]}
     fam = {m["model"]: m["family"] for m in t["models"]}
     judges = {j["judge"]: j for j in t["judges"]}

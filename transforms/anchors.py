@@ -1,7 +1,7 @@
 """Trusted anchors as data: every verdict kept by its id, aggregated into the cells of one rater.
 
-Anchors are battle-shaped rows whose verdict is trusted (DESIGN §3).  They are validated by the ingest's
-own rules (a bad row is counted by reason and left out, never silently dropped) with one id set over all
+Anchors are battle-shaped rows (:mod:`biasboard.schemas.battle`) whose verdict is trusted.  They are validated by the
+ingest's own rules (a bad row is counted by reason and left out, never silently dropped) with one id set over all
 anchor files, so a repeated ``battle_id`` is a duplicate and is counted once, while repeats of the same
 pair, by the same or by different raters, are distinct verdicts and all count: agreement between raters
 is evidence.  No ``prompt_id`` is needed.  Every row is then attributed to one rater,

@@ -61,7 +61,7 @@ MANIFEST = "manifest.json"
 #: The stage writer's note to the launcher, kept beside the staged files and removed before publishing.
 RUN_RECORD = "_run.json"
 
-#: Files every snapshot holds (DESIGN §6), besides manifest.json.
+#: Files every snapshot holds (docs/running.md), besides manifest.json.
 SNAPSHOT_FILES: tuple[str, ...] = (
     "leaderboard.parquet",
     "leaderboard.csv",

@@ -181,7 +181,7 @@ def build_summary(
     audit_tables: Mapping[str, list] | None = None,
     seed: int = 0,
 ) -> Summary:
-    """summary.json, the one producer of :class:`~biasboard.schemas.summary.Summary` (DESIGN §6).
+    """summary.json, the one producer of :class:`~biasboard.schemas.summary.Summary`.
 
     τ and ρ naive vs corrected, counts by reason, judges, the fit's diagnostics, the audit's per-judge
     and per-model order tables (when the audit ran), rank intervals of both boards and the head-to-head
