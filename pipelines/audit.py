@@ -33,6 +33,7 @@ from biasboard.pipelines import validation
 from biasboard.pipelines.options import beam_options
 from biasboard.transforms import storage
 from biasboard.transforms.audit import AUDIT_JSON, DEFAULT_ORDER_SHARDS, run_audit
+from biasboard.transforms.read import load_aliases
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--family-map", default=None, help="optional JSON family rules (model/judge name → family), before the defaults"
     )
+    parser.add_argument("--aliases", default=None, help="optional JSON object: judge/model name -> canonical name")
     parser.add_argument(
         "--order-shards",
         type=int,
@@ -57,6 +59,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     storage.configure_gcs_auth(no_auth=options.view_as(GoogleCloudOptions).no_auth)
     families = validation.family_map(args.family_map)
     validation.writable_folder(args.out, "--out")
-    run_audit(args.input, args.out, options, args.anchors, families, args.order_shards)
+    aliases = load_aliases(args.aliases)
+    run_audit(args.input, args.out, options, args.anchors, families, args.order_shards, aliases)
     print(storage.join(args.out, AUDIT_JSON))
     return 0

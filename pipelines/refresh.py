@@ -368,7 +368,7 @@ def build_refresh(
     after = []
     if audit.rerun:
         inputs = audit_inputs(input_glob, audit.folder, options.anchors, family_map)
-        after.append(audit_days(pipeline, *inputs))
+        after.append(audit_days(pipeline, *inputs, aliases=aliases))
     _ = written | "FitModels" >> FitModels(
         state_dir,
         staging,

@@ -115,3 +115,28 @@ def test_a_copy_of_a_stored_day_is_refused_and_copies_within_a_day_are_duplicate
     code = cli.main(["backfill", "--input", str(logs), "--state", str(state), "--from", D2])
     err = capsys.readouterr().err
     assert code == 2 and f"(day {D1})" in err and f"(day {D2})" in err and "Traceback" not in err
+
+
+def test_refresh_refuses_a_stored_day_copied_to_a_new_day(tmp_path: Path, capsys):
+    from biasboard.simulate import SimulationConfig, write_simulation
+
+    sim = write_simulation(SimulationConfig(battles=2000, models=4, judges=2, days=1, seed=2), tmp_path / "sim")
+    argv = [
+        "refresh",
+        "--input",
+        str(sim / "battles"),
+        "--state",
+        str(tmp_path / "state"),
+        "--out",
+        str(tmp_path / "out"),
+        "--no-audit",
+    ]
+    assert cli.main(argv) == 0
+    (original,) = sorted((sim / "battles").rglob("*.parquet"))
+    copy = sim / "battles" / f"day={D2}" / "part-00000.parquet"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(original.read_bytes())
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(copy) in err and str(original) in err and "Traceback" not in err

@@ -157,3 +157,15 @@ def test_refresh_reports_renamed_rows_and_reaggregates_when_the_map_changes(tmp_
     assert sorted(again.aggregated_days) == sorted(outcome.aggregated_days)
     board = {row["model"] for row in json.loads((Path(again.published.path) / "leaderboard.json").read_text())}
     assert first in board and first.upper() not in board
+
+
+def test_audit_applies_the_aliases_like_the_ingest(tmp_path: Path):
+    import polars as pl
+
+    sim = write_simulation(SimulationConfig(battles=2000, models=4, judges=2, days=1, seed=5), tmp_path / "sim")
+    judges = sorted(pl.read_parquet(sim / "battles" / "day=*" / "*.parquet")["judge"].unique().to_list())
+    (tmp_path / "aliases.json").write_text(json.dumps({judges[0]: "THE-JUDGE"}))
+    argv = ["audit", "--input", str(sim / "battles"), "--out", str(tmp_path / "audit")]
+    assert cli.main([*argv, "--aliases", str(tmp_path / "aliases.json")]) == 0
+    audited = set(pl.read_parquet(tmp_path / "audit" / "audit_judges.parquet")["judge"].to_list())
+    assert audited == {"THE-JUDGE", judges[1]}

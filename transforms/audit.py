@@ -52,6 +52,7 @@ from biasboard.report.audit import render_audit_section
 from biasboard.schemas.battle import WINNER_VALUES
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.names import AliasMap
 from biasboard.transforms import publish, read, storage
 from biasboard.transforms.cells import IngestCounts
 from biasboard.transforms.covariates import resolve_families
@@ -149,6 +150,7 @@ def audit_days(
     family_map: FamilyMap,
     gold_lookup: pl.DataFrame | None = None,
     order_shards: int = DEFAULT_ORDER_SHARDS,
+    aliases: AliasMap | None = None,
 ) -> beam.PCollection:
     """Add the audit to ``pipeline``: read and validate each day, audit every battle, write the files under
     ``out``; returns the PCollection of written paths (what a later stage waits for)."""
@@ -156,7 +158,7 @@ def audit_days(
         pipeline
         | "Days" >> beam.Create(sorted(days.items()))
         | "SpreadDays" >> beam.Reshuffle()
-        | "ReadValidate" >> beam.FlatMap(read_day, family_map).with_outputs("counts", main="battles")
+        | "ReadValidate" >> beam.FlatMap(read_day, family_map, aliases).with_outputs("counts", main="battles")
     )
     counts = battles.counts | "SumCounts" >> beam.CombineGlobally(_sum_counts)
     return (
@@ -173,10 +175,11 @@ def build_audit(
     family_map: FamilyMap,
     gold_lookup: pl.DataFrame | None = None,
     order_shards: int = DEFAULT_ORDER_SHARDS,
+    aliases: AliasMap | None = None,
 ) -> beam.Pipeline:
     """The audit graph on its own (``biasboard audit``), built and not run."""
     pipeline = beam.Pipeline(options=options)
-    audit_days(pipeline, days, out, family_map, gold_lookup, order_shards)
+    audit_days(pipeline, days, out, family_map, gold_lookup, order_shards, aliases)
     return pipeline
 
 
@@ -187,6 +190,7 @@ def run_audit(
     anchors: str | None = None,
     family_map: FamilyMap | str | None = None,
     order_shards: int = DEFAULT_ORDER_SHARDS,
+    aliases: AliasMap | None = None,
 ) -> str:
     """Audit ``input_glob`` and write the files under ``out``; returns audit.json's path.
 
@@ -194,7 +198,8 @@ def run_audit(
     snapshot carries the same audit.
     """
     storage.configure_gcs_auth(no_auth=options.view_as(GoogleCloudOptions).no_auth)
-    run_to_completion(build_audit(options, *audit_inputs(input_glob, out, anchors, family_map, order_shards)))
+    inputs = audit_inputs(input_glob, out, anchors, family_map, order_shards)
+    run_to_completion(build_audit(options, *inputs, aliases=aliases))
     return storage.join(out, AUDIT_JSON)
 
 
@@ -246,15 +251,18 @@ def audit_frame(valid: pl.DataFrame) -> pl.DataFrame:
     return out if out.get_column(GOLD_COLUMN).null_count() < out.height else out.drop(GOLD_COLUMN)
 
 
-def read_day(day_files: tuple[str, list[read.InputFile]], family_map: FamilyMap):
+def read_day(day_files: tuple[str, list[read.InputFile]], family_map: FamilyMap, aliases: AliasMap | None = None):
     """One day's files → validated audit frames, plus a ``counts`` output (read / valid / rejected by reason).
 
-    Repeated battle ids are detected across all the day's files, as ingest does.
+    Repeated battle ids are detected across all the day's files, and names are
+    trimmed and aliased, as ingest does.
     """
     day, files = day_files
     seen = SeenIds()
     for f, offset, batch in read.day_batches(day, files, carry=AUDIT_CARRY):
-        checked = validate_battles(batch, seen, source_file=f.path, row_offset=offset, carry=AUDIT_CARRY)
+        checked = validate_battles(
+            batch, seen, source_file=f.path, row_offset=offset, carry=AUDIT_CARRY, aliases=aliases
+        )
         self_battles = checked.valid.filter(pl.col("model_a") == pl.col("model_b")).height
         counts = IngestCounts(checked.read, checked.valid.height, dict(checked.rejected), self_battles)
         yield beam.pvalue.TaggedOutput("counts", counts)

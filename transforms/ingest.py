@@ -225,7 +225,12 @@ def ingest_days(
     batch_rows: int = DEFAULT_BATCH_ROWS,
     aliases: AliasMap | None = None,
 ) -> beam.PCollection:
-    """Add the ingest over ``tasks`` (see :func:`day_tasks`) to ``pipeline``; returns the committed days' manifests."""
+    """Add the ingest over ``tasks`` (see :func:`day_tasks`) to ``pipeline``; returns the committed days' manifests.
+
+    A file already filed under another day (in ``tasks`` or in the state) is
+    refused here, while the graph is built, before anything runs.
+    """
+    check_stored_copies(tasks, state_dir)
     _LOG.info("ingest: %d day(s) into %s", len(tasks), state_dir)
     return (
         pipeline
@@ -285,7 +290,6 @@ def run_ingest(
     if not isinstance(family_map, FamilyMap):
         family_map = load_family_map(family_map)
     tasks = day_tasks(input_glob, days, day_range, scores_glob)
-    check_stored_copies(tasks, state_dir)
     storage.ensure_dir(state_dir)  # an unwritable state folder fails here, in one line, not inside a worker
     outcome = run_to_completion(build_ingest(options, tasks, state_dir, family_map, batch_rows, aliases))
     days_written = [task["day"] for task in tasks]
