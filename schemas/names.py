@@ -93,7 +93,8 @@ class NameFixes:
 
     def counts(self, kept: np.ndarray) -> tuple[int, int]:
         """(trimmed, renamed) among the rows at positions ``kept``."""
-        return tuple(int(m[kept].sum()) if m is not None else 0 for m in (self.trimmed, self.renamed))  # type: ignore[return-value]
+        trimmed, renamed = (int(m[kept].sum()) if m is not None else 0 for m in (self.trimmed, self.renamed))
+        return trimmed, renamed
 
 
 def clean_names(
