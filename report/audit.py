@@ -8,12 +8,12 @@ report embeds it.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from biasboard.audit import AuditResult
+from biasboard.report.svg import esc
 
 
 def _fmt(value: Any, kind: str = "rate") -> str:
@@ -25,14 +25,14 @@ def _fmt(value: Any, kind: str = "rate") -> str:
         return f"{float(value):,.0f}" if float(value).is_integer() else f"{float(value):,.1f}"
     if kind == "num":
         return f"{float(value):,.1f}"
-    return html.escape(str(value))
+    return esc(str(value))
 
 
 def _table(caption: str, headers: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
     return (
-        f'<table class="audit"><caption>{html.escape(caption)}</caption><thead><tr>{head}</tr></thead>'
+        f'<table class="audit"><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead>'
         f"<tbody>{body}</tbody></table>"
     )
 
@@ -50,7 +50,7 @@ def render_audit_section(audit: AuditResult | Mapping[str, Any]) -> str:
     Accepts an :class:`AuditResult` or the document of ``audit.json``.
     """
     judges = _records(audit, "judges")
-    name = lambda r: html.escape(str(r.get("judge")))  # noqa: E731
+    name = lambda r: esc(str(r.get("judge")))  # noqa: E731
     parts = ['<section class="audit" id="judge-audit"><h2>Judge audit</h2>']
     if not judges:
         parts.append("<p>No battles to audit.</p></section>")
@@ -141,7 +141,7 @@ def render_audit_section(audit: AuditResult | Mapping[str, Any]) -> str:
                 [
                     [
                         name(r),
-                        html.escape(str(r.get("judge_family"))),
+                        esc(str(r.get("judge_family"))),
                         _fmt(r.get("win_rate_self")),
                         _fmt(r.get("win_rate_other_judges")),
                         f"{_fmt(r.get('self_preference'))} ± {_fmt(r.get('self_preference_se'))}",

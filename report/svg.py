@@ -32,9 +32,19 @@ AXIS_COLOUR = "#6b7580"
 TEXT_COLOUR = "#24292f"
 
 
+#: Control characters (C0 but tab and newline, DEL, C1) → a visible stand-in: the Unicode "control
+#: picture" of a C0 byte (␇ for BEL), U+FFFD for the rest.  Names come from the data, and a raw
+#: control byte in a page is invisible at best and, in XML (the SVGs), makes the document invalid.
+_CONTROL_PICTURES = {
+    **{c: 0x2400 + c for c in range(0x20) if chr(c) not in "\t\n"},
+    0x7F: 0x2421,
+    **{c: 0xFFFD for c in range(0x80, 0xA0)},
+}
+
+
 def esc(value: object) -> str:
-    """Escape anything for HTML/XML text and attribute values (quotes included)."""
-    return html.escape(str(value), quote=True)
+    """Escape anything for HTML/XML text and attribute values (quotes included; control bytes made visible)."""
+    return html.escape(str(value).translate(_CONTROL_PICTURES), quote=True)
 
 
 def finite(value: object) -> float | None:

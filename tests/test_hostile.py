@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -173,3 +174,68 @@ def test_the_audit_is_bit_reproducible_whatever_the_sharding(tmp_path):
     shares = pairs.select(pl.col("^c_.*$")).to_numpy()
     assert (shares % 1 != 0).any()  # the case that matters: fractional shares were summed
     assert outputs[0] == outputs[1] == outputs[2]
+
+
+# --------------------------------------------------------------------------- export, buckets, CSV and HTML
+
+
+def _published_with_names(out: Path, names: list[str]) -> None:
+    n = len(names)
+    leaderboard = pl.DataFrame({"model": names, "rating_corrected": [float(-i) for i in range(n)]})
+    bias = pl.DataFrame({"judge": names[:1], "effect": ["position"], "estimate": [-0.2]})
+    files = publish.snapshot_files(leaderboard, bias, {"kendall_tau": 1.0}, "<html></html>")
+    publish.publish_snapshot(str(out), files, {"inputs": []})
+
+
+def test_csv_export_neutralises_spreadsheet_formulas(tmp_path):
+    hostile = ["=HYPERLINK(\"http://x\")", "+1", "-cmd|' /C calc'!A0", "@SUM(A1)", "\tx", "\rx", "plain", "a=b"]
+    _published_with_names(tmp_path / "out", hostile)
+    assert cli.main(["export", "--out", str(tmp_path / "out"), "--to", str(tmp_path / "dash"), "--format", "csv"]) == 0
+    text = (tmp_path / "dash" / "leaderboard.csv").read_text()
+    cells = pl.read_csv(tmp_path / "dash" / "leaderboard.csv")["model"].to_list()
+    assert cells == ["'" + name for name in hostile[:6]] + ["plain", "a=b"]
+    assert ",-1.0" in text  # numbers stay numbers, negative ones included
+    # the typed forms keep the names exactly as given
+    parquet = tmp_path / "dash-parquet"
+    assert cli.main(["export", "--out", str(tmp_path / "out"), "--to", str(parquet), "--format", "parquet"]) == 0
+    assert pl.read_parquet(parquet / "leaderboard.parquet")["model"].to_list() == hostile
+
+
+def test_the_report_never_shows_raw_control_bytes():
+    from biasboard.report.svg import esc
+
+    shown = esc("gpt\x07-4\x1b[31m\x00\x7f\x9b<b>\n")
+    assert shown == "gpt\u2407-4\u241b[31m\u2400\u2421\ufffd&lt;b&gt;\n"
+    assert not any((ord(ch) < 0x20 and ch not in "\t\n") or 0x7F <= ord(ch) < 0xA0 for ch in shown)
+
+
+def test_export_to_an_unreachable_bucket_fails_fast_in_one_line(tmp_path):
+    from gcs_emulator import emulator_env, free_port
+
+    _published_with_names(tmp_path / "out", ["a", "b"])
+    env = emulator_env(f"http://127.0.0.1:{free_port()}")  # a loopback port with nothing listening
+    argv = ["export", "--out", str(tmp_path / "out"), "--to", "gs://dash/bb", "--format", "csv"]
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "biasboard.pipelines.cli", *argv], capture_output=True, text=True, env=env, timeout=120
+    )
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("biasboard export: error: --to gs://dash/bb: cannot reach bucket dash"), lines
+    assert "Connection refused" in lines[-1] and "Traceback" not in proc.stderr
+    assert elapsed < 60, f"{elapsed:.0f} s: the bounded probe gives up after about 12 s (plus start-up)"
+
+
+def test_a_missing_bucket_is_named_in_one_line(tmp_path, capsys):
+    from gcs_emulator import emulated_gcs
+
+    _published_with_names(tmp_path / "out", ["a", "b"])
+    with emulated_gcs("present", tmp_path / "emulator.log"):
+        argv = ["export", "--out", str(tmp_path / "out"), "--to", "gs://absent/bb", "--format", "csv"]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert "--to gs://absent/bb: bucket absent does not exist" in err and len(err.strip().splitlines()) == 1
+        argv = ["refresh", "--input", str(tmp_path / "x"), "--state", "gs://absent/state", "--out", "gs://present/o"]
+        assert cli.main(argv) == 2
+        assert "--state gs://absent/state: bucket absent does not exist" in capsys.readouterr().err

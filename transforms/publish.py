@@ -87,18 +87,41 @@ def table_bytes(frame: pl.DataFrame, fmt: str) -> bytes:
 
     The single place that decides the on-disk form of a table, so a snapshot and
     an export of it are byte-identical.  In JSON a missing or non-finite number is
-    ``null`` (JSON has no NaN); the Parquet and CSV forms keep what the frame holds.
+    ``null`` (JSON has no NaN); the Parquet form keeps what the frame holds, the CSV
+    form neutralises text that a spreadsheet would run as a formula (:func:`csv_safe`).
     """
     if fmt == "parquet":
         buffer = io.BytesIO()
         frame.write_parquet(buffer, compression="zstd", statistics=False)
         return buffer.getvalue()
     if fmt == "csv":
-        return frame.write_csv().encode("utf-8")
+        return csv_safe(frame).write_csv().encode("utf-8")
     if fmt == "json":
         rows = [{key: _json_value(value) for key, value in row.items()} for row in frame.to_dicts()]
         return (json.dumps(rows, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
     raise ValueError(f"unknown table format {fmt!r} (csv, json or parquet)")
+
+
+#: A text cell a spreadsheet would read as a formula (OWASP "CSV injection"): it starts with = + - @,
+#: or with a control byte (tab, carriage return ...) that some spreadsheets skip before looking.
+_FORMULA_START = r"^[=+\-@\x00-\x1f\x7f]"
+
+
+def csv_safe(frame: pl.DataFrame) -> pl.DataFrame:
+    """Text cells that could run as a spreadsheet formula, prefixed with ``'`` (OWASP's advice).
+
+    Model and judge names come from whoever wrote the battle logs, and the CSV
+    is what people open in a spreadsheet: ``=HYPERLINK(...)`` as a model name
+    must stay text.  Only text columns change; numbers (negative ratings) are
+    numbers, not formulas.  The Parquet and JSON forms keep the names as given.
+    """
+    text = [name for name, dtype in frame.schema.items() if dtype == pl.String]
+    if not text:
+        return frame
+    return frame.with_columns(
+        pl.when(pl.col(c).str.contains(_FORMULA_START)).then(pl.lit("'") + pl.col(c)).otherwise(pl.col(c)).alias(c)
+        for c in text
+    )
 
 
 def json_bytes(document: Mapping[str, object]) -> bytes:
