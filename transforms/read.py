@@ -314,7 +314,9 @@ def _ts_days(path: str, kind: str) -> pl.Series:
     if reader.metadata.num_rows == 0:
         return pl.Series("ts", [], dtype=pl.String)
     names = reader.schema_arrow.names
-    ts_name = next((n for n in names if rules.apply_column_aliases([n]).get(n, n) == "ts"), "ts")
+    ts_name = next((n for n in names if rules.apply_column_aliases([n]).get(n, n) == "ts"), None)
+    if ts_name is None:  # refresh lists files without the up-front check: say what backfill's check says
+        raise InputError(f"{path}: required column 'ts' is missing (has: {', '.join(names)})")
     column = reader.read(columns=[ts_name]).rename_columns(["ts"])
     frame = pl.from_arrow(column)
     assert isinstance(frame, pl.DataFrame)
