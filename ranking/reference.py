@@ -50,7 +50,7 @@ from biasboard.ranking.model import DISC, LEN, POS
 from biasboard.ranking.problem import Problem, bias_aware_problem, prior_sd_of_effect
 from biasboard.ranking.rank_stats import ranks_desc
 from biasboard.ranking.result import Z95, FitResult
-from biasboard.ranking.uncertainty import top_k_probabilities
+from biasboard.ranking.uncertainty import centre_within, centring_matrix, top_k_probabilities
 from biasboard.schemas.errors import InputError
 
 #: The judge name trusted anchors are fitted under (not a valid model or judge name of any import).
@@ -198,15 +198,16 @@ def with_rating(fit: FitResult, rating: np.ndarray, jac: np.ndarray, n_battles: 
     m = rating.size
     cov_u = jac @ cov_core @ jac.T
     cov_u = 0.5 * (cov_u + cov_u.T)
-    proj = np.eye(m) - 1.0 / m
-    cov = proj @ cov_u @ proj
-    centred = rating - rating.mean()
+    component = fit.component
+    split = component if component.size and component.max() > 0 else None
+    proj = centring_matrix(component, m)  # θ is centred within each comparison component
+    cov = proj @ cov_u @ proj.T
+    centred = centre_within(rating, split)
     se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     jitter = 1e-12 * max(float(np.mean(np.diag(cov_u))), 1e-300)
     chol = np.linalg.cholesky(cov_u + jitter * np.eye(m))
-    samples = centred_draws(centred, chol, draws, np.random.default_rng(seed))
-    component = fit.component
-    p_top = top_k_probabilities(samples, fit.k, component if component.size and component.max() > 0 else None)
+    samples = centred_draws(centred, chol, draws, np.random.default_rng(seed), split)
+    p_top = top_k_probabilities(samples, fit.k, split)
     return replace(fit, rating=centred, se=se, ci_low=centred - Z95 * se, ci_high=centred + Z95 * se, cov=cov,
                    p_top_k=p_top, n_battles=n_battles, solver=replace(fit.state, theta_chol=chol))
 
