@@ -293,6 +293,47 @@ def llmfao_section(draws: int = 300) -> str:
     )
 
 
+# --------------------------------------------------------------------------------------------- MT-Bench
+
+
+def mtbench_section() -> str:
+    """MT-Bench PBA (3 LLM judges, both orders): each judge in turn as the reference for the other two.
+
+    There is no human verdict on these pairs, so no board here is "right": the table shows how much the
+    choice of reference moves the board (τ vs the zero reference and vs naive) and each reference's own
+    length effect.  AlpacaEval has one judge against one baseline, so it offers no second rater to be a
+    reference: only ``none`` applies there.
+    """
+    battles = pl.from_arrow(import_path("pba", DATA / "mtbench-position-bias-analyzer" /
+                                        "mtbench_judgments_*.jsonl.gz").rows)
+    cells = [partial_cells(battles, FAMILIES).cells]
+    judges = sorted(battles["judge"].unique().to_list())
+    zero = fit_with_reference(cells, reference=Reference(), config=CONFIG)
+    rows = [["none (style control)", "—", kendall_tau_b(zero.naive.rating, zero.corrected.rating), 1.0, "—",
+             ", ".join(f"{u['judge']}:{u['effect']}" for u in zero.unidentified if not u["applied"]) or "none"]]
+    for judge in judges:
+        fit = fit_with_reference(cells, reference=Reference("judges", (judge,)), config=CONFIG)
+        own = fit.own_effects["length"]
+        length = (f"{own['estimate']:.2f} [{own['ci_low']:.2f}, {own['ci_high']:.2f}]"
+                  + (" (taken as 0)" if own.get("applied") == 0.0 else "")) if own["ci_low"] is not None else "0"
+        on = fit.gate.decisions.filter(pl.col("enabled"))
+        rows.append([judge, length, kendall_tau_b(fit.naive.rating, fit.corrected.rating),
+                     kendall_tau_b(zero.corrected.rating, fit.corrected.rating),
+                     ", ".join(sorted(set(on["effect"].to_list()))) or "none",
+                     ", ".join(f"{u['judge']}:{u['effect']}" for u in fit.unidentified if not u["applied"]) or "none"])
+    return (
+        "## Reference: MT-Bench PBA and AlpacaEval, with and without a reference\n\n"
+        f"MT-Bench position-bias-analyzer judgments ({battles.height} battles, {len(judges)} LLM judges, both "
+        "orders). No human verdicts exist on these pairs, so each judge in turn is the reference for the others; "
+        "τ-b is between boards, not against a truth. AlpacaEval 2 has a single judge against a single baseline: "
+        "there is no second rater on the same pairs to serve as a reference, so only `--reference none` applies "
+        "there (its section above is that case).\n\n"
+        + markdown_table(["reference", "reference's own length effect [95% CI]", "τ-b naive vs corrected",
+                          "τ-b vs the zero-reference board", "effects the gate corrected",
+                          "prior-selected, not applied"], rows)
+    )
+
+
 # --------------------------------------------------------------------------------------------- main
 
 
@@ -301,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="one seed, two anchor counts, no page")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--null-seeds", type=int, default=40)
-    parser.add_argument("--no-llmfao", action="store_true")
+    parser.add_argument("--no-llmfao", action="store_true", help="skip the real-data sections")
+    parser.add_argument("--real-only", action="store_true", help="only the real-data sections (LLMFAO, MT-Bench)")
     parser.add_argument("--evidence", type=Path, default=ROOT / "docs" / "evidence.md")
     args = parser.parse_args(argv)
     size = dict(battles=20_000, models=20, judges=4)
@@ -309,6 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         size, ks, args.seeds, args.null_seeds, args.no_llmfao = dict(battles=4000, models=10, judges=3), (40, 2000), \
             1, 2, True
+    if args.real_only:
+        replace_section(args.evidence, "reference-llmfao", llmfao_section())
+        replace_section(args.evidence, "reference-mtbench", mtbench_section())
+        return 0
     start = time.perf_counter()
     runs = []
     for gen in GENERATORS:
@@ -332,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"shared data not found at {DATA.resolve()}", file=sys.stderr)
             return 2
         replace_section(args.evidence, "reference-llmfao", llmfao_section())
+        replace_section(args.evidence, "reference-mtbench", mtbench_section())
     return 0
 
 
