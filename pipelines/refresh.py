@@ -124,6 +124,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "default %(default)s, a 4.5x length ratio): past it a judge's verbosity preference is taken to saturate",
     )
     parser.add_argument(
+        "--diagnostics",
+        choices=("full", "fast", "off"),
+        default="full",
+        help="profile-likelihood identifiability checks: full (each point solved), fast (quadratic approximation "
+        "from one factorisation per effect), off (default full)",
+    )
+    parser.add_argument(
+        "--judge-pool",
+        default=None,
+        help="fit one judge per pool: 'prefix:SEP' pools judges by their name up to SEP (e.g. 'prefix:/' fits all "
+        "'arena/<voter>' as 'arena'); default: every judge its own effect, voters shrunk to their population",
+    )
+    parser.add_argument(
         "--plan-budget",
         type=int,
         help="also plan this many next comparisons (top-k-aware) from the new snapshot (default %(default)s: no plan)",
@@ -183,6 +196,8 @@ class RefreshOptions:
     anchors: str | None = None
     plan_budget: int = 0
     length_clip: float | None = 1.5
+    diagnostics: str = "full"
+    judge_pool: str | None = None
     reference: str | None = None
     gate_level: float = 0.05
     apply_unidentified: bool = False
@@ -548,7 +563,8 @@ def model_config(options: RefreshOptions) -> ModelConfig:
     try:
         ReferenceSettings(options.gate_level, options.apply_unidentified)
         Reference.parse(options.reference, bool(options.anchors))
-        return ModelConfig(k=options.k, bootstrap=options.bootstrap, seed=options.seed, length_clip=options.length_clip)
+        return ModelConfig(k=options.k, bootstrap=options.bootstrap, seed=options.seed, length_clip=options.length_clip,
+                           diagnostics=options.diagnostics, judge_pool=options.judge_pool)
     except ValueError as err:  # a bad option value, said in one line rather than a traceback
         raise InputError(f"refresh options: {err}") from err
 

@@ -143,6 +143,15 @@ class ArrowHessian:
         out[m:m + N_EFFECTS] = np.einsum("jtc,jt->c", Xg, v_j)
         return out
 
+    def matvec(self, v: np.ndarray) -> np.ndarray:
+        """H v for a core vector (penalty terms included, constraints not)."""
+        v_g, v_j = split(self.lay, v)
+        out = join(self.lay, self.H @ v_g + self.xt_judge(v_j), np.einsum("jtu,ju->jt", self.A, v_j) + self.x_glob(v_g))
+        for u, kinv in self.low_rank:
+            if kinv > 0:
+                out += u * (u @ v) / kinv
+        return out
+
     def quad(self, s: np.ndarray) -> float:
         """sᵀ H s for a core vector (penalty terms included, constraints not)."""
         s_g, s_j = split(self.lay, s)

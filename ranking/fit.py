@@ -258,7 +258,8 @@ def fit_bias_aware(
         boot_theta, boot_core = bootstrap_replicates(problem, solution, config.bootstrap, shards,
                                                       np.random.default_rng(config.seed + 1), config.tol,
                                                       config.max_iter)
-    profiles = profile_ranges(problem, solution, config, shards) if config.profile else {}
+    on = config.profile and config.diagnostics != "off"
+    profiles = profile_ranges(problem, solution, config, shards) if on else {}
     bias = bias_table(problem, solution, cov_core, profiles, boot_core)
     diagnostics = connectivity_report(data)
     warnings: list[str] = diagnostics.pop("warnings")

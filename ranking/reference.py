@@ -434,7 +434,7 @@ def fit_with_reference(
     settings = settings or ReferenceSettings()
     naive_config = naive_config or NaiveConfig(k=config.k, seed=config.seed, bootstrap=config.bootstrap)
     cells = _as_list(cells)  # read twice (judges alone, then with the anchors): an iterator would not do
-    judge_data = build_dataset(cells, score_cells)
+    judge_data = build_dataset(cells, score_cells, judge_pool=config.judge_pool)
     naive = fit_naive(judge_data, config=naive_config)
     notes: list[str] = []
     if reference.kind == "judges":
@@ -457,7 +457,7 @@ def fit_with_reference(
         k = int(anchor_cells.get_column("n").sum() or 0)
         if k == 0:
             raise InputError("--anchors: no anchor compares two models that appear in the battles")
-        data = build_dataset([*cells, anchor_cells.to_arrow()], score_cells)
+        data = build_dataset([*cells, anchor_cells.to_arrow()], score_cells, judge_pool=config.judge_pool)
     elif reference.kind == "judges":
         j = np.array([name in reference.raters for name in data.judges])
         k = int(data.pairs.n[j[data.pairs.j]].sum())

@@ -78,6 +78,13 @@ class Objective:
             self.cross = cross or CrossIndex.of(parts, lay.n_models, lay.n_judges)
             self.centred = centring(spec)
 
+    def prior_value(self, core: np.ndarray, diag: np.ndarray) -> float:
+        """The prior's part of the objective (−log prior, gauges included) at (core, diag)."""
+        pr = self.prior
+        dc, dd = core - pr.mean, diag - pr.mean_diag
+        f = 0.5 * float(dc @ (pr.precision * dc) + dd @ (pr.precision_diag * dd))
+        return f + sum(0.5 * kappa * float(core[idx].sum()) ** 2 for idx, kappa in pr.gauges)
+
     def _effective(self, core: np.ndarray) -> np.ndarray:
         eff = self.E @ core
         if self.blocked and self.centred is not None:  # L_j = ρ_j − mean ρ over the centred judges, in O(J)
