@@ -71,7 +71,11 @@ _OPTIONAL: dict[str, type[pl.DataType]] = {
     "family_b": pl.Utf8,
     "judge_family": pl.Utf8,
     "gold": pl.Utf8,
+    "order_known": pl.Boolean,
 }
+
+#: Battles whose shown order is known (``order_known`` null or true): only these say anything about position.
+SHOWN_ORDER_KNOWN = pl.col("order_known").fill_null(True)
 
 #: Name of the optional gold-label column: the correct verdict, in FastChat's values, for this row's order.
 GOLD_COLUMN = "gold"
@@ -170,10 +174,13 @@ def order_rows(battles: pl.DataFrame) -> pl.DataFrame:
     ``model_x``/``model_y`` are the pair's two models sorted by name; ``xf_v`` counts
     verdicts ``v`` (x won, y won, tie, tie (bothbad)) given with ``model_x`` shown first,
     ``yf_v`` with ``model_y`` first.  Self-battles and battles without a ``prompt_id``
-    cannot be paired and are left out (they count in the slot split).  The rows are
+    cannot be paired and are left out (they count in the slot split), as are battles whose
+    shown order is unknown (``order_known`` false).  The rows are
     additive: rows of two slices summed by key are the rows of their union.
     """
-    b = battles.filter((pl.col("model_a") != pl.col("model_b")) & pl.col("prompt_id").is_not_null())
+    b = battles.filter(
+        (pl.col("model_a") != pl.col("model_b")) & pl.col("prompt_id").is_not_null() & SHOWN_ORDER_KNOWN
+    )
     x_first = pl.col("model_a") < pl.col("model_b")
     first = pl.col("winner") == "model_a"
     second = pl.col("winner") == "model_b"
@@ -416,13 +423,18 @@ def _verdict_counts(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
 
 
 def slot_counts(battles: pl.DataFrame) -> pl.DataFrame:
-    """Per judge: first-slot wins, second-slot wins and ties over all battles between two different models."""
-    return _verdict_counts(battles.filter(pl.col("model_a") != pl.col("model_b")), list(SLOT_KEYS))
+    """Per judge: first-slot wins, second-slot wins and ties over battles between two different models.
+
+    Battles whose shown order is unknown have no first slot and are left out.
+    """
+    frame = battles.filter((pl.col("model_a") != pl.col("model_b")) & SHOWN_ORDER_KNOWN)
+    return _verdict_counts(frame, list(SLOT_KEYS))
 
 
 def identical_counts(battles: pl.DataFrame) -> pl.DataFrame:
     """Per judge: the same counts over self-battles (``model_a == model_b``), the identical-answer check."""
-    return _verdict_counts(battles.filter(pl.col("model_a") == pl.col("model_b")), list(SLOT_KEYS))
+    frame = battles.filter((pl.col("model_a") == pl.col("model_b")) & SHOWN_ORDER_KNOWN)
+    return _verdict_counts(frame, list(SLOT_KEYS))
 
 
 def length_counts(battles: pl.DataFrame) -> pl.DataFrame:

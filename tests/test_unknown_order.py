@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pytest
+from biasboard.audit import audit
 from biasboard.ranking import ModelConfig, fit_bias_aware
 from biasboard.ranking.data import build_dataset
 from biasboard.ranking.rank_stats import kendall_tau_b
@@ -119,3 +120,14 @@ def test_order_known_values_null_text_and_numbers():
     cells = pl.from_arrow(_cells(head))
     assert cells.filter(~pl.col("order_known"))["n"].sum() == 3
     assert cells["n"].sum() == 6  # every battle counted, none dead-lettered
+
+
+def test_the_audit_reads_position_only_from_battles_whose_order_is_known():
+    frame, _ = _battles(7)
+    relisted = _relisted_unknown(frame)
+    mixed = audit(relisted).judges.sort("judge")
+    known = audit(relisted.filter(pl.col("order_known").is_null())).judges.sort("judge")
+    face = audit(relisted.drop("order_known")).judges.sort("judge")
+    for column in ("slot_n", "slot_first_share", "slot_second_share"):
+        assert mixed[column].to_list() == known[column].to_list()
+        assert mixed[column].to_list() != face[column].to_list()

@@ -247,6 +247,7 @@ def audit_frame(valid: pl.DataFrame) -> pl.DataFrame:
         pl.col("family_b").cast(pl.String),
         pl.col("judge_family").cast(pl.String),
         pl.col(GOLD_COLUMN),
+        pl.col("order_known"),
     )
     return out if out.get_column(GOLD_COLUMN).null_count() < out.height else out.drop(GOLD_COLUMN)
 
