@@ -262,7 +262,11 @@ def coverage_study(seeds: int, battles: int = 20_000, models: int = 16, judges: 
         config = SimulationConfig(battles=battles, models=models, judges=judges, days=1, seed=1000 + seed)
         cells = merge_cells(partial_cells(b, family_map).cells for _, b, _ in simulate_days(config))
         tr = truth(config)
-        naive, fit = fit_leaderboards(cells, config=ModelConfig(profile=False, posterior_draws=200))
+        # The simulator's length effect is linear in x (no saturation), so coverage of β_j is defined only for
+        # the linear term: with the default clip (±1.5) β absorbs the battles beyond the clip and is biased
+        # upward (measured: +0.007 at 300k battles, coverage 0.938; unclipped −0.002, 0.979) — the
+        # simulator-vs-model mismatch, not a miscalibrated CI.  The oracle likewise fits the linear term.
+        naive, fit = fit_leaderboards(cells, config=ModelConfig(profile=False, posterior_draws=200, length_clip=None))
         g = float(np.exp(np.mean([np.log(j["a"]) for j in tr["judges"]])))
         theta = {m["model"]: m["theta"] for m in tr["models"]}
         true = np.array([theta[m] for m in fit.models])
