@@ -144,6 +144,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fit-min-ram", help="memory the fit stage asks its worker for (a Beam resource hint; default %(default)s)"
     )
+    parser.add_argument(
+        "--refit",
+        action="store_true",
+        help="fit and publish even when nothing changed since the LATEST snapshot (default: it stays LATEST)",
+    )
     # Every default is RefreshOptions' (one place); each flag's dest is the field it sets.
     parser.set_defaults(**asdict(RefreshOptions()))
 
@@ -202,6 +207,7 @@ class RefreshOptions:
     gate_level: float = 0.05
     apply_unidentified: bool = False
     fit_min_ram: str = DEFAULT_FIT_RAM
+    refit: bool = False
 
 
 @dataclass
@@ -280,6 +286,12 @@ def refresh(
         return Outcome(None, aggregated_days=todo, reason=build_only, job=job)
     failpoint("after-read")
 
+    fit_key = _fit_inputs_digest(state_dir, changes, options, family_map, aliases)
+    if not todo and not audit.rerun and not options.refit:
+        reused = _reuse_latest(out_dir, fit_key)
+        if reused is not None:
+            return _with_plan(reused, out_dir, options)
+
     publish.clean_staging(out_dir)  # what killed runs left; this run stages its snapshot next
     if audit.rerun:
         storage.delete_tree(audit.folder)
@@ -341,6 +353,7 @@ def refresh(
         "metrics": {"this_run": metrics, "source": "Beam counters of this run's aggregation (empty: nothing new)"},
         "counts": S.to_jsonable(counts),
         "timings_s": timings.stages,
+        "fit_inputs_sha256": fit_key,
     }
     with timings.stage("publish"):
         published = publish.publish_staged(out_dir, staging, manifest)
@@ -349,11 +362,64 @@ def refresh(
         published.snapshot_id,
         ", ".join(f"{k} {v:.2f} s" for k, v in timings.stages.items()),
     )
-    plan_path = None
-    if options.plan_budget:
-        plan = make_plan(out_dir, options.plan_budget, snapshot_id=published.snapshot_id)
-        plan_path = plan.paths[0] if plan.paths else None
-    return Outcome(published, summary, todo, plan_path=plan_path, leaderboard=leaderboard)
+    return _with_plan(Outcome(published, summary, todo, leaderboard=leaderboard), out_dir, options)
+
+
+def _with_plan(outcome: Outcome, out_dir: str, options: RefreshOptions) -> Outcome:
+    """``outcome`` with the plan ``--plan-budget`` asks for, made from its snapshot."""
+    if options.plan_budget and outcome.published is not None:
+        plan = make_plan(out_dir, options.plan_budget, snapshot_id=outcome.published.snapshot_id)
+        outcome.plan_path = plan.paths[0] if plan.paths else None
+    return outcome
+
+
+#: Options that change nothing in a snapshot's content (a plan is written beside it, not in it).
+_NOT_FIT_INPUTS = ("refit", "plan_budget", "fit_min_ram")
+
+
+def _fit_inputs_digest(
+    state_dir: str, changes: InputChanges, options: RefreshOptions, family_map: FamilyMap, aliases: AliasMap | None
+) -> str:
+    """One digest of everything a snapshot's content depends on, kept in its manifest.
+
+    The input's per-day fingerprints (which fix the stored cells), the maps,
+    the anchors' file fingerprints, every option that reaches the fit or the
+    report, and the library versions.  Equal digests mean a refit would publish
+    the same files again.
+    """
+    anchors = None
+    if options.anchors:
+        found = read.list_input_days(options.anchors, check=False)
+        anchors = [f.fingerprint() for files in found.values() for f in files]
+    refresh_options = {k: v for k, v in asdict(options).items() if k not in _NOT_FIT_INPUTS}
+    return _digest(
+        {
+            "state": state_dir,
+            "inputs": changes.digest,
+            "family_map": family_map.digest(),
+            "aliases": aliases.digest() if aliases is not None else None,
+            "anchors": anchors,
+            "options": refresh_options,
+            "versions": versions(),
+        }
+    )
+
+
+def _reuse_latest(out_dir: str, fit_key: str) -> Outcome | None:
+    """The LATEST snapshot, when it was made from exactly these fit inputs (nothing new: no refit)."""
+    latest = publish.latest_snapshot_id(out_dir)
+    if latest is None:
+        return None
+    path = publish.snapshot_dir(out_dir, latest)
+    try:
+        if publish.read_snapshot_manifest(path).get("fit_inputs_sha256") != fit_key:
+            return None
+    except (OSError, ValueError):  # an unreadable manifest: refit rather than trust it
+        return None
+    summary = Summary.from_json(json.loads(storage.read_text(storage.join(path, "summary.json"))))
+    leaderboard = pl.read_parquet(io.BytesIO(storage.read_bytes(storage.join(path, "leaderboard.parquet"))))
+    _LOG.info("refresh: nothing new since snapshot %s (same inputs, options and versions); it stays LATEST", latest)
+    return Outcome(publish.Published(latest, path, reused=True), summary, [], leaderboard=leaderboard)
 
 
 def build_refresh(

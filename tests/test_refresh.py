@@ -264,3 +264,18 @@ def test_bad_reference_options_fail_before_any_work(sim, tmp_path, capsys):
     assert cli.main([*argv, "--reference", "anchors"]) == 2
     assert "no --anchors given" in capsys.readouterr().err
     assert not (tmp_path / "state").exists()  # nothing was aggregated
+
+
+def test_nothing_new_keeps_the_latest_snapshot_without_refitting(sim, tmp_path):
+    state, out = str(tmp_path / "state"), str(tmp_path / "out")
+    first = refresh(_glob(sim), state, out, [], NO_AUDIT)
+    again = refresh(_glob(sim), state, out, [], NO_AUDIT)
+    assert again.published.reused and again.published.snapshot_id == first.published.snapshot_id
+    assert again.aggregated_days == [] and not list((tmp_path / "out" / "staging").glob("*"))  # nothing staged
+    assert again.summary == first.summary and again.leaderboard.equals(first.leaderboard)
+    assert publish.list_snapshots(out) == [first.published.snapshot_id]
+    other_k = refresh(_glob(sim), state, out, [], RefreshOptions(audit=False, k=2))  # an option the fit reads
+    assert not other_k.published.reused and other_k.published.snapshot_id != first.published.snapshot_id
+    forced = refresh(_glob(sim), state, out, [], RefreshOptions(audit=False, k=2, refit=True))
+    assert not forced.published.reused or forced.published.snapshot_id == other_k.published.snapshot_id
+    assert _numbers(Path(forced.published.path)) == _numbers(Path(other_k.published.path))
