@@ -59,8 +59,12 @@ def _hide_user_error_tracebacks(record: logging.LogRecord) -> bool:
     reaches the launcher; for a :class:`BiasboardError` (bad input, an unwritable
     folder) the CLI prints the one-line message itself, so the traceback would
     only bury it.  Any other error (a bug) keeps its traceback.  ``-v`` shows all.
+    Worker processes (``--direct_running_mode=multi_processing``, a portable
+    runner) relay the traceback as the text of a Beam log record instead.
     """
     error = record.exc_info[1] if record.exc_info else None
+    if error is None and record.name.startswith("apache_beam") and record.levelno >= logging.ERROR:
+        error = RuntimeError(record.getMessage())  # a relayed worker log: the error's name is in its text
     return error is None or recover_user_error(error) is None
 
 

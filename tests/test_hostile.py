@@ -239,3 +239,19 @@ def test_a_missing_bucket_is_named_in_one_line(tmp_path, capsys):
         argv = ["refresh", "--input", str(tmp_path / "x"), "--state", "gs://absent/state", "--out", "gs://present/o"]
         assert cli.main(argv) == 2
         assert "--state gs://absent/state: bucket absent does not exist" in capsys.readouterr().err
+
+
+def test_worker_tracebacks_of_user_errors_are_filtered_also_when_relayed_as_text():
+    """Worker processes relay a traceback as a log message (no exc_info); a bug's traceback stays."""
+    import logging
+
+    from biasboard.pipelines.cli import _hide_user_error_tracebacks
+
+    def record(name: str, message: str) -> logging.LogRecord:
+        return logging.LogRecord(name, logging.ERROR, __file__, 1, message, None, None)
+
+    relayed = "Original traceback is\nTraceback ...\nbiasboard.schemas.errors.InputError: x: bad"
+    assert not _hide_user_error_tracebacks(record("apache_beam.runners.portability.local_job_service", relayed))
+    bug = "Original traceback is\nTraceback ...\nKeyError: 'x'"
+    assert _hide_user_error_tracebacks(record("apache_beam.runners.portability.local_job_service", bug))
+    assert _hide_user_error_tracebacks(record("biasboard.pipelines.refresh", relayed))  # only the runner's own logs
