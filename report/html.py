@@ -623,19 +623,31 @@ def _diagnostics(summary: Summary) -> str:
     return _section("diagnostics", "Diagnostics", body)
 
 
+def _reference_note(summary: Summary) -> str:
+    """Which reference the corrected board is relative to, with the reference's own effects (95% CI)."""
+    reference = summary.reference
+    if reference is None:
+        return ""
+    effects = "; ".join(
+        f"{name} {fmt(e.get('estimate'), 2)}"
+        + (f" [{fmt(e.get('ci_low'), 2)}, {fmt(e.get('ci_high'), 2)}]" if e.get("ci_low") is not None else "")
+        for name, e in reference.own_effects.items())
+    return (f'<p class="note">Reference: {esc(reference.description)}.'
+            + (f" Its own effects: {esc(effects)}." if effects else "") + "</p>")
+
+
 def _gate(summary: Summary) -> str:
     gate = summary.diagnostics.gate
     if gate is None:
-        return ""
+        note = _reference_note(summary)
+        return _section("gate", "Reference", note) if note else ""
     columns = list(dict.fromkeys(k for row in gate.decisions for k in row))
     head = "<tr>" + "".join(f'<th class="l">{esc(c)}</th>' for c in columns) + "</tr>"
     rows = ["<tr>" + "".join(
         f'<td class="l">{esc(fmt(row.get(c), 3) if isinstance(row.get(c), float) else row.get(c, "—"))}</td>'
         for c in columns) + "</tr>" for row in gate.decisions]
-    reference = summary.reference
-    named = f"Reference: {esc(reference.description)}. " if reference is not None else ""
-    body = (f'<p class="note">{named}{esc(gate.method)}: {gate.k} reference verdicts, family-wise level '
-            f"{gate.level:g}.</p>" + _table("gate", head, rows))
+    body = (_reference_note(summary) + f'<p class="note">{esc(gate.method)}: {gate.k} reference verdicts, '
+            f"family-wise level {gate.level:g}.</p>" + _table("gate", head, rows))
     return _section("gate", "Trusted-anchor gate", body)
 
 

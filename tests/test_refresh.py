@@ -234,6 +234,7 @@ def test_refresh_with_anchors_gates_corrections_and_plans_the_next_battles(sim, 
     assert reference.kind == "anchors" and reference.verdicts == gate.k == 30
     assert outcome.summary.diagnostics.gate == gate
     assert reference.own_effects["position"]["ci_low"] is not None
+    assert "Reference: anchors" in (snapshot / "report.html").read_text(encoding="utf-8")
     assert len(gate.decisions) == len(judges) * 3  # position, length, affinity per judge
     assert any("the gate corrected" in w for w in outcome.summary.warnings)
     # what the gate left off is what the published bias table says is off
