@@ -113,7 +113,7 @@ def reachable_bucket(path: str, flag: str) -> None:
     except exceptions.RetryError as err:
         cause = err.cause or err
         raise StateError(
-            f"{flag} {path}: cannot reach bucket {bucket} (gave up after {BUCKET_PROBE_DEADLINE_S:.0f} s: "
+            f"{flag} {path}: cannot reach bucket {bucket} (no answer within {BUCKET_PROBE_DEADLINE_S:.0f} s: "
             f"{_first_line(cause)})"
         ) from err
     except (exceptions.Forbidden, exceptions.Unauthorized) as err:
