@@ -208,8 +208,10 @@ def with_rating(fit: FitResult, rating: np.ndarray, jac: np.ndarray, n_battles: 
     chol = np.linalg.cholesky(cov_u + jitter * np.eye(m))
     samples = centred_draws(centred, chol, draws, np.random.default_rng(seed), split)
     p_top = top_k_probabilities(samples, fit.k, split)
+    # Bootstrap replicates are of θ, not of φ: the reference rating's intervals are Laplace (delta method).
     return replace(fit, rating=centred, se=se, ci_low=centred - Z95 * se, ci_high=centred + Z95 * se, cov=cov,
-                   p_top_k=p_top, n_battles=n_battles, solver=replace(fit.state, theta_chol=chol))
+                   p_top_k=p_top, n_battles=n_battles, solver=replace(fit.state, theta_chol=chol),
+                   boot_theta=None, boot_ci_low=None, boot_ci_high=None, uncertainty="laplace")
 
 
 def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> dict[str, dict[str, Any]]:

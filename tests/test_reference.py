@@ -227,3 +227,14 @@ def test_agreement_with_anchors_improves_when_a_length_bias_is_removed() -> None
         assert rows[judge]["log_loss_corrected"] < rows[judge]["log_loss_uncorrected"], rows[judge]
     assert rows["published board"]["log_loss_uncorrected"] < rows["naive board"]["log_loss_uncorrected"]
     assert 0.5 < rows["published board"]["accuracy_uncorrected"] <= 1.0
+
+
+def test_reference_rating_intervals_are_its_own_with_bootstrap() -> None:
+    # Bootstrap replicates are of θ; a reference rating with a length term (φ ≠ θ) publishes its own
+    # (delta-method) intervals rather than θ's replicates.
+    cells, params = simulated(seed=42, battles=6000, models=10, beta0=0.5, sd_beta=0.0, len_model_sd=0.6)
+    fit = fit_with_reference(cells, reference=ANCHORS, config=ModelConfig(bootstrap=3),
+                             anchor_cells=anchor_cells(anchor_rows(params, 3000, 8, beta=0.5)))
+    assert fit.own_effects["length"].get("applied") is None  # the anchors' length is supported: φ ≠ θ
+    assert fit.corrected.uncertainty == "laplace" and fit.corrected.boot_theta is None
+    assert np.all(fit.corrected.ci_low < fit.corrected.rating) and np.all(fit.corrected.rating < fit.corrected.ci_high)
