@@ -59,7 +59,7 @@ from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.schemas.summary import Summary
 from biasboard.transforms import publish, read, state, storage
-from biasboard.transforms.audit import audit_days, audit_inputs
+from biasboard.transforms.audit import DAY_PARTIALS, audit_days_incremental, audit_inputs, stored_day_key
 from biasboard.transforms.fit import DEFAULT_FIT_RAM, FitModels
 from biasboard.transforms.ingest import METRICS_NAMESPACE as INGEST_METRICS
 from biasboard.transforms.ingest import committed, day_tasks, ingest_days, ingest_settings
@@ -387,10 +387,7 @@ def _fit_inputs_digest(
     report, and the library versions.  Equal digests mean a refit would publish
     the same files again.
     """
-    anchors = None
-    if options.anchors:
-        found = read.list_input_days(options.anchors, check=False)
-        anchors = [f.fingerprint() for files in found.values() for f in files]
+    anchors = _anchors_fingerprint(options)
     refresh_options = {k: v for k, v in asdict(options).items() if k not in _NOT_FIT_INPUTS}
     return _digest(
         {
@@ -403,6 +400,17 @@ def _fit_inputs_digest(
             "versions": versions(),
         }
     )
+
+
+def _anchors_fingerprint(options: RefreshOptions) -> list[dict] | None:
+    """The anchor files' fingerprints (path, size, mtime, checksum): they change when an anchor file does."""
+    if not options.anchors:
+        return None
+    return [f.fingerprint() for files in read.list_input_days(options.anchors, check=False).values() for f in files]
+
+
+#: Bumped when the stored per-day audit partials change form (every day is then audited again).
+AUDIT_DAYS_VERSION = 1
 
 
 def _reuse_latest(out_dir: str, fit_key: str) -> Outcome | None:
@@ -448,8 +456,21 @@ def build_refresh(
         written = pipeline | "NothingNew" >> beam.Create([])
     after = []
     if audit.rerun:
-        inputs = audit_inputs(input_glob, audit.folder, options.anchors, family_map)
-        after.append(audit_days(pipeline, *inputs, aliases=aliases))
+        input_days, out, families, lookup, shards = audit_inputs(
+            input_glob, audit.folder, options.anchors, family_map
+        )
+        days_dir = storage.join(state_dir, DAY_PARTIALS)
+        settings = _digest({"anchors": _anchors_fingerprint(options), "audit_version": AUDIT_DAYS_VERSION})
+        todo_audit = {}
+        for day, files in input_days.items():
+            key = _digest({"day": audit.day_digests.get(day), "settings": settings})
+            if stored_day_key(days_dir, day) != key:
+                todo_audit[day] = (files, key)
+        _LOG.info("audit: %d of %d day(s) to audit; the others' partials are stored", len(todo_audit), len(input_days))
+        stored = list(input_days)
+        after.append(
+            audit_days_incremental(pipeline, todo_audit, stored, days_dir, out, families, lookup, shards, aliases)
+        )
     _ = written | "FitModels" >> FitModels(
         state_dir,
         staging,
@@ -595,6 +616,7 @@ class AuditPlan:
     folder: str
     stamp: dict
     rerun: bool
+    day_digests: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -613,7 +635,8 @@ class AuditPlan:
         current = storage.exists(stamp_path) and json.loads(storage.read_text(stamp_path)) == stamp
         if current:
             _LOG.info("audit: input unchanged; reusing %s", folder)
-        return cls(folder, stamp, rerun=not current)
+        digests = {day: fingerprint["digest"] for day, fingerprint in changes.fingerprints.items()}
+        return cls(folder, stamp, rerun=not current, day_digests=digests)
 
     def finish(self) -> None:
         """Stamp the audit the pipeline wrote with the input it was made from."""

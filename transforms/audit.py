@@ -29,6 +29,8 @@ rules (rejected rows counted by reason), audited, and written under one folder
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -128,6 +130,21 @@ class AuditBattles(beam.PTransform):
 
     def expand(self, batches):
         partials = batches | "BatchPartials" >> beam.Map(_batch_partials, self._gold_lookup)
+        return partials | "FinishAudit" >> FinishAudit(self._n_shards)
+
+
+class FinishAudit(beam.PTransform):
+    """PCollection of :class:`AuditPartials` (of batches, or of whole days) → one :class:`AuditResult`.
+
+    Order rows are paired within hash shards of (judge, prompt), so a group
+    lands whole in one shard whichever day or batch its rows came from.
+    """
+
+    def __init__(self, n_shards: int = DEFAULT_ORDER_SHARDS) -> None:
+        super().__init__()
+        self._n_shards = n_shards
+
+    def expand(self, partials):
         pairs = (
             partials
             | "ShardOrderRows" >> beam.FlatMap(_shard_order_rows, self._n_shards)
@@ -345,3 +362,111 @@ CONVENTIONS: dict[str, str] = {
     "gold_accuracy": "on the discriminative subset (the label names a winner); a judge tie scores 1/2",
     "family": "cross-family battles only; other judges = judges of other families",
 }
+
+
+# --------------------------------------------------------------------------------------------
+# Incremental: each day's additive partials kept in the state, only new or changed days read
+# --------------------------------------------------------------------------------------------
+
+#: Per-day audit partials under the state folder: ``STATE/audit_days/day=D/<table>.parquet`` + ``day.json``.
+DAY_PARTIALS = "audit_days"
+_DAY_DONE = "day.json"
+
+
+def day_partials_dir(days_dir: str, day: str) -> str:
+    return storage.join(days_dir, f"day={day}")
+
+
+def stored_day_key(days_dir: str, day: str) -> str | None:
+    """The key (input digest and audit settings) a stored day's partials were made from; None when absent."""
+    path = storage.join(day_partials_dir(days_dir, day), _DAY_DONE)
+    return json.loads(storage.read_text(path)).get("key") if storage.exists(path) else None
+
+
+class AuditDayFn(beam.DoFn):
+    """(day, files, key) → that day's additive audit partials and row counts, written to the state.
+
+    The partials are the monoid of :mod:`biasboard.audit` summed over the day's
+    batches; order rows stay unpaired (a prompt's two orders may sit on two
+    days), so pairing happens when all days are combined.  ``day.json`` (the
+    counts and the key the day was audited under) is written last: a day
+    without it is audited again.
+    """
+
+    def __init__(self, days_dir: str, family_map: FamilyMap, gold_lookup: pl.DataFrame | None,
+                 aliases: AliasMap | None = None):  # fmt: skip
+        self.days_dir = days_dir
+        self.family_map = family_map
+        self.gold_lookup = gold_lookup
+        self.aliases = aliases
+
+    def process(self, task: tuple[str, list[read.InputFile], str]):
+        day, files, key = task
+        parts: list[AuditPartials] = []
+        counts = IngestCounts()
+        for out in read_day((day, files), self.family_map, self.aliases):
+            if isinstance(out, beam.pvalue.TaggedOutput):
+                counts = counts + out.value
+            else:
+                parts.append(audit_partials(out, self.gold_lookup))
+        merged = merge_partials(parts)
+        folder = day_partials_dir(self.days_dir, day)
+        storage.ensure_dir(folder)
+        for f in dataclasses.fields(AuditPartials):
+            frame = getattr(merged, f.name)
+            storage.atomic_write_bytes(storage.join(folder, f"{f.name}.parquet"), publish.table_bytes(frame, "parquet"))
+        done = {"day": day, "key": key, "counts": counts.to_dict()}
+        storage.atomic_write_bytes(storage.join(folder, _DAY_DONE), publish.json_bytes(done))
+        yield day
+
+
+def read_day_partials(day: str, days_dir: str) -> tuple[AuditPartials, IngestCounts]:
+    """A stored day's partials and row counts (see :class:`AuditDayFn`)."""
+    folder = day_partials_dir(days_dir, day)
+    frames = {}
+    for f in dataclasses.fields(AuditPartials):
+        data = storage.read_bytes(storage.join(folder, f"{f.name}.parquet"))
+        frames[f.name] = pl.read_parquet(io.BytesIO(data))
+    done = json.loads(storage.read_text(storage.join(folder, _DAY_DONE)))
+    return AuditPartials(**frames), IngestCounts.from_dict(done["counts"])
+
+
+def audit_days_incremental(
+    pipeline: beam.Pipeline,
+    todo: Mapping[str, tuple[list[read.InputFile], str]],
+    all_days: list[str],
+    days_dir: str,
+    out: str,
+    family_map: FamilyMap,
+    gold_lookup: pl.DataFrame | None = None,
+    order_shards: int = DEFAULT_ORDER_SHARDS,
+    aliases: AliasMap | None = None,
+) -> beam.PCollection:
+    """Add the incremental audit to ``pipeline``: audit the ``todo`` days (day → (files, key)) into
+    ``days_dir``, then combine the stored partials of ``all_days`` and write the audit files under ``out``.
+
+    The result equals a full audit of every day: the partials are additive and
+    the order rows are paired only after all days are summed.  Returns the
+    written paths (what a later stage waits for).
+    """
+    tasks = [(day, files, key) for day, (files, key) in sorted(todo.items())]
+    audited = (
+        pipeline
+        | "AuditDays" >> beam.Create(tasks)
+        | "SpreadAuditDays" >> beam.Reshuffle()
+        | "AuditDay" >> beam.ParDo(AuditDayFn(days_dir, family_map, gold_lookup, aliases))
+    )
+    parts = (
+        audited
+        | "AllDaysAudited" >> beam.combiners.Count.Globally()
+        | "StoredDays" >> beam.FlatMap(lambda _, days: days, sorted(all_days))
+        | "SpreadStoredDays" >> beam.Reshuffle()
+        | "ReadDayPartials" >> beam.Map(read_day_partials, days_dir)
+    )
+    counts = parts | "DayCounts" >> beam.Map(lambda p: p[1]) | "SumCounts" >> beam.CombineGlobally(_sum_counts)
+    return (
+        parts
+        | "DayPartials" >> beam.Map(lambda p: p[0])
+        | "FinishAudit" >> FinishAudit(order_shards)
+        | "Write" >> beam.FlatMap(write_audit, out, beam.pvalue.AsSingleton(counts))
+    )
