@@ -123,6 +123,8 @@ def frozen_judge(study: Study, seed: int) -> FrozenJudge:
             "judge_family": [None] * n,
             "order_known": [None] * n,
             "strength": [None] * n,
+            "category": [None] * n,
+            "language": [None] * n,
         },
         schema=BATTLE_SCHEMA,
     )

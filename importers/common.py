@@ -344,6 +344,7 @@ def finalize_battles(
         .cast(pl.Boolean)
         .alias("order_known"),
         (pl.col("strength") if "strength" in mapped.columns else pl.lit(None)).cast(pl.Int8).alias("strength"),
+        *(_optional_text(mapped, c) for c in ("category", "language")),  # slice labels, when the source has them
     )
     return ImportResult(
         kind="battles",

@@ -10,8 +10,11 @@ answer shown first (left), ``winner`` holds the four FastChat verdicts,
   identity exists in these logs, so ``prompt_id`` stays null.
 * Token counts, when the log has ``conv_metadata``, give the lengths
   (``sum_assistant_a_tokens`` / ``_b``: tokens, FastChat's style-control unit).
-* Everything else (``anony``, ``turn``, ``language`` ...) is not part of a battle
-  and is dropped; a row that is dead-lettered keeps all of it as text.
+* A text ``language`` column (the arena's) and a text ``category`` column, when
+  present, are kept as the battle's slice labels (``refresh --slices``); the
+  arena's ``category_tag`` (a nested struct of flags) is not read.
+* Everything else (``anony``, ``turn`` ...) is not part of a battle and is
+  dropped; a row that is dead-lettered keeps all of it as text.
 
 Self-battles (a model against itself, present in both public samples) are
 converted like any other battle: the ingest's rules keep them.  A missing
@@ -35,6 +38,7 @@ from biasboard.importers.common import (
     read_all,
     require_columns,
 )
+from biasboard.schemas.battle import SLICE_COLUMNS
 
 PATTERNS = ("*.json", "*.json.gz", "*.jsonl", "*.jsonl.gz")
 TOKEN_FIELDS = ("sum_assistant_a_tokens", "sum_assistant_b_tokens")
@@ -83,6 +87,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.lit(None, dtype=pl.String).alias("prompt_id"),
         len_a.alias("len_a"),
         len_b.alias("len_b"),
+        *(pl.col(c) for c in SLICE_COLUMNS if raw.schema.get(c) == pl.String),  # arena's language, a category
         pl.lit(None, dtype=pl.String).alias(REASON),
     )
     return finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)

@@ -14,7 +14,8 @@ ingest's job, by ``prompt_id`` and the model pair.
 (repetition 0 in the main files) — the files have no ids and no time stamps
 (every battle gets the default day).  ``prompt_id`` = ``<question>:t<turn>`` for
 MT-Bench (turn 2 rows: the judge saw the whole two-turn dialogue), ``<question>``
-for DevBench.  Lengths: ``len_chars_*`` (default; both turns for MT-Bench) or
+for DevBench.  The question's ``category`` is kept as the battle's slice label
+(``refresh --slices category``).  Lengths: ``len_chars_*`` (default; both turns for MT-Bench) or
 ``len_words_*``.
 """
 
@@ -37,6 +38,7 @@ from biasboard.importers.common import (
     read_all,
     require_columns,
 )
+from biasboard.schemas.battle import SLICE_COLUMNS
 
 PATTERNS = ("*judgments*.jsonl", "*judgments*.jsonl.gz")
 REQUIRED = ("question_id", "model_a", "model_b", "winner")
@@ -85,6 +87,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.when(second).then(len_a).otherwise(len_b).alias("len_b"),
         pl.when(winner.is_null()).then(pl.lit(REASON_NO_VERDICT)).otherwise(None).cast(pl.String).alias(REASON),
         pl.when(position.is_in(["first", "second"])).then(None).otherwise(False).cast(pl.Boolean).alias("order_known"),
+        *(pl.col(c) for c in SLICE_COLUMNS if raw.schema.get(c) == pl.String),  # PBA's category: a slice label
     )
     notes = [
         f"no time stamps in Position-Bias-Analyzer files: every battle dated {options.default_date.isoformat()} "

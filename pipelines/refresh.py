@@ -66,6 +66,7 @@ from biasboard.transforms.ingest import committed, day_tasks, ingest_days, inges
 from biasboard.transforms.plan import MAX_BUDGET, make_plan
 from biasboard.transforms.publish import failpoint
 from biasboard.transforms.runner import counters, run_to_completion
+from biasboard.transforms.slices import DEFAULT_MIN_BATTLES, parse_slices
 from biasboard.transforms.snapshot import AUDIT_INPUTS, FitSpec
 
 _LOG = logging.getLogger(__name__)
@@ -142,6 +143,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also plan this many next comparisons (top-k-aware) from the new snapshot (default %(default)s: no plan)",
     )
     parser.add_argument(
+        "--slices",
+        help="also fit a naive and a corrected board per label of these optional battle columns "
+        "(category,language): slices.parquet and a Slices section in the report; unlabelled battles count on "
+        "the overall board only",
+    )
+    parser.add_argument(
+        "--slice-min-battles",
+        type=int,
+        help="battles a slice needs to be fit (default %(default)s); smaller slices are listed, not fit",
+    )
+    parser.add_argument(
         "--fit-min-ram", help="memory the fit stage asks its worker for (a Beam resource hint; default %(default)s)"
     )
     parser.add_argument(
@@ -208,6 +220,8 @@ class RefreshOptions:
     apply_unidentified: bool = False
     fit_min_ram: str = DEFAULT_FIT_RAM
     refit: bool = False
+    slices: str | None = None  # "category,language"
+    slice_min_battles: int = DEFAULT_MIN_BATTLES
 
 
 @dataclass
@@ -258,6 +272,8 @@ def refresh(
         ReferenceSettings(options.gate_level, options.apply_unidentified),
         options.anchors,
         family_map,
+        parse_slices(options.slices),
+        options.slice_min_battles,
     )
     timings = Timings()
     started = dt.datetime.now(dt.timezone.utc)
@@ -499,6 +515,8 @@ def check_options(state_dir: str, out_dir: str, options: RefreshOptions) -> Fami
         validation.at_least(options.plan_budget, 2, "--plan-budget (when given)")
         if options.plan_budget > MAX_BUDGET:
             raise InputError(f"--plan-budget {options.plan_budget}: at most {MAX_BUDGET} comparisons per plan")
+    validation.at_least(options.slice_min_battles, 1, "--slice-min-battles")
+    parse_slices(options.slices)
     model_config(options)
     validation.distinct_folders(state=state_dir, out=out_dir)
     validation.writable_folder(state_dir, "--state")

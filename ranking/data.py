@@ -24,6 +24,7 @@ from biasboard.schemas.cells import (
     PAIR_CELL_MEASURES,
     PAIR_CELLS_SCHEMA,
     SCORE_CELLS_SCHEMA,
+    SLICE_KEYS,
     UNKNOWN_FAMILY,
     conform_pair_cells,
 )
@@ -75,6 +76,12 @@ class _Vocab:
         return tuple(names[i] for i in order), remap
 
 
+#: The pair cells as the fit reads them: the slice labels are left out, so the fit sums over them (the
+#: overall board); a slice's board is fit on the cells of its label (biasboard.transforms.slices).
+_FIT_PAIR_SCHEMA = pa.schema([f for f in PAIR_CELLS_SCHEMA if f.name not in SLICE_KEYS])
+_FIT_PAIR_KEYS: tuple[str, ...] = tuple(k for k in PAIR_CELL_KEYS if k not in SLICE_KEYS)
+
+
 def _code_tables(cells: CellsInput | None, schema: pa.Schema, what: str, vocabs: dict[str, _Vocab],
                  counts: frozenset[str] = frozenset()) -> dict[str, np.ndarray] | None:
     """Every input table's columns as numpy arrays, string keys as provisional codes of ``vocabs[col]``.
@@ -94,7 +101,7 @@ def _code_tables(cells: CellsInput | None, schema: pa.Schema, what: str, vocabs:
             item = pa.Table.from_batches([item])
         if not isinstance(item, pa.Table):
             raise InputError(f"{what} #{i}: expected a pyarrow Table or polars DataFrame, got {type(item).__name__}")
-        if schema == PAIR_CELLS_SCHEMA and any(k not in item.column_names for k in PAIR_CELL_DEFAULTS):
+        if schema == _FIT_PAIR_SCHEMA and any(k not in item.column_names for k in PAIR_CELL_DEFAULTS):
             item = conform_pair_cells(item)  # cells stored before order_known existed: order known
         missing = [name for name in schema.names if name not in item.column_names]
         if missing:
@@ -280,7 +287,7 @@ def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None,
                    "family_a": family_v, "family_b": family_v}
     score_vocabs = {"judge": judge_v, "judge_family": family_v, "model": model_v, "family": family_v,
                     "prompt_id": prompt_v}
-    pairs = _code_tables(pair_cells, PAIR_CELLS_SCHEMA, "pair cells", pair_vocabs, _PAIR_COUNTS)
+    pairs = _code_tables(pair_cells, _FIT_PAIR_SCHEMA, "pair cells", pair_vocabs, _PAIR_COUNTS)
     if pairs is None:
         raise InputError("pair cells: no battles (no cells given)")
     scores = _code_tables(score_cells, SCORE_CELLS_SCHEMA, "score cells", score_vocabs)
@@ -322,7 +329,7 @@ def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None,
         keep = scores["n"] > 0
         scores = {name: values[keep] for name, values in scores.items()} if keep.any() else None
 
-    col = _group_sum(pairs, PAIR_CELL_KEYS, PAIR_CELL_MEASURES)
+    col = _group_sum(pairs, _FIT_PAIR_KEYS, PAIR_CELL_MEASURES)
     del pairs
     fam_of_judge = np.full(len(judges), -1, np.int64)
     fam_of_judge[col["judge"]] = col["judge_family"]

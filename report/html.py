@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import polars as pl
@@ -299,6 +300,30 @@ def _rank_cell(intervals: Mapping[str, RankInterval], model: str) -> str:
         return "<td>—</td>"
     text = str(iv.low) if iv.low == iv.high else f"{iv.low}–{iv.high}"
     return f'<td class="ci">{esc(text)}</td>'
+
+
+def _slices(boards: pl.DataFrame | None, summary: Summary) -> str:
+    """One panel per slice (``refresh --slices``): its naive and corrected board, or why it was not fit."""
+    if not summary.slices:
+        return ""
+    unranked = replace(summary, ranks=None)  # rank intervals are drawn for the overall board only
+    panels = []
+    for info in summary.slices:
+        head = f"<summary>{esc(info.slice)}: {info.battles:,} battles, {info.models} models</summary>"
+        if not info.fitted or boards is None:
+            panels.append(f'<details>{head}<p class="note">{esc(info.note or "not fit")}</p></details>')
+            continue
+        rows = boards.filter(pl.col("slice") == info.slice).drop("slice").to_dicts()
+        ordered = sorted(rows, key=lambda r: _rank_key(r, "rank_corrected"))
+        tau = f" Kendall τ naive vs corrected: {fmt(info.kendall_tau, 3)}." if info.kendall_tau is not None else ""
+        note = f'<p class="note">A fit on this slice\'s battles alone.{esc(tau)}</p>'
+        table = _leaderboard_table(ordered, f"{summary.ci_level:.0%} CI", f"P(top {info.top_k})", unranked)
+        panels.append(f"<details>{head}{note}{table}</details>")
+    fitted = sum(1 for i in summary.slices if i.fitted)
+    intro = (f'<p class="note">{_n(len(summary.slices), "slice", "slices")}, {fitted} fit (a slice needs at least '
+             f"{summary.slices[0].min_battles:,} battles); battles without a label count on the overall board "
+             "only. Open a slice for its naive and corrected board.</p>")
+    return _section("slices", "Slices: a board per category or language", intro + "".join(panels))
 
 
 def _leaderboard_table(ordered: list[dict[str, Any]], ci_name: str, ptop: str, summary: Summary) -> str:
@@ -700,11 +725,13 @@ def render_report(
     *,
     top_n: int = TOP_N,
     movers: int = MOVERS,
+    slices: pl.DataFrame | None = None,
 ) -> str:
     """The whole report.html as one string (UTF-8 text; the caller writes it).
 
     ``leaderboard`` has the published leaderboard columns (one row per model), ``bias`` the bias table's
-    (one row per judge × effect), ``summary`` is the snapshot's :class:`~biasboard.schemas.summary.Summary`.
+    (one row per judge × effect), ``summary`` is the snapshot's :class:`~biasboard.schemas.summary.Summary`;
+    ``slices``: the per-slice boards (slices.parquet: ``slice`` then the leaderboard columns), when asked.
     """
     lb = leaderboard.to_dicts()
     corrected_rank = {r["model"]: r["rank_corrected"] for r in lb}
@@ -712,6 +739,7 @@ def render_report(
         _header(title, lb, summary),
         _warnings(summary),
         _leaderboard(lb, summary, top_n, movers),
+        _slices(slices, summary),
         _head_to_head(summary),
         _bias(bias.to_dicts(), summary),
         _judge_audit(summary, corrected_rank),
@@ -720,9 +748,9 @@ def render_report(
         _counts(summary),
         _judges(summary),
     ]
-    nav_items = [("leaderboard", "Leaderboards"), ("head-to-head", "Head to head"), ("bias", "Biases"),
-                 ("audit", "Judge audit"), ("gate", "Gate"), ("diagnostics", "Diagnostics"), ("counts", "Counts"),
-                 ("judges", "Judges")]
+    nav_items = [("leaderboard", "Leaderboards"), ("slices", "Slices"), ("head-to-head", "Head to head"),
+                 ("bias", "Biases"), ("audit", "Judge audit"), ("gate", "Gate"), ("diagnostics", "Diagnostics"),
+                 ("counts", "Counts"), ("judges", "Judges")]
     body = "".join(s for s in sections if s)
     nav = " · ".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in nav_items if f'<section id="{a}">' in body)
     return (

@@ -8,7 +8,9 @@ informs quality, length, affinity and ties but not the position effect.  A
 null or absent ``order_known`` means the order is known (older files).
 ``strength`` optionally keeps how strongly the judge preferred the winner
 (arena-hard-auto's ``A>>B`` = 2, ``A>B`` = 1, a tie 0); the fit reads the
-winner only.  These
+winner only.  ``category`` and ``language`` optionally label the battle for
+the per-slice boards (``refresh --slices``); blank or null means unlabelled (the
+battle counts on the overall board, in no slice of that dimension).  These
 schemas are the contract that readers validate against; the rules that turn a
 bad row into a dead letter live in :mod:`biasboard.schemas.rules`.
 """
@@ -36,11 +38,15 @@ BATTLE_SCHEMA = pa.schema(
         pa.field("judge_family", pa.string()),
         pa.field("order_known", pa.bool_()),  # false: the shown order is unknown; null/absent: known
         pa.field("strength", pa.int8()),  # optional verdict strength: 2 "much better", 1 "better", 0 tie
+        pa.field("category", pa.string()),  # optional slice label (e.g. "coding"); null: no category
+        pa.field("language", pa.string()),  # optional slice label (e.g. "English"); null: no language
     ]
 )
 
 #: Columns a battle file must have; the rest are optional.
 BATTLE_REQUIRED: tuple[str, ...] = ("battle_id", "ts", "judge", "model_a", "model_b", "winner")
+#: Optional label columns a board can be sliced by (``refresh --slices``); they are keys of the pair cells.
+SLICE_COLUMNS: tuple[str, ...] = ("category", "language")
 
 SCORE_SCHEMA = pa.schema(
     [

@@ -23,6 +23,14 @@ record sit in their own cells (``order_known`` false, ``model_a`` = the listed
 first model), which the fit uses for everything but the position effect.
 Cells written before the column existed read as known
 (:func:`conform_pair_cells`).
+
+Slices
+------
+``category`` and ``language`` (optional battle columns) are keys too, null when
+the battle carries no label, so one pass over the battles yields every slice's
+cells: the fit sums the cells over the slice keys (the overall board), and a
+slice's board is a fit on the cells of that label.  Cells
+stored before the columns existed read as unlabelled.
 """
 
 from __future__ import annotations
@@ -48,6 +56,8 @@ PAIR_CELL_KEYS: tuple[str, ...] = (
     "family_b",
     "len_bin",
     "order_known",
+    "category",
+    "language",
 )
 PAIR_CELL_MEASURES: tuple[str, ...] = (
     "n",  # battles in the cell
@@ -72,6 +82,8 @@ PAIR_CELLS_SCHEMA = pa.schema(
         pa.field("family_b", pa.string(), nullable=False),
         pa.field("len_bin", pa.int16(), nullable=False),
         pa.field("order_known", pa.bool_(), nullable=False),
+        pa.field("category", pa.string()),  # slice labels: null = unlabelled
+        pa.field("language", pa.string()),
         pa.field("n", pa.int64(), nullable=False),
         pa.field("win_a", pa.int64(), nullable=False),
         pa.field("win_b", pa.int64(), nullable=False),
@@ -85,12 +97,17 @@ PAIR_CELLS_SCHEMA = pa.schema(
     ]
 )
 
-#: Key columns that older cells may lack, with the value they stand for (the order was known).
-PAIR_CELL_DEFAULTS: dict[str, object] = {"order_known": True}
+#: Key columns that older cells may lack, with the value they stand for (the order was known, no slice label).
+PAIR_CELL_DEFAULTS: dict[str, object] = {"order_known": True, "category": None, "language": None}
+#: The optional slice keys (battle columns of the same names); null = the battle carries no such label.
+SLICE_KEYS: tuple[str, ...] = ("category", "language")
 
 
 def conform_pair_cells(table: pa.Table) -> pa.Table:
-    """Pair cells in :data:`PAIR_CELLS_SCHEMA`, adding ``order_known`` = true to cells stored before it existed."""
+    """Pair cells in :data:`PAIR_CELLS_SCHEMA`, adding the key columns cells stored before them lack.
+
+    ``order_known`` reads as true and the slice labels as null (unlabelled).
+    """
     for name, value in PAIR_CELL_DEFAULTS.items():
         if name not in table.column_names:
             field = PAIR_CELLS_SCHEMA.field(name)

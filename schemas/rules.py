@@ -240,6 +240,15 @@ def length_expr(column: str, dtype: pl.DataType) -> pl.Expr:
     return pl.when(text.is_null() | (text == "")).then(None).otherwise(number.fill_null(float("nan")))
 
 
+def slice_label_expr(column: str) -> pl.Expr:
+    """A slice label (``category``, ``language``) as trimmed text, blank read as null (unlabelled).
+
+    Never a rejection: an unlabelled battle still counts on the overall board.
+    """
+    text = pl.col(column).cast(pl.String).str.strip_chars()
+    return pl.when(text == "").then(None).otherwise(text).alias(column)
+
+
 def order_known_expr(dtype: pl.DataType, column: str = "order_known") -> pl.Expr:
     """``order_known`` as a Boolean, null/absent read as true (known); text "false"/"0"/"no" is false.
 

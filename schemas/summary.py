@@ -416,6 +416,26 @@ class HeadToHead:
 
 
 @dataclass
+class SliceInfo:
+    """One slice of ``refresh --slices``: its label, its battles, and whether its boards were fit.
+
+    ``fitted`` false: fewer than ``min_battles`` battles, listed but not fit (``note`` says so);
+    ``kendall_tau``: naive vs corrected within the slice (None when not fit).
+    """
+
+    slice: str  # "category=coding"
+    dimension: str
+    value: str
+    battles: int
+    models: int
+    fitted: bool
+    min_battles: int
+    top_k: int = 0  # the k of the slice's P(top k) (the snapshot's k, at most the slice's models - 1)
+    kendall_tau: float | None = None
+    note: str = ""
+
+
+@dataclass
 class Summary:
     """summary.json: τ and ρ naive vs corrected, counts by reason, judges, diagnostics, warnings."""
 
@@ -436,6 +456,8 @@ class Summary:
     #: Where the leaderboard's CIs, P(top-k) and rank intervals come from: "laplace" (the Laplace
     #: posterior) or "bootstrap" (refresh --bootstrap B: the replicates, percentile CIs).
     uncertainty: str = "laplace"
+    #: Per-slice boards (``refresh --slices``; their tables in slices.parquet); empty when not asked.
+    slices: list[SliceInfo] = field(default_factory=list)
     version: int = SUMMARY_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -473,6 +495,7 @@ __all__ = [
     "Profile",
     "RankInterval",
     "Ranks",
+    "SliceInfo",
     "Summary",
     "from_jsonable",
     "to_jsonable",

@@ -85,7 +85,7 @@ import json
 import math
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -138,6 +138,8 @@ BATTLE_SCHEMA_WITH_BAD_ROWS = pa.schema(
     [pa.field(f.name, pa.string() if f.name == "ts" else f.type, nullable=True) for f in BATTLE_SCHEMA]
 )
 
+#: Names of the simulated categories (``SimulationConfig.categories`` takes the first ones).
+CATEGORY_NAMES: tuple[str, ...] = ("coding", "writing", "math", "reasoning", "roleplay", "extraction")
 _BAD_WINNERS = ("model_c", "bad-verdict", "xyz")
 _BAD_TIMESTAMPS = ("not-a-timestamp", "2024-13-45T99:99:99Z", "yesterday")
 _WINNER_ARRAY = pa.array(list(WINNER_VALUES), pa.string())
@@ -191,6 +193,8 @@ class SimulationConfig:
     popularity_slope: float = 1.0
     standings_noise: float = 0.2  # SD of the noise on θ that orders swiss/stratified standings
     chunk_rows: int = 1_000_000  # bounded memory: a bigger day comes as several tables
+    categories: int = 0  # >0: each battle gets a category (column ``category``) drawn uniformly
+    category_sd: float = 0.6  # SD of each model's quality shift within a category (its own stream)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -219,6 +223,8 @@ class SimulationConfig:
             (self.hubs >= 0 and self.hubs < self.models, "hubs must be in [0, models)"),
             (self.strata == 0 or 2 <= self.strata <= self.models // 2, "strata must be 0 or in 2..models/2"),
             (self.chunk_rows >= 1000, "chunk_rows must be at least 1000"),
+            (0 <= self.categories <= len(CATEGORY_NAMES), f"categories must be in 0..{len(CATEGORY_NAMES)}"),
+            (self.category_sd >= 0, "category_sd must be non-negative"),
         ]
         for ok, message in checks:
             if not ok:
@@ -257,6 +263,12 @@ class Parameters:
     delta: np.ndarray  # prompt difficulty
     prompt_len: np.ndarray  # prompt log-length offset π_p
     tau: np.ndarray  # K − 1 thresholds τ_2..τ_K
+    #: Per category (rows) and model: the quality shift added to θ in that category (0 rows: no categories).
+    category_theta: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+
+    def theta_in(self, category: int) -> np.ndarray:
+        """The true qualities within one category: θ plus the category's own shift."""
+        return self.theta + self.category_theta[category]
 
 
 def _param_rng(config: SimulationConfig) -> np.random.Generator:
@@ -352,7 +364,15 @@ def draw_parameters(config: SimulationConfig) -> Parameters:
         delta=delta,
         prompt_len=prompt_len,
         tau=tau,
+        category_theta=_category_shifts(config),
     )
+
+
+def _category_shifts(config: SimulationConfig) -> np.ndarray:
+    """Per category, each model's centred quality shift, from a stream of its own (the rest never moves)."""
+    rng = np.random.default_rng(np.random.SeedSequence([config.seed, 5]))
+    shifts = rng.normal(0.0, config.category_sd, (config.categories, config.models))
+    return shifts - shifts.mean(axis=1, keepdims=True)
 
 
 # ---------------------------------------------------------------------------
@@ -527,12 +547,18 @@ def _log_lengths_to_tokens(log_len: np.ndarray) -> np.ndarray:
     return np.maximum(1, np.rint(np.exp(log_len))).astype(np.int64)
 
 
-def verdict_probabilities(params: Parameters, judge, a, b, len_a, len_b):
-    """(P(a wins), P(b wins), P(tie)) per battle under the documented model; tests reuse it."""
+def verdict_probabilities(params: Parameters, judge, a, b, len_a, len_b, category=None):
+    """(P(a wins), P(b wins), P(tie)) per battle under the documented model; tests reuse it.
+
+    ``category``: per battle, the index of its category (its quality shift is added to θ); None: none.
+    """
     x = np.log(len_a) - np.log(len_b)
     jf = params.judge_family[judge]
     s = (params.model_family[a] == jf).astype(np.float64) - (params.model_family[b] == jf)
-    eta = params.disc[judge] * (params.theta[a] - params.theta[b]) + params.gamma[judge]
+    diff = params.theta[a] - params.theta[b]
+    if category is not None:
+        diff = diff + params.category_theta[category, a] - params.category_theta[category, b]
+    eta = params.disc[judge] * diff + params.gamma[judge]
     eta += params.beta[judge] * x + params.lam[judge] * s
     ea, eb, nu = np.exp(0.5 * eta), np.exp(-0.5 * eta), params.nu[judge]
     den = ea + eb + nu
@@ -575,7 +601,11 @@ def _valid_battles(config: SimulationConfig, params: Parameters, chunk: Chunk, r
         a, b = pair(a, b), pair(b, a)
         len_a, len_b = pair(len_a, len_b), pair(len_b, len_a)
         judge, prompt, is_self = np.repeat(judge, 2), np.repeat(prompt, 2), np.repeat(is_self, 2)
-    p_a, p_b, _ = verdict_probabilities(params, judge, a, b, len_a, len_b)
+    category = None
+    if config.categories:  # a stream of its own: the other columns do not move
+        category = _chunk_rng(config, chunk, 4).integers(0, config.categories, n)
+        category = np.repeat(category, 2) if config.both_orders else category
+    p_a, p_b, _ = verdict_probabilities(params, judge, a, b, len_a, len_b, category)
     draw = rng.random(a.size)
     winner = np.full(a.size, 2, dtype=np.int64)  # tie
     winner[draw < p_a] = 0
@@ -597,6 +627,7 @@ def _valid_battles(config: SimulationConfig, params: Parameters, chunk: Chunk, r
         "winner": winner,
         "micros": micros,
         "is_self": is_self,
+        "category": category,
     }
 
 
@@ -630,6 +661,12 @@ def _battle_table(config: SimulationConfig, params: Parameters, day: dt.date, co
         "judge_family": _strings(family, params.judge_family[cols["judge"]]),
         "order_known": pa.nulls(len(ids), pa.bool_()),  # the simulated log records the shown order
         "strength": pa.nulls(len(ids), pa.int8()),
+        "category": (
+            pa.nulls(len(ids), pa.string())
+            if cols.get("category") is None
+            else _strings(np.asarray(CATEGORY_NAMES), cols["category"])
+        ),
+        "language": pa.nulls(len(ids), pa.string()),
     }
     schema = BATTLE_SCHEMA_WITH_BAD_ROWS if iso else BATTLE_SCHEMA
     return pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)

@@ -26,7 +26,8 @@ JUDGES = ["gpt-4", "human", "claude-3-opus"]
 WINNERS = ["model_a", "model_b", "tie", "tie (bothbad)", "bogus"]
 LENGTHS = st.one_of(st.none(), st.integers(-2, 3), st.integers(0, 3000))
 
-COLUMNS = ("battle_id", "judge", "model_a", "model_b", "winner", "len_a", "len_b", "family_a", "order_known")
+COLUMNS = ("battle_id", "judge", "model_a", "model_b", "winner", "len_a", "len_b", "family_a", "order_known",
+           "category")
 row = st.fixed_dictionaries(
     {
         "battle_id": st.integers(0, 40).map(str),
@@ -38,6 +39,7 @@ row = st.fixed_dictionaries(
         "len_b": LENGTHS,
         "family_a": st.sampled_from([None, None, "", "custom"]),
         "order_known": st.sampled_from([None, True, False]),
+        "category": st.sampled_from([None, "", " coding ", "coding", "math"]),
     }
 )
 battle_lists = st.lists(row, min_size=0, max_size=60)
@@ -86,6 +88,8 @@ def reference_cells(rows: list[dict]) -> dict:
             FMAP.family_of(r["model_b"]),
             bin_,
             r.get("order_known") is not False,  # null = known
+            (r.get("category") or "").strip() or None,  # slice labels: blank = unlabelled
+            (r.get("language") or "").strip() or None,
         )
         cell = out[key]
         cell["n"] += 1

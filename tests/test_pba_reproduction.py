@@ -45,16 +45,15 @@ def load_judgments(root: Path, benchmark: str, judge: str) -> pl.DataFrame:
     """The dataset's judgments as battles, converted by the project's PBA importer.
 
     The importer dead-letters verdicts its regexes could not extract (PBA drops
-    them too).  ``category`` (for PBA's per-category columns) is not part of the
-    battle contract, so it is joined back from the raw file by question.
+    them too).  ``category`` (for PBA's per-category columns) is the battle's
+    slice label, which the importer keeps.
     """
     path = root / f"{benchmark}_judgments_{judge}.jsonl.gz"
     result = convert([path], ImportOptions())
-    raw = pl.read_ndjson(path).select(pl.col("question_id").cast(pl.Utf8).alias("question"), "category").unique()
     frame = pl.from_arrow(result.rows)
     assert isinstance(frame, pl.DataFrame)
-    question = pl.col("prompt_id").str.split(":").list.first().alias("question")
-    return frame.with_columns(question).join(raw, on="question", how="left").drop("question")
+    assert frame["category"].null_count() == 0
+    return frame
 
 
 def published_consistency(root: Path, folder: str) -> tuple[int, int, float]:

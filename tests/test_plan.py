@@ -192,6 +192,8 @@ def _battles(reps: int = 3, seed: int = 0) -> pa.Table:
             "judge_family": ["meta"] * n,
             "order_known": [None] * n,
             "strength": [None] * n,
+            "category": [None] * n,
+            "language": [None] * n,
         },
         schema=BATTLE_SCHEMA,
     )

@@ -27,7 +27,7 @@ def _cells(rows: list[tuple]) -> pa.Table:
         n = wa + wb + t + bb
         for name, value in zip(
             PAIR_CELLS_SCHEMA.names,
-            (judge, jf, a, b, fa, fb, 0, True, n, wa, wb, t, bb, n, x * n, x * x * n + 0.01 * n, 5.0 * n,
+            (judge, jf, a, b, fa, fb, 0, True, None, None, n, wa, wb, t, bb, n, x * n, x * x * n + 0.01 * n, 5.0 * n,
              (5.0 - x) * n),
             strict=True,
         ):

@@ -43,6 +43,8 @@ def _battles(a: np.ndarray, b: np.ndarray, len_a: np.ndarray, len_b: np.ndarray,
             "judge_family": ["fam-judge"] * n,
             "order_known": [None] * n,
             "strength": [None] * n,
+            "category": [None] * n,
+            "language": [None] * n,
         },
         schema=BATTLE_SCHEMA,
     )

@@ -88,6 +88,8 @@ def _cells(rng: np.random.Generator, models=8, judges=3, cells=300):
             "family_b": [fams[k % 3] for k in b],
             "len_bin": np.arange(cells, dtype=np.int16) % 21,
             "order_known": np.ones(cells, dtype=bool),
+            "category": [None] * cells,
+            "language": [None] * cells,
             "n": n,
             "win_a": win_a,
             "win_b": n - ties - win_a,

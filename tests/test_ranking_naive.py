@@ -32,6 +32,8 @@ def _cells_from_verdicts(frame: pl.DataFrame, judge: str = "crowd") -> pa.Table:
             family_b=pl.lit("unknown"),
             len_bin=pl.lit(-1, pl.Int16),
             order_known=pl.lit(True),
+            category=pl.lit(None, pl.String),
+            language=pl.lit(None, pl.String),
             tie_bothbad=pl.lit(0),
             n_len=pl.lit(0),
             sum_x=pl.lit(0.0),
@@ -67,7 +69,7 @@ def _two_model_cells(win_a: int, win_b: int, tie: int) -> pa.Table:
         {
             "judge": ["j"], "judge_family": ["human"], "model_a": ["x"], "model_b": ["y"],
             "family_a": ["unknown"], "family_b": ["unknown"], "len_bin": pa.array([-1], pa.int16()),
-            "order_known": [True],
+            "order_known": [True], "category": pa.array([None], pa.string()), "language": pa.array([None], pa.string()),
             "n": [n], "win_a": [win_a], "win_b": [win_b], "tie": [tie], "tie_bothbad": [0], "n_len": [0],
             "sum_x": [0.0], "sum_x2": [0.0], "sum_loglen_a": [0.0], "sum_loglen_b": [0.0],
         },

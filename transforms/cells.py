@@ -27,6 +27,7 @@ from biasboard.schemas.cells import (
     PAIR_CELLS_SCHEMA,
     SCORE_CELL_KEYS,
     SCORE_CELLS_SCHEMA,
+    SLICE_KEYS,
     conform_pair_cells,
 )
 from biasboard.schemas.families import FamilyMap
@@ -136,7 +137,7 @@ def _aggregate_pairs(valid: pl.DataFrame, family_map: FamilyMap) -> pa.Table:
     )
     given = [c for c, _ in FAMILY_COLUMNS if rows.get_column(c).null_count() < rows.height]
     rows = normalise_given(rows, given)
-    keys = ["judge", "model_a", "model_b", "len_bin", "order_known", *given]
+    keys = ["judge", "model_a", "model_b", "len_bin", "order_known", *SLICE_KEYS, *given]
     measures = [m for m in PAIR_CELL_MEASURES if m != "n"]
     grouped = rows.group_by(keys).agg(pl.len().alias("n"), *(pl.col(m).sum() for m in measures))
     absent = [pl.lit(None, dtype=pl.String).alias(c) for c, _ in FAMILY_COLUMNS if c not in given]
@@ -302,3 +303,4 @@ __all__ = [
     "partial_cells",
     "partial_score_cells",
 ]
+

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
@@ -35,6 +35,7 @@ from biasboard.transforms.anchors import read_anchors
 from biasboard.transforms.audit import AUDIT_JSON
 from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
 from biasboard.transforms.plan import plan_inputs
+from biasboard.transforms.slices import DEFAULT_MIN_BATTLES, SLICES_FILE, fit_slices, slice_config
 
 _LOG = logging.getLogger(__name__)
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ class SnapshotParts:
     model_options: dict
     n_cells: int
     extra_files: dict[str, bytes] = field(default_factory=dict)
+    #: The per-slice boards (``slice`` then the leaderboard columns) when slices were asked for.
+    slices: pl.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ class FitSpec:
     ``reference``/``settings``: the raters the corrections are taken against and
     the trusted-anchor gate's settings (:mod:`biasboard.ranking.reference`);
     ``anchors``: trusted verdicts (a battle-shaped Parquet glob), read with
-    ``family_map``.
+    ``family_map``; ``slices``: per-slice boards (:mod:`biasboard.transforms.slices`).
     """
 
     config: ModelConfig
@@ -72,6 +75,9 @@ class FitSpec:
     settings: ReferenceSettings = field(default_factory=ReferenceSettings)
     anchors: str | None = None
     family_map: FamilyMap | None = None
+    #: Slice keys to fit a board per label of (``refresh --slices``), and the battles a slice needs to be fit.
+    slices: tuple[str, ...] = ()
+    slice_min_battles: int = DEFAULT_MIN_BATTLES
 
 
 def fit_state(state_dir: str, spec: FitSpec, audit_files: Mapping[str, bytes] | None = None) -> SnapshotParts:
@@ -108,14 +114,30 @@ def fit_state(state_dir: str, spec: FitSpec, audit_files: Mapping[str, bytes] | 
         state_dir, days, cells, naive, corrected, leaderboard, reference=fitted, audit_tables=audit_tables,
         seed=spec.config.seed,
     )
+    slice_files, boards = {}, None
+    if spec.slices:
+        boards, summary.slices = fit_slices(cells, spec.slices, spec.slice_min_battles, _slice_fit(spec))
+        if not boards.height:  # no slice could be fit: the file still has the board's columns
+            boards = leaderboard.clear().select(pl.lit(None, dtype=pl.String).alias("slice"), pl.all())
+        slice_files[SLICES_FILE] = publish.table_bytes(boards, "parquet")
     return SnapshotParts(
         leaderboard=leaderboard,
         bias=corrected.bias,
         summary=summary,
         model_options=_config_dict(fitted.config),
         n_cells=cells.num_rows,
-        extra_files={**audit_files, **plan_inputs(corrected)},
+        extra_files={**audit_files, **plan_inputs(corrected), **slice_files},
+        slices=boards,
     )
+
+
+def _slice_fit(spec: FitSpec):
+    """Both fits of one slice's cells: the snapshot's reference and options, top-k within the slice."""
+
+    def fit(cells: pa.Table, models: int) -> ReferenceFit:
+        return fit_with_anchors(cells, None, replace(spec, config=slice_config(spec.config, models)))
+
+    return fit
 
 
 def fit_with_anchors(cells: pa.Table, score_cells: pa.Table | None, spec: FitSpec) -> ReferenceFit:
@@ -306,7 +328,7 @@ def _config_dict(config) -> dict:
 
 def render(parts: SnapshotParts, title: str) -> str:
     """report.html of a snapshot."""
-    return render_report(parts.leaderboard, parts.bias, parts.summary, title=title)
+    return render_report(parts.leaderboard, parts.bias, parts.summary, title=title, slices=parts.slices)
 
 
 def snapshot_files(parts: SnapshotParts, title: str) -> dict[str, bytes]:

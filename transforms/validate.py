@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 from biasboard.schemas import rules
-from biasboard.schemas.battle import BATTLE_REQUIRED, BATTLE_SCHEMA, SCORE_REQUIRED, SCORE_SCHEMA
+from biasboard.schemas.battle import BATTLE_REQUIRED, BATTLE_SCHEMA, SCORE_REQUIRED, SCORE_SCHEMA, SLICE_COLUMNS
 from biasboard.schemas.coerce import coerce_types
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
 from biasboard.schemas.errors import InputError
@@ -294,7 +294,8 @@ def validate_battles(
     only detected within this batch).  Valid rows carry ``judge``, ``model_a``,
     ``model_b``, the three family columns as given, ``_winner`` (code: index
     into WINNER_VALUES), the numeric lengths ``_len_a``/``_len_b`` and
-    ``order_known`` (Boolean, null read as true) — what the
+    ``order_known`` (Boolean, null read as true), the slice labels
+``category``/``language`` (trimmed text, blank → null) — what the
     cells need, nothing more, since this is the ingest's hot path.  Callers that
     need more of each valid row (the audit: ``prompt_id``, ``gold``) name those
     columns in ``carry``; absent ones come back null.  Judge and model names
@@ -315,6 +316,7 @@ def validate_battles(
         pl.col("_len_a"),
         pl.col("_len_b"),
         rules.order_known_expr(schema["order_known"]).alias("order_known"),
+        *(rules.slice_label_expr(c) for c in SLICE_COLUMNS),
         *(pl.col(c).cast(pl.String) if c in df.columns else pl.lit(None, dtype=pl.String).alias(c) for c in carry),
     ]
     return _split(df, conditions, "battle_id", REASON_DUPLICATE_ID, seen, keep, BATTLE_DEAD_LETTER_SCHEMA,
