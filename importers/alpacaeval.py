@@ -94,6 +94,12 @@ ORDER_TOLERANCE = 1e-6
 #: The tokens AlpacaEval's prompt names the first- and second-shown outputs by.
 FIRST_TOKEN, SECOND_TOKEN = "m", "M"
 
+#: Fields read as single values (a list or object there dead-letters the row as ``bad_type:<field>``).
+SCALAR = (
+    "instruction_id", "instruction", "generator_1", "generator_2", "preference", "annotator", "shown_first",
+    "output_1", "output_2", "len_chars_1", "len_chars_2", "len_words_1", "len_words_2",
+)  # fmt: skip
+
 
 def listed_winner(preference: pl.Expr, tie_band: float) -> pl.Expr:
     """'output_1' / 'output_2' / 'tie' from a preference; null when missing or out of range."""
@@ -206,7 +212,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     if not 0.0 <= options.tie_band < 0.5:
         raise InputError(f"--tie-band must be in [0, 0.5), not {options.tie_band}")
     unit = pick_length_unit(options)
-    raw = read_all(paths)
+    raw = read_all(paths, scalar=SCALAR)
     require_columns(raw, REQUIRED, paths, "AlpacaEval annotation")
     judge = judge_expr(raw, options, paths, column="annotator")
     preference = pl.col("preference").cast(pl.Float64, strict=False)

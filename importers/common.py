@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA
+from biasboard.schemas.coerce import FLAG_PREFIX, REASON_BAD_TYPE_PREFIX, coerce_types, flag_reasons
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.rules import (
@@ -63,6 +64,11 @@ DEFAULT_DATE = dt.date(2000, 1, 1)
 SOURCE_FILE = "__source_file"
 SOURCE_ROW = "__source_row"
 REASON = "__reason"
+#: Prefix of the per-row marks "this mixed-type field held a list or object here" (see :func:`read_all`).
+NESTED_PREFIX = "__nested:"
+
+#: Dead-letter meta fields: an input field of that name is dropped from the dead letters (the contract's meta wins).
+META_FIELDS = ("reason", "source_file", "source_row")
 
 #: The columns a format's mapping must produce for battles (``ts`` raw: epoch seconds, datetime, or text).
 BATTLE_MAPPED = ("battle_id", "ts", "judge", "model_a", "model_b", "winner", "prompt_id", "len_a", "len_b")
@@ -149,8 +155,12 @@ def read_records(path: Path) -> pl.DataFrame:
 
     JSON lines and CSV go through pyarrow's columnar readers; a JSON *array*
     (FastChat's pretty-printed ``clean_battle*.json``) is parsed whole and
-    converted in one step.  Any failure becomes an InputError naming the file.
+    converted in one step.  JSON whose field types vary from record to record is
+    read by :func:`_frame_from_records` (those fields as text).  Input fields
+    named like the provenance columns are renamed ``input<name>``.  Any other
+    failure becomes an InputError naming the file.
     """
+    marks: dict[str, list[bool]] = {}
     try:
         first = _first_byte(path)
         if not first:
@@ -166,13 +176,14 @@ def read_records(path: Path) -> pl.DataFrame:
                 records = json.load(handle)
             if not records:
                 raise InputError(f"{path}: input file holds an empty JSON array")
-            if not all(isinstance(r, dict) for r in records):
-                raise InputError(f"{path}: JSON array must hold objects (one per row)")
-            frame = pl.from_dicts(records, infer_schema_length=None)
+            frame, marks = _frame_from_records(path, records)
         elif first == b"{":
             stream = pa.input_stream(str(path), compression="gzip" if _is_gzip(path) else None)
-            table = pa_json.read_json(stream, read_options=pa_json.ReadOptions(block_size=_JSON_BLOCK_SIZE))
-            frame = pl.from_arrow(table)
+            try:
+                table = pa_json.read_json(stream, read_options=pa_json.ReadOptions(block_size=_JSON_BLOCK_SIZE))
+                frame = pl.from_arrow(table)
+            except pa.ArrowInvalid:  # a field whose type changes between lines: read them one by one instead
+                frame, marks = _frame_from_records(path, _json_lines(path))
         else:
             raise InputError(f"{path}: not JSON (array or lines) or CSV: starts with {first!r}")
     except InputError:
@@ -181,15 +192,118 @@ def read_records(path: Path) -> pl.DataFrame:
         raise InputError(f"{path}: cannot be parsed ({type(err).__name__}: {str(err).splitlines()[0]})") from err
     if not isinstance(frame, pl.DataFrame) or frame.height == 0:
         raise InputError(f"{path}: input file holds no rows")
+    frame = _rename_reserved(frame).with_columns(pl.Series(mark, values) for mark, values in marks.items())
     return frame.with_columns(
         pl.lit(str(path)).alias(SOURCE_FILE), pl.int_range(pl.len(), dtype=pl.Int64).alias(SOURCE_ROW)
     )
 
 
-def read_all(paths: Iterable[Path]) -> pl.DataFrame:
-    """Several input files as one frame (columns unioned; types relaxed to a common supertype)."""
+def _json_lines(path: Path) -> list[object]:
+    """The records of a JSON-lines file parsed one by one (the fallback when the columnar reader refuses it)."""
+    opener = gzip.open if _is_gzip(path) else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def _kind(value: object) -> str:
+    """A JSON value's kind for type agreement: numbers agree with each other, integers beyond int64 do not."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "number" if -(2**63) <= value < 2**63 else "bigint"
+    if isinstance(value, float):
+        return "number"
+    return type(value).__name__
+
+
+def _as_text(value: object) -> str | None:
+    return value if value is None or isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def _frame_from_records(path: Path, records: object) -> tuple[pl.DataFrame, dict[str, list[bool]]]:
+    """Parsed JSON records as a frame; a field whose JSON type varies (or cannot be typed) becomes text.
+
+    The typed frame is tried first (the common case, one step); only when polars
+    refuses the records are the fields' kinds compared, and each field holding
+    more than one kind is kept as text (strings as they are, anything else as
+    JSON), so the format's mapping and the ingest's rules judge the values.
+    """
+    if not isinstance(records, list) or not records:
+        raise InputError(f"{path}: input file holds no JSON records")
+    if not all(isinstance(r, dict) for r in records):
+        raise InputError(f"{path}: JSON records must be objects (one per row)")
+    try:
+        return pl.from_dicts(records, infer_schema_length=None), {}
+    except (pl.exceptions.PolarsError, TypeError, OverflowError, ValueError):
+        pass
+    kinds: dict[str, set[str]] = {}
+    for record in records:
+        for key, value in record.items():
+            if value is not None:
+                kinds.setdefault(key, set()).add(_kind(value))
+    mixed = {key for key, seen in kinds.items() if len(seen) > 1 or "bigint" in seen}
+    nested = {key for key in mixed if kinds[key] & {"list", "dict"}}
+    columns = list(dict.fromkeys(key for record in records for key in record))
+    marks = {NESTED_PREFIX + key: [isinstance(r.get(key), (list, dict)) for r in records] for key in nested}
+    try:
+        frame = pl.DataFrame(
+            {
+                key: [_as_text(r.get(key)) for r in records] if key in mixed else [r.get(key) for r in records]
+                for key in columns
+            },
+            strict=False,
+        )
+    except (pl.exceptions.PolarsError, TypeError, OverflowError, ValueError):
+        # A nested value whose inner types vary: every non-text field is kept as JSON text.
+        texts = {key: [_as_text(r.get(key)) for r in records] for key in columns}
+        frame = pl.DataFrame(texts, schema=dict.fromkeys(columns, pl.String))
+        marks = {NESTED_PREFIX + key: [isinstance(r.get(key), (list, dict)) for r in records] for key in columns}
+    return frame, marks
+
+
+def _rename_reserved(frame: pl.DataFrame) -> pl.DataFrame:
+    """Input fields named like the provenance or flag columns renamed ``input<name>``, so no input shadows them."""
+    taken = set(frame.columns)
+    renames = {}
+    for name in frame.columns:
+        if name in (SOURCE_FILE, SOURCE_ROW, REASON) or name.startswith((FLAG_PREFIX, NESTED_PREFIX)):
+            new = "input" + name
+            while new in taken:
+                new = "input" + new
+            taken.add(new)
+            renames[name] = new
+    return frame.rename(renames) if renames else frame
+
+
+def read_all(paths: Sequence[Path], scalar: Iterable[str] = ()) -> pl.DataFrame:
+    """Several input files as one frame (columns unioned; types relaxed to a common supertype).
+
+    ``scalar`` names the fields the format reads as single values: a list or
+    object there is kept as JSON text and its row is flagged ``bad_type:<field>``
+    (:func:`biasboard.schemas.coerce.coerce_types`, as the ingest does; in a
+    field whose JSON type varies, read as text, the rows that held one), which
+    :func:`finalize_battles` / :func:`finalize_scores` turn into the row's reason.
+    """
     frames = [read_records(p) for p in paths]
-    return pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
+    try:
+        frame = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
+    except pl.exceptions.PolarsError as err:  # a field typed (say) as a list in one file and a number in another
+        names = ", ".join(str(p) for p in paths)
+        raise InputError(f"{names}: a field has incompatible types across files ({str(err).splitlines()[0]})") from err
+    scalar = tuple(scalar)
+    marked = [c for c in frame.columns if c.startswith(NESTED_PREFIX)]
+    flags = [
+        pl.col(c).fill_null(False).alias(FLAG_PREFIX + REASON_BAD_TYPE_PREFIX + c.removeprefix(NESTED_PREFIX))
+        for c in marked
+        if c.removeprefix(NESTED_PREFIX) in scalar
+    ]
+    return coerce_types(frame.with_columns(flags).drop(marked), scalar)
+
+
+def _flag_reason(raw: pl.DataFrame) -> pl.Expr:
+    """The first ``__flag:<reason>`` set on a row (from :func:`read_all`'s ``scalar`` fields), else null."""
+    reasons = [pl.when(pl.col(column)).then(pl.lit(reason)) for column, reason in flag_reasons(raw.columns)]
+    return pl.coalesce(reasons) if reasons else pl.lit(None, dtype=pl.String)
 
 
 def require_columns(frame: pl.DataFrame, columns: Iterable[str], paths: Sequence[Path], what: str) -> None:
@@ -211,6 +325,19 @@ def as_text(frame: pl.DataFrame, column: str) -> pl.Expr:
     if isinstance(dtype, pl.List):
         return pl.col(column).list.eval(pl.element().cast(pl.String)).list.join("/").fill_null("")
     return pl.col(column).cast(pl.String).fill_null("")
+
+
+def integer_field(frame: pl.DataFrame, column: str, default: int) -> tuple[pl.Expr, pl.Expr]:
+    """(``column`` as Int64, ``default`` where absent or null; ``bad_type:<column>`` where a value is no integer).
+
+    A mixed-type field arrives as text (:func:`read_records`), so a value like
+    ``"gpt-4"`` must reject its row rather than silently become the default.
+    """
+    if column not in frame.columns:
+        return pl.lit(default, dtype=pl.Int64), pl.lit(None, dtype=pl.String)
+    value = pl.col(column).cast(pl.Int64, strict=False)
+    bad = pl.col(column).is_not_null() & value.is_null()
+    return value.fill_null(default), pl.when(bad).then(pl.lit(REASON_BAD_TYPE_PREFIX + column)).otherwise(None)
 
 
 def stable_id(prefix: str, *parts: pl.Expr) -> pl.Expr:
@@ -263,7 +390,8 @@ def pick_length_unit(options: ImportOptions) -> str:
 
 def _dead_letters(raw: pl.DataFrame, reasons: pl.Series, mask: pl.Series) -> pa.Table:
     """Rejected rows: every original field as text, then reason, source file and row (the dead-letter contract)."""
-    original = [c for c in raw.columns if c not in (SOURCE_FILE, SOURCE_ROW)]
+    original = [c for c in raw.columns if c not in (SOURCE_FILE, SOURCE_ROW) and c not in META_FIELDS]
+    original = [c for c in original if not c.startswith(FLAG_PREFIX)]
     texts = []
     for column in original:
         dtype = raw.schema[column]
@@ -283,9 +411,8 @@ def _dead_letters(raw: pl.DataFrame, reasons: pl.Series, mask: pl.Series) -> pa.
             pl.col(SOURCE_ROW).cast(pl.Int64).alias("source_row"),
         )
     )
-    meta_names = {"reason", "source_file", "source_row"}
-    schema = dead_letter_schema(pa.schema([pa.field(c, pa.string()) for c in original if c not in meta_names]))
-    # An original column named like a meta field would be shadowed; the contract's meta wins.
+    # An original column named like a meta field is left out above: the contract's meta wins.
+    schema = dead_letter_schema(pa.schema([pa.field(c, pa.string()) for c in original]))
     return dead.select(schema.names).to_arrow().cast(schema)
 
 
@@ -327,7 +454,8 @@ def finalize_battles(
         length_expr("len_b", mapped.schema["len_b"]).alias("__len_b"),
     )
     rule = battle_reason_expr(checked.schema, "__ts", ("__len_a", "__len_b"))
-    checked = checked.with_columns(pl.coalesce(pl.col(REASON), rule).alias(REASON))
+    flagged = raw.select(_flag_reason(raw).alias("__flag")).to_series()
+    checked = checked.with_columns(pl.coalesce(flagged, pl.col(REASON), rule).alias(REASON))
     reasons, rejected = _split(raw, checked, "battle_id", REASON_DUPLICATE_ID)
     valid = checked.filter(~rejected).select(
         pl.col("battle_id").cast(pl.String),
@@ -367,7 +495,8 @@ def finalize_scores(
         length_expr("len", mapped.schema["len"]).alias("__len"),
     )
     rule = score_reason_expr(checked.schema, "__ts", "__score", "__len")
-    checked = checked.with_columns(pl.coalesce(pl.col(REASON), rule).alias(REASON))
+    flagged = raw.select(_flag_reason(raw).alias("__flag")).to_series()
+    checked = checked.with_columns(pl.coalesce(flagged, pl.col(REASON), rule).alias(REASON))
     reasons, rejected = _split(raw, checked, "score_id", REASON_DUPLICATE_SCORE_ID)
     valid = checked.filter(~rejected).select(
         pl.col("score_id").cast(pl.String),

@@ -42,6 +42,8 @@ from biasboard.schemas.battle import SLICE_COLUMNS
 
 PATTERNS = ("*.json", "*.json.gz", "*.jsonl", "*.jsonl.gz")
 TOKEN_FIELDS = ("sum_assistant_a_tokens", "sum_assistant_b_tokens")
+#: Fields read as single values (a list or object there dead-letters the row as ``bad_type:<field>``).
+SCALAR = ("question_id", "model_a", "model_b", "winner", "tstamp", "ts", "judge")
 
 
 def _token_lengths(frame: pl.DataFrame) -> tuple[pl.Expr, pl.Expr]:
@@ -53,7 +55,7 @@ def _token_lengths(frame: pl.DataFrame) -> tuple[pl.Expr, pl.Expr]:
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
-    raw = read_all(paths)
+    raw = read_all(paths, scalar=SCALAR)
     require_columns(raw, ("model_a", "model_b", "winner"), paths, "FastChat battle")
     notes: list[str] = []
     judge = judge_expr(raw, options, paths)
@@ -61,6 +63,10 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     if time_column is None:
         ts = fixed_day(options)
         notes.append(f"no tstamp column: every battle dated {options.default_date.isoformat()} 00:00 UTC")
+    elif time_column == "tstamp" and raw.schema["tstamp"] == pl.String:
+        # Epoch seconds as text (the field's JSON type varies): numbers count, anything else is NaN → bad_timestamp.
+        seconds = pl.col("tstamp").cast(pl.Float64, strict=False)
+        ts = pl.when(pl.col("tstamp").is_not_null() & seconds.is_null()).then(float("nan")).otherwise(seconds)
     else:
         ts = pl.col(time_column)
     composite = pl.concat_str(

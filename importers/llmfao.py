@@ -63,7 +63,7 @@ def _lengths(paths: Sequence[Path], unit: str) -> tuple[pl.DataFrame | None, Pat
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     unit = pick_length_unit(options)
-    raw = read_all(paths)
+    raw = read_all(paths, scalar=(*REQUIRED, "worker"))
     require_columns(raw, REQUIRED, paths, "LLMFAO comparison")
     if options.judge:
         judge = pl.lit(options.judge)

@@ -40,9 +40,9 @@ from biasboard.importers.common import (
     ImportOptions,
     ImportResult,
     as_text,
-    column_or_null,
     finalize_battles,
     fixed_day,
+    integer_field,
     judge_parts,
     read_all,
     require_columns,
@@ -51,6 +51,8 @@ from biasboard.importers.common import (
 
 PATTERNS = ("*pair*.jsonl", "*pair*.jsonl.gz")
 REQUIRED = ("question_id", "model_1", "model_2", "g1_winner", "g2_winner")
+#: Fields read as single values (a list or object there dead-letters the row as ``bad_type:<field>``).
+SCALAR = (*REQUIRED, "turn", "tstamp")
 
 
 def explode_games(raw: pl.DataFrame) -> pl.DataFrame:
@@ -86,13 +88,13 @@ def attach_answer_lengths(
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
-    lines = read_all(paths)
+    lines = read_all(paths, scalar=SCALAR)
     require_columns(lines, REQUIRED, paths, "MT-Bench pair")
     judge, prompt = judge_parts(lines, options, paths)
     notes: list[str] = []
     raw = explode_games(lines)
     game = pl.col("game")
-    turn = column_or_null(raw, "turn", pl.Int64).cast(pl.Int64).fill_null(1)
+    turn, bad_turn = integer_field(raw, "turn", 1)
     verdict = pl.when(game == 1).then(pl.col("g1_winner")).otherwise(pl.col("g2_winner")).cast(pl.String)
     ts = pl.col("tstamp") if "tstamp" in raw.columns else fixed_day(options)
     if "tstamp" not in raw.columns:
@@ -117,7 +119,9 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.when(game == 1).then(pl.col("model_2")).otherwise(pl.col("model_1")).cast(pl.String).alias("model_b"),
         shown_order_winner(game, verdict).alias("winner"),
         pl.format("{}:t{}", qid, turn).alias("prompt_id"),
-        pl.when(verdict == "error").then(pl.lit(REASON_NO_VERDICT)).otherwise(None).cast(pl.String).alias(REASON),
+        pl.coalesce(bad_turn, pl.when(verdict == "error").then(pl.lit(REASON_NO_VERDICT)))
+        .cast(pl.String)
+        .alias(REASON),
         qid.alias("__qid"),
         turn.alias("__turn"),
     )

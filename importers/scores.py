@@ -41,6 +41,7 @@ from biasboard.importers.common import (
     column_or_null,
     finalize_scores,
     fixed_epoch_seconds,
+    integer_field,
     judge_parts,
     read_all,
     read_records,
@@ -51,6 +52,8 @@ from biasboard.importers.mtbench import attach_answer_lengths
 
 PATTERNS = ("*single*.jsonl", "*single*.jsonl.gz", "judgments.jsonl", "judgments.jsonl.gz")
 REQUIRED = ("question_id", "model", "score")
+#: Fields read as single values (a list or object there dead-letters the row as ``bad_type:<field>``).
+SCALAR = (*REQUIRED, "turn", "tstamp")
 SCORES_SIDECAR = "scores.csv"
 
 
@@ -72,11 +75,11 @@ def _sidecar_lengths(paths: Sequence[Path]) -> tuple[pl.DataFrame | None, Path |
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
-    raw = read_all(paths)
+    raw = read_all(paths, scalar=SCALAR)
     require_columns(raw, REQUIRED, paths, "single-answer grading")
     judge, prompt = judge_parts(raw, options, paths)
     notes: list[str] = []
-    turn = column_or_null(raw, "turn", pl.Int64).cast(pl.Int64).fill_null(1)
+    turn, bad_turn = integer_field(raw, "turn", 1)
     stamp = column_or_null(raw, "tstamp", pl.Float64)
     undated = raw.height if "tstamp" not in raw.columns else raw["tstamp"].null_count()
     if undated:
@@ -108,9 +111,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.col("model").cast(pl.String),
         pl.format("{}:t{}", qid, turn).alias("prompt_id"),
         pl.col("score"),
-        pl.when(pl.col("score").is_null() | (score == -1))
-        .then(pl.lit(REASON_NO_VERDICT))
-        .otherwise(None)
+        pl.coalesce(bad_turn, pl.when(pl.col("score").is_null() | (score == -1)).then(pl.lit(REASON_NO_VERDICT)))
         .cast(pl.String)
         .alias(REASON),
         qid.alias("__qid"),

@@ -399,23 +399,9 @@ def _csv_cell(value: object) -> str:
     return '"' + str(value).replace('"', '""') + '"' if value is not None else ""
 
 
-#: Importers that still stop with a polars error when a field's JSON type changes from record to record
-#: (a list here, a number there) or an input field is named like their provenance columns: the
-#: importers' half of issue 13.2 (helper "formats"); expected failures until it lands (not strict).
-MIXED_TYPES_OPEN = {"alpacaeval", "fastchat", "llmfao"}
-
-
 def _import_cases() -> list:
-    cases = []
-    for fmt in sorted(IMPORT_FORMATS):
-        cases.append(pytest.param(fmt, False, id=f"{fmt}-well-typed"))
-        marks = (
-            [pytest.mark.xfail(strict=False, reason="issue 13.2 (formats): mixed JSON types per field crash polars")]
-            if fmt in MIXED_TYPES_OPEN
-            else []
-        )
-        cases.append(pytest.param(fmt, True, id=f"{fmt}-any-json-type", marks=marks))
-    return cases
+    return [pytest.param(fmt, any_type, id=f"{fmt}-{'any-json-type' if any_type else 'well-typed'}")
+            for fmt in sorted(IMPORT_FORMATS) for any_type in (False, True)]  # fmt: skip
 
 
 @pytest.mark.parametrize(("fmt", "any_type"), _import_cases())

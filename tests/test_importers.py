@@ -522,3 +522,46 @@ def test_pba_row_shown_second_is_swapped_into_shown_order(tmp_path):
         ("x", "y", "model_a", 10, 20, False),  # order unreadable: counted in the listed order
     ]
     assert result.dead_by_reason() == {}
+
+
+# ---------------------------------------------------------------------------------------------- hostile fields
+
+
+def test_a_field_whose_json_type_varies_is_read_as_text_and_judged_row_by_row(tmp_path):
+    """FastChat lines where ``tstamp``/``model_b`` change type and ``winner`` is an object on one line (issue 13.2)."""
+    lines = [
+        {"question_id": "q1", "model_a": "a", "model_b": "b", "winner": "model_a", "tstamp": 1.7e9, "judge": "u"},
+        {"question_id": "q2", "model_a": "a", "model_b": 7, "winner": "tie", "tstamp": "soon", "judge": "u"},
+        {"question_id": "q3", "model_a": "a", "model_b": "b", "winner": {"k": 1}, "tstamp": 1.7e9, "judge": "u"},
+        {"question_id": [1, 2], "model_a": "a", "model_b": "b", "winner": "model_b", "tstamp": 1.7e9, "judge": "u"},
+    ]
+    path = tmp_path / "clean_battle.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines))
+    result = import_path("fastchat", path, ImportOptions())
+    rows = check_contract(result)
+    assert rows["battle_id"].to_list() == ["q1"]
+    dead = pl.from_arrow(result.dead_letters).sort("source_row")
+    # Line 2: the text stamp is a bad timestamp; 3 and 4: an object where a single value belongs.
+    assert dead.select("source_row", "reason").rows() == [
+        (1, "bad_timestamp"), (2, "bad_type:winner"), (3, "bad_type:question_id"),
+    ]  # fmt: skip
+    assert dead["winner"][1] == '{"k":1}' and dead["tstamp"][0] == "soon"
+
+
+def test_input_fields_named_like_the_provenance_columns_are_kept_apart(tmp_path):
+    """``reason``/``source_file``/``source_row``/``__reason`` in the input never shadow the importer's own."""
+    records = [
+        {"instruction_id": "p", "generator_1": "x", "generator_2": "y", "preference": 2.0, "annotator": "gpt4",
+         "reason": "mine", "source_row": 99, "source_file": "elsewhere", "__reason": "fake"},
+        {"instruction_id": "p", "generator_1": "x", "generator_2": "y", "preference": None, "annotator": "gpt4",
+         "reason": "mine", "source_row": 98, "source_file": "elsewhere", "__reason": "fake"},
+    ]  # fmt: skip
+    path = tmp_path / "annotations.json"
+    path.write_text(json.dumps(records))
+    result = import_path("alpacaeval", path, ImportOptions())
+    check_contract(result)
+    assert result.rows_converted == 1
+    dead = pl.from_arrow(result.dead_letters)
+    assert dead.select("reason", "source_file", "source_row", "input__reason").rows() == [
+        (REASON_NO_VERDICT, str(path), 1, "fake")
+    ]
