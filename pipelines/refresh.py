@@ -59,7 +59,13 @@ from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.schemas.summary import Summary
 from biasboard.transforms import publish, read, state, storage
-from biasboard.transforms.audit import DAY_PARTIALS, audit_days_incremental, audit_inputs, stored_day_key
+from biasboard.transforms.audit import (
+    DAY_PARTIALS,
+    audit_days_incremental,
+    audit_inputs,
+    day_partials_dir,
+    stored_day_key,
+)
 from biasboard.transforms.fit import DEFAULT_FIT_RAM, FitModels
 from biasboard.transforms.ingest import METRICS_NAMESPACE as INGEST_METRICS
 from biasboard.transforms.ingest import committed, day_tasks, ingest_days, ingest_settings
@@ -67,7 +73,7 @@ from biasboard.transforms.plan import MAX_BUDGET, make_plan
 from biasboard.transforms.publish import failpoint
 from biasboard.transforms.runner import counters, run_to_completion
 from biasboard.transforms.slices import DEFAULT_MIN_BATTLES, parse_slices
-from biasboard.transforms.snapshot import AUDIT_INPUTS, FitSpec
+from biasboard.transforms.snapshot import AUDIT_INPUTS, DaysWithoutInput, FitSpec
 
 _LOG = logging.getLogger(__name__)
 
@@ -157,6 +163,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fit-min-ram", help="memory the fit stage asks its worker for (a Beam resource hint; default %(default)s)"
     )
     parser.add_argument(
+        "--drop-missing-days",
+        action="store_true",
+        help="remove stored days no input file matches any more from the state before the fit (default: keep "
+        "them in the fit; either way refresh logs them and summary.json's days lists them)",
+    )
+    parser.add_argument(
         "--refit",
         action="store_true",
         help="fit and publish even when nothing changed since the LATEST snapshot (default: it stays LATEST)",
@@ -222,6 +234,7 @@ class RefreshOptions:
     refit: bool = False
     slices: str | None = None  # "category,language"
     slice_min_battles: int = DEFAULT_MIN_BATTLES
+    drop_missing_days: bool = False
 
 
 @dataclass
@@ -288,6 +301,14 @@ def refresh(
         len(changes.changed),
         len(changes.unchanged),
     )
+    if changes.without_input:
+        _LOG.warning(
+            "read: %d stored day(s) have no input file any more: %s; %s",
+            len(changes.without_input),
+            ", ".join(changes.without_input),
+            "dropping them from the state (--drop-missing-days)" if options.drop_missing_days
+            else "kept in the fit (--drop-missing-days removes them)",
+        )
     todo = changes.new + changes.changed
     audit = AuditPlan.of(input_glob, state_dir, changes, options, family_map)
     staging = publish.new_staging(out_dir)
@@ -295,15 +316,17 @@ def refresh(
     build_only = _build_only_reason(pipeline_options)
     if build_only:
         pipeline = build_refresh(
-            pipeline_options, input_glob, state_dir, staging, todo, spec, options, family_map, aliases, audit
+            pipeline_options, input_glob, state_dir, staging, todo, spec, options, family_map, aliases, audit,
+            DaysWithoutInput(kept=tuple(changes.without_input)),
         )
         job = pipeline.run()
         _LOG.info("refresh: %s: the job was built, nothing ran, nothing is published", build_only)
         return Outcome(None, aggregated_days=todo, reason=build_only, job=job)
     failpoint("after-read")
 
+    without_input = drop_days_without_input(state_dir, changes, options.drop_missing_days)
     fit_key = _fit_inputs_digest(state_dir, changes, options, family_map, aliases)
-    if not todo and not audit.rerun and not options.refit:
+    if not todo and not audit.rerun and not options.refit and not without_input.dropped:
         reused = _reuse_latest(out_dir, fit_key)
         if reused is not None:
             return _with_plan(reused, out_dir, options)
@@ -313,7 +336,8 @@ def refresh(
         storage.delete_tree(audit.folder)
     with timings.stage("pipeline"):
         pipeline = build_refresh(
-            pipeline_options, input_glob, state_dir, staging, todo, spec, options, family_map, aliases, audit
+            pipeline_options, input_glob, state_dir, staging, todo, spec, options, family_map, aliases, audit,
+            without_input,
         )
         result = run_to_completion(pipeline)
     metrics: dict[str, int] = {}
@@ -360,6 +384,7 @@ def refresh(
         },
         "state": state_dir,
         "aggregated_days": todo,
+        "days_without_input": {"kept": list(without_input.kept), "dropped": list(without_input.dropped)},
         "versions": versions(),
         "options": {
             "refresh": asdict(options),
@@ -457,6 +482,7 @@ def build_refresh(
     family_map: FamilyMap,
     aliases: AliasMap | None,
     audit: AuditPlan,
+    without_input: DaysWithoutInput,
 ) -> beam.Pipeline:
     """The refresh graph, built and not run: ingest ``days``, audit (when its input changed), fit and stage.
 
@@ -495,8 +521,27 @@ def build_refresh(
         title=options.title,
         after=after,
         min_ram=options.fit_min_ram,
+        without_input=without_input,
     )
     return pipeline
+
+
+def drop_days_without_input(state_dir: str, changes: InputChanges, drop: bool) -> DaysWithoutInput:
+    """The stored days no input file matches: kept, or (``drop``) removed from the state, one day at a time.
+
+    An input that matches no file at all never gets here (listing it is an
+    error), so a mistyped glob cannot empty the state.  Each day goes through
+    :func:`~biasboard.transforms.state.delete_day` (manifest first), so a run
+    killed midway leaves every day either whole or gone.
+    """
+    days = tuple(changes.without_input)
+    if not drop or not days:
+        return DaysWithoutInput(kept=days)
+    for day in days:
+        state.delete_day(state_dir, day)
+        storage.delete_tree(day_partials_dir(storage.join(state_dir, DAY_PARTIALS), day))  # its audit partials
+    _LOG.info("read: dropped %d stored day(s) from %s: %s", len(days), state_dir, ", ".join(days))
+    return DaysWithoutInput(dropped=days)
 
 
 def check_options(state_dir: str, out_dir: str, options: RefreshOptions) -> FamilyMap:
@@ -529,13 +574,17 @@ def check_options(state_dir: str, out_dir: str, options: RefreshOptions) -> Fami
 
 @dataclass
 class InputChanges:
-    """Per day: its input fingerprint, and which days are new, changed or unchanged against the state."""
+    """Per day: its input fingerprint, and which days are new, changed or unchanged against the state.
+
+    ``without_input``: days the state has committed that no input file matches any more.
+    """
 
     fingerprints: dict[str, dict]
     new: list[str]
     changed: list[str]
     unchanged: list[str]
     n_files: int
+    without_input: list[str] = field(default_factory=list)
 
     @property
     def digest(self) -> str:
@@ -600,7 +649,8 @@ def input_changes(
         else:
             unchanged.append(day)
     n_files = len({f.path for files in (*battles.values(), *scores.values()) for f in files})
-    return InputChanges(fingerprints, new, changed, unchanged, n_files)
+    without_input = [day for day in state.list_state_days(state_dir) if day not in fingerprints]
+    return InputChanges(fingerprints, new, changed, unchanged, n_files, without_input)
 
 
 # --------------------------------------------------------------------------- build only

@@ -112,11 +112,15 @@ def from_jsonable(cls: type[T], document: dict[str, Any], where: str = "summary"
 
 @dataclass
 class Days:
-    """The day partitions the fit merged."""
+    """The day partitions the fit merged, and the stored days whose input files have gone."""
 
     count: int
     first: str
     last: str
+    #: Stored days no input file matches any more, kept in the fit (their cells are the history).
+    without_input: list[str] = field(default_factory=list)
+    #: Stored days no input file matched, removed from the state before this fit (refresh --drop-missing-days).
+    dropped: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -303,3 +303,68 @@ def test_incremental_audit_equals_a_full_audit(sim, tmp_path, caplog):
         inc = (Path(incremental.published.path) / name).read_bytes()
         assert inc == (Path(full.published.path) / name).read_bytes(), name
     assert _numbers(Path(incremental.published.path)) == _numbers(Path(full.published.path))
+
+
+def test_a_stored_day_whose_input_has_gone_is_kept_and_reported(sim, tmp_path, caplog):
+    """Input deleted between two refreshes: the day's cells stay in the fit, the log and summary name it."""
+    logs = tmp_path / "logs"
+    shutil.copytree(sim / "battles", logs / "battles")
+    state, out = str(tmp_path / "state"), str(tmp_path / "out")
+    first = refresh(_glob(logs), state, out, [], NO_AUDIT)
+    assert first.summary.days.without_input == [] and first.summary.days.dropped == []
+
+    shutil.rmtree(logs / "battles" / "day=2024-01-02")
+    with caplog.at_level("WARNING", logger="biasboard.pipelines.refresh"):
+        second = refresh(_glob(logs), state, out, [], NO_AUDIT)
+    assert [r.getMessage() for r in caplog.records if "2024-01-02" in r.getMessage()] == [
+        "read: 1 stored day(s) have no input file any more: 2024-01-02; kept in the fit (--drop-missing-days "
+        "removes them)"
+    ]
+    assert not second.published.reused and second.aggregated_days == []
+    assert second.summary.days.without_input == ["2024-01-02"] and second.summary.days.dropped == []
+    assert second.summary.days.count == SIM.days and second.summary.counts == first.summary.counts
+    assert second.leaderboard.equals(first.leaderboard)  # the board is unchanged: the day's cells are still in
+    manifest = json.loads((Path(second.published.path) / "manifest.json").read_text())
+    assert manifest["days_without_input"] == {"kept": ["2024-01-02"], "dropped": []}
+    assert (tmp_path / "state" / "manifests" / "day=2024-01-02.json").exists()
+
+
+def test_drop_missing_days_removes_the_day_from_the_state_and_the_board(sim, tmp_path):
+    logs = tmp_path / "logs"
+    shutil.copytree(sim / "battles", logs / "battles")
+    state, out = str(tmp_path / "state"), str(tmp_path / "out")
+    first = refresh(_glob(logs), state, out, [])  # with the audit: its per-day partials are dropped too
+    assert (tmp_path / "state" / "audit_days" / "day=2024-01-02").exists()
+    gone = pl.read_parquet(logs / "battles" / "day=2024-01-02" / "*.parquet")
+    day_counts = json.loads((tmp_path / "state" / "manifests" / "day=2024-01-02.json").read_text())["counts"]
+
+    shutil.rmtree(logs / "battles" / "day=2024-01-02")
+    dropped = refresh(_glob(logs), state, out, [], RefreshOptions(audit=False, drop_missing_days=True))
+    assert dropped.summary.days.dropped == ["2024-01-02"] and dropped.summary.days.without_input == []
+    assert dropped.summary.days.count == SIM.days - 1
+    assert dropped.summary.counts.read == first.summary.counts.read - gone.height == (
+        first.summary.counts.read - day_counts["read"]
+    )
+    # each counted battle adds one to n_battles of both its models: the board loses exactly the day's counted rows
+    lost = first.leaderboard["n_battles"].sum() - dropped.leaderboard["n_battles"].sum()
+    assert lost == 2 * day_counts["counted"] > 0
+    for folder in ("cells", "deadletters", "audit_days"):
+        assert not (tmp_path / "state" / folder / "day=2024-01-02").exists()
+    assert not (tmp_path / "state" / "manifests" / "day=2024-01-02.json").exists()
+    manifest = json.loads((Path(dropped.published.path) / "manifest.json").read_text())
+    assert manifest["days_without_input"] == {"kept": [], "dropped": ["2024-01-02"]}
+
+    again = refresh(_glob(logs), state, out, [], RefreshOptions(audit=False, drop_missing_days=True))
+    assert again.published.reused and again.summary == dropped.summary  # nothing more to drop: nothing refitted
+
+
+def test_drop_missing_days_with_an_input_that_matches_nothing_drops_nothing(sim, tmp_path, capsys):
+    """A mistyped glob would make every stored day 'without input': it is refused before anything is dropped."""
+    state, out = tmp_path / "state", tmp_path / "out"
+    refresh(_glob(sim), str(state), str(out), [], NO_AUDIT)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    argv = ["refresh", "--input", str(empty / "*.parquet"), "--state", str(state), "--out", str(out), "--no-audit"]
+    assert cli.main([*argv, "--drop-missing-days"]) == 2
+    assert len(list((state / "manifests").glob("day=*.json"))) == SIM.days  # nothing dropped
+    assert capsys.readouterr().err.strip().endswith("empty/*.parquet: no input files match")

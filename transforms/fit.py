@@ -33,7 +33,14 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics.metric import Metrics
 from biasboard.transforms import publish
-from biasboard.transforms.snapshot import FitSpec, fit_state, read_audit_files, snapshot_files
+from biasboard.transforms.snapshot import (
+    ALL_DAYS_HAVE_INPUT,
+    DaysWithoutInput,
+    FitSpec,
+    fit_state,
+    read_audit_files,
+    snapshot_files,
+)
 
 METRICS_NAMESPACE = "biasboard.fit"
 #: Memory the fit asks its worker for by default (a Beam resource hint); ``--fit-min-ram`` overrides it.
@@ -43,18 +50,27 @@ DEFAULT_FIT_RAM = "4GB"
 class FitSnapshotFn(beam.DoFn):
     """(days committed) → fit the state's cells, stage the snapshot's files; yields the staging folder."""
 
-    def __init__(self, state_dir: str, staging: str, spec: FitSpec, audit_dir: str | None, title: str):
+    def __init__(
+        self,
+        state_dir: str,
+        staging: str,
+        spec: FitSpec,
+        audit_dir: str | None,
+        title: str,
+        without_input: DaysWithoutInput = ALL_DAYS_HAVE_INPUT,
+    ):
         self.state_dir = state_dir
         self.staging = staging
         self.spec = spec
         self.audit_dir = audit_dir
         self.title = title
+        self.without_input = without_input
 
     def process(self, element: int, *args, **kwargs):  # element: days committed; side inputs only order the stage
         publish.failpoint("after-aggregate")
         started = time.perf_counter()
         audit_files = read_audit_files(self.audit_dir) if self.audit_dir else {}
-        parts = fit_state(self.state_dir, self.spec, audit_files)
+        parts = fit_state(self.state_dir, self.spec, audit_files, self.without_input)
         fitted = time.perf_counter()
         files = snapshot_files(parts, self.title)
         rendered = time.perf_counter()
@@ -76,7 +92,8 @@ class FitModels(beam.PTransform):
     """Committed day manifests → the fitted snapshot staged under ``staging`` (see the module docstring).
 
     ``after``: PCollections (the audit's written files) the fit must wait for;
-    ``audit_dir``: where the audit's files are, to add to the snapshot.
+    ``audit_dir``: where the audit's files are, to add to the snapshot;
+    ``without_input``: stored days whose input files have gone (reported in the summary).
     """
 
     def __init__(
@@ -89,10 +106,11 @@ class FitModels(beam.PTransform):
         title: str = "biasboard report",
         after: Sequence[pvalue.PCollection] = (),
         min_ram: str = DEFAULT_FIT_RAM,
+        without_input: DaysWithoutInput = ALL_DAYS_HAVE_INPUT,
         label: str | None = None,
     ):
         super().__init__(label)
-        self._fn = FitSnapshotFn(state_dir, staging, spec, audit_dir, title)
+        self._fn = FitSnapshotFn(state_dir, staging, spec, audit_dir, title, without_input)
         self._after = list(after)
         self._min_ram = min_ram
 

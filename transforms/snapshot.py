@@ -80,11 +80,33 @@ class FitSpec:
     slice_min_battles: int = DEFAULT_MIN_BATTLES
 
 
-def fit_state(state_dir: str, spec: FitSpec, audit_files: Mapping[str, bytes] | None = None) -> SnapshotParts:
+@dataclass(frozen=True)
+class DaysWithoutInput:
+    """Stored days no input file matches any more: ``kept`` in the fit, or ``dropped`` from the state before it.
+
+    The launcher finds them (it lists the input); the fit only reports them in
+    the summary, so a day whose files were deleted is never silently kept or lost.
+    """
+
+    kept: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+
+
+#: Every stored day has input files (the default of the fit's callers).
+ALL_DAYS_HAVE_INPUT = DaysWithoutInput()
+
+
+def fit_state(
+    state_dir: str,
+    spec: FitSpec,
+    audit_files: Mapping[str, bytes] | None = None,
+    without_input: DaysWithoutInput = ALL_DAYS_HAVE_INPUT,
+) -> SnapshotParts:
     """Merge every stored day's cells and fit both models; the summary sums the days' manifests.
 
     ``audit_files``: the judge audit's files (name → bytes), added to the
-    snapshot and summarised in it.
+    snapshot and summarised in it; ``without_input``: stored days whose input
+    files have gone, reported in ``summary.days``.
 
     Deterministic in the stored cells: the cells are put in key order before the
     fit, so the numbers do not depend on the order days were aggregated in.
@@ -112,7 +134,7 @@ def fit_state(state_dir: str, spec: FitSpec, audit_files: Mapping[str, bytes] | 
         audit_tables = json.loads(audit_files[AUDIT_JSON]).get("tables") if AUDIT_JSON in audit_files else None
     summary = build_summary(
         state_dir, days, cells, naive, corrected, leaderboard, reference=fitted, audit_tables=audit_tables,
-        seed=spec.config.seed,
+        seed=spec.config.seed, without_input=without_input,
     )
     slice_files, boards = {}, None
     if spec.slices:
@@ -202,6 +224,7 @@ def build_summary(
     reference: ReferenceFit | None = None,
     audit_tables: Mapping[str, list] | None = None,
     seed: int = 0,
+    without_input: DaysWithoutInput = ALL_DAYS_HAVE_INPUT,
 ) -> Summary:
     """summary.json, the one producer of :class:`~biasboard.schemas.summary.Summary`.
 
@@ -270,7 +293,10 @@ def build_summary(
         models=len(corrected.models),
         top_k=corrected.k,
         ci_level=0.95,
-        days=S.Days(count=len(days), first=days[0], last=days[-1]),
+        days=S.Days(
+            count=len(days), first=days[0], last=days[-1],
+            without_input=list(without_input.kept), dropped=list(without_input.dropped),
+        ),
         counts=S.from_jsonable(S.Counts, counts.to_dict(), "counts"),
         judges=[_record(S.JudgeCounts, row) for row in judge_summary(cells).to_pylist()],
         diagnostics=diagnostics,

@@ -150,6 +150,18 @@ def write_day(
     return manifest
 
 
+def delete_day(state_dir: str, day: str) -> None:
+    """Remove day ``day``'s partition: its manifest first, then its cells and dead letters.
+
+    The manifest is the commit marker, so once it is gone no reader trusts the
+    day; a crash after that leaves files no reader looks at, replaced if the
+    day is ever aggregated again.  A missing day is not an error.
+    """
+    storage.delete([manifest_path(state_dir, day)])
+    storage.delete_tree(cells_dir(state_dir, day))
+    storage.delete_tree(deadletters_dir(state_dir, day))
+
+
 def _relative(state_dir: str, path: str) -> str:
     return path[len(state_dir.rstrip("/")) + 1 :]
 
