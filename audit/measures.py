@@ -178,9 +178,7 @@ def order_rows(battles: pl.DataFrame) -> pl.DataFrame:
     shown order is unknown (``order_known`` false).  The rows are
     additive: rows of two slices summed by key are the rows of their union.
     """
-    b = battles.filter(
-        (pl.col("model_a") != pl.col("model_b")) & pl.col("prompt_id").is_not_null() & SHOWN_ORDER_KNOWN
-    )
+    b = battles.filter((pl.col("model_a") != pl.col("model_b")) & pl.col("prompt_id").is_not_null() & SHOWN_ORDER_KNOWN)
     x_first = pl.col("model_a") < pl.col("model_b")
     first = pl.col("winner") == "model_a"
     second = pl.col("winner") == "model_b"
@@ -329,9 +327,7 @@ def order_pairs_table(pairs: pl.DataFrame) -> pl.DataFrame:
     return t.with_columns(
         p.alias("consistent_win_rate_x"),
         se.alias("consistent_win_rate_x_se"),
-        _ratio(pl.col("pba_cons_x") + 0.5 * pl.col("pba_cons_t"), pl.col("pba_consistent")).alias(
-            "pba_win_halfdraw_x"
-        ),
+        _ratio(pl.col("pba_cons_x") + 0.5 * pl.col("pba_cons_t"), pl.col("pba_consistent")).alias("pba_win_halfdraw_x"),
     ).sort(list(PAIR_KEYS))
 
 
@@ -808,10 +804,9 @@ def family_table(family: pl.DataFrame) -> pl.DataFrame:
     p_self = _ratio(pl.col("score_self"), pl.col("n_self"))
     p_other = _ratio(pl.col("score_other"), pl.col("n_other_judges"))
     t = t.with_columns(p_self.alias("win_rate_self"), p_other.alias("win_rate_other_judges"))
-    var = (
-        pl.col("win_rate_self") * (1 - pl.col("win_rate_self")) / pl.col("n_self")
-        + pl.col("win_rate_other_judges") * (1 - pl.col("win_rate_other_judges")) / pl.col("n_other_judges")
-    )
+    var = pl.col("win_rate_self") * (1 - pl.col("win_rate_self")) / pl.col("n_self") + pl.col(
+        "win_rate_other_judges"
+    ) * (1 - pl.col("win_rate_other_judges")) / pl.col("n_other_judges")
     return (
         t.with_columns(
             (pl.col("win_rate_self") - pl.col("win_rate_other_judges")).alias("self_preference"),
@@ -842,11 +837,7 @@ def finish_audit(partials: AuditPartials) -> AuditResult:
         pl.col("pba_consistency_rate"),
     )
     judges = pl.concat(
-        [
-            frame.select("judge")
-            for frame in (p.slots, p.identical, p.length, p.gold, p.order_pairs)
-            if frame.height
-        ]
+        [frame.select("judge") for frame in (p.slots, p.identical, p.length, p.gold, p.order_pairs) if frame.height]
         or [pl.DataFrame(schema={"judge": pl.Utf8})]
     ).unique()
     for table in (

@@ -87,18 +87,33 @@ class FrozenJudge:
 
 def frozen_judge(study: Study, seed: int) -> FrozenJudge:
     """Draw the truth (the project's simulator) and cache every ordered pair's verdict and lengths."""
-    config = SimulationConfig(models=study.models, judges=1, seed=seed, theta_sd=study.theta_sd,
-                              gamma0=study.gamma, sd_u=0.0, beta0=study.beta, sd_beta=0.0, lambda0=0.0,
-                              sd_lambda=0.0, disc_sd=0.0,
-                              len_model_sd=study.len_model_sd, corr_length=0.0, battles=1, days=1)
+    config = SimulationConfig(
+        models=study.models,
+        judges=1,
+        seed=seed,
+        theta_sd=study.theta_sd,
+        gamma0=study.gamma,
+        sd_u=0.0,
+        beta0=study.beta,
+        sd_beta=0.0,
+        lambda0=0.0,
+        sd_lambda=0.0,
+        disc_sd=0.0,
+        len_model_sd=study.len_model_sd,
+        corr_length=0.0,
+        battles=1,
+        days=1,
+    )
     params = draw_parameters(config)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 99]))
     m = study.models
     a, b = np.nonzero(~np.eye(m, dtype=bool))
     n = a.size
     prompt = rng.integers(0, config.prompts, n)
-    log_len = lambda model: (params.mu[model] + params.prompt_len[prompt]  # noqa: E731
-                             + rng.normal(0.0, config.len_noise_sd, n))
+
+    def log_len(model: np.ndarray) -> np.ndarray:
+        return params.mu[model] + params.prompt_len[prompt] + rng.normal(0.0, config.len_noise_sd, n)
+
     len_a = np.maximum(1, np.rint(np.exp(log_len(a)))).astype(np.int64)
     len_b = np.maximum(1, np.rint(np.exp(log_len(b)))).astype(np.int64)
     judge = np.zeros(n, dtype=np.int64)
@@ -186,8 +201,15 @@ def run_one(judge: FrozenJudge, study: Study, strategy: str, kind: str, seed: in
         if n_asked >= min(total, max(budgets)):
             break
         posterior = posterior_from_fit(result)
-        sel = select_comparisons(posterior, 2 * study.batch, strategy, counts=_counts(asked, posterior, judge),
-                                 repeat=False, seed=seed * 1000 + step, draws=study.draws)
+        sel = select_comparisons(
+            posterior,
+            2 * study.batch,
+            strategy,
+            counts=_counts(asked, posterior, judge),
+            repeat=False,
+            seed=seed * 1000 + step,
+            draws=study.draws,
+        )
         step += 1
         if sel.n_units == 0:
             break
@@ -266,19 +288,22 @@ def line_chart(summary: pl.DataFrame, study: Study) -> str:
         def sy(v):
             return mt + (1 - (v - y0) / (y1 - y0)) * ph
 
-        parts.append(f'<text x="{left + pw / 2}" y="{mt - 12}" text-anchor="middle" font-weight="bold">'
-                     f'{esc(kind)} fit</text>')
+        parts.append(
+            f'<text x="{left + pw / 2}" y="{mt - 12}" text-anchor="middle" font-weight="bold">{esc(kind)} fit</text>'
+        )
         for t in yt:
             parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" stroke="#e3e6ea"/>')
             if p == 0:
                 parts.append(f'<text x="{left - 6}" y="{sy(t) + 4:.1f}" text-anchor="end">{t:.1f}</text>')
         for t in xt:
-            parts.append(f'<line x1="{sx(t):.1f}" x2="{sx(t):.1f}" y1="{mt + ph}" y2="{mt + ph + 4}" '
-                         'stroke="#6b7580"/>')
+            parts.append(
+                f'<line x1="{sx(t):.1f}" x2="{sx(t):.1f}" y1="{mt + ph}" y2="{mt + ph + 4}" stroke="#6b7580"/>'
+            )
             parts.append(f'<text x="{sx(t):.1f}" y="{mt + ph + 17}" text-anchor="middle">{t:g}</text>')
         parts.append(f'<rect x="{left}" y="{mt}" width="{pw}" height="{ph}" fill="none" stroke="#6b7580"/>')
-        parts.append(f'<text x="{left + pw / 2}" y="{height - 8}" text-anchor="middle">'
-                     "comparisons asked (budget)</text>")
+        parts.append(
+            f'<text x="{left + pw / 2}" y="{height - 8}" text-anchor="middle">comparisons asked (budget)</text>'
+        )
         for strategy in STRATEGIES:
             sub = summary.filter((pl.col("fit") == kind) & (pl.col("strategy") == strategy)).sort("budget")
             if sub.height == 0:
@@ -289,16 +314,22 @@ def line_chart(summary: pl.DataFrame, study: Study) -> str:
             wide = "2.6" if strategy == "topk" else "1.6"
             parts.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="{wide}"{dash}/>')
             for b, r, se in zip(sub["budget"], sub["recall_mean"], sub["recall_se"].fill_null(0.0), strict=True):
-                parts.append(f'<line x1="{sx(b):.1f}" x2="{sx(b):.1f}" y1="{sy(max(y0, r - se)):.1f}" '
-                             f'y2="{sy(min(y1, r + se)):.1f}" stroke="{colour}" stroke-opacity="0.6"/>')
-    parts.append(f'<text transform="translate(14 {mt + ph / 2}) rotate(-90)" text-anchor="middle">'
-                 f"recall of the true top {study.k}</text>")
+                parts.append(
+                    f'<line x1="{sx(b):.1f}" x2="{sx(b):.1f}" y1="{sy(max(y0, r - se)):.1f}" '
+                    f'y2="{sy(min(y1, r + se)):.1f}" stroke="{colour}" stroke-opacity="0.6"/>'
+                )
+    parts.append(
+        f'<text transform="translate(14 {mt + ph / 2}) rotate(-90)" text-anchor="middle">'
+        f"recall of the true top {study.k}</text>"
+    )
     lx = ml + 2 * pw + gap + 16
     for i, strategy in enumerate(STRATEGIES):
         y = mt + 14 + 20 * i
         dash = ' stroke-dasharray="5 3"' if strategy in ("roundrobin", "random") else ""
-        parts.append(f'<line x1="{lx}" x2="{lx + 24}" y1="{y - 4}" y2="{y - 4}" stroke="{COLOURS[strategy]}" '
-                     f'stroke-width="2.4"{dash}/>')
+        parts.append(
+            f'<line x1="{lx}" x2="{lx + 24}" y1="{y - 4}" y2="{y - 4}" stroke="{COLOURS[strategy]}" '
+            f'stroke-width="2.4"{dash}/>'
+        )
         parts.append(f'<text x="{lx + 30}" y="{y}">{esc(strategy)}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
@@ -308,8 +339,15 @@ def _fmt(x, digits: int = 2) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def markdown(study: Study, summary: pl.DataFrame, diffs: pl.DataFrame, boundary: pl.DataFrame, seconds: float,
-             command: str, svg_name: str) -> str:
+def markdown(
+    study: Study,
+    summary: pl.DataFrame,
+    diffs: pl.DataFrame,
+    boundary: pl.DataFrame,
+    seconds: float,
+    command: str,
+    svg_name: str,
+) -> str:
     budgets = sorted(summary["budget"].unique().to_list())
     lines = [
         "# Evidence: top-k-aware acquisition against four baselines",
@@ -349,8 +387,10 @@ def markdown(study: Study, summary: pl.DataFrame, diffs: pl.DataFrame, boundary:
     for kind in FITS:
         for strategy in STRATEGIES[1:]:
             sub = diffs.filter((pl.col("fit") == kind) & (pl.col("strategy") == strategy))
-            cells = {r["budget"]: f"{r['diff_mean']:+.2f} ± {_fmt(r['diff_se'])} "
-                                  f"({r['wins']}/{r['ties']}/{r['losses']})" for r in sub.to_dicts()}
+            cells = {
+                r["budget"]: f"{r['diff_mean']:+.2f} ± {_fmt(r['diff_se'])} ({r['wins']}/{r['ties']}/{r['losses']})"
+                for r in sub.to_dicts()
+            }
             lines.append(f"| {kind} | {strategy} | " + " | ".join(cells.get(b, "—") for b in budgets) + " |")
     lines += [
         "",
@@ -365,8 +405,10 @@ def markdown(study: Study, summary: pl.DataFrame, diffs: pl.DataFrame, boundary:
     ]
     for kind in FITS:
         for strategy in STRATEGIES:
-            sub = {r["budget"]: r["boundary_share"] for r in
-                   boundary.filter((pl.col("fit") == kind) & (pl.col("strategy") == strategy)).to_dicts()}
+            sub = {
+                r["budget"]: r["boundary_share"]
+                for r in boundary.filter((pl.col("fit") == kind) & (pl.col("strategy") == strategy)).to_dicts()
+            }
             lines.append(f"| {kind} | {strategy} | " + " | ".join(_fmt(sub.get(b)) for b in budgets[1:]) + " |")
     lines += ["", "## Reading", "", *verdict(summary, diffs, budgets), ""]
     return "\n".join(lines)
@@ -384,8 +426,9 @@ def verdict(summary: pl.DataFrame, diffs: pl.DataFrame, budgets: list[int]) -> l
     inner = budgets[:-1]  # the full matrix is the same data for everyone
     for kind in FITS:
         for strategy in STRATEGIES[1:]:
-            sub = diffs.filter((pl.col("fit") == kind) & (pl.col("strategy") == strategy)
-                               & pl.col("budget").is_in(inner)).to_dicts()
+            sub = diffs.filter(
+                (pl.col("fit") == kind) & (pl.col("strategy") == strategy) & pl.col("budget").is_in(inner)
+            ).to_dicts()
             ahead = [r["budget"] for r in sub if r["diff_mean"] > max(2 * (r["diff_se"] or 0), 0)]
             behind = [r["budget"] for r in sub if r["diff_mean"] < min(-2 * (r["diff_se"] or 0), 0)]
             mean = float(np.mean([r["diff_mean"] for r in sub]))
@@ -398,13 +441,17 @@ def verdict(summary: pl.DataFrame, diffs: pl.DataFrame, budgets: list[int]) -> l
         best = sub.group_by("budget").agg(pl.col("strategy").sort_by("recall_mean", descending=True).first())
         leaders = best["strategy"].value_counts().sort("count", descending=True).to_dicts()
         counts = ", ".join(f"{r['strategy']} {r['count']}" for r in leaders)
-        out.append(f"- {kind} fit: highest mean recall after the warm-up and before the full matrix "
-                   f"({len(inner) - 1} budgets): {counts}.")
+        out.append(
+            f"- {kind} fit: highest mean recall after the warm-up and before the full matrix "
+            f"({len(inner) - 1} budgets): {counts}."
+        )
     full = budgets[-1]
     final = summary.filter(pl.col("budget") == full).group_by("fit").agg(pl.col("recall_mean").mean())
     for r in final.sort("fit").to_dicts():
-        out.append(f"- Full matrix ({full} comparisons), {r['fit']} fit: recall {r['recall_mean']:.3f} "
-                   "(every strategy holds the same data here).")
+        out.append(
+            f"- Full matrix ({full} comparisons), {r['fit']} fit: recall {r['recall_mean']:.3f} "
+            "(every strategy holds the same data here)."
+        )
     return out
 
 
@@ -420,14 +467,20 @@ def main(argv: list[str] | None = None) -> int:
     study = SMOKE if args.smoke else FULL
     if args.seeds:
         study = Study(**{**study.__dict__, "seeds": args.seeds})
-    out = Path(args.out) if args.out else (Path(tempfile.mkdtemp(prefix="acq-smoke-")) if args.smoke else
-                                           Path(__file__).resolve().parents[1] / "docs")
+    out = (
+        Path(args.out)
+        if args.out
+        else (
+            Path(tempfile.mkdtemp(prefix="acq-smoke-")) if args.smoke else Path(__file__).resolve().parents[1] / "docs"
+        )
+    )
     out.mkdir(parents=True, exist_ok=True)
     m = study.models
     total = m * (m - 1)
     warm = 2 * m
-    budgets = sorted({warm, *np.linspace(warm, total, 8 if not args.smoke else 5).round(-1).astype(int).tolist(),
-                      total})
+    budgets = sorted(
+        {warm, *np.linspace(warm, total, 8 if not args.smoke else 5).round(-1).astype(int).tolist(), total}
+    )
     budgets = [b for b in budgets if warm <= b <= total]
     started = time.perf_counter()
     rows = []
@@ -437,8 +490,16 @@ def main(argv: list[str] | None = None) -> int:
             for strategy in STRATEGIES:
                 res = run_one(judge, study, strategy, kind, seed, budgets)
                 for budget, r in res["recall"].items():
-                    rows.append({"fit": kind, "strategy": strategy, "seed": seed, "budget": budget, "recall": r,
-                                 "boundary_share": res["boundary_share"][budget]})
+                    rows.append(
+                        {
+                            "fit": kind,
+                            "strategy": strategy,
+                            "seed": seed,
+                            "budget": budget,
+                            "recall": r,
+                            "boundary_share": res["boundary_share"][budget],
+                        }
+                    )
         print(f"seed {seed + 1}/{study.seeds} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     seconds = time.perf_counter() - started
     table = pl.DataFrame(rows)
@@ -448,8 +509,11 @@ def main(argv: list[str] | None = None) -> int:
     table.write_csv(out / "acquisition.csv")
     svg_name = "evidence-acquisition.svg"
     (out / svg_name).write_text(line_chart(summary, study), encoding="utf-8")
-    command = "python bench/acquisition_study.py" + (" --smoke" if args.smoke else "") + \
-        (f" --seeds {args.seeds}" if args.seeds else "")
+    command = (
+        "python bench/acquisition_study.py"
+        + (" --smoke" if args.smoke else "")
+        + (f" --seeds {args.seeds}" if args.seeds else "")
+    )
     doc = markdown(study, summary, diffs, boundary, seconds, command, svg_name)
     (out / "evidence-acquisition.md").write_text(doc, encoding="utf-8")
     print(doc)

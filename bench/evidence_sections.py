@@ -72,10 +72,16 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]], digi
 def revision(root: Path) -> str:
     """The commit the numbers came from, flagged when the core or the ingest had uncommitted changes."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "ranking", "transforms", "importers", "schemas"],
-                               cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "ranking", "transforms", "importers", "schemas"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
     return head + (" with uncommitted changes in ranking/transforms/importers/schemas" if dirty else "")

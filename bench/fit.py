@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 ARENA_VENV = HERE / ".venv-arena"
 ARENA_PY = ARENA_VENV / "bin" / "python"
 
-ARENA_SCRIPT = r'''
+ARENA_SCRIPT = r"""
 import json, resource, sys, time
 import numpy as np, pandas as pd
 from arena_rank.models.bradley_terry import BradleyTerry
@@ -68,7 +68,7 @@ t2 = time.perf_counter()
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
 print(json.dumps({"prepare_s": t1 - t0, "fit_s": t2 - t1, "models": list(data.competitors), "ratings": ratings,
                   "peak_rss_mb": int(hwm) / 1024}))
-'''
+"""
 
 
 def ensure_arena_venv() -> None:
@@ -89,8 +89,9 @@ def simulate(args, workdir: Path):
     from biasboard.simulate import SimulationConfig, simulate_days, truth
     from biasboard.transforms.cells import merge_cells, partial_cells
 
-    config = SimulationConfig(battles=args.battles, models=args.models, judges=args.judges, days=args.days,
-                              seed=args.seed, self_battles=0.02)
+    config = SimulationConfig(
+        battles=args.battles, models=args.models, judges=args.judges, days=args.days, seed=args.seed, self_battles=0.02
+    )
     family_map = FamilyMap.with_user_rules()
     judges = [f"{j['judge']}" for j in truth(config)["judges"]]
     cells, arena_parts = [], []
@@ -130,8 +131,15 @@ def simulate_voters(args, workdir: Path) -> tuple[int, int]:
     from biasboard.simulate import SimulationConfig, simulate_days, truth
     from biasboard.transforms.cells import merge_cells, partial_cells
 
-    config = SimulationConfig(battles=args.battles, models=args.models, judges=args.judges, human_judges=2,
-                              days=args.days, seed=args.seed, self_battles=0.02)
+    config = SimulationConfig(
+        battles=args.battles,
+        models=args.models,
+        judges=args.judges,
+        human_judges=2,
+        days=args.days,
+        seed=args.seed,
+        self_battles=0.02,
+    )
     family_map = FamilyMap.with_user_rules()
     rng = np.random.default_rng(args.seed + 7)
     pooled, split = [], []
@@ -154,8 +162,11 @@ def arena_table(battles: pa.Table, judges: list[str]) -> pa.Table:
     x = np.log(battles["len_a"].to_numpy().astype(float)) - np.log(battles["len_b"].to_numpy().astype(float))
     ds = ((fa == jf) & (jf != "human")).astype(float) - ((fb == jf) & (jf != "human")).astype(float)
     winner = np.array(battles["winner"].to_pylist())
-    cols = {"model_a": battles["model_a"], "model_b": battles["model_b"],
-            "winner": pa.array(np.where(winner == "tie (bothbad)", "both_bad", winner))}
+    cols = {
+        "model_a": battles["model_a"],
+        "model_b": battles["model_b"],
+        "winner": pa.array(np.where(winner == "tie (bothbad)", "both_bad", winner)),
+    }
     for j, name in enumerate(judges):
         on = (judge == name).astype(float)
         cols[f"pos_{j}"] = pa.array(on)
@@ -197,18 +208,31 @@ def worker(kind: str, workdir: Path, bootstrap: int) -> dict:
         # The voter cells are coded as they stream in; pooling (--judge-pool prefix:/) happens while coding.
         pool = "prefix:/" if kind == "voters_pooled" else None
         config = ModelConfig(profile=False, judge_pool=pool)
-        fit = fit_bias_aware(build_dataset(read_cells(workdir / "cells_voters.parquet"), judge_pool=pool),
-                             config=config)
+        fit = fit_bias_aware(
+            build_dataset(read_cells(workdir / "cells_voters.parquet"), judge_pool=pool), config=config
+        )
     else:  # oracle
         tr = json.loads((workdir / "truth.json").read_text())
         models, rating = fit_oracle(cells, {j["judge"]: j for j in tr["judges"]})
         elapsed = time.perf_counter() - t0
-        return {"fit_s": elapsed, "models": list(models), "ratings": rating.tolist(),
-                "peak_rss_mb": peak_rss_mb(), "traced_peak_mb": tracemalloc.get_traced_memory()[1] / 2**20}
+        return {
+            "fit_s": elapsed,
+            "models": list(models),
+            "ratings": rating.tolist(),
+            "peak_rss_mb": peak_rss_mb(),
+            "traced_peak_mb": tracemalloc.get_traced_memory()[1] / 2**20,
+        }
     elapsed = time.perf_counter() - t0
-    out = {"fit_s": elapsed, "models": list(fit.models), "ratings": fit.rating.tolist(),
-           "peak_rss_mb": peak_rss_mb(), "traced_peak_mb": tracemalloc.get_traced_memory()[1] / 2**20,
-           "converged": fit.converged, "rel_grad": fit.rel_grad, "iterations": fit.iterations}
+    out = {
+        "fit_s": elapsed,
+        "models": list(fit.models),
+        "ratings": fit.rating.tolist(),
+        "peak_rss_mb": peak_rss_mb(),
+        "traced_peak_mb": tracemalloc.get_traced_memory()[1] / 2**20,
+        "converged": fit.converged,
+        "rel_grad": fit.rel_grad,
+        "iterations": fit.iterations,
+    }
     if kind != "naive":
         out["ci_coverage"] = None  # filled by the parent, which knows the truth
         out["ci_low"], out["ci_high"] = fit.ci_low.tolist(), fit.ci_high.tolist()
@@ -273,8 +297,13 @@ def coverage_study(seeds: int, battles: int = 20_000, models: int = 16, judges: 
         true = (true - true.mean()) * g
         theta_hits.extend((fit.ci_low <= true) & (true <= fit.ci_high))
         for j in tr["judges"]:
-            for effect, value in (("position", j["gamma"]), ("length", j["beta"]), ("affinity", j["lambda"]),
-                                  ("tie", j["nu"]), ("discrimination", j["a"] / g)):
+            for effect, value in (
+                ("position", j["gamma"]),
+                ("length", j["beta"]),
+                ("affinity", j["lambda"]),
+                ("tie", j["nu"]),
+                ("discrimination", j["a"] / g),
+            ):
                 row = fit.bias.filter((pl.col("judge") == j["judge"]) & (pl.col("effect") == effect)).row(0, named=True)
                 if row["enabled"]:
                     effect_hits.setdefault(effect, []).append(row["ci_low"] <= value <= row["ci_high"])
@@ -294,23 +323,31 @@ def voters_study(args) -> int:
     t0 = time.perf_counter()
     n_pooled, n_voters = simulate_voters(args, args.out)
     print(f"BLAS threads per fit process: {FIT_ENV['OPENBLAS_NUM_THREADS']}; CPUs: {os.cpu_count()}")
-    print(f"simulated {args.battles:,} battles, {args.models} models, {args.judges} judges (2 human pools, each "
-          f"split into {args.voters:,} voters): {n_pooled:,} pooled cells, {n_voters:,} voter cells "
-          f"({time.perf_counter() - t0:.1f} s)")
+    print(
+        f"simulated {args.battles:,} battles, {args.models} models, {args.judges} judges (2 human pools, each "
+        f"split into {args.voters:,} voters): {n_pooled:,} pooled cells, {n_voters:,} voter cells "
+        f"({time.perf_counter() - t0:.1f} s)"
+    )
     tr = json.loads((args.out / "truth.json").read_text())
     me = [sys.executable, str(Path(__file__).resolve()), "--out", str(args.out)]
     rows = {kind: run_in_process([*me, "--worker", kind]) for kind in ("bias_aware", "voters", "voters_pooled")}
-    labels = {"bias_aware": f"pooled: {args.judges} judges",
-              "voters": f"voters: {args.judges - 2} + {2 * args.voters:,} judges (blocked)",
-              "voters_pooled": "voters, --judge-pool prefix:/"}
+    labels = {
+        "bias_aware": f"pooled: {args.judges} judges",
+        "voters": f"voters: {args.judges - 2} + {2 * args.voters:,} judges (blocked)",
+        "voters_pooled": "voters, --judge-pool prefix:/",
+    }
     base = rows["bias_aware"]
-    print(f"\n{'bias-aware fit (Laplace CIs, no profiles)':44} {'time s':>8} {'vs pooled':>9} {'peak RSS MB':>11} "
-          f"{'τ vs truth':>10} {'Δτ':>7}")
+    print(
+        f"\n{'bias-aware fit (Laplace CIs, no profiles)':44} {'time s':>8} {'vs pooled':>9} {'peak RSS MB':>11} "
+        f"{'τ vs truth':>10} {'Δτ':>7}"
+    )
     for kind, label in labels.items():
         r = rows[kind]
         tau = tau_vs_truth(r, tr)
-        print(f"{label:44} {r['fit_s']:8.2f} {r['fit_s'] / base['fit_s']:8.2f}x {r['peak_rss_mb']:11.0f} "
-              f"{tau:10.4f} {tau - tau_vs_truth(base, tr):+7.4f}")
+        print(
+            f"{label:44} {r['fit_s']:8.2f} {r['fit_s'] / base['fit_s']:8.2f}x {r['peak_rss_mb']:11.0f} "
+            f"{tau:10.4f} {tau - tau_vs_truth(base, tr):+7.4f}"
+        )
     for kind, label in labels.items():
         r = rows[kind]
         print(f"  {label}: converged={r['converged']} rel_grad={r['rel_grad']:.1e} iterations={r['iterations']}")
@@ -328,14 +365,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=HERE / "out" / "fit")
     parser.add_argument("--smoke", action="store_true", help="50k battles, 20 models, 4 judges, 5 replicates")
-    parser.add_argument("--coverage", type=int, default=0, metavar="SEEDS",
-                        help="run only the CI-coverage study over SEEDS simulated datasets")
-    parser.add_argument("--voters", type=int, default=0, metavar="N",
-                        help="run only the voter-judge study: 2 of the judges are human pools, each split into N "
-                             "voters (issue 11: 25000); pooled vs per-voter vs --judge-pool fits")
-    parser.add_argument("--worker", choices=["naive", "bias_aware", "profiles", "bootstrap", "oracle", "voters",
-                                             "voters_pooled"],
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--coverage",
+        type=int,
+        default=0,
+        metavar="SEEDS",
+        help="run only the CI-coverage study over SEEDS simulated datasets",
+    )
+    parser.add_argument(
+        "--voters",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run only the voter-judge study: 2 of the judges are human pools, each split into N "
+        "voters (issue 11: 25000); pooled vs per-voter vs --judge-pool fits",
+    )
+    parser.add_argument(
+        "--worker",
+        choices=["naive", "bias_aware", "profiles", "bootstrap", "oracle", "voters", "voters_pooled"],
+        help=argparse.SUPPRESS,
+    )
     args = parser.parse_args(argv)
     if args.smoke:
         args.battles, args.models, args.judges, args.bootstrap, args.days = 50_000, 20, 4, 5, 2
@@ -354,8 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     n_cells, aggregate_s, features = simulate(args, args.out)
     print(f"BLAS threads per fit process: {FIT_ENV['OPENBLAS_NUM_THREADS']}; CPUs: {os.cpu_count()}")
-    print(f"simulated {args.battles:,} battles, {args.models} models, {args.judges} judges -> {n_cells:,} cells "
-          f"(ingest to cells {aggregate_s:.1f} s; simulation + writing {time.perf_counter() - t0:.1f} s)")
+    print(
+        f"simulated {args.battles:,} battles, {args.models} models, {args.judges} judges -> {n_cells:,} cells "
+        f"(ingest to cells {aggregate_s:.1f} s; simulation + writing {time.perf_counter() - t0:.1f} s)"
+    )
     tr = json.loads((args.out / "truth.json").read_text())
     me = [sys.executable, str(Path(__file__).resolve()), "--out", str(args.out), "--bootstrap", str(args.bootstrap)]
     rows = {}
@@ -379,19 +430,29 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'fit':50} {'time s':>8} {'vs arena BT':>11} {'peak RSS MB':>11} {'τ vs truth':>10}")
     for kind, label in labels.items():
         r = rows[kind]
-        print(f"{label:50} {r['fit_s']:8.2f} {r['fit_s'] / base:10.2f}x {r['peak_rss_mb']:11.0f} "
-              f"{tau_vs_truth(r, tr):10.4f}")
+        print(
+            f"{label:50} {r['fit_s']:8.2f} {r['fit_s'] / base:10.2f}x {r['peak_rss_mb']:11.0f} "
+            f"{tau_vs_truth(r, tr):10.4f}"
+        )
     for kind in ("naive", "bias_aware", "profiles", "bootstrap"):
         r = rows[kind]
         extra = f", traced numpy/python peak {r['traced_peak_mb']:.0f} MB"
         conv = f"converged={r['converged']} rel_grad={r['rel_grad']:.1e} iterations={r['iterations']}"
         print(f"  {labels[kind]}: {conv}{extra}")
     print(f"  bias-aware 95% CI coverage of θ (one dataset): {coverage(rows['bias_aware'], tr):.3f}")
-    print(f"  arena data preparation (not in fit time): BT {rows['arena_bt']['prepare_s']:.1f} s, "
-          f"contextual {rows['arena_contextual']['prepare_s']:.1f} s")
-    (args.out / "results.json").write_text(json.dumps({k: {kk: vv for kk, vv in v.items()
-                                                           if kk not in ("ratings", "models", "ci_low", "ci_high")}
-                                                       for k, v in rows.items()}, indent=2))
+    print(
+        f"  arena data preparation (not in fit time): BT {rows['arena_bt']['prepare_s']:.1f} s, "
+        f"contextual {rows['arena_contextual']['prepare_s']:.1f} s"
+    )
+    (args.out / "results.json").write_text(
+        json.dumps(
+            {
+                k: {kk: vv for kk, vv in v.items() if kk not in ("ratings", "models", "ci_low", "ci_high")}
+                for k, v in rows.items()
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -81,8 +81,12 @@ def cells_of(battles: pa.Table) -> tuple[pa.Table, int, dict[str, int]]:
 
 def unidentified_effects(fit: FitResult) -> tuple[str, ...]:
     """Global covariate effects the core flags as not identified (flat profile: prior-selected)."""
-    rows = fit.bias.filter((pl.col("judge") == "*") & pl.col("enabled") & ~pl.col("identified")
-                           & pl.col("effect").is_in(["position", "length", "affinity"]))
+    rows = fit.bias.filter(
+        (pl.col("judge") == "*")
+        & pl.col("enabled")
+        & ~pl.col("identified")
+        & pl.col("effect").is_in(["position", "length", "affinity"])
+    )
     return tuple(rows["effect"].to_list())
 
 
@@ -96,8 +100,11 @@ def fit_both(label: str, battles: pa.Table, config: ModelConfig) -> BothFits:
     cells, counted, rejected = cells_of(battles)
     naive, corrected = fit_leaderboards(cells, config=config, naive_config=NaiveConfig(k=config.k, posterior_draws=200))
     fitted = BothFits(label, naive, corrected, counted, rejected)
-    fitted.unbounded = corrected if config.length_clip is None else fit_bias_aware(
-        cells, config=replace(config, length_clip=None, profile=False), naive=naive)
+    fitted.unbounded = (
+        corrected
+        if config.length_clip is None
+        else fit_bias_aware(cells, config=replace(config, length_clip=None, profile=False), naive=naive)
+    )
     dropped = unidentified_effects(corrected) if config.profile else ()
     if dropped:
         only = replace(config, disabled=config.disabled | {("*", e) for e in dropped})
@@ -140,8 +147,16 @@ def bias_rows(fit: BothFits, judges: list[str] | None = None) -> list[list[objec
         if judges is not None and r["judge"] not in judges and r["judge"] != "*":
             continue
         estimate = f"{r['estimate']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r["enabled"] else "off"
-        rows.append([fit.label, r["judge"], r["effect"], estimate, "yes" if r["identified"] else "no",
-                     (r["note"] or "").replace("|", "/")])
+        rows.append(
+            [
+                fit.label,
+                r["judge"],
+                r["effect"],
+                estimate,
+                "yes" if r["identified"] else "no",
+                (r["note"] or "").replace("|", "/"),
+            ]
+        )
     return rows
 
 
@@ -160,20 +175,24 @@ def bias_frame(fit: BothFits) -> pl.DataFrame:
 
 
 def leaderboard_frame(fit: BothFits) -> pl.DataFrame:
-    return pl.DataFrame({
-        "data": fit.label,
-        "model": list(fit.naive.models),
-        "rating_naive": fit.naive.rating,
-        "ci_low_naive": fit.naive.ci_low,
-        "ci_high_naive": fit.naive.ci_high,
-    }).join(
-        pl.DataFrame({
-            "model": list(fit.corrected.models),
-            "rating_corrected": fit.corrected.rating,
-            "ci_low_corrected": fit.corrected.ci_low,
-            "ci_high_corrected": fit.corrected.ci_high,
-            "n_battles": fit.corrected.n_battles.astype(np.int64),
-        }),
+    return pl.DataFrame(
+        {
+            "data": fit.label,
+            "model": list(fit.naive.models),
+            "rating_naive": fit.naive.rating,
+            "ci_low_naive": fit.naive.ci_low,
+            "ci_high_naive": fit.naive.ci_high,
+        }
+    ).join(
+        pl.DataFrame(
+            {
+                "model": list(fit.corrected.models),
+                "rating_corrected": fit.corrected.rating,
+                "ci_low_corrected": fit.corrected.ci_low,
+                "ci_high_corrected": fit.corrected.ci_high,
+                "n_battles": fit.corrected.n_battles.astype(np.int64),
+            }
+        ),
         on="model",
         how="full",
         coalesce=True,
@@ -193,8 +212,13 @@ def warnings_of(fit: BothFits) -> list[str]:
 # ------------------------------------------------------------------------------------------------- MT-Bench
 
 #: Katoch et al. (2026), Table 1 and §4 (GPT-4-judged MT-Bench pairs + single grades; a different sample and fit).
-SEED_002 = {"position (γ₀)": "−0.165 [−0.253, +0.076]", "verbosity (β)": "+0.163 [+0.058, +0.268]",
-            "same-family affinity (λ)": "+0.411", "SD(u_j)": "0.337", "τ naive vs corrected": "0.80"}
+SEED_002 = {
+    "position (γ₀)": "−0.165 [−0.253, +0.076]",
+    "verbosity (β)": "+0.163 [+0.058, +0.268]",
+    "same-family affinity (λ)": "+0.411",
+    "SD(u_j)": "0.337",
+    "τ naive vs corrected": "0.80",
+}
 
 
 def mtbench(config: ModelConfig, data: Path = DATA) -> dict:
@@ -213,8 +237,18 @@ def mtbench(config: ModelConfig, data: Path = DATA) -> dict:
         only = fit.identified_only
         tau_only = rank_agreement(ratings(fit.naive), ratings(only))[0] if only is not None else float("nan")
         tau_unbounded = rank_agreement(ratings(fit.naive), ratings(fit.unbounded))[0]
-        tau_rows.append([fit.label, fit.battles, len(fit.naive.models), tau, rho, ", ".join(fit.dropped) or "none",
-                         tau_only, tau_unbounded])
+        tau_rows.append(
+            [
+                fit.label,
+                fit.battles,
+                len(fit.naive.models),
+                tau,
+                rho,
+                ", ".join(fit.dropped) or "none",
+                tau_only,
+                tau_unbounded,
+            ]
+        )
     glob = joint.corrected.bias.filter(pl.col("judge") == "*")
 
     def glob_value(effect: str) -> str:
@@ -226,9 +260,13 @@ def mtbench(config: ModelConfig, data: Path = DATA) -> dict:
             return fmt(r["estimate"])
         return f"{r['estimate']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
 
-    ours = {"position (γ₀)": glob_value("position"), "verbosity (β)": glob_value("length") + " per log-char ratio",
-            "same-family affinity (λ)": glob_value("affinity"), "SD(u_j)": glob_value("position_sd"),
-            "τ naive vs corrected": fmt(tau_rows[0][3])}
+    ours = {
+        "position (γ₀)": glob_value("position"),
+        "verbosity (β)": glob_value("length") + " per log-char ratio",
+        "same-family affinity (λ)": glob_value("affinity"),
+        "SD(u_j)": glob_value("position_sd"),
+        "τ naive vs corrected": fmt(tau_rows[0][3]),
+    }
     seed_rows = [[k, SEED_002[k], ours[k]] for k in SEED_002]
     body = (
         "## Real data: MT-Bench judged by three LLMs in both orders (Position-Bias-Analyzer)\n\n"
@@ -237,15 +275,26 @@ def mtbench(config: ModelConfig, data: Path = DATA) -> dict:
         "vicuna-13b-v1.3 on 80 questions, each pair in both orders. One joint bias-aware fit (per-judge effects "
         "shrunk toward global levels) and one fit per judge.\n\n"
         "**Naive vs corrected ranking**\n\n"
-        + markdown_table(["fit", "battles", "models", "Kendall τ-b", "Spearman ρ", "not identified",
-                          "τ-b naive vs identified-only correction",
-                          "τ-b naive vs corrected, length unbounded"], tau_rows)
-        + "\n\n**Bias estimates (joint fit)**\n\n" + BIAS_EXPLAINED + "\n\n"
+        + markdown_table(
+            [
+                "fit",
+                "battles",
+                "models",
+                "Kendall τ-b",
+                "Spearman ρ",
+                "not identified",
+                "τ-b naive vs identified-only correction",
+                "τ-b naive vs corrected, length unbounded",
+            ],
+            tau_rows,
+        )
+        + "\n\n**Bias estimates (joint fit)**\n\n"
+        + BIAS_EXPLAINED
+        + "\n\n"
         + markdown_table(BIAS_HEADER, bias_rows(joint))
         + "\n\n**Beside Katoch et al.'s MT-Bench figures** (theirs: GPT-4 pairs + single grades of the original "
         "MT-Bench, their scaling; ours: the three PBA judges, both orders — the same kind of quantity, not the "
-        "same sample)\n\n"
-        + markdown_table(["quantity", "Katoch et al. 2026", "ours (joint fit)"], seed_rows)
+        "same sample)\n\n" + markdown_table(["quantity", "Katoch et al. 2026", "ours (joint fit)"], seed_rows)
     )
     warns = warnings_of(joint)
     if warns:
@@ -256,8 +305,12 @@ def mtbench(config: ModelConfig, data: Path = DATA) -> dict:
 # ----------------------------------------------------------------------------------------------- AlpacaEval
 
 ALPACA_JUDGE_FILE = "annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz"
-ALPACA_LEADERBOARD = ("leaderboards", "repo_src", "data_AlpacaEval_2",
-                      "weighted_alpaca_eval_gpt4_turbo_leaderboard.csv")
+ALPACA_LEADERBOARD = (
+    "leaderboards",
+    "repo_src",
+    "data_AlpacaEval_2",
+    "weighted_alpaca_eval_gpt4_turbo_leaderboard.csv",
+)
 ALPACA_BASELINE = "gpt4_1106_preview"
 #: Length clips compared on AlpacaEval (None: unbounded); each must be a positive length-bin edge.
 CLIP_GRID: tuple[float | None, ...] = (None, 2.5, 2.0, 1.5, 1.0, 0.5)
@@ -269,8 +322,9 @@ def _rank(values: dict[str, float], common: list[str]) -> dict[str, int]:
     return {m: i + 1 for i, m in enumerate(order)}
 
 
-def _movers(naive: dict[str, float], corrected: dict[str, float], lc: dict[str, float], board: pl.DataFrame,
-            top: int = 6) -> list[list[object]]:
+def _movers(
+    naive: dict[str, float], corrected: dict[str, float], lc: dict[str, float], board: pl.DataFrame, top: int = 6
+) -> list[list[object]]:
     """The models whose corrected rank is furthest from their LC rank, with their naive rank and length."""
     common = sorted(set(naive) & set(corrected) & set(lc))
     r_naive, r_corr, r_lc = _rank(naive, common), _rank(corrected, common), _rank(lc, common)
@@ -279,8 +333,9 @@ def _movers(naive: dict[str, float], corrected: dict[str, float], lc: dict[str, 
     return [[m, length.get(m), r_naive[m], r_corr[m], r_lc[m]] for m in worst]
 
 
-def clip_sensitivity(battles: pa.Table, config: ModelConfig, naive: dict[str, float],
-                     lc: dict[str, float]) -> list[list[object]]:
+def clip_sensitivity(
+    battles: pa.Table, config: ModelConfig, naive: dict[str, float], lc: dict[str, float]
+) -> list[list[object]]:
     """τ vs LC, β and the brevity-gamed model's rank of the bias-aware fit at each clip of :data:`CLIP_GRID`."""
     cells = cells_of(battles)[0]
     frame = pl.from_arrow(battles).filter(pl.col("len_a").is_not_null() & pl.col("len_b").is_not_null())
@@ -294,14 +349,14 @@ def clip_sensitivity(battles: pa.Table, config: ModelConfig, naive: dict[str, fl
         common = sorted(set(naive) & set(corrected) & set(lc))
         gamed = "—"
         if GAMED in common:
-            gamed = (f"{_rank(corrected, common)[GAMED]} ({_rank(naive, common)[GAMED]}, "
-                     f"{_rank(lc, common)[GAMED]})")
+            gamed = f"{_rank(corrected, common)[GAMED]} ({_rank(naive, common)[GAMED]}, {_rank(lc, common)[GAMED]})"
         label = "None (unbounded)" if clip is None else f"{clip:g}"
         if clip == config.length_clip:
             label += " — default"
         share = "0" if clip is None else f"{float(np.mean(x >= clip)):.3f}"
-        rows.append([label, share, f"{beta['estimate']:+.3f} [{beta['ci_low']:+.3f}, {beta['ci_high']:+.3f}]",
-                     tau, rho, gamed])
+        rows.append(
+            [label, share, f"{beta['estimate']:+.3f} [{beta['ci_low']:+.3f}, {beta['ci_high']:+.3f}]", tau, rho, gamed]
+        )
     return rows
 
 
@@ -327,9 +382,16 @@ def alpacaeval(config: ModelConfig, data: Path = DATA) -> dict:
     ours = set(naive)
     raw_common = {m: v for m, v in raw.items() if m in ours}  # the same models as our fits, for a fair row
     unbounded = {m: v for m, v in ratings(fit.unbounded).items() if m != ALPACA_BASELINE}
-    candidates = [("published raw win rate", raw_common), ("our naive BT", naive),
-                  (f"our bias-aware (length clipped at ±{config.length_clip:g}, the default)"
-                   if config.length_clip is not None else "our bias-aware (length unbounded)", corrected)]
+    candidates = [
+        ("published raw win rate", raw_common),
+        ("our naive BT", naive),
+        (
+            f"our bias-aware (length clipped at ±{config.length_clip:g}, the default)"
+            if config.length_clip is not None
+            else "our bias-aware (length unbounded)",
+            corrected,
+        ),
+    ]
     if config.length_clip is not None:
         candidates.append(("our bias-aware, length unbounded (`length_clip=None`)", unbounded))
     if fit.identified_only is not None:
@@ -375,9 +437,19 @@ def alpacaeval(config: ModelConfig, data: Path = DATA) -> dict:
         "battles whose |log length ratio| ≥ c; ranks among the models compared; profile likelihoods off; "
         "the default is marked. The default was not chosen by this table — LC is another correction, not the "
         "truth, and tuning c to it would fit the reference)\n\n"
-        + markdown_table(["length_clip", "share beyond c", "β [95% CI] per log-char ratio", "τ-b vs LC",
-                          "Spearman ρ vs LC", "gpt4_gamed corrected rank (naive, LC)"], sensitivity)
-        + "\n\n**Bias estimates**\n\n" + markdown_table(BIAS_HEADER, bias_rows(fit))
+        + markdown_table(
+            [
+                "length_clip",
+                "share beyond c",
+                "β [95% CI] per log-char ratio",
+                "τ-b vs LC",
+                "Spearman ρ vs LC",
+                "gpt4_gamed corrected rank (naive, LC)",
+            ],
+            sensitivity,
+        )
+        + "\n\n**Bias estimates**\n\n"
+        + markdown_table(BIAS_HEADER, bias_rows(fit))
     )
     warns = warnings_of(fit)
     if warns:
@@ -387,8 +459,11 @@ def alpacaeval(config: ModelConfig, data: Path = DATA) -> dict:
 
 # -------------------------------------------------------------------------------------------------- LLMFAO
 
-LLMFAO_FILES = {"crowd": "crowd-comparisons.csv", "gpt4": "gpt4-crowd-comparisons.csv",
-                "gpt3": "gpt3-crowd-comparisons.csv"}
+LLMFAO_FILES = {
+    "crowd": "crowd-comparisons.csv",
+    "gpt4": "gpt4-crowd-comparisons.csv",
+    "gpt3": "gpt3-crowd-comparisons.csv",
+}
 
 
 def _pair_keys(battles: pa.Table) -> set[tuple[str, str, str]]:
@@ -419,34 +494,77 @@ def llmfao(config: ModelConfig, gate: bool = True, data: Path = DATA) -> dict:
             t_o, _, _ = rank_agreement(ratings(fit.identified_only), crowd_naive)
             moves[f"{judge} identified-only"] = t_o - t_n
             only = f"{t_o:.3f} ({t_o - t_n:+.3f}; without {', '.join(fit.dropped)})"
-        rows.append([judge, fit.battles, n, naive_vs_corrected(fit)[0], f"{t_n:.3f} (±{s_n:.3f})",
-                     f"{t_c:.3f} (±{s_c:.3f})", f"{t_c - t_n:+.3f}", f"{t_u:.3f} ({t_u - t_n:+.3f})", only, r_n,
-                     r_c, t_nc, t_cc])
+        rows.append(
+            [
+                judge,
+                fit.battles,
+                n,
+                naive_vs_corrected(fit)[0],
+                f"{t_n:.3f} (±{s_n:.3f})",
+                f"{t_c:.3f} (±{s_c:.3f})",
+                f"{t_c - t_n:+.3f}",
+                f"{t_u:.3f} ({t_u - t_n:+.3f})",
+                only,
+                r_n,
+                r_c,
+                t_nc,
+                t_cc,
+            ]
+        )
     crowd_self, _ = naive_vs_corrected(fits["crowd"])
     gate_rows = gated_llmfao(imported, config) if gate else []
     body = (
         "## Real data: LLMFAO — does correcting a GPT judge move its ranking toward the crowd's?\n\n"
-        "Files: " + ", ".join(f"`{v}` ({imported[k].rows_converted} battles)" for k, v in LLMFAO_FILES.items())
+        "Files: "
+        + ", ".join(f"`{v}` ({imported[k].rows_converted} battles)" for k, v in LLMFAO_FILES.items())
         + ". The GPT files are the GPT judgments of the crowd's subset of pairs; "
-        + ("every (prompt, left, right) judged by GPT-4 was judged by GPT-3.5 and by the crowd. "
-           if same_pairs else "WARNING: the GPT and crowd pair sets differ. ")
+        + (
+            "every (prompt, left, right) judged by GPT-4 was judged by GPT-3.5 and by the crowd. "
+            if same_pairs
+            else "WARNING: the GPT and crowd pair sets differ. "
+        )
         + "Each pair is judged in one order only, so position is identified only through the random left/right "
         "assignment across pairs. Each judge is fit alone; the reference is the crowd's naive Bradley–Terry "
         f"ranking (τ-b naive vs corrected for the crowd itself: {crowd_self:.3f}).\n\n"
-        + markdown_table(["GPT judge", "battles", "models", "τ-b naive vs corrected",
-                          "τ-b naive vs crowd (± posterior SD)",
-                          "τ-b corrected vs crowd (± posterior SD)", "move toward crowd",
-                          "τ-b corrected, length unbounded, vs crowd (move)",
-                          "τ-b identified-only correction vs crowd (move)", "Spearman naive",
-                          "Spearman corrected", "τ-b naive vs crowd-corrected", "τ-b corrected vs crowd-corrected"],
-                         rows)
-        + ("\n\n**With the trusted-anchor gate (Xu et al. 2026)**: the crowd's prompts are split in two at random; "
-        "crowd verdicts on one half are the gate's anchors (40 of them, or all), the crowd's naive BT ranking on the "
-        "other half is the reference, so the anchors never see the prompts they are scored on. The anchors are the "
-        "reference (`ranking.reference.fit_with_reference`): an effect is corrected only where the judge's excess "
-        "over the anchors' own effect is jointly significant (Wald, Holm over effects, level 0.05).\n\n"
-        + markdown_table(["GPT judge", "anchors", "enabled by the gate", "τ-b naive vs held-out crowd",
-                          "τ-b corrected (all effects)", "τ-b gated"], gate_rows) if gate_rows else "")
+        + markdown_table(
+            [
+                "GPT judge",
+                "battles",
+                "models",
+                "τ-b naive vs corrected",
+                "τ-b naive vs crowd (± posterior SD)",
+                "τ-b corrected vs crowd (± posterior SD)",
+                "move toward crowd",
+                "τ-b corrected, length unbounded, vs crowd (move)",
+                "τ-b identified-only correction vs crowd (move)",
+                "Spearman naive",
+                "Spearman corrected",
+                "τ-b naive vs crowd-corrected",
+                "τ-b corrected vs crowd-corrected",
+            ],
+            rows,
+        )
+        + (
+            "\n\n**With the trusted-anchor gate (Xu et al. 2026)**: the crowd's prompts are split in two at "
+            "random; crowd verdicts on one half are the gate's anchors (40 of them, or all), the crowd's naive "
+            "BT ranking on the other half is the reference, so the anchors never see the prompts they are scored "
+            "on. The anchors are the reference (`ranking.reference.fit_with_reference`): an effect is corrected "
+            "only where the judge's excess over the anchors' own effect is jointly significant (Wald, Holm over "
+            "effects, level 0.05).\n\n"
+            + markdown_table(
+                [
+                    "GPT judge",
+                    "anchors",
+                    "enabled by the gate",
+                    "τ-b naive vs held-out crowd",
+                    "τ-b corrected (all effects)",
+                    "τ-b gated",
+                ],
+                gate_rows,
+            )
+            if gate_rows
+            else ""
+        )
         + "\n\n**Bias estimates per judge**\n\n"
         + markdown_table(BIAS_HEADER, [r for f in fits.values() for r in bias_rows(f)])
     )
@@ -474,13 +592,21 @@ def gated_llmfao(imported: dict, config: ModelConfig, anchor_counts: tuple[int |
         for count in anchor_counts:
             anchors = anchors_all if count is None else anchors_all.sample(count, seed=0)
             anchor_cells = pl.from_arrow(partial_cells(as_anchor_rows(anchors), FamilyMap.with_user_rules()).cells)
-            fitted = fit_with_reference(cells, reference=Reference.parse("anchors", True), anchor_cells=anchor_cells,
-                                        config=base)
+            fitted = fit_with_reference(
+                cells, reference=Reference.parse("anchors", True), anchor_cells=anchor_cells, config=base
+            )
             gated = fitted.corrected
             on = sorted(set(fitted.gate.decisions.filter(pl.col("enabled"))["effect"].to_list()))
-            rows.append([judge, anchors.height, ", ".join(on) or "none",
-                         rank_agreement(ratings(naive), reference)[0], rank_agreement(ratings(full), reference)[0],
-                         rank_agreement(ratings(gated), reference)[0]])
+            rows.append(
+                [
+                    judge,
+                    anchors.height,
+                    ", ".join(on) or "none",
+                    rank_agreement(ratings(naive), reference)[0],
+                    rank_agreement(ratings(full), reference)[0],
+                    rank_agreement(ratings(gated), reference)[0],
+                ]
+            )
     return rows
 
 
@@ -496,8 +622,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-profile", action="store_true", help="skip profile likelihoods (faster)")
     parser.add_argument("--no-gate", action="store_true", help="skip the LLMFAO trusted-anchor gate (faster)")
     parser.add_argument("--smoke", action="store_true", help="the smallest run: --only llmfao --no-profile --no-gate")
-    parser.add_argument("--data", type=Path, default=DATA,
-                        help="real data folder (../shared/data; the tests pass their stripped extracts)")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=DATA,
+        help="real data folder (../shared/data; the tests pass their stripped extracts)",
+    )
     parser.add_argument("--out-dir", type=Path, default=ROOT / "docs" / "evidence", help="CSV folder")
     parser.add_argument("--evidence", type=Path, default=ROOT / "docs" / "evidence.md", help="page to update")
     args = parser.parse_args(argv)
@@ -524,7 +654,8 @@ def main(argv: list[str] | None = None) -> int:
         bias = pl.concat([bias_frame(f) for f in fits], how="diagonal_relaxed")
         bias.write_csv(args.out_dir / f"real_{name}_bias.csv")
         pl.concat([leaderboard_frame(f) for f in fits], how="diagonal_relaxed").write_csv(
-            args.out_dir / f"real_{name}_leaderboards.csv")
+            args.out_dir / f"real_{name}_leaderboards.csv"
+        )
         print(f"{name}: {timings[name]:.1f} s")
     run = (
         "## Real data: how it was run\n\n"

@@ -67,12 +67,19 @@ class World:
 def repo_world(seed: int, bias: bool, battles: int, models: int, judges: int) -> World:
     """The repository's simulator (biasboard.simulate) at its default biases, or with none."""
     none = dict(gamma0=0.0, sd_u=0.0, beta0=0.0, sd_beta=0.0, lambda0=0.0, sd_lambda=0.0)
-    config = SimulationConfig(battles=battles, models=models, judges=judges, days=1, seed=seed,
-                              **({} if bias else none))
+    config = SimulationConfig(
+        battles=battles, models=models, judges=judges, days=1, seed=seed, **({} if bias else none)
+    )
     cells = [partial_cells(b, FAMILIES).cells for _, b, _ in simulate_days(config)]
     p = draw_parameters(config)
-    return World(cells, p.model_names, p.theta, p.mu, list(p.judge_names),
-                 {"position": p.gamma, "length": p.beta, "affinity": p.lam})
+    return World(
+        cells,
+        p.model_names,
+        p.theta,
+        p.mu,
+        list(p.judge_names),
+        {"position": p.gamma, "length": p.beta, "affinity": p.lam},
+    )
 
 
 def independent_world(seed: int, bias: bool, battles: int, models: int, judges: int) -> World:
@@ -107,23 +114,31 @@ def independent_world(seed: int, bias: bool, battles: int, models: int, judges: 
     same = (fam[a] == judge_fam[j]).astype(float) - (fam[b] == judge_fam[j]).astype(float)
     eta = theta[a] - theta[b] + gamma[j] + beta[j] * (np.log(len_a) - np.log(len_b)) + lam[j] * same
     first = rng.random(battles) < 1.0 / (1.0 + np.exp(-eta))
-    frame = pl.DataFrame({
-        "battle_id": [f"i{seed}-{i}" for i in range(battles)],
-        "ts": ["2024-01-01T00:00:00Z"] * battles,
-        "judge": np.array(judge_names)[j],
-        "model_a": names[a],
-        "model_b": names[b],
-        "winner": np.where(first, "model_a", "model_b"),
-        "len_a": len_a,
-        "len_b": len_b,
-        "family_a": fam[a],
-        "family_b": fam[b],
-        "judge_family": judge_fam[j],
-    })
+    frame = pl.DataFrame(
+        {
+            "battle_id": [f"i{seed}-{i}" for i in range(battles)],
+            "ts": ["2024-01-01T00:00:00Z"] * battles,
+            "judge": np.array(judge_names)[j],
+            "model_a": names[a],
+            "model_b": names[b],
+            "winner": np.where(first, "model_a", "model_b"),
+            "len_a": len_a,
+            "len_b": len_b,
+            "family_a": fam[a],
+            "family_b": fam[b],
+            "judge_family": judge_fam[j],
+        }
+    )
     # mean log length as the cells see it (of the integer lengths)
     mu_obs = np.array([np.log(np.concatenate([len_a[a == m], len_b[b == m]])).mean() for m in range(models)])
-    return World([partial_cells(frame, FAMILIES).cells], names, theta, mu_obs, judge_names,
-                 {"position": gamma, "length": beta, "affinity": lam})
+    return World(
+        [partial_cells(frame, FAMILIES).cells],
+        names,
+        theta,
+        mu_obs,
+        judge_names,
+        {"position": gamma, "length": beta, "affinity": lam},
+    )
 
 
 GENERATORS = {"biasboard simulator": repo_world, "independent generator": independent_world}
@@ -141,9 +156,18 @@ def anchors_of(world: World, k: int, seed: int, beta: float = 0.0) -> pl.DataFra
     len_b = np.maximum(1, np.round(np.exp(lb))).astype(np.int64)
     eta = world.theta[a] - world.theta[b] + beta * (np.log(len_a) - np.log(len_b))
     first = rng.random(k) < 1.0 / (1.0 + np.exp(-eta))
-    rows = pl.DataFrame({"battle_id": [f"a{seed}-{i}" for i in range(k)], "ts": ["2024-01-01T00:00:00Z"] * k,
-                         "judge": ["trusted"] * k, "model_a": world.names[a], "model_b": world.names[b],
-                         "winner": np.where(first, "model_a", "model_b"), "len_a": len_a, "len_b": len_b})
+    rows = pl.DataFrame(
+        {
+            "battle_id": [f"a{seed}-{i}" for i in range(k)],
+            "ts": ["2024-01-01T00:00:00Z"] * k,
+            "judge": ["trusted"] * k,
+            "model_a": world.names[a],
+            "model_b": world.names[b],
+            "winner": np.where(first, "model_a", "model_b"),
+            "len_a": len_a,
+            "len_b": len_b,
+        }
+    )
     return pl.from_arrow(partial_cells(as_anchor_rows(rows), FAMILIES).cells)
 
 
@@ -171,45 +195,102 @@ def one_run(gen: str, case: str, k: int, seed: int, size: dict) -> dict:
     world = GENERATORS[gen](seed, True, **size)
     shared = float(np.mean(world.effects["length"]))
     beta_r = shared if CASES[case] is None else CASES[case]
-    fit = fit_with_reference(world.cells, reference=ANCHORS, anchor_cells=anchors_of(world, k, seed, beta_r),
-                             config=CONFIG)
+    fit = fit_with_reference(
+        world.cells, reference=ANCHORS, anchor_cells=anchors_of(world, k, seed, beta_r), config=CONFIG
+    )
     zero = fit_with_reference(world.cells, reference=Reference(), config=CONFIG)
     gate = fit.gate.decisions
     index = {name: j for j, name in enumerate(world.judges)}
-    excess = np.array([world.effects[r["effect"]][index[r["judge"]]] - (beta_r if r["effect"] == "length" else 0.0)
-                       for r in gate.iter_rows(named=True)])
+    excess = np.array(
+        [
+            world.effects[r["effect"]][index[r["judge"]]] - (beta_r if r["effect"] == "length" else 0.0)
+            for r in gate.iter_rows(named=True)
+        ]
+    )
     real = np.abs(excess) >= 0.1
     enabled = gate["enabled"].to_numpy()
     return {
-        "generator": gen, "case": case, "k": k, "seed": seed,
+        "generator": gen,
+        "case": case,
+        "k": k,
+        "seed": seed,
         "enabled_real": float(enabled[real].mean()) if real.any() else float("nan"),
         "enabled_small": float(enabled[~real].mean()) if (~real).any() else float("nan"),
-        "tau_naive": tau(fit.naive, world), "tau_zero": tau(zero.corrected, world),
-        "tau_gated": tau(fit.corrected, world), "tau_all_on": tau(fit.all_on, world),
+        "tau_naive": tau(fit.naive, world),
+        "tau_zero": tau(zero.corrected, world),
+        "tau_gated": tau(fit.corrected, world),
+        "tau_all_on": tau(fit.all_on, world),
         "tau_ref_target": tau(fit.corrected, world, world.theta + beta_r * world.mu),
-        "slope_gated": length_slope(fit.corrected, world), "slope_zero": length_slope(zero.corrected, world),
-        "beta_r": beta_r, "beta_r_hat": fit.own_effects["length"]["estimate"],
+        "slope_gated": length_slope(fit.corrected, world),
+        "slope_zero": length_slope(zero.corrected, world),
+        "beta_r": beta_r,
+        "beta_r_hat": fit.own_effects["length"]["estimate"],
     }
 
 
 def null_run(gen: str, seed: int, k: int, size: dict) -> bool:
     world = GENERATORS[gen](seed, False, **size)
-    fit = fit_with_reference(world.cells, reference=ANCHORS, anchor_cells=anchors_of(world, k, seed),
-                             config=ModelConfig(posterior_draws=200, profile=False))
+    fit = fit_with_reference(
+        world.cells,
+        reference=ANCHORS,
+        anchor_cells=anchors_of(world, k, seed),
+        config=ModelConfig(posterior_draws=200, profile=False),
+    )
     return bool(fit.gate.decisions["enabled"].any())
 
 
 def simulation_section(runs: pl.DataFrame, nulls: pl.DataFrame, size: dict, elapsed: float) -> str:
-    agg = runs.group_by("generator", "case", "k").agg(
-        pl.len().alias("seeds"), *(pl.col(c).mean() for c in (
-            "enabled_real", "enabled_small", "tau_naive", "tau_zero", "tau_gated", "tau_all_on", "tau_ref_target",
-            "slope_gated", "slope_zero", "beta_r", "beta_r_hat"))).sort("generator", "case", "k")
-    rows = [[r["generator"], r["case"], r["k"], r["seeds"], r["enabled_real"], r["enabled_small"], r["tau_naive"],
-             r["tau_zero"], r["tau_all_on"], r["tau_gated"], r["tau_gated"] - r["tau_all_on"], r["tau_ref_target"],
-             r["beta_r"], r["beta_r_hat"], r["slope_gated"], r["slope_zero"]] for r in agg.iter_rows(named=True)]
-    null_rows = [[r["generator"], r["seeds"], r["any_enabled"], r["rate"]] for r in nulls.group_by("generator").agg(
-        pl.len().alias("seeds"), pl.col("any").sum().alias("any_enabled"), pl.col("any").mean().alias("rate")
-    ).sort("generator").iter_rows(named=True)]
+    agg = (
+        runs.group_by("generator", "case", "k")
+        .agg(
+            pl.len().alias("seeds"),
+            *(
+                pl.col(c).mean()
+                for c in (
+                    "enabled_real",
+                    "enabled_small",
+                    "tau_naive",
+                    "tau_zero",
+                    "tau_gated",
+                    "tau_all_on",
+                    "tau_ref_target",
+                    "slope_gated",
+                    "slope_zero",
+                    "beta_r",
+                    "beta_r_hat",
+                )
+            ),
+        )
+        .sort("generator", "case", "k")
+    )
+    rows = [
+        [
+            r["generator"],
+            r["case"],
+            r["k"],
+            r["seeds"],
+            r["enabled_real"],
+            r["enabled_small"],
+            r["tau_naive"],
+            r["tau_zero"],
+            r["tau_all_on"],
+            r["tau_gated"],
+            r["tau_gated"] - r["tau_all_on"],
+            r["tau_ref_target"],
+            r["beta_r"],
+            r["beta_r_hat"],
+            r["slope_gated"],
+            r["slope_zero"],
+        ]
+        for r in agg.iter_rows(named=True)
+    ]
+    null_rows = [
+        [r["generator"], r["seeds"], r["any_enabled"], r["rate"]]
+        for r in nulls.group_by("generator")
+        .agg(pl.len().alias("seeds"), pl.col("any").sum().alias("any_enabled"), pl.col("any").mean().alias("rate"))
+        .sort("generator")
+        .iter_rows(named=True)
+    ]
     return (
         "## Reference: the trusted-anchor gate in simulation\n\n"
         f"`python bench/reference_study.py` at revision {revision(ROOT)}, {elapsed:.0f} s. Each run: "
@@ -222,13 +303,29 @@ def simulation_section(runs: pl.DataFrame, nulls: pl.DataFrame, size: dict, elap
         "τ-b vs the true quality θ, except the column 'vs reference target' (θ + β_r·μ: what the anchors would "
         "conclude). 'length kept' is the coefficient of mean log length when the board is regressed on (θ, μ): "
         "the zero reference removes it, a reference keeps the reference's β_r.\n\n"
-        + markdown_table(["generator", "anchors", "K", "seeds", "share of true excesses ≥ 0.1 enabled",
-                          "share of excesses < 0.1 enabled", "τ naive", "τ zero ref", "τ all on", "τ gated",
-                          "gated − all on", "τ gated vs reference target", "β_r true", "β_r estimated",
-                          "length kept (gated)", "length kept (zero ref)"], rows)
+        + markdown_table(
+            [
+                "generator",
+                "anchors",
+                "K",
+                "seeds",
+                "share of true excesses ≥ 0.1 enabled",
+                "share of excesses < 0.1 enabled",
+                "τ naive",
+                "τ zero ref",
+                "τ all on",
+                "τ gated",
+                "gated − all on",
+                "τ gated vs reference target",
+                "β_r true",
+                "β_r estimated",
+                "length kept (gated)",
+                "length kept (zero ref)",
+            ],
+            rows,
+        )
         + "\n\n**No bias at all** (every judge unbiased, perfect anchors, K = 500): runs where the gate enabled "
-        "any correction.\n\n"
-        + markdown_table(["generator", "seeds", "runs with any enable", "rate"], null_rows)
+        "any correction.\n\n" + markdown_table(["generator", "seeds", "runs with any enable", "rate"], null_rows)
     )
 
 
@@ -236,8 +333,11 @@ def simulation_section(runs: pl.DataFrame, nulls: pl.DataFrame, size: dict, elap
 
 
 def llmfao_section(draws: int = 300) -> str:
-    files = {"crowd": "crowd-comparisons.csv", "gpt4": "gpt4-crowd-comparisons.csv",
-             "gpt3": "gpt3-crowd-comparisons.csv"}
+    files = {
+        "crowd": "crowd-comparisons.csv",
+        "gpt4": "gpt4-crowd-comparisons.csv",
+        "gpt3": "gpt3-crowd-comparisons.csv",
+    }
     imported = {k: import_path("llmfao", DATA / "llmfao" / v) for k, v in files.items()}
     crowd = pl.from_arrow(imported["crowd"].rows)
     prompts = sorted(crowd["prompt_id"].unique().to_list())
@@ -261,24 +361,38 @@ def llmfao_section(draws: int = 300) -> str:
         rows_j = pl.from_arrow(imported[judge].rows)
         cells = [partial_cells(rows_j, FAMILIES).cells]
         zero = fit_with_reference(cells, reference=Reference(), config=CONFIG)
-        with_crowd = fit_with_reference([*cells, partial_cells(ref_rows, FAMILIES).cells],
-                                        reference=Reference("judges", (crowd_name,)), config=CONFIG)
-        anchors = fit_with_reference(cells, reference=ANCHORS, config=CONFIG,
-                                     anchor_cells=pl.from_arrow(partial_cells(as_anchor_rows(ref_rows),
-                                                                              FAMILIES).cells))
+        with_crowd = fit_with_reference(
+            [*cells, partial_cells(ref_rows, FAMILIES).cells],
+            reference=Reference("judges", (crowd_name,)),
+            config=CONFIG,
+        )
+        anchors = fit_with_reference(
+            cells,
+            reference=ANCHORS,
+            config=CONFIG,
+            anchor_cells=pl.from_arrow(partial_cells(as_anchor_rows(ref_rows), FAMILIES).cells),
+        )
         crowd_only = fit_naive(partial_cells(ref_rows, FAMILIES).cells)
         enabled = sorted(set(anchors.gate.decisions.filter(pl.col("enabled"))["effect"].to_list()))
         own = anchors.own_effects["length"]
-        cells_rows = [("naive (GPT alone)", zero.naive), ("zero reference (GPT alone, style control)", zero.corrected),
-                      ("crowd half as reference judge (pooled with GPT)", with_crowd.corrected),
-                      ("crowd half as anchors (the published board)", anchors.corrected),
-                      ("crowd half alone, naive (no GPT)", crowd_only)]
+        cells_rows = [
+            ("naive (GPT alone)", zero.naive),
+            ("zero reference (GPT alone, style control)", zero.corrected),
+            ("crowd half as reference judge (pooled with GPT)", with_crowd.corrected),
+            ("crowd half as anchors (the published board)", anchors.corrected),
+            ("crowd half alone, naive (no GPT)", crowd_only),
+        ]
         for label, board in cells_rows:
             t, sd = tau_and_sd(board)
-            rows.append([judge, label, f"{t:.3f} (±{sd:.3f})",
-                         ", ".join(enabled) or "none" if "anchors" in label else "",
-                         f"{own['estimate']:.2f} [{own['ci_low']:.2f}, {own['ci_high']:.2f}]"
-                         if "anchors" in label else ""])
+            rows.append(
+                [
+                    judge,
+                    label,
+                    f"{t:.3f} (±{sd:.3f})",
+                    ", ".join(enabled) or "none" if "anchors" in label else "",
+                    f"{own['estimate']:.2f} [{own['ci_low']:.2f}, {own['ci_high']:.2f}]" if "anchors" in label else "",
+                ]
+            )
     return (
         "## Reference: LLMFAO — the crowd as the reference for a GPT judge\n\n"
         f"Crowd verdicts on a random half of the prompts ({ref_rows.height} verdicts) are the reference; the "
@@ -288,8 +402,16 @@ def llmfao_section(draws: int = 300) -> str:
         "fitted as one rater, gated, identified-only); 'as reference judge' pools the same verdicts as a judge "
         "named with `--reference`. The last row of each judge is the crowd half alone without any GPT verdict: "
         "a reference-corrected board can only beat it by using the GPT judge's extra pairs.\n\n"
-        + markdown_table(["GPT judge", "board", "τ-b vs held-out crowd (± SD)", "effects the gate corrected",
-                          "crowd's own length effect [95% CI]"], rows)
+        + markdown_table(
+            [
+                "GPT judge",
+                "board",
+                "τ-b vs held-out crowd (± SD)",
+                "effects the gate corrected",
+                "crowd's own length effect [95% CI]",
+            ],
+            rows,
+        )
     )
 
 
@@ -304,23 +426,44 @@ def mtbench_section() -> str:
     length effect.  AlpacaEval has one judge against one baseline, so it offers no second rater to be a
     reference: only ``none`` applies there.
     """
-    battles = pl.from_arrow(import_path("pba", DATA / "mtbench-position-bias-analyzer" /
-                                        "mtbench_judgments_*.jsonl.gz").rows)
+    battles = pl.from_arrow(
+        import_path("pba", DATA / "mtbench-position-bias-analyzer" / "mtbench_judgments_*.jsonl.gz").rows
+    )
     cells = [partial_cells(battles, FAMILIES).cells]
     judges = sorted(battles["judge"].unique().to_list())
     zero = fit_with_reference(cells, reference=Reference(), config=CONFIG)
-    rows = [["none (style control)", "—", kendall_tau_b(zero.naive.rating, zero.corrected.rating), 1.0, "—",
-             ", ".join(f"{u['judge']}:{u['effect']}" for u in zero.unidentified if not u["applied"]) or "none"]]
+    rows = [
+        [
+            "none (style control)",
+            "—",
+            kendall_tau_b(zero.naive.rating, zero.corrected.rating),
+            1.0,
+            "—",
+            ", ".join(f"{u['judge']}:{u['effect']}" for u in zero.unidentified if not u["applied"]) or "none",
+        ]
+    ]
     for judge in judges:
         fit = fit_with_reference(cells, reference=Reference("judges", (judge,)), config=CONFIG)
         own = fit.own_effects["length"]
-        length = (f"{own['estimate']:.2f} [{own['ci_low']:.2f}, {own['ci_high']:.2f}]"
-                  + (" (taken as 0)" if own.get("applied") == 0.0 else "")) if own["ci_low"] is not None else "0"
+        length = (
+            (
+                f"{own['estimate']:.2f} [{own['ci_low']:.2f}, {own['ci_high']:.2f}]"
+                + (" (taken as 0)" if own.get("applied") == 0.0 else "")
+            )
+            if own["ci_low"] is not None
+            else "0"
+        )
         on = fit.gate.decisions.filter(pl.col("enabled"))
-        rows.append([judge, length, kendall_tau_b(fit.naive.rating, fit.corrected.rating),
-                     kendall_tau_b(zero.corrected.rating, fit.corrected.rating),
-                     ", ".join(sorted(set(on["effect"].to_list()))) or "none",
-                     ", ".join(f"{u['judge']}:{u['effect']}" for u in fit.unidentified if not u["applied"]) or "none"])
+        rows.append(
+            [
+                judge,
+                length,
+                kendall_tau_b(fit.naive.rating, fit.corrected.rating),
+                kendall_tau_b(zero.corrected.rating, fit.corrected.rating),
+                ", ".join(sorted(set(on["effect"].to_list()))) or "none",
+                ", ".join(f"{u['judge']}:{u['effect']}" for u in fit.unidentified if not u["applied"]) or "none",
+            ]
+        )
     return (
         "## Reference: MT-Bench PBA and AlpacaEval, with and without a reference\n\n"
         f"MT-Bench position-bias-analyzer judgments ({battles.height} battles, {len(judges)} LLM judges, both "
@@ -328,9 +471,17 @@ def mtbench_section() -> str:
         "τ-b is between boards, not against a truth. AlpacaEval 2 has a single judge against a single baseline: "
         "there is no second rater on the same pairs to serve as a reference, so only `--reference none` applies "
         "there (its section above is that case).\n\n"
-        + markdown_table(["reference", "reference's own length effect [95% CI]", "τ-b naive vs corrected",
-                          "τ-b vs the zero-reference board", "effects the gate corrected",
-                          "prior-selected, not applied"], rows)
+        + markdown_table(
+            [
+                "reference",
+                "reference's own length effect [95% CI]",
+                "τ-b naive vs corrected",
+                "τ-b vs the zero-reference board",
+                "effects the gate corrected",
+                "prior-selected, not applied",
+            ],
+            rows,
+        )
     )
 
 
@@ -349,8 +500,13 @@ def main(argv: list[str] | None = None) -> int:
     size = dict(battles=20_000, models=20, judges=4)
     ks = (40, 200, 1000, 5000)
     if args.smoke:
-        size, ks, args.seeds, args.null_seeds, args.no_llmfao = dict(battles=4000, models=10, judges=3), (40, 2000), \
-            1, 2, True
+        size, ks, args.seeds, args.null_seeds, args.no_llmfao = (
+            dict(battles=4000, models=10, judges=3),
+            (40, 2000),
+            1,
+            2,
+            True,
+        )
     if args.real_only:
         replace_section(args.evidence, "reference-llmfao", llmfao_section())
         replace_section(args.evidence, "reference-mtbench", mtbench_section())
@@ -362,10 +518,14 @@ def main(argv: list[str] | None = None) -> int:
             for k in ks:
                 for seed in range(args.seeds):
                     runs.append(one_run(gen, case, k, seed, size))
-                    print({key: (round(v, 3) if isinstance(v, float) else v) for key, v in runs[-1].items()},
-                          flush=True)
-    nulls = [{"generator": gen, "seed": s, "any": null_run(gen, 100 + s, 500, size)}
-             for gen in GENERATORS for s in range(args.null_seeds)]
+                    print(
+                        {key: (round(v, 3) if isinstance(v, float) else v) for key, v in runs[-1].items()}, flush=True
+                    )
+    nulls = [
+        {"generator": gen, "seed": s, "any": null_run(gen, 100 + s, 500, size)}
+        for gen in GENERATORS
+        for s in range(args.null_seeds)
+    ]
     frame, null_frame = pl.DataFrame(runs), pl.DataFrame(nulls)
     print(null_frame.group_by("generator").agg(pl.col("any").mean()))
     section = simulation_section(frame, null_frame, size, time.perf_counter() - start)

@@ -181,14 +181,16 @@ def _recovery(bias: pl.DataFrame, true: dict) -> list[dict]:
                 continue
             row = hit.row(0, named=True)
             value = float(j[truth_key])
-            rows.append({
-                "judge": j["judge"],
-                "effect": effect,
-                "estimate": row["estimate"],
-                "truth": value,
-                "covered": bool(row["ci_low"] <= value <= row["ci_high"]),
-                "ci_width": row["ci_high"] - row["ci_low"],
-            })
+            rows.append(
+                {
+                    "judge": j["judge"],
+                    "effect": effect,
+                    "estimate": row["estimate"],
+                    "truth": value,
+                    "covered": bool(row["ci_low"] <= value <= row["ci_high"]),
+                    "ci_width": row["ci_high"] - row["ci_low"],
+                }
+            )
     return rows
 
 
@@ -238,8 +240,15 @@ def run_trial(trial: Trial) -> tuple[list[dict], list[dict], float]:
     return rows, recovery, time.process_time() - start
 
 
-def plan_trials(designs: tuple[str, ...], mixes: tuple[float, ...], sizes: tuple[int, ...], trials: int,
-                corrs: tuple[float, ...], sweep_trials: int, sweep_observations: int) -> list[Trial]:
+def plan_trials(
+    designs: tuple[str, ...],
+    mixes: tuple[float, ...],
+    sizes: tuple[int, ...],
+    trials: int,
+    corrs: tuple[float, ...],
+    sweep_trials: int,
+    sweep_observations: int,
+) -> list[Trial]:
     """Every trial of both studies, with a distinct, reproducible seed each."""
     out: list[Trial] = []
     for design in designs:
@@ -295,8 +304,12 @@ def grid_summary(rows: pl.DataFrame) -> pl.DataFrame:
     grid = rows.filter(pl.col("study") == "grid")
     return (
         grid.group_by("observations", "design", "ordinal_share", "estimator")
-        .agg(*_mean_se("tau"), *_mean_se("top_k_recall"), pl.len().alias("trials"),
-             (~pl.col("converged")).sum().alias("not_converged"))
+        .agg(
+            *_mean_se("tau"),
+            *_mean_se("top_k_recall"),
+            pl.len().alias("trials"),
+            (~pl.col("converged")).sum().alias("not_converged"),
+        )
         .sort("observations", "design", "ordinal_share", "estimator")
     )
 
@@ -328,8 +341,14 @@ def sweep_summary(rows: pl.DataFrame) -> pl.DataFrame:
     )
     return (
         wide.group_by("beta0", "corr_length", "within_model_length")
-        .agg(*_mean_se("naive_bt"), *_mean_se("bias_aware"), *_mean_se("oracle"), *_mean_se("gain"),
-             *_mean_se("oracle_gain"), pl.len().alias("trials"))
+        .agg(
+            *_mean_se("naive_bt"),
+            *_mean_se("bias_aware"),
+            *_mean_se("oracle"),
+            *_mean_se("gain"),
+            *_mean_se("oracle_gain"),
+            pl.len().alias("trials"),
+        )
         .sort("beta0", "within_model_length", "corr_length", descending=[False, True, False])
     )
 
@@ -371,23 +390,41 @@ def gain_markdown(rows: pl.DataFrame) -> str:
         "hybrid no bias − naive BT (the extra data)": pl.col("hybrid_no_bias") - pl.col("naive_bt"),
         "oracle − bias-aware (left on the table)": pl.col("oracle") - pl.col("bias_aware"),
     }
-    agg = wide.group_by("observations", "ordinal_share").agg(
-        *[e.mean().alias(k) for k, e in diffs.items()],
-        *[(e.std() / pl.len().sqrt()).alias(k + "_se") for k, e in diffs.items()],
-        pl.len().alias("n"),
-    ).sort("observations", "ordinal_share")
+    agg = (
+        wide.group_by("observations", "ordinal_share")
+        .agg(
+            *[e.mean().alias(k) for k, e in diffs.items()],
+            *[(e.std() / pl.len().sqrt()).alias(k + "_se") for k, e in diffs.items()],
+            pl.len().alias("n"),
+        )
+        .sort("observations", "ordinal_share")
+    )
     out = []
     for r in agg.iter_rows(named=True):
-        out.append([r["observations"], f"{r['ordinal_share']:.0%}",
-                    *[f"{r[k]:+.3f} ± {r[k + '_se']:.3f}" for k in diffs], r["n"]])
+        out.append(
+            [
+                r["observations"],
+                f"{r['ordinal_share']:.0%}",
+                *[f"{r[k]:+.3f} ± {r[k + '_se']:.3f}" for k in diffs],
+                r["n"],
+            ]
+        )
     return markdown_table(["observations", "ordinal share", *diffs, "trials"], out)
 
 
 def recovery_markdown(summary: pl.DataFrame) -> str:
     keys = ("observations", "design", "effect", "rmse", "bias", "coverage", "median_ci_width", "n")
     rows = [[r[k] for k in keys] for r in summary.iter_rows(named=True)]
-    header = ["observations", "design", "effect", "RMSE", "mean error", "95% CI coverage", "median CI width",
-              "judge-trials"]
+    header = [
+        "observations",
+        "design",
+        "effect",
+        "RMSE",
+        "mean error",
+        "95% CI coverage",
+        "median CI width",
+        "judge-trials",
+    ]
     return markdown_table(header, rows)
 
 
@@ -398,11 +435,33 @@ def sweep_markdown(summary: pl.DataFrame) -> tuple[str, dict[str, float | None]]
         part = part.sort("corr_length")
         crossings[label] = crossing_point(part["corr_length"].to_numpy(), part["gain"].to_numpy())
         for r in part.iter_rows(named=True):
-            rows.append([f"{beta0:g}", "varies within model" if within else "constant per model",
-                         f"{r['corr_length']:.2f}", r["naive_bt"], r["bias_aware"], r["oracle"],
-                         f"{r['gain']:+.3f} ± {r['gain_se']:.3f}", f"{r['oracle_gain']:+.3f}", r["trials"]])
-    table = markdown_table(["β₀", "length", "corr(θ, length)", "τ naive BT", "τ bias-aware", "τ oracle",
-                            "gain (bias-aware − naive)", "oracle − naive", "trials"], rows)
+            rows.append(
+                [
+                    f"{beta0:g}",
+                    "varies within model" if within else "constant per model",
+                    f"{r['corr_length']:.2f}",
+                    r["naive_bt"],
+                    r["bias_aware"],
+                    r["oracle"],
+                    f"{r['gain']:+.3f} ± {r['gain_se']:.3f}",
+                    f"{r['oracle_gain']:+.3f}",
+                    r["trials"],
+                ]
+            )
+    table = markdown_table(
+        [
+            "β₀",
+            "length",
+            "corr(θ, length)",
+            "τ naive BT",
+            "τ bias-aware",
+            "τ oracle",
+            "gain (bias-aware − naive)",
+            "oracle − naive",
+            "trials",
+        ],
+        rows,
+    )
     return table, crossings
 
 
@@ -420,8 +479,14 @@ def plot(summary: pl.DataFrame, sweep: pl.DataFrame, out_dir: Path) -> list[Path
     designs = [d for d in DESIGNS if d in set(summary["design"].to_list())]
     shares = sorted(set(summary["ordinal_share"].to_list()))
     if designs:
-        fig, axes = plt.subplots(len(designs), len(shares), figsize=(3.6 * len(shares), 2.7 * len(designs)),
-                                 squeeze=False, sharey=True, sharex=True)
+        fig, axes = plt.subplots(
+            len(designs),
+            len(shares),
+            figsize=(3.6 * len(shares), 2.7 * len(designs)),
+            squeeze=False,
+            sharey=True,
+            sharex=True,
+        )
         for row, design in enumerate(designs):
             for col, share in enumerate(shares):
                 ax = axes[row, col]
@@ -431,8 +496,16 @@ def plot(summary: pl.DataFrame, sweep: pl.DataFrame, out_dir: Path) -> list[Path
                     if line.is_empty():
                         continue
                     style = {"color": "black", "linestyle": "--"} if est == "oracle" else {}
-                    ax.errorbar(line["observations"], line["tau"], yerr=line["tau_se"], marker="o", ms=3,
-                                capsize=2, label=LABELS[est], **style)
+                    ax.errorbar(
+                        line["observations"],
+                        line["tau"],
+                        yerr=line["tau_se"],
+                        marker="o",
+                        ms=3,
+                        capsize=2,
+                        label=LABELS[est],
+                        **style,
+                    )
                 ax.set_xscale("log")
                 ax.set_title(f"{design}, {share:.0%} ordinal", fontsize=9)
                 ax.grid(alpha=0.3)
@@ -454,10 +527,22 @@ def plot(summary: pl.DataFrame, sweep: pl.DataFrame, out_dir: Path) -> list[Path
             for (within,), part in part_b.group_by("within_model_length", maintain_order=True):
                 part = part.sort("corr_length")
                 label = "length varies within model" if within else "length constant per model"
-                line = ax.errorbar(part["corr_length"], part["gain"], yerr=part["gain_se"], marker="o", capsize=3,
-                                   label=f"bias-aware − naive BT ({label})")
-                ax.plot(part["corr_length"], part["oracle_gain"], linestyle=":", marker=".",
-                        color=line[0].get_color(), label=f"oracle − naive BT ({label})")
+                line = ax.errorbar(
+                    part["corr_length"],
+                    part["gain"],
+                    yerr=part["gain_se"],
+                    marker="o",
+                    capsize=3,
+                    label=f"bias-aware − naive BT ({label})",
+                )
+                ax.plot(
+                    part["corr_length"],
+                    part["oracle_gain"],
+                    linestyle=":",
+                    marker=".",
+                    color=line[0].get_color(),
+                    label=f"oracle − naive BT ({label})",
+                )
             ax.axhline(0.0, color="black", linewidth=0.8)
             ax.set_xlabel("corr(θ, mean log length)")
             ax.set_title(f"length bias β₀ = {beta0:g}")
@@ -531,8 +616,15 @@ def write_outputs(rows: pl.DataFrame, recovery: pl.DataFrame, out_dir: Path, evi
     crossings: dict[str, float | None] = {}
     if not sweep.is_empty():
         table, crossings = sweep_markdown(sweep)
-        lines = [f"- length {k}: " + (f"gain crosses zero at corr ≈ {v:.2f}" if v is not None else
-                                      "gain does not cross zero in the range swept") for k, v in crossings.items()]
+        lines = [
+            f"- length {k}: "
+            + (
+                f"gain crosses zero at corr ≈ {v:.2f}"
+                if v is not None
+                else "gain does not cross zero in the range swept"
+            )
+            for k, v in crossings.items()
+        ]
         body = (
             "## Simulation: corr(θ, length) sweep — where correction stops helping (Xu et al. 2026)\n\n"
             "Pairwise only, uniform design, two length biases: β₀ = 0.3 (the simulator's default) and β₀ = 1.0 "
@@ -554,8 +646,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="a few trials: seconds, for CI-like checks")
     parser.add_argument("--trials", type=int, default=50, help="trials per design × ordinal share (default 50)")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 3000, 10000],
-                        help="budgets of battles + grades per grid trial (default 1000 3000 10000)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[1000, 3000, 10000],
+        help="budgets of battles + grades per grid trial (default 1000 3000 10000)",
+    )
     parser.add_argument("--sweep-trials", type=int, default=30, help="trials per β₀ × corr × length setting")
     parser.add_argument("--sweep-observations", type=int, default=3000, help="battles per sweep trial")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
@@ -568,8 +665,9 @@ def main(argv: list[str] | None = None) -> int:
         designs, mixes, corrs = ("uniform", "hubspoke"), (0.5,), (0.0, 0.9)
         args.trials, args.sweep_trials = 3, 3
         args.sizes, args.sweep_observations = [1500], 1500
-    trials = plan_trials(designs, mixes, tuple(args.sizes), args.trials, corrs, args.sweep_trials,
-                         args.sweep_observations)
+    trials = plan_trials(
+        designs, mixes, tuple(args.sizes), args.trials, corrs, args.sweep_trials, args.sweep_observations
+    )
     code_revision = revision(ROOT)  # before the run: the workers use the code imported now
     start = time.perf_counter()
     rows, recovery, busy = run_all(trials, args.workers)
@@ -591,13 +689,18 @@ def main(argv: list[str] | None = None) -> int:
     with pl.Config(tbl_rows=200, tbl_cols=20, tbl_width_chars=200):
         print(result["grid"].select("observations", "design", "ordinal_share", "estimator", "tau", "tau_se"))
         if not result["sweep"].is_empty():
-            print(result["sweep"].select("beta0", "corr_length", "within_model_length", "naive_bt", "bias_aware",
-                                         "oracle", "gain", "gain_se"))
+            print(
+                result["sweep"].select(
+                    "beta0", "corr_length", "within_model_length", "naive_bt", "bias_aware", "oracle", "gain", "gain_se"
+                )
+            )
         if not result["recovery"].is_empty():
             print(result["recovery"])
     print(f"crossings: {result['crossings']}")
-    print(f"{len(trials)} trials in {wall:.1f} s wall ({busy:.1f} s of trial CPU time, {args.workers} worker(s), "
-          f"load average {meta['load']:.1f})")
+    print(
+        f"{len(trials)} trials in {wall:.1f} s wall ({busy:.1f} s of trial CPU time, {args.workers} worker(s), "
+        f"load average {meta['load']:.1f})"
+    )
     return 0
 
 

@@ -113,14 +113,17 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         qid.alias("prompt_id"),
         pl.lit(None, dtype=pl.Int64).alias("len_a"),
         pl.lit(None, dtype=pl.Int64).alias("len_b"),
-        pl.when(pl.col("score").is_null()).then(pl.lit(REASON_NO_VERDICT)).otherwise(None).cast(pl.String).alias(REASON),
+        pl.when(pl.col("score").is_null())
+        .then(pl.lit(REASON_NO_VERDICT))
+        .otherwise(None)
+        .cast(pl.String)
+        .alias(REASON),
         label.replace_strict({k: s for k, (_, s) in LABELS.items()}, default=None, return_dtype=pl.Int8).alias(
             "strength"
         ),
     )
     notes = [
-        f"no time stamps in arena-hard-auto judgments: every battle dated {options.default_date.isoformat()} "
-        "00:00 UTC",
+        f"no time stamps in arena-hard-auto judgments: every battle dated {options.default_date.isoformat()} 00:00 UTC",
         "game 1 shows the baseline first, game 2 the model; '>>' and '>' are both a win (strength 2 / 1)",
     ]
     return finalize_battles(raw, mapped, sources=paths, source_rows=lines.height, notes=notes)

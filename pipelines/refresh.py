@@ -306,7 +306,8 @@ def refresh(
             "read: %d stored day(s) have no input file any more: %s; %s",
             len(changes.without_input),
             ", ".join(changes.without_input),
-            "dropping them from the state (--drop-missing-days)" if options.drop_missing_days
+            "dropping them from the state (--drop-missing-days)"
+            if options.drop_missing_days
             else "kept in the fit (--drop-missing-days removes them)",
         )
     todo = changes.new + changes.changed
@@ -316,7 +317,16 @@ def refresh(
     build_only = _build_only_reason(pipeline_options)
     if build_only:
         pipeline = build_refresh(
-            pipeline_options, input_glob, state_dir, staging, todo, spec, options, family_map, aliases, audit,
+            pipeline_options,
+            input_glob,
+            state_dir,
+            staging,
+            todo,
+            spec,
+            options,
+            family_map,
+            aliases,
+            audit,
             DaysWithoutInput(kept=tuple(changes.without_input)),
         )
         job = pipeline.run()
@@ -336,7 +346,16 @@ def refresh(
         storage.delete_tree(audit.folder)
     with timings.stage("pipeline"):
         pipeline = build_refresh(
-            pipeline_options, input_glob, state_dir, staging, todo, spec, options, family_map, aliases, audit,
+            pipeline_options,
+            input_glob,
+            state_dir,
+            staging,
+            todo,
+            spec,
+            options,
+            family_map,
+            aliases,
+            audit,
             without_input,
         )
         result = run_to_completion(pipeline)
@@ -498,9 +517,7 @@ def build_refresh(
         written = pipeline | "NothingNew" >> beam.Create([])
     after = []
     if audit.rerun:
-        input_days, out, families, lookup, shards = audit_inputs(
-            input_glob, audit.folder, options.anchors, family_map
-        )
+        input_days, out, families, lookup, shards = audit_inputs(input_glob, audit.folder, options.anchors, family_map)
         days_dir = storage.join(state_dir, DAY_PARTIALS)
         settings = _digest({"anchors": _anchors_fingerprint(options), "audit_version": AUDIT_DAYS_VERSION})
         todo_audit = {}
@@ -642,9 +659,10 @@ def input_changes(
         manifest = state.read_day_manifest(state_dir, day)
         if manifest is None:
             new.append(day)
-        elif day_digest(manifest.get("inputs"), manifest.get("score_inputs"), manifest.get("settings")) != fingerprint[
-            "digest"
-        ]:
+        elif (
+            day_digest(manifest.get("inputs"), manifest.get("score_inputs"), manifest.get("settings"))
+            != fingerprint["digest"]
+        ):
             changed.append(day)
         else:
             unchanged.append(day)
@@ -720,8 +738,14 @@ def model_config(options: RefreshOptions) -> ModelConfig:
     try:
         ReferenceSettings(options.gate_level, options.apply_unidentified)
         Reference.parse(options.reference, bool(options.anchors))
-        return ModelConfig(k=options.k, bootstrap=options.bootstrap, seed=options.seed, length_clip=options.length_clip,
-                           diagnostics=options.diagnostics, judge_pool=options.judge_pool)
+        return ModelConfig(
+            k=options.k,
+            bootstrap=options.bootstrap,
+            seed=options.seed,
+            length_clip=options.length_clip,
+            diagnostics=options.diagnostics,
+            judge_pool=options.judge_pool,
+        )
     except ValueError as err:  # a bad option value, said in one line rather than a traceback
         raise InputError(f"refresh options: {err}") from err
 

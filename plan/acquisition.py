@@ -140,8 +140,12 @@ class Posterior:
                 return np.full(idx.size, default, float)
             return np.where(glob, default, np.asarray(values, float)[safe])
 
-        return (tuple(judges), pick(self.position, self.global_position), pick(self.discrimination, 1.0),
-                pick(self.tie, self.global_tie))
+        return (
+            tuple(judges),
+            pick(self.position, self.global_position),
+            pick(self.discrimination, 1.0),
+            pick(self.tie, self.global_tie),
+        )
 
     # ------------------------------------------------------------------ storage in a snapshot
 
@@ -214,9 +218,17 @@ def posterior_from_fit(fit) -> Posterior:
     tie = [estimate(j, "tie", 0.0) for j in judges]
     g_tie = float(np.median(tie)) if tie else 0.0
     return Posterior(
-        models=tuple(fit.models), mean=np.asarray(fit.rating, float), cov=np.asarray(fit.cov, float), k=int(fit.k),
-        judges=tuple(judges), position=np.array(pos, float), discrimination=np.array(disc, float),
-        tie=np.array(tie, float), global_position=g_pos, global_tie=g_tie, method=str(fit.method),
+        models=tuple(fit.models),
+        mean=np.asarray(fit.rating, float),
+        cov=np.asarray(fit.cov, float),
+        k=int(fit.k),
+        judges=tuple(judges),
+        position=np.array(pos, float),
+        discrimination=np.array(disc, float),
+        tie=np.array(tie, float),
+        global_position=g_pos,
+        global_tie=g_tie,
+        method=str(fit.method),
     )
 
 
@@ -434,8 +446,9 @@ def select_comparisons(
             pool = crossing if crossing.any() else cand
             crit = -np.abs(gap)
             a, b = _argmax_pair(crit, pool)
-            reason = ("sampled top-k boundary" if crossing.any() else "closest sampled pair") + \
-                f": sampled gap {abs(gap[a, b]):.3f}"
+            reason = (
+                "sampled top-k boundary" if crossing.any() else "closest sampled pair"
+            ) + f": sampled gap {abs(gap[a, b]):.3f}"
         elif strategy == "roundrobin":
             big = m * m + 1
             crit = -(pair_counts * big + schedule).astype(float)
@@ -502,8 +515,9 @@ def _argmax_pair(crit: np.ndarray, mask: np.ndarray) -> tuple[int, int]:
     return i // m, i % m
 
 
-def _believer_update(cov: np.ndarray, samples: np.ndarray, mean: np.ndarray, a: int, b: int, w: float,
-                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _believer_update(
+    cov: np.ndarray, samples: np.ndarray, mean: np.ndarray, a: int, b: int, w: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Condition N(μ, Σ) on y = θ_a − θ_b + ε, ε ~ N(0, 1/w), observed at y = μ_a − μ_b (mean unchanged).
 
     Σ' = Σ − Σx xᵀΣ / (v + 1/w); a draw θ moves by Matheron's rule θ + K (μ_a − μ_b + ε − (θ_a − θ_b)),

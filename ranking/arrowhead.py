@@ -62,8 +62,13 @@ class CrossIndex:
         uniq = np.unique(np.concatenate([*keys_a, *keys_b])) if parts else np.zeros(0, np.int64)
         judge = uniq // n_models
         starts = np.searchsorted(judge, np.arange(n_judges + 1))
-        return CrossIndex(uniq % n_models, judge, starts, tuple(np.searchsorted(uniq, k) for k in keys_a),
-                          tuple(np.searchsorted(uniq, k) for k in keys_b))
+        return CrossIndex(
+            uniq % n_models,
+            judge,
+            starts,
+            tuple(np.searchsorted(uniq, k) for k in keys_a),
+            tuple(np.searchsorted(uniq, k) for k in keys_b),
+        )
 
     @property
     def size(self) -> int:
@@ -82,13 +87,13 @@ def judge_index(lay: Layout) -> np.ndarray:
 
 def split(lay: Layout, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A core vector as (globals (n_G,), judge blocks (J, 6))."""
-    return v[glob_index(lay)], v[lay.block(0).start:lay.tau.start].reshape(K, lay.n_judges).T
+    return v[glob_index(lay)], v[lay.block(0).start : lay.tau.start].reshape(K, lay.n_judges).T
 
 
 def join(lay: Layout, v_g: np.ndarray, v_j: np.ndarray) -> np.ndarray:
     out = np.empty(lay.n_core)
     out[glob_index(lay)] = v_g
-    out[lay.block(0).start:lay.tau.start] = v_j.T.ravel()
+    out[lay.block(0).start : lay.tau.start] = v_j.T.ravel()
     return out
 
 
@@ -130,7 +135,7 @@ class ArrowHessian:
         w = Xc * v_g[cr.model][:, None]
         out = np.stack([np.bincount(cr.judge, weights=w[:, t], minlength=lay.n_judges) for t in range(K)], axis=1)
         m = lay.n_models
-        return out + Xg @ v_g[m:m + N_EFFECTS]
+        return out + Xg @ v_g[m : m + N_EFFECTS]
 
     def xt_judge(self, v_j: np.ndarray, Xc: np.ndarray | None = None, Xg: np.ndarray | None = None) -> np.ndarray:
         """Xᵀ v for a judge-block vector (J, 6): (n_G,)."""
@@ -140,7 +145,7 @@ class ArrowHessian:
         out = np.zeros(self.H.shape[0])
         m = lay.n_models
         out[:m] = np.bincount(cr.model, weights=np.einsum("et,et->e", Xc, v_j[cr.judge]), minlength=m)
-        out[m:m + N_EFFECTS] = np.einsum("jtc,jt->c", Xg, v_j)
+        out[m : m + N_EFFECTS] = np.einsum("jtc,jt->c", Xg, v_j)
         return out
 
     def matvec(self, v: np.ndarray) -> np.ndarray:
@@ -186,8 +191,9 @@ def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cro
         col = np.bincount(cross.model, weights=eff_c[:, c], minlength=m)
         H[:m, m + c] = col
         H[m + c, :m] = col
-    H[m:m + N_EFFECTS, m:m + N_EFFECTS] = np.einsum(
-        "jc,jcd,jd->cd", mask[:, :N_EFFECTS], part.A[:, :N_EFFECTS, :N_EFFECTS], mask[:, :N_EFFECTS])
+    H[m : m + N_EFFECTS, m : m + N_EFFECTS] = np.einsum(
+        "jc,jcd,jd->cd", mask[:, :N_EFFECTS], part.A[:, :N_EFFECTS, :N_EFFECTS], mask[:, :N_EFFECTS]
+    )
     H[np.diag_indices(n_g)] += prec_g
     position = np.full(lay.n_core, -1)
     position[glob_index(lay)] = np.arange(n_g)
@@ -230,7 +236,7 @@ class ArrowFactor:
             self.Xc = hess.Xc * f_j[cr.judge]
         if not f_g[:m].all():
             self.Xc = self.Xc * f_g[cr.model][:, None]
-        self.Xg = hess.Xg * f_j[:, :, None] * f_g[None, None, m:m + N_EFFECTS]
+        self.Xg = hess.Xg * f_j[:, :, None] * f_g[None, None, m : m + N_EFFECTS]
         S = hess.H * f_g[:, None] * f_g[None, :]
         S[np.diag_indices_from(S)] += np.where(f_g > 0, mu, 1.0)
         # A switched-off or fixed entry has no coupling, in A_j (so in L_j⁻¹) nor in X_j: its rows of
@@ -238,7 +244,7 @@ class ArrowFactor:
         active = hess.on & (f_j > 0)
         for j0, j1, D3 in self._slices():
             D = D3.reshape(-1, D3.shape[2])[active[j0:j1].ravel()]
-            S[:m + N_EFFECTS, :m + N_EFFECTS] -= D.T @ D
+            S[: m + N_EFFECTS, : m + N_EFFECTS] -= D.T @ D
         self.S = S
         self.factor = sla.cho_factor(S, lower=True, check_finite=False)
         if not np.all(np.isfinite(self.factor[0])):
@@ -271,7 +277,7 @@ class ArrowFactor:
             xc = np.ascontiguousarray(self.Xc.T)
             on = np.asarray(self.hess.on.any(axis=0))
             for r in np.flatnonzero(on).tolist():
-                for k in np.flatnonzero(on[:r + 1]).tolist():
+                for k in np.flatnonzero(on[: r + 1]).tolist():
                     V[:, r] += linv[r, k][cr.judge] * xc[k]
             self._V = V
             self._W = np.einsum("jik,jkc->jic", self.Linv, self.Xg)
@@ -280,7 +286,7 @@ class ArrowFactor:
         for j0 in range(0, lay.n_judges, JUDGE_SLICE):
             j1 = min(j0 + JUDGE_SLICE, lay.n_judges)
             e0, e1 = cr.starts[j0], cr.starts[j1]
-            D = buffer[:(j1 - j0) * K * width].reshape(j1 - j0, K, width)
+            D = buffer[: (j1 - j0) * K * width].reshape(j1 - j0, K, width)
             flat = (cr.judge[e0:e1] - j0) * (K * width) + cr.model[e0:e1]
             for t in range(K):  # flat scatters: much faster than D[judge, :, model] = V
                 buffer[flat + t * width] = self._V[e0:e1, t]
@@ -322,7 +328,7 @@ class ArrowFactor:
         f_g, f_j = split(lay, self.free.astype(float))
         var_j = np.einsum("jki,jki->ji", self.Linv, self.Linv)
         cov_jg = np.zeros((lay.n_judges, K, N_EFFECTS))
-        top = sinv[:m + N_EFFECTS, :m + N_EFFECTS]
+        top = sinv[: m + N_EFFECTS, : m + N_EFFECTS]
         for j0, j1, D in self._slices():
             P = np.matmul(self.Linv[j0:j1].transpose(0, 2, 1), D).reshape(-1, D.shape[2])
             R = P @ top
@@ -330,13 +336,13 @@ class ArrowFactor:
             cov_jg[j0:j1] = -R[:, m:].reshape(-1, K, N_EFFECTS)
         if len(self.U):
             z_g = self.Z[:, glob_index(lay)]
-            z_j = self.Z[:, lay.block(0).start:lay.tau.start].reshape(len(self.U), K, lay.n_judges)
+            z_j = self.Z[:, lay.block(0).start : lay.tau.start].reshape(len(self.U), K, lay.n_judges)
             sinv = sinv - z_g.T @ self.Minv @ z_g
             var_j = var_j - np.einsum("ptj,pq,qtj->jt", z_j, self.Minv, z_j)
-            cov_jg = cov_jg - np.einsum("ptj,pq,qc->jtc", z_j, self.Minv, z_g[:, m:m + N_EFFECTS])
+            cov_jg = cov_jg - np.einsum("ptj,pq,qc->jtc", z_j, self.Minv, z_g[:, m : m + N_EFFECTS])
         sinv = sinv * f_g[:, None] * f_g[None, :]
         var_j = var_j * f_j
-        cov_jg = cov_jg * f_j[:, :, None] * f_g[None, None, m:m + N_EFFECTS]
+        cov_jg = cov_jg * f_j[:, :, None] * f_g[None, None, m : m + N_EFFECTS]
         return BlockCovariance(glob_index(lay), 0.5 * (sinv + sinv.T), var_j, cov_jg)
 
 

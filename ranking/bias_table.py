@@ -47,8 +47,17 @@ class _Rows:
         self.boot = boot_core
         self.rows: list[dict] = []
 
-    def add(self, judge: str, effect: str, v: np.ndarray, *, fn: Callable = lambda z: z, identified: bool,
-            enabled: bool, note: str) -> float:
+    def add(
+        self,
+        judge: str,
+        effect: str,
+        v: np.ndarray,
+        *,
+        fn: Callable = lambda z: z,
+        identified: bool,
+        enabled: bool,
+        note: str,
+    ) -> float:
         mean = float(v @ self.core)
         if isinstance(self.cov, BlockCovariance):  # global rows only: v lives on the globals
             vg = v[self.cov.glob_index]
@@ -59,20 +68,57 @@ class _Rows:
         b_lo = b_hi = float("nan")
         if self.boot is not None and enabled:
             b_lo, b_hi = (float(x) for x in percentile_interval(fn(self.boot @ v)))
-        self.rows.append(dict(judge=judge, effect=effect, estimate=float(fn(mean)), ci_low=float(fn(lo)),
-                              ci_high=float(fn(hi)), identified=bool(identified), enabled=bool(enabled), note=note,
-                              boot_ci_low=b_lo, boot_ci_high=b_hi))
+        self.rows.append(
+            dict(
+                judge=judge,
+                effect=effect,
+                estimate=float(fn(mean)),
+                ci_low=float(fn(lo)),
+                ci_high=float(fn(hi)),
+                identified=bool(identified),
+                enabled=bool(enabled),
+                note=note,
+                boot_ci_low=b_lo,
+                boot_ci_high=b_hi,
+            )
+        )
         return sd
 
-    def add_plain(self, judge: str, effect: str, estimate: float, lo: float, hi: float, *, identified: bool,
-                  enabled: bool, note: str) -> None:
-        self.rows.append(dict(judge=judge, effect=effect, estimate=estimate, ci_low=lo, ci_high=hi,
-                              identified=identified, enabled=enabled, note=note, boot_ci_low=float("nan"),
-                              boot_ci_high=float("nan")))
+    def add_plain(
+        self,
+        judge: str,
+        effect: str,
+        estimate: float,
+        lo: float,
+        hi: float,
+        *,
+        identified: bool,
+        enabled: bool,
+        note: str,
+    ) -> None:
+        self.rows.append(
+            dict(
+                judge=judge,
+                effect=effect,
+                estimate=estimate,
+                ci_low=lo,
+                ci_high=hi,
+                identified=identified,
+                enabled=enabled,
+                note=note,
+                boot_ci_low=float("nan"),
+                boot_ci_high=float("nan"),
+            )
+        )
 
 
-def bias_table(problem: Problem, solution: Solution, cov_core: np.ndarray | BlockCovariance, profiles: dict,
-               boot_core: np.ndarray | None = None) -> pl.DataFrame:
+def bias_table(
+    problem: Problem,
+    solution: Solution,
+    cov_core: np.ndarray | BlockCovariance,
+    profiles: dict,
+    boot_core: np.ndarray | None = None,
+) -> pl.DataFrame:
     """Build the bias table of a bias-aware fit (see the module docstring for the rules)."""
     lay, spec, data = problem.layout, problem.spec, problem.data
     rows = _Rows(solution, cov_core, boot_core)
@@ -101,20 +147,36 @@ def bias_table(problem: Problem, solution: Solution, cov_core: np.ndarray | Bloc
         on = np.flatnonzero(spec.deviation_mask(t))
         if on.size >= 2:
             devs = solution.core[lay.block(t)][on] * unit.get(t, 1.0)
-            rows.add_plain("*", f"{name}_sd", float(np.std(devs, ddof=1)), float("nan"), float("nan"),
-                           identified=bool(identified), enabled=True,
-                           note="SD across judges of the per-judge deviations (MAP)")
+            rows.add_plain(
+                "*",
+                f"{name}_sd",
+                float(np.std(devs, ddof=1)),
+                float("nan"),
+                float("nan"),
+                identified=bool(identified),
+                enabled=True,
+                note="SD across judges of the per-judge deviations (MAP)",
+            )
 
     ties = float(pairs.tie.sum())
     share, lo, hi = _wilson(float(pairs.bothbad.sum()), ties)
-    rows.add_plain("*", "tie_bothbad_share", share, lo, hi, identified=ties > 0, enabled=True,
-                   note="share of ties that were 'tie (bothbad)'")
+    rows.add_plain(
+        "*",
+        "tie_bothbad_share",
+        share,
+        lo,
+        hi,
+        identified=ties > 0,
+        enabled=True,
+        note="share of ties that were 'tie (bothbad)'",
+    )
 
     tie_by_judge = np.bincount(pairs.j, weights=pairs.tie, minlength=lay.n_judges)
     bothbad_by_judge = np.bincount(pairs.j, weights=pairs.bothbad, minlength=lay.n_judges)
     if isinstance(cov_core, BlockCovariance):
-        judges = _judge_rows_blocked(problem, solution, cov_core, boot_core, global_identified, tie_by_judge,
-                                     bothbad_by_judge)
+        judges = _judge_rows_blocked(
+            problem, solution, cov_core, boot_core, global_identified, tie_by_judge, bothbad_by_judge
+        )
         return pl.concat([pl.DataFrame(rows.rows, schema=BIAS_COLUMNS), judges], rechunk=True)
     E = spec.effective_map().toarray()
     for j, judge in enumerate(data.judges):
@@ -138,13 +200,28 @@ def bias_table(problem: Problem, solution: Solution, cov_core: np.ndarray | Bloc
                 note = "prior-selected: the data barely move this coefficient from its prior"
             rows.add(judge, name, v, fn=fn, identified=identified, enabled=enabled, note=note)
         share, lo, hi = _wilson(bothbad_by_judge[j], tie_by_judge[j])
-        rows.add_plain(judge, "tie_bothbad_share", share, lo, hi, identified=bool(tie_by_judge[j] > 0),
-                       enabled=True, note="share of this judge's ties that were 'tie (bothbad)'")
+        rows.add_plain(
+            judge,
+            "tie_bothbad_share",
+            share,
+            lo,
+            hi,
+            identified=bool(tie_by_judge[j] > 0),
+            enabled=True,
+            note="share of this judge's ties that were 'tie (bothbad)'",
+        )
     return pl.DataFrame(rows.rows, schema=BIAS_COLUMNS)
 
 
-def _judge_rows_blocked(problem: Problem, solution: Solution, cov: BlockCovariance, boot_core: np.ndarray | None,
-                        global_identified: dict[int, bool], ties: np.ndarray, bothbad: np.ndarray) -> pl.DataFrame:
+def _judge_rows_blocked(
+    problem: Problem,
+    solution: Solution,
+    cov: BlockCovariance,
+    boot_core: np.ndarray | None,
+    global_identified: dict[int, bool],
+    ties: np.ndarray,
+    bothbad: np.ndarray,
+) -> pl.DataFrame:
     """The per-judge rows of a judge-blocked fit, vectorised over judges (the same rules as the loop above).
 
     Judge j's total effect t is mask·(c_t + dev_jt) for position, length and affinity, so its variance is
@@ -162,7 +239,7 @@ def _judge_rows_blocked(problem: Problem, solution: Solution, cov: BlockCovarian
     dev = deviation_masks(spec).T  # (6, J)
 
     def effects(core: np.ndarray) -> np.ndarray:  # (..., 6, J) effective judge effects from raw cores
-        raw = core[..., lay.block(0).start:lay.tau.start].reshape(*core.shape[:-1], len(blocks), jn) * dev
+        raw = core[..., lay.block(0).start : lay.tau.start].reshape(*core.shape[:-1], len(blocks), jn) * dev
         if centred is not None:
             raw[..., DISC, :] -= raw[..., DISC, centred].mean(axis=-1, keepdims=True)
             raw[..., DISC, :] *= masks[DISC]
@@ -199,18 +276,36 @@ def _judge_rows_blocked(problem: Problem, solution: Solution, cov: BlockCovarian
             notes[j] = note
         blank = enabled & (notes == "")
         if t in (POS, LEN, AFF) and not global_identified[t]:
-            notes[blank & identified] = ("differences between judges are identified; their common level is "
-                                         "prior-selected")
+            notes[blank & identified] = (
+                "differences between judges are identified; their common level is prior-selected"
+            )
         notes[blank & ~identified] = "prior-selected: the data barely move this coefficient from its prior"
-        for key, values in (("judge", problem.data.judges), ("effect", [name] * jn), ("estimate", fn(mean)),
-                            ("ci_low", fn(lo)), ("ci_high", fn(hi)), ("identified", identified),
-                            ("enabled", enabled), ("note", notes), ("boot_ci_low", b_lo), ("boot_ci_high", b_hi)):
+        for key, values in (
+            ("judge", problem.data.judges),
+            ("effect", [name] * jn),
+            ("estimate", fn(mean)),
+            ("ci_low", fn(lo)),
+            ("ci_high", fn(hi)),
+            ("identified", identified),
+            ("enabled", enabled),
+            ("note", notes),
+            ("boot_ci_low", b_lo),
+            ("boot_ci_high", b_hi),
+        ):
             cols[key].append(pl.Series(key, values, dtype=BIAS_COLUMNS[key]))
     share, lo, hi = _wilson_arrays(bothbad, ties)
-    bb = {"judge": problem.data.judges, "effect": ["tie_bothbad_share"] * jn, "estimate": share, "ci_low": lo,
-          "ci_high": hi, "identified": ties > 0, "enabled": np.ones(jn, bool),
-          "note": ["share of this judge's ties that were 'tie (bothbad)'"] * jn,
-          "boot_ci_low": np.full(jn, np.nan), "boot_ci_high": np.full(jn, np.nan)}
+    bb = {
+        "judge": problem.data.judges,
+        "effect": ["tie_bothbad_share"] * jn,
+        "estimate": share,
+        "ci_low": lo,
+        "ci_high": hi,
+        "identified": ties > 0,
+        "enabled": np.ones(jn, bool),
+        "note": ["share of this judge's ties that were 'tie (bothbad)'"] * jn,
+        "boot_ci_low": np.full(jn, np.nan),
+        "boot_ci_high": np.full(jn, np.nan),
+    }
     for key, values in bb.items():
         cols[key].append(pl.Series(key, values, dtype=BIAS_COLUMNS[key]))
     long = pl.DataFrame({key: pl.concat(parts) for key, parts in cols.items()})

@@ -82,8 +82,13 @@ _FIT_PAIR_SCHEMA = pa.schema([f for f in PAIR_CELLS_SCHEMA if f.name not in SLIC
 _FIT_PAIR_KEYS: tuple[str, ...] = tuple(k for k in PAIR_CELL_KEYS if k not in SLICE_KEYS)
 
 
-def _code_tables(cells: CellsInput | None, schema: pa.Schema, what: str, vocabs: dict[str, _Vocab],
-                 counts: frozenset[str] = frozenset()) -> dict[str, np.ndarray] | None:
+def _code_tables(
+    cells: CellsInput | None,
+    schema: pa.Schema,
+    what: str,
+    vocabs: dict[str, _Vocab],
+    counts: frozenset[str] = frozenset(),
+) -> dict[str, np.ndarray] | None:
     """Every input table's columns as numpy arrays, string keys as provisional codes of ``vocabs[col]``.
 
     Tables are consumed one at a time (an iterator of record batches streams), each coded at once into
@@ -272,8 +277,9 @@ def pool_judge_names(judges: Sequence[str], rule: str) -> tuple[str, ...]:
     return tuple(name.split(sep, 1)[0] for name in judges)
 
 
-def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None, *,
-                  judge_pool: str | None = None) -> Dataset:
+def build_dataset(
+    pair_cells: CellsInput, score_cells: CellsInput | None = None, *, judge_pool: str | None = None
+) -> Dataset:
     """Merge (group-by-sum) and code the cells; checks counts add up and names the column when they do not.
 
     ``pair_cells`` may be one table, several (days), or an iterator of tables or record batches, consumed
@@ -283,10 +289,21 @@ def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None,
     monoid), so a pooled fit is the fit of cells aggregated under the pool's name.
     """
     judge_v, model_v, family_v, prompt_v = _Vocab(), _Vocab(), _Vocab(), _Vocab()
-    pair_vocabs = {"judge": judge_v, "judge_family": family_v, "model_a": model_v, "model_b": model_v,
-                   "family_a": family_v, "family_b": family_v}
-    score_vocabs = {"judge": judge_v, "judge_family": family_v, "model": model_v, "family": family_v,
-                    "prompt_id": prompt_v}
+    pair_vocabs = {
+        "judge": judge_v,
+        "judge_family": family_v,
+        "model_a": model_v,
+        "model_b": model_v,
+        "family_a": family_v,
+        "family_b": family_v,
+    }
+    score_vocabs = {
+        "judge": judge_v,
+        "judge_family": family_v,
+        "model": model_v,
+        "family": family_v,
+        "prompt_id": prompt_v,
+    }
     pairs = _code_tables(pair_cells, _FIT_PAIR_SCHEMA, "pair cells", pair_vocabs, _PAIR_COUNTS)
     if pairs is None:
         raise InputError("pair cells: no battles (no cells given)")
@@ -386,8 +403,12 @@ def build_dataset(pair_cells: CellsInput, score_cells: CellsInput | None = None,
         counts = np.zeros((int(row[-1]) + 1, n_cat))
         np.add.at(counts, (row, coded["score"]), coded["n"].astype(np.float64))
         starts = np.flatnonzero(first)
-        score_arrays = ScoreArrays(j=coded["judge"][starts].astype(np.int64), m=coded["model"][starts].astype(np.int64),
-                                   p=coded["prompt_id"][starts].astype(np.int64), counts=counts)
+        score_arrays = ScoreArrays(
+            j=coded["judge"][starts].astype(np.int64),
+            m=coded["model"][starts].astype(np.int64),
+            p=coded["prompt_id"][starts].astype(np.int64),
+            counts=counts,
+        )
     return Dataset(models, judges, judge_families, prompts, min_score, arrays, score_arrays, values)
 
 

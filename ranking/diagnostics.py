@@ -58,8 +58,9 @@ def mean_log_length(data: Dataset) -> np.ndarray:
     total = np.bincount(pairs.a, weights=pairs.sum_loglen_a, minlength=m) + np.bincount(
         pairs.b, weights=pairs.sum_loglen_b, minlength=m
     )
-    count = np.bincount(pairs.a, weights=pairs.n_len, minlength=m) + np.bincount(pairs.b, weights=pairs.n_len,
-                                                                                  minlength=m)
+    count = np.bincount(pairs.a, weights=pairs.n_len, minlength=m) + np.bincount(
+        pairs.b, weights=pairs.n_len, minlength=m
+    )
     return np.divide(total, count, out=np.full(m, np.nan), where=count > 0)
 
 
@@ -85,8 +86,9 @@ def _corr(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(x[ok], y[ok])[0, 1])
 
 
-def covariate_report(data: Dataset, rating: np.ndarray, naive_rating: np.ndarray | None,
-                     length_clip: float | None = None) -> dict:
+def covariate_report(
+    data: Dataset, rating: np.ndarray, naive_rating: np.ndarray | None, length_clip: float | None = None
+) -> dict:
     """corr(θ̂, per-model length profile) for the corrected (and naive) ratings, with the crossing warning.
 
     The profile is the mean log length per model when the length term is unbounded (``length_clip``
@@ -99,7 +101,8 @@ def covariate_report(data: Dataset, rating: np.ndarray, naive_rating: np.ndarray
     report: dict = {
         "corr_theta_length_corrected": corrected,
         "corr_theta_length_naive": None if naive_rating is None else _corr(naive_rating, length),
-        "length_profile": "mean log length" if length_clip is None
+        "length_profile": "mean log length"
+        if length_clip is None
         else f"mean log length ratio clipped at ±{length_clip:g}",
         "corr_theta_log_length_corrected": _corr(rating, raw),
         "corr_theta_log_length_naive": None if naive_rating is None else _corr(naive_rating, raw),
@@ -140,13 +143,25 @@ def profile_ranges(problem: Problem, solution: Solution, config: ModelConfig, sh
         free = np.ones(lay.n_core, bool)
         free[lay.glob(t)] = False
         values = (centre - delta, centre, centre + delta)
-        logliks = _profile_fast(objective, _profile_start(problem, solution, t, centre), solution.diag, free,
-                                lay.glob(t), values) if config.diagnostics == "fast" else None
+        logliks = (
+            _profile_fast(
+                objective, _profile_start(problem, solution, t, centre), solution.diag, free, lay.glob(t), values
+            )
+            if config.diagnostics == "fast"
+            else None
+        )
         if logliks is None:
             logliks = []
             for value in values:
-                sol = minimize(objective, _profile_start(problem, solution, t, value), solution.diag, free=free,
-                               tol=config.tol, max_iter=config.max_iter, g0_norm=solution.scale)
+                sol = minimize(
+                    objective,
+                    _profile_start(problem, solution, t, value),
+                    solution.diag,
+                    free=free,
+                    tol=config.tol,
+                    max_iter=config.max_iter,
+                    g0_norm=solution.scale,
+                )
                 logliks.append(sol.evaluation.loglik)
         span = float(max(logliks) - min(logliks))
         unit = 1.0 / spec.x_scale if t == LEN else 1.0
@@ -187,8 +202,9 @@ def _profile_start(problem: Problem, solution: Solution, t: int, value: float) -
     return core
 
 
-def _profile_fast(objective: Objective, core0: np.ndarray, diag0: np.ndarray, free: np.ndarray, index: int,
-                  values: tuple[float, ...]) -> list[float] | None:
+def _profile_fast(
+    objective: Objective, core0: np.ndarray, diag0: np.ndarray, free: np.ndarray, index: int, values: tuple[float, ...]
+) -> list[float] | None:
     """The quadratic (Wald) approximation of the profile log-likelihood at ``values`` of core[index], from
     ONE factorisation at the centre (None when it is not positive definite there).
 

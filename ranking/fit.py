@@ -44,8 +44,9 @@ from biasboard.ranking.uncertainty import (
 )
 
 
-def _dataset(cells: CellsInput | Dataset, score_cells: CellsInput | None = None,
-             judge_pool: str | None = None) -> Dataset:
+def _dataset(
+    cells: CellsInput | Dataset, score_cells: CellsInput | None = None, judge_pool: str | None = None
+) -> Dataset:
     return cells if isinstance(cells, Dataset) else build_dataset(cells, score_cells, judge_pool=judge_pool)
 
 
@@ -59,8 +60,9 @@ def n_battles(data: Dataset) -> np.ndarray:
     )
 
 
-def _theta_posterior(problem: Problem, solution: Solution, cov_core: np.ndarray | BlockCovariance,
-                     component: np.ndarray):
+def _theta_posterior(
+    problem: Problem, solution: Solution, cov_core: np.ndarray | BlockCovariance, component: np.ndarray
+):
     """Ratings and their covariance, each comparison component centred on its own (sum to zero within it)."""
     lay = problem.layout
     theta = solution.core[lay.theta]
@@ -79,16 +81,26 @@ def theta_cholesky(problem: Problem, cov_core: np.ndarray | BlockCovariance) -> 
     return np.linalg.cholesky(block + jitter * np.eye(block.shape[0]))
 
 
-def centred_draws(rating: np.ndarray, chol: np.ndarray, n: int, rng: np.random.Generator,
-                  component: np.ndarray | None = None) -> np.ndarray:
+def centred_draws(
+    rating: np.ndarray, chol: np.ndarray, n: int, rng: np.random.Generator, component: np.ndarray | None = None
+) -> np.ndarray:
     """Draws of centred θ: uncentred N(0, Σ) draws, each centred (within components) — exactly
     N(θ̂, PΣPᵀ) — at Cholesky cost."""
     z = rng.standard_normal((n, rating.size)) @ chol.T
     return rating + centre_within(z, component)
 
 
-def bootstrap_replicates(problem: Problem, solution: Solution, replicates: int, shards: int,
-                         rng: np.random.Generator, tol: float, max_iter: int, *, cold: bool = False):
+def bootstrap_replicates(
+    problem: Problem,
+    solution: Solution,
+    replicates: int,
+    shards: int,
+    rng: np.random.Generator,
+    tol: float,
+    max_iter: int,
+    *,
+    cold: bool = False,
+):
     """Poisson bootstrap: refit on redrawn cell counts; returns (centred θ draws, raw core draws).
 
     Each replicate starts at the MAP and takes chord-Newton steps with the MAP's factorised Hessian
@@ -109,8 +121,15 @@ def bootstrap_replicates(problem: Problem, solution: Solution, replicates: int, 
         else:
             obj = problem.objective(shards, pairs=pairs, scores=scores)
             if newton is None:  # no positive-definite Hessian at the MAP to reuse: warm-started Newton
-                sol = minimize(obj, solution.core, solution.diag, free=solution.free, tol=tol, max_iter=max_iter,
-                               g0_norm=solution.scale)
+                sol = minimize(
+                    obj,
+                    solution.core,
+                    solution.diag,
+                    free=solution.free,
+                    tol=tol,
+                    max_iter=max_iter,
+                    g0_norm=solution.scale,
+                )
             else:
                 sol = refit_nearby(obj, solution, newton, tol=tol, max_iter=max_iter)
         thetas.append(centre_within(sol.core[lay.theta], component))
@@ -125,8 +144,19 @@ def _cold_replicate(problem: Problem, pairs, scores, shards: int, tol: float, ma
     return solve_bias_aware(replace(problem, data=data), ModelConfig(tol=tol, max_iter=max_iter), shards)
 
 
-def _assemble(problem: Problem, solution: Solution, cov_core: np.ndarray | BlockCovariance, *, method: str, k: int,
-              draws: int, seed: int, boot_theta: np.ndarray | None, bias, diagnostics: dict) -> FitResult:
+def _assemble(
+    problem: Problem,
+    solution: Solution,
+    cov_core: np.ndarray | BlockCovariance,
+    *,
+    method: str,
+    k: int,
+    draws: int,
+    seed: int,
+    boot_theta: np.ndarray | None,
+    bias,
+    diagnostics: dict,
+) -> FitResult:
     """The published result.  With bootstrap replicates the CIs (percentile), P(top-k) and the rank
     intervals come from the replicates (``uncertainty="bootstrap"``); otherwise from the Laplace posterior."""
     component = comparison_components(problem.data.pairs, len(problem.data.models))
@@ -189,21 +219,38 @@ def fit_naive(cells: CellsInput | Dataset, *, config: NaiveConfig | None = None,
     solution = minimize(problem.objective(shards), *problem.zeros(), tol=config.tol, max_iter=config.max_iter)
     boot = None
     if config.bootstrap:
-        boot, _ = bootstrap_replicates(problem, solution, config.bootstrap, shards,
-                                       np.random.default_rng(config.seed + 1), config.tol, config.max_iter)
+        boot, _ = bootstrap_replicates(
+            problem,
+            solution,
+            config.bootstrap,
+            shards,
+            np.random.default_rng(config.seed + 1),
+            config.tol,
+            config.max_iter,
+        )
     diagnostics = connectivity_report(data)
     diagnostics["warnings"] = warnings + diagnostics.pop("warnings")
     diagnostics["tie_convention"] = "a tie counts as half a win for each side (Evalica/arena convention)"
     diagnostics["prior_theta_sd"] = theta_sd
     if not solution.converged:
         diagnostics["warnings"].append(f"naive fit did not converge (relative gradient {solution.rel_grad:.2e})")
-    return _assemble(problem, solution, laplace_covariance(solution), method="naive", k=config.k,
-                     draws=config.posterior_draws, seed=config.seed, boot_theta=boot, bias=empty_bias_table(),
-                     diagnostics=diagnostics)
+    return _assemble(
+        problem,
+        solution,
+        laplace_covariance(solution),
+        method="naive",
+        k=config.k,
+        draws=config.posterior_draws,
+        seed=config.seed,
+        boot_theta=boot,
+        bias=empty_bias_table(),
+        diagnostics=diagnostics,
+    )
 
 
-def solve_bias_aware(problem: Problem, config: ModelConfig, shards: int = 1,
-                     fixed: dict[int, float] | None = None) -> Solution:
+def solve_bias_aware(
+    problem: Problem, config: ModelConfig, shards: int = 1, fixed: dict[int, float] | None = None
+) -> Solution:
     """MAP of a bias-aware problem from a cold start, with ``fixed`` raw parameters held at given values.
 
     Two phases: the discriminations a_j make the objective non-convex (η is bilinear in a_j and θ), so
@@ -223,14 +270,16 @@ def solve_bias_aware(problem: Problem, config: ModelConfig, shards: int = 1,
     if problem.spec.masks[DISC].any() and free[disc].any():
         convex = free.copy()
         convex[disc] = False
-        first = minimize(objective, core, diag, free=convex, tol=1e-4, max_iter=config.max_iter, g0_norm=scale,
-                         start=start)
+        first = minimize(
+            objective, core, diag, free=convex, tol=1e-4, max_iter=config.max_iter, g0_norm=scale, start=start
+        )
         core, diag, start = first.core, first.diag, first.evaluation
         iterations = first.iterations
     else:
         iterations = 0
-    solution = minimize(objective, core, diag, free=free, tol=config.tol, max_iter=config.max_iter, g0_norm=scale,
-                        start=start)
+    solution = minimize(
+        objective, core, diag, free=free, tol=config.tol, max_iter=config.max_iter, g0_norm=scale, start=start
+    )
     solution.iterations += iterations
     return solution
 
@@ -255,9 +304,15 @@ def fit_bias_aware(
     cov_core = laplace_covariance(solution)
     boot_theta = boot_core = None
     if config.bootstrap:
-        boot_theta, boot_core = bootstrap_replicates(problem, solution, config.bootstrap, shards,
-                                                      np.random.default_rng(config.seed + 1), config.tol,
-                                                      config.max_iter)
+        boot_theta, boot_core = bootstrap_replicates(
+            problem,
+            solution,
+            config.bootstrap,
+            shards,
+            np.random.default_rng(config.seed + 1),
+            config.tol,
+            config.max_iter,
+        )
     on = config.profile and config.diagnostics != "off"
     profiles = profile_ranges(problem, solution, config, shards) if on else {}
     bias = bias_table(problem, solution, cov_core, profiles, boot_core)
@@ -279,8 +334,18 @@ def fit_bias_aware(
     if not solution.converged:
         warnings.append(f"bias-aware fit did not converge (relative gradient {solution.rel_grad:.2e})")
     diagnostics["warnings"] = warnings
-    return _assemble(problem, solution, cov_core, method="bias_aware", k=config.k, draws=config.posterior_draws,
-                     seed=config.seed, boot_theta=boot_theta, bias=bias, diagnostics=diagnostics)
+    return _assemble(
+        problem,
+        solution,
+        cov_core,
+        method="bias_aware",
+        k=config.k,
+        draws=config.posterior_draws,
+        seed=config.seed,
+        boot_theta=boot_theta,
+        bias=bias,
+        diagnostics=diagnostics,
+    )
 
 
 def fit_leaderboards(

@@ -126,8 +126,9 @@ def wald_group(d: np.ndarray, cov: np.ndarray) -> tuple[float, int]:
     return float(np.sum(proj**2 / vals[keep])), int(keep.sum())
 
 
-def run_gate(problem: Problem, fit: FitResult, reference: frozenset[str], k: int,
-             level: float = DEFAULT_LEVEL) -> GateResult:
+def run_gate(
+    problem: Problem, fit: FitResult, reference: frozenset[str], k: int, level: float = DEFAULT_LEVEL
+) -> GateResult:
     """Decide per (judge, effect) from ``fit``, the bias-aware fit of ``problem`` with every correction on.
 
     ``k`` is the number of reference verdicts (anchors, or the reference judges' battles); below
@@ -158,16 +159,33 @@ def run_gate(problem: Problem, fit: FitResult, reference: frozenset[str], k: int
         if not enough:
             reason = f"only {k} reference verdicts (< {MIN_ANCHORS_FLOOR}): tied to the reference"
         elif on:
-            reason = f"{effect}: excesses over the reference jointly significant (chi2 {chi2:.1f} on {df} df, " \
-                     f"Holm p = {ph:.3g} <= {level})"
+            reason = (
+                f"{effect}: excesses over the reference jointly significant (chi2 {chi2:.1f} on {df} df, "
+                f"Holm p = {ph:.3g} <= {level})"
+            )
         else:
-            reason = f"{effect}: no excess over the reference supported (chi2 {chi2:.1f} on {df} df, " \
-                     f"Holm p = {ph:.3g} > {level}): tied to the reference"
+            reason = (
+                f"{effect}: no excess over the reference supported (chi2 {chi2:.1f} on {df} df, "
+                f"Holm p = {ph:.3g} > {level}): tied to the reference"
+            )
         for j, dj, sj in zip(judges, d, se, strict=True):
             z = float(dj / sj) if sj > 0 else float("nan")
-            out.append(dict(judge=names[j], effect=effect, enabled=on, excess=float(dj), se=float(sj), z=z,
-                            gain_nats=0.5 * z * z if math.isfinite(z) else float("nan"), group_chi2=chi2,
-                            group_df=df, group_p=p, group_p_holm=float(ph), reason=reason))
+            out.append(
+                dict(
+                    judge=names[j],
+                    effect=effect,
+                    enabled=on,
+                    excess=float(dj),
+                    se=float(sj),
+                    z=z,
+                    gain_nats=0.5 * z * z if math.isfinite(z) else float("nan"),
+                    group_chi2=chi2,
+                    group_df=df,
+                    group_p=p,
+                    group_p_holm=float(ph),
+                    reason=reason,
+                )
+            )
             if not on:
                 disabled.add((names[j], effect))
     return GateResult(pl.DataFrame(out, schema=GATE_COLUMNS), frozenset(disabled), k, level)

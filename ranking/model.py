@@ -349,8 +349,9 @@ def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials
     out.H[r, r] += np.bincount(j, weights=h_psi, minlength=j_count)
 
 
-def _score_partials(eff: np.ndarray, delta: np.ndarray, scores: ScoreArrays, spec: Spec, out: Partials,
-                    hessian: bool = True) -> None:
+def _score_partials(
+    eff: np.ndarray, delta: np.ndarray, scores: ScoreArrays, spec: Spec, out: Partials, hessian: bool = True
+) -> None:
     lay = spec.layout
     m_count, j_count, p_count, k_tau = lay.n_models, lay.n_judges, lay.n_prompts, lay.n_tau
     counts = scores.counts
@@ -453,12 +454,24 @@ class BlockPartials:
     def zeros(lay: Layout, n_entries: int, hessian: bool = True) -> BlockPartials:
         k = len(JUDGE_BLOCKS)
         shape = (lambda *s: s) if hessian else (lambda *s: (0,) * len(s))
-        return BlockPartials(0.0, np.zeros(lay.n_eff), np.zeros(shape(lay.n_models, lay.n_models)),
-                             np.zeros(shape(lay.n_judges, k, k)), np.zeros(shape(n_entries, k)))
+        return BlockPartials(
+            0.0,
+            np.zeros(lay.n_eff),
+            np.zeros(shape(lay.n_models, lay.n_models)),
+            np.zeros(shape(lay.n_judges, k, k)),
+            np.zeros(shape(n_entries, k)),
+        )
 
 
-def block_partials(eff: np.ndarray, pairs: PairArrays, at_a: np.ndarray, at_b: np.ndarray, spec: Spec,
-                   out: BlockPartials, hessian: bool = True) -> None:
+def block_partials(
+    eff: np.ndarray,
+    pairs: PairArrays,
+    at_a: np.ndarray,
+    at_b: np.ndarray,
+    spec: Spec,
+    out: BlockPartials,
+    hessian: bool = True,
+) -> None:
     """Add one slice of pair cells to ``out``: the same sums as :func:`partials`, judge-blocked.
 
     ``at_a``/``at_b`` give each cell's entries (model a, judge) and (model b, judge) in ``out.C``.

@@ -47,8 +47,13 @@ class Problem:
     naive: bool = False
     _cross: dict[int, CrossIndex] = field(default_factory=dict, repr=False, compare=False)
 
-    def objective(self, shards: int = 1, pairs: PairArrays | None = None, scores: ScoreArrays | None = None,
-                  prior: Prior | None = None) -> Objective:
+    def objective(
+        self,
+        shards: int = 1,
+        pairs: PairArrays | None = None,
+        scores: ScoreArrays | None = None,
+        prior: Prior | None = None,
+    ) -> Objective:
         """The objective on these cells (or on redrawn counts of the same cells: ``pairs``/``scores``)."""
         pairs = self.data.pairs if pairs is None else pairs
         scores = (None if self.naive else self.data.scores) if scores is None else scores
@@ -59,8 +64,7 @@ class Problem:
             cached = self._cross.get(shards)
             if cached is None or not same_keys:
                 lay = self.layout
-                cached = CrossIndex.of([p.pairs for p in parts if p.pairs is not None], lay.n_models,
-                                       lay.n_judges)
+                cached = CrossIndex.of([p.pairs for p in parts if p.pairs is not None], lay.n_models, lay.n_judges)
                 if same_keys:
                     self._cross[shards] = cached
             cross = cached
@@ -137,9 +141,11 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         for j in range(jn) if judge == "*" else [index[judge]] if judge in index else []:
             masks[t, j] = 0.0
             notes[(t, j)] = "disabled by configuration"
-    for t, has, why in ((LEN, has_len, "no battles with both lengths known"),
-                        (AFF, has_aff, "no battle involves a model of the judge's own family"),
-                        (SEV, has_scores, "no ordinal scores from this judge")):
+    for t, has, why in (
+        (LEN, has_len, "no battles with both lengths known"),
+        (AFF, has_aff, "no battle involves a model of the judge's own family"),
+        (SEV, has_scores, "no ordinal scores from this judge"),
+    ):
         masks[t, ~has] = 0.0
         for j in np.flatnonzero(~has).tolist():
             notes.setdefault((t, j), why)
@@ -155,8 +161,16 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         if config.judge_solver == "blocked":
             raise ValueError("judge_solver='blocked' takes pair cells only; this fit has ordinal scores")
         blocked = False
-    spec = Spec(lay, masks, length_scale(pairs), w_pair, w_ord, centre_discrimination=not has_ord,
-                judge_blocks=blocked, tied=tied)
+    spec = Spec(
+        lay,
+        masks,
+        length_scale(pairs),
+        w_pair,
+        w_ord,
+        centre_discrimination=not has_ord,
+        judge_blocks=blocked,
+        tied=tied,
+    )
 
     pr = config.priors
     precision = np.zeros(lay.n_core)
@@ -188,8 +202,9 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     return Problem(data, lay, spec, prior, notes)
 
 
-def _tie_to_reference(data: Dataset, config: ModelConfig, masks: np.ndarray, notes: dict,
-                      has_len: np.ndarray, has_aff: np.ndarray) -> np.ndarray | None:
+def _tie_to_reference(
+    data: Dataset, config: ModelConfig, masks: np.ndarray, notes: dict, has_len: np.ndarray, has_aff: np.ndarray
+) -> np.ndarray | None:
     """The ``Spec.tied`` array of ``config.reference`` (None without a reference); updates masks and notes.
 
     For each of position, length and affinity on which some reference judge has data, the global

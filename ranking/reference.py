@@ -138,8 +138,9 @@ class ReferenceFit:
             "kind": self.reference.kind,
             "judges": list(self.reference.judges),
             "description": self.reference.describe(),
-            "corrected_rating": "theta" if self.reference.kind == "none" else
-            "theta_m + (beta_r / a_r) * clip(mean log length_m - pool mean, -clip, clip): what the reference "
+            "corrected_rating": "theta"
+            if self.reference.kind == "none"
+            else "theta_m + (beta_r / a_r) * clip(mean log length_m - pool mean, -clip, clip): what the reference "
             "concludes on each model's typical answers, position averaged out",
             "verdicts": self.k,
             "own_effects": self.own_effects,
@@ -164,8 +165,9 @@ def typical_length(data: Dataset, clip: float | None) -> np.ndarray:
     return x if clip is None else np.clip(x, -clip, clip)
 
 
-def reference_map(problem: Problem, core: np.ndarray, reference: frozenset[str],
-                  clip: float | None) -> tuple[np.ndarray, np.ndarray | None]:
+def reference_map(
+    problem: Problem, core: np.ndarray, reference: frozenset[str], clip: float | None
+) -> tuple[np.ndarray, np.ndarray | None]:
     """(φ, J): the reference rating of every model and its Jacobian with respect to the raw core.
 
     Linear in θ and β_r, divided by a_r = exp(mean L_r) (the reference's discrimination).  J is None
@@ -190,8 +192,9 @@ def reference_map(problem: Problem, core: np.ndarray, reference: frozenset[str],
     return phi, jac
 
 
-def with_rating(fit: FitResult, rating: np.ndarray, jac: np.ndarray, n_battles: np.ndarray,
-                draws: int, seed: int) -> FitResult:
+def with_rating(
+    fit: FitResult, rating: np.ndarray, jac: np.ndarray, n_battles: np.ndarray, draws: int, seed: int
+) -> FitResult:
     """``fit`` with θ replaced by another linear(ised) function of the core: centred rating, covariance, CIs,
     top-k probabilities recomputed; ``n_battles`` as given (the judges' battles only)."""
     cov_core = fit.state.cov_core
@@ -209,9 +212,21 @@ def with_rating(fit: FitResult, rating: np.ndarray, jac: np.ndarray, n_battles: 
     samples = centred_draws(centred, chol, draws, np.random.default_rng(seed), split)
     p_top = top_k_probabilities(samples, fit.k, split)
     # Bootstrap replicates are of θ, not of φ: the reference rating's intervals are Laplace (delta method).
-    return replace(fit, rating=centred, se=se, ci_low=centred - Z95 * se, ci_high=centred + Z95 * se, cov=cov,
-                   p_top_k=p_top, n_battles=n_battles, solver=replace(fit.state, theta_chol=chol),
-                   boot_theta=None, boot_ci_low=None, boot_ci_high=None, uncertainty="laplace")
+    return replace(
+        fit,
+        rating=centred,
+        se=se,
+        ci_low=centred - Z95 * se,
+        ci_high=centred + Z95 * se,
+        cov=cov,
+        p_top_k=p_top,
+        n_battles=n_battles,
+        solver=replace(fit.state, theta_chol=chol),
+        boot_theta=None,
+        boot_ci_low=None,
+        boot_ci_high=None,
+        uncertainty="laplace",
+    )
 
 
 def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> dict[str, dict[str, Any]]:
@@ -221,22 +236,33 @@ def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> 
     out: dict[str, dict[str, Any]] = {}
     for effect, t in GATED.items():
         if spec.tied is None or not spec.tied[t].any():
-            out[effect] = {"estimate": 0.0, "ci_low": None, "ci_high": None,
-                           "source": "no data of the reference for this effect: its effect is taken as zero"}
+            out[effect] = {
+                "estimate": 0.0,
+                "ci_low": None,
+                "ci_high": None,
+                "source": "no data of the reference for this effect: its effect is taken as zero",
+            }
             continue
         v = np.zeros(lay.n_core)
         v[lay.glob(t)] = 1.0 / spec.x_scale if t == LEN else 1.0
         est, sd = float(v @ core), float(np.sqrt(max(v @ cov @ v, 0.0)))
-        out[effect] = {"estimate": est, "ci_low": est - Z95 * sd, "ci_high": est + Z95 * sd,
-                       "source": "estimated from the reference's verdicts"}
+        out[effect] = {
+            "estimate": est,
+            "ci_low": est - Z95 * sd,
+            "ci_high": est + Z95 * sd,
+            "source": "estimated from the reference's verdicts",
+        }
     ref = np.flatnonzero([judge in reference for judge in problem.data.judges])
     if ref.size:
         E = spec.effective_map()
         v = np.asarray(E[lay.eff_block(DISC).start + ref].mean(axis=0)).ravel()
         est, sd = float(v @ core), float(np.sqrt(max(v @ cov @ v, 0.0)))
-        out["discrimination"] = {"estimate": float(np.exp(est)), "ci_low": float(np.exp(est - Z95 * sd)),
-                                 "ci_high": float(np.exp(est + Z95 * sd)),
-                                 "source": "the reference's scale on quality differences (a_r)"}
+        out["discrimination"] = {
+            "estimate": float(np.exp(est)),
+            "ci_low": float(np.exp(est - Z95 * sd)),
+            "ci_high": float(np.exp(est + Z95 * sd)),
+            "source": "the reference's scale on quality differences (a_r)",
+        }
     return out
 
 
@@ -270,12 +296,22 @@ def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -
         est = rows @ core
         sd = np.sqrt(np.clip(np.einsum("ij,jk,ik->i", rows, cov, rows), 0.0, None))
         for j, e, s in zip(judges, est, sd, strict=True):
-            updates.append((problem.data.judges[j], effect, float(e), float(e - Z95 * s), float(e + Z95 * s), True,
-                            "excess over the reference (the judge's bias relative to it)"))
+            updates.append(
+                (
+                    problem.data.judges[j],
+                    effect,
+                    float(e),
+                    float(e - Z95 * s),
+                    float(e + Z95 * s),
+                    True,
+                    "excess over the reference (the judge's bias relative to it)",
+                )
+            )
         ref = np.array([judge in reference for judge in problem.data.judges])
         for j in np.flatnonzero((problem.spec.tied[t] > 0) & ~ref):
-            updates.append((problem.data.judges[j], effect, 0.0, 0.0, 0.0, False,
-                            "tied to the reference: no excess corrected"))
+            updates.append(
+                (problem.data.judges[j], effect, 0.0, 0.0, 0.0, False, "tied to the reference: no excess corrected")
+            )
     if not updates:
         return table
     upd = pl.DataFrame(updates, schema=["judge", "effect", "_e", "_lo", "_hi", "_on", "_note"], orient="row")
@@ -343,16 +379,24 @@ def anchor_agreement(problem: Problem, fit: FitResult, naive: FitResult, correct
         rating = np.full(len(data.models), np.nan)
         rating[[names[m] for m in board.models]] = board.rating
         acc, loss = _scores(1.0 / (1.0 + np.exp(-(rating[pairs.a] - rating[pairs.b]))), pairs.win_a, pairs.win_b)
-        out.append({"judge": label, "accuracy_uncorrected": acc, "log_loss_uncorrected": loss,
-                    "accuracy_corrected": None, "log_loss_corrected": None})
+        out.append(
+            {
+                "judge": label,
+                "accuracy_uncorrected": acc,
+                "log_loss_uncorrected": loss,
+                "accuracy_corrected": None,
+                "log_loss_corrected": None,
+            }
+        )
     return out
 
 
 # --------------------------------------------------------------------------- identified-only
 
 
-def unidentified_effects(problem: Problem, fit: FitResult, reference: frozenset[str],
-                         already_off: frozenset[tuple[str, str]] = frozenset()) -> set[tuple[str, str]]:
+def unidentified_effects(
+    problem: Problem, fit: FitResult, reference: frozenset[str], already_off: frozenset[tuple[str, str]] = frozenset()
+) -> set[tuple[str, str]]:
     """(judge, effect) corrections the identifiability check reports as prior-selected.
 
     With a reference: a judge whose excess keeps more than half of its prior variance (the data barely
@@ -470,8 +514,10 @@ def fit_with_reference(
     def board(cfg: ModelConfig) -> tuple[Problem, FitResult]:
         problem = bias_aware_problem(data, cfg)
         if raters and problem.spec.judge_blocks:
-            raise InputError("--reference: not supported yet with the judge-blocked solver (>= 256 judges, or "
-                             "judge_solver='blocked'): the gate needs the judges' joint covariance; pool the judges")
+            raise InputError(
+                "--reference: not supported yet with the judge-blocked solver (>= 256 judges, or "
+                "judge_solver='blocked'): the gate needs the judges' joint covariance; pool the judges"
+            )
         fit = fit_bias_aware(data, config=cfg, naive=naive)
         return problem, fit
 
@@ -517,18 +563,25 @@ def fit_with_reference(
             applied = all_on
         comparison = compare_boards(corrected, applied)
         for judge, effect in sorted(unidentified):
-            unidentified_report.append({
-                "judge": judge, "effect": effect, "applied": settings.apply_unidentified,
-                "reason": "prior-selected: the data do not identify this correction",
-                "if_applied": {key: comparison[key] for key in ("kendall_tau", "spearman", "largest_moves")},
-            })
+            unidentified_report.append(
+                {
+                    "judge": judge,
+                    "effect": effect,
+                    "applied": settings.apply_unidentified,
+                    "reason": "prior-selected: the data do not identify this correction",
+                    "if_applied": {key: comparison[key] for key in ("kendall_tau", "spearman", "largest_moves")},
+                }
+            )
     if raters:
         corrected = replace(corrected, bias=relative_bias(problem_pub, corrected, raters))
     effects = own_effects(problem_pub, corrected, raters) if raters else {}
     if own_length is not None and own_length["ci_low"] is not None and effects["length"]["ci_low"] is None:
-        effects["length"] = {**own_length, "applied": 0.0,
-                             "source": "estimated from the reference's verdicts; not distinguishable from zero at "
-                                       f"the gate level {settings.gate_level:g}, so taken as zero"}
+        effects["length"] = {
+            **own_length,
+            "applied": 0.0,
+            "source": "estimated from the reference's verdicts; not distinguishable from zero at "
+            f"the gate level {settings.gate_level:g}, so taken as zero",
+        }
     return ReferenceFit(
         reference=reference,
         naive=naive,

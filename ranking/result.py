@@ -40,9 +40,11 @@ def rank_draws(draws: np.ndarray, component: np.ndarray | None = None) -> np.nda
     """
     draws = np.atleast_2d(draws)
     ranks = np.empty(draws.shape, np.int64)
-    groups = [np.arange(draws.shape[1])] if component is None or component.size == 0 else [
-        np.flatnonzero(component == c) for c in np.unique(component)
-    ]
+    groups = (
+        [np.arange(draws.shape[1])]
+        if component is None or component.size == 0
+        else [np.flatnonzero(component == c) for c in np.unique(component)]
+    )
     for members in groups:
         order = np.argsort(-draws[:, members], axis=1, kind="stable")
         ranks[:, members] = np.argsort(order, axis=1, kind="stable") + 1
@@ -110,9 +112,17 @@ class Effect:
             link_estimate, link_se = math.nan, math.nan
         else:
             link_estimate, link_se = link(row["estimate"]), (link(hi) - link(lo)) / (2.0 * Z95)
-        return cls(judge=row["judge"], name=row["effect"], estimate=row["estimate"], link_estimate=link_estimate,
-                   link_se=link_se, log_scale=log_scale, identified=bool(row["identified"]),
-                   enabled=bool(row["enabled"]), note=row["note"] or "")
+        return cls(
+            judge=row["judge"],
+            name=row["effect"],
+            estimate=row["estimate"],
+            link_estimate=link_estimate,
+            link_se=link_se,
+            log_scale=log_scale,
+            identified=bool(row["identified"]),
+            enabled=bool(row["enabled"]),
+            note=row["note"] or "",
+        )
 
 
 @dataclass(frozen=True)
@@ -219,39 +229,51 @@ class FitResult:
     def conf_int(self, alpha: float = 0.05) -> pl.DataFrame:
         """(1 − alpha) Laplace intervals of every rating (logit scale) and judge effect (reported scale)."""
         half = z_value(alpha) * self.se
-        rows = [{"name": f"rating[{m}]", "estimate": float(r), "low": float(r - h), "high": float(r + h)}
-                for m, r, h in zip(self.models, self.rating, half, strict=True)]
+        rows = [
+            {"name": f"rating[{m}]", "estimate": float(r), "low": float(r - h), "high": float(r + h)}
+            for m, r, h in zip(self.models, self.rating, half, strict=True)
+        ]
         for judge in self.judges.values():
             for e in judge.effects():
                 lo, hi = e.conf_int(alpha)
                 rows.append({"name": f"{e.name}[{e.judge}]", "estimate": e.estimate, "low": lo, "high": hi})
-        return pl.DataFrame(rows, schema={"name": pl.String, "estimate": pl.Float64, "low": pl.Float64,
-                                          "high": pl.Float64})
+        return pl.DataFrame(
+            rows, schema={"name": pl.String, "estimate": pl.Float64, "low": pl.Float64, "high": pl.Float64}
+        )
 
     def summary(self, alpha: float = 0.05) -> str:
         """A text table a person reads: the fit, every rating, every judge effect, with (1 − alpha) intervals."""
         level = f"{1 - alpha:.0%}"
         judges = sum(1 for j in self.judges if j != "*")
-        lines = [f"{self.method} fit: {self.n_models} models" + (f", {judges} judges" if judges else "") + ", "
-                 f"{'converged' if self.converged else 'NOT converged'} in {self.iterations} iterations, "
-                 f"log likelihood {self.loglik:.3f}", ""]
+        lines = [
+            f"{self.method} fit: {self.n_models} models" + (f", {judges} judges" if judges else "") + ", "
+            f"{'converged' if self.converged else 'NOT converged'} in {self.iterations} iterations, "
+            f"log likelihood {self.loglik:.3f}",
+            "",
+        ]
         width = max([len(m) for m in self.models] + [len(j) for j in self.judges] + [12])
         lines.append(f"{'model':<{width}}  {'rating':>8}  {'se':>7}  {level + ' interval':>20}  {'battles':>8}")
         half = z_value(alpha) * self.se
         for i in np.argsort(-self.rating, kind="stable"):
-            lines.append(f"{self.models[i]:<{width}}  {self.rating[i]:8.3f}  {self.se[i]:7.3f}  "
-                         f"[{self.rating[i] - half[i]:8.3f}, {self.rating[i] + half[i]:8.3f}]  "
-                         f"{self.n_battles[i]:8.0f}")
+            lines.append(
+                f"{self.models[i]:<{width}}  {self.rating[i]:8.3f}  {self.se[i]:7.3f}  "
+                f"[{self.rating[i] - half[i]:8.3f}, {self.rating[i] + half[i]:8.3f}]  "
+                f"{self.n_battles[i]:8.0f}"
+            )
         if self.judges:
-            lines += ["", f"{'judge':<{width}}  {'effect':<14}  {'estimate':>8}  {'se':>7}  "
-                          f"{level + ' interval':>20}  note"]
+            lines += [
+                "",
+                f"{'judge':<{width}}  {'effect':<14}  {'estimate':>8}  {'se':>7}  {level + ' interval':>20}  note",
+            ]
             for judge in sorted(self.judges, key=lambda j: (j != "*", j)):
                 for e in self.judges[judge].effects():
                     lo, hi = e.conf_int(alpha)
                     flag = "" if e.enabled else "off"
                     flag = flag or ("" if e.identified else "prior-selected")
-                    lines.append(f"{judge:<{width}}  {e.name:<14}  {e.estimate:8.3f}  {e.se:7.3f}  "
-                                 f"[{lo:8.3f}, {hi:8.3f}]  {flag}")
+                    lines.append(
+                        f"{judge:<{width}}  {e.name:<14}  {e.estimate:8.3f}  {e.se:7.3f}  "
+                        f"[{lo:8.3f}, {hi:8.3f}]  {flag}"
+                    )
         return "\n".join(lines)
 
     def index(self, model: str) -> int:

@@ -120,8 +120,9 @@ class Objective:
                 total += partials(eff, diag, chunk, self.spec, hessian)
         return total
 
-    def evaluate(self, core: np.ndarray, diag: np.ndarray, *, derivatives: bool = True,
-                 hessian: bool = True) -> Evaluation:
+    def evaluate(
+        self, core: np.ndarray, diag: np.ndarray, *, derivatives: bool = True, hessian: bool = True
+    ) -> Evaluation:
         """f, and unless ``derivatives=False`` the gradient, and unless ``hessian=False`` the Hessian blocks
         (left empty otherwise: a gradient-only evaluation costs about half a full one)."""
         if self.blocked:
@@ -338,8 +339,15 @@ def minimize(
 CHORD_RATE: float = 0.5
 
 
-def _chord_steps(objective: Objective, newton: NewtonFactor | ArrowFactor, core: np.ndarray, diag: np.ndarray,
-                 ev: Evaluation, free: np.ndarray, target: float) -> tuple[np.ndarray, np.ndarray, Evaluation, int]:
+def _chord_steps(
+    objective: Objective,
+    newton: NewtonFactor | ArrowFactor,
+    core: np.ndarray,
+    diag: np.ndarray,
+    ev: Evaluation,
+    free: np.ndarray,
+    target: float,
+) -> tuple[np.ndarray, np.ndarray, Evaluation, int]:
     """Chord (simplified Newton) steps with ``newton`` from an accepted point, gradient-only evaluations,
     while f does not rise beyond rounding and the gradient shrinks ``CHORD_RATE``-fold; stops at ``target``."""
     steps = 0

@@ -54,12 +54,18 @@ PANEL = 540
 #: Plain-word meaning of each bias effect, and where its "no bias" line sits.
 EFFECTS: dict[str, tuple[str, float | None]] = {
     "position": ("Position (γ): logit advantage of the answer shown first; above 0 favours the first answer.", 0.0),
-    "length": ("Verbosity (β): logit change per unit of log length ratio ln(len_a/len_b), i.e. per e-fold "
-               "longer answer{clip}; above 0 favours longer answers.", 0.0),
+    "length": (
+        "Verbosity (β): logit change per unit of log length ratio ln(len_a/len_b), i.e. per e-fold "
+        "longer answer{clip}; above 0 favours longer answers.",
+        0.0,
+    ),
     "affinity": ("Same-family affinity (λ): logit advantage for a model of the judge's own family.", 0.0),
     "tie": ("Tie propensity (ν): how readily the judge calls a tie; higher is less decisive.", None),
-    "discrimination": ("Discrimination (a): the judge's scale on quality differences; 1 is average, "
-                       "below 1 a lax judge that flattens the leaderboard.", 1.0),
+    "discrimination": (
+        "Discrimination (a): the judge's scale on quality differences; 1 is average, "
+        "below 1 a lax judge that flattens the leaderboard.",
+        1.0,
+    ),
     "severity": ("Severity (α): how harshly the judge scores in ordinal grading.", 0.0),
     "position_sd": ("Spread of per-judge position effects, SD(u_j).", 0.0),
 }
@@ -199,13 +205,15 @@ def _cards(items: Iterable[tuple[str, str | None]]) -> str:
 
 
 def _header(title: str, lb: list[dict[str, Any]], summary: Summary) -> str:
-    cards = _cards([
-        ("models", _int(len(lb))),
-        ("judges", _int(len(summary.judges))),
-        ("battles counted", _int(summary.counts.counted)),
-        ("Kendall τ naive vs corrected", fmt(summary.kendall_tau, 3)),
-        ("Spearman ρ", fmt(summary.spearman, 3)),
-    ])
+    cards = _cards(
+        [
+            ("models", _int(len(lb))),
+            ("judges", _int(len(summary.judges))),
+            ("battles counted", _int(summary.counts.counted)),
+            ("Kendall τ naive vs corrected", fmt(summary.kendall_tau, 3)),
+            ("Spearman ρ", fmt(summary.spearman, 3)),
+        ]
+    )
     days = summary.days
     span = days.first if days.first == days.last else f"{days.first} to {days.last}"
     sub = f"{_n(days.count, 'day', 'days')} of battles, {span} · naive Bradley–Terry beside the judge-bias-aware model"
@@ -240,53 +248,83 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers:
     subset = _plot_subset(lb, top_n, movers)
     shown = len(subset)
     if shown < len(lb):
-        scope = (f"Showing {shown} of {len(lb)} models: the top {top_n} by corrected rating and the "
-                 f"largest rank changes among the rest (below the dashed rule). Every model is in the table below.")
+        scope = (
+            f"Showing {shown} of {len(lb)} models: the top {top_n} by corrected rating and the "
+            f"largest rank changes among the rest (below the dashed rule). Every model is in the table below."
+        )
     else:
         scope = f"All {len(lb)} models, ordered by corrected rank."
     labels = [f"{_int(r['rank_corrected'])}. {r['model']}" for r in subset]
     tips = [f"{r['model']} — corrected #{_int(r['rank_corrected'])}, naive #{_int(r['rank_naive'])}" for r in subset]
-    forest = _responsive(lambda width: forest_plot(
-        labels,
-        [
-            Series("naive", NAIVE_COLOUR, [r["rating_naive"] for r in subset],
-                   [r["ci_low_naive"] for r in subset], [r["ci_high_naive"] for r in subset]),
-            Series("corrected", CORRECTED_COLOUR, [r["rating_corrected"] for r in subset],
-                   [r["ci_low_corrected"] for r in subset], [r["ci_high_corrected"] for r in subset]),
-        ],
-        title="Ratings with confidence intervals, naive and corrected",
-        x_label=f"rating (Elo-like scale) with {ci_name}",
-        tooltips=tips,
-        breaks=[top_n] if shown < len(lb) else [],
-        width=width,
-        label_px=None if width > NARROW else min(150, width // 3),
-    ))
-    slope = _responsive(lambda width: slope_chart(
-        [str(r["model"]) for r in subset],
-        [r["rank_naive"] for r in subset],
-        [r["rank_corrected"] for r in subset],
-        title="Rank change from the naive to the corrected leaderboard",
-        left_title="naive rank" if width > NARROW else "naive",
-        right_title="corrected rank" if width > NARROW else "corrected",
-        width=width,
-    ))
+    forest = _responsive(
+        lambda width: forest_plot(
+            labels,
+            [
+                Series(
+                    "naive",
+                    NAIVE_COLOUR,
+                    [r["rating_naive"] for r in subset],
+                    [r["ci_low_naive"] for r in subset],
+                    [r["ci_high_naive"] for r in subset],
+                ),
+                Series(
+                    "corrected",
+                    CORRECTED_COLOUR,
+                    [r["rating_corrected"] for r in subset],
+                    [r["ci_low_corrected"] for r in subset],
+                    [r["ci_high_corrected"] for r in subset],
+                ),
+            ],
+            title="Ratings with confidence intervals, naive and corrected",
+            x_label=f"rating (Elo-like scale) with {ci_name}",
+            tooltips=tips,
+            breaks=[top_n] if shown < len(lb) else [],
+            width=width,
+            label_px=None if width > NARROW else min(150, width // 3),
+        )
+    )
+    slope = _responsive(
+        lambda width: slope_chart(
+            [str(r["model"]) for r in subset],
+            [r["rank_naive"] for r in subset],
+            [r["rank_corrected"] for r in subset],
+            title="Rank change from the naive to the corrected leaderboard",
+            left_title="naive rank" if width > NARROW else "naive",
+            right_title="corrected rank" if width > NARROW else "corrected",
+            width=width,
+        )
+    )
     moved = [m for m in (_rank_move(r) for r in lb) if m is not None]
     n_up = sum(1 for m in moved if m > 0)
     n_down = sum(1 for m in moved if m < 0)
     n_same = len(moved) - n_up - n_down
-    change_note = (f"{_n(n_up, 'model moves', 'models move')} up and {n_down} down once the judges' biases are "
-                   f"accounted for; {_n(n_same, 'keeps its', 'keep their')} rank.") if moved else ""
+    change_note = (
+        (
+            f"{_n(n_up, 'model moves', 'models move')} up and {n_down} down once the judges' biases are "
+            f"accounted for; {_n(n_same, 'keeps its', 'keep their')} rank."
+        )
+        if moved
+        else ""
+    )
     ranks = summary.ranks
-    rank_note = (f" The rank interval is the central {ranks.level:.0%} of each model's rank over {ranks.draws:,} "
-                 f"{ranks.source}: how far up or down the data allow a model to be.") if ranks else ""
+    rank_note = (
+        (
+            f" The rank interval is the central {ranks.level:.0%} of each model's rank over {ranks.draws:,} "
+            f"{ranks.source}: how far up or down the data allow a model to be."
+        )
+        if ranks
+        else ""
+    )
     body = [
         f'<p class="note">{esc(scope)} Dots are ratings, bars their {esc(ci_name)}s. '
         "Overlapping intervals mean the data cannot order those models with confidence.</p>",
         forest,
         "<h3>Rank change</h3>",
         f'<p class="note">{esc(change_note)}</p>' if change_note else "",
-        slope.replace("</figure>", "<figcaption>Green: moves up after correction; red: moves down; grey: "
-                      "unchanged.</figcaption></figure>"),
+        slope.replace(
+            "</figure>",
+            "<figcaption>Green: moves up after correction; red: moves down; grey: unchanged.</figcaption></figure>",
+        ),
         "<h3>Full table</h3>",
         f'<p class="note">{esc(rank_note.strip())}</p>' if rank_note else "",
         _leaderboard_table(ordered, ci_name, ptop, summary),
@@ -320,9 +358,11 @@ def _slices(boards: pl.DataFrame | None, summary: Summary) -> str:
         table = _leaderboard_table(ordered, f"{summary.ci_level:.0%} CI", f"P(top {info.top_k})", unranked)
         panels.append(f"<details>{head}{note}{table}</details>")
     fitted = sum(1 for i in summary.slices if i.fitted)
-    intro = (f'<p class="note">{_n(len(summary.slices), "slice", "slices")}, {fitted} fit (a slice needs at least '
-             f"{summary.slices[0].min_battles:,} battles); battles without a label count on the overall board "
-             "only. Open a slice for its naive and corrected board.</p>")
+    intro = (
+        f'<p class="note">{_n(len(summary.slices), "slice", "slices")}, {fitted} fit (a slice needs at least '
+        f"{summary.slices[0].min_battles:,} battles); battles without a label count on the overall board "
+        "only. Open a slice for its naive and corrected board.</p>"
+    )
     return _section("slices", "Slices: a board per category or language", intro + "".join(panels))
 
 
@@ -356,8 +396,11 @@ def _leaderboard_table(ordered: list[dict[str, Any]], ci_name: str, ptop: str, s
 
         def rating(kind: str, r: Mapping[str, Any] = r) -> str:
             lo, hi = r[f"ci_low_{kind}"], r[f"ci_high_{kind}"]
-            ci = (f' <span class="ci">[{fmt(lo)}, {fmt(hi)}]</span>'
-                  if finite(lo) is not None or finite(hi) is not None else "")
+            ci = (
+                f' <span class="ci">[{fmt(lo)}, {fmt(hi)}]</span>'
+                if finite(lo) is not None or finite(hi) is not None
+                else ""
+            )
             return f"{fmt(r[f'rating_{kind}'])}{ci}"
 
         model = str(r["model"])
@@ -385,8 +428,11 @@ def _shade(rate: float | None) -> str:
 
 def _matrix(cls: str, h2h: HeadToHead, cell) -> str:
     n = len(h2h.models)
-    head = '<tr><th class="l">row vs column</th>' + "".join(
-        f'<th title="{esc(m)}">{i + 1}</th>' for i, m in enumerate(h2h.models)) + "</tr>"
+    head = (
+        '<tr><th class="l">row vs column</th>'
+        + "".join(f'<th title="{esc(m)}">{i + 1}</th>' for i, m in enumerate(h2h.models))
+        + "</tr>"
+    )
     rows = []
     for i, m in enumerate(h2h.models):
         cells = "".join('<td class="self"></td>' if i == j else cell(i, j) for j in range(n))
@@ -453,12 +499,24 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
         desc, ref = EFFECTS.get(effect, ("", 0.0))
         desc = desc.format(clip=_clip_text(summary))
         labels = [_judge_label(r["judge"]) for r in ordered]
-        series = [Series("", CORRECTED_COLOUR, [r["estimate"] for r in ordered],
-                         [r["ci_low"] for r in ordered], [r["ci_high"] for r in ordered],
-                         hollow=[r["identified"] is False for r in ordered])]
+        series = [
+            Series(
+                "",
+                CORRECTED_COLOUR,
+                [r["estimate"] for r in ordered],
+                [r["ci_low"] for r in ordered],
+                [r["ci_high"] for r in ordered],
+                hollow=[r["identified"] is False for r in ordered],
+            )
+        ]
 
-        def draw(width: int, labels: list[str] = labels, series: list[Series] = series,
-                 ref: float | None = ref, title: str = f"{effect} coefficient per judge") -> str:
+        def draw(
+            width: int,
+            labels: list[str] = labels,
+            series: list[Series] = series,
+            ref: float | None = ref,
+            title: str = f"{effect} coefficient per judge",
+        ) -> str:
             return forest_plot(labels, series, title=title, reference=ref, width=PANEL if width > NARROW else width)
 
         svg = _responsive(draw)
@@ -472,8 +530,7 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
 
 def _bias_table(bias: list[dict[str, Any]]) -> str:
     order = {e: i for i, e in enumerate(_effect_order(str(r["effect"]) for r in bias))}
-    rows = sorted(bias, key=lambda r: (order.get(str(r["effect"]), 0), r["judge"] != GLOBAL_JUDGE,
-                                       str(r["judge"])))
+    rows = sorted(bias, key=lambda r: (order.get(str(r["effect"]), 0), r["judge"] != GLOBAL_JUDGE, str(r["judge"])))
 
     def flag(value: Any, yes: str, no: str) -> str:
         if value is True:
@@ -498,9 +555,11 @@ def _bias_table(bias: list[dict[str, Any]]) -> str:
         "</tr>"
         for r in rows
     )
-    head = ('<tr><th class="l">Judge</th><th class="l">Effect</th><th>Estimate</th>'
-            f'<th>CI</th>{"<th>Bootstrap CI</th>" if boot else ""}'
-            '<th>Identified</th><th>Enabled</th><th class="l">Note</th></tr>')
+    head = (
+        '<tr><th class="l">Judge</th><th class="l">Effect</th><th>Estimate</th>'
+        f"<th>CI</th>{'<th>Bootstrap CI</th>' if boot else ''}"
+        '<th>Identified</th><th>Enabled</th><th class="l">Note</th></tr>'
+    )
     summary = f"<summary>All {len(rows)} coefficients as a table</summary>"
     return f"<details>{summary}{_table('bias', head, [body])}</details>"
 
@@ -517,22 +576,37 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
     diag = summary.diagnostics
     if not (diag.order or diag.order_models or diag.family):
         return ""
-    body = ['<p class="note">What each judge does, measured on the battles themselves before any model is '
-            "fitted: where the answers were shown, how long they were, whose family they came from.</p>"]
+    body = [
+        '<p class="note">What each judge does, measured on the battles themselves before any model is '
+        "fitted: where the answers were shown, how long they were, whose family they came from.</p>"
+    ]
     order = sorted(diag.order, key=lambda a: a.judge)
     if order:
         labels = [_judge_label(a.judge) for a in order]
-        parts = [Part(name, colour, values) for name, colour, values in (
-            ("first shown (A) wins", NAIVE_COLOUR, [a.slot_first_share for a in order]),
-            ("second shown (B) wins", CORRECTED_COLOUR, [a.slot_second_share for a in order]),
-            ("tie", FLAT_COLOUR, [a.slot_tie_share for a in order]))]
-        notes = [f"flip rate {_pct(a.order_flip_rate)}" if finite(a.order_flip_rate) is not None
-                 else "not seen in both orders" for a in order]
-        split = _responsive(lambda width: split_bars(labels, parts, title="Verdict split by position, per judge",
-                                                     annotations=notes, width=width))
-        head = ('<tr><th class="l">Judge</th><th>Verdicts</th><th>A</th><th>B</th><th>Tie</th>'
-                "<th>Pairs seen in both orders</th><th>Flip rate</th><th>First won both</th>"
-                "<th>Second won both</th></tr>")
+        parts = [
+            Part(name, colour, values)
+            for name, colour, values in (
+                ("first shown (A) wins", NAIVE_COLOUR, [a.slot_first_share for a in order]),
+                ("second shown (B) wins", CORRECTED_COLOUR, [a.slot_second_share for a in order]),
+                ("tie", FLAT_COLOUR, [a.slot_tie_share for a in order]),
+            )
+        ]
+        notes = [
+            f"flip rate {_pct(a.order_flip_rate)}"
+            if finite(a.order_flip_rate) is not None
+            else "not seen in both orders"
+            for a in order
+        ]
+        split = _responsive(
+            lambda width: split_bars(
+                labels, parts, title="Verdict split by position, per judge", annotations=notes, width=width
+            )
+        )
+        head = (
+            '<tr><th class="l">Judge</th><th>Verdicts</th><th>A</th><th>B</th><th>Tie</th>'
+            "<th>Pairs seen in both orders</th><th>Flip rate</th><th>First won both</th>"
+            "<th>Second won both</th></tr>"
+        )
         rows = [
             f'<tr><td class="name">{esc(_judge_label(a.judge))}</td><td>{_int(a.slot_n)}</td>'
             f"<td>{fmt(a.slot_first_share, 3)}</td><td>{fmt(a.slot_second_share, 3)}</td>"
@@ -540,16 +614,21 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
             f"<td>{_pct(a.order_prefers_first_rate)}</td><td>{_pct(a.order_prefers_second_rate)}</td></tr>"
             for a in order
         ]
-        body += ["<h3>Position: split and flip rate per judge</h3>",
-                 '<p class="note">How each judge\'s verdicts split between the answer shown first (A), the one '
-                 "shown second (B) and a tie; and, where it saw the same prompt and pair in both orders, how often "
-                 "its verdict flipped with the order. An unbiased judge splits A and B evenly and rarely flips.</p>",
-                 split, _table("order", head, rows)]
+        body += [
+            "<h3>Position: split and flip rate per judge</h3>",
+            '<p class="note">How each judge\'s verdicts split between the answer shown first (A), the one '
+            "shown second (B) and a tie; and, where it saw the same prompt and pair in both orders, how often "
+            "its verdict flipped with the order. An unbiased judge splits A and B evenly and rarely flips.</p>",
+            split,
+            _table("order", head, rows),
+        ]
     if diag.order_models:
         models = sorted(diag.order_models, key=lambda m: (finite(corrected_rank.get(m.model)) or math.inf, m.model))
-        head = ('<tr><th class="l">Model</th><th>Corrected rank</th><th>Pairs seen in both orders</th>'
-                "<th>Order-consistent</th><th>Win rate among order-consistent pairs (± SE)</th>"
-                "<th>Win rate averaged over both orders</th></tr>")
+        head = (
+            '<tr><th class="l">Model</th><th>Corrected rank</th><th>Pairs seen in both orders</th>'
+            "<th>Order-consistent</th><th>Win rate among order-consistent pairs (± SE)</th>"
+            "<th>Win rate averaged over both orders</th></tr>"
+        )
         rows = [
             f'<tr><td class="name">{esc(m.model)}</td><td>{_int(corrected_rank.get(m.model))}</td>'
             f"<td>{_int(m.pairs)}</td><td>{_int(m.consistent)}</td>"
@@ -557,16 +636,20 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
             f"<td>{fmt(m.averaged_win_rate, 3)}</td></tr>"
             for m in models
         ]
-        body += ["<h3>Win rate among order-consistent pairs</h3>",
-                 '<p class="note">Per model, over every judge: among the prompts a judge saw in both orders and '
-                 "answered the same way both times (ties count half), how often this model won. Position cannot "
-                 "have decided these verdicts.</p>",
-                 _table("consistent", head, rows)]
+        body += [
+            "<h3>Win rate among order-consistent pairs</h3>",
+            '<p class="note">Per model, over every judge: among the prompts a judge saw in both orders and '
+            "answered the same way both times (ties count half), how often this model won. Position cannot "
+            "have decided these verdicts.</p>",
+            _table("consistent", head, rows),
+        ]
     lengths = [a for a in order if a.len_n]
     if lengths:
-        head = ('<tr><th class="l">Judge</th><th>Battles</th><th>Mean length chosen</th>'
-                "<th>Mean length rejected</th><th>Longer answer wins (± SE)</th>"
-                "<th>Agrees with pick-the-longer</th></tr>")
+        head = (
+            '<tr><th class="l">Judge</th><th>Battles</th><th>Mean length chosen</th>'
+            "<th>Mean length rejected</th><th>Longer answer wins (± SE)</th>"
+            "<th>Agrees with pick-the-longer</th></tr>"
+        )
         rows = [
             f'<tr><td class="name">{esc(_judge_label(a.judge))}</td><td>{_int(a.len_n)}</td>'
             f"<td>{fmt(a.len_mean_chosen)}</td><td>{fmt(a.len_mean_rejected)}</td>"
@@ -576,18 +659,22 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
         ]
         body += ["<h3>Length profile of picks</h3>", _table("length", head, rows)]
     if diag.family:
-        head = ('<tr><th class="l">Judge</th><th class="l">Family</th><th>Win rate under this judge</th>'
-                "<th>Under other-family judges</th><th>Difference (± SE)</th></tr>")
+        head = (
+            '<tr><th class="l">Judge</th><th class="l">Family</th><th>Win rate under this judge</th>'
+            "<th>Under other-family judges</th><th>Difference (± SE)</th></tr>"
+        )
         rows = [
             f'<tr><td class="name">{esc(f.judge)}</td><td class="l">{esc(f.judge_family)}</td>'
             f"<td>{_pct(f.win_rate_self)}</td><td>{_pct(f.win_rate_other_judges)}</td>"
             f"<td>{esc(_pm(f.self_preference, f.self_preference_se))}</td></tr>"
             for f in sorted(diag.family, key=lambda f: f.judge)
         ]
-        body += ["<h3>Own-family preference</h3>",
-                 '<p class="note">In battles between families: how often the judge\'s own family\'s models win '
-                 "under the judge, against how often they win under judges of other families.</p>",
-                 _table("family", head, rows)]
+        body += [
+            "<h3>Own-family preference</h3>",
+            "<p class=\"note\">In battles between families: how often the judge's own family's models win "
+            "under the judge, against how often they win under judges of other families.</p>",
+            _table("family", head, rows),
+        ]
     return _section("audit", "Judge audit", "".join(body))
 
 
@@ -611,8 +698,10 @@ def _connectivity_sentences(summary: Summary) -> list[str]:
     conn = summary.diagnostics.connectivity
     if conn.n_components <= 1:
         return ["The comparison graph is connected: every model can be compared with every other."]
-    s = (f"The comparison graph falls into {conn.n_components} separate groups; ratings are comparable only within "
-         "a group, never across groups.")
+    s = (
+        f"The comparison graph falls into {conn.n_components} separate groups; ratings are comparable only within "
+        "a group, never across groups."
+    )
     groups = []
     for i, comp in enumerate(sorted(conn.components, key=len, reverse=True)[:10], 1):
         names = ", ".join(comp[:8]) + (", …" if len(comp) > 8 else "")
@@ -625,8 +714,13 @@ def _diagnostics(summary: Summary) -> str:
     sentences = []
     tau, rho = finite(summary.kendall_tau), finite(summary.spearman)
     if tau is not None:
-        agree = ("almost the same order" if tau >= 0.9 else "a similar order" if tau >= 0.7
-                 else "noticeably different orders")
+        agree = (
+            "almost the same order"
+            if tau >= 0.9
+            else "a similar order"
+            if tau >= 0.7
+            else "noticeably different orders"
+        )
         s = f"Kendall τ between the naive and the corrected rankings is {tau:.3f}: the two leaderboards give {agree}."
         if rho is not None:
             s += f" Spearman ρ is {rho:.3f}."
@@ -640,10 +734,13 @@ def _diagnostics(summary: Summary) -> str:
         for name, c in diag.convergence.items()
     ]
     body += "<h3>Convergence</h3>" + _table("convergence", head, rows)
-    settings = [f"ω (weight of pairwise vs ordinal evidence) {fmt(diag.omega, 2)}" if diag.omega is not None else "",
-                f"length covariate clipped at ±{diag.length_clip:g}" if diag.length_clip is not None
-                else "length covariate unbounded",
-                f"naive ties: {diag.naive.tie_convention}" if diag.naive.tie_convention else ""]
+    settings = [
+        f"ω (weight of pairwise vs ordinal evidence) {fmt(diag.omega, 2)}" if diag.omega is not None else "",
+        f"length covariate clipped at ±{diag.length_clip:g}"
+        if diag.length_clip is not None
+        else "length covariate unbounded",
+        f"naive ties: {diag.naive.tie_convention}" if diag.naive.tie_convention else "",
+    ]
     body += f'<p class="note">{esc("; ".join(s for s in settings if s))}.</p>'
     return _section("diagnostics", "Diagnostics", body)
 
@@ -656,9 +753,13 @@ def _reference_note(summary: Summary) -> str:
     effects = "; ".join(
         f"{name} {fmt(e.get('estimate'), 2)}"
         + (f" [{fmt(e.get('ci_low'), 2)}, {fmt(e.get('ci_high'), 2)}]" if e.get("ci_low") is not None else "")
-        for name, e in reference.own_effects.items())
-    return (f'<p class="note">Reference: {esc(reference.description)}.'
-            + (f" Its own effects: {esc(effects)}." if effects else "") + "</p>")
+        for name, e in reference.own_effects.items()
+    )
+    return (
+        f'<p class="note">Reference: {esc(reference.description)}.'
+        + (f" Its own effects: {esc(effects)}." if effects else "")
+        + "</p>"
+    )
 
 
 def _gate(summary: Summary) -> str:
@@ -668,33 +769,54 @@ def _gate(summary: Summary) -> str:
         return _section("gate", "Reference", note) if note else ""
     columns = list(dict.fromkeys(k for row in gate.decisions for k in row))
     head = "<tr>" + "".join(f'<th class="l">{esc(c)}</th>' for c in columns) + "</tr>"
-    rows = ["<tr>" + "".join(
-        f'<td class="l">{esc(fmt(row.get(c), 3) if isinstance(row.get(c), float) else row.get(c, "—"))}</td>'
-        for c in columns) + "</tr>" for row in gate.decisions]
-    body = (_reference_note(summary) + f'<p class="note">{esc(gate.method)}: {gate.k} reference verdicts, '
-            f"family-wise level {gate.level:g}.</p>" + _table("gate", head, rows))
+    rows = [
+        "<tr>"
+        + "".join(
+            f'<td class="l">{esc(fmt(row.get(c), 3) if isinstance(row.get(c), float) else row.get(c, "—"))}</td>'
+            for c in columns
+        )
+        + "</tr>"
+        for row in gate.decisions
+    ]
+    body = (
+        _reference_note(summary) + f'<p class="note">{esc(gate.method)}: {gate.k} reference verdicts, '
+        f"family-wise level {gate.level:g}.</p>" + _table("gate", head, rows)
+    )
     return _section("gate", "Trusted-anchor gate", body)
 
 
 def _counts(summary: Summary) -> str:
     counts = summary.counts
     reasons = sorted(counts.rejected.items(), key=lambda kv: (-kv[1], kv[0]))
-    cards = _cards([("rows read", _int(counts.read)), ("counted", _int(counts.counted)),
-                    ("rejected", _int(counts.rejected_total)),
-                    ("self-battles (same model on both sides)", _int(counts.self_battles))])
+    cards = _cards(
+        [
+            ("rows read", _int(counts.read)),
+            ("counted", _int(counts.counted)),
+            ("rejected", _int(counts.rejected_total)),
+            ("self-battles (same model on both sides)", _int(counts.self_battles)),
+        ]
+    )
     body = cards
     if counts.conserved:
         body += '<p class="note">Every row read is either counted or a dead letter with a reason.</p>'
     else:
-        body += (f'<p class="warn">Rows read ({_int(counts.read)}) ≠ counted ({_int(counts.counted)}) + rejected '
-                 f"({_int(counts.rejected_total)}): {_int(counts.read - counts.counted - counts.rejected_total)} "
-                 "rows are unaccounted for.</p>")
+        body += (
+            f'<p class="warn">Rows read ({_int(counts.read)}) ≠ counted ({_int(counts.counted)}) + rejected '
+            f"({_int(counts.rejected_total)}): {_int(counts.read - counts.counted - counts.rejected_total)} "
+            "rows are unaccounted for.</p>"
+        )
     if reasons:
         body += "<h3>Dead letters by reason</h3>"
-        body += _figure(hbar_chart([k for k, _ in reasons], [v for _, v in reasons],
-                                   title="Rejected rows by reason", colour=DOWN_COLOUR))
-        body += _table("reasons", '<tr><th class="l">Reason</th><th>Rows</th></tr>',
-                       [f'<tr><td class="name">{esc(k)}</td><td>{_int(v)}</td></tr>' for k, v in reasons])
+        body += _figure(
+            hbar_chart(
+                [k for k, _ in reasons], [v for _, v in reasons], title="Rejected rows by reason", colour=DOWN_COLOUR
+            )
+        )
+        body += _table(
+            "reasons",
+            '<tr><th class="l">Reason</th><th>Rows</th></tr>',
+            [f'<tr><td class="name">{esc(k)}</td><td>{_int(v)}</td></tr>' for k, v in reasons],
+        )
     else:
         body += '<p class="note">No row was rejected.</p>'
     return _section("counts", "Counts", body)
@@ -703,8 +825,10 @@ def _counts(summary: Summary) -> str:
 def _judges(summary: Summary) -> str:
     if not summary.judges:
         return ""
-    head = ('<tr><th class="l">Judge</th><th class="l">Family</th><th>Battles</th><th>Models</th>'
-            "<th>First shown wins</th><th>Second shown wins</th><th>Ties</th><th>Self-battles</th></tr>")
+    head = (
+        '<tr><th class="l">Judge</th><th class="l">Family</th><th>Battles</th><th>Models</th>'
+        "<th>First shown wins</th><th>Second shown wins</th><th>Ties</th><th>Self-battles</th></tr>"
+    )
     rows = [
         f'<tr><td class="name">{esc(j.judge)}</td><td class="l">{esc(j.judge_family)}</td><td>{_int(j.n)}</td>'
         f"<td>{_int(j.models)}</td><td>{_pct(j.win_a_share)}</td><td>{_pct(j.win_b_share)}</td>"
@@ -748,9 +872,17 @@ def render_report(
         _counts(summary),
         _judges(summary),
     ]
-    nav_items = [("leaderboard", "Leaderboards"), ("slices", "Slices"), ("head-to-head", "Head to head"),
-                 ("bias", "Biases"), ("audit", "Judge audit"), ("gate", "Gate"), ("diagnostics", "Diagnostics"),
-                 ("counts", "Counts"), ("judges", "Judges")]
+    nav_items = [
+        ("leaderboard", "Leaderboards"),
+        ("slices", "Slices"),
+        ("head-to-head", "Head to head"),
+        ("bias", "Biases"),
+        ("audit", "Judge audit"),
+        ("gate", "Gate"),
+        ("diagnostics", "Diagnostics"),
+        ("counts", "Counts"),
+        ("judges", "Judges"),
+    ]
     body = "".join(s for s in sections if s)
     nav = " · ".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in nav_items if f'<section id="{a}">' in body)
     return (

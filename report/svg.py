@@ -206,9 +206,7 @@ def forest_plot(
             )
     for t in ticks:
         x = sx(t)
-        parts.append(
-            f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + n * ROW_HEIGHT}" stroke="{GRID_COLOUR}"/>'
-        )
+        parts.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + n * ROW_HEIGHT}" stroke="{GRID_COLOUR}"/>')
         parts.append(
             f'<text x="{x:.1f}" y="{top + n * ROW_HEIGHT + 14}" text-anchor="middle" '
             f'fill="{AXIS_COLOUR}" font-size="11">{esc(_tick_label(t, ticks))}</text>'
@@ -312,7 +310,7 @@ def slope_chart(
         y1, y2 = y(left_pos[i]), y(right_pos[i])
         tip = f"{lab}: #{a} → #{b}"
         parts.append(
-            f'<g><title>{esc(tip)}</title>'
+            f"<g><title>{esc(tip)}</title>"
             f'<line x1="{x_left}" y1="{y1:.1f}" x2="{x_right}" y2="{y2:.1f}" stroke="{colour}" '
             f'stroke-width="{width_px}" opacity="0.85"/>'
             f'<circle cx="{x_left}" cy="{y1:.1f}" r="3.5" fill="{colour}"/>'
@@ -373,9 +371,7 @@ def split_bars(
             f"<title>{esc(lab)}</title>{esc(truncate(str(lab), label_px - 14))}</text>"
         )
         if total <= 0:
-            out.append(
-                f'<text x="{x0}" y="{y + 14}" fill="{AXIS_COLOUR}" font-style="italic">no data</text>'
-            )
+            out.append(f'<text x="{x0}" y="{y + 14}" fill="{AXIS_COLOUR}" font-style="italic">no data</text>')
         else:
             cx = float(x0)
             for p, v in zip(parts_, vals, strict=True):
@@ -394,15 +390,14 @@ def split_bars(
                     )
                 cx += w
         if annotations:
-            out.append(
-                f'<text x="{x1 + 10}" y="{y + 14}" fill="{TEXT_COLOUR}">{esc(annotations[i])}</text>'
-            )
+            out.append(f'<text x="{x1 + 10}" y="{y + 14}" fill="{TEXT_COLOUR}">{esc(annotations[i])}</text>')
     out.append("</svg>")
     return "".join(out)
 
 
-def hbar_chart(labels: Sequence[str], values: Sequence[object], *, title: str, colour: str = DOWN_COLOUR,
-               width: int = 560) -> str:
+def hbar_chart(
+    labels: Sequence[str], values: Sequence[object], *, title: str, colour: str = DOWN_COLOUR, width: int = 560
+) -> str:
     """Plain horizontal bars with the value printed at the end (e.g. dead letters by reason)."""
     found = [(str(lab), finite(v)) for lab, v in zip(labels, values, strict=True)]
     rows = [(lab, v) for lab, v in found if v is not None]

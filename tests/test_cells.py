@@ -26,8 +26,18 @@ JUDGES = ["gpt-4", "human", "claude-3-opus"]
 WINNERS = ["model_a", "model_b", "tie", "tie (bothbad)", "bogus"]
 LENGTHS = st.one_of(st.none(), st.integers(-2, 3), st.integers(0, 3000))
 
-COLUMNS = ("battle_id", "judge", "model_a", "model_b", "winner", "len_a", "len_b", "family_a", "order_known",
-           "category")
+COLUMNS = (
+    "battle_id",
+    "judge",
+    "model_a",
+    "model_b",
+    "winner",
+    "len_a",
+    "len_b",
+    "family_a",
+    "order_known",
+    "category",
+)
 row = st.fixed_dictionaries(
     {
         "battle_id": st.integers(0, 40).map(str),

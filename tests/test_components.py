@@ -27,8 +27,10 @@ def _split_cells(seed: int = 0) -> pa.Table:
 
 
 def _connected_widths(seed: int = 0) -> float:
-    naive, _ = fit_leaderboards(_cells(np.random.default_rng(seed), models=6, judges=3, cells=400),
-                                config=ModelConfig(profile=False, k=2, posterior_draws=500))
+    naive, _ = fit_leaderboards(
+        _cells(np.random.default_rng(seed), models=6, judges=3, cells=400),
+        config=ModelConfig(profile=False, k=2, posterior_draws=500),
+    )
     return float(np.max(naive.ci_high - naive.ci_low))
 
 
@@ -56,8 +58,10 @@ def test_two_components_are_ranked_and_centred_on_their_own():
 
 
 def test_connected_board_has_one_component_column():
-    naive, corrected = fit_leaderboards(_cells(np.random.default_rng(1), models=6, judges=3, cells=300),
-                                        config=ModelConfig(profile=False, posterior_draws=200))
+    naive, corrected = fit_leaderboards(
+        _cells(np.random.default_rng(1), models=6, judges=3, cells=300),
+        config=ModelConfig(profile=False, posterior_draws=200),
+    )
     board = side_by_side(naive, corrected)
     assert board["component"].to_list() == [0] * board.height
     assert board["rank_corrected"].to_list() == list(range(1, board.height + 1))

@@ -27,9 +27,19 @@ from evidence_sections import read_section, replace_section  # noqa: E402
 
 def _run(script: str, *args: str, tmp: Path) -> subprocess.CompletedProcess:
     out = subprocess.run(
-        [sys.executable, str(BENCH / script), *args, "--out-dir", str(tmp / "evidence"), "--evidence",
-         str(tmp / "evidence.md")],
-        capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT,
+        [
+            sys.executable,
+            str(BENCH / script),
+            *args,
+            "--out-dir",
+            str(tmp / "evidence"),
+            "--evidence",
+            str(tmp / "evidence.md"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=PROJECT_ROOT,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return out
@@ -73,8 +83,9 @@ def test_real_data_smoke(tmp_path):
 
     bias = pl.read_csv(tmp_path / "evidence" / "real_llmfao_bias.csv")
     assert set(bias["data"].unique().to_list()) == {"LLMFAO crowd", "LLMFAO gpt4", "LLMFAO gpt3"}
-    shown = bias.filter(pl.col("enabled") & pl.col("effect").is_in(["position", "length", "affinity"])
-                        & pl.col("ci_low").is_not_nan())
+    shown = bias.filter(
+        pl.col("enabled") & pl.col("effect").is_in(["position", "length", "affinity"]) & pl.col("ci_low").is_not_nan()
+    )
     assert shown.height >= 6
     assert (shown["ci_low"] <= shown["estimate"]).all() and (shown["estimate"] <= shown["ci_high"]).all()
 

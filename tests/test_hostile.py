@@ -188,7 +188,7 @@ def _published_with_names(out: Path, names: list[str]) -> None:
 
 
 def test_csv_export_neutralises_spreadsheet_formulas(tmp_path):
-    hostile = ["=HYPERLINK(\"http://x\")", "+1", "-cmd|' /C calc'!A0", "@SUM(A1)", "\tx", "\rx", "plain", "a=b"]
+    hostile = ['=HYPERLINK("http://x")', "+1", "-cmd|' /C calc'!A0", "@SUM(A1)", "\tx", "\rx", "plain", "a=b"]
     _published_with_names(tmp_path / "out", hostile)
     assert cli.main(["export", "--out", str(tmp_path / "out"), "--to", str(tmp_path / "dash"), "--format", "csv"]) == 0
     text = (tmp_path / "dash" / "leaderboard.csv").read_text()

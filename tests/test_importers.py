@@ -228,9 +228,7 @@ def test_alpacaeval_shown_order_from_recovered_rows():
 
 
 def test_alpacaeval_judge_family_comes_from_the_annotator_config():
-    result = import_path(
-        "alpacaeval", real_data("alpacaeval", "annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz")
-    )
+    result = import_path("alpacaeval", real_data("alpacaeval", "annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz"))
     rows = pl.from_arrow(result.rows)
     assert set(rows["judge"]) == {"weighted_alpaca_eval_gpt4_turbo"} and set(rows["judge_family"]) == {"openai"}
     assert rows["family_a"].null_count() == rows.height  # model families are left to the ingest's family map
@@ -263,8 +261,9 @@ def test_alpacaeval_real_annotations_file_recovers_order_from_the_logprobs(unit)
     result = import_path("alpacaeval", path, ImportOptions(length_unit=unit))
     rows = check_contract(result).with_row_index("row")
     assert result.rows_read == 805 and result.rows_converted == 805  # SOURCE.md: 805 rows
-    compact = pl.read_ndjson(real_data("alpacaeval", "annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz"),
-                             infer_schema_length=None).filter(pl.col("results_dir") == "gpt4_gamed")
+    compact = pl.read_ndjson(
+        real_data("alpacaeval", "annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz"), infer_schema_length=None
+    ).filter(pl.col("results_dir") == "gpt4_gamed")
     joined = rows.join(compact.with_row_index("row"), on="row")
     assert (joined["instruction_id"] == joined["row"]).all() and joined.height == 805
     # Two rows have no raw_completion (and no shown_first in the compact file): kept, order unknown.
@@ -297,8 +296,21 @@ def test_alpacaeval_real_layout_as_a_model_folder_or_the_results_tree():
 
 def test_an_import_that_yields_no_rows_exits_2(tmp_path, capsys):
     path = tmp_path / "annotations.json"
-    path.write_text(json.dumps([{"instruction": "q", "output_1": "a", "output_2": "b", "generator_1": "x",
-                                 "generator_2": "y", "annotator": "j", "preference": None}]))
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "instruction": "q",
+                    "output_1": "a",
+                    "output_2": "b",
+                    "generator_1": "x",
+                    "generator_2": "y",
+                    "annotator": "j",
+                    "preference": None,
+                }
+            ]
+        )
+    )
     code = cli.main(["import", "--format", "alpacaeval", "--in", str(path), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
@@ -330,9 +342,11 @@ def test_arena_hard_v01_two_games_in_both_orders_with_strength():
     ]
     # '>>' and '>' are both wins, kept apart in strength; "B<A" is A better, "A<<B" is B much better.
     assert dict(rows.group_by("strength").len().iter_rows()) == {2: 5, 1: 8, 0: 2}
-    gpt35 = rows.filter(pl.col("prompt_id") == "b43c07656ead4150b360294ee932b410").filter(
-        pl.col("battle_id").str.contains("gpt-3.5")
-    ).sort("battle_id")
+    gpt35 = (
+        rows.filter(pl.col("prompt_id") == "b43c07656ead4150b360294ee932b410")
+        .filter(pl.col("battle_id").str.contains("gpt-3.5"))
+        .sort("battle_id")
+    )
     assert gpt35.select("winner", "strength").rows() == [("model_a", 1), ("model_b", 2)]
 
 

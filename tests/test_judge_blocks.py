@@ -58,8 +58,10 @@ def test_blocked_newton_equals_the_dense_solve(seed, judges):
 def test_blocked_fit_publishes_the_dense_tables():
     """Leaderboard CIs, bias table (with profile likelihoods: the gauge path) and bootstrap agree."""
     data = build_dataset(_cells(np.random.default_rng(3), models=7, judges=6, cells=400))
-    fits = {s: fit_bias_aware(data, config=ModelConfig(judge_solver=s, bootstrap=3, posterior_draws=500))
-            for s in ("dense", "blocked")}
+    fits = {
+        s: fit_bias_aware(data, config=ModelConfig(judge_solver=s, bootstrap=3, posterior_draws=500))
+        for s in ("dense", "blocked")
+    }
     d, b = fits["dense"], fits["blocked"]
     for name in ("rating", "ci_low", "ci_high", "boot_ci_low", "boot_ci_high", "p_top_k"):
         assert np.max(np.abs(getattr(d, name) - getattr(b, name))) < TOL, name
@@ -67,7 +69,8 @@ def test_blocked_fit_publishes_the_dense_tables():
         assert abs(info["range_nats"] - b.diagnostics["profile_likelihood"][name]["range_nats"]) < 1e-6
     assert d.bias.columns == b.bias.columns and d.bias.height == b.bias.height
     assert d.bias.select("judge", "effect", "identified", "enabled", "note").equals(
-        b.bias.select("judge", "effect", "identified", "enabled", "note"))
+        b.bias.select("judge", "effect", "identified", "enabled", "note")
+    )
     for col in ("estimate", "ci_low", "ci_high", "boot_ci_low", "boot_ci_high"):
         x, y = d.bias[col].to_numpy(), b.bias[col].to_numpy()
         assert np.array_equal(np.isnan(x), np.isnan(y))
@@ -92,10 +95,18 @@ def test_blocked_solver_with_fixed_effects_and_disabled_effects():
 def test_blocked_fit_with_a_reference_judge():
     """Deviations tied to the reference (``Spec.tied``) act through the global coefficient only."""
     data = build_dataset(_cells(np.random.default_rng(6), models=7, judges=5, cells=400))
-    fits = {s: fit_bias_aware(data, config=ModelConfig(judge_solver=s, reference=frozenset({data.judges[1]}),
-                                                       disabled=frozenset({(data.judges[2], "position")}),
-                                                       posterior_draws=200))
-            for s in ("dense", "blocked")}
+    fits = {
+        s: fit_bias_aware(
+            data,
+            config=ModelConfig(
+                judge_solver=s,
+                reference=frozenset({data.judges[1]}),
+                disabled=frozenset({(data.judges[2], "position")}),
+                posterior_draws=200,
+            ),
+        )
+        for s in ("dense", "blocked")
+    }
     d, b = fits["dense"], fits["blocked"]
     assert np.max(np.abs(d.rating - b.rating)) < TOL and np.max(np.abs(d.ci_low - b.ci_low)) < TOL
     for col in ("estimate", "ci_low", "ci_high"):

@@ -1,4 +1,6 @@
-"""Lint is part of the test command: ``ruff check`` and mypy (configured in pyproject.toml) must pass.
+"""Lint is part of the test command: ``ruff check``, ``ruff format --check`` and mypy must pass.
+
+mypy's packages and options are configured in pyproject.toml.
 
 Both run as subprocesses from the repository root with this interpreter's tools, so the suite checks
 exactly what a developer's ``ruff check .`` and ``mypy`` see; a failure shows the tool's own report.
@@ -46,6 +48,13 @@ def _link_packages() -> None:
 def test_ruff_check_passes() -> None:
     result = _run("ruff", "check", ".")
     assert result.returncode == 0, f"ruff check . failed:\n{result.stdout}{result.stderr}"
+
+
+def test_ruff_format_check_passes() -> None:
+    result = _run("ruff", "format", "--check", ".")
+    assert result.returncode == 0, (
+        f"ruff format --check . failed (run `ruff format .`):\n{result.stdout}{result.stderr}"
+    )
 
 
 def test_mypy_passes() -> None:

@@ -142,8 +142,15 @@ def test_davidson_information_is_the_logistic_one_without_ties():
 
 
 def test_a_judges_position_effect_lowers_the_information_of_a_unit():
-    base = dict(models=("a", "b", "c"), mean=np.array([0.3, 0.0, -0.3]), cov=np.eye(3) * 0.5, k=1,
-                judges=("fair", "biased"), discrimination=np.ones(2), tie=np.zeros(2))
+    base = dict(
+        models=("a", "b", "c"),
+        mean=np.array([0.3, 0.0, -0.3]),
+        cov=np.eye(3) * 0.5,
+        k=1,
+        judges=("fair", "biased"),
+        discrimination=np.ones(2),
+        tie=np.zeros(2),
+    )
     post = Posterior(position=np.array([0.0, 2.5]), **base)
     sel = select_comparisons(post, 2, "dopt")
     assert sel.judges[sel.judge[0]] == "fair"  # the unit goes to the judge whose verdicts say more
@@ -275,10 +282,16 @@ def _three_judge_posterior() -> Posterior:
     mean = np.array([2.0, 1.2, 0.42, 0.38, -0.6, -1.4])
     sd = np.array([0.1, 0.1, 0.3, 0.3, 0.1, 0.1])
     proj = np.eye(6) - 1.0 / 6
-    return Posterior(models=tuple(f"m{i}" for i in range(6)), mean=mean - mean.mean(),
-                     cov=proj @ np.diag(sd**2) @ proj, k=3, judges=("j1", "j2", "j3"),
-                     position=np.array([0.0, 0.2, -0.2]), discrimination=np.array([1.4, 0.9, 0.8]),
-                     tie=np.array([0.2, 0.3, 0.3]))
+    return Posterior(
+        models=tuple(f"m{i}" for i in range(6)),
+        mean=mean - mean.mean(),
+        cov=proj @ np.diag(sd**2) @ proj,
+        k=3,
+        judges=("j1", "j2", "j3"),
+        position=np.array([0.0, 0.2, -0.2]),
+        discrimination=np.array([1.4, 0.9, 0.8]),
+        tie=np.array([0.2, 0.3, 0.3]),
+    )
 
 
 def _spread(sel) -> tuple[int, dict[int, int], frozenset]:
@@ -296,8 +309,9 @@ def test_a_batch_is_spread_over_pairs_and_judges_unless_asked(strategy):
     assert most <= 4
     assert sorted(judges.values()) == [20, 20, 20]
     if strategy in ("topk", "thompson"):  # left alone, the greedy rules pile onto the boundary pair and j1
-        most, judges, top = _spread(select_comparisons(post, 2 * units, strategy, seed=1, max_pair_share=1.0,
-                                                       max_judge_share=1.0))
+        most, judges, top = _spread(
+            select_comparisons(post, 2 * units, strategy, seed=1, max_pair_share=1.0, max_judge_share=1.0)
+        )
         assert most > 4 and top == frozenset({2, 3}) and judges[0] > 20
         most, _, _ = _spread(select_comparisons(post, 2 * units, strategy, seed=1, max_pair_share=0.1))
         assert most <= 6  # ceil(0.1 × 60)
@@ -318,7 +332,6 @@ def test_cli_share_flags(tmp_path, fitted, capsys):
     _snapshot(out, fitted)
     assert cli.main(["plan", "--out", out, "--budget", "40", "--max-pair-share", "1.5"]) == 2
     assert "--max-pair-share 1.5" in capsys.readouterr().err
-    assert cli.main(["plan", "--out", out, "--budget", "40", "--max-pair-share", "1", "--to",
-                     str(tmp_path / "p")]) == 0
+    assert cli.main(["plan", "--out", out, "--budget", "40", "--max-pair-share", "1", "--to", str(tmp_path / "p")]) == 0
     frame = pl.read_parquet(tmp_path / "p" / "plan.parquet")
     assert frame.height == 40

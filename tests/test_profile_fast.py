@@ -48,13 +48,19 @@ def test_refresh_takes_diagnostics_and_judge_pool(tmp_path):
     from biasboard.simulate import SimulationConfig, write_simulation
 
     logs = write_simulation(SimulationConfig(battles=3000, models=6, judges=3, days=1, seed=3), tmp_path / "logs")
-    outcome = refresh(str(logs / "battles" / "day=*" / "*.parquet"), str(tmp_path / "state"), str(tmp_path / "out"),
-                      [], RefreshOptions(k=3, audit=False, diagnostics="off", judge_pool="prefix:-sim"))
+    outcome = refresh(
+        str(logs / "battles" / "day=*" / "*.parquet"),
+        str(tmp_path / "state"),
+        str(tmp_path / "out"),
+        [],
+        RefreshOptions(k=3, audit=False, diagnostics="off", judge_pool="prefix:-sim"),
+    )
     assert outcome.published is not None
     summary = json.loads((tmp_path / "out" / "snapshots" / outcome.published.snapshot_id / "summary.json").read_text())
     assert summary["diagnostics"]["profile_likelihood"] == {}
-    model_options = json.loads((tmp_path / "out" / "snapshots" / outcome.published.snapshot_id /
-                                "manifest.json").read_text())
+    model_options = json.loads(
+        (tmp_path / "out" / "snapshots" / outcome.published.snapshot_id / "manifest.json").read_text()
+    )
     assert "prefix:-sim" in json.dumps(model_options)
     import polars as pl
 

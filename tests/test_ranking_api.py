@@ -27,8 +27,28 @@ def _cells(rows: list[tuple]) -> pa.Table:
         n = wa + wb + t + bb
         for name, value in zip(
             PAIR_CELLS_SCHEMA.names,
-            (judge, jf, a, b, fa, fb, 0, True, None, None, n, wa, wb, t, bb, n, x * n, x * x * n + 0.01 * n, 5.0 * n,
-             (5.0 - x) * n),
+            (
+                judge,
+                jf,
+                a,
+                b,
+                fa,
+                fb,
+                0,
+                True,
+                None,
+                None,
+                n,
+                wa,
+                wb,
+                t,
+                bb,
+                n,
+                x * n,
+                x * x * n + 0.01 * n,
+                5.0 * n,
+                (5.0 - x) * n,
+            ),
             strict=True,
         ):
             cols[name].append(value)
@@ -46,8 +66,21 @@ def _league(rng: np.random.Generator, models=6, judges=("j1", "j2"), judge_famil
                 p = 1 / (1 + np.exp(-(theta[a] - theta[b] + 0.2 * x)))
                 wins = rng.binomial(40, p)
                 ties = rng.binomial(40 - wins, 0.2)
-                rows.append((judge, judge_family, f"m{a}", f"m{b}", "meta" if a % 2 else "openai",
-                             "meta" if b % 2 else "openai", wins, 40 - wins - ties, ties // 2, ties - ties // 2, x))
+                rows.append(
+                    (
+                        judge,
+                        judge_family,
+                        f"m{a}",
+                        f"m{b}",
+                        "meta" if a % 2 else "openai",
+                        "meta" if b % 2 else "openai",
+                        wins,
+                        40 - wins - ties,
+                        ties // 2,
+                        ties - ties // 2,
+                        x,
+                    )
+                )
     return _cells(rows)
 
 
@@ -131,11 +164,17 @@ def test_poisson_bootstrap_gives_intervals_near_laplace():
 
 
 def test_disconnected_components_are_named_and_not_ranked_across():
-    rows = [("j", "meta", "a1", "a2", "x", "x", 5, 3, 1, 0, 0.0), ("j", "meta", "a2", "a3", "x", "x", 4, 4, 1, 0, 0.0),
-            ("j", "meta", "a3", "a1", "x", "x", 2, 5, 1, 0, 0.0), ("j", "meta", "b1", "b2", "x", "x", 6, 2, 0, 0, 0.0),
-            ("j", "meta", "b2", "b1", "x", "x", 3, 4, 1, 0, 0.0)]
-    for fitter in (lambda c: fit_naive(c, config=NaiveConfig(k=1)),
-                   lambda c: fit_bias_aware(c, config=ModelConfig(profile=False, k=1))):
+    rows = [
+        ("j", "meta", "a1", "a2", "x", "x", 5, 3, 1, 0, 0.0),
+        ("j", "meta", "a2", "a3", "x", "x", 4, 4, 1, 0, 0.0),
+        ("j", "meta", "a3", "a1", "x", "x", 2, 5, 1, 0, 0.0),
+        ("j", "meta", "b1", "b2", "x", "x", 6, 2, 0, 0, 0.0),
+        ("j", "meta", "b2", "b1", "x", "x", 3, 4, 1, 0, 0.0),
+    ]
+    for fitter in (
+        lambda c: fit_naive(c, config=NaiveConfig(k=1)),
+        lambda c: fit_bias_aware(c, config=ModelConfig(profile=False, k=1)),
+    ):
         fit = fitter(_cells(rows))
         assert fit.diagnostics["n_components"] == 2
         assert fit.diagnostics["components"][1] == ["b1", "b2"]
@@ -174,11 +213,12 @@ def test_warm_chord_bootstrap_matches_cold_refits():
     from biasboard.ranking.uncertainty import percentile_interval
 
     config = ModelConfig(profile=False)
-    problem = bias_aware_problem(build_dataset(_league(np.random.default_rng(5), judges=("j1", "j2", "j3"))),
-                                 config)
+    problem = bias_aware_problem(build_dataset(_league(np.random.default_rng(5), judges=("j1", "j2", "j3"))), config)
     solution = solve_bias_aware(problem, config)
-    runs = [bootstrap_replicates(problem, solution, 8, 1, np.random.default_rng(2), config.tol, config.max_iter,
-                                 cold=cold) for cold in (False, True)]
+    runs = [
+        bootstrap_replicates(problem, solution, 8, 1, np.random.default_rng(2), config.tol, config.max_iter, cold=cold)
+        for cold in (False, True)
+    ]
     (warm_theta, warm_core), (cold_theta, cold_core) = runs
     assert np.ptp(warm_theta, axis=0).min() > 1e-3  # the replicates differ: the comparison is not vacuous
     assert np.max(np.abs(warm_core - cold_core)) < 1e-7
@@ -195,11 +235,18 @@ def test_dictionary_encoded_and_streamed_cells_give_the_same_dataset(tmp_path):
     cells = cells.take(np.random.default_rng(0).permutation(cells.num_rows))  # not in key order
     path = tmp_path / "cells.parquet"
     pq.write_table(cells, path, row_group_size=7)
-    encoded = pa.table({name: (col.dictionary_encode() if pa.types.is_string(col.type) else col)
-                        for name, col in zip(cells.column_names, cells.columns, strict=True)})
+    encoded = pa.table(
+        {
+            name: (col.dictionary_encode() if pa.types.is_string(col.type) else col)
+            for name, col in zip(cells.column_names, cells.columns, strict=True)
+        }
+    )
     plain = build_dataset(cells)
-    for other in (build_dataset(encoded), build_dataset(read_cells(path, batch_rows=5)),
-                  build_dataset([cells.slice(0, 30), cells.slice(30)])):
+    for other in (
+        build_dataset(encoded),
+        build_dataset(read_cells(path, batch_rows=5)),
+        build_dataset([cells.slice(0, 30), cells.slice(30)]),
+    ):
         assert other.models == plain.models and other.judges == plain.judges
         assert other.judge_families == plain.judge_families
         for name in plain.pairs.__dataclass_fields__:

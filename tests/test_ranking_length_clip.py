@@ -24,8 +24,9 @@ from biasboard.transforms.cells import partial_cells
 FAST = ModelConfig(profile=False, posterior_draws=200)
 
 
-def _battles(a: np.ndarray, b: np.ndarray, len_a: np.ndarray, len_b: np.ndarray, win_a: np.ndarray,
-             judge: str = "judge-1") -> pa.Table:
+def _battles(
+    a: np.ndarray, b: np.ndarray, len_a: np.ndarray, len_b: np.ndarray, win_a: np.ndarray, judge: str = "judge-1"
+) -> pa.Table:
     n = a.size
     return pa.table(
         {

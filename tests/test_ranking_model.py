@@ -18,11 +18,29 @@ def _random_problem(naive: bool, seed: int = 0):
     a, b, j = rng.integers(0, m, n_cells), rng.integers(0, m, n_cells), rng.integers(0, judges, n_cells)
     wa, wb, t = (rng.poisson(lam, n_cells).astype(float) for lam in (3, 3, 1))
     ones = np.ones(n_cells)
-    pairs = PairArrays(a, b, j, wa, wb, t, 0 * t, wa + wb + t, rng.normal(size=n_cells),
-                       rng.integers(-1, 2, n_cells).astype(float), ones, ones, ones, ones,
-                       (rng.random(n_cells) < 0.7).astype(float))  # 30% of cells with the shown order unknown
-    scores = ScoreArrays(rng.integers(0, judges, n_scores), rng.integers(0, m, n_scores),
-                         rng.integers(0, prompts, n_scores), rng.poisson(2, (n_scores, cats)).astype(float))
+    pairs = PairArrays(
+        a,
+        b,
+        j,
+        wa,
+        wb,
+        t,
+        0 * t,
+        wa + wb + t,
+        rng.normal(size=n_cells),
+        rng.integers(-1, 2, n_cells).astype(float),
+        ones,
+        ones,
+        ones,
+        ones,
+        (rng.random(n_cells) < 0.7).astype(float),
+    )  # 30% of cells with the shown order unknown
+    scores = ScoreArrays(
+        rng.integers(0, judges, n_scores),
+        rng.integers(0, m, n_scores),
+        rng.integers(0, prompts, n_scores),
+        rng.poisson(2, (n_scores, cats)).astype(float),
+    )
     if naive:
         lay = Layout(m, 0, naive=True)
         spec = Spec(lay, np.zeros((6, 0)))
@@ -32,8 +50,7 @@ def _random_problem(naive: bool, seed: int = 0):
     masks = np.ones((6, judges))
     masks[1, 2] = 0.0  # one judge without a length effect: the map must zero it
     spec = Spec(lay, masks, x_scale=1.3, w_pair=1.2, w_ord=0.8)
-    prior = Prior(rng.normal(size=lay.n_core) * 0.1, np.full(lay.n_core, 0.3), np.zeros(prompts),
-                  np.full(prompts, 0.5))
+    prior = Prior(rng.normal(size=lay.n_core) * 0.1, np.full(lay.n_core, 0.3), np.zeros(prompts), np.full(prompts, 0.5))
     return Objective(spec, [Shard(pairs, scores)], prior), rng
 
 

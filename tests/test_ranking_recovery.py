@@ -59,8 +59,15 @@ def test_parameters_recovered_with_near_nominal_ci_coverage():
     theta_hits, effect_hits, beta_err = [], [], []
     for seed in range(5):
         with_scores = seed % 2 == 1
-        cells, scores, tr = simulated(battles=20_000, models=16, judges=4, seed=seed, self_battles=0.05,
-                                      scores=0.3 if with_scores else 0.0, prompts=60)
+        cells, scores, tr = simulated(
+            battles=20_000,
+            models=16,
+            judges=4,
+            seed=seed,
+            self_battles=0.05,
+            scores=0.3 if with_scores else 0.0,
+            prompts=60,
+        )
         fit = fit_bias_aware(cells, scores, config=FAST)
         assert fit.converged and fit.rel_grad < 1e-8
         theta = true_theta(fit.models, tr, scale_by_discrimination=not with_scores)
@@ -99,8 +106,12 @@ def _taus(cells, tr, k=5):
 
 
 def test_corrected_beats_naive_when_bias_is_spurious_and_sits_at_the_oracle():
-    runs = [_taus(*simulated(battles=20_000, models=16, judges=4, seed=10 + s, beta0=1.0, len_model_sd=0.6,
-                             lambda0=0.8)[::2]) for s in range(3)]
+    runs = [
+        _taus(
+            *simulated(battles=20_000, models=16, judges=4, seed=10 + s, beta0=1.0, len_model_sd=0.6, lambda0=0.8)[::2]
+        )
+        for s in range(3)
+    ]
     mean = {key: float(np.mean([r[key] for r in runs])) for key in runs[0]}
     assert mean["corrected"] > mean["naive"] + 0.1, mean
     assert mean["corrected"] > mean["oracle"] - 0.03, mean
@@ -109,8 +120,21 @@ def test_corrected_beats_naive_when_bias_is_spurious_and_sits_at_the_oracle():
 def test_unbiased_judge_corrected_no_worse_than_naive():
     """No position, length, affinity or discrimination effects: correcting must not cost ranking quality."""
     runs = [
-        _taus(*simulated(battles=20_000, models=16, judges=4, seed=20 + s, gamma0=0.0, sd_u=0.0, beta0=0.0,
-                         sd_beta=0.0, lambda0=0.0, sd_lambda=0.0, disc_sd=0.0)[::2])
+        _taus(
+            *simulated(
+                battles=20_000,
+                models=16,
+                judges=4,
+                seed=20 + s,
+                gamma0=0.0,
+                sd_u=0.0,
+                beta0=0.0,
+                sd_beta=0.0,
+                lambda0=0.0,
+                sd_lambda=0.0,
+                disc_sd=0.0,
+            )[::2]
+        )
         for s in range(4)
     ]
     mean = {key: float(np.mean([r[key] for r in runs])) for key in runs[0]}

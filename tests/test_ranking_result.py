@@ -34,8 +34,9 @@ def fits():
 
 def test_named_effects_are_the_bias_table(fits):
     fit, _ = fits[0]
-    for row in fit.bias.filter(pl.col("effect").is_in(["position", "length", "affinity", "tie", "discrimination"]))\
-            .to_dicts():
+    for row in fit.bias.filter(
+        pl.col("effect").is_in(["position", "length", "affinity", "tie", "discrimination"])
+    ).to_dicts():
         effect = getattr(fit.judges[row["judge"]], row["effect"])
         assert effect.estimate == row["estimate"]
         lo, hi = effect.conf_int(0.05)  # z(0.05) is Z95 to 1e-15: the table's own interval
@@ -52,7 +53,8 @@ def test_named_effects_are_the_bias_table(fits):
     assert disc is not None and disc.log_scale
     lo, hi = disc.conf_int(0.05)
     assert lo < disc.estimate < hi and math.log(disc.estimate) - math.log(lo) == pytest.approx(
-        math.log(hi) - math.log(disc.estimate), rel=1e-9)  # symmetric on the log scale
+        math.log(hi) - math.log(disc.estimate), rel=1e-9
+    )  # symmetric on the log scale
     with pytest.raises(ValueError, match="alpha"):
         length.conf_int(1.5)
 

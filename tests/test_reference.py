@@ -49,16 +49,18 @@ def anchor_rows(params, k: int, seed: int, *, beta: float = 0.0, gamma: float = 
     len_b = np.maximum(1, np.round(np.exp(log_b))).astype(np.int64)
     eta = params.theta[a] - params.theta[b] + gamma + beta * (np.log(len_a) - np.log(len_b))
     first = rng.random(k) < 1.0 / (1.0 + np.exp(-eta))
-    return pl.DataFrame({
-        "battle_id": [f"anchor-{seed}-{i}" for i in range(k)],
-        "ts": ["2024-01-01T00:00:00Z"] * k,
-        "judge": ["trusted"] * k,
-        "model_a": params.model_names[a],
-        "model_b": params.model_names[b],
-        "winner": np.where(first, "model_a", "model_b"),
-        "len_a": len_a,
-        "len_b": len_b,
-    })
+    return pl.DataFrame(
+        {
+            "battle_id": [f"anchor-{seed}-{i}" for i in range(k)],
+            "ts": ["2024-01-01T00:00:00Z"] * k,
+            "judge": ["trusted"] * k,
+            "model_a": params.model_names[a],
+            "model_b": params.model_names[b],
+            "winner": np.where(first, "model_a", "model_b"),
+            "len_a": len_a,
+            "len_b": len_b,
+        }
+    )
 
 
 def anchor_cells(rows: pl.DataFrame) -> pl.DataFrame:
@@ -233,8 +235,12 @@ def test_reference_rating_intervals_are_its_own_with_bootstrap() -> None:
     # Bootstrap replicates are of θ; a reference rating with a length term (φ ≠ θ) publishes its own
     # (delta-method) intervals rather than θ's replicates.
     cells, params = simulated(seed=42, battles=6000, models=10, beta0=0.5, sd_beta=0.0, len_model_sd=0.6)
-    fit = fit_with_reference(cells, reference=ANCHORS, config=ModelConfig(bootstrap=3),
-                             anchor_cells=anchor_cells(anchor_rows(params, 3000, 8, beta=0.5)))
+    fit = fit_with_reference(
+        cells,
+        reference=ANCHORS,
+        config=ModelConfig(bootstrap=3),
+        anchor_cells=anchor_cells(anchor_rows(params, 3000, 8, beta=0.5)),
+    )
     assert fit.own_effects["length"].get("applied") is None  # the anchors' length is supported: φ ≠ θ
     assert fit.corrected.uncertainty == "laplace" and fit.corrected.boot_theta is None
     assert np.all(fit.corrected.ci_low < fit.corrected.rating) and np.all(fit.corrected.rating < fit.corrected.ci_high)

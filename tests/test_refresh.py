@@ -342,8 +342,10 @@ def test_drop_missing_days_removes_the_day_from_the_state_and_the_board(sim, tmp
     dropped = refresh(_glob(logs), state, out, [], RefreshOptions(audit=False, drop_missing_days=True))
     assert dropped.summary.days.dropped == ["2024-01-02"] and dropped.summary.days.without_input == []
     assert dropped.summary.days.count == SIM.days - 1
-    assert dropped.summary.counts.read == first.summary.counts.read - gone.height == (
-        first.summary.counts.read - day_counts["read"]
+    assert (
+        dropped.summary.counts.read
+        == first.summary.counts.read - gone.height
+        == (first.summary.counts.read - day_counts["read"])
     )
     # each counted battle adds one to n_battles of both its models: the board loses exactly the day's counted rows
     lost = first.leaderboard["n_battles"].sum() - dropped.leaderboard["n_battles"].sum()

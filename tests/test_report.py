@@ -31,7 +31,7 @@ from biasboard.transforms import publish, state
 
 HOSTILE = [
     "<script>alert(1)</script>",
-    'quote "double" & \'single\'',
+    "quote \"double\" & 'single'",
     "模型-α",
     "Модель",
     "a&amp;b",  # an already-escaped-looking name must come back literally
@@ -41,8 +41,9 @@ HOSTILE = [
 HOSTILE_JUDGES = ["<script>judge</script>", 'J & "K"', "审判官"]
 VOID = {"area", "br", "col", "hr", "img", "input", "link", "meta", "wbr", "source", "track", "embed", "base"}
 SVG_RE = re.compile(r"<svg\b.*?</svg>", re.S)
-SIM = SimulationConfig(battles=4000, models=len(HOSTILE), judges=len(HOSTILE_JUDGES), days=2, both_orders=True,
-                       bad_rows=0.01, seed=7)
+SIM = SimulationConfig(
+    battles=4000, models=len(HOSTILE), judges=len(HOSTILE_JUDGES), days=2, both_orders=True, bad_rows=0.01, seed=7
+)
 
 
 def _rename_logs(root: Path) -> dict[str, str]:
@@ -75,13 +76,25 @@ def published(tmp_path_factory) -> Published:
     logs = write_simulation(SIM, root / "logs")
     names = _rename_logs(logs)
     theta = {names[m["model"]]: m["theta"] for m in json.loads((logs / "truth.json").read_text())["models"]}
-    outcome = refresh(str(logs / "battles" / "day=*" / "*.parquet"), str(root / "state"), str(root / "out"), [],
-                      RefreshOptions(k=3, title='Report <script>x</script> "t"'))
+    outcome = refresh(
+        str(logs / "battles" / "day=*" / "*.parquet"),
+        str(root / "state"),
+        str(root / "out"),
+        [],
+        RefreshOptions(k=3, title='Report <script>x</script> "t"'),
+    )
     snap = Path(publish.resolve_snapshot(str(root / "out")))
     summary = Summary.from_json(json.loads((snap / "summary.json").read_text()))
     assert summary.to_json() == outcome.summary.to_json()  # the reader sees exactly what the producer made
-    return Published(pl.read_parquet(snap / "leaderboard.parquet"), pl.read_parquet(snap / "bias.parquet"), summary,
-                     (snap / "report.html").read_text(encoding="utf-8"), snap, root / "state", theta)
+    return Published(
+        pl.read_parquet(snap / "leaderboard.parquet"),
+        pl.read_parquet(snap / "bias.parquet"),
+        summary,
+        (snap / "report.html").read_text(encoding="utf-8"),
+        snap,
+        root / "state",
+        theta,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +219,7 @@ def test_nothing_loads_from_the_network(page):
     # a URL may appear only as escaped text from a model name, never in markup
     for found in re.finditer(r"https://([^<…\s]*)", page):  # chart labels may truncate the name with "…"
         text, name = found.group(1), "evil.example/x.js"
-        assert name.startswith(text) or text.startswith(name), page[found.start() - 80:found.end() + 20]
+        assert name.startswith(text) or text.startswith(name), page[found.start() - 80 : found.end() + 20]
     assert "http://" not in page
     csp = [v for t, k, v in c.attrs if t == "meta" and k == "content" and v and "default-src" in v]
     assert csp and "default-src 'none'" in csp[0]
@@ -253,8 +266,9 @@ def test_leaderboard_table_matches_the_published_board_and_rank_intervals(publis
         assert c.low <= c.rank <= c.high and n.low <= n.rank <= n.high
         assert r[1] == str(rec["rank_corrected"])
         assert r[2] == (str(c.low) if c.low == c.high else f"{c.low}–{c.high}")
-        assert r[3] == (f"{rec['rating_corrected']:.1f} [{rec['ci_low_corrected']:.1f}, "
-                        f"{rec['ci_high_corrected']:.1f}]")
+        assert r[3] == (
+            f"{rec['rating_corrected']:.1f} [{rec['ci_low_corrected']:.1f}, {rec['ci_high_corrected']:.1f}]"
+        )
         assert r[4] == str(rec["rank_naive"])
         assert r[5] == (str(n.low) if n.low == n.high else f"{n.low}–{n.high}")
         assert r[6] == f"{rec['rating_naive']:.1f} [{rec['ci_low_naive']:.1f}, {rec['ci_high_naive']:.1f}]"
@@ -358,8 +372,10 @@ def test_head_to_head_matrices_match_the_cells(published):
 
 def test_judge_audit_comes_from_the_summary_not_an_html_fragment(published):
     """The audit job's HTML fragment is not embedded: the section is rendered from typed fields."""
-    bare = dataclasses.replace(published.summary, diagnostics=dataclasses.replace(
-        published.summary.diagnostics, order=[], order_models=[], family=[]))
+    bare = dataclasses.replace(
+        published.summary,
+        diagnostics=dataclasses.replace(published.summary.diagnostics, order=[], order_models=[], family=[]),
+    )
     page = render_report(published.leaderboard, published.bias, bare)
     assert 'id="audit"' not in page and 'href="#audit"' not in page
     assert (published.snapshot / "audit_section.html").read_text(encoding="utf-8") not in published.page
@@ -385,14 +401,18 @@ def test_plot_shows_the_top_and_the_largest_movers_and_the_table_lists_all(publi
     assert len(table_rows(page, "leaderboard")) == lb.height
     forest = ET.fromstring(SVG_RE.findall(page)[0])
     # each row label carries its tooltip "<name> — corrected #<rank>, naive #<rank>"
-    plotted = [int(re.search(r"corrected #(\d+)", "".join(t.itertext())).group(1)) for t in forest.iter("text")
-               if t.get("text-anchor") == "end"]
+    plotted = [
+        int(re.search(r"corrected #(\d+)", "".join(t.itertext())).group(1))
+        for t in forest.iter("text")
+        if t.get("text-anchor") == "end"
+    ]
     ordered = lb.sort("rank_corrected")
     rest = ordered.slice(top_n).filter(pl.col("rank_change") != 0)
     expected = ordered["rank_corrected"].to_list()[:top_n]
     if rest.height:
-        biggest = rest.with_columns(pl.col("rank_change").abs().alias("m")).sort(["m", "rank_corrected"],
-                                                                                    descending=[True, False])
+        biggest = rest.with_columns(pl.col("rank_change").abs().alias("m")).sort(
+            ["m", "rank_corrected"], descending=[True, False]
+        )
         expected += biggest["rank_corrected"].to_list()[:movers]
     assert plotted == sorted(expected)
     assert len(plotted) < lb.height
@@ -442,13 +462,14 @@ def test_slope_and_split_builders_escape_and_parse():
     assert "#1 <a>" in texts and "#2 <a>" in texts and "#1 b&c" in texts
     svg = split_bars(["<j>"], [Part("A", "#111", [3]), Part("B", "#222", [1])], title="p", annotations=["f<1>"])
     root = ET.fromstring(svg)
-    widths = [float(r.get("width")) for r in root.iter("rect") if r.get("fill") in ("#111", "#222")
-              and float(r.get("width")) > 11]
+    widths = [
+        float(r.get("width"))
+        for r in root.iter("rect")
+        if r.get("fill") in ("#111", "#222") and float(r.get("width")) > 11
+    ]
     assert widths[0] == pytest.approx(3 * widths[1], rel=1e-2)
     assert "f<1>" in "".join(root.itertext())
     assert esc('"') == "&quot;" and esc("'") == "&#x27;"
-
-
 
 
 # --------------------------------------------------------------------------- in a real browser
@@ -476,8 +497,16 @@ def browser() -> str:
 
 
 def _chromium(browser: str, width: int, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-               f"--window-size={width},1000", *args]
+    command = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--no-first-run",
+        f"--window-size={width},1000",
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -487,8 +516,8 @@ def _png_pixels(path: Path) -> tuple[int, int, bytes]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, width, height, idat = 8, 0, 0, b""
     while pos < len(data):
-        length = int.from_bytes(data[pos:pos + 4], "big")
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             width, height = int.from_bytes(body[:4], "big"), int.from_bytes(body[4:8], "big")
         elif kind == b"IDAT":
@@ -499,8 +528,12 @@ def _png_pixels(path: Path) -> tuple[int, int, bytes]:
 
 def _layout(browser: str, page: str, width: int, tmp_path: Path) -> dict:
     probe = tmp_path / f"probe-{width}.html"
-    probe.write_text(re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page)
-                     .replace("</body>", LAYOUT_PROBE + "</body>"), encoding="utf-8")
+    probe.write_text(
+        re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page).replace(
+            "</body>", LAYOUT_PROBE + "</body>"
+        ),
+        encoding="utf-8",
+    )
     dom = _chromium(browser, width, "--dump-dom", probe.as_uri()).stdout
     found = re.search(r'data-layout="([^"]*)"', dom)
     assert found, f"the layout probe did not run at {width} px"

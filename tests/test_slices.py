@@ -98,8 +98,15 @@ def test_an_unknown_slice_column_is_refused(run):
 
 def test_cells_stored_before_the_slice_keys_read_as_unlabelled():
     fields = [f for f in PAIR_CELLS_SCHEMA if f.name not in ("category", "language")]
-    values = {"judge": "j", "judge_family": "f", "model_a": "a", "model_b": "b", "family_a": "f", "family_b": "f",
-              "order_known": True}
+    values = {
+        "judge": "j",
+        "judge_family": "f",
+        "model_a": "a",
+        "model_b": "b",
+        "family_a": "f",
+        "family_b": "f",
+        "order_known": True,
+    }
     old = pa.table({f.name: pa.array([values.get(f.name, 1)], f.type) for f in fields})
     conformed = conform_pair_cells(old)
     assert conformed.schema.equals(PAIR_CELLS_SCHEMA)
@@ -108,8 +115,15 @@ def test_cells_stored_before_the_slice_keys_read_as_unlabelled():
 
 def test_the_fastchat_importer_keeps_the_arena_language_as_a_slice_label(tmp_path):
     rows = [
-        {"model_a": "m1", "model_b": "m2", "winner": "model_a", "judge": "u1", "tstamp": 1.7e9 + i,
-         "language": lang, "anony": True}
+        {
+            "model_a": "m1",
+            "model_b": "m2",
+            "winner": "model_a",
+            "judge": "u1",
+            "tstamp": 1.7e9 + i,
+            "language": lang,
+            "anony": True,
+        }
         for i, lang in enumerate(["English", "Chinese", None])
     ]
     path = tmp_path / "clean_battle.json"

@@ -61,8 +61,12 @@ def read_anchors(glob: str, family_map: FamilyMap | None = None) -> AnchorSet:
             result = partial_cells(as_anchor_rows(batch), family_map, seen, f.path, offset)
             counts = counts + result.counts
             if result.counts.rejected:
-                _LOG.warning("anchors %s: %d row(s) rejected: %s", f.path, sum(result.counts.rejected.values()),
-                             result.counts.rejected)
+                _LOG.warning(
+                    "anchors %s: %d row(s) rejected: %s",
+                    f.path,
+                    sum(result.counts.rejected.values()),
+                    result.counts.rejected,
+                )
             parts.append(result.cells)
     if counts.counted == 0:
         raise InputError(f"--anchors: no valid trusted verdicts in {glob}")

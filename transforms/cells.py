@@ -303,4 +303,3 @@ __all__ = [
     "partial_cells",
     "partial_score_cells",
 ]
-

@@ -96,8 +96,17 @@ def make_plan(
     if k is not None and k >= posterior.n_models:
         raise InputError(f"--k {k}: the snapshot has only {posterior.n_models} models, so every model is in the top k")
     try:
-        selection = select_comparisons(posterior, budget, strategy, k=k, judges=judges, seed=seed, repeat=repeat,
-                                       max_pair_share=max_pair_share, max_judge_share=max_judge_share)
+        selection = select_comparisons(
+            posterior,
+            budget,
+            strategy,
+            k=k,
+            judges=judges,
+            seed=seed,
+            repeat=repeat,
+            max_pair_share=max_pair_share,
+            max_judge_share=max_judge_share,
+        )
     except KeyError as err:
         raise InputError(f"--judge: {err.args[0]}") from None
     if budget % 2:

@@ -133,8 +133,16 @@ def fit_state(
     if audit_files:
         audit_tables = json.loads(audit_files[AUDIT_JSON]).get("tables") if AUDIT_JSON in audit_files else None
     summary = build_summary(
-        state_dir, days, cells, naive, corrected, leaderboard, reference=fitted, audit_tables=audit_tables,
-        seed=spec.config.seed, without_input=without_input,
+        state_dir,
+        days,
+        cells,
+        naive,
+        corrected,
+        leaderboard,
+        reference=fitted,
+        audit_tables=audit_tables,
+        seed=spec.config.seed,
+        without_input=without_input,
     )
     slice_files, boards = {}, None
     if spec.slices:
@@ -177,8 +185,10 @@ def fit_with_anchors(cells: pa.Table, score_cells: pa.Table | None, spec: FitSpe
         settings=spec.settings,
     )
     if anchors is not None:
-        fitted.notes.append(f"anchors: {anchors.counts.counted} verdict(s) kept of {anchors.counts.read} read "
-                            f"(rejected: {anchors.counts.rejected or 'none'})")
+        fitted.notes.append(
+            f"anchors: {anchors.counts.counted} verdict(s) kept of {anchors.counts.read} read "
+            f"(rejected: {anchors.counts.rejected or 'none'})"
+        )
     return fitted
 
 
@@ -294,8 +304,11 @@ def build_summary(
         top_k=corrected.k,
         ci_level=0.95,
         days=S.Days(
-            count=len(days), first=days[0], last=days[-1],
-            without_input=list(without_input.kept), dropped=list(without_input.dropped),
+            count=len(days),
+            first=days[0],
+            last=days[-1],
+            without_input=list(without_input.kept),
+            dropped=list(without_input.dropped),
         ),
         counts=S.from_jsonable(S.Counts, counts.to_dict(), "counts"),
         judges=[_record(S.JudgeCounts, row) for row in judge_summary(cells).to_pylist()],
@@ -303,7 +316,9 @@ def build_summary(
         warnings=warnings,
         score_counts=S.from_jsonable(
             S.Counts, sum((IngestCounts.from_dict(c) for c in score_manifests), IngestCounts()).to_dict(), "counts"
-        ) if score_manifests else None,
+        )
+        if score_manifests
+        else None,
         uncertainty=corrected.uncertainty,
         ranks=S.Ranks(
             level=RANK_LEVEL,

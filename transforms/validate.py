@@ -290,16 +290,16 @@ def validate_battles(
 ) -> Validated:
     """Apply the battle rules to one batch.
 
-    ``seen`` carries the day's kept ids between batches (None: duplicates are
-    only detected within this batch).  Valid rows carry ``judge``, ``model_a``,
-    ``model_b``, the three family columns as given, ``_winner`` (code: index
-    into WINNER_VALUES), the numeric lengths ``_len_a``/``_len_b`` and
-    ``order_known`` (Boolean, null read as true), the slice labels
-``category``/``language`` (trimmed text, blank → null) — what the
-    cells need, nothing more, since this is the ingest's hot path.  Callers that
-    need more of each valid row (the audit: ``prompt_id``, ``gold``) name those
-    columns in ``carry``; absent ones come back null.  Judge and model names
-    are trimmed and renamed by ``aliases`` first (:mod:`biasboard.schemas.names`).
+        ``seen`` carries the day's kept ids between batches (None: duplicates are
+        only detected within this batch).  Valid rows carry ``judge``, ``model_a``,
+        ``model_b``, the three family columns as given, ``_winner`` (code: index
+        into WINNER_VALUES), the numeric lengths ``_len_a``/``_len_b`` and
+        ``order_known`` (Boolean, null read as true), the slice labels
+    ``category``/``language`` (trimmed text, blank → null) — what the
+        cells need, nothing more, since this is the ingest's hot path.  Callers that
+        need more of each valid row (the audit: ``prompt_id``, ``gold``) name those
+        columns in ``carry``; absent ones come back null.  Judge and model names
+        are trimmed and renamed by ``aliases`` first (:mod:`biasboard.schemas.names`).
     """
     df, fixes = clean_names(normalise_columns(batch, "battle", source_file, carry), BATTLE_NAME_COLUMNS, aliases)
     schema = df.schema

@@ -191,35 +191,63 @@ def plan() -> dict[str, list[tuple[str, Callable[[Path, Path], None], str]]]:
     for run, judgments in FASTCHAT_RUNS.items():
         for name in judgments:
             fields = ("g1_user_prompt", "g1_judgment", "g2_user_prompt", "g2_judgment", "user_prompt", "judgment")
-            fastchat.append((f"{run}/mt_bench/model_judgment/{name}",
-                             lambda s, d, f=fields: _map_rows(s, d, blank(*f)),
-                             "judge prompts and judgments → placeholder"))
-        fastchat.append((f"{run}/mt_bench/model_answer/*.jsonl.gz", lambda s, d: _map_rows(s, d, answer_turns),
-                         "answer turns → same-length x-word fillers"))
+            fastchat.append(
+                (
+                    f"{run}/mt_bench/model_judgment/{name}",
+                    lambda s, d, f=fields: _map_rows(s, d, blank(*f)),
+                    "judge prompts and judgments → placeholder",
+                )
+            )
+        fastchat.append(
+            (
+                f"{run}/mt_bench/model_answer/*.jsonl.gz",
+                lambda s, d: _map_rows(s, d, answer_turns),
+                "answer turns → same-length x-word fillers",
+            )
+        )
     sources[FASTCHAT] = fastchat
     sources["arena-bench-v1-single"] = [
-        ("judgments.jsonl.gz", lambda s, d: _map_rows(s, d, blank("judgment", "prompt")),
-         "judgment and prompt → placeholder"),
-        ("scores.csv", lambda s, d: _csv_drop(s, d, ("answer_words", "ref_answer_chars", "ref_answer_words")),
-         "only question_id, model, score, answer_chars, source_file kept (the columns the importer reads)"),
+        (
+            "judgments.jsonl.gz",
+            lambda s, d: _map_rows(s, d, blank("judgment", "prompt")),
+            "judgment and prompt → placeholder",
+        ),
+        (
+            "scores.csv",
+            lambda s, d: _csv_drop(s, d, ("answer_words", "ref_answer_chars", "ref_answer_words")),
+            "only question_id, model, score, answer_chars, source_file kept (the columns the importer reads)",
+        ),
     ]
     sources["alpacaeval"] = [
         ("annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz", _copy, "copied unchanged (texts already dropped)"),
         ("annotations_alpaca_eval_gpt4.jsonl.gz", _copy, "copied unchanged (texts already dropped)"),
-        *((path, lambda s, d: _map_rows(s, d, alpaca_annotation, gzip_out=True),
-           "gzip-compressed; output_1/output_2 → same-length x-word fillers; instruction → `[instruction "
-           "<SHA-1 prefix>]`; raw_completion → the first token's top log-probabilities only") for path in ALPACA_REAL),
+        *(
+            (
+                path,
+                lambda s, d: _map_rows(s, d, alpaca_annotation, gzip_out=True),
+                "gzip-compressed; output_1/output_2 → same-length x-word fillers; instruction → `[instruction "
+                "<SHA-1 prefix>]`; raw_completion → the first token's top log-probabilities only",
+            )
+            for path in ALPACA_REAL
+        ),
     ]
     sources["llmfao"] = [
-        *((f"{name}-comparisons.csv", _copy, copy_note)
-          for name in ("crowd", "gpt4", "gpt3", "gpt4-crowd", "gpt3-crowd")),
+        *(
+            (f"{name}-comparisons.csv", _copy, copy_note)
+            for name in ("crowd", "gpt4", "gpt3", "gpt4-crowd", "gpt3-crowd")
+        ),
         ("response_lengths.csv", _copy, copy_note),
         ("evalica_llmfao-golden.csv", _copy, copy_note),
     ]
     pba = []
     for bench, judge, folder in PBA_JUDGES:
-        pba.append((f"{bench}_judgments_{judge}.jsonl.gz", lambda s, d: _map_rows(s, d, blank("judgment")),
-                    "judgment → placeholder"))
+        pba.append(
+            (
+                f"{bench}_judgments_{judge}.jsonl.gz",
+                lambda s, d: _map_rows(s, d, blank("judgment")),
+                "judgment → placeholder",
+            )
+        )
         pba.append((f"published/{folder}.log.txt", _copy, "copied unchanged (PBA's tables of counts and rates)"))
         pba.append((f"published/{folder}.win+halfdraw.csv", _copy, copy_note))
     sources[PBA] = pba
