@@ -314,9 +314,9 @@ def refresh(
     audit = AuditPlan.of(input_glob, state_dir, changes, options, family_map)
     staging = publish.new_staging(out_dir)
 
-    build_only = _build_only_reason(pipeline_options)
-    if build_only:
-        pipeline = build_refresh(
+    def graph(days_without_input: DaysWithoutInput) -> beam.Pipeline:
+        """The one refresh graph; only what happens to stored days without input differs between calls."""
+        return build_refresh(
             pipeline_options,
             input_glob,
             state_dir,
@@ -327,9 +327,12 @@ def refresh(
             family_map,
             aliases,
             audit,
-            DaysWithoutInput(kept=tuple(changes.without_input)),
+            days_without_input,
         )
-        job = pipeline.run()
+
+    build_only = _build_only_reason(pipeline_options)
+    if build_only:
+        job = graph(DaysWithoutInput(kept=tuple(changes.without_input))).run()
         _LOG.info("refresh: %s: the job was built, nothing ran, nothing is published", build_only)
         return Outcome(None, aggregated_days=todo, reason=build_only, job=job)
     failpoint("after-read")
@@ -345,20 +348,7 @@ def refresh(
     if audit.rerun:
         storage.delete_tree(audit.folder)
     with timings.stage("pipeline"):
-        pipeline = build_refresh(
-            pipeline_options,
-            input_glob,
-            state_dir,
-            staging,
-            todo,
-            spec,
-            options,
-            family_map,
-            aliases,
-            audit,
-            without_input,
-        )
-        result = run_to_completion(pipeline)
+        result = run_to_completion(graph(without_input))
     metrics: dict[str, int] = {}
     if todo:
         ingested = committed(state_dir, todo, bool(options.scores_glob), counters(result, INGEST_METRICS))

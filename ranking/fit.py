@@ -199,6 +199,14 @@ def _assemble(
     )
 
 
+def _replicates_of(config: NaiveConfig | ModelConfig, problem: Problem, solution: Solution, shards: int):
+    """The Poisson-bootstrap replicates a config asks for (its seed + 1), or ``(None, None)`` for none."""
+    if not config.bootstrap:
+        return None, None
+    rng = np.random.default_rng(config.seed + 1)
+    return bootstrap_replicates(problem, solution, config.bootstrap, shards, rng, config.tol, config.max_iter)
+
+
 def fit_naive(cells: CellsInput | Dataset, *, config: NaiveConfig | None = None, shards: int = 1) -> FitResult:
     """Bradley–Terry with ties as half wins, maximum likelihood on pair cells (what arenas publish)."""
     config = config or NaiveConfig()
@@ -217,17 +225,7 @@ def fit_naive(cells: CellsInput | Dataset, *, config: NaiveConfig | None = None,
         )
     problem = naive_problem(data, theta_sd, component)
     solution = minimize(problem.objective(shards), *problem.zeros(), tol=config.tol, max_iter=config.max_iter)
-    boot = None
-    if config.bootstrap:
-        boot, _ = bootstrap_replicates(
-            problem,
-            solution,
-            config.bootstrap,
-            shards,
-            np.random.default_rng(config.seed + 1),
-            config.tol,
-            config.max_iter,
-        )
+    boot, _ = _replicates_of(config, problem, solution, shards)
     diagnostics = connectivity_report(data)
     diagnostics["warnings"] = warnings + diagnostics.pop("warnings")
     diagnostics["tie_convention"] = "a tie counts as half a win for each side (Evalica/arena convention)"
@@ -302,17 +300,7 @@ def fit_bias_aware(
     problem = bias_aware_problem(data, config)
     solution = solve_bias_aware(problem, config, shards)
     cov_core = laplace_covariance(solution)
-    boot_theta = boot_core = None
-    if config.bootstrap:
-        boot_theta, boot_core = bootstrap_replicates(
-            problem,
-            solution,
-            config.bootstrap,
-            shards,
-            np.random.default_rng(config.seed + 1),
-            config.tol,
-            config.max_iter,
-        )
+    boot_theta, boot_core = _replicates_of(config, problem, solution, shards)
     on = config.profile and config.diagnostics != "off"
     profiles = profile_ranges(problem, solution, config, shards) if on else {}
     bias = bias_table(problem, solution, cov_core, profiles, boot_core)
