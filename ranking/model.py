@@ -279,6 +279,24 @@ def davidson_terms(eff: np.ndarray, pairs: PairArrays, spec: Spec, hessian: bool
     return terms
 
 
+#: The judge effects that act through η (the tie propensity acts through ψ instead).
+ETA_EFFECTS: tuple[int, ...] = (POS, LEN, AFF, DISC)
+
+
+def _add_value_and_gradient(out: Partials | BlockPartials, lay: Layout, pairs: PairArrays, tm: DavidsonTerms) -> None:
+    """Add the pairs' log-likelihood and its gradient to ``out``: the dense and the judge-blocked paths share it.
+
+    θ gets ∂f/∂η times the discrimination (signed: +a for the first-shown model, −b for the second); each
+    judge effect gets ∂f/∂η times its column of ``z``; the tie propensity gets ∂f/∂ψ.
+    """
+    j, j_count = pairs.j, lay.n_judges
+    out.f += tm.f
+    out.g[lay.theta] += _signed_bincount(pairs.a, pairs.b, tm.g_eta * tm.disc, lay.n_models)
+    for t in ETA_EFFECTS:
+        out.g[lay.eff_block(t)] += np.bincount(j, weights=tm.g_eta * tm.z[t], minlength=j_count)
+    out.g[lay.eff_block(TIE)] += np.bincount(j, weights=tm.g_psi, minlength=j_count)
+
+
 def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials, hessian: bool = True) -> None:
     lay = spec.layout
     m_count, j_count = lay.n_models, lay.n_judges
@@ -304,13 +322,9 @@ def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials
     j = pairs.j
     tm = davidson_terms(eff, pairs, spec, hessian)
     disc, z, q, g_eta = tm.disc, tm.z, tm.q, tm.g_eta
-    out.f += tm.f
+    _add_value_and_gradient(out, lay, pairs, tm)
     th = lay.theta
-    out.g[th] += _signed_bincount(a, b, g_eta * disc, m_count)
-    eta_types = (POS, LEN, AFF, DISC)
-    for t in eta_types:
-        out.g[lay.eff_block(t)] += np.bincount(j, weights=g_eta * z[t], minlength=j_count)
-    out.g[lay.eff_block(TIE)] += np.bincount(j, weights=tm.g_psi, minlength=j_count)
+    eta_types = ETA_EFFECTS
     if not hessian:
         return
     h_eta, h_eta_psi, h_psi = tm.h_eta, tm.h_eta_psi, tm.h_psi
@@ -481,12 +495,8 @@ def block_partials(
     a, b, j = pairs.a, pairs.b, pairs.j
     tm = davidson_terms(eff, pairs, spec, hessian)
     disc, z, q, g_eta = tm.disc, tm.z, tm.q, tm.g_eta
-    out.f += tm.f
-    out.g[lay.theta] += _signed_bincount(a, b, g_eta * disc, m_count)
-    eta_types = (POS, LEN, AFF, DISC)
-    for t in eta_types:
-        out.g[lay.eff_block(t)] += np.bincount(j, weights=g_eta * z[t], minlength=j_count)
-    out.g[lay.eff_block(TIE)] += np.bincount(j, weights=tm.g_psi, minlength=j_count)
+    _add_value_and_gradient(out, lay, pairs, tm)
+    eta_types = ETA_EFFECTS
     if not hessian:
         return
     h_eta, h_eta_psi, h_psi = tm.h_eta, tm.h_eta_psi, tm.h_psi
