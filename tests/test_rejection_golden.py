@@ -6,7 +6,7 @@ numeric and timestamp columns; bad winners; NaN, text, negative, infinite and
 absurd lengths; repeats within a batch, across batches and after a malformed
 first attempt; scores out of range) in batches whose columns have the types
 real files carry.  The outputs were recorded from the validator as it was
-before the rejection path was vectorised (``tests/data/golden/rejection.json``), so
+before the rejection path was vectorised (``tests/golden/rejection.json``), so
 any change in what is kept, what is rejected, for which reason, or where the
 dead letter points fails here.  Regenerate only for an intended rule change:
 ``BIASBOARD_REGEN_REJECTION=1 pytest tests/test_rejection_golden.py``.
@@ -27,7 +27,7 @@ from biasboard.schemas.battle import BATTLE_REQUIRED, SCORE_REQUIRED
 from biasboard.schemas.deadletter import MAX_RESPONSE_LENGTH
 from biasboard.transforms.validate import SeenIds, validate_battles, validate_scores
 
-GOLDEN = Path(__file__).parent / "data" / "golden" / "rejection.json"
+GOLDEN = Path(__file__).parent / "golden" / "rejection.json"
 T0 = dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc)
 N = 240  # rows per batch
 
