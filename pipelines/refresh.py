@@ -69,6 +69,7 @@ from biasboard.transforms.audit import (
 from biasboard.transforms.fit import DEFAULT_FIT_RAM, FitModels
 from biasboard.transforms.ingest import METRICS_NAMESPACE as INGEST_METRICS
 from biasboard.transforms.ingest import committed, day_tasks, ingest_days, ingest_settings
+from biasboard.transforms.judge_pool import JudgePool
 from biasboard.transforms.plan import MAX_BUDGET, make_plan
 from biasboard.transforms.publish import failpoint
 from biasboard.transforms.runner import counters, run_to_completion
@@ -141,7 +142,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--judge-pool",
         default=None,
         help="fit one judge per pool: 'prefix:SEP' pools judges by their name up to SEP (e.g. 'prefix:/' fits all "
-        "'arena/<voter>' as 'arena'); default: every judge its own effect, voters shrunk to their population",
+        "'arena/<voter>' as 'arena'); 'column:NAME' makes each battle's judge the value of its column NAME (e.g. "
+        "'column:voter_group'; a null or blank value keeps the battle's own judge; applied while days are "
+        "aggregated, so changing it re-aggregates every day); default: every judge its own effect, voters shrunk "
+        "to their population",
     )
     parser.add_argument(
         "--plan-budget",
@@ -292,7 +296,8 @@ def refresh(
     started = dt.datetime.now(dt.timezone.utc)
 
     with timings.stage("read"):
-        changes = input_changes(input_glob, state_dir, options.scores_glob, ingest_settings(family_map, aliases))
+        settings = ingest_settings(family_map, aliases, JudgePool.parse(options.judge_pool).column)
+        changes = input_changes(input_glob, state_dir, options.scores_glob, settings)
     _LOG.info(
         "read: %d input file(s) over %d day(s): %d new, %d changed, %d unchanged",
         changes.n_files,
@@ -502,7 +507,8 @@ def build_refresh(
     pipeline = beam.Pipeline(options=pipeline_options)
     if days:
         tasks = day_tasks(input_glob, days, scores_glob=options.scores_glob)
-        written = ingest_days(pipeline, tasks, state_dir, family_map, aliases=aliases)
+        judge_column = JudgePool.parse(options.judge_pool).column
+        written = ingest_days(pipeline, tasks, state_dir, family_map, aliases=aliases, judge_column=judge_column)
     else:
         written = pipeline | "NothingNew" >> beam.Create([])
     after = []
@@ -518,7 +524,18 @@ def build_refresh(
         _LOG.info("audit: %d of %d day(s) to audit; the others' partials are stored", len(todo_audit), len(input_days))
         stored = list(input_days)
         after.append(
-            audit_days_incremental(pipeline, todo_audit, stored, days_dir, out, families, lookup, shards, aliases)
+            audit_days_incremental(
+                pipeline,
+                todo_audit,
+                stored,
+                days_dir,
+                out,
+                families,
+                lookup,
+                shards,
+                aliases,
+                JudgePool.parse(options.judge_pool).column,
+            )
         )
     _ = written | "FitModels" >> FitModels(
         state_dir,
@@ -734,7 +751,7 @@ def model_config(options: RefreshOptions) -> ModelConfig:
             seed=options.seed,
             length_clip=options.length_clip,
             diagnostics=options.diagnostics,
-            judge_pool=options.judge_pool,
+            judge_pool=JudgePool.parse(options.judge_pool).fit_rule,  # a column pools at ingest
         )
     except ValueError as err:  # a bad option value, said in one line rather than a traceback
         raise InputError(f"refresh options: {err}") from err

@@ -58,6 +58,7 @@ from biasboard.schemas.names import AliasMap
 from biasboard.transforms import publish, read, storage
 from biasboard.transforms.cells import IngestCounts
 from biasboard.transforms.covariates import resolve_families
+from biasboard.transforms.judge_pool import carry, pool_by_column
 from biasboard.transforms.runner import run_to_completion
 from biasboard.transforms.validate import WINNER_CODE, SeenIds, validate_battles
 
@@ -269,15 +270,21 @@ def audit_frame(valid: pl.DataFrame) -> pl.DataFrame:
     return out if out.get_column(GOLD_COLUMN).null_count() < out.height else out.drop(GOLD_COLUMN)
 
 
-def read_day(day_files: tuple[str, list[read.InputFile]], family_map: FamilyMap, aliases: AliasMap | None = None):
+def read_day(
+    day_files: tuple[str, list[read.InputFile]],
+    family_map: FamilyMap,
+    aliases: AliasMap | None = None,
+    judge_column: str | None = None,
+):
     """One day's files → validated audit frames, plus a ``counts`` output (read / valid / rejected by reason).
 
     Repeated battle ids are detected across all the day's files, and names are
-    trimmed and aliased, as ingest does.
+    trimmed, aliased and pooled by ``judge_column`` (``--judge-pool column:NAME``), as ingest does.
     """
     day, files = day_files
     seen = SeenIds()
-    for f, offset, batch in read.day_batches(day, files, carry=AUDIT_CARRY):
+    for f, offset, batch in read.day_batches(day, files, carry=AUDIT_CARRY + carry(judge_column)):
+        batch = pool_by_column(batch, judge_column)
         checked = validate_battles(
             batch, seen, source_file=f.path, row_offset=offset, carry=AUDIT_CARRY, aliases=aliases
         )
@@ -394,17 +401,18 @@ class AuditDayFn(beam.DoFn):
     """
 
     def __init__(self, days_dir: str, family_map: FamilyMap, gold_lookup: pl.DataFrame | None,
-                 aliases: AliasMap | None = None):  # fmt: skip
+                 aliases: AliasMap | None = None, judge_column: str | None = None):  # fmt: skip
         self.days_dir = days_dir
         self.family_map = family_map
         self.gold_lookup = gold_lookup
         self.aliases = aliases
+        self.judge_column = judge_column
 
     def process(self, task: tuple[str, list[read.InputFile], str]):
         day, files, key = task
         parts: list[AuditPartials] = []
         counts = IngestCounts()
-        for out in read_day((day, files), self.family_map, self.aliases):
+        for out in read_day((day, files), self.family_map, self.aliases, self.judge_column):
             if isinstance(out, beam.pvalue.TaggedOutput):
                 counts = counts + out.value
             else:
@@ -441,6 +449,7 @@ def audit_days_incremental(
     gold_lookup: pl.DataFrame | None = None,
     order_shards: int = DEFAULT_ORDER_SHARDS,
     aliases: AliasMap | None = None,
+    judge_column: str | None = None,
 ) -> beam.PCollection:
     """Add the incremental audit to ``pipeline``: audit the ``todo`` days (day → (files, key)) into
     ``days_dir``, then combine the stored partials of ``all_days`` and write the audit files under ``out``.
@@ -454,7 +463,7 @@ def audit_days_incremental(
         pipeline
         | "AuditDays" >> beam.Create(tasks)
         | "SpreadAuditDays" >> beam.Reshuffle()
-        | "AuditDay" >> beam.ParDo(AuditDayFn(days_dir, family_map, gold_lookup, aliases))
+        | "AuditDay" >> beam.ParDo(AuditDayFn(days_dir, family_map, gold_lookup, aliases, judge_column))
     )
     parts = (
         audited

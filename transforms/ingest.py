@@ -35,6 +35,7 @@ from biasboard.transforms.cells import (
     partial_cells,
     partial_score_cells,
 )
+from biasboard.transforms.judge_pool import carry, check_pool_column, pool_by_column
 from biasboard.transforms.read import (
     DEFAULT_BATCH_ROWS,
     InputFile,
@@ -122,17 +123,23 @@ def check_stored_copies(tasks: list[dict], state_dir: str) -> None:
         )
 
 
-def ingest_settings(family_map: FamilyMap, aliases: AliasMap | None = None) -> dict[str, str]:
+def ingest_settings(
+    family_map: FamilyMap, aliases: AliasMap | None = None, judge_column: str | None = None
+) -> dict[str, str]:
     """Everything besides its input files that a day's cells depend on; stored in the day's manifest.
 
-    Families are resolved and names aliased while a day is aggregated and
-    written into its cells, so the maps' digests are part of what refresh
-    compares to decide whether a stored day is still current (an alias map
-    only when one is given, so states written without one stay current).
+    Families are resolved, names aliased and judges pooled by a column
+    (``--judge-pool column:NAME``, :mod:`biasboard.transforms.judge_pool`) while
+    a day is aggregated and written into its cells, so the maps' digests and the
+    pool column are part of what refresh compares to decide whether a stored day
+    is still current (each only when given, so states written without them stay
+    current).
     """
     settings = {"family_map": family_map.digest()}
     if aliases is not None and aliases.aliases:
         settings["aliases"] = aliases.digest()
+    if judge_column:
+        settings["judge_pool"] = f"column:{judge_column}"
     return settings
 
 
@@ -145,11 +152,13 @@ class AggregateDayFn(beam.DoFn):
         family_map: FamilyMap,
         batch_rows: int = DEFAULT_BATCH_ROWS,
         aliases: AliasMap | None = None,
+        judge_column: str | None = None,
     ):
         self.state_dir = state_dir
         self.family_map = family_map
         self.batch_rows = batch_rows
         self.aliases = aliases
+        self.judge_column = judge_column
 
     def _aggregate(self, day: str, files: list[dict], kind: str) -> BatchCells:
         partial = partial_cells if kind == "battle" else partial_score_cells
@@ -160,8 +169,10 @@ class AggregateDayFn(beam.DoFn):
         pending_rows = 0
         inputs = [InputFile(**spec) for spec in files]
         read_from: set[str] = set()
-        for f, offset, batch in day_batches(day, inputs, kind, self.batch_rows):
+        column = self.judge_column if kind == "battle" else None  # score rows keep their judge
+        for f, offset, batch in day_batches(day, inputs, kind, self.batch_rows, carry(column)):
             read_from.add(f.path)
+            batch = pool_by_column(batch, column)
             part = partial(batch, self.family_map, seen, f.path, offset, aliases=self.aliases)
             pending.append(part)
             pending_rows += part.cells.num_rows
@@ -187,7 +198,7 @@ class AggregateDayFn(beam.DoFn):
         manifest = {
             "inputs": [InputFile(**f).fingerprint() for f in task["files"]],
             "counts": battles.counts.to_dict(),
-            "settings": ingest_settings(self.family_map, self.aliases),
+            "settings": ingest_settings(self.family_map, self.aliases, self.judge_column),
         }
         if task["score_files"] is not None:
             scores = self._aggregate(day, task["score_files"], "score")
@@ -208,9 +219,10 @@ class AggregateDays(beam.PTransform):
         family_map: FamilyMap,
         batch_rows: int = DEFAULT_BATCH_ROWS,
         aliases: AliasMap | None = None,
+        judge_column: str | None = None,
     ):
         super().__init__()
-        self.fn = AggregateDayFn(state_dir, family_map, batch_rows, aliases)
+        self.fn = AggregateDayFn(state_dir, family_map, batch_rows, aliases, judge_column)
 
     def expand(self, tasks):
         # Reshuffle breaks fusion with Create, so a distributed runner spreads days over workers.
@@ -224,18 +236,21 @@ def ingest_days(
     family_map: FamilyMap,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     aliases: AliasMap | None = None,
+    judge_column: str | None = None,
 ) -> beam.PCollection:
     """Add the ingest over ``tasks`` (see :func:`day_tasks`) to ``pipeline``; returns the committed days' manifests.
 
-    A file already filed under another day (in ``tasks`` or in the state) is
-    refused here, while the graph is built, before anything runs.
+    A file already filed under another day (in ``tasks`` or in the state), or
+    a battle file without the ``judge_column`` to pool by, is refused here,
+    while the graph is built, before anything runs.
     """
     check_stored_copies(tasks, state_dir)
+    check_pool_column((f["path"] for task in tasks for f in task["files"]), judge_column)
     _LOG.info("ingest: %d day(s) into %s", len(tasks), state_dir)
     return (
         pipeline
         | "DayPartitions" >> beam.Create(tasks)
-        | "AggregateDays" >> AggregateDays(state_dir, family_map, batch_rows, aliases)
+        | "AggregateDays" >> AggregateDays(state_dir, family_map, batch_rows, aliases, judge_column)
     )
 
 

@@ -1,0 +1,99 @@
+"""``refresh --judge-pool column:NAME``: each battle's judge is its pool column's value, applied at ingest.
+
+The same simulated battles are written twice: once with the pools already in ``judge`` (the
+simulator's human pools and LLM judges), once with the human pools split into voters and the pool
+in a ``voter_group`` column (null for the LLM judges, blank for some: both keep their own judge).
+Pooled by the column, the second gives the same published board, bias table and audit as the first.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from biasboard.pipelines.refresh import RefreshOptions, refresh
+from biasboard.schemas.errors import InputError
+from biasboard.simulate import SimulationConfig, write_simulation
+from biasboard.transforms.judge_pool import JudgePool, pool_by_column
+
+SIM = SimulationConfig(battles=3000, models=6, judges=4, human_judges=2, days=2, seed=5)
+OPTIONS = RefreshOptions(k=3, diagnostics="off")
+VOTERS = 30
+
+
+def _split_into_voters(pooled: Path, out: Path) -> None:
+    """Each day file of ``pooled`` with the human pools' battles spread over voters, the pool in voter_group."""
+    rng = np.random.default_rng(0)
+    for path in sorted(pooled.glob("battles/day=*/*.parquet")):
+        frame = pl.read_parquet(path)
+        human = frame["judge"].str.starts_with("human-pool")
+        voter = pl.Series([f"voter-{k}" for k in rng.integers(0, VOTERS, frame.height)])
+        group = pl.when(human).then(pl.col("judge")).otherwise(pl.lit(None, dtype=pl.String))
+        frame = frame.with_columns(
+            pl.when(human).then(voter).otherwise(pl.col("judge")).alias("judge"), group.alias("voter_group")
+        )
+        blank = pl.Series(rng.random(frame.height) < 0.3) & ~human  # a blank pool keeps the judge, like a null
+        frame = frame.with_columns(
+            pl.when(blank).then(pl.lit("  ")).otherwise(pl.col("voter_group")).alias("voter_group")
+        )
+        target = out / path.relative_to(pooled)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        frame.write_parquet(target)
+
+
+def _snapshot(tmp_path: Path, outcome, name: str) -> Path:
+    assert outcome.published is not None
+    return tmp_path / name / "snapshots" / outcome.published.snapshot_id
+
+
+def test_pooling_by_column_gives_the_pre_pooled_board(tmp_path):
+    pooled = write_simulation(SIM, tmp_path / "pooled")
+    _split_into_voters(pooled, tmp_path / "voters")
+    pooled_glob = str(pooled / "battles" / "day=*" / "*.parquet")
+    voters_glob = str(tmp_path / "voters" / "battles" / "day=*" / "*.parquet")
+
+    expected = _snapshot(tmp_path, refresh(pooled_glob, str(tmp_path / "s1"), str(tmp_path / "o1"), [], OPTIONS), "o1")
+    # The voters' state first aggregated without pooling: the voters are judges of their own ...
+    unpooled = refresh(voters_glob, str(tmp_path / "s2"), str(tmp_path / "o2"), [], OPTIONS)
+    judges = set(pl.read_parquet(_snapshot(tmp_path, unpooled, "o2") / "bias.parquet")["judge"])
+    assert any(j.startswith("voter-") for j in judges)
+    # ... then the option changes: every stored day is aggregated again (the pools are in the cells).
+    by_column = refresh(
+        voters_glob,
+        str(tmp_path / "s2"),
+        str(tmp_path / "o2"),
+        [],
+        RefreshOptions(k=3, diagnostics="off", judge_pool="column:voter_group"),
+    )
+    assert by_column.aggregated_days == unpooled.aggregated_days and len(by_column.aggregated_days) == SIM.days
+    got = _snapshot(tmp_path, by_column, "o2")
+
+    for table in ("leaderboard.parquet", "bias.parquet"):
+        assert pl.read_parquet(got / table).equals(pl.read_parquet(expected / table)), table
+    summary, want = (json.loads((p / "summary.json").read_text()) for p in (got, expected))
+    assert summary["judges"] == want["judges"] and summary["counts"] == want["counts"]
+    for key in ("order", "family"):  # the judge audit pools by the column too
+        assert summary["diagnostics"][key] == want["diagnostics"][key] and want["diagnostics"][key], key
+    audit, want_audit = (json.loads((p / "audit.json").read_text())["tables"] for p in (got, expected))
+    assert audit == want_audit
+
+
+def test_missing_or_mistyped_pool_column_fails_up_front(tmp_path):
+    logs = write_simulation(SimulationConfig(battles=200, models=4, judges=2, days=1, seed=1), tmp_path / "logs")
+    glob = str(logs / "battles" / "day=*" / "*.parquet")
+    with pytest.raises(InputError, match=r"column:voter_group: .*no column 'voter_group'"):
+        refresh(glob, str(tmp_path / "s"), str(tmp_path / "o"), [], RefreshOptions(judge_pool="column:voter_group"))
+    with pytest.raises(InputError, match=r"holds 'ts' as timestamp"):
+        refresh(glob, str(tmp_path / "s"), str(tmp_path / "o"), [], RefreshOptions(judge_pool="column:ts"))
+    with pytest.raises(InputError, match="--judge-pool 'group': expected 'prefix:SEP'"):
+        refresh(glob, str(tmp_path / "s"), str(tmp_path / "o"), [], RefreshOptions(judge_pool="group"))
+    assert not (tmp_path / "o" / "LATEST").exists()
+
+
+def test_pool_by_column_keeps_the_judge_where_the_pool_is_missing():
+    batch = pl.DataFrame({"judge": ["v1", "v2", "v3", "gpt"], "g": [7, None, 7, None]})
+    assert pool_by_column(batch, "g")["judge"].to_list() == ["7", "v2", "7", "gpt"]
+    assert JudgePool.parse("prefix:/").fit_rule == "prefix:/" and JudgePool.parse("column:g").fit_rule is None
