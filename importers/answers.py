@@ -1,4 +1,4 @@
-"""Answer lengths for FastChat ``llm_judge`` judgments, from the run's ``model_answer/`` folder.
+"""Answer lengths for FastChat ``llm_judge`` and arena-hard-auto judgments, from the run's ``model_answer/`` folder.
 
 MT-Bench judgment files carry no lengths, but the answers they judged sit beside
 them (``data/mt_bench/model_answer/<model>.jsonl`` next to
@@ -9,28 +9,53 @@ wins (FastChat loads answers into a dict).  We do the same.
 
 Length unit: characters of what the judge saw for that turn: turn 1 → the first
 answer; turn 2 (multi-turn prompts show the whole dialogue) → both answers.
+
+arena-hard-auto keeps the same layout one folder deeper
+(``data/<bench>/model_judgment/<judge>/<model>.jsonl`` beside
+``data/<bench>/model_answer/<model>.jsonl``) and single-turn answers in two
+shapes: v0.1 ``{question_id, model_id, choices: [{turns: [{content}]}],
+conv_metadata: {token_len}}`` (older files: ``token_len`` in each turn), v2
+``{uid, model, messages: [..., {role: assistant, content: {answer}}],
+metadata: {token_len}}``.  Its lengths (:func:`arena_hard_answer_lengths`) are
+the answers' token counts (tiktoken, as arena-hard-auto's own length control
+uses) when every answer carries one, else characters of the answer text: one
+unit for the whole import, never a mix.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
-from biasboard.importers.common import SOURCE_ROW, read_records
+from biasboard.importers.common import SOURCE_ROW, DType, nested_field, read_records
 from biasboard.schemas.errors import InputError
 
 ANSWER_PATTERNS = ("*.jsonl", "*.jsonl.gz")
 LENGTH_KEYS = ("model", "question_id", "turn")
 
 
-def default_answers_dir(judgment_files: Sequence[Path]) -> Path | None:
-    """FastChat's layout: ``<bench>/model_judgment/x.jsonl`` → ``<bench>/model_answer`` when it exists."""
+def default_answers_dir(judgment_files: Sequence[Path], depth: int = 1) -> Path | None:
+    """FastChat's layout: ``<bench>/model_judgment/x.jsonl`` → ``<bench>/model_answer`` when it exists.
+
+    ``depth``: folders between ``model_judgment`` and the files (arena-hard-auto: 2, ``<judge>/<model>.jsonl``).
+    """
     for path in judgment_files:
-        candidate = path.parent.parent / "model_answer"
-        if candidate.is_dir():
-            return candidate
+        if len(path.parents) > depth:
+            candidate = path.parents[depth] / "model_answer"
+            if candidate.is_dir():
+                return candidate
     return None
+
+
+def _answer_files(answers_dir: Path) -> list[Path]:
+    files = sorted(p for pattern in ANSWER_PATTERNS for p in answers_dir.glob(pattern))
+    if not files:
+        raise InputError(f"{answers_dir}: no model answer files (*.jsonl[.gz]) in this folder")
+    return files
 
 
 def _stem(path: Path) -> str:
@@ -40,11 +65,8 @@ def _stem(path: Path) -> str:
 
 def answer_lengths(answers_dir: Path) -> pl.DataFrame:
     """(model, question_id as text, turn, len) per answer turn; one row per key (the file's last answer wins)."""
-    files = sorted(p for pattern in ANSWER_PATTERNS for p in answers_dir.glob(pattern))
-    if not files:
-        raise InputError(f"{answers_dir}: no model answer files (*.jsonl[.gz]) in this folder")
     frames = []
-    for path in files:
+    for path in _answer_files(answers_dir):
         frame = read_records(path)
         if "question_id" not in frame.columns or "choices" not in frame.columns:
             raise InputError(f"{path}: FastChat answer file lacks 'question_id' or 'choices'")
@@ -68,3 +90,93 @@ def answer_lengths(answers_dir: Path) -> pl.DataFrame:
             )
     lengths = pl.concat(frames).sort(SOURCE_ROW)
     return lengths.unique(subset=list(LENGTH_KEYS), keep="last", maintain_order=True).drop(SOURCE_ROW)
+
+
+def _token_count(frame: pl.DataFrame) -> pl.Expr:
+    """The answer's token count: ``conv_metadata.token_len`` (v0.1), ``metadata.token_len`` (v2), or the
+    sum of the turns' ``token_len`` (older v0.1); null where the line has none."""
+    nested = (nested_field(frame, "conv_metadata", "token_len"), nested_field(frame, "metadata", "token_len"))
+    found = [f[0] for f in nested if f is not None]
+    turns = _first_choice_turns(frame)
+    if turns is not None and isinstance(turns[1], pl.Struct) and "token_len" in {f.name for f in turns[1].fields}:
+        found.append(turns[0].list.eval(pl.element().struct.field("token_len")).list.sum())
+    counts = [e.cast(pl.Float64, strict=False) for e in found]
+    return pl.coalesce(counts) if counts else pl.lit(None, dtype=pl.Float64)
+
+
+def _first_choice_turns(frame: pl.DataFrame) -> tuple[pl.Expr, DType] | None:
+    """``choices[0].turns`` and the type of one turn (text in llm_judge, ``{content, …}`` in arena-hard v0.1)."""
+    dtype = frame.schema.get("choices")
+    if not isinstance(dtype, pl.List) or not isinstance(dtype.inner, pl.Struct):
+        return None
+    turns = next((f.dtype for f in dtype.inner.fields if f.name == "turns"), None)
+    if not isinstance(turns, pl.List):
+        return None
+    return pl.col("choices").list.first().struct.field("turns"), turns.inner
+
+
+def _answer_chars(frame: pl.DataFrame) -> pl.Expr:
+    """Characters of the answer: its turns' text (v0.1) or the last message's answer (v2); null if neither."""
+    turns = _first_choice_turns(frame)
+    if turns is not None and turns[1] == pl.String:
+        return turns[0].list.eval(pl.element().str.len_chars()).list.sum()
+    if turns is not None and isinstance(turns[1], pl.Struct) and "content" in {f.name for f in turns[1].fields}:
+        return turns[0].list.eval(pl.element().struct.field("content").str.len_chars()).list.sum()
+    messages = frame.schema.get("messages")
+    if isinstance(messages, pl.List) and isinstance(messages.inner, pl.Struct):
+        content = next((f.dtype for f in messages.inner.fields if f.name == "content"), None)
+        last = pl.col("messages").list.last().struct.field("content")
+        if content == pl.String:  # text, or an {"answer": …} object kept as its JSON (the user turns are text)
+            return pl.coalesce(last.str.json_path_match("$.answer"), last).str.len_chars()
+        if isinstance(content, pl.Struct) and "answer" in {f.name for f in content.fields}:
+            return last.struct.field("answer").str.len_chars()
+    return pl.lit(None, dtype=pl.UInt32)
+
+
+def _read_answers(path: Path) -> pl.DataFrame:
+    """One arena-hard-auto answer file (JSON lines, gzip or plain) with its row numbers.
+
+    Why not :func:`~biasboard.importers.common.read_records`: a v2 file's messages hold text (the prompt)
+    and objects (the answer) in one field; pyarrow's reader flattens such an object into lossy text,
+    polars keeps its JSON, from which the answer is read.
+    """
+    try:
+        data = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
+        frame = pl.read_ndjson(io.BytesIO(data), infer_schema_length=None) if data.strip() else pl.DataFrame()
+    except (pl.exceptions.PolarsError, OSError, EOFError, zlib.error) as err:
+        raise InputError(f"{path}: cannot be parsed ({type(err).__name__}: {str(err).splitlines()[0]})") from err
+    if frame.height == 0:
+        raise InputError(f"{path}: answer file holds no rows")
+    return frame.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(SOURCE_ROW))
+
+
+def arena_hard_answer_lengths(answers_dir: Path) -> tuple[pl.DataFrame, str]:
+    """(model, question_id as text, turn = 1, len) per arena-hard-auto answer, and the unit ("tokens"/"chars").
+
+    The model is the file's stem and the question its ``question_id`` (v0.1) or ``uid`` (v2); a question
+    answered twice in a file keeps the later answer, as arena-hard-auto's loader does.
+    """
+    frames = []
+    for path in _answer_files(answers_dir):
+        frame = _read_answers(path)
+        qid = next((c for c in ("uid", "question_id") if c in frame.columns), None)
+        if qid is None or not ({"choices", "messages"} & set(frame.columns)):
+            raise InputError(f"{path}: arena-hard-auto answer file lacks 'uid'/'question_id' or 'choices'/'messages'")
+        frames.append(
+            frame.select(
+                pl.lit(_stem(path)).alias("model"),
+                pl.col(qid).cast(pl.String).alias("question_id"),
+                pl.col(SOURCE_ROW),
+                _token_count(frame).alias("tokens"),
+                _answer_chars(frame).cast(pl.Float64).alias("chars"),
+            )
+        )
+    answers = pl.concat(frames, how="vertical_relaxed").sort(SOURCE_ROW)
+    answers = answers.unique(subset=["model", "question_id"], keep="last", maintain_order=True)
+    unit = "tokens" if answers["tokens"].null_count() == 0 else "chars"
+    return answers.select(
+        "model",
+        "question_id",
+        pl.lit(1, dtype=pl.Int64).alias("turn"),
+        pl.col(unit).round().cast(pl.Int64).alias("len"),
+    ), unit

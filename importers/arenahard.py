@@ -34,8 +34,14 @@ v0.1 lines name no baseline (it is ``baseline_model`` in the run's
 ``--baseline``.  v2 lines carry ``baseline`` (per category), which wins over
 ``--baseline``.  ``prompt_id`` is ``question_id`` (v0.1) or ``uid`` (v2);
 ``battle_id`` = ``arena-hard:<judge>:<prompt>:<model>:<baseline>:g<game>``.
-The files are undated (default day) and carry no lengths.  Judge explanations
-and prompts are not carried into dead letters (only each game's ``score``).
+The files are undated (default day) and carry no lengths: those come from the
+run's answers, ``model_answer/<model>.jsonl`` beside ``model_judgment/``
+(found there, or given with ``--answers``), in tokens when every answer
+records its count, else in characters
+(:func:`biasboard.importers.answers.arena_hard_answer_lengths`); without that
+folder the battles have no lengths and the length effect is not fit.  Judge
+explanations and prompts are not carried into dead letters (only each game's
+``score``).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
+from biasboard.importers.answers import arena_hard_answer_lengths, default_answers_dir
 from biasboard.importers.common import (
     REASON,
     REASON_NO_VERDICT,
@@ -58,6 +65,7 @@ from biasboard.importers.common import (
     require_columns,
     stable_id,
 )
+from biasboard.importers.mtbench import attach_answer_lengths
 from biasboard.schemas.errors import InputError
 
 #: ``model_judgment/<judge>/<model>.jsonl``: a judge folder, the ``model_judgment`` folder or one file.
@@ -111,8 +119,8 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.when(first).then(model).otherwise(baseline).alias("model_b"),
         winner.cast(pl.String).alias("winner"),
         qid.alias("prompt_id"),
-        pl.lit(None, dtype=pl.Int64).alias("len_a"),
-        pl.lit(None, dtype=pl.Int64).alias("len_b"),
+        qid.alias("__qid"),
+        pl.lit(1, dtype=pl.Int64).alias("__turn"),
         pl.when(pl.col("score").is_null())
         .then(pl.lit(REASON_NO_VERDICT))
         .otherwise(None)
@@ -126,4 +134,12 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         f"no time stamps in arena-hard-auto judgments: every battle dated {options.default_date.isoformat()} 00:00 UTC",
         "game 1 shows the baseline first, game 2 the model; '>>' and '>' are both a win (strength 2 / 1)",
     ]
+    answers_dir = options.answers_dir or default_answers_dir(paths, depth=2)
+    lengths = None
+    if answers_dir is not None:
+        lengths, unit = arena_hard_answer_lengths(answers_dir)
+        notes.append(f"lengths: {unit} of each model's answer, from {answers_dir}")
+    else:
+        notes.append("no model_answer folder found (--answers): battles without lengths")
+    mapped = attach_answer_lengths(mapped, lengths, (("model_a", "len_a"), ("model_b", "len_b")))
     return finalize_battles(raw, mapped, sources=paths, source_rows=lines.height, notes=notes)

@@ -53,6 +53,7 @@ from biasboard.schemas.rules import (
     timestamp_expr,
     winner_expr,
 )
+from polars.datatypes import DataTypeClass
 
 #: The judge gave no usable verdict (FastChat ``error``, a null PBA verdict, a null AlpacaEval preference, score -1).
 REASON_NO_VERDICT = "no_verdict"
@@ -85,7 +86,7 @@ class ImportOptions:
     judge: str | None = None  # overrides (or supplies) the judge name
     length_unit: str = "chars"  # chars | words, where the source offers both
     tie_band: float = 0.0  # AlpacaEval: |preference - 1.5| <= band is a tie
-    answers_dir: Path | None = None  # FastChat model_answer folder for MT-Bench lengths
+    answers_dir: Path | None = None  # model_answer folder for MT-Bench and arena-hard-auto lengths
     baseline: str | None = None  # arena-hard-auto v0.1: the baseline model the files do not name
 
 
@@ -317,6 +318,22 @@ def require_columns(frame: pl.DataFrame, columns: Iterable[str], paths: Sequence
 def column_or_null(frame: pl.DataFrame, column: str, dtype: pl.DataType | type[pl.DataType] = pl.String) -> pl.Expr:
     """The column when present, else a typed null (optional fields)."""
     return pl.col(column) if column in frame.columns else pl.lit(None, dtype=dtype)
+
+
+#: A column's polars type as the schema gives it (an instance, or a class for the parameterless types).
+DType = pl.DataType | DataTypeClass
+
+
+def nested_field(frame: pl.DataFrame, column: str, *names: str) -> tuple[pl.Expr, DType] | None:
+    """Struct field ``column.name.name…`` and its type, or None when the file lacks it (optional nested fields)."""
+    dtype: DType | None = frame.schema.get(column)
+    expr = pl.col(column)
+    for name in names:
+        inner = {f.name: f.dtype for f in dtype.fields} if isinstance(dtype, pl.Struct) else {}
+        if name not in inner:
+            return None
+        expr, dtype = expr.struct.field(name), inner[name]
+    return (expr, dtype) if dtype is not None else None
 
 
 def as_text(frame: pl.DataFrame, column: str) -> pl.Expr:

@@ -11,8 +11,10 @@ answer shown first (left), ``winner`` holds the four FastChat verdicts,
 * Token counts, when the log has ``conv_metadata``, give the lengths
   (``sum_assistant_a_tokens`` / ``_b``: tokens, FastChat's style-control unit).
 * A text ``language`` column (the arena's) and a text ``category`` column, when
-  present, are kept as the battle's slice labels (``refresh --slices``); the
-  arena's ``category_tag`` (a nested struct of flags) is not read.
+  present, are kept as the battle's slice labels (``refresh --slices``).  Without
+  a text ``category``, the arena's tags (``category_tag``, ``is_code``, ``turn``,
+  ``conv_metadata.sum_user_tokens``) give it: the arena's category boards the
+  battle is in (:mod:`biasboard.importers.arena_categories`).
 * Everything else (``anony``, ``turn`` ...) is not part of a battle and is
   dropped; a row that is dead-lettered keeps all of it as text.
 
@@ -27,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
+from biasboard.importers.arena_categories import arena_category
 from biasboard.importers.common import (
     REASON,
     ImportOptions,
@@ -52,6 +55,17 @@ def _token_lengths(frame: pl.DataFrame) -> tuple[pl.Expr, pl.Expr]:
         len_a, len_b = (pl.col("conv_metadata").struct.field(name) for name in TOKEN_FIELDS)
         return len_a, len_b
     return pl.lit(None, dtype=pl.Int64), pl.lit(None, dtype=pl.Int64)
+
+
+def _slice_labels(raw: pl.DataFrame, notes: list[str]) -> list[pl.Expr]:
+    """The slice label columns: text ``language``/``category`` as given, else the arena's categories."""
+    labels = [pl.col(c) for c in SLICE_COLUMNS if raw.schema.get(c) == pl.String]
+    if raw.schema.get("category") != pl.String:
+        category, boards = arena_category(raw)
+        if category is not None:
+            labels.append(category.alias("category"))
+            notes.append(f"category: the arena's category boards from its tags ({', '.join(boards)})")
+    return labels
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
@@ -83,6 +97,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.coalesce(pl.col("question_id").cast(pl.String), composite) if "question_id" in raw.columns else composite
     )
     len_a, len_b = _token_lengths(raw)
+    labels = _slice_labels(raw, notes)
     mapped = raw.select(
         battle_id.alias("battle_id"),
         ts.alias("ts"),
@@ -93,7 +108,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.lit(None, dtype=pl.String).alias("prompt_id"),
         len_a.alias("len_a"),
         len_b.alias("len_b"),
-        *(pl.col(c) for c in SLICE_COLUMNS if raw.schema.get(c) == pl.String),  # arena's language, a category
+        *labels,
         pl.lit(None, dtype=pl.String).alias(REASON),
     )
     return finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)

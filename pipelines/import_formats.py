@@ -76,7 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--answers",
         metavar="DIR",
-        help="mtbench-pair/-single: FastChat model_answer folder for lengths (default: ../model_answer if present)",
+        help="mtbench-pair/-single, arena-hard: the run's model_answer folder for lengths "
+        "(default: the model_answer folder beside model_judgment, if present)",
     )
 
 

@@ -115,6 +115,16 @@ table.matrix td, table.matrix th { padding:2px 5px; font-size:12px; text-align:c
 table.matrix th.l { text-align:left; white-space:nowrap; }
 table.matrix td.self { background:#eef1f4; }
 details > summary { cursor:pointer; color:var(--muted); margin:6px 0; }
+.tabs { display:flex; flex-wrap:wrap; gap:4px; margin:12px 0; position:relative; }
+.tabs > input { position:absolute; left:0; top:0; width:1px; height:1px; opacity:0; margin:0; }
+.tabs > label { padding:3px 10px; border:1px solid var(--line); border-radius:6px; background:var(--soft);
+  cursor:pointer; overflow-wrap:anywhere; max-width:100%; }
+.tabs > input:checked + label { background:var(--fg); border-color:var(--fg); color:#fff; }
+.tabs > input:checked + label .tag { background:#fff; }
+.tabs > input:focus-visible + label { outline:2px solid var(--accent); outline-offset:2px; }
+.tabs > .tab-panel { order:1; display:none; width:100%; min-width:0; border-top:2px solid var(--fg); }
+.tabs > input:checked + label + .tab-panel { display:block; }
+@media print { .tabs > .tab-panel { display:block; } .tabs > label { display:none; } }
 footer { margin-top:48px; color:var(--muted); font-size:12px; }
 @media (max-width:600px) {
   main { padding:12px 10px 40px; }
@@ -341,29 +351,46 @@ def _rank_cell(intervals: Mapping[str, RankInterval], model: str) -> str:
 
 
 def _slices(boards: pl.DataFrame | None, summary: Summary) -> str:
-    """One panel per slice (``refresh --slices``): its naive and corrected board, or why it was not fit."""
+    """A tab per slice (``refresh --slices``): its naive and corrected board with rank intervals, or why not fit.
+
+    Tabs without script: each tab is a radio button and its label, followed by its panel; CSS shows
+    the panel after the checked button (``.tabs``).  Radio buttons keep the tabs reachable by keyboard
+    (Tab to the group, arrow keys between slices) and announced by screen readers; printing shows every
+    panel.  The first slice is open.
+    """
     if not summary.slices:
         return ""
-    unranked = replace(summary, ranks=None)  # rank intervals are drawn for the overall board only
-    panels = []
-    for info in summary.slices:
-        head = f"<summary>{esc(info.slice)}: {info.battles:,} battles, {info.models} models</summary>"
+    tabs = []
+    for i, info in enumerate(summary.slices):
+        tab_id = f"slice-tab-{i}"
+        count = f"{info.battles:,} battles, {info.models} models"
+        label = f'<label for="{tab_id}">{esc(info.value)} <span class="tag">{esc(info.dimension)}</span></label>'
+        head = f"<h3>{esc(info.slice)}</h3>"
         if not info.fitted or boards is None:
-            panels.append(f'<details>{head}<p class="note">{esc(info.note or "not fit")}</p></details>')
-            continue
-        rows = boards.filter(pl.col("slice") == info.slice).drop("slice").to_dicts()
-        ordered = sorted(rows, key=lambda r: _rank_key(r, "rank_corrected"))
-        tau = f" Kendall τ naive vs corrected: {fmt(info.kendall_tau, 3)}." if info.kendall_tau is not None else ""
-        note = f'<p class="note">A fit on this slice\'s battles alone.{esc(tau)}</p>'
-        table = _leaderboard_table(ordered, f"{summary.ci_level:.0%} CI", f"P(top {info.top_k})", unranked)
-        panels.append(f"<details>{head}{note}{table}</details>")
+            body = f'<p class="note">{esc(count)}. {esc(info.note or "not fit")}</p>'
+        else:
+            rows = boards.filter(pl.col("slice") == info.slice).drop("slice").to_dicts()
+            ordered = sorted(rows, key=lambda r: _rank_key(r, "rank_corrected"))
+            tau = f" Kendall τ naive vs corrected: {fmt(info.kendall_tau, 3)}." if info.kendall_tau is not None else ""
+            body = f'<p class="note">{esc(count)}: a fit on this slice\'s battles alone.{esc(tau)}</p>' + (
+                _leaderboard_table(
+                    ordered, f"{summary.ci_level:.0%} CI", f"P(top {info.top_k})", replace(summary, ranks=info.ranks)
+                )
+            )
+        checked = " checked" if i == 0 else ""
+        tabs.append(
+            f'<input type="radio" name="slice-tab" id="{tab_id}"{checked}>{label}'
+            f'<div class="tab-panel" role="group" aria-label="{esc(info.slice)}">{head}{body}</div>'
+        )
     fitted = sum(1 for i in summary.slices if i.fitted)
     intro = (
         f'<p class="note">{_n(len(summary.slices), "slice", "slices")}, {fitted} fit (a slice needs at least '
         f"{summary.slices[0].min_battles:,} battles); battles without a label count on the overall board "
-        "only. Open a slice for its naive and corrected board.</p>"
+        "only, and a battle with several labels (a coding prompt that is also a hard prompt) is in each of "
+        "their slices. Choose a slice for its naive and corrected board.</p>"
     )
-    return _section("slices", "Slices: a board per category or language", intro + "".join(panels))
+    group = f'<div class="tabs" role="radiogroup" aria-label="Slices">{"".join(tabs)}</div>'
+    return _section("slices", "Slices: a board per category or language", intro + group)
 
 
 def _leaderboard_table(ordered: list[dict[str, Any]], ci_name: str, ptop: str, summary: Summary) -> str:

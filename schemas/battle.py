@@ -47,6 +47,9 @@ BATTLE_SCHEMA = pa.schema(
 BATTLE_REQUIRED: tuple[str, ...] = ("battle_id", "ts", "judge", "model_a", "model_b", "winner")
 #: Optional label columns a board can be sliced by (``refresh --slices``); they are keys of the pair cells.
 SLICE_COLUMNS: tuple[str, ...] = ("category", "language")
+#: Joins the labels of a battle in several slices of one dimension ("hard_prompts|coding"): one battle, one
+#: cell row, in each listed slice (biasboard.transforms.slices).
+SLICE_LABEL_SEPARATOR = "|"
 
 SCORE_SCHEMA = pa.schema(
     [

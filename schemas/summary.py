@@ -424,7 +424,8 @@ class SliceInfo:
     """One slice of ``refresh --slices``: its label, its battles, and whether its boards were fit.
 
     ``fitted`` false: fewer than ``min_battles`` battles, listed but not fit (``note`` says so);
-    ``kendall_tau``: naive vs corrected within the slice (None when not fit).
+    ``kendall_tau``: naive vs corrected within the slice (None when not fit); ``ranks``: the slice's
+    rank intervals, drawn as the overall board's are (None when not fit).
     """
 
     slice: str  # "category=coding"
@@ -437,6 +438,7 @@ class SliceInfo:
     top_k: int = 0  # the k of the slice's P(top k) (the snapshot's k, at most the slice's models - 1)
     kendall_tau: float | None = None
     note: str = ""
+    ranks: Ranks | None = None
 
 
 @dataclass

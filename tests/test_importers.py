@@ -9,7 +9,10 @@ must accept every one of them.
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,6 +21,7 @@ from biasboard.importers.alpacaeval import annotator_family, listed_winner
 from biasboard.importers.common import REASON_NO_VERDICT, ImportOptions, ImportResult
 from biasboard.importers.registry import import_path
 from biasboard.pipelines import cli
+from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID
 from biasboard.schemas.errors import InputError
@@ -368,6 +372,149 @@ def test_arena_hard_v2_names_its_baseline_and_skips_a_failed_game(tmp_path):
     assert cli.main(["import", "--format", "arena-hard", "--in", str(folder), "--out", str(out)]) == 0
     table = pq.read_table(next(out.glob("battles/day=*/*.parquet")), partitioning=None)
     assert table.schema.equals(BATTLE_SCHEMA) and table.num_rows == 5
+
+
+def _jsonl(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _questions(folder: Path, key: str) -> list[str]:
+    ids = {json.loads(line)[key] for path in folder.rglob("*.jsonl") for line in path.read_text().splitlines()}
+    return sorted(ids)
+
+
+def test_arena_hard_lengths_come_from_the_answers_beside_the_judgments(tmp_path):
+    """v0.1 layout: ``model_answer/`` next to ``model_judgment/`` is found; token counts from
+    ``conv_metadata.token_len`` or (older files) the turns' ``token_len``; a missing answer leaves a length null."""
+    bench = tmp_path / "arena-hard-v0.1"
+    shutil.copytree(real_data(*ARENA_HARD, "v0.1", "model_judgment"), bench / "model_judgment")
+    qids = _questions(bench / "model_judgment", "question_id")
+    tokens = {(m, q): 100 + 37 * i + 11 * j for i, m in enumerate(ARENA_HARD_MODELS) for j, q in enumerate(qids)}
+    for model in ARENA_HARD_MODELS:
+        lines = []
+        for q in qids:
+            if (model, q) == ("gpt-4-0314", qids[0]):
+                continue  # the baseline never answered this one
+            n = tokens[model, q]
+            turn = {"content": "x" * (3 * n)}
+            line = {"question_id": q, "answer_id": f"a-{q}", "model_id": model, "tstamp": 1.0}
+            if model == "gpt-3.5-turbo-0125":  # an older v0.1 file: the count sits in the turn
+                line["choices"] = [{"index": 0, "turns": [turn | {"token_len": n}]}]
+            else:
+                line["choices"] = [{"index": 0, "turns": [turn]}]
+                line["conv_metadata"] = {"token_len": n, "header_count": {"h1": 0}}
+            lines.append(line)
+        _jsonl(bench / "model_answer" / f"{model}.jsonl", lines)
+    result = import_path(
+        "arena-hard", bench / "model_judgment" / "gpt-4-1106-preview", ImportOptions(baseline="gpt-4-0314")
+    )
+    rows = check_contract(result)
+    assert any("lengths: tokens" in note for note in result.notes)
+    for row in rows.iter_rows(named=True):
+        for side in "ab":
+            expected = tokens.get((row[f"model_{side}"], row["prompt_id"]))
+            if (row[f"model_{side}"], row["prompt_id"]) == ("gpt-4-0314", qids[0]):
+                expected = None
+            assert row[f"len_{side}"] == expected, row
+    assert rows["len_a"].null_count() + rows["len_b"].null_count() > 0  # the unanswered question
+
+
+#: The models of the vendored v0.1 judgments and their baseline.
+ARENA_HARD_MODELS = ("claude-3-opus-20240229", "gpt-3.5-turbo-0125", "gpt-4-0314")
+
+
+def test_arena_hard_v2_answers_given_with_the_flag_in_characters_when_a_count_is_missing(tmp_path, capsys):
+    """v2 answers (``messages``, ``metadata.token_len``) from ``--answers``; one file without token counts
+    makes the whole import use characters of the answer (one unit, never a mix)."""
+    judgments = tmp_path / "judged"
+    shutil.copytree(real_data(*ARENA_HARD, "v2.0", "model_judgment"), judgments)
+    uids = _questions(judgments, "uid")
+    chars = {}
+    for i, model in enumerate(("qwen3-32b", "o3-mini-2025-01-31", "gemini-2.0-flash-001")):
+        lines = []
+        for j, uid in enumerate(uids):
+            chars[model, uid] = 50 + 7 * i + 3 * j
+            answer = "y" * chars[model, uid]
+            messages = [{"role": "user", "content": "[user prompt]"}]
+            messages.append({"role": "assistant", "content": answer if i == 2 else {"answer": answer}})
+            line = {"uid": uid, "ans_id": f"{model}-{uid}", "model": model, "messages": messages, "tstamp": 1.0}
+            if i < 2:
+                line["metadata"] = {"token_len": chars[model, uid] // 4, "bold_count": {"**": 0}}
+            lines.append(line)
+        _jsonl(tmp_path / "answers" / f"{model}.jsonl", lines)
+    out = tmp_path / "imported"
+    args = ["import", "--format", "arena-hard", "--in", str(judgments), "--out", str(out)]
+    assert cli.main([*args, "--answers", str(tmp_path / "answers")]) == 0
+    assert "lengths: chars of each model's answer" in capsys.readouterr().out
+    rows = pl.read_parquet(next(out.glob("battles/day=*/*.parquet")))
+    assert rows.height == 5
+    for row in rows.iter_rows(named=True):
+        assert (row["len_a"], row["len_b"]) == (
+            chars[row["model_a"], row["prompt_id"]],
+            chars[row["model_b"], row["prompt_id"]],
+        )
+    bad = tmp_path / "not-answers"
+    bad.mkdir()
+    (bad / "m.jsonl").write_text('{"uid": "u1", "model": "m"}\n')
+    assert cli.main([*args.copy()[:-1], str(tmp_path / "imported-2"), "--answers", str(bad)]) == 2
+    assert "lacks 'uid'/'question_id' or 'choices'/'messages'" in capsys.readouterr().err
+
+
+def test_arena_hard_with_answers_fits_the_judges_length_effect(tmp_path):
+    """A simulated arena-hard-auto run whose judge favours longer answers (β = 0.8 per e-fold): imported
+    with its answers, refresh estimates the judge's length effect near β; without them it cannot."""
+    rng = np.random.default_rng(12)
+    models = [f"model-{i}" for i in range(5)]
+    theta = dict(zip(models, np.linspace(-0.8, 0.8, len(models)), strict=True))
+    theta["base"] = 0.0
+    qids = [f"q{j:03d}" for j in range(160)]
+    tokens = {(m, q): int(rng.lognormal(6.0, 0.6)) for m in [*models, "base"] for q in qids}
+    root = tmp_path / "arena-hard-v0.1"
+    for model in models:
+        lines = []
+        for q in qids:
+            games = []
+            for first, second in (("base", model), (model, "base")):
+                eta = theta[first] - theta[second] + 0.8 * np.log(tokens[first, q] / tokens[second, q])
+                u = rng.random()
+                p_first = 0.9 / (1.0 + np.exp(-eta))
+                games.append({"score": "A>B" if u < p_first else "B>A" if u < 0.9 else "A=B", "judgment": "[text]"})
+            lines.append({"question_id": q, "model": model, "judge": "judge-x", "games": games})
+        _jsonl(root / "model_judgment" / "judge-x" / f"{model}.jsonl", lines)
+    for model in [*models, "base"]:
+        answers = [
+            {"question_id": q, "model_id": model, "choices": [{"turns": [{"content": "z"}]}],
+             "conv_metadata": {"token_len": tokens[model, q]}}
+            for q in qids
+        ]  # fmt: skip
+        _jsonl(root / "model_answer" / f"{model}.jsonl", answers)
+
+    def length_effect(folder: Path, name: str) -> dict:
+        out = tmp_path / name
+        assert (
+            cli.main(["import", "--format", "arena-hard", "--in", str(folder), "--out", str(out), "--baseline", "base"])
+            == 0
+        )
+        outcome = refresh(
+            str(out / "battles" / "day=*" / "*.parquet"),
+            str(tmp_path / f"state-{name}"),
+            str(tmp_path / f"snap-{name}"),
+            [],
+            RefreshOptions(k=3, audit=False),
+        )
+        assert outcome.published is not None
+        bias = pl.read_parquet(Path(outcome.published.path) / "bias.parquet")
+        rows = bias.filter((pl.col("judge") == "judge-x") & (pl.col("effect") == "length")).to_dicts()
+        return rows[0] if rows else {}
+
+    fitted = length_effect(root / "model_judgment", "with")
+    assert fitted["enabled"] and fitted["identified"], fitted
+    assert fitted["ci_low"] < 0.8 < fitted["ci_high"] and fitted["ci_low"] > 0.5, fitted  # measured 0.87 [0.72, 1.02]
+    elsewhere = tmp_path / "judgments-alone"
+    shutil.copytree(root / "model_judgment", elsewhere)  # no model_answer beside it: no lengths
+    without = length_effect(elsewhere, "without")
+    assert not without["enabled"] and "no battles with both lengths known" in without["note"], without
 
 
 # ---------------------------------------------------------------------------------------------- LLMFAO, PBA

@@ -558,3 +558,101 @@ def test_layout_probe_sees_an_overflowing_element(published, browser, tmp_path):
     wide = published.page.replace("<footer>", '<div class="too-wide" style="width:2000px">x</div><footer>')
     layout = _layout(browser, wide, 400, tmp_path)
     assert layout["scroll"] > layout["inner"] and "DIV.too-wide" in layout["wide"]
+
+
+# --------------------------------------------------------------------------- slices: a tab per slice
+
+#: Category labels written into the simulated battles: a hostile one, two overlapping ones (one label
+#: naming both), and a small one that is listed but not fit.
+SLICE_LABELS = ("<b>coding</b>", "hard|math", "tiny")
+
+
+@pytest.fixture(scope="module")
+def sliced(tmp_path_factory) -> Published:
+    root = tmp_path_factory.mktemp("report-slices")
+    config = dataclasses.replace(SIM, days=1, both_orders=False, bad_rows=0.0, categories=3, seed=8)
+    logs = write_simulation(config, root / "logs")
+    for path in logs.glob("battles/day=*/*.parquet"):
+        frame = pl.read_parquet(path).with_row_index("i")
+        label = pl.col("category").replace_strict(
+            {f"{c}": label for c, label in zip(sorted(frame["category"].unique()), SLICE_LABELS, strict=True)}
+        )
+        tiny = (label == "tiny") & (pl.col("i") % 20 != 0)
+        frame.with_columns(pl.when(tiny).then(pl.lit("hard|math")).otherwise(label).alias("category")).drop(
+            "i"
+        ).write_parquet(path)
+    options = RefreshOptions(k=3, audit=False, slices="category", slice_min_battles=200)
+    refresh(str(logs / "battles" / "day=*" / "*.parquet"), str(root / "state"), str(root / "out"), [], options)
+    snap = Path(publish.resolve_snapshot(str(root / "out")))
+    summary = Summary.from_json(json.loads((snap / "summary.json").read_text()))
+    page = (snap / "report.html").read_text(encoding="utf-8")
+    return Published(pl.read_parquet(snap / "slices.parquet"), pl.DataFrame(), summary, page, snap, root, {})
+
+
+def _slice_section(page: str) -> str:
+    found = re.search(r'<section id="slices">.*?</section>', page, re.S)
+    assert found, "no slices section"
+    return found.group(0)
+
+
+def test_each_slice_is_a_tab_with_its_boards_and_rank_intervals(sliced):
+    check(sliced.page)
+    section = _slice_section(sliced.page)
+    infos = sliced.summary.slices
+    assert [i.value for i in infos] == ["<b>coding</b>", "hard", "math", "tiny"]
+    assert [i.fitted for i in infos] == [True, True, True, False]
+    radios = re.findall(r'<input type="radio" name="slice-tab" id="([^"]+)"( checked)?>', section)
+    labels = re.findall(r'<label for="([^"]+)">', section)
+    assert [r[0] for r in radios] == labels and len(labels) == len(infos) == len(set(labels))
+    assert [bool(r[1]) for r in radios] == [True, False, False, False]  # the first tab is open
+    panels = re.findall(r'<div class="tab-panel" role="group" aria-label="([^"]*)">', section)
+    assert [html.unescape(p) for p in panels] == [i.slice for i in infos]
+    assert "&lt;b&gt;coding&lt;/b&gt;" in section and "<b>coding" not in section  # escaped like any name
+    assert "fewer than the 200 a slice needs to be fit" in section
+    # Every fitted tab: the slice's naive and corrected board with its own rank intervals.
+    chunks = section.split('<div class="tab-panel"')[1:]
+    for info, chunk in zip(infos, chunks, strict=True):
+        if not info.fitted:
+            assert "<table" not in chunk
+            continue
+        assert info.ranks is not None and "Rank 95% interval" in chunk
+        rows = table_rows(chunk, "leaderboard")
+        board = sliced.leaderboard.filter(pl.col("slice") == info.slice)
+        assert len(rows) == board.height
+        corrected = {iv.model: iv for iv in info.ranks.corrected}
+        for cells in rows:
+            iv = corrected[cells[0]]
+            assert cells[1] == str(iv.rank)
+            assert cells[2] == (str(iv.low) if iv.low == iv.high else f"{iv.low}–{iv.high}")
+
+
+#: Appended to a copy of the slices page: which tab panels are displayed, before and after another tab
+#: is chosen (the CSS alone decides; this script only reads the layout and checks a radio button).
+TAB_PROBE = """<script>
+function shown() {
+  return Array.from(document.querySelectorAll(".tab-panel")).map(function (p) {
+    return getComputedStyle(p).display !== "none";
+  });
+}
+var before = shown();
+document.getElementById("slice-tab-2").checked = true;
+document.body.setAttribute("data-tabs", JSON.stringify({before: before, after: shown()}));
+</script>"""
+
+
+@pytest.mark.parametrize("width", [400, 1280])
+def test_slice_tabs_show_one_panel_and_fit_a_phone(sliced, browser, width, tmp_path):
+    layout = _layout(browser, sliced.page, width, tmp_path)
+    assert layout["scroll"] <= layout["inner"] and layout["wide"] == [], layout
+    probe = tmp_path / "tabs.html"
+    probe.write_text(
+        re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", sliced.page).replace(
+            "</body>", TAB_PROBE + "</body>"
+        ),
+        encoding="utf-8",
+    )
+    dom = _chromium(browser, width, "--dump-dom", probe.as_uri()).stdout
+    found = re.search(r'data-tabs="([^"]*)"', dom)
+    assert found, "the tab probe did not run"
+    tabs = json.loads(html.unescape(found.group(1)))
+    assert tabs == {"before": [True, False, False, False], "after": [False, False, True, False]}

@@ -13,10 +13,12 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pytest
 from biasboard.importers.registry import import_path
+from biasboard.pipelines import cli
 from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, conform_pair_cells
 from biasboard.schemas.errors import InputError
@@ -131,3 +133,135 @@ def test_the_fastchat_importer_keeps_the_arena_language_as_a_slice_label(tmp_pat
     result = import_path("fastchat", path)
     assert result.rows.column("language").to_pylist() == ["English", "Chinese", None]
     assert result.rows.column("category").to_pylist() == [None, None, None]
+
+
+# --------------------------------------------------------------------------- the arena's category boards
+
+#: The arena's criteria flags (FastChat ``criteria_v0.1``).
+CRITERIA = (
+    "specificity",
+    "domain_knowledge",
+    "complexity",
+    "problem_solving",
+    "creativity",
+    "technical_accuracy",
+    "real_world",
+)
+
+
+def _arena_battles(n: int, seed: int) -> tuple[list[dict], list[list[str]]]:
+    """``n`` battles in FastChat's clean_battle format with random tags (no free text), and, per battle, the
+    arena boards it belongs to, decided here row by row as the arena's filters do."""
+    rng = np.random.default_rng(seed)
+    models = [f"m{i}" for i in range(5)]
+    theta = np.linspace(-1.0, 1.0, len(models))
+    rows, expected = [], []
+    for i in range(n):
+        a, b = rng.choice(len(models), 2, replace=False)
+        p = 1.0 / (1.0 + np.exp(-(theta[a] - theta[b])))
+        u = rng.random()
+        flags = {c: bool(rng.random() < 0.75) for c in CRITERIA}
+        score = int(rng.integers(0, 6))
+        tags = {
+            "criteria_v0.1": flags,
+            "if_v0.1": {"if": score >= 4, "score": score},
+            "math_v0.1": {"math": bool(rng.random() < 0.2)},
+            "creative_writing_v0.1": {"creative_writing": bool(rng.random() < 0.15), "score": "no"},
+        }
+        row = {
+            "question_id": f"q{i}",
+            "model_a": models[a],
+            "model_b": models[b],
+            "winner": "model_a" if u < p - 0.05 else "model_b" if u > p + 0.05 else "tie",
+            "judge": f"u{i % 4}",
+            "tstamp": 1.7e9 + i,
+            "turn": int(rng.integers(1, 4)),
+            "anony": True,
+            "language": "English",
+            "is_code": bool(rng.random() < 0.3),
+            "conv_metadata": {"sum_user_tokens": int(rng.integers(1, 900))},
+            "category_tag": tags,
+        }
+        boards = {
+            "hard_prompts": sum(flags.values()) >= 6,
+            "coding": row["is_code"],
+            "math": tags["math_v0.1"]["math"],
+            "instruction_following": score >= 4,
+            "creative_writing": tags["creative_writing_v0.1"]["creative_writing"],
+            "long_query": row["conv_metadata"]["sum_user_tokens"] >= 500,
+            "multi_turn": row["turn"] >= 2,
+        }
+        rows.append(row)
+        expected.append([name for name, member in boards.items() if member])
+    return rows, expected
+
+
+def test_the_arena_tags_become_the_arena_categories(tmp_path):
+    rows, expected = _arena_battles(400, seed=3)
+    # Absent and null tags count as false; a tag a row lacks does not cost it the others.
+    rows[0]["category_tag"] = None
+    rows[1]["category_tag"] = {"math_v0.1": {"math": True}}
+    rows[2]["is_code"] = None
+    expected[0] = [c for c in expected[0] if c in ("coding", "long_query", "multi_turn")]
+    expected[1] = [c for c in expected[1] if c in ("coding", "long_query", "multi_turn")]
+    expected[1].insert(1 if "coding" in expected[1] else 0, "math")
+    expected[2] = [c for c in expected[2] if c != "coding"]
+    path = tmp_path / "clean_battle.json"
+    path.write_text(json.dumps(rows))
+    result = import_path("fastchat", path)
+    got = result.rows.column("category").to_pylist()
+    assert got == ["|".join(e) or None for e in expected]
+    assert any(g is None for g in got) and any("|" in (g or "") for g in got)  # the fixture has both cases
+    assert any("category: the arena's category boards" in note for note in result.notes)
+
+
+def test_a_text_category_column_wins_over_the_tags(tmp_path):
+    rows, _ = _arena_battles(3, seed=4)
+    for row, category in zip(rows, ["coding", "", None], strict=True):
+        row["category"] = category
+    path = tmp_path / "clean_battle.json"
+    path.write_text(json.dumps(rows))
+    # As given (the ingest reads a blank label as none), never replaced by the tags.
+    assert import_path("fastchat", path).rows.column("category").to_pylist() == ["coding", "", None]
+
+
+def test_arena_category_boards_end_to_end(tmp_path, capsys):
+    """``import --format fastchat`` then ``refresh --slices category,language``: a battle in several arena
+    categories is in each of their boards and counted once on the overall board; each slice carries rank
+    intervals drawn as the overall board's are (the one-label language slice, all the data, has the same)."""
+    rows, expected = _arena_battles(3000, seed=5)
+    path = tmp_path / "clean_battle.json"
+    path.write_text(json.dumps(rows))
+    out = tmp_path / "imported"
+    assert cli.main(["import", "--format", "fastchat", "--in", str(path), "--out", str(out)]) == 0
+    capsys.readouterr()
+    glob = str(out / "battles" / "day=*" / "*.parquet")
+    options = RefreshOptions(k=3, audit=False, slices="category,language", slice_min_battles=300)
+    outcome = refresh(glob, str(tmp_path / "state"), str(tmp_path / "out"), [], options)
+    assert outcome.published is not None
+    snapshot = Path(outcome.published.path)
+    summary = _summary(snapshot)
+    assert summary.counts.counted == len(rows)
+    leaderboard = pl.read_parquet(snapshot / "leaderboard.parquet")
+    assert leaderboard["n_battles"].sum() == 2 * len(rows)  # each battle once on the overall board
+    members = {c: sum(c in e for e in expected) for c in {c for e in expected for c in e}}
+    info = {i.slice: i for i in summary.slices}
+    assert {n: i.battles for n, i in info.items() if i.dimension == "category"} == {
+        f"category={c}": n for c, n in members.items()
+    }
+    assert sum(members.values()) > len(rows)  # the boards overlap
+    boards = pl.read_parquet(snapshot / "slices.parquet")
+    for name, slice_info in info.items():
+        if slice_info.battles < 300:
+            assert not slice_info.fitted and slice_info.ranks is None
+            continue
+        assert slice_info.fitted and slice_info.ranks is not None
+        board = boards.filter(pl.col("slice") == name)
+        ranks = {iv.model: iv for iv in slice_info.ranks.corrected}
+        assert set(ranks) == set(board["model"])
+        for model, rank in zip(board["model"], board["rank_corrected"], strict=True):
+            assert ranks[model].rank == rank and ranks[model].low <= rank <= ranks[model].high
+    english = info["language=English"]
+    assert english.battles == len(rows) and english.ranks == summary.ranks
+    board = boards.filter(pl.col("slice") == "language=English").drop("slice")
+    assert board.equals(leaderboard)

@@ -35,6 +35,7 @@ from biasboard.transforms.anchors import read_anchors
 from biasboard.transforms.audit import AUDIT_JSON
 from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
 from biasboard.transforms.plan import plan_inputs
+from biasboard.transforms.ranks import rank_intervals
 from biasboard.transforms.slices import DEFAULT_MIN_BATTLES, SLICES_FILE, fit_slices, slice_config
 
 _LOG = logging.getLogger(__name__)
@@ -320,21 +321,13 @@ def build_summary(
         if score_manifests
         else None,
         uncertainty=corrected.uncertainty,
-        ranks=S.Ranks(
-            level=RANK_LEVEL,
-            source="bootstrap replicates" if corrected.boot_theta is not None else "Laplace posterior draws",
-            draws=len(corrected.boot_theta) if corrected.boot_theta is not None else RANK_DRAWS,
-            naive=_rank_intervals(naive, seed),
-            corrected=_rank_intervals(corrected, seed),
-        ),
+        ranks=rank_intervals(naive, corrected, seed),
         head_to_head=S.HeadToHead(models=top, **head_to_head(cells, top)),
         reference=S.from_jsonable(S.ReferenceInfo, reference.summary(), "reference") if reference is not None else None,
     )
 
 
-#: Level and number of draws of the published rank intervals; the head-to-head matrices cover this many models.
-RANK_LEVEL = 0.95
-RANK_DRAWS = 2000
+#: The head-to-head matrices cover this many models (the top by corrected rank).
 HEAD_TO_HEAD_TOP = 20
 
 
@@ -342,13 +335,6 @@ def _record(cls: type[T], row: Mapping) -> T:
     """One audit/cells record as the contract's dataclass: the fields it declares, nothing guessed."""
     declared = {f.name: row[f.name] for f in fields(cls) if f.name in row}
     return S.from_jsonable(cls, S.to_jsonable(declared), cls.__name__)
-
-
-def _rank_intervals(fit, seed: int) -> list:
-    low, high = fit.rank_interval(RANK_LEVEL, draws=RANK_DRAWS, seed=seed)
-    rank = fit.ranks()
-    rows = zip(fit.models, rank, low, high, strict=True)
-    return [S.RankInterval(m, int(r), int(lo), int(hi)) for m, r, lo, hi in rows]
 
 
 def _pooled_order_models(order_pairs: list) -> list:

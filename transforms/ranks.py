@@ -1,0 +1,33 @@
+"""Rank intervals of a pair of boards (naive and corrected), as the summary publishes them.
+
+One function for the overall board (:func:`biasboard.transforms.snapshot.build_summary`) and every
+slice's (:mod:`biasboard.transforms.slices`), so a slice's intervals come from the same draws at the
+same level as the overall board's: the bootstrap replicates when the fit made them, else Laplace
+posterior draws (:meth:`biasboard.ranking.result.FitResult.rank_interval`).
+"""
+
+from __future__ import annotations
+
+from biasboard.ranking.result import FitResult
+from biasboard.schemas import summary as S
+
+#: Level and number of posterior draws of the published rank intervals.
+RANK_LEVEL = 0.95
+RANK_DRAWS = 2000
+
+
+def rank_intervals(naive: FitResult, corrected: FitResult, seed: int) -> S.Ranks:
+    """Both boards' ranks and central ``RANK_LEVEL`` rank intervals (draws seeded by ``seed``)."""
+    return S.Ranks(
+        level=RANK_LEVEL,
+        source="bootstrap replicates" if corrected.boot_theta is not None else "Laplace posterior draws",
+        draws=len(corrected.boot_theta) if corrected.boot_theta is not None else RANK_DRAWS,
+        naive=_intervals(naive, seed),
+        corrected=_intervals(corrected, seed),
+    )
+
+
+def _intervals(fit: FitResult, seed: int) -> list[S.RankInterval]:
+    low, high = fit.rank_interval(RANK_LEVEL, draws=RANK_DRAWS, seed=seed)
+    rows = zip(fit.models, fit.ranks(), low, high, strict=True)
+    return [S.RankInterval(m, int(r), int(lo), int(hi)) for m, r, lo, hi in rows]
