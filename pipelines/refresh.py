@@ -1,6 +1,13 @@
 """``biasboard refresh``: the scheduled job — aggregate what is new, merge, fit, publish.
 
     biasboard refresh --input 'logs/battles/day=*/*.parquet' --state STATE --out OUT [Beam options]
+    biasboard refresh --scores 'grades/scores/day=*/*.parquet' --state STATE --out OUT   # ordinal-only
+
+Either input may be given alone or both: with ``--scores`` and no ``--input``
+the board is *ordinal-only* (single grades such as MT-Bench's: the many-facet
+model alone, judge severity and prompt difficulty; the naive board is the grades
+pooled over judges and prompts), and the audit, the pair diagnostics, anchors,
+slices and plans, which need battles, are skipped or refused.
 
 1. **read** (launcher): list the input files, group them by day and
    fingerprint each day (path, size, modification time, checksum of every
@@ -42,7 +49,7 @@ import platform
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import metadata
 
 import apache_beam as beam
@@ -52,7 +59,7 @@ from biasboard.pipelines import validation
 from biasboard.pipelines.options import beam_options
 from biasboard.ranking import ModelConfig
 from biasboard.ranking.reference import Reference, ReferenceSettings
-from biasboard.report.text import fmt, side_by_side_text
+from biasboard.report.text import ORDINAL_TITLES, PAIRWISE_TITLES, fmt, side_by_side_text
 from biasboard.schemas import summary as S
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
@@ -83,10 +90,17 @@ _LOG = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--input", required=True, help="battle Parquet files: a glob or a folder (local or gs://)")
+    parser.add_argument(
+        "--input", help="battle Parquet files: a glob or a folder (local or gs://); optional with --scores"
+    )
     parser.add_argument("--state", required=True, help="state folder: per-day cells, dead letters, manifests")
     parser.add_argument("--out", required=True, help="output folder: snapshots/ and LATEST (local or gs://)")
-    parser.add_argument("--scores", dest="scores_glob", help="optional ordinal score Parquet files (glob or folder)")
+    parser.add_argument(
+        "--scores",
+        dest="scores_glob",
+        help="ordinal score Parquet files (glob or folder), e.g. from 'biasboard import --format mtbench-single'; "
+        "alone (no --input) they make an ordinal-only board",
+    )
     parser.add_argument(
         "--family-map",
         "--families",
@@ -203,7 +217,10 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         return 0
     print(f"snapshot {outcome.published.snapshot_id} published to {outcome.published.path}")
     if outcome.leaderboard is not None and outcome.summary is not None:
-        print(side_by_side_text(outcome.leaderboard, TOP_PRINTED))
+        ordinal = outcome.summary.board == S.ORDINAL_ONLY
+        if ordinal:
+            print(f"ordinal-only board (single grades, no battles): {S.ORDINAL_ONLY_BOARDS}")
+        print(side_by_side_text(outcome.leaderboard, TOP_PRINTED, ORDINAL_TITLES if ordinal else PAIRWISE_TITLES))
         print(f"Kendall tau naive vs corrected: {fmt(outcome.summary.kendall_tau, 3)}")
     print(f"report: {storage.join(outcome.published.path, 'report.html')}")
     if outcome.plan_path:
@@ -270,14 +287,20 @@ class Timings:
 
 
 def refresh(
-    input_glob: str,
+    input_glob: str | None,
     state_dir: str,
     out_dir: str,
     beam_args: list[str] | None = None,
     options: RefreshOptions | None = None,
 ) -> Outcome:
-    """Aggregate new/changed days, merge all cells, fit both models, publish a snapshot."""
+    """Aggregate new/changed days, merge all cells, fit both models, publish a snapshot.
+
+    ``input_glob`` None: ordinal-only (``options.scores_glob`` must be given; see the module docstring).
+    """
     options = options or RefreshOptions()
+    check_inputs(input_glob, options)
+    if input_glob is None:  # the audit reads battles: there are none
+        options = replace(options, audit=False)
     beam_args = list(beam_args or [])
     pipeline_options = beam_options(beam_args)
     storage.configure_gcs_auth(no_auth=pipeline_options.view_as(GoogleCloudOptions).no_auth)
@@ -372,13 +395,15 @@ def refresh(
     record = publish.read_run_record(staging)
     summary = Summary.from_json(json.loads(storage.read_text(storage.join(staging, "summary.json"))))
     leaderboard = pl.read_parquet(io.BytesIO(storage.read_bytes(storage.join(staging, "leaderboard.parquet"))))
-    counts = summary.counts
+    ordinal = summary.board == S.ORDINAL_ONLY
+    counts = summary.score_counts if ordinal and summary.score_counts is not None else summary.counts
     _LOG.info(
-        "fit: %d models, %d judges, %d cells; %d rows read, %d counted, %d rejected over %d day(s)",
+        "fit: %d models, %d judges, %d cells; %d %s read, %d counted, %d rejected over %d day(s)",
         leaderboard.height,
         len(summary.judges),
         record.get("n_cells", 0),
         counts.read,
+        "grades" if ordinal else "rows",
         counts.counted,
         counts.rejected_total,
         summary.days.count,
@@ -487,7 +512,7 @@ def _reuse_latest(out_dir: str, fit_key: str) -> Outcome | None:
 
 def build_refresh(
     pipeline_options: PipelineOptions,
-    input_glob: str,
+    input_glob: str | None,
     state_dir: str,
     staging: str,
     days: list[str],
@@ -568,6 +593,25 @@ def drop_days_without_input(state_dir: str, changes: InputChanges, drop: bool) -
     return DaysWithoutInput(dropped=days)
 
 
+#: Options that need battles, refused on an ordinal-only refresh (flag, the option's default).
+_NEED_BATTLES = (("--anchors", "anchors"), ("--slices", "slices"), ("--plan-budget", "plan_budget"))
+
+
+def check_inputs(input_glob: str | None, options: RefreshOptions) -> None:
+    """At least one input; on an ordinal-only refresh (no ``--input``) no option that needs battles."""
+    if input_glob is None and options.scores_glob is None:
+        raise InputError("refresh needs --input (battle files), --scores (single-grade files), or both")
+    if input_glob is None:
+        given = [flag for flag, name in _NEED_BATTLES if getattr(options, name)]
+        if options.reference not in (None, "none"):
+            given.append("--reference")
+        if given:
+            raise InputError(
+                f"{', '.join(given)}: need battles (--input); an ordinal-only board (--scores alone) has no "
+                "pairwise verdicts"
+            )
+
+
 def check_options(state_dir: str, out_dir: str, options: RefreshOptions) -> FamilyMap:
     """Every check that can fail without data, before any is read; returns the family map the run uses.
 
@@ -636,7 +680,7 @@ def day_digest(inputs: object, score_inputs: object = None, settings: object = N
 
 
 def input_changes(
-    input_glob: str, state_dir: str, scores_glob: str | None = None, settings: Mapping[str, str] | None = None
+    input_glob: str | None, state_dir: str, scores_glob: str | None = None, settings: Mapping[str, str] | None = None
 ) -> InputChanges:
     """Compare the input's per-day fingerprints with those the state's day manifests recorded.
 
@@ -649,7 +693,7 @@ def input_changes(
     re-aggregates every day: families are stored in the cells.
     """
     settings = dict(settings) if settings is not None else None
-    battles = read.list_input_days(input_glob, check=False)
+    battles = read.list_input_days(input_glob, check=False) if input_glob else {}
     scores = read.list_input_days(scores_glob, kind="score", check=False) if scores_glob else {}
     fingerprints = {}
     for day in sorted(set(battles) | set(scores)):
@@ -713,7 +757,12 @@ class AuditPlan:
 
     @classmethod
     def of(
-        cls, input_glob: str, state_dir: str, changes: InputChanges, options: RefreshOptions, family_map: FamilyMap
+        cls,
+        input_glob: str | None,
+        state_dir: str,
+        changes: InputChanges,
+        options: RefreshOptions,
+        family_map: FamilyMap,
     ) -> AuditPlan:
         folder = storage.join(state_dir, AUDIT_DIR)
         stamp = {

@@ -267,6 +267,11 @@ class Dataset:
     def n_categories(self) -> int:
         return 0 if self.scores is None else int(self.scores.counts.shape[1])
 
+    @property
+    def ordinal_only(self) -> bool:
+        """No battles, only single grades: the board is the ordinal (many-facet) model alone."""
+        return len(self.pairs) == 0
+
 
 def pool_judge_names(judges: Sequence[str], rule: str) -> tuple[str, ...]:
     """Each judge's pool under ``rule``: ``prefix:SEP`` pools a judge by its name up to the first SEP
@@ -278,9 +283,12 @@ def pool_judge_names(judges: Sequence[str], rule: str) -> tuple[str, ...]:
 
 
 def build_dataset(
-    pair_cells: CellsInput, score_cells: CellsInput | None = None, *, judge_pool: str | None = None
+    pair_cells: CellsInput | None, score_cells: CellsInput | None = None, *, judge_pool: str | None = None
 ) -> Dataset:
     """Merge (group-by-sum) and code the cells; checks counts add up and names the column when they do not.
+
+    Pair cells may be absent (None or only empty tables) when score cells are given: the data set is then
+    *ordinal-only* (:attr:`Dataset.ordinal_only`, empty pair arrays), e.g. MT-Bench single grades alone.
 
     ``pair_cells`` may be one table, several (days), or an iterator of tables or record batches, consumed
     once: each is coded to compact arrays as it arrives.  String key columns may be plain or
@@ -305,9 +313,11 @@ def build_dataset(
         "prompt_id": prompt_v,
     }
     pairs = _code_tables(pair_cells, _FIT_PAIR_SCHEMA, "pair cells", pair_vocabs, _PAIR_COUNTS)
-    if pairs is None:
-        raise InputError("pair cells: no battles (no cells given)")
     scores = _code_tables(score_cells, SCORE_CELLS_SCHEMA, "score cells", score_vocabs)
+    if pairs is None and scores is None:
+        raise InputError("no battles and no grades: pair cells and score cells are both empty")
+    if pairs is None:  # ordinal-only: the same code path on zero pair cells
+        pairs = {f.name: np.zeros(0, np.int32 if f.name in pair_vocabs else np.float64) for f in _FIT_PAIR_SCHEMA}
     vocabs = {}
     remaps: dict[int, np.ndarray] = {}
     for name, vocab in (("judges", judge_v), ("models", model_v), ("families", family_v), ("prompts", prompt_v)):
@@ -324,7 +334,7 @@ def build_dataset(
         _recode(scores, score_vocabs, remaps)
 
     for name in ("n", "win_a", "win_b", "tie", "tie_bothbad", "n_len"):
-        if pairs[name].min() < 0:
+        if pairs[name].size and pairs[name].min() < 0:
             raise InputError(f"pair cells: column {name} has negative counts")
     bad = np.flatnonzero(pairs["n"] != pairs["win_a"] + pairs["win_b"] + pairs["tie"] + pairs["tie_bothbad"])
     if bad.size:
@@ -336,7 +346,7 @@ def build_dataset(
     if np.any(pairs["n_len"] > pairs["n"]):
         raise InputError("pair cells: column n_len exceeds n")
     keep = pairs["n"] > 0
-    if not keep.any():
+    if not keep.any() and scores is None:
         raise InputError("pair cells: no battles (every cell has n = 0)")
     if not keep.all():
         pairs = {name: values[keep] for name, values in pairs.items()}
@@ -345,8 +355,10 @@ def build_dataset(
             raise InputError("score cells: column n has negative counts")
         keep = scores["n"] > 0
         scores = {name: values[keep] for name, values in scores.items()} if keep.any() else None
+        if scores is None and not len(pairs["n"]):
+            raise InputError("score cells: no grades (every cell has n = 0) and no battles")
 
-    col = _group_sum(pairs, _FIT_PAIR_KEYS, PAIR_CELL_MEASURES)
+    col = _group_sum(pairs, _FIT_PAIR_KEYS, PAIR_CELL_MEASURES) if len(pairs["n"]) else pairs
     del pairs
     fam_of_judge = np.full(len(judges), -1, np.int64)
     fam_of_judge[col["judge"]] = col["judge_family"]

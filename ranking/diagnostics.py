@@ -21,7 +21,7 @@ import numpy as np
 from biasboard.ranking.arrowhead import ArrowHessian
 from biasboard.ranking.config import ModelConfig
 from biasboard.ranking.data import Dataset
-from biasboard.ranking.graph import comparison_components, component_names
+from biasboard.ranking.graph import component_names, model_components
 from biasboard.ranking.model import AFF, LEN, POS
 from biasboard.ranking.problem import Problem, prior_sd_of_effect
 from biasboard.ranking.rank_stats import kendall_tau_b, spearman
@@ -36,15 +36,16 @@ PROFILED = {"position": POS, "length": LEN, "affinity": AFF}
 
 
 def connectivity_report(data: Dataset) -> dict:
-    component = comparison_components(data.pairs, len(data.models))
+    component = model_components(data)
     n_comp = int(component.max()) + 1 if component.size else 0
     report: dict = {"n_components": n_comp, "warnings": []}
     if n_comp > 1:
         names = component_names(component, data.models)
         report["components"] = names
         smaller = "; ".join(", ".join(group) for group in names[1:])
+        link = "battle" if not data.ordinal_only else "same-judge same-prompt grade"
         report["warnings"].append(
-            f"the comparison graph has {n_comp} disconnected components: no battle chain links [{smaller}] to "
+            f"the comparison graph has {n_comp} disconnected components: no {link} chain links [{smaller}] to "
             f"the main group of {len(names[0])} models; their ratings are not comparable across components: "
             "each component is centred on its own, and ranks, CIs and top-k are computed within it (leaderboard "
             "column 'component')"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import polars as pl
 from biasboard.ranking.arrowhead import BlockCovariance
 from biasboard.ranking.bias_table import bias_table
 from biasboard.ranking.config import ModelConfig, NaiveConfig
@@ -22,9 +23,9 @@ from biasboard.ranking.diagnostics import (
     covariate_report,
     profile_ranges,
 )
-from biasboard.ranking.graph import comparison_components, mle_exists
+from biasboard.ranking.graph import comparison_components, mle_exists, model_components
 from biasboard.ranking.model import DISC
-from biasboard.ranking.problem import Problem, bias_aware_problem, naive_problem
+from biasboard.ranking.problem import Problem, bias_aware_problem, naive_ordinal_problem, naive_problem
 from biasboard.ranking.result import Z95, FitResult, SolverState, empty_bias_table
 from biasboard.ranking.solver import (
     Solution,
@@ -42,6 +43,7 @@ from biasboard.ranking.uncertainty import (
     poisson_scores,
     top_k_probabilities,
 )
+from biasboard.schemas.summary import ORDINAL_ONLY
 
 
 def _dataset(
@@ -51,7 +53,11 @@ def _dataset(
 
 
 def n_battles(data: Dataset) -> np.ndarray:
-    """Battles per model against a different model (self-battles inform judge effects, not θ)."""
+    """Battles per model against a different model (self-battles inform judge effects, not θ); on an
+    ordinal-only data set, the grades per model (what its rating rests on)."""
+    if data.ordinal_only and data.scores is not None:
+        grades = data.scores.counts.sum(axis=1)
+        return np.bincount(data.scores.m, weights=grades, minlength=len(data.models))
     pairs = data.pairs
     keep = pairs.a != pairs.b
     m = len(data.models)
@@ -110,7 +116,7 @@ def bootstrap_replicates(
     against.
     """
     lay = problem.layout
-    component = comparison_components(problem.data.pairs, lay.n_models)
+    component = model_components(problem.data)
     newton = None if cold else newton_factor(solution.evaluation, solution.free)
     thetas, cores = [], []
     for _ in range(replicates):
@@ -159,7 +165,7 @@ def _assemble(
 ) -> FitResult:
     """The published result.  With bootstrap replicates the CIs (percentile), P(top-k) and the rank
     intervals come from the replicates (``uncertainty="bootstrap"``); otherwise from the Laplace posterior."""
-    component = comparison_components(problem.data.pairs, len(problem.data.models))
+    component = model_components(problem.data)
     rating, cov, se = _theta_posterior(problem, solution, cov_core, component)
     rng = np.random.default_rng(seed)
     chol = theta_cholesky(problem, cov_core)
@@ -211,6 +217,8 @@ def fit_naive(cells: CellsInput | Dataset, *, config: NaiveConfig | None = None,
     """Bradley–Terry with ties as half wins, maximum likelihood on pair cells (what arenas publish)."""
     config = config or NaiveConfig()
     data = _dataset(cells)
+    if data.ordinal_only:
+        return _fit_naive_ordinal(data, config, shards)
     warnings: list[str] = []
     theta_sd = config.theta_sd
     component = comparison_components(data.pairs, len(data.models))
@@ -244,6 +252,54 @@ def fit_naive(cells: CellsInput | Dataset, *, config: NaiveConfig | None = None,
         bias=empty_bias_table(),
         diagnostics=diagnostics,
     )
+
+
+def _fit_naive_ordinal(data: Dataset, config: NaiveConfig, shards: int) -> FitResult:
+    """The naive board of an ordinal-only data set: the grades pooled over judges and prompts
+    (:func:`~biasboard.ranking.problem.naive_ordinal_problem`), maximum likelihood when it exists."""
+    warnings: list[str] = []
+    theta_sd = config.theta_sd
+    assert data.scores is not None
+    counts = np.zeros((len(data.models), data.n_categories))
+    np.add.at(counts, data.scores.m, data.scores.counts)
+    total = counts.sum(axis=1)
+    extreme = (counts[:, 0] == total) | (counts[:, -1] == total)
+    if theta_sd is None and extreme.any():
+        theta_sd = config.fallback_theta_sd
+        names = ", ".join(data.models[i] for i in np.flatnonzero(extreme)[:5])
+        warnings.append(
+            f"naive ordinal board: the maximum-likelihood ratings do not exist (every grade of {names} is the "
+            f"lowest or the highest used); fitted with a N(0, {theta_sd:g}^2) prior on ratings instead"
+        )
+    problem = naive_ordinal_problem(data, theta_sd)
+    solution = solve_bias_aware(problem, ModelConfig(tol=config.tol, max_iter=config.max_iter), shards)
+    boot, _ = _replicates_of(config, problem, solution, shards)
+    diagnostics = connectivity_report(problem.data)
+    diagnostics["warnings"] = warnings + diagnostics.pop("warnings")
+    diagnostics["tie_convention"] = "single grades: no ties"
+    diagnostics["naive_model"] = NAIVE_ORDINAL_MODEL
+    diagnostics["prior_theta_sd"] = theta_sd
+    if not solution.converged:
+        diagnostics["warnings"].append(f"naive fit did not converge (relative gradient {solution.rel_grad:.2e})")
+    return _assemble(
+        problem,
+        solution,
+        laplace_covariance(solution),
+        method="naive",
+        k=config.k,
+        draws=config.posterior_draws,
+        seed=config.seed,
+        boot_theta=boot,
+        bias=empty_bias_table(),
+        diagnostics=diagnostics,
+    )
+
+
+#: What the naive board of single grades is, in words (summary and report).
+NAIVE_ORDINAL_MODEL = (
+    "partial-credit model of the grades pooled over judges and prompts (no severity, no difficulty): it ranks "
+    "models as their mean grade category does, on the corrected board's logit scale"
+)
 
 
 def solve_bias_aware(
@@ -304,6 +360,8 @@ def fit_bias_aware(
     on = config.profile and config.diagnostics != "off"
     profiles = profile_ranges(problem, solution, config, shards) if on else {}
     bias = bias_table(problem, solution, cov_core, profiles, boot_core)
+    if data.ordinal_only:  # the pair effects are off by construction: the table lists what the board estimates
+        bias = bias.filter(pl.col("effect") == "severity")
     diagnostics = connectivity_report(data)
     warnings: list[str] = diagnostics.pop("warnings")
     diagnostics["profile_likelihood"] = profiles
@@ -311,12 +369,16 @@ def fit_bias_aware(
         if info.get("warning"):
             warnings.append(info["warning"])
     rating = solution.core[problem.layout.theta]
-    cov_rep = covariate_report(problem.data, rating, None if naive is None else naive.rating, config.length_clip)
-    warnings.extend(cov_rep.pop("warnings"))
-    diagnostics["covariates"] = cov_rep
+    if not data.ordinal_only:  # the length covariate lives on battles
+        naive_rating = None if naive is None else naive.rating
+        cov_rep = covariate_report(problem.data, rating, naive_rating, config.length_clip)
+        warnings.extend(cov_rep.pop("warnings"))
+        diagnostics["covariates"] = cov_rep
     if naive is not None:
         diagnostics["naive_vs_corrected"] = compare_rankings(naive, rating, data.models)
     diagnostics["omega"] = config.omega
+    if data.ordinal_only:
+        diagnostics["board"] = ORDINAL_ONLY
     diagnostics["length_scale"] = problem.spec.x_scale
     diagnostics["length_clip"] = config.length_clip
     if not solution.converged:

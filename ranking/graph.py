@@ -4,13 +4,17 @@ Two models are comparable when a chain of battles links them (weak connectivity 
 graph).  The maximum-likelihood Bradley–Terry fit needs more — every model must both win and lose
 against the rest of its component (strong connectivity of the "earned points against" graph,
 Zermelo/Ford) — or some rating runs to ±∞.
+
+An ordinal-only data set (single grades, no battles) has no comparison graph; there two models are
+linked when the same judge graded both on the same prompt (judge severity and prompt difficulty cancel
+in their difference), and comparable through chains of such links (:func:`model_components`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from biasboard.ranking.data import PairArrays
+from biasboard.ranking.data import Dataset, PairArrays, ScoreArrays
 from scipy.sparse.csgraph import connected_components
 
 
@@ -22,6 +26,33 @@ def comparison_components(pairs: PairArrays, n_models: int) -> np.ndarray:
     """Component label per model (0 = the largest), over battles between two different models."""
     keep = (pairs.a != pairs.b) & (pairs.n > 0)
     _, labels = connected_components(_graph(pairs.a[keep], pairs.b[keep], n_models), directed=False)
+    return _by_size(labels)
+
+
+def grade_components(scores: ScoreArrays, n_models: int) -> np.ndarray:
+    """Component label per model (0 = the largest) of single grades: models graded by one judge on one
+    prompt are linked (a bipartite graph of models and (judge, prompt) cells, restricted to the models).
+
+    A sufficient condition for the many-facet model to compare two models without leaning on its
+    priors; a model never graded is a component of its own.
+    """
+    n_judges = int(scores.j.max()) + 1 if len(scores) else 0
+    _, cell = np.unique(scores.p * n_judges + scores.j, return_inverse=True)
+    nodes = n_models + int(cell.max()) + 1 if len(scores) else n_models
+    graph = sp.csr_matrix((np.ones(len(scores)), (scores.m, n_models + cell)), shape=(nodes, nodes))
+    _, labels = connected_components(graph, directed=False)
+    return _by_size(np.unique(labels[:n_models], return_inverse=True)[1])
+
+
+def model_components(data: Dataset) -> np.ndarray:
+    """Component label per model: of the battles, or of the grades when the data set is ordinal-only."""
+    if data.ordinal_only and data.scores is not None:
+        return grade_components(data.scores, len(data.models))
+    return comparison_components(data.pairs, len(data.models))
+
+
+def _by_size(labels: np.ndarray) -> np.ndarray:
+    """Component labels renumbered by size, largest first (ties: first seen first)."""
     sizes = np.bincount(labels)
     order = np.argsort(-sizes, kind="stable")
     relabel = np.empty_like(order)

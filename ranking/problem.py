@@ -10,10 +10,16 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 from biasboard.ranking.arrowhead import CrossIndex
-from biasboard.ranking.config import BLOCKED_MIN_JUDGES, ModelConfig
+from biasboard.ranking.config import BLOCKED_MIN_JUDGES, ModelConfig, Priors
 from biasboard.ranking.data import Dataset, PairArrays, ScoreArrays, clip_length, shard_indices
 from biasboard.ranking.model import AFF, DISC, JUDGE_BLOCKS, LEN, POS, SEV, TIE, Layout, Shard, Spec
 from biasboard.ranking.solver import Objective, Prior
+
+#: Why a pair effect is off on an ordinal-only board.
+ORDINAL_ONLY_NOTE = "ordinal-only board: no battles, so no position, length, affinity, tie or discrimination"
+
+#: The severity note of a judge who is the only one grading.
+ONE_GRADER_NOTE = "the only judge with grades: severity is measured from the graders' mean, so 0 by definition"
 
 #: Config effect name of each judge block.
 BLOCK_EFFECT: dict[int, str] = {
@@ -110,6 +116,46 @@ def naive_problem(data: Dataset, theta_sd: float | None, component: np.ndarray |
     return Problem(data, lay, spec, prior, naive=True)
 
 
+#: Name of the one pooled judge and the one pooled prompt of the naive ordinal board.
+POOLED = "(pooled)"
+
+
+def naive_ordinal_problem(data: Dataset, theta_sd: float | None, priors: Priors | None = None) -> Problem:
+    """The naive board of single grades: the partial-credit model with the judge and prompt facets removed.
+
+    Every grade of a model is pooled (one judge, one prompt: φ = θ_m, no severity, no difficulty), which is
+    what a mean-score leaderboard such as MT-Bench's assumes.  θ_m's sufficient statistic is then its grades'
+    mean category, so this board ranks models exactly as their mean category (the mean grade when the
+    grades are evenly spaced) does, on the same logit scale and with the same CIs as the corrected board.
+    ``theta_sd=None`` is maximum likelihood (one location gauge); it exists when no model's grades are all
+    the lowest or all the highest used.
+    """
+    priors = priors or Priors()
+    scores = data.scores
+    if scores is None:
+        raise ValueError("naive_ordinal_problem needs score cells")
+    m = len(data.models)
+    counts = np.zeros((m, scores.counts.shape[1]))
+    np.add.at(counts, scores.m, scores.counts)
+    graded = np.flatnonzero(counts.sum(axis=1) > 0)
+    zeros = np.zeros(graded.size, np.int64)
+    pooled = replace(
+        data,
+        judges=(POOLED,),
+        judge_families=(data.judge_families[0] if len(set(data.judge_families)) == 1 else POOLED,),
+        prompts=(POOLED,),
+        scores=ScoreArrays(zeros, graded.astype(np.int64), zeros, counts[graded]),
+    )
+    lay = Layout(m, 1, data.n_categories - 1, 1)
+    spec = Spec(lay, np.zeros((len(JUDGE_BLOCKS), 1)), centre_discrimination=False)
+    precision = np.ones(lay.n_core)  # the pair and judge parameters have no data: kept at 0 by their prior
+    precision[lay.theta] = 0.0 if theta_sd is None else 1.0 / theta_sd**2
+    precision[lay.tau] = 1.0 / priors.threshold_sd**2
+    gauges = ((np.arange(m), 1.0),) if theta_sd is None else ()
+    prior = Prior(np.zeros(lay.n_core), precision, np.zeros(1), np.full(1, 1.0 / priors.difficulty_sd**2), gauges)
+    return Problem(pooled, lay, spec, prior)
+
+
 def length_scale(pairs: PairArrays) -> float:
     """RMS of the log length ratio over battles with lengths: the unit β is estimated in internally."""
     n_len = pairs.n_len.sum()
@@ -141,6 +187,11 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         for j in range(jn) if judge == "*" else [index[judge]] if judge in index else []:
             masks[t, j] = 0.0
             notes[(t, j)] = "disabled by configuration"
+    if data.ordinal_only:  # single grades alone: only severity acts (and a_j would be unidentified)
+        for t in (POS, LEN, AFF, DISC, TIE):
+            masks[t] = 0.0
+            for j in range(jn):
+                notes[(t, j)] = ORDINAL_ONLY_NOTE
     for t, has, why in (
         (LEN, has_len, "no battles with both lengths known"),
         (AFF, has_aff, "no battle involves a model of the judge's own family"),
@@ -149,6 +200,8 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         masks[t, ~has] = 0.0
         for j in np.flatnonzero(~has).tolist():
             notes.setdefault((t, j), why)
+    if has_scores.sum() == 1:  # severities are reported from their mean over the graders (bias_table)
+        notes.setdefault((SEV, int(np.flatnonzero(has_scores)[0])), ONE_GRADER_NOTE)
     tied = _tie_to_reference(data, config, masks, notes, has_len, has_aff)
     has_ord = scores is not None and config.omega < 1.0
     if masks[DISC].sum() < 2 and not has_ord:
@@ -156,6 +209,8 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
             notes.setdefault((DISC, j), "fixed at 1: the scale of a single judge is the scale of θ")
         masks[DISC] = 0.0
     w_pair, w_ord = (2.0 * config.omega, 2.0 * (1.0 - config.omega)) if has_ord else (1.0, 0.0)
+    if data.ordinal_only:  # ω weighs two parts against each other; with one part it is the plain likelihood
+        has_ord, w_pair, w_ord = True, 0.0, 1.0
     blocked = config.judge_solver == "blocked" or (config.judge_solver == "auto" and jn >= BLOCKED_MIN_JUDGES)
     if blocked and has_ord:
         if config.judge_solver == "blocked":

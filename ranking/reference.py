@@ -481,6 +481,8 @@ def fit_with_reference(
     naive_config = naive_config or NaiveConfig(k=config.k, seed=config.seed, bootstrap=config.bootstrap)
     cells = _as_list(cells)  # read twice (judges alone, then with the anchors): an iterator would not do
     judge_data = build_dataset(cells, score_cells, judge_pool=config.judge_pool)
+    if judge_data.ordinal_only and reference.kind != "none":
+        raise InputError("--reference/--anchors: an ordinal-only board (grades, no battles) has no pairwise bias")
     naive = fit_naive(judge_data, config=naive_config)
     notes: list[str] = []
     if reference.kind == "judges":

@@ -37,7 +37,7 @@ from biasboard.report.svg import (
     slope_chart,
     split_bars,
 )
-from biasboard.schemas.summary import HeadToHead, RankInterval, Summary
+from biasboard.schemas.summary import ORDINAL_ONLY, ORDINAL_ONLY_BOARDS, HeadToHead, RankInterval, Summary
 
 #: How many models the plots show at most: the top ``TOP_N`` by corrected rank plus the ``MOVERS``
 #: largest rank changes outside them.  The full table always lists every model.
@@ -214,7 +214,30 @@ def _cards(items: Iterable[tuple[str, str | None]]) -> str:
 # --------------------------------------------------------------------------- sections
 
 
+def _ordinal_only(summary: Summary) -> bool:
+    return summary.board == ORDINAL_ONLY
+
+
 def _header(title: str, lb: list[dict[str, Any]], summary: Summary) -> str:
+    days = summary.days
+    span = days.first if days.first == days.last else f"{days.first} to {days.last}"
+    if _ordinal_only(summary):
+        grades = summary.score_counts.counted if summary.score_counts is not None else None
+        cards = _cards(
+            [
+                ("models", _int(len(lb))),
+                ("grades counted", _int(grades)),
+                ("Kendall τ naive vs corrected", fmt(summary.kendall_tau, 3)),
+                ("Spearman ρ", fmt(summary.spearman, 3)),
+            ]
+        )
+        sub = f"{_n(days.count, 'day', 'days')} of single grades, {span} · ordinal-only board (no battles)"
+        note = (
+            f'<p class="note">Ordinal-only board: {esc(ORDINAL_ONLY_BOARDS)}. Skipped, as they need battles: '
+            "position, length and affinity corrections, the covariate and identifiability diagnostics, the "
+            "head-to-head matrices and the judge audit. The battles column counts grades.</p>"
+        )
+        return f'<header><h1>{esc(title)}</h1><p class="sub">{esc(sub)}</p>{cards}{note}</header>'
     cards = _cards(
         [
             ("models", _int(len(lb))),
@@ -224,8 +247,6 @@ def _header(title: str, lb: list[dict[str, Any]], summary: Summary) -> str:
             ("Spearman ρ", fmt(summary.spearman, 3)),
         ]
     )
-    days = summary.days
-    span = days.first if days.first == days.last else f"{days.first} to {days.last}"
     sub = f"{_n(days.count, 'day', 'days')} of battles, {span} · naive Bradley–Terry beside the judge-bias-aware model"
     return f'<header><h1>{esc(title)}</h1><p class="sub">{esc(sub)}</p>{cards}</header>'
 
@@ -469,7 +490,7 @@ def _matrix(cls: str, h2h: HeadToHead, cell) -> str:
 
 def _head_to_head(summary: Summary) -> str:
     h2h = summary.head_to_head
-    if h2h is None or len(h2h.models) < 2:
+    if h2h is None or len(h2h.models) < 2 or _ordinal_only(summary):
         return ""
 
     def win(i: int, j: int) -> str:
@@ -761,13 +782,16 @@ def _diagnostics(summary: Summary) -> str:
         for name, c in diag.convergence.items()
     ]
     body += "<h3>Convergence</h3>" + _table("convergence", head, rows)
-    settings = [
-        f"ω (weight of pairwise vs ordinal evidence) {fmt(diag.omega, 2)}" if diag.omega is not None else "",
-        f"length covariate clipped at ±{diag.length_clip:g}"
-        if diag.length_clip is not None
-        else "length covariate unbounded",
-        f"naive ties: {diag.naive.tie_convention}" if diag.naive.tie_convention else "",
-    ]
+    if _ordinal_only(summary):
+        settings = ["ordinal-only: one likelihood, so ω and the length covariate do not apply"]
+    else:
+        settings = [
+            f"ω (weight of pairwise vs ordinal evidence) {fmt(diag.omega, 2)}" if diag.omega is not None else "",
+            f"length covariate clipped at ±{diag.length_clip:g}"
+            if diag.length_clip is not None
+            else "length covariate unbounded",
+            f"naive ties: {diag.naive.tie_convention}" if diag.naive.tie_convention else "",
+        ]
     body += f'<p class="note">{esc("; ".join(s for s in settings if s))}.</p>'
     return _section("diagnostics", "Diagnostics", body)
 
@@ -791,6 +815,8 @@ def _reference_note(summary: Summary) -> str:
 
 def _gate(summary: Summary) -> str:
     gate = summary.diagnostics.gate
+    if gate is None and _ordinal_only(summary):  # no pairwise bias, so no reference to measure it from
+        return ""
     if gate is None:
         note = _reference_note(summary)
         return _section("gate", "Reference", note) if note else ""
@@ -813,7 +839,7 @@ def _gate(summary: Summary) -> str:
 
 
 def _counts(summary: Summary) -> str:
-    counts = summary.counts
+    counts = summary.score_counts if _ordinal_only(summary) and summary.score_counts is not None else summary.counts
     reasons = sorted(counts.rejected.items(), key=lambda kv: (-kv[1], kv[0]))
     cards = _cards(
         [

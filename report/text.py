@@ -8,10 +8,15 @@ from __future__ import annotations
 import polars as pl
 from biasboard.report.svg import fmt
 
-__all__ = ["fmt", "side_by_side_text"]
+__all__ = ["ORDINAL_TITLES", "PAIRWISE_TITLES", "fmt", "side_by_side_text"]
 
 
-def side_by_side_text(board: pl.DataFrame, top: int) -> str:
+#: Column titles of the two boards: battles (the default) and single grades alone (ordinal-only).
+PAIRWISE_TITLES = ("naive (plain Bradley-Terry)", "corrected for judge biases")
+ORDINAL_TITLES = ("naive (mean grade, pooled)", "corrected for judge severity")
+
+
+def side_by_side_text(board: pl.DataFrame, top: int, titles: tuple[str, str] = PAIRWISE_TITLES) -> str:
     """The two top-``top`` lists as aligned text: naive on the left, corrected (with its move) on the right.
 
     ``board`` is the published leaderboard (``rank_*``, ``rating_*``, ``rank_change`` columns).  A model
@@ -21,7 +26,7 @@ def side_by_side_text(board: pl.DataFrame, top: int) -> str:
     corrected = board.sort("rank_corrected", "model").head(top)
     width = max(12, *(len(m) for m in board["model"].to_list())) if board.height else 12
     column = width + 8
-    head = f"{'#':>3}  {'naive (plain Bradley-Terry)':<{column}}    {'corrected for judge biases':<{column}}  move"
+    head = f"{'#':>3}  {titles[0]:<{column}}    {titles[1]:<{column}}  move"
     lines = [head, "-" * len(head)]
     for i in range(min(top, board.height)):
         c = corrected.row(i, named=True)

@@ -29,6 +29,16 @@ from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 from biasboard.schemas.errors import InputError
 
+#: ``Summary.board`` values.
+PAIRWISE = "pairwise"
+ORDINAL_ONLY = "ordinal-only"
+#: What the two boards of an ordinal-only snapshot are, in words (the report and the terminal say it).
+ORDINAL_ONLY_BOARDS = (
+    "corrected = partial-credit many-facet model (model quality, judge severity, prompt difficulty); naive = "
+    "the grades pooled over judges and prompts (ranks as the mean grade does); no position, length, affinity "
+    "or tie effects, and no judge audit"
+)
+
 #: Major version of the contract: a reader refuses another major version rather than misread it.
 SUMMARY_VERSION: int = 2
 
@@ -464,6 +474,9 @@ class Summary:
     uncertainty: str = "laplace"
     #: Per-slice boards (``refresh --slices``; their tables in slices.parquet); empty when not asked.
     slices: list[SliceInfo] = field(default_factory=list)
+    #: What the boards are fit on: :data:`PAIRWISE` (battles, with or without grades) or :data:`ORDINAL_ONLY`
+    #: (single grades alone: the many-facet model; no position, length, affinity, tie or audit).
+    board: str = PAIRWISE
     version: int = SUMMARY_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -482,6 +495,9 @@ class Summary:
 
 
 __all__ = [
+    "ORDINAL_ONLY",
+    "ORDINAL_ONLY_BOARDS",
+    "PAIRWISE",
     "SUMMARY_VERSION",
     "Comparison",
     "Connectivity",

@@ -77,22 +77,26 @@ class IngestResult:
 
 
 def day_tasks(
-    input_glob: str,
+    input_glob: str | None,
     days: list[str] | None = None,
     day_range: tuple[str | None, str | None] = (None, None),
     scores_glob: str | None = None,
 ) -> list[dict]:
-    """The work list: one task per day with its battle (and score) files, all checked up front."""
-    battles = list_input_days(input_glob, days, day_range, "battle")
+    """The work list: one task per day with its battle (and score) files, all checked up front.
+
+    ``input_glob`` None: score files only (an ordinal-only refresh); each day's battle cells are then empty.
+    """
+    battles = list_input_days(input_glob, days, day_range, "battle") if input_glob else {}
     scores = list_input_days(scores_glob, days, day_range, "score") if scores_glob else {}
     all_days = sorted(set(battles) | set(scores))
+    where = " and ".join(g for g in (input_glob, scores_glob) if g)
     if days is not None:
         absent = sorted(set(days) - set(all_days))
         if absent:
-            raise InputError(f"{input_glob}: no input files for day(s) {', '.join(absent)}")
+            raise InputError(f"{where}: no input files for day(s) {', '.join(absent)}")
     if not all_days:
         low, high = day_range
-        raise InputError(f"{input_glob}: no input files in the day range {low or '…'} to {high or '…'}")
+        raise InputError(f"{where}: no input files in the day range {low or '…'} to {high or '…'}")
     return [
         {
             "day": day,

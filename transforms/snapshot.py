@@ -118,8 +118,8 @@ def fit_state(
     cells = _dictionary_encoded(state.load_cells(state_dir).sort_by([(k, "ascending") for k in PAIR_CELL_KEYS]))
     score_cells = state.load_score_cells(state_dir)
     score_cells = score_cells.sort_by([(k, "ascending") for k in SCORE_CELL_KEYS]) if score_cells.num_rows else None
-    if cells.num_rows == 0:
-        raise InputError(f"{state_dir}: the stored days hold no valid battle (every row was rejected)")
+    if cells.num_rows == 0 and score_cells is None:
+        raise InputError(f"{state_dir}: the stored days hold no valid battle or grade (every row was rejected)")
     _LOG.info(
         "fit: merged %d pair cells%s from %d day(s)",
         cells.num_rows,
@@ -156,7 +156,7 @@ def fit_state(
         bias=corrected.bias,
         summary=summary,
         model_options=_config_dict(fitted.config),
-        n_cells=cells.num_rows,
+        n_cells=cells.num_rows + (score_cells.num_rows if score_cells is not None else 0),
         extra_files={**audit_files, **plan_inputs(corrected), **slice_files},
         slices=boards,
     )
@@ -288,6 +288,7 @@ def build_summary(
         family=[_record(S.FamilyPreference, row) for row in audit.get("family", [])],
         gate=S.from_jsonable(S.Gate, gate.to_json(), "gate") if gate is not None else None,
     )
+    board = fit_diag.get("board", S.PAIRWISE)
     # Once each: both boards report the same split comparison graph.
     warnings = list(dict.fromkeys([*naive.diagnostics.get("warnings", []), *fit_diag.get("warnings", [])]))
     if not counts.conserved:
@@ -324,6 +325,7 @@ def build_summary(
         ranks=rank_intervals(naive, corrected, seed),
         head_to_head=S.HeadToHead(models=top, **head_to_head(cells, top)),
         reference=S.from_jsonable(S.ReferenceInfo, reference.summary(), "reference") if reference is not None else None,
+        board=board,
     )
 
 

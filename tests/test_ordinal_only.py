@@ -1,0 +1,225 @@
+"""Ordinal-only boards: ``refresh --scores`` without battles (issue 12.6), end to end.
+
+The corrected board is the partial-credit many-facet model alone (model quality, judge severity, prompt
+difficulty); the naive board pools every grade of a model over judges and prompts, so it ranks models as
+their mean grade category does (what MT-Bench and Arena-Bench publish).  Pair-only parts (position, length,
+affinity, the audit, head to head) are skipped, and options that need battles are refused in one line.
+
+Bounds used below, measured with :func:`_grades` over seeds 0-19 (the ranking API, 6,000 grades, 10
+models, 3 judges of severity -1/0/+1, each model graded 70% by "its" judge): Kendall τ against the true
+qualities 0.29-0.60 naive and 0.78-1.00 corrected, the gain at least 0.31, every judge's severity within
+0.046 of the truth.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from biasboard.pipelines import cli
+from biasboard.pipelines.refresh import RefreshOptions, refresh
+from biasboard.ranking import ModelConfig
+from biasboard.ranking.data import build_dataset
+from biasboard.ranking.fit import fit_leaderboards
+from biasboard.ranking.rank_stats import kendall_tau_b
+from biasboard.schemas.battle import SCORE_SCHEMA
+from biasboard.schemas.errors import InputError
+from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.summary import ORDINAL_ONLY
+from biasboard.simulate.simulator import sample_grades
+from biasboard.transforms import publish
+from biasboard.transforms.cells import partial_score_cells
+
+DATA = Path(__file__).parent / "data"
+ARENA_BENCH = DATA / "arena-bench-v1-single"
+SEVERITY = np.array([-1.0, 0.0, 1.0])
+
+
+def _grades(seed: int, n: int = 6000, models: int = 10, prompts: int = 40, own: float = 0.7):
+    """Simulated single grades 1..10 with known severities and an unbalanced design: model m is graded by
+    judge m mod 3 with probability ``own`` (else by another), so a mean grade mixes quality and severity.
+    Returns (rows as a polars frame with judge/model/prompt/score, true θ by model name)."""
+    rng = np.random.default_rng(seed)
+    theta = np.sort(rng.normal(0.0, 0.5, models))
+    delta = rng.normal(0.0, 0.5, prompts)
+    tau = np.linspace(-2.0, 2.0, 9)
+    m = rng.integers(0, models, n)
+    home = m % SEVERITY.size
+    j = np.where(rng.random(n) < own, home, (home + rng.integers(1, SEVERITY.size, n)) % SEVERITY.size)
+    p = rng.integers(0, prompts, n)
+    score = sample_grades(theta[m] - delta[p] - SEVERITY[j], tau, rng).astype(np.float64)
+    names = [f"m{i:02d}" for i in range(models)]
+    rows = pl.DataFrame(
+        {
+            "judge": [f"judge-{i}" for i in j],
+            "model": [names[i] for i in m],
+            "prompt_id": [f"p{i:03d}" for i in p],
+            "score": score,
+        }
+    )
+    return rows, dict(zip(names, theta, strict=True))
+
+
+def _write_day(rows: pl.DataFrame, folder: Path, day: dt.date, offset: int = 0) -> None:
+    """``rows`` as one day's score file in the ingest's score schema."""
+    start = dt.datetime(day.year, day.month, day.day, tzinfo=dt.timezone.utc)
+    table = rows.with_columns(
+        pl.format("s{}-{}", pl.lit(day.isoformat()), pl.int_range(offset, offset + rows.height)).alias("score_id"),
+        pl.lit(start).dt.cast_time_unit("us").alias("ts"),
+        pl.lit(None, dtype=pl.Int64).alias("len"),
+        pl.lit(None, dtype=pl.String).alias("family"),
+        pl.lit(None, dtype=pl.String).alias("judge_family"),
+    )
+    path = folder / f"day={day.isoformat()}" / "part-00000.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table.select(SCORE_SCHEMA.names).to_arrow().cast(SCORE_SCHEMA), path)
+
+
+def _snapshot(out: Path) -> Path:
+    return Path(publish.resolve_snapshot(str(out)))
+
+
+def _board(out: Path) -> pl.DataFrame:
+    return pl.read_parquet(_snapshot(out) / "leaderboard.parquet")
+
+
+def _tau(board: pl.DataFrame, column: str, truth: dict[str, float]) -> float:
+    return kendall_tau_b(board[column].to_numpy(), np.array([truth[m] for m in board["model"]]))
+
+
+# --------------------------------------------------------------------------- real data, the CLI
+
+
+@pytest.fixture(scope="module")
+def arena_bench_scores(tmp_path_factory) -> Path:
+    """Arena-Bench-v1 single grades (16 models, one GPT-4 judge) imported as score Parquet."""
+    out = tmp_path_factory.mktemp("arena-bench") / "imported"
+    argv = ["import", "--format", "mtbench-single", "--in", str(ARENA_BENCH / "judgments.jsonl.gz"),
+            "--judge", "gpt-4", "--out", str(out)]  # fmt: skip
+    assert cli.main(argv) == 0
+    return out
+
+
+def test_arena_bench_grades_alone_make_both_boards(arena_bench_scores, tmp_path, capsys):
+    capsys.readouterr()
+    out, st = tmp_path / "site", tmp_path / "state"
+    argv = ["refresh", "--scores", str(arena_bench_scores / "scores" / "day=*" / "*.parquet"), "--state", str(st),
+            "--out", str(out), "--runner=FnApiRunner"]  # fmt: skip
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "ordinal-only board" in printed
+    assert "naive (mean grade, pooled)" in printed and "corrected for judge severity" in printed
+    assert re.search(r"^Kendall tau naive vs corrected: \d\.\d{3}$", printed, re.MULTILINE)
+
+    snapshot = _snapshot(out)
+    summary = json.loads((snapshot / "summary.json").read_text())
+    assert summary["board"] == ORDINAL_ONLY
+    assert summary["score_counts"]["counted"] == 4760 and summary["counts"]["read"] == 0
+    board = _board(out)
+    assert board.height == 16
+    # The battles column counts each model's valid grades (SOURCE.md: e.g. 297 of 300 for gpt-4-1106-preview).
+    grades = dict(zip(board["model"], board["n_battles"], strict=True))
+    assert grades["gpt-4-1106-preview"] == 297 and grades["claude-instant-1"] == 300
+    assert board.filter(pl.col("rank_corrected") == 1)["model"].item() == "gpt-4-1106-preview"
+    assert board["ci_low_corrected"].is_not_null().all()
+    assert (board["ci_low_corrected"] < board["rating_corrected"]).all()
+    assert (board["rating_corrected"] < board["ci_high_corrected"]).all()
+
+    # The published ranking is the mean grade over valid scores (the repo's show_result.py).
+    published = (
+        pl.read_csv(ARENA_BENCH / "scores.csv").drop_nulls("score").group_by("model").agg(pl.col("score").mean())
+    )
+    mean = dict(zip(published["model"], published["score"], strict=True))
+    # The naive board ranks exactly as the mean grade (its sufficient statistic: integer grades here).
+    assert _tau(board, "rating_naive", mean) == pytest.approx(1.0)
+    # The corrected one adds prompt difficulty; every model graded on (nearly) all 300 prompts by one judge,
+    # so it should keep the order: measured tau 1.000; >= 0.95 allows up to 3 swapped pairs of 120.
+    assert _tau(board, "rating_corrected", mean) >= 0.95
+
+    bias = pl.read_parquet(snapshot / "bias.parquet")
+    assert bias["effect"].unique().to_list() == ["severity"]
+    assert bias["judge"].to_list() == ["gpt-4"]
+    report = (snapshot / "report.html").read_text()
+    assert "Ordinal-only board" in report and "Judge audit" not in report
+
+
+def test_refresh_needs_battles_or_grades(tmp_path, capsys, arena_bench_scores):
+    capsys.readouterr()
+    base = ["refresh", "--state", str(tmp_path / "st"), "--out", str(tmp_path / "out"), "--runner=FnApiRunner"]
+    assert cli.main(base) == 2
+    assert "refresh needs --input (battle files), --scores (single-grade files), or both" in capsys.readouterr().err
+    scores = ["--scores", str(arena_bench_scores / "scores" / "day=*" / "*.parquet")]
+    for extra in (["--slices", "category"], ["--plan-budget", "10"], ["--reference", "gpt-4"]):
+        assert cli.main([*base, *scores, *extra]) == 2
+        assert f"{extra[0]}: need battles (--input)" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+# --------------------------------------------------------------------------- simulation, known severity
+
+
+def test_severity_correction_recovers_the_truth_through_refresh(tmp_path):
+    """Two days of grades: the second refresh aggregates only the new day, and equals a refresh of both."""
+    rows, truth = _grades(seed=0)
+    half = rows.height // 2
+    scores = tmp_path / "scores"
+    _write_day(rows.head(half), scores, dt.date(2024, 5, 1))
+    glob = str(scores / "day=*" / "*.parquet")
+    out, st = tmp_path / "site", tmp_path / "state"
+    first = refresh(None, str(st), str(out), [], RefreshOptions(scores_glob=glob, k=3))
+    assert first.aggregated_days == ["2024-05-01"]
+    _write_day(rows.tail(rows.height - half), scores, dt.date(2024, 5, 2), offset=half)
+    second = refresh(None, str(st), str(out), [], RefreshOptions(scores_glob=glob, k=3))
+    assert second.aggregated_days == ["2024-05-02"]  # incremental: the stored day is not read again
+    assert second.summary is not None and second.summary.board == ORDINAL_ONLY
+    board = _board(out)
+    assert int(board["n_battles"].sum()) == rows.height
+
+    fresh = refresh(None, str(tmp_path / "state2"), str(tmp_path / "site2"), [], RefreshOptions(scores_glob=glob, k=3))
+    assert fresh.aggregated_days == ["2024-05-01", "2024-05-02"]
+    assert _board(tmp_path / "site2").equals(board)
+
+    naive, corrected = _tau(board, "rating_naive", truth), _tau(board, "rating_corrected", truth)
+    assert corrected >= 0.75 and corrected - naive >= 0.25, (naive, corrected)
+    bias = pl.read_parquet(_snapshot(out) / "bias.parquet").sort("judge")
+    assert bias["effect"].to_list() == ["severity"] * 3
+    assert np.abs(bias["estimate"].to_numpy() - (SEVERITY - SEVERITY.mean())).max() <= 0.15
+    assert (bias["ci_low"] < bias["estimate"]).all() and (bias["estimate"] < bias["ci_high"]).all()
+
+
+def _score_cells(rows: pl.DataFrame) -> pa.Table:
+    frame = rows.with_columns(
+        pl.format("s{}", pl.int_range(0, rows.height)).alias("score_id"),
+        pl.lit(dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc)).dt.cast_time_unit("us").alias("ts"),
+        pl.lit(None, dtype=pl.Int64).alias("len"),
+        pl.lit(None, dtype=pl.String).alias("family"),
+        pl.lit(None, dtype=pl.String).alias("judge_family"),
+    )
+    return partial_score_cells(frame.select(SCORE_SCHEMA.names), FamilyMap.with_user_rules()).cells
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_naive_ordinal_board_is_the_mean_grade_order_and_severity_helps(seed):
+    rows, truth = _grades(seed)
+    naive, corrected = fit_leaderboards(None, _score_cells(rows), config=ModelConfig(diagnostics="off"))
+    mean = dict(rows.group_by("model").agg(pl.col("score").mean()).iter_rows())
+    names = list(naive.models)
+    assert kendall_tau_b(naive.rating, np.array([mean[m] for m in names])) == pytest.approx(1.0)
+    true = np.array([truth[m] for m in names])
+    assert kendall_tau_b(corrected.rating, true) - kendall_tau_b(naive.rating, true) >= 0.25
+    assert corrected.diagnostics["board"] == ORDINAL_ONLY
+    assert naive.converged and corrected.converged
+
+
+def test_no_battles_and_no_grades_is_an_input_error():
+    with pytest.raises(InputError, match="no battles and no grades"):
+        build_dataset(None, None)
+    data = build_dataset(None, _score_cells(_grades(0, n=300)[0]))
+    assert data.ordinal_only and len(data.pairs) == 0 and len(data.judges) == 3
