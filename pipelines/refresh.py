@@ -537,7 +537,7 @@ def build_refresh(
     else:
         written = pipeline | "NothingNew" >> beam.Create([])
     after = []
-    if audit.rerun:
+    if audit.rerun and input_glob is not None:  # never reruns without battles: refresh turns the audit off
         input_days, out, families, lookup, shards = audit_inputs(input_glob, audit.folder, options.anchors, family_map)
         days_dir = storage.join(state_dir, DAY_PARTIALS)
         settings = _digest({"anchors": _anchors_fingerprint(options), "audit_version": AUDIT_DAYS_VERSION})

@@ -33,6 +33,7 @@ from biasboard.schemas.battle import SCORE_SCHEMA
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.summary import ORDINAL_ONLY
+from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.simulate.simulator import sample_grades
 from biasboard.transforms import publish
 from biasboard.transforms.cells import partial_score_cells
@@ -182,6 +183,8 @@ def test_severity_correction_recovers_the_truth_through_refresh(tmp_path):
     board = _board(out)
     assert int(board["n_battles"].sum()) == rows.height
 
+    again = refresh(None, str(st), str(out), [], RefreshOptions(scores_glob=glob, k=3))
+    assert again.published is not None and again.published.reused  # nothing new: LATEST stays
     fresh = refresh(None, str(tmp_path / "state2"), str(tmp_path / "site2"), [], RefreshOptions(scores_glob=glob, k=3))
     assert fresh.aggregated_days == ["2024-05-01", "2024-05-02"]
     assert _board(tmp_path / "site2").equals(board)
@@ -223,3 +226,29 @@ def test_no_battles_and_no_grades_is_an_input_error():
         build_dataset(None, None)
     data = build_dataset(None, _score_cells(_grades(0, n=300)[0]))
     assert data.ordinal_only and len(data.pairs) == 0 and len(data.judges) == 3
+
+
+def test_ordinal_only_bootstrap_intervals():
+    rows, _ = _grades(0, n=1500)
+    config = ModelConfig(diagnostics="off", bootstrap=8)
+    naive, corrected = fit_leaderboards(None, _score_cells(rows), config=config)
+    for fit in (naive, corrected):
+        assert fit.uncertainty == "bootstrap"
+        assert fit.boot_theta is not None and fit.boot_theta.shape == (8, len(fit.models))
+        assert np.all(np.isfinite(fit.ci_low)) and np.all(fit.ci_high - fit.ci_low > 0)
+    severity = corrected.bias.filter(pl.col("effect") == "severity")
+    assert severity.height == 3 and severity["boot_ci_low"].is_finite().all()
+
+
+def test_battles_all_rejected_stay_an_error_with_grades(tmp_path, capsys):
+    """Grades alone make an ordinal-only board; an --input whose every battle was rejected is an error."""
+    sim = write_simulation(
+        SimulationConfig(battles=300, models=4, judges=2, days=1, scores=0.5, seed=3), tmp_path / "s"
+    )
+    path = next(sim.glob("battles/day=*/*.parquet"))
+    pl.read_parquet(path).with_columns(pl.lit("bogus").alias("winner")).write_parquet(path)
+    argv = ["refresh", "--input", str(sim / "battles" / "day=*" / "*.parquet"),
+            "--scores", str(sim / "scores" / "day=*" / "*.parquet"), "--state", str(tmp_path / "st"),
+            "--out", str(tmp_path / "out"), "--runner=FnApiRunner"]  # fmt: skip
+    assert cli.main(argv) == 2
+    assert "no valid battle (every row was rejected)" in capsys.readouterr().err

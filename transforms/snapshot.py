@@ -118,8 +118,9 @@ def fit_state(
     cells = _dictionary_encoded(state.load_cells(state_dir).sort_by([(k, "ascending") for k in PAIR_CELL_KEYS]))
     score_cells = state.load_score_cells(state_dir)
     score_cells = score_cells.sort_by([(k, "ascending") for k in SCORE_CELL_KEYS]) if score_cells.num_rows else None
-    if cells.num_rows == 0 and score_cells is None:
-        raise InputError(f"{state_dir}: the stored days hold no valid battle or grade (every row was rejected)")
+    if cells.num_rows == 0 and (score_cells is None or _battle_rows_read(state_dir, days)):
+        # Grades alone make an ordinal-only board; battles that were all rejected are an error, not that board.
+        raise InputError(f"{state_dir}: the stored days hold no valid battle (every row was rejected)")
     _LOG.info(
         "fit: merged %d pair cells%s from %d day(s)",
         cells.num_rows,
@@ -160,6 +161,12 @@ def fit_state(
         extra_files={**audit_files, **plan_inputs(corrected), **slice_files},
         slices=boards,
     )
+
+
+def _battle_rows_read(state_dir: str, days: list[str]) -> int:
+    """Battle rows the stored days read (0 on an ordinal-only state: score files alone)."""
+    manifests = (state.read_day_manifest(state_dir, day) or {} for day in days)
+    return sum(IngestCounts.from_dict(m["counts"]).read for m in manifests if "counts" in m)
 
 
 def _slice_fit(spec: FitSpec):
