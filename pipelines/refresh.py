@@ -693,7 +693,7 @@ def input_changes(
     re-aggregates every day: families are stored in the cells.
     """
     settings = dict(settings) if settings is not None else None
-    battles = read.list_input_days(input_glob, check=False) if input_glob else {}
+    battles = read.list_input_days(input_glob, check=False) if input_glob is not None else {}
     scores = read.list_input_days(scores_glob, kind="score", check=False) if scores_glob else {}
     fingerprints = {}
     for day in sorted(set(battles) | set(scores)):

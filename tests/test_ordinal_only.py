@@ -151,6 +151,26 @@ def test_arena_bench_grades_alone_make_both_boards(arena_bench_scores, tmp_path,
     assert "Ordinal-only board" in report and "Judge audit" not in report
 
 
+def test_mtbench_single_grades_alone(tmp_path):
+    """FastChat MT-Bench single grades of two forks (9 models, GPT-4, half points and a regraded model)."""
+    judgments = DATA / "fastchat-llm-judge-samples" / "*" / "mt_bench" / "model_judgment" / "gpt-4_single.jsonl.gz"
+    imported = tmp_path / "imported"
+    assert cli.main(["import", "--format", "mtbench-single", "--in", str(judgments), "--out", str(imported)]) == 0
+    scores = str(imported / "scores" / "day=*" / "*.parquet")
+    outcome = refresh(None, str(tmp_path / "state"), str(tmp_path / "site"), [], RefreshOptions(scores_glob=scores))
+    assert outcome.summary is not None and outcome.summary.board == ORDINAL_ONLY
+    board = _board(tmp_path / "site")
+    assert board.height == 9
+    # FastChat's show_result.py: the mean of the valid grades per model (SOURCE.md's table).
+    rows = pl.read_parquet(scores, hive_partitioning=False)
+    mean = dict(rows.group_by("model").agg(pl.col("score").mean()).iter_rows())
+    assert mean["mistral-orpo-trl"] == pytest.approx(7.166, abs=1e-3)
+    # Measured: tau 1.000 for both boards.  The naive board ranks by mean grade *category*, which the half
+    # points (8.5, 9.5: categories of their own) make slightly uneven; >= 0.94 allows one swapped pair of 36.
+    assert _tau(board, "rating_naive", mean) >= 0.94
+    assert _tau(board, "rating_corrected", mean) >= 0.94
+
+
 def test_refresh_needs_battles_or_grades(tmp_path, capsys, arena_bench_scores):
     capsys.readouterr()
     base = ["refresh", "--state", str(tmp_path / "st"), "--out", str(tmp_path / "out"), "--runner=FnApiRunner"]
