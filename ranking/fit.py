@@ -277,7 +277,6 @@ def _fit_naive_ordinal(data: Dataset, config: NaiveConfig, shards: int) -> FitRe
     diagnostics = connectivity_report(problem.data)
     diagnostics["warnings"] = warnings + diagnostics.pop("warnings")
     diagnostics["tie_convention"] = "single grades: no ties"
-    diagnostics["naive_model"] = NAIVE_ORDINAL_MODEL
     diagnostics["prior_theta_sd"] = theta_sd
     if not solution.converged:
         diagnostics["warnings"].append(f"naive fit did not converge (relative gradient {solution.rel_grad:.2e})")
@@ -293,13 +292,6 @@ def _fit_naive_ordinal(data: Dataset, config: NaiveConfig, shards: int) -> FitRe
         bias=empty_bias_table(),
         diagnostics=diagnostics,
     )
-
-
-#: What the naive board of single grades is, in words (summary and report).
-NAIVE_ORDINAL_MODEL = (
-    "partial-credit model of the grades pooled over judges and prompts (no severity, no difficulty): it ranks "
-    "models as their mean grade category does, on the corrected board's logit scale"
-)
 
 
 def solve_bias_aware(
