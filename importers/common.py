@@ -40,7 +40,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
-from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA
+from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA, STYLE_COUNT_COLUMNS
 from biasboard.schemas.coerce import FLAG_PREFIX, REASON_BAD_TYPE_PREFIX, coerce_types, flag_reasons
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
 from biasboard.schemas.errors import InputError
@@ -50,6 +50,7 @@ from biasboard.schemas.rules import (
     length_expr,
     score_reason_expr,
     score_value_expr,
+    style_count_expr,
     timestamp_expr,
     winner_expr,
 )
@@ -462,15 +463,18 @@ def finalize_battles(
     optionally ``family_a`` / ``family_b`` / ``judge_family`` when the source
     names them (left null otherwise: the ingest's family map assigns them) and
     ``order_known`` (false where the source does not record the shown order;
-    null = known) and ``strength`` (an ordinal verdict strength, when the source has one).  The
+    null = known) and ``strength`` (an ordinal verdict strength, when the source has one) and the
+    style counts ``header_count_a`` ... ``bold_count_b`` (when the source has them).  The
     format's reason takes precedence over the generic rules.
     """
+    styles = [c for c in STYLE_COUNT_COLUMNS if c in mapped.columns]
     checked = mapped.with_columns(
         timestamp_expr(mapped.schema["ts"], "ts").alias("__ts"),
         length_expr("len_a", mapped.schema["len_a"]).alias("__len_a"),
         length_expr("len_b", mapped.schema["len_b"]).alias("__len_b"),
+        *(style_count_expr(c, mapped.schema[c]).alias(f"__{c}") for c in styles),
     )
-    rule = battle_reason_expr(checked.schema, "__ts", ("__len_a", "__len_b"))
+    rule = battle_reason_expr(checked.schema, "__ts", ("__len_a", "__len_b"), tuple(f"__{c}" for c in styles))
     flagged = raw.select(_flag_reason(raw).alias("__flag")).to_series()
     checked = checked.with_columns(pl.coalesce(flagged, pl.col(REASON), rule).alias(REASON))
     reasons, rejected = _split(raw, checked, "battle_id", REASON_DUPLICATE_ID)
@@ -490,6 +494,10 @@ def finalize_battles(
         .alias("order_known"),
         (pl.col("strength") if "strength" in mapped.columns else pl.lit(None)).cast(pl.Int8).alias("strength"),
         *(_optional_text(mapped, c) for c in ("category", "language")),  # slice labels, when the source has them
+        *(
+            (pl.col(f"__{c}").round() if c in styles else pl.lit(None)).cast(pl.Int64).alias(c)
+            for c in STYLE_COUNT_COLUMNS
+        ),
     )
     return ImportResult(
         kind="battles",

@@ -10,6 +10,11 @@ answer shown first (left), ``winner`` holds the four FastChat verdicts,
   identity exists in these logs, so ``prompt_id`` stays null.
 * Token counts, when the log has ``conv_metadata``, give the lengths
   (``sum_assistant_a_tokens`` / ``_b``: tokens, FastChat's style-control unit).
+* The other style-control counts of ``conv_metadata`` give the style columns,
+  summed as FastChat's ``clean_battle`` writes them: ``header_count_a`` over
+  ``h1``..``h6``, ``list_count_a`` over ``ordered``/``unordered``,
+  ``bold_count_a`` over ``**``/``__`` (likewise ``_b``); a plain number there
+  is taken as the count; a row without them has no style information.
 * A text ``language`` column (the arena's) and a text ``category`` column, when
   present, are kept as the battle's slice labels (``refresh --slices``).  Without
   a text ``category``, the arena's tags (``category_tag``, ``is_code``, ``turn``,
@@ -41,7 +46,7 @@ from biasboard.importers.common import (
     read_all,
     require_columns,
 )
-from biasboard.schemas.battle import SLICE_COLUMNS
+from biasboard.schemas.battle import SLICE_COLUMNS, STYLE_COUNT_COLUMNS
 
 PATTERNS = ("*.json", "*.json.gz", "*.jsonl", "*.jsonl.gz")
 TOKEN_FIELDS = ("sum_assistant_a_tokens", "sum_assistant_b_tokens")
@@ -66,6 +71,26 @@ def _slice_labels(raw: pl.DataFrame, notes: list[str]) -> list[pl.Expr]:
             labels.append(category.alias("category"))
             notes.append(f"category: the arena's category boards from its tags ({', '.join(boards)})")
     return labels
+
+
+def _style_counts(frame: pl.DataFrame) -> list[pl.Expr]:
+    """The six style count columns from ``conv_metadata`` (each a struct of sub-counts, summed), when present."""
+    meta = frame.schema.get("conv_metadata")
+    if not isinstance(meta, pl.Struct):
+        return []
+    fields = {f.name: f.dtype for f in meta.fields}
+    out = []
+    for name in STYLE_COUNT_COLUMNS:
+        kind = fields.get(name)
+        value = pl.col("conv_metadata").struct.field(name)
+        if isinstance(kind, pl.Struct) and kind.fields:
+            parts = [value.struct.field(f.name) for f in kind.fields]
+            # Every sub-count null (the row has no such field) is unknown, not zero.
+            total = pl.when(pl.any_horizontal(p.is_not_null() for p in parts)).then(pl.sum_horizontal(parts))
+            out.append(total.alias(name))
+        elif kind is not None and kind != pl.Null:
+            out.append(value.alias(name))
+    return out
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
@@ -108,6 +133,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.lit(None, dtype=pl.String).alias("prompt_id"),
         len_a.alias("len_a"),
         len_b.alias("len_b"),
+        *_style_counts(raw),  # header/list/bold counts (conv_metadata), when the log has them
         *labels,
         pl.lit(None, dtype=pl.String).alias(REASON),
     )

@@ -60,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lambda0", type=float, default=d.lambda0, help="global same-family affinity λ₀")
     parser.add_argument("--sd-u", type=float, default=d.sd_u, help="SD of per-judge position deviations")
     parser.add_argument("--theta-sd", type=float, default=d.theta_sd, help="SD of model quality θ")
+    parser.add_argument("--style", action="store_true", help="write style counts (headers, lists, bold) with effects")
+    parser.add_argument("--corr-style", type=float, default=d.corr_style, help="corr(θ, mean log header count)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier simulation in --out")
 
 
@@ -91,6 +93,8 @@ def config_from_args(args: argparse.Namespace) -> SimulationConfig:
         lambda0=args.lambda0,
         sd_u=args.sd_u,
         theta_sd=args.theta_sd,
+        style=args.style,
+        corr_style=args.corr_style,
     )
 
 

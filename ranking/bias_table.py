@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 from biasboard.ranking.arrowhead import BlockCovariance, centring, deviation_masks
-from biasboard.ranking.model import AFF, DISC, LEN, POS, SEV, TIE
+from biasboard.ranking.model import AFF, DISC, LEN, POS, SEV, STYLE_BLOCKS, STYLE_NAMES, TIE
 from biasboard.ranking.problem import Problem, prior_sd_of_effect
 from biasboard.ranking.result import BIAS_COLUMNS, Z95
 from biasboard.ranking.solver import Solution, covariance_block
@@ -27,7 +27,15 @@ from biasboard.ranking.uncertainty import percentile_interval
 
 IDENTIFIED_NATS: float = 2.0
 VARIANCE_SHRINK: float = 0.5
-EFFECT_NAME = {POS: "position", LEN: "length", AFF: "affinity", DISC: "discrimination", TIE: "tie", SEV: "severity"}
+EFFECT_NAME = {
+    POS: "position",
+    LEN: "length",
+    AFF: "affinity",
+    DISC: "discrimination",
+    TIE: "tie",
+    SEV: "severity",
+    **dict(zip(STYLE_BLOCKS, STYLE_NAMES, strict=True)),
+}
 
 
 def _wilson(successes: float, trials: float) -> tuple[float, float, float]:
@@ -123,12 +131,11 @@ def bias_table(
     lay, spec, data = problem.layout, problem.spec, problem.data
     rows = _Rows(solution, cov_core, boot_core)
     masks = spec.masks
-    scale = spec.x_scale
     pairs = data.pairs
-    unit = {LEN: 1.0 / scale}
+    unit = {t: spec.unit(t) for t in (LEN, *STYLE_BLOCKS[: lay.n_style])}
 
     global_identified: dict[int, bool] = {}
-    for t in (POS, LEN, AFF):
+    for t in lay.global_effects:
         name = EFFECT_NAME[t]
         any_on = bool(masks[t].any())
         info = profiles.get(name)
@@ -180,7 +187,7 @@ def bias_table(
         return pl.concat([pl.DataFrame(rows.rows, schema=BIAS_COLUMNS), judges], rechunk=True)
     E = spec.effective_map().toarray()
     for j, judge in enumerate(data.judges):
-        for t in (POS, LEN, AFF, DISC, TIE, SEV):
+        for t in (POS, LEN, AFF, DISC, TIE, SEV, *STYLE_BLOCKS[: lay.n_style]):
             name = EFFECT_NAME[t]
             enabled = bool(masks[t, j]) if t != TIE else True
             row = lay.eff_block(t).start + j
@@ -194,7 +201,7 @@ def bias_table(
             post_var = float(v @ cov_core @ v) / unit.get(t, 1.0) ** 2
             identified = enabled and post_var < VARIANCE_SHRINK * prior_var
             note = problem.notes.get((t, j), "")
-            if enabled and t in (POS, LEN, AFF) and identified and not global_identified[t]:
+            if enabled and t in global_identified and identified and not global_identified[t]:
                 note = "differences between judges are identified; their common level is prior-selected"
             if enabled and not identified and not note:
                 note = "prior-selected: the data barely move this coefficient from its prior"

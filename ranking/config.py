@@ -15,8 +15,10 @@ from biasboard.schemas.cells import LEN_BIN_EDGES
 
 #: Effects of the bias-aware model, as named in the bias table and in ``disabled``.
 EFFECTS: tuple[str, ...] = ("position", "length", "affinity", "tie", "discrimination", "severity")
+#: The style effects (present when the cells carry style counts), as named in the bias table and ``disabled``.
+STYLE_EFFECTS: tuple[str, ...] = ("header", "list", "bold")
 #: Effects the trusted-anchor gate (or a user) may switch off per judge.
-SWITCHABLE: frozenset[str] = frozenset({"position", "length", "affinity", "discrimination", "severity"})
+SWITCHABLE: frozenset[str] = frozenset({"position", "length", "affinity", "discrimination", "severity", *STYLE_EFFECTS})
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class Priors:
       careful shrinkage — when length is not identified (flat profile) a wide
       prior removes real quality along with length (Xu et al.'s 7-point loss).
     - ``affinity_sd = 0.5``/``affinity_dev_sd = 0.25``: Katoch et al. 2026 estimates 0.41.
+    - ``style_sd = 0.5``/``style_dev_sd = 0.25`` per SD of each normalised style difference (headers,
+      lists, bold): the length prior's shrinkage, as the style features play length's part (LMArena's
+      style-control coefficients on standardised features are ≤ 0.3 logits).
     - ``excess_sd = 2``: with a reference (``ModelConfig.reference``) the per-judge deviations are each
       judge's excess over the reference, and their prior replaces the three ``*_dev_sd``.  Wide on purpose:
       the reference's own effects must be estimated from *its* verdicts; a tight prior on the excesses makes
@@ -57,6 +62,8 @@ class Priors:
     length_dev_sd: float = 0.25
     affinity_sd: float = 0.5
     affinity_dev_sd: float = 0.25
+    style_sd: float = 0.5
+    style_dev_sd: float = 0.25
     excess_sd: float = 2.0
     tie_mean: float = 0.0
     tie_sd: float = 2.0
@@ -131,6 +138,9 @@ class ModelConfig:
     judge_pool: str | None = None
     diagnostics: str = "full"
     reference: frozenset[str] = frozenset()
+    #: Fit the style effects when the cells carry style counts; False fits the model without them (the
+    #: "style kept" board: θ then carries whatever the judges rewarded in headers, lists and bold).
+    style: bool = True
 
     def __post_init__(self) -> None:
         if self.diagnostics not in DIAGNOSTICS:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import polars as pl
@@ -25,6 +25,8 @@ from biasboard.schemas.cells import (
     PAIR_CELLS_SCHEMA,
     SCORE_CELLS_SCHEMA,
     SLICE_KEYS,
+    STYLE_SQUARES,
+    STYLE_SUMS,
     UNKNOWN_FAMILY,
     conform_pair_cells,
 )
@@ -36,7 +38,7 @@ NO_AFFINITY_FAMILIES: frozenset[str] = frozenset({UNKNOWN_FAMILY, "human"})
 CellsInput: TypeAlias = pa.Table | pl.DataFrame | Iterable[pa.Table | pa.RecordBatch | pl.DataFrame]
 
 #: Pair-cell measures that are counts: coded straight to float64 (exact below 2^53), the dtype the fit uses.
-_PAIR_COUNTS: frozenset[str] = frozenset({"n", "win_a", "win_b", "tie", "tie_bothbad", "n_len"})
+_PAIR_COUNTS: frozenset[str] = frozenset({"n", "win_a", "win_b", "tie", "tie_bothbad", "n_len", "n_style"})
 
 
 def _is_string(t: pa.DataType) -> bool:
@@ -199,13 +201,24 @@ class PairArrays:
     sum_loglen_a: np.ndarray
     sum_loglen_b: np.ndarray
     pos: np.ndarray  # 1.0 where the shown order is known, 0.0 where not (the position term is multiplied by it)
+    #: (cells, 3) cell means of the normalised style differences (header, list, bold); 0 without style counts.
+    style: np.ndarray | None = None
+    n_style: np.ndarray | None = None  # battles with style counts
+    style_sq: np.ndarray | None = None  # (cells, 3) Σ d² (the fit's style scale)
 
     def __len__(self) -> int:
         return int(self.a.shape[0])
 
     def take(self, idx: np.ndarray | slice) -> PairArrays:
         """Cells at ``idx`` (a slice gives views, no copy)."""
-        return PairArrays(**{name: getattr(self, name)[idx] for name in self.__dataclass_fields__})
+        fields: dict[str, Any] = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        taken: dict[str, Any] = {name: v if v is None else v[idx] for name, v in fields.items()}  # style may be None
+        return PairArrays(**taken)
+
+    @property
+    def has_style(self) -> bool:
+        """Whether any cell carries style counts (else the style effects are left out of the model)."""
+        return self.n_style is not None and bool(np.any(self.n_style > 0))
 
     def with_counts(self, win_a: np.ndarray, win_b: np.ndarray, tie: np.ndarray, bothbad: np.ndarray) -> PairArrays:
         fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -333,7 +346,7 @@ def build_dataset(
     if scores is not None:
         _recode(scores, score_vocabs, remaps)
 
-    for name in ("n", "win_a", "win_b", "tie", "tie_bothbad", "n_len"):
+    for name in ("n", "win_a", "win_b", "tie", "tie_bothbad", "n_len", "n_style"):
         if pairs[name].size and pairs[name].min() < 0:
             raise InputError(f"pair cells: column {name} has negative counts")
     bad = np.flatnonzero(pairs["n"] != pairs["win_a"] + pairs["win_b"] + pairs["tie"] + pairs["tie_bothbad"])
@@ -343,8 +356,9 @@ def build_dataset(
             f"pair cells: column n != win_a + win_b + tie + tie_bothbad in {bad.size} cell(s), e.g. judge "
             f"{judges[pairs['judge'][i]]!r} {models[pairs['model_a'][i]]!r} vs {models[pairs['model_b'][i]]!r}"
         )
-    if np.any(pairs["n_len"] > pairs["n"]):
-        raise InputError("pair cells: column n_len exceeds n")
+    for name in ("n_len", "n_style"):
+        if np.any(pairs[name] > pairs["n"]):
+            raise InputError(f"pair cells: column {name} exceeds n")
     keep = pairs["n"] > 0
     if not keep.any() and scores is None:
         raise InputError("pair cells: no battles (every cell has n = 0)")
@@ -377,6 +391,12 @@ def build_dataset(
     # Battles without lengths sit in their own cells (len_bin −1) with n_len = 0: x = 0 there, so the
     # length term vanishes for them.  A cell mixing both would give the known part's mean to all.
     x = np.divide(sum_x, n_len, out=np.zeros_like(sum_x), where=n_len > 0)
+    # Style likewise: battles without counts sit in style bin −1 with n_style = 0, their style terms vanish.
+    n_style = col["n_style"]
+    style = None
+    if np.any(n_style > 0):
+        sums = np.column_stack([col[name] for name in STYLE_SUMS])
+        style = np.divide(sums, n_style[:, None], out=np.zeros_like(sums), where=n_style[:, None] > 0)
     # The measures are float64 already (counts were coded so): no copies here but the new columns.
     arrays = PairArrays(
         a=col["model_a"].astype(np.int64, copy=False),
@@ -394,6 +414,9 @@ def build_dataset(
         sum_loglen_a=col["sum_loglen_a"],
         sum_loglen_b=col["sum_loglen_b"],
         pos=col["order_known"].astype(np.float64),
+        style=style,
+        n_style=n_style if style is not None else None,
+        style_sq=None if style is None else np.column_stack([col[name] for name in STYLE_SQUARES]),
     )
     del col
 

@@ -37,16 +37,28 @@ from biasboard.ranking.data import PairArrays, ScoreArrays
 #: Per-judge blocks, in the same order in the raw and the effective vectors.
 JUDGE_BLOCKS: tuple[str, ...] = ("position", "length", "affinity", "discrimination", "tie", "severity")
 POS, LEN, AFF, DISC, TIE, SEV = range(6)
+#: Style blocks (header, list, bold: LMArena's style control beside length), after the six, in a layout
+#: with ``n_style = 3`` only — data without style counts have no such parameters at all (same numbers).
+STYLE_BLOCKS: tuple[int, ...] = (6, 7, 8)
+STYLE_NAMES: tuple[str, ...] = ("header", "list", "bold")
+#: Effects with a global coefficient and per-judge deviations (in the order of the raw globals).
+GLOBAL_EFFECTS: tuple[int, ...] = (POS, LEN, AFF, *STYLE_BLOCKS)
+
+
+def block_name(t: int) -> str:
+    """The effect name of block ``t`` (``position`` … ``severity``, ``header``, ``list``, ``bold``)."""
+    return JUDGE_BLOCKS[t] if t < len(JUDGE_BLOCKS) else STYLE_NAMES[t - len(JUDGE_BLOCKS)]
 
 
 @dataclass(frozen=True)
 class Layout:
     """Positions of every parameter.
 
-    Raw ("core") vector: θ (M) | γ₀, β₀, λ₀ | u (J) | b (J) | l (J) | ρ (J) | ψ (J) | α (J) | τ (K−1).
+    Raw ("core") vector: θ (M) | γ₀, β₀, λ₀ [, δ₀ (3)] | u (J) | b (J) | l (J) | ρ (J) | ψ (J) | α (J)
+    [| d_header (J) | d_list (J) | d_bold (J)] | τ (K−1); the bracketed style parts exist when ``n_style = 3``.
     Diagonal vector: δ_p (P prompts) — kept apart because its Hessian block is diagonal, which the
     solver eliminates by a Schur complement instead of storing a P × P matrix.
-    Effective vector: θ (M) | γ_j | β_j | λ_j | L_j | ψ_j | α_j | τ.
+    Effective vector: θ (M) | γ_j | β_j | λ_j | L_j | ψ_j | α_j [| δ_j,header | δ_j,list | δ_j,bold] | τ.
     A naive layout has J = 0 and no ordinal part: θ only.
     """
 
@@ -55,17 +67,33 @@ class Layout:
     n_tau: int = 0
     n_prompts: int = 0
     naive: bool = False
+    n_style: int = 0  # 0, or 3: the style blocks (header, list, bold) exist
 
     @property
     def theta(self) -> slice:
         return slice(0, self.n_models)
 
     @property
+    def n_blocks(self) -> int:
+        """Per-judge blocks in this layout: the six, plus the style blocks when there are style data."""
+        return len(JUDGE_BLOCKS) + self.n_style
+
+    @property
+    def global_effects(self) -> tuple[int, ...]:
+        """Blocks with a global coefficient: position, length, affinity, and the style blocks if any."""
+        return GLOBAL_EFFECTS[: 3 + self.n_style]
+
+    @property
+    def eta_effects(self) -> tuple[int, ...]:
+        """Blocks acting through η, in the order of the rows of :attr:`DavidsonTerms.z`."""
+        return (*ETA_EFFECTS, *STYLE_BLOCKS[: self.n_style])
+
+    @property
     def n_glob(self) -> int:
-        return 0 if self.naive else 3
+        return 0 if self.naive else 3 + self.n_style
 
     def glob(self, effect: int) -> int:
-        return self.n_models + effect
+        return self.n_models + GLOBAL_EFFECTS.index(effect)
 
     def block(self, t: int) -> slice:
         start = self.n_models + self.n_glob + t * self.n_judges
@@ -73,7 +101,7 @@ class Layout:
 
     @property
     def tau(self) -> slice:
-        start = self.n_models + self.n_glob + len(JUDGE_BLOCKS) * self.n_judges
+        start = self.n_models + self.n_glob + self.n_blocks * self.n_judges
         return slice(start, start + self.n_tau)
 
     @property
@@ -86,7 +114,7 @@ class Layout:
 
     @property
     def eff_tau(self) -> slice:
-        start = self.n_models + len(JUDGE_BLOCKS) * self.n_judges
+        start = self.n_models + self.n_blocks * self.n_judges
         return slice(start, start + self.n_tau)
 
     @property
@@ -99,10 +127,11 @@ class Spec:
     """What is fixed during a fit: the layout, which effects each judge has, the covariate scale, weights.
 
     ``masks[t, j]`` is 1 when judge j has effect block t (0 fixes it at zero: a_j = 1 for discrimination).
+    ``style_scale`` holds the RMS of each style covariate (the unit the style effects are fit in).
     """
 
     layout: Layout
-    masks: np.ndarray  # (6, J) float
+    masks: np.ndarray  # (n_blocks, J) float
     x_scale: float = 1.0
     w_pair: float = 1.0
     w_ord: float = 1.0
@@ -115,10 +144,19 @@ class Spec:
     #: ``tied[t, j] = 1``: judge j has no deviation of its own for effect t (position, length, affinity), so its
     #: effect is the global coefficient — the reference's (see ``ModelConfig.reference``).  None: no tie.
     tied: np.ndarray | None = None
+    style_scale: np.ndarray | None = None  # (3,) when the layout has style blocks
+
+    def unit(self, t: int) -> float:
+        """Raw-covariate units per fitted unit of block ``t`` (1 / scale for length and style, else 1)."""
+        if t == LEN:
+            return 1.0 / self.x_scale
+        if t in STYLE_BLOCKS and self.style_scale is not None:
+            return 1.0 / float(self.style_scale[STYLE_BLOCKS.index(t)])
+        return 1.0
 
     def deviation_mask(self, t: int) -> np.ndarray:
         """Where judge j's own deviation of effect t enters η: the effect is on and not tied to the global."""
-        return self.masks[t] if self.tied is None else self.masks[t] * (1.0 - self.tied[t])
+        return self.masks[t] if self.tied is None or t >= len(self.tied) else self.masks[t] * (1.0 - self.tied[t])
 
     def effective_map(self, centred: bool = True) -> sp.csr_matrix:
         """The sparse linear map E with effective = E @ raw (constant over a fit).
@@ -139,7 +177,8 @@ class Spec:
         m = np.arange(lay.n_models)
         put(m, m, 1.0)
         jj = np.arange(lay.n_judges)
-        for t in range(len(JUDGE_BLOCKS)):
+        globs = lay.global_effects
+        for t in range(lay.n_blocks):
             eff = lay.eff_block(t).start + jj
             raw = lay.block(t).start + jj
             mask = self.masks[t]
@@ -151,8 +190,8 @@ class Spec:
                         rr, cc = np.meshgrid(eff[on], raw[on], indexing="ij")
                         put(rr.ravel(), cc.ravel(), -1.0 / on.size)
                 continue
-            put(eff, raw, self.deviation_mask(t) if t in (POS, LEN, AFF) else mask)
-            if t in (POS, LEN, AFF):
+            put(eff, raw, self.deviation_mask(t) if t in globs else mask)
+            if t in globs:
                 put(eff, np.full(lay.n_judges, lay.glob(t)), mask)
         tt = np.arange(lay.n_tau)
         put(lay.eff_tau.start + tt, lay.tau.start + tt, 1.0)
@@ -230,7 +269,8 @@ def _signed_bincount(a, b, w, size):
 class DavidsonTerms:
     """Per-cell pieces of the Davidson pair likelihood, shared by the dense and the judge-blocked partials.
 
-    ``z[t]`` = ∂η/∂(effective block t) for t in position, length, affinity, discrimination; ``g_*`` and
+    ``z[i]`` = ∂η/∂(effective block ``layout.eta_effects[i]``) (position, length, affinity, discrimination,
+    then the style blocks when the layout has them; the first four rows are indexed by their block); ``g_*`` and
     ``h_*`` are the cells' first and second derivatives of −log L in η and ψ (weighted); ``f`` is −log L.
     """
 
@@ -252,14 +292,21 @@ def davidson_terms(eff: np.ndarray, pairs: PairArrays, spec: Spec, hessian: bool
     dtheta = theta[pairs.a] - theta[pairs.b]
     wgt = spec.w_pair
     j = pairs.j
-    blk = [eff[lay.eff_block(t)] for t in range(len(JUDGE_BLOCKS))]
+    blk = [eff[lay.eff_block(t)] for t in range(lay.n_blocks)]
     disc = np.exp(blk[DISC])[j]
     xs = pairs.x / spec.x_scale
-    # z_t = ∂η/∂(effective block t) for t in position, length, affinity, discrimination.
+    # z_i = ∂η/∂(effective block lay.eta_effects[i]): position, length, affinity, discrimination, style.
     q = disc * dtheta
     # pos = 0 where the shown order is unknown: γ_j does not act there (and is not learnt from those cells).
-    z = np.stack([pairs.pos, xs, pairs.ds, q])
+    rows = [pairs.pos, xs, pairs.ds, q]
     eta = q + blk[POS][j] * pairs.pos + blk[LEN][j] * xs + blk[AFF][j] * pairs.ds
+    if lay.n_style:
+        assert pairs.style is not None and spec.style_scale is not None, "a style layout needs style cells"
+        for k, t in enumerate(STYLE_BLOCKS):
+            d = pairs.style[:, k] / spec.style_scale[k]
+            rows.append(d)
+            eta = eta + blk[t][j] * d
+    z = np.stack(rows)
     psi = blk[TIE][j]
     half = 0.5 * eta
     log_norm = np.logaddexp(np.logaddexp(half, -half), psi)
@@ -292,9 +339,21 @@ def _add_value_and_gradient(out: Partials | BlockPartials, lay: Layout, pairs: P
     j, j_count = pairs.j, lay.n_judges
     out.f += tm.f
     out.g[lay.theta] += _signed_bincount(pairs.a, pairs.b, tm.g_eta * tm.disc, lay.n_models)
-    for t in ETA_EFFECTS:
-        out.g[lay.eff_block(t)] += np.bincount(j, weights=tm.g_eta * tm.z[t], minlength=j_count)
+    for i, t in enumerate(lay.eta_effects):
+        out.g[lay.eff_block(t)] += np.bincount(j, weights=tm.g_eta * tm.z[i], minlength=j_count)
     out.g[lay.eff_block(TIE)] += np.bincount(j, weights=tm.g_psi, minlength=j_count)
+
+
+def _theta_cross_weights(tm: DavidsonTerms, eta_types: tuple[int, ...]) -> list[tuple[int, np.ndarray]]:
+    """(block, per-cell weight) of the θ × judge-block Hessian entries: h_η·a_j·z for each η effect (plus
+    ∂f/∂η·a_j for discrimination, since ∂²η/∂θ_a∂L_j = a_j) and the tie block's h_ηψ·a_j."""
+    assert tm.h_eta is not None and tm.h_eta_psi is not None
+    out = []
+    for i, t in enumerate(eta_types):
+        w = tm.h_eta * tm.disc * tm.z[i]
+        out.append((t, w + tm.g_eta * tm.disc if t == DISC else w))
+    out.append((TIE, tm.h_eta_psi * tm.disc))
+    return out
 
 
 def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials, hessian: bool = True) -> None:
@@ -324,7 +383,7 @@ def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials
     disc, z, q, g_eta = tm.disc, tm.z, tm.q, tm.g_eta
     _add_value_and_gradient(out, lay, pairs, tm)
     th = lay.theta
-    eta_types = ETA_EFFECTS
+    eta_types = lay.eta_effects
     if not hessian:
         return
     h_eta, h_eta_psi, h_psi = tm.h_eta, tm.h_eta_psi, tm.h_psi
@@ -334,10 +393,7 @@ def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials
     idx_a = a * j_count + j
     idx_b = b * j_count + j
     size = m_count * j_count
-    cross_weights = [h_eta * disc * z[t] for t in range(4)]
-    cross_weights[DISC] = cross_weights[DISC] + g_eta * disc  # ∂²η/∂θ_a∂L_j = a_j
-    cross_weights.append(h_eta_psi * disc)  # tie block
-    for t, w in zip((POS, LEN, AFF, DISC, TIE), cross_weights, strict=True):
+    for t, w in _theta_cross_weights(tm, eta_types):
         block = _signed_bincount(idx_a, idx_b, w, size).reshape(m_count, j_count)
         cols = lay.eff_block(t)
         out.H[th, cols] += block
@@ -346,8 +402,8 @@ def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials
     # Per-judge blocks: every cell touches only its own judge, so each (t, t') pair is a diagonal.
     jj = np.arange(j_count)
     for i1, t1 in enumerate(eta_types):
-        for t2 in eta_types[i1:]:
-            w = h_eta * z[t1] * z[t2]
+        for i2, t2 in enumerate(eta_types[i1:], start=i1):
+            w = h_eta * z[i1] * z[i2]
             if t1 == DISC and t2 == DISC:
                 w = w + g_eta * q  # ∂²η/∂L_j² = q
             d = np.bincount(j, weights=w, minlength=j_count)
@@ -355,7 +411,7 @@ def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials
             out.H[r1, r2] += d
             if t1 != t2:
                 out.H[r2, r1] += d
-        d = np.bincount(j, weights=h_eta_psi * z[t1], minlength=j_count)
+        d = np.bincount(j, weights=h_eta_psi * z[i1], minlength=j_count)
         r1, r2 = lay.eff_block(t1).start + jj, lay.eff_block(TIE).start + jj
         out.H[r1, r2] += d
         out.H[r2, r1] += d
@@ -461,12 +517,12 @@ class BlockPartials:
     f: float
     g: np.ndarray  # (n_eff,)
     H_theta: np.ndarray  # (M, M)
-    A: np.ndarray  # (J, 6, 6)
-    C: np.ndarray  # (n_entries, 6)
+    A: np.ndarray  # (J, K, K), K = layout.n_blocks
+    C: np.ndarray  # (n_entries, K)
 
     @staticmethod
     def zeros(lay: Layout, n_entries: int, hessian: bool = True) -> BlockPartials:
-        k = len(JUDGE_BLOCKS)
+        k = lay.n_blocks
         shape = (lambda *s: s) if hessian else (lambda *s: (0,) * len(s))
         return BlockPartials(
             0.0,
@@ -496,27 +552,24 @@ def block_partials(
     tm = davidson_terms(eff, pairs, spec, hessian)
     disc, z, q, g_eta = tm.disc, tm.z, tm.q, tm.g_eta
     _add_value_and_gradient(out, lay, pairs, tm)
-    eta_types = ETA_EFFECTS
+    eta_types = lay.eta_effects
     if not hessian:
         return
     h_eta, h_eta_psi, h_psi = tm.h_eta, tm.h_eta_psi, tm.h_psi
     out.H_theta += _laplacian_from_pairs(a, b, h_eta * disc * disc, m_count)
     n_entries = out.C.shape[0]
-    cross = [h_eta * disc * z[t] for t in range(4)]
-    cross[DISC] = cross[DISC] + g_eta * disc  # ∂²η/∂θ_a∂L_j = a_j
-    cross.append(h_eta_psi * disc)
-    for t, w in zip((POS, LEN, AFF, DISC, TIE), cross, strict=True):
+    for t, w in _theta_cross_weights(tm, eta_types):
         out.C[:, t] += _signed_bincount(at_a, at_b, w, n_entries)
     for i1, t1 in enumerate(eta_types):
-        for t2 in eta_types[i1:]:
-            w = h_eta * z[t1] * z[t2]
+        for i2, t2 in enumerate(eta_types[i1:], start=i1):
+            w = h_eta * z[i1] * z[i2]
             if t1 == DISC and t2 == DISC:
                 w = w + g_eta * q
             d = np.bincount(j, weights=w, minlength=j_count)
             out.A[:, t1, t2] += d
             if t1 != t2:
                 out.A[:, t2, t1] += d
-        d = np.bincount(j, weights=h_eta_psi * z[t1], minlength=j_count)
+        d = np.bincount(j, weights=h_eta_psi * z[i1], minlength=j_count)
         out.A[:, t1, TIE] += d
         out.A[:, TIE, t1] += d
     out.A[:, TIE, TIE] += np.bincount(j, weights=h_psi, minlength=j_count)

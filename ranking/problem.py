@@ -12,7 +12,20 @@ import numpy as np
 from biasboard.ranking.arrowhead import CrossIndex
 from biasboard.ranking.config import BLOCKED_MIN_JUDGES, ModelConfig, Priors
 from biasboard.ranking.data import Dataset, PairArrays, ScoreArrays, clip_length, shard_indices
-from biasboard.ranking.model import AFF, DISC, JUDGE_BLOCKS, LEN, POS, SEV, TIE, Layout, Shard, Spec
+from biasboard.ranking.model import (
+    AFF,
+    DISC,
+    JUDGE_BLOCKS,
+    LEN,
+    POS,
+    SEV,
+    STYLE_BLOCKS,
+    STYLE_NAMES,
+    TIE,
+    Layout,
+    Shard,
+    Spec,
+)
 from biasboard.ranking.solver import Objective, Prior
 
 #: Why a pair effect is off on an ordinal-only board.
@@ -29,6 +42,7 @@ BLOCK_EFFECT: dict[int, str] = {
     DISC: "discrimination",
     TIE: "tie",
     SEV: "severity",
+    **dict(zip(STYLE_BLOCKS, STYLE_NAMES, strict=True)),
 }
 
 
@@ -165,16 +179,29 @@ def length_scale(pairs: PairArrays) -> float:
     return rms if rms > 0 else 1.0
 
 
+def style_scale(pairs: PairArrays) -> np.ndarray:
+    """RMS of each normalised style difference over battles with style counts: the unit the style effects
+    are estimated in internally (LMArena standardises its style features likewise)."""
+    assert pairs.n_style is not None and pairs.style_sq is not None
+    n = float(pairs.n_style.sum())
+    rms = np.sqrt(pairs.style_sq.sum(axis=0) / n) if n > 0 else np.ones(len(STYLE_BLOCKS))
+    return np.where(rms > 0, rms, 1.0)
+
+
 def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     """The bias-aware problem; its ``data`` carry the length covariate as the model uses it (clipped at
-    ``config.length_clip``), so the bootstrap, profiles, bias table and diagnostics all see that covariate."""
+    ``config.length_clip``), so the bootstrap, profiles, bias table and diagnostics all see that covariate.
+
+    The style blocks exist only when the cells carry style counts and ``config.style`` is on: without
+    them the layout, and so every number, is the one of a model that never heard of style."""
     data = replace(data, pairs=clip_length(data.pairs, config.length_clip))
     m, jn = len(data.models), len(data.judges)
     scores = data.scores
     n_tau = max(data.n_categories - 1, 0)
-    lay = Layout(m, jn, n_tau, len(data.prompts))
+    with_style = config.style and data.pairs.has_style
+    lay = Layout(m, jn, n_tau, len(data.prompts), n_style=len(STYLE_BLOCKS) if with_style else 0)
     pairs = data.pairs
-    masks = np.ones((len(JUDGE_BLOCKS), jn))
+    masks = np.ones((lay.n_blocks, jn))
     notes: dict[tuple[int, int], str] = {}
     has_len = np.bincount(pairs.j, weights=pairs.n_len, minlength=jn) > 0
     has_aff = np.bincount(pairs.j, weights=np.abs(pairs.ds) * pairs.n, minlength=jn) > 0
@@ -184,6 +211,8 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     block_of = {effect: t for t, effect in BLOCK_EFFECT.items()}
     for judge, effect in sorted(config.disabled):
         t = block_of[effect]
+        if t >= lay.n_blocks:
+            continue  # a style effect switched off where the data have no style counts: nothing to switch
         for j in range(jn) if judge == "*" else [index[judge]] if judge in index else []:
             masks[t, j] = 0.0
             notes[(t, j)] = "disabled by configuration"
@@ -192,11 +221,16 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
             masks[t] = 0.0
             for j in range(jn):
                 notes[(t, j)] = ORDINAL_ONLY_NOTE
-    for t, has, why in (
+    checks = [
         (LEN, has_len, "no battles with both lengths known"),
         (AFF, has_aff, "no battle involves a model of the judge's own family"),
         (SEV, has_scores, "no ordinal scores from this judge"),
-    ):
+    ]
+    if with_style:
+        assert pairs.n_style is not None
+        has_style = np.bincount(pairs.j, weights=pairs.n_style, minlength=jn) > 0
+        checks += [(t, has_style, "no battles with style counts") for t in STYLE_BLOCKS]
+    for t, has, why in checks:
         masks[t, ~has] = 0.0
         for j in np.flatnonzero(~has).tolist():
             notes.setdefault((t, j), why)
@@ -216,6 +250,10 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         if config.judge_solver == "blocked":
             raise ValueError("judge_solver='blocked' takes pair cells only; this fit has ordinal scores")
         blocked = False
+    if blocked and with_style:  # the judge-blocked solver has the six blocks only (so far)
+        if config.judge_solver == "blocked":
+            raise ValueError("judge_solver='blocked' has no style effects yet; use 'dense' or style=False")
+        blocked = False
     spec = Spec(
         lay,
         masks,
@@ -225,6 +263,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         centre_discrimination=not has_ord,
         judge_blocks=blocked,
         tied=tied,
+        style_scale=style_scale(pairs) if with_style else None,
     )
 
     pr = config.priors
@@ -237,6 +276,9 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     precision[lay.block(POS)] = 1.0 / pr.position_dev_sd**2
     precision[lay.block(LEN)] = 1.0 / pr.length_dev_sd**2
     precision[lay.block(AFF)] = 1.0 / pr.affinity_dev_sd**2
+    for t in STYLE_BLOCKS[: lay.n_style]:
+        precision[lay.glob(t)] = 1.0 / pr.style_sd**2
+        precision[lay.block(t)] = 1.0 / pr.style_dev_sd**2
     if tied is not None:  # deviations measured from the reference: its excess prior (Priors.excess_sd)
         for t in (POS, LEN, AFF):
             if tied[t].any():
@@ -291,5 +333,5 @@ def prior_sd_of_effect(problem: Problem, block: int) -> tuple[float, float]:
     pr = problem.prior.precision
     lay = problem.layout
     dev = 1.0 / np.sqrt(pr[lay.block(block).start]) if lay.n_judges else 0.0
-    glob = 1.0 / np.sqrt(pr[lay.glob(block)]) if block in (POS, LEN, AFF) else 0.0
+    glob = 1.0 / np.sqrt(pr[lay.glob(block)]) if block in lay.global_effects else 0.0
     return float(glob), float(dev)

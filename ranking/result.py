@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -60,7 +61,17 @@ def _sqrt_factor(cov: np.ndarray) -> np.ndarray:
 #: Effects reported on the exp scale (their Laplace interval is exp(m ± z·sd) of a log-scale m).
 LOG_SCALE_EFFECTS: frozenset[str] = frozenset({"discrimination", "tie"})
 #: The per-judge effects a :class:`JudgeEffects` names.
-JUDGE_EFFECTS: tuple[str, ...] = ("position", "length", "affinity", "discrimination", "tie", "severity")
+JUDGE_EFFECTS: tuple[str, ...] = (
+    "position",
+    "length",
+    "affinity",
+    "discrimination",
+    "tie",
+    "severity",
+    "header",
+    "list",
+    "bold",
+)
 
 
 def z_value(alpha: float) -> float:
@@ -140,8 +151,12 @@ class JudgeEffects:
     discrimination: Effect | None = None
     tie: Effect | None = None
     severity: Effect | None = None
+    #: Style effects (log-odds per unit of the normalised count difference); None without style counts.
+    header: Effect | None = None
+    list: Effect | None = None
+    bold: Effect | None = None
 
-    def effects(self) -> list[Effect]:
+    def effects(self) -> builtins.list[Effect]:  # ``list`` is the style effect's name in this class
         return [e for e in (getattr(self, name) for name in JUDGE_EFFECTS) if e is not None]
 
 

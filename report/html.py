@@ -414,6 +414,34 @@ def _slices(boards: pl.DataFrame | None, summary: Summary) -> str:
     return _section("slices", "Slices: a board per category or language", intro + group)
 
 
+def _style(summary: Summary) -> str:
+    """Style removed (the published corrected board) beside style kept (the same model without style effects)."""
+    style = summary.style
+    if style is None:
+        return ""
+    effects = ", ".join(
+        f"{e.feature} {fmt(e.estimate, 2)} [{fmt(e.ci_low, 2)}, {fmt(e.ci_high, 2)}]" for e in style.effects
+    )
+    tau = f" Kendall τ between the two boards: {fmt(style.kendall_tau, 3)}." if style.kendall_tau is not None else ""
+    note = (
+        f'<p class="note">{style.battles:,} battles carry header, list and bold counts. The corrected board '
+        "above has style <b>removed</b> (each judge's style effects are fitted beside length, per unit of "
+        f"(a − b)/(a + b); global effects, log-odds with 95% CI: {esc(effects)}). Style <b>kept</b>: the same "
+        f"model without the style effects, so ratings keep what the judges rewarded in formatting.{esc(tau)}</p>"
+    )
+    rows = [
+        f"<tr><td>{r.rank}</td><td>{esc(r.model)}</td><td>{fmt(r.rating, 3)}</td><td>{r.rank_corrected}</td>"
+        f"<td>{_signed(r.rank_corrected - r.rank)}</td></tr>"
+        for r in style.kept
+    ]
+    head = "<tr><th>rank kept</th><th>model</th><th>rating kept</th><th>rank removed</th><th>change</th></tr>"
+    return _section("style", "Style removed and kept", note + _table("style", head, rows))
+
+
+def _signed(n: int) -> str:
+    return "0" if n == 0 else f"{n:+d}"
+
+
 def _leaderboard_table(ordered: list[dict[str, Any]], ci_name: str, ptop: str, summary: Summary) -> str:
     ranks = summary.ranks
     corrected = {iv.model: iv for iv in ranks.corrected} if ranks else {}
@@ -917,6 +945,7 @@ def render_report(
         _warnings(summary),
         _leaderboard(lb, summary, top_n, movers),
         _slices(slices, summary),
+        _style(summary),
         _head_to_head(summary),
         _bias(bias.to_dicts(), summary),
         _judge_audit(summary, corrected_rank),
@@ -928,6 +957,7 @@ def render_report(
     nav_items = [
         ("leaderboard", "Leaderboards"),
         ("slices", "Slices"),
+        ("style", "Style"),
         ("head-to-head", "Head to head"),
         ("bias", "Biases"),
         ("audit", "Judge audit"),

@@ -40,6 +40,12 @@ BATTLE_SCHEMA = pa.schema(
         pa.field("strength", pa.int8()),  # optional verdict strength: 2 "much better", 1 "better", 0 tie
         pa.field("category", pa.string()),  # optional slice label (e.g. "coding"); null: no category
         pa.field("language", pa.string()),  # optional slice label (e.g. "English"); null: no language
+        pa.field("header_count_a", pa.int64()),  # optional style counts (markdown headers, list items, bold)
+        pa.field("header_count_b", pa.int64()),
+        pa.field("list_count_a", pa.int64()),
+        pa.field("list_count_b", pa.int64()),
+        pa.field("bold_count_a", pa.int64()),
+        pa.field("bold_count_b", pa.int64()),
     ]
 )
 
@@ -50,6 +56,12 @@ SLICE_COLUMNS: tuple[str, ...] = ("category", "language")
 #: Joins the labels of a battle in several slices of one dimension ("hard_prompts|coding"): one battle, one
 #: cell row, in each listed slice (biasboard.transforms.slices).
 SLICE_LABEL_SEPARATOR = "|"
+#: The style features beside length (LMArena's style control), each counted per answer.
+STYLE_FEATURES: tuple[str, ...] = ("header", "list", "bold")
+#: Their optional battle columns, (first-shown answer's, second-shown answer's) per feature.
+STYLE_COLUMNS: tuple[tuple[str, str], ...] = tuple((f"{f}_count_a", f"{f}_count_b") for f in STYLE_FEATURES)
+#: The same six columns, flat.
+STYLE_COUNT_COLUMNS: tuple[str, ...] = tuple(c for pair in STYLE_COLUMNS for c in pair)
 
 SCORE_SCHEMA = pa.schema(
     [

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+from biasboard.schemas.battle import STYLE_FEATURES
 
 #: Width of a length bin in log-ratio units (0.25 ≈ a 28% length difference).
 LEN_BIN_WIDTH: float = 0.25
@@ -46,6 +47,11 @@ LEN_BIN_WIDTH: float = 0.25
 LEN_BIN_EDGES: np.ndarray = np.round(np.arange(-2.5, 2.5 + 1e-9, LEN_BIN_WIDTH), 10)
 #: Bin for battles whose lengths are unknown.
 LEN_BIN_MISSING: int = -1
+#: Style bin of battles without style counts.
+STYLE_BIN_MISSING: int = -1
+#: Per style feature, the cell sums of its normalised difference and of its square.
+STYLE_SUMS: tuple[str, ...] = tuple(f"sum_d_{f}" for f in STYLE_FEATURES)
+STYLE_SQUARES: tuple[str, ...] = tuple(f"sum_d2_{f}" for f in STYLE_FEATURES)
 
 PAIR_CELL_KEYS: tuple[str, ...] = (
     "judge",
@@ -58,6 +64,7 @@ PAIR_CELL_KEYS: tuple[str, ...] = (
     "order_known",
     "category",
     "language",
+    "style_bin",
 )
 PAIR_CELL_MEASURES: tuple[str, ...] = (
     "n",  # battles in the cell
@@ -70,6 +77,9 @@ PAIR_CELL_MEASURES: tuple[str, ...] = (
     "sum_x2",  # Σ x² (within-cell spread, for diagnostics)
     "sum_loglen_a",  # Σ ln(len_a): absolute length profile per model
     "sum_loglen_b",  # Σ ln(len_b)
+    "n_style",  # battles with all six style counts known
+    *STYLE_SUMS,  # Σ d_k over those, d_k = (c_a − c_b)/(c_a + c_b)
+    *STYLE_SQUARES,  # Σ d_k²
 )
 
 PAIR_CELLS_SCHEMA = pa.schema(
@@ -84,6 +94,7 @@ PAIR_CELLS_SCHEMA = pa.schema(
         pa.field("order_known", pa.bool_(), nullable=False),
         pa.field("category", pa.string()),  # slice labels: null = unlabelled
         pa.field("language", pa.string()),
+        pa.field("style_bin", pa.int16(), nullable=False),  # signs of the style differences; -1: no style counts
         pa.field("n", pa.int64(), nullable=False),
         pa.field("win_a", pa.int64(), nullable=False),
         pa.field("win_b", pa.int64(), nullable=False),
@@ -94,11 +105,21 @@ PAIR_CELLS_SCHEMA = pa.schema(
         pa.field("sum_x2", pa.float64(), nullable=False),
         pa.field("sum_loglen_a", pa.float64(), nullable=False),
         pa.field("sum_loglen_b", pa.float64(), nullable=False),
+        pa.field("n_style", pa.int64(), nullable=False),
+        *(pa.field(name, pa.float64(), nullable=False) for name in (*STYLE_SUMS, *STYLE_SQUARES)),
     ]
 )
 
-#: Key columns that older cells may lack, with the value they stand for (the order was known, no slice label).
-PAIR_CELL_DEFAULTS: dict[str, object] = {"order_known": True, "category": None, "language": None}
+#: Columns that older cells may lack, with the value they stand for (the order was known, no slice label, no
+#: style information).
+PAIR_CELL_DEFAULTS: dict[str, object] = {
+    "order_known": True,
+    "category": None,
+    "language": None,
+    "style_bin": STYLE_BIN_MISSING,
+    "n_style": 0,
+    **dict.fromkeys((*STYLE_SUMS, *STYLE_SQUARES), 0.0),
+}
 #: The optional slice keys (battle columns of the same names); null = the battle carries no such label.
 SLICE_KEYS: tuple[str, ...] = ("category", "language")
 
@@ -106,7 +127,8 @@ SLICE_KEYS: tuple[str, ...] = ("category", "language")
 def conform_pair_cells(table: pa.Table) -> pa.Table:
     """Pair cells in :data:`PAIR_CELLS_SCHEMA`, adding the key columns cells stored before them lack.
 
-    ``order_known`` reads as true and the slice labels as null (unlabelled).
+    ``order_known`` reads as true, the slice labels as null (unlabelled), the style columns as no style
+    information (bin :data:`STYLE_BIN_MISSING`, zero sums).
     """
     for name, value in PAIR_CELL_DEFAULTS.items():
         if name not in table.column_names:
@@ -131,6 +153,14 @@ SCORE_CELLS_SCHEMA = pa.schema(
 
 #: Family assigned when neither a column nor the family map names one.
 UNKNOWN_FAMILY: str = "unknown"
+
+
+def style_bin(d: np.ndarray) -> np.ndarray:
+    """Style bin of normalised differences ``d`` (rows: battles, columns: features; NaN row → missing)."""
+    signs = np.sign(np.nan_to_num(d)).astype(np.int16) + 1
+    bins = (signs * (3 ** np.arange(d.shape[1], dtype=np.int16))).sum(axis=1).astype(np.int16)
+    bins[np.isnan(d).any(axis=1)] = STYLE_BIN_MISSING
+    return bins
 
 
 def length_bin(x: np.ndarray) -> np.ndarray:

@@ -27,6 +27,10 @@ What is accepted
   string that does not parse) → ``bad_length``; negative → ``negative_length``;
   above :data:`~biasboard.schemas.deadletter.MAX_RESPONSE_LENGTH` (or infinite)
   → ``absurd_length``.  Zero is valid (an empty answer).
+* **Style counts** (``header_count_a`` ... ``bold_count_b``) are optional; null
+  means unknown (the battle counts and carries no style information).  A value
+  that is not a non-negative whole number below
+  :data:`~biasboard.schemas.deadletter.MAX_RESPONSE_LENGTH` → ``bad_style_count``.
 * **Duplicates**: the first *valid* occurrence of a ``battle_id`` within a day
   partition is kept; later valid rows with the same id → ``duplicate_battle_id``.
   Duplicates are judged only among rows that pass every other rule, so a
@@ -42,7 +46,7 @@ What is accepted
 Precedence (first that applies wins): ``missing:<col>`` in the order of
 :data:`BATTLE_REQUIRED`, then ``bad_type:<col>``/``bad_utf8:<col>`` in column
 order, then ``bad_timestamp``, ``bad_winner``, ``bad_length``,
-``negative_length``, ``absurd_length``, ``duplicate_battle_id``.  Scores use
+``negative_length``, ``absurd_length``, ``bad_style_count``, ``duplicate_battle_id``.  Scores use
 ``missing:<col>``, ``bad_type:<col>``/``bad_utf8:<col>``, ``bad_timestamp``, ``bad_score``, ``bad_length``,
 ``negative_length``, ``absurd_length``, ``duplicate_score_id``.
 """
@@ -73,6 +77,8 @@ if TYPE_CHECKING:
 
 #: A length that is present but not a number (NaN, unparseable text).
 REASON_BAD_LENGTH = "bad_length"
+#: A style count (``header_count_a`` ...) that is present but not a non-negative whole number.
+REASON_BAD_STYLE_COUNT = "bad_style_count"
 #: A repeated ``score_id`` in a score file (the battle reason names battles).
 REASON_DUPLICATE_SCORE_ID = "duplicate_score_id"
 
@@ -240,6 +246,19 @@ def length_expr(column: str, dtype: pl.DataType) -> pl.Expr:
     return pl.when(text.is_null() | (text == "")).then(None).otherwise(number.fill_null(float("nan")))
 
 
+def style_count_expr(column: str, dtype: pl.DataType) -> pl.Expr:
+    """A style count column as Float64, read like a length (null stays null, unparseable text is NaN)."""
+    return length_expr(column, dtype)
+
+
+def _style_reasons(counts: tuple[str, ...]) -> list[tuple[pl.Expr, str]]:
+    if not counts:
+        return []
+    exprs = [pl.col(c) for c in counts]
+    ok = [(e.is_between(0, MAX_RESPONSE_LENGTH) & (e == e.round())).fill_null(True) for e in exprs]
+    return [(~pl.all_horizontal(ok), REASON_BAD_STYLE_COUNT)]
+
+
 def slice_label_expr(column: str) -> pl.Expr:
     """A slice label (``category``, ``language``) as trimmed text, blank read as null (unlabelled).
 
@@ -305,14 +324,19 @@ def winner_codes(df: pl.DataFrame, column: str = "winner") -> pl.Series:
 
 
 def battle_conditions(
-    schema: dict[str, pl.DataType], ts_parsed: str, winner_code: str | pl.Expr, lengths: tuple[str, str]
+    schema: dict[str, pl.DataType],
+    ts_parsed: str,
+    winner_code: str | pl.Expr,
+    lengths: tuple[str, str],
+    style_counts: tuple[str, ...] = (),
 ) -> list[tuple[pl.Expr, str]]:
     """(condition, reason) pairs for battles in precedence order, before duplicate detection.
 
     ``schema`` is the batch's column → dtype (every required column present);
     ``ts_parsed`` names the column holding :func:`parse_timestamps`,
     ``winner_code`` the one holding :func:`winner_codes` (or an expression for
-    it), ``lengths`` those holding :func:`length_expr` results.
+    it), ``lengths`` those holding :func:`length_expr` results, ``style_counts``
+    those holding :func:`style_count_expr` results.
     """
     code = pl.col(winner_code) if isinstance(winner_code, str) else winner_code
     conditions = [(is_blank(c, schema[c]), REASON_MISSING_PREFIX + c) for c in BATTLE_REQUIRED]
@@ -320,17 +344,20 @@ def battle_conditions(
     conditions.append((pl.col(ts_parsed).is_null(), REASON_BAD_TIMESTAMP))
     conditions.append((code.is_null(), REASON_BAD_WINNER))
     conditions.extend(_length_reasons([pl.col(c) for c in lengths]))
+    conditions.extend(_style_reasons(style_counts))
     return conditions
 
 
-def battle_reason_expr(schema: dict[str, pl.DataType], ts_parsed: str, lengths: tuple[str, str]) -> pl.Expr:
+def battle_reason_expr(
+    schema: dict[str, pl.DataType], ts_parsed: str, lengths: tuple[str, str], style_counts: tuple[str, ...] = ()
+) -> pl.Expr:
     """The one rejection reason per battle row (null when valid), duplicates aside.
 
     The whole-frame form of :func:`battle_conditions` for callers (the importers)
     that validate a frame at once rather than batch by batch.
     """
     code = winner_expr().replace_strict(WINNER_CODES, default=None, return_dtype=pl.Int8)
-    return first_reason(battle_conditions(schema, ts_parsed, code, lengths))
+    return first_reason(battle_conditions(schema, ts_parsed, code, lengths, style_counts))
 
 
 def score_value_expr(dtype: pl.DataType, column: str = "score") -> pl.Expr:
@@ -376,6 +403,7 @@ BATTLE_REASONS: tuple[str, ...] = (
     REASON_BAD_LENGTH,
     REASON_NEGATIVE_LENGTH,
     REASON_ABSURD_LENGTH,
+    REASON_BAD_STYLE_COUNT,
     REASON_DUPLICATE_ID,
 )
 SCORE_REASONS: tuple[str, ...] = (

@@ -452,6 +452,46 @@ class SliceInfo:
 
 
 @dataclass
+class StyleEffect:
+    """A global style effect: log-odds per unit of the normalised difference (c_a − c_b)/(c_a + c_b), 95% CI."""
+
+    feature: str  # "header", "list", "bold"
+    estimate: float
+    ci_low: float
+    ci_high: float
+    identified: bool
+
+
+@dataclass
+class StyleModel:
+    """One model on the style-kept board, beside its rank on the published (style-removed) board."""
+
+    model: str
+    rating: float  # logit, centred like the leaderboard's rating_corrected
+    rank: int  # on the style-kept board
+    rank_corrected: int  # on the published corrected board (style removed)
+
+
+@dataclass
+class StyleInfo:
+    """Style control (issue 12.4), present only when battles carry the style counts.
+
+    The published corrected board (``leaderboard.*``) has style **removed**: θ is fitted beside per-judge
+    header/list/bold effects, as it is beside length.  ``kept`` is the same bias-aware model fitted
+    without the style effects (``ModelConfig(style=False)``, same reference, priors and length term):
+    θ there keeps whatever the judges rewarded in formatting — LMArena's default board against its
+    style-controlled one.  The per-judge style effects are rows of ``bias.*`` (effects ``header``,
+    ``list``, ``bold``); ``kendall_tau`` compares the two boards.
+    """
+
+    features: list[str]
+    battles: int  # battles with all six style counts
+    effects: list[StyleEffect]
+    kendall_tau: float | None
+    kept: list[StyleModel]
+
+
+@dataclass
 class Summary:
     """summary.json: τ and ρ naive vs corrected, counts by reason, judges, diagnostics, warnings."""
 
@@ -477,6 +517,8 @@ class Summary:
     #: What the boards are fit on: :data:`PAIRWISE` (battles, with or without grades) or :data:`ORDINAL_ONLY`
     #: (single grades alone: the many-facet model; no position, length, affinity, tie or audit).
     board: str = PAIRWISE
+    #: The style-kept board and the global style effects; None when no battle carries style counts.
+    style: StyleInfo | None = None
     version: int = SUMMARY_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -518,6 +560,9 @@ __all__ = [
     "RankInterval",
     "Ranks",
     "SliceInfo",
+    "StyleEffect",
+    "StyleInfo",
+    "StyleModel",
     "Summary",
     "from_jsonable",
     "to_jsonable",

@@ -33,6 +33,15 @@ For judge *j*, model *a* shown first and *b* second::
   μ_m + π_p (prompt offset, shared by both answers) + N(0, len_noise_sd),
   rounded to a positive integer token count.
 
+* Style (``style=True``): each answer gets markdown counts (headers, list
+  items, bold spans), Poisson around the model's own mean (log-normal across
+  models, ``style_model_sd``, and across answers, ``style_noise_sd``; the
+  model's header propensity correlates ``corr_style`` with θ); η gains
+  Σ_k δ_jk·d_k with d_k = (c_a − c_b)/(c_a + c_b) (0 when both are 0) and
+  δ_jk = ``style_effects[k]`` + N(0, ``sd_style``).  Drawn from streams of
+  their own: a run without style is unchanged, and the other columns of a run
+  with style are those of the same run without.
+
 Ordinal scores follow the partial-credit many-facet Rasch model
 P(X = k) ∝ exp(Σ_{h=2..k}(θ_m − δ_p − α_j − τ_h)), k = 1..K, with prompt
 difficulty δ_p (mean zero), judge severity α_j (mean zero) and thresholds τ.
@@ -91,7 +100,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from biasboard.schemas.battle import BATTLE_REQUIRED, BATTLE_SCHEMA, SCORE_SCHEMA, WINNER_VALUES
+from biasboard.schemas.battle import BATTLE_REQUIRED, BATTLE_SCHEMA, SCORE_SCHEMA, STYLE_COLUMNS, WINNER_VALUES
 from biasboard.schemas.deadletter import (
     MAX_RESPONSE_LENGTH,
     REASON_ABSURD_LENGTH,
@@ -195,6 +204,13 @@ class SimulationConfig:
     chunk_rows: int = 1_000_000  # bounded memory: a bigger day comes as several tables
     categories: int = 0  # >0: each battle gets a category (column ``category``) drawn uniformly
     category_sd: float = 0.6  # SD of each model's quality shift within a category (its own stream)
+    style: bool = False  # draw style counts (header/list/bold, columns *_count_a/_b) and style effects
+    style_effects: tuple[float, float, float] = (0.5, 0.3, 0.3)  # δ_k per unit normalised difference
+    sd_style: float = 0.1  # SD of a judge's deviation from each δ_k
+    style_means: tuple[float, float, float] = (1.5, 4.0, 3.0)  # geometric mean count per answer
+    style_model_sd: float = 0.8  # log-SD of the models' mean counts
+    style_noise_sd: float = 0.5  # log-SD of one answer's count rate around its model's mean
+    corr_style: float = 0.0  # exact in-sample corr(θ, a model's log mean header count)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -225,6 +241,9 @@ class SimulationConfig:
             (self.chunk_rows >= 1000, "chunk_rows must be at least 1000"),
             (0 <= self.categories <= len(CATEGORY_NAMES), f"categories must be in 0..{len(CATEGORY_NAMES)}"),
             (self.category_sd >= 0, "category_sd must be non-negative"),
+            (len(self.style_effects) == 3 and len(self.style_means) == 3, "style_effects/style_means: 3 values"),
+            (min(self.style_means) > 0 and self.sd_style >= 0, "style_means must be positive, sd_style >= 0"),
+            (-1 < self.corr_style < 1, "corr_style must be strictly between -1 and 1"),
         ]
         for ok, message in checks:
             if not ok:
@@ -265,6 +284,9 @@ class Parameters:
     tau: np.ndarray  # K − 1 thresholds τ_2..τ_K
     #: Per category (rows) and model: the quality shift added to θ in that category (0 rows: no categories).
     category_theta: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    #: (judges, 3) style effects δ_jk and (models, 3) log mean counts (0 rows: no style).
+    style_effect: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    style_log_mean: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
 
     def theta_in(self, category: int) -> np.ndarray:
         """The true qualities within one category: θ plus the category's own shift."""
@@ -365,7 +387,26 @@ def draw_parameters(config: SimulationConfig) -> Parameters:
         prompt_len=prompt_len,
         tau=tau,
         category_theta=_category_shifts(config),
+        **_style_parameters(config, theta),
     )
+
+
+def _style_parameters(config: SimulationConfig, theta: np.ndarray) -> dict[str, np.ndarray]:
+    """Judges' style effects and models' log mean counts, from a stream of their own (none without style)."""
+    if not config.style:
+        return {}
+    rng = np.random.default_rng(np.random.SeedSequence([config.seed, 6]))
+    effect = np.asarray(config.style_effects) + rng.normal(0.0, config.sd_style, (config.judges, 3))
+    spread = rng.standard_normal((config.models, 3))
+    spread[:, 0] = _correlated(theta, config.corr_style, rng)
+    log_mean = np.log(np.asarray(config.style_means)) + config.style_model_sd * spread
+    return {"style_effect": effect, "style_log_mean": log_mean}
+
+
+def style_differences(count_a: np.ndarray, count_b: np.ndarray) -> np.ndarray:
+    """(c_a − c_b)/(c_a + c_b) per battle and feature, 0 where both are 0 (the ingest's style covariate)."""
+    total = count_a + count_b
+    return np.divide(count_a - count_b, total, out=np.zeros(total.shape), where=total > 0)
 
 
 def _category_shifts(config: SimulationConfig) -> np.ndarray:
@@ -547,10 +588,11 @@ def _log_lengths_to_tokens(log_len: np.ndarray) -> np.ndarray:
     return np.maximum(1, np.rint(np.exp(log_len))).astype(np.int64)
 
 
-def verdict_probabilities(params: Parameters, judge, a, b, len_a, len_b, category=None):
+def verdict_probabilities(params: Parameters, judge, a, b, len_a, len_b, category=None, style=None):
     """(P(a wins), P(b wins), P(tie)) per battle under the documented model; tests reuse it.
 
     ``category``: per battle, the index of its category (its quality shift is added to θ); None: none.
+    ``style``: (battles, 3) normalised style differences (:func:`style_differences`); None: none.
     """
     x = np.log(len_a) - np.log(len_b)
     jf = params.judge_family[judge]
@@ -560,6 +602,8 @@ def verdict_probabilities(params: Parameters, judge, a, b, len_a, len_b, categor
         diff = diff + params.category_theta[category, a] - params.category_theta[category, b]
     eta = params.disc[judge] * diff + params.gamma[judge]
     eta += params.beta[judge] * x + params.lam[judge] * s
+    if style is not None:
+        eta += np.sum(params.style_effect[judge] * style, axis=1)
     ea, eb, nu = np.exp(0.5 * eta), np.exp(-0.5 * eta), params.nu[judge]
     den = ea + eb + nu
     return ea / den, eb / den, nu / den
@@ -605,7 +649,12 @@ def _valid_battles(config: SimulationConfig, params: Parameters, chunk: Chunk, r
     if config.categories:  # a stream of its own: the other columns do not move
         category = _chunk_rng(config, chunk, 4).integers(0, config.categories, n)
         category = np.repeat(category, 2) if config.both_orders else category
-    p_a, p_b, _ = verdict_probabilities(params, judge, a, b, len_a, len_b, category)
+    counts = None
+    if config.style:  # a stream of its own: the other columns do not move
+        counts = _style_counts(config, params, chunk, a, b, identical)
+    p_a, p_b, _ = verdict_probabilities(
+        params, judge, a, b, len_a, len_b, category, None if counts is None else style_differences(*counts)
+    )
     draw = rng.random(a.size)
     winner = np.full(a.size, 2, dtype=np.int64)  # tie
     winner[draw < p_a] = 0
@@ -628,7 +677,29 @@ def _valid_battles(config: SimulationConfig, params: Parameters, chunk: Chunk, r
         "micros": micros,
         "is_self": is_self,
         "category": category,
+        "style": counts,
     }
+
+
+def _style_counts(config: SimulationConfig, params: Parameters, chunk: Chunk, a, b, identical):
+    """(counts of the first-shown answers, of the second-shown), each (battles, 3), from stream 7.
+
+    In both-orders mode ``a``/``b`` are already paired rows (2i, 2i+1 = one unit swapped): the unit's two
+    answers are drawn once and swapped, like their lengths.  An identical self-battle shows one answer twice.
+    """
+    rng = _chunk_rng(config, chunk, 7)
+    first, second = (a[0::2], b[0::2]) if config.both_orders else (a, b)
+    rate = [
+        np.exp(params.style_log_mean[m] + rng.normal(0.0, config.style_noise_sd, (m.size, 3))) for m in (first, second)
+    ]
+    c_a, c_b = (rng.poisson(r).astype(np.int64) for r in rate)
+    if identical is not None:
+        c_b[identical] = c_a[identical]
+    if config.both_orders:
+        both = np.empty((a.size, 3), np.int64), np.empty((a.size, 3), np.int64)
+        both[0][0::2], both[0][1::2], both[1][0::2], both[1][1::2] = c_a, c_b, c_b, c_a
+        return both
+    return c_a, c_b
 
 
 def _id_prefix(day: dt.date) -> str:
@@ -668,6 +739,12 @@ def _battle_table(config: SimulationConfig, params: Parameters, day: dt.date, co
         ),
         "language": pa.nulls(len(ids), pa.string()),
     }
+    counts = cols.get("style")
+    for k, (col_a, col_b) in enumerate(STYLE_COLUMNS):
+        for name, side in ((col_a, 0), (col_b, 1)):
+            arrays[name] = (
+                pa.nulls(len(ids), pa.int64()) if counts is None else pa.array(counts[side][:, k], pa.int64())
+            )
     schema = BATTLE_SCHEMA_WITH_BAD_ROWS if iso else BATTLE_SCHEMA
     return pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
 
@@ -891,6 +968,7 @@ def truth(config: SimulationConfig, params: Parameters | None = None) -> dict:
                 "a": float(params.disc[j]),
                 "alpha": float(params.alpha[j]),
                 "bothbad_share": float(params.bothbad[j]),
+                **({"style": params.style_effect[j].tolist()} if config.style else {}),
             }
             for j in range(config.judges)
         ],

@@ -92,13 +92,20 @@ def day1_rows() -> list[dict]:
         battle("e10", lb=-4),  # negative_length
         battle("e11", la=MAX_RESPONSE_LENGTH * 10),  # absurd_length
         battle("v1", winner="model_b"),  # duplicate_battle_id
+        battle("e12"),  # bad_style_count (see DAY1_HEADERS)
     ]
+
+
+#: Day 1's header_count_a column: unknown (null) everywhere but the last row, which is negative.
+DAY1_HEADERS = pa.array([None] * 16 + [-1], pa.int64())
 
 
 @pytest.fixture()
 def logs(tmp_path: Path) -> Path:
     root = tmp_path / "logs"
-    write(root / f"day={D1}" / "part-0.parquet", day1_rows(), extra=pa.array(list(range(16))))
+    write(
+        root / f"day={D1}" / "part-0.parquet", day1_rows(), extra=pa.array(list(range(17))), header_count_a=DAY1_HEADERS
+    )
     # day 2 in two files; "w1" repeats in the second file (a duplicate across files of the day)
     write(root / f"day={D2}" / "part-0.parquet", [battle(f"w{i}", D2, a="gpt-4o") for i in range(6)])
     write(root / f"day={D2}" / "part-1.parquet", [battle("w1", D2), battle("w9", D2, judge="human")])
@@ -113,7 +120,7 @@ def test_backfill_dead_letters_every_reason_and_conserves(logs: Path, tmp_path: 
     assert result.days == [D1, D2] == list_state_days(state)
 
     counts = result.counts
-    assert counts.read == 16 + 8 + 3
+    assert counts.read == 17 + 8 + 3
     assert counts.conserved and counts.read == counts.counted + counts.rejected_total
     assert set(counts.rejected) == set(BATTLE_REASONS)  # every kind of bad row is present and named
     assert counts.rejected["duplicate_battle_id"] == 2 and counts.rejected["bad_timestamp"] == 2
@@ -123,7 +130,7 @@ def test_backfill_dead_letters_every_reason_and_conserves(logs: Path, tmp_path: 
     # per day: the manifest states the identity and names the inputs with their fingerprints
     m1 = read_day_manifest(state, D1)
     assert (
-        m1["counts"]["read"] == 16 + 2
+        m1["counts"]["read"] == 17 + 2
         and m1["counts"]["read"] == m1["counts"]["counted"] + m1["counts"]["rejected_total"]
     )
     assert {Path(i["path"]).name for i in m1["inputs"]} == {"part-0.parquet", "undated.parquet"}
@@ -237,7 +244,7 @@ def test_scores_and_family_map_and_range_through_the_cli(logs: Path, tmp_path: P
     out = capsys.readouterr().out
     assert code == 0
     assert list_state_days(str(state)) == [D1]  # --to excluded day 2
-    assert "battles: read 18 = counted 5 + rejected 13 [ok]" in out
+    assert "battles: read 19 = counted 5 + rejected 14 [ok]" in out
     assert "scores: read 4 = counted 2 + rejected 2 [ok]" in out
     assert "gpt-4" in out and "openai" in out  # the per-judge summary
     cells = load_cells(str(state))

@@ -9,7 +9,8 @@ from collections import defaultdict
 
 import polars as pl
 import pyarrow as pa
-from biasboard.schemas.cells import LEN_BIN_EDGES, PAIR_CELL_KEYS, PAIR_CELLS_SCHEMA
+from biasboard.schemas.battle import STYLE_COUNT_COLUMNS
+from biasboard.schemas.cells import LEN_BIN_EDGES, PAIR_CELL_KEYS, PAIR_CELLS_SCHEMA, STYLE_SQUARES, STYLE_SUMS
 from biasboard.schemas.families import FamilyMap
 from biasboard.transforms.cells import judge_summary, merge_cells, partial_cells
 from biasboard.transforms.validate import SeenIds
@@ -18,8 +19,8 @@ from hypothesis import strategies as st
 
 FMAP = FamilyMap.with_user_rules()
 T0 = dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc)
-INT_MEASURES = ["n", "win_a", "win_b", "tie", "tie_bothbad", "n_len"]
-FLOAT_MEASURES = ["sum_x", "sum_x2", "sum_loglen_a", "sum_loglen_b"]
+INT_MEASURES = ["n", "win_a", "win_b", "tie", "tie_bothbad", "n_len", "n_style"]
+FLOAT_MEASURES = ["sum_x", "sum_x2", "sum_loglen_a", "sum_loglen_b", *STYLE_SUMS, *STYLE_SQUARES]
 
 MODELS = ["gpt-4", "claude-2", "llama-2-70b", "vicuna-13b", "acme"]
 JUDGES = ["gpt-4", "human", "claude-3-opus"]
@@ -50,6 +51,12 @@ row = st.fixed_dictionaries(
         "family_a": st.sampled_from([None, None, "", "custom"]),
         "order_known": st.sampled_from([None, True, False]),
         "category": st.sampled_from([None, "", " coding ", "coding", "math"]),
+        # six style counts (headers a/b, lists a/b, bold a/b), one of them null, or none given; -1 is rejected
+        "style": st.one_of(
+            st.none(),
+            st.tuples(*[st.integers(-1, 4)] * 6),
+            st.tuples(*[st.integers(0, 3)] * 5, st.none()),
+        ),
     }
 )
 battle_lists = st.lists(row, min_size=0, max_size=60)
@@ -57,7 +64,10 @@ battle_lists = st.lists(row, min_size=0, max_size=60)
 
 def to_table(rows: list[dict]) -> pa.Table:
     columns = {k: [r.get(k) for r in rows] for k in COLUMNS}
+    for i, name in enumerate(STYLE_COUNT_COLUMNS):
+        columns[name] = [None if r.get("style") is None else r["style"][i] for r in rows]
     types = {"len_a": pa.int64(), "len_b": pa.int64(), "order_known": pa.bool_()}
+    types.update(dict.fromkeys(STYLE_COUNT_COLUMNS, pa.int64()))
     table = pa.table({k: pa.array(v, types.get(k, pa.string())) for k, v in columns.items()})
     return table.append_column("ts", pa.array([T0] * len(rows), pa.timestamp("us", tz="UTC")))
 
@@ -89,6 +99,14 @@ def reference_cells(rows: list[dict]) -> dict:
         x = math.log(max(la, 1)) - math.log(max(lb, 1)) if has else None
         bin_ = bisect.bisect_right(list(LEN_BIN_EDGES), x) if has else -1
         fam_a = r["family_a"] or FMAP.family_of(r["model_a"])
+        style = r.get("style")
+        has_style = style is not None and None not in style
+        d = []
+        if has_style:
+            for k in range(3):
+                c_a, c_b = style[2 * k], style[2 * k + 1]
+                d.append((c_a - c_b) / (c_a + c_b) if c_a + c_b else 0.0)
+        signs = [(v > 0) - (v < 0) for v in d]
         key = (
             r["judge"],
             FMAP.family_of(r["judge"]),
@@ -100,6 +118,7 @@ def reference_cells(rows: list[dict]) -> dict:
             r.get("order_known") is not False,  # null = known
             (r.get("category") or "").strip() or None,  # slice labels: blank = unlabelled
             (r.get("language") or "").strip() or None,
+            sum((sign + 1) * 3**k for k, sign in enumerate(signs)) if has_style else -1,
         )
         cell = out[key]
         cell["n"] += 1
@@ -110,6 +129,11 @@ def reference_cells(rows: list[dict]) -> dict:
             cell["sum_x2"] += x * x
             cell["sum_loglen_a"] += math.log(max(la, 1))
             cell["sum_loglen_b"] += math.log(max(lb, 1))
+        if has_style:
+            cell["n_style"] += 1
+            for k in range(3):
+                cell[STYLE_SUMS[k]] += d[k]
+                cell[STYLE_SQUARES[k]] += d[k] * d[k]
     return out
 
 
@@ -118,7 +142,9 @@ def reference_cells(rows: list[dict]) -> dict:
 def test_partial_cells_match_the_definition(rows):
     valid, seen_ids = [], set()
     for r in rows:
-        bad = r["winner"] == "bogus" or any(v is not None and v < 0 for v in (r["len_a"], r["len_b"]))
+        bad = r["winner"] == "bogus" or any(
+            v is not None and v < 0 for v in (r["len_a"], r["len_b"], *(r["style"] or ()))
+        )
         if not bad and r["battle_id"] not in seen_ids:
             seen_ids.add(r["battle_id"])
             valid.append(r)

@@ -22,7 +22,7 @@ from biasboard.plan.acquisition import (
     select_comparisons,
 )
 from biasboard.ranking import ModelConfig, fit_bias_aware
-from biasboard.schemas.battle import BATTLE_SCHEMA
+from biasboard.schemas.battle import BATTLE_SCHEMA, STYLE_COUNT_COLUMNS
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.transforms import publish
@@ -201,6 +201,7 @@ def _battles(reps: int = 3, seed: int = 0) -> pa.Table:
             "strength": [None] * n,
             "category": [None] * n,
             "language": [None] * n,
+            **{c: [None] * n for c in STYLE_COUNT_COLUMNS},  # no style counts
         },
         schema=BATTLE_SCHEMA,
     )

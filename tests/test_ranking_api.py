@@ -38,6 +38,7 @@ def _cells(rows: list[tuple]) -> pa.Table:
                 True,
                 None,
                 None,
+                -1,  # style_bin: no style counts
                 n,
                 wa,
                 wb,
@@ -48,6 +49,8 @@ def _cells(rows: list[tuple]) -> pa.Table:
                 x * x * n + 0.01 * n,
                 5.0 * n,
                 (5.0 - x) * n,
+                0,  # n_style and the six style sums
+                *[0.0] * 6,
             ),
             strict=True,
         ):

@@ -16,7 +16,7 @@ import pytest
 from biasboard.ranking import ModelConfig, build_dataset, fit_leaderboards
 from biasboard.ranking.data import clip_length
 from biasboard.ranking.problem import bias_aware_problem
-from biasboard.schemas.battle import BATTLE_SCHEMA
+from biasboard.schemas.battle import BATTLE_SCHEMA, STYLE_COUNT_COLUMNS
 from biasboard.schemas.cells import length_bin
 from biasboard.schemas.families import FamilyMap
 from biasboard.transforms.cells import partial_cells
@@ -46,6 +46,7 @@ def _battles(
             "strength": [None] * n,
             "category": [None] * n,
             "language": [None] * n,
+            **{c: [None] * n for c in STYLE_COUNT_COLUMNS},  # no style counts
         },
         schema=BATTLE_SCHEMA,
     )

@@ -9,7 +9,7 @@ from biasboard.ranking import ModelConfig, fit_bias_aware, fit_naive
 from biasboard.ranking.data import PairArrays, ScoreArrays
 from biasboard.ranking.model import Layout, Shard, Spec
 from biasboard.ranking.solver import Objective, Prior
-from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA
+from biasboard.schemas.cells import SCORE_CELLS_SCHEMA, conform_pair_cells
 
 
 def _random_problem(naive: bool, seed: int = 0):
@@ -95,31 +95,32 @@ def _cells(rng: np.random.Generator, models=8, judges=3, cells=300):
     win_a = rng.binomial(n - ties, p)
     bothbad = rng.binomial(ties, 0.3)
     loglen_b = rng.normal(5, 0.3, cells)
-    return pa.table(
-        {
-            "judge": [f"judge-{k}" for k in j],
-            "judge_family": [fams[k % 3] for k in j],
-            "model_a": [f"m{k}" for k in a],
-            "model_b": [f"m{k}" for k in b],
-            "family_a": [fams[k % 3] for k in a],
-            "family_b": [fams[k % 3] for k in b],
-            "len_bin": np.arange(cells, dtype=np.int16) % 21,
-            "order_known": np.ones(cells, dtype=bool),
-            "category": [None] * cells,
-            "language": [None] * cells,
-            "n": n,
-            "win_a": win_a,
-            "win_b": n - ties - win_a,
-            "tie": ties - bothbad,
-            "tie_bothbad": bothbad,
-            "n_len": n,
-            "sum_x": x * n,
-            "sum_x2": (x**2 + 0.01) * n,
-            "sum_loglen_a": (loglen_b + x) * n,
-            "sum_loglen_b": loglen_b * n,
-        },
-        schema=PAIR_CELLS_SCHEMA,
-    )
+    return conform_pair_cells(
+        pa.table(
+            {
+                "judge": [f"judge-{k}" for k in j],
+                "judge_family": [fams[k % 3] for k in j],
+                "model_a": [f"m{k}" for k in a],
+                "model_b": [f"m{k}" for k in b],
+                "family_a": [fams[k % 3] for k in a],
+                "family_b": [fams[k % 3] for k in b],
+                "len_bin": np.arange(cells, dtype=np.int16) % 21,
+                "order_known": np.ones(cells, dtype=bool),
+                "category": [None] * cells,
+                "language": [None] * cells,
+                "n": n,
+                "win_a": win_a,
+                "win_b": n - ties - win_a,
+                "tie": ties - bothbad,
+                "tie_bothbad": bothbad,
+                "n_len": n,
+                "sum_x": x * n,
+                "sum_x2": (x**2 + 0.01) * n,
+                "sum_loglen_a": (loglen_b + x) * n,
+                "sum_loglen_b": loglen_b * n,
+            }
+        )
+    )  # the style columns are left to conform_pair_cells: no style counts
 
 
 def _score_cells(rng: np.random.Generator, models=8, judges=3, prompts=5, rows=200):

@@ -9,7 +9,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 from biasboard.ranking import fit_naive
-from biasboard.schemas.cells import PAIR_CELLS_SCHEMA
+from biasboard.schemas.cells import conform_pair_cells
 from conftest import real_data
 
 
@@ -42,7 +42,7 @@ def _cells_from_verdicts(frame: pl.DataFrame, judge: str = "crowd") -> pa.Table:
             sum_loglen_b=pl.lit(0.0),
         )
     )
-    return cells.select(PAIR_CELLS_SCHEMA.names).to_arrow().cast(PAIR_CELLS_SCHEMA)
+    return conform_pair_cells(cells.to_arrow())  # no style counts
 
 
 def test_llmfao_matches_evalica_bradley_terry_exactly():
@@ -65,30 +65,31 @@ def test_llmfao_matches_evalica_bradley_terry_exactly():
 
 def _two_model_cells(win_a: int, win_b: int, tie: int) -> pa.Table:
     n = win_a + win_b + tie
-    return pa.table(
-        {
-            "judge": ["j"],
-            "judge_family": ["human"],
-            "model_a": ["x"],
-            "model_b": ["y"],
-            "family_a": ["unknown"],
-            "family_b": ["unknown"],
-            "len_bin": pa.array([-1], pa.int16()),
-            "order_known": [True],
-            "category": pa.array([None], pa.string()),
-            "language": pa.array([None], pa.string()),
-            "n": [n],
-            "win_a": [win_a],
-            "win_b": [win_b],
-            "tie": [tie],
-            "tie_bothbad": [0],
-            "n_len": [0],
-            "sum_x": [0.0],
-            "sum_x2": [0.0],
-            "sum_loglen_a": [0.0],
-            "sum_loglen_b": [0.0],
-        },
-        schema=PAIR_CELLS_SCHEMA,
+    return conform_pair_cells(
+        pa.table(
+            {
+                "judge": ["j"],
+                "judge_family": ["human"],
+                "model_a": ["x"],
+                "model_b": ["y"],
+                "family_a": ["unknown"],
+                "family_b": ["unknown"],
+                "len_bin": pa.array([-1], pa.int16()),
+                "order_known": [True],
+                "category": pa.array([None], pa.string()),
+                "language": pa.array([None], pa.string()),
+                "n": [n],
+                "win_a": [win_a],
+                "win_b": [win_b],
+                "tie": [tie],
+                "tie_bothbad": [0],
+                "n_len": [0],
+                "sum_x": [0.0],
+                "sum_x2": [0.0],
+                "sum_loglen_a": [0.0],
+                "sum_loglen_b": [0.0],
+            }
+        )
     )
 
 

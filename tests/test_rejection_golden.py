@@ -3,8 +3,9 @@
 A fixed corpus covers every bad-row kind (each ``missing:<col>`` as null, empty
 and blank; unparseable, out-of-window and millisecond timestamps in text,
 numeric and timestamp columns; bad winners; NaN, text, negative, infinite and
-absurd lengths; repeats within a batch, across batches and after a malformed
-first attempt; scores out of range) in batches whose columns have the types
+absurd lengths; negative, fractional, unparseable and absurd style counts;
+repeats within a batch, across batches and after a malformed first attempt;
+scores out of range) in batches whose columns have the types
 real files carry.  The outputs were recorded from the validator as it was
 before the rejection path was vectorised (``tests/golden/rejection.json``), so
 any change in what is kept, what is rejected, for which reason, or where the
@@ -23,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from biasboard.schemas.battle import BATTLE_REQUIRED, SCORE_REQUIRED
+from biasboard.schemas.battle import BATTLE_REQUIRED, SCORE_REQUIRED, STYLE_COUNT_COLUMNS
 from biasboard.schemas.deadletter import MAX_RESPONSE_LENGTH
 from biasboard.transforms.validate import SeenIds, validate_battles, validate_scores
 
@@ -124,6 +125,16 @@ def _battle_batches() -> list[tuple[str, pa.Table]]:
     fastchat["question_id"] = fastchat.pop("battle_id")
     fastchat["tstamp"] = [None if t is None else t.timestamp() for t in fastchat.pop("ts")]
     out.append(("fastchat_names", pa.table(fastchat)))
+
+    style = _base(np.random.default_rng(12), 5)  # its own stream: the batches above are as recorded before it
+    counts = np.random.default_rng(13).integers(0, 6, (6, N))
+    for k, column in enumerate(STYLE_COUNT_COLUMNS):
+        style[column] = [str(int(v)) for v in counts[k]]
+        style[column][3 + k] = None  # unknown: counted, no style information
+    for row, value in ((20, "-1"), (21, "1.5"), (22, "many"), (23, " 4 "), (24, "")):
+        style["bold_count_b"][row] = value
+    style["header_count_a"][25] = "1e12"  # beyond MAX_RESPONSE_LENGTH
+    out.append(("style_counts", pa.table(style)))
     return out
 
 

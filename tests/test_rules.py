@@ -261,7 +261,7 @@ def test_score_rules_every_reason():
 
 
 def test_reason_lists_are_complete():
-    assert len(BATTLE_REASONS) == len(set(BATTLE_REASONS)) == len(BATTLE_REQUIRED) + 6
+    assert len(BATTLE_REASONS) == len(set(BATTLE_REASONS)) == len(BATTLE_REQUIRED) + 7
 
 
 # --- family map -------------------------------------------------------------------------------------------------

@@ -32,7 +32,13 @@ from biasboard.schemas.cells import (
 )
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
-from biasboard.transforms.covariates import FAMILY_COLUMNS, length_measures, normalise_given, resolve_families
+from biasboard.transforms.covariates import (
+    FAMILY_COLUMNS,
+    length_measures,
+    normalise_given,
+    resolve_families,
+    style_measures,
+)
 from biasboard.transforms.validate import (
     BATTLE_DEAD_LETTER_SCHEMA,
     SCORE,
@@ -128,7 +134,7 @@ def _aggregate_pairs(valid: pl.DataFrame, family_map: FamilyMap) -> pa.Table:
     """
     winner = pl.col(WINNER_CODE)
     rows = length_measures(
-        valid.with_columns(
+        style_measures(valid).with_columns(
             *(
                 (winner == code).cast(pl.UInt8).alias(name)  # sums upcast to Int64
                 for code, name in enumerate(("win_a", "win_b", "tie", "tie_bothbad"))
@@ -137,7 +143,7 @@ def _aggregate_pairs(valid: pl.DataFrame, family_map: FamilyMap) -> pa.Table:
     )
     given = [c for c, _ in FAMILY_COLUMNS if rows.get_column(c).null_count() < rows.height]
     rows = normalise_given(rows, given)
-    keys = ["judge", "model_a", "model_b", "len_bin", "order_known", *SLICE_KEYS, *given]
+    keys = ["judge", "model_a", "model_b", "len_bin", "order_known", *SLICE_KEYS, "style_bin", *given]
     measures = [m for m in PAIR_CELL_MEASURES if m != "n"]
     grouped = rows.group_by(keys).agg(pl.len().alias("n"), *(pl.col(m).sum() for m in measures))
     absent = [pl.lit(None, dtype=pl.String).alias(c) for c, _ in FAMILY_COLUMNS if c not in given]

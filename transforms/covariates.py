@@ -7,6 +7,9 @@
   1 so that x stays finite: an empty answer is then as short as a one-unit one,
   which keeps the battle instead of dropping a real verdict.  A battle missing
   either length goes to :data:`~biasboard.schemas.cells.LEN_BIN_MISSING`.
+* **Style**: per feature, ``d = (c_a − c_b) / (c_a + c_b)`` (0 when both are
+  0) and the signs' bin (see :mod:`biasboard.schemas.cells`); a battle lacking
+  any of the six counts goes to :data:`~biasboard.schemas.cells.STYLE_BIN_MISSING`.
 * **Families**: a non-empty ``family_a``/``family_b``/``judge_family`` value in
   the data wins (taken as written); otherwise the :class:`~biasboard.schemas.families.FamilyMap`
   assigns one from the name (``unknown`` when no rule matches).
@@ -16,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from biasboard.schemas.cells import length_bin
+from biasboard.schemas.battle import STYLE_COLUMNS
+from biasboard.schemas.cells import STYLE_SQUARES, STYLE_SUMS, length_bin, style_bin
 from biasboard.schemas.families import FamilyMap
 
 #: (family column, name column it describes)
@@ -76,3 +80,34 @@ def length_measures(df: pl.DataFrame, len_a: str = "_len_a", len_b: str = "_len_
         pl.col("_x").fill_null(0.0).alias("sum_x"),
         (pl.col("_x") * pl.col("_x")).fill_null(0.0).alias("sum_x2"),
     ).drop("_x")
+
+
+def style_measures(df: pl.DataFrame, prefix: str = "_") -> pl.DataFrame:
+    """Add per-battle style measures: ``style_bin``, ``n_style`` (0/1), ``sum_d_<k>``, ``sum_d2_<k>``.
+
+    ``prefix`` + each style column names the parsed counts (Float64, null = unknown).  Like
+    :func:`length_measures`, per-row values of the cell sums (zero without counts).  A batch with no
+    style counts at all (the usual case) skips the arithmetic: every row gets the missing bin.
+    """
+    counts = [pl.col(prefix + c) for pair in STYLE_COLUMNS for c in pair]
+    if all(df.get_column(prefix + c).null_count() == df.height for pair in STYLE_COLUMNS for c in pair):
+        return df.with_columns(
+            pl.lit(-1, dtype=pl.Int16).alias("style_bin"),
+            pl.lit(0, dtype=pl.UInt8).alias("n_style"),
+            *(pl.lit(0.0).alias(name) for name in (*STYLE_SUMS, *STYLE_SQUARES)),
+        )
+    has = pl.all_horizontal(c.is_not_null() for c in counts)
+    diffs = []
+    for a, b in STYLE_COLUMNS:
+        total = pl.col(prefix + a) + pl.col(prefix + b)
+        d = pl.when(total > 0).then((pl.col(prefix + a) - pl.col(prefix + b)) / total).otherwise(0.0)
+        diffs.append(pl.when(has).then(d).otherwise(None))
+    df = df.with_columns(has.cast(pl.UInt8).alias("n_style"), *(d.alias(f"_d{k}") for k, d in enumerate(diffs)))
+    signs = np.column_stack(
+        [df.get_column(f"_d{k}").to_numpy(allow_copy=True).astype(np.float64) for k in range(len(diffs))]
+    )
+    return df.with_columns(
+        pl.Series("style_bin", style_bin(signs)),
+        *(pl.col(f"_d{k}").fill_null(0.0).alias(name) for k, name in enumerate(STYLE_SUMS)),
+        *((pl.col(f"_d{k}") ** 2).fill_null(0.0).alias(name) for k, name in enumerate(STYLE_SQUARES)),
+    ).drop([f"_d{k}" for k in range(len(diffs))])

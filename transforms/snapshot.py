@@ -37,6 +37,7 @@ from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
 from biasboard.transforms.plan import plan_inputs
 from biasboard.transforms.ranks import rank_intervals
 from biasboard.transforms.slices import DEFAULT_MIN_BATTLES, SLICES_FILE, fit_slices, slice_config
+from biasboard.transforms.style import kept_config, style_info
 
 _LOG = logging.getLogger(__name__)
 if TYPE_CHECKING:
@@ -145,6 +146,11 @@ def fit_state(
         audit_tables=audit_tables,
         seed=spec.config.seed,
         without_input=without_input,
+    )
+    summary.style = style_info(
+        cells,
+        corrected,
+        lambda: fit_with_anchors(cells, score_cells, replace(spec, config=kept_config(spec.config))).corrected,
     )
     slice_files, boards = {}, None
     if spec.slices:

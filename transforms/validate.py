@@ -16,7 +16,14 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 from biasboard.schemas import rules
-from biasboard.schemas.battle import BATTLE_REQUIRED, BATTLE_SCHEMA, SCORE_REQUIRED, SCORE_SCHEMA, SLICE_COLUMNS
+from biasboard.schemas.battle import (
+    BATTLE_REQUIRED,
+    BATTLE_SCHEMA,
+    SCORE_REQUIRED,
+    SCORE_SCHEMA,
+    SLICE_COLUMNS,
+    STYLE_COUNT_COLUMNS,
+)
 from biasboard.schemas.coerce import coerce_types
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
 from biasboard.schemas.errors import InputError
@@ -295,7 +302,8 @@ def validate_battles(
         ``model_b``, the three family columns as given, ``_winner`` (code: index
         into WINNER_VALUES), the numeric lengths ``_len_a``/``_len_b`` and
         ``order_known`` (Boolean, null read as true), the slice labels
-    ``category``/``language`` (trimmed text, blank → null) — what the
+    ``category``/``language`` (trimmed text, blank → null), the style counts
+    ``_header_count_a`` ... ``_bold_count_b`` (Float64, null = unknown) — what the
         cells need, nothing more, since this is the ingest's hot path.  Callers that
         need more of each valid row (the audit: ``prompt_id``, ``gold``) name those
         columns in ``carry``; absent ones come back null.  Judge and model names
@@ -308,8 +316,10 @@ def validate_battles(
         rules.winner_codes(df).alias(WINNER_CODE),
         rules.length_expr("len_a", schema["len_a"]).alias("_len_a"),
         rules.length_expr("len_b", schema["len_b"]).alias("_len_b"),
+        *(rules.style_count_expr(c, schema[c]).alias(f"_{c}") for c in STYLE_COUNT_COLUMNS),
     )
-    conditions = rules.battle_conditions(schema, TS, WINNER_CODE, ("_len_a", "_len_b"))
+    style = tuple(f"_{c}" for c in STYLE_COUNT_COLUMNS)
+    conditions = rules.battle_conditions(schema, TS, WINNER_CODE, ("_len_a", "_len_b"), style)
     keep = [
         *(pl.col(c).cast(pl.String) for c in ("judge", "model_a", "model_b", "family_a", "family_b", "judge_family")),
         pl.col(WINNER_CODE),
@@ -317,6 +327,7 @@ def validate_battles(
         pl.col("_len_b"),
         rules.order_known_expr(schema["order_known"]).alias("order_known"),
         *(rules.slice_label_expr(c) for c in SLICE_COLUMNS),
+        *(pl.col(c) for c in style),
         *(pl.col(c).cast(pl.String) if c in df.columns else pl.lit(None, dtype=pl.String).alias(c) for c in carry),
     ]
     return _split(df, conditions, "battle_id", REASON_DUPLICATE_ID, seen, keep, BATTLE_DEAD_LETTER_SCHEMA,
