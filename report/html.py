@@ -431,10 +431,10 @@ def _style(summary: Summary) -> str:
     )
     rows = [
         f"<tr><td>{r.rank}</td><td>{esc(r.model)}</td><td>{fmt(r.rating, 3)}</td><td>{r.rank_corrected}</td>"
-        f"<td>{_signed(r.rank_corrected - r.rank)}</td></tr>"
+        f"<td>{_signed(r.rank - r.rank_corrected)}</td></tr>"  # > 0: moves up once style is removed
         for r in style.kept
     ]
-    head = "<tr><th>rank kept</th><th>model</th><th>rating kept</th><th>rank removed</th><th>change</th></tr>"
+    head = "<tr><th>rank kept</th><th>model</th><th>rating kept</th><th>rank removed</th><th>moves up by</th></tr>"
     return _section("style", "Style removed and kept", note + _table("style", head, rows))
 
 
