@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench-smoke browser
+.PHONY: demo test lint browser
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)

@@ -11,8 +11,8 @@ with the project's simulator, then times, side by side in one run:
       model_a, model_b, length bin) with the same sums on the same files — no
       validation, no dedupe, no families: the practical limit on this machine.
 
-Each side runs in its own subprocess, so its peak RSS (ru_maxrss, self and
-children) is its own.  Printed: rows/s, the ratio a/b and peak RSS at N and 2N,
+Each side runs in its own subprocess (``benchlib``), so its peak RSS is its
+own.  Printed: rows/s, the ratio a/b and peak RSS at N and 2N,
 for clean logs and for logs carrying ``--bad-rows F`` bad rows per valid row
 (every kind of defect, ``ts`` as ISO text as the simulator writes dirty files),
 side by side in one table.  Targets: a/b ≤ 2 at 20M, clean and with 1% bad
@@ -31,19 +31,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-
-def _peak_rss_mb() -> float:
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return max(own, kids) / 1024.0  # Linux reports KiB
+from benchlib import child_command, peak_rss_mb, run_child
 
 
 def child_beam(data: str, state: str, beam_args: list[str]) -> dict:
@@ -86,14 +80,6 @@ def child_polars(data: str) -> dict:
     return {"seconds": elapsed, "read": int(cells.get_column("n").sum()), "cells": cells.height}
 
 
-def _run_child(args: list[str]) -> dict:
-    env = {**os.environ, "NO_GCE_CHECK": "true"}
-    out = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise SystemExit(f"child {args[:2]} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def generate(folder: Path, battles: int, rows_per_day: int, bad_rows: float, seed: int) -> None:
     from biasboard.simulate import SimulationConfig, write_simulation
 
@@ -118,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         kind, *rest = args.child
         info = child_beam(rest[0], rest[1], beam_args) if kind == "beam" else child_polars(rest[0])
-        info["peak_rss_mb"] = _peak_rss_mb()
+        info["peak_rss_mb"] = peak_rss_mb()
         print(json.dumps(info))
         return 0
 
@@ -135,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                 disk = sum(p.stat().st_size for p in (data / "battles").rglob("*.parquet")) / 2**20
                 state = work / f"state{size}"
                 shutil.rmtree(state, ignore_errors=True)
-                polars_info = _run_child(["--child", "polars", str(data)])
-                beam_info = _run_child(["--child", "beam", str(data), str(state), *beam_args])
+                polars_info = run_child(child_command(__file__, "--child", "polars", str(data)))
+                beam_info = run_child(child_command(__file__, "--child", "beam", str(data), str(state), *beam_args))
                 assert beam_info["read"] == polars_info["read"], (beam_info, polars_info)
                 rows.append((size, bad, disk, beam_info, polars_info))
                 shutil.rmtree(state, ignore_errors=True)
