@@ -5,8 +5,9 @@
 
 Reads battle logs day by day as Arrow batches, validates them with the ingest
 rules (rejected rows are counted by reason in ``audit.json``; ``biasboard
-backfill`` keeps the dead letters themselves), and runs
-:class:`~biasboard.transforms.audit.AuditBattles`.  Writes under ``--out``:
+backfill`` keeps the dead letters themselves), audits each day with its both
+orders paired within the day (:func:`~biasboard.transforms.audit.audit_day`)
+and sums the days.  Writes under ``--out``:
 
 * ``audit_judges.parquet`` — one row per judge: first/second/tie split, order
   consistency and flip rate (and the Position-Bias-Analyzer rate), identical-answer
@@ -32,7 +33,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions
 from biasboard.pipelines import validation
 from biasboard.pipelines.options import beam_options
 from biasboard.transforms import storage
-from biasboard.transforms.audit import AUDIT_JSON, DEFAULT_ORDER_SHARDS, run_audit
+from biasboard.transforms.audit import AUDIT_JSON, run_audit
 from biasboard.transforms.read import load_aliases
 
 
@@ -46,12 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--family-map", default=None, help="optional JSON family rules (model/judge name → family), before the defaults"
     )
     parser.add_argument("--aliases", default=None, help="optional JSON object: judge/model name -> canonical name")
-    parser.add_argument(
-        "--order-shards",
-        type=int,
-        default=DEFAULT_ORDER_SHARDS,
-        help=f"shards for pairing battles with their swapped order (default {DEFAULT_ORDER_SHARDS})",
-    )
 
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
@@ -60,6 +55,6 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     families = validation.family_map(args.family_map)
     validation.writable_folder(args.out, "--out")
     aliases = load_aliases(args.aliases)
-    run_audit(args.input, args.out, options, args.anchors, families, args.order_shards, aliases)
+    run_audit(args.input, args.out, options, args.anchors, families, aliases)
     print(storage.join(args.out, AUDIT_JSON))
     return 0

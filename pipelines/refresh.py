@@ -490,7 +490,7 @@ def _anchors_fingerprint(options: RefreshOptions) -> list[dict] | None:
 
 
 #: Bumped when the stored per-day audit partials change form (every day is then audited again).
-AUDIT_DAYS_VERSION = 1
+AUDIT_DAYS_VERSION = 2
 
 
 def _reuse_latest(out_dir: str, fit_key: str) -> Outcome | None:
@@ -538,7 +538,7 @@ def build_refresh(
         written = pipeline | "NothingNew" >> beam.Create([])
     after = []
     if audit.rerun and input_glob is not None:  # never reruns without battles: refresh turns the audit off
-        input_days, out, families, lookup, shards = audit_inputs(input_glob, audit.folder, options.anchors, family_map)
+        input_days, out, families, lookup = audit_inputs(input_glob, audit.folder, options.anchors, family_map)
         days_dir = storage.join(state_dir, DAY_PARTIALS)
         settings = _digest({"anchors": _anchors_fingerprint(options), "audit_version": AUDIT_DAYS_VERSION})
         todo_audit = {}
@@ -557,7 +557,6 @@ def build_refresh(
                 out,
                 families,
                 lookup,
-                shards,
                 aliases,
                 JudgePool.parse(options.judge_pool).column,
             )

@@ -285,8 +285,8 @@ def test_nothing_new_keeps_the_latest_snapshot_without_refitting(sim, tmp_path):
 def test_incremental_audit_equals_a_full_audit(sim, tmp_path, caplog):
     """Days 1-2 refreshed, then day 3 arrives: only day 3 is audited, and the audit equals a fresh one of all days.
 
-    Both orders of a prompt can sit on different days, so the stored per-day partials keep order rows unpaired;
-    pairing after the days are summed makes the incremental audit byte-identical to a full one.
+    Each day is audited with its both orders paired within it (the stored per-day partials are then additive),
+    by the same function in the incremental and the full audit, so the two are byte-identical.
     """
     logs = tmp_path / "logs"
     shutil.copytree(sim / "battles", logs / "battles", ignore=shutil.ignore_patterns("day=2024-01-03"))

@@ -1,8 +1,15 @@
 """Beam transform: the judge audit over Arrow batches of validated battles.
 
 The audit needs prompt-level pairing (a battle meets its swapped-order partner,
-which may sit in another file or another day), so it cannot run on the cells.
-Its shape instead:
+which may sit in another file of the day), so it cannot run on the cells.
+Days are its unit of work, as for the ingest: a day's both orders are paired
+within the day (:func:`audit_day`), after which a day's partials are additive
+and days just add — so the refresh keeps each day's partials and re-reads only
+new or changed days, and memory is bounded by the largest day, not the history.
+A swapped-order partner on another day counts as absent (for the PBA
+consistency rate, as consistent; see :data:`CONVENTIONS`).
+
+:class:`AuditBattles` audits a collection of batches as one slice, in this shape:
 
 1. each batch → :func:`~biasboard.audit.audit_partials` (additive
    per-key counts, plus *compact order rows*: one per (judge, prompt, unordered
@@ -18,12 +25,13 @@ Its shape instead:
 The transforms only move tables; every number comes from the audit package
 (:mod:`biasboard.audit`), the same functions the tests call.
 
-:func:`build_audit` is the whole graph ``biasboard audit`` and ``biasboard
-refresh`` run: each day's files are read with the shared day reader
+:func:`build_audit` is the whole graph ``biasboard audit`` runs (and
+:func:`audit_days_incremental` the one ``biasboard refresh`` runs): each day's
+files are read with the shared day reader
 (:func:`~biasboard.transforms.read.day_batches`), validated with the ingest's
-rules (rejected rows counted by reason), audited, and written under one folder
-(:func:`write_audit`: one Parquet per table, the report fragment, and
-``audit.json`` last).
+rules (rejected rows counted by reason), audited and paired within the day,
+summed over days, and written under one folder (:func:`write_audit`: one
+Parquet per table, the report fragment, and ``audit.json`` last).
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from biasboard.audit import (
     merge_partials,
     order_shard,
     pair_order_stats,
+    reduce_order_rows,
 )
 from biasboard.report.audit import render_audit_section
 from biasboard.schemas.battle import WINNER_VALUES
@@ -167,23 +176,42 @@ def audit_days(
     out: str,
     family_map: FamilyMap,
     gold_lookup: pl.DataFrame | None = None,
-    order_shards: int = DEFAULT_ORDER_SHARDS,
     aliases: AliasMap | None = None,
 ) -> beam.PCollection:
-    """Add the audit to ``pipeline``: read and validate each day, audit every battle, write the files under
-    ``out``; returns the PCollection of written paths (what a later stage waits for)."""
-    battles = (
+    """Add the audit to ``pipeline``: read, validate and audit each day (its both orders paired within it),
+    sum the days, write the files under ``out``; returns the PCollection of written paths (what a later stage
+    waits for)."""
+    audited = (
         pipeline
         | "Days" >> beam.Create(sorted(days.items()))
         | "SpreadDays" >> beam.Reshuffle()
-        | "ReadValidate" >> beam.FlatMap(read_day, family_map, aliases).with_outputs("counts", main="battles")
+        | "AuditDay" >> beam.Map(audit_day, family_map, gold_lookup, aliases)
     )
-    counts = battles.counts | "SumCounts" >> beam.CombineGlobally(_sum_counts)
-    return (
-        battles.battles
-        | "Audit" >> AuditBattles(gold_lookup, n_shards=order_shards)
-        | "Write" >> beam.FlatMap(write_audit, out, beam.pvalue.AsSingleton(counts))
-    )
+    return audited | "SumDays" >> SumDays(out)
+
+
+class SumDays(beam.PTransform):
+    """PCollection of (day's paired partials, day's row counts) → the audit files written under ``out``.
+
+    What the full and the incremental audit share: a day's partials are additive
+    once :func:`audit_day` has paired its orders, so the days are summed by one
+    global combine (exact whatever the order: every measure is a count or sits on
+    a 2⁻²⁰ grid) and finished once.
+    """
+
+    def __init__(self, out: str) -> None:
+        super().__init__()
+        self._out = out
+
+    def expand(self, days):
+        counts = days | "DayCounts" >> beam.Map(lambda p: p[1]) | "SumCounts" >> beam.CombineGlobally(_sum_counts)
+        return (
+            days
+            | "DayPartials" >> beam.Map(lambda p: p[0])
+            | "SumAll" >> beam.CombineGlobally(MergePartialsFn())
+            | "Finish" >> beam.Map(finish_audit)
+            | "Write" >> beam.FlatMap(write_audit, self._out, beam.pvalue.AsSingleton(counts))
+        )
 
 
 def build_audit(
@@ -192,12 +220,11 @@ def build_audit(
     out: str,
     family_map: FamilyMap,
     gold_lookup: pl.DataFrame | None = None,
-    order_shards: int = DEFAULT_ORDER_SHARDS,
     aliases: AliasMap | None = None,
 ) -> beam.Pipeline:
     """The audit graph on its own (``biasboard audit``), built and not run."""
     pipeline = beam.Pipeline(options=options)
-    audit_days(pipeline, days, out, family_map, gold_lookup, order_shards, aliases)
+    audit_days(pipeline, days, out, family_map, gold_lookup, aliases)
     return pipeline
 
 
@@ -207,7 +234,6 @@ def run_audit(
     options: PipelineOptions,
     anchors: str | None = None,
     family_map: FamilyMap | str | None = None,
-    order_shards: int = DEFAULT_ORDER_SHARDS,
     aliases: AliasMap | None = None,
 ) -> str:
     """Audit ``input_glob`` and write the files under ``out``; returns audit.json's path.
@@ -216,7 +242,7 @@ def run_audit(
     snapshot carries the same audit.
     """
     storage.configure_gcs_auth(no_auth=options.view_as(GoogleCloudOptions).no_auth)
-    inputs = audit_inputs(input_glob, out, anchors, family_map, order_shards)
+    inputs = audit_inputs(input_glob, out, anchors, family_map)
     run_to_completion(build_audit(options, *inputs, aliases=aliases))
     return storage.join(out, AUDIT_JSON)
 
@@ -226,15 +252,12 @@ def audit_inputs(
     out: str,
     anchors: str | None,
     family_map: FamilyMap | str | None,
-    order_shards: int = DEFAULT_ORDER_SHARDS,
-) -> tuple[dict[str, list[read.InputFile]], str, FamilyMap, pl.DataFrame | None, int]:
+) -> tuple[dict[str, list[read.InputFile]], str, FamilyMap, pl.DataFrame | None]:
     """What :func:`audit_days` takes, from the job's options (input problems fail here, before any pipeline)."""
-    if order_shards < 1:
-        raise InputError(f"--order-shards: must be at least 1, got {order_shards}")
     families = family_map if isinstance(family_map, FamilyMap) else read.load_family_map(family_map)
     days = read.list_input_days(input_glob)
     lookup = load_anchor_lookup(anchors) if anchors else None
-    return days, out, families, lookup, order_shards
+    return days, out, families, lookup
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,6 +316,30 @@ def read_day(
         yield beam.pvalue.TaggedOutput("counts", counts)
         if checked.valid.height:
             yield audit_frame(resolve_families(checked.valid, family_map))
+
+
+def audit_day(
+    day_files: tuple[str, list[read.InputFile]],
+    family_map: FamilyMap,
+    gold_lookup: pl.DataFrame | None = None,
+    aliases: AliasMap | None = None,
+    judge_column: str | None = None,
+) -> tuple[AuditPartials, IngestCounts]:
+    """One day's files → the day's audit partials with its both orders paired, and its row counts.
+
+    Pairing within the day makes the result additive over days (a day is
+    audited once and kept; memory is bounded by the day).  A prompt judged in
+    one order on one day and in the other on another day is two unpaired
+    verdicts — as when a partner's verdict is missing.
+    """
+    parts: list[AuditPartials] = []
+    counts = IngestCounts()
+    for out in read_day(day_files, family_map, aliases, judge_column):
+        if isinstance(out, beam.pvalue.TaggedOutput):
+            counts = counts + out.value
+        else:
+            parts.append(audit_partials(out, gold_lookup))
+    return reduce_order_rows(merge_partials(parts)), counts
 
 
 def _sum_counts(parts) -> IngestCounts:
@@ -391,13 +438,10 @@ def stored_day_key(days_dir: str, day: str) -> str | None:
 
 
 class AuditDayFn(beam.DoFn):
-    """(day, files, key) → that day's additive audit partials and row counts, written to the state.
+    """(day, files, key) → that day's audit partials (:func:`audit_day`) and row counts, written to the state.
 
-    The partials are the monoid of :mod:`biasboard.audit` summed over the day's
-    batches; order rows stay unpaired (a prompt's two orders may sit on two
-    days), so pairing happens when all days are combined.  ``day.json`` (the
-    counts and the key the day was audited under) is written last: a day
-    without it is audited again.
+    ``day.json`` (the counts and the key the day was audited under) is written
+    last: a day without it is audited again.
     """
 
     def __init__(self, days_dir: str, family_map: FamilyMap, gold_lookup: pl.DataFrame | None,
@@ -410,14 +454,7 @@ class AuditDayFn(beam.DoFn):
 
     def process(self, task: tuple[str, list[read.InputFile], str]):
         day, files, key = task
-        parts: list[AuditPartials] = []
-        counts = IngestCounts()
-        for out in read_day((day, files), self.family_map, self.aliases, self.judge_column):
-            if isinstance(out, beam.pvalue.TaggedOutput):
-                counts = counts + out.value
-            else:
-                parts.append(audit_partials(out, self.gold_lookup))
-        merged = merge_partials(parts)
+        merged, counts = audit_day((day, files), self.family_map, self.gold_lookup, self.aliases, self.judge_column)
         folder = day_partials_dir(self.days_dir, day)
         storage.ensure_dir(folder)
         for f in dataclasses.fields(AuditPartials):
@@ -447,16 +484,15 @@ def audit_days_incremental(
     out: str,
     family_map: FamilyMap,
     gold_lookup: pl.DataFrame | None = None,
-    order_shards: int = DEFAULT_ORDER_SHARDS,
     aliases: AliasMap | None = None,
     judge_column: str | None = None,
 ) -> beam.PCollection:
     """Add the incremental audit to ``pipeline``: audit the ``todo`` days (day → (files, key)) into
-    ``days_dir``, then combine the stored partials of ``all_days`` and write the audit files under ``out``.
+    ``days_dir``, then sum the stored partials of ``all_days`` and write the audit files under ``out``.
 
-    The result equals a full audit of every day: the partials are additive and
-    the order rows are paired only after all days are summed.  Returns the
-    written paths (what a later stage waits for).
+    The result equals a full audit of every day (:func:`audit_days`): both
+    audit each day by :func:`audit_day` and sum the days.  Returns the written
+    paths (what a later stage waits for).
     """
     tasks = [(day, files, key) for day, (files, key) in sorted(todo.items())]
     audited = (
@@ -465,17 +501,11 @@ def audit_days_incremental(
         | "SpreadAuditDays" >> beam.Reshuffle()
         | "AuditDay" >> beam.ParDo(AuditDayFn(days_dir, family_map, gold_lookup, aliases, judge_column))
     )
-    parts = (
+    return (
         audited
         | "AllDaysAudited" >> beam.combiners.Count.Globally()
         | "StoredDays" >> beam.FlatMap(lambda _, days: days, sorted(all_days))
         | "SpreadStoredDays" >> beam.Reshuffle()
         | "ReadDayPartials" >> beam.Map(read_day_partials, days_dir)
-    )
-    counts = parts | "DayCounts" >> beam.Map(lambda p: p[1]) | "SumCounts" >> beam.CombineGlobally(_sum_counts)
-    return (
-        parts
-        | "DayPartials" >> beam.Map(lambda p: p[0])
-        | "FinishAudit" >> FinishAudit(order_shards)
-        | "Write" >> beam.FlatMap(write_audit, out, beam.pvalue.AsSingleton(counts))
+        | "SumDays" >> SumDays(out)
     )
