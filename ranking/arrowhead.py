@@ -1,17 +1,24 @@
 """Newton systems with every judge's block eliminated by a Schur complement (a block-arrowhead Hessian).
 
 Arena logs name each voter as a judge (10⁴–10⁶ judges).  In raw coordinates the bias-aware
-objective's Hessian is block-arrowhead: the globals G = (θ, γ₀, β₀, λ₀, τ) and one block per judge,
-r_j = (u_j, b_j, l_j, ρ_j, ψ_j, α_j); a cell of judge j touches r_j, its two models' θ and the global
-effects, never another judge.  So the Newton system ::
+objective's Hessian is block-arrowhead: the globals G = (θ, the global effect coefficients, τ) and one
+block per judge, r_j = (one raw entry per effect of :data:`~biasboard.ranking.model.JUDGE_BLOCKS`); a
+cell of judge j touches r_j, its two models' θ and the global effects, never another judge.  So the
+Newton system ::
 
-    [ A   X ] [s_J]   [−g_J]      A = diag(A_1 … A_J), 6 × 6 each;  X_j = judge j's coupling to G
+    [ A   X ] [s_J]   [−g_J]      A = diag(A_1 … A_J), K × K each;  X_j = judge j's coupling to G
     [ Xᵀ  H ] [s_G] = [−g_G]
 
 is solved through the Schur complement S = H − Σ_j X_jᵀ A_j⁻¹ X_j (n_G × n_G):
 s_G = S⁻¹(−g_G + Σ_j X_jᵀ A_j⁻¹ g_j) and s_j = −A_j⁻¹(g_j + X_j s_G), batched over judges in numpy.
-Memory is O(J·36 + entries + n_G²) — X_j is stored only at the (model, judge) pairs the cells hold —
-never the (6J)² matrix of the dense path (:mod:`biasboard.ranking.solver`).
+Memory is O(J·K² + entries + n_G²) — X_j is stored only at the (model, judge) pairs the cells hold —
+never the (KJ)² matrix of the dense path (:mod:`biasboard.ranking.solver`).
+
+Generic in K: an effect switched off (or held fixed) for a judge has no coupling at all, so its entry
+is a 1 × 1 diagonal block.  The factorisation works on the R effects that are coupled for *some* judge
+(A_j restricted to R, R × R: four of six for arena voters, who have no affinity or severity), and in the
+Schur product only on the (judge, effect) rows that are coupled for *that* judge; an effect switched
+off everywhere costs a division.
 
 Two couplings reach every judge at once and are kept out of the blocks as rank-one terms, solved by
 Woodbury with two extra block solves: the centring of log a_j (mean over enabled judges fixed at 0, a
@@ -21,23 +28,25 @@ sum-to-zero gauge of the profiled effect's deviations.
 
 The Laplace covariance follows from the same blocks: Σ_GG = S⁻¹ (the θ/global covariance the
 leaderboard needs), and per judge the diagonal of (H⁻¹)_jj = A_j⁻¹ + A_j⁻¹X_j S⁻¹ X_jᵀA_j⁻¹ and the
-covariance of r_j with the three global effects (what a judge's total effect γ₀ + u_j needs).
+covariance of r_j with the global effects (what a judge's total effect γ₀ + u_j needs).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.linalg as sla
+import scipy.sparse as sp
 from biasboard.ranking.data import PairArrays
 from biasboard.ranking.model import DISC, JUDGE_BLOCKS, BlockPartials, Layout, Spec
 
 K = len(JUDGE_BLOCKS)
-#: The global effects γ₀, β₀, λ₀ are blocks 0, 1, 2 (position, length, affinity).
-N_EFFECTS = 3
-#: Judges per slice of the Schur loops: bounds the dense (6·slice × (M + 3)) temporaries (~25 MB at M = 100).
+#: Judges per slice of the Schur loops: bounds the dense (coupled rows × (M + n_glob)) temporaries
+#: (≤ 4096·K rows: ~25 MB at M = 100).
 JUDGE_SLICE = 4096
 
 
@@ -57,36 +66,42 @@ class CrossIndex:
 
     @staticmethod
     def of(parts: Sequence[PairArrays], n_models: int, n_judges: int) -> CrossIndex:
-        keys_a = [p.j.astype(np.int64) * n_models + p.a for p in parts]
-        keys_b = [p.j.astype(np.int64) * n_models + p.b for p in parts]
-        uniq = np.unique(np.concatenate([*keys_a, *keys_b])) if parts else np.zeros(0, np.int64)
+        keys = [p.j.astype(np.int64) * n_models + side for p in parts for side in (p.a, p.b)]
+        if not keys:
+            empty = np.zeros(0, np.int64)
+            return CrossIndex(empty, empty, np.zeros(n_judges + 1, np.int64), (), ())
+        # return_inverse sorts once; a plain np.unique then two searchsorted is ~8x slower here.
+        uniq, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+        bounds = np.cumsum([0, *(k.size for k in keys)])
+        at = [inverse[lo:hi] for lo, hi in itertools.pairwise(bounds.tolist())]
         judge = uniq // n_models
-        starts = np.searchsorted(judge, np.arange(n_judges + 1))
         return CrossIndex(
-            uniq % n_models,
-            judge,
-            starts,
-            tuple(np.searchsorted(uniq, k) for k in keys_a),
-            tuple(np.searchsorted(uniq, k) for k in keys_b),
+            uniq % n_models, judge, np.searchsorted(judge, np.arange(n_judges + 1)), tuple(at[0::2]), tuple(at[1::2])
         )
 
     @property
     def size(self) -> int:
         return int(self.model.size)
 
+    @cached_property
+    def by_judge(self) -> sp.csr_matrix:
+        """(J × entries) 0/1: ``by_judge @ w`` sums per-entry rows ``w`` per judge (empty judges get 0)."""
+        n = self.size
+        return sp.csr_matrix((np.ones(n), np.arange(n), self.starts), shape=(self.starts.size - 1, n))
+
 
 def glob_index(lay: Layout) -> np.ndarray:
-    """Core indices of the globals, in the order of the G block: θ, γ₀, β₀, λ₀, τ."""
+    """Core indices of the globals, in the order of the G block: θ, the global effects, τ."""
     return np.concatenate([np.arange(lay.n_models + lay.n_glob), np.arange(lay.tau.start, lay.tau.stop)])
 
 
 def judge_index(lay: Layout) -> np.ndarray:
-    """Core index of judge j's raw block entry t, shape (J, 6)."""
+    """Core index of judge j's raw block entry t, shape (J, K)."""
     return lay.block(0).start + np.arange(K)[None, :] * lay.n_judges + np.arange(lay.n_judges)[:, None]
 
 
 def split(lay: Layout, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A core vector as (globals (n_G,), judge blocks (J, 6))."""
+    """A core vector as (globals (n_G,), judge blocks (J, K))."""
     return v[glob_index(lay)], v[lay.block(0).start : lay.tau.start].reshape(K, lay.n_judges).T
 
 
@@ -98,8 +113,8 @@ def join(lay: Layout, v_g: np.ndarray, v_j: np.ndarray) -> np.ndarray:
 
 
 def deviation_masks(spec: Spec) -> np.ndarray:
-    """(J, 6): 1 where judge j's own raw entry t enters η (a deviation tied to the reference does not)."""
-    return np.stack([spec.deviation_mask(t) if t < N_EFFECTS else spec.masks[t] for t in range(K)], axis=1)
+    """(J, K): 1 where judge j's own raw entry t enters η (a deviation tied to the reference does not)."""
+    return np.stack([spec.deviation_mask(t) for t in range(K)], axis=1)
 
 
 def centring(spec: Spec) -> np.ndarray | None:
@@ -110,42 +125,40 @@ def centring(spec: Spec) -> np.ndarray | None:
     return on if on.size >= 2 else None
 
 
+def _per_judge(cross: CrossIndex, w: np.ndarray) -> np.ndarray:
+    """Σ over each judge's entries of the rows of ``w`` (entries × k): (J, k)."""
+    return np.asarray(cross.by_judge @ w)
+
+
 @dataclass
 class ArrowHessian:
     """Raw-coordinate Hessian of the objective, block-arrowhead (see the module docstring).
 
     ``low_rank`` holds (u, 1/κ): the full Hessian is this one plus κ·u uᵀ, and 1/κ = 0 marks the linear
-    constraint uᵀs = 0 (the centring of log a_j) rather than a penalty.
+    constraint uᵀs = 0 (the centring of log a_j) rather than a penalty.  The global effects are blocks
+    0 … n_glob − 1 (``Xg``'s columns).
     """
 
     lay: Layout
     H: np.ndarray  # (n_G, n_G)
-    A: np.ndarray  # (J, 6, 6)
-    Xc: np.ndarray  # (entries, 6): judge rows × θ of the entry's model
-    Xg: np.ndarray  # (J, 6, 3): judge rows × γ₀, β₀, λ₀
+    A: np.ndarray  # (J, K, K)
+    Xc: np.ndarray  # (entries, K): judge rows × θ of the entry's model
+    Xg: np.ndarray  # (J, K, n_glob): judge rows × the global effects
     cross: CrossIndex
     low_rank: tuple[tuple[np.ndarray, float], ...]
-    on: np.ndarray  # (J, 6) bool: the judge's entry is switched on (else it has no coupling at all)
+    on: np.ndarray  # (J, K) bool: the judge's entry is switched on (else it has no coupling at all)
 
-    def x_glob(self, v_g: np.ndarray, Xc: np.ndarray | None = None, Xg: np.ndarray | None = None) -> np.ndarray:
-        """X v for a globals vector: (J, 6)."""
-        Xc = self.Xc if Xc is None else Xc
-        Xg = self.Xg if Xg is None else Xg
-        lay, cr = self.lay, self.cross
-        w = Xc * v_g[cr.model][:, None]
-        out = np.stack([np.bincount(cr.judge, weights=w[:, t], minlength=lay.n_judges) for t in range(K)], axis=1)
-        m = lay.n_models
-        return out + Xg @ v_g[m : m + N_EFFECTS]
+    def x_glob(self, v_g: np.ndarray) -> np.ndarray:
+        """X v for a globals vector: (J, K)."""
+        m, n_e = self.lay.n_models, self.lay.n_glob
+        return _per_judge(self.cross, self.Xc * v_g[self.cross.model][:, None]) + self.Xg @ v_g[m : m + n_e]
 
-    def xt_judge(self, v_j: np.ndarray, Xc: np.ndarray | None = None, Xg: np.ndarray | None = None) -> np.ndarray:
-        """Xᵀ v for a judge-block vector (J, 6): (n_G,)."""
-        Xc = self.Xc if Xc is None else Xc
-        Xg = self.Xg if Xg is None else Xg
-        lay, cr = self.lay, self.cross
+    def xt_judge(self, v_j: np.ndarray) -> np.ndarray:
+        """Xᵀ v for a judge-block vector (J, K): (n_G,)."""
+        m, n_e, cr = self.lay.n_models, self.lay.n_glob, self.cross
         out = np.zeros(self.H.shape[0])
-        m = lay.n_models
-        out[:m] = np.bincount(cr.model, weights=np.einsum("et,et->e", Xc, v_j[cr.judge]), minlength=m)
-        out[m : m + N_EFFECTS] = np.einsum("jtc,jt->c", Xg, v_j)
+        out[:m] = np.bincount(cr.model, weights=np.einsum("et,et->e", self.Xc, v_j[cr.judge]), minlength=m)
+        out[m : m + n_e] = np.einsum("jtc,jt->c", self.Xg, v_j)
         return out
 
     def matvec(self, v: np.ndarray) -> np.ndarray:
@@ -175,25 +188,23 @@ class ArrowHessian:
 def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cross: CrossIndex) -> ArrowHessian:
     """The raw Hessian from judge-blocked partials (effective coordinates), the prior and its gauges."""
     lay = spec.layout
-    m = lay.n_models
-    mask = spec.masks.T  # (J, 6): where effect t acts (through the global coefficient too)
-    dev = deviation_masks(spec)  # (J, 6): where the judge's own raw entry acts
+    m, n_e = lay.n_models, lay.n_glob
+    mask = spec.masks.T  # (J, K): where effect t acts (through the global coefficient too)
+    dev = deviation_masks(spec)  # (J, K): where the judge's own raw entry acts
     A = part.A * dev[:, :, None] * dev[:, None, :]
     prec_g, prec_j = split(lay, precision)
     A[:, np.arange(K), np.arange(K)] += prec_j
     Xc = part.C * dev[cross.judge]
-    Xg = part.A[:, :, :N_EFFECTS] * dev[:, :, None] * mask[:, None, :N_EFFECTS]
+    Xg = part.A[:, :, :n_e] * dev[:, :, None] * mask[:, None, :n_e]
     n_g = prec_g.size
     H = np.zeros((n_g, n_g))
     H[:m, :m] = part.H_theta
-    eff_c = part.C[:, :N_EFFECTS] * mask[cross.judge, :N_EFFECTS]
-    for c in range(N_EFFECTS):
+    eff_c = part.C[:, :n_e] * mask[cross.judge, :n_e]
+    for c in range(n_e):
         col = np.bincount(cross.model, weights=eff_c[:, c], minlength=m)
         H[:m, m + c] = col
         H[m + c, :m] = col
-    H[m : m + N_EFFECTS, m : m + N_EFFECTS] = np.einsum(
-        "jc,jcd,jd->cd", mask[:, :N_EFFECTS], part.A[:, :N_EFFECTS, :N_EFFECTS], mask[:, :N_EFFECTS]
-    )
+    H[m : m + n_e, m : m + n_e] = np.einsum("jc,jcd,jd->cd", mask[:, :n_e], part.A[:, :n_e, :n_e], mask[:, :n_e])
     H[np.diag_indices(n_g)] += prec_g
     position = np.full(lay.n_core, -1)
     position[glob_index(lay)] = np.arange(n_g)
@@ -219,32 +230,40 @@ class ArrowFactor:
 
     Fixed parameters get identity rows and no coupling, so their step is 0.  ``solve`` has the
     interface of :class:`~biasboard.ranking.solver.NewtonFactor` (no prompt block here).
+
+    Only the effects R coupled for some judge are factorised as blocks (``Linv``: the inverse Cholesky
+    factors of A_j restricted to R); every other judge entry is a diagonal (``diag``).
     """
 
     def __init__(self, hess: ArrowHessian, free: np.ndarray, mu: float):
         lay = self.lay = hess.lay
         self.hess, self.free = hess, free
+        m, n_e = lay.n_models, lay.n_glob
         f_g, f_j = split(lay, free.astype(float))
         cr = hess.cross
-        A = hess.A * f_j[:, :, None] * f_j[:, None, :]
-        A[:, np.arange(K), np.arange(K)] += np.where(f_j > 0, mu, 1.0)
+        active = hess.on & (f_j > 0)
+        R = self.R = np.flatnonzero(active.any(axis=0))
+        # Entries outside the coupled blocks: a diagonal (fixed ones: identity, so their step is 0).
+        self.diag = np.einsum("jtt->jt", hess.A) * f_j + np.where(f_j > 0, mu, 1.0)
+        rest = np.delete(self.diag, R, axis=1)
+        if np.any(rest <= 0) or not np.all(np.isfinite(rest)):
+            raise np.linalg.LinAlgError("a judge entry's curvature is not positive")
+        fR = f_j[:, R]
+        A = hess.A[:, R][:, :, R] * fR[:, :, None] * fR[:, None, :]
+        A[:, np.arange(R.size), np.arange(R.size)] += np.where(fR > 0, mu, 1.0)
         self.Linv = np.linalg.inv(np.linalg.cholesky(A))  # raises LinAlgError when a block is not PD
-        m = lay.n_models
-        if np.all(f_j == f_j[:1]):  # the same entries free for every judge (the usual case): a column mask
-            self.Xc = hess.Xc * f_j[:1]
-        else:
-            self.Xc = hess.Xc * f_j[cr.judge]
+        self.act = active[:, R]
+        Xc = hess.Xc[:, R] * (fR[:1] if np.all(fR == fR[:1]) else fR[cr.judge])
         if not f_g[:m].all():
-            self.Xc = self.Xc * f_g[cr.model][:, None]
-        self.Xg = hess.Xg * f_j[:, :, None] * f_g[None, None, m : m + N_EFFECTS]
+            Xc = Xc * f_g[cr.model][:, None]
+        self.Xc = Xc
+        self.Xg = hess.Xg[:, R] * fR[:, :, None] * f_g[None, None, m : m + n_e]
         S = hess.H * f_g[:, None] * f_g[None, :]
         S[np.diag_indices_from(S)] += np.where(f_g > 0, mu, 1.0)
-        # A switched-off or fixed entry has no coupling, in A_j (so in L_j⁻¹) nor in X_j: its rows of
-        # L_j⁻¹X_j are zero and are left out of the product (a third of the rows for voter-judges).
-        active = hess.on & (f_j > 0)
-        for j0, j1, D3 in self._slices():
-            D = D3.reshape(-1, D3.shape[2])[active[j0:j1].ravel()]
-            S[: m + N_EFFECTS, : m + N_EFFECTS] -= D.T @ D
+        V = self._lower(self.Linv, Xc)  # L_j⁻¹ X_j at the entries; the globals' columns: L_j⁻¹ Xg_j
+        W = np.matmul(self.Linv, self.Xg)
+        for _, _, D in self._slices(V, W):
+            S[: m + n_e, : m + n_e] -= D.T @ D
         self.S = S
         self.factor = sla.cho_factor(S, lower=True, check_finite=False)
         if not np.all(np.isfinite(self.factor[0])):
@@ -263,48 +282,72 @@ class ArrowFactor:
         except (np.linalg.LinAlgError, sla.LinAlgError, ValueError):
             return None
 
-    def _slices(self) -> Iterator[tuple[int, int, np.ndarray]]:
-        """(j0, j1, D) with D[j] = L_j⁻¹ X_j for judges j0..j1, shape (j1 − j0, 6, M + 3), dense.
+    def _lower(self, T: np.ndarray, Xc: np.ndarray, transpose: bool = False) -> np.ndarray:
+        """T_j X at the entries for lower-triangular T (Tᵀ_j X for ``transpose``), one gather of an entry
+        of T per nonzero — never an (entries × R × R) array."""
+        judge, r_count = self.hess.cross.judge, self.R.size
+        T = np.ascontiguousarray(T.transpose(1, 2, 0))  # (R, R, J): contiguous gathers
+        out = np.zeros_like(Xc)
+        for r in range(r_count):
+            for c in range(r_count):
+                row, col = (c, r) if transpose else (r, c)
+                if col <= row:
+                    out[:, r] += T[row, col][judge] * Xc[:, c]
+        return out
 
-        L_j⁻¹ is applied at the stored entries (one gather of a column of L⁻¹ per nonzero (r, k), never
-        an (entries × 6 × 6) array), then scattered into the dense slice.
+    def _slices(self, V: np.ndarray, W: np.ndarray) -> Iterator[tuple[int, int, np.ndarray]]:
+        """The rows of X_jᵀ-products, dense per slice of judges: D with one row per coupled (judge, effect)
+        and M + n_glob columns, V at the entries (entries × R) and W the globals' part (J × R × n_glob).
+
+        Yields (j0, j1, D) for judges j0..j1.  Only coupled rows are built (no all-zero row of a
+        switched-off effect enters the product), in the order of ``act[j0:j1]``'s true entries.
         """
         lay, cr = self.lay, self.hess.cross
-        m = lay.n_models
-        if not hasattr(self, "_V"):
-            V = np.zeros_like(self.Xc)
-            linv = np.ascontiguousarray(self.Linv.transpose(1, 2, 0))  # (6, 6, J): contiguous gathers
-            xc = np.ascontiguousarray(self.Xc.T)
-            on = np.asarray(self.hess.on.any(axis=0))
-            for r in np.flatnonzero(on).tolist():
-                for k in np.flatnonzero(on[: r + 1]).tolist():
-                    V[:, r] += linv[r, k][cr.judge] * xc[k]
-            self._V = V
-            self._W = np.einsum("jik,jkc->jic", self.Linv, self.Xg)
-        width = m + N_EFFECTS
-        buffer = np.zeros(min(JUDGE_SLICE, lay.n_judges) * K * width)
+        m, n_e = lay.n_models, lay.n_glob
+        width = m + n_e
+        act = self.act
+        if not act.any():
+            return
+        row_of = np.cumsum(act.ravel()).reshape(act.shape) - 1  # row of (judge, effect) among coupled ones
+        buffer = np.zeros(min(JUDGE_SLICE * self.R.size, max(int(act.sum()), 1)) * width)
         for j0 in range(0, lay.n_judges, JUDGE_SLICE):
             j1 = min(j0 + JUDGE_SLICE, lay.n_judges)
+            r0 = row_of[j0 - 1, -1] + 1 if j0 else 0
+            rows = int(act[j0:j1].sum())
+            if rows == 0:
+                continue
+            D = buffer[: rows * width].reshape(rows, width)
             e0, e1 = cr.starts[j0], cr.starts[j1]
-            D = buffer[: (j1 - j0) * K * width].reshape(j1 - j0, K, width)
-            flat = (cr.judge[e0:e1] - j0) * (K * width) + cr.model[e0:e1]
-            for t in range(K):  # flat scatters: much faster than D[judge, :, model] = V
-                buffer[flat + t * width] = self._V[e0:e1, t]
-            D[:, :, m:] = self._W[j0:j1]
+            on = act[cr.judge[e0:e1]]
+            flat = (row_of[cr.judge[e0:e1]] - r0) * width + cr.model[e0:e1, None]
+            flat = flat[on]
+            buffer[flat] = V[e0:e1][on]
+            D[:, m:] = W[j0:j1][act[j0:j1]]
             yield j0, j1, D
-            for t in range(K):
-                buffer[flat + t * width] = 0.0
+            buffer[flat] = 0.0
 
-    def _ainv(self, v_j: np.ndarray) -> np.ndarray:
-        return np.einsum("jki,jk->ji", self.Linv, np.einsum("jik,jk->ji", self.Linv, v_j))
+    def _ainv(self, v: np.ndarray) -> np.ndarray:
+        return np.einsum("jki,jk->ji", self.Linv, np.einsum("jik,jk->ji", self.Linv, v))
+
+    def _x_glob(self, v_g: np.ndarray) -> np.ndarray:
+        m, n_e, cr = self.lay.n_models, self.lay.n_glob, self.hess.cross
+        return _per_judge(cr, self.Xc * v_g[cr.model][:, None]) + self.Xg @ v_g[m : m + n_e]
+
+    def _xt_judge(self, v: np.ndarray) -> np.ndarray:
+        m, n_e, cr = self.lay.n_models, self.lay.n_glob, self.hess.cross
+        out = np.zeros(self.S.shape[0])
+        out[:m] = np.bincount(cr.model, weights=np.einsum("et,et->e", self.Xc, v[cr.judge]), minlength=m)
+        out[m : m + n_e] = np.einsum("jtc,jt->c", self.Xg, v)
+        return out
 
     def _base_solve(self, rhs: np.ndarray) -> np.ndarray:
         """x with (H_free + μ) x = rhs, low-rank terms left out."""
-        lay, hess = self.lay, self.hess
+        lay = self.lay
         r_g, r_j = split(lay, rhs * self.free)
-        t = self._ainv(r_j)
-        x_g = sla.cho_solve(self.factor, r_g - hess.xt_judge(t, self.Xc, self.Xg), check_finite=False)
-        x_j = self._ainv(r_j - hess.x_glob(x_g, self.Xc, self.Xg))
+        x_j = r_j / self.diag
+        r_c = r_j[:, self.R]
+        x_g = sla.cho_solve(self.factor, r_g - self._xt_judge(self._ainv(r_c)), check_finite=False)
+        x_j[:, self.R] = self._ainv(r_c - self._x_glob(x_g))
         return join(lay, x_g, x_j) * self.free
 
     def full_solve(self, rhs: np.ndarray) -> np.ndarray:
@@ -321,36 +364,44 @@ class ArrowFactor:
 
     def covariance(self) -> BlockCovariance:
         """The Laplace covariance blocks at this factorisation (μ = 0): see the module docstring."""
-        lay = self.lay
-        m = lay.n_models
+        lay, R = self.lay, self.R
+        m, n_e = lay.n_models, lay.n_glob
         n_g = self.S.shape[0]
         sinv = sla.cho_solve(self.factor, np.eye(n_g), check_finite=False)
         f_g, f_j = split(lay, self.free.astype(float))
-        var_j = np.einsum("jki,jki->ji", self.Linv, self.Linv)
-        cov_jg = np.zeros((lay.n_judges, K, N_EFFECTS))
-        top = sinv[: m + N_EFFECTS, : m + N_EFFECTS]
-        for j0, j1, D in self._slices():
-            P = np.matmul(self.Linv[j0:j1].transpose(0, 2, 1), D).reshape(-1, D.shape[2])
-            R = P @ top
-            var_j[j0:j1] += np.einsum("rm,rm->r", R, P).reshape(-1, K)
-            cov_jg[j0:j1] = -R[:, m:].reshape(-1, K, N_EFFECTS)
+        var_j = 1.0 / self.diag
+        var_j[:, R] = np.einsum("jki,jki->ji", self.Linv, self.Linv)
+        cov_jg = np.zeros((lay.n_judges, K, n_e))
+        top = sinv[: m + n_e, : m + n_e]
+        # Rows of A_j⁻¹X_j = L_j⁻ᵀ(L_j⁻¹X_j), coupled rows only (the others are zero).
+        Ainv = np.matmul(self.Linv.transpose(0, 2, 1), self.Linv)
+        P_all = self._lower(self.Linv, self.Xc)
+        P_all = self._lower(self.Linv, P_all, transpose=True)
+        var_c, cov_c = np.zeros(self.act.shape), np.zeros((*self.act.shape, n_e))
+        for j0, j1, D in self._slices(P_all, np.matmul(Ainv, self.Xg)):
+            prod = D @ top
+            pick = self.act[j0:j1]
+            var_c[j0:j1][pick] = np.einsum("rm,rm->r", prod, D)
+            cov_c[j0:j1][pick] = -prod[:, m:]
+        var_j[:, R] += var_c
+        cov_jg[:, R] = cov_c
         if len(self.U):
             z_g = self.Z[:, glob_index(lay)]
             z_j = self.Z[:, lay.block(0).start : lay.tau.start].reshape(len(self.U), K, lay.n_judges)
             sinv = sinv - z_g.T @ self.Minv @ z_g
             var_j = var_j - np.einsum("ptj,pq,qtj->jt", z_j, self.Minv, z_j)
-            cov_jg = cov_jg - np.einsum("ptj,pq,qc->jtc", z_j, self.Minv, z_g[:, m : m + N_EFFECTS])
+            cov_jg = cov_jg - np.einsum("ptj,pq,qc->jtc", z_j, self.Minv, z_g[:, m : m + n_e])
         sinv = sinv * f_g[:, None] * f_g[None, :]
         var_j = var_j * f_j
-        cov_jg = cov_jg * f_j[:, :, None] * f_g[None, None, m : m + N_EFFECTS]
+        cov_jg = cov_jg * f_j[:, :, None] * f_g[None, None, m : m + n_e]
         return BlockCovariance(glob_index(lay), 0.5 * (sinv + sinv.T), var_j, cov_jg)
 
 
 @dataclass(frozen=True)
 class BlockCovariance:
-    """Laplace covariance of a judge-blocked fit: what is published, without the (6J)² matrix.
+    """Laplace covariance of a judge-blocked fit: what is published, without the (KJ)² matrix.
 
-    ``glob`` is the dense covariance of the globals (core indices ``glob_index``: θ, γ₀, β₀, λ₀, τ);
+    ``glob`` is the dense covariance of the globals (core indices ``glob_index``: θ, global effects, τ);
     ``judge_var[j, t]`` the variance of judge j's raw entry t (log a_j: of ρ_j − mean ρ, the centred
     value); ``judge_glob[j, t, c]`` its covariance with global effect c.
     """

@@ -547,7 +547,7 @@ def block_partials(
     ``at_a``/``at_b`` give each cell's entries (model a, judge) and (model b, judge) in ``out.C``.
     """
     lay = spec.layout
-    m_count, j_count = lay.n_models, lay.n_judges
+    m_count = lay.n_models
     a, b, j = pairs.a, pairs.b, pairs.j
     tm = davidson_terms(eff, pairs, spec, hessian)
     disc, z, q, g_eta = tm.disc, tm.z, tm.q, tm.g_eta
@@ -557,19 +557,24 @@ def block_partials(
         return
     h_eta, h_eta_psi, h_psi = tm.h_eta, tm.h_eta_psi, tm.h_psi
     out.H_theta += _laplacian_from_pairs(a, b, h_eta * disc * disc, m_count)
-    n_entries = out.C.shape[0]
+    # Sums only over the entry and judge ranges this slice touches: cells come sorted by judge, so a slice
+    # holds a few judges' entries and the sums stay O(slice), not O(entries + J), per slice.
+    e0, e1 = int(min(at_a.min(), at_b.min())), int(max(at_a.max(), at_b.max())) + 1
+    j0, j1 = int(j.min()), int(j.max()) + 1
+    jl = j - j0
     for t, w in _theta_cross_weights(tm, eta_types):
-        out.C[:, t] += _signed_bincount(at_a, at_b, w, n_entries)
+        out.C[e0:e1, t] += _signed_bincount(at_a - e0, at_b - e0, w, e1 - e0)
+    A = out.A[j0:j1]
     for i1, t1 in enumerate(eta_types):
         for i2, t2 in enumerate(eta_types[i1:], start=i1):
             w = h_eta * z[i1] * z[i2]
             if t1 == DISC and t2 == DISC:
                 w = w + g_eta * q
-            d = np.bincount(j, weights=w, minlength=j_count)
-            out.A[:, t1, t2] += d
+            d = np.bincount(jl, weights=w, minlength=j1 - j0)
+            A[:, t1, t2] += d
             if t1 != t2:
-                out.A[:, t2, t1] += d
-        d = np.bincount(j, weights=h_eta_psi * z[i1], minlength=j_count)
-        out.A[:, t1, TIE] += d
-        out.A[:, TIE, t1] += d
-    out.A[:, TIE, TIE] += np.bincount(j, weights=h_psi, minlength=j_count)
+                A[:, t2, t1] += d
+        d = np.bincount(jl, weights=h_eta_psi * z[i1], minlength=j1 - j0)
+        A[:, t1, TIE] += d
+        A[:, TIE, t1] += d
+    A[:, TIE, TIE] += np.bincount(jl, weights=h_psi, minlength=j1 - j0)
