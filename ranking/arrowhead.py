@@ -34,8 +34,8 @@ covariance of r_j with the global effects (what a judge's total effect γ₀ + u
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -45,9 +45,12 @@ from biasboard.ranking.data import PairArrays
 from biasboard.ranking.model import DISC, JUDGE_BLOCKS, BlockPartials, Layout, Spec
 
 K = len(JUDGE_BLOCKS)
-#: Judges per slice of the Schur loops: bounds the dense (coupled rows × (M + n_glob)) temporaries
-#: (≤ 4096·K rows: ~25 MB at M = 100).
-JUDGE_SLICE = 4096
+#: A judge who meets more than M / DENSE_SHARE models enters the Schur product through dense BLAS rows
+#: (cost R·M² each) rather than sparse ones (cost ~R·n_j² at a few times BLAS's cost per product).
+DENSE_SHARE = 4
+#: Rows per dense slice of the Schur and covariance products: bounds their (rows × (M + n_glob)) temporaries
+#: (~13 MB at M = 100).
+DENSE_ROWS = 16384
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,9 @@ class CrossIndex:
     starts: np.ndarray
     at_a: tuple[np.ndarray, ...]
     at_b: tuple[np.ndarray, ...]
+    _layouts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @staticmethod
     def of(parts: Sequence[PairArrays], n_models: int, n_judges: int) -> CrossIndex:
@@ -88,6 +94,23 @@ class CrossIndex:
         """(J × entries) 0/1: ``by_judge @ w`` sums per-entry rows ``w`` per judge (empty judges get 0)."""
         n = self.size
         return sp.csr_matrix((np.ones(n), np.arange(n), self.starts), shape=(self.starts.size - 1, n))
+
+    def coupling(self, x: np.ndarray, n_models: int) -> sp.csr_matrix:
+        """Per-entry judge rows ``x`` (entries × k) as the sparse (J·k × M) matrix with row j·k + r holding
+        judge j's row r over the models (the entries sorted by judge, so a permutation of x's items)."""
+        k = x.shape[1]
+        if k not in self._layouts:
+            n_j = np.diff(self.starts)
+            first = self.starts[self.judge]  # each entry's judge's first entry
+            # Item (e, r) of x goes to position first·k + r·n_j + (e − first) of the row-major (j, r, e) order.
+            e = np.arange(self.size)
+            dest = (first * k + (e - first))[:, None] + np.arange(k)[None, :] * n_j[self.judge][:, None]
+            perm = np.empty(self.size * k, np.int64)
+            perm[dest.ravel()] = np.arange(self.size * k)
+            indptr = np.concatenate([[0], np.cumsum(np.repeat(n_j, k))])
+            self._layouts[k] = (perm, self.model[perm // k] if k else perm, indptr)
+        perm, indices, indptr = self._layouts[k]
+        return sp.csr_matrix((x.ravel()[perm], indices, indptr), shape=(indptr.size - 1, n_models))
 
 
 def glob_index(lay: Layout) -> np.ndarray:
@@ -128,6 +151,28 @@ def centring(spec: Spec) -> np.ndarray | None:
 def _per_judge(cross: CrossIndex, w: np.ndarray) -> np.ndarray:
     """Σ over each judge's entries of the rows of ``w`` (entries × k): (J, k)."""
     return np.asarray(cross.by_judge @ w)
+
+
+def _inverse_cholesky(A: np.ndarray) -> np.ndarray:
+    """L⁻¹ for the Cholesky factors L_j of a stack of small SPD blocks A (J, k, k), vectorised over J
+    (LAPACK per 4 × 4 block costs ~1 µs of call overhead each: 10⁵ judges, 0.1 s); LinAlgError when a
+    block is not positive definite."""
+    k = A.shape[1]
+    L = np.zeros_like(A)
+    for c in range(k):
+        pivot = A[:, c, c] - np.einsum("jt,jt->j", L[:, c, :c], L[:, c, :c])
+        if not np.all(pivot > 0):  # also catches NaN
+            raise np.linalg.LinAlgError("a judge block is not positive definite")
+        L[:, c, c] = np.sqrt(pivot)
+        below = A[:, c + 1 :, c] - np.einsum("jrt,jt->jr", L[:, c + 1 :, :c], L[:, c, :c])
+        L[:, c + 1 :, c] = below / L[:, c, c, None]
+    inv = np.zeros_like(A)
+    for r in range(k):  # forward substitution: row r of L⁻¹
+        inv[:, r, r] = 1.0 / L[:, r, r]
+        if r:
+            acc = np.einsum("jt,jtc->jc", L[:, r, :r], inv[:, :r, :r])
+            inv[:, r, :r] = -acc / L[:, r, r, None]
+    return inv
 
 
 @dataclass
@@ -185,6 +230,16 @@ class ArrowHessian:
         return float(np.mean(np.abs(d)))
 
 
+def _mask_columns(C: np.ndarray, mask: np.ndarray, judge: np.ndarray) -> np.ndarray:
+    """C (entries × k) times each entry's judge's ``mask`` row (J × k), gathering only the columns the mask
+    does not keep or drop whole (usually none: an effect is on, or off, for every judge alike)."""
+    out = C.copy()
+    for t in range(C.shape[1]):
+        if not mask[:, t].all():
+            out[:, t] = C[:, t] * mask[judge, t] if mask[:, t].any() else 0.0
+    return out
+
+
 def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cross: CrossIndex) -> ArrowHessian:
     """The raw Hessian from judge-blocked partials (effective coordinates), the prior and its gauges."""
     lay = spec.layout
@@ -194,12 +249,12 @@ def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cro
     A = part.A * dev[:, :, None] * dev[:, None, :]
     prec_g, prec_j = split(lay, precision)
     A[:, np.arange(K), np.arange(K)] += prec_j
-    Xc = part.C * dev[cross.judge]
+    Xc = _mask_columns(part.C, dev, cross.judge)
     Xg = part.A[:, :, :n_e] * dev[:, :, None] * mask[:, None, :n_e]
     n_g = prec_g.size
     H = np.zeros((n_g, n_g))
     H[:m, :m] = part.H_theta
-    eff_c = part.C[:, :n_e] * mask[cross.judge, :n_e]
+    eff_c = _mask_columns(part.C[:, :n_e], mask[:, :n_e], cross.judge)
     for c in range(n_e):
         col = np.bincount(cross.model, weights=eff_c[:, c], minlength=m)
         H[:m, m + c] = col
@@ -232,7 +287,11 @@ class ArrowFactor:
     interface of :class:`~biasboard.ranking.solver.NewtonFactor` (no prompt block here).
 
     Only the effects R coupled for some judge are factorised as blocks (``Linv``: the inverse Cholesky
-    factors of A_j restricted to R); every other judge entry is a diagonal (``diag``).
+    factors of A_j restricted to R); every other judge entry is a diagonal (``diag``).  The couplings to
+    θ are one sparse (J·R × M) matrix (``Xsp``, row j·R + r: judge j's effect r over the models it met),
+    so L_j⁻¹X_j for all judges is one sparse product with the block-diagonal L⁻¹, and Σ_j X_jᵀA_j⁻¹X_j a
+    sparse Gram matrix — O(R·Σ_j n_j²) for judges meeting n_j models; a judge who meets more than
+    M / :data:`DENSE_SHARE` models goes through dense row slices and BLAS instead (O(R·M²) each).
     """
 
     def __init__(self, hess: ArrowHessian, free: np.ndarray, mu: float):
@@ -249,25 +308,30 @@ class ArrowFactor:
         if np.any(rest <= 0) or not np.all(np.isfinite(rest)):
             raise np.linalg.LinAlgError("a judge entry's curvature is not positive")
         fR = f_j[:, R]
-        A = hess.A[:, R][:, :, R] * fR[:, :, None] * fR[:, None, :]
+        A = hess.A[:, R[:, None], R[None, :]] * fR[:, :, None] * fR[:, None, :]
         A[:, np.arange(R.size), np.arange(R.size)] += np.where(fR > 0, mu, 1.0)
-        self.Linv = np.linalg.inv(np.linalg.cholesky(A))  # raises LinAlgError when a block is not PD
-        self.act = active[:, R]
+        self.Linv = _inverse_cholesky(A)  # raises LinAlgError when a block is not positive definite
         Xc = hess.Xc[:, R] * (fR[:1] if np.all(fR == fR[:1]) else fR[cr.judge])
         if not f_g[:m].all():
             Xc = Xc * f_g[cr.model][:, None]
-        self.Xc = Xc
+        self.Xsp = cr.coupling(Xc, m)
+        self.Xsp.eliminate_zeros()  # switched-off rows (a voter's affinity) carry no work
         self.Xg = hess.Xg[:, R] * fR[:, :, None] * f_g[None, None, m : m + n_e]
         S = hess.H * f_g[:, None] * f_g[None, :]
         S[np.diag_indices_from(S)] += np.where(f_g > 0, mu, 1.0)
-        V = self._lower(self.Linv, Xc)  # L_j⁻¹ X_j at the entries; the globals' columns: L_j⁻¹ Xg_j
-        W = np.matmul(self.Linv, self.Xg)
-        for _, _, D in self._slices(V, W):
-            S[: m + n_e, : m + n_e] -= D.T @ D
+        L = self._block_lower()
+        V = L @ self.Xsp  # rows of L_j⁻¹X_j (θ part); the globals' part:
+        W = np.matmul(self.Linv, self.Xg).reshape(-1, n_e)
+        S[:m, :m] -= self._gram(V)
+        cross_g = np.asarray(V.T @ W)
+        S[:m, m : m + n_e] -= cross_g
+        S[m : m + n_e, :m] -= cross_g.T
+        S[m : m + n_e, m : m + n_e] -= W.T @ W
         self.S = S
         self.factor = sla.cho_factor(S, lower=True, check_finite=False)
         if not np.all(np.isfinite(self.factor[0])):
             raise np.linalg.LinAlgError("Schur complement is not finite")
+        self._L, self._V, self._W = L, V, W
         us = [(u * free, kinv) for u, kinv in hess.low_rank if np.any(u * free)]
         self.U = np.array([u for u, _ in us]).reshape(len(us), lay.n_core)
         self.Z = np.array([self._base_solve(u) for u, _ in us]).reshape(len(us), lay.n_core)
@@ -282,61 +346,46 @@ class ArrowFactor:
         except (np.linalg.LinAlgError, sla.LinAlgError, ValueError):
             return None
 
-    def _lower(self, T: np.ndarray, Xc: np.ndarray, transpose: bool = False) -> np.ndarray:
-        """T_j X at the entries for lower-triangular T (Tᵀ_j X for ``transpose``), one gather of an entry
-        of T per nonzero — never an (entries × R × R) array."""
-        judge, r_count = self.hess.cross.judge, self.R.size
-        T = np.ascontiguousarray(T.transpose(1, 2, 0))  # (R, R, J): contiguous gathers
-        out = np.zeros_like(Xc)
-        for r in range(r_count):
-            for c in range(r_count):
-                row, col = (c, r) if transpose else (r, c)
-                if col <= row:
-                    out[:, r] += T[row, col][judge] * Xc[:, c]
+    def _block_lower(self) -> sp.csr_matrix:
+        """The block-diagonal L⁻¹ = diag(L_1⁻¹ … L_J⁻¹) as a sparse (J·R × J·R) matrix (lower triangles)."""
+        j_count, k = self.Linv.shape[0], self.R.size
+        rows, cols = np.tril_indices(k)
+        indptr = np.concatenate([[0], np.cumsum(np.tile(np.arange(1, k + 1), j_count))])
+        indices = (np.arange(j_count)[:, None] * k + cols[None, :]).ravel()
+        data = self.Linv[:, rows, cols].ravel()
+        return sp.csr_matrix((data, indices, indptr), shape=(j_count * k, j_count * k))
+
+    def _dense_rows(self) -> np.ndarray:
+        """Rows (j·R + r) of the judges who meet more than M / DENSE_SHARE models."""
+        n_j = np.diff(self.hess.cross.starts)
+        wide = n_j * DENSE_SHARE > self.lay.n_models
+        return np.flatnonzero(np.repeat(wide, self.R.size))
+
+    def _gram(self, V: sp.csr_matrix) -> np.ndarray:
+        """Vᵀ V (M × M): sparse for judges who meet few models, dense BLAS slices for the others."""
+        dense = self._dense_rows()
+        if dense.size == 0:
+            return np.asarray((V.T @ V).toarray())
+        keep = np.ones(V.shape[0], bool)
+        keep[dense] = False
+        thin = V[np.flatnonzero(keep)]
+        out = np.asarray((thin.T @ thin).toarray())
+        for lo in range(0, dense.size, DENSE_ROWS):
+            D = V[dense[lo : lo + DENSE_ROWS]].toarray()
+            out += D.T @ D
         return out
-
-    def _slices(self, V: np.ndarray, W: np.ndarray) -> Iterator[tuple[int, int, np.ndarray]]:
-        """The rows of X_jᵀ-products, dense per slice of judges: D with one row per coupled (judge, effect)
-        and M + n_glob columns, V at the entries (entries × R) and W the globals' part (J × R × n_glob).
-
-        Yields (j0, j1, D) for judges j0..j1.  Only coupled rows are built (no all-zero row of a
-        switched-off effect enters the product), in the order of ``act[j0:j1]``'s true entries.
-        """
-        lay, cr = self.lay, self.hess.cross
-        m, n_e = lay.n_models, lay.n_glob
-        width = m + n_e
-        act = self.act
-        if not act.any():
-            return
-        row_of = np.cumsum(act.ravel()).reshape(act.shape) - 1  # row of (judge, effect) among coupled ones
-        buffer = np.zeros(min(JUDGE_SLICE * self.R.size, max(int(act.sum()), 1)) * width)
-        for j0 in range(0, lay.n_judges, JUDGE_SLICE):
-            j1 = min(j0 + JUDGE_SLICE, lay.n_judges)
-            r0 = row_of[j0 - 1, -1] + 1 if j0 else 0
-            rows = int(act[j0:j1].sum())
-            if rows == 0:
-                continue
-            D = buffer[: rows * width].reshape(rows, width)
-            e0, e1 = cr.starts[j0], cr.starts[j1]
-            on = act[cr.judge[e0:e1]]
-            flat = (row_of[cr.judge[e0:e1]] - r0) * width + cr.model[e0:e1, None]
-            flat = flat[on]
-            buffer[flat] = V[e0:e1][on]
-            D[:, m:] = W[j0:j1][act[j0:j1]]
-            yield j0, j1, D
-            buffer[flat] = 0.0
 
     def _ainv(self, v: np.ndarray) -> np.ndarray:
         return np.einsum("jki,jk->ji", self.Linv, np.einsum("jik,jk->ji", self.Linv, v))
 
     def _x_glob(self, v_g: np.ndarray) -> np.ndarray:
-        m, n_e, cr = self.lay.n_models, self.lay.n_glob, self.hess.cross
-        return _per_judge(cr, self.Xc * v_g[cr.model][:, None]) + self.Xg @ v_g[m : m + n_e]
+        m, n_e = self.lay.n_models, self.lay.n_glob
+        return (self.Xsp @ v_g[:m]).reshape(-1, self.R.size) + self.Xg @ v_g[m : m + n_e]
 
     def _xt_judge(self, v: np.ndarray) -> np.ndarray:
-        m, n_e, cr = self.lay.n_models, self.lay.n_glob, self.hess.cross
+        m, n_e = self.lay.n_models, self.lay.n_glob
         out = np.zeros(self.S.shape[0])
-        out[:m] = np.bincount(cr.model, weights=np.einsum("et,et->e", self.Xc, v[cr.judge]), minlength=m)
+        out[:m] = self.Xsp.T @ np.ascontiguousarray(v).ravel()
         out[m : m + n_e] = np.einsum("jtc,jt->c", self.Xg, v)
         return out
 
@@ -365,7 +414,7 @@ class ArrowFactor:
     def covariance(self) -> BlockCovariance:
         """The Laplace covariance blocks at this factorisation (μ = 0): see the module docstring."""
         lay, R = self.lay, self.R
-        m, n_e = lay.n_models, lay.n_glob
+        m, n_e, k = lay.n_models, lay.n_glob, self.R.size
         n_g = self.S.shape[0]
         sinv = sla.cho_solve(self.factor, np.eye(n_g), check_finite=False)
         f_g, f_j = split(lay, self.free.astype(float))
@@ -373,18 +422,18 @@ class ArrowFactor:
         var_j[:, R] = np.einsum("jki,jki->ji", self.Linv, self.Linv)
         cov_jg = np.zeros((lay.n_judges, K, n_e))
         top = sinv[: m + n_e, : m + n_e]
-        # Rows of A_j⁻¹X_j = L_j⁻ᵀ(L_j⁻¹X_j), coupled rows only (the others are zero).
-        Ainv = np.matmul(self.Linv.transpose(0, 2, 1), self.Linv)
-        P_all = self._lower(self.Linv, self.Xc)
-        P_all = self._lower(self.Linv, P_all, transpose=True)
-        var_c, cov_c = np.zeros(self.act.shape), np.zeros((*self.act.shape, n_e))
-        for j0, j1, D in self._slices(P_all, np.matmul(Ainv, self.Xg)):
-            prod = D @ top
-            pick = self.act[j0:j1]
-            var_c[j0:j1][pick] = np.einsum("rm,rm->r", prod, D)
-            cov_c[j0:j1][pick] = -prod[:, m:]
-        var_j[:, R] += var_c
-        cov_jg[:, R] = cov_c
+        # Rows of A_j⁻¹X_j = L_j⁻ᵀ(L_j⁻¹X_j): θ part sparse, the globals' part dense.
+        Y = (self._L.T @ self._V).tocsr()
+        Yg = np.matmul(self.Linv.transpose(0, 2, 1), self._W.reshape(-1, k, n_e)).reshape(-1, n_e)
+        var_c, cov_c = np.zeros(Y.shape[0]), np.zeros((Y.shape[0], n_e))
+        for lo in range(0, Y.shape[0], DENSE_ROWS):
+            y, yg = Y[lo : lo + DENSE_ROWS], Yg[lo : lo + DENSE_ROWS]
+            prod = np.asarray(y @ top[:m]) + yg @ top[m:]  # rows of A⁻¹X S⁻¹
+            var_c[lo : lo + DENSE_ROWS] = np.asarray(y.multiply(prod[:, :m]).sum(axis=1)).ravel()
+            var_c[lo : lo + DENSE_ROWS] += np.einsum("rc,rc->r", yg, prod[:, m:])
+            cov_c[lo : lo + DENSE_ROWS] = -prod[:, m:]
+        var_j[:, R] += var_c.reshape(-1, k)
+        cov_jg[:, R] = cov_c.reshape(-1, k, n_e)
         if len(self.U):
             z_g = self.Z[:, glob_index(lay)]
             z_j = self.Z[:, lay.block(0).start : lay.tau.start].reshape(len(self.U), K, lay.n_judges)

@@ -317,7 +317,15 @@ def solve_bias_aware(
         convex = free.copy()
         convex[disc] = False
         first = minimize(
-            objective, core, diag, free=convex, tol=1e-4, max_iter=config.max_iter, g0_norm=scale, start=start
+            objective,
+            core,
+            diag,
+            free=convex,
+            tol=1e-4,
+            max_iter=config.max_iter,
+            g0_norm=scale,
+            start=start,
+            polish=False,
         )
         core, diag, start = first.core, first.diag, first.evaluation
         iterations = first.iterations

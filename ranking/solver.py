@@ -16,7 +16,7 @@ count to ~1e-12 rather than ~tol.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.linalg as sla
@@ -182,6 +182,8 @@ class Solution:
     grad_norm: float
     rel_grad: float
     scale: float  # the gradient norm convergence is relative to (at the cold start)
+    #: The factorised Hessian of ``evaluation`` when the solver kept it (judge-blocked fits), for the covariance.
+    factor: ArrowFactor | None = None
 
 
 def _schur_factor(H: np.ndarray, B: np.ndarray, D: np.ndarray, mu: float):
@@ -259,6 +261,7 @@ def minimize(
     max_iter: int = 200,
     g0_norm: float | None = None,
     start: Evaluation | None = None,
+    polish: bool = True,
 ) -> Solution:
     """Damped Newton from (core0, diag0) with the parameters outside ``free`` held fixed.
 
@@ -267,7 +270,12 @@ def minimize(
     On a judge-blocked objective, where factorising costs several gradient evaluations, trial points are
     evaluated without the Hessian, and after a step the quadratic model predicted well the same
     factorisation is reused for chord steps while each shrinks the gradient at least ``CHORD_RATE``-fold
-    (:func:`_chord_steps`); the Hessian is evaluated only where a new factorisation is needed.
+    (:func:`_chord_steps`); the Hessian is evaluated only where a new factorisation is needed.  There the
+    solution keeps the Hessian and the factorisation of the polishing step's start — a point within the
+    tolerance of the returned one, so the Laplace covariance from it differs by O(tol) — instead of paying
+    one more evaluation and factorisation at the polished point; ``polish=False`` skips the polishing step
+    (a loose first phase, whose answer is only a start).  The dense path, whose factorisation is cheap,
+    always polishes and evaluates its Hessian at the returned point.
     """
     core, diag = core0.astype(float).copy(), diag0.astype(float).copy()
     lazy = objective.blocked
@@ -279,12 +287,15 @@ def minimize(
     it = 0
     converged = False
     polished = False
+    kept: ArrowFactor | None = None
     while it < max_iter:
         gn = _grad_norm(ev, free)
         if gn <= tol * scale:
             converged = True
-            if polished:
+            if polished or (lazy and not polish):
                 break
+        if lazy and not _has_hessian(ev):
+            ev = objective.evaluate(core, diag)  # the Hessian where the next factorisation happens
         newton = newton_factor(ev, free, 0.0 if converged else mu)
         if newton is None:  # S + μI not positive definite (the a_j terms make f non-convex far from the MAP)
             if converged or mu > 1e12 * diag_scale:
@@ -305,7 +316,11 @@ def minimize(
         if converged:
             polished = True
             if np.isfinite(new_ev.f) and _grad_norm(new_ev, free) < gn:
+                if lazy:  # the polished point keeps the Hessian this step was factorised at (see above)
+                    new_ev = replace(new_ev, H=ev.H)
                 core, diag, ev = new_core, new_diag, new_ev
+            if lazy:
+                kept = newton if isinstance(newton, ArrowFactor) else None
             break
         # Near the optimum both decreases fall below f's rounding (f ~ 1e6 carries ~1e-10 of noise): judge
         # the step by the gradient then, or a converging Newton step is rejected forever and μ grows.
@@ -327,12 +342,10 @@ def minimize(
                 mu = max(4.0 * mu, 1e-6 * diag_scale)
         else:
             mu = max(4.0 * mu, 1e-4 * diag_scale)
-        if lazy and not _has_hessian(ev):
-            ev = objective.evaluate(core, diag)  # the Hessian where the next factorisation happens
     if lazy and not _has_hessian(ev):
         ev = objective.evaluate(core, diag)  # the solution carries its Hessian (Laplace covariance, bootstrap)
     gn = _grad_norm(ev, free)
-    return Solution(core, diag, ev, free, it, bool(gn <= tol * scale), gn, gn / scale, scale)
+    return Solution(core, diag, ev, free, it, bool(gn <= tol * scale), gn, gn / scale, scale, kept)
 
 
 #: A chord step (the previous factorisation reused) is kept only while it shrinks the gradient this much.
@@ -349,7 +362,10 @@ def _chord_steps(
     target: float,
 ) -> tuple[np.ndarray, np.ndarray, Evaluation, int]:
     """Chord (simplified Newton) steps with ``newton`` from an accepted point, gradient-only evaluations,
-    while f does not rise beyond rounding and the gradient shrinks ``CHORD_RATE``-fold; stops at ``target``."""
+    while f does not rise beyond rounding and the gradient shrinks ``CHORD_RATE``-fold; stops at ``target``.
+
+    A step that lowers f and the gradient, but by less than that rate, is still kept (the next Newton
+    step starts from it: a better point, evaluated anyway) and ends the chord steps."""
     steps = 0
     gn = _grad_norm(ev, free)
     while gn > target and steps < 20:
@@ -359,10 +375,12 @@ def _chord_steps(
         trial = objective.evaluate(trial_core, diag + t, hessian=False)
         trial_gn = _grad_norm(trial, free)
         noise = 1e-14 * max(abs(ev.f), 1.0)
-        if not np.isfinite(trial.f) or trial.f > ev.f + noise or trial_gn > CHORD_RATE * gn:
+        if not np.isfinite(trial.f) or trial.f > ev.f + noise or trial_gn >= gn:
             break
-        core, diag, ev, gn = trial_core, diag + t, trial, trial_gn
-        steps += 1
+        core, diag, ev, steps = trial_core, diag + t, trial, steps + 1
+        if trial_gn > CHORD_RATE * gn:
+            break
+        gn = trial_gn
     return core, diag, ev, steps
 
 
@@ -429,7 +447,7 @@ def laplace_covariance(solution: Solution) -> np.ndarray | BlockCovariance:
     """
     ev, free = solution.evaluation, solution.free
     if isinstance(ev.H, ArrowHessian):
-        factor = ArrowFactor.build(ev.H, free)
+        factor = solution.factor if solution.factor is not None else ArrowFactor.build(ev.H, free)
         if factor is None:
             raise np.linalg.LinAlgError("the Hessian at the optimum is not positive definite")
         return factor.covariance()

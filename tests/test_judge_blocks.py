@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-from biasboard.ranking import ModelConfig
+from biasboard.ranking import ModelConfig, arrowhead
 from biasboard.ranking.arrowhead import BlockCovariance, glob_index
 from biasboard.ranking.data import build_dataset
 from biasboard.ranking.fit import fit_bias_aware, solve_bias_aware
@@ -53,6 +53,18 @@ def test_blocked_newton_equals_the_dense_solve(seed, judges):
         if t < 3:
             blocked_var += cb.glob[lay.n_models + t, lay.n_models + t] + 2 * cb.judge_glob[:, t, t]
         assert np.max(np.abs(dense_var - blocked_var * pd.spec.masks[t])) < TOL
+
+
+@pytest.mark.parametrize("share", [0, 10**9])
+def test_sparse_and_dense_schur_rows_equal_the_dense_solve(monkeypatch, share):
+    """Judges meeting few models enter the Schur complement through sparse products, the others through dense
+    rows (``DENSE_SHARE``): forced all one way, then all the other, both equal the dense solve."""
+    monkeypatch.setattr(arrowhead, "DENSE_SHARE", share)
+    data = build_dataset(_cells(np.random.default_rng(9), models=10, judges=30, cells=300))
+    (pd, sd, cd), (_, sb, cb) = _both(data)
+    gi = glob_index(pd.layout)
+    assert np.max(np.abs(sd.core - sb.core)) < TOL
+    assert np.max(np.abs(cd[np.ix_(gi, gi)] - cb.glob)) < TOL
 
 
 def test_blocked_fit_publishes_the_dense_tables():
