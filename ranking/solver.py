@@ -368,10 +368,21 @@ def _chord_steps(
     step starts from it: a better point, evaluated anyway) and ends the chord steps."""
     steps = 0
     gn = _grad_norm(ev, free)
+    last: tuple[np.ndarray, np.ndarray] | None = None  # (x, s) of the previous chord step
     while gn > target and steps < 20:
         s, t = newton.solve(ev.g[free], ev.g_diag)
+        step = s
+        if last is not None and not t.size:
+            # Anderson (depth 1) on the fixed-point map x -> x + s(x): chord steps converge linearly, at the
+            # rate of the slowest mode of I - H0^-1 H; extrapolating along the last two steps removes it.
+            dx, ds = core[free] - last[0], s - last[1]
+            denom = float(ds @ ds)
+            if denom > 0:
+                gamma = float(ds @ s) / denom
+                step = s - gamma * (dx + ds)
+        last = (core[free].copy(), s)
         trial_core = core.copy()
-        trial_core[free] += s
+        trial_core[free] += step
         trial = objective.evaluate(trial_core, diag + t, hessian=False)
         trial_gn = _grad_norm(trial, free)
         noise = 1e-14 * max(abs(ev.f), 1.0)
