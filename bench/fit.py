@@ -21,6 +21,7 @@ Usage::
     .venv/bin/python bench/fit.py            # the full benchmark (several minutes on 2 cores)
     .venv/bin/python bench/fit.py --smoke    # 50k battles, 20 models, 4 judges, 5 bootstrap replicates
     .venv/bin/python bench/fit.py --coverage 40   # Laplace CI coverage over 40 simulated datasets
+    .venv/bin/python bench/fit.py --profiles      # profile likelihoods' cost; a refresh's fit vs aggregate stage
 """
 
 from __future__ import annotations
@@ -83,15 +84,28 @@ def ensure_arena_venv() -> None:
     subprocess.run([str(ARENA_PY), "-m", "pip", "install", "--quiet", "arena-rank"], check=True)
 
 
+def sim_config(args, **extra):
+    """The benchmark's simulation: ``args``' size and seed, 2% self-battles (``extra``: more options)."""
+    from biasboard.simulate import SimulationConfig
+
+    return SimulationConfig(
+        battles=args.battles,
+        models=args.models,
+        judges=args.judges,
+        days=args.days,
+        seed=args.seed,
+        self_battles=0.02,
+        **extra,
+    )
+
+
 def simulate(args, workdir: Path):
     """Simulate, aggregate to cells with the real ingest function, write cells + arena's battle table."""
     from biasboard.schemas.families import FamilyMap
-    from biasboard.simulate import SimulationConfig, simulate_days, truth
+    from biasboard.simulate import simulate_days, truth
     from biasboard.transforms.cells import merge_cells, partial_cells
 
-    config = SimulationConfig(
-        battles=args.battles, models=args.models, judges=args.judges, days=args.days, seed=args.seed, self_battles=0.02
-    )
+    config = sim_config(args)
     family_map = FamilyMap.with_user_rules()
     judges = [f"{j['judge']}" for j in truth(config)["judges"]]
     cells, arena_parts = [], []
@@ -128,18 +142,10 @@ def split_voters(battles: pa.Table, voters: int, rng: np.random.Generator) -> pa
 def simulate_voters(args, workdir: Path) -> tuple[int, int]:
     """1M battles, 8 judges of which 2 human pools; cells pooled and with each pool split into voters."""
     from biasboard.schemas.families import FamilyMap
-    from biasboard.simulate import SimulationConfig, simulate_days, truth
+    from biasboard.simulate import simulate_days, truth
     from biasboard.transforms.cells import merge_cells, partial_cells
 
-    config = SimulationConfig(
-        battles=args.battles,
-        models=args.models,
-        judges=args.judges,
-        human_judges=2,
-        days=args.days,
-        seed=args.seed,
-        self_battles=0.02,
-    )
+    config = sim_config(args, human_judges=2)
     family_map = FamilyMap.with_user_rules()
     rng = np.random.default_rng(args.seed + 7)
     pooled, split = [], []
@@ -190,6 +196,10 @@ def worker(kind: str, workdir: Path, bootstrap: int) -> dict:
     from biasboard.ranking.data import read_cells
     from biasboard.ranking.oracle import fit_oracle
 
+    if kind == "profile_methods":
+        return profile_methods(workdir)
+    if kind == "refresh":
+        return refresh_stages(workdir)
     tracemalloc.start()
     t0, c0 = time.perf_counter(), time.process_time()
     # Cells are coded as the Parquet batches stream in (dictionary-encoded keys): the fit's input is the
@@ -238,6 +248,50 @@ def worker(kind: str, workdir: Path, bootstrap: int) -> dict:
         out["ci_coverage"] = None  # filled by the parent, which knows the truth
         out["ci_low"], out["ci_high"] = fit.ci_low.tolist(), fit.ci_high.tolist()
     return out
+
+
+def profile_methods(workdir: Path) -> dict:
+    """The bias-aware solve, then the profile likelihoods three ways on its optimum, timed in this process:
+    the former cold solve of every point, ``full`` (warm-started along the path) and ``fast`` (Wald)."""
+    from dataclasses import replace
+
+    from biasboard.ranking import ModelConfig, build_dataset
+    from biasboard.ranking.data import read_cells
+    from biasboard.ranking.diagnostics import profile_ranges
+    from biasboard.ranking.fit import solve_bias_aware
+    from biasboard.ranking.problem import bias_aware_problem
+
+    config = ModelConfig()
+    problem = bias_aware_problem(build_dataset(read_cells(workdir / "cells.parquet")), config)
+    out: dict = {}
+    runs = {
+        "solve": lambda: solve_bias_aware(problem, config),
+        "cold": lambda: profile_ranges(problem, solution, config, cold=True),
+        "full": lambda: profile_ranges(problem, solution, config),
+        "fast": lambda: profile_ranges(problem, solution, replace(config, diagnostics="fast")),
+    }
+    for name, run in runs.items():
+        t0, c0 = time.perf_counter(), time.process_time()
+        out[name] = run()
+        # CPU time too: on a shared machine the wall time of each step depends on what else runs then.
+        out[f"{name}_s"], out[f"{name}_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
+        if name == "solve":
+            solution = out.pop("solve")
+    return out
+
+
+def refresh_stages(workdir: Path) -> dict:
+    """A first refresh (default options: audit and full diagnostics on) of the simulated logs; its stage times."""
+    import shutil
+
+    from biasboard.pipelines.refresh import refresh
+
+    for name in ("state", "site"):
+        shutil.rmtree(workdir / name, ignore_errors=True)
+    outcome = refresh(str(workdir / "logs" / "battles"), str(workdir / "state"), str(workdir / "site"))
+    assert outcome.published is not None
+    manifest = workdir / "site" / "snapshots" / outcome.published.snapshot_id / "manifest.json"
+    return json.loads(manifest.read_text())["timings_s"]
 
 
 #: Every fit process gets the same thread settings.  On a small machine shared with other work, OpenBLAS's
@@ -358,6 +412,51 @@ def voters_study(args) -> int:
     return 0
 
 
+def profiles_study(args) -> int:
+    """Issue 11.4 in one run: the profile likelihoods' cost next to the solve (cold, path, fast), and a refresh's
+    fit stage next to its aggregate stage with the default diagnostics (``full``); each in a fresh process."""
+    from biasboard.simulate import write_simulation
+
+    t0 = time.perf_counter()
+    n_cells, _, _ = simulate(args, args.out)
+    write_simulation(sim_config(args), args.out / "logs", overwrite=True)
+    print(f"BLAS threads per fit process: {FIT_ENV['OPENBLAS_NUM_THREADS']}; CPUs: {os.cpu_count()}")
+    print(
+        f"simulated {args.battles:,} battles, {args.models} models, {args.judges} judges -> {n_cells:,} cells "
+        f"and day-partitioned logs ({time.perf_counter() - t0:.1f} s)"
+    )
+    me = [sys.executable, str(Path(__file__).resolve()), "--out", str(args.out)]
+    r = run_in_process([*me, "--worker", "profile_methods"])
+    print(f"\n{'step (same process, same optimum)':46} {'wall s':>8} {'CPU s':>8} {'CPU vs solve':>12}")
+    rows = [
+        ("bias-aware solve (MAP)", "solve"),
+        ("profiles, cold: every point from the MAP", "cold"),
+        ("profiles, full: warm-started path (default)", "full"),
+        ("profiles, fast: Wald from one factorisation", "fast"),
+    ]
+    for label, key in rows:
+        cpu = r[f"{key}_cpu_s"]
+        print(f"{label:46} {r[f'{key}_s']:8.2f} {cpu:8.2f} {cpu / r['solve_cpu_s']:11.2f}x")
+    worst = max(
+        abs(x - y)
+        for name, info in r["cold"].items()
+        for x, y in zip(info["loglik"], r["full"][name]["loglik"], strict=True)
+    )
+    print(
+        f"  cold / full (CPU) = {r['cold_cpu_s'] / r['full_cpu_s']:.2f}x; max |loglik full - cold| = {worst:.2e} nats"
+    )
+    for name, info in r["full"].items():
+        print(f"  {name}: range {info['range_nats']:.1f} nats (fast {r['fast'][name]['range_nats']:.1f})")
+    stages = run_in_process([*me, "--worker", "refresh"])
+    aggregate = stages["pipeline"] - stages["fit"] - stages.get("report", 0.0)
+    print("\nrefresh, 1 run, default options: " + ", ".join(f"{k} {v:.2f} s" for k, v in stages.items()))
+    print(
+        f"  aggregate stage (pipeline - fit - report: ingest, audit) {aggregate:.2f} s; "
+        f"fit stage {stages['fit']:.2f} s; fit / aggregate = {stages['fit'] / aggregate:.2f} (issue 11.4 target: <= 1)"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--battles", type=int, default=1_000_000)
@@ -385,8 +484,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--worker",
-        choices=["naive", "bias_aware", "profiles", "bootstrap", "oracle", "voters", "voters_pooled"],
+        choices=[
+            "naive",
+            "bias_aware",
+            "profiles",
+            "bootstrap",
+            "oracle",
+            "voters",
+            "voters_pooled",
+            "profile_methods",
+            "refresh",
+        ],
         help=argparse.SUPPRESS,
+    )
+    parser.add_argument(
+        "--profiles",
+        action="store_true",
+        help="run only the profile-likelihood study (issue 11.4): solve vs profiles cold/full/fast, and a refresh's "
+        "fit stage vs its aggregate stage",
     )
     args = parser.parse_args(argv)
     if args.smoke:
@@ -401,6 +516,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.voters:
         return voters_study(args)
+    if args.profiles:
+        return profiles_study(args)
 
     ensure_arena_venv()
     t0 = time.perf_counter()

@@ -309,10 +309,14 @@ def davidson_terms(eff: np.ndarray, pairs: PairArrays, spec: Spec, hessian: bool
     z = np.stack(rows)
     psi = blk[TIE][j]
     half = 0.5 * eta
-    log_norm = np.logaddexp(np.logaddexp(half, -half), psi)
-    p_a = np.exp(half - log_norm)
-    p_b = np.exp(-half - log_norm)
-    p_t = np.exp(psi - log_norm)
+    # P ∝ (e^{η/2}, e^{−η/2}, e^ψ), each scaled by e^{−top} (top their largest exponent: no overflow, the sum in
+    # [1, 3]): three exponentials and one log per cell, half the transcendentals of nested logaddexp.
+    top = np.maximum(np.abs(half), psi)
+    e_a, e_b, e_t = np.exp(half - top), np.exp(-half - top), np.exp(psi - top)
+    total = e_a + e_b + e_t
+    log_norm = top + np.log(total)
+    inv = 1.0 / total
+    p_a, p_b, p_t = e_a * inv, e_b * inv, e_t * inv
     n = pairs.n
     f = -wgt * float(np.sum(pairs.win_a * half - pairs.win_b * half + pairs.tie * psi - n * log_norm))
     diff = p_a - p_b

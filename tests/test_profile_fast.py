@@ -1,4 +1,5 @@
-"""``diagnostics="fast"``: the quadratic (Wald) profile from the centre's factorisation, against the full solves."""
+"""Profile likelihoods: ``full`` (warm-started along the profile path) against the cold solve of every point it
+replaced, and ``fast`` (the quadratic (Wald) profile from the centre's factorisation) against ``full``."""
 
 from __future__ import annotations
 
@@ -6,21 +7,72 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from biasboard.ranking import ModelConfig
+from biasboard.ranking import ModelConfig, diagnostics
 from biasboard.ranking.data import build_dataset
-from biasboard.ranking.diagnostics import profile_ranges
+from biasboard.ranking.diagnostics import _solve_point, profile_ranges
 from biasboard.ranking.fit import fit_bias_aware, solve_bias_aware
+from biasboard.ranking.model import AFF, LEN, POS
 from biasboard.ranking.problem import bias_aware_problem
 
 from tests.test_ranking_model import _cells
 
 
-@pytest.mark.parametrize("solver", ["dense", "blocked"])
-def test_fast_profiles_agree_with_full_ones(solver):
-    data = build_dataset(_cells(np.random.default_rng(7), models=8, judges=4, cells=600))
+def _problem(solver: str, seed: int = 7, judges: int = 4):
+    data = build_dataset(
+        _cells(
+            np.random.default_rng(seed),
+            models=8 if judges == 4 else 7,
+            judges=judges,
+            cells=600 if judges == 4 else 400,
+        )
+    )
     config = ModelConfig(judge_solver=solver)
     problem = bias_aware_problem(data, config)
-    solution = solve_bias_aware(problem, config)
+    return problem, solve_bias_aware(problem, config), config
+
+
+@pytest.mark.parametrize(
+    ("solver", "seed", "judges"), [("dense", 7, 4), ("dense", 11, 4), ("blocked", 7, 4), ("dense", 3, 6)]
+)
+def test_path_profiles_equal_the_cold_solves(solver, seed, judges):
+    """The warm-started path gives every profile value the cold Newton solves give, to 1e-6 nats.  Seed 3 with 6
+    judges has two local optima at affinity ĉ + Δ (different discriminations, 11 nats apart): a Newton iteration
+    that wanders from the warm start finds the worse one, the cold solve (and so the path) the better one."""
+    problem, solution, config = _problem(solver, seed, judges)
+    path = profile_ranges(problem, solution, config)
+    cold = profile_ranges(problem, solution, config, cold=True)
+    assert path.keys() == cold.keys() == {"position", "length", "affinity"}
+    for name, info in cold.items():
+        assert path[name]["grid"] == info["grid"], name
+        np.testing.assert_allclose(path[name]["loglik"], info["loglik"], rtol=0, atol=1e-6, err_msg=name)
+        assert path[name]["note"] == info["note"], name
+
+
+def test_a_point_the_warm_start_cannot_reach_by_descent_is_solved_cold(monkeypatch):
+    """When the warm-started Newton gives a point up (forced here for ĉ + Δ of every effect), that point is the
+    cold solve's value, the others stay the path's."""
+    problem, solution, config = _problem("dense")
+    cold = profile_ranges(problem, solution, config, cold=True)
+    given_up = []
+
+    def give_up_plus(objective, core, diag, free, *args, **kwargs):
+        index = int(np.flatnonzero(~free)[0])  # the profiled level
+        if core[index] > solution.core[index] + 1e-9:
+            given_up.append(index)
+            return None
+        return _solve_point(objective, core, diag, free, *args, **kwargs)
+
+    monkeypatch.setattr(diagnostics, "_solve_point", give_up_plus)
+    path = profile_ranges(problem, solution, config)
+    assert set(given_up) == {problem.layout.glob(t) for t in (POS, LEN, AFF)}
+    for name, info in cold.items():
+        np.testing.assert_allclose(path[name]["loglik"], info["loglik"], rtol=0, atol=1e-6, err_msg=name)
+        assert path[name]["loglik"][2] == info["loglik"][2], name  # the cold solve itself
+
+
+@pytest.mark.parametrize("solver", ["dense", "blocked"])
+def test_fast_profiles_agree_with_full_ones(solver):
+    problem, solution, config = _problem(solver)
     full = profile_ranges(problem, solution, config)
     fast = profile_ranges(problem, solution, replace(config, diagnostics="fast"))
     assert full.keys() == fast.keys() and full
