@@ -2,7 +2,8 @@
 
 Arena logs name each voter as a judge (10⁴–10⁶ judges).  In raw coordinates the bias-aware
 objective's Hessian is block-arrowhead: the globals G = (θ, the global effect coefficients, τ) and one
-block per judge, r_j = (one raw entry per effect of :data:`~biasboard.ranking.model.JUDGE_BLOCKS`); a
+block per judge, r_j = (one raw entry per effect block of the layout: the six of
+:data:`~biasboard.ranking.model.JUDGE_BLOCKS`, then the style blocks when there are style data); a
 cell of judge j touches r_j, its two models' θ and the global effects, never another judge.  So the
 Newton system ::
 
@@ -14,7 +15,9 @@ s_G = S⁻¹(−g_G + Σ_j X_jᵀ A_j⁻¹ g_j) and s_j = −A_j⁻¹(g_j + X_j 
 Memory is O(J·K² + entries + n_G²) — X_j is stored only at the (model, judge) pairs the cells hold —
 never the (KJ)² matrix of the dense path (:mod:`biasboard.ranking.solver`).
 
-Generic in K: an effect switched off (or held fixed) for a judge has no coupling at all, so its entry
+Generic in K = ``layout.n_blocks``; the global effects are ``layout.global_effects`` (blocks, in the order
+of the global coefficients — not the first blocks: the style blocks come after discrimination, tie and
+severity).  An effect switched off (or held fixed) for a judge has no coupling at all, so its entry
 is a 1 × 1 diagonal block.  The factorisation works on the R effects that are coupled for *some* judge
 (A_j restricted to R, R × R: four of six for arena voters, who have no affinity or severity), and in the
 Schur product only on the (judge, effect) rows that are coupled for *that* judge; an effect switched
@@ -42,9 +45,8 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 from biasboard.ranking.data import PairArrays
-from biasboard.ranking.model import DISC, JUDGE_BLOCKS, BlockPartials, Layout, Spec
+from biasboard.ranking.model import DISC, BlockPartials, Layout, Spec
 
-K = len(JUDGE_BLOCKS)
 #: A judge who meets more than M / DENSE_SHARE models enters the Schur product through dense BLAS rows
 #: (cost R·M² each) rather than sparse ones (cost ~R·n_j² at a few times BLAS's cost per product).
 DENSE_SHARE = 4
@@ -118,14 +120,19 @@ def glob_index(lay: Layout) -> np.ndarray:
     return np.concatenate([np.arange(lay.n_models + lay.n_glob), np.arange(lay.tau.start, lay.tau.stop)])
 
 
+def glob_blocks(lay: Layout) -> np.ndarray:
+    """The block of each global effect coefficient, in the order of the globals (``layout.global_effects``)."""
+    return np.array(lay.global_effects[: lay.n_glob], dtype=np.int64)
+
+
 def judge_index(lay: Layout) -> np.ndarray:
     """Core index of judge j's raw block entry t, shape (J, K)."""
-    return lay.block(0).start + np.arange(K)[None, :] * lay.n_judges + np.arange(lay.n_judges)[:, None]
+    return lay.block(0).start + np.arange(lay.n_blocks)[None, :] * lay.n_judges + np.arange(lay.n_judges)[:, None]
 
 
 def split(lay: Layout, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A core vector as (globals (n_G,), judge blocks (J, K))."""
-    return v[glob_index(lay)], v[lay.block(0).start : lay.tau.start].reshape(K, lay.n_judges).T
+    return v[glob_index(lay)], v[lay.block(0).start : lay.tau.start].reshape(lay.n_blocks, lay.n_judges).T
 
 
 def join(lay: Layout, v_g: np.ndarray, v_j: np.ndarray) -> np.ndarray:
@@ -137,7 +144,7 @@ def join(lay: Layout, v_g: np.ndarray, v_j: np.ndarray) -> np.ndarray:
 
 def deviation_masks(spec: Spec) -> np.ndarray:
     """(J, K): 1 where judge j's own raw entry t enters η (a deviation tied to the reference does not)."""
-    return np.stack([spec.deviation_mask(t) for t in range(K)], axis=1)
+    return np.stack([spec.deviation_mask(t) for t in range(spec.layout.n_blocks)], axis=1)
 
 
 def centring(spec: Spec) -> np.ndarray | None:
@@ -180,8 +187,8 @@ class ArrowHessian:
     """Raw-coordinate Hessian of the objective, block-arrowhead (see the module docstring).
 
     ``low_rank`` holds (u, 1/κ): the full Hessian is this one plus κ·u uᵀ, and 1/κ = 0 marks the linear
-    constraint uᵀs = 0 (the centring of log a_j) rather than a penalty.  The global effects are blocks
-    0 … n_glob − 1 (``Xg``'s columns).
+    constraint uᵀs = 0 (the centring of log a_j) rather than a penalty.  ``Xg``'s column c is the global
+    coefficient of block ``layout.global_effects[c]``.
     """
 
     lay: Layout
@@ -244,22 +251,24 @@ def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cro
     """The raw Hessian from judge-blocked partials (effective coordinates), the prior and its gauges."""
     lay = spec.layout
     m, n_e = lay.n_models, lay.n_glob
+    k, ge = lay.n_blocks, glob_blocks(lay)
     mask = spec.masks.T  # (J, K): where effect t acts (through the global coefficient too)
     dev = deviation_masks(spec)  # (J, K): where the judge's own raw entry acts
     A = part.A * dev[:, :, None] * dev[:, None, :]
     prec_g, prec_j = split(lay, precision)
-    A[:, np.arange(K), np.arange(K)] += prec_j
+    A[:, np.arange(k), np.arange(k)] += prec_j
     Xc = _mask_columns(part.C, dev, cross.judge)
-    Xg = part.A[:, :, :n_e] * dev[:, :, None] * mask[:, None, :n_e]
+    mask_g = mask[:, ge]  # (J, n_glob): where each global coefficient acts
+    Xg = part.A[:, :, ge] * dev[:, :, None] * mask_g[:, None, :]
     n_g = prec_g.size
     H = np.zeros((n_g, n_g))
     H[:m, :m] = part.H_theta
-    eff_c = _mask_columns(part.C[:, :n_e], mask[:, :n_e], cross.judge)
+    eff_c = _mask_columns(part.C[:, ge], mask_g, cross.judge)
     for c in range(n_e):
         col = np.bincount(cross.model, weights=eff_c[:, c], minlength=m)
         H[:m, m + c] = col
         H[m + c, :m] = col
-    H[m : m + n_e, m : m + n_e] = np.einsum("jc,jcd,jd->cd", mask[:, :n_e], part.A[:, :n_e, :n_e], mask[:, :n_e])
+    H[m : m + n_e, m : m + n_e] = np.einsum("jc,jcd,jd->cd", mask_g, part.A[:, ge[:, None], ge[None, :]], mask_g)
     H[np.diag_indices(n_g)] += prec_g
     position = np.full(lay.n_core, -1)
     position[glob_index(lay)] = np.arange(n_g)
@@ -420,7 +429,7 @@ class ArrowFactor:
         f_g, f_j = split(lay, self.free.astype(float))
         var_j = 1.0 / self.diag
         var_j[:, R] = np.einsum("jki,jki->ji", self.Linv, self.Linv)
-        cov_jg = np.zeros((lay.n_judges, K, n_e))
+        cov_jg = np.zeros((lay.n_judges, lay.n_blocks, n_e))
         top = sinv[: m + n_e, : m + n_e]
         # Rows of A_j⁻¹X_j = L_j⁻ᵀ(L_j⁻¹X_j): θ part sparse, the globals' part dense.
         Y = (self._L.T @ self._V).tocsr()
@@ -436,7 +445,7 @@ class ArrowFactor:
         cov_jg[:, R] = cov_c.reshape(-1, k, n_e)
         if len(self.U):
             z_g = self.Z[:, glob_index(lay)]
-            z_j = self.Z[:, lay.block(0).start : lay.tau.start].reshape(len(self.U), K, lay.n_judges)
+            z_j = self.Z[:, lay.block(0).start : lay.tau.start].reshape(len(self.U), lay.n_blocks, lay.n_judges)
             sinv = sinv - z_g.T @ self.Minv @ z_g
             var_j = var_j - np.einsum("ptj,pq,qtj->jt", z_j, self.Minv, z_j)
             cov_jg = cov_jg - np.einsum("ptj,pq,qc->jtc", z_j, self.Minv, z_g[:, m : m + n_e])
@@ -452,7 +461,8 @@ class BlockCovariance:
 
     ``glob`` is the dense covariance of the globals (core indices ``glob_index``: θ, global effects, τ);
     ``judge_var[j, t]`` the variance of judge j's raw entry t (log a_j: of ρ_j − mean ρ, the centred
-    value); ``judge_glob[j, t, c]`` its covariance with global effect c.
+    value); ``judge_glob[j, t, c]`` its covariance with global effect c (the coefficient of block
+    ``layout.global_effects[c]``).
     """
 
     glob_index: np.ndarray

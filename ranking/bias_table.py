@@ -231,33 +231,35 @@ def _judge_rows_blocked(
 ) -> pl.DataFrame:
     """The per-judge rows of a judge-blocked fit, vectorised over judges (the same rules as the loop above).
 
-    Judge j's total effect t is mask·(c_t + dev_jt) for position, length and affinity, so its variance is
-    var(c_t) + var(dev_jt) + 2 cov(dev_jt, c_t), all in :class:`BlockCovariance`; log a_j is centred.
+    Judge j's total effect t is mask·(c_t + dev_jt) for the effects with a global coefficient c_t (position,
+    length, affinity and the style effects), so its variance is var(c_t) + var(dev_jt) + 2 cov(dev_jt, c_t),
+    all in :class:`BlockCovariance`; log a_j is centred.
     """
     lay, spec = problem.layout, problem.spec
     if spec.masks[SEV].any():
         raise ValueError("judge-blocked fits have no ordinal part (no severity)")
     jn, m = lay.n_judges, lay.n_models
     masks = spec.masks
-    unit = {LEN: 1.0 / spec.x_scale}
-    blocks = (POS, LEN, AFF, DISC, TIE, SEV)
+    unit = {t: spec.unit(t) for t in (LEN, *STYLE_BLOCKS[: lay.n_style])}
+    blocks = tuple(range(lay.n_blocks))  # the dense loop's order: the six, then the style blocks
+    globs = lay.global_effects  # global coefficient c (at m + c among the globals) is block globs[c]
     centred = centring(spec)
 
-    dev = deviation_masks(spec).T  # (6, J)
+    dev = deviation_masks(spec).T  # (K, J)
 
-    def effects(core: np.ndarray) -> np.ndarray:  # (..., 6, J) effective judge effects from raw cores
+    def effects(core: np.ndarray) -> np.ndarray:  # (..., K, J) effective judge effects from raw cores
         raw = core[..., lay.block(0).start : lay.tau.start].reshape(*core.shape[:-1], len(blocks), jn) * dev
         if centred is not None:
             raw[..., DISC, :] -= raw[..., DISC, centred].mean(axis=-1, keepdims=True)
             raw[..., DISC, :] *= masks[DISC]
-        for t in (POS, LEN, AFF):
+        for t in globs:
             raw[..., t, :] += core[..., lay.glob(t), None] * masks[t]
         return raw
 
     est = effects(solution.core)
     var = cov.judge_var.T * dev
-    for t in (POS, LEN, AFF):
-        var[t] += masks[t] * cov.glob[m + t, m + t] + 2.0 * masks[t] * dev[t] * cov.judge_glob[:, t, t]
+    for c, t in enumerate(globs):
+        var[t] += masks[t] * cov.glob[m + c, m + c] + 2.0 * masks[t] * dev[t] * cov.judge_glob[:, t, c]
     var = np.clip(var, 0.0, None)
     boot = None if boot_core is None else effects(boot_core)
     cols: dict[str, list] = {name: [] for name in BIAS_COLUMNS}
@@ -282,7 +284,7 @@ def _judge_rows_blocked(
         for j, note in by_block.get(t, {}).items():
             notes[j] = note
         blank = enabled & (notes == "")
-        if t in (POS, LEN, AFF) and not global_identified[t]:
+        if t in global_identified and not global_identified[t]:
             notes[blank & identified] = (
                 "differences between judges are identified; their common level is prior-selected"
             )

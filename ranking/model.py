@@ -513,7 +513,7 @@ class BlockPartials:
     """Sums over a shard's pair cells with the per-judge part kept as blocks (effective coordinates).
 
     For many judges (arena voters) the dense ``Partials.H`` would be (M + 6J)²; here the Hessian is kept
-    as what it is — block-arrowhead: θ × θ dense (M × M), one 6 × 6 block per judge, and the θ × judge
+    as what it is — block-arrowhead: θ × θ dense (M × M), one K × K block per judge (K = ``n_blocks``), the θ × judge
     cross terms only at the (model, judge) pairs that occur (``C[e, t]`` for entry e of a
     :class:`~biasboard.ranking.arrowhead.CrossIndex`).  Pair cells only (no ordinal part).
     """

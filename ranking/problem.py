@@ -250,10 +250,6 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         if config.judge_solver == "blocked":
             raise ValueError("judge_solver='blocked' takes pair cells only; this fit has ordinal scores")
         blocked = False
-    if blocked and with_style:  # the judge-blocked solver has the six blocks only (so far)
-        if config.judge_solver == "blocked":
-            raise ValueError("judge_solver='blocked' has no style effects yet; use 'dense' or style=False")
-        blocked = False
     spec = Spec(
         lay,
         masks,

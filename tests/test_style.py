@@ -215,3 +215,34 @@ def test_refresh_without_style_columns_has_no_style_view(tmp_path):
     assert json.loads((snapshot / "summary.json").read_text())["style"] is None
     assert not set(STYLE_EFFECTS) & set(pl.read_parquet(snapshot / "bias.parquet")["effect"].to_list())
     assert '<section id="style">' not in (snapshot / "report.html").read_text()
+
+
+def test_refresh_with_style_through_the_judge_blocked_solver(tmp_path, monkeypatch):
+    """Style counts with the judge-blocked solver (what arena logs with voter-judges take from 256 judges on):
+    the threshold lowered so two judges take it, refresh publishes the style rows and the style-kept board."""
+    from biasboard.ranking import arrowhead, problem
+
+    monkeypatch.setattr(problem, "BLOCKED_MIN_JUDGES", 1)
+    factorised = []
+    covariance = arrowhead.ArrowFactor.covariance
+    monkeypatch.setattr(arrowhead.ArrowFactor, "covariance", lambda self: factorised.append(self) or covariance(self))
+    config = SimulationConfig(
+        battles=4_000, models=6, judges=2, days=1, style=True, corr_style=-0.7, style_effects=(0.6, 0.4, 0.3), seed=8
+    )
+    logs = write_simulation(config, tmp_path / "logs")
+    outcome = refresh(
+        str(logs / "battles" / "day=*" / "*.parquet"),
+        str(tmp_path / "state"),
+        str(tmp_path / "out"),
+        [],
+        RefreshOptions(k=3, audit=False),
+    )
+    assert outcome.published is not None
+    assert any(f.lay.n_style == 3 for f in factorised), "the style fit did not take the judge-blocked solver"
+    snapshot = Path(outcome.published.path)
+    bias = pl.read_parquet(snapshot / "bias.parquet")
+    style_rows = bias.filter(pl.col("effect").is_in(list(STYLE_EFFECTS)))
+    assert style_rows.height == 3 * (config.judges + 1) and style_rows["enabled"].all()
+    assert np.isfinite(style_rows["ci_low"].to_numpy()).all() and (style_rows["ci_low"] < style_rows["ci_high"]).all()
+    summary = Summary.from_json(json.loads((snapshot / "summary.json").read_text()))
+    assert summary.style is not None and len(summary.style.kept) == config.models
