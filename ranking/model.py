@@ -513,8 +513,8 @@ class BlockPartials:
     """Sums over a shard's pair cells with the per-judge part kept as blocks (effective coordinates).
 
     For many judges (arena voters) the dense ``Partials.H`` would be (M + 6J)²; here the Hessian is kept
-    as what it is — block-arrowhead: θ × θ dense (M × M), one K × K block per judge (K = ``n_blocks``), the θ × judge
-    cross terms only at the (model, judge) pairs that occur (``C[e, t]`` for entry e of a
+    as what it is — block-arrowhead: θ × θ dense (M × M), one K × K block per judge (K = ``n_blocks``), the
+    θ × judge cross terms only at the (model, judge) pairs that occur (``C[e, t]`` for entry e of a
     :class:`~biasboard.ranking.arrowhead.CrossIndex`).  Pair cells only (no ordinal part).
     """
 
