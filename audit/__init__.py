@@ -19,6 +19,7 @@ from biasboard.audit.measures import (
     merge_partials,
     order_shard,
     pair_order_stats,
+    records,
     reduce_order_rows,
 )
 
@@ -34,5 +35,6 @@ __all__ = [
     "merge_partials",
     "order_shard",
     "pair_order_stats",
+    "records",
     "reduce_order_rows",
 ]

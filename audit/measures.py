@@ -701,10 +701,11 @@ class AuditResult:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able dict: every table as a list of records (NaN/None → null)."""
-        return {name: _records(frame) for name, frame in self.tables().items()}
+        return {name: records(frame) for name, frame in self.tables().items()}
 
 
-def _records(frame: pl.DataFrame) -> list[dict[str, Any]]:
+def records(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    """One table as JSON-able records (NaN/None → null)."""
     out = []
     for row in frame.to_dicts():
         out.append({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()})

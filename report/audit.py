@@ -12,7 +12,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from biasboard.audit import AuditResult
+from biasboard.audit import AuditResult, records
+from biasboard.report.judges import keep, left_out_note, shown_judges
 from biasboard.report.svg import esc
 
 
@@ -39,7 +40,7 @@ def _table(caption: str, headers: list[str], rows: list[list[str]]) -> str:
 
 def _records(audit: AuditResult | Mapping[str, Any], name: str) -> list[dict[str, Any]]:
     if isinstance(audit, AuditResult):
-        return audit.to_json()[name]
+        return records(getattr(audit, name))
     tables = audit.get("tables", audit)
     return list(tables.get(name, []))
 
@@ -49,12 +50,15 @@ def render_audit_section(audit: AuditResult | Mapping[str, Any]) -> str:
 
     Accepts an :class:`AuditResult` or the document of ``audit.json``.
     """
-    judges = _records(audit, "judges")
+    everyone = _records(audit, "judges")
     name = lambda r: esc(str(r.get("judge")))  # noqa: E731
     parts = ['<section class="audit" id="judge-audit"><h2>Judge audit</h2>']
-    if not judges:
+    if not everyone:
         parts.append("<p>No battles to audit.</p></section>")
         return "".join(parts)
+    shown = shown_judges({str(r.get("judge")): r.get("slot_n") or 0 for r in everyone})
+    judges = keep(everyone, lambda r: r.get("judge"), shown)
+    parts.append(left_out_note(len(everyone), len(judges), "audit_judges.parquet and audit_family.parquet"))
     parts.append(
         _table(
             "Position: verdict split and order consistency (pairs judged in both orders)",
@@ -132,7 +136,7 @@ def render_audit_section(audit: AuditResult | Mapping[str, Any]) -> str:
                 ],
             )
         )
-    family = _records(audit, "family")
+    family = keep(_records(audit, "family"), lambda r: r.get("judge"), shown)
     if family:
         parts.append(
             _table(

@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 import polars as pl
+from biasboard.report.judges import keep, left_out_note, shown_judges
 from biasboard.report.svg import (
     CORRECTED_COLOUR,
     DOWN_COLOUR,
@@ -551,14 +552,26 @@ def _judge_order(judges: Iterable[Any]) -> list[Any]:
     return sorted(set(judges), key=lambda j: (j != GLOBAL_JUDGE, str(j)))
 
 
+def _judge_battles(summary: Summary) -> dict[str, float]:
+    """Battles per judge (from the cells; the audit's verdict counts when the summary has no judges)."""
+    if summary.judges:
+        return {j.judge: j.n for j in summary.judges}
+    return {a.judge: a.slot_n or 0 for a in summary.diagnostics.order}
+
+
 def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
     if not bias:
         return _section("bias", "Judge biases", '<p class="empty">No bias coefficients in this snapshot.</p>')
+    judges = {str(r["judge"]) for r in bias} - {GLOBAL_JUDGE}
+    battles = _judge_battles(summary)
+    shown = shown_judges({j: battles.get(j, 0) for j in judges}) | {GLOBAL_JUDGE}
     parts = [
         '<p class="note">Each panel is one effect; rows are judges (the global term first). Filled dots are '
         "identified by the data; hollow dots are not identified, so their value comes from the prior. "
-        "The dashed line marks no bias.</p>"
+        "The dashed line marks no bias.</p>",
+        left_out_note(len(judges), len(shown) - 1, "bias.parquet and bias.json"),
     ]
+    bias = keep(bias, lambda r: r["judge"], shown)
     disabled: list[str] = []
     panels: list[str] = []
     for effect in _effect_order(str(r["effect"]) for r in bias):
@@ -656,7 +669,10 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
         '<p class="note">What each judge does, measured on the battles themselves before any model is '
         "fitted: where the answers were shown, how long they were, whose family they came from.</p>"
     ]
-    order = sorted(diag.order, key=lambda a: a.judge)
+    shown = shown_judges(_judge_battles(summary))
+    order = sorted(keep(diag.order, lambda a: a.judge, shown), key=lambda a: a.judge)
+    if len(order) < len(diag.order):
+        body.append(left_out_note(len(diag.order), len(order), "summary.json (diagnostics) and the audit files"))
     if order:
         labels = [_judge_label(a.judge) for a in order]
         parts = [
@@ -743,7 +759,7 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
             f'<tr><td class="name">{esc(f.judge)}</td><td class="l">{esc(f.judge_family)}</td>'
             f"<td>{_pct(f.win_rate_self)}</td><td>{_pct(f.win_rate_other_judges)}</td>"
             f"<td>{esc(_pm(f.self_preference, f.self_preference_se))}</td></tr>"
-            for f in sorted(diag.family, key=lambda f: f.judge)
+            for f in sorted(keep(diag.family, lambda f: f.judge, shown), key=lambda f: f.judge)
         ]
         body += [
             "<h3>Own-family preference</h3>",
@@ -910,13 +926,15 @@ def _judges(summary: Summary) -> str:
         '<tr><th class="l">Judge</th><th class="l">Family</th><th>Battles</th><th>Models</th>'
         "<th>First shown wins</th><th>Second shown wins</th><th>Ties</th><th>Self-battles</th></tr>"
     )
+    judges = keep(summary.judges, lambda j: j.judge, shown_judges(_judge_battles(summary)))
     rows = [
         f'<tr><td class="name">{esc(j.judge)}</td><td class="l">{esc(j.judge_family)}</td><td>{_int(j.n)}</td>'
         f"<td>{_int(j.models)}</td><td>{_pct(j.win_a_share)}</td><td>{_pct(j.win_b_share)}</td>"
         f"<td>{_pct(j.tie_share)}</td><td>{_int(j.self_battles)}</td></tr>"
-        for j in summary.judges
+        for j in judges
     ]
-    return _section("judges", "Judges", _table("judges", head, rows))
+    note = left_out_note(len(summary.judges), len(judges), "summary.json")
+    return _section("judges", "Judges", note + _table("judges", head, rows))
 
 
 # --------------------------------------------------------------------------- the page

@@ -93,7 +93,7 @@ import datetime as dt
 import json
 import math
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -1012,8 +1012,17 @@ def truth(config: SimulationConfig, params: Parameters | None = None) -> dict:
 _OUTPUTS = ("battles", "scores", "truth.json")
 
 
-def write_simulation(config: SimulationConfig, out_dir: str | Path, overwrite: bool = False) -> Path:
+def write_simulation(
+    config: SimulationConfig,
+    out_dir: str | Path,
+    overwrite: bool = False,
+    relabel: Callable[[dt.date, int, pa.Table], pa.Table] | None = None,
+) -> Path:
     """Write ``battles/day=…/part-00000.parquet`` (+ scores) and ``truth.json`` under ``out_dir``.
+
+    ``relabel(day, chunk_of_day, battles)``: applied to each battle table before it is written (a
+    benchmark splits human pools into voters this way, chunk by chunk, so memory stays one chunk's);
+    ``truth.json`` describes the simulation before relabelling.
 
     Refuses (``StateError``) to write over an earlier simulation unless
     ``overwrite``, because stale day partitions of a longer earlier run would
@@ -1028,14 +1037,17 @@ def write_simulation(config: SimulationConfig, out_dir: str | Path, overwrite: b
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     params = draw_parameters(config)
     writers: dict[str, pq.ParquetWriter] = {}
-    current_day = None
+    current_day, chunk_of_day = None, 0
     try:
         for day, battles, scores in simulate_days(config, params):
             if day != current_day:
                 for writer in writers.values():
                     writer.close()
                 writers = {}
-                current_day = day
+                current_day, chunk_of_day = day, 0
+            if relabel is not None:
+                battles = relabel(day, chunk_of_day, battles)
+            chunk_of_day += 1
             for kind, table in (("battles", battles), ("scores", scores)):
                 if table is None or table.num_rows == 0:
                     continue  # no file for an empty day: readers rightly reject empty files

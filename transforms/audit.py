@@ -57,6 +57,7 @@ from biasboard.audit import (
     merge_partials,
     order_shard,
     pair_order_stats,
+    records,
     reduce_order_rows,
 )
 from biasboard.report.audit import render_audit_section
@@ -76,6 +77,10 @@ _LOG = logging.getLogger(__name__)
 #: Tables written as Parquet, in the order the report shows them.
 TABLES: tuple[str, ...] = ("judges", "order_pairs", "order_models", "family")
 AUDIT_JSON = "audit.json"
+#: The tables ``audit.json`` also holds as records: the per-judge ones.  The per-(judge, model pair) and
+#: per-(judge, model) tables grow with judges × pairs (millions of rows with arena voters as judges), so they
+#: are only in their Parquet files (:func:`table_file`), which ``audit.json`` names.
+JSON_TABLES: tuple[str, ...] = ("judges", "family")
 AUDIT_HTML = "audit_section.html"
 #: Shards for order pairing: enough to spread the shuffle over workers, few enough to keep partials large.
 DEFAULT_ORDER_SHARDS = 16
@@ -385,11 +390,22 @@ def audit_files(result: AuditResult, counts: IngestCounts | Mapping[str, Any] | 
     """Every audit file by name (a refresh adds these to its snapshot); ``audit.json`` is last."""
     if isinstance(counts, IngestCounts):
         counts = counts.to_dict()
-    files = {f"audit_{name}.parquet": publish.table_bytes(frame, "parquet") for name, frame in result.tables().items()}
+    tables = result.tables()
+    files = {table_file(name): publish.table_bytes(frame, "parquet") for name, frame in tables.items()}
     files[AUDIT_HTML] = render_audit_section(result).encode("utf-8")
-    document = {"counts": dict(counts or {}), "tables": result.to_json(), "conventions": CONVENTIONS}
+    document = {
+        "counts": dict(counts or {}),
+        "tables": {name: records(tables[name]) for name in JSON_TABLES},
+        "files": {name: table_file(name) for name in tables},
+        "conventions": CONVENTIONS,
+    }
     files[AUDIT_JSON] = publish.json_bytes(document)
     return files
+
+
+def table_file(name: str) -> str:
+    """The Parquet file of audit table ``name``."""
+    return f"audit_{name}.parquet"
 
 
 def write_audit(result: AuditResult, out: str, counts: IngestCounts | Mapping[str, Any] | None = None) -> list[str]:

@@ -10,6 +10,7 @@ aggregated in, on which worker fits them, or on the runner.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from collections.abc import Mapping
@@ -32,7 +33,7 @@ from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.summary import Summary
 from biasboard.transforms import publish, state, storage
 from biasboard.transforms.anchors import read_anchors
-from biasboard.transforms.audit import AUDIT_JSON
+from biasboard.transforms.audit import AUDIT_JSON, table_file
 from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
 from biasboard.transforms.plan import plan_inputs
 from biasboard.transforms.ranks import rank_intervals
@@ -135,6 +136,9 @@ def fit_state(
     audit_tables = None
     if audit_files:
         audit_tables = json.loads(audit_files[AUDIT_JSON]).get("tables") if AUDIT_JSON in audit_files else None
+        pairs_file = table_file("order_pairs")
+        if audit_tables is not None and pairs_file in audit_files:
+            audit_tables = {**audit_tables, "order_pairs": pl.read_parquet(io.BytesIO(audit_files[pairs_file]))}
     summary = build_summary(
         state_dir,
         days,
@@ -246,7 +250,7 @@ def build_summary(
     leaderboard: pl.DataFrame,
     *,
     reference: ReferenceFit | None = None,
-    audit_tables: Mapping[str, list] | None = None,
+    audit_tables: Mapping[str, list | pl.DataFrame] | None = None,
     seed: int = 0,
     without_input: DaysWithoutInput = ALL_DAYS_HAVE_INPUT,
 ) -> Summary:
@@ -352,11 +356,16 @@ def _record(cls: type[T], row: Mapping) -> T:
     return S.from_jsonable(cls, S.to_jsonable(declared), cls.__name__)
 
 
-def _pooled_order_models(order_pairs: list) -> list:
-    """Per model, over every judge: win rate among order-consistent pairs ± SE (the audit's formula)."""
-    if not order_pairs:
+def _pooled_order_models(order_pairs: pl.DataFrame | list) -> list:
+    """Per model, over every judge: win rate among order-consistent pairs ± SE (the audit's formula).
+
+    ``order_pairs``: the audit's per-(judge, pair) table (audit_order_pairs.parquet), or its records.
+    """
+    if len(order_pairs) == 0:
         return []
-    pairs = pl.DataFrame(order_pairs).select(*PAIR_KEYS, *PAIR_MEASURES)
+    pairs = (order_pairs if isinstance(order_pairs, pl.DataFrame) else pl.DataFrame(order_pairs)).select(
+        *PAIR_KEYS, *PAIR_MEASURES
+    )
     pooled = pairs.with_columns(pl.lit("*").alias("judge")).group_by(PAIR_KEYS).agg(pl.all().sum())
     return [_record(S.ModelConsistency, row) for row in order_models_table(pooled).sort("model").to_dicts()]
 

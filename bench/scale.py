@@ -1,0 +1,258 @@
+"""Benchmark: the whole ``biasboard refresh`` at arena scale, then with twice the history (issue 11, item 6).
+
+What it runs: the real job (``biasboard refresh`` on the local FnApiRunner: read, aggregate per day, the
+judge audit, the naive and bias-aware fits with the profile diagnostics, the report, publish) on
+day-partitioned battle Parquet as a user has it, from an empty state, twice:
+
+* **N**: 20M battles over 60 days, 400 models, 20 LLM judges and two human pools whose battles are each
+  cast by one of 25,000 voters (``human-pool-K/vN``: 50,000 voter-judges, every voter its own judge);
+* **2N**: the same models and judges, 120 days at the same rate: a user's history grows by days, so twice
+  the data is twice the days.  The first 60 days of the 2N input are the N input's files (hard links:
+  the simulator draws each day from its own seed), so the two runs differ only by the added history.
+
+Each refresh runs in a fresh process (``--child``); printed per size: wall time, the refresh's own stage
+times (its ``stage times`` log line), peak RSS of the refresh process (VmHWM) and of its whole process
+tree (RSS of the process and every descendant summed, sampled every 0.1 s), and the ratios 2N / N.
+Targets: time ratio ≤ 2.1, peak RSS flat (ratio ≈ 1).
+
+Data: the simulator (:func:`biasboard.simulate.write_simulation`) writes a day at a time; the voters are
+assigned chunk by chunk with bench/fit.py's :func:`split_voters`, seeded per day, so memory stays one
+chunk's.  ``--scale F`` multiplies battles and voters (models and LLM judges stay), e.g. ``--scale 0.25``
+is 5M battles and 12,500 voters; ``--smoke`` is 200k battles, 40 models, 500 voters, 6 days (about a
+minute).
+
+    .venv/bin/python bench/scale.py              # 20M then 40M battles (needs ~3 GB of disk under --work)
+    .venv/bin/python bench/scale.py --scale 0.25
+    .venv/bin/python bench/scale.py --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from fit import peak_rss_mb, split_voters
+
+HERE = Path(__file__).resolve().parent
+HUMAN_POOLS = 2
+#: The refresh logs "stage times: read 0.12 s, pipeline 3.40 s, fit 2.10 s, report 0.31 s, publish 0.05 s".
+STAGE_TIMES = re.compile(r"stage times: (.*)$", re.MULTILINE)
+#: ... and "fit: 400 models, 50020 judges, 1234567 cells; ...".
+FIT_LINE = re.compile(r"fit: (\d+) models, (\d+) judges, (\d+) cells")
+
+
+def sizes(args: argparse.Namespace) -> dict:
+    """The N run's shape from the options (the 2N run doubles the days)."""
+    if args.smoke:
+        return {"battles": 200_000, "models": 40, "llm_judges": args.llm_judges, "voters": 500, "days": 6}
+    return {
+        "battles": round(args.battles * args.scale),
+        "models": args.models,
+        "llm_judges": args.llm_judges,
+        "voters": max(HUMAN_POOLS, round(args.voters * args.scale)),
+        "days": args.days,
+    }
+
+
+def generate(folder: Path, shape: dict, seed: int) -> None:
+    """2N battles over 2·days days under ``folder/all``; ``folder/half`` holds the first ``days`` (hard links)."""
+    from biasboard.simulate import SimulationConfig, write_simulation
+
+    config = SimulationConfig(
+        battles=2 * shape["battles"],
+        models=shape["models"],
+        judges=shape["llm_judges"] + HUMAN_POOLS,
+        human_judges=HUMAN_POOLS,
+        days=2 * shape["days"],
+        seed=seed,
+        self_battles=0.02,
+    )
+    per_pool = shape["voters"] // HUMAN_POOLS
+
+    def voters(day: dt.date, chunk: int, battles):
+        rng = np.random.default_rng(np.random.SeedSequence([seed, day.toordinal(), chunk]))
+        return split_voters(battles, per_pool, rng)
+
+    write_simulation(config, folder / "all", overwrite=True, relabel=voters)
+    days = sorted(p for p in (folder / "all" / "battles").iterdir() if p.name.startswith("day="))
+    half = folder / "half" / "battles"
+    shutil.rmtree(folder / "half", ignore_errors=True)
+    for day in days[: shape["days"]]:
+        (half / day.name).mkdir(parents=True)
+        for part in day.iterdir():
+            os.link(part, half / day.name / part.name)
+
+
+def tree_rss_mb(root: int) -> float:
+    """Resident memory of ``root`` and all its descendants, summed (from /proc)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        rss[pid] = int(fields[21])  # pages
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return total * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def run_refresh(data: Path, state: Path, out: Path, beam_args: list[str]) -> dict:
+    """One ``biasboard refresh`` in a fresh process: wall time, stage times, peak RSS (process and tree)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(data), str(state), str(out), *beam_args]
+    env = {**os.environ, "NO_GCE_CHECK": "true"}
+    log = out.with_suffix(".log")
+    peak = [0.0]
+    with open(log, "w") as sink:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, text=True)
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.1):
+                peak[0] = max(peak[0], tree_rss_mb(proc.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        code = proc.wait()
+        seconds = time.perf_counter() - start
+        done.set()
+        sampler.join()
+    text = log.read_text()
+    if code != 0:
+        raise SystemExit(f"refresh failed ({code}); log {log}:\n{text[-3000:]}")
+    child = json.loads(text.strip().splitlines()[-1])
+    stages = STAGE_TIMES.findall(text)
+    parsed = dict(
+        (name, float(value)) for name, value in re.findall(r"([a-z_]+) ([0-9.]+) s", stages[-1] if stages else "")
+    )
+    fitted = FIT_LINE.findall(text)
+    models, judges, cells = (int(v) for v in fitted[-1]) if fitted else (0, 0, 0)
+    return {
+        "seconds": seconds,
+        "stages": parsed,
+        "models": models,
+        "judges": judges,
+        "cells": cells,
+        "peak_rss_mb": child["peak_rss_mb"],
+        "tree_rss_mb": peak[0],
+    }
+
+
+def child(data: str, state: str, out: str, beam_args: list[str]) -> int:
+    """The refresh itself, in this process, through the console script's entry point."""
+    from biasboard.pipelines.cli import main as cli_main
+
+    code = cli_main(["refresh", "--input", data, "--state", state, "--out", out, *beam_args])
+    print(json.dumps({"code": code, "peak_rss_mb": peak_rss_mb()}))
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--battles", type=int, default=20_000_000, help="N (the run also does 2N)")
+    parser.add_argument("--models", type=int, default=400)
+    parser.add_argument("--llm-judges", type=int, default=20)
+    parser.add_argument("--voters", type=int, default=50_000, help="voter-judges over the two human pools")
+    parser.add_argument("--days", type=int, default=60, help="days of the N run (2N: twice as many)")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply battles and voters by this")
+    parser.add_argument("--smoke", action="store_true", help="200k battles, 40 models, 500 voters, 6 days")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--work", help="folder for data, states and snapshots (default: a temp folder, removed)")
+    parser.add_argument("--reuse-data", action="store_true", help="keep data already generated under --work")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args, beam_args = parser.parse_known_args(argv)
+    if args.child:
+        return child(*args.child, beam_args)
+
+    shape = sizes(args)
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    try:
+        t0 = time.perf_counter()
+        data = work / "data"
+        if not (args.reuse_data and (data / "all" / "truth.json").exists() and (data / "half").exists()):
+            generate(data, shape, args.seed)
+        generated = time.perf_counter() - t0
+        for label, folder, days in (("N", "half", shape["days"]), ("2N", "all", 2 * shape["days"])):
+            battles = data / folder / "battles"
+            disk = sum(p.stat().st_size for p in battles.rglob("*.parquet")) / 2**20
+            state, out = work / f"state-{label}", work / f"out-{label}"
+            for path in (state, out):
+                shutil.rmtree(path, ignore_errors=True)
+            result = run_refresh(battles, state, out, beam_args)
+            summary = json.loads(_latest_summary(out))
+            rows.append((label, days, disk, summary, result))
+            print(f"{label}: {result['seconds']:.1f} s, peak RSS {result['peak_rss_mb']:.0f} MB", flush=True)
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    print_table(shape, rows, generated)
+    return 0
+
+
+def _latest_summary(out: Path) -> str:
+    from biasboard.transforms import publish
+
+    latest = publish.latest_snapshot_id(str(out))
+    assert latest is not None, f"{out}: nothing published"
+    return Path(publish.snapshot_dir(str(out), latest), "summary.json").read_text()
+
+
+def print_table(shape: dict, rows: list[tuple], generated: float) -> None:
+    """The sizes, times and memory of both runs, and the 2N / N ratios against the targets."""
+    print(
+        f"\nscale benchmark: biasboard refresh from an empty state, FnApiRunner, {os.cpu_count()} cores; "
+        f"{shape['models']} models, {shape['llm_judges']} LLM judges + {shape['voters']:,} voter-judges "
+        f"(data generated in {generated:.0f} s)"
+    )
+    stage_names = [name for name in ("read", "pipeline", "fit", "report", "publish") if name in rows[0][4]["stages"]]
+    header = (
+        f"{'run':>3} {'battles':>11} {'days':>4} {'MB':>6} {'judges':>7} {'cells':>10} | {'time s':>7} "
+        + " ".join(f"{name:>8}" for name in stage_names)
+        + f" | {'RSS MB':>7} {'tree MB':>7}"
+    )
+    print(header)
+    print("-" * len(header))
+    for label, days, disk, summary, r in rows:
+        counts = summary["counts"]
+        print(
+            f"{label:>3} {counts['counted']:>11,} {days:>4} {disk:>6.0f} {r['judges']:>7,} "
+            f"{r['cells']:>10,} | {r['seconds']:>7.1f} "
+            + " ".join(f"{r['stages'].get(name, float('nan')):>8.1f}" for name in stage_names)
+            + f" | {r['peak_rss_mb']:>7.0f} {r['tree_rss_mb']:>7.0f}"
+        )
+    if len(rows) == 2:
+        a, b = rows[0][4], rows[1][4]
+        print(
+            f"2N / N: time {b['seconds'] / a['seconds']:.2f} (target <= 2.10), peak RSS "
+            f"{b['peak_rss_mb'] / a['peak_rss_mb']:.2f}, tree {b['tree_rss_mb'] / a['tree_rss_mb']:.2f} (target: flat)"
+        )
+        print(
+            "stage ratios: "
+            + ", ".join(f"{k} {b['stages'][k] / a['stages'][k]:.2f}" for k in a["stages"] if a["stages"][k] > 0)
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
