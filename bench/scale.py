@@ -13,7 +13,8 @@ day-partitioned battle Parquet as a user has it, from an empty state, twice:
 Each refresh runs in a fresh process (``--child``); printed per size: wall time, the refresh's own stage
 times (its ``stage times`` log line), peak RSS of the refresh process (VmHWM) and of its whole process
 tree (RSS of the process and every descendant summed, sampled every 0.1 s), and the ratios 2N / N.
-Targets: time ratio ≤ 2.1, peak RSS flat (ratio ≈ 1).
+Also printed: the CPU seconds (user + system) of the refresh's process tree, which a machine shared with other
+work inflates far less than the wall time.  Targets: time ratio ≤ 2.1, peak RSS flat (ratio ≈ 1).
 
 Data: the simulator (:func:`biasboard.simulate.write_simulation`) writes a day at a time; the voters are
 assigned chunk by chunk with bench/fit.py's :func:`split_voters`, seeded per day, so memory stays one
@@ -33,6 +34,7 @@ import datetime as dt
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -49,6 +51,7 @@ HUMAN_POOLS = 2
 #: The refresh logs "stage times: read 0.12 s, pipeline 3.40 s, fit 2.10 s, report 0.31 s, publish 0.05 s".
 STAGE_TIMES = re.compile(r"stage times: (.*)$", re.MULTILINE)
 #: ... and "fit: 400 models, 50020 judges, 1234567 cells; ...".
+LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) INFO [\w.]+: (.*)$", re.MULTILINE)
 FIT_LINE = re.compile(r"fit: (\d+) models, (\d+) judges, (\d+) cells")
 
 
@@ -121,20 +124,23 @@ def run_refresh(data: Path, state: Path, out: Path, beam_args: list[str]) -> dic
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(data), str(state), str(out), *beam_args]
     env = {**os.environ, "NO_GCE_CHECK": "true"}
     log = out.with_suffix(".log")
-    peak = [0.0]
+    peak = [0.0, 0.0]  # MB, wall-clock time of the peak
     with open(log, "w") as sink:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), _children_cpu_s()
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, text=True)
         done = threading.Event()
 
         def sample() -> None:
             while not done.wait(0.1):
-                peak[0] = max(peak[0], tree_rss_mb(proc.pid))
+                rss = tree_rss_mb(proc.pid)
+                if rss > peak[0]:
+                    peak[:] = [rss, time.time()]
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         code = proc.wait()
         seconds = time.perf_counter() - start
+        cpu = _children_cpu_s() - cpu_start
         done.set()
         sampler.join()
     text = log.read_text()
@@ -148,7 +154,9 @@ def run_refresh(data: Path, state: Path, out: Path, beam_args: list[str]) -> dic
     fitted = FIT_LINE.findall(text)
     models, judges, cells = (int(v) for v in fitted[-1]) if fitted else (0, 0, 0)
     return {
+        "peak_during": _last_message_before(text, peak[1]),
         "seconds": seconds,
+        "cpu_s": cpu,
         "stages": parsed,
         "models": models,
         "judges": judges,
@@ -156,6 +164,22 @@ def run_refresh(data: Path, state: Path, out: Path, beam_args: list[str]) -> dic
         "peak_rss_mb": child["peak_rss_mb"],
         "tree_rss_mb": peak[0],
     }
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of this process's finished children (the refresh and anything it started)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _last_message_before(log: str, when: float) -> str:
+    """The last log message written before ``when`` (what the job was doing at its memory peak)."""
+    last = "start"
+    for stamp, message in LOG_LINE.findall(log):
+        if dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp() > when:
+            break
+        last = message
+    return last
 
 
 def child(data: str, state: str, out: str, beam_args: list[str]) -> int:
@@ -230,7 +254,7 @@ def print_table(shape: dict, rows: list[tuple], generated: float) -> None:
     header = (
         f"{'run':>3} {'battles':>11} {'days':>4} {'MB':>6} {'judges':>7} {'cells':>10} | {'time s':>7} "
         + " ".join(f"{name:>8}" for name in stage_names)
-        + f" | {'RSS MB':>7} {'tree MB':>7}"
+        + f" | {'CPU s':>7} | {'RSS MB':>7} {'tree MB':>7}"
     )
     print(header)
     print("-" * len(header))
@@ -240,12 +264,15 @@ def print_table(shape: dict, rows: list[tuple], generated: float) -> None:
             f"{label:>3} {counts['counted']:>11,} {days:>4} {disk:>6.0f} {r['judges']:>7,} "
             f"{r['cells']:>10,} | {r['seconds']:>7.1f} "
             + " ".join(f"{r['stages'].get(name, float('nan')):>8.1f}" for name in stage_names)
-            + f" | {r['peak_rss_mb']:>7.0f} {r['tree_rss_mb']:>7.0f}"
+            + f" | {r['cpu_s']:>7.1f} | {r['peak_rss_mb']:>7.0f} {r['tree_rss_mb']:>7.0f}"
         )
+    for label, _, _, _, r in rows:
+        print(f"{label}: tree RSS peaked after: {r['peak_during'][:110]}")
     if len(rows) == 2:
         a, b = rows[0][4], rows[1][4]
         print(
-            f"2N / N: time {b['seconds'] / a['seconds']:.2f} (target <= 2.10), peak RSS "
+            f"2N / N: time {b['seconds'] / a['seconds']:.2f} (target <= 2.10), CPU {b['cpu_s'] / a['cpu_s']:.2f}, "
+            f"peak RSS "
             f"{b['peak_rss_mb'] / a['peak_rss_mb']:.2f}, tree {b['tree_rss_mb'] / a['tree_rss_mb']:.2f} (target: flat)"
         )
         print(

@@ -200,6 +200,19 @@ def test_monoid_laws(rows_a, rows_b, rows_c):
     assert sum(merge_cells([a, b, c]).column("n").to_pylist()) == total
 
 
+@settings(max_examples=30, deadline=None)
+@given(battle_lists, battle_lists)
+def test_merge_groups_coded_keys_in_string_order(rows_a, rows_b):
+    """Keys are grouped as codes into sorted vocabularies: the rows come out in the strings' key order, and
+    the dictionary-encoded form (what the fit loads) holds the same table."""
+    rows_b = [{**r, "battle_id": "B" + r["battle_id"]} for r in rows_b]
+    merged = merge_cells([cells_of(rows_a), cells_of(rows_b)])
+    assert merged.equals(merged.sort_by([(k, "ascending") for k in PAIR_CELL_KEYS]).cast(PAIR_CELLS_SCHEMA))
+    coded = merge_cells([cells_of(rows_a), cells_of(rows_b)], dictionary=True)
+    assert all(pa.types.is_dictionary(coded.schema.field(k).type) for k in ("judge", "model_a", "model_b"))
+    assert coded.cast(PAIR_CELLS_SCHEMA).equals(merged)
+
+
 def test_judge_summary_shares():
     rows = [
         {

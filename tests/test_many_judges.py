@@ -14,7 +14,6 @@ import re
 import polars as pl
 import pyarrow as pa
 from biasboard.audit import audit
-from biasboard.report.audit import render_audit_section
 from biasboard.report.judges import MAX_JUDGES_SHOWN, shown_judges
 from biasboard.simulate import SimulationConfig, simulate_days
 from biasboard.transforms.audit import AUDIT_JSON, JSON_TABLES, audit_files, table_file

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 from biasboard.audit.measures import PAIR_KEYS, PAIR_MEASURES, order_models_table
 from biasboard.ranking import ModelConfig
 from biasboard.ranking.diagnostics import CROSSING_TYPICAL
@@ -27,7 +26,7 @@ from biasboard.ranking.leaderboard import side_by_side
 from biasboard.ranking.reference import Reference, ReferenceFit, ReferenceSettings, fit_with_reference
 from biasboard.report.html import render_report
 from biasboard.schemas import summary as S
-from biasboard.schemas.cells import PAIR_CELL_KEYS, SCORE_CELL_KEYS
+from biasboard.schemas.cells import SCORE_CELL_KEYS
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.summary import Summary
@@ -117,7 +116,7 @@ def fit_state(
     days = state.list_state_days(state_dir)
     if not days:
         raise InputError(f"{state_dir}: no aggregated days to fit (is --input empty?)")
-    cells = _dictionary_encoded(state.load_cells(state_dir).sort_by([(k, "ascending") for k in PAIR_CELL_KEYS]))
+    cells = state.load_cells(state_dir, dictionary=True)  # in key order, string keys dictionary-encoded
     score_cells = state.load_score_cells(state_dir)
     score_cells = score_cells.sort_by([(k, "ascending") for k in SCORE_CELL_KEYS]) if score_cells.num_rows else None
     if cells.num_rows == 0 and (score_cells is None or _battle_rows_read(state_dir, days)):
@@ -230,15 +229,6 @@ def reference_warnings(fitted: ReferenceFit) -> list[str]:
                 "--apply-unidentified forces it)"
             )
     return out
-
-
-def _dictionary_encoded(table: pa.Table) -> pa.Table:
-    """String key columns as dictionaries: the fit codes them without decoding, and the
-    merged cells of a long history then cost a few bytes per row instead of a string each."""
-    for i, field_ in enumerate(table.schema):
-        if pa.types.is_string(field_.type) or pa.types.is_large_string(field_.type):
-            table = table.set_column(i, field_.name, pc.dictionary_encode(table.column(i)))
-    return table
 
 
 def build_summary(

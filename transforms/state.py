@@ -213,9 +213,14 @@ def _load(state_dir: str, name: str, schema: pa.Schema | None, days: Iterable[st
     return tables
 
 
-def load_cells(state_dir: str, days: Iterable[str] | None = None) -> pa.Table:
-    """All stored pair cells (or those of ``days``), merged into one table by the monoid."""
-    return merge_cells(_load(state_dir, PAIR_CELLS_FILE, PAIR_CELLS_SCHEMA, days), PAIR_CELLS_SCHEMA)
+def load_cells(state_dir: str, days: Iterable[str] | None = None, dictionary: bool = False) -> pa.Table:
+    """All stored pair cells (or those of ``days``), merged into one table by the monoid, in key order.
+
+    ``dictionary``: string keys dictionary-encoded (the fit's input; see :func:`merge_cells`).
+    """
+    return merge_cells(
+        _load(state_dir, PAIR_CELLS_FILE, PAIR_CELLS_SCHEMA, days), PAIR_CELLS_SCHEMA, dictionary=dictionary
+    )
 
 
 def load_score_cells(state_dir: str, days: Iterable[str] | None = None) -> pa.Table:
