@@ -132,12 +132,12 @@ def fit_state(
     naive, corrected = fitted.naive, fitted.corrected
     leaderboard = side_by_side(naive, corrected)
     audit_files = dict(audit_files or {})
-    audit_tables = None
+    audit_tables, order_pairs = None, None
     if audit_files:
         audit_tables = json.loads(audit_files[AUDIT_JSON]).get("tables") if AUDIT_JSON in audit_files else None
-        pairs_file = table_file("order_pairs")
-        if audit_tables is not None and pairs_file in audit_files:
-            audit_tables = {**audit_tables, "order_pairs": pl.read_parquet(io.BytesIO(audit_files[pairs_file]))}
+        pairs_file = table_file("order_pairs")  # per (judge, pair): only in Parquet (too big for audit.json)
+        if pairs_file in audit_files:
+            order_pairs = pl.read_parquet(io.BytesIO(audit_files[pairs_file]))
     summary = build_summary(
         state_dir,
         days,
@@ -147,6 +147,7 @@ def fit_state(
         leaderboard,
         reference=fitted,
         audit_tables=audit_tables,
+        order_pairs=order_pairs,
         seed=spec.config.seed,
         without_input=without_input,
     )
@@ -240,7 +241,8 @@ def build_summary(
     leaderboard: pl.DataFrame,
     *,
     reference: ReferenceFit | None = None,
-    audit_tables: Mapping[str, list | pl.DataFrame] | None = None,
+    audit_tables: Mapping[str, list] | None = None,
+    order_pairs: pl.DataFrame | None = None,
     seed: int = 0,
     without_input: DaysWithoutInput = ALL_DAYS_HAVE_INPUT,
 ) -> Summary:
@@ -248,7 +250,8 @@ def build_summary(
 
     τ and ρ naive vs corrected, counts by reason, judges, the fit's diagnostics, the audit's per-judge
     and per-model order tables (when the audit ran), rank intervals of both boards and the head-to-head
-    matrices of the top models, warnings.
+    matrices of the top models, warnings.  ``audit_tables``: audit.json's per-judge tables;
+    ``order_pairs``: audit_order_pairs.parquet, pooled over judges into the per-model order table.
     """
     manifests = [state.read_day_manifest(state_dir, day) or {} for day in days]
     counts = sum((IngestCounts.from_dict(m["counts"]) for m in manifests if "counts" in m), IngestCounts())
@@ -291,7 +294,7 @@ def build_summary(
         length_clip=fit_diag.get("length_clip"),
         components=fit_diag.get("components"),
         order=[_record(S.JudgeAudit, row) for row in audit.get("judges", [])],
-        order_models=_pooled_order_models(audit.get("order_pairs", [])),
+        order_models=_pooled_order_models(order_pairs if order_pairs is not None else audit.get("order_pairs", [])),
         family=[_record(S.FamilyPreference, row) for row in audit.get("family", [])],
         gate=S.from_jsonable(S.Gate, gate.to_json(), "gate") if gate is not None else None,
     )
