@@ -99,8 +99,8 @@ def sim_config(args, **extra):
     )
 
 
-def simulate(args, workdir: Path):
-    """Simulate, aggregate to cells with the real ingest function, write cells + arena's battle table."""
+def simulate(args, workdir: Path, arena: bool = True):
+    """Simulate, aggregate to cells with the real ingest function, write cells (+ arena's battle table)."""
     from biasboard.schemas.families import FamilyMap
     from biasboard.simulate import simulate_days, truth
     from biasboard.transforms.cells import merge_cells, partial_cells
@@ -114,11 +114,13 @@ def simulate(args, workdir: Path):
         t0 = time.perf_counter()
         cells.append(partial_cells(battles, family_map).cells)
         aggregate_s += time.perf_counter() - t0
-        arena_parts.append(arena_table(battles, judges))
+        if arena:
+            arena_parts.append(arena_table(battles, judges))
     merged = merge_cells(cells)
     # Row groups of 64k cells: a reader streams one group at a time (one 530k-cell group costs ~60 MB more).
     pq.write_table(merged, workdir / "cells.parquet", row_group_size=1 << 16)
-    pq.write_table(pa.concat_tables(arena_parts), workdir / "battles_arena.parquet")
+    if arena:
+        pq.write_table(pa.concat_tables(arena_parts), workdir / "battles_arena.parquet")
     (workdir / "truth.json").write_text(json.dumps(truth(config)))
     features = [f"{kind}_{j}" for j in range(len(judges)) for kind in ("pos", "len", "aff")]
     return merged.num_rows, aggregate_s, features

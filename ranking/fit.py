@@ -13,8 +13,10 @@ from dataclasses import replace
 
 import numpy as np
 import polars as pl
-from biasboard.ranking.arrowhead import BlockCovariance
+from biasboard.ranking.arrowhead import ArrowFactor, BlockCovariance
 from biasboard.ranking.bias_table import bias_table
+from biasboard.ranking.bootstrap import CountRedraw, Engine, default_workers, replicate_rng
+from biasboard.ranking.bootstrap import run as run_replicates
 from biasboard.ranking.config import ModelConfig, NaiveConfig
 from biasboard.ranking.data import CellsInput, Dataset, build_dataset
 from biasboard.ranking.diagnostics import (
@@ -28,6 +30,7 @@ from biasboard.ranking.model import DISC
 from biasboard.ranking.problem import Problem, bias_aware_problem, naive_ordinal_problem, naive_problem
 from biasboard.ranking.result import Z95, FitResult, SolverState, empty_bias_table
 from biasboard.ranking.solver import (
+    NewtonFactor,
     Solution,
     covariance_block,
     laplace_covariance,
@@ -39,7 +42,6 @@ from biasboard.ranking.uncertainty import (
     centre_within,
     centring_matrix,
     percentile_interval,
-    poisson_pairs,
     poisson_scores,
     top_k_probabilities,
 )
@@ -101,46 +103,64 @@ def bootstrap_replicates(
     solution: Solution,
     replicates: int,
     shards: int,
-    rng: np.random.Generator,
+    seed: int,
     tol: float,
     max_iter: int,
     *,
-    cold: bool = False,
+    mode: str = "fast",
+    workers: int | None = None,
 ):
     """Poisson bootstrap: refit on redrawn cell counts; returns (centred θ draws, raw core draws).
 
-    Each replicate starts at the MAP and takes chord-Newton steps with the MAP's factorised Hessian
-    (:func:`~biasboard.ranking.solver.refit_nearby`: gradient-only evaluations, one factorisation for all
-    replicates), to the same relative-gradient tolerance as the fit.  ``cold=True`` solves every replicate
-    from a cold start instead, exactly as the fit itself is solved — the reference the warm path is tested
-    against.
+    Replicate r's counts come from :func:`~biasboard.ranking.bootstrap.replicate_rng` (seed, r) in every
+    mode, so the modes refit the same replicates:
+
+    - ``"fast"`` (the default): :mod:`biasboard.ranking.bootstrap` — from the MAP by chord Newton with the
+      MAP's factorised Hessian, a lean gradient, in ``workers`` processes (default
+      :func:`~biasboard.ranking.bootstrap.default_workers`), to the fit's relative-gradient tolerance;
+    - ``"refit"``: the model's own objective per replicate with :func:`~biasboard.ranking.solver.refit_nearby`
+      (the same warm chord start, a checked polishing step), sequentially — the previous engine;
+    - ``"cold"``: every replicate solved from a cold start, exactly as the fit itself is solved.
     """
     lay = problem.layout
     component = model_components(problem.data)
-    newton = None if cold else newton_factor(solution.evaluation, solution.free)
-    thetas, cores = [], []
-    for _ in range(replicates):
-        pairs = poisson_pairs(problem.data.pairs, rng)
-        scores = poisson_scores(problem.data.scores, rng) if not problem.naive else None
-        if cold:
-            sol = _cold_replicate(problem, pairs, scores, shards, tol, max_iter)
-        else:
-            obj = problem.objective(shards, pairs=pairs, scores=scores)
-            if newton is None:  # no positive-definite Hessian at the MAP to reuse: warm-started Newton
-                sol = minimize(
-                    obj,
-                    solution.core,
-                    solution.diag,
-                    free=solution.free,
-                    tol=tol,
-                    max_iter=max_iter,
-                    g0_norm=solution.scale,
-                )
-            else:
-                sol = refit_nearby(obj, solution, newton, tol=tol, max_iter=max_iter)
-        thetas.append(centre_within(sol.core[lay.theta], component))
-        cores.append(sol.core)
-    return np.array(thetas), np.array(cores)
+    if mode == "fast":
+        engine = Engine(problem, solution, shards, tol, max_iter, seed)
+        n_workers = default_workers(replicates, len(problem.data.pairs)) if workers is None else workers
+        cores = np.array([rep.core for rep in run_replicates(engine, replicates, n_workers)])
+    elif mode in ("refit", "cold"):
+        redraw = CountRedraw(problem.data.pairs)
+        newton = None if mode == "cold" else newton_factor(solution.evaluation, solution.free)
+        cores = np.array(
+            [
+                _slow_replicate(problem, solution, shards, redraw, newton, replicate_rng(seed, r), tol, max_iter)
+                for r in range(replicates)
+            ]
+        )
+    else:
+        raise ValueError(f"bootstrap mode must be fast, refit or cold, got {mode!r}")
+    cores = cores.reshape(replicates, lay.n_core)
+    return centre_within(cores[:, lay.theta], component), cores
+
+
+def _slow_replicate(
+    problem: Problem,
+    solution: Solution,
+    shards: int,
+    redraw: CountRedraw,
+    newton: NewtonFactor | ArrowFactor | None,
+    rng: np.random.Generator,
+    tol: float,
+    max_iter: int,
+) -> np.ndarray:
+    """One replicate refit by the model's objective: warm chord with ``newton``, or from a cold start
+    (``newton`` None)."""
+    pairs = redraw.draw(rng)
+    scores = None if problem.naive else poisson_scores(problem.data.scores, rng)
+    if newton is None:
+        return _cold_replicate(problem, pairs, scores, shards, tol, max_iter).core
+    obj = problem.objective(shards, pairs=pairs, scores=scores)
+    return refit_nearby(obj, solution, newton, tol=tol, max_iter=max_iter).core
 
 
 def _cold_replicate(problem: Problem, pairs, scores, shards: int, tol: float, max_iter: int) -> Solution:
@@ -206,11 +226,10 @@ def _assemble(
 
 
 def _replicates_of(config: NaiveConfig | ModelConfig, problem: Problem, solution: Solution, shards: int):
-    """The Poisson-bootstrap replicates a config asks for (its seed + 1), or ``(None, None)`` for none."""
+    """The Poisson-bootstrap replicates a config asks for (streams of its seed), or ``(None, None)`` for none."""
     if not config.bootstrap:
         return None, None
-    rng = np.random.default_rng(config.seed + 1)
-    return bootstrap_replicates(problem, solution, config.bootstrap, shards, rng, config.tol, config.max_iter)
+    return bootstrap_replicates(problem, solution, config.bootstrap, shards, config.seed, config.tol, config.max_iter)
 
 
 def fit_naive(cells: CellsInput | Dataset, *, config: NaiveConfig | None = None, shards: int = 1) -> FitResult:

@@ -99,6 +99,24 @@ class Objective:
             g[lay.block(DISC).start + self.centred] -= g_eff[lay.eff_block(DISC).start + self.centred].mean()
         return g
 
+    def effective(self, core: np.ndarray) -> np.ndarray:
+        """The effective coordinates (what the partials take) of the raw ``core``."""
+        return self._effective(core) if self.blocked else self.E @ core
+
+    def raw_gradient(
+        self, core: np.ndarray, diag: np.ndarray, g_eff: np.ndarray, g_diag: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The objective's gradient (core, diag) at (core, diag) from the data's gradient in effective
+        coordinates ``g_eff`` and over the prompts ``g_diag``: mapped to raw coordinates, prior and gauges
+        added.  A judge-blocked objective has no prompt part (its ``g_diag`` stays empty)."""
+        pr = self.prior
+        g = self._effective_grad(g_eff) + pr.precision * (core - pr.mean)
+        for idx, kappa in pr.gauges:
+            g[idx] += kappa * float(core[idx].sum())
+        if self.blocked:
+            return g, g_diag
+        return g, g_diag + pr.precision_diag * (diag - pr.mean_diag)
+
     def _blocked_partials(self, eff: np.ndarray, hessian: bool) -> BlockPartials:
         total = BlockPartials.zeros(self.spec.layout, self.cross.size, hessian)
         index = 0
@@ -136,10 +154,7 @@ class Objective:
         f += sum(0.5 * kappa * total**2 for (_, kappa), total in zip(pr.gauges, sums, strict=True))
         if not derivatives:
             return Evaluation(f, -part.f, np.empty(0), np.empty((0, 0)), np.empty(0), np.empty(0), np.empty((0, 0)))
-        g = self.ET @ part.g + pr.precision * dc
-        for (idx, kappa), total in zip(pr.gauges, sums, strict=True):
-            g[idx] += kappa * total
-        g_diag = part.g_diag + pr.precision_diag * dd
+        g, g_diag = self.raw_gradient(core, diag, part.g, part.g_diag)
         if not hessian:
             return Evaluation(f, -part.f, g, np.empty((0, 0)), g_diag, np.empty(0), np.empty((0, 0)))
         left = self.ET @ part.H  # (n_core, n_eff)
@@ -162,9 +177,7 @@ class Objective:
         empty, no_cross = np.empty(0), np.zeros((core.size, 0))
         if not derivatives:
             return Evaluation(f, -part.f, empty, np.empty((0, 0)), empty, empty, no_cross)
-        g = self._effective_grad(part.g) + pr.precision * dc
-        for (idx, kappa), total in zip(pr.gauges, sums, strict=True):
-            g[idx] += kappa * total
+        g, _ = self.raw_gradient(core, empty, part.g, empty)
         if not hessian:
             return Evaluation(f, -part.f, g, np.empty((0, 0)), empty, empty, no_cross)
         H = assemble(part, self.spec, pr.precision, pr.gauges, self.cross)

@@ -3,13 +3,13 @@
 Top-k (Xu et al. 2026): draw θ from the Laplace posterior N(θ̂, Σ), rank each draw, and count how often each
 model is among the k best.  Bootstrap: every count of every cell is redrawn as Poisson(count) — the
 multinomial bootstrap of battles in its Poisson form, which needs only the cells, never the raw
-battles — and the model is refit from the MAP (a warm start, so a replicate costs a few Newton steps).
+battles — and the model is refit (:mod:`biasboard.ranking.bootstrap`).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from biasboard.ranking.data import PairArrays, ScoreArrays
+from biasboard.ranking.data import ScoreArrays
 
 
 def centre_within(values: np.ndarray, component: np.ndarray | None = None) -> np.ndarray:
@@ -58,15 +58,6 @@ def top_k_probabilities(draws: np.ndarray, k: int, component: np.ndarray | None 
         top = np.argpartition(-sub, kk - 1, axis=1)[:, :kk]
         out[members] = np.bincount(top.ravel(), minlength=members.size) / n_draws
     return out
-
-
-def poisson_pairs(pairs: PairArrays, rng: np.random.Generator) -> PairArrays:
-    """Redraw each cell count as Poisson(count); the bothbad share of ties is redrawn with them."""
-    win_a = rng.poisson(pairs.win_a).astype(float)
-    win_b = rng.poisson(pairs.win_b).astype(float)
-    bothbad = rng.poisson(pairs.bothbad).astype(float)
-    plain = rng.poisson(pairs.tie - pairs.bothbad).astype(float)
-    return pairs.with_counts(win_a, win_b, plain + bothbad, bothbad)
 
 
 def poisson_scores(scores: ScoreArrays | None, rng: np.random.Generator) -> ScoreArrays | None:

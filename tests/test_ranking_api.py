@@ -219,8 +219,8 @@ def test_warm_chord_bootstrap_matches_cold_refits():
     problem = bias_aware_problem(build_dataset(_league(np.random.default_rng(5), judges=("j1", "j2", "j3"))), config)
     solution = solve_bias_aware(problem, config)
     runs = [
-        bootstrap_replicates(problem, solution, 8, 1, np.random.default_rng(2), config.tol, config.max_iter, cold=cold)
-        for cold in (False, True)
+        bootstrap_replicates(problem, solution, 8, 1, 2, config.tol, config.max_iter, mode=mode)
+        for mode in ("fast", "cold")
     ]
     (warm_theta, warm_core), (cold_theta, cold_core) = runs
     assert np.ptp(warm_theta, axis=0).min() > 1e-3  # the replicates differ: the comparison is not vacuous

@@ -1,0 +1,139 @@
+"""Benchmark of the Poisson bootstrap (issue 11.5): the previous sequential engine vs the fast one, in one run.
+
+The same simulated cells as ``bench/fit.py`` (default 1M battles, 100 models, 8 judges → ~530k cells,
+through the real ingest function), one bias-aware MAP fit, then the same B replicates (replicate r's
+counts drawn from (seed, r), so every path refits the same redrawn data) by
+
+- **old**: the model's own objective per replicate, chord Newton from the MAP with a checked polishing
+  step (``refit_nearby``), one replicate after the other — the engine before this benchmark;
+- **new, 1 process** and **new, N processes**: :mod:`biasboard.ranking.bootstrap` — a shared first
+  gradient at the MAP, chord steps with the MAP's factorisation on a lean gradient, forked workers;
+- **cold**: a few replicates solved from a cold start exactly as the fit is (the reference that both
+  converge to).
+
+Printed: wall and CPU time (this process and its workers), and how far the new replicates and the
+published 95% percentile CIs of θ are from the old ones (max |Δ| over models; both are refits to the
+fit's tolerance, so this is the convergence error, not Monte-Carlo noise), plus the chord steps per
+replicate and how many replicates needed the damped-Newton fallback.
+
+Usage::
+
+    .venv/bin/python bench/bootstrap.py            # ~530k cells, 100 replicates (a few minutes)
+    .venv/bin/python bench/bootstrap.py --smoke    # 50k battles, 10 replicates (seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from fit import FIT_ENV, HERE, simulate
+
+
+def cpu_seconds() -> float:
+    """User + system CPU of this process and of its reaped children (the forked workers)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def timed(fn):
+    wall, cpu = time.perf_counter(), cpu_seconds()
+    out = fn()
+    return out, time.perf_counter() - wall, cpu_seconds() - cpu
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--battles", type=int, default=1_000_000)
+    parser.add_argument("--models", type=int, default=100)
+    parser.add_argument("--judges", type=int, default=8)
+    parser.add_argument("--days", type=int, default=4)
+    parser.add_argument("--replicates", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=0, help="processes of the new engine (0: one per CPU)")
+    parser.add_argument("--cold", type=int, default=3, help="replicates also solved from a cold start")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=HERE / "out" / "bootstrap")
+    parser.add_argument("--smoke", action="store_true", help="50k battles, 20 models, 4 judges, 10 replicates")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.battles, args.models, args.judges, args.days, args.replicates, args.cold = 50_000, 20, 4, 2, 10, 2
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    from biasboard.ranking import ModelConfig, build_dataset
+    from biasboard.ranking.bootstrap import Engine
+    from biasboard.ranking.data import read_cells
+    from biasboard.ranking.fit import bootstrap_replicates, solve_bias_aware
+    from biasboard.ranking.problem import bias_aware_problem
+    from biasboard.ranking.uncertainty import percentile_interval
+
+    workers = args.workers or len(os.sched_getaffinity(0))
+    n_cells, _, _ = simulate(args, args.out, arena=False)
+    config = ModelConfig(profile=False, seed=args.seed)
+    problem = bias_aware_problem(build_dataset(read_cells(args.out / "cells.parquet")), config)
+    solution, fit_wall, fit_cpu = timed(lambda: solve_bias_aware(problem, config))
+    blas, load = os.environ.get("OPENBLAS_NUM_THREADS"), os.getloadavg()[0]
+    print(f"BLAS threads: {blas}; CPUs: {os.cpu_count()}; load average {load:.1f} (other work on the machine)")
+    print(
+        f"{args.battles:,} battles, {args.models} models, {args.judges} judges -> {n_cells:,} cells; "
+        f"MAP fit {fit_wall:.2f} s wall, {fit_cpu:.2f} s CPU ({solution.iterations} Newton iterations)"
+    )
+
+    b, tol, max_iter, seed = args.replicates, config.tol, config.max_iter, config.seed
+
+    def replicates(mode: str, n: int = 1):
+        return lambda: bootstrap_replicates(problem, solution, b, 1, seed, tol, max_iter, mode=mode, workers=n)
+
+    rows, runs = {}, {}
+    old_label = "old: model objective, sequential"
+    (old_theta, old_core), *rows[old_label] = timed(replicates("refit"))
+    for n in sorted({1, workers}):
+        runs[n], *rows[f"new: lean chord engine, {n} process{'es' if n > 1 else ''}"] = timed(replicates("fast", n))
+    new_theta, new_core = runs[workers]
+    same = all(np.array_equal(new_core, other[1]) and np.array_equal(new_theta, other[0]) for other in runs.values())
+
+    old_wall, old_cpu = rows[old_label]
+    print(f"\n{b} replicates{'':40} {'wall s':>8} {'CPU s':>8} {'wall vs old':>11} {'CPU vs old':>10}")
+    for label, (wall, cpu) in rows.items():
+        print(f"{label:52} {wall:8.2f} {cpu:8.2f} {old_wall / wall:10.1f}x {old_cpu / cpu:9.1f}x")
+    print("  target (issue 11.5): 100 replicates <= 10 s wall at ~530k cells")
+
+    lo_old, hi_old = percentile_interval(old_theta)
+    lo_new, hi_new = percentile_interval(new_theta)
+    print("\nagreement (the same replicates, both refit to the fit's tolerance, 1e-8 relative gradient):")
+    print(f"  max |Δ| raw parameters, new vs old:     {np.max(np.abs(new_core - old_core)):.2e}")
+    print(
+        f"  max |Δ| 95% CI bounds of θ, new vs old: lower {np.max(np.abs(lo_new - lo_old)):.2e}, "
+        f"upper {np.max(np.abs(hi_new - hi_old)):.2e} (median CI width {np.median(hi_old - lo_old):.3f})"
+    )
+    print(f"  new engine: 1 process == {workers} processes, bit for bit: {same}")
+    engine = Engine(problem, solution, 1, tol, max_iter, seed)
+    sample = [engine.replicate(r) for r in range(min(b, 10))]
+    assert np.array_equal(np.array([rep.core for rep in sample]), new_core[: len(sample)])
+    steps = np.array([rep.steps for rep in sample])
+    print(
+        f"  new engine, replicates 0-{len(sample) - 1}: chord steps {steps.min()}-{steps.max()} "
+        f"(mean {steps.mean():.1f}), damped-Newton fallbacks {sum(rep.newton for rep in sample)}, "
+        f"lean gradient used: {engine.kernel is not None}"
+    )
+    if args.cold:
+        (_, cold_core), wall, _ = timed(
+            lambda: bootstrap_replicates(problem, solution, args.cold, 1, seed, tol, max_iter, mode="cold")
+        )
+        print(
+            f"  cold-start refits of replicates 0-{args.cold - 1} ({wall / args.cold:.1f} s each): "
+            f"max |Δ| raw parameters vs new {np.max(np.abs(new_core[: args.cold] - cold_core)):.2e}, "
+            f"vs old {np.max(np.abs(old_core[: args.cold] - cold_core)):.2e}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    if any(os.environ.get(key) != value for key, value in FIT_ENV.items()):
+        # BLAS pinned to one thread before numpy loads, as for every fit process of bench/fit.py.
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **FIT_ENV})
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The bootstrap replicate engine: lean gradient == the model's, parallel == sequential bit for bit,
+fast replicates == full refits, exact Poisson draws, and the fallbacks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from biasboard.ranking import ModelConfig, build_dataset
+from biasboard.ranking import bootstrap as boot
+from biasboard.ranking.fit import bootstrap_replicates, solve_bias_aware
+from biasboard.ranking.model import Shard
+from biasboard.ranking.problem import bias_aware_problem, naive_problem
+from biasboard.ranking.solver import Objective, minimize
+from scipy import stats
+
+from tests.test_ranking_api import _league
+from tests.test_ranking_model import _cells, _random_problem, _score_cells
+
+TOL, MAX_ITER = 1e-8, 200
+
+
+@pytest.mark.parametrize("naive", [False, True])
+def test_pair_gradient_equals_the_model(naive):
+    """At a random point and at a stored point, for redrawn counts (position unknown in 30% of cells, a
+    switched-off length effect, a pair weight and a length scale ≠ 1)."""
+    full, rng = _random_problem(naive, seed=1)
+    pairs = full.shards[0].pairs
+    redrawn = boot.CountRedraw(pairs).draw(rng)
+    objective = Objective(full.spec, [Shard(redrawn)], full.prior)
+    kernel = boot.PairGradient(pairs, full.spec)
+    sorted_counts = boot.CountRedraw(pairs, kernel.order)
+    # The same replicate in both layouts: the sorted draw is the cells' draw, permuted.
+    for got, want in zip(
+        sorted_counts.arrays(np.random.default_rng(4)),
+        boot.CountRedraw(pairs).arrays(np.random.default_rng(4)),
+        strict=True,
+    ):
+        assert np.array_equal(got, want[kernel.order])
+    counts = boot.Counts.of(redrawn.win_a[kernel.order], redrawn.win_b[kernel.order], redrawn.tie[kernel.order], naive)
+    for _ in range(3):
+        core = 0.3 * rng.standard_normal(full.spec.layout.n_core)
+        eff = objective.effective(core)
+        want = objective.data_partials(core, np.zeros(full.spec.layout.n_prompts), hessian=False).g
+        scale = np.abs(want).max()
+        assert np.max(np.abs(kernel.gradient(eff, counts) - want)) < 1e-12 * scale
+        assert np.max(np.abs(kernel.at_point(kernel.point(eff), counts) - want)) < 1e-12 * scale
+
+
+def _dense():
+    config = ModelConfig(profile=False)
+    problem = bias_aware_problem(build_dataset(_league(np.random.default_rng(5), judges=("j1", "j2", "j3"))), config)
+    return problem, solve_bias_aware(problem, config)
+
+
+def _blocked():
+    config = ModelConfig(profile=False, judge_solver="blocked")
+    problem = bias_aware_problem(build_dataset(_cells(np.random.default_rng(3), models=7, judges=6, cells=400)), config)
+    return problem, solve_bias_aware(problem, config)
+
+
+def _scores():
+    rng = np.random.default_rng(3)
+    config = ModelConfig(profile=False)
+    problem = bias_aware_problem(build_dataset(_cells(rng), _score_cells(rng)), config)
+    return problem, solve_bias_aware(problem, config)
+
+
+def _naive():
+    problem = naive_problem(build_dataset(_league(np.random.default_rng(6))), None)
+    return problem, minimize(problem.objective(), *problem.zeros(), tol=TOL, max_iter=MAX_ITER)
+
+
+PROBLEMS = {"dense": _dense, "blocked": _blocked, "scores": _scores, "naive": _naive}
+
+
+def test_parallel_replicates_equal_sequential_bit_for_bit():
+    """Replicate r depends on (seed, r) only: two processes, one process, and a shorter run agree exactly."""
+    problem, solution = _dense()
+    run = {w: bootstrap_replicates(problem, solution, 6, 1, 7, TOL, MAX_ITER, workers=w) for w in (1, 2)}
+    assert np.array_equal(run[1][0], run[2][0]) and np.array_equal(run[1][1], run[2][1])
+    fewer = bootstrap_replicates(problem, solution, 4, 1, 7, TOL, MAX_ITER, workers=2)
+    assert np.array_equal(fewer[1], run[1][1][:4])
+    other_seed = bootstrap_replicates(problem, solution, 6, 1, 8, TOL, MAX_ITER, workers=1)
+    assert np.min(np.abs(other_seed[1] - run[1][1]).max(axis=1)) > 1e-4  # the seed matters
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_fast_replicates_are_full_refits(name):
+    """The fast engine lands where the model's own warm refits do (checked polishing step) — on pair
+    cells through the lean gradient, with ordinal scores through the model's objective — and, for the
+    dense problem, where cold-started fits do (measured: ~1e-14 and ~5e-9)."""
+    problem, solution = PROBLEMS[name]()
+    engine = boot.Engine(problem, solution, 1, TOL, MAX_ITER, 3)
+    assert (engine.kernel is None) == (name == "scores")
+    fast = [engine.replicate(r) for r in range(5)]
+    # Small problems contract slower than arena-scale ones (6-13 chord steps here, 4-5 at 530k cells).
+    assert all(1 <= rep.steps <= 20 for rep in fast)
+    assert name == "scores" or not any(rep.newton for rep in fast)
+    cores = np.array([rep.core for rep in fast])
+    _, refit = bootstrap_replicates(problem, solution, 5, 1, 3, TOL, MAX_ITER, mode="refit")
+    assert np.ptp(cores[:, problem.layout.theta], axis=0).min() > 1e-3  # the replicates differ
+    assert np.max(np.abs(cores - refit)) < 1e-9
+    if name == "dense":
+        _, cold = bootstrap_replicates(problem, solution, 5, 1, 3, TOL, MAX_ITER, mode="cold")
+        assert np.max(np.abs(cores - cold)) < 1e-7
+
+
+def test_fallbacks_give_the_same_replicates(monkeypatch):
+    """A chord step that does not contract hands over to damped Newton; a lean gradient that disagrees
+    with the model is not used.  Either way the replicates are the same refits."""
+    problem, solution = _dense()
+    want = bootstrap_replicates(problem, solution, 4, 1, 2, TOL, MAX_ITER)[1]
+    monkeypatch.setattr(boot, "CHORD_RATE", 1e-12)
+    engine = boot.Engine(problem, solution, 1, TOL, MAX_ITER, 2)
+    reps = [engine.replicate(r) for r in range(4)]
+    assert all(rep.newton for rep in reps)
+    assert np.max(np.abs(np.array([rep.core for rep in reps]) - want)) < 1e-8
+    monkeypatch.undo()
+    monkeypatch.setattr(boot.PairGradient, "at_point", lambda self, pt, counts: np.zeros(self.lay.n_eff))
+    monkeypatch.setattr(boot.PairGradient, "gradient", lambda self, eff, counts: np.zeros(self.lay.n_eff))
+    engine = boot.Engine(problem, solution, 1, TOL, MAX_ITER, 2)
+    assert engine.kernel is None
+    assert np.max(np.abs(np.array([engine.replicate(r).core for r in range(4)]) - want)) < 1e-9
+
+
+def test_small_poisson_is_the_inverse_cdf_of_poisson():
+    """The table look-up gives k = min{k : u < F_m(k)} for every uniform (straddling bins included), the
+    CDFs are scipy's, and a draw's frequencies pass a χ² test; other means go to Generator.poisson."""
+    means = np.array([0, 1, 2, 3, 5, 8, 16, 0.5, 17, 40], float)
+    sampler = boot.SmallPoisson(np.repeat(means, 1))
+    ks = np.arange(sampler.cdf.shape[1] - 1)
+    for m in range(sampler.LARGEST + 1):
+        assert np.max(np.abs(sampler.cdf[m, :-1] - stats.poisson.cdf(ks, m))) < 1e-13
+    assert np.array_equal(sampler.large, [7, 8, 9])
+    u = np.random.default_rng(0).random(200_000)
+    u[:4096] = (np.arange(4096) + 0.5) / 4096  # every bin visited
+    m = np.arange(u.size) % (sampler.LARGEST + 1)
+    grid = boot.SmallPoisson(m.astype(float))
+    table = grid.table[grid.row + (u * grid.BINS).astype(np.intp)]
+    exact = np.sum(grid.cdf[m] <= u[:, None], axis=1)  # searchsorted(F_m, u, side="right"), row by row
+    assert (table < 0).any() and np.array_equal(table[table >= 0], exact[table >= 0])
+    draws = boot.SmallPoisson(np.full(100_000, 3.0)).draw(np.random.default_rng(1))
+    values, counts = np.unique(draws, return_counts=True)
+    expected = stats.poisson.pmf(values, 3.0) * draws.size
+    keep = expected > 5
+    expected = expected[keep] * counts[keep].sum() / expected[keep].sum()
+    assert stats.chisquare(counts[keep], expected).pvalue > 1e-3
+
+
+def test_worker_count(monkeypatch):
+    """Small problems stay in this process; the environment can set the count; a bad value is a clear error."""
+    from biasboard.schemas.errors import InputError
+
+    monkeypatch.delenv("BIASBOARD_BOOTSTRAP_WORKERS", raising=False)
+    assert boot.default_workers(100, 1_000) == 1
+    assert boot.default_workers(100, 530_000) >= 1
+    monkeypatch.setenv("BIASBOARD_BOOTSTRAP_WORKERS", "3")
+    assert boot.default_workers(100, 1_000) == 3
+    monkeypatch.setenv("BIASBOARD_BOOTSTRAP_WORKERS", "two")
+    with pytest.raises(InputError, match="BIASBOARD_BOOTSTRAP_WORKERS must be a whole number"):
+        boot.default_workers(100, 1_000)
