@@ -107,7 +107,7 @@ def coerce_types(df: pl.DataFrame, columns: Iterable[str]) -> pl.DataFrame:
     readable type is returned unchanged.
     """
     replaced: list[pl.Series | pl.Expr] = []
-    for name in columns:
+    for name in dict.fromkeys(columns):  # a name listed twice (schema and carry: prompt_id) is coerced once
         if name not in df.columns:
             continue
         dtype = df.schema[name]

@@ -178,3 +178,27 @@ def test_utf8_check_finds_each_bad_value_in_a_large_column():
         values[i] = b"\xff" + values[i]
     valid = utf8_valid(pa.array(values, pa.large_binary()))
     assert sorted(int(i) for i in (~valid).nonzero()[0]) == [0, 63, 64, 1999, 4999]
+
+
+def test_carried_schema_column_of_an_unreadable_type_is_coerced_once():
+    """The audit carries prompt_id, which the battle schema also names: a duration prompt_id is made text and
+    flagged once (it raised a polars duplicate-column error, found by tests/test_fuzz.py)."""
+    import polars as pl
+    from biasboard.transforms.validate import normalise_columns
+
+    battles = pa.table(
+        {
+            "battle_id": ["b1", "b2"],
+            "ts": ["2024-01-01T00:00:00Z"] * 2,
+            "judge": ["j", "j"],
+            "model_a": ["m1", "m2"],
+            "model_b": ["m2", "m1"],
+            "winner": ["model_a", "tie"],
+            "prompt_id": pa.array([5, None], pa.duration("s")),
+        }
+    )
+    df = normalise_columns(battles, carry=("prompt_id", "gold"))
+    assert df["prompt_id"].to_list() == ["5000 ms", None]  # polars reads duration[s] as ms
+    flags = [c for c in df.columns if c.endswith("prompt_id") and c != "prompt_id"]
+    assert len(flags) == 1 and df[flags[0]].to_list() == [True, False]
+    assert df.schema["prompt_id"] == pl.String
