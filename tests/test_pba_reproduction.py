@@ -24,19 +24,13 @@ from biasboard.importers.common import ImportOptions
 from biasboard.importers.pba import convert
 from conftest import real_data
 
+from tests.data.make_extracts import PBA_JUDGES
+
 DATASET = "mtbench-position-bias-analyzer"
 
-#: (benchmark file prefix, judge) with raw judgments in the dataset, and PBA's published folder suffix.
-JUDGES: list[tuple[str, str, str]] = [
-    ("mtbench", "gpt-4-0613", "MTBench_gpt-4-0613_3"),
-    ("mtbench", "gpt-3.5-turbo-1106", "MTBench_gpt-3.5-turbo-1106_3"),
-    ("mtbench", "gemini-pro", "MTBench_gemini-pro_3"),
-    ("devbench", "gpt-4-0613", "DevBench_gpt-4-0613_2"),
-    ("devbench", "gpt-3.5-turbo-1106", "DevBench_gpt-3.5-turbo-1106_2"),
-    ("devbench", "gpt-3.5-turbo-0125", "DevBench_gpt-3.5-turbo-0125_2"),
-    ("devbench", "gemini-pro", "DevBench_gemini-pro_2"),
-    ("devbench", "claude-3-haiku-20240307", "DevBench_claude-3-haiku-20240307_2"),
-]
+#: (benchmark file prefix, judge, PBA's published folder suffix) of each judge with raw judgments in the
+#: dataset: the table the extract script vendors, so the test checks every judge the extract holds.
+JUDGES: list[tuple[str, str, str]] = list(PBA_JUDGES)
 
 _CONSISTENT_LINE = re.compile(r"(\d+) out of (\d+) answers are consistent\. .* The consistent rate is ([\d.]+)%")
 
