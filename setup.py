@@ -8,9 +8,22 @@ Spark worker.  The same file is what ``--setup_file ./setup.py`` ships to remote
 workers.
 """
 
+import ast
+from pathlib import Path
+
 from setuptools import setup
 
-SUBPACKAGES = ("pipelines", "transforms", "schemas", "ranking", "simulate", "audit", "plan", "importers", "report")
+
+def _subpackages() -> tuple[str, ...]:
+    """``biasboard.SUBPACKAGES``, read from biasboard/__init__.py's source (the package is not importable yet)."""
+    tree = ast.parse((Path(__file__).resolve().parent / "biasboard" / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SUBPACKAGES" for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    raise RuntimeError("biasboard/__init__.py defines no SUBPACKAGES")
+
+
+SUBPACKAGES = _subpackages()
 
 setup(
     name="biasboard",

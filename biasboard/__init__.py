@@ -11,3 +11,7 @@ the layers.
 """
 
 __version__ = "0.1.0"
+
+#: The top-level folders installed as ``biasboard.<name>``: setup.py reads this tuple (without importing
+#: the package), and :mod:`biasboard.pipelines.code_fingerprint` hashes their sources.
+SUBPACKAGES = ("pipelines", "transforms", "schemas", "ranking", "simulate", "audit", "plan", "importers", "report")

@@ -56,6 +56,7 @@ import apache_beam as beam
 import polars as pl
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 from biasboard.pipelines import validation
+from biasboard.pipelines.code_fingerprint import code_fingerprint
 from biasboard.pipelines.options import beam_options
 from biasboard.ranking import ModelConfig
 from biasboard.ranking.reference import Reference, ReferenceSettings
@@ -464,7 +465,7 @@ def _fit_inputs_digest(
 
     The input's per-day fingerprints (which fix the stored cells), the maps,
     the anchors' file fingerprints, every option that reaches the fit or the
-    report, and the library versions.  Equal digests mean a refit would publish
+    report, the library versions and the fingerprint of biasboard's code.  Equal digests mean a refit would publish
     the same files again.
     """
     anchors = _anchors_fingerprint(options)
@@ -812,8 +813,9 @@ _VERSIONED = ("biasboard", "apache-beam", "pyarrow", "polars", "numpy", "scipy",
 
 
 def versions() -> dict[str, str]:
-    """Versions of Python and of the libraries whose behaviour the numbers depend on."""
-    found = {"python": platform.python_version()}
+    """Versions of Python and of the libraries whose behaviour the numbers depend on, and the fingerprint of
+    biasboard's own code (a change without a version bump still counts: no stale snapshot is reused)."""
+    found = {"python": platform.python_version(), "biasboard_code": code_fingerprint()}
     for name in _VERSIONED:
         try:
             found[name] = metadata.version(name)

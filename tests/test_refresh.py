@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from biasboard.pipelines import cli
+from biasboard.pipelines import refresh as refresh_module
 from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.schemas.summary import Summary
 from biasboard.simulate import SimulationConfig, write_simulation
@@ -267,7 +268,7 @@ def test_bad_reference_options_fail_before_any_work(sim, tmp_path, capsys):
     assert not (tmp_path / "state").exists()  # nothing was aggregated
 
 
-def test_nothing_new_keeps_the_latest_snapshot_without_refitting(sim, tmp_path):
+def test_nothing_new_keeps_the_latest_snapshot_without_refitting(sim, tmp_path, monkeypatch, caplog):
     state, out = str(tmp_path / "state"), str(tmp_path / "out")
     first = refresh(_glob(sim), state, out, [], NO_AUDIT)
     again = refresh(_glob(sim), state, out, [], NO_AUDIT)
@@ -275,6 +276,14 @@ def test_nothing_new_keeps_the_latest_snapshot_without_refitting(sim, tmp_path):
     assert again.aggregated_days == [] and not list((tmp_path / "out" / "staging").glob("*"))  # nothing staged
     assert again.summary == first.summary and again.leaderboard.equals(first.leaderboard)
     assert publish.list_snapshots(out) == [first.published.snapshot_id]
+    # biasboard's code changed without a version bump (another fingerprint of its sources): a refit
+    monkeypatch.setattr(refresh_module, "code_fingerprint", lambda: "other code")
+    with caplog.at_level("INFO", logger="biasboard.pipelines.refresh"):
+        refresh(_glob(sim), state, out, [], NO_AUDIT)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("fit: 6 models") for m in messages), messages
+    assert not any("nothing new since snapshot" in m for m in messages)
+    monkeypatch.undo()
     other_k = refresh(_glob(sim), state, out, [], RefreshOptions(audit=False, k=2))  # an option the fit reads
     assert not other_k.published.reused and other_k.published.snapshot_id != first.published.snapshot_id
     forced = refresh(_glob(sim), state, out, [], RefreshOptions(audit=False, k=2, refit=True))
