@@ -28,33 +28,45 @@ Parquet whose verdicts are trusted, matched to battles by prompt and model pair.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from biasboard.pipelines import validation
-from biasboard.pipelines.options import beam_options
+from biasboard.pipelines.options import beam_options, defaults_from, options_from
 from biasboard.transforms import storage
 from biasboard.transforms.audit import AUDIT_JSON, run_audit
 from biasboard.transforms.read import load_aliases
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """The job's own options besides ``--input`` and ``--out`` (Beam's come separately); their defaults."""
+
+    anchors: str | None = None
+    family_map: str | None = None
+    aliases: str | None = None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="battle Parquet: a glob or folder, local or gs://")
     parser.add_argument("--out", required=True, help="folder for the audit files (local or gs://)")
     parser.add_argument(
-        "--anchors", default=None, help="optional trusted verdicts (battle-shaped Parquet glob) for gold-label accuracy"
+        "--anchors", help="optional trusted verdicts (battle-shaped Parquet glob) for gold-label accuracy"
     )
     parser.add_argument(
-        "--family-map", default=None, help="optional JSON family rules (model/judge name → family), before the defaults"
+        "--family-map", help="optional JSON family rules (model/judge name → family), before the defaults"
     )
-    parser.add_argument("--aliases", default=None, help="optional JSON object: judge/model name -> canonical name")
+    parser.add_argument("--aliases", help="optional JSON object: judge/model name -> canonical name")
+    defaults_from(parser, AuditOptions())
 
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
+    job = options_from(AuditOptions, args)
     options = beam_options(beam_args)
     storage.configure_gcs_auth(no_auth=options.view_as(GoogleCloudOptions).no_auth)
-    families = validation.family_map(args.family_map)
+    families = validation.family_map(job.family_map)
     validation.writable_folder(args.out, "--out")
-    aliases = load_aliases(args.aliases)
-    run_audit(args.input, args.out, options, args.anchors, families, aliases)
+    aliases = load_aliases(job.aliases)
+    run_audit(args.input, args.out, options, job.anchors, families, aliases)
     print(storage.join(args.out, AUDIT_JSON))
     return 0

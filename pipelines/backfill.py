@@ -29,10 +29,11 @@ per-judge summary of the cells it wrote.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 import pyarrow as pa
 from biasboard.pipelines import validation
-from biasboard.pipelines.options import beam_options
+from biasboard.pipelines.options import beam_options, defaults_from, options_from
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
@@ -100,6 +101,18 @@ def backfill_summary(result: IngestResult) -> str:
     return "\n".join(parts)
 
 
+@dataclass(frozen=True)
+class BackfillOptions:
+    """The job's own options besides ``--input`` and ``--state`` (Beam's come separately); their defaults."""
+
+    day_from: str | None = None
+    day_to: str | None = None
+    scores: str | None = None
+    family_map: str | None = None
+    aliases: str | None = None
+    batch_rows: int = DEFAULT_BATCH_ROWS
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="battle Parquet files: a glob or folder, local or gs://")
     parser.add_argument("--state", required=True, help="state folder for per-day cells (local or gs://)")
@@ -108,25 +121,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scores", metavar="GLOB", help="ordinal score Parquet files to aggregate too")
     parser.add_argument("--family-map", metavar="PATH", help="JSON family rules tried before the defaults")
     parser.add_argument("--aliases", metavar="PATH", help="JSON object: judge/model name -> canonical name")
-    parser.add_argument("--batch-rows", type=int, default=DEFAULT_BATCH_ROWS, help=argparse.SUPPRESS)
+    parser.add_argument("--batch-rows", type=int, help=argparse.SUPPRESS)
+    defaults_from(parser, BackfillOptions())
 
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
-    low = validate_day(args.day_from, "--from") if args.day_from else None
-    high = validate_day(args.day_to, "--to") if args.day_to else None
+    job = options_from(BackfillOptions, args)
+    low = validate_day(job.day_from, "--from") if job.day_from else None
+    high = validate_day(job.day_to, "--to") if job.day_to else None
     if low and high and low > high:
         raise InputError(f"--from {low} is after --to {high}")
-    family_map = validation.family_map(args.family_map)
-    aliases = load_aliases(args.aliases)
+    family_map = validation.family_map(job.family_map)
+    aliases = load_aliases(job.aliases)
     validation.writable_folder(args.state, "--state")
     result = run_backfill(
         args.input,
         args.state,
         beam_args,
         family_map=family_map,
-        scores_glob=args.scores,
+        scores_glob=job.scores,
         day_range=(low, high),
-        batch_rows=args.batch_rows,
+        batch_rows=job.batch_rows,
         aliases=aliases,
     )
     print(backfill_summary(result))

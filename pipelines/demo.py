@@ -18,11 +18,13 @@ import json
 import logging
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 from biasboard.pipelines import validation
+from biasboard.pipelines.options import defaults_from, options_from
 from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.ranking.rank_stats import kendall_tau_b
 from biasboard.report.text import fmt, side_by_side_text
@@ -39,31 +41,48 @@ DEMO = SimulationConfig(
 )
 
 
+@dataclass(frozen=True)
+class DemoOptions:
+    """The demo's options and their defaults (the simulation's are :data:`DEMO`'s)."""
+
+    workdir: str | None = None
+    battles: int = DEMO.battles
+    models: int = DEMO.models
+    judges: int = DEMO.judges
+    days: int = DEMO.days
+    seed: int = DEMO.seed
+    top: int = 10
+    k: int = 3
+    audit: bool = True
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workdir", default=None, help="folder for logs/, state/, out/ (default: a new temp folder)")
-    parser.add_argument("--battles", type=int, default=DEMO.battles, help="battles to simulate (default %(default)s)")
-    parser.add_argument("--models", type=int, default=DEMO.models, help="models (default %(default)s)")
-    parser.add_argument("--judges", type=int, default=DEMO.judges, help="judges (default %(default)s)")
-    parser.add_argument("--days", type=int, default=DEMO.days, help="day partitions (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=DEMO.seed, help="random seed (default %(default)s)")
-    parser.add_argument("--top", type=int, default=10, help="rows of each leaderboard to print (default 10)")
-    parser.add_argument("--k", type=int, default=3, help="top-k for the membership probabilities (default 3)")
+    parser.add_argument("--workdir", help="folder for logs/, state/, out/ (default: a new temp folder)")
+    parser.add_argument("--battles", type=int, help="battles to simulate (default %(default)s)")
+    parser.add_argument("--models", type=int, help="models (default %(default)s)")
+    parser.add_argument("--judges", type=int, help="judges (default %(default)s)")
+    parser.add_argument("--days", type=int, help="day partitions (default %(default)s)")
+    parser.add_argument("--seed", type=int, help="random seed (default %(default)s)")
+    parser.add_argument("--top", type=int, help="rows of each leaderboard to print (default %(default)s)")
+    parser.add_argument("--k", type=int, help="top-k for the membership probabilities (default %(default)s)")
     parser.add_argument("--no-audit", dest="audit", action="store_false", help="skip the judge audit")
+    defaults_from(parser, DemoOptions())
 
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
-    if args.top < 1:
-        raise InputError(f"--top must be at least 1, got {args.top}")
-    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="biasboard-demo-"))
+    job = options_from(DemoOptions, args)
+    if job.top < 1:
+        raise InputError(f"--top must be at least 1, got {job.top}")
+    workdir = Path(job.workdir) if job.workdir else Path(tempfile.mkdtemp(prefix="biasboard-demo-"))
     validation.writable_folder(str(workdir), "--workdir")
     config = SimulationConfig(
         **{
             **DEMO.__dict__,
-            "battles": args.battles,
-            "models": args.models,
-            "judges": args.judges,
-            "days": args.days,
-            "seed": args.seed,
+            "battles": job.battles,
+            "models": job.models,
+            "judges": job.judges,
+            "days": job.days,
+            "seed": job.seed,
         }
     )
     started = time.perf_counter()
@@ -74,7 +93,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         str(workdir / "state"),
         str(workdir / "out"),
         beam_args,
-        RefreshOptions(audit=args.audit, k=args.k),
+        RefreshOptions(audit=job.audit, k=job.k),
     )
     if outcome.published is None or outcome.summary is None:
         print(f"job built, not run ({outcome.reason})")
@@ -82,7 +101,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     snapshot = outcome.published.path
     board = pl.read_parquet(storage.join(snapshot, "leaderboard.parquet"))
     truth = json.loads((logs / "truth.json").read_text())
-    print(side_by_side_text(board, args.top))
+    print(side_by_side_text(board, job.top))
     print()
     print(tau_lines(board, outcome.summary, truth))
     print(f"report:   {storage.join(snapshot, 'report.html')}")

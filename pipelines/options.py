@@ -8,7 +8,10 @@ command line (Dataflow, Flink, Spark, Portable) wins.
 
 from __future__ import annotations
 
+import argparse
 import logging
+from dataclasses import asdict, fields
+from typing import Any, TypeVar
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
@@ -22,6 +25,22 @@ def beam_options(beam_args: list[str] | None) -> PipelineOptions:
     if not standard.runner:
         standard.runner = DEFAULT_LOCAL_RUNNER
     return options
+
+
+Options = TypeVar("Options")
+
+
+def defaults_from(parser: argparse.ArgumentParser, options: Any) -> None:
+    """Every flag's default from a job's options dataclass (one place): each flag's ``dest`` is its field.
+
+    The flags themselves give no ``default=``; help texts say ``%(default)s``, so they show these values.
+    """
+    parser.set_defaults(**asdict(options))
+
+
+def options_from(cls: type[Options], args: argparse.Namespace) -> Options:
+    """The job's options dataclass ``cls`` from the parsed flags (the fields' names are the flags' dests)."""
+    return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})  # type: ignore[arg-type]
 
 
 def unknown_options(beam_args: list[str] | None) -> list[str]:

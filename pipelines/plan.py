@@ -18,72 +18,89 @@ Plan runs no Beam pipeline (it reads two small files); it uses Beam's file syste
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions
-from biasboard.pipelines.options import beam_options
+from biasboard.pipelines.options import beam_options, defaults_from, options_from
 from biasboard.plan import STRATEGIES
 from biasboard.transforms import storage
 from biasboard.transforms.plan import make_plan
 
 
+@dataclass(frozen=True)
+class PlanOptions:
+    """The job's own options besides ``--out`` and ``--budget``; their defaults (None: decided from the fit)."""
+
+    k: int | None = None
+    judge: list[str] | None = None
+    strategy: str = "topk"
+    snapshot: str | None = None
+    to: str | None = None
+    seed: int = 0
+    repeat: bool = True
+    max_pair_share: float | None = None
+    max_judge_share: float | None = None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder holding snapshots/ and LATEST (local or gs://)")
     parser.add_argument("--budget", required=True, type=int, help="comparisons to plan (pairs x 2 orders)")
-    parser.add_argument("--k", type=int, default=None, help="size of the top set to target (default: the fit's k)")
+    parser.add_argument("--k", type=int, help="size of the top set to target (default: the fit's k)")
     parser.add_argument(
         "--judge",
         action="append",
-        default=None,
         help="plan for this judge (repeatable; default: every judge of the fit)",
     )
     parser.add_argument(
         "--strategy",
         choices=STRATEGIES,
-        default="topk",
-        help="topk (Xu et al.'s rule, default), dopt, thompson, roundrobin or random",
+        help="topk (Xu et al.'s rule), dopt, thompson, roundrobin or random (default %(default)s)",
     )
-    parser.add_argument("--snapshot", default=None, help="snapshot id (default: the one LATEST names)")
-    parser.add_argument("--to", default=None, help="where to write the plan (default: OUT/plans/<snapshot id>)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo draws (plans are deterministic)")
+    parser.add_argument("--snapshot", help="snapshot id (default: the one LATEST names)")
+    parser.add_argument("--to", help="where to write the plan (default: OUT/plans/<snapshot id>)")
+    parser.add_argument(
+        "--seed", type=int, help="seed of the Monte Carlo draws (plans are deterministic; default %(default)s)"
+    )
     parser.add_argument(
         "--no-repeat",
-        action="store_true",
+        dest="repeat",
+        action="store_false",
         help="plan each pair at most once (frozen judge: re-asking gives the same verdict)",
     )
     parser.add_argument(
         "--max-pair-share",
         type=float,
-        default=None,
         help="most of the batch one pair may take, a fraction in (0, 1] (default: an equal split "
         "over the pairs, rounded up)",
     )
     parser.add_argument(
         "--max-judge-share",
         type=float,
-        default=None,
         help="most of the batch one judge may take, a fraction in (0, 1] (default: an equal split "
         "over the judges, rounded up)",
     )
+    defaults_from(parser, PlanOptions())
 
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
+    job = options_from(PlanOptions, args)
     storage.configure_gcs_auth(no_auth=beam_options(beam_args).view_as(GoogleCloudOptions).no_auth)
     result = make_plan(
         args.out,
         args.budget,
-        strategy=args.strategy,
-        k=args.k,
-        judges=args.judge,
-        snapshot_id=args.snapshot,
-        to=args.to,
-        seed=args.seed,
-        repeat=not args.no_repeat,
-        max_pair_share=args.max_pair_share,
-        max_judge_share=args.max_judge_share,
+        strategy=job.strategy,
+        k=job.k,
+        judges=job.judge,
+        snapshot_id=job.snapshot,
+        to=job.to,
+        seed=job.seed,
+        repeat=job.repeat,
+        max_pair_share=job.max_pair_share,
+        max_judge_share=job.max_judge_share,
     )
     print(
         f"planned {result.frame.height} comparisons ({result.frame.height // 2} pairs, both orders) "
-        f"by {args.strategy} from snapshot {result.snapshot_id}"
+        f"by {job.strategy} from snapshot {result.snapshot_id}"
     )
     for note in result.notes:
         print(f"note: {note}")

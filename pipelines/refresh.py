@@ -49,7 +49,7 @@ import platform
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 
 import apache_beam as beam
@@ -57,7 +57,7 @@ import polars as pl
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 from biasboard.pipelines import validation
 from biasboard.pipelines.code_fingerprint import code_fingerprint
-from biasboard.pipelines.options import beam_options
+from biasboard.pipelines.options import beam_options, defaults_from, options_from
 from biasboard.ranking import ModelConfig
 from biasboard.ranking.reference import Reference, ReferenceSettings
 from biasboard.report.text import ORDINAL_TITLES, PAIRWISE_TITLES, fmt, side_by_side_text
@@ -192,8 +192,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="fit and publish even when nothing changed since the LATEST snapshot (default: it stays LATEST)",
     )
-    # Every default is RefreshOptions' (one place); each flag's dest is the field it sets.
-    parser.set_defaults(**asdict(RefreshOptions()))
+    defaults_from(parser, RefreshOptions())
 
 
 def _length_clip(text: str) -> float | None:
@@ -211,7 +210,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         args.state,
         args.out,
         beam_args,
-        RefreshOptions(**{f.name: getattr(args, f.name) for f in fields(RefreshOptions)}),
+        options_from(RefreshOptions, args),
     )
     if outcome.published is None:
         print(f"job built, not run ({outcome.reason}); nothing published")

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from biasboard.pipelines import cli
-from biasboard.pipelines.options import unknown_options
+from biasboard.pipelines.audit import AuditOptions
+from biasboard.pipelines.backfill import BackfillOptions
+from biasboard.pipelines.demo import DemoOptions
+from biasboard.pipelines.options import options_from, unknown_options
+from biasboard.pipelines.plan import PlanOptions
+from biasboard.pipelines.refresh import RefreshOptions
 
 
 def test_beam_flags_pass_and_unknown_flags_are_named():
@@ -38,3 +44,18 @@ def test_unwritable_or_shared_folders_fail_in_one_line_before_any_work(tmp_path,
 def test_plan_refuses_a_budget_it_could_not_plan_in_reasonable_time(tmp_path, capsys):
     assert cli.main(["plan", "--out", str(tmp_path), "--budget", "1000000000"]) == 2
     assert "at most 100000 comparisons per plan" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("command", "required", "options"),
+    [
+        ("refresh", ["--input", "i", "--state", "s", "--out", "o"], RefreshOptions),
+        ("backfill", ["--input", "i", "--state", "s"], BackfillOptions),
+        ("audit", ["--input", "i", "--out", "o"], AuditOptions),
+        ("plan", ["--out", "o", "--budget", "10"], PlanOptions),
+        ("demo", [], DemoOptions),
+    ],
+)
+def test_every_job_takes_its_flag_defaults_from_its_options_dataclass(command, required, options):
+    args, rest = cli.build_parser(command).parse_known_args([command, *required])
+    assert rest == [] and options_from(options, args) == options()
