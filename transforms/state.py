@@ -23,7 +23,7 @@ from __future__ import annotations
 import io
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import polars as pl
 import pyarrow as pa
@@ -200,27 +200,48 @@ def _read_table(path: str, schema: pa.Schema | None = None) -> pa.Table:
     return table.cast(schema) if schema is not None else table
 
 
-def _load(state_dir: str, name: str, schema: pa.Schema | None, days: Iterable[str] | None) -> list[pa.Table]:
+def _tables(state_dir: str, name: str, schema: pa.Schema | None, days: Iterable[str] | None) -> Iterator[pa.Table]:
+    """Each selected day's stored ``name`` table, in day order, read one at a time."""
     selected = list_state_days(state_dir) if days is None else sorted(set(days))
-    tables = []
     for day in selected:
         manifest = read_day_manifest(state_dir, day)
         if manifest is None:
             raise StateError(f"{state_dir}: day {day} has no committed partition (no manifest)")
         folder = deadletters_dir(state_dir, day) if "dead_letters" in name else cells_dir(state_dir, day)
         if _relative(state_dir, _join(folder, name)) in manifest.get("files", []):
-            tables.append(_read_table(_join(folder, name), schema))
-    return tables
+            yield _read_table(_join(folder, name), schema)
+
+
+def _load(state_dir: str, name: str, schema: pa.Schema | None, days: Iterable[str] | None) -> list[pa.Table]:
+    return list(_tables(state_dir, name, schema, days))
+
+
+#: Day tables' rows read before they are merged into the running total (see :func:`load_cells`).
+MERGE_EVERY_ROWS = 1_000_000
 
 
 def load_cells(state_dir: str, days: Iterable[str] | None = None, dictionary: bool = False) -> pa.Table:
     """All stored pair cells (or those of ``days``), merged into one table by the monoid, in key order.
 
+    Days are read in order and folded into a running merge whenever the unmerged
+    rows reach :data:`MERGE_EVERY_ROWS` (or the running total's size, if larger),
+    so memory is bounded by the merged cells plus a chunk of days, not by the
+    history: 61 days of 93k cells each peaked at 3.8 GB when concatenated first
+    (bench/incremental.py).  The chunks depend only on the stored days, so a
+    fresh and an incremental state give the same bits.
+
     ``dictionary``: string keys dictionary-encoded (the fit's input; see :func:`merge_cells`).
     """
-    return merge_cells(
-        _load(state_dir, PAIR_CELLS_FILE, PAIR_CELLS_SCHEMA, days), PAIR_CELLS_SCHEMA, dictionary=dictionary
-    )
+    merged: list[pa.Table] = []
+    pending: list[pa.Table] = []
+    rows = 0
+    for table in _tables(state_dir, PAIR_CELLS_FILE, PAIR_CELLS_SCHEMA, days):
+        pending.append(table)
+        rows += table.num_rows
+        if rows >= max(MERGE_EVERY_ROWS, sum(t.num_rows for t in merged)):
+            merged = [merge_cells([*merged, *pending], PAIR_CELLS_SCHEMA, sort=False)]
+            pending, rows = [], 0
+    return merge_cells([*merged, *pending], PAIR_CELLS_SCHEMA, dictionary=dictionary)
 
 
 def load_score_cells(state_dir: str, days: Iterable[str] | None = None) -> pa.Table:
