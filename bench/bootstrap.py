@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from fit import FIT_ENV, HERE, simulate
+from benchlib import CHILD_ENV
+from fit import HERE, simulate
 
 
 def cpu_seconds() -> float:
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if any(os.environ.get(key) != value for key, value in FIT_ENV.items()):
+    if any(os.environ.get(key) != value for key, value in CHILD_ENV.items()):
         # BLAS pinned to one thread before numpy loads, as for every fit process of bench/fit.py.
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **FIT_ENV})
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **CHILD_ENV})
     sys.exit(main())

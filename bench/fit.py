@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from benchlib import CHILD_ENV, peak_rss_mb, run_child
 
 HERE = Path(__file__).resolve().parent
 ARENA_VENV = HERE / ".venv-arena"
@@ -183,15 +183,6 @@ def arena_table(battles: pa.Table, judges: list[str]) -> pa.Table:
     return pa.table(cols)
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident set (VmHWM).  Not ru_maxrss: on Linux that survives exec, so a child
-    started by a big parent would report the parent's peak."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def worker(kind: str, workdir: Path, bootstrap: int) -> dict:
     """One of our fits, in this (fresh) process: time, peak memory, ratings."""
     from biasboard.ranking import ModelConfig, build_dataset, fit_bias_aware, fit_naive
@@ -296,19 +287,6 @@ def refresh_stages(workdir: Path) -> dict:
     return json.loads(manifest.read_text())["timings_s"]
 
 
-#: Every fit process gets the same thread settings.  On a small machine shared with other work, OpenBLAS's
-#: spinning threads make a 1,300² Cholesky 10-20× slower than one thread does (measured here: 1-3 s vs
-#: 0.07-0.12 s), so BLAS is pinned to one thread — for arena-rank's process too (JAX/XLA keeps its own pool).
-FIT_ENV = {"NO_GCE_CHECK": "true", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-def run_in_process(cmd: list[str]) -> dict:
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **FIT_ENV})
-    if done.returncode != 0:
-        raise SystemExit(f"benchmark step failed: {' '.join(cmd[:4])}…\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def tau_vs_truth(result: dict, tr: dict) -> float:
     from biasboard.ranking.rank_stats import kendall_tau_b
 
@@ -379,7 +357,7 @@ def voters_study(args) -> int:
     per-voter cells pooled back by --judge-pool, each in a fresh process; time, peak RSS, τ vs truth."""
     t0 = time.perf_counter()
     n_pooled, n_voters = simulate_voters(args, args.out)
-    print(f"BLAS threads per fit process: {FIT_ENV['OPENBLAS_NUM_THREADS']}; CPUs: {os.cpu_count()}")
+    print(f"BLAS threads per fit process: {CHILD_ENV['OPENBLAS_NUM_THREADS']}; CPUs: {os.cpu_count()}")
     print(
         f"simulated {args.battles:,} battles, {args.models} models, {args.judges} judges (2 human pools, each "
         f"split into {args.voters:,} voters): {n_pooled:,} pooled cells, {n_voters:,} voter cells "
@@ -387,7 +365,7 @@ def voters_study(args) -> int:
     )
     tr = json.loads((args.out / "truth.json").read_text())
     me = [sys.executable, str(Path(__file__).resolve()), "--out", str(args.out)]
-    rows = {kind: run_in_process([*me, "--worker", kind]) for kind in ("bias_aware", "voters", "voters_pooled")}
+    rows = {kind: run_child([*me, "--worker", kind]) for kind in ("bias_aware", "voters", "voters_pooled")}
     labels = {
         "bias_aware": f"pooled: {args.judges} judges",
         "voters": f"voters: {args.judges - 2} + {2 * args.voters:,} judges (blocked)",
@@ -422,13 +400,13 @@ def profiles_study(args) -> int:
     t0 = time.perf_counter()
     n_cells, _, _ = simulate(args, args.out)
     write_simulation(sim_config(args), args.out / "logs", overwrite=True)
-    print(f"BLAS threads per fit process: {FIT_ENV['OPENBLAS_NUM_THREADS']}; CPUs: {os.cpu_count()}")
+    print(f"BLAS threads per fit process: {CHILD_ENV['OPENBLAS_NUM_THREADS']}; CPUs: {os.cpu_count()}")
     print(
         f"simulated {args.battles:,} battles, {args.models} models, {args.judges} judges -> {n_cells:,} cells "
         f"and day-partitioned logs ({time.perf_counter() - t0:.1f} s)"
     )
     me = [sys.executable, str(Path(__file__).resolve()), "--out", str(args.out)]
-    r = run_in_process([*me, "--worker", "profile_methods"])
+    r = run_child([*me, "--worker", "profile_methods"])
     print(f"\n{'step (same process, same optimum)':46} {'wall s':>8} {'CPU s':>8} {'CPU vs solve':>12}")
     rows = [
         ("bias-aware solve (MAP)", "solve"),
@@ -449,7 +427,7 @@ def profiles_study(args) -> int:
     )
     for name, info in r["full"].items():
         print(f"  {name}: range {info['range_nats']:.1f} nats (fast {r['fast'][name]['range_nats']:.1f})")
-    stages = run_in_process([*me, "--worker", "refresh"])
+    stages = run_child([*me, "--worker", "refresh"])
     aggregate = stages["pipeline"] - stages["fit"] - stages.get("report", 0.0)
     print("\nrefresh, 1 run, default options: " + ", ".join(f"{k} {v:.2f} s" for k, v in stages.items()))
     print(
@@ -524,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     ensure_arena_venv()
     t0 = time.perf_counter()
     n_cells, aggregate_s, features = simulate(args, args.out)
-    print(f"BLAS threads per fit process: {FIT_ENV['OPENBLAS_NUM_THREADS']}; CPUs: {os.cpu_count()}")
+    print(f"BLAS threads per fit process: {CHILD_ENV['OPENBLAS_NUM_THREADS']}; CPUs: {os.cpu_count()}")
     print(
         f"simulated {args.battles:,} battles, {args.models} models, {args.judges} judges -> {n_cells:,} cells "
         f"(ingest to cells {aggregate_s:.1f} s; simulation + writing {time.perf_counter() - t0:.1f} s)"
@@ -533,11 +511,11 @@ def main(argv: list[str] | None = None) -> int:
     me = [sys.executable, str(Path(__file__).resolve()), "--out", str(args.out), "--bootstrap", str(args.bootstrap)]
     rows = {}
     for kind in ("naive", "bias_aware", "profiles", "bootstrap", "oracle"):
-        rows[kind] = run_in_process([*me, "--worker", kind])
+        rows[kind] = run_child([*me, "--worker", kind])
     arena = ARENA_SCRIPT
     battles = str(args.out / "battles_arena.parquet")
-    rows["arena_bt"] = run_in_process([str(ARENA_PY), "-c", arena, battles, "bt", json.dumps(features)])
-    rows["arena_contextual"] = run_in_process([str(ARENA_PY), "-c", arena, battles, "ctx", json.dumps(features)])
+    rows["arena_bt"] = run_child([str(ARENA_PY), "-c", arena, battles, "bt", json.dumps(features)])
+    rows["arena_contextual"] = run_child([str(ARENA_PY), "-c", arena, battles, "ctx", json.dumps(features)])
 
     labels = {
         "naive": "ours: naive BT (cells)",

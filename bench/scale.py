@@ -44,7 +44,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from fit import peak_rss_mb, split_voters
+from benchlib import peak_rss_mb
+from fit import split_voters
 
 HERE = Path(__file__).resolve().parent
 HUMAN_POOLS = 2
