@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 from benchlib import CHILD_ENV
-from fit import HERE, simulate
+from fit import HERE, add_problem_arguments, simulate
 
 
 def cpu_seconds() -> float:
@@ -50,10 +50,7 @@ def timed(fn):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--battles", type=int, default=1_000_000)
-    parser.add_argument("--models", type=int, default=100)
-    parser.add_argument("--judges", type=int, default=8)
-    parser.add_argument("--days", type=int, default=4)
+    add_problem_arguments(parser)
     parser.add_argument("--replicates", type=int, default=100)
     parser.add_argument("--workers", type=int, default=0, help="processes of the new engine (0: one per CPU)")
     parser.add_argument("--cold", type=int, default=3, help="replicates also solved from a cold start")

@@ -437,12 +437,17 @@ def profiles_study(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
+    """The simulated problem's size flags, shared by the fit and bootstrap benchmarks."""
     parser.add_argument("--battles", type=int, default=1_000_000)
     parser.add_argument("--models", type=int, default=100)
     parser.add_argument("--judges", type=int, default=8)
     parser.add_argument("--days", type=int, default=4)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_problem_arguments(parser)
     parser.add_argument("--bootstrap", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=HERE / "out" / "fit")

@@ -19,23 +19,14 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 from biasboard.ranking.arrowhead import BlockCovariance, centring, deviation_masks
-from biasboard.ranking.model import AFF, DISC, LEN, POS, SEV, STYLE_BLOCKS, STYLE_NAMES, TIE
-from biasboard.ranking.problem import Problem, prior_sd_of_effect
+from biasboard.ranking.model import AFF, DISC, LEN, POS, SEV, STYLE_BLOCKS, TIE
+from biasboard.ranking.problem import BLOCK_EFFECT, Problem, prior_sd_of_effect
 from biasboard.ranking.result import BIAS_COLUMNS, Z95
 from biasboard.ranking.solver import Solution, covariance_block
 from biasboard.ranking.uncertainty import percentile_interval
 
 IDENTIFIED_NATS: float = 2.0
 VARIANCE_SHRINK: float = 0.5
-EFFECT_NAME = {
-    POS: "position",
-    LEN: "length",
-    AFF: "affinity",
-    DISC: "discrimination",
-    TIE: "tie",
-    SEV: "severity",
-    **dict(zip(STYLE_BLOCKS, STYLE_NAMES, strict=True)),
-}
 
 
 def _wilson(successes: float, trials: float) -> tuple[float, float, float]:
@@ -136,7 +127,7 @@ def bias_table(
 
     global_identified: dict[int, bool] = {}
     for t in lay.global_effects:
-        name = EFFECT_NAME[t]
+        name = BLOCK_EFFECT[t]
         any_on = bool(masks[t].any())
         info = profiles.get(name)
         v = np.zeros(lay.n_core)
@@ -188,7 +179,7 @@ def bias_table(
     E = spec.effective_map().toarray()
     for j, judge in enumerate(data.judges):
         for t in (POS, LEN, AFF, DISC, TIE, SEV, *STYLE_BLOCKS[: lay.n_style]):
-            name = EFFECT_NAME[t]
+            name = BLOCK_EFFECT[t]
             enabled = bool(masks[t, j]) if t != TIE else True
             row = lay.eff_block(t).start + j
             v = E[row] * unit.get(t, 1.0)
@@ -267,7 +258,7 @@ def _judge_rows_blocked(
     for (t, j), note in problem.notes.items():
         by_block.setdefault(t, {})[j] = note
     for t in blocks:
-        name = EFFECT_NAME[t]
+        name = BLOCK_EFFECT[t]
         scale = unit.get(t, 1.0)
         fn: Callable = np.exp if t in (DISC, TIE) else (lambda z: z)
         enabled = masks[t] > 0 if t != TIE else np.ones(jn, bool)

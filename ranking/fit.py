@@ -9,7 +9,7 @@ the Gaussian priors of :class:`~biasboard.ranking.config.Priors`.  Both fit on c
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
@@ -252,25 +252,8 @@ def fit_naive(cells: CellsInput | Dataset, *, config: NaiveConfig | None = None,
         )
     problem = naive_problem(data, theta_sd, component)
     solution = minimize(problem.objective(shards), *problem.zeros(), tol=config.tol, max_iter=config.max_iter)
-    boot, _ = _replicates_of(config, problem, solution, shards)
-    diagnostics = connectivity_report(data)
-    diagnostics["warnings"] = warnings + diagnostics.pop("warnings")
-    diagnostics["tie_convention"] = "a tie counts as half a win for each side (Evalica/arena convention)"
-    diagnostics["prior_theta_sd"] = theta_sd
-    if not solution.converged:
-        diagnostics["warnings"].append(f"naive fit did not converge (relative gradient {solution.rel_grad:.2e})")
-    return _assemble(
-        problem,
-        solution,
-        laplace_covariance(solution),
-        method="naive",
-        k=config.k,
-        draws=config.posterior_draws,
-        seed=config.seed,
-        boot_theta=boot,
-        bias=empty_bias_table(),
-        diagnostics=diagnostics,
-    )
+    notes = _NaiveNotes(warnings, "a tie counts as half a win for each side (Evalica/arena convention)", theta_sd)
+    return _naive_result(config, problem, solution, shards, data, notes)
 
 
 def _fit_naive_ordinal(data: Dataset, config: NaiveConfig, shards: int) -> FitResult:
@@ -292,11 +275,28 @@ def _fit_naive_ordinal(data: Dataset, config: NaiveConfig, shards: int) -> FitRe
         )
     problem = naive_ordinal_problem(data, theta_sd)
     solution = solve_bias_aware(problem, ModelConfig(tol=config.tol, max_iter=config.max_iter), shards)
+    notes = _NaiveNotes(warnings, "single grades: no ties", theta_sd)
+    return _naive_result(config, problem, solution, shards, problem.data, notes)
+
+
+@dataclass(frozen=True)
+class _NaiveNotes:
+    """What a naive board's diagnostics say beyond the connectivity report."""
+
+    warnings: list[str]
+    tie_convention: str
+    theta_sd: float | None
+
+
+def _naive_result(
+    config: NaiveConfig, problem: Problem, solution: Solution, shards: int, data: Dataset, notes: _NaiveNotes
+) -> FitResult:
+    """A solved naive problem → its published result (pairwise and ordinal naive boards alike)."""
     boot, _ = _replicates_of(config, problem, solution, shards)
-    diagnostics = connectivity_report(problem.data)
-    diagnostics["warnings"] = warnings + diagnostics.pop("warnings")
-    diagnostics["tie_convention"] = "single grades: no ties"
-    diagnostics["prior_theta_sd"] = theta_sd
+    diagnostics = connectivity_report(data)
+    diagnostics["warnings"] = notes.warnings + diagnostics.pop("warnings")
+    diagnostics["tie_convention"] = notes.tie_convention
+    diagnostics["prior_theta_sd"] = notes.theta_sd
     if not solution.converged:
         diagnostics["warnings"].append(f"naive fit did not converge (relative gradient {solution.rel_grad:.2e})")
     return _assemble(
