@@ -21,7 +21,9 @@ swapped order (“Position bias in pairwise judging”).  Partials therefore kee
 these add up across slices, and only once a group's rows are complete does
 :func:`pair_order_stats` reduce them to additive per-(judge, model pair) counts.
 A distributed runner shards the compact rows by (judge, prompt) so that each
-group is complete inside one shard (:func:`order_shard`).
+group is complete inside one shard (:func:`order_shard`); the jobs instead
+pair each day's rows within the day (``biasboard.transforms.audit.audit_day``),
+so a day's partials are additive from then on.
 
 Measurements (“Position bias in pairwise judging” and “Judge bias in best-of-N”):
 
