@@ -159,21 +159,26 @@ def test_without_style_the_model_has_no_style_parameters_and_the_same_numbers(st
 # --------------------------------------------------------------------------- end to end
 
 
-def test_refresh_publishes_the_style_effects_and_the_style_kept_board(tmp_path):
-    """Through ``refresh``: style effects in bias.*, summary.style with the kept board, the report's view."""
-    config = SimulationConfig(
-        battles=12_000, models=8, judges=2, days=2, style=True, corr_style=-0.7, style_effects=(0.6, 0.4, 0.3), seed=5
-    )
+def _refresh_simulated(tmp_path: Path, config: SimulationConfig, k: int = 3) -> Path:
+    """Simulate ``config`` into ``tmp_path`` and refresh it (no audit); the published snapshot's folder."""
     logs = write_simulation(config, tmp_path / "logs")
     outcome = refresh(
         str(logs / "battles" / "day=*" / "*.parquet"),
         str(tmp_path / "state"),
         str(tmp_path / "out"),
         [],
-        RefreshOptions(k=3, audit=False),
+        RefreshOptions(k=k, audit=False),
     )
     assert outcome.published is not None
-    snapshot = Path(outcome.published.path)
+    return Path(outcome.published.path)
+
+
+def test_refresh_publishes_the_style_effects_and_the_style_kept_board(tmp_path):
+    """Through ``refresh``: style effects in bias.*, summary.style with the kept board, the report's view."""
+    config = SimulationConfig(
+        battles=12_000, models=8, judges=2, days=2, style=True, corr_style=-0.7, style_effects=(0.6, 0.4, 0.3), seed=5
+    )
+    snapshot = _refresh_simulated(tmp_path, config)
     bias = pl.read_parquet(snapshot / "bias.parquet")
     style_rows = bias.filter(pl.col("effect").is_in(list(STYLE_EFFECTS)))
     assert style_rows.height == 3 * (config.judges + 1) and style_rows["enabled"].all()
@@ -202,16 +207,7 @@ def test_refresh_publishes_the_style_effects_and_the_style_kept_board(tmp_path):
 
 
 def test_refresh_without_style_columns_has_no_style_view(tmp_path):
-    logs = write_simulation(SimulationConfig(battles=3_000, models=5, judges=2, days=1, seed=1), tmp_path / "logs")
-    outcome = refresh(
-        str(logs / "battles" / "day=*" / "*.parquet"),
-        str(tmp_path / "state"),
-        str(tmp_path / "out"),
-        [],
-        RefreshOptions(k=2, audit=False),
-    )
-    assert outcome.published is not None
-    snapshot = Path(outcome.published.path)
+    snapshot = _refresh_simulated(tmp_path, SimulationConfig(battles=3_000, models=5, judges=2, days=1, seed=1), k=2)
     assert json.loads((snapshot / "summary.json").read_text())["style"] is None
     assert not set(STYLE_EFFECTS) & set(pl.read_parquet(snapshot / "bias.parquet")["effect"].to_list())
     assert '<section id="style">' not in (snapshot / "report.html").read_text()
@@ -229,17 +225,8 @@ def test_refresh_with_style_through_the_judge_blocked_solver(tmp_path, monkeypat
     config = SimulationConfig(
         battles=4_000, models=6, judges=2, days=1, style=True, corr_style=-0.7, style_effects=(0.6, 0.4, 0.3), seed=8
     )
-    logs = write_simulation(config, tmp_path / "logs")
-    outcome = refresh(
-        str(logs / "battles" / "day=*" / "*.parquet"),
-        str(tmp_path / "state"),
-        str(tmp_path / "out"),
-        [],
-        RefreshOptions(k=3, audit=False),
-    )
-    assert outcome.published is not None
+    snapshot = _refresh_simulated(tmp_path, config)
     assert any(f.lay.n_style == 3 for f in factorised), "the style fit did not take the judge-blocked solver"
-    snapshot = Path(outcome.published.path)
     bias = pl.read_parquet(snapshot / "bias.parquet")
     style_rows = bias.filter(pl.col("effect").is_in(list(STYLE_EFFECTS)))
     assert style_rows.height == 3 * (config.judges + 1) and style_rows["enabled"].all()
