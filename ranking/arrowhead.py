@@ -469,6 +469,9 @@ class BlockCovariance:
     glob: np.ndarray
     judge_var: np.ndarray
     judge_glob: np.ndarray
+    #: The factorisation these came from (μ = 0), when kept: covariances of any other linear functions of
+    #: the core (:func:`row_covariance`: the reference gate's joint covariance of the judges' excesses).
+    factor: ArrowFactor | None = field(default=None, repr=False, compare=False)
 
     def block(self, index: slice | int) -> np.ndarray:
         """The covariance of core parameters ``index`` (a slice or one index, among the globals)."""
@@ -479,3 +482,116 @@ class BlockCovariance:
             raise IndexError("a judge-blocked covariance holds only the globals' block and per-judge variances")
         out = self.glob[np.ix_(sel, sel)]
         return out if isinstance(index, slice) else out[0, 0]
+
+
+# --------------------------------------------------------------------------- covariance of linear functions
+
+
+def _block_diagonal(blocks: np.ndarray) -> sp.csr_matrix:
+    """diag(B_1 … B_J) as a sparse (J·k × J·k) matrix from a stack of k × k blocks (J, k, k)."""
+    j_count, k = blocks.shape[0], blocks.shape[1]
+    indptr = np.arange(0, j_count * k * k + 1, k)
+    indices = np.repeat(np.arange(j_count) * k, k * k) + np.tile(np.arange(k), j_count * k)
+    return sp.csr_matrix((blocks.ravel(), indices, indptr), shape=(j_count * k, j_count * k))
+
+
+@dataclass(frozen=True)
+class RowCovariance:
+    """C = V Σ Vᵀ for p linear functions V (p × n_core) of a judge-blocked fit, never as a (KJ)² matrix.
+
+    With Σ = H⁻¹ (the arrowhead inverse, :class:`ArrowFactor`'s constraints by Woodbury)::
+
+        C = V_J A⁻¹ V_Jᵀ  +  Q S⁻¹ Qᵀ  −  P M⁻¹ Pᵀ,     Q = V_G − V_J A⁻¹ X,   P = V Zᵀ
+
+    (``judge``, ``coupled``, ``low``): the first term is block-diagonal over judges (diagonal when each
+    row is one judge's entry, as the gate's excesses are), the others have rank ≤ n_G + constraints.  So
+    the diagonal costs O(p·n_G) in row slices and a quadratic form dᵀC⁻¹d is one Woodbury solve of
+    size n_G — what the reference gate needs for 10⁴–10⁶ voter-judges.
+    """
+
+    judge: sp.csr_matrix  # (p, p)
+    coupled: sp.csr_matrix  # Q (p, n_G)
+    low: np.ndarray  # P (p, n_constraints)
+    factor: ArrowFactor
+
+    def _s_solve(self, rhs: np.ndarray) -> np.ndarray:
+        return sla.cho_solve(self.factor.factor, rhs, check_finite=False)
+
+    def _low_inv(self) -> np.ndarray:
+        return self.factor.Minv if self.low.shape[1] else np.zeros((0, 0))
+
+    def dense(self) -> np.ndarray:
+        """C as a dense (p × p) matrix (for a few rows: a rating map, one judge's effects)."""
+        q = self.coupled.toarray()
+        out = self.judge.toarray() + q @ self._s_solve(q.T) - self.low @ self._low_inv() @ self.low.T
+        return 0.5 * (out + out.T)
+
+    def diagonal(self) -> np.ndarray:
+        """diag(C), in row slices of :data:`DENSE_ROWS` (O(p·n_G) time, O(DENSE_ROWS·n_G) memory)."""
+        out = self.judge.diagonal().astype(float)
+        for lo in range(0, out.size, DENSE_ROWS):
+            q = self.coupled[lo : lo + DENSE_ROWS].toarray()
+            out[lo : lo + DENSE_ROWS] += np.einsum("rc,cr->r", q, self._s_solve(q.T))
+        low = self.low
+        out -= np.einsum("rc,cd,rd->r", low, self._low_inv(), low)
+        return out
+
+    def wald(self, d: np.ndarray) -> tuple[float, int]:
+        """(dᵀC⁻¹d, p) by Woodbury around the diagonal judge term; ValueError when that term is not a
+        positive diagonal (rows sharing a judge: use :meth:`dense`)."""
+        D = self.judge
+        diag = D.diagonal()
+        if D.count_nonzero() != np.count_nonzero(diag) or not np.all(diag > 0):
+            raise ValueError("the Woodbury Wald form needs one positive-variance judge entry per row")
+        dinv = 1.0 / diag
+        Q, P = self.coupled, self.low
+        QD = sp.csr_matrix(Q.multiply(dinv[:, None]))
+        S = self.factor.S
+        n_g, n_u = S.shape[0], P.shape[1]
+        core = np.zeros((n_g + n_u, n_g + n_u))
+        core[:n_g, :n_g] = S + (Q.T @ QD).toarray()
+        if n_u:
+            cross = np.asarray(QD.T @ P)
+            core[:n_g, n_g:] = cross
+            core[n_g:, :n_g] = cross.T
+            core[n_g:, n_g:] = -self.factor.M + P.T @ (P * dinv[:, None])
+        rhs = np.concatenate([np.asarray(QD.T @ d).ravel(), P.T @ (d * dinv)])
+        value = float(d @ (d * dinv)) - float(rhs @ np.linalg.solve(core, rhs))
+        return value, int(d.size)
+
+
+def row_covariance(factor: ArrowFactor, rows: sp.csr_matrix) -> RowCovariance:
+    """The covariance of the linear functions ``rows`` (p × n_core, sparse) at ``factor`` (μ = 0).
+
+    Memory O(nnz(rows) + p·n_G + J·K²): the judge part of each row is multiplied by the block-diagonal
+    A⁻¹ (from the factor's L_j⁻¹) and then by the sparse couplings, batched over judges.  Fixed
+    parameters have zero covariance (as in :meth:`ArrowFactor.covariance`).
+    """
+    lay, R = factor.lay, factor.R
+    jn, k, n_e = lay.n_judges, factor.R.size, lay.n_glob
+    V = rows @ sp.diags(factor.free.astype(float))
+    p = V.shape[0]
+    G = sp.csr_matrix(V[:, glob_index(lay)])
+    J = V[:, lay.block(0).start : lay.tau.start].tocoo()
+    t, j = J.col // jn, J.col % jn
+    position = np.full(lay.n_blocks, -1)
+    position[R] = np.arange(k)
+    coupled = position[t] >= 0
+    VR = sp.csr_matrix((J.data[coupled], (J.row[coupled], j[coupled] * k + position[t[coupled]])), shape=(p, jn * k))
+    # Entries outside the coupled blocks are a diagonal of their own (no coupling to the globals).
+    rest = ~coupled
+    VD = sp.csr_matrix(
+        (J.data[rest] / np.sqrt(factor.diag[j[rest], t[rest]]), (J.row[rest], j[rest] * lay.n_blocks + t[rest])),
+        shape=(p, jn * lay.n_blocks),
+    )
+    ainv = _block_diagonal(np.einsum("jri,jrk->jik", factor.Linv, factor.Linv))
+    PA = VR @ ainv  # rows of V_J A⁻¹
+    judge = sp.csr_matrix(PA @ VR.T + VD @ VD.T)
+    n_g = factor.S.shape[0]
+    parts = [PA @ factor.Xsp, sp.csr_matrix(PA @ factor.Xg.reshape(jn * k, n_e))]
+    if n_g > lay.n_models + n_e:  # τ: no coupling to any judge
+        parts.append(sp.csr_matrix((p, n_g - lay.n_models - n_e)))
+    through = sp.hstack(parts)
+    Q = sp.csr_matrix(G - through)
+    low = np.asarray(V @ factor.Z.T) if len(factor.U) else np.zeros((p, 0))
+    return RowCovariance(judge, Q, low, factor)

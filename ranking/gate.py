@@ -32,10 +32,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
+import scipy.sparse as sp
+from biasboard.ranking.arrowhead import BlockCovariance, RowCovariance
+from biasboard.ranking.arrowhead import row_covariance as blocked_rows
 from biasboard.ranking.model import AFF, LEN, POS
 from biasboard.ranking.problem import Problem
 from biasboard.ranking.result import FitResult
@@ -87,24 +90,77 @@ class GateResult:
         }
 
 
-def excess_vectors(problem: Problem, t: int, reference: frozenset[str]) -> tuple[np.ndarray, np.ndarray, float]:
+def excess_vectors(problem: Problem, t: int, reference: frozenset[str]) -> tuple[np.ndarray, sp.csr_matrix, float]:
     """(judge indices, rows v with excess_j = v_j · raw core, unit) of effect block ``t``.
 
     The excess is the judge's own deviation when the reference has the effect (the global coefficient is
     the reference's), else the judge's whole effect (the reference is zero).  ``unit`` converts to the
     reported scale (per unit of raw log length ratio for length).  Reference judges and judges without
-    the effect are left out.
+    the effect are left out.  The rows are sparse (one or two entries each): O(J), not J × n_core.
     """
     lay, spec = problem.layout, problem.spec
-    ref = np.array([judge in reference for judge in problem.data.judges], bool)
+    ref = reference_mask(problem, reference)
     tied = spec.tied[t] > 0 if spec.tied is not None else np.zeros(lay.n_judges, bool)
     judges = np.flatnonzero((spec.masks[t] > 0) & ~ref & ~tied)
     unit = 1.0 / spec.x_scale if t == LEN else 1.0
-    rows = np.zeros((judges.size, lay.n_core))
-    rows[np.arange(judges.size), lay.block(t).start + judges] = unit
+    n = judges.size
+    cols = [lay.block(t).start + judges]
     if not (spec.tied is not None and spec.tied[t].any()):
-        rows[:, lay.glob(t)] = unit
+        cols.append(np.full(n, lay.glob(t)))
+    col = np.stack(cols, axis=1)
+    rows = sp.csr_matrix(
+        (np.full(col.size, unit), col.ravel(), np.arange(0, col.size + 1, col.shape[1])), shape=(n, lay.n_core)
+    )
     return judges, rows, unit
+
+
+def reference_mask(problem: Problem, reference: frozenset[str]) -> np.ndarray:
+    """Which judges of the problem are reference raters (bool over the judges)."""
+    return np.fromiter((judge in reference for judge in problem.data.judges), bool, len(problem.data.judges))
+
+
+class DenseRows:
+    """C = V Σ Vᵀ of a dense Laplace covariance, with :class:`~biasboard.ranking.arrowhead.RowCovariance`'s methods."""
+
+    def __init__(self, cov: np.ndarray, rows: sp.csr_matrix):
+        self.matrix = np.asarray(rows @ (rows @ cov).T)
+        self.matrix = 0.5 * (self.matrix + self.matrix.T)
+
+    def dense(self) -> np.ndarray:
+        return self.matrix
+
+    def diagonal(self) -> np.ndarray:
+        return np.diag(self.matrix).copy()
+
+    def wald(self, d: np.ndarray) -> tuple[float, int]:
+        return wald_group(d, self.matrix)
+
+
+def row_covariance(cov: np.ndarray | BlockCovariance, rows: sp.csr_matrix) -> DenseRows | RowCovariance:
+    """The posterior covariance of the linear functions ``rows`` (p × n_core) of a fit's raw core.
+
+    A dense Laplace covariance gives it directly; a judge-blocked one (10⁴–10⁶ voter-judges) through the
+    factorisation it keeps (:func:`~biasboard.ranking.arrowhead.row_covariance`), never as a (KJ)² matrix.
+    """
+    if not isinstance(cov, BlockCovariance):
+        return DenseRows(cov, rows)
+    if cov.factor is None:
+        raise ValueError("a judge-blocked covariance without its factorisation has no joint covariances")
+    return blocked_rows(cov.factor, rows)
+
+
+class _Wald(Protocol):
+    def wald(self, d: np.ndarray) -> tuple[float, int]: ...
+
+    def dense(self) -> np.ndarray: ...
+
+
+def joint_wald(c: _Wald, d: np.ndarray) -> tuple[float, int]:
+    """dᵀC⁺d and the rank; the blocked form falls back to the dense matrix when rows share a judge."""
+    try:
+        return c.wald(d)
+    except ValueError:
+        return wald_group(d, c.dense())
 
 
 def holm(p: np.ndarray) -> np.ndarray:
@@ -145,10 +201,10 @@ def run_gate(
         if judges.size == 0:
             continue
         d = rows @ core
-        c = rows @ cov @ rows.T
-        chi2, df = wald_group(d, c)
+        c = row_covariance(cov, rows)
+        chi2, df = joint_wald(c, d)
         p = float(stats.chi2.sf(chi2, df)) if df else 1.0
-        groups.append((effect, judges, d, np.sqrt(np.clip(np.diag(c), 0.0, None)), chi2, df, p))
+        groups.append((effect, judges, d, np.sqrt(np.clip(c.diagonal(), 0.0, None)), chi2, df, p))
     p_holm = holm(np.array([g[-1] for g in groups])) if groups else np.zeros(0)
     names = problem.data.judges
     out: list[dict[str, Any]] = []

@@ -34,18 +34,30 @@ change (τ and the largest rank moves).  Pure numpy/polars over the core's fit f
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import polars as pl
+import scipy.sparse as sp
+from biasboard.ranking.arrowhead import BlockCovariance, centring
 from biasboard.ranking.bias_table import VARIANCE_SHRINK
 from biasboard.ranking.config import ModelConfig, NaiveConfig
 from biasboard.ranking.data import CellsInput, Dataset, build_dataset
 from biasboard.ranking.diagnostics import compare_rankings, mean_log_length
 from biasboard.ranking.fit import centred_draws, fit_bias_aware, fit_naive
-from biasboard.ranking.gate import DEFAULT_LEVEL, GATED, GateResult, excess_vectors, run_gate
+from biasboard.ranking.gate import (
+    DEFAULT_LEVEL,
+    GATED,
+    GateResult,
+    excess_vectors,
+    reference_mask,
+    row_covariance,
+    run_gate,
+)
 from biasboard.ranking.model import DISC, LEN, POS
 from biasboard.ranking.problem import Problem, bias_aware_problem, prior_sd_of_effect
 from biasboard.ranking.rank_stats import ranks_desc
@@ -60,7 +72,14 @@ REFERENCE_KINDS = ("none", "anchors")
 
 @dataclass(frozen=True)
 class Reference:
-    """Which raters define "unbiased": ``none`` (zero), ``anchors``, or named judges of the input."""
+    """Which raters define "unbiased": ``none`` (zero), ``anchors``, or named judges of the input.
+
+    A name with a glob character (``*``, ``?``, ``[``) is a pattern over the input's judges: arena logs name
+    each voter as a judge (``human-pool-1/v17``), and ``human-pool-1/*`` makes the whole pool the reference
+    without listing 25,000 voters.  Its voters are one rater for position, length and affinity (those are
+    the model's global coefficients, every voter tied to them) and keep their own discrimination and tie
+    propensity, shrunk to the population as without a reference.
+    """
 
     kind: str = "none"
     judges: tuple[str, ...] = ()
@@ -84,14 +103,48 @@ class Reference:
 
     @property
     def raters(self) -> frozenset[str]:
+        """The names as given (patterns unexpanded: :meth:`resolve` matches them against the judges)."""
         return frozenset(self.judges)
 
-    def describe(self) -> str:
+    @property
+    def has_patterns(self) -> bool:
+        return any(_is_pattern(name) for name in self.judges)
+
+    def resolve(self, judges: Sequence[str]) -> frozenset[str]:
+        """The input's judges that the names and patterns select; InputError naming any that selects none."""
+        if self.kind != "judges":
+            return self.raters
+        known = set(judges)
+        chosen: set[str] = set()
+        missing = []
+        for name in self.judges:
+            if _is_pattern(name):
+                match = re.compile(fnmatch.translate(name)).match  # case-sensitive, as judge names are
+                found = [judge for judge in judges if match(judge)]
+            else:
+                found = [name] if name in known else []
+            if not found:
+                missing.append(name)
+            chosen.update(found)
+        if missing:
+            shown = ", ".join(judges[:10]) + (", ..." if len(judges) > 10 else "")
+            what = "no judge matches" if any(_is_pattern(name) for name in missing) else "no battles by judge(s)"
+            raise InputError(f"--reference: {what} {', '.join(missing)} in the input (judges: {shown})")
+        return frozenset(chosen)
+
+    def describe(self, n_raters: int | None = None) -> str:
         if self.kind == "none":
             return "none: each judge's effects are measured against zero (style control)"
         if self.kind == "anchors":
             return "anchors: the trusted verdicts given with --anchors, fitted as one rater and not counted in battles"
+        if self.has_patterns and n_raters is not None:
+            pooled = "pooled as one rater for position, length and affinity"
+            return f"judges: {', '.join(self.judges)} ({n_raters} judges, {pooled})"
         return f"judges: {', '.join(self.judges)} (pooled as one rater)"
+
+
+def _is_pattern(name: str) -> bool:
+    return any(c in name for c in "*?[")
 
 
 @dataclass(frozen=True)
@@ -127,6 +180,8 @@ class ReferenceFit:
     k: int = 0
     notes: list[str] = field(default_factory=list)
     agreement: list[dict[str, Any]] = field(default_factory=list)
+    #: How many of the input's judges the reference selects (its names, or its patterns' matches).
+    n_raters: int = 0
 
     @property
     def bias(self) -> pl.DataFrame:
@@ -137,7 +192,7 @@ class ReferenceFit:
         return {
             "kind": self.reference.kind,
             "judges": list(self.reference.judges),
-            "description": self.reference.describe(),
+            "description": self.reference.describe(self.n_raters),
             "corrected_rating": "theta"
             if self.reference.kind == "none"
             else "theta_m + (beta_r / a_r) * clip(mean log length_m - pool mean, -clip, clip): what the reference "
@@ -165,42 +220,87 @@ def typical_length(data: Dataset, clip: float | None) -> np.ndarray:
     return x if clip is None else np.clip(x, -clip, clip)
 
 
+def discrimination_row(problem: Problem, reference: frozenset[str]) -> np.ndarray:
+    """v with v · raw core = the mean over the reference raters of their log a_r (centred as the fit centres it).
+
+    The row of the effective map E averaged over the reference, built without E: with the centring of
+    log a_j E holds a J² block (every enabled judge's mean), which a 10⁴–10⁶ voter-judge fit cannot form.
+    """
+    lay, spec = problem.layout, problem.spec
+    ref = reference_mask(problem, reference)
+    v = np.zeros(lay.n_core)
+    if not ref.any():
+        return v
+    raw = lay.block(DISC).start + np.arange(lay.n_judges)
+    mask = spec.masks[DISC] > 0
+    if not spec.centre_discrimination:
+        v[raw[ref & mask]] = 1.0 / ref.sum()
+        return v
+    on = centring(spec)
+    if on is None:  # one judge alone: a_j = 1
+        return v
+    v[raw[ref & mask]] = 1.0 / ref.sum()
+    v[raw[on]] -= (ref & mask).sum() / (ref.sum() * on.size)
+    return v
+
+
+def effective_core(problem: Problem, core: np.ndarray) -> np.ndarray:
+    """E @ core (the effective coordinates), the centring of log a_j applied in O(J) rather than through E."""
+    lay = problem.layout
+    eff = problem.spec.effective_map(centred=False) @ core
+    on = centring(problem.spec)
+    if on is not None:
+        eff[lay.eff_block(DISC).start + on] -= core[lay.block(DISC).start + on].mean()
+    return eff
+
+
+@dataclass(frozen=True)
+class RatingMap:
+    """A rating linearised in the raw core: ``jacobian = coef @ basis`` (M × n_core), kept factored.
+
+    ``basis`` holds few sparse rows (θ, the reference's length coefficient, its mean log a_r) so the rating's
+    covariance is coef · Cov(basis) · coefᵀ, one small row covariance whether the fit is dense or judge-blocked.
+    """
+
+    coef: np.ndarray  # (M, b)
+    basis: sp.csr_matrix  # (b, n_core)
+
+    def covariance(self, cov_core: np.ndarray | BlockCovariance) -> np.ndarray:
+        out = self.coef @ row_covariance(cov_core, self.basis).dense() @ self.coef.T
+        return 0.5 * (out + out.T)
+
+
 def reference_map(
     problem: Problem, core: np.ndarray, reference: frozenset[str], clip: float | None
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """(φ, J): the reference rating of every model and its Jacobian with respect to the raw core.
+) -> tuple[np.ndarray, RatingMap | None]:
+    """(φ, its linear map): the reference rating of every model and its Jacobian with respect to the raw core.
 
-    Linear in θ and β_r, divided by a_r = exp(mean L_r) (the reference's discrimination).  J is None
+    Linear in θ and β_r, divided by a_r = exp(mean L_r) (the reference's discrimination).  The map is None
     when the reference has no length term of its own (no reference, or no lengths in its verdicts): φ = θ.
     """
     lay, spec = problem.layout, problem.spec
     m = lay.n_models
     theta = core[lay.theta]
-    ref = np.flatnonzero([judge in reference for judge in problem.data.judges])
-    if spec.tied is None or not spec.tied[LEN].any() or ref.size == 0:
+    if spec.tied is None or not spec.tied[LEN].any() or not reference_mask(problem, reference).any():
         return theta.copy(), None
-    jac = np.zeros((m, lay.n_core))
-    jac[np.arange(m), np.arange(m)] = 1.0
     xbar = typical_length(problem.data, clip)
     v_beta = np.zeros(lay.n_core)
     v_beta[lay.glob(LEN)] = 1.0 / spec.x_scale
-    E = spec.effective_map()
-    v_disc = np.asarray(E[lay.eff_block(DISC).start + ref].mean(axis=0)).ravel()
+    v_disc = discrimination_row(problem, reference)
     beta, a = float(v_beta @ core), float(np.exp(v_disc @ core))
     phi = theta + beta / a * xbar
-    jac += np.outer(xbar / a, v_beta) - np.outer(xbar * beta / a, v_disc)
-    return phi, jac
+    basis = sp.vstack([sp.eye(m, lay.n_core, format="csr"), sp.csr_matrix(v_beta), sp.csr_matrix(v_disc)]).tocsr()
+    coef = np.hstack([np.eye(m), (xbar / a)[:, None], -(xbar * beta / a)[:, None]])
+    return phi, RatingMap(coef, basis)
 
 
 def with_rating(
-    fit: FitResult, rating: np.ndarray, jac: np.ndarray, n_battles: np.ndarray, draws: int, seed: int
+    fit: FitResult, rating: np.ndarray, jac: RatingMap, n_battles: np.ndarray, draws: int, seed: int
 ) -> FitResult:
     """``fit`` with θ replaced by another linear(ised) function of the core: centred rating, covariance, CIs,
     top-k probabilities recomputed; ``n_battles`` as given (the judges' battles only)."""
-    cov_core = fit.state.cov_core
     m = rating.size
-    cov_u = jac @ cov_core @ jac.T
-    cov_u = 0.5 * (cov_u + cov_u.T)
+    cov_u = jac.covariance(fit.state.cov_core)
     component = fit.component
     split = component if component.size and component.max() > 0 else None
     proj = centring_matrix(component, m)  # θ is centred within each comparison component
@@ -234,6 +334,7 @@ def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> 
     lay, spec = problem.layout, problem.spec
     core, cov = fit.state.core, fit.state.cov_core
     out: dict[str, dict[str, Any]] = {}
+    rows: dict[str, np.ndarray] = {}
     for effect, t in GATED.items():
         if spec.tied is None or not spec.tied[t].any():
             out[effect] = {
@@ -243,27 +344,30 @@ def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> 
                 "source": "no data of the reference for this effect: its effect is taken as zero",
             }
             continue
-        v = np.zeros(lay.n_core)
-        v[lay.glob(t)] = 1.0 / spec.x_scale if t == LEN else 1.0
-        est, sd = float(v @ core), float(np.sqrt(max(v @ cov @ v, 0.0)))
-        out[effect] = {
-            "estimate": est,
-            "ci_low": est - Z95 * sd,
-            "ci_high": est + Z95 * sd,
-            "source": "estimated from the reference's verdicts",
-        }
-    ref = np.flatnonzero([judge in reference for judge in problem.data.judges])
-    if ref.size:
-        E = spec.effective_map()
-        v = np.asarray(E[lay.eff_block(DISC).start + ref].mean(axis=0)).ravel()
-        est, sd = float(v @ core), float(np.sqrt(max(v @ cov @ v, 0.0)))
-        out["discrimination"] = {
-            "estimate": float(np.exp(est)),
-            "ci_low": float(np.exp(est - Z95 * sd)),
-            "ci_high": float(np.exp(est + Z95 * sd)),
-            "source": "the reference's scale on quality differences (a_r)",
-        }
-    return out
+        rows[effect] = np.zeros(lay.n_core)
+        rows[effect][lay.glob(t)] = 1.0 / spec.x_scale if t == LEN else 1.0
+    if reference_mask(problem, reference).any():
+        rows["discrimination"] = discrimination_row(problem, reference)
+    if not rows:
+        return out
+    sds = np.sqrt(np.clip(row_covariance(cov, sp.csr_matrix(np.array(list(rows.values())))).diagonal(), 0.0, None))
+    for (effect, v), sd in zip(rows.items(), sds, strict=True):
+        est = float(v @ core)
+        if effect == "discrimination":
+            out[effect] = {
+                "estimate": float(np.exp(est)),
+                "ci_low": float(np.exp(est - Z95 * sd)),
+                "ci_high": float(np.exp(est + Z95 * sd)),
+                "source": "the reference's scale on quality differences (a_r)",
+            }
+        else:
+            out[effect] = {
+                "estimate": est,
+                "ci_low": est - Z95 * float(sd),
+                "ci_high": est + Z95 * float(sd),
+                "source": "estimated from the reference's verdicts",
+            }
+    return {effect: out[effect] for effect in (*GATED, "discrimination") if effect in out}
 
 
 def reference_length_supported(own: dict[str, Any], level: float) -> bool:
@@ -294,7 +398,7 @@ def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -
             continue
         judges, rows, _ = excess_vectors(problem, t, reference)
         est = rows @ core
-        sd = np.sqrt(np.clip(np.einsum("ij,jk,ik->i", rows, cov, rows), 0.0, None))
+        sd = np.sqrt(np.clip(row_covariance(cov, rows).diagonal(), 0.0, None))
         for j, e, s in zip(judges, est, sd, strict=True):
             updates.append(
                 (
@@ -307,7 +411,7 @@ def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -
                     "excess over the reference (the judge's bias relative to it)",
                 )
             )
-        ref = np.array([judge in reference for judge in problem.data.judges])
+        ref = reference_mask(problem, reference)
         for j in np.flatnonzero((problem.spec.tied[t] > 0) & ~ref):
             updates.append(
                 (problem.data.judges[j], effect, 0.0, 0.0, 0.0, False, "tied to the reference: no excess corrected")
@@ -356,7 +460,7 @@ def anchor_agreement(problem: Problem, fit: FitResult, naive: FitResult, correct
         return []
     r = data.judges.index(ANCHOR_JUDGE)
     pairs = data.pairs.take(np.flatnonzero((data.pairs.j == r) & (data.pairs.a != data.pairs.b)))
-    eff = spec.effective_map() @ fit.state.core
+    eff = effective_core(problem, fit.state.core)
     theta = eff[lay.theta]
     xs = pairs.x / spec.x_scale
     block = [eff[lay.eff_block(t)] for t in (POS, LEN, DISC)]
@@ -415,7 +519,7 @@ def unidentified_effects(
             continue  # zero reference for this effect: judged as without a reference
         judges, rows, unit = excess_vectors(problem, t, reference)
         _, sd_dev = prior_sd_of_effect(problem, t)
-        post = np.einsum("ij,jk,ik->i", rows, cov, rows) / unit**2
+        post = row_covariance(cov, rows).diagonal() / unit**2
         for j, v in zip(judges, post, strict=True):
             pair = (problem.data.judges[j], effect)
             if v >= VARIANCE_SHRINK * sd_dev**2 and pair not in already_off:
@@ -485,13 +589,9 @@ def fit_with_reference(
         raise InputError("--reference/--anchors: an ordinal-only board (grades, no battles) has no pairwise bias")
     naive = fit_naive(judge_data, config=naive_config)
     notes: list[str] = []
-    if reference.kind == "judges":
-        missing = sorted(set(reference.judges) - set(judge_data.judges))
-        if missing:
-            known = ", ".join(judge_data.judges[:10]) + (", ..." if len(judge_data.judges) > 10 else "")
-            raise InputError(f"--reference: no battles by judge(s) {', '.join(missing)} in the input (judges: {known})")
-        if set(reference.judges) == set(judge_data.judges):
-            raise InputError("--reference: every judge of the input is a reference judge; nothing to correct")
+    raters = reference.resolve(judge_data.judges)
+    if reference.kind == "judges" and raters == set(judge_data.judges):
+        raise InputError("--reference: every judge of the input is a reference judge; nothing to correct")
     data = judge_data
     k = 0
     if reference.kind == "anchors":
@@ -507,19 +607,13 @@ def fit_with_reference(
             raise InputError("--anchors: no anchor compares two models that appear in the battles")
         data = build_dataset([*cells, anchor_cells.to_arrow()], score_cells, judge_pool=config.judge_pool)
     elif reference.kind == "judges":
-        j = np.array([name in reference.raters for name in data.judges])
+        j = np.fromiter((name in raters for name in data.judges), bool, len(data.judges))
         k = int(data.pairs.n[j[data.pairs.j]].sum())
-    raters = reference.raters
     config = replace(config, reference=raters)
     n_battles = naive.n_battles
 
     def board(cfg: ModelConfig) -> tuple[Problem, FitResult]:
         problem = bias_aware_problem(data, cfg)
-        if raters and problem.spec.judge_blocks:
-            raise InputError(
-                "--reference: not supported yet with the judge-blocked solver (>= 256 judges, or "
-                "judge_solver='blocked'): the gate needs the judges' joint covariance; pool the judges"
-            )
         fit = fit_bias_aware(data, config=cfg, naive=naive)
         return problem, fit
 
@@ -597,6 +691,7 @@ def fit_with_reference(
         k=k,
         notes=notes,
         agreement=anchor_agreement(problem_pub, corrected_fit, naive, corrected) if reference.kind == "anchors" else [],
+        n_raters=len(raters),
     )
 
 

@@ -474,7 +474,7 @@ def laplace_covariance(solution: Solution) -> np.ndarray | BlockCovariance:
         factor = solution.factor if solution.factor is not None else ArrowFactor.build(ev.H, free)
         if factor is None:
             raise np.linalg.LinAlgError("the Hessian at the optimum is not positive definite")
-        return factor.covariance()
+        return replace(factor.covariance(), factor=factor)  # the factor: joint covariances on demand
     factor, _ = _schur_factor(ev.H[np.ix_(free, free)], ev.B[free], ev.H_diag, 0.0)
     n = ev.H.shape[0]
     cov = np.zeros((n, n))

@@ -1,0 +1,225 @@
+"""``--reference`` with the judge-blocked solver (issue 11: arena logs name each voter as a judge).
+
+The gate, the relative bias table and the reference rating need covariances across judges; the blocked
+solver has no dense covariance, so they come from its factorisation (``arrowhead.row_covariance``).  They
+must equal the dense path's on a case both solvers run, stay O(J) in memory, and work end to end on a
+refresh whose reference is a pool of voters named by a pattern.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import scipy.sparse as sp
+import scipy.stats  # noqa: F401  (imported before tracing: the gate imports it on first use)
+from biasboard.ranking.arrowhead import row_covariance
+from biasboard.ranking.config import ModelConfig
+from biasboard.ranking.data import build_dataset
+from biasboard.ranking.fit import fit_bias_aware, solve_bias_aware
+from biasboard.ranking.gate import excess_vectors, run_gate, wald_group
+from biasboard.ranking.problem import bias_aware_problem
+from biasboard.ranking.reference import (
+    Reference,
+    discrimination_row,
+    fit_with_reference,
+    own_effects,
+    reference_map,
+    relative_bias,
+    unidentified_effects,
+    with_rating,
+)
+from biasboard.schemas.errors import InputError
+from biasboard.simulate import SimulationConfig, simulate_days
+from biasboard.transforms.cells import partial_cells
+
+from tests.test_reference import FAMILIES, simulated
+
+REL = 1e-8
+
+
+def _close(x: np.ndarray, y: np.ndarray, rel: float = REL) -> bool:
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    assert np.array_equal(np.isnan(x), np.isnan(y))
+    ok = ~np.isnan(x)
+    return bool(np.all(np.abs(x[ok] - y[ok]) <= rel * np.maximum(1.0, np.abs(x[ok]))))
+
+
+@pytest.fixture(scope="module")
+def humans_and_llms():
+    cells, params = simulated(seed=61, judges=6, human_judges=2, battles=8000, models=10)
+    humans = [n for n, h in zip(params.judge_names, params.judge_human, strict=True) if h]
+    return cells, humans
+
+
+def test_reference_with_the_blocked_solver_equals_the_dense_path(humans_and_llms):
+    cells, humans = humans_and_llms
+    fits = {
+        s: fit_with_reference(cells, reference=Reference("judges", (humans[0],)), config=ModelConfig(judge_solver=s))
+        for s in ("dense", "blocked")
+    }
+    d, b = fits["dense"], fits["blocked"]
+    gd, gb = d.gate.decisions, b.gate.decisions
+    # Gate decisions identical; the evidence behind them equal to 1e-8.
+    assert gd.select("judge", "effect", "enabled", "group_df").equals(
+        gb.select("judge", "effect", "enabled", "group_df")
+    )
+    assert gd["enabled"].any() and not gd["enabled"].all()  # both outcomes occur in this case
+    for col in ("excess", "se", "z", "gain_nats", "group_chi2", "group_p", "group_p_holm"):
+        assert _close(gd[col].to_numpy(), gb[col].to_numpy()), col
+    assert d.config.disabled == b.config.disabled and d.unidentified == b.unidentified
+    # The published (reference-relative) bias table and the reference rating.
+    assert d.bias.select("judge", "effect", "enabled", "identified", "note").equals(
+        b.bias.select("judge", "effect", "enabled", "identified", "note")
+    )
+    for col in ("estimate", "ci_low", "ci_high"):
+        assert _close(d.bias[col].to_numpy(), b.bias[col].to_numpy()), col
+    for board in ("corrected", "all_on"):
+        for name in ("rating", "se", "ci_low", "ci_high", "p_top_k"):
+            assert _close(getattr(getattr(d, board), name), getattr(getattr(b, board), name)), (board, name)
+    for effect, own in d.own_effects.items():
+        for key in ("estimate", "ci_low", "ci_high"):
+            if own[key] is not None:
+                assert _close(own[key], b.own_effects[effect][key]), (effect, key)
+
+
+def test_row_covariance_is_the_inverse_hessian(humans_and_llms):
+    """The blocked row covariance against Σ built column by column from the factor's own solves: the
+    judges' excesses (two groups: tied to the reference, and a whole effect), the reference's mean log a_r
+    (through the centring constraint), globals and θ."""
+    cells, humans = humans_and_llms
+    data = build_dataset(cells)
+    reference = frozenset({humans[0]})
+    config = ModelConfig(judge_solver="blocked", reference=reference)
+    problem = bias_aware_problem(data, config)
+    solution = solve_bias_aware(problem, config)
+    factor = solution.factor
+    assert factor is not None and len(factor.U)  # the centring of log a_j: a Woodbury constraint
+    n = problem.layout.n_core
+    sigma = np.array([factor.full_solve(e) for e in np.eye(n)])
+    sigma = 0.5 * (sigma + sigma.T)
+    for t in (0, 1, 2):  # position and length tied to the reference; affinity (humans have none): whole effect
+        _, rows, _ = excess_vectors(problem, t, reference)
+        want = (rows @ (rows @ sigma).T).astype(float)
+        got = row_covariance(factor, rows)
+        assert np.max(np.abs(got.dense() - want)) < 1e-10 * np.abs(want).max()
+        assert np.max(np.abs(got.diagonal() - np.diag(want))) < 1e-10 * np.abs(want).max()
+        d = rows @ solution.core
+        w_blocked, df = got.wald(d)
+        w_dense, df_dense = wald_group(d, want)
+        assert df == df_dense and abs(w_blocked - w_dense) < 1e-8 * w_dense
+    mixed = sp.vstack(
+        [sp.eye(12, n, format="csr"), sp.csr_matrix(discrimination_row(problem, reference)), rows]
+    ).tocsr()
+    want = mixed @ (mixed @ sigma).T
+    assert np.max(np.abs(row_covariance(factor, mixed).dense() - want)) < 1e-10 * np.abs(want).max()
+
+
+def _reference_steps(problem, fit, reference: frozenset[str], k: int) -> None:
+    """What a reference fit does beyond the fits themselves: gate, identified-only check, relative bias
+    table, reference rating and the reference's own effects."""
+    gate = run_gate(problem, fit, reference, k)
+    unidentified_effects(problem, fit, reference, frozenset(gate.disabled))
+    relative_bias(problem, fit, reference)
+    phi, jac = reference_map(problem, fit.state.core, reference, 1.5)
+    assert jac is not None
+    with_rating(fit, phi, jac, fit.n_battles, 200, 0)
+    own_effects(problem, fit, reference)
+
+
+def _split_voters(battles, voters: int, rng: np.random.Generator):
+    """Each human-pool battle re-labelled as cast by one of ``voters`` voters of its pool (``pool/vK``)."""
+    frame = pl.from_arrow(battles)
+    voter = pl.Series(rng.integers(0, voters, frame.height)).cast(pl.String)
+    human = pl.col("judge").str.starts_with("human-pool")
+    return frame.with_columns(
+        pl.when(human).then(pl.col("judge") + "/v" + voter).otherwise(pl.col("judge")).alias("judge")
+    ).to_arrow()
+
+
+def _voters(n: int, seed: int = 3):
+    """Cells of two LLM judges and one human pool split into ``n`` voters (``human-pool-1/vK``)."""
+    rng = np.random.default_rng(seed)
+    config = SimulationConfig(battles=12 * n, models=8, judges=3, human_judges=1, days=1, seed=seed)
+    return build_dataset(
+        [partial_cells(_split_voters(battles, n, rng), FAMILIES).cells for _, battles, _ in simulate_days(config)]
+    )
+
+
+def _reference_peak(n: int) -> tuple[int, int]:
+    data = _voters(n)
+    llms = frozenset(j for j in data.judges if "/" not in j)
+    reference = frozenset(j for j in data.judges if j.startswith("human-pool-1/"))
+    config = ModelConfig(reference=reference, profile=False, judge_solver="blocked")
+    problem = bias_aware_problem(data, config)
+    fit = fit_bias_aware(data, config=config)
+    tracemalloc.start()
+    try:
+        _reference_steps(problem, fit, reference, 1000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(llms) == 2
+    return len(data.judges), peak
+
+
+def test_reference_steps_memory_is_linear_in_the_judges():
+    """The reference's own steps on a voter fit, 1,000 → 4,000 voter-judges: the traced peak grows ~4x (a
+    J × J matrix would grow 16x, and at 4,000 judges one alone is 128 MB)."""
+    (j_small, small), (j_large, large) = _reference_peak(1000), _reference_peak(4000)
+    assert j_large > 3.5 * j_small
+    assert large < 6 * small, (small, large)
+    assert large < j_large**2 * 8 / 4, large
+
+
+def test_reference_patterns_select_voters():
+    judges = ("gpt-judge", "human-pool-1/v0", "human-pool-1/v1", "human-pool-2/v0")
+    ref = Reference.parse("human-pool-1/*", False)
+    assert ref.kind == "judges" and ref.has_patterns
+    assert ref.resolve(judges) == {"human-pool-1/v0", "human-pool-1/v1"}
+    assert Reference.parse("human-pool-1/*,gpt-judge", False).resolve(judges) == {
+        "gpt-judge",
+        "human-pool-1/v0",
+        "human-pool-1/v1",
+    }
+    with pytest.raises(InputError, match="no judge matches human-pool-3/"):
+        Reference.parse("human-pool-3/*", False).resolve(judges)
+    assert "3 judges" in ref.describe(3)
+
+
+def test_refresh_with_a_voter_pool_as_reference(tmp_path):
+    """End to end: a log whose human pools are split into voters (≥ 256 judges: the blocked solver), refreshed
+    with ``--reference 'human-pool-1/*'``: the gate decides over the other pool's voters and the LLM judges."""
+    from biasboard.pipelines.refresh import RefreshOptions, refresh
+    from biasboard.simulate import write_simulation
+
+    voters = 160
+
+    def relabel(day, chunk, battles):
+        return _split_voters(battles, voters, np.random.default_rng(chunk + 17 * day.toordinal()))
+
+    config = SimulationConfig(battles=12_000, models=8, judges=5, human_judges=2, days=2, seed=5)
+    sim = write_simulation(config, tmp_path / "sim", relabel=relabel)
+    options = RefreshOptions(audit=False, diagnostics="off", reference="human-pool-1/*")
+    outcome = refresh(
+        str(sim / "battles" / "day=*" / "*.parquet"), str(tmp_path / "st"), str(tmp_path / "o"), [], options
+    )
+    reference = outcome.summary.reference
+    assert reference is not None and reference.gate is not None
+    judges = {row["judge"] for row in reference.gate.decisions}
+    n_reference = int(re.search(r"\((\d+) judges, pooled", reference.description).group(1))
+    assert n_reference > 100 and len(judges) > 100 + 3  # the other pool's voters and the three LLM judges
+    assert n_reference + len(judges) >= 256  # the judge-blocked solver
+    assert not any(j.startswith("human-pool-1/") for j in judges)
+    assert reference.own_effects["length"]["ci_low"] is not None
+    snapshot = Path(outcome.published.path) if outcome.published is not None else None
+    assert snapshot is not None
+    bias = pl.read_parquet(snapshot / "bias.parquet")
+    assert bias.filter(pl.col("note") == "excess over the reference (the judge's bias relative to it)").height
+    summary = json.loads((snapshot / "summary.json").read_text())
+    assert summary["reference"]["kind"] == "judges" and summary["reference"]["judges"] == ["human-pool-1/*"]
