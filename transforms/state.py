@@ -6,7 +6,8 @@ Layout (``STATE`` may be local or ``gs://``)::
     STATE/cells/day=YYYY-MM-DD/score_cells.parquet        (only when scores were given)
     STATE/deadletters/day=YYYY-MM-DD/dead_letters.parquet
     STATE/deadletters/day=YYYY-MM-DD/score_dead_letters.parquet
-    STATE/manifests/day=YYYY-MM-DD.json                  inputs + fingerprints, counts, files
+    STATE/manifests/day=YYYY-MM-DD.json                  inputs + fingerprints, counts, files + their sha256
+    STATE/merged/manifest.json + pair_cells-<id>.parquet  cache: the merged cells of the oldest days
 
 The manifest is the commit marker of a day: readers only trust days that have
 one.  Rewriting a day (:func:`write_day`) writes every file under a temporary
@@ -16,10 +17,16 @@ finally writes the new manifest the same way.  A crash at any point leaves
 either the old day intact or a day without a manifest (re-done by the next
 run) — never a half-new day that readers trust.  Re-aggregating a day
 therefore replaces its partition; it never adds to it.
+
+The merged-cells cache (:func:`load_cells` with ``cache``) is derived data:
+its manifest lists the days it covers with a hash of each day's manifest, so
+rewriting or deleting an older day invalidates it, and deleting ``merged/``
+only costs the next refresh a full merge.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import uuid
@@ -122,16 +129,19 @@ def write_day(
     for name, table in tables.items():
         folder = deadletters_dir(state_dir, day) if "dead_letters" in name else cells_dir(state_dir, day)
         targets[_join(folder, name)] = table
-    temps = {}
+    temps, hashes = {}, {}
     for final, table in targets.items():
         temp = _temp_name(final)
-        _write_bytes(temp, _parquet_bytes(table))
+        data = _parquet_bytes(table)
+        _write_bytes(temp, data)
         temps[final] = temp
+        hashes[_relative(state_dir, final)] = hashlib.sha256(data).hexdigest()
     manifest = {
         **manifest,
         "day": day,
         "version": MANIFEST_VERSION,
-        "files": sorted(_relative(state_dir, p) for p in targets),
+        "files": sorted(hashes),
+        "sha256": hashes,  # so the manifest changes whenever a file does (the merged-cells cache's key)
     }
     manifest_file = manifest_path(state_dir, day)
     manifest_temp = _temp_name(manifest_file)
@@ -200,6 +210,14 @@ def _read_table(path: str, schema: pa.Schema | None = None) -> pa.Table:
     return table.cast(schema) if schema is not None else table
 
 
+def _day_table(state_dir: str, day: str, manifest: dict, name: str, schema: pa.Schema | None) -> pa.Table | None:
+    """Day ``day``'s stored ``name`` table, or None when its committed manifest names no such file."""
+    folder = deadletters_dir(state_dir, day) if "dead_letters" in name else cells_dir(state_dir, day)
+    if _relative(state_dir, _join(folder, name)) not in manifest.get("files", []):
+        return None
+    return _read_table(_join(folder, name), schema)
+
+
 def _tables(state_dir: str, name: str, schema: pa.Schema | None, days: Iterable[str] | None) -> Iterator[pa.Table]:
     """Each selected day's stored ``name`` table, in day order, read one at a time."""
     selected = list_state_days(state_dir) if days is None else sorted(set(days))
@@ -207,9 +225,9 @@ def _tables(state_dir: str, name: str, schema: pa.Schema | None, days: Iterable[
         manifest = read_day_manifest(state_dir, day)
         if manifest is None:
             raise StateError(f"{state_dir}: day {day} has no committed partition (no manifest)")
-        folder = deadletters_dir(state_dir, day) if "dead_letters" in name else cells_dir(state_dir, day)
-        if _relative(state_dir, _join(folder, name)) in manifest.get("files", []):
-            yield _read_table(_join(folder, name), schema)
+        table = _day_table(state_dir, day, manifest, name, schema)
+        if table is not None:
+            yield table
 
 
 def _load(state_dir: str, name: str, schema: pa.Schema | None, days: Iterable[str] | None) -> list[pa.Table]:
@@ -218,29 +236,116 @@ def _load(state_dir: str, name: str, schema: pa.Schema | None, days: Iterable[st
 
 #: Day tables' rows read before they are merged into the running total (see :func:`load_cells`).
 MERGE_EVERY_ROWS = 1_000_000
+#: The merged-cells cache: the running total of :func:`load_cells`'s fold at its last merge point.
+MERGED_DIR = "merged"
+MERGED_MANIFEST = "manifest.json"
+MERGED_VERSION = 1
 
 
-def load_cells(state_dir: str, days: Iterable[str] | None = None, dictionary: bool = False) -> pa.Table:
+def merged_manifest_path(state_dir: str) -> str:
+    return _join(state_dir, MERGED_DIR, MERGED_MANIFEST)
+
+
+def _day_key(manifest: dict) -> str:
+    """A day's identity in the cache: the hash of its manifest, which names its files' hashes (:func:`write_day`)."""
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+
+
+def _cached_fold(state_dir: str, keys: list[tuple[str, str]]) -> tuple[pa.Table | None, int]:
+    """The cached running total and how many of ``keys`` (sorted (day, key)) it covers; (None, 0) on a miss.
+
+    A hit needs the cache's days to be exactly the first days of ``keys``, each
+    with the same key: a changed, removed or inserted older day, another
+    :data:`MERGE_EVERY_ROWS` or an unreadable cache falls back to the full merge.
+    """
+    path = merged_manifest_path(state_dir)
+    if not _exists(path):
+        return None, 0
+    try:
+        cache = json.loads(storage.read_text(path))
+    except Exception:
+        return None, 0
+    covered = [tuple(entry) for entry in cache.get("days", [])]
+    if (
+        cache.get("version") != MERGED_VERSION
+        or cache.get("merge_every_rows") != MERGE_EVERY_ROWS
+        or not covered
+        or covered != keys[: len(covered)]
+    ):
+        return None, 0
+    try:
+        table = _read_table(_join(state_dir, cache["file"]), PAIR_CELLS_SCHEMA)
+    except (StateError, KeyError):
+        return None, 0
+    return (table, len(covered)) if table.num_rows == cache.get("rows") else (None, 0)
+
+
+def _write_fold(state_dir: str, table: pa.Table, keys: list[tuple[str, str]]) -> None:
+    """Store the running total after ``keys``' days: data file under a fresh name, then the manifest naming it.
+
+    The manifest is replaced atomically and is the commit marker: a crash
+    leaves either the old cache or the new one (plus an orphan file, deleted
+    by the next write), never a manifest naming a half-written file.
+    """
+    folder = _join(state_dir, MERGED_DIR)
+    name = f"pair_cells-{uuid.uuid4().hex}.parquet"
+    _write_bytes(_join(folder, name), _parquet_bytes(table))
+    manifest = {
+        "version": MERGED_VERSION,
+        "merge_every_rows": MERGE_EVERY_ROWS,
+        "file": f"{MERGED_DIR}/{name}",
+        "rows": table.num_rows,
+        "days": [list(k) for k in keys],
+    }
+    storage.atomic_write_text(merged_manifest_path(state_dir), json.dumps(manifest, indent=1))
+    stale = [f.path for f in storage.list_files(folder) if f.path.endswith(".parquet") and not f.path.endswith(name)]
+    storage.delete(stale)
+
+
+def load_cells(
+    state_dir: str, days: Iterable[str] | None = None, dictionary: bool = False, cache: bool = False
+) -> pa.Table:
     """All stored pair cells (or those of ``days``), merged into one table by the monoid, in key order.
 
     Days are read in order and folded into a running merge whenever the unmerged
     rows reach :data:`MERGE_EVERY_ROWS` (or the running total's size, if larger),
     so memory is bounded by the merged cells plus a chunk of days, not by the
     history: 61 days of 93k cells each peaked at 3.8 GB when concatenated first
-    (bench/incremental.py).  The chunks depend only on the stored days, so a
-    fresh and an incremental state give the same bits.
+    (bench/incremental.py).  The merge points depend only on the days up to
+    them, so a fresh and an incremental state give the same bits.
+
+    ``cache`` (all days only): start from the running total stored at the last
+    merge point (``STATE/merged/``) when the days it covers are unchanged, and
+    store the new last merge point.  A refresh that appends a day then reads the
+    cached total, the few days after it and the new day — not the history — and
+    the result is the same fold, so the same bits as without the cache.
 
     ``dictionary``: string keys dictionary-encoded (the fit's input; see :func:`merge_cells`).
     """
-    merged: list[pa.Table] = []
+    selected = list_state_days(state_dir) if days is None else sorted(set(days))
+    manifests = {}
+    for day in selected:
+        manifest = read_day_manifest(state_dir, day)
+        if manifest is None:
+            raise StateError(f"{state_dir}: day {day} has no committed partition (no manifest)")
+        manifests[day] = manifest
+    cache = cache and days is None
+    keys = [(day, _day_key(manifests[day])) for day in selected]
+    cached, start = _cached_fold(state_dir, keys) if cache else (None, 0)
+    merged: list[pa.Table] = [] if cached is None else [cached]
     pending: list[pa.Table] = []
-    rows = 0
-    for table in _tables(state_dir, PAIR_CELLS_FILE, PAIR_CELLS_SCHEMA, days):
+    rows, folded = 0, start
+    for index in range(start, len(selected)):
+        table = _day_table(state_dir, selected[index], manifests[selected[index]], PAIR_CELLS_FILE, PAIR_CELLS_SCHEMA)
+        if table is None:
+            continue
         pending.append(table)
         rows += table.num_rows
         if rows >= max(MERGE_EVERY_ROWS, sum(t.num_rows for t in merged)):
             merged = [merge_cells([*merged, *pending], PAIR_CELLS_SCHEMA, sort=False)]
-            pending, rows = [], 0
+            pending, rows, folded = [], 0, index + 1
+    if cache and folded > start:
+        _write_fold(state_dir, merged[0], keys[:folded])
     return merge_cells([*merged, *pending], PAIR_CELLS_SCHEMA, dictionary=dictionary)
 
 
