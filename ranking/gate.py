@@ -24,8 +24,10 @@ K anchors, SE(d) shrinks like 1/√K.  The gate asks, per effect, whether the ex
 
 Per (judge, effect) the table gives the excess, its SE, z, the Wald gain ½z² in nats (the quadratic
 approximation of the log-likelihood gain of freeing that excess alone), and the group's χ², p and Holm p
-that decide.  Memory is O(judges²) per effect, independent of the number of anchors K: the anchors enter
-the fit as cells (at most one per ordered pair, length bin and day), never as a K-long array.
+that decide.  Memory is O(judges²) per effect with the dense solver, and O(judges·n_G) with the
+judge-blocked one (voter-judges: the excesses' covariance is diagonal plus rank n_G, so the Wald form is a
+Woodbury solve; :func:`biasboard.ranking.arrowhead.row_covariance`), independent of the number of anchors K:
+the anchors enter the fit as cells (at most one per ordered pair, length bin and day), never as a K-long array.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ from biasboard.ranking.result import FitResult
 MIN_ANCHORS_FLOOR = 10
 #: The effects the gate decides, with their judge blocks.
 GATED: dict[str, int] = {"position": POS, "length": LEN, "affinity": AFF}
+#: Judges listed per effect in the summary's gate (and per effect among the prior-selected corrections): an
+#: effect of 25,000 voter-judges is decided by one group test, and its evidence per voter is in the bias table.
+LISTED_JUDGES = 50
 #: Default family-wise level of the gate (``--gate-level``).
 DEFAULT_LEVEL = 0.05
 
@@ -76,18 +81,48 @@ class GateResult:
     level: float
 
     def to_json(self) -> dict[str, Any]:
+        """The summary's gate.  An effect decided over more than :data:`LISTED_JUDGES` judges (voter-judges)
+        lists the judges with the largest |z| and one row for the rest (the group's decision is theirs too);
+        every judge's excess, CI and whether it is corrected are in the bias table."""
+        listed = self.listed()
         rows = [
             {key: (None if isinstance(v, float) and not math.isfinite(v) else v) for key, v in row.items()}
-            for row in self.decisions.to_dicts()
+            for row in listed.to_dicts()
         ]
+        method = (
+            "Wald test of each effect's excesses over the reference (all judges jointly, every other "
+            "correction on), Holm-corrected over effects; threshold from the posterior covariance, no margin"
+        )
+        if listed.height < self.decisions.height:
+            method += (
+                f"; {LISTED_JUDGES} judges listed per effect (largest |z|) of {self.decisions.height} (judge, effect) "
+                "decisions: every judge's excess is in the bias table"
+            )
+        names = set(zip(listed["judge"], listed["effect"], strict=True))
         return {
-            "method": "Wald test of each effect's excesses over the reference (all judges jointly, every other "
-            "correction on), Holm-corrected over effects; threshold from the posterior covariance, no margin",
+            "method": method,
             "k": self.k,
             "level": self.level,
             "decisions": rows,
-            "disabled": sorted([list(pair) for pair in self.disabled]),
+            "disabled": sorted([list(pair) for pair in self.disabled if pair in names]),
         }
+
+    def listed(self) -> pl.DataFrame:
+        """The decisions the summary lists: all, or per effect the :data:`LISTED_JUDGES` with the largest |z|
+        and a row ``(N more judges)`` carrying the group's decision for the rest."""
+        parts = []
+        for _, group in self.decisions.group_by("effect", maintain_order=True):
+            if group.height <= LISTED_JUDGES:
+                parts.append(group)
+                continue
+            top = group.with_row_index("_i").sort(pl.col("z").abs().fill_nan(-1.0), descending=True, nulls_last=True)
+            top = top.head(LISTED_JUDGES).sort("_i").drop("_i")
+            rest = group.head(1).with_columns(
+                pl.lit(f"({group.height - LISTED_JUDGES} more judges)").alias("judge"),
+                *(pl.lit(None, dtype=pl.Float64).alias(c) for c in ("excess", "se", "z", "gain_nats")),
+            )
+            parts.append(pl.concat([top, rest]))
+        return pl.concat(parts) if parts else self.decisions
 
 
 def excess_vectors(problem: Problem, t: int, reference: frozenset[str]) -> tuple[np.ndarray, sp.csr_matrix, float]:

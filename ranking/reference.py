@@ -7,7 +7,8 @@ subtracting every length effect removes quality the humans see.  Three reference
   is θ_m.
 * ``anchors`` — trusted verdicts given apart from the battles, fitted as one more rater
   (:data:`ANCHOR_JUDGE`, no family of its own) and not counted in the leaderboard's battles;
-* named judges of the input (e.g. human pools), pooled as one rater.
+* named judges of the input (e.g. human pools), pooled as one rater; a glob pattern names a pool of
+  voter-judges (``human-pool-1/*``, see :class:`Reference`).
 
 With a reference r the model's global position, length and affinity coefficients *are* r's own effects,
 estimated from r's verdicts (``ModelConfig.reference``); every other judge's deviation is its bias, the
@@ -30,6 +31,11 @@ effect the identifiability check reports as prior-selected is not applied to the
 ``apply_unidentified``: with a reference, a judge whose excess the data barely move from its prior; with
 ``none``, an effect whose profile likelihood is flat.  The summary lists each with what applying it would
 change (τ and the largest rank moves).  Pure numpy/polars over the core's fit functions; no Beam.
+
+Every covariance across judges (the gate's joint test, the relative bias table, the reference rating's
+delta method) is a covariance of a few sparse linear functions of the core (:func:`gate.row_covariance`):
+from the dense Laplace covariance, or with the judge-blocked solver (10⁴–10⁶ voter-judges) from the
+fit's block-arrowhead factorisation, which is dropped (:func:`_lean`) once the reference has what it needs.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from biasboard.ranking.fit import centred_draws, fit_bias_aware, fit_naive
 from biasboard.ranking.gate import (
     DEFAULT_LEVEL,
     GATED,
+    LISTED_JUDGES,
     GateResult,
     excess_vectors,
     reference_mask,
@@ -466,9 +473,8 @@ def anchor_agreement(problem: Problem, fit: FitResult, naive: FitResult, correct
     block = [eff[lay.eff_block(t)] for t in (POS, LEN, DISC)]
     dtheta = theta[pairs.a] - theta[pairs.b]
     out = []
-    for j, judge in enumerate(data.judges):
-        if j == r:
-            continue
+    for j in agreement_judges(data, r):
+        judge = data.judges[j]
         a_j = np.exp(block[2][j])
         base = a_j * dtheta
         uncorrected = base + block[0][j] + block[1][j] * xs
@@ -493,6 +499,16 @@ def anchor_agreement(problem: Problem, fit: FitResult, naive: FitResult, correct
             }
         )
     return out
+
+
+def agreement_judges(data: Dataset, anchor: int) -> np.ndarray:
+    """The judges scored against the anchors: every one but the anchors, or with voter-judges the
+    :data:`LISTED_JUDGES` with the most battles (in the input's order)."""
+    others = np.flatnonzero(np.arange(len(data.judges)) != anchor)
+    if others.size <= LISTED_JUDGES:
+        return others
+    battles = np.bincount(data.pairs.j, weights=data.pairs.n, minlength=len(data.judges))[others]
+    return np.sort(others[np.argsort(-battles, kind="stable")[:LISTED_JUDGES]])
 
 
 # --------------------------------------------------------------------------- identified-only
@@ -644,11 +660,17 @@ def fit_with_reference(
     unidentified = unidentified_effects(problem_all, fit_all, raters, frozenset(gated_off))
     off = set(gated_off) if settings.apply_unidentified else gated_off | unidentified
     published_config = replace(config, disabled=frozenset(config.disabled) | frozenset(off))
-    if off:
+    if off:  # every joint covariance of the all-on fit has been taken: its factorisation goes before the next fit
+        fit_all, all_on = _lean(fit_all), _lean(all_on)
         problem_pub, corrected_fit = board(published_config)
         corrected = published_rating(problem_pub, corrected_fit)
     else:
         problem_pub, corrected_fit, corrected = problem_all, fit_all, all_on
+    if raters:
+        corrected = replace(corrected, bias=relative_bias(problem_pub, corrected, raters))
+    effects = own_effects(problem_pub, corrected, raters) if raters else {}
+    # Every joint covariance is taken: the factorisations go before the board that applies the unidentified ones.
+    corrected, corrected_fit, fit_all, all_on = (_lean(f) for f in (corrected, corrected_fit, fit_all, all_on))
     unidentified_report: list[dict[str, Any]] = []
     if unidentified:
         if settings.apply_unidentified:
@@ -658,19 +680,8 @@ def fit_with_reference(
         else:
             applied = all_on
         comparison = compare_boards(corrected, applied)
-        for judge, effect in sorted(unidentified):
-            unidentified_report.append(
-                {
-                    "judge": judge,
-                    "effect": effect,
-                    "applied": settings.apply_unidentified,
-                    "reason": "prior-selected: the data do not identify this correction",
-                    "if_applied": {key: comparison[key] for key in ("kendall_tau", "spearman", "largest_moves")},
-                }
-            )
-    if raters:
-        corrected = replace(corrected, bias=relative_bias(problem_pub, corrected, raters))
-    effects = own_effects(problem_pub, corrected, raters) if raters else {}
+        if_applied = {key: comparison[key] for key in ("kendall_tau", "spearman", "largest_moves")}
+        unidentified_report = _unidentified_report(unidentified, settings.apply_unidentified, if_applied)
     if own_length is not None and own_length["ci_low"] is not None and effects["length"]["ci_low"] is None:
         effects["length"] = {
             **own_length,
@@ -678,6 +689,11 @@ def fit_with_reference(
             "source": "estimated from the reference's verdicts; not distinguishable from zero at "
             f"the gate level {settings.gate_level:g}, so taken as zero",
         }
+    agreement = anchor_agreement(problem_pub, corrected_fit, naive, corrected) if reference.kind == "anchors" else []
+    if reference.kind == "anchors" and len(data.judges) - 1 > LISTED_JUDGES:
+        notes.append(
+            f"agreement with the anchors: the {LISTED_JUDGES} judges with the most battles of {len(data.judges) - 1}"
+        )
     return ReferenceFit(
         reference=reference,
         naive=naive,
@@ -690,9 +706,42 @@ def fit_with_reference(
         all_on_comparison=compare_boards(corrected, all_on),
         k=k,
         notes=notes,
-        agreement=anchor_agreement(problem_pub, corrected_fit, naive, corrected) if reference.kind == "anchors" else [],
+        agreement=agreement,
         n_raters=len(raters),
     )
+
+
+def _unidentified_report(
+    pairs: set[tuple[str, str]], applied: bool, if_applied: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One entry per prior-selected (judge, effect); an effect with more than :data:`LISTED_JUDGES` such judges
+    (voter-judges with a handful of battles each) is one entry naming how many and the first few."""
+    by_effect: dict[str, list[str]] = {}
+    for judge, effect in sorted(pairs):
+        by_effect.setdefault(effect, []).append(judge)
+    out = []
+    for effect, judges in sorted(by_effect.items()):
+        grouped = len(judges) > LISTED_JUDGES
+        for name in [f"{len(judges)} judges ({', '.join(judges[:3])}, ...)"] if grouped else judges:
+            entry: dict[str, Any] = {"judge": name, "effect": effect}
+            if grouped:
+                entry["n_judges"] = len(judges)
+            entry.update(
+                applied=applied,
+                reason="prior-selected: the data do not identify this correction",
+                if_applied=if_applied,
+            )
+            out.append(entry)
+    return sorted(out, key=lambda e: (e["judge"], e["effect"]))
+
+
+def _lean(fit: FitResult) -> FitResult:
+    """``fit`` without the factorisation a judge-blocked covariance keeps (hundreds of MB at 50,000 voter-judges):
+    the reference's joint covariances are taken, and the published result needs only the blocks."""
+    cov = fit.state.cov_core
+    if not isinstance(cov, BlockCovariance) or cov.factor is None:
+        return fit
+    return replace(fit, solver=replace(fit.state, cov_core=replace(cov, factor=None)))
 
 
 def _aligned(values: np.ndarray, models: Sequence[str], target: Sequence[str]) -> np.ndarray:

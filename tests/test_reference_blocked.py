@@ -22,7 +22,7 @@ from biasboard.ranking.arrowhead import row_covariance
 from biasboard.ranking.config import ModelConfig
 from biasboard.ranking.data import build_dataset
 from biasboard.ranking.fit import fit_bias_aware, solve_bias_aware
-from biasboard.ranking.gate import excess_vectors, run_gate, wald_group
+from biasboard.ranking.gate import GATE_COLUMNS, LISTED_JUDGES, GateResult, excess_vectors, run_gate, wald_group
 from biasboard.ranking.problem import bias_aware_problem
 from biasboard.ranking.reference import (
     Reference,
@@ -38,7 +38,7 @@ from biasboard.schemas.errors import InputError
 from biasboard.simulate import SimulationConfig, simulate_days
 from biasboard.transforms.cells import partial_cells
 
-from tests.test_reference import FAMILIES, simulated
+from tests.test_reference import ANCHORS, FAMILIES, anchor_cells, anchor_rows, simulated
 
 REL = 1e-8
 
@@ -86,6 +86,25 @@ def test_reference_with_the_blocked_solver_equals_the_dense_path(humans_and_llms
         for key in ("estimate", "ci_low", "ci_high"):
             if own[key] is not None:
                 assert _close(own[key], b.own_effects[effect][key]), (effect, key)
+
+
+def test_anchors_with_the_blocked_solver_equal_the_dense_path():
+    cells, params = simulated(seed=23, battles=6000, models=8, beta0=1.0, sd_beta=0.0, len_model_sd=0.5)
+    anchors = anchor_cells(anchor_rows(params, 1500, 7))
+    fits = {
+        s: fit_with_reference(cells, reference=ANCHORS, anchor_cells=anchors, config=ModelConfig(judge_solver=s))
+        for s in ("dense", "blocked")
+    }
+    d, b = fits["dense"], fits["blocked"]
+    assert d.gate.decisions.select("judge", "effect", "enabled").equals(
+        b.gate.decisions.select("judge", "effect", "enabled")
+    )
+    for col in ("excess", "se", "group_chi2"):
+        assert _close(d.gate.decisions[col].to_numpy(), b.gate.decisions[col].to_numpy()), col
+    assert _close(d.corrected.ci_low, b.corrected.ci_low) and len(d.agreement) == len(b.agreement) > 0
+    for row_d, row_b in zip(d.agreement, b.agreement, strict=True):
+        assert row_d["judge"] == row_b["judge"]
+        assert _close(row_d["log_loss_uncorrected"], row_b["log_loss_uncorrected"])
 
 
 def test_row_covariance_is_the_inverse_hessian(humans_and_llms):
@@ -177,6 +196,30 @@ def test_reference_steps_memory_is_linear_in_the_judges():
     assert large < j_large**2 * 8 / 4, large
 
 
+def test_the_summary_lists_the_largest_excesses_of_a_large_group():
+    rng = np.random.default_rng(0)
+    n = 3 * LISTED_JUDGES
+    z = rng.normal(size=n)
+    rows = {c: np.ones(n) for c in ("excess", "se", "gain_nats", "group_chi2", "group_p", "group_p_holm")}
+    frame = pl.DataFrame(
+        {"judge": [f"v{i}" for i in range(n)], "effect": ["length"] * n, "enabled": [False] * n, **rows, "z": z}
+    ).with_columns(group_df=pl.lit(n), reason=pl.lit("tied"))
+    small = frame.head(3).with_columns(effect=pl.lit("position"), enabled=pl.lit(True))
+    gate = GateResult(
+        pl.concat([small, frame], how="diagonal").select(list(GATE_COLUMNS)),
+        frozenset((f"v{i}", "length") for i in range(n)),
+        100,
+        0.05,
+    )
+    out = gate.to_json()
+    listed = [r for r in out["decisions"] if r["effect"] == "length"]
+    top = {f"v{i}" for i in np.argsort(-np.abs(z))[:LISTED_JUDGES]}
+    assert {r["judge"] for r in listed[:-1]} == top and listed[-1]["judge"] == f"({n - LISTED_JUDGES} more judges)"
+    assert listed[-1]["excess"] is None and listed[-1]["enabled"] is False
+    assert [r["judge"] for r in out["decisions"] if r["effect"] == "position"] == ["v0", "v1", "v2"]
+    assert {judge for judge, _ in out["disabled"]} == top and "of 153 (judge, effect) decisions" in out["method"]
+
+
 def test_reference_patterns_select_voters():
     judges = ("gpt-judge", "human-pool-1/v0", "human-pool-1/v1", "human-pool-2/v0")
     ref = Reference.parse("human-pool-1/*", False)
@@ -211,15 +254,21 @@ def test_refresh_with_a_voter_pool_as_reference(tmp_path):
     )
     reference = outcome.summary.reference
     assert reference is not None and reference.gate is not None
-    judges = {row["judge"] for row in reference.gate.decisions}
     n_reference = int(re.search(r"\((\d+) judges, pooled", reference.description).group(1))
-    assert n_reference > 100 and len(judges) > 100 + 3  # the other pool's voters and the three LLM judges
-    assert n_reference + len(judges) >= 256  # the judge-blocked solver
-    assert not any(j.startswith("human-pool-1/") for j in judges)
-    assert reference.own_effects["length"]["ci_low"] is not None
     snapshot = Path(outcome.published.path) if outcome.published is not None else None
     assert snapshot is not None
-    bias = pl.read_parquet(snapshot / "bias.parquet")
-    assert bias.filter(pl.col("note") == "excess over the reference (the judge's bias relative to it)").height
+    bias = pl.read_parquet(snapshot / "bias.parquet").filter(pl.col("effect") == "position", pl.col("judge") != "*")
+    others = bias.filter(~pl.col("judge").str.starts_with("human-pool-1/"))
+    assert n_reference > 100 and others.height > 100 + 3  # the other pool's voters and the three LLM judges
+    assert n_reference + others.height >= 256  # the judge-blocked solver
+    # The summary lists the 50 judges with the largest |z| per effect and one row for the rest.
+    rows = [row for row in reference.gate.decisions if row["effect"] == "position"]
+    assert len(rows) == LISTED_JUDGES + 1 and not any(r["judge"].startswith("human-pool-1/") for r in rows)
+    rest = int(re.fullmatch(r"\((\d+) more judges\)", rows[-1]["judge"]).group(1))
+    assert rest + LISTED_JUDGES == others.height and rows[-1]["enabled"] == rows[0]["enabled"]
+    assert reference.own_effects["length"]["ci_low"] is not None
+    excess = "excess over the reference (the judge's bias relative to it)"
+    tied = "tied to the reference: no excess corrected"
+    assert set(others["note"]) <= {excess, tied}  # every judge of the group, listed or not
     summary = json.loads((snapshot / "summary.json").read_text())
     assert summary["reference"]["kind"] == "judges" and summary["reference"]["judges"] == ["human-pool-1/*"]

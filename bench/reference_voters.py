@@ -1,0 +1,115 @@
+"""Cost of ``--reference`` on voter-judges (issue 11): the refresh's fit with and without a human pool as reference.
+
+The cells are ``bench/fit.py --voters N``'s: simulated battles (default 1M, 100 models, 8 judges of which 2
+human pools), each human pool split into N voters, every voter its own judge (the judge-blocked solver).
+Two fits of the same cells, each in a fresh process, run as ``refresh`` runs them
+(:func:`~biasboard.ranking.reference.fit_with_reference`, profiles off):
+
+- ``none``: no reference (style control): the naive board and the bias-aware one;
+- ``pool``: ``--reference 'human-pool-1/*'``: the first pool's voters are the reference, the gate decides over
+  the other pool's voters and the LLM judges (a fit with every correction on, then the published one; the
+  gate, the relative bias table and the reference rating from the blocked factorisation).
+
+Printed side by side: wall and CPU time, peak RSS, the gate's groups and the size of the summary's reference
+section.  Usage::
+
+    .venv/bin/python bench/reference_voters.py --voters 25000     # issue 11's size (a few minutes)
+    .venv/bin/python bench/reference_voters.py --smoke            # 50k battles, 500 voters per pool
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from benchlib import CHILD_ENV, child_command, peak_rss_mb, run_child
+
+HERE = Path(__file__).resolve().parent
+REFERENCE = "human-pool-1/*"
+
+
+def worker(kind: str, cells_path: Path) -> dict:
+    """One reference fit in this (fresh) process."""
+    from biasboard.ranking import ModelConfig
+    from biasboard.ranking.data import read_cells
+    from biasboard.ranking.reference import Reference, fit_with_reference
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    reference = Reference.parse(REFERENCE if kind == "pool" else "none", False)
+    fit = fit_with_reference(list(read_cells(cells_path)), reference=reference, config=ModelConfig(profile=False))
+    out = {
+        "wall_s": time.perf_counter() - t0,
+        "cpu_s": time.process_time() - c0,
+        "peak_rss_mb": peak_rss_mb(),
+        "judges": int(fit.corrected.bias.filter(fit.corrected.bias["effect"] == "position").height - 1),
+        "summary_bytes": len(json.dumps(fit.summary(), default=str)),
+        "unidentified": sum(e.get("n_judges", 1) for e in fit.unidentified),
+    }
+    if fit.gate is not None:
+        groups = fit.gate.decisions.group_by("effect", maintain_order=True).first()
+        out["raters"] = fit.n_raters
+        out["gate"] = [
+            {k: row[k] for k in ("effect", "enabled", "group_chi2", "group_df", "group_p_holm")}
+            for row in groups.to_dicts()
+        ]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(HERE))
+    import fit as fit_bench  # the voter cells of bench/fit.py --voters
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    fit_bench.add_problem_arguments(parser)
+    parser.add_argument("--voters", type=int, default=25_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=HERE / "out" / "reference_voters")
+    parser.add_argument("--smoke", action="store_true", help="50k battles, 20 models, 4 judges, 500 voters per pool")
+    parser.add_argument("--worker", choices=["none", "pool"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    cells = args.out / "cells_voters.parquet"
+    if args.worker:
+        print(json.dumps(worker(args.worker, cells)))
+        return 0
+    if args.smoke:
+        args.battles, args.models, args.judges, args.days, args.voters = 50_000, 20, 4, 2, 500
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    _, n_cells = fit_bench.simulate_voters(args, args.out)
+    print(
+        f"simulated {args.battles:,} battles, {args.models} models, {args.judges} judges (2 human pools, each split "
+        f"into {args.voters:,} voters): {n_cells:,} voter cells ({time.perf_counter() - t0:.1f} s); "
+        f"BLAS threads per fit process: {CHILD_ENV['OPENBLAS_NUM_THREADS']}"
+    )
+    me = [str(Path(__file__).resolve()), "--out", str(args.out)]
+    rows = {kind: run_child(child_command(*me, "--worker", kind)) for kind in ("none", "pool")}
+    base = rows["none"]
+    print(
+        f"\n{'fit_with_reference (profiles off)':36} {'wall s':>8} {'ratio':>6} {'CPU s':>7} {'ratio':>6} {'RSS MB':>7}"
+    )
+    for kind, label in (("none", "--reference none"), ("pool", f"--reference '{REFERENCE}'")):
+        r = rows[kind]
+        print(
+            f"{label:36} {r['wall_s']:8.2f} {r['wall_s'] / base['wall_s']:5.2f}x {r['cpu_s']:7.2f} "
+            f"{r['cpu_s'] / base['cpu_s']:5.2f}x {r['peak_rss_mb']:7.0f}"
+        )
+    pool = rows["pool"]
+    print(f"\njudges {pool['judges']:,}, of which reference voters {pool['raters']:,}")
+    for group in pool["gate"]:
+        print(
+            f"  gate {group['effect']:9} enabled={group['enabled']!s:5} chi2 {group['group_chi2']:10.1f} on "
+            f"{group['group_df']:6} df, Holm p {group['group_p_holm']:.3g}"
+        )
+    print(f"prior-selected (judge, effect) corrections: {pool['unidentified']:,}")
+    print(
+        f"summary's reference section: {pool['summary_bytes'] / 1e6:.2f} MB "
+        f"(none: {base['summary_bytes'] / 1e6:.2f} MB)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
