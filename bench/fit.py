@@ -6,7 +6,7 @@ time and peak memory of
 
 - our naive BT (ties as half wins) from cells,
 - our bias-aware model with Laplace CIs from cells, and again with the profile-likelihood diagnostics
-  (nine warm-started refits) on top,
+  (nine warm-started profile points) on top,
 - the same with ``--bootstrap`` Poisson-bootstrap replicates,
 - arena-rank's plain ``BradleyTerry`` and its ``ContextualBradleyTerry`` given per-judge position,
   length and affinity columns (``reg=1e-8``, ``normalize_features=False``), on the battles,

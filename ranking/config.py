@@ -77,8 +77,9 @@ class Priors:
 #: block eliminated by a Schur complement — memory O(J + M²), for voter-judges; pair cells only) or
 #: ``auto`` (blocked from :data:`BLOCKED_MIN_JUDGES` judges on when there is no ordinal part).
 JUDGE_SOLVERS: tuple[str, ...] = ("auto", "dense", "blocked")
-#: Profile-likelihood diagnostics: ``full`` (every profile point solved to the fit's tolerance, warm-started
-#: along the profile path: chord steps on reused factorisations, :func:`biasboard.ranking.diagnostics.profile_ranges`),
+#: Profile-likelihood diagnostics: ``full`` (every profile value solved to 1e-10 · |log L|, at most 1e-4 nats,
+#: warm-started along the profile path from the MAP's factorisation:
+#: :func:`biasboard.ranking.diagnostics.profile_ranges`),
 #: ``fast`` (the quadratic (Wald) approximation from one factorisation per effect) or ``off``.
 DIAGNOSTICS: tuple[str, ...] = ("full", "fast", "off")
 BLOCKED_MIN_JUDGES: int = 256

@@ -43,6 +43,26 @@ class Prior:
     precision_diag: np.ndarray
     gauges: tuple[tuple[np.ndarray, float], ...] = ()
 
+    def core_gradient(self, core: np.ndarray) -> np.ndarray:
+        """The prior's part of the objective's gradient over the core (gauges included) at ``core``."""
+        g = self.precision * (core - self.mean)
+        for idx, kappa in self.gauges:
+            g[idx] += kappa * float(core[idx].sum())
+        return g
+
+    def curvature(self, s: np.ndarray, t: np.ndarray) -> float:
+        """sᵀ P s + tᵀ P_δ t: the prior's (constant) second derivative along the step (s over the core, t over
+        the diagonal parameters), gauges included."""
+        q = float(s @ (self.precision * s) + t @ (self.precision_diag * t))
+        return q + sum(kappa * float(s[idx].sum()) ** 2 for idx, kappa in self.gauges)
+
+    def add_hessian(self, H: np.ndarray, H_diag: np.ndarray, sign: float = 1.0) -> None:
+        """Add (``sign`` = −1: remove) the prior's Hessian to a dense core block ``H`` and diagonal ``H_diag``."""
+        H[np.diag_indices_from(H)] += sign * self.precision
+        for idx, kappa in self.gauges:
+            H[np.ix_(idx, idx)] += sign * kappa
+        H_diag += sign * self.precision_diag
+
 
 @dataclass
 class Evaluation:
@@ -110,9 +130,7 @@ class Objective:
         coordinates ``g_eff`` and over the prompts ``g_diag``: mapped to raw coordinates, prior and gauges
         added.  A judge-blocked objective has no prompt part (its ``g_diag`` stays empty)."""
         pr = self.prior
-        g = self._effective_grad(g_eff) + pr.precision * (core - pr.mean)
-        for idx, kappa in pr.gauges:
-            g[idx] += kappa * float(core[idx].sum())
+        g = self._effective_grad(g_eff) + pr.core_gradient(core)
         if self.blocked:
             return g, g_diag
         return g, g_diag + pr.precision_diag * (diag - pr.mean_diag)
@@ -160,11 +178,10 @@ class Objective:
         left = self.ET @ part.H  # (n_core, n_eff)
         H = np.asarray(self.ET @ left.T)
         H = 0.5 * (H + H.T)
-        H[np.diag_indices_from(H)] += pr.precision
-        for idx, kappa in pr.gauges:
-            H[np.ix_(idx, idx)] += kappa
+        H_diag = part.H_diag.copy()
+        pr.add_hessian(H, H_diag)
         B = np.asarray(self.ET @ part.H_cross)
-        return Evaluation(f, -part.f, g, H, g_diag, part.H_diag + pr.precision_diag, B)
+        return Evaluation(f, -part.f, g, H, g_diag, H_diag, B)
 
     def _evaluate_blocked(self, core: np.ndarray, *, derivatives: bool, hessian: bool) -> Evaluation:
         """:meth:`evaluate` with the judge-blocked partials; ``H`` is an :class:`ArrowHessian`."""

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from biasboard.ranking import ModelConfig, diagnostics
 from biasboard.ranking.data import build_dataset
-from biasboard.ranking.diagnostics import _solve_point, profile_ranges
+from biasboard.ranking.diagnostics import _reprior, _solve_point, profile_ranges
 from biasboard.ranking.fit import fit_bias_aware, solve_bias_aware
 from biasboard.ranking.model import AFF, LEN, POS
 from biasboard.ranking.problem import bias_aware_problem
@@ -35,9 +35,10 @@ def _problem(solver: str, seed: int = 7, judges: int = 4):
     ("solver", "seed", "judges"), [("dense", 7, 4), ("dense", 11, 4), ("blocked", 7, 4), ("dense", 3, 6)]
 )
 def test_path_profiles_equal_the_cold_solves(solver, seed, judges):
-    """The warm-started path gives every profile value the cold Newton solves give, to 1e-6 nats.  Seed 3 with 6
-    judges has two local optima at affinity ĉ + Δ (different discriminations, 11 nats apart): a Newton iteration
-    that wanders from the warm start finds the worse one, the cold solve (and so the path) the better one."""
+    """The warm-started path gives every profile value the cold Newton solves give (to the fit's tolerance), within
+    its own tolerance (1e-10 · |log L|, ~1e-7 nats here; 1e-6 asserted).  Seed 3 with 6 judges has two local optima
+    at affinity ĉ + Δ (different discriminations, 11 nats apart): a Newton iteration that wanders from the warm
+    start finds the worse one, the cold solve (and so the path) the better one."""
     problem, solution, config = _problem(solver, seed, judges)
     path = profile_ranges(problem, solution, config)
     cold = profile_ranges(problem, solution, config, cold=True)
@@ -68,6 +69,38 @@ def test_a_point_the_warm_start_cannot_reach_by_descent_is_solved_cold(monkeypat
     for name, info in cold.items():
         np.testing.assert_allclose(path[name]["loglik"], info["loglik"], rtol=0, atol=1e-6, err_msg=name)
         assert path[name]["loglik"][2] == info["loglik"][2], name  # the cold solve itself
+
+
+def test_the_profile_objective_at_the_map_needs_no_pass_over_the_cells():
+    """The MAP's evaluation with the profile's prior swapped in equals the profile objective evaluated there."""
+    problem, solution, _ = _problem("dense")
+    for t in (POS, LEN, AFF):
+        objective = problem.objective(prior=problem.profile_prior(t))
+        got = _reprior(solution.evaluation, problem.prior, objective.prior, solution.core, solution.diag)
+        want = objective.evaluate(solution.core, solution.diag)
+        assert got is not None
+        assert got.f == pytest.approx(want.f, rel=1e-12) and got.loglik == want.loglik
+        np.testing.assert_allclose(got.g, want.g, rtol=1e-9, atol=1e-9 * np.abs(want.g).max())
+        np.testing.assert_allclose(got.H, want.H, rtol=1e-9, atol=1e-9 * np.abs(want.H).max())
+        np.testing.assert_allclose(got.H_diag, want.H_diag, rtol=1e-12)
+
+
+def test_the_extrapolated_value_stops_within_the_tolerance():
+    """A point stopped at a loose tolerance: its value (log L there plus the quadratic model's change for the next
+    Newton step) is within that tolerance of the value solved to the fit's tolerance, though log L at the point
+    itself is not."""
+    problem, solution, _ = _problem("dense")
+    t = LEN
+    objective = problem.objective(prior=problem.profile_prior(t))
+    free = np.ones(problem.layout.n_core, bool)
+    free[problem.layout.glob(t)] = False
+    core = diagnostics._profile_start(problem, solution, t, float(solution.core[problem.layout.glob(t)]) + 0.3)
+    exact = _solve_point(objective, core, solution.diag, free, 1e-12)
+    loose = _solve_point(objective, core, solution.diag, free, 1e-3)
+    assert exact is not None and loose is not None
+    at_point = objective.evaluate(loose.core, loose.diag, derivatives=False).loglik
+    assert abs(loose.loglik - exact.loglik) <= 1e-3
+    assert abs(loose.loglik - exact.loglik) < abs(at_point - exact.loglik)
 
 
 @pytest.mark.parametrize("solver", ["dense", "blocked"])
