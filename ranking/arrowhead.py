@@ -18,10 +18,10 @@ never the (KJ)² matrix of the dense path (:mod:`biasboard.ranking.solver`).
 Generic in K = ``layout.n_blocks``; the global effects are ``layout.global_effects`` (blocks, in the order
 of the global coefficients — not the first blocks: the style blocks come after discrimination, tie and
 severity).  An effect switched off (or held fixed) for a judge has no coupling at all, so its entry
-is a 1 × 1 diagonal block.  The factorisation works on the R effects that are coupled for *some* judge
-(A_j restricted to R, R × R: four of six for arena voters, who have no affinity or severity), and in the
-Schur product only on the (judge, effect) rows that are coupled for *that* judge; an effect switched
-off everywhere costs a division.
+is a 1 × 1 diagonal block.  The factorisation works on the R effects that are switched on for *some*
+judge (A_j restricted to R, R × R: five of six with LLM judges beside arena voters, who have no severity;
+a held entry is an identity row in it), and in the Schur product only on the (judge, effect) rows that
+are coupled for *that* judge; an effect switched off everywhere costs a division.
 
 Two couplings reach every judge at once and are kept out of the blocks as rank-one terms, solved by
 Woodbury with two extra block solves: the centring of log a_j (mean over enabled judges fixed at 0, a
@@ -68,7 +68,7 @@ class CrossIndex:
     starts: np.ndarray
     at_a: tuple[np.ndarray, ...]
     at_b: tuple[np.ndarray, ...]
-    _layouts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
+    _layouts: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
         default_factory=dict, repr=False, compare=False
     )
 
@@ -78,8 +78,7 @@ class CrossIndex:
         if not keys:
             empty = np.zeros(0, np.int64)
             return CrossIndex(empty, empty, np.zeros(n_judges + 1, np.int64), (), ())
-        # return_inverse sorts once; a plain np.unique then two searchsorted is ~8x slower here.
-        uniq, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+        uniq, inverse = _unique_inverse(np.concatenate(keys), n_judges * n_models)
         bounds = np.cumsum([0, *(k.size for k in keys)])
         at = [inverse[lo:hi] for lo, hi in itertools.pairwise(bounds.tolist())]
         judge = uniq // n_models
@@ -97,22 +96,38 @@ class CrossIndex:
         n = self.size
         return sp.csr_matrix((np.ones(n), np.arange(n), self.starts), shape=(self.starts.size - 1, n))
 
-    def coupling(self, x: np.ndarray, n_models: int) -> sp.csr_matrix:
-        """Per-entry judge rows ``x`` (entries × k) as the sparse (J·k × M) matrix with row j·k + r holding
-        judge j's row r over the models (the entries sorted by judge, so a permutation of x's items)."""
-        k = x.shape[1]
-        if k not in self._layouts:
-            n_j = np.diff(self.starts)
-            first = self.starts[self.judge]  # each entry's judge's first entry
-            # Item (e, r) of x goes to position first·k + r·n_j + (e − first) of the row-major (j, r, e) order.
-            e = np.arange(self.size)
-            dest = (first * k + (e - first))[:, None] + np.arange(k)[None, :] * n_j[self.judge][:, None]
-            perm = np.empty(self.size * k, np.int64)
-            perm[dest.ravel()] = np.arange(self.size * k)
-            indptr = np.concatenate([[0], np.cumsum(np.repeat(n_j, k))])
-            self._layouts[k] = (perm, self.model[perm // k] if k else perm, indptr)
-        perm, indices, indptr = self._layouts[k]
+    def coupling(self, x: np.ndarray, n_models: int, cols: np.ndarray | None = None) -> sp.csr_matrix:
+        """Per-entry judge rows ``x[:, cols]`` (entries × k; all columns by default) as the sparse (J·k × M)
+        matrix with row j·k + r holding judge j's row r over the models (the entries sorted by judge, so a
+        permutation of x's items, gathered straight from a C-ordered ``x``: no copy of its columns)."""
+        x = np.ascontiguousarray(x)
+        cols = np.arange(x.shape[1]) if cols is None else np.asarray(cols, np.int64)
+        key = (x.shape[1], *cols.tolist())
+        if key not in self._layouts:
+            k = cols.size
+            # Row j·k + r holds judge j's entries starts[j] … starts[j + 1] − 1, each at column cols[r] of x.
+            length = np.repeat(np.diff(self.starts), k)
+            indptr = np.concatenate([[0], np.cumsum(length)])
+            row_of = np.repeat(np.arange(length.size), length)  # the row of each item, in row order
+            src_e = np.arange(indptr[-1]) - indptr[row_of] + self.starts[row_of // k] if k else row_of
+            src_r = cols[row_of % k] if k else row_of
+            self._layouts[key] = (src_e * x.shape[1] + src_r, self.model[src_e], indptr)
+        perm, indices, indptr = self._layouts[key]
         return sp.csr_matrix((x.ravel()[perm], indices, indptr), shape=(indptr.size - 1, n_models))
+
+
+def _unique_inverse(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for integer keys in [0, n_keys): by marking a table of all
+    keys when it is not much bigger than ``keys`` (no sort: ~5x faster at 50k voter-judges), else by sorting."""
+    if n_keys > 4 * keys.size:
+        # return_inverse sorts once; a plain np.unique then two searchsorted is ~8x slower here.
+        return np.unique(keys, return_inverse=True)
+    seen = np.zeros(n_keys, bool)
+    seen[keys] = True
+    uniq = np.flatnonzero(seen)
+    position = np.empty(n_keys, np.int64)
+    position[uniq] = np.arange(uniq.size)
+    return uniq, position[keys]
 
 
 def glob_index(lay: Layout) -> np.ndarray:
@@ -237,38 +252,45 @@ class ArrowHessian:
         return float(np.mean(np.abs(d)))
 
 
-def _mask_columns(C: np.ndarray, mask: np.ndarray, judge: np.ndarray) -> np.ndarray:
-    """C (entries × k) times each entry's judge's ``mask`` row (J × k), gathering only the columns the mask
-    does not keep or drop whole (usually none: an effect is on, or off, for every judge alike)."""
-    out = C.copy()
-    for t in range(C.shape[1]):
-        if not mask[:, t].all():
-            out[:, t] = C[:, t] * mask[judge, t] if mask[:, t].any() else 0.0
-    return out
+def _masked_column(C: np.ndarray, t: int, mask: np.ndarray, judge: np.ndarray) -> np.ndarray | None:
+    """Column t of C (entries × k) times each entry's judge's ``mask[:, t]`` (J × k), gathered only where
+    the mask neither keeps nor drops the column whole (usually: an effect is on, or off, for every judge
+    alike); None when it keeps it whole."""
+    if mask[:, t].all():
+        return None
+    return C[:, t] * mask[judge, t] if mask[:, t].any() else np.zeros(C.shape[0])
 
 
 def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cross: CrossIndex) -> ArrowHessian:
-    """The raw Hessian from judge-blocked partials (effective coordinates), the prior and its gauges."""
+    """The raw Hessian from judge-blocked partials (effective coordinates), the prior and its gauges.
+
+    ``part`` is consumed: its arrays become the Hessian's, masked in place (no copy of the per-entry rows)."""
     lay = spec.layout
     m, n_e = lay.n_models, lay.n_glob
     k, ge = lay.n_blocks, glob_blocks(lay)
     mask = spec.masks.T  # (J, K): where effect t acts (through the global coefficient too)
     dev = deviation_masks(spec)  # (J, K): where the judge's own raw entry acts
-    A = part.A * dev[:, :, None] * dev[:, None, :]
     prec_g, prec_j = split(lay, precision)
-    A[:, np.arange(k), np.arange(k)] += prec_j
-    Xc = _mask_columns(part.C, dev, cross.judge)
     mask_g = mask[:, ge]  # (J, n_glob): where each global coefficient acts
     Xg = part.A[:, :, ge] * dev[:, :, None] * mask_g[:, None, :]
     n_g = prec_g.size
     H = np.zeros((n_g, n_g))
     H[:m, :m] = part.H_theta
-    eff_c = _mask_columns(part.C[:, ge], mask_g, cross.judge)
-    for c in range(n_e):
-        col = np.bincount(cross.model, weights=eff_c[:, c], minlength=m)
+    for c, t in enumerate(ge.tolist()):
+        masked = _masked_column(part.C, t, mask, cross.judge)
+        col = np.bincount(cross.model, weights=part.C[:, t] if masked is None else masked, minlength=m)
         H[:m, m + c] = col
         H[m + c, :m] = col
     H[m : m + n_e, m : m + n_e] = np.einsum("jc,jcd,jd->cd", mask_g, part.A[:, ge[:, None], ge[None, :]], mask_g)
+    A = part.A
+    if not dev.all():
+        A *= dev[:, :, None] * dev[:, None, :]
+    A[:, np.arange(k), np.arange(k)] += prec_j
+    Xc = part.C
+    for t in range(k):
+        masked = _masked_column(Xc, t, dev, cross.judge)
+        if masked is not None:
+            Xc[:, t] = masked
     H[np.diag_indices(n_g)] += prec_g
     position = np.full(lay.n_core, -1)
     position[glob_index(lay)] = np.arange(n_g)
@@ -295,12 +317,13 @@ class ArrowFactor:
     Fixed parameters get identity rows and no coupling, so their step is 0.  ``solve`` has the
     interface of :class:`~biasboard.ranking.solver.NewtonFactor` (no prompt block here).
 
-    Only the effects R coupled for some judge are factorised as blocks (``Linv``: the inverse Cholesky
-    factors of A_j restricted to R); every other judge entry is a diagonal (``diag``).  The couplings to
-    θ are one sparse (J·R × M) matrix (``Xsp``, row j·R + r: judge j's effect r over the models it met),
-    so L_j⁻¹X_j for all judges is one sparse product with the block-diagonal L⁻¹, and Σ_j X_jᵀA_j⁻¹X_j a
-    sparse Gram matrix — O(R·Σ_j n_j²) for judges meeting n_j models; a judge who meets more than
-    M / :data:`DENSE_SHARE` models goes through dense row slices and BLAS instead (O(R·M²) each).
+    Only the effects R switched on for some judge are factorised as blocks (``Ainv``: the inverses of A_j
+    restricted to R, from their Cholesky factors); every other judge entry is a diagonal (``diag``).  The
+    couplings to θ are one sparse (J·R × M) matrix (``Xsp``, row j·R + r: judge j's effect r over the
+    models it met), so A_j⁻¹X_j for all judges is one sparse product with the block-diagonal A⁻¹ (``Y``,
+    reused by the covariance), and Σ_j X_jᵀA_j⁻¹X_j the sparse product XᵀY — O(R·Σ_j n_j²) for judges
+    meeting n_j models; a judge who meets more than M / :data:`DENSE_SHARE` models goes through dense row
+    slices and BLAS instead (O(R·M²) each).
     """
 
     def __init__(self, hess: ArrowHessian, free: np.ndarray, mu: float):
@@ -309,38 +332,41 @@ class ArrowFactor:
         m, n_e = lay.n_models, lay.n_glob
         f_g, f_j = split(lay, free.astype(float))
         cr = hess.cross
-        active = hess.on & (f_j > 0)
-        R = self.R = np.flatnonzero(active.any(axis=0))
+        # The effects switched on for some judge, free or not (a fixed entry gets an identity row in its
+        # block): the same R, and so the same sparse layout, in both phases of a fit.
+        R = self.R = np.flatnonzero(hess.on.any(axis=0))
         # Entries outside the coupled blocks: a diagonal (fixed ones: identity, so their step is 0).
         self.diag = np.einsum("jtt->jt", hess.A) * f_j + np.where(f_j > 0, mu, 1.0)
         rest = np.delete(self.diag, R, axis=1)
         if np.any(rest <= 0) or not np.all(np.isfinite(rest)):
             raise np.linalg.LinAlgError("a judge entry's curvature is not positive")
         fR = f_j[:, R]
-        A = hess.A[:, R[:, None], R[None, :]] * fR[:, :, None] * fR[:, None, :]
+        every = bool(fR.all() and f_g.all())  # nothing fixed (a fit; profiles and the oracle fix some)
+        A = hess.A[:, R[:, None], R[None, :]]
+        if not every:
+            A *= fR[:, :, None] * fR[:, None, :]
         A[:, np.arange(R.size), np.arange(R.size)] += np.where(fR > 0, mu, 1.0)
-        self.Linv = _inverse_cholesky(A)  # raises LinAlgError when a block is not positive definite
-        Xc = hess.Xc[:, R] * (fR[:1] if np.all(fR == fR[:1]) else fR[cr.judge])
-        if not f_g[:m].all():
-            Xc = Xc * f_g[cr.model][:, None]
-        self.Xsp = cr.coupling(Xc, m)
+        linv = _inverse_cholesky(A)  # raises LinAlgError when a block is not positive definite
+        self.Ainv = np.matmul(linv.transpose(0, 2, 1), linv)  # A_j⁻¹ = L_j⁻ᵀL_j⁻¹
+        Xc = hess.Xc  # the coupled columns R are gathered straight into the sparse rows
+        if not every:  # fixed parameters: no coupling
+            Xc = Xc * f_j[cr.judge] * f_g[cr.model][:, None]
+        self.Xsp = cr.coupling(Xc, m, R)
         self.Xsp.eliminate_zeros()  # switched-off rows (a voter's affinity) carry no work
-        self.Xg = hess.Xg[:, R] * fR[:, :, None] * f_g[None, None, m : m + n_e]
+        self.Xg = hess.Xg[:, R] if every else hess.Xg[:, R] * fR[:, :, None] * f_g[None, None, m : m + n_e]
         S = hess.H * f_g[:, None] * f_g[None, :]
         S[np.diag_indices_from(S)] += np.where(f_g > 0, mu, 1.0)
-        L = self._block_lower()
-        V = L @ self.Xsp  # rows of L_j⁻¹X_j (θ part); the globals' part:
-        W = np.matmul(self.Linv, self.Xg).reshape(-1, n_e)
-        S[:m, :m] -= self._gram(V)
-        cross_g = np.asarray(V.T @ W)
+        self.Y = self._block_diagonal() @ self.Xsp  # rows of A_j⁻¹X_j (θ part); the globals' part:
+        self.Yg = np.matmul(self.Ainv, self.Xg).reshape(-1, n_e)
+        S[:m, :m] -= self._gram()
+        cross_g = np.asarray(self.Xsp.T @ self.Yg)
         S[:m, m : m + n_e] -= cross_g
         S[m : m + n_e, :m] -= cross_g.T
-        S[m : m + n_e, m : m + n_e] -= W.T @ W
+        S[m : m + n_e, m : m + n_e] -= self.Xg.reshape(-1, n_e).T @ self.Yg
         self.S = S
         self.factor = sla.cho_factor(S, lower=True, check_finite=False)
         if not np.all(np.isfinite(self.factor[0])):
             raise np.linalg.LinAlgError("Schur complement is not finite")
-        self._L, self._V, self._W = L, V, W
         us = [(u * free, kinv) for u, kinv in hess.low_rank if np.any(u * free)]
         self.U = np.array([u for u, _ in us]).reshape(len(us), lay.n_core)
         self.Z = np.array([self._base_solve(u) for u, _ in us]).reshape(len(us), lay.n_core)
@@ -355,14 +381,12 @@ class ArrowFactor:
         except (np.linalg.LinAlgError, sla.LinAlgError, ValueError):
             return None
 
-    def _block_lower(self) -> sp.csr_matrix:
-        """The block-diagonal L⁻¹ = diag(L_1⁻¹ … L_J⁻¹) as a sparse (J·R × J·R) matrix (lower triangles)."""
-        j_count, k = self.Linv.shape[0], self.R.size
-        rows, cols = np.tril_indices(k)
-        indptr = np.concatenate([[0], np.cumsum(np.tile(np.arange(1, k + 1), j_count))])
-        indices = (np.arange(j_count)[:, None] * k + cols[None, :]).ravel()
-        data = self.Linv[:, rows, cols].ravel()
-        return sp.csr_matrix((data, indices, indptr), shape=(j_count * k, j_count * k))
+    def _block_diagonal(self) -> sp.csr_matrix:
+        """The block-diagonal A⁻¹ = diag(A_1⁻¹ … A_J⁻¹) as a sparse (J·R × J·R) matrix."""
+        j_count, k = self.Ainv.shape[0], self.R.size
+        indptr = np.arange(0, j_count * k * k + 1, k)
+        indices = np.repeat(np.arange(j_count * k).reshape(j_count, 1, k), k, axis=1).ravel()
+        return sp.csr_matrix((self.Ainv.ravel(), indices, indptr), shape=(j_count * k, j_count * k))
 
     def _dense_rows(self) -> np.ndarray:
         """Rows (j·R + r) of the judges who meet more than M / DENSE_SHARE models."""
@@ -370,32 +394,36 @@ class ArrowFactor:
         wide = n_j * DENSE_SHARE > self.lay.n_models
         return np.flatnonzero(np.repeat(wide, self.R.size))
 
-    def _gram(self, V: sp.csr_matrix) -> np.ndarray:
-        """Vᵀ V (M × M): sparse for judges who meet few models, dense BLAS slices for the others."""
+    def _gram(self) -> np.ndarray:
+        """Σ_j X_jᵀA_j⁻¹X_j = XᵀY (M × M, symmetrised): sparse for judges who meet few models, dense BLAS
+        slices for the others."""
+        X, Y, k = self.Xsp, self.Y, self.R.size
+        wide = np.diff(self.hess.cross.starts) * DENSE_SHARE > self.lay.n_models
+        # The thin judges' rows as runs of consecutive rows (row slices, not a gathered copy of the matrix).
+        edges = np.flatnonzero(np.diff(np.concatenate([[True], wide, [True]]).astype(np.int8)))
+        out = np.zeros((self.lay.n_models, self.lay.n_models))
+        for lo, hi in (edges.reshape(-1, 2) * k).tolist():
+            x, y = (X, Y) if hi - lo == X.shape[0] else (X[lo:hi], Y[lo:hi])
+            out += (x.T @ y).toarray()
         dense = self._dense_rows()
-        if dense.size == 0:
-            return np.asarray((V.T @ V).toarray())
-        keep = np.ones(V.shape[0], bool)
-        keep[dense] = False
-        thin = V[np.flatnonzero(keep)]
-        out = np.asarray((thin.T @ thin).toarray())
         for lo in range(0, dense.size, DENSE_ROWS):
-            D = V[dense[lo : lo + DENSE_ROWS]].toarray()
-            out += D.T @ D
-        return out
+            rows = dense[lo : lo + DENSE_ROWS]
+            out += X[rows].toarray().T @ Y[rows].toarray()
+        return 0.5 * (out + out.T)
 
     def _ainv(self, v: np.ndarray) -> np.ndarray:
-        return np.einsum("jki,jk->ji", self.Linv, np.einsum("jik,jk->ji", self.Linv, v))
+        return np.einsum("jik,jk->ji", self.Ainv, v)
 
     def _x_glob(self, v_g: np.ndarray) -> np.ndarray:
         m, n_e = self.lay.n_models, self.lay.n_glob
-        return (self.Xsp @ v_g[:m]).reshape(-1, self.R.size) + self.Xg @ v_g[m : m + n_e]
+        k = self.R.size
+        return (self.Xsp @ v_g[:m] + self.Xg.reshape(-1, n_e) @ v_g[m : m + n_e]).reshape(-1, k)
 
     def _xt_judge(self, v: np.ndarray) -> np.ndarray:
         m, n_e = self.lay.n_models, self.lay.n_glob
         out = np.zeros(self.S.shape[0])
         out[:m] = self.Xsp.T @ np.ascontiguousarray(v).ravel()
-        out[m : m + n_e] = np.einsum("jtc,jt->c", self.Xg, v)
+        out[m : m + n_e] = self.Xg.reshape(-1, n_e).T @ np.ascontiguousarray(v).ravel()
         return out
 
     def _base_solve(self, rhs: np.ndarray) -> np.ndarray:
@@ -428,17 +456,16 @@ class ArrowFactor:
         sinv = sla.cho_solve(self.factor, np.eye(n_g), check_finite=False)
         f_g, f_j = split(lay, self.free.astype(float))
         var_j = 1.0 / self.diag
-        var_j[:, R] = np.einsum("jki,jki->ji", self.Linv, self.Linv)
+        var_j[:, R] = np.einsum("jii->ji", self.Ainv)
         cov_jg = np.zeros((lay.n_judges, lay.n_blocks, n_e))
         top = sinv[: m + n_e, : m + n_e]
-        # Rows of A_j⁻¹X_j = L_j⁻ᵀ(L_j⁻¹X_j): θ part sparse, the globals' part dense.
-        Y = (self._L.T @ self._V).tocsr()
-        Yg = np.matmul(self.Linv.transpose(0, 2, 1), self._W.reshape(-1, k, n_e)).reshape(-1, n_e)
+        Y, Yg = self.Y, self.Yg  # rows of A_j⁻¹X_j: θ part sparse, the globals' part dense
         var_c, cov_c = np.zeros(Y.shape[0]), np.zeros((Y.shape[0], n_e))
         for lo in range(0, Y.shape[0], DENSE_ROWS):
             y, yg = Y[lo : lo + DENSE_ROWS], Yg[lo : lo + DENSE_ROWS]
             prod = np.asarray(y @ top[:m]) + yg @ top[m:]  # rows of A⁻¹X S⁻¹
-            var_c[lo : lo + DENSE_ROWS] = np.asarray(y.multiply(prod[:, :m]).sum(axis=1)).ravel()
+            row = np.repeat(np.arange(y.shape[0]), np.diff(y.indptr))  # y's items: (row, model) = Σ over y's row
+            var_c[lo : lo + DENSE_ROWS] = np.bincount(row, y.data * prod[row, y.indices], minlength=y.shape[0])
             var_c[lo : lo + DENSE_ROWS] += np.einsum("rc,rc->r", yg, prod[:, m:])
             cov_c[lo : lo + DENSE_ROWS] = -prod[:, m:]
         var_j[:, R] += var_c.reshape(-1, k)

@@ -26,6 +26,10 @@ from biasboard.ranking.solver import Solution, covariance_block
 from biasboard.ranking.uncertainty import percentile_interval
 
 IDENTIFIED_NATS: float = 2.0
+#: Notes of per-judge rows (the same in the dense loop and the vectorised judge-blocked rows).
+PRIOR_SELECTED = "prior-selected: the data barely move this coefficient from its prior"
+LEVEL_PRIOR_SELECTED = "differences between judges are identified; their common level is prior-selected"
+BOTHBAD_NOTE = "share of this judge's ties that were 'tie (bothbad)'"
 VARIANCE_SHRINK: float = 0.5
 
 
@@ -193,9 +197,9 @@ def bias_table(
             identified = enabled and post_var < VARIANCE_SHRINK * prior_var
             note = problem.notes.get((t, j), "")
             if enabled and t in global_identified and identified and not global_identified[t]:
-                note = "differences between judges are identified; their common level is prior-selected"
+                note = LEVEL_PRIOR_SELECTED
             if enabled and not identified and not note:
-                note = "prior-selected: the data barely move this coefficient from its prior"
+                note = PRIOR_SELECTED
             rows.add(judge, name, v, fn=fn, identified=identified, enabled=enabled, note=note)
         share, lo, hi = _wilson(bothbad_by_judge[j], tie_by_judge[j])
         rows.add_plain(
@@ -206,7 +210,7 @@ def bias_table(
             hi,
             identified=bool(tie_by_judge[j] > 0),
             enabled=True,
-            note="share of this judge's ties that were 'tie (bothbad)'",
+            note=BOTHBAD_NOTE,
         )
     return pl.DataFrame(rows.rows, schema=BIAS_COLUMNS)
 
@@ -253,12 +257,13 @@ def _judge_rows_blocked(
         var[t] += masks[t] * cov.glob[m + c, m + c] + 2.0 * masks[t] * dev[t] * cov.judge_glob[:, t, c]
     var = np.clip(var, 0.0, None)
     boot = None if boot_core is None else effects(boot_core)
-    cols: dict[str, list] = {name: [] for name in BIAS_COLUMNS}
-    by_block: dict[int, dict[int, str]] = {}
-    for (t, j), note in problem.notes.items():
-        by_block.setdefault(t, {})[j] = note
+    # Columns as (K + 1, J) arrays — the K effects, then the bothbad share — laid out judge-major at the end
+    # (the dense loop's order: judge by judge, effects in block order, then the share); notes as codes into
+    # ``texts``, so no per-row Python string is made.
+    cols: dict[str, list] = {name: [] for name in BIAS_COLUMNS if name not in ("judge", "effect", "note")}
+    texts = [*problem.notes.texts, "", PRIOR_SELECTED, LEVEL_PRIOR_SELECTED, BOTHBAD_NOTE]
+    codes = []
     for t in blocks:
-        name = BLOCK_EFFECT[t]
         scale = unit.get(t, 1.0)
         fn: Callable = np.exp if t in (DISC, TIE) else (lambda z: z)
         enabled = masks[t] > 0 if t != TIE else np.ones(jn, bool)
@@ -271,47 +276,47 @@ def _judge_rows_blocked(
         if boot is not None:
             b_lo, b_hi = percentile_interval(fn(boot[:, t, :] * scale))
             b_lo, b_hi = np.where(enabled, b_lo, np.nan), np.where(enabled, b_hi, np.nan)
-        notes = np.array([""] * jn, dtype=object)
-        for j, note in by_block.get(t, {}).items():
-            notes[j] = note
-        blank = enabled & (notes == "")
+        code = np.where(problem.notes.codes[t] >= 0, problem.notes.codes[t], texts.index(""))
+        blank = enabled & (problem.notes.codes[t] < 0)
         if t in global_identified and not global_identified[t]:
-            notes[blank & identified] = (
-                "differences between judges are identified; their common level is prior-selected"
-            )
-        notes[blank & ~identified] = "prior-selected: the data barely move this coefficient from its prior"
+            code[blank & identified] = texts.index(LEVEL_PRIOR_SELECTED)
+        code[blank & ~identified] = texts.index(PRIOR_SELECTED)
+        codes.append(code)
         for key, values in (
-            ("judge", problem.data.judges),
-            ("effect", [name] * jn),
             ("estimate", fn(mean)),
             ("ci_low", fn(lo)),
             ("ci_high", fn(hi)),
             ("identified", identified),
             ("enabled", enabled),
-            ("note", notes),
             ("boot_ci_low", b_lo),
             ("boot_ci_high", b_hi),
         ):
-            cols[key].append(pl.Series(key, values, dtype=BIAS_COLUMNS[key]))
+            cols[key].append(values)
     share, lo, hi = _wilson_arrays(bothbad, ties)
-    bb = {
-        "judge": problem.data.judges,
-        "effect": ["tie_bothbad_share"] * jn,
-        "estimate": share,
-        "ci_low": lo,
-        "ci_high": hi,
-        "identified": ties > 0,
-        "enabled": np.ones(jn, bool),
-        "note": ["share of this judge's ties that were 'tie (bothbad)'"] * jn,
-        "boot_ci_low": np.full(jn, np.nan),
-        "boot_ci_high": np.full(jn, np.nan),
+    for key, values in (
+        ("estimate", share),
+        ("ci_low", lo),
+        ("ci_high", hi),
+        ("identified", ties > 0),
+        ("enabled", np.ones(jn, bool)),
+        ("boot_ci_low", np.full(jn, np.nan)),
+        ("boot_ci_high", np.full(jn, np.nan)),
+    ):
+        cols[key].append(values)
+    codes.append(np.full(jn, texts.index(BOTHBAD_NOTE)))
+    rows = len(blocks) + 1
+    names = [BLOCK_EFFECT[t] for t in blocks] + ["tie_bothbad_share"]
+    strings = {
+        "judge": pl.Series(problem.data.judges, dtype=pl.String).gather(np.repeat(np.arange(jn), rows)),
+        "effect": pl.Series(names, dtype=pl.String).gather(np.tile(np.arange(rows), jn)),
+        "note": pl.Series(texts, dtype=pl.String).gather(np.stack(codes).T.ravel()),
     }
-    for key, values in bb.items():
-        cols[key].append(pl.Series(key, values, dtype=BIAS_COLUMNS[key]))
-    long = pl.DataFrame({key: pl.concat(parts) for key, parts in cols.items()})
-    # The dense path's order: judge by judge, effects in block order, then the bothbad share.
-    order = np.arange(long.height).reshape(len(blocks) + 1, jn).T.ravel()
-    return long[order]
+    return pl.DataFrame(
+        {
+            key: strings[key] if key in strings else pl.Series(key, np.stack(cols[key]).T.ravel(), dtype=dtype)
+            for key, dtype in BIAS_COLUMNS.items()
+        }
+    )
 
 
 def _wilson_arrays(successes: np.ndarray, trials: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -353,8 +353,9 @@ def _theta_cross_weights(tm: DavidsonTerms, eta_types: tuple[int, ...]) -> list[
     ∂f/∂η·a_j for discrimination, since ∂²η/∂θ_a∂L_j = a_j) and the tie block's h_ηψ·a_j."""
     assert tm.h_eta is not None and tm.h_eta_psi is not None
     out = []
+    hd = tm.h_eta * tm.disc
     for i, t in enumerate(eta_types):
-        w = tm.h_eta * tm.disc * tm.z[i]
+        w = hd * tm.z[i]
         out.append((t, w + tm.g_eta * tm.disc if t == DISC else w))
     out.append((TIE, tm.h_eta_psi * tm.disc))
     return out
@@ -565,13 +566,14 @@ def block_partials(
     # holds a few judges' entries and the sums stay O(slice), not O(entries + J), per slice.
     e0, e1 = int(min(at_a.min(), at_b.min())), int(max(at_a.max(), at_b.max())) + 1
     j0, j1 = int(j.min()), int(j.max()) + 1
-    jl = j - j0
+    jl, la, lb = j - j0, at_a - e0, at_b - e0
     for t, w in _theta_cross_weights(tm, eta_types):
-        out.C[e0:e1, t] += _signed_bincount(at_a - e0, at_b - e0, w, e1 - e0)
+        out.C[e0:e1, t] += _signed_bincount(la, lb, w, e1 - e0)
     A = out.A[j0:j1]
     for i1, t1 in enumerate(eta_types):
+        hz = h_eta * z[i1]
         for i2, t2 in enumerate(eta_types[i1:], start=i1):
-            w = h_eta * z[i1] * z[i2]
+            w = hz * z[i2]
             if t1 == DISC and t2 == DISC:
                 w = w + g_eta * q
             d = np.bincount(jl, weights=w, minlength=j1 - j0)

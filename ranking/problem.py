@@ -55,6 +55,43 @@ def make_shards(pairs: PairArrays, scores: ScoreArrays | None, shards: int) -> l
     return [Shard(p, s) for p, s in zip(pair_parts, score_parts, strict=True)]
 
 
+class JudgeNotes:
+    """Why a judge's effect is switched off (or tied, or special): at most one note per (block, judge).
+
+    Kept as a (blocks × judges) array of codes into a list of texts, not a dict: an arena log has 10⁴-10⁶
+    voter-judges, every one of them without affinity or severity, and a dict entry per (block, voter) cost
+    ~0.25 s to write and to read back into the bias table at 50k voters.
+    """
+
+    def __init__(self, n_blocks: int, n_judges: int):
+        self.codes = np.full((n_blocks, n_judges), -1, np.int32)  # -1: no note
+        self.texts: list[str] = []
+
+    def _code(self, text: str) -> int:
+        if text not in self.texts:
+            self.texts.append(text)
+        return self.texts.index(text)
+
+    def set(self, block: int, judges, text: str) -> None:
+        """Note ``text`` for ``judges`` (indices or a mask) on ``block``, replacing any note they had."""
+        self.codes[block, judges] = self._code(text)
+
+    def set_default(self, block: int, judges, text: str) -> None:
+        """Note ``text`` for those of ``judges`` that have no note on ``block`` yet."""
+        row = self.codes[block]
+        which = np.zeros(row.size, bool)
+        which[judges] = True
+        row[which & (row < 0)] = self._code(text)
+
+    def get(self, key: tuple[int, int], default: str = "") -> str:
+        code = int(self.codes[key])
+        return self.texts[code] if code >= 0 else default
+
+    def column(self, block: int) -> np.ndarray:
+        """Every judge's note on ``block`` ("" for none), as an object array."""
+        return np.array([*self.texts, ""], dtype=object)[self.codes[block]]
+
+
 @dataclass
 class Problem:
     """One model on one dataset: everything but the parameter values."""
@@ -63,7 +100,7 @@ class Problem:
     layout: Layout
     spec: Spec
     prior: Prior
-    notes: dict[tuple[int, int], str] = field(default_factory=dict)  # (block, judge) → why switched off
+    notes: JudgeNotes = field(default_factory=lambda: JudgeNotes(0, 0))  # why a (block, judge) effect is off
     naive: bool = False
     _cross: dict[int, CrossIndex] = field(default_factory=dict, repr=False, compare=False)
 
@@ -202,7 +239,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     lay = Layout(m, jn, n_tau, len(data.prompts), n_style=len(STYLE_BLOCKS) if with_style else 0)
     pairs = data.pairs
     masks = np.ones((lay.n_blocks, jn))
-    notes: dict[tuple[int, int], str] = {}
+    notes = JudgeNotes(lay.n_blocks, jn)
     has_len = np.bincount(pairs.j, weights=pairs.n_len, minlength=jn) > 0
     has_aff = np.bincount(pairs.j, weights=np.abs(pairs.ds) * pairs.n, minlength=jn) > 0
     has_scores = np.zeros(jn, bool) if scores is None else np.bincount(scores.j, minlength=jn) > 0
@@ -213,14 +250,13 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         t = block_of[effect]
         if t >= lay.n_blocks:
             continue  # a style effect switched off where the data have no style counts: nothing to switch
-        for j in range(jn) if judge == "*" else [index[judge]] if judge in index else []:
-            masks[t, j] = 0.0
-            notes[(t, j)] = "disabled by configuration"
+        which = slice(None) if judge == "*" else [index[judge]] if judge in index else []
+        masks[t, which] = 0.0
+        notes.set(t, which, "disabled by configuration")
     if data.ordinal_only:  # single grades alone: only severity acts (and a_j would be unidentified)
         for t in (POS, LEN, AFF, DISC, TIE):
             masks[t] = 0.0
-            for j in range(jn):
-                notes[(t, j)] = ORDINAL_ONLY_NOTE
+            notes.set(t, slice(None), ORDINAL_ONLY_NOTE)
     checks = [
         (LEN, has_len, "no battles with both lengths known"),
         (AFF, has_aff, "no battle involves a model of the judge's own family"),
@@ -232,15 +268,13 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         checks += [(t, has_style, "no battles with style counts") for t in STYLE_BLOCKS]
     for t, has, why in checks:
         masks[t, ~has] = 0.0
-        for j in np.flatnonzero(~has).tolist():
-            notes.setdefault((t, j), why)
+        notes.set_default(t, ~has, why)
     if has_scores.sum() == 1:  # severities are reported from their mean over the graders (bias_table)
-        notes.setdefault((SEV, int(np.flatnonzero(has_scores)[0])), ONE_GRADER_NOTE)
+        notes.set_default(SEV, has_scores, ONE_GRADER_NOTE)
     tied = _tie_to_reference(data, config, masks, notes, has_len, has_aff)
     has_ord = scores is not None and config.omega < 1.0
     if masks[DISC].sum() < 2 and not has_ord:
-        for j in np.flatnonzero(masks[DISC]).tolist():
-            notes.setdefault((DISC, j), "fixed at 1: the scale of a single judge is the scale of θ")
+        notes.set_default(DISC, masks[DISC] > 0, "fixed at 1: the scale of a single judge is the scale of θ")
         masks[DISC] = 0.0
     w_pair, w_ord = (2.0 * config.omega, 2.0 * (1.0 - config.omega)) if has_ord else (1.0, 0.0)
     if data.ordinal_only:  # ω weighs two parts against each other; with one part it is the plain likelihood
@@ -296,7 +330,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
 
 
 def _tie_to_reference(
-    data: Dataset, config: ModelConfig, masks: np.ndarray, notes: dict, has_len: np.ndarray, has_aff: np.ndarray
+    data: Dataset, config: ModelConfig, masks: np.ndarray, notes: JudgeNotes, has_len: np.ndarray, has_aff: np.ndarray
 ) -> np.ndarray | None:
     """The ``Spec.tied`` array of ``config.reference`` (None without a reference); updates masks and notes.
 
@@ -314,13 +348,12 @@ def _tie_to_reference(
         if not masks[t, ref].any():
             continue
         tied[t, ref] = 1.0
-        for j in np.flatnonzero(~ref & has_data[t] & (masks[t] == 0)):
+        for j in np.flatnonzero(~ref & has_data[t] & (masks[t] == 0)).tolist():
             if notes.get((t, j)) == "disabled by configuration":
                 masks[t, j] = 1.0
                 tied[t, j] = 1.0
-                notes[(t, j)] = "tied to the reference: no excess over the reference's effect"
-        for j in np.flatnonzero(ref & (masks[t] > 0)):
-            notes[(t, j)] = "reference: this effect is the model's global coefficient"
+                notes.set(t, j, "tied to the reference: no excess over the reference's effect")
+        notes.set(t, ref & (masks[t] > 0), "reference: this effect is the model's global coefficient")
     return tied
 
 
