@@ -108,12 +108,20 @@ class CrossIndex:
             # Row j·k + r holds judge j's entries starts[j] … starts[j + 1] − 1, each at column cols[r] of x.
             length = np.repeat(np.diff(self.starts), k)
             indptr = np.concatenate([[0], np.cumsum(length)])
-            row_of = np.repeat(np.arange(length.size), length)  # the row of each item, in row order
-            src_e = np.arange(indptr[-1]) - indptr[row_of] + self.starts[row_of // k] if k else row_of
-            src_r = cols[row_of % k] if k else row_of
-            self._layouts[key] = (src_e * x.shape[1] + src_r, self.model[src_e], indptr)
+            shift = np.repeat(self.starts[:-1], k) - indptr[:-1]  # row's first entry − row's first item
+            src_e = np.arange(indptr[-1]) + np.repeat(shift, length)
+            src_r = np.repeat(np.tile(cols, self.starts.size - 1), length)
+            index = _index_dtype(indptr[-1], length.size, n_models)  # scipy's own: no check and copy per call
+            self._layouts[key] = (src_e * x.shape[1] + src_r, self.model[src_e].astype(index), indptr.astype(index))
         perm, indices, indptr = self._layouts[key]
-        return sp.csr_matrix((x.ravel()[perm], indices, indptr), shape=(indptr.size - 1, n_models))
+        # Copies of the index arrays: the matrix owns them (a caller may prune it in place: eliminate_zeros).
+        return sp.csr_matrix((x.ravel()[perm], indices.copy(), indptr.copy()), shape=(indptr.size - 1, n_models))
+
+
+def _index_dtype(*sizes) -> type:
+    """int32 for sparse-matrix indices up to these sizes (what scipy would convert int64 ones to, scanning and
+    copying them on every construction), else int64."""
+    return np.int32 if max(int(v) for v in sizes) < np.iinfo(np.int32).max else np.int64
 
 
 def _unique_inverse(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
@@ -236,16 +244,6 @@ class ArrowHessian:
             if kinv > 0:
                 out += u * (u @ v) / kinv
         return out
-
-    def quad(self, s: np.ndarray) -> float:
-        """sᵀ H s for a core vector (penalty terms included, constraints not)."""
-        s_g, s_j = split(self.lay, s)
-        val = float(s_g @ self.H @ s_g) + float(np.einsum("jt,jtu,ju->", s_j, self.A, s_j))
-        val += 2.0 * float(s_g @ self.xt_judge(s_j))
-        for u, kinv in self.low_rank:
-            if kinv > 0:
-                val += float(u @ s) ** 2 / kinv
-        return val
 
     def diag_mean(self) -> float:
         d = np.concatenate([np.diag(self.H), np.einsum("jtt->jt", self.A).ravel()])
@@ -384,8 +382,9 @@ class ArrowFactor:
     def _block_diagonal(self) -> sp.csr_matrix:
         """The block-diagonal A⁻¹ = diag(A_1⁻¹ … A_J⁻¹) as a sparse (J·R × J·R) matrix."""
         j_count, k = self.Ainv.shape[0], self.R.size
-        indptr = np.arange(0, j_count * k * k + 1, k)
-        indices = np.repeat(np.arange(j_count * k).reshape(j_count, 1, k), k, axis=1).ravel()
+        index = _index_dtype(j_count * k * k + 1)
+        indptr = np.arange(0, j_count * k * k + 1, k, dtype=index)
+        indices = np.repeat(np.arange(j_count * k, dtype=index).reshape(j_count, 1, k), k, axis=1).ravel()
         return sp.csr_matrix((self.Ainv.ravel(), indices, indptr), shape=(j_count * k, j_count * k))
 
     def _dense_rows(self) -> np.ndarray:

@@ -546,21 +546,27 @@ def block_partials(
     spec: Spec,
     out: BlockPartials,
     hessian: bool = True,
-) -> None:
+    terms: DavidsonTerms | None = None,
+) -> DavidsonTerms:
     """Add one slice of pair cells to ``out``: the same sums as :func:`partials`, judge-blocked.
 
-    ``at_a``/``at_b`` give each cell's entries (model a, judge) and (model b, judge) in ``out.C``.
+    ``at_a``/``at_b`` give each cell's entries (model a, judge) and (model b, judge) in ``out.C``.  Returns
+    the slice's :class:`DavidsonTerms`, with the Hessian weights even when ``hessian=False`` (three products
+    per cell), so that a caller can add the Hessian at the same point later by passing them back as
+    ``terms``: then only the Hessian is added (the value and gradient are the caller's already).
     """
     lay = spec.layout
     m_count = lay.n_models
     a, b, j = pairs.a, pairs.b, pairs.j
-    tm = davidson_terms(eff, pairs, spec, hessian)
+    tm = davidson_terms(eff, pairs, spec) if terms is None else terms
     disc, z, q, g_eta = tm.disc, tm.z, tm.q, tm.g_eta
-    _add_value_and_gradient(out, lay, pairs, tm)
+    if terms is None:
+        _add_value_and_gradient(out, lay, pairs, tm)
     eta_types = lay.eta_effects
     if not hessian:
-        return
+        return tm
     h_eta, h_eta_psi, h_psi = tm.h_eta, tm.h_eta_psi, tm.h_psi
+    assert h_eta is not None and h_eta_psi is not None and h_psi is not None
     out.H_theta += _laplacian_from_pairs(a, b, h_eta * disc * disc, m_count)
     # Sums only over the entry and judge ranges this slice touches: cells come sorted by judge, so a slice
     # holds a few judges' entries and the sums stay O(slice), not O(entries + J), per slice.
@@ -584,3 +590,4 @@ def block_partials(
         A[:, t1, TIE] += d
         A[:, TIE, t1] += d
     A[:, TIE, TIE] += np.bincount(jl, weights=h_psi, minlength=j1 - j0)
+    return tm

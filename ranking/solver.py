@@ -21,7 +21,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 import scipy.linalg as sla
 from biasboard.ranking.arrowhead import ArrowFactor, ArrowHessian, BlockCovariance, CrossIndex, assemble, centring
-from biasboard.ranking.model import DISC, BlockPartials, Partials, Shard, Spec, block_partials, partials
+from biasboard.ranking.model import (
+    DISC,
+    BlockPartials,
+    DavidsonTerms,
+    Partials,
+    Shard,
+    Spec,
+    block_partials,
+    partials,
+)
 
 #: A shard is evaluated in slices of at most this many cells (views, no copy): the partials add, so this
 #: only bounds the per-cell temporaries (a few dozen arrays of this length) — peak memory, not the answer.
@@ -97,6 +106,7 @@ class Objective:
             parts = [sh.pairs for sh in self.shards if sh.pairs is not None]
             self.cross = cross or CrossIndex.of(parts, lay.n_models, lay.n_judges)
             self.centred = centring(spec)
+        self._last: tuple[np.ndarray, Evaluation, list[DavidsonTerms]] | None = None
 
     def prior_value(self, core: np.ndarray, diag: np.ndarray) -> float:
         """The prior's part of the objective (−log prior, gauges included) at (core, diag)."""
@@ -135,8 +145,13 @@ class Objective:
             return g, g_diag
         return g, g_diag + pr.precision_diag * (diag - pr.mean_diag)
 
-    def _blocked_partials(self, eff: np.ndarray, hessian: bool) -> BlockPartials:
+    def _blocked_partials(
+        self, eff: np.ndarray, hessian: bool, terms: list[DavidsonTerms] | None = None
+    ) -> tuple[BlockPartials, list[DavidsonTerms]]:
+        """The partials of every slice, and each slice's Davidson terms; given the ``terms`` of an evaluation
+        at the same point, only the Hessian (``eff`` unused, the partials' f and g left 0)."""
         total = BlockPartials.zeros(self.spec.layout, self.cross.size, hessian)
+        out: list[DavidsonTerms] = []
         index = 0
         for shard in self.shards:
             if shard.pairs is None:
@@ -145,8 +160,10 @@ class Objective:
             index += 1
             for start in range(0, len(shard.pairs), CHUNK_CELLS):
                 sl = slice(start, start + CHUNK_CELLS)
-                block_partials(eff, shard.pairs.take(sl), at_a[sl], at_b[sl], self.spec, total, hessian)
-        return total
+                known = None if terms is None else terms[len(out)]
+                pairs = shard.pairs.take(sl)
+                out.append(block_partials(eff, pairs, at_a[sl], at_b[sl], self.spec, total, hessian, known))
+        return total, out
 
     def data_partials(self, core: np.ndarray, diag: np.ndarray, hessian: bool = True) -> Partials:
         eff = self.E @ core
@@ -184,8 +201,17 @@ class Objective:
         return Evaluation(f, -part.f, g, H, g_diag, H_diag, B)
 
     def _evaluate_blocked(self, core: np.ndarray, *, derivatives: bool, hessian: bool) -> Evaluation:
-        """:meth:`evaluate` with the judge-blocked partials; ``H`` is an :class:`ArrowHessian`."""
-        part = self._blocked_partials(self._effective(core), derivatives and hessian)
+        """:meth:`evaluate` with the judge-blocked partials; ``H`` is an :class:`ArrowHessian`.
+
+        The solver asks for the Hessian where it factorises, which is mostly a point it has just evaluated
+        without it (a trial point it accepted): the cells' Davidson terms of the last gradient-only
+        evaluation are kept (``_last``, ~100 bytes a cell), so the Hessian there costs only its own sums."""
+        last, self._last = self._last, None
+        if derivatives and hessian and last is not None and np.array_equal(last[0], core):
+            part, _ = self._blocked_partials(np.empty(0), True, last[2])
+            return replace(last[1], H=assemble(part, self.spec, self.prior.precision, self.prior.gauges, self.cross))
+        del last  # not held while the new terms are made
+        part, terms = self._blocked_partials(self._effective(core), derivatives and hessian)
         pr = self.prior
         dc = core - pr.mean
         f = part.f + 0.5 * float(dc @ (pr.precision * dc))
@@ -196,7 +222,9 @@ class Objective:
             return Evaluation(f, -part.f, empty, np.empty((0, 0)), empty, empty, no_cross)
         g, _ = self.raw_gradient(core, empty, part.g, empty)
         if not hessian:
-            return Evaluation(f, -part.f, g, np.empty((0, 0)), empty, empty, no_cross)
+            ev = Evaluation(f, -part.f, g, np.empty((0, 0)), empty, empty, no_cross)
+            self._last = (core.copy(), ev, terms)
+            return ev
         H = assemble(part, self.spec, pr.precision, pr.gauges, self.cross)
         return Evaluation(f, -part.f, g, H, empty, empty, no_cross)
 
@@ -269,11 +297,8 @@ def _diag_scale(ev: Evaluation) -> float:
 
 
 def _quad(ev: Evaluation, free: np.ndarray, s: np.ndarray) -> float:
-    """sᵀ H s over the free parameters."""
-    if isinstance(ev.H, ArrowHessian):
-        full = np.zeros(free.size)
-        full[free] = s
-        return ev.H.quad(full)
+    """sᵀ H s over the free parameters (a dense Hessian; the judge-blocked path gets it from its solve)."""
+    assert isinstance(ev.H, np.ndarray)
     return s @ (ev.H[np.ix_(free, free)] @ s)
 
 
@@ -326,7 +351,8 @@ def minimize(
                 break
         if lazy and not _has_hessian(ev):
             ev = objective.evaluate(core, diag)  # the Hessian where the next factorisation happens
-        newton = newton_factor(ev, free, 0.0 if converged else mu)
+        mu_step = 0.0 if converged else mu
+        newton = newton_factor(ev, free, mu_step)
         if newton is None:  # S + μI not positive definite (the a_j terms make f non-convex far from the MAP)
             if converged or mu > 1e12 * diag_scale:
                 break
@@ -339,9 +365,14 @@ def minimize(
         new_ev = objective.evaluate(new_core, new_diag, hessian=not lazy)
         it += 1
         g_f = ev.g[free]
-        predicted = -(g_f @ s + ev.g_diag @ t) - 0.5 * (
-            _quad(ev, free, s) + 2 * t @ (ev.B[free].T @ s) + t @ (ev.H_diag * t)
-        )
+        if isinstance(newton, ArrowFactor):
+            # The factorisation solved (H + μI)s = −g at this point, so sᵀHs = −gᵀs − μ‖s‖²: no product
+            # with the judge-blocked H (~a gradient evaluation's cost) for the model's predicted decrease.
+            predicted = -float(g_f @ s) - 0.5 * (-float(g_f @ s) - mu_step * float(s @ s))
+        else:
+            predicted = -(g_f @ s + ev.g_diag @ t) - 0.5 * (
+                _quad(ev, free, s) + 2 * t @ (ev.B[free].T @ s) + t @ (ev.H_diag * t)
+            )
         actual = ev.f - new_ev.f
         if converged:
             polished = True

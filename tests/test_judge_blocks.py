@@ -21,7 +21,7 @@ from biasboard.ranking.bias_table import bias_table
 from biasboard.ranking.data import build_dataset
 from biasboard.ranking.fit import fit_bias_aware, solve_bias_aware
 from biasboard.ranking.problem import bias_aware_problem
-from biasboard.ranking.solver import laplace_covariance
+from biasboard.ranking.solver import laplace_covariance, newton_factor
 from biasboard.schemas.cells import STYLE_SQUARES, STYLE_SUMS
 
 from tests.test_ranking_model import _cells
@@ -160,6 +160,33 @@ def test_blocked_fit_with_a_reference_judge():
         x, y = d.bias[col].to_numpy(), b.bias[col].to_numpy()
         ok = ~np.isnan(x)
         assert np.max(np.abs(x[ok] - y[ok])) < 1e-7, col
+
+
+def test_blocked_step_curvature_and_kept_terms():
+    """The solver takes sᵀHs = −gᵀs − μ‖s‖² from the blocked solve of (H + μI)s = −g (the centring of log a_j a
+    constraint, uᵀs = 0) instead of a product with H — for every damping, each factorisation reusing the cached
+    sparse layout of the first; and the Hessian added later at a point evaluated without it (the kept Davidson
+    terms) equals a fresh evaluation's, value for value."""
+    data = _data(6, False, models=7, judges=9, cells=400)
+    config = ModelConfig(judge_solver="blocked")
+    problem = bias_aware_problem(data, config)
+    objective = problem.objective()
+    # Near the MAP (where the Hessian is positive definite), not at it (g ≠ 0).
+    core = solve_bias_aware(problem, config).core + np.random.default_rng(0).normal(0.0, 0.05, problem.layout.n_core)
+    diag = np.zeros(0)
+    fresh = objective.evaluate(core, diag)
+    objective.evaluate(core, diag, hessian=False)
+    kept = objective.evaluate(core, diag)
+    assert kept.f == fresh.f and np.array_equal(kept.g, fresh.g)
+    for name in ("H", "A", "Xc", "Xg"):
+        assert np.array_equal(getattr(kept.H, name), getattr(fresh.H, name)), name
+    free = np.ones(core.size, bool)
+    for mu in (0.0, 0.3, 30.0):
+        factor = newton_factor(fresh, free, mu)
+        assert factor is not None
+        s, _ = factor.solve(fresh.g, np.zeros(0))
+        curvature = float(s @ fresh.H.matvec(s))
+        assert abs(curvature - (-float(fresh.g @ s) - mu * float(s @ s))) < 1e-9 * abs(curvature), mu
 
 
 def test_blocked_solver_refuses_ordinal_scores():
