@@ -124,6 +124,15 @@ def _index_dtype(*sizes) -> type:
     return np.int32 if max(int(v) for v in sizes) < np.iinfo(np.int32).max else np.int64
 
 
+def _block_diagonal(blocks: np.ndarray) -> sp.csr_matrix:
+    """diag(B_1 … B_J) as a sparse (J·k × J·k) matrix from a stack of k × k blocks (J, k, k)."""
+    j_count, k = blocks.shape[0], blocks.shape[1]
+    index = _index_dtype(j_count * k * k + 1)
+    indptr = np.arange(0, j_count * k * k + 1, k, dtype=index)
+    indices = np.repeat(np.arange(j_count * k, dtype=index).reshape(j_count, 1, k), k, axis=1).ravel()
+    return sp.csr_matrix((blocks.ravel(), indices, indptr), shape=(j_count * k, j_count * k))
+
+
 def _unique_inverse(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(keys, return_inverse=True)`` for integer keys in [0, n_keys): by marking a table of all
     keys when it is not much bigger than ``keys`` (no sort: ~5x faster at 50k voter-judges), else by sorting."""
@@ -354,7 +363,7 @@ class ArrowFactor:
         self.Xg = hess.Xg[:, R] if every else hess.Xg[:, R] * fR[:, :, None] * f_g[None, None, m : m + n_e]
         S = hess.H * f_g[:, None] * f_g[None, :]
         S[np.diag_indices_from(S)] += np.where(f_g > 0, mu, 1.0)
-        self.Y = self._block_diagonal() @ self.Xsp  # rows of A_j⁻¹X_j (θ part); the globals' part:
+        self.Y = _block_diagonal(self.Ainv) @ self.Xsp  # rows of A_j⁻¹X_j (θ part); the globals' part:
         self.Yg = np.matmul(self.Ainv, self.Xg).reshape(-1, n_e)
         S[:m, :m] -= self._gram()
         cross_g = np.asarray(self.Xsp.T @ self.Yg)
@@ -378,14 +387,6 @@ class ArrowFactor:
             return ArrowFactor(hess, free, mu)
         except (np.linalg.LinAlgError, sla.LinAlgError, ValueError):
             return None
-
-    def _block_diagonal(self) -> sp.csr_matrix:
-        """The block-diagonal A⁻¹ = diag(A_1⁻¹ … A_J⁻¹) as a sparse (J·R × J·R) matrix."""
-        j_count, k = self.Ainv.shape[0], self.R.size
-        index = _index_dtype(j_count * k * k + 1)
-        indptr = np.arange(0, j_count * k * k + 1, k, dtype=index)
-        indices = np.repeat(np.arange(j_count * k, dtype=index).reshape(j_count, 1, k), k, axis=1).ravel()
-        return sp.csr_matrix((self.Ainv.ravel(), indices, indptr), shape=(j_count * k, j_count * k))
 
     def _dense_rows(self) -> np.ndarray:
         """Rows (j·R + r) of the judges who meet more than M / DENSE_SHARE models."""
@@ -513,14 +514,6 @@ class BlockCovariance:
 # --------------------------------------------------------------------------- covariance of linear functions
 
 
-def _block_diagonal(blocks: np.ndarray) -> sp.csr_matrix:
-    """diag(B_1 … B_J) as a sparse (J·k × J·k) matrix from a stack of k × k blocks (J, k, k)."""
-    j_count, k = blocks.shape[0], blocks.shape[1]
-    indptr = np.arange(0, j_count * k * k + 1, k)
-    indices = np.repeat(np.arange(j_count) * k, k * k) + np.tile(np.arange(k), j_count * k)
-    return sp.csr_matrix((blocks.ravel(), indices, indptr), shape=(j_count * k, j_count * k))
-
-
 @dataclass(frozen=True)
 class RowCovariance:
     """C = V Σ Vᵀ for p linear functions V (p × n_core) of a judge-blocked fit, never as a (KJ)² matrix.
@@ -590,7 +583,7 @@ def row_covariance(factor: ArrowFactor, rows: sp.csr_matrix) -> RowCovariance:
     """The covariance of the linear functions ``rows`` (p × n_core, sparse) at ``factor`` (μ = 0).
 
     Memory O(nnz(rows) + p·n_G + J·K²): the judge part of each row is multiplied by the block-diagonal
-    A⁻¹ (from the factor's L_j⁻¹) and then by the sparse couplings, batched over judges.  Fixed
+    A⁻¹ (the factor's A_j⁻¹) and then by the sparse couplings, batched over judges.  Fixed
     parameters have zero covariance (as in :meth:`ArrowFactor.covariance`).
     """
     lay, R = factor.lay, factor.R
@@ -610,8 +603,7 @@ def row_covariance(factor: ArrowFactor, rows: sp.csr_matrix) -> RowCovariance:
         (J.data[rest] / np.sqrt(factor.diag[j[rest], t[rest]]), (J.row[rest], j[rest] * lay.n_blocks + t[rest])),
         shape=(p, jn * lay.n_blocks),
     )
-    ainv = _block_diagonal(np.einsum("jri,jrk->jik", factor.Linv, factor.Linv))
-    PA = VR @ ainv  # rows of V_J A⁻¹
+    PA = VR @ _block_diagonal(factor.Ainv)  # rows of V_J A⁻¹
     judge = sp.csr_matrix(PA @ VR.T + VD @ VD.T)
     n_g = factor.S.shape[0]
     parts = [PA @ factor.Xsp, sp.csr_matrix(PA @ factor.Xg.reshape(jn * k, n_e))]
