@@ -162,15 +162,16 @@ def profile_ranges(
         centre = float(solution.core[lay.glob(t)])
         values = (centre - delta, centre, centre + delta)
         logliks: list[float] | None = None
+        unconverged: list[tuple[float, float]] = []
         if config.diagnostics == "fast":
             logliks = _profile_fast(objective, problem, solution, t, values)
         elif not cold:
-            logliks = _profile_path(objective, problem, solution, t, delta, config)
+            logliks = _profile_path(objective, problem, solution, t, delta, config, unconverged)
         if logliks is None:
-            logliks = _profile_cold(objective, problem, solution, t, values, config)
+            logliks = _profile_cold(objective, problem, solution, t, values, config, unconverged)
         span = float(max(logliks) - min(logliks))
         unit = 1.0 / spec.x_scale if t == LEN else 1.0
-        info = {
+        info: dict = {
             "range_nats": span,
             "grid": [(centre - delta) * unit, centre * unit, (centre + delta) * unit],
             "loglik": [float(v) for v in logliks],
@@ -191,8 +192,23 @@ def profile_ranges(
             info["note"] = f"identified by the comparisons: profile likelihood range {span:.1f} nats over ±2 prior SD"
         if config.diagnostics == "fast":
             info["method"] = "fast: quadratic (Wald) approximation from the centre's factorisation"
+        if unconverged:
+            info["warning"] = _unconverged_warning(name, unconverged, unit, config.max_iter, info.get("warning"))
         out[name] = info
     return out
+
+
+def _unconverged_warning(
+    name: str, points: list[tuple[float, float]], unit: float, max_iter: int, before: str | None
+) -> str:
+    """Why a profile's published values are not the profile where its fits did not converge."""
+    where = ", ".join(f"{value * unit:.3g} (relative gradient {rel:.1e})" for value, rel in points)
+    text = (
+        f"{name} profile: the fit at {where} did not converge in {max_iter} iterations, so the log-likelihood "
+        "there is only a lower bound of the profile and the range may be overstated (with many sparse judges: a "
+        f"judge's own {name} deviation, free in the profile, that its battles do not pin runs away)"
+    )
+    return text if before is None else f"{before}; {text}"
 
 
 def _free_of(problem: Problem, t: int) -> np.ndarray:
@@ -203,9 +219,16 @@ def _free_of(problem: Problem, t: int) -> np.ndarray:
 
 
 def _profile_cold(
-    objective: Objective, problem: Problem, solution: Solution, t: int, values: tuple[float, ...], config: ModelConfig
+    objective: Objective,
+    problem: Problem,
+    solution: Solution,
+    t: int,
+    values: tuple[float, ...],
+    config: ModelConfig,
+    unconverged: list[tuple[float, float]],
 ) -> list[float]:
-    """Each profile point by its own damped Newton fit from the MAP (its level set, deviations re-centred)."""
+    """Each profile point by its own damped Newton fit from the MAP (its level set, deviations re-centred); a point
+    the fit does not converge at is added to ``unconverged`` as (value, relative gradient)."""
     free = _free_of(problem, t)
     logliks = []
     for value in values:
@@ -219,6 +242,8 @@ def _profile_cold(
             g0_norm=solution.scale,
         )
         logliks.append(sol.evaluation.loglik)
+        if not sol.converged:
+            unconverged.append((value, sol.rel_grad))
     return logliks
 
 
@@ -235,7 +260,13 @@ def _profile_tolerance(loglik: float) -> float:
 
 
 def _profile_path(
-    objective: Objective, problem: Problem, solution: Solution, t: int, delta: float, config: ModelConfig
+    objective: Objective,
+    problem: Problem,
+    solution: Solution,
+    t: int,
+    delta: float,
+    config: ModelConfig,
+    unconverged: list[tuple[float, float]],
 ) -> list[float]:
     """The profile at ĉ − Δ, ĉ, ĉ + Δ, each value to :func:`_profile_tolerance`, in a few passes over the cells.
 
@@ -266,7 +297,8 @@ def _profile_path(
     if newton is not None:
         mid = _solve_point(objective, solution.core, solution.diag, free, tol, ev0, newton, rate=0.0)
     if newton is None or mid is None:
-        return _profile_cold(objective, problem, solution, t, (centre - delta, centre, centre + delta), config)
+        values = (centre - delta, centre, centre + delta)
+        return _profile_cold(objective, problem, solution, t, values, config, unconverged)
     d_core, d_diag, _ = _tangent(ev0, newton, free, index)
     ahead_core, ahead_diag = _along(mid, free, index, (d_core, d_diag), delta)
     ahead = objective.evaluate(ahead_core, ahead_diag, hessian=False)
@@ -277,7 +309,7 @@ def _profile_path(
         if step:
             point = _profile_side(objective, mid, free, (d_core, d_diag), bend, step, tol)
             if point is None:
-                value = _profile_cold(objective, problem, solution, t, (centre + step,), config)[0]
+                value = _profile_cold(objective, problem, solution, t, (centre + step,), config, unconverged)[0]
             else:
                 value = point.loglik
         logliks.append(value)

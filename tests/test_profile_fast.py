@@ -103,6 +103,17 @@ def test_the_extrapolated_value_stops_within_the_tolerance():
     assert abs(loose.loglik - exact.loglik) < abs(at_point - exact.loglik)
 
 
+def test_a_profile_point_that_does_not_converge_is_said():
+    """A profile fit that stops before converging (forced: one iteration) publishes its value with a warning that it
+    is only a lower bound; converged profiles carry no such warning."""
+    problem, solution, config = _problem("dense")
+    assert not any("converge" in info.get("warning", "") for info in profile_ranges(problem, solution, config).values())
+    stopped = profile_ranges(problem, solution, replace(config, max_iter=1), cold=True)
+    for name, info in stopped.items():
+        assert "did not converge in 1 iterations" in info["warning"], name
+        assert "lower bound" in info["warning"], name
+
+
 @pytest.mark.parametrize("solver", ["dense", "blocked"])
 def test_fast_profiles_agree_with_full_ones(solver):
     problem, solution, config = _problem(solver)
