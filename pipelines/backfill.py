@@ -55,9 +55,17 @@ def run_backfill(
     aliases: AliasMap | None = None,
 ) -> IngestResult:
     """Aggregate the selected days of ``input_glob`` into ``state_dir`` (:func:`~biasboard.transforms.ingest.run_ingest`
-    with the Beam options of ``beam_args``)."""
+    with the Beam options of ``beam_args``).
+
+    Unless ``beam_args`` say how the local runner runs its workers
+    (``--direct_running_mode``, ``--direct_num_workers``), a big input runs its
+    days in one worker process per core (:func:`~biasboard.transforms.ingest.use_worker_processes`).
+    """
     options = beam_options(beam_args)
-    return run_ingest(input_glob, state_dir, options, days, family_map, scores_glob, day_range, batch_rows, aliases)
+    auto = not any(a.startswith(("--direct_running_mode", "--direct_num_workers")) for a in beam_args or [])
+    return run_ingest(
+        input_glob, state_dir, options, days, family_map, scores_glob, day_range, batch_rows, aliases, auto
+    )
 
 
 def format_counts(counts: IngestCounts, what: str = "battles") -> str:

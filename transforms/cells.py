@@ -28,6 +28,8 @@ from biasboard.schemas.cells import (
     SCORE_CELL_KEYS,
     SCORE_CELLS_SCHEMA,
     SLICE_KEYS,
+    STYLE_SQUARES,
+    STYLE_SUMS,
     conform_pair_cells,
 )
 from biasboard.schemas.families import FamilyMap
@@ -124,30 +126,60 @@ class BatchCells:
     counts: IngestCounts
 
 
-def _aggregate_pairs(valid: pl.DataFrame, family_map: FamilyMap) -> pa.Table:
+def _constant(column: pl.Series) -> bool:
+    """True when every value of ``column`` is null, or (numbers, booleans) all values are one non-null value.
+
+    Cheap checks only (a text column is constant here only when all null): a key
+    found constant is left out of the group-by and put back as a literal.
+    """
+    nulls = column.null_count()
+    if nulls == len(column):
+        return True
+    if nulls or not (column.dtype.is_numeric() or column.dtype == pl.Boolean):
+        return False
+    return column.min() == column.max()
+
+
+def _aggregate_pairs(rows: pl.DataFrame, family_map: FamilyMap, kept: np.ndarray | None = None) -> pa.Table:
     """Valid battles → pair cells: per-row measures, group by the key, sum; families resolved on the cells.
 
-    Family columns take part in the first grouping only when the data gives
-    some (an all-null column is left out of the key), and the map is applied
-    to the grouped names: a batch of 250k battles meets the map a few
-    thousand times, not 250k.
+    ``rows``: validated rows, of which ``kept`` (None: all) are the valid ones
+    (see :class:`~biasboard.transforms.validate.Validated`); only the key and
+    measure columns are cut to them.  Keys constant over the batch (no slice
+    labels, no style counts, every order known: the usual case) and sums that
+    are zero for every battle (no style counts) stay out of the group-by and
+    are put back as literals.  Family columns take part in the grouping only
+    when the data gives some, and the map is applied to the grouped names: a
+    batch of 250k battles meets the map a few thousand times, not 250k.
     """
     winner = pl.col(WINNER_CODE)
     rows = length_measures(
-        style_measures(valid).with_columns(
+        style_measures(rows).with_columns(
             *(
                 (winner == code).cast(pl.UInt8).alias(name)  # sums upcast to Int64
                 for code, name in enumerate(("win_a", "win_b", "tie", "tie_bothbad"))
             ),
         )
     )
-    given = [c for c, _ in FAMILY_COLUMNS if rows.get_column(c).null_count() < rows.height]
+    keys = ["judge", "model_a", "model_b", "len_bin", "order_known", *SLICE_KEYS, "style_bin"]
+    keys += [c for c, _ in FAMILY_COLUMNS]
+    sums = [m for m in PAIR_CELL_MEASURES if m != "n"]
+    rows = rows.select(*keys, *sums)
+    if kept is not None:
+        rows = rows.filter(pl.Series(kept))
+    styled = bool(rows.get_column("n_style").max())
+    zero = [] if styled else ["n_style", *STYLE_SUMS, *STYLE_SQUARES]
+    fixed = {k: rows.get_column(k)[:1] for k in keys if _constant(rows.get_column(k))} if rows.height else {}
+    given = [c for c, _ in FAMILY_COLUMNS if c not in fixed]
     rows = normalise_given(rows, given)
-    keys = ["judge", "model_a", "model_b", "len_bin", "order_known", *SLICE_KEYS, "style_bin", *given]
-    measures = [m for m in PAIR_CELL_MEASURES if m != "n"]
-    grouped = rows.group_by(keys).agg(pl.len().alias("n"), *(pl.col(m).sum() for m in measures))
-    absent = [pl.lit(None, dtype=pl.String).alias(c) for c, _ in FAMILY_COLUMNS if c not in given]
-    cells = resolve_families(grouped.with_columns(absent), family_map)
+    varying = [k for k in keys if k not in fixed]
+    summed = [m for m in sums if m not in zero]
+    grouped = rows.group_by(varying).agg(pl.len().alias("n"), *(pl.col(m).sum() for m in summed))
+    grouped = grouped.with_columns(
+        *(pl.repeat(value[0], grouped.height, dtype=value.dtype).alias(k) for k, value in fixed.items()),
+        *(pl.repeat(0, grouped.height, dtype=pl.Float64).alias(m) for m in zero),
+    )
+    cells = resolve_families(grouped, family_map)
     table = cells.select(PAIR_CELLS_SCHEMA.names).to_arrow().cast(PAIR_CELLS_SCHEMA)
     if any(grouped.get_column(c).null_count() for c in given):  # a given family may equal a mapped one
         return merge_cells([table], sort=False)
@@ -170,11 +202,11 @@ def partial_cells(
     ``aliases`` renames judges and models (see :mod:`biasboard.schemas.names`).
     """
     checked = validate_battles(batch, seen, source_file, row_offset, aliases=aliases)
-    cells = _aggregate_pairs(checked.valid, family_map)
+    cells = _aggregate_pairs(checked.rows, family_map, checked.kept)
     self_mask = pc.equal(cells.column("model_a"), cells.column("model_b"))
     self_battles = int(pc.sum(pc.filter(cells.column("n"), self_mask)).as_py() or 0)
     counts = IngestCounts(
-        checked.read, checked.valid.height, checked.rejected, self_battles, 0, checked.trimmed, checked.renamed
+        checked.read, checked.counted, checked.rejected, self_battles, 0, checked.trimmed, checked.renamed
     )
     return BatchCells(cells, checked.dead_letters, counts)
 

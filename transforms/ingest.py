@@ -17,12 +17,15 @@ the new and changed days; both build the graph with :func:`build_ingest`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import apache_beam as beam
 from apache_beam.metrics.metric import Metrics
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA
 from biasboard.schemas.errors import InputError, StateError
 from biasboard.schemas.families import FamilyMap
@@ -59,6 +62,11 @@ from biasboard.transforms.validate import SeenIds
 _LOG = logging.getLogger(__name__)
 
 METRICS_NAMESPACE = "biasboard.ingest"
+#: A local ingest reading at least this much Parquet (over two days or more) runs its days in one
+#: worker process per core (:func:`use_worker_processes`); below it the workers' start (~2 s) does not pay.
+PARALLEL_INPUT_BYTES = 256 << 20
+#: Beam's local runners whose ``--direct_running_mode=multi_processing`` starts worker processes here.
+LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner"})
 #: Merge a day's partial cells whenever this many partial rows have piled up,
 #: so a day's memory is bounded by its cells, not by its number of batches.
 MERGE_EVERY_ROWS = 1 << 19
@@ -272,6 +280,53 @@ def build_ingest(
     return pipeline
 
 
+def use_worker_processes(options: PipelineOptions, tasks: list[dict]) -> bool:
+    """Spread a big local ingest's days over one worker process per core; True when it did.
+
+    Only for a local runner (:data:`LOCAL_RUNNERS`) on a machine with several
+    cores, for at least two days and :data:`PARALLEL_INPUT_BYTES` of input;
+    the caller asks only when the user set neither ``--direct_running_mode``
+    nor ``--direct_num_workers`` (:func:`~biasboard.pipelines.backfill.run_backfill`).
+    A day's work is polars and numpy on Arrow batches, which one process keeps
+    only partly parallel; separate processes (each with single-threaded
+    polars, see :func:`single_threaded_polars`) use every core.  The workers
+    import the installed package, and cost ~2 s to start.
+    """
+    cores = os.cpu_count() or 1
+    if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS or cores < 2 or len(tasks) < 2:
+        return False
+    size = sum(int(f["size"]) for task in tasks for key in ("files", "score_files") for f in task[key] or [])
+    if size < PARALLEL_INPUT_BYTES:
+        return False
+    direct = options.view_as(DirectOptions)
+    direct.direct_running_mode = "multi_processing"
+    direct.direct_num_workers = min(cores, len(tasks))
+    _LOG.info("ingest: %d MB of input: days spread over %d worker processes", size >> 20, direct.direct_num_workers)
+    return True
+
+
+@contextlib.contextmanager
+def single_threaded_polars(active: bool) -> Iterator[None]:
+    """While ``active``, worker processes started by the runner get ``POLARS_MAX_THREADS=1``.
+
+    With one worker per core, polars' own thread pool in each would only
+    contend for the same cores (and spin while waiting); the launcher's polars
+    is already started and keeps its pool.
+    """
+    if not active:
+        yield
+        return
+    before = os.environ.get("POLARS_MAX_THREADS")
+    os.environ["POLARS_MAX_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("POLARS_MAX_THREADS", None)
+        else:
+            os.environ["POLARS_MAX_THREADS"] = before
+
+
 def committed(state_dir: str, days: list[str], with_scores: bool, metrics: dict[str, int]) -> IngestResult:
     """The result of an ingest run, read back from the day manifests it committed."""
     manifests = {}
@@ -297,19 +352,26 @@ def run_ingest(
     day_range: tuple[str | None, str | None] = (None, None),
     batch_rows: int = DEFAULT_BATCH_ROWS,
     aliases: AliasMap | None = None,
+    worker_processes: bool = False,
 ) -> IngestResult:
     """Aggregate the selected days of ``input_glob`` into ``state_dir`` and read their manifests back.
 
     ``days``: only these days (refresh passes the new or changed ones);
     ``day_range``: inclusive (from, to) bounds; ``family_map``: a FamilyMap or
     the path of a user rule file; ``aliases``: judge/model renames
-    (:mod:`biasboard.schemas.names`).  Input problems raise InputError before
-    any pipeline starts.
+    (:mod:`biasboard.schemas.names`); ``worker_processes``: a big input may
+    run its days in worker processes (:func:`use_worker_processes`).  Input
+    problems raise InputError before any pipeline starts.
     """
     if not isinstance(family_map, FamilyMap):
         family_map = load_family_map(family_map)
     tasks = day_tasks(input_glob, days, day_range, scores_glob)
     storage.ensure_dir(state_dir)  # an unwritable state folder fails here, in one line, not inside a worker
-    outcome = run_to_completion(build_ingest(options, tasks, state_dir, family_map, batch_rows, aliases))
+    parallel = worker_processes and use_worker_processes(
+        options, tasks
+    )  # before the graph is built: Beam copies the options
+    pipeline = build_ingest(options, tasks, state_dir, family_map, batch_rows, aliases)
+    with single_threaded_polars(parallel):
+        outcome = run_to_completion(pipeline)
     days_written = [task["day"] for task in tasks]
     return committed(state_dir, days_written, bool(scores_glob), counters(outcome, METRICS_NAMESPACE))

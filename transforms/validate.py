@@ -10,6 +10,7 @@ as text.  Nothing here loops over rows in Python.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TypeAlias
 
 import numpy as np
@@ -201,15 +202,33 @@ def normalise_columns(
 
 @dataclass
 class Validated:
-    """One batch split: valid rows (only the columns cells need) and the dead letters."""
+    """One batch split: valid rows (only the columns cells need) and the dead letters.
 
-    valid: pl.DataFrame
+    The batch's rows are kept unfiltered (``rows``) beside the mask of the valid
+    ones (``kept``; None: every row), and :attr:`valid` cuts them on first use:
+    the ingest's cells never need the cut frame (they filter integer codes and
+    measures instead, :func:`~biasboard.transforms.cells.partial_cells`), and
+    cutting a frame of text columns costs more than all of that.
+    """
+
+    rows: pl.DataFrame
+    kept: np.ndarray | None
     dead_letters: pa.Table
     read: int
     rejected: dict[str, int]
     #: Valid rows whose judge or model name was trimmed / renamed by the alias map (see schemas.names).
     trimmed: int = 0
     renamed: int = 0
+
+    @cached_property
+    def valid(self) -> pl.DataFrame:
+        """The valid rows, in batch order."""
+        return self.rows if self.kept is None else self.rows.filter(pl.Series(self.kept))
+
+    @property
+    def counted(self) -> int:
+        """How many rows are valid."""
+        return self.rows.height if self.kept is None else int(self.kept.sum())
 
 
 def _dead_letters(rejected: pl.DataFrame | None, schema: pa.Schema, source_file: str, row_offset: int) -> pa.Table:
@@ -251,9 +270,9 @@ def _split(
 
     One mask pass finds the rows any rule rejects; the reason chain is then
     evaluated on those (usually few) rows only, duplicates are looked for among
-    the rest, and the valid frame is cut from the batch by one filter carrying
-    only the columns cells need.  A batch with bad rows thus costs what a clean
-    batch costs, plus work proportional to its bad rows.
+    the rest, and the valid rows are a mask over the batch's columns cells need
+    (:class:`Validated`).  A batch with bad rows thus costs what a clean batch
+    costs, plus work proportional to its bad rows.
     """
     screen = [(_fast_blank(df, r) if r.startswith(rules.REASON_MISSING_PREFIX) else c, r)
               for c, r in conditions if r not in _IMPLIED_BLANKS]  # fmt: skip
@@ -267,11 +286,10 @@ def _split(
     if seen is not None:  # the same two hashes as hash_ids, h1 computed once
         first = np.flatnonzero(admitted)
         admitted[first] = seen.admit(h1.to_numpy()[first], ids.hash(_HASH_SEEDS[1]).to_numpy()[first])
-    valid = df.select(*keep)
+    kept = None
     if len(good) < df.height or not admitted.all():
-        keep_mask = np.zeros(df.height, dtype=bool)
-        keep_mask[good[admitted]] = True
-        valid = valid.filter(pl.Series(keep_mask))
+        kept = np.zeros(df.height, dtype=bool)
+        kept[good[admitted]] = True
     bad_rows, repeat_rows = np.flatnonzero(bad), good[~admitted]
     parts = []
     if len(bad_rows):
@@ -284,7 +302,7 @@ def _split(
             rejected[str(reason)] = rejected.get(str(reason), 0) + int(n)
     dead = _dead_letters(pl.concat(parts) if parts else None, dead_schema, source_file, row_offset)
     trimmed, renamed = fixes.counts(good[admitted])
-    return Validated(valid, dead, df.height, rejected, trimmed, renamed)
+    return Validated(df.select(*keep), kept, dead, df.height, rejected, trimmed, renamed)
 
 
 def validate_battles(
