@@ -254,6 +254,13 @@ def _fast_blank(df: pl.DataFrame, reason: str) -> pl.Expr:
     return rules.is_blank(column, df.schema[column])
 
 
+def _slice_label(df: pl.DataFrame, column: str) -> pl.Expr:
+    """:func:`~biasboard.schemas.rules.slice_label_expr`, or the column as null text when it is null throughout."""
+    if df.get_column(column).null_count() == df.height:
+        return pl.lit(None, dtype=pl.String).alias(column)
+    return rules.slice_label_expr(column)
+
+
 def _split(
     df: pl.DataFrame,
     conditions: list[tuple[pl.Expr, str]],
@@ -337,14 +344,16 @@ def validate_battles(
         *(rules.style_count_expr(c, schema[c]).alias(f"_{c}") for c in STYLE_COUNT_COLUMNS),
     )
     style = tuple(f"_{c}" for c in STYLE_COUNT_COLUMNS)
-    conditions = rules.battle_conditions(schema, TS, WINNER_CODE, ("_len_a", "_len_b"), style)
+    # a count that is null throughout the batch can fault no row: its rule is left out (most logs carry no counts)
+    counted = tuple(c for c in style if df.get_column(c).null_count() < df.height)
+    conditions = rules.battle_conditions(schema, TS, WINNER_CODE, ("_len_a", "_len_b"), counted)
     keep = [
         *(pl.col(c).cast(pl.String) for c in ("judge", "model_a", "model_b", "family_a", "family_b", "judge_family")),
         pl.col(WINNER_CODE),
         pl.col("_len_a"),
         pl.col("_len_b"),
         rules.order_known_expr(schema["order_known"]).alias("order_known"),
-        *(rules.slice_label_expr(c) for c in SLICE_COLUMNS),
+        *(_slice_label(df, c) for c in SLICE_COLUMNS),
         *(pl.col(c) for c in style),
         *(pl.col(c).cast(pl.String) if c in df.columns else pl.lit(None, dtype=pl.String).alias(c) for c in carry),
     ]
