@@ -6,7 +6,9 @@ with the project's simulator, then times, side by side in one run:
   (a) ``run_backfill`` — the real Beam pipeline (FnApiRunner): read Parquet as
       Arrow batches, validate every rule, dedupe ids across each day, attach
       families and the length covariate, aggregate per-day cells, write cells,
-      dead letters and manifests;
+      dead letters and manifests.  As a user's backfill does, a big input runs
+      its days in one worker process per core; extra arguments go to Beam
+      (``--direct_num_workers=1`` keeps every day in the launching process);
   (b) pure polars ``scan_parquet`` + ``group_by`` of the same keys (day, judge,
       model_a, model_b, length bin) with the same sums on the same files — no
       validation, no dedupe, no families: the practical limit on this machine.
@@ -24,6 +26,7 @@ and a day is the unit of work, so memory is bounded by the largest day.
     python bench/ingest.py                  # 20M and 40M, clean and 1% bad rows (generates ~1.5 GB per data set)
     python bench/ingest.py --bad-rows 0.001 --no-double   # N only
     python bench/ingest.py --smoke          # 200k and 400k, seconds
+    python bench/ingest.py --no-double --direct_num_workers=1   # Beam in one process
 """
 
 from __future__ import annotations
@@ -47,7 +50,13 @@ def child_beam(data: str, state: str, beam_args: list[str]) -> dict:
     result = run_backfill(str(Path(data) / "battles"), state, beam_args)
     elapsed = time.perf_counter() - start
     assert result.counts.conserved
-    return {"seconds": elapsed, "read": result.counts.read, "counted": result.counts.counted, "days": len(result.days)}
+    return {
+        "seconds": elapsed,
+        "read": result.counts.read,
+        "counted": result.counts.counted,
+        "days": len(result.days),
+        "procs": result.worker_processes,
+    }
 
 
 def child_polars(data: str) -> dict:
@@ -113,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     fractions = [0.0] if args.bad_rows == 0 else [0.0, args.bad_rows]
     rows = []
+    load_start = os.getloadavg()[0]
     try:
         for size in (n,) if args.no_double else (n, 2 * n):
             for bad in fractions:
@@ -130,15 +140,22 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
-    print_table(rows, rows_per_day)
+    print_table(rows, rows_per_day, load_start)
     return 0
 
 
-def print_table(rows: list[tuple], rows_per_day: int) -> None:
-    """One table: clean and dirty runs at each N side by side; rows/s counts every row read, bad ones too."""
-    print(f"ingest benchmark ({os.cpu_count()} cores), days of {rows_per_day:,} valid rows")
+def print_table(rows: list[tuple], rows_per_day: int, load_start: float) -> None:
+    """One table: clean and dirty runs at each N side by side; rows/s counts every row read, bad ones too.
+
+    ``procs``: Beam's worker processes (``in``: the days ran in the launching process).
+    """
+    print(
+        f"ingest benchmark ({os.cpu_count()} cores, 1-min load average {load_start:.2f} at the start, "
+        f"{os.getloadavg()[0]:.2f} at the end), days of {rows_per_day:,} valid rows"
+    )
     header = (
-        f"{'battles':>11} {'bad':>6} {'rows':>11} {'days':>5} {'MB':>6} | {'beam s':>7} {'rows/s':>11} {'RSS MB':>7} | "
+        f"{'battles':>11} {'bad':>6} {'rows':>11} {'days':>5} {'MB':>6} | {'procs':>5} {'beam s':>7} {'rows/s':>11} "
+        f"{'RSS MB':>7} | "
         f"{'polars s':>8} {'rows/s':>11} {'RSS MB':>7} | {'a/b':>5}"
     )
     print(header)
@@ -149,7 +166,8 @@ def print_table(rows: list[tuple], rows_per_day: int) -> None:
         ratios[size, bad] = b / p
         print(
             f"{size:>11,} {bad:>6.2%} {beam_info['read']:>11,} {beam_info['days']:>5} {disk:>6.0f} | "
-            f"{b:>7.2f} {beam_info['read'] / b:>11,.0f} {beam_info['peak_rss_mb']:>7.0f} | "
+            f"{beam_info['procs'] or 'in':>5} {b:>7.2f} {beam_info['read'] / b:>11,.0f} "
+            f"{beam_info['peak_rss_mb']:>7.0f} | "
             f"{p:>8.2f} {polars_info['read'] / p:>11,.0f} {polars_info['peak_rss_mb']:>7.0f} | {b / p:>5.2f}"
         )
     for size in sorted({r[0] for r in rows}):

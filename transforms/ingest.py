@@ -82,6 +82,8 @@ class IngestResult:
     counts: IngestCounts
     score_counts: IngestCounts | None
     metrics: dict[str, int] = field(default_factory=dict)
+    #: Worker processes the days ran in (0: in the launching process; see :func:`use_worker_processes`).
+    worker_processes: int = 0
 
 
 def day_tasks(
@@ -374,4 +376,6 @@ def run_ingest(
     with single_threaded_polars(parallel):
         outcome = run_to_completion(pipeline)
     days_written = [task["day"] for task in tasks]
-    return committed(state_dir, days_written, bool(scores_glob), counters(outcome, METRICS_NAMESPACE))
+    result = committed(state_dir, days_written, bool(scores_glob), counters(outcome, METRICS_NAMESPACE))
+    result.worker_processes = options.view_as(DirectOptions).direct_num_workers if parallel else 0
+    return result
