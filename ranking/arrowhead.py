@@ -142,7 +142,7 @@ def _unique_inverse(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarr
     seen = np.zeros(n_keys, bool)
     seen[keys] = True
     uniq = np.flatnonzero(seen)
-    position = np.empty(n_keys, np.int64)
+    position = np.empty(n_keys, _index_dtype(uniq.size))
     position[uniq] = np.arange(uniq.size)
     return uniq, position[keys]
 

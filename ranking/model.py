@@ -272,6 +272,9 @@ class DavidsonTerms:
     ``z[i]`` = ∂η/∂(effective block ``layout.eta_effects[i]``) (position, length, affinity, discrimination,
     then the style blocks when the layout has them; the first four rows are indexed by their block); ``g_*`` and
     ``h_*`` are the cells' first and second derivatives of −log L in η and ψ (weighted); ``f`` is −log L.
+    ``acts[i]`` is False when row ``z[i]`` is 0 on every cell of the slice (no affinity on a slice of human
+    voters' cells: the cells come sorted by judge), so its sums, all zeros, can be skipped; never for
+    discrimination, whose θ cross term does not vanish with z.
     """
 
     disc: np.ndarray
@@ -280,6 +283,7 @@ class DavidsonTerms:
     f: float
     g_eta: np.ndarray
     g_psi: np.ndarray
+    acts: tuple[bool, ...]
     h_eta: np.ndarray | None = None
     h_eta_psi: np.ndarray | None = None
     h_psi: np.ndarray | None = None
@@ -322,7 +326,8 @@ def davidson_terms(eff: np.ndarray, pairs: PairArrays, spec: Spec, hessian: bool
     diff = p_a - p_b
     g_eta = wgt * (-0.5 * (pairs.win_a - pairs.win_b) + 0.5 * n * diff)
     g_psi = wgt * (n * p_t - pairs.tie)
-    terms = DavidsonTerms(disc, z, q, f, g_eta, g_psi)
+    acts = tuple(t == DISC or bool(np.any(row)) for t, row in zip(lay.eta_effects, rows, strict=True))
+    terms = DavidsonTerms(disc, z, q, f, g_eta, g_psi, acts)
     if hessian:
         terms.h_eta = wgt * 0.25 * n * ((p_a + p_b) - diff * diff)
         terms.h_eta_psi = wgt * (-0.5) * n * diff * p_t
@@ -344,17 +349,21 @@ def _add_value_and_gradient(out: Partials | BlockPartials, lay: Layout, pairs: P
     out.f += tm.f
     out.g[lay.theta] += _signed_bincount(pairs.a, pairs.b, tm.g_eta * tm.disc, lay.n_models)
     for i, t in enumerate(lay.eta_effects):
-        out.g[lay.eff_block(t)] += np.bincount(j, weights=tm.g_eta * tm.z[i], minlength=j_count)
+        if tm.acts[i]:
+            out.g[lay.eff_block(t)] += np.bincount(j, weights=tm.g_eta * tm.z[i], minlength=j_count)
     out.g[lay.eff_block(TIE)] += np.bincount(j, weights=tm.g_psi, minlength=j_count)
 
 
 def _theta_cross_weights(tm: DavidsonTerms, eta_types: tuple[int, ...]) -> list[tuple[int, np.ndarray]]:
     """(block, per-cell weight) of the θ × judge-block Hessian entries: h_η·a_j·z for each η effect (plus
-    ∂f/∂η·a_j for discrimination, since ∂²η/∂θ_a∂L_j = a_j) and the tie block's h_ηψ·a_j."""
+    ∂f/∂η·a_j for discrimination, since ∂²η/∂θ_a∂L_j = a_j) and the tie block's h_ηψ·a_j; an effect whose
+    z is 0 on every cell (``tm.acts``) has none."""
     assert tm.h_eta is not None and tm.h_eta_psi is not None
     out = []
     hd = tm.h_eta * tm.disc
     for i, t in enumerate(eta_types):
+        if not tm.acts[i]:
+            continue
         w = hd * tm.z[i]
         out.append((t, w + tm.g_eta * tm.disc if t == DISC else w))
     out.append((TIE, tm.h_eta_psi * tm.disc))
@@ -577,8 +586,12 @@ def block_partials(
         out.C[e0:e1, t] += _signed_bincount(la, lb, w, e1 - e0)
     A = out.A[j0:j1]
     for i1, t1 in enumerate(eta_types):
+        if not tm.acts[i1]:
+            continue
         hz = h_eta * z[i1]
         for i2, t2 in enumerate(eta_types[i1:], start=i1):
+            if not tm.acts[i2]:
+                continue
             w = hz * z[i2]
             if t1 == DISC and t2 == DISC:
                 w = w + g_eta * q
