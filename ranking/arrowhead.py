@@ -106,22 +106,25 @@ class CrossIndex:
         if key not in self._layouts:
             k = cols.size
             # Row j·k + r holds judge j's entries starts[j] … starts[j + 1] − 1, each at column cols[r] of x.
-            length = np.repeat(np.diff(self.starts), k)
-            indptr = np.concatenate([[0], np.cumsum(length)])
-            shift = np.repeat(self.starts[:-1], k) - indptr[:-1]  # row's first entry − row's first item
-            src_e = np.arange(indptr[-1]) + np.repeat(shift, length)
-            src_r = np.repeat(np.tile(cols, self.starts.size - 1), length)
-            index = _index_dtype(indptr[-1], length.size, n_models)  # scipy's own: no check and copy per call
-            self._layouts[key] = (src_e * x.shape[1] + src_r, self.model[src_e].astype(index), indptr.astype(index))
+            # In int32 when the sizes allow (scipy's own index type: no check and copy per construction).
+            index = _index_dtype(x.size, self.size * k + 1, n_models)
+            length = np.repeat(np.diff(self.starts), k).astype(index)
+            indptr = np.concatenate([[0], np.cumsum(length, dtype=index)]).astype(index)
+            shift = (np.repeat(self.starts[:-1], k) - indptr[:-1]).astype(index)  # row's first entry − first item
+            src_e = np.arange(indptr[-1], dtype=index) + np.repeat(shift, length)
+            src_r = np.repeat(np.tile(cols.astype(index), self.starts.size - 1), length)
+            src_e *= x.shape[1]
+            src_e += src_r  # now each item's position in x.ravel()
+            self._layouts[key] = (src_e, self.model[src_e // x.shape[1]].astype(index), indptr)
         perm, indices, indptr = self._layouts[key]
         # Copies of the index arrays: the matrix owns them (a caller may prune it in place: eliminate_zeros).
         return sp.csr_matrix((x.ravel()[perm], indices.copy(), indptr.copy()), shape=(indptr.size - 1, n_models))
 
 
-def _index_dtype(*sizes) -> type:
+def _index_dtype(*sizes) -> np.dtype:
     """int32 for sparse-matrix indices up to these sizes (what scipy would convert int64 ones to, scanning and
     copying them on every construction), else int64."""
-    return np.int32 if max(int(v) for v in sizes) < np.iinfo(np.int32).max else np.int64
+    return np.dtype(np.int32 if max(int(v) for v in sizes) < np.iinfo(np.int32).max else np.int64)
 
 
 def _block_diagonal(blocks: np.ndarray) -> sp.csr_matrix:
