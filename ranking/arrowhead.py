@@ -391,24 +391,23 @@ class ArrowFactor:
         except (np.linalg.LinAlgError, sla.LinAlgError, ValueError):
             return None
 
-    def _dense_rows(self) -> np.ndarray:
-        """Rows (j·R + r) of the judges who meet more than M / DENSE_SHARE models."""
-        n_j = np.diff(self.hess.cross.starts)
-        wide = n_j * DENSE_SHARE > self.lay.n_models
-        return np.flatnonzero(np.repeat(wide, self.R.size))
-
     def _gram(self) -> np.ndarray:
         """Σ_j X_jᵀA_j⁻¹X_j = XᵀY (M × M, symmetrised): sparse for judges who meet few models, dense BLAS
-        slices for the others."""
+        slices for those who meet more than M / DENSE_SHARE — unless their sparse work (Σ n_j²) is below the
+        others': then one sparse product over every row, without copying the thin judges' rows out (at 50k
+        voters and 6 LLM judges the copies cost more than the LLM judges' sparse products)."""
         X, Y, k = self.Xsp, self.Y, self.R.size
-        wide = np.diff(self.hess.cross.starts) * DENSE_SHARE > self.lay.n_models
+        n_j = np.diff(self.hess.cross.starts)
+        wide = n_j * DENSE_SHARE > self.lay.n_models
+        if not wide.any() or np.sum(n_j[wide] ** 2) < np.sum(n_j[~wide] ** 2):
+            out = np.asarray((X.T @ Y).toarray())
+            return 0.5 * (out + out.T)
         # The thin judges' rows as runs of consecutive rows (row slices, not a gathered copy of the matrix).
         edges = np.flatnonzero(np.diff(np.concatenate([[True], wide, [True]]).astype(np.int8)))
         out = np.zeros((self.lay.n_models, self.lay.n_models))
         for lo, hi in (edges.reshape(-1, 2) * k).tolist():
-            x, y = (X, Y) if hi - lo == X.shape[0] else (X[lo:hi], Y[lo:hi])
-            out += (x.T @ y).toarray()
-        dense = self._dense_rows()
+            out += (X[lo:hi].T @ Y[lo:hi]).toarray()
+        dense = np.flatnonzero(np.repeat(wide, k))
         for lo in range(0, dense.size, DENSE_ROWS):
             rows = dense[lo : lo + DENSE_ROWS]
             out += X[rows].toarray().T @ Y[rows].toarray()

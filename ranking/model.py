@@ -278,7 +278,7 @@ class DavidsonTerms:
     """
 
     disc: np.ndarray
-    z: np.ndarray
+    z: tuple[np.ndarray, ...]  # rows, not stacked: the position and affinity rows are the cells' own arrays
     q: np.ndarray
     f: float
     g_eta: np.ndarray
@@ -310,7 +310,7 @@ def davidson_terms(eff: np.ndarray, pairs: PairArrays, spec: Spec, hessian: bool
             d = pairs.style[:, k] / spec.style_scale[k]
             rows.append(d)
             eta = eta + blk[t][j] * d
-    z = np.stack(rows)
+    z = tuple(rows)
     psi = blk[TIE][j]
     half = 0.5 * eta
     # P ∝ (e^{η/2}, e^{−η/2}, e^ψ), each scaled by e^{−top} (top their largest exponent: no overflow, the sum in
