@@ -227,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(path, ignore_errors=True)
             result = run_refresh(battles, state, out, beam_args)
             summary = json.loads(_latest_summary(out))
+            result["json_mb"] = _json_mb(out)
             rows.append((label, days, disk, summary, result))
             print(f"{label}: {result['seconds']:.1f} s, peak RSS {result['peak_rss_mb']:.0f} MB", flush=True)
     finally:
@@ -236,12 +237,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _latest_summary(out: Path) -> str:
+def _latest_snapshot(out: Path) -> Path:
     from biasboard.transforms import publish
 
     latest = publish.latest_snapshot_id(str(out))
     assert latest is not None, f"{out}: nothing published"
-    return Path(publish.snapshot_dir(str(out), latest), "summary.json").read_text()
+    return Path(publish.snapshot_dir(str(out), latest))
+
+
+def _latest_summary(out: Path) -> str:
+    return (_latest_snapshot(out) / "summary.json").read_text()
+
+
+def _json_mb(out: Path) -> float:
+    """Size of the published snapshot's JSON files (summary, bias, audit), which grow with the judges they list."""
+    return sum(p.stat().st_size for p in _latest_snapshot(out).glob("*.json") if p.name != "manifest.json") / 2**20
 
 
 def print_table(shape: dict, rows: list[tuple], generated: float) -> None:
@@ -251,11 +261,11 @@ def print_table(shape: dict, rows: list[tuple], generated: float) -> None:
         f"{shape['models']} models, {shape['llm_judges']} LLM judges + {shape['voters']:,} voter-judges "
         f"(data generated in {generated:.0f} s)"
     )
-    stage_names = [name for name in ("read", "pipeline", "fit", "report", "publish") if name in rows[0][4]["stages"]]
+    stage_names = [n for n in ("read", "pipeline", "fit", "merge", "report", "publish") if n in rows[0][4]["stages"]]
     header = (
         f"{'run':>3} {'battles':>11} {'days':>4} {'MB':>6} {'judges':>7} {'cells':>10} | {'time s':>7} "
         + " ".join(f"{name:>8}" for name in stage_names)
-        + f" | {'CPU s':>7} | {'RSS MB':>7} {'tree MB':>7}"
+        + f" | {'CPU s':>7} | {'RSS MB':>7} {'tree MB':>7} | {'JSON MB':>7}"
     )
     print(header)
     print("-" * len(header))
@@ -265,7 +275,7 @@ def print_table(shape: dict, rows: list[tuple], generated: float) -> None:
             f"{label:>3} {counts['counted']:>11,} {days:>4} {disk:>6.0f} {r['judges']:>7,} "
             f"{r['cells']:>10,} | {r['seconds']:>7.1f} "
             + " ".join(f"{r['stages'].get(name, float('nan')):>8.1f}" for name in stage_names)
-            + f" | {r['cpu_s']:>7.1f} | {r['peak_rss_mb']:>7.0f} {r['tree_rss_mb']:>7.0f}"
+            + f" | {r['cpu_s']:>7.1f} | {r['peak_rss_mb']:>7.0f} {r['tree_rss_mb']:>7.0f} | {r['json_mb']:>7.1f}"
         )
     for label, _, _, _, r in rows:
         print(f"{label}: tree RSS peaked after: {r['peak_during'][:110]}")

@@ -401,7 +401,7 @@ def refresh(
     _LOG.info(
         "fit: %d models, %d judges, %d cells; %d %s read, %d counted, %d rejected over %d day(s)",
         leaderboard.height,
-        len(summary.judges),
+        summary.n_judges,
         record.get("n_cells", 0),
         counts.read,
         "grades" if ordinal else "rows",

@@ -242,7 +242,7 @@ def _header(title: str, lb: list[dict[str, Any]], summary: Summary) -> str:
     cards = _cards(
         [
             ("models", _int(len(lb))),
-            ("judges", _int(len(summary.judges))),
+            ("judges", _int(summary.n_judges)),
             ("battles counted", _int(summary.counts.counted)),
             ("Kendall τ naive vs corrected", fmt(summary.kendall_tau, 3)),
             ("Spearman ρ", fmt(summary.spearman, 3)),
@@ -933,7 +933,9 @@ def _judges(summary: Summary) -> str:
         f"<td>{_pct(j.tie_share)}</td><td>{_int(j.self_battles)}</td></tr>"
         for j in judges
     ]
-    note = left_out_note(len(summary.judges), len(judges), "summary.json")
+    tables = summary.judge_tables
+    where = tables.files.get("judges", "summary.json") if tables is not None else "summary.json"
+    note = left_out_note(summary.n_judges, len(judges), where)
     return _section("judges", "Judges", note + _table("judges", head, rows))
 
 

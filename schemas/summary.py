@@ -176,6 +176,25 @@ class JudgeCounts:
     models: int
 
 
+#: Judges whose per-judge rows ``summary.json`` (``judges``, ``diagnostics.order``, ``diagnostics.family``) and
+#: ``bias.json`` keep at most: the ones with the most battles.  Every judge's rows stay in the snapshot's Parquet
+#: files (:class:`JudgeTables`): with arena voters as judges (50,000) the JSON copies reached ~130 MB.
+SUMMARY_JUDGES_MAX: int = 200
+
+
+@dataclass
+class JudgeTables:
+    """Where every judge's rows are when the JSON files keep only the :data:`SUMMARY_JUDGES_MAX` busiest.
+
+    ``files``: per-judge table → the snapshot file holding all its rows (``judges`` → ``judges.parquet``,
+    ``bias`` → ``bias.parquet``, and ``audit_judges`` / ``audit_family`` when the audit ran).
+    """
+
+    total: int  # judges in the snapshot
+    kept: int  # judges whose rows the JSON files keep (the most battles; names break ties)
+    files: dict[str, str] = field(default_factory=dict)
+
+
 @dataclass
 class Identifiability:
     """Whether the data pins a global effect down (profile likelihood) and where correction stops helping."""
@@ -527,7 +546,15 @@ class Summary:
     board: str = PAIRWISE
     #: The style-kept board and the global style effects; None when no battle carries style counts.
     style: StyleInfo | None = None
+    #: Set when the snapshot has more than :data:`SUMMARY_JUDGES_MAX` judges: the per-judge lists above keep
+    #: the busiest judges only, and this says how many there are and which Parquet files hold them all.
+    judge_tables: JudgeTables | None = None
     version: int = SUMMARY_VERSION
+
+    @property
+    def n_judges(self) -> int:
+        """Judges in the snapshot (``judges`` may list only the busiest; see :attr:`judge_tables`)."""
+        return self.judge_tables.total if self.judge_tables is not None else len(self.judges)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document (a dict of plain values; :func:`biasboard.transforms.publish.json_bytes` writes it)."""
@@ -548,6 +575,7 @@ __all__ = [
     "ORDINAL_ONLY",
     "ORDINAL_ONLY_BOARDS",
     "PAIRWISE",
+    "SUMMARY_JUDGES_MAX",
     "SUMMARY_VERSION",
     "Comparison",
     "Connectivity",
@@ -562,6 +590,7 @@ __all__ = [
     "Identifiability",
     "JudgeAudit",
     "JudgeCounts",
+    "JudgeTables",
     "ModelConsistency",
     "NaiveDiagnostics",
     "Profile",

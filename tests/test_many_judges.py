@@ -10,13 +10,17 @@ from __future__ import annotations
 import io
 import json
 import re
+from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
 from biasboard.audit import audit
+from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.report.judges import MAX_JUDGES_SHOWN, shown_judges
-from biasboard.simulate import SimulationConfig, simulate_days
+from biasboard.schemas import summary as S
+from biasboard.simulate import SimulationConfig, simulate_days, write_simulation
 from biasboard.transforms.audit import AUDIT_JSON, JSON_TABLES, audit_files, table_file
+from biasboard.transforms.snapshot import GLOBAL_JUDGE, JUDGES_FILE
 
 JUDGES = MAX_JUDGES_SHOWN + 25
 
@@ -51,3 +55,32 @@ def test_audit_section_and_json_stay_bounded_and_parquet_keeps_every_judge() -> 
     pairs = pl.read_parquet(io.BytesIO(files[table_file("order_pairs")]))
     assert pairs.height == result.order_pairs.height > 0
     assert pairs["judge"].n_unique() == JUDGES
+
+
+def test_snapshot_json_keeps_the_busiest_judges_and_parquet_keeps_every_judge(tmp_path, monkeypatch) -> None:
+    """Past SUMMARY_JUDGES_MAX judges, summary.json and bias.json keep the busiest; the Parquet files all of them."""
+    monkeypatch.setattr(S, "SUMMARY_JUDGES_MAX", 4)
+    config = SimulationConfig(battles=4_000, models=5, judges=7, days=1, both_orders=True, prompts=20, seed=4)
+    logs = write_simulation(config, tmp_path / "logs")
+    outcome = refresh(
+        str(logs / "battles" / "day=*" / "*.parquet"), str(tmp_path / "state"), str(tmp_path / "out"), [],
+        RefreshOptions(k=2),
+    )  # fmt: skip
+    assert outcome.published is not None
+    snapshot = Path(outcome.published.path)
+    summary = S.Summary.from_json(json.loads((snapshot / "summary.json").read_text()))
+    every = pl.read_parquet(snapshot / JUDGES_FILE)
+    assert every.height == config.judges and summary.n_judges == config.judges
+    busiest = every.sort(["n", "judge"], descending=[True, False]).head(4)["judge"].to_list()
+    assert {j.judge for j in summary.judges} == set(busiest)
+    assert summary.judge_tables is not None and summary.judge_tables.kept == 4
+    assert set(summary.judge_tables.files) == {"judges", "bias", "audit_judges", "audit_family"}
+    assert all((snapshot / name).exists() for name in summary.judge_tables.files.values())
+    assert {a.judge for a in summary.diagnostics.order} == set(busiest)
+    bias_all = pl.read_parquet(snapshot / "bias.parquet")
+    bias_json = pl.DataFrame(json.loads((snapshot / "bias.json").read_text()))
+    assert set(bias_all["judge"]) == {*every["judge"], GLOBAL_JUDGE}
+    assert set(bias_json["judge"]) == {*busiest, GLOBAL_JUDGE}
+    assert bias_json.height == bias_all.filter(pl.col("judge").is_in([*busiest, GLOBAL_JUDGE])).height
+    html = (snapshot / "report.html").read_text()
+    assert f"judges with the most battles of {config.judges:,}; every judge is in {JUDGES_FILE}" in html

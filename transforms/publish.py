@@ -132,11 +132,20 @@ def json_bytes(document: Mapping[str, object]) -> bytes:
 
 
 def snapshot_files(
-    leaderboard: pl.DataFrame, bias: pl.DataFrame, summary: Mapping[str, object], report_html: str
+    leaderboard: pl.DataFrame,
+    bias: pl.DataFrame,
+    summary: Mapping[str, object],
+    report_html: str,
+    bias_json: pl.DataFrame | None = None,
 ) -> dict[str, bytes]:
-    """Every data file of a snapshot (all but the manifest), by name."""
+    """Every data file of a snapshot (all but the manifest), by name.
+
+    ``bias_json``: the rows bias.json holds when not all of ``bias`` (the busiest judges' of a snapshot with
+    many judges; bias.parquet always holds every row).
+    """
     files = {f"leaderboard.{fmt}": table_bytes(leaderboard, fmt) for fmt in ("parquet", "csv", "json")}
-    files.update({f"bias.{fmt}": table_bytes(bias, fmt) for fmt in ("parquet", "json")})
+    files["bias.parquet"] = table_bytes(bias, "parquet")
+    files["bias.json"] = table_bytes(bias if bias_json is None else bias_json, "json")
     files["summary.json"] = json_bytes(summary)
     files["report.html"] = report_html.encode("utf-8")
     return files

@@ -162,6 +162,7 @@ def fit_state(
         corrected,
         lambda: fit_with_anchors(cells, score_cells, replace(spec, config=kept_config(spec.config))).corrected,
     )
+    judge_files = keep_busiest_judges(summary, audit_files)
     slice_files, boards = {}, None
     if spec.slices:
         boards, summary.slices = fit_slices(cells, spec.slices, spec.slice_min_battles, _slice_fit(spec))
@@ -174,7 +175,7 @@ def fit_state(
         summary=summary,
         model_options=_config_dict(fitted.config),
         n_cells=cells.num_rows + (score_cells.num_rows if score_cells is not None else 0),
-        extra_files={**audit_files, **plan_inputs(corrected), **slice_files},
+        extra_files={**audit_files, **plan_inputs(corrected), **slice_files, **judge_files},
         slices=boards,
         merge_s=merge_s,
     )
@@ -377,6 +378,50 @@ def _config_dict(config) -> dict:
     return out
 
 
+#: Every judge's battles and shares, when summary.json keeps only the busiest (:func:`keep_busiest_judges`).
+JUDGES_FILE = "judges.parquet"
+#: Judge name of the global (population) rows of the bias table.
+GLOBAL_JUDGE = "*"
+
+
+def keep_busiest_judges(summary: Summary, audit_files: Mapping[str, bytes]) -> dict[str, bytes]:
+    """Cut summary.json's per-judge lists to the :data:`~S.SUMMARY_JUDGES_MAX` busiest judges; their files.
+
+    Past that many judges (arena voters: 50,000) the per-judge rows are kept
+    in Parquet only: ``judges.parquet`` (returned, every judge's
+    :class:`~S.JudgeCounts`), ``bias.parquet`` and the audit's
+    ``audit_judges.parquet`` / ``audit_family.parquet``; ``summary.judge_tables``
+    says how many judges there are and names those files.  The busiest judges
+    are the ones with most battles, names breaking ties (the report's rule).
+    Returns {} (and changes nothing) when the summary lists few enough judges.
+    """
+    if len(summary.judges) <= S.SUMMARY_JUDGES_MAX:
+        return {}
+    busiest = sorted(summary.judges, key=lambda j: (-j.n, j.judge))[: S.SUMMARY_JUDGES_MAX]
+    kept = {j.judge for j in busiest}
+    every = pl.DataFrame([asdict(j) for j in summary.judges], schema=[f.name for f in fields(S.JudgeCounts)])
+    files = {"judges": JUDGES_FILE, "bias": "bias.parquet"}
+    files.update({name: table_file(name[len("audit_") :]) for name in ("audit_judges", "audit_family")})
+    summary.judge_tables = S.JudgeTables(
+        total=len(summary.judges),
+        kept=len(kept),
+        files={name: file for name, file in files.items() if name in ("judges", "bias") or file in audit_files},
+    )
+    summary.judges = [j for j in summary.judges if j.judge in kept]
+    diagnostics = summary.diagnostics
+    diagnostics.order = [row for row in diagnostics.order if row.judge in kept]
+    diagnostics.family = [row for row in diagnostics.family if row.judge in kept]
+    return {JUDGES_FILE: publish.table_bytes(every, "parquet")}
+
+
+def json_bias(parts: SnapshotParts) -> pl.DataFrame:
+    """bias.json's rows: every row, or the global ones and the kept judges' when summary.json cut the judges."""
+    if parts.summary.judge_tables is None or parts.bias.is_empty():
+        return parts.bias
+    kept = [GLOBAL_JUDGE, *(j.judge for j in parts.summary.judges)]
+    return parts.bias.filter(pl.col("judge").is_in(kept))
+
+
 def render(parts: SnapshotParts, title: str) -> str:
     """report.html of a snapshot."""
     return render_report(parts.leaderboard, parts.bias, parts.summary, title=title, slices=parts.slices)
@@ -384,7 +429,8 @@ def render(parts: SnapshotParts, title: str) -> str:
 
 def snapshot_files(parts: SnapshotParts, title: str) -> dict[str, bytes]:
     """Every data file of the snapshot (all but the manifest), by name."""
-    files = publish.snapshot_files(parts.leaderboard, parts.bias, parts.summary.to_json(), render(parts, title))
+    summary = parts.summary.to_json()
+    files = publish.snapshot_files(parts.leaderboard, parts.bias, summary, render(parts, title), json_bias(parts))
     files.update(parts.extra_files)
     return files
 
