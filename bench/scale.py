@@ -14,7 +14,12 @@ Each refresh runs in a fresh process (``--child``); printed per size: wall time,
 times (its ``stage times`` log line), peak RSS of the refresh process (VmHWM) and of its whole process
 tree (RSS of the process and every descendant summed, sampled every 0.1 s), and the ratios 2N / N.
 Also printed: the CPU seconds (user + system) of the refresh's process tree, which a machine shared with other
-work inflates far less than the wall time.  Targets: time ratio ≤ 2.1, peak RSS flat (ratio ≈ 1).
+work inflates far less than the wall time; the fit's merge of the stored cells (part of ``fit``); and the size
+of the snapshot's JSON files.  Targets: time ratio ≤ 2.1, peak RSS flat (ratio ≈ 1).
+
+Memory: at this shape the cells hardly merge (the full size's input holds 14.9M distinct cell keys at N, 23.8M
+at 2N: voter-judges, and 400 models × length bins per LLM judge), and the refresh peaked at 1.5–2.1 KB per
+cell at ``--scale 0.1``, so the full size needs a machine with well over 23 GB (README, Scale).
 
 Data: the simulator (:func:`biasboard.simulate.write_simulation`) writes a day at a time; the voters are
 assigned chunk by chunk with bench/fit.py's :func:`split_voters`, seeded per day, so memory stays one
