@@ -84,3 +84,27 @@ def test_snapshot_json_keeps_the_busiest_judges_and_parquet_keeps_every_judge(tm
     assert bias_json.height == bias_all.filter(pl.col("judge").is_in([*busiest, GLOBAL_JUDGE])).height
     html = (snapshot / "report.html").read_text()
     assert f"judges with the most battles of {config.judges:,}; every judge is in {JUDGES_FILE}" in html
+    audit_json = json.loads((snapshot / AUDIT_JSON).read_text())
+    audit_judges = pl.read_parquet(snapshot / table_file("judges"))
+    assert audit_judges.height == config.judges
+    busiest_audited = audit_judges.sort(["slot_n", "judge"], descending=[True, False]).head(4)["judge"]
+    assert sorted(r["judge"] for r in audit_json["tables"]["judges"]) == sorted(busiest_audited)
+    assert {r["judge"] for r in audit_json["tables"]["family"]} <= set(busiest_audited)
+    assert audit_json["judge_tables"] == {
+        "total": config.judges, "kept": 4, "files": {name: table_file(name) for name in JSON_TABLES}
+    }  # fmt: skip
+
+
+def test_manifest_model_options_stay_bounded_in_the_judges(monkeypatch) -> None:
+    """The manifest lists at most SUMMARY_JUDGES_MAX reference judges and gate decisions, with their counts."""
+    from biasboard.ranking.config import ModelConfig
+    from biasboard.transforms.snapshot import _config_dict
+
+    monkeypatch.setattr(S, "SUMMARY_JUDGES_MAX", 3)
+    voters = [f"pool/v{i:02d}" for i in range(10)]
+    config = ModelConfig(reference=frozenset(voters), disabled=frozenset((v, "position") for v in voters[:5]))
+    options = _config_dict(config)
+    assert options["reference"] == voters[:3] and options["reference_count"] == 10
+    assert options["disabled"] == [[v, "position"] for v in voters[:3]] and options["disabled_count"] == 5
+    small = _config_dict(ModelConfig(reference=frozenset(voters[:2])))
+    assert small["reference"] == voters[:2] and small["reference_count"] == 2 and small["disabled_count"] == 0

@@ -61,6 +61,7 @@ from biasboard.audit import (
     reduce_order_rows,
 )
 from biasboard.report.audit import render_audit_section
+from biasboard.schemas import summary as S
 from biasboard.schemas.battle import WINNER_VALUES
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
@@ -393,14 +394,32 @@ def audit_files(result: AuditResult, counts: IngestCounts | Mapping[str, Any] | 
     tables = result.tables()
     files = {table_file(name): publish.table_bytes(frame, "parquet") for name, frame in tables.items()}
     files[AUDIT_HTML] = render_audit_section(result).encode("utf-8")
+    json_tables, judge_tables = busiest_judge_rows({name: tables[name] for name in JSON_TABLES})
     document = {
         "counts": dict(counts or {}),
-        "tables": {name: records(tables[name]) for name in JSON_TABLES},
+        "tables": {name: records(frame) for name, frame in json_tables.items()},
+        "judge_tables": judge_tables,
         "files": {name: table_file(name) for name in tables},
         "conventions": CONVENTIONS,
     }
     files[AUDIT_JSON] = publish.json_bytes(document)
     return files
+
+
+def busiest_judge_rows(tables: Mapping[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], dict | None]:
+    """audit.json's per-judge tables cut to the :data:`~S.SUMMARY_JUDGES_MAX` judges with the most battles.
+
+    The summary's rule, for the same reason: with arena voters as judges (50,000) a row per judge in JSON
+    grew with the voters (11 MB at 5,020 judges); every judge's rows stay in the Parquet files.  Returns the
+    tables and ``{"total", "kept", "files"}`` (None, and the tables unchanged, below the cap).
+    """
+    judges = tables["judges"]
+    if judges.height <= S.SUMMARY_JUDGES_MAX:
+        return dict(tables), None
+    kept = judges.sort(["slot_n", "judge"], descending=[True, False]).head(S.SUMMARY_JUDGES_MAX)["judge"]
+    cut = {name: frame.filter(pl.col("judge").is_in(kept.implode())) for name, frame in tables.items()}
+    files = {name: table_file(name) for name in tables}
+    return cut, {"total": judges.height, "kept": kept.len(), "files": files}
 
 
 def table_file(name: str) -> str:

@@ -11,7 +11,6 @@ aggregated in, on which worker fits them, or on the runner.
 from __future__ import annotations
 
 import io
-import json
 import logging
 import time
 from collections.abc import Mapping
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
 import pyarrow as pa
-from biasboard.audit.measures import PAIR_KEYS, PAIR_MEASURES, order_models_table
+from biasboard.audit.measures import PAIR_KEYS, PAIR_MEASURES, order_models_table, records
 from biasboard.ranking import ModelConfig
 from biasboard.ranking.diagnostics import CROSSING_TYPICAL
 from biasboard.ranking.leaderboard import side_by_side
@@ -33,7 +32,7 @@ from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.summary import Summary
 from biasboard.transforms import publish, state, storage
 from biasboard.transforms.anchors import read_anchors
-from biasboard.transforms.audit import AUDIT_JSON, table_file
+from biasboard.transforms.audit import JSON_TABLES, table_file
 from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
 from biasboard.transforms.plan import plan_inputs
 from biasboard.transforms.ranks import rank_intervals
@@ -140,7 +139,12 @@ def fit_state(
     audit_files = dict(audit_files or {})
     audit_tables, order_pairs = None, None
     if audit_files:
-        audit_tables = json.loads(audit_files[AUDIT_JSON]).get("tables") if AUDIT_JSON in audit_files else None
+        # Every judge's rows, from Parquet: audit.json keeps only the busiest judges (transforms.audit).
+        audit_tables = {
+            name: records(pl.read_parquet(io.BytesIO(audit_files[table_file(name)])))
+            for name in JSON_TABLES
+            if table_file(name) in audit_files
+        } or None
         pairs_file = table_file("order_pairs")  # per (judge, pair): only in Parquet (too big for audit.json)
         if pairs_file in audit_files:
             order_pairs = pl.read_parquet(io.BytesIO(audit_files[pairs_file]))
@@ -372,9 +376,18 @@ def _pooled_order_models(order_pairs: pl.DataFrame | list) -> list:
 
 
 def _config_dict(config) -> dict:
+    """The model options for the manifest, bounded in the number of judges.
+
+    ``reference`` (judge names a pattern expanded to: 25,000 voters of a human pool) and ``disabled`` (the
+    gate's (judge, effect) decisions, one per voter) list at most :data:`~S.SUMMARY_JUDGES_MAX` entries,
+    sorted, with their full counts beside them; every decision is in ``bias.parquet``.
+    """
     out = asdict(config)
-    out["disabled"] = sorted(list(pair) for pair in config.disabled)
-    out["reference"] = sorted(config.reference)
+    cap = S.SUMMARY_JUDGES_MAX
+    disabled = sorted(list(pair) for pair in config.disabled)
+    reference = sorted(config.reference)
+    out.update(disabled=disabled[:cap], disabled_count=len(disabled))
+    out.update(reference=reference[:cap], reference_count=len(reference))
     return out
 
 
