@@ -47,9 +47,9 @@ import scipy.sparse as sp
 from biasboard.ranking.data import PairArrays
 from biasboard.ranking.model import DISC, BlockPartials, Layout, Spec
 
-#: A judge who meets more than M / DENSE_SHARE models enters the Schur product through dense BLAS rows
-#: (cost R·M² each) rather than sparse ones (cost ~R·n_j² at a few times BLAS's cost per product).
-DENSE_SHARE = 4
+#: The Schur product's per-judge blocks X_jᵀA_j⁻¹X_j (n_j × n_j each) are made for judges meeting the same
+#: number of models at once, at most this many block entries at a time (bounds their temporaries: ~8 MB).
+GRAM_CELLS = 1 << 20
 #: Rows per dense slice of the Schur and covariance products: bounds their (rows × (M + n_glob)) temporaries
 #: (~13 MB at M = 100).
 DENSE_ROWS = 16384
@@ -321,6 +321,33 @@ def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cro
     return ArrowHessian(lay, H, A, Xc, Xg, cross, tuple(low_rank), dev > 0)
 
 
+def _gram(cross: CrossIndex, Xc: np.ndarray, R: np.ndarray, Ainv: np.ndarray, n_models: int) -> np.ndarray:
+    """Σ_j X_jᵀA_j⁻¹X_j (M × M, symmetrised), X_j = judge j's rows ``Xc`` (entries × K) at columns R.
+
+    Judge j's term is an n_j × n_j block over the models it met; the judges who met equally many models
+    have them made together by batched matmuls (the entries are sorted by judge: judge j's are one run) and
+    added into M × M by one bincount.  Measured at 50k voter-judges (n_j ~ 9.5 on average, 6 LLM judges
+    at 100): 0.06 s, where the sparse product XᵀY took 0.11 s and its CSR → CSC conversion 0.02 s."""
+    n_j = np.diff(cross.starts)
+    order = np.argsort(n_j, kind="stable")
+    out = np.zeros(n_models * n_models)
+    for group in np.split(order, np.flatnonzero(np.diff(n_j[order])) + 1):
+        n = int(n_j[group[0]])
+        if n == 0:
+            continue
+        step = max(1, GRAM_CELLS // (n * n))
+        for lo in range(0, group.size, step):
+            judges = group[lo : lo + step]
+            entries = cross.starts[judges][:, None] + np.arange(n)  # (judges, n)
+            x = Xc[entries][:, :, R]  # (judges, n, R)
+            block = x @ Ainv[judges] @ x.transpose(0, 2, 1)
+            model = cross.model[entries]
+            key = model[:, :, None] * n_models + model[:, None, :]
+            out += np.bincount(key.ravel(), block.ravel(), minlength=out.size)
+    out = out.reshape(n_models, n_models)
+    return 0.5 * (out + out.T)
+
+
 class ArrowFactor:
     """The factorised (damped) Newton system of an :class:`ArrowHessian` over the ``free`` parameters.
 
@@ -331,9 +358,8 @@ class ArrowFactor:
     restricted to R, from their Cholesky factors); every other judge entry is a diagonal (``diag``).  The
     couplings to θ are one sparse (J·R × M) matrix (``Xsp``, row j·R + r: judge j's effect r over the
     models it met), so A_j⁻¹X_j for all judges is one sparse product with the block-diagonal A⁻¹ (``Y``,
-    reused by the covariance), and Σ_j X_jᵀA_j⁻¹X_j the sparse product XᵀY — O(R·Σ_j n_j²) for judges
-    meeting n_j models; a judge who meets more than M / :data:`DENSE_SHARE` models goes through dense row
-    slices and BLAS instead (O(R·M²) each).
+    reused by the covariance).  Σ_j X_jᵀA_j⁻¹X_j is made block by block, batched over the judges who met
+    equally many models (:func:`_gram`) — O(R·Σ_j n_j²) for judges meeting n_j models.
     """
 
     def __init__(self, hess: ArrowHessian, free: np.ndarray, mu: float):
@@ -368,7 +394,7 @@ class ArrowFactor:
         S[np.diag_indices_from(S)] += np.where(f_g > 0, mu, 1.0)
         self.Y = _block_diagonal(self.Ainv) @ self.Xsp  # rows of A_j⁻¹X_j (θ part); the globals' part:
         self.Yg = np.matmul(self.Ainv, self.Xg).reshape(-1, n_e)
-        S[:m, :m] -= self._gram()
+        S[:m, :m] -= _gram(cr, Xc, R, self.Ainv, m)
         cross_g = np.asarray(self.Xsp.T @ self.Yg)
         S[:m, m : m + n_e] -= cross_g
         S[m : m + n_e, :m] -= cross_g.T
@@ -390,28 +416,6 @@ class ArrowFactor:
             return ArrowFactor(hess, free, mu)
         except (np.linalg.LinAlgError, sla.LinAlgError, ValueError):
             return None
-
-    def _gram(self) -> np.ndarray:
-        """Σ_j X_jᵀA_j⁻¹X_j = XᵀY (M × M, symmetrised): sparse for judges who meet few models, dense BLAS
-        slices for those who meet more than M / DENSE_SHARE — unless their sparse work (Σ n_j²) is below the
-        others': then one sparse product over every row, without copying the thin judges' rows out (at 50k
-        voters and 6 LLM judges the copies cost more than the LLM judges' sparse products)."""
-        X, Y, k = self.Xsp, self.Y, self.R.size
-        n_j = np.diff(self.hess.cross.starts)
-        wide = n_j * DENSE_SHARE > self.lay.n_models
-        if not wide.any() or np.sum(n_j[wide] ** 2) < np.sum(n_j[~wide] ** 2):
-            out = np.asarray((X.T @ Y).toarray())
-            return 0.5 * (out + out.T)
-        # The thin judges' rows as runs of consecutive rows (row slices, not a gathered copy of the matrix).
-        edges = np.flatnonzero(np.diff(np.concatenate([[True], wide, [True]]).astype(np.int8)))
-        out = np.zeros((self.lay.n_models, self.lay.n_models))
-        for lo, hi in (edges.reshape(-1, 2) * k).tolist():
-            out += (X[lo:hi].T @ Y[lo:hi]).toarray()
-        dense = np.flatnonzero(np.repeat(wide, k))
-        for lo in range(0, dense.size, DENSE_ROWS):
-            rows = dense[lo : lo + DENSE_ROWS]
-            out += X[rows].toarray().T @ Y[rows].toarray()
-        return 0.5 * (out + out.T)
 
     def _ainv(self, v: np.ndarray) -> np.ndarray:
         return np.einsum("jik,jk->ji", self.Ainv, v)

@@ -84,11 +84,12 @@ def test_blocked_newton_equals_the_dense_solve(seed, judges, style):
         assert np.max(np.abs(dense_var - blocked_var * pd.spec.masks[t])) < TOL, t
 
 
-@pytest.mark.parametrize("share", [0, 10**9])
-def test_sparse_and_dense_schur_rows_equal_the_dense_solve(monkeypatch, share):
-    """Judges meeting few models enter the Schur complement through sparse products, the others through dense
-    rows (``DENSE_SHARE``): forced all one way, then all the other, both equal the dense solve."""
-    monkeypatch.setattr(arrowhead, "DENSE_SHARE", share)
+@pytest.mark.parametrize("cells", [1, 10**9])
+def test_batched_schur_blocks_equal_the_dense_solve(monkeypatch, cells):
+    """The Schur complement's per-judge blocks are made batched over judges meeting equally many models, at
+    most ``GRAM_CELLS`` block entries at a time: one judge per batch, then every judge of a size in one
+    batch, both equal the dense solve."""
+    monkeypatch.setattr(arrowhead, "GRAM_CELLS", cells)
     data = build_dataset(_cells(np.random.default_rng(9), models=10, judges=30, cells=300))
     (pd, sd, cd), (_, sb, cb) = _both(data)
     gi = glob_index(pd.layout)
