@@ -37,7 +37,7 @@ covariance of r_j with the global effects (what a judge's total effect γ₀ + u
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -47,11 +47,12 @@ import scipy.sparse as sp
 from biasboard.ranking.data import PairArrays
 from biasboard.ranking.model import DISC, BlockPartials, Layout, Spec
 
-#: The Schur product's per-judge blocks X_jᵀA_j⁻¹X_j (n_j × n_j each) are made for judges meeting the same
-#: number of models at once, at most this many block entries at a time (bounds their temporaries: ~8 MB).
-GRAM_CELLS = 1 << 20
-#: Rows per dense slice of the Schur and covariance products: bounds their (rows × (M + n_glob)) temporaries
-#: (~13 MB at M = 100).
+#: Per-judge n_j × n_j blocks (the Schur product's X_jᵀA_j⁻¹X_j, the covariance's S⁻¹ over the models judge j
+#: met) are made for judges meeting the same number of models at once, at most this many block entries at
+#: a time (bounds their temporaries: ~8 MB each).
+BATCH_CELLS = 1 << 20
+#: Rows per dense slice of :meth:`RowCovariance.diagonal`: bounds its (rows × n_G) temporaries (~13 MB at
+#: M = 100).
 DENSE_ROWS = 16384
 
 
@@ -321,29 +322,35 @@ def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cro
     return ArrowHessian(lay, H, A, Xc, Xg, cross, tuple(low_rank), dev > 0)
 
 
-def _gram(cross: CrossIndex, Xc: np.ndarray, R: np.ndarray, Ainv: np.ndarray, n_models: int) -> np.ndarray:
-    """Σ_j X_jᵀA_j⁻¹X_j (M × M, symmetrised), X_j = judge j's rows ``Xc`` (entries × K) at columns R.
-
-    Judge j's term is an n_j × n_j block over the models it met; the judges who met equally many models
-    have them made together by batched matmuls (the entries are sorted by judge: judge j's are one run) and
-    added into M × M by one bincount.  Measured at 50k voter-judges (n_j ~ 9.5 on average, 6 LLM judges
-    at 100): 0.06 s, where the sparse product XᵀY took 0.11 s and its CSR → CSC conversion 0.02 s."""
+def _judge_batches(cross: CrossIndex) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(judges, their entries (judges × n)) for batches of judges who each met the same n ≥ 1 models, at most
+    :data:`BATCH_CELLS` // n² judges a batch (the entries are sorted by judge: judge j's are one run)."""
     n_j = np.diff(cross.starts)
     order = np.argsort(n_j, kind="stable")
-    out = np.zeros(n_models * n_models)
     for group in np.split(order, np.flatnonzero(np.diff(n_j[order])) + 1):
         n = int(n_j[group[0]])
         if n == 0:
             continue
-        step = max(1, GRAM_CELLS // (n * n))
+        step = max(1, BATCH_CELLS // (n * n))
         for lo in range(0, group.size, step):
             judges = group[lo : lo + step]
-            entries = cross.starts[judges][:, None] + np.arange(n)  # (judges, n)
-            x = Xc[entries][:, :, R]  # (judges, n, R)
-            block = x @ Ainv[judges] @ x.transpose(0, 2, 1)
-            model = cross.model[entries]
-            key = model[:, :, None] * n_models + model[:, None, :]
-            out += np.bincount(key.ravel(), block.ravel(), minlength=out.size)
+            yield judges, cross.starts[judges][:, None] + np.arange(n)
+
+
+def _gram(cross: CrossIndex, Xc: np.ndarray, R: np.ndarray, Ainv: np.ndarray, n_models: int) -> np.ndarray:
+    """Σ_j X_jᵀA_j⁻¹X_j (M × M, symmetrised), X_j = judge j's rows ``Xc`` (entries × K) at columns R.
+
+    Judge j's term is an n_j × n_j block over the models it met; the judges who met equally many models
+    have theirs made together by batched matmuls and added into M × M by a bincount.  Measured at 50k
+    voter-judges (n_j ~ 9.5 on average, 6 LLM judges at 100): 0.06 s, where the sparse product XᵀY with
+    Y = A⁻¹X took 0.11 s, its CSR → CSC conversion 0.02 s and Y itself 0.03 s."""
+    out = np.zeros(n_models * n_models)
+    for judges, entries in _judge_batches(cross):
+        x = Xc[entries][:, :, R]  # (judges, n, R)
+        block = x @ Ainv[judges] @ x.transpose(0, 2, 1)
+        model = cross.model[entries]
+        key = model[:, :, None] * n_models + model[:, None, :]
+        out += np.bincount(key.ravel(), block.ravel(), minlength=out.size)
     out = out.reshape(n_models, n_models)
     return 0.5 * (out + out.T)
 
@@ -357,9 +364,9 @@ class ArrowFactor:
     Only the effects R switched on for some judge are factorised as blocks (``Ainv``: the inverses of A_j
     restricted to R, from their Cholesky factors); every other judge entry is a diagonal (``diag``).  The
     couplings to θ are one sparse (J·R × M) matrix (``Xsp``, row j·R + r: judge j's effect r over the
-    models it met), so A_j⁻¹X_j for all judges is one sparse product with the block-diagonal A⁻¹ (``Y``,
-    reused by the covariance).  Σ_j X_jᵀA_j⁻¹X_j is made block by block, batched over the judges who met
-    equally many models (:func:`_gram`) — O(R·Σ_j n_j²) for judges meeting n_j models.
+    models it met: the solves' products), and the same rows per entry (``Xc``).  Σ_j X_jᵀA_j⁻¹X_j and the
+    covariance's per-judge terms are made judge block by judge block, batched over the judges who met
+    equally many models (:func:`_judge_batches`) — O(R·Σ_j n_j²) for judges meeting n_j models.
     """
 
     def __init__(self, hess: ArrowHessian, free: np.ndarray, mu: float):
@@ -387,13 +394,13 @@ class ArrowFactor:
         Xc = hess.Xc  # the coupled columns R are gathered straight into the sparse rows
         if not every:  # fixed parameters: no coupling
             Xc = Xc * f_j[cr.judge] * f_g[cr.model][:, None]
+        self.Xc = Xc  # per-entry rows, all K columns (the batched Gram and covariance take the R of them)
         self.Xsp = cr.coupling(Xc, m, R)
         self.Xsp.eliminate_zeros()  # switched-off rows (a voter's affinity) carry no work
         self.Xg = hess.Xg[:, R] if every else hess.Xg[:, R] * fR[:, :, None] * f_g[None, None, m : m + n_e]
         S = hess.H * f_g[:, None] * f_g[None, :]
         S[np.diag_indices_from(S)] += np.where(f_g > 0, mu, 1.0)
-        self.Y = _block_diagonal(self.Ainv) @ self.Xsp  # rows of A_j⁻¹X_j (θ part); the globals' part:
-        self.Yg = np.matmul(self.Ainv, self.Xg).reshape(-1, n_e)
+        self.Yg = np.matmul(self.Ainv, self.Xg).reshape(-1, n_e)  # rows of A_j⁻¹X_j, the globals' part
         S[:m, :m] -= _gram(cr, Xc, R, self.Ainv, m)
         cross_g = np.asarray(self.Xsp.T @ self.Yg)
         S[:m, m : m + n_e] -= cross_g
@@ -464,18 +471,23 @@ class ArrowFactor:
         var_j = 1.0 / self.diag
         var_j[:, R] = np.einsum("jii->ji", self.Ainv)
         cov_jg = np.zeros((lay.n_judges, lay.n_blocks, n_e))
-        top = sinv[: m + n_e, : m + n_e]
-        Y, Yg = self.Y, self.Yg  # rows of A_j⁻¹X_j: θ part sparse, the globals' part dense
-        var_c, cov_c = np.zeros(Y.shape[0]), np.zeros((Y.shape[0], n_e))
-        for lo in range(0, Y.shape[0], DENSE_ROWS):
-            y, yg = Y[lo : lo + DENSE_ROWS], Yg[lo : lo + DENSE_ROWS]
-            prod = np.asarray(y @ top[:m]) + yg @ top[m:]  # rows of A⁻¹X S⁻¹
-            row = np.repeat(np.arange(y.shape[0]), np.diff(y.indptr))  # y's items: (row, model) = Σ over y's row
-            var_c[lo : lo + DENSE_ROWS] = np.bincount(row, y.data * prod[row, y.indices], minlength=y.shape[0])
-            var_c[lo : lo + DENSE_ROWS] += np.einsum("rc,rc->r", yg, prod[:, m:])
-            cov_c[lo : lo + DENSE_ROWS] = -prod[:, m:]
-        var_j[:, R] += var_c.reshape(-1, k)
-        cov_jg[:, R] = cov_c.reshape(-1, k, n_e)
+        # Rows of A⁻¹X S⁻¹ (A⁻¹X)ᵀ's diagonal and of A⁻¹X S⁻¹'s global columns, judge j's made over the n_j
+        # models it met only (S⁻¹ gathered there: O(Σ_j n_j²), not a dense (J·R × M) product).
+        cr, Yg = self.hess.cross, self.Yg.reshape(lay.n_judges, k, n_e)
+        t_gg = sinv[m : m + n_e, m : m + n_e]
+        yg_gg = Yg @ t_gg
+        var_c, cov_c = np.einsum("jrc,jrc->jr", Yg, yg_gg), -yg_gg
+        for judges, entries in _judge_batches(cr):
+            model = cr.model[entries]
+            y = self.Ainv[judges] @ self.Xc[entries][:, :, R].transpose(0, 2, 1)  # (judges, R, n): A_j⁻¹X_j
+            y_mm = y @ sinv[model[:, :, None], model[:, None, :]]
+            y_mg = y @ sinv[model, m : m + n_e]  # y S⁻¹_θg
+            y_gm = y @ sinv[m : m + n_e][:, model].transpose(1, 2, 0)  # (S⁻¹_gθ yᵀ)ᵀ
+            yg = Yg[judges]
+            var_c[judges] += np.einsum("jrn,jrn->jr", y_mm, y) + np.einsum("jrc,jrc->jr", yg, y_mg + y_gm)
+            cov_c[judges] -= y_mg
+        var_j[:, R] += var_c
+        cov_jg[:, R] = cov_c
         if len(self.U):
             z_g = self.Z[:, glob_index(lay)]
             z_j = self.Z[:, lay.block(0).start : lay.tau.start].reshape(len(self.U), lay.n_blocks, lay.n_judges)

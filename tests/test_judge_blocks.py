@@ -87,9 +87,9 @@ def test_blocked_newton_equals_the_dense_solve(seed, judges, style):
 @pytest.mark.parametrize("cells", [1, 10**9])
 def test_batched_schur_blocks_equal_the_dense_solve(monkeypatch, cells):
     """The Schur complement's per-judge blocks are made batched over judges meeting equally many models, at
-    most ``GRAM_CELLS`` block entries at a time: one judge per batch, then every judge of a size in one
+    most ``BATCH_CELLS`` block entries at a time: one judge per batch, then every judge of a size in one
     batch, both equal the dense solve."""
-    monkeypatch.setattr(arrowhead, "GRAM_CELLS", cells)
+    monkeypatch.setattr(arrowhead, "BATCH_CELLS", cells)
     data = build_dataset(_cells(np.random.default_rng(9), models=10, judges=30, cells=300))
     (pd, sd, cd), (_, sb, cb) = _both(data)
     gi = glob_index(pd.layout)
