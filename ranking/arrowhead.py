@@ -328,7 +328,7 @@ def _judge_batches(cross: CrossIndex) -> Iterator[tuple[np.ndarray, np.ndarray]]
     n_j = np.diff(cross.starts)
     order = np.argsort(n_j, kind="stable")
     for group in np.split(order, np.flatnonzero(np.diff(n_j[order])) + 1):
-        n = int(n_j[group[0]])
+        n = int(n_j[group[0]]) if group.size else 0
         if n == 0:
             continue
         step = max(1, BATCH_CELLS // (n * n))
