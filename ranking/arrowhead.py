@@ -351,8 +351,8 @@ def _gram(cross: CrossIndex, Xc: np.ndarray, R: np.ndarray, Ainv: np.ndarray, n_
         model = cross.model[entries]
         key = model[:, :, None] * n_models + model[:, None, :]
         out += np.bincount(key.ravel(), block.ravel(), minlength=out.size)
-    out = out.reshape(n_models, n_models)
-    return 0.5 * (out + out.T)
+    gram = out.reshape(n_models, n_models)
+    return 0.5 * (gram + gram.T)
 
 
 class ArrowFactor:
