@@ -40,7 +40,7 @@ import dataclasses
 import io
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -199,8 +199,9 @@ def audit_days(
 class SumDays(beam.PTransform):
     """PCollection of (day's paired partials, day's row counts) → the audit files written under ``out``.
 
-    What the full and the incremental audit share: a day's partials are additive
-    once :func:`audit_day` has paired its orders, so the days are summed by one
+    The full audit's sum of days (the incremental one folds its stored days,
+    :func:`sum_stored_days`): a day's partials are additive once
+    :func:`audit_day` has paired its orders, so the days are summed by one
     global combine (exact whatever the order: every measure is a count or sits on
     a 2⁻²⁰ grid) and finished once.
     """
@@ -539,8 +540,39 @@ def audit_days_incremental(
     return (
         audited
         | "AllDaysAudited" >> beam.combiners.Count.Globally()
-        | "StoredDays" >> beam.FlatMap(lambda _, days: days, sorted(all_days))
-        | "SpreadStoredDays" >> beam.Reshuffle()
-        | "ReadDayPartials" >> beam.Map(read_day_partials, days_dir)
-        | "SumDays" >> SumDays(out)
+        | "SumStoredDays" >> beam.FlatMap(lambda _, days: write_stored_sum(days, days_dir, out), sorted(all_days))
     )
+
+
+#: Stored days read before they are folded into the running sum (amortises polars calls; bounds memory).
+SUM_DAYS_CHUNK = 16
+
+
+def sum_stored_days(days: Sequence[str], days_dir: str) -> tuple[AuditPartials, IngestCounts]:
+    """The stored days' partials and row counts, summed: read a chunk of days at a time, fold it in.
+
+    Why not a Beam combine: with voter-judges the summed ``order_pairs`` hold about
+    one row per (voter, model pair) — the size of the cells — and a combine moves
+    every day's partials and the accumulators through the runner as pickled
+    frames, which a local runner keeps in memory while the fit runs
+    (bench/scale.py: ~1 GB of the refresh's peak at 1M cells).  Here memory is
+    the running sum plus :data:`SUM_DAYS_CHUNK` days, freed before the fit; the
+    sum is exact whatever the grouping (every measure is a count or sits on a
+    2⁻²⁰ grid), so it equals the combine's.
+    """
+    total, counts, pending = AuditPartials(), IngestCounts(), []
+    for day in days:
+        partials, day_counts = read_day_partials(day, days_dir)
+        pending.append(partials)
+        counts = counts + day_counts
+        if len(pending) >= SUM_DAYS_CHUNK:
+            total, pending = merge_partials([total, *pending]), []
+    return merge_partials([total, *pending]), counts
+
+
+def write_stored_sum(days: Sequence[str], days_dir: str, out: str) -> list[str]:
+    """Sum the stored days (:func:`sum_stored_days`), finish the audit and write its files under ``out``."""
+    partials, counts = sum_stored_days(days, days_dir)
+    result = finish_audit(partials)
+    del partials
+    return write_audit(result, out, counts)
