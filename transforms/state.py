@@ -346,7 +346,13 @@ def load_cells(
             pending, rows, folded = [], 0, index + 1
     if cache and folded > start:
         _write_fold(state_dir, merged[0], keys[:folded])
-    return merge_cells([*merged, *pending], PAIR_CELLS_SCHEMA, dictionary=dictionary)
+    table = merge_cells([*merged, *pending], PAIR_CELLS_SCHEMA, dictionary=dictionary)
+    del merged, pending
+    # The merges' intermediates (concatenated days, coded keys, the group-by's output) are freed by now, but
+    # Arrow's allocator keeps freed pages for reuse: hand them back, so the fit that follows starts without
+    # them (bench/scale.py: the refresh peaks in the fit, with the merge's garbage still resident).
+    pa.default_memory_pool().release_unused()
+    return table
 
 
 def load_score_cells(state_dir: str, days: Iterable[str] | None = None) -> pa.Table:
