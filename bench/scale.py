@@ -18,8 +18,8 @@ work inflates far less than the wall time; the fit's merge of the stored cells (
 of the snapshot's JSON files.  Targets: time ratio ≤ 2.1, peak RSS flat (ratio ≈ 1).
 
 Memory: at this shape the cells hardly merge (the full size's input holds 14.9M distinct cell keys at N, 23.8M
-at 2N: voter-judges, and 400 models × length bins per LLM judge), and the refresh peaked at 1.5–2.1 KB per
-cell at ``--scale 0.1``, so the full size needs a machine with well over 23 GB (README, Scale).
+at 2N: voter-judges, and 400 models × length bins per LLM judge), and the refresh peaks at ~1.2–1.4 KB per
+cell at ``--scale 0.05`` (~1.0 KB per added cell): N would need ~15–17 GB, 2N ~23–27 GB (README, Scale).
 
 Data: the simulator (:func:`biasboard.simulate.write_simulation`) writes a day at a time; the voters are
 assigned chunk by chunk with bench/fit.py's :func:`split_voters`, seeded per day, so memory stays one
