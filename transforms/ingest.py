@@ -27,7 +27,7 @@ import apache_beam as beam
 from apache_beam.metrics.metric import Metrics
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA
-from biasboard.schemas.errors import InputError, StateError
+from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.transforms import storage
@@ -54,6 +54,7 @@ from biasboard.transforms.state import (
     SCORE_CELLS_FILE,
     SCORE_DEAD_LETTERS_FILE,
     list_state_days,
+    read_committed_manifests,
     read_day_manifest,
     write_day,
 )
@@ -331,12 +332,7 @@ def single_threaded_polars(active: bool) -> Iterator[None]:
 
 def committed(state_dir: str, days: list[str], with_scores: bool, metrics: dict[str, int]) -> IngestResult:
     """The result of an ingest run, read back from the day manifests it committed."""
-    manifests = {}
-    for day in days:
-        manifest = read_day_manifest(state_dir, day)
-        if manifest is None:
-            raise StateError(f"{state_dir}: day {day} was not committed by the pipeline")
-        manifests[day] = manifest
+    manifests = read_committed_manifests(state_dir, days, "was not committed by the pipeline")
     counts = sum((IngestCounts.from_dict(m["counts"]) for m in manifests.values()), IngestCounts())
     score_counts = None
     if with_scores:

@@ -188,6 +188,17 @@ def read_day_manifest(state_dir: str, day: str) -> dict | None:
         raise StateError(f"{path}: unreadable manifest: {err}") from err
 
 
+def read_committed_manifests(state_dir: str, days: list[str], missing: str) -> dict[str, dict]:
+    """Each day's manifest, in ``days``' order; a day without one is a :class:`StateError` (``missing`` says why)."""
+    manifests = {}
+    for day in days:
+        manifest = read_day_manifest(state_dir, day)
+        if manifest is None:
+            raise StateError(f"{state_dir}: day {day} {missing}")
+        manifests[day] = manifest
+    return manifests
+
+
 def list_state_days(state_dir: str) -> list[str]:
     """Days with a committed partition (a manifest), sorted."""
     pattern = _join(state_dir, "manifests", "day=*.json")
@@ -323,12 +334,7 @@ def load_cells(
     ``dictionary``: string keys dictionary-encoded (the fit's input; see :func:`merge_cells`).
     """
     selected = list_state_days(state_dir) if days is None else sorted(set(days))
-    manifests = {}
-    for day in selected:
-        manifest = read_day_manifest(state_dir, day)
-        if manifest is None:
-            raise StateError(f"{state_dir}: day {day} has no committed partition (no manifest)")
-        manifests[day] = manifest
+    manifests = read_committed_manifests(state_dir, selected, "has no committed partition (no manifest)")
     cache = cache and days is None
     keys = [(day, _day_key(manifests[day])) for day in selected]
     cached, start = _cached_fold(state_dir, keys) if cache else (None, 0)
