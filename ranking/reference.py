@@ -385,14 +385,14 @@ def reference_length_supported(own: dict[str, Any], level: float) -> bool:
     ``bench/reference_study.py``), enough to reorder a board whose reference in truth has no length
     preference.  Position never enters the rating and affinity is not added, so only length is tested.
     """
-    from scipy import stats
+    from scipy.special import ndtr  # the normal tail without importing scipy.stats (rank_stats says why)
 
     if own.get("ci_low") is None:
         return False
     sd = (own["ci_high"] - own["ci_low"]) / (2 * Z95)
     if sd <= 0:
         return True
-    return bool(2 * stats.norm.sf(abs(own["estimate"]) / sd) <= level)
+    return bool(2 * ndtr(-abs(own["estimate"]) / sd) <= level)
 
 
 def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -> pl.DataFrame:

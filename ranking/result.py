@@ -78,9 +78,9 @@ def z_value(alpha: float) -> float:
     """The two-sided normal quantile z_{1−α/2} (1.96 at α = 0.05)."""
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    from scipy.stats import norm
+    from scipy.special import ndtri  # the normal quantile without importing scipy.stats (rank_stats says why)
 
-    return float(norm.ppf(1.0 - alpha / 2.0))
+    return float(ndtri(1.0 - alpha / 2.0))
 
 
 @dataclass(frozen=True)

@@ -256,3 +256,16 @@ def test_dictionary_encoded_and_streamed_cells_give_the_same_dataset(tmp_path):
             np.testing.assert_array_equal(getattr(other.pairs, name), getattr(plain.pairs, name))
     with pytest.raises(InputError, match="column judge has 1 null"):
         build_dataset(cells.set_column(0, "judge", pa.array([None] + ["j1"] * (cells.num_rows - 1), pa.string())))
+
+
+def test_rank_statistics_match_scipy_with_heavy_ties_and_blocks(monkeypatch):
+    """Many ties and more rows than one block of the pairwise sign matrices; ranks as scipy's rankdata."""
+    from biasboard.ranking import rank_stats
+
+    monkeypatch.setattr(rank_stats, "_TAU_BLOCK", 7)
+    rng = np.random.default_rng(11)
+    x, y = rng.integers(0, 6, size=50).astype(float), rng.normal(size=50).round(1)
+    assert kendall_tau_b(x, y) == pytest.approx(stats.kendalltau(x, y).statistic, rel=1e-12)
+    assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic, rel=1e-12)
+    assert (rank_stats.ranks_desc(y) == stats.rankdata(-y, method="min")).all()
+    assert math.isnan(spearman(x, np.full(50, 2.0)))
