@@ -365,9 +365,8 @@ def run_ingest(
         family_map = load_family_map(family_map)
     tasks = day_tasks(input_glob, days, day_range, scores_glob)
     storage.ensure_dir(state_dir)  # an unwritable state folder fails here, in one line, not inside a worker
-    parallel = worker_processes and use_worker_processes(
-        options, tasks
-    )  # before the graph is built: Beam copies the options
+    # Decided before the graph is built: Beam copies the options into it.
+    parallel = worker_processes and use_worker_processes(options, tasks)
     pipeline = build_ingest(options, tasks, state_dir, family_map, batch_rows, aliases)
     with single_threaded_polars(parallel):
         outcome = run_to_completion(pipeline)

@@ -188,6 +188,10 @@ def read_day_manifest(state_dir: str, day: str) -> dict | None:
         raise StateError(f"{path}: unreadable manifest: {err}") from err
 
 
+#: How a reader names a selected day without a manifest (:func:`read_committed_manifests`).
+NO_MANIFEST = "has no committed partition (no manifest)"
+
+
 def read_committed_manifests(state_dir: str, days: list[str], missing: str) -> dict[str, dict]:
     """Each day's manifest, in ``days``' order; a day without one is a :class:`StateError` (``missing`` says why)."""
     manifests = {}
@@ -232,10 +236,7 @@ def _day_table(state_dir: str, day: str, manifest: dict, name: str, schema: pa.S
 def _tables(state_dir: str, name: str, schema: pa.Schema | None, days: Iterable[str] | None) -> Iterator[pa.Table]:
     """Each selected day's stored ``name`` table, in day order, read one at a time."""
     selected = list_state_days(state_dir) if days is None else sorted(set(days))
-    for day in selected:
-        manifest = read_day_manifest(state_dir, day)
-        if manifest is None:
-            raise StateError(f"{state_dir}: day {day} has no committed partition (no manifest)")
+    for day, manifest in read_committed_manifests(state_dir, selected, NO_MANIFEST).items():
         table = _day_table(state_dir, day, manifest, name, schema)
         if table is not None:
             yield table
@@ -334,7 +335,7 @@ def load_cells(
     ``dictionary``: string keys dictionary-encoded (the fit's input; see :func:`merge_cells`).
     """
     selected = list_state_days(state_dir) if days is None else sorted(set(days))
-    manifests = read_committed_manifests(state_dir, selected, "has no committed partition (no manifest)")
+    manifests = read_committed_manifests(state_dir, selected, NO_MANIFEST)
     cache = cache and days is None
     keys = [(day, _day_key(manifests[day])) for day in selected]
     cached, start = _cached_fold(state_dir, keys) if cache else (None, 0)
