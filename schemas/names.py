@@ -113,8 +113,11 @@ def clean_names(
             df.schema[name] not in (pl.String, pl.Categorical) and not isinstance(df.schema[name], pl.Enum)
         ):
             continue
-        column = df.get_column(name).cast(pl.String)
-        distinct = column.unique().drop_nulls()
+        raw = df.get_column(name)
+        # a dictionary-coded (Categorical) column gives its distinct names without a string per row, and
+        # becomes text only when some name is flagged or changed
+        distinct = (raw.unique() if raw.dtype == pl.Categorical else raw.cast(pl.String).unique()).drop_nulls()
+        distinct = distinct.cast(pl.String)
         stripped = distinct.str.strip_chars()
         canonical = stripped.replace(mapping) if mapping else stripped
         faults = pl.DataFrame({"name": distinct, "clean": canonical}).with_columns(
@@ -123,6 +126,9 @@ def clean_names(
             (pl.col("name") != pl.col("clean")).alias("changed"),
             (pl.col("name").str.strip_chars() != pl.col("clean")).alias("aliased"),
         )
+        if not faults.select(pl.any_horizontal("long", "ctrl", "changed").any()).item():
+            continue  # every name is usable as written (the usual case)
+        column = raw.cast(pl.String)
         for reason, flag in ((REASON_CONTROL_CHARS_PREFIX, "ctrl"), (REASON_NAME_TOO_LONG_PREFIX, "long")):
             bad = faults.filter(pl.col(flag)).get_column("name")
             if len(bad):

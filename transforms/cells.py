@@ -140,6 +140,67 @@ def _constant(column: pl.Series) -> bool:
     return column.min() == column.max()
 
 
+#: Key combinations a dense grouping step may span (:func:`group_ids`): a bitmap of this many flags and an
+#: int64 renumbering of it, 9 MB, whatever the batch's size.
+DENSE_SPAN = 1 << 20
+
+
+def key_codes(column: pl.Series) -> tuple[np.ndarray, int]:
+    """(code per row in ``[0, span)``, span) of one key column; equal values share a code, null is 0.
+
+    A Categorical (the ingest reads text keys as dictionary codes, :func:`~biasboard.transforms.read.iter_batches`)
+    gives its integer codes without touching a string; integers and booleans are their own codes; other text
+    is dictionary-encoded first.
+    """
+    if column.dtype == pl.Boolean:
+        column = column.cast(pl.Int8)
+    elif not (column.dtype.is_integer() or column.dtype == pl.Categorical):
+        column = column.cast(pl.String).cast(pl.Categorical)
+    physical = column.to_physical()
+    low, high = physical.min(), physical.max()
+    if low is None:  # null throughout
+        return np.zeros(len(column), dtype=np.int64), 1
+    low, high = int(low), int(high)  # type: ignore[arg-type]
+    if not physical.null_count():
+        return physical.to_numpy().astype(np.int64) - low, high - low + 1
+    codes = physical.fill_null(low).to_numpy().astype(np.int64) - (low - 1)
+    codes[physical.is_null().to_numpy()] = 0
+    return codes, high - low + 2
+
+
+def _renumber(combined: np.ndarray, span: int) -> tuple[np.ndarray, int]:
+    """Codes in ``[0, span)`` → dense codes ``[0, distinct)`` (a bitmap within :data:`DENSE_SPAN`, else a sort)."""
+    if span <= DENSE_SPAN:
+        present = np.zeros(span, dtype=bool)
+        present[combined] = True
+        distinct = np.flatnonzero(present)
+        dense = np.empty(span, dtype=np.int64)
+        dense[distinct] = np.arange(len(distinct))
+        return dense[combined], len(distinct)
+    values, inverse = np.unique(combined, return_inverse=True)
+    return inverse.astype(np.int64, copy=False), len(values)
+
+
+def group_ids(frame: pl.DataFrame, keys: list[str]) -> tuple[np.ndarray, int]:
+    """(group per row in ``[0, groups)``, groups): rows share a group exactly when they agree on every key.
+
+    Integer work only: each key's codes (:func:`key_codes`) are packed into one
+    mixed-radix number while the product of the spans stays within
+    :data:`DENSE_SPAN`, then renumbered densely (so the packed number never
+    outgrows the batch), and packing goes on.  Grouping six text keys this way
+    costs a few numpy passes instead of hashing six strings per row.
+    """
+    group = np.zeros(frame.height, dtype=np.int64)
+    groups = 1
+    for name in keys:
+        codes, span = key_codes(frame.get_column(name))
+        if groups * span > DENSE_SPAN and groups > 1:
+            group, groups = _renumber(group, groups)
+        group = group * span + codes
+        groups *= span
+    return _renumber(group, groups) if frame.height else (group, 0)
+
+
 def _aggregate_pairs(rows: pl.DataFrame, family_map: FamilyMap, kept: np.ndarray | None = None) -> pa.Table:
     """Valid battles → pair cells: per-row measures, group by the key, sum; families resolved on the cells.
 
@@ -147,24 +208,19 @@ def _aggregate_pairs(rows: pl.DataFrame, family_map: FamilyMap, kept: np.ndarray
     (see :class:`~biasboard.transforms.validate.Validated`); only the key and
     measure columns are cut to them.  Keys constant over the batch (no slice
     labels, no style counts, every order known: the usual case) and sums that
-    are zero for every battle (no style counts) stay out of the group-by and
-    are put back as literals.  Family columns take part in the grouping only
-    when the data gives some, and the map is applied to the grouped names: a
-    batch of 250k battles meets the map a few thousand times, not 250k.
+    are zero for every battle (no style counts) stay out of the grouping and
+    are put back as literals.  The grouping is integer work (:func:`group_ids`)
+    and the sums are ``np.bincount``; each cell's keys are read off one of its
+    rows.  Family columns take part in the grouping only when the data gives
+    some, and the map is applied to the grouped names: a batch of 250k battles
+    meets the map a few thousand times, not 250k.
     """
-    winner = pl.col(WINNER_CODE)
-    rows = length_measures(
-        style_measures(rows).with_columns(
-            *(
-                (winner == code).cast(pl.UInt8).alias(name)  # sums upcast to Int64
-                for code, name in enumerate(("win_a", "win_b", "tie", "tie_bothbad"))
-            ),
-        )
-    )
+    rows = length_measures(style_measures(rows))
     keys = ["judge", "model_a", "model_b", "len_bin", "order_known", *SLICE_KEYS, "style_bin"]
     keys += [c for c, _ in FAMILY_COLUMNS]
-    sums = [m for m in PAIR_CELL_MEASURES if m != "n"]
-    rows = rows.select(*keys, *sums)
+    wins = ("win_a", "win_b", "tie", "tie_bothbad")
+    sums = [m for m in PAIR_CELL_MEASURES if m != "n" and m not in wins]
+    rows = rows.select(*keys, WINNER_CODE, *sums)
     if kept is not None:
         rows = rows.filter(pl.Series(kept))
     styled = bool(rows.get_column("n_style").max())
@@ -173,12 +229,25 @@ def _aggregate_pairs(rows: pl.DataFrame, family_map: FamilyMap, kept: np.ndarray
     given = [c for c, _ in FAMILY_COLUMNS if c not in fixed]
     rows = normalise_given(rows, given)
     varying = [k for k in keys if k not in fixed]
-    summed = [m for m in sums if m not in zero]
-    grouped = rows.group_by(varying).agg(pl.len().alias("n"), *(pl.col(m).sum() for m in summed))
+    group, groups = group_ids(rows, varying)
+    representative = np.empty(groups, dtype=np.int64)
+    representative[group] = np.arange(rows.height)  # any row of a cell carries its keys
+    winner = rows.get_column(WINNER_CODE).cast(pl.Int64).to_numpy()
+    won = np.bincount(group * len(wins) + winner, minlength=groups * len(wins)).reshape(groups, len(wins))
+    measures = [pl.Series("n", np.bincount(group, minlength=groups).astype(np.int64))]
+    measures += [pl.Series(name, won[:, k].astype(np.int64)) for k, name in enumerate(wins)]
+    for m in sums:
+        if m in zero:
+            continue
+        column = rows.get_column(m)
+        weights = column.fill_null(0).to_numpy().astype(np.float64, copy=False)
+        total = np.bincount(group, weights=weights, minlength=groups)
+        measures.append(pl.Series(m, total.astype(np.int64) if column.dtype.is_integer() else total))
+    grouped = rows.select(varying)[representative].with_columns(measures)
     grouped = grouped.with_columns(
         *(pl.repeat(value[0], grouped.height, dtype=value.dtype).alias(k) for k, value in fixed.items()),
         *(pl.repeat(0, grouped.height, dtype=pl.Float64).alias(m) for m in zero),
-    )
+    ).with_columns(pl.col(pl.Categorical).cast(pl.String))
     cells = resolve_families(grouped, family_map)
     table = cells.select(PAIR_CELLS_SCHEMA.names).to_arrow().cast(PAIR_CELLS_SCHEMA)
     if any(grouped.get_column(c).null_count() for c in given):  # a given family may equal a mapped one

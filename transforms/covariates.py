@@ -37,9 +37,14 @@ def given_family(column: str) -> pl.Expr:
     return pl.when(text.str.len_bytes() == 0).then(None).otherwise(text).alias(column)
 
 
+def _distinct_text(column: pl.Series) -> pl.Series:
+    """The values of a text column to test (its distinct values when it is dictionary-coded: no string per row)."""
+    return column.unique().cast(pl.String) if column.dtype == pl.Categorical else column.cast(pl.String)
+
+
 def normalise_given(df: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
     """Apply :func:`given_family` to ``columns``, skipping the pass when no value is empty (the usual case)."""
-    empty = [c for c in columns if df.select((pl.col(c).cast(pl.String).str.len_bytes() == 0).any()).item()]
+    empty = [c for c in columns if (_distinct_text(df.get_column(c)).str.len_bytes() == 0).any()]
     return df.with_columns(given_family(c) for c in empty) if empty else df
 
 

@@ -185,7 +185,7 @@ class AggregateDayFn(beam.DoFn):
         inputs = [InputFile(**spec) for spec in files]
         read_from: set[str] = set()
         column = self.judge_column if kind == "battle" else None  # score rows keep their judge
-        for f, offset, batch in day_batches(day, inputs, kind, self.batch_rows, carry(column)):
+        for f, offset, batch in day_batches(day, inputs, kind, self.batch_rows, carry(column), dictionary=True):
             read_from.add(f.path)
             batch = pool_by_column(batch, column)
             part = partial(batch, self.family_map, seen, f.path, offset, aliases=self.aliases)

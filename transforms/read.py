@@ -48,6 +48,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from biasboard.schemas import rules
@@ -279,12 +280,52 @@ def _polars_source(path: str) -> str | io.BytesIO:
         raise InputError(f"{path}: cannot read: {err}") from err
 
 
+#: Battle columns the ingest reads as dictionary codes (polars Categorical) when the file stores them as
+#: text: the cell's text keys, a few hundred distinct values among millions of rows, which the cells then
+#: group on as integers (:func:`~biasboard.transforms.cells.group_ids`) without hashing a string per row.
+DICTIONARY_COLUMNS = frozenset({"judge", "model_a", "model_b", "family_a", "family_b", "judge_family"})
+
+
+def _dictionary_columns(schema: pa.Schema, columns: list[str]) -> list[str]:
+    """Which of ``columns`` (names as in the file) to read as dictionary codes: text keys of the cells."""
+    renamed = rules.apply_column_aliases(columns)
+    return [
+        c
+        for c in columns
+        if renamed.get(c, c) in DICTIONARY_COLUMNS
+        and (pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(schema.field(c).type))
+    ]
+
+
+def _arrow_slices(reader: pq.ParquetFile, columns: list[str], batch_rows: int) -> Iterator[pa.Table]:
+    """``columns`` of a file as consecutive tables of ``batch_rows`` rows (the last one shorter)."""
+    held: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in reader.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
+        held.append(batch)
+        rows += batch.num_rows
+        while rows >= batch_rows:
+            table = pa.Table.from_batches(held)
+            yield table.slice(0, batch_rows)
+            rest = table.slice(batch_rows)
+            held, rows = rest.to_batches(), rest.num_rows
+    if rows:
+        yield pa.Table.from_batches(held)
+
+
 def iter_batches(
-    path: str, kind: str = "battle", batch_rows: int = DEFAULT_BATCH_ROWS, carry: tuple[str, ...] = ()
+    path: str,
+    kind: str = "battle",
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    carry: tuple[str, ...] = (),
+    dictionary: bool = False,
 ) -> Iterator[tuple[int, pl.DataFrame]]:
     """(row offset in the file, batch as a polars frame) pairs, reading only the columns we use.
 
     ``carry`` names extra columns a caller needs (the audit's ``gold``).
+    ``dictionary``: the text keys of battle cells (:data:`DICTIONARY_COLUMNS`)
+    come as Categorical columns straight from the file's dictionary pages
+    (pyarrow's ``read_dictionary``: integer codes, no string per row).
 
     Polars' Parquet reader decodes strings several times faster than
     pyarrow's here, and a sliced scan reads only the rows asked for, so a
@@ -297,11 +338,24 @@ def iter_batches(
         scan = pl.scan_parquet(source)
         names = scan.collect_schema().names()
         columns = wanted_columns(names, kind, carry)
+        coded: list[str] = []
+        slices: Iterator[pa.Table] = iter(())
+        if dictionary and kind == "battle":
+            arrow = pa.BufferReader(source.getbuffer()) if isinstance(source, io.BytesIO) else source
+            coded = _dictionary_columns(pq.ParquetFile(arrow).schema_arrow, columns)
+            if coded:
+                slices = _arrow_slices(pq.ParquetFile(arrow, read_dictionary=coded), coded, batch_rows)
+        plain = [c for c in columns if c not in coded]
         total = scan.select(pl.len()).collect().item()
         for offset in range(0, total, batch_rows):
             if isinstance(source, io.BytesIO):
                 source.seek(0)
-            yield offset, scan.slice(offset, batch_rows).select(columns).collect()
+            batch = scan.slice(offset, batch_rows).select(plain).collect()
+            if coded:
+                codes = pl.from_arrow(next(slices))
+                assert isinstance(codes, pl.DataFrame) and codes.height == batch.height
+                batch = batch.hstack(codes).select(columns)
+            yield offset, batch
     except InputError:
         raise
     except Exception as err:
@@ -407,15 +461,16 @@ def day_batches(
     kind: str = "battle",
     batch_rows: int = DEFAULT_BATCH_ROWS,
     carry: tuple[str, ...] = (),
+    dictionary: bool = False,
 ) -> Iterator[tuple[InputFile, int, pl.DataFrame]]:
-    """One day's rows, batch by batch: (file, row offset in that file, batch).
+    """One day's rows, batch by batch: (file, row offset in that file, batch); ``dictionary``: see :func:`iter_batches`.
 
     The one day reader of every job (the ingest, the audit, the anchors): a
     day-partitioned file is streamed whole, an undated file only with the rows
     that fall on ``day`` (see :func:`rows_of_day`), so a row is read on one day only.
     """
     for f in files:
-        for offset, batch in iter_batches(f.path, kind, batch_rows, carry):
+        for offset, batch in iter_batches(f.path, kind, batch_rows, carry, dictionary):
             if f.undated:
                 batch = rows_of_day(batch, offset, day, f.home_day)
             yield f, offset, batch

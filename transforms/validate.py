@@ -251,6 +251,11 @@ def _fast_blank(df: pl.DataFrame, reason: str) -> pl.Expr:
     column = reason[len(rules.REASON_MISSING_PREFIX) :]
     if df.schema[column] == pl.String:
         return pl.lit(blank_mask(df.get_column(column)))
+    if df.schema[column] == pl.Categorical:  # dictionary codes: the check runs on the distinct values
+        values = df.get_column(column)
+        distinct = values.unique().drop_nulls()
+        blank = distinct.filter(distinct.to_frame("t").select(rules.is_blank("t", pl.Categorical)).to_series())
+        return pl.lit(values.is_null() | values.is_in(blank.implode()) if len(blank) else values.is_null())
     return rules.is_blank(column, df.schema[column])
 
 
@@ -259,6 +264,11 @@ def _slice_label(df: pl.DataFrame, column: str) -> pl.Expr:
     if df.get_column(column).null_count() == df.height:
         return pl.lit(None, dtype=pl.String).alias(column)
     return rules.slice_label_expr(column)
+
+
+def _text(df: pl.DataFrame, column: str) -> pl.Expr:
+    """A text column of the valid rows: as text, or as its dictionary codes when read so (see cells.group_ids)."""
+    return pl.col(column) if df.schema[column] == pl.Categorical else pl.col(column).cast(pl.String)
 
 
 def _split(
@@ -348,7 +358,7 @@ def validate_battles(
     counted = tuple(c for c in style if df.get_column(c).null_count() < df.height)
     conditions = rules.battle_conditions(schema, TS, WINNER_CODE, ("_len_a", "_len_b"), counted)
     keep = [
-        *(pl.col(c).cast(pl.String) for c in ("judge", "model_a", "model_b", "family_a", "family_b", "judge_family")),
+        *(_text(df, c) for c in ("judge", "model_a", "model_b", "family_a", "family_b", "judge_family")),
         pl.col(WINNER_CODE),
         pl.col("_len_a"),
         pl.col("_len_b"),
