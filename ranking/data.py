@@ -56,14 +56,19 @@ class _Vocab:
     def __init__(self) -> None:
         self.index: dict[str, int] = {}
 
-    def codes(self, column: pa.ChunkedArray) -> np.ndarray:
+    def codes(self, column: pa.ChunkedArray, nulls: bool = False) -> np.ndarray:
+        """Provisional codes of ``column``; with ``nulls`` a null is code −1 (sorts first), else not allowed."""
         parts = []
         for chunk in column.chunks:
             if not pa.types.is_dictionary(chunk.type):
                 chunk = pc.dictionary_encode(chunk)
             index = self.index
             lut = np.array([index.setdefault(v, len(index)) for v in chunk.dictionary.to_pylist()], np.int32)
-            idx = chunk.indices.to_numpy(zero_copy_only=False)
+            indices = chunk.indices
+            if nulls and indices.null_count:
+                indices = pc.fill_null(indices, len(lut))
+                lut = np.append(lut, np.int32(-1))
+            idx = indices.to_numpy(zero_copy_only=False)
             parts.append(lut[idx] if lut.size else np.zeros(len(chunk), np.int32))
         if not parts:
             return np.zeros(0, np.int32)
@@ -90,12 +95,15 @@ def _code_tables(
     what: str,
     vocabs: dict[str, _Vocab],
     counts: frozenset[str] = frozenset(),
+    nullable: frozenset[str] = frozenset(),
 ) -> dict[str, np.ndarray] | None:
     """Every input table's columns as numpy arrays, string keys as provisional codes of ``vocabs[col]``.
 
     Tables are consumed one at a time (an iterator of record batches streams), each coded at once into
     compact arrays — int32 codes, the contract's numeric types (``counts`` as float64) — so neither the
     strings nor a second copy of the table are held; empty tables are skipped.  None when no rows.
+    A numeric column already of its type is not copied (a one-table input's arrays view its buffers).
+    ``nullable``: string keys whose nulls are kept (code −1, see :meth:`_Vocab.codes`).
     """
     if cells is None:
         return None
@@ -108,7 +116,9 @@ def _code_tables(
             item = pa.Table.from_batches([item])
         if not isinstance(item, pa.Table):
             raise InputError(f"{what} #{i}: expected a pyarrow Table or polars DataFrame, got {type(item).__name__}")
-        if schema == _FIT_PAIR_SCHEMA and any(k not in item.column_names for k in PAIR_CELL_DEFAULTS):
+        if schema in (_FIT_PAIR_SCHEMA, PAIR_CELLS_SCHEMA) and any(
+            k not in item.column_names for k in PAIR_CELL_DEFAULTS
+        ):
             item = conform_pair_cells(item)  # cells stored before order_known existed: order known
         missing = [name for name in schema.names if name not in item.column_names]
         if missing:
@@ -117,21 +127,21 @@ def _code_tables(
             continue
         for field in schema:
             column = item[field.name]
-            if column.null_count:
+            if column.null_count and field.name not in nullable:
                 raise InputError(f"{what} #{i}: column {field.name} has {column.null_count} null value(s)")
             try:
                 if field.name in vocabs:
                     kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
                     if not _is_string(kind):
                         column = column.cast(field.type)
-                    parts[field.name].append(vocabs[field.name].codes(column))
+                    parts[field.name].append(vocabs[field.name].codes(column, field.name in nullable))
                 else:
-                    # Copied out of Arrow's pool into numpy's (Arrow's allocator keeps what it frees), so a
-                    # streamed batch's buffers are released when the batch is.
                     values = column.cast(field.type).to_numpy()
-                    parts[field.name].append(values.astype(np.float64 if field.name in counts else values.dtype))
+                    dtype = np.float64 if field.name in counts else values.dtype
+                    parts[field.name].append(values.astype(dtype, copy=False))
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
                 raise InputError(f"{what} #{i}: columns do not match the cells contract ({err})") from None
+        del item, column  # a table handed over by an iterator is freed here, but for the buffers viewed
     if not parts[schema.names[0]]:
         return None
     out = {}
@@ -156,30 +166,143 @@ def _group_sum(columns: dict[str, np.ndarray], keys: Sequence[str], measures: Se
     in key order (a stored, merged table) come back as they are, without a copy; otherwise each input
     column is released as soon as its grouped version exists.
     """
-    offsets = {k: int(columns[k].min()) for k in keys}
-    radix = [int(columns[k].max()) - offsets[k] + 1 for k in keys]
-    if float(np.prod(np.array(radix, dtype=float))) >= 2.0**62:
-        raise InputError("cells: too many distinct keys to group (more than 2^62 combinations)")
-    packed = np.zeros(len(columns[keys[0]]), np.int64)
-    for k, r in zip(keys, radix, strict=True):
-        packed *= r
-        packed += columns[k]
-        packed -= offsets[k]
+    packed = _packed_key(columns, keys)
     if np.all(packed[1:] > packed[:-1]):
         return {name: columns[name] for name in (*keys, *measures)}
     order = np.argsort(packed, kind="stable")
     packed = packed[order]
     starts = np.flatnonzero(np.concatenate([[True], packed[1:] != packed[:-1]]))
-    out = {}
-    rest = packed[starts]
     del packed
-    for k, r in reversed(list(zip(keys, radix, strict=True))):
-        out[k] = rest % r + offsets[k]
-        rest = rest // r
-        del columns[k]
+    out = {}
+    for k in keys:  # the first row of each group holds its key: no decoding of the packed key needed
+        out[k] = columns.pop(k)[order[starts]]
     for m in measures:
         out[m] = np.add.reduceat(columns.pop(m)[order], starts)
     return {name: out[name] for name in (*keys, *measures)}
+
+
+def _packed_key(columns: dict[str, np.ndarray], keys: Sequence[str]) -> np.ndarray:
+    """The integer key columns as one int64 per row, ordered as the keys are (mixed radix, first key major).
+
+    When the radixes' product would pass 2^62, the key packed so far is replaced by its rank among its
+    distinct values (``np.unique``'s inverse: the same order, a radix of at most the row count), so any
+    number of keys packs.
+    """
+    packed = np.zeros(len(columns[keys[0]]), np.int64)
+    span = 1.0
+    for k in keys:
+        low = int(columns[k].min())
+        radix = int(columns[k].max()) - low + 1
+        if span * radix >= 2.0**62:
+            distinct, packed = np.unique(packed, return_inverse=True)
+            packed = packed.astype(np.int64, copy=False)
+            span = float(len(distinct))
+            del distinct
+        packed *= radix
+        packed += columns[k]
+        packed -= low
+        span *= radix
+    return packed
+
+
+class CellsFold:
+    """The pair-cells monoid (:func:`biasboard.transforms.cells.merge_cells`) as a fold in integer codes.
+
+    Why: merging a long history's cells as Arrow tables through polars held the concatenated strings, the
+    group-by's hash keys, its output and the sorted copy at once (~1 KB per cell at the merge, bench/scale.py).
+    Here each table is coded as it arrives (:func:`_code_tables`: int32 codes for the strings, the
+    contract's numeric types), :meth:`fold` sums the tables added so far into the running total
+    (:func:`_group_sum`: one argsort of a packed int64 key, one ``reduceat`` per column, a column at a
+    time), and :meth:`table` hands the total back in key order, numeric columns sharing numpy's buffers.
+    Codes are provisional (first seen, first numbered) until :meth:`table` sorts the vocabularies; a
+    group's rows are summed in the order they were added, so equal inputs in equal order give equal bits
+    however the rows are laid out.  Null slice labels are code −1 and sort first, as polars sorts them.
+    """
+
+    def __init__(self) -> None:
+        judge, family, model = _Vocab(), _Vocab(), _Vocab()
+        self.vocabs: dict[str, _Vocab] = {
+            "judge": judge,
+            "judge_family": family,
+            "model_a": model,
+            "model_b": model,
+            "family_a": family,
+            "family_b": family,
+            **{name: _Vocab() for name in SLICE_KEYS},
+        }
+        self.total: dict[str, np.ndarray] | None = None
+        self.pending: list[dict[str, np.ndarray]] = []
+        self.total_rows = 0
+        self.pending_rows = 0
+
+    def add(self, cells: CellsInput, what: str = "pair cells") -> None:
+        """Code ``cells`` (tables or record batches of pair cells) and keep them until the next fold."""
+        coded = _code_tables(cells, PAIR_CELLS_SCHEMA, what, self.vocabs, nullable=frozenset(SLICE_KEYS))
+        if coded is not None:
+            self.pending.append(coded)
+            self.pending_rows += len(coded["n"])
+
+    def fold(self) -> None:
+        """Sum the running total and every table added since the last fold into the new running total."""
+        parts = ([self.total] if self.total is not None else []) + self.pending
+        self.total, self.pending, self.pending_rows = None, [], 0
+        if not parts:
+            return
+        columns = {}
+        for name in PAIR_CELLS_SCHEMA.names:  # a column at a time, each part's column freed once copied
+            chunks = [part.pop(name) for part in parts]
+            columns[name] = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+            del chunks
+        del parts
+        self.total = _group_sum(columns, PAIR_CELL_KEYS, PAIR_CELL_MEASURES)
+        self.total_rows = len(self.total["n"])
+
+    def table(self, dictionary: bool = False) -> pa.Table:
+        """The sum of everything added, as pair cells in :data:`PAIR_CELLS_SCHEMA`, rows in key order.
+
+        String keys are ordered as their strings (null labels first); ``dictionary``: as dictionary arrays
+        (a few bytes per row) instead of strings.  The numeric columns share the fold's buffers: the total
+        is handed over, and the fold is empty afterwards.
+        """
+        self.fold()
+        columns, self.total, self.total_rows = self.total, None, 0
+        if columns is None:
+            return PAIR_CELLS_SCHEMA.empty_table()
+        vocabularies = {}
+        for vocab in dict.fromkeys(self.vocabs.values()):  # each shared vocabulary once
+            names, remap = vocab.finish()
+            for key, owner in self.vocabs.items():
+                if owner is vocab and remap.size:  # (an empty vocabulary: every label is null, code −1)
+                    codes = columns[key]
+                    columns[key] = np.where(codes >= 0, remap[np.maximum(codes, 0)], np.int32(-1))
+            vocabularies[id(vocab)] = pa.array(names, pa.string())
+        columns = _group_sum(columns, PAIR_CELL_KEYS, PAIR_CELL_MEASURES)  # distinct keys: only a sort
+        return self._arrow(columns, vocabularies, dictionary)
+
+    def total_table(self) -> pa.Table:
+        """The running total as it stands (after the last :meth:`fold`), rows and codes as folded, string
+        keys dictionary-encoded; it shares the fold's buffers and leaves the fold as it is (for the merged-cells
+        cache: :func:`biasboard.transforms.state.load_cells`)."""
+        if self.total is None:
+            return PAIR_CELLS_SCHEMA.empty_table()
+        vocabularies = {id(v): pa.array(list(v.index), pa.string()) for v in self.vocabs.values()}
+        return self._arrow(dict(self.total), vocabularies, dictionary=True)
+
+    def _arrow(self, columns: dict[str, np.ndarray], vocabularies: dict[int, pa.Array], dictionary: bool) -> pa.Table:
+        arrays = []
+        for field in PAIR_CELLS_SCHEMA:
+            values = columns.pop(field.name)
+            if field.name in self.vocabs:
+                codes = pa.array(values, pa.int32(), mask=values < 0 if field.nullable else None)
+                vocabulary = vocabularies[id(self.vocabs[field.name])]
+                arrays.append(
+                    pa.DictionaryArray.from_arrays(codes, vocabulary) if dictionary else vocabulary.take(codes)
+                )
+            else:
+                arrays.append(pa.array(values, field.type))
+            del values
+        fields = [pa.field(f.name, a.type, f.nullable) for f, a in zip(PAIR_CELLS_SCHEMA, arrays, strict=True)]
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 @dataclass(frozen=True)

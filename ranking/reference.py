@@ -580,7 +580,7 @@ def _as_list(cells: CellsInput) -> list:
 
 
 def fit_with_reference(
-    cells: CellsInput,
+    cells: CellsInput | Dataset,
     score_cells: CellsInput | None = None,
     *,
     reference: Reference | None = None,
@@ -593,14 +593,20 @@ def fit_with_reference(
 
     ``anchor_cells``: pair cells of the trusted verdicts under judge :data:`ANCHOR_JUDGE` (anchors between
     models absent from the battles are dropped and counted in the notes); they enter the bias-aware fit
-    only.  The naive board and every model's battle count come from ``cells`` alone.
+    only.  The naive board and every model's battle count come from ``cells`` alone.  ``cells`` may be a
+    :class:`Dataset` coded by the caller (score cells included), then without ``anchor_cells``.
     """
     reference = reference or Reference()
     config = config or ModelConfig()
     settings = settings or ReferenceSettings()
     naive_config = naive_config or NaiveConfig(k=config.k, seed=config.seed, bootstrap=config.bootstrap)
-    cells = _as_list(cells)  # read twice (judges alone, then with the anchors): an iterator would not do
-    judge_data = build_dataset(cells, score_cells, judge_pool=config.judge_pool)
+    if isinstance(cells, Dataset):  # coded by the caller (score cells included): no anchors to add to it
+        if anchor_cells is not None:
+            raise ValueError("fit_with_reference: anchors are merged with the cells; pass cells, not a Dataset")
+        judge_data, cells = cells, []
+    else:
+        cells = _as_list(cells)  # read twice (judges alone, then with the anchors): an iterator would not do
+        judge_data = build_dataset(cells, score_cells, judge_pool=config.judge_pool)
     if judge_data.ordinal_only and reference.kind != "none":
         raise InputError("--reference/--anchors: an ordinal-only board (grades, no battles) has no pairwise bias")
     naive = fit_naive(judge_data, config=naive_config)

@@ -395,12 +395,12 @@ def judge_summary(cells: pa.Table) -> pa.Table:
     ``tie_share`` counts both kinds of tie; ``bothbad_share`` is the part that
     was ``tie (bothbad)``.  ``self_battles`` counts battles of a model against itself.
     """
-    frame = (
-        pl.from_arrow(cells.cast(PAIR_CELLS_SCHEMA))
-        if cells.num_rows
-        else pl.from_arrow(PAIR_CELLS_SCHEMA.empty_table())
-    )
+    # Only the columns it reads, string keys as they come (a dictionary column is a polars Categorical): casting
+    # a merged history's dictionary-encoded keys to strings cost ~100 bytes a cell (bench/scale.py).
+    used = ["judge", "judge_family", "model_a", "model_b", "n", "win_a", "win_b", "tie", "tie_bothbad"]
+    frame = pl.from_arrow(cells.select(used) if cells.num_rows else PAIR_CELLS_SCHEMA.empty_table().select(used))
     assert isinstance(frame, pl.DataFrame)
+    frame = frame.with_columns(pl.col(c).cast(pl.Int64) for c in used[4:])
     n = pl.col("n").sum()
     summary = (
         frame.group_by("judge", "judge_family")
@@ -413,6 +413,7 @@ def judge_summary(cells: pa.Table) -> pa.Table:
             pl.col("n").filter(pl.col("model_a") == pl.col("model_b")).sum().alias("self_battles"),
             pl.concat_list("model_a", "model_b").explode().n_unique().alias("models"),
         )
+        .with_columns(pl.col("judge", "judge_family").cast(pl.String))
         .sort("judge")
     )
     return summary.to_arrow()

@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 from biasboard.audit.measures import PAIR_KEYS, PAIR_MEASURES, order_models_table, records
 from biasboard.ranking import ModelConfig
+from biasboard.ranking.data import Dataset, build_dataset
 from biasboard.ranking.diagnostics import CROSSING_TYPICAL
 from biasboard.ranking.leaderboard import side_by_side
 from biasboard.ranking.reference import Reference, ReferenceFit, ReferenceSettings, fit_with_reference
@@ -37,7 +39,7 @@ from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
 from biasboard.transforms.plan import plan_inputs
 from biasboard.transforms.ranks import rank_intervals
 from biasboard.transforms.slices import DEFAULT_MIN_BATTLES, SLICES_FILE, fit_slices, slice_config
-from biasboard.transforms.style import kept_config, style_info
+from biasboard.transforms.style import kept_config, style_battles, style_info
 
 _LOG = logging.getLogger(__name__)
 if TYPE_CHECKING:
@@ -133,7 +135,18 @@ def fit_state(
         len(days),
         merge_s,
     )
-    fitted = fit_with_anchors(cells, score_cells, spec)
+    totals = CellTotals.of(cells)
+    n_cells = cells.num_rows + (score_cells.num_rows if score_cells is not None else 0)
+    fit_input: pa.Table | Dataset = cells
+    if spec.anchors is None:
+        # Coded once for every fit of this snapshot; the Arrow table goes before the fit (it is as big as the
+        # coded cells: bench/scale.py), unless the slices need its labels.  Anchors add cells: from the table.
+        handed = iter([cells])  # once consumed, only build_dataset's views of its float columns hold it
+        if not spec.slices:
+            del cells
+        fit_input = build_dataset(handed, score_cells, judge_pool=spec.config.judge_pool)
+        score_cells = None
+    fitted = fit_with_anchors(fit_input, score_cells, spec)
     naive, corrected = fitted.naive, fitted.corrected
     leaderboard = side_by_side(naive, corrected)
     audit_files = dict(audit_files or {})
@@ -147,11 +160,11 @@ def fit_state(
         } or None
         pairs_file = table_file("order_pairs")  # per (judge, pair): only in Parquet (too big for audit.json)
         if pairs_file in audit_files:
-            order_pairs = pl.read_parquet(io.BytesIO(audit_files[pairs_file]))
+            order_pairs = _pairs_over_judges(audit_files[pairs_file])
     summary = build_summary(
         state_dir,
         days,
-        cells,
+        totals,
         naive,
         corrected,
         leaderboard,
@@ -162,9 +175,9 @@ def fit_state(
         without_input=without_input,
     )
     summary.style = style_info(
-        cells,
+        totals.style_battles,
         corrected,
-        lambda: fit_with_anchors(cells, score_cells, replace(spec, config=kept_config(spec.config))).corrected,
+        lambda: fit_with_anchors(fit_input, score_cells, replace(spec, config=kept_config(spec.config))).corrected,
     )
     judge_files = keep_busiest_judges(summary, audit_files)
     slice_files, boards = {}, None
@@ -178,7 +191,7 @@ def fit_state(
         bias=corrected.bias,
         summary=summary,
         model_options=_config_dict(fitted.config),
-        n_cells=cells.num_rows + (score_cells.num_rows if score_cells is not None else 0),
+        n_cells=n_cells,
         extra_files={**audit_files, **plan_inputs(corrected), **slice_files, **judge_files},
         slices=boards,
         merge_s=merge_s,
@@ -200,8 +213,11 @@ def _slice_fit(spec: FitSpec):
     return fit
 
 
-def fit_with_anchors(cells: pa.Table, score_cells: pa.Table | None, spec: FitSpec) -> ReferenceFit:
-    """Both boards, corrected toward the reference ``spec`` names (anchors read and aggregated here)."""
+def fit_with_anchors(cells: pa.Table | Dataset, score_cells: pa.Table | None, spec: FitSpec) -> ReferenceFit:
+    """Both boards, corrected toward the reference ``spec`` names (anchors read and aggregated here).
+
+    ``cells`` may be already coded (a :class:`Dataset`, its score cells in it) when ``spec`` has no anchors.
+    """
     reference = spec.reference
     anchors = read_anchors(spec.anchors, spec.family_map or FamilyMap.with_user_rules()) if spec.anchors else None
     if anchors is not None:
@@ -244,10 +260,31 @@ def reference_warnings(fitted: ReferenceFit) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class CellTotals:
+    """What the summary reads off the merged pair cells besides the fits, taken before the fit frees them."""
+
+    judges: pa.Table  # judge_summary: a row per judge
+    model_pairs: pa.Table  # battles and verdicts per (model_a, model_b), over judges and the other keys
+    style_battles: int
+
+    @classmethod
+    def of(cls, cells: pa.Table) -> CellTotals:
+        frame = pl.from_arrow(cells.select(_PAIR_TOTALS))
+        assert isinstance(frame, pl.DataFrame)
+        pairs = frame.group_by("model_a", "model_b").agg(pl.col(c).cast(pl.Int64).sum() for c in _PAIR_TOTALS[2:])
+        pairs = pairs.with_columns(pl.col("model_a", "model_b").cast(pl.String))
+        return cls(judge_summary(cells), pairs.to_arrow(), style_battles(cells))
+
+
+#: The columns of :attr:`CellTotals.model_pairs` (what :func:`head_to_head` reads).
+_PAIR_TOTALS = ("model_a", "model_b", "n", "win_a", "win_b", "tie", "tie_bothbad")
+
+
 def build_summary(
     state_dir: str,
     days: list[str],
-    cells,
+    totals: CellTotals,
     naive,
     corrected,
     leaderboard: pl.DataFrame,
@@ -335,7 +372,7 @@ def build_summary(
             dropped=list(without_input.dropped),
         ),
         counts=S.from_jsonable(S.Counts, counts.to_dict(), "counts"),
-        judges=[_record(S.JudgeCounts, row) for row in judge_summary(cells).to_pylist()],
+        judges=[_record(S.JudgeCounts, row) for row in totals.judges.to_pylist()],
         diagnostics=diagnostics,
         warnings=warnings,
         score_counts=S.from_jsonable(
@@ -345,7 +382,7 @@ def build_summary(
         else None,
         uncertainty=corrected.uncertainty,
         ranks=rank_intervals(naive, corrected, seed),
-        head_to_head=S.HeadToHead(models=top, **head_to_head(cells, top)),
+        head_to_head=S.HeadToHead(models=top, **head_to_head(totals.model_pairs, top)),
         reference=S.from_jsonable(S.ReferenceInfo, reference.summary(), "reference") if reference is not None else None,
         board=board,
     )
@@ -359,6 +396,27 @@ def _record(cls: type[T], row: Mapping) -> T:
     """One audit/cells record as the contract's dataclass: the fields it declares, nothing guessed."""
     declared = {f.name: row[f.name] for f in fields(cls) if f.name in row}
     return S.from_jsonable(cls, S.to_jsonable(declared), cls.__name__)
+
+
+def _pairs_over_judges(parquet: bytes) -> pl.DataFrame:
+    """audit_order_pairs.parquet's measures summed over judges per model pair (under judge ``*``).
+
+    Read a row group at a time, only the columns summed: the file has a row per (judge, model pair), about
+    as many rows as the cells with voter-judges, and reading it whole with its strings and rate columns
+    cost ~250 bytes a row (bench/scale.py).  The sums are exact (counts on a 2⁻²⁰ grid), so the grouping
+    does not matter.
+    """
+    columns = ["model_x", "model_y", *PAIR_MEASURES]
+    keys = ["model_x", "model_y"]
+    parts = []
+    for batch in pq.ParquetFile(io.BytesIO(parquet)).iter_batches(batch_size=1 << 18, columns=columns):
+        frame = pl.from_arrow(batch)
+        assert isinstance(frame, pl.DataFrame)
+        parts.append(frame.group_by(keys).agg(pl.all().sum()))
+    if not parts:
+        return pl.DataFrame()  # no pair judged in both orders
+    pooled = pl.concat(parts).group_by(keys).agg(pl.all().sum())
+    return pooled.select(pl.lit("*").alias("judge"), *columns)
 
 
 def _pooled_order_models(order_pairs: pl.DataFrame | list) -> list:

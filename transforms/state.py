@@ -36,6 +36,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
+from biasboard.ranking.data import CellsFold, read_cells
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA, conform_pair_cells
 from biasboard.schemas.errors import StateError
 from biasboard.transforms import storage
@@ -247,11 +248,14 @@ def _load(state_dir: str, name: str, schema: pa.Schema | None, days: Iterable[st
 
 
 #: Day tables' rows read before they are merged into the running total (see :func:`load_cells`).
-MERGE_EVERY_ROWS = 1_000_000
+MERGE_EVERY_ROWS = 1 << 18
+#: ... or this share of the running total, if more: a fold holds the total, the unmerged rows and their
+#: concatenation, so the share bounds the merge's peak (~1.25× the total) while keeping folds few.
+MERGE_SHARE = 4
 #: The merged-cells cache: the running total of :func:`load_cells`'s fold at its last merge point.
 MERGED_DIR = "merged"
 MERGED_MANIFEST = "manifest.json"
-MERGED_VERSION = 1
+MERGED_VERSION = 2  # 2: the numpy fold (CellsFold); a cache of the polars fold may differ in the last bits
 
 
 def merged_manifest_path(state_dir: str) -> str:
@@ -263,33 +267,57 @@ def _day_key(manifest: dict) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 
 
-def _cached_fold(state_dir: str, keys: list[tuple[str, str]]) -> tuple[pa.Table | None, int]:
-    """The cached running total and how many of ``keys`` (sorted (day, key)) it covers; (None, 0) on a miss.
+def _cells_batches(path: str) -> Iterator[pa.RecordBatch]:
+    """A stored cells file as record batches with dictionary-encoded strings (what :class:`CellsFold` codes)."""
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as handle:
+            data = handle.read()
+        return read_cells(pa.BufferReader(data))
+    except Exception as err:
+        raise StateError(f"{path}: unreadable state file: {err}") from err
 
-    A hit needs the cache's days to be exactly the first days of ``keys``, each
-    with the same key: a changed, removed or inserted older day, another
-    :data:`MERGE_EVERY_ROWS` or an unreadable cache falls back to the full merge.
+
+def _fold_file(fold: CellsFold, path: str) -> None:
+    """Add a stored cells file to ``fold``; an unreadable or malformed file is a :class:`StateError`."""
+    try:
+        fold.add(_cells_batches(path), what=path)
+    except StateError:
+        raise
+    except Exception as err:
+        raise StateError(f"{path}: unreadable state file: {err}") from err
+
+
+def _cached_fold(state_dir: str, keys: list[tuple[str, str]]) -> tuple[CellsFold, int]:
+    """A fold holding the cached running total, and how many of ``keys`` (sorted (day, key)) it covers.
+
+    An empty fold and 0 on a miss.  A hit needs the cache's days to be exactly the first days of ``keys``,
+    each with the same key: a changed, removed or inserted older day, another :data:`MERGE_EVERY_ROWS`
+    or an unreadable cache falls back to the full merge.
     """
     path = merged_manifest_path(state_dir)
     if not _exists(path):
-        return None, 0
+        return CellsFold(), 0
     try:
         cache = json.loads(storage.read_text(path))
     except Exception:
-        return None, 0
+        return CellsFold(), 0
     covered = [tuple(entry) for entry in cache.get("days", [])]
     if (
         cache.get("version") != MERGED_VERSION
-        or cache.get("merge_every_rows") != MERGE_EVERY_ROWS
+        or cache.get("merge_every_rows") != [MERGE_EVERY_ROWS, MERGE_SHARE]
         or not covered
         or covered != keys[: len(covered)]
     ):
-        return None, 0
+        return CellsFold(), 0
+    fold = CellsFold()
     try:
-        table = _read_table(_join(state_dir, cache["file"]), PAIR_CELLS_SCHEMA)
+        _fold_file(fold, _join(state_dir, cache["file"]))
     except (StateError, KeyError):
-        return None, 0
-    return (table, len(covered)) if table.num_rows == cache.get("rows") else (None, 0)
+        return CellsFold(), 0
+    if fold.pending_rows != cache.get("rows"):
+        return CellsFold(), 0
+    fold.fold()  # the running total (its keys are distinct: a sort, no sum)
+    return fold, len(covered)
 
 
 def _write_fold(state_dir: str, table: pa.Table, keys: list[tuple[str, str]]) -> None:
@@ -304,7 +332,7 @@ def _write_fold(state_dir: str, table: pa.Table, keys: list[tuple[str, str]]) ->
     _write_bytes(_join(folder, name), _parquet_bytes(table))
     manifest = {
         "version": MERGED_VERSION,
-        "merge_every_rows": MERGE_EVERY_ROWS,
+        "merge_every_rows": [MERGE_EVERY_ROWS, MERGE_SHARE],  # the merge points depend on both
         "file": f"{MERGED_DIR}/{name}",
         "rows": table.num_rows,
         "days": [list(k) for k in keys],
@@ -319,12 +347,15 @@ def load_cells(
 ) -> pa.Table:
     """All stored pair cells (or those of ``days``), merged into one table by the monoid, in key order.
 
-    Days are read in order and folded into a running merge whenever the unmerged
-    rows reach :data:`MERGE_EVERY_ROWS` (or the running total's size, if larger),
-    so memory is bounded by the merged cells plus a chunk of days, not by the
-    history: 61 days of 93k cells each peaked at 3.8 GB when concatenated first
-    (bench/incremental.py).  The merge points depend only on the days up to
-    them, so a fresh and an incremental state give the same bits.
+    Days are read in order, coded to integer columns as they are read
+    (:class:`~biasboard.ranking.data.CellsFold`) and folded into the running
+    total whenever the unmerged rows reach :data:`MERGE_EVERY_ROWS` (or a
+    :data:`MERGE_SHARE`-th of the running total, if more), so memory is bounded by the merged cells
+    plus a chunk of days, not by the history, and no string of the cells is
+    held: the fold's integer columns take ~175 bytes a cell, where merging
+    Arrow tables through polars peaked at ~1 KB a cell (bench/scale.py).  The
+    merge points depend only on the days up to them, so a fresh and an
+    incremental state give the same bits.
 
     ``cache`` (all days only): start from the running total stored at the last
     merge point (``STATE/merged/``) when the days it covers are unchanged, and
@@ -332,32 +363,29 @@ def load_cells(
     cached total, the few days after it and the new day — not the history — and
     the result is the same fold, so the same bits as without the cache.
 
-    ``dictionary``: string keys dictionary-encoded (the fit's input; see :func:`merge_cells`).
+    ``dictionary``: string keys dictionary-encoded (the fit's input), else plain strings; the numeric
+    columns share the fold's numpy buffers.
     """
     selected = list_state_days(state_dir) if days is None else sorted(set(days))
     manifests = read_committed_manifests(state_dir, selected, NO_MANIFEST)
     cache = cache and days is None
     keys = [(day, _day_key(manifests[day])) for day in selected]
-    cached, start = _cached_fold(state_dir, keys) if cache else (None, 0)
-    merged: list[pa.Table] = [] if cached is None else [cached]
-    pending: list[pa.Table] = []
-    rows, folded = 0, start
+    fold, start = _cached_fold(state_dir, keys) if cache else (CellsFold(), 0)
+    folded = start
     for index in range(start, len(selected)):
-        table = _day_table(state_dir, selected[index], manifests[selected[index]], PAIR_CELLS_FILE, PAIR_CELLS_SCHEMA)
-        if table is None:
+        day = selected[index]
+        path = _join(cells_dir(state_dir, day), PAIR_CELLS_FILE)
+        if _relative(state_dir, path) not in manifests[day].get("files", []):
             continue
-        pending.append(table)
-        rows += table.num_rows
-        if rows >= max(MERGE_EVERY_ROWS, sum(t.num_rows for t in merged)):
-            merged = [merge_cells([*merged, *pending], PAIR_CELLS_SCHEMA, sort=False)]
-            pending, rows, folded = [], 0, index + 1
+        _fold_file(fold, path)
+        if fold.pending_rows >= max(MERGE_EVERY_ROWS, fold.total_rows // MERGE_SHARE):
+            fold.fold()
+            folded = index + 1
     if cache and folded > start:
-        _write_fold(state_dir, merged[0], keys[:folded])
-    table = merge_cells([*merged, *pending], PAIR_CELLS_SCHEMA, dictionary=dictionary)
-    del merged, pending
-    # The merges' intermediates (concatenated days, coded keys, the group-by's output) are freed by now, but
-    # Arrow's allocator keeps freed pages for reuse: hand them back, so the fit that follows starts without
-    # them (bench/scale.py: the refresh peaks in the fit, with the merge's garbage still resident).
+        _write_fold(state_dir, fold.total_table(), keys[:folded])  # the running total at the last merge point
+    table = fold.table(dictionary=dictionary)
+    # The day files' decoded row groups are freed by now, but Arrow's allocator keeps freed pages for reuse:
+    # hand them back, so the fit that follows starts without them.
     pa.default_memory_pool().release_unused()
     return table
 

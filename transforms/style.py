@@ -36,12 +36,12 @@ def kept_config(config: ModelConfig) -> ModelConfig:
     return dataclasses.replace(config, style=False, bootstrap=0, profile=False, diagnostics="off")
 
 
-def style_info(cells: pa.Table, corrected: FitResult, fit_kept: Callable[[], FitResult]) -> S.StyleInfo | None:
+def style_info(battles: int, corrected: FitResult, fit_kept: Callable[[], FitResult]) -> S.StyleInfo | None:
     """``summary.style`` of a snapshot: the global style effects and the style-kept board (None without style).
 
-    ``fit_kept()`` fits the style-kept board (called only when some battle carries style counts).
+    ``battles``: battles with style counts (:func:`style_battles` of the cells); ``fit_kept()`` fits the
+    style-kept board (called only when some battle carries style counts).
     """
-    battles = style_battles(cells)
     if battles == 0:
         return None
     kept = fit_kept()
