@@ -37,7 +37,7 @@ covariance of r_j with the global effects (what a judge's total effect γ₀ + u
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -72,6 +72,7 @@ class CrossIndex:
     _layouts: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
         default_factory=dict, repr=False, compare=False
     )
+    _batches: dict[tuple[int, int], list[JudgeBatch]] = field(default_factory=dict, repr=False, compare=False)
 
     @staticmethod
     def of(parts: Sequence[PairArrays], n_models: int, n_judges: int) -> CrossIndex:
@@ -272,18 +273,28 @@ def _masked_column(C: np.ndarray, t: int, mask: np.ndarray, judge: np.ndarray) -
     return C[:, t] * mask[judge, t] if mask[:, t].any() else np.zeros(C.shape[0])
 
 
+def _as_slice(index: np.ndarray) -> slice | np.ndarray:
+    """``index`` as the slice it spans when it is a run of consecutive integers (a view, no fancy indexing)."""
+    if index.size and np.array_equal(index, np.arange(index[0], index[0] + index.size)):
+        return slice(int(index[0]), int(index[0]) + index.size)
+    return index
+
+
 def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cross: CrossIndex) -> ArrowHessian:
     """The raw Hessian from judge-blocked partials (effective coordinates), the prior and its gauges.
 
     ``part`` is consumed: its arrays become the Hessian's, masked in place (no copy of the per-entry rows)."""
     lay = spec.layout
     m, n_e = lay.n_models, lay.n_glob
-    k, ge = lay.n_blocks, glob_blocks(lay)
+    ge = glob_blocks(lay)
     mask = spec.masks.T  # (J, K): where effect t acts (through the global coefficient too)
     dev = deviation_masks(spec)  # (J, K): where the judge's own raw entry acts
     prec_g, prec_j = split(lay, precision)
     mask_g = mask[:, ge]  # (J, n_glob): where each global coefficient acts
-    Xg = part.A[:, :, ge] * dev[:, :, None] * mask_g[:, None, :]
+    g_cols = _as_slice(ge)
+    Xg = part.A[:, :, g_cols].copy()
+    Xg *= dev[:, :, None]
+    Xg *= mask_g[:, None, :]
     n_g = prec_g.size
     H = np.zeros((n_g, n_g))
     H[:m, :m] = part.H_theta
@@ -292,16 +303,22 @@ def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cro
         col = np.bincount(cross.model, weights=part.C[:, t] if masked is None else masked, minlength=m)
         H[:m, m + c] = col
         H[m + c, :m] = col
-    H[m : m + n_e, m : m + n_e] = np.einsum("jc,jcd,jd->cd", mask_g, part.A[:, ge[:, None], ge[None, :]], mask_g)
-    A = part.A
-    if not dev.all():
-        A *= dev[:, :, None] * dev[:, None, :]
-    A[:, np.arange(k), np.arange(k)] += prec_j
-    Xc = part.C
-    for t in range(k):
-        masked = _masked_column(Xc, t, dev, cross.judge)
-        if masked is not None:
-            Xc[:, t] = masked
+    A_gg = part.A[:, g_cols, g_cols].copy() if isinstance(g_cols, slice) else part.A[:, ge[:, None], ge[None, :]]
+    A_gg *= mask_g[:, :, None]
+    A_gg *= mask_g[:, None, :]
+    H[m : m + n_e, m : m + n_e] = A_gg.sum(axis=0)
+    A, Xc = part.A, part.C
+    # A_j masked by dev_j dev_jᵀ and the entries' rows by their judge's dev_j, in place, column t only where
+    # some judge's dev[:, t] is not 1 (an effect off for the voters, severity for every judge of pair cells).
+    for t in np.flatnonzero((dev != 1).any(axis=0)).tolist():
+        scale = dev[:, t, None]
+        A[:, t, :] *= scale
+        A[:, :, t] *= scale
+        if dev[:, t].any():
+            Xc[:, t] *= dev[cross.judge, t]
+        else:
+            Xc[:, t] = 0.0
+    np.einsum("jtt->jt", A)[...] += prec_j  # a writeable view of the diagonals
     H[np.diag_indices(n_g)] += prec_g
     position = np.full(lay.n_core, -1)
     position[glob_index(lay)] = np.arange(n_g)
@@ -322,11 +339,25 @@ def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cro
     return ArrowHessian(lay, H, A, Xc, Xg, cross, tuple(low_rank), dev > 0)
 
 
-def _judge_batches(cross: CrossIndex) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(judges, their entries (judges × n)) for batches of judges who each met the same n ≥ 1 models, at most
-    :data:`BATCH_CELLS` // n² judges a batch (the entries are sorted by judge: judge j's are one run)."""
+@dataclass(frozen=True)
+class JudgeBatch:
+    """Judges who each met the same n ≥ 1 models, with their entries and where their n × n blocks go in M × M."""
+
+    judges: np.ndarray  # (b,)
+    entries: np.ndarray  # (b, n): the entries are sorted by judge, so judge j's are one run
+    key: np.ndarray  # (b, n, n) intp: model_r · M + model_c of block entry (r, c)
+
+
+def _judge_batches(cross: CrossIndex, n_models: int) -> list[JudgeBatch]:
+    """The judges in batches who each met the same n ≥ 1 models, at most :data:`BATCH_CELLS` // n² judges a
+    batch; made once per :class:`CrossIndex` (the keys, Σ_j n_j² integers, cost as much as the Gram's
+    bincount to make: 16 ms of every factorisation at 50k voter-judges)."""
+    cached = cross._batches.get((BATCH_CELLS, n_models))
+    if cached is not None:
+        return cached
     n_j = np.diff(cross.starts)
     order = np.argsort(n_j, kind="stable")
+    out = []
     for group in np.split(order, np.flatnonzero(np.diff(n_j[order])) + 1):
         n = int(n_j[group[0]]) if group.size else 0
         if n == 0:
@@ -334,7 +365,11 @@ def _judge_batches(cross: CrossIndex) -> Iterator[tuple[np.ndarray, np.ndarray]]
         step = max(1, BATCH_CELLS // (n * n))
         for lo in range(0, group.size, step):
             judges = group[lo : lo + step]
-            yield judges, cross.starts[judges][:, None] + np.arange(n)
+            entries = cross.starts[judges][:, None] + np.arange(n)
+            model = cross.model[entries].astype(np.intp)
+            out.append(JudgeBatch(judges, entries, model[:, :, None] * n_models + model[:, None, :]))
+    cross._batches[(BATCH_CELLS, n_models)] = out
+    return out
 
 
 def _gram(cross: CrossIndex, Xc: np.ndarray, R: np.ndarray, Ainv: np.ndarray, n_models: int) -> np.ndarray:
@@ -345,12 +380,10 @@ def _gram(cross: CrossIndex, Xc: np.ndarray, R: np.ndarray, Ainv: np.ndarray, n_
     voter-judges (n_j ~ 9.5 on average, 6 LLM judges at 100): 0.06 s, where the sparse product XᵀY with
     Y = A⁻¹X took 0.11 s, its CSR → CSC conversion 0.02 s and Y itself 0.03 s."""
     out = np.zeros(n_models * n_models)
-    for judges, entries in _judge_batches(cross):
-        x = Xc[entries][:, :, R]  # (judges, n, R)
-        block = x @ Ainv[judges] @ x.transpose(0, 2, 1)
-        model = cross.model[entries]
-        key = model[:, :, None] * n_models + model[:, None, :]
-        out += np.bincount(key.ravel(), block.ravel(), minlength=out.size)
+    for batch in _judge_batches(cross, n_models):
+        x = Xc[batch.entries][:, :, R]  # (judges, n, R)
+        block = x @ Ainv[batch.judges] @ x.transpose(0, 2, 1)
+        out += np.bincount(batch.key.ravel(), block.ravel(), minlength=out.size)
     gram = out.reshape(n_models, n_models)
     return 0.5 * (gram + gram.T)
 
@@ -477,10 +510,11 @@ class ArrowFactor:
         t_gg = sinv[m : m + n_e, m : m + n_e]
         yg_gg = Yg @ t_gg
         var_c, cov_c = np.einsum("jrc,jrc->jr", Yg, yg_gg), -yg_gg
-        for judges, entries in _judge_batches(cr):
-            model = cr.model[entries]
-            y = self.Ainv[judges] @ self.Xc[entries][:, :, R].transpose(0, 2, 1)  # (judges, R, n): A_j⁻¹X_j
-            y_mm = y @ sinv[model[:, :, None], model[:, None, :]]
+        s_mm = np.ascontiguousarray(sinv[:m, :m]).ravel()
+        for batch in _judge_batches(cr, m):
+            judges, model = batch.judges, cr.model[batch.entries]
+            y = self.Ainv[judges] @ self.Xc[batch.entries][:, :, R].transpose(0, 2, 1)  # (judges, R, n): A_j⁻¹X_j
+            y_mm = y @ s_mm[batch.key]
             y_mg = y @ sinv[model, m : m + n_e]  # y S⁻¹_θg
             y_gm = y @ sinv[m : m + n_e][:, model].transpose(1, 2, 0)  # (S⁻¹_gθ yᵀ)ᵀ
             yg = Yg[judges]

@@ -255,7 +255,12 @@ class Shard:
 
 def _laplacian_from_pairs(a: np.ndarray, b: np.ndarray, w: np.ndarray, m: int) -> np.ndarray:
     """Σ_c w_c (e_a − e_b)(e_a − e_b)ᵀ as a dense M × M matrix, via one bincount (self-pairs cancel)."""
-    weights = np.bincount(a * m + b, weights=w, minlength=m * m).reshape(m, m)
+    return _laplacian(a * m + b, w, m)
+
+
+def _laplacian(key: np.ndarray, w: np.ndarray, m: int) -> np.ndarray:
+    """:func:`_laplacian_from_pairs` from the cells' pair keys a·M + b."""
+    weights = np.bincount(key, weights=w, minlength=m * m).reshape(m, m)
     out = -(weights + weights.T)
     out[np.diag_indices(m)] += weights.sum(axis=0) + weights.sum(axis=1)
     return out
@@ -287,10 +292,36 @@ class DavidsonTerms:
     h_eta: np.ndarray | None = None
     h_eta_psi: np.ndarray | None = None
     h_psi: np.ndarray | None = None
+    #: (p_a, p_b, p_t, p_a − p_b) when the ``h_*`` were not made: :meth:`add_hessian` makes them from these.
+    probs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def add_hessian(self, n: np.ndarray, wgt: float) -> None:
+        """The ``h_*`` from the kept probabilities (``n``: the cells' battles, ``wgt``: the pair weight), as
+        :func:`davidson_terms` makes them (same arithmetic, same values); a no-op when they exist."""
+        if self.h_eta is not None:
+            return
+        assert self.probs is not None
+        p_a, p_b, p_t, diff = self.probs
+        self.h_eta = wgt * 0.25 * n * ((p_a + p_b) - diff * diff)
+        self.h_eta_psi = wgt * (-0.5) * n * diff * p_t
+        self.h_psi = wgt * n * p_t * (1.0 - p_t)
+        self.probs = None
 
 
-def davidson_terms(eff: np.ndarray, pairs: PairArrays, spec: Spec, hessian: bool = True) -> DavidsonTerms:
-    """η, the Davidson probabilities and the per-cell derivatives of one slice of pair cells."""
+def davidson_terms(
+    eff: np.ndarray,
+    pairs: PairArrays,
+    spec: Spec,
+    hessian: bool = True,
+    acts: tuple[bool, ...] | None = None,
+    xs: np.ndarray | None = None,
+) -> DavidsonTerms:
+    """η, the Davidson probabilities and the per-cell derivatives of one slice of pair cells.
+
+    Without ``hessian`` the second derivatives are left to :meth:`DavidsonTerms.add_hessian` (the
+    probabilities are kept).  ``acts`` (:attr:`DavidsonTerms.acts`) and ``xs`` (the length covariate in
+    fitted units) are the slice's when the caller keeps them, as a :class:`BlockSlice` does.
+    """
     lay = spec.layout
     theta = eff[lay.theta]
     dtheta = theta[pairs.a] - theta[pairs.b]
@@ -298,7 +329,7 @@ def davidson_terms(eff: np.ndarray, pairs: PairArrays, spec: Spec, hessian: bool
     j = pairs.j
     blk = [eff[lay.eff_block(t)] for t in range(lay.n_blocks)]
     disc = np.exp(blk[DISC])[j]
-    xs = pairs.x / spec.x_scale
+    xs = pairs.x / spec.x_scale if xs is None else xs
     # z_i = ∂η/∂(effective block lay.eta_effects[i]): position, length, affinity, discrimination, style.
     q = disc * dtheta
     # pos = 0 where the shown order is unknown: γ_j does not act there (and is not learnt from those cells).
@@ -326,12 +357,11 @@ def davidson_terms(eff: np.ndarray, pairs: PairArrays, spec: Spec, hessian: bool
     diff = p_a - p_b
     g_eta = wgt * (-0.5 * (pairs.win_a - pairs.win_b) + 0.5 * n * diff)
     g_psi = wgt * (n * p_t - pairs.tie)
-    acts = tuple(t == DISC or bool(np.any(row)) for t, row in zip(lay.eta_effects, rows, strict=True))
-    terms = DavidsonTerms(disc, z, q, f, g_eta, g_psi, acts)
+    if acts is None:
+        acts = tuple(t == DISC or bool(np.any(row)) for t, row in zip(lay.eta_effects, rows, strict=True))
+    terms = DavidsonTerms(disc, z, q, f, g_eta, g_psi, acts, probs=(p_a, p_b, p_t, diff))
     if hessian:
-        terms.h_eta = wgt * 0.25 * n * ((p_a + p_b) - diff * diff)
-        terms.h_eta_psi = wgt * (-0.5) * n * diff * p_t
-        terms.h_psi = wgt * n * p_t * (1.0 - p_t)
+        terms.add_hessian(n, wgt)
     return terms
 
 
@@ -547,11 +577,58 @@ class BlockPartials:
         )
 
 
+@dataclass(frozen=True)
+class BlockSlice:
+    """One slice of pair cells with what its judge-blocked sums index by, made once per fit (it depends on
+    the cells only, not on the parameters): each cell's judge and entries relative to the slice's first
+    (``jl``, ``la``, ``lb``: the cells come sorted by judge, so a slice's sums run over the few judges and
+    entries it touches, O(slice) rather than O(entries + J)), its θ pair key, and which η covariates act on
+    it (:attr:`DavidsonTerms.acts`)."""
+
+    pairs: PairArrays
+    j0: int
+    n_judges: int  # judges j0 … j0 + n_judges − 1
+    e0: int
+    n_entries: int  # entries e0 … e0 + n_entries − 1
+    jl: np.ndarray  # intp (np.bincount's index type: no conversion per sum)
+    la: np.ndarray
+    lb: np.ndarray
+    pair_key: np.ndarray  # a·M + b
+    acts: tuple[bool, ...]
+    xs: np.ndarray  # the length covariate in fitted units (x / x_scale)
+
+    @staticmethod
+    def of(pairs: PairArrays, at_a: np.ndarray, at_b: np.ndarray, spec: Spec) -> BlockSlice:
+        """The slice ``pairs`` with its cells' (judge, model a) and (judge, model b) entries ``at_a``, ``at_b``."""
+        lay = spec.layout
+        intp = np.intp
+        j0, j1 = int(pairs.j.min()), int(pairs.j.max()) + 1
+        e0 = int(min(at_a.min(), at_b.min()))
+        e1 = int(max(at_a.max(), at_b.max())) + 1
+        rows = [pairs.pos, pairs.x, pairs.ds]
+        if lay.n_style:
+            assert pairs.style is not None, "a style layout needs style cells"
+            rows += [pairs.style[:, k] for k in range(len(STYLE_BLOCKS))]
+        data = dict(zip([t for t in lay.eta_effects if t != DISC], rows, strict=True))
+        acts = tuple(t == DISC or bool(np.any(data[t])) for t in lay.eta_effects)
+        return BlockSlice(
+            pairs,
+            j0,
+            j1 - j0,
+            e0,
+            e1 - e0,
+            (pairs.j - j0).astype(intp),
+            (at_a - e0).astype(intp),
+            (at_b - e0).astype(intp),
+            pairs.a.astype(intp) * lay.n_models + pairs.b,
+            acts,
+            pairs.x / spec.x_scale,
+        )
+
+
 def block_partials(
     eff: np.ndarray,
-    pairs: PairArrays,
-    at_a: np.ndarray,
-    at_b: np.ndarray,
+    sl: BlockSlice,
     spec: Spec,
     out: BlockPartials,
     hessian: bool = True,
@@ -559,32 +636,34 @@ def block_partials(
 ) -> DavidsonTerms:
     """Add one slice of pair cells to ``out``: the same sums as :func:`partials`, judge-blocked.
 
-    ``at_a``/``at_b`` give each cell's entries (model a, judge) and (model b, judge) in ``out.C``.  Returns
-    the slice's :class:`DavidsonTerms`, with the Hessian weights even when ``hessian=False`` (three products
-    per cell), so that a caller can add the Hessian at the same point later by passing them back as
-    ``terms``: then only the Hessian is added (the value and gradient are the caller's already).
+    Returns the slice's :class:`DavidsonTerms` (without ``hessian``: with the probabilities the Hessian
+    weights are made from), so that a caller can add the Hessian at the same point later by passing them
+    back as ``terms``: then only the Hessian is added (the value and gradient are the caller's already).
     """
     lay = spec.layout
-    m_count = lay.n_models
-    a, b, j = pairs.a, pairs.b, pairs.j
-    tm = davidson_terms(eff, pairs, spec) if terms is None else terms
+    pairs = sl.pairs
+    tm = davidson_terms(eff, pairs, spec, hessian, sl.acts, sl.xs) if terms is None else terms
     disc, z, q, g_eta = tm.disc, tm.z, tm.q, tm.g_eta
-    if terms is None:
-        _add_value_and_gradient(out, lay, pairs, tm)
     eta_types = lay.eta_effects
+    jl, n_j = sl.jl, sl.n_judges
+    judges = slice(sl.j0, sl.j0 + n_j)
+    if terms is None:
+        out.f += tm.f
+        out.g[lay.theta] += _signed_bincount(pairs.a, pairs.b, g_eta * disc, lay.n_models)
+        for i, t in enumerate(eta_types):
+            if tm.acts[i]:
+                out.g[lay.eff_block(t)][judges] += np.bincount(jl, weights=g_eta * z[i], minlength=n_j)
+        out.g[lay.eff_block(TIE)][judges] += np.bincount(jl, weights=tm.g_psi, minlength=n_j)
     if not hessian:
         return tm
+    tm.add_hessian(pairs.n, spec.w_pair)
     h_eta, h_eta_psi, h_psi = tm.h_eta, tm.h_eta_psi, tm.h_psi
     assert h_eta is not None and h_eta_psi is not None and h_psi is not None
-    out.H_theta += _laplacian_from_pairs(a, b, h_eta * disc * disc, m_count)
-    # Sums only over the entry and judge ranges this slice touches: cells come sorted by judge, so a slice
-    # holds a few judges' entries and the sums stay O(slice), not O(entries + J), per slice.
-    e0, e1 = int(min(at_a.min(), at_b.min())), int(max(at_a.max(), at_b.max())) + 1
-    j0, j1 = int(j.min()), int(j.max()) + 1
-    jl, la, lb = j - j0, at_a - e0, at_b - e0
+    out.H_theta += _laplacian(sl.pair_key, h_eta * disc * disc, lay.n_models)
+    C = out.C[sl.e0 : sl.e0 + sl.n_entries]
     for t, w in _theta_cross_weights(tm, eta_types):
-        out.C[e0:e1, t] += _signed_bincount(la, lb, w, e1 - e0)
-    A = out.A[j0:j1]
+        C[:, t] += _signed_bincount(sl.la, sl.lb, w, sl.n_entries)
+    A = out.A[judges]
     for i1, t1 in enumerate(eta_types):
         if not tm.acts[i1]:
             continue
@@ -594,13 +673,13 @@ def block_partials(
                 continue
             w = hz * z[i2]
             if t1 == DISC and t2 == DISC:
-                w = w + g_eta * q
-            d = np.bincount(jl, weights=w, minlength=j1 - j0)
+                w += g_eta * q  # ∂²η/∂L_j² = q
+            d = np.bincount(jl, weights=w, minlength=n_j)
             A[:, t1, t2] += d
             if t1 != t2:
                 A[:, t2, t1] += d
-        d = np.bincount(jl, weights=h_eta_psi * z[i1], minlength=j1 - j0)
+        d = np.bincount(jl, weights=h_eta_psi * z[i1], minlength=n_j)
         A[:, t1, TIE] += d
         A[:, TIE, t1] += d
-    A[:, TIE, TIE] += np.bincount(jl, weights=h_psi, minlength=j1 - j0)
+    A[:, TIE, TIE] += np.bincount(jl, weights=h_psi, minlength=n_j)
     return tm

@@ -222,3 +222,21 @@ def test_blocked_style_fit_memory_is_linear_in_the_judges():
     small, large = _peak_bytes(1_000), _peak_bytes(4_000)
     assert large < 6 * small, (small, large)
     assert large < 4_000**2 * 8, large
+
+
+def test_base_pages_restores_numpy_huge_page_setting():
+    """The blocked solve turns numpy's huge-page advice off only while it runs (see solver.base_pages)."""
+    multiarray = pytest.importorskip("numpy._core.multiarray")
+    if not hasattr(multiarray, "_get_madvise_hugepage"):
+        pytest.skip("numpy without the huge-page switch")
+    from biasboard.ranking.solver import base_pages
+
+    before = multiarray._get_madvise_hugepage()
+    try:
+        for setting in (True, False):
+            multiarray._set_madvise_hugepage(setting)
+            with base_pages():
+                assert multiarray._get_madvise_hugepage() is False
+            assert multiarray._get_madvise_hugepage() is setting
+    finally:
+        multiarray._set_madvise_hugepage(before)
