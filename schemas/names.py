@@ -114,8 +114,8 @@ def clean_names(
         ):
             continue
         raw = df.get_column(name)
-        # a dictionary-coded (Categorical) column gives its distinct names without a string per row, and
-        # becomes text only when some name is flagged or changed
+        # a dictionary-coded (Categorical) column gives its distinct names, and takes its renames, without a
+        # string per row
         distinct = (raw.unique() if raw.dtype == pl.Categorical else raw.cast(pl.String).unique()).drop_nulls()
         distinct = distinct.cast(pl.String)
         stripped = distinct.str.strip_chars()
@@ -128,7 +128,7 @@ def clean_names(
         )
         if not faults.select(pl.any_horizontal("long", "ctrl", "changed").any()).item():
             continue  # every name is usable as written (the usual case)
-        column = raw.cast(pl.String)
+        column = raw if raw.dtype == pl.Categorical else raw.cast(pl.String)
         for reason, flag in ((REASON_CONTROL_CHARS_PREFIX, "ctrl"), (REASON_NAME_TOO_LONG_PREFIX, "long")):
             bad = faults.filter(pl.col(flag)).get_column("name")
             if len(bad):

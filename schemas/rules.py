@@ -197,6 +197,13 @@ def parse_timestamps(df: pl.DataFrame, column: str = "ts") -> pl.Series:
         return df.select(timestamp_expr(dtype, column)).to_series()
     else:
         text = df.get_column(column).cast(pl.String)
+    micros, parsed = _text_micros(text)
+    values = pa.array(micros, pa.timestamp("us", tz="UTC"), mask=~parsed)
+    return pl.Series(column, values)
+
+
+def _text_micros(text: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(µs since the epoch, plausible instant) per row of ISO text: :func:`parse_timestamps` before the Series."""
     micros, parsed = _arrow_iso(text)
     rest = np.flatnonzero(~parsed & text.is_not_null().to_numpy())
     if len(rest):
@@ -205,8 +212,56 @@ def parse_timestamps(df: pl.DataFrame, column: str = "ts") -> pl.Series:
         parsed[rest] = slow.is_not_null().to_numpy()
     low, high = (int(t.timestamp()) * 1_000_000 for t in (TS_MIN, TS_MAX))
     parsed &= (micros >= low) & (micros < high)
-    values = pa.array(micros, pa.timestamp("us", tz="UTC"), mask=~parsed)
-    return pl.Series(column, values)
+    return micros, parsed
+
+
+#: Years whose every instant is plausible whatever the UTC offset written (:data:`TS_MIN`, :data:`TS_MAX`).
+_SURE_YEARS = (TS_MIN.year + 1, TS_MAX.year - 2)
+
+
+def _leading_year(text: pl.Series) -> np.ndarray | None:
+    """The number in each value's first four bytes (-1 unless four ASCII digits); None if not string views.
+
+    Arrow's string views keep every value's first four bytes inline, so this reads no string data.
+    """
+    arr = text.to_arrow(compat_level=pl.CompatLevel.newest())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.type != pa.string_view():
+        return None
+    views = np.frombuffer(arr.buffers()[1], dtype=np.uint8).reshape(-1, 16)[arr.offset : arr.offset + len(arr)]
+    year = np.zeros(len(text), dtype=np.int32)
+    digits = np.ones(len(text), dtype=bool)
+    for k in range(4):
+        digit = views[:, 4 + k] - np.uint8(48)  # a non-digit byte wraps above 9
+        digits &= digit <= 9
+        year = year * 10 + digit
+    return np.where(digits, year, -1)
+
+
+def timestamps_valid(df: pl.DataFrame, column: str = "ts") -> pl.Series:
+    """True where :func:`parse_timestamps` gives an instant, null where it gives null; cheaper for text.
+
+    The validator needs only which rows hold a plausible instant (no row's
+    instant is stored).  A text value in the common ISO forms (the regular
+    expressions of :func:`_arrow_iso`) whose year is 1991-2098 is one whatever
+    its UTC offset, so those rows skip the Arrow cast; every other row (another
+    form, a year near the window's edges, a bad value) gets :func:`parse_timestamps`.
+    """
+    year = _leading_year(df.get_column(column)) if df.schema[column] == pl.String else None
+    if year is None:
+        return parse_timestamps(df, column).is_not_null().replace(False, None).alias(column)
+    text = df.get_column(column)
+    low, high = _SURE_YEARS
+    sure_year = (year >= low) & (year <= high)
+    valid = sure_year & text.str.contains(_ISO_ZONED).fill_null(False).to_numpy()
+    todo = np.flatnonzero(sure_year & ~valid)
+    if len(todo):  # the naive forms, on the (usually few) rows left
+        valid[todo] = text.gather(todo).str.contains(_ISO_NAIVE).fill_null(False).to_numpy()
+    rest = np.flatnonzero(~valid & text.is_not_null().to_numpy())
+    if len(rest):
+        valid[rest] = _text_micros(text.gather(rest))[1]
+    return pl.Series(column, pa.array(np.ones(len(valid), dtype=bool), mask=~valid))
 
 
 def _polars_iso(text: pl.Series) -> pl.Series:
@@ -308,13 +363,31 @@ def winner_expr(column: str = "winner") -> pl.Expr:
     return pl.col(column).cast(pl.String).str.strip_chars().str.to_lowercase()
 
 
+def lookup_codes(column: pl.Series, keys: pl.Series, values: np.ndarray, default: object, null: object) -> np.ndarray:
+    """Per row of a Categorical ``column``: ``values[i]`` where it holds ``keys[i]`` (values of ``column`` itself),
+    ``default`` where another value, ``null`` where null: one gather through the dictionary codes, no string per row.
+    """
+    physical = column.to_physical()
+    high = physical.max()
+    table = np.full((high if isinstance(high, int) else 0) + 2, default, dtype=values.dtype)  # the last slot: null
+    table[keys.to_physical().to_numpy()] = values
+    table[-1] = null
+    return table[physical.fill_null(len(table) - 1).to_numpy()]
+
+
 def winner_codes(df: pl.DataFrame, column: str = "winner") -> pl.Series:
     """Winner code (index into WINNER_VALUES) per row, null when not one of the accepted values.
 
     Exact values are looked up directly; the trim/lower-case normalisation is
     only paid for on the rows (usually few) whose value did not match exactly.
     """
-    raw = df.get_column(column).cast(pl.String)
+    raw = df.get_column(column)
+    if raw.dtype == pl.Categorical:  # dictionary codes: look the distinct values up, then index by code
+        distinct = raw.unique().drop_nulls()
+        found = winner_codes(distinct.cast(pl.String).to_frame(column), column).fill_null(-1).to_numpy()
+        coded = lookup_codes(raw, distinct, found, -1, -1)
+        return pl.Series("_winner", pa.array(coded, mask=coded < 0))
+    raw = raw.cast(pl.String)
     codes = raw.replace_strict(WINNER_CODES, default=None, return_dtype=pl.Int8)
     rest = np.flatnonzero((codes.is_null() & raw.is_not_null()).to_numpy())
     if len(rest):

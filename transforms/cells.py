@@ -141,8 +141,8 @@ def _constant(column: pl.Series) -> bool:
 
 
 #: Key combinations a dense grouping step may span (:func:`group_ids`): a bitmap of this many flags and an
-#: int64 renumbering of it, 9 MB, whatever the batch's size.
-DENSE_SPAN = 1 << 20
+#: int32 renumbering of it, 10 MB, whatever the batch's size.
+DENSE_SPAN = 1 << 21
 
 
 def key_codes(column: pl.Series) -> tuple[np.ndarray, int]:
@@ -174,8 +174,8 @@ def _renumber(combined: np.ndarray, span: int) -> tuple[np.ndarray, int]:
         present = np.zeros(span, dtype=bool)
         present[combined] = True
         distinct = np.flatnonzero(present)
-        dense = np.empty(span, dtype=np.int64)
-        dense[distinct] = np.arange(len(distinct))
+        dense = np.zeros(span, dtype=np.int32)
+        dense[distinct] = np.arange(len(distinct), dtype=np.int32)
         return dense[combined], len(distinct)
     values, inverse = np.unique(combined, return_inverse=True)
     return inverse.astype(np.int64, copy=False), len(values)
@@ -196,7 +196,7 @@ def group_ids(frame: pl.DataFrame, keys: list[str]) -> tuple[np.ndarray, int]:
         codes, span = key_codes(frame.get_column(name))
         if groups * span > DENSE_SPAN and groups > 1:
             group, groups = _renumber(group, groups)
-        group = group * span + codes
+        group = np.multiply(group, span, dtype=np.int64) + codes
         groups *= span
     return _renumber(group, groups) if frame.height else (group, 0)
 
@@ -216,8 +216,9 @@ def _aggregate_pairs(rows: pl.DataFrame, family_map: FamilyMap, kept: np.ndarray
     meets the map a few thousand times, not 250k.
     """
     rows = length_measures(style_measures(rows))
-    keys = ["judge", "model_a", "model_b", "len_bin", "order_known", *SLICE_KEYS, "style_bin"]
-    keys += [c for c, _ in FAMILY_COLUMNS]
+    # each family beside the name it describes: the packed codes of a name and its family stay few
+    keys = ["judge", "judge_family", "model_a", "family_a", "model_b", "family_b", "len_bin", "order_known"]
+    keys += [*SLICE_KEYS, "style_bin"]
     wins = ("win_a", "win_b", "tie", "tie_bothbad")
     sums = [m for m in PAIR_CELL_MEASURES if m != "n" and m not in wins]
     rows = rows.select(*keys, WINNER_CODE, *sums)
@@ -247,7 +248,9 @@ def _aggregate_pairs(rows: pl.DataFrame, family_map: FamilyMap, kept: np.ndarray
     grouped = grouped.with_columns(
         *(pl.repeat(value[0], grouped.height, dtype=value.dtype).alias(k) for k, value in fixed.items()),
         *(pl.repeat(0, grouped.height, dtype=pl.Float64).alias(m) for m in zero),
-    ).with_columns(pl.col(pl.Categorical).cast(pl.String))
+    )
+    # text for the families the map fills in (dictionary codes otherwise: the Arrow cast below decodes them)
+    grouped = grouped.with_columns(pl.col(c).cast(pl.String) for c in given if grouped.get_column(c).null_count())
     cells = resolve_families(grouped, family_map)
     table = cells.select(PAIR_CELLS_SCHEMA.names).to_arrow().cast(PAIR_CELLS_SCHEMA)
     if any(grouped.get_column(c).null_count() for c in given):  # a given family may equal a mapped one

@@ -70,21 +70,18 @@ def length_measures(df: pl.DataFrame, len_a: str = "_len_a", len_b: str = "_len_
     They are per-row values of the cell sums (zero when a length is unknown),
     so aggregating is a plain sum of columns.
     """
-    has = pl.col(len_a).is_not_null() & pl.col(len_b).is_not_null()
-    loga = pl.col(len_a).clip(lower_bound=1.0).log()
-    logb = pl.col(len_b).clip(lower_bound=1.0).log()
-    df = df.with_columns(
-        has.cast(pl.UInt8).alias("n_len"),
-        pl.when(has).then(loga).otherwise(0.0).alias("sum_loglen_a"),
-        pl.when(has).then(logb).otherwise(0.0).alias("sum_loglen_b"),
-        pl.when(has).then(loga - logb).otherwise(None).alias("_x"),
-    )
-    x = df.get_column("_x").to_numpy(allow_copy=True).astype(np.float64, copy=False)
+    logs = df.select(pl.col(c).clip(lower_bound=1.0).log() for c in (len_a, len_b))  # each log taken once
+    loga, logb = (logs.get_column(c).to_numpy(allow_copy=True).astype(np.float64, copy=False) for c in logs.columns)
+    x = loga - logb  # NaN where a length is missing
+    has = ~np.isnan(x)
     return df.with_columns(
+        pl.Series("n_len", has.astype(np.uint8)),
+        pl.Series("sum_loglen_a", np.where(has, loga, 0.0)),
+        pl.Series("sum_loglen_b", np.where(has, logb, 0.0)),
         pl.Series("len_bin", length_bin(x)),
-        pl.col("_x").fill_null(0.0).alias("sum_x"),
-        (pl.col("_x") * pl.col("_x")).fill_null(0.0).alias("sum_x2"),
-    ).drop("_x")
+        pl.Series("sum_x", np.where(has, x, 0.0)),
+        pl.Series("sum_x2", np.where(has, x * x, 0.0)),
+    )
 
 
 def style_measures(df: pl.DataFrame, prefix: str = "_") -> pl.DataFrame:

@@ -282,8 +282,9 @@ def _polars_source(path: str) -> str | io.BytesIO:
 
 #: Battle columns the ingest reads as dictionary codes (polars Categorical) when the file stores them as
 #: text: the cell's text keys, a few hundred distinct values among millions of rows, which the cells then
-#: group on as integers (:func:`~biasboard.transforms.cells.group_ids`) without hashing a string per row.
-DICTIONARY_COLUMNS = frozenset({"judge", "model_a", "model_b", "family_a", "family_b", "judge_family"})
+#: group on as integers (:func:`~biasboard.transforms.cells.group_ids`) without hashing a string per row,
+#: and the winner, whose few distinct values are looked up once (:func:`~biasboard.schemas.rules.winner_codes`).
+DICTIONARY_COLUMNS = frozenset({"judge", "model_a", "model_b", "family_a", "family_b", "judge_family", "winner"})
 
 
 def _dictionary_columns(schema: pa.Schema, columns: list[str]) -> list[str]:

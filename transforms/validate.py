@@ -32,6 +32,7 @@ from biasboard.schemas.names import BATTLE_NAME_COLUMNS, SCORE_NAME_COLUMNS, Ali
 
 REASON = "_reason"
 ROW = "_row"
+#: Per row: true where ``ts`` holds a plausible instant, else null (:func:`~biasboard.schemas.rules.timestamps_valid`).
 TS = "_ts"
 WINNER_CODE = "_winner"
 SCORE = "_score"
@@ -52,8 +53,8 @@ _HASH_SEEDS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F)
 def first_occurrences(ids: pl.Series, h1: pl.Series | None = None) -> np.ndarray:
     """Mask of the first occurrence of each id in ``ids``, exact by value.
 
-    Integer hashes find candidates fast (a count of distinct hashes clears a
-    batch without repeats; otherwise one sort finds the repeated hashes); only
+    Integer hashes find candidates fast (one sort of the hashes finds the
+    repeated ones; numpy sorts 500k of them in a few ms); only
     rows whose hash repeats (true repeats, or the rare collision) are compared
     as strings.  ``h1`` is ``ids.hash(_HASH_SEEDS[0])`` when the caller has it
     already (see :func:`_split`).
@@ -61,10 +62,10 @@ def first_occurrences(ids: pl.Series, h1: pl.Series | None = None) -> np.ndarray
     if h1 is None:
         h1 = ids.hash(_HASH_SEEDS[0])
     first = np.ones(len(ids), dtype=bool)
-    if h1.n_unique() == len(ids):
-        return first
     ordered = np.sort(h1.to_numpy())
     repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+    if not len(repeated):
+        return first
     shared = np.flatnonzero(h1.is_in(pl.Series(repeated).implode()).to_numpy())  # rows whose hash repeats
     first[shared] = ids.gather(shared).is_first_distinct().to_numpy()
     return first
@@ -255,7 +256,9 @@ def _fast_blank(df: pl.DataFrame, reason: str) -> pl.Expr:
         values = df.get_column(column)
         distinct = values.unique().drop_nulls()
         blank = distinct.filter(distinct.to_frame("t").select(rules.is_blank("t", pl.Categorical)).to_series())
-        return pl.lit(values.is_null() | values.is_in(blank.implode()) if len(blank) else values.is_null())
+        if not len(blank):
+            return pl.lit(values.is_null())
+        return pl.lit(pl.Series(rules.lookup_codes(values, blank, np.ones(len(blank), dtype=bool), False, True)))
     return rules.is_blank(column, df.schema[column])
 
 
@@ -347,7 +350,7 @@ def validate_battles(
     df, fixes = clean_names(normalise_columns(batch, "battle", source_file, carry), BATTLE_NAME_COLUMNS, aliases)
     schema = df.schema
     df = df.with_columns(
-        rules.parse_timestamps(df).alias(TS),
+        rules.timestamps_valid(df).alias(TS),
         rules.winner_codes(df).alias(WINNER_CODE),
         rules.length_expr("len_a", schema["len_a"]).alias("_len_a"),
         rules.length_expr("len_b", schema["len_b"]).alias("_len_b"),
@@ -382,7 +385,7 @@ def validate_scores(
     df, fixes = clean_names(normalise_columns(batch, "score", source_file), SCORE_NAME_COLUMNS, aliases)
     schema = df.schema
     df = df.with_columns(
-        rules.parse_timestamps(df).alias(TS),
+        rules.timestamps_valid(df).alias(TS),
         rules.length_expr("len", schema["len"]).alias("_len"),
         rules.score_value_expr(schema["score"]).alias(SCORE),
     )
