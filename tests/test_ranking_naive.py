@@ -105,3 +105,23 @@ def test_mle_that_does_not_exist_falls_back_to_a_prior_and_says_so():
     assert np.all(np.isfinite(fit.rating))
     assert fit.rating[0] > fit.rating[1]
     assert any("do not exist" in w for w in fit.diagnostics["warnings"])
+
+
+def test_the_naive_fit_on_pair_totals_is_the_fit_on_every_cell(monkeypatch):
+    """The naive likelihood sees only each ordered pair's counts: solved on the cells summed per pair (judges,
+    length bins and self-battles together) it gives the ratings, SEs and log-likelihood of the solve on every
+    cell, to rounding."""
+    from biasboard.ranking import fit as fit_module
+    from biasboard.ranking.data import build_dataset
+
+    from tests.test_ranking_model import _cells
+
+    data = build_dataset(_cells(np.random.default_rng(5), models=7, judges=3, cells=400))
+    totals = fit_module.pair_totals(data.pairs, len(data.models))
+    assert len(totals) < len(data.pairs) and totals.n.sum() == data.pairs.n.sum()
+    pooled = fit_naive(data)
+    monkeypatch.setattr(fit_module, "pair_totals", lambda pairs, m: pairs)
+    every = fit_naive(data)
+    np.testing.assert_allclose(pooled.rating, every.rating, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(pooled.se, every.se, rtol=1e-10)
+    assert pooled.loglik == pytest.approx(every.loglik, rel=1e-13)
