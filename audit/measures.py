@@ -824,8 +824,22 @@ def family_table(family: pl.DataFrame) -> pl.DataFrame:
 def finish_audit(partials: AuditPartials) -> AuditResult:
     """Rates and standard errors from summed partials (reduces any pending order rows first)."""
     p = reduce_order_rows(partials)
-    pairs = order_pairs_table(p.order_pairs)
-    judge_order = _order_rates(p.order_pairs.group_by("judge").agg([pl.col(m).sum() for m in PAIR_MEASURES])).select(
+    pairs = p.order_pairs
+    return finish_with_pairs(p, judge_order_sums(pairs), order_pairs_table(pairs), order_models_table(pairs))
+
+
+def judge_order_sums(pairs: pl.DataFrame) -> pl.DataFrame:
+    """The per-(judge, pair) order measures summed per judge (a judge's rows whole in ``pairs``)."""
+    return pairs.group_by("judge").agg([pl.col(m).sum() for m in PAIR_MEASURES])
+
+
+def finish_with_pairs(
+    p: AuditPartials, judge_sums: pl.DataFrame, pairs: pl.DataFrame, models: pl.DataFrame
+) -> AuditResult:
+    """:func:`finish_audit` with the order tables made by the caller: the per-judge sums
+    (:func:`judge_order_sums`), :func:`order_pairs_table` and :func:`order_models_table` of the summed
+    order pairs — which a caller may make a judge-slice at a time (``p.order_pairs`` is then not read)."""
+    judge_order = _order_rates(judge_sums).select(
         "judge",
         pl.col("pairs").alias("order_pairs"),
         *[pl.col(f"c_{u}{v}").alias(f"order_c_{u}{v}") for u in _CLASSES for v in _CLASSES],
@@ -840,7 +854,7 @@ def finish_audit(partials: AuditPartials) -> AuditResult:
         pl.col("pba_consistency_rate"),
     )
     judges = pl.concat(
-        [frame.select("judge") for frame in (p.slots, p.identical, p.length, p.gold, p.order_pairs) if frame.height]
+        [frame.select("judge") for frame in (p.slots, p.identical, p.length, p.gold, judge_sums) if frame.height]
         or [pl.DataFrame(schema={"judge": pl.Utf8})]
     ).unique()
     for table in (
@@ -854,7 +868,7 @@ def finish_audit(partials: AuditPartials) -> AuditResult:
     return AuditResult(
         judges=judges.sort("judge"),
         order_pairs=pairs,
-        order_models=order_models_table(p.order_pairs),
+        order_models=models,
         family=family_table(p.family),
     )
 

@@ -205,42 +205,48 @@ def _packed_key(columns: dict[str, np.ndarray], keys: Sequence[str]) -> np.ndarr
     return packed
 
 
-class CellsFold:
-    """The pair-cells monoid (:func:`biasboard.transforms.cells.merge_cells`) as a fold in integer codes.
+class CodedFold:
+    """A monoid of keyed tables (group by the keys, sum the rest) as a fold in integer codes.
 
     Why: merging a long history's cells as Arrow tables through polars held the concatenated strings, the
     group-by's hash keys, its output and the sorted copy at once (~1 KB per cell at the merge, bench/scale.py).
     Here each table is coded as it arrives (:func:`_code_tables`: int32 codes for the strings, the
-    contract's numeric types), :meth:`fold` sums the tables added so far into the running total
+    schema's numeric types), :meth:`fold` sums the tables added so far into the running total
     (:func:`_group_sum`: one argsort of a packed int64 key, one ``reduceat`` per column, a column at a
     time), and :meth:`table` hands the total back in key order, numeric columns sharing numpy's buffers.
     Codes are provisional (first seen, first numbered) until :meth:`table` sorts the vocabularies; a
     group's rows are summed in the order they were added, so equal inputs in equal order give equal bits
-    however the rows are laid out.  Null slice labels are code −1 and sort first, as polars sorts them.
+    however the rows are laid out.  ``shared``: groups of string keys with one vocabulary (a model's name
+    is one code as ``model_a`` and as ``model_b``); ``nullable`` keys keep nulls (code −1, sorted first,
+    as polars sorts them).
     """
 
-    def __init__(self) -> None:
-        judge, family, model = _Vocab(), _Vocab(), _Vocab()
-        self.vocabs: dict[str, _Vocab] = {
-            "judge": judge,
-            "judge_family": family,
-            "model_a": model,
-            "model_b": model,
-            "family_a": family,
-            "family_b": family,
-            **{name: _Vocab() for name in SLICE_KEYS},
-        }
+    def __init__(
+        self,
+        schema: pa.Schema,
+        keys: Sequence[str],
+        shared: Sequence[Sequence[str]],
+        nullable: frozenset[str] = frozenset(),
+    ) -> None:
+        self.schema = schema
+        self.keys = tuple(keys)
+        self.measures = tuple(name for name in schema.names if name not in self.keys)
+        self.vocabs: dict[str, _Vocab] = {}
+        for group in shared:
+            vocab = _Vocab()
+            self.vocabs.update(dict.fromkeys(group, vocab))
+        self.nullable = nullable
         self.total: dict[str, np.ndarray] | None = None
         self.pending: list[dict[str, np.ndarray]] = []
         self.total_rows = 0
         self.pending_rows = 0
 
-    def add(self, cells: CellsInput, what: str = "pair cells") -> None:
-        """Code ``cells`` (tables or record batches of pair cells) and keep them until the next fold."""
-        coded = _code_tables(cells, PAIR_CELLS_SCHEMA, what, self.vocabs, nullable=frozenset(SLICE_KEYS))
+    def add(self, cells: CellsInput, what: str = "cells") -> None:
+        """Code ``cells`` (tables or record batches of the schema) and keep them until the next fold."""
+        coded = _code_tables(cells, self.schema, what, self.vocabs, nullable=self.nullable)
         if coded is not None:
             self.pending.append(coded)
-            self.pending_rows += len(coded["n"])
+            self.pending_rows += len(coded[self.keys[0]])
 
     def fold(self) -> None:
         """Sum the running total and every table added since the last fold into the new running total."""
@@ -249,16 +255,16 @@ class CellsFold:
         if not parts:
             return
         columns = {}
-        for name in PAIR_CELLS_SCHEMA.names:  # a column at a time, each part's column freed once copied
+        for name in self.schema.names:  # a column at a time, each part's column freed once copied
             chunks = [part.pop(name) for part in parts]
             columns[name] = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
             del chunks
         del parts
-        self.total = _group_sum(columns, PAIR_CELL_KEYS, PAIR_CELL_MEASURES)
-        self.total_rows = len(self.total["n"])
+        self.total = _group_sum(columns, self.keys, self.measures)
+        self.total_rows = len(self.total[self.keys[0]])
 
     def table(self, dictionary: bool = False) -> pa.Table:
-        """The sum of everything added, as pair cells in :data:`PAIR_CELLS_SCHEMA`, rows in key order.
+        """The sum of everything added, in the schema, rows in key order.
 
         String keys are ordered as their strings (null labels first); ``dictionary``: as dictionary arrays
         (a few bytes per row) instead of strings.  The numeric columns share the fold's buffers: the total
@@ -267,7 +273,7 @@ class CellsFold:
         self.fold()
         columns, self.total, self.total_rows = self.total, None, 0
         if columns is None:
-            return PAIR_CELLS_SCHEMA.empty_table()
+            return self.schema.empty_table()
         vocabularies = {}
         for vocab in dict.fromkeys(self.vocabs.values()):  # each shared vocabulary once
             names, remap = vocab.finish()
@@ -276,7 +282,7 @@ class CellsFold:
                     codes = columns[key]
                     columns[key] = np.where(codes >= 0, remap[np.maximum(codes, 0)], np.int32(-1))
             vocabularies[id(vocab)] = pa.array(names, pa.string())
-        columns = _group_sum(columns, PAIR_CELL_KEYS, PAIR_CELL_MEASURES)  # distinct keys: only a sort
+        columns = _group_sum(columns, self.keys, self.measures)  # distinct keys: only a sort
         return self._arrow(columns, vocabularies, dictionary)
 
     def total_table(self) -> pa.Table:
@@ -284,16 +290,16 @@ class CellsFold:
         keys dictionary-encoded; it shares the fold's buffers and leaves the fold as it is (for the merged-cells
         cache: :func:`biasboard.transforms.state.load_cells`)."""
         if self.total is None:
-            return PAIR_CELLS_SCHEMA.empty_table()
+            return self.schema.empty_table()
         vocabularies = {id(v): pa.array(list(v.index), pa.string()) for v in self.vocabs.values()}
         return self._arrow(dict(self.total), vocabularies, dictionary=True)
 
     def _arrow(self, columns: dict[str, np.ndarray], vocabularies: dict[int, pa.Array], dictionary: bool) -> pa.Table:
         arrays = []
-        for field in PAIR_CELLS_SCHEMA:
+        for field in self.schema:
             values = columns.pop(field.name)
             if field.name in self.vocabs:
-                codes = pa.array(values, pa.int32(), mask=values < 0 if field.nullable else None)
+                codes = pa.array(values, pa.int32(), mask=values < 0 if field.name in self.nullable else None)
                 vocabulary = vocabularies[id(self.vocabs[field.name])]
                 arrays.append(
                     pa.DictionaryArray.from_arrays(codes, vocabulary) if dictionary else vocabulary.take(codes)
@@ -301,8 +307,22 @@ class CellsFold:
             else:
                 arrays.append(pa.array(values, field.type))
             del values
-        fields = [pa.field(f.name, a.type, f.nullable) for f, a in zip(PAIR_CELLS_SCHEMA, arrays, strict=True)]
+        fields = [pa.field(f.name, a.type, f.nullable) for f, a in zip(self.schema, arrays, strict=True)]
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+class CellsFold(CodedFold):
+    """:class:`CodedFold` of pair cells (:data:`PAIR_CELLS_SCHEMA`): the cells monoid
+    (:func:`biasboard.transforms.cells.merge_cells`) over a long history in integer codes."""
+
+    def __init__(self) -> None:
+        shared = [
+            ("judge",),
+            ("judge_family", "family_a", "family_b"),
+            ("model_a", "model_b"),
+            *((k,) for k in SLICE_KEYS),
+        ]
+        super().__init__(PAIR_CELLS_SCHEMA, PAIR_CELL_KEYS, shared, nullable=frozenset(SLICE_KEYS))
 
 
 @dataclass(frozen=True)

@@ -331,3 +331,30 @@ def test_cli_writes_parquet_json_and_escaped_html(tmp_path: Path) -> None:
     assert "<script>" not in page
     assert "&lt;script&gt;alert(&quot;j&quot;)&lt;/script&gt;" in page
     assert [r["judge"] for r in document["tables"]["judges"]] == sorted(set(data["judge"]))
+
+
+def test_the_days_fold_and_the_sliced_finish_equal_the_whole_audit(tmp_path, monkeypatch):
+    """``biasboard audit`` sums the days' partials by a fold in integer codes and finishes the order tables a
+    judge-slice at a time (Parquet row groups); with tiny folds and slices the files hold the whole audit's
+    tables, value for value, and the scratch folder of day partials is gone."""
+    from biasboard.pipelines.options import beam_options
+    from biasboard.simulate import SimulationConfig, write_simulation
+    from biasboard.transforms import audit as taudit
+    from biasboard.transforms import read
+
+    monkeypatch.setattr(taudit, "FOLD_ORDER_ROWS", 7)
+    monkeypatch.setattr(taudit, "FINISH_ROWS", 25)
+    config = SimulationConfig(battles=6000, models=7, judges=4, days=3, both_orders=True, prompts=50, seed=5)
+    logs = write_simulation(config, tmp_path / "sim")
+    glob = str(logs / "battles" / "day=*" / "*.parquet")
+    out = tmp_path / "audit"
+    taudit.run_audit(glob, str(out), beam_options([]))
+    assert not (out / taudit.SCRATCH_DAYS).exists()
+    families = read.load_family_map(None)
+    days = [taudit.audit_day(task, families)[0] for task in sorted(read.list_input_days(glob).items())]
+    whole = finish_audit(merge_partials(days))
+    assert whole.order_pairs.height > 3 * 25  # several slices, each judge whole in one
+    for name, frame in whole.tables().items():
+        written = pl.read_parquet(out / taudit.table_file(name))
+        assert written.schema == frame.schema, name
+        assert written.equals(frame), name

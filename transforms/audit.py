@@ -26,11 +26,12 @@ The transforms only move tables; every number comes from the audit package
 (:mod:`biasboard.audit`), the same functions the tests call.
 
 :func:`build_audit` is the whole graph ``biasboard audit`` runs (and
-:func:`audit_days_incremental` the one ``biasboard refresh`` runs): each day's
-files are read with the shared day reader
-(:func:`~biasboard.transforms.read.day_batches`), validated with the ingest's
-rules (rejected rows counted by reason), audited and paired within the day,
-summed over days, and written under one folder (:func:`write_audit`: one
+:func:`audit_days_incremental` the one ``biasboard refresh`` runs; the former is
+the latter with every day to do): each day's files are read with the shared day
+reader (:func:`~biasboard.transforms.read.day_batches`), validated with the
+ingest's rules (rejected rows counted by reason), audited and paired within the
+day, its partials stored, the stored days summed by a fold outside the runner
+(:func:`sum_stored_days`) and written under one folder (:func:`write_audit`: one
 Parquet per table, the report fragment, and ``audit.json`` last).
 """
 
@@ -40,12 +41,14 @@ import dataclasses
 import io
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from biasboard.audit import (
     GOLD_COLUMN,
@@ -60,6 +63,15 @@ from biasboard.audit import (
     records,
     reduce_order_rows,
 )
+from biasboard.audit.measures import (
+    PAIR_KEYS,
+    PAIR_MEASURES,
+    finish_with_pairs,
+    judge_order_sums,
+    order_models_table,
+    order_pairs_table,
+)
+from biasboard.ranking.data import CodedFold
 from biasboard.report.audit import render_audit_section
 from biasboard.schemas import summary as S
 from biasboard.schemas.battle import WINNER_VALUES
@@ -186,39 +198,22 @@ def audit_days(
 ) -> beam.PCollection:
     """Add the audit to ``pipeline``: read, validate and audit each day (its both orders paired within it),
     sum the days, write the files under ``out``; returns the PCollection of written paths (what a later stage
-    waits for)."""
-    audited = (
-        pipeline
-        | "Days" >> beam.Create(sorted(days.items()))
-        | "SpreadDays" >> beam.Reshuffle()
-        | "AuditDay" >> beam.Map(audit_day, family_map, gold_lookup, aliases)
-    )
-    return audited | "SumDays" >> SumDays(out)
+    waits for).
 
-
-class SumDays(beam.PTransform):
-    """PCollection of (day's paired partials, day's row counts) → the audit files written under ``out``.
-
-    The full audit's sum of days (the incremental one folds its stored days,
-    :func:`sum_stored_days`): a day's partials are additive once
-    :func:`audit_day` has paired its orders, so the days are summed by one
-    global combine (exact whatever the order: every measure is a count or sits on
-    a 2⁻²⁰ grid) and finished once.
+    The refresh's incremental audit (:func:`audit_days_incremental`) with every day to do and the days'
+    partials kept in a scratch folder under ``out`` (:data:`SCRATCH_DAYS`, removed once the files are
+    written): the days are summed by the same fold outside the runner (:func:`sum_stored_days`) instead
+    of a Beam combine, which held every day's partials — about one row per cell with voter-judges.
     """
+    todo = {day: (files, "") for day, files in days.items()}
+    scratch = storage.join(out, SCRATCH_DAYS)
+    return audit_days_incremental(
+        pipeline, todo, sorted(days), scratch, out, family_map, gold_lookup, aliases, scratch=True
+    )
 
-    def __init__(self, out: str) -> None:
-        super().__init__()
-        self._out = out
 
-    def expand(self, days):
-        counts = days | "DayCounts" >> beam.Map(lambda p: p[1]) | "SumCounts" >> beam.CombineGlobally(_sum_counts)
-        return (
-            days
-            | "DayPartials" >> beam.Map(lambda p: p[0])
-            | "SumAll" >> beam.CombineGlobally(MergePartialsFn())
-            | "Finish" >> beam.Map(finish_audit)
-            | "Write" >> beam.FlatMap(write_audit, self._out, beam.pvalue.AsSingleton(counts))
-        )
+#: Where ``biasboard audit`` keeps each day's partials until the days are summed (under its output folder).
+SCRATCH_DAYS = ".audit_days"
 
 
 def build_audit(
@@ -349,11 +344,6 @@ def audit_day(
     return reduce_order_rows(merge_partials(parts)), counts
 
 
-def _sum_counts(parts) -> IngestCounts:
-    """Row accounting of the whole run (``read = counted + rejected``), as the ingest keeps it."""
-    return sum(parts, IngestCounts())
-
-
 def load_anchors(glob: str) -> pl.DataFrame:
     """Trusted verdicts (battle-shaped Parquet), validated by the ingest's rules, as audit rows.
 
@@ -388,12 +378,23 @@ def load_anchor_lookup(glob: str) -> pl.DataFrame:
 # --------------------------------------------------------------------------------------------
 
 
-def audit_files(result: AuditResult, counts: IngestCounts | Mapping[str, Any] | None = None) -> dict[str, bytes]:
-    """Every audit file by name (a refresh adds these to its snapshot); ``audit.json`` is last."""
+def audit_files(
+    result: AuditResult,
+    counts: IngestCounts | Mapping[str, Any] | None = None,
+    parquet: Mapping[str, bytes] | None = None,
+) -> dict[str, bytes]:
+    """Every audit file by name (a refresh adds these to its snapshot); ``audit.json`` is last.
+
+    ``parquet``: tables' files already written (by name), in place of ``result``'s tables of those names.
+    """
     if isinstance(counts, IngestCounts):
         counts = counts.to_dict()
     tables = result.tables()
-    files = {table_file(name): publish.table_bytes(frame, "parquet") for name, frame in tables.items()}
+    parquet = parquet or {}
+    files = {
+        table_file(name): parquet.get(table_file(name)) or publish.table_bytes(frame, "parquet")
+        for name, frame in tables.items()
+    }
     files[AUDIT_HTML] = render_audit_section(result).encode("utf-8")
     json_tables, judge_tables = busiest_judge_rows({name: tables[name] for name in JSON_TABLES})
     document = {
@@ -428,11 +429,16 @@ def table_file(name: str) -> str:
     return f"audit_{name}.parquet"
 
 
-def write_audit(result: AuditResult, out: str, counts: IngestCounts | Mapping[str, Any] | None = None) -> list[str]:
-    """Write the audit files under ``out`` (each atomically; ``audit.json`` last)."""
+def write_audit(
+    result: AuditResult,
+    out: str,
+    counts: IngestCounts | Mapping[str, Any] | None = None,
+    parquet: Mapping[str, bytes] | None = None,
+) -> list[str]:
+    """Write the audit files under ``out``, each atomically, ``audit.json`` last (``parquet``: :func:`audit_files`)."""
     storage.ensure_dir(out)
     written = []
-    for name, data in audit_files(result, counts).items():
+    for name, data in audit_files(result, counts, parquet).items():
         path = storage.join(out, name)
         storage.atomic_write_bytes(path, data)
         written.append(path)
@@ -522,9 +528,11 @@ def audit_days_incremental(
     gold_lookup: pl.DataFrame | None = None,
     aliases: AliasMap | None = None,
     judge_column: str | None = None,
+    scratch: bool = False,
 ) -> beam.PCollection:
     """Add the incremental audit to ``pipeline``: audit the ``todo`` days (day → (files, key)) into
-    ``days_dir``, then sum the stored partials of ``all_days`` and write the audit files under ``out``.
+    ``days_dir``, then sum the stored partials of ``all_days`` and write the audit files under ``out``
+    (``scratch``: then delete ``days_dir``).
 
     The result equals a full audit of every day (:func:`audit_days`): both
     audit each day by :func:`audit_day` and sum the days.  Returns the written
@@ -540,39 +548,123 @@ def audit_days_incremental(
     return (
         audited
         | "AllDaysAudited" >> beam.combiners.Count.Globally()
-        | "SumStoredDays" >> beam.FlatMap(lambda _, days: write_stored_sum(days, days_dir, out), sorted(all_days))
+        | "SumStoredDays" >> beam.FlatMap(_sum_and_write, sorted(all_days), days_dir, out, scratch)
     )
 
 
-#: Stored days read before they are folded into the running sum (amortises polars calls; bounds memory).
+def _sum_and_write(_: int, days: list[str], days_dir: str, out: str, scratch: bool) -> list[str]:
+    written = write_stored_sum(days, days_dir, out)
+    if scratch:
+        storage.delete_tree(days_dir)
+    return written
+
+
+#: Stored days read before their small per-judge partials are merged into the running sum (amortises polars calls).
 SUM_DAYS_CHUNK = 16
+#: Order-pair rows coded before they are folded into the running sum (or a quarter of the sum, if more).
+FOLD_ORDER_ROWS = 1 << 18
+#: Order-pair rows finished at a time (cut at a judge's end): the rates, the per-model table, the Parquet row group.
+FINISH_ROWS = 1 << 17
+#: The summed order pairs as :class:`~biasboard.ranking.data.CodedFold` codes them.
+_ORDER_PAIRS_SCHEMA = pa.schema(
+    [*(pa.field(k, pa.string()) for k in PAIR_KEYS), *(pa.field(m, pa.float64()) for m in PAIR_MEASURES)]
+)
 
 
-def sum_stored_days(days: Sequence[str], days_dir: str) -> tuple[AuditPartials, IngestCounts]:
-    """The stored days' partials and row counts, summed: read a chunk of days at a time, fold it in.
+def sum_stored_days(days: Sequence[str], days_dir: str) -> tuple[AuditPartials, pa.Table, IngestCounts]:
+    """The stored days' partials and row counts, summed: read a day at a time, fold it in.
 
-    Why not a Beam combine: with voter-judges the summed ``order_pairs`` hold about
-    one row per (voter, model pair) — the size of the cells — and a combine moves
-    every day's partials and the accumulators through the runner as pickled
-    frames, which a local runner keeps in memory while the fit runs
-    (bench/scale.py: ~1 GB of the refresh's peak at 1M cells).  Here memory is
-    the running sum plus :data:`SUM_DAYS_CHUNK` days, freed before the fit; the
-    sum is exact whatever the grouping (every measure is a count or sits on a
-    2⁻²⁰ grid), so it equals the combine's.
+    Returns the summed partials without their ``order_pairs``, which come apart as a table in key order
+    (judge, model_x, model_y; keys dictionary-encoded): with voter-judges they hold about one row per
+    (voter, model pair) — the size of the cells — so they are summed in integer codes
+    (:class:`~biasboard.ranking.data.CodedFold`, as the fit merges the cells), never as a table of strings,
+    and finished a judge-slice at a time (:func:`write_stored_sum`).  Why not a Beam combine: a combine
+    moves every day's partials and the accumulators through the runner as pickled frames, which a local
+    runner keeps in memory while the fit runs (bench/scale.py: ~1 GB of the refresh's peak at 1M cells).
+    The sums are exact whatever the grouping (every measure is a count or sits on a 2⁻²⁰ grid), so they
+    equal the combine's.
     """
+    pairs = CodedFold(_ORDER_PAIRS_SCHEMA, PAIR_KEYS, [("judge",), ("model_x", "model_y")])
     total, counts, pending = AuditPartials(), IngestCounts(), []
+    empty = AuditPartials().order_pairs
     for day in days:
         partials, day_counts = read_day_partials(day, days_dir)
-        pending.append(partials)
+        partials = reduce_order_rows(partials)  # (stored days are paired already: a no-op)
+        pairs.add(partials.order_pairs.to_arrow(), what=f"audit partials of day {day}")
+        pending.append(dataclasses.replace(partials, order_pairs=empty))
         counts = counts + day_counts
         if len(pending) >= SUM_DAYS_CHUNK:
             total, pending = merge_partials([total, *pending]), []
-    return merge_partials([total, *pending]), counts
+        if pairs.pending_rows >= max(FOLD_ORDER_ROWS, pairs.total_rows // 4):
+            pairs.fold()
+    return merge_partials([total, *pending]), pairs.table(dictionary=True), counts
+
+
+def _judge_slices(pairs: pa.Table) -> Iterator[pl.DataFrame]:
+    """The summed order pairs (key order) as frames of about :data:`FINISH_ROWS` rows, each judge's rows whole."""
+    if not pairs.num_rows:
+        return
+    judge = pairs.column("judge").combine_chunks().indices.to_numpy()  # sorted codes
+    start = 0
+    while start < len(judge):
+        end = min(start + FINISH_ROWS, len(judge))
+        if end < len(judge):
+            cut = int(np.searchsorted(judge, judge[end], side="left"))
+            end = cut if cut > start else int(np.searchsorted(judge, judge[start], side="right"))
+        frame = pl.from_arrow(pairs.slice(start, end - start).cast(_ORDER_PAIRS_SCHEMA))
+        assert isinstance(frame, pl.DataFrame)
+        yield frame
+        start = end
+
+
+class _ParquetRowGroups:
+    """A Parquet file written a frame (a row group) at a time into memory, as :func:`publish.table_bytes` writes
+    a whole table (zstd, no statistics): the same schema and values read back.  One frame alone is written
+    by :func:`publish.table_bytes` itself, so an audit that fits in one slice has the same bytes as before."""
+
+    def __init__(self) -> None:
+        self._sink = pa.BufferOutputStream()
+        self._writer: pq.ParquetWriter | None = None
+        self._first: pl.DataFrame | None = None
+
+    def write(self, frame: pl.DataFrame) -> None:
+        if self._first is None and self._writer is None:
+            self._first = frame
+            return
+        if self._writer is None:
+            assert self._first is not None
+            first, self._first = self._first.to_arrow(), None
+            self._writer = pq.ParquetWriter(self._sink, first.schema, compression="zstd", write_statistics=False)
+            self._writer.write_table(first)
+        self._writer.write_table(frame.to_arrow())
+
+    def bytes(self) -> bytes:
+        if self._first is not None:
+            return publish.table_bytes(self._first, "parquet")
+        assert self._writer is not None, "no row group written"
+        self._writer.close()
+        return self._sink.getvalue().to_pybytes()
 
 
 def write_stored_sum(days: Sequence[str], days_dir: str, out: str) -> list[str]:
-    """Sum the stored days (:func:`sum_stored_days`), finish the audit and write its files under ``out``."""
-    partials, counts = sum_stored_days(days, days_dir)
-    result = finish_audit(partials)
-    del partials
-    return write_audit(result, out, counts)
+    """Sum the stored days (:func:`sum_stored_days`), finish the audit and write its files under ``out``.
+
+    The per-(judge, pair) and per-(judge, model) tables are finished a judge-slice at a time
+    (:func:`_judge_slices`) and written as Parquet row groups as they come, so memory holds the coded sum
+    and one slice, not the whole tables with their strings and rate columns (~300 bytes a row, about one
+    row per cell with voter-judges); the files read back as :func:`finish_audit`'s tables.
+    """
+    partials, pairs, counts = sum_stored_days(days, days_dir)
+    sums, pair_rows, model_rows = [], _ParquetRowGroups(), _ParquetRowGroups()
+    for frame in _judge_slices(pairs):
+        sums.append(judge_order_sums(frame))
+        pair_rows.write(order_pairs_table(frame))
+        model_rows.write(order_models_table(frame))
+    del pairs
+    empty = AuditPartials().order_pairs
+    judge_sums = pl.concat(sums) if sums else judge_order_sums(empty)
+    result = finish_with_pairs(partials, judge_sums, order_pairs_table(empty), order_models_table(empty))
+    streamed = {}
+    if sums:
+        streamed = {table_file("order_pairs"): pair_rows.bytes(), table_file("order_models"): model_rows.bytes()}
+    return write_audit(result, out, counts, streamed)

@@ -408,14 +408,15 @@ def _pairs_over_judges(parquet: bytes) -> pl.DataFrame:
     """
     columns = ["model_x", "model_y", *PAIR_MEASURES]
     keys = ["model_x", "model_y"]
-    parts = []
-    for batch in pq.ParquetFile(io.BytesIO(parquet)).iter_batches(batch_size=1 << 18, columns=columns):
+    pooled = None  # the running sum: a row per model pair
+    for batch in pq.ParquetFile(io.BytesIO(parquet)).iter_batches(batch_size=1 << 17, columns=columns):
         frame = pl.from_arrow(batch)
         assert isinstance(frame, pl.DataFrame)
-        parts.append(frame.group_by(keys).agg(pl.all().sum()))
-    if not parts:
+        if pooled is not None:
+            frame = pl.concat([pooled, frame])
+        pooled = frame.group_by(keys).agg(pl.all().sum())
+    if pooled is None:
         return pl.DataFrame()  # no pair judged in both orders
-    pooled = pl.concat(parts).group_by(keys).agg(pl.all().sum())
     return pooled.select(pl.lit("*").alias("judge"), *columns)
 
 
