@@ -259,6 +259,7 @@ def profile_methods(workdir: Path) -> dict:
     config = ModelConfig()
     problem = bias_aware_problem(build_dataset(read_cells(workdir / "cells.parquet")), config)
     out: dict = {}
+    passes = count_passes()
     runs = {
         "solve": lambda: solve_bias_aware(problem, config),
         "cold": lambda: profile_ranges(problem, solution, config, cold=True),
@@ -266,13 +267,32 @@ def profile_methods(workdir: Path) -> dict:
         "fast": lambda: profile_ranges(problem, solution, replace(config, diagnostics="fast")),
     }
     for name, run in runs.items():
+        passes.clear()
         t0, c0 = time.perf_counter(), time.process_time()
         out[name] = run()
+        out[f"{name}_passes"] = dict(passes)
         # CPU time too: on a shared machine the wall time of each step depends on what else runs then.
         out[f"{name}_s"], out[f"{name}_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
         if name == "solve":
             solution = out.pop("solve")
     return out
+
+
+def count_passes() -> dict[str, int]:
+    """Count the objective's passes over the cells from now on in this process, by kind: "hessian" (value,
+    gradient and Hessian) or "gradient" (without the Hessian: ~0.4 of a Hessian pass here)."""
+    from biasboard.ranking.solver import Objective
+
+    passes: dict[str, int] = {}
+    evaluate = Objective.evaluate
+
+    def counted(self, core, diag, *, derivatives=True, hessian=True):
+        kind = "hessian" if derivatives and hessian else "gradient" if derivatives else "value"
+        passes[kind] = passes.get(kind, 0) + 1
+        return evaluate(self, core, diag, derivatives=derivatives, hessian=hessian)
+
+    Objective.evaluate = counted  # type: ignore[method-assign]
+    return passes
 
 
 def refresh_stages(workdir: Path) -> dict:
@@ -427,7 +447,8 @@ def profiles_study(args) -> int:
     )
     me = [sys.executable, str(Path(__file__).resolve()), "--out", str(args.out)]
     r = run_child([*me, "--worker", "profile_methods"])
-    print(f"\n{'step (same process, same optimum)':46} {'wall s':>8} {'CPU s':>8} {'CPU vs solve':>12}")
+    head = f"{'step (same process, same optimum)':46} {'wall s':>8} {'CPU s':>8} {'CPU vs solve':>12}"
+    print(f"\n{head}  passes over the cells")
     rows = [
         ("bias-aware solve (MAP)", "solve"),
         ("profiles, cold: every point from the MAP", "cold"),
@@ -436,7 +457,8 @@ def profiles_study(args) -> int:
     ]
     for label, key in rows:
         cpu = r[f"{key}_cpu_s"]
-        print(f"{label:46} {r[f'{key}_s']:8.2f} {cpu:8.2f} {cpu / r['solve_cpu_s']:11.2f}x")
+        counts = ", ".join(f"{n} {kind}" for kind, n in sorted(r[f"{key}_passes"].items()))
+        print(f"{label:46} {r[f'{key}_s']:8.2f} {cpu:8.2f} {cpu / r['solve_cpu_s']:11.2f}x  {counts}")
     worst = max(
         abs(x - y)
         for name, info in r["cold"].items()
