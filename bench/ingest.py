@@ -7,8 +7,9 @@ with the project's simulator, then times, side by side in one run:
       Arrow batches, validate every rule, dedupe ids across each day, attach
       families and the length covariate, aggregate per-day cells, write cells,
       dead letters and manifests.  As a user's backfill does, a big input runs
-      its days in one worker process per core; extra arguments go to Beam
-      (``--direct_num_workers=1`` keeps every day in the launching process);
+      its days in one worker thread per core; extra arguments go to Beam
+      (``--direct_num_workers=1`` runs the days one at a time,
+      ``--direct_running_mode=multi_processing`` in worker processes);
   (b) pure polars ``scan_parquet`` + ``group_by`` of the same keys (day, judge,
       model_a, model_b, length bin) with the same sums on the same files — no
       validation, no dedupe, no families: the practical limit on this machine.
@@ -26,7 +27,7 @@ and a day is the unit of work, so memory is bounded by the largest day.
     python bench/ingest.py                  # 20M and 40M, clean and 1% bad rows (generates ~1.5 GB per data set)
     python bench/ingest.py --bad-rows 0.001 --no-double   # N only
     python bench/ingest.py --smoke          # 200k and 400k, seconds
-    python bench/ingest.py --no-double --direct_num_workers=1   # Beam in one process
+    python bench/ingest.py --no-double --direct_num_workers=1   # Beam one day at a time
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def child_beam(data: str, state: str, beam_args: list[str]) -> dict:
         "read": result.counts.read,
         "counted": result.counts.counted,
         "days": len(result.days),
-        "procs": result.worker_processes,
+        "threads": result.worker_threads,
     }
 
 
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 def print_table(rows: list[tuple], rows_per_day: int, load_start: float) -> None:
     """One table: clean and dirty runs at each N side by side; rows/s counts every row read, bad ones too.
 
-    ``procs``: Beam's worker processes (``in``: the days ran in the launching process).  ``cpu s``: CPU
+    ``workers``: Beam's worker threads (``-``: Beam's own setting, e.g. from ``--direct_*`` flags).  ``cpu s``: CPU
     seconds of each side (its workers included), which a loaded machine inflates less than wall time; the
     target is on wall time (``a/b``).
     """
@@ -168,7 +169,7 @@ def print_table(rows: list[tuple], rows_per_day: int, load_start: float) -> None
         f"{os.getloadavg()[0]:.2f} at the end), days of {rows_per_day:,} valid rows"
     )
     header = (
-        f"{'battles':>11} {'bad':>6} {'rows':>11} {'days':>5} {'MB':>6} | {'procs':>5} {'beam s':>7} {'cpu s':>6} "
+        f"{'battles':>11} {'bad':>6} {'rows':>11} {'days':>5} {'MB':>6} | {'workers':>7} {'beam s':>7} {'cpu s':>6} "
         f"{'rows/s':>11} {'RSS MB':>7} | {'polars s':>8} {'cpu s':>6} {'rows/s':>11} {'RSS MB':>7} | "
         f"{'a/b':>5} {'cpu a/b':>7}"
     )
@@ -180,7 +181,7 @@ def print_table(rows: list[tuple], rows_per_day: int, load_start: float) -> None
         ratios[size, bad] = b / p
         print(
             f"{size:>11,} {bad:>6.2%} {beam_info['read']:>11,} {beam_info['days']:>5} {disk:>6.0f} | "
-            f"{beam_info['procs'] or 'in':>5} {b:>7.2f} {beam_info['cpu']:>6.1f} {beam_info['read'] / b:>11,.0f} "
+            f"{beam_info['threads'] or '-':>7} {b:>7.2f} {beam_info['cpu']:>6.1f} {beam_info['read'] / b:>11,.0f} "
             f"{beam_info['peak_rss_mb']:>7.0f} | {p:>8.2f} {polars_info['cpu']:>6.1f} "
             f"{polars_info['read'] / p:>11,.0f} {polars_info['peak_rss_mb']:>7.0f} | {b / p:>5.2f} "
             f"{beam_info['cpu'] / polars_info['cpu']:>7.2f}"

@@ -59,7 +59,7 @@ def run_backfill(
 
     Unless ``beam_args`` say how the local runner runs its workers
     (``--direct_running_mode``, ``--direct_num_workers``), a big input runs its
-    days in one worker process per core (:func:`~biasboard.transforms.ingest.use_worker_processes`).
+    days in one worker thread per core (:func:`~biasboard.transforms.ingest.use_worker_threads`).
     """
     options = beam_options(beam_args)
     auto = not any(a.startswith(("--direct_running_mode", "--direct_num_workers")) for a in beam_args or [])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from pathlib import Path
 
 import polars as pl
@@ -291,39 +290,30 @@ def _tasks(days: int, size: int) -> list[dict]:
     return [{"day": f"2024-05-0{d + 1}", "files": [{"size": size}], "score_files": None} for d in range(days)]
 
 
-def test_a_big_local_ingest_runs_its_days_in_worker_processes(monkeypatch: pytest.MonkeyPatch):
+def test_a_big_local_ingest_runs_its_days_in_worker_threads(monkeypatch: pytest.MonkeyPatch):
     from apache_beam.options.pipeline_options import DirectOptions
     from biasboard.pipelines.options import beam_options
-    from biasboard.transforms.ingest import PARALLEL_INPUT_BYTES, single_threaded_polars, use_worker_processes
+    from biasboard.transforms.ingest import PARALLEL_INPUT_BYTES, use_worker_threads
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     big = _tasks(2, PARALLEL_INPUT_BYTES // 2)
     options = beam_options([])
-    assert use_worker_processes(options, big)
+    assert use_worker_threads(options, big)
     direct = options.view_as(DirectOptions)
-    assert (direct.direct_running_mode, direct.direct_num_workers) == ("multi_processing", 2)
+    assert (direct.direct_running_mode, direct.direct_num_workers) == ("multi_threading", 2)
     # small input, one day, one core, another runner, or the user's own choice: left as it is
-    assert not use_worker_processes(beam_options([]), _tasks(2, PARALLEL_INPUT_BYTES // 4))
-    assert not use_worker_processes(beam_options([]), _tasks(1, 2 * PARALLEL_INPUT_BYTES))
-    assert not use_worker_processes(beam_options(["--runner=DataflowRunner"]), big)
+    assert not use_worker_threads(beam_options([]), _tasks(2, PARALLEL_INPUT_BYTES // 4))
+    assert not use_worker_threads(beam_options([]), _tasks(1, 2 * PARALLEL_INPUT_BYTES))
+    assert not use_worker_threads(beam_options(["--runner=DataflowRunner"]), big)
     monkeypatch.setattr("os.cpu_count", lambda: 1)
-    assert not use_worker_processes(beam_options([]), big)
-
-    monkeypatch.setenv("POLARS_MAX_THREADS", "7")
-    with single_threaded_polars(True):
-        assert os.environ["POLARS_MAX_THREADS"] == "1"
-    assert os.environ["POLARS_MAX_THREADS"] == "7"
-    monkeypatch.delenv("POLARS_MAX_THREADS")
-    with single_threaded_polars(True):
-        assert os.environ["POLARS_MAX_THREADS"] == "1"
-    assert "POLARS_MAX_THREADS" not in os.environ
+    assert not use_worker_threads(beam_options([]), big)
 
 
 def test_the_users_own_worker_flags_win(monkeypatch: pytest.MonkeyPatch, logs: Path, tmp_path: Path):
     import biasboard.transforms.ingest as ingest
 
     asked = []
-    monkeypatch.setattr(ingest, "use_worker_processes", lambda options, tasks: asked.append(len(tasks)) or False)
+    monkeypatch.setattr(ingest, "use_worker_threads", lambda options, tasks: asked.append(len(tasks)) or False)
     run_backfill(str(logs), str(tmp_path / "a"), ["--runner=FnApiRunner"])
     assert asked  # no worker flags given: the ingest decides
     asked.clear()

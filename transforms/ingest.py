@@ -17,10 +17,8 @@ the new and changed days; both build the graph with :func:`build_ingest`.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import apache_beam as beam
@@ -64,9 +62,9 @@ _LOG = logging.getLogger(__name__)
 
 METRICS_NAMESPACE = "biasboard.ingest"
 #: A local ingest reading at least this much Parquet (over two days or more) runs its days in one
-#: worker process per core (:func:`use_worker_processes`); below it the workers' start (~2 s) does not pay.
+#: worker thread per core (:func:`use_worker_threads`); below it a day or two's work leaves nothing to spread.
 PARALLEL_INPUT_BYTES = 256 << 20
-#: Beam's local runners whose ``--direct_running_mode=multi_processing`` starts worker processes here.
+#: Beam's local runners whose ``--direct_running_mode=multi_threading`` runs worker threads here.
 LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner"})
 #: Merge a day's partial cells whenever this many partial rows have piled up,
 #: so a day's memory is bounded by its cells, not by its number of batches.
@@ -83,8 +81,8 @@ class IngestResult:
     counts: IngestCounts
     score_counts: IngestCounts | None
     metrics: dict[str, int] = field(default_factory=dict)
-    #: Worker processes the days ran in (0: in the launching process; see :func:`use_worker_processes`).
-    worker_processes: int = 0
+    #: Worker threads the days ran in (0: Beam's default, one; see :func:`use_worker_threads`).
+    worker_threads: int = 0
 
 
 def day_tasks(
@@ -283,17 +281,21 @@ def build_ingest(
     return pipeline
 
 
-def use_worker_processes(options: PipelineOptions, tasks: list[dict]) -> bool:
-    """Spread a big local ingest's days over one worker process per core; True when it did.
+def use_worker_threads(options: PipelineOptions, tasks: list[dict]) -> bool:
+    """Spread a big local ingest's days over one worker thread per core; True when it did.
 
     Only for a local runner (:data:`LOCAL_RUNNERS`) on a machine with several
     cores, for at least two days and :data:`PARALLEL_INPUT_BYTES` of input;
     the caller asks only when the user set neither ``--direct_running_mode``
     nor ``--direct_num_workers`` (:func:`~biasboard.pipelines.backfill.run_backfill`).
-    A day's work is polars and numpy on Arrow batches, which one process keeps
-    only partly parallel; separate processes (each with single-threaded
-    polars, see :func:`single_threaded_polars`) use every core.  The workers
-    import the installed package, and cost ~2 s to start.
+    A day's work is polars, numpy and pyarrow kernels on Arrow batches, which
+    release the GIL, with little Python between them, so two days in two
+    threads of one process use both cores.  Worker processes did the same
+    work with ~2.5 s of CPU each to start (Beam's SDK harness and the imports)
+    and lost to threads on this shared 2-core machine: 20M battles at load 5-7,
+    CPU 16.3 -> 14.1 s clean and 23.7 -> 18.6 s with 1% bad rows
+    (``bench/ingest.py``; 12 days alternating: 14.3-18.5 s wall in processes,
+    5.4-8.0 s in threads).
     """
     cores = os.cpu_count() or 1
     if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS or cores < 2 or len(tasks) < 2:
@@ -302,32 +304,10 @@ def use_worker_processes(options: PipelineOptions, tasks: list[dict]) -> bool:
     if size < PARALLEL_INPUT_BYTES:
         return False
     direct = options.view_as(DirectOptions)
-    direct.direct_running_mode = "multi_processing"
+    direct.direct_running_mode = "multi_threading"
     direct.direct_num_workers = min(cores, len(tasks))
-    _LOG.info("ingest: %d MB of input: days spread over %d worker processes", size >> 20, direct.direct_num_workers)
+    _LOG.info("ingest: %d MB of input: days spread over %d worker threads", size >> 20, direct.direct_num_workers)
     return True
-
-
-@contextlib.contextmanager
-def single_threaded_polars(active: bool) -> Iterator[None]:
-    """While ``active``, worker processes started by the runner get ``POLARS_MAX_THREADS=1``.
-
-    With one worker per core, polars' own thread pool in each would only
-    contend for the same cores (and spin while waiting); the launcher's polars
-    is already started and keeps its pool.
-    """
-    if not active:
-        yield
-        return
-    before = os.environ.get("POLARS_MAX_THREADS")
-    os.environ["POLARS_MAX_THREADS"] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("POLARS_MAX_THREADS", None)
-        else:
-            os.environ["POLARS_MAX_THREADS"] = before
 
 
 def committed(state_dir: str, days: list[str], with_scores: bool, metrics: dict[str, int]) -> IngestResult:
@@ -350,15 +330,15 @@ def run_ingest(
     day_range: tuple[str | None, str | None] = (None, None),
     batch_rows: int = DEFAULT_BATCH_ROWS,
     aliases: AliasMap | None = None,
-    worker_processes: bool = False,
+    worker_threads: bool = False,
 ) -> IngestResult:
     """Aggregate the selected days of ``input_glob`` into ``state_dir`` and read their manifests back.
 
     ``days``: only these days (refresh passes the new or changed ones);
     ``day_range``: inclusive (from, to) bounds; ``family_map``: a FamilyMap or
     the path of a user rule file; ``aliases``: judge/model renames
-    (:mod:`biasboard.schemas.names`); ``worker_processes``: a big input may
-    run its days in worker processes (:func:`use_worker_processes`).  Input
+    (:mod:`biasboard.schemas.names`); ``worker_threads``: a big input may
+    run its days in worker threads (:func:`use_worker_threads`).  Input
     problems raise InputError before any pipeline starts.
     """
     if not isinstance(family_map, FamilyMap):
@@ -366,11 +346,10 @@ def run_ingest(
     tasks = day_tasks(input_glob, days, day_range, scores_glob)
     storage.ensure_dir(state_dir)  # an unwritable state folder fails here, in one line, not inside a worker
     # Decided before the graph is built: Beam copies the options into it.
-    parallel = worker_processes and use_worker_processes(options, tasks)
+    parallel = worker_threads and use_worker_threads(options, tasks)
     pipeline = build_ingest(options, tasks, state_dir, family_map, batch_rows, aliases)
-    with single_threaded_polars(parallel):
-        outcome = run_to_completion(pipeline)
+    outcome = run_to_completion(pipeline)
     days_written = [task["day"] for task in tasks]
     result = committed(state_dir, days_written, bool(scores_glob), counters(outcome, METRICS_NAMESPACE))
-    result.worker_processes = options.view_as(DirectOptions).direct_num_workers if parallel else 0
+    result.worker_threads = options.view_as(DirectOptions).direct_num_workers if parallel else 0
     return result
