@@ -98,19 +98,27 @@ class CrossIndex:
         n = self.size
         return sp.csr_matrix((np.ones(n), np.arange(n), self.starts), shape=(self.starts.size - 1, n))
 
-    def coupling(self, x: np.ndarray, n_models: int, cols: np.ndarray | None = None) -> sp.csr_matrix:
+    def coupling(
+        self, x: np.ndarray, n_models: int, cols: np.ndarray | None = None, rows: np.ndarray | None = None
+    ) -> sp.csr_matrix:
         """Per-entry judge rows ``x[:, cols]`` (entries × k; all columns by default) as the sparse (J·k × M)
         matrix with row j·k + r holding judge j's row r over the models (the entries sorted by judge, so a
-        permutation of x's items, gathered straight from a C-ordered ``x``: no copy of its columns)."""
+        permutation of x's items, gathered straight from a C-ordered ``x``: no copy of its columns).
+
+        ``rows`` (J × k bool) leaves the rows where it is False empty: x is 0 there by construction (an
+        effect switched off for the judge), and the matrix then holds no explicit zeros to carry or prune.
+        The matrix shares its index arrays with the cached layout: it is read, never pruned in place."""
         x = np.ascontiguousarray(x)
         cols = np.arange(x.shape[1]) if cols is None else np.asarray(cols, np.int64)
-        key = (x.shape[1], *cols.tolist())
+        key = (x.shape[1], *cols.tolist(), None if rows is None else np.asarray(rows, bool).tobytes())
         if key not in self._layouts:
             k = cols.size
             # Row j·k + r holds judge j's entries starts[j] … starts[j + 1] − 1, each at column cols[r] of x.
             # In int32 when the sizes allow (scipy's own index type: no check and copy per construction).
             index = _index_dtype(x.size, self.size * k + 1, n_models)
             length = np.repeat(np.diff(self.starts), k).astype(index)
+            if rows is not None:
+                length *= np.asarray(rows, bool).ravel()
             indptr = np.concatenate([[0], np.cumsum(length, dtype=index)]).astype(index)
             shift = (np.repeat(self.starts[:-1], k) - indptr[:-1]).astype(index)  # row's first entry − first item
             src_e = np.arange(indptr[-1], dtype=index) + np.repeat(shift, length)
@@ -119,8 +127,7 @@ class CrossIndex:
             src_e += src_r  # now each item's position in x.ravel()
             self._layouts[key] = (src_e, self.model[src_e // x.shape[1]].astype(index), indptr)
         perm, indices, indptr = self._layouts[key]
-        # Copies of the index arrays: the matrix owns them (a caller may prune it in place: eliminate_zeros).
-        return sp.csr_matrix((x.ravel()[perm], indices.copy(), indptr.copy()), shape=(indptr.size - 1, n_models))
+        return sp.csr_matrix((x.ravel()[perm], indices, indptr), shape=(indptr.size - 1, n_models))
 
 
 def _index_dtype(*sizes) -> np.dtype:
@@ -283,7 +290,7 @@ def _as_slice(index: np.ndarray) -> slice | np.ndarray:
 def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cross: CrossIndex) -> ArrowHessian:
     """The raw Hessian from judge-blocked partials (effective coordinates), the prior and its gauges.
 
-    ``part`` is consumed: its arrays become the Hessian's, masked in place (no copy of the per-entry rows)."""
+    ``part`` is consumed: its arrays become the Hessian's, masked in place (the per-entry rows once made row-major)."""
     lay = spec.layout
     m, n_e = lay.n_models, lay.n_glob
     ge = glob_blocks(lay)
@@ -319,6 +326,7 @@ def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cro
         else:
             Xc[:, t] = 0.0
     np.einsum("jtt->jt", A)[...] += prec_j  # a writeable view of the diagonals
+    Xc = Xc.copy(order="C")  # row-major: the factorisation gathers entry rows (2x faster than ascontiguousarray)
     H[np.diag_indices(n_g)] += prec_g
     position = np.full(lay.n_core, -1)
     position[glob_index(lay)] = np.arange(n_g)
@@ -397,14 +405,15 @@ class ArrowFactor:
     Only the effects R switched on for some judge are factorised as blocks (``Ainv``: the inverses of A_j
     restricted to R, from their Cholesky factors); every other judge entry is a diagonal (``diag``).  The
     couplings to θ are one sparse (J·R × M) matrix (``Xsp``, row j·R + r: judge j's effect r over the
-    models it met: the solves' products), and the same rows per entry (``Xc``).  Σ_j X_jᵀA_j⁻¹X_j and the
-    covariance's per-judge terms are made judge block by judge block, batched over the judges who met
+    models it met: the solves' products), and the same rows per entry (``Xc``).  Σ_j X_jᵀA_j⁻¹X_j
+    and the covariance's per-judge terms are made judge block by judge block, batched over the judges who met
     equally many models (:func:`_judge_batches`) — O(R·Σ_j n_j²) for judges meeting n_j models.
     """
 
     def __init__(self, hess: ArrowHessian, free: np.ndarray, mu: float):
         lay = self.lay = hess.lay
         self.hess, self.free = hess, free
+        self.all_free = bool(free.all())
         m, n_e = lay.n_models, lay.n_glob
         f_g, f_j = split(lay, free.astype(float))
         cr = hess.cross
@@ -418,6 +427,8 @@ class ArrowFactor:
             raise np.linalg.LinAlgError("a judge entry's curvature is not positive")
         fR = f_j[:, R]
         every = bool(fR.all() and f_g.all())  # nothing fixed (a fit; profiles and the oracle fix some)
+        # (Fancy indexing leaves the judges the fastest axis of A here, which the vectorised Cholesky's
+        # column steps walk: measured 3x faster than on a C-ordered copy.)
         A = hess.A[:, R[:, None], R[None, :]]
         if not every:
             A *= fR[:, :, None] * fR[:, None, :]
@@ -428,9 +439,11 @@ class ArrowFactor:
         if not every:  # fixed parameters: no coupling
             Xc = Xc * f_j[cr.judge] * f_g[cr.model][:, None]
         self.Xc = Xc  # per-entry rows, all K columns (the batched Gram and covariance take the R of them)
-        self.Xsp = cr.coupling(Xc, m, R)
-        self.Xsp.eliminate_zeros()  # switched-off rows (a voter's affinity) carry no work
-        self.Xg = hess.Xg[:, R] if every else hess.Xg[:, R] * fR[:, :, None] * f_g[None, None, m : m + n_e]
+        # Switched-off rows (a voter's affinity) left out: they carry no work.  (Rows of fixed parameters stay,
+        # zero: both phases of a fit share one layout.)
+        self.Xsp = cr.coupling(Xc, m, R, hess.on[:, R])
+        Xg = hess.Xg[:, R] if every else hess.Xg[:, R] * fR[:, :, None] * f_g[None, None, m : m + n_e]
+        self.Xg = np.ascontiguousarray(Xg)  # C-ordered: the solves use it as a (J·R × n_e) matrix, no copy
         S = hess.H * f_g[:, None] * f_g[None, :]
         S[np.diag_indices_from(S)] += np.where(f_g > 0, mu, 1.0)
         self.Yg = np.matmul(self.Ainv, self.Xg).reshape(-1, n_e)  # rows of A_j⁻¹X_j, the globals' part
@@ -475,12 +488,13 @@ class ArrowFactor:
     def _base_solve(self, rhs: np.ndarray) -> np.ndarray:
         """x with (H_free + μ) x = rhs, low-rank terms left out."""
         lay = self.lay
-        r_g, r_j = split(lay, rhs * self.free)
+        r_g, r_j = split(lay, rhs if self.all_free else rhs * self.free)
         x_j = r_j / self.diag
         r_c = r_j[:, self.R]
         x_g = sla.cho_solve(self.factor, r_g - self._xt_judge(self._ainv(r_c)), check_finite=False)
         x_j[:, self.R] = self._ainv(r_c - self._x_glob(x_g))
-        return join(lay, x_g, x_j) * self.free
+        x = join(lay, x_g, x_j)
+        return x if self.all_free else x * self.free
 
     def full_solve(self, rhs: np.ndarray) -> np.ndarray:
         """x with (H_free + μ + Σκuuᵀ) x = rhs (and uᵀx = 0 for each constraint), by Woodbury."""
@@ -490,6 +504,8 @@ class ArrowFactor:
         return x
 
     def solve(self, g: np.ndarray, g_diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.all_free:
+            return self.full_solve(-g), np.zeros(0)
         full = np.zeros(self.lay.n_core)
         full[self.free] = g
         return self.full_solve(-full)[self.free], np.zeros(0)
@@ -508,7 +524,7 @@ class ArrowFactor:
         # models it met only (S⁻¹ gathered there: O(Σ_j n_j²), not a dense (J·R × M) product).
         cr, Yg = self.hess.cross, self.Yg.reshape(lay.n_judges, k, n_e)
         t_gg = sinv[m : m + n_e, m : m + n_e]
-        yg_gg = Yg @ t_gg
+        yg_gg = (self.Yg @ t_gg).reshape(Yg.shape)  # one (J·R × n_e) product, not J small ones
         var_c, cov_c = np.einsum("jrc,jrc->jr", Yg, yg_gg), -yg_gg
         s_mm = np.ascontiguousarray(sinv[:m, :m]).ravel()
         for batch in _judge_batches(cr, m):
@@ -527,10 +543,13 @@ class ArrowFactor:
             z_j = self.Z[:, lay.block(0).start : lay.tau.start].reshape(len(self.U), lay.n_blocks, lay.n_judges)
             sinv = sinv - z_g.T @ self.Minv @ z_g
             var_j = var_j - np.einsum("ptj,pq,qtj->jt", z_j, self.Minv, z_j)
-            cov_jg = cov_jg - np.einsum("ptj,pq,qc->jtc", z_j, self.Minv, z_g[:, m : m + n_e])
-        sinv = sinv * f_g[:, None] * f_g[None, :]
-        var_j = var_j * f_j
-        cov_jg = cov_jg * f_j[:, :, None] * f_g[None, None, m : m + n_e]
+            # Σ_pq z_j[p, t, j] M⁻¹[p, q] z_g[q, c] as one (K·J × P) @ (P × n_e) product.
+            low = z_j.reshape(len(self.U), -1).T @ (self.Minv @ z_g[:, m : m + n_e])
+            cov_jg -= low.reshape(lay.n_blocks, lay.n_judges, n_e).transpose(1, 0, 2)
+        if not self.all_free:
+            sinv = sinv * f_g[:, None] * f_g[None, :]
+            var_j = var_j * f_j
+            cov_jg = cov_jg * f_j[:, :, None] * f_g[None, None, m : m + n_e]
         return BlockCovariance(glob_index(lay), 0.5 * (sinv + sinv.T), var_j, cov_jg)
 
 

@@ -561,8 +561,8 @@ class BlockPartials:
     f: float
     g: np.ndarray  # (n_eff,)
     H_theta: np.ndarray  # (M, M)
-    A: np.ndarray  # (J, K, K), K = layout.n_blocks
-    C: np.ndarray  # (n_entries, K)
+    A: np.ndarray  # (J, K, K), K = layout.n_blocks; judges the fastest axis (each (t, u) sum is one run)
+    C: np.ndarray  # (n_entries, K), column-major
 
     @staticmethod
     def zeros(lay: Layout, n_entries: int, hessian: bool = True) -> BlockPartials:
@@ -572,8 +572,8 @@ class BlockPartials:
             0.0,
             np.zeros(lay.n_eff),
             np.zeros(shape(lay.n_models, lay.n_models)),
-            np.zeros(shape(lay.n_judges, k, k)),
-            np.zeros(shape(n_entries, k)),
+            np.zeros(shape(k, k, lay.n_judges)).transpose(2, 0, 1),  # judges fastest: each (t, u) a run
+            np.zeros(shape(k, n_entries)).T,  # column-major: the slices add a column at a time
         )
 
 
@@ -591,8 +591,7 @@ class BlockSlice:
     e0: int
     n_entries: int  # entries e0 … e0 + n_entries − 1
     jl: np.ndarray  # intp (np.bincount's index type: no conversion per sum)
-    la: np.ndarray
-    lb: np.ndarray
+    ends: np.ndarray  # intp, 2 × cells: each cell's (judge, model a) entry, then each cell's (judge, model b)
     pair_key: np.ndarray  # a·M + b
     acts: tuple[bool, ...]
     xs: np.ndarray  # the length covariate in fitted units (x / x_scale)
@@ -618,8 +617,7 @@ class BlockSlice:
             e0,
             e1 - e0,
             (pairs.j - j0).astype(intp),
-            (at_a - e0).astype(intp),
-            (at_b - e0).astype(intp),
+            np.concatenate([at_a - e0, at_b - e0]).astype(intp),
             pairs.a.astype(intp) * lay.n_models + pairs.b,
             acts,
             pairs.x / spec.x_scale,
@@ -660,9 +658,15 @@ def block_partials(
     h_eta, h_eta_psi, h_psi = tm.h_eta, tm.h_eta_psi, tm.h_psi
     assert h_eta is not None and h_eta_psi is not None and h_psi is not None
     out.H_theta += _laplacian(sl.pair_key, h_eta * disc * disc, lay.n_models)
+    # θ × judge entries: +w at each cell's (judge, model a) entry, −w at its (judge, model b) entry, as one
+    # bincount over both ends (half the passes of two and a difference); out.C is column-major.
     C = out.C[sl.e0 : sl.e0 + sl.n_entries]
+    n = len(pairs)
+    both = np.empty(2 * n)
     for t, w in _theta_cross_weights(tm, eta_types):
-        C[:, t] += _signed_bincount(sl.la, sl.lb, w, sl.n_entries)
+        both[:n] = w
+        np.negative(w, out=both[n:])
+        C[:, t] += np.bincount(sl.ends, weights=both, minlength=sl.n_entries)
     A = out.A[judges]
     for i1, t1 in enumerate(eta_types):
         if not tm.acts[i1]:

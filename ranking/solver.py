@@ -161,15 +161,18 @@ class Objective:
         return self._slices
 
     def _blocked_partials(
-        self, eff: np.ndarray, hessian: bool, terms: list[DavidsonTerms] | None = None
+        self, eff: np.ndarray, hessian: bool, terms: list[DavidsonTerms] | None = None, keep: bool = False
     ) -> tuple[BlockPartials, list[DavidsonTerms]]:
-        """The partials of every slice, and each slice's Davidson terms; given the ``terms`` of an evaluation
-        at the same point, only the Hessian (``eff`` unused, the partials' f and g left 0)."""
+        """The partials of every slice, and with ``keep`` each slice's Davidson terms (else none: a slice's
+        are freed as soon as its sums are added); given the ``terms`` of an evaluation at the same point
+        (consumed, a slice's at a time), only the Hessian (``eff`` unused, the partials' f and g left 0)."""
         total = BlockPartials.zeros(self.spec.layout, self.cross.size, hessian)
         out: list[DavidsonTerms] = []
         for sl in self._block_slices():
-            known = None if terms is None else terms[len(out)]
-            out.append(block_partials(eff, sl, self.spec, total, hessian, known))
+            known = None if terms is None else terms.pop(0)
+            made = block_partials(eff, sl, self.spec, total, hessian, known)
+            if keep:
+                out.append(made)
         return total, out
 
     def data_partials(self, core: np.ndarray, diag: np.ndarray, hessian: bool = True) -> Partials:
@@ -218,7 +221,8 @@ class Objective:
             part, _ = self._blocked_partials(np.empty(0), True, last[2])
             return replace(last[1], H=assemble(part, self.spec, self.prior.precision, self.prior.gauges, self.cross))
         del last  # not held while the new terms are made
-        part, terms = self._blocked_partials(self._effective(core), derivatives and hessian)
+        keep = derivatives and not hessian  # a gradient-only evaluation keeps its terms (see above)
+        part, terms = self._blocked_partials(self._effective(core), derivatives and hessian, keep=keep)
         pr = self.prior
         dc = core - pr.mean
         f = part.f + 0.5 * float(dc @ (pr.precision * dc))
@@ -309,8 +313,13 @@ def _quad(ev: Evaluation, free: np.ndarray, s: np.ndarray) -> float:
     return s @ (ev.H[np.ix_(free, free)] @ s)
 
 
-def _grad_norm(ev: Evaluation, free: np.ndarray) -> float:
+def _grad_norm(ev: Evaluation, free: np.ndarray | slice) -> float:
     return float(np.sqrt(np.sum(ev.g[free] ** 2) + np.sum(ev.g_diag**2)))
+
+
+def _selector(free: np.ndarray) -> np.ndarray | slice:
+    """``free`` as an index: the whole vector (a view, no gather) when every parameter is free."""
+    return slice(None) if free.all() else free
 
 
 @contextmanager
@@ -386,8 +395,9 @@ def _minimize(
     core, diag = core0.astype(float).copy(), diag0.astype(float).copy()
     lazy = objective.blocked
     free = np.ones(core.shape[0], bool) if free is None else free
+    sel = _selector(free)
     ev = objective.evaluate(core, diag) if start is None else start
-    scale = max(_grad_norm(ev, free) if g0_norm is None else g0_norm, 1.0)
+    scale = max(_grad_norm(ev, sel) if g0_norm is None else g0_norm, 1.0)
     mu = 0.0
     diag_scale = _diag_scale(ev)
     it = 0
@@ -395,11 +405,14 @@ def _minimize(
     polished = False
     kept: ArrowFactor | None = None
     while it < max_iter:
-        gn = _grad_norm(ev, free)
+        gn = _grad_norm(ev, sel)
         if gn <= tol * scale:
             converged = True
             if polished or (lazy and not polish):
                 break
+        # The previous factorisation (and the Hessian it holds) freed before the next is made: the blocked
+        # ones are ~100 MB at 50k voter-judges, and two alive at once set the fit's peak memory.
+        newton = None
         if lazy and not _has_hessian(ev):
             ev = objective.evaluate(core, diag)  # the Hessian where the next factorisation happens
         mu_step = 0.0 if converged else mu
@@ -409,13 +422,13 @@ def _minimize(
                 break
             mu = max(10.0 * mu, 1e-4 * diag_scale)
             continue
-        s, t = newton.solve(ev.g[free], ev.g_diag)
+        s, t = newton.solve(ev.g[sel], ev.g_diag)
         new_core = core.copy()
-        new_core[free] += s
+        new_core[sel] += s
         new_diag = diag + t
         new_ev = objective.evaluate(new_core, new_diag, hessian=not lazy)
         it += 1
-        g_f = ev.g[free]
+        g_f = ev.g[sel]
         if isinstance(newton, ArrowFactor):
             # The factorisation solved (H + μI)s = −g at this point, so sᵀHs = −gᵀs − μ‖s‖²: no product
             # with the judge-blocked H (~a gradient evaluation's cost) for the model's predicted decrease.
@@ -427,7 +440,7 @@ def _minimize(
         actual = ev.f - new_ev.f
         if converged:
             polished = True
-            if np.isfinite(new_ev.f) and _grad_norm(new_ev, free) < gn:
+            if np.isfinite(new_ev.f) and _grad_norm(new_ev, sel) < gn:
                 if lazy:  # the polished point keeps the Hessian this step was factorised at (see above)
                     new_ev = replace(new_ev, H=ev.H)
                 core, diag, ev = new_core, new_diag, new_ev
@@ -437,16 +450,16 @@ def _minimize(
         # Near the optimum both decreases fall below f's rounding (f ~ 1e6 carries ~1e-10 of noise): judge
         # the step by the gradient then, or a converging Newton step is rejected forever and μ grows.
         noise = 1e-14 * max(abs(ev.f), 1.0)
-        at_rounding = abs(actual) <= noise and predicted <= noise and _grad_norm(new_ev, free) < gn
+        at_rounding = abs(actual) <= noise and predicted <= noise and _grad_norm(new_ev, sel) < gn
         if np.isfinite(new_ev.f) and (at_rounding or (actual >= 0 and (actual > 1e-4 * predicted or predicted <= 0))):
             core, diag, ev = new_core, new_diag, new_ev
             if predicted <= 1e-15 * max(abs(ev.f), 1.0) and mu == 0.0:
                 # The quadratic model predicts no further gain at machine precision: a stationary point.
-                converged = _grad_norm(ev, free) <= tol * scale
+                converged = _grad_norm(ev, sel) <= tol * scale
                 break
             ratio = actual / predicted if predicted > 0 else 1.0
             if lazy and mu == 0.0 and ratio > 0.75:
-                core, diag, ev, chords = _chord_steps(objective, newton, core, diag, ev, free, tol * scale)
+                core, diag, ev, chords = _chord_steps(objective, newton, core, diag, ev, sel, tol * scale)
                 it += chords
             if ratio > 0.75:
                 mu = mu / 4.0 if mu > 1e-10 * diag_scale else 0.0
@@ -456,7 +469,7 @@ def _minimize(
             mu = max(4.0 * mu, 1e-4 * diag_scale)
     if lazy and not _has_hessian(ev):
         ev = objective.evaluate(core, diag)  # the solution carries its Hessian (Laplace covariance, bootstrap)
-    gn = _grad_norm(ev, free)
+    gn = _grad_norm(ev, sel)
     return Solution(core, diag, ev, free, it, bool(gn <= tol * scale), gn, gn / scale, scale, kept)
 
 
@@ -470,7 +483,7 @@ def _chord_steps(
     core: np.ndarray,
     diag: np.ndarray,
     ev: Evaluation,
-    free: np.ndarray,
+    free: np.ndarray | slice,
     target: float,
 ) -> tuple[np.ndarray, np.ndarray, Evaluation, int]:
     """Chord (simplified Newton) steps with ``newton`` from an accepted point, gradient-only evaluations,
