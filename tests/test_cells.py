@@ -234,3 +234,33 @@ def test_judge_summary_shares():
     s = summary[0]
     assert s["n"] == 4 and s["judge_family"] == "openai" and s["self_battles"] == 1 and s["models"] == 2
     assert (s["win_a_share"], s["win_b_share"], s["tie_share"], s["bothbad_share"]) == (0.5, 0.25, 0.25, 0.25)
+
+
+def test_group_ids_group_exactly_the_rows_that_share_every_key(monkeypatch):
+    """Rows share a group id exactly when they agree on every key: coded and plain text, integers, booleans,
+    nulls; through the bitmap renumbering and the sorting one (a tiny :data:`DENSE_SPAN`)."""
+    import numpy as np
+    from biasboard.transforms import cells
+
+    rng = np.random.default_rng(5)
+    n = 4000
+    names = np.array(["gpt", "claude", " claude", "", "llama"])
+
+    def text(k: int) -> pl.Series:
+        values = names[rng.integers(0, k, n)].tolist()
+        return pl.Series([None if rng.random() < 0.05 else v for v in values], dtype=pl.String)
+
+    frame = pl.DataFrame({
+        "judge": text(3).cast(pl.Categorical), "model_a": text(5).cast(pl.Categorical), "label": text(4),
+        "len_bin": pl.Series(rng.integers(-1, 22, n), dtype=pl.Int16), "known": pl.Series(rng.random(n) < 0.5),
+        "all_null": pl.Series([None] * n, dtype=pl.Categorical),
+    })  # fmt: skip
+    keys = frame.columns
+    for span in (cells.DENSE_SPAN, 64, 1):
+        monkeypatch.setattr(cells, "DENSE_SPAN", span)
+        group, groups = cells.group_ids(frame, keys)
+        assert group.min() == 0 and group.max() == groups - 1
+        coded = frame.with_columns(pl.Series("g", group))
+        distinct = frame.unique().height
+        assert groups == distinct == coded.unique().height == coded.select("g").unique().height
+    assert cells.group_ids(frame.head(0), keys)[1] == 0

@@ -140,3 +140,30 @@ def test_refresh_refuses_a_stored_day_copied_to_a_new_day(tmp_path: Path, capsys
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(copy) in err and str(original) in err and "Traceback" not in err
+
+
+def test_the_dictionary_read_gives_the_plain_values(tmp_path: Path):
+    """``iter_batches(dictionary=True)``: the cells' text keys and the winner come as Categorical codes, value for
+    value what the plain read gives, across row groups and batches that do not line up."""
+    import polars as pl
+    from biasboard.transforms.read import iter_batches
+
+    n = 53
+    names = ["gpt-4", "claude", None, "", " llama "]
+    table = pa.table({
+        "battle_id": [f"b{i}" for i in range(n)], "ts": ["2024-05-01T00:00:00Z"] * n,
+        "judge": [names[i % 5] for i in range(n)], "model_a": [names[(i * 3) % 5] for i in range(n)],
+        "model_b": [f"m{i % 7}" for i in range(n)], "winner": [["model_a", "tie", None][i % 3] for i in range(n)],
+        "family_a": pa.array([None] * n, pa.string()), "len_a": list(range(n)),
+    })  # fmt: skip
+    path = tmp_path / "day=2024-05-01" / "part.parquet"
+    path.parent.mkdir()
+    pq.write_table(table, path, row_group_size=7)
+    plain = list(iter_batches(str(path), batch_rows=10))
+    coded = list(iter_batches(str(path), batch_rows=10, dictionary=True))
+    assert [offset for offset, _ in coded] == [offset for offset, _ in plain] == list(range(0, n, 10))
+    for (_, a), (_, b) in zip(plain, coded, strict=True):
+        assert b.columns == a.columns
+        assert {c for c, t in b.schema.items() if t == pl.Categorical} == {"judge", "model_a", "model_b", "winner",
+                                                                          "family_a"}  # fmt: skip
+        assert b.with_columns(pl.col(pl.Categorical).cast(pl.String)).equals(a)

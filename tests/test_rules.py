@@ -11,7 +11,7 @@ from biasboard.schemas.battle import BATTLE_REQUIRED
 from biasboard.schemas.deadletter import MAX_RESPONSE_LENGTH
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap, parse_rules
-from biasboard.schemas.rules import BATTLE_REASONS, SCORE_REASONS, parse_timestamps, timestamp_expr
+from biasboard.schemas.rules import BATTLE_REASONS, SCORE_REASONS, parse_timestamps, timestamp_expr, timestamps_valid
 from biasboard.transforms.validate import SeenIds, validate_battles, validate_scores
 
 UTC = dt.timezone.utc
@@ -351,3 +351,24 @@ def test_fast_timestamp_parse_equals_the_polars_forms():
         assert parse_timestamps(frame).to_list() == expected, texts
 
     check()
+
+
+def test_timestamp_validity_equals_the_parse():
+    """``timestamps_valid`` (the validator's check: no cast for the common forms) nulls the rows the parse nulls."""
+    from hypothesis import given, settings
+
+    @settings(max_examples=200, deadline=None)
+    @given(_iso_texts())
+    def check(texts):
+        frame = pl.DataFrame({"ts": pl.Series(texts, dtype=pl.String)})
+        assert timestamps_valid(frame).is_null().to_list() == parse_timestamps(frame).is_null().to_list(), texts
+
+    check()
+    # the window's edges with offsets: an instant of 1989 or 2100 written with a 1990 or 2099 date
+    edges = ["1990-01-01T00:30:00+01:00", "1990-01-01T00:30:00-01:00", "2099-12-31T23:30:00-01:00"]
+    edges += ["2099-12-31T23:30:00+01:00", "1991-01-01T00:00:00+23:59", "2098-12-31T23:59:59-23:59", None, ""]
+    frame = pl.DataFrame({"ts": pl.Series(edges, dtype=pl.String)})
+    assert timestamps_valid(frame).is_null().to_list() == [True, False, True, False, False, False, True, True]
+    for other in (pl.Series([1.7e9, None, 5.0]), pl.Series(edges).cast(pl.Categorical)):
+        frame = pl.DataFrame({"ts": other})
+        assert timestamps_valid(frame).is_null().to_list() == parse_timestamps(frame).is_null().to_list()
