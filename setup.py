@@ -41,6 +41,8 @@ setup(
         "polars>=1.0",
         "scipy>=1.11",
         "google-cloud-storage>=2.10",
+        # the fit stage limits BLAS threads around itself (transforms/fit.py: one thread is faster there)
+        "threadpoolctl>=3.1",
     ],
     extras_require={
         "test": [

@@ -469,14 +469,29 @@ def profiles_study(args) -> int:
     )
     for name, info in r["full"].items():
         print(f"  {name}: range {info['range_nats']:.1f} nats (fast {r['fast'][name]['range_nats']:.1f})")
-    stages = run_child([*me, "--worker", "refresh"])
-    aggregate = stages["pipeline"] - stages["fit"] - stages.get("report", 0.0)
-    print("\nrefresh, 1 run, default options: " + ", ".join(f"{k} {v:.2f} s" for k, v in stages.items()))
-    print(
-        f"  aggregate stage (pipeline - fit - report: ingest, audit) {aggregate:.2f} s; "
-        f"fit stage {stages['fit']:.2f} s; fit / aggregate = {stages['fit'] / aggregate:.2f} (issue 11.4 target: <= 1)"
-    )
+    refresh_study(me, args.repeat)
     return 0
+
+
+def refresh_study(me: list[str], repeat: int) -> None:
+    """A first refresh's fit stage vs its aggregate stage, ``repeat`` times: each time as ``biasboard refresh``
+    runs (no BLAS thread variable: the fit stage limits BLAS itself) and with the bench's pinning
+    (:data:`benchlib.CHILD_ENV`), alternating, each in a fresh process."""
+    print(f"\nrefresh, default options (audit, full diagnostics), {repeat} run(s) of each, alternating:")
+    print(f"{'BLAS env':28} {'load':>5} {'aggregate s':>11} {'fit s':>7} {'merge s':>7} {'fit / aggregate':>15}")
+    ratios: dict[str, list[float]] = {}
+    for _ in range(repeat):
+        for label, pin in (("as the CLI (unpinned)", False), ("OPENBLAS_NUM_THREADS=1", True)):
+            load = os.getloadavg()[0]
+            stages = run_child([*me, "--worker", "refresh"], pin_blas=pin)
+            aggregate = stages["pipeline"] - stages["fit"] - stages.get("report", 0.0)  # ingest, audit
+            ratios.setdefault(label, []).append(stages["fit"] / aggregate)
+            print(
+                f"{label:28} {load:5.1f} {aggregate:11.2f} {stages['fit']:7.2f} {stages['merge']:7.2f} "
+                f"{stages['fit'] / aggregate:15.2f}"
+            )
+    for label, values in ratios.items():
+        print(f"  {label}: fit / aggregate median {float(np.median(values)):.2f} (issue 11.4 target: <= 1)")
 
 
 def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
@@ -514,7 +529,8 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1,
         metavar="N",
-        help="voter-judge study: run each fit N times, interleaved, and print the fastest (shared machines)",
+        help="voter-judge study: run each fit N times, interleaved, and print the fastest; --profiles: run the "
+        "refresh N times unpinned and pinned, alternating (shared machines)",
     )
     parser.add_argument("--untraced", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(

@@ -56,3 +56,33 @@ def test_fit_stage_stages_the_fits_the_core_makes_of_day_partitioned_cells(tmp_p
     assert summary["score_counts"]["counted"] > 0  # the ordinal cells reached the fit
     published = publish.publish_staged(out, staging, {"job": "test"})
     assert publish.latest_snapshot_id(out) == published.snapshot_id
+
+
+def test_fit_stage_runs_with_one_blas_thread_and_gives_the_process_its_threads_back(tmp_path, monkeypatch):
+    """The fit's small factorisations are slower with OpenBLAS's threads (transforms/fit.py); the limit is the
+    stage's own: BLAS has its threads again once the stage is done."""
+    from biasboard.transforms import fit as fit_module
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    sim = SimulationConfig(battles=1_500, models=5, judges=2, days=1, seed=3)
+    logs = write_simulation(sim, tmp_path / "logs")
+    state = str(tmp_path / "state")
+    run_backfill(str(logs / "battles" / "day=*" / "*.parquet"), state)
+
+    def blas_threads() -> set[int]:
+        return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+    seen: list[set[int]] = []
+    real_fit_state = fit_module.fit_state
+
+    def recording_fit_state(*args, **kwargs):
+        seen.append(blas_threads())
+        return real_fit_state(*args, **kwargs)
+
+    monkeypatch.setattr(fit_module, "fit_state", recording_fit_state)
+    fn = fit_module.FitSnapshotFn(state, publish.new_staging(str(tmp_path / "out")), FitSpec(CONFIG), None, "t")
+    with threadpool_limits(limits=2, user_api="blas"):  # whatever the environment pins, the process has 2 here
+        assert blas_threads() == {2}
+        staged = list(fn.process(1))
+        assert blas_threads() == {2}
+    assert seen == [{fit_module.FIT_BLAS_THREADS}] and len(staged) == 1
