@@ -236,6 +236,26 @@ def test_judge_summary_shares():
     assert (s["win_a_share"], s["win_b_share"], s["tie_share"], s["bothbad_share"]) == (0.5, 0.25, 0.25, 0.25)
 
 
+def test_judge_summary_counts_each_judges_own_models_plain_or_dictionary_encoded():
+    """``models`` is per judge (model_a ∪ model_b within the judge's cells), whether the keys are text or the
+    merged history's dictionary-encoded columns."""
+    pairs = [("j1", "m1", "m2"), ("j1", "m2", "m1"), ("j2", "m3", "m4"), ("j2", "m5", "m3"), ("j2", "m3", "m3")]
+    rows = [
+        {"battle_id": str(i), "judge": j, "model_a": a, "model_b": b, "winner": "model_a", "len_a": 1, "len_b": 2}
+        for i, (j, a, b) in enumerate(pairs)
+    ]
+    cells = cells_of(rows)
+    coded = pa.table(
+        [c.dictionary_encode() if pa.types.is_string(c.type) else c for c in cells.columns], names=cells.column_names
+    )
+    for table in (cells, coded):
+        summary = {r["judge"]: r for r in judge_summary(table).to_pylist()}
+        assert {j: (r["models"], r["self_battles"], r["n"]) for j, r in summary.items()} == {
+            "j1": (2, 0, 2),
+            "j2": (3, 1, 3),
+        }
+
+
 def test_group_ids_group_exactly_the_rows_that_share_every_key(monkeypatch):
     """Rows share a group id exactly when they agree on every key: coded and plain text, integers, booleans,
     nulls; through the bitmap renumbering and the sorting one (a tiny :data:`DENSE_SPAN`)."""

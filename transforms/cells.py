@@ -414,7 +414,8 @@ def judge_summary(cells: pa.Table) -> pa.Table:
             ((pl.col("tie").sum() + pl.col("tie_bothbad").sum()) / n).alias("tie_share"),
             (pl.col("tie_bothbad").sum() / n).alias("bothbad_share"),
             pl.col("n").filter(pl.col("model_a") == pl.col("model_b")).sum().alias("self_battles"),
-            pl.concat_list("model_a", "model_b").explode().n_unique().alias("models"),
+            # both columns of the group, one after the other (a list per cell, exploded: 15x the CPU on 530k cells)
+            pl.col("model_a").append(pl.col("model_b")).n_unique().alias("models"),
         )
         .with_columns(pl.col("judge", "judge_family").cast(pl.String))
         .sort("judge")
