@@ -291,6 +291,9 @@ def print_table(shape: dict, rows: list[tuple], generated: float) -> None:
             f"peak RSS "
             f"{b['peak_rss_mb'] / a['peak_rss_mb']:.2f}, tree {b['tree_rss_mb'] / a['tree_rss_mb']:.2f} (target: flat)"
         )
+        per_cell = [r["tree_rss_mb"] * 2**20 / max(r["cells"], 1) for r in (a, b)]
+        added = (b["tree_rss_mb"] - a["tree_rss_mb"]) * 2**20 / max(b["cells"] - a["cells"], 1)
+        print(f"peak tree RSS per cell: N {per_cell[0]:.0f} B, 2N {per_cell[1]:.0f} B; per added cell {added:.0f} B")
         print(
             "stage ratios: "
             + ", ".join(f"{k} {b['stages'][k] / a['stages'][k]:.2f}" for k in a["stages"] if a["stages"][k] > 0)
