@@ -18,8 +18,11 @@ work inflates far less than the wall time; the fit's merge of the stored cells (
 of the snapshot's JSON files.  Targets: time ratio ≤ 2.1, peak RSS flat (ratio ≈ 1).
 
 Memory: at this shape the cells hardly merge (the full size's input holds 14.9M distinct cell keys at N, 23.8M
-at 2N: voter-judges, and 400 models × length bins per LLM judge), and the refresh peaks at ~1.2–1.4 KB per
-cell at ``--scale 0.05`` (~1.0 KB per added cell): N would need ~15–17 GB, 2N ~23–27 GB (README, Scale).
+at 2N: voter-judges, and 400 models × length bins per LLM judge), so what a refresh holds grows with the
+history; the table prints the peak tree RSS per cell of both runs and per added cell (2N − N).  Since the
+cells merge and the audit's order pairs sum as folds in integer codes and the fit's Arrow table is freed
+before the fits, the refresh peaks at ~520–550 B per cell (``--scale 0.25``; it was 1.2–1.4 KB), in the fit
+stage: the fit's coded cells and its solver's per-cell terms (README, Scale).
 
 Data: the simulator (:func:`biasboard.simulate.write_simulation`) writes a day at a time; the voters are
 assigned chunk by chunk with bench/fit.py's :func:`split_voters`, seeded per day, so memory stays one
