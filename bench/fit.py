@@ -260,10 +260,11 @@ def profile_methods(workdir: Path) -> dict:
     problem = bias_aware_problem(build_dataset(read_cells(workdir / "cells.parquet")), config)
     out: dict = {}
     passes = count_passes()
-    runs = {
+    runs = {  # in this process (workers=1), so that CPU time and passes are this process's own
         "solve": lambda: solve_bias_aware(problem, config),
-        "cold": lambda: profile_ranges(problem, solution, config, cold=True),
-        "full": lambda: profile_ranges(problem, solution, config),
+        "cold": lambda: profile_ranges(problem, solution, config, cold=True, workers=1),
+        "full": lambda: profile_ranges(problem, solution, config, workers=1),
+        "full_forked": lambda: profile_ranges(problem, solution, config),  # as a refresh runs them
         "fast": lambda: profile_ranges(problem, solution, replace(config, diagnostics="fast")),
     }
     for name, run in runs.items():
@@ -459,6 +460,12 @@ def profiles_study(args) -> int:
         cpu = r[f"{key}_cpu_s"]
         counts = ", ".join(f"{n} {kind}" for kind, n in sorted(r[f"{key}_passes"].items()))
         print(f"{label:46} {r[f'{key}_s']:8.2f} {cpu:8.2f} {cpu / r['solve_cpu_s']:11.2f}x  {counts}")
+    forked = r["full_forked_s"]
+    print(
+        f"{'profiles, full, effects in forked processes':46} {forked:8.2f} {'':>8} {'':>12}  "
+        f"as a refresh runs them: wall {forked / r['full_s']:.2f}x the one-process full, "
+        f"{forked / r['solve_s']:.2f}x the solve's wall; the same values: {r['full_forked'] == r['full']}"
+    )
     worst = max(
         abs(x - y)
         for name, info in r["cold"].items()

@@ -27,19 +27,17 @@ number of processes — bit for bit.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from biasboard.ranking import forked
 from biasboard.ranking.arrowhead import ArrowFactor
 from biasboard.ranking.data import PairArrays, ScoreArrays
 from biasboard.ranking.model import AFF, DISC, LEN, POS, TIE, Spec
 from biasboard.ranking.problem import Problem
 from biasboard.ranking.solver import NewtonFactor, Objective, Solution, minimize, newton_factor
 from biasboard.ranking.uncertainty import poisson_scores
-from biasboard.schemas.errors import InputError
 
 #: Cells per slice of a gradient evaluation: the per-cell temporaries (~20 arrays) stay in the CPU cache.
 SLICE_CELLS: int = 1 << 14
@@ -59,14 +57,7 @@ def replicate_rng(seed: int, r: int) -> np.random.Generator:
 def default_workers(replicates: int, cells: int) -> int:
     """Processes for the replicates: ``BIASBOARD_BOOTSTRAP_WORKERS`` if set, else one per available CPU
     for a problem big enough to repay a fork (the result is the same either way)."""
-    env = os.environ.get("BIASBOARD_BOOTSTRAP_WORKERS", "").strip()
-    if env:
-        if not env.isdigit() or int(env) < 1:
-            raise InputError(f"BIASBOARD_BOOTSTRAP_WORKERS must be a whole number of processes >= 1, got {env!r}")
-        return int(env)
-    if replicates * cells < PARALLEL_MIN_WORK:
-        return 1
-    return max(1, min(len(os.sched_getaffinity(0)), replicates))
+    return forked.default_workers("BIASBOARD_BOOTSTRAP_WORKERS", replicates, replicates * cells, PARALLEL_MIN_WORK)
 
 
 class SmallPoisson:
@@ -434,30 +425,9 @@ def chord(
     return core, diag, max_steps, False
 
 
-_ACTIVE: Engine | None = None  # the engine a forked worker reads (set in the parent just before the fork)
-
-
-def _run(ids: list[int]) -> list[Replicate]:
-    assert _ACTIVE is not None
-    return [_ACTIVE.replicate(r) for r in ids]
-
-
 def run(engine: Engine, replicates: int, workers: int = 1) -> list[Replicate]:
     """Replicates 0 … ``replicates``−1, in ``workers`` forked processes, in replicate order."""
-    global _ACTIVE
     ids = np.arange(replicates)
-    if workers <= 1 or replicates < 2:
-        return [engine.replicate(int(r)) for r in ids]
     chunks = [c.tolist() for c in np.array_split(ids, min(replicates, 4 * workers)) if len(c)]
-    _ACTIVE = engine
-    try:
-        pool = multiprocessing.get_context("fork").Pool(workers)
-    except OSError:  # no processes to be had (limits, memory): the same replicates, in this process
-        _ACTIVE = None
-        return [engine.replicate(int(r)) for r in ids]
-    try:
-        with pool:
-            parts = pool.map(_run, chunks, chunksize=1)
-    finally:
-        _ACTIVE = None
+    parts = forked.fork_map(lambda chunk: [engine.replicate(r) for r in chunk], chunks, workers)
     return [rep for part in parts for rep in part]

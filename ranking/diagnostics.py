@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from biasboard.ranking import forked
 from biasboard.ranking.arrowhead import ArrowFactor, ArrowHessian
 from biasboard.ranking.config import ModelConfig
 from biasboard.ranking.data import Dataset
@@ -141,61 +142,105 @@ def compare_rankings(naive, corrected_rating: np.ndarray, corrected_models: tupl
     return {"kendall_tau": kendall_tau_b(x, y), "spearman": spearman(x, y), "n_models": len(common)}
 
 
+#: Below this many cell-effects (cells × profiled effects) the profiles run in this process: a fork and its
+#: first touches cost about what 0.1 s of profiling does.
+PROFILE_PARALLEL_MIN_WORK: int = 300_000
+
+
 def profile_ranges(
-    problem: Problem, solution: Solution, config: ModelConfig, shards: int = 1, *, cold: bool = False
+    problem: Problem,
+    solution: Solution,
+    config: ModelConfig,
+    shards: int = 1,
+    *,
+    cold: bool = False,
+    workers: int | None = None,
 ) -> dict:
     """Profile log-likelihood range (nats) of each enabled global covariate effect over ĉ ± 2 prior SDs.
 
     ``full`` follows each profile along its path from the centre (:func:`_profile_path`: the MAP's Hessian with
     the profile's prior swapped in, second-order warm starts, each value to :func:`_profile_tolerance`);
     ``cold=True`` solves every point by its own damped Newton fit from the MAP to the fit's tolerance (the
-    former method, kept to check the path against).
+    former method, kept to check the path against).  The effects' profiles are independent, so ``full`` and
+    ``cold`` run them in ``workers`` forked processes (default: one per CPU for a problem that repays a fork,
+    ``BIASBOARD_PROFILE_WORKERS`` to choose); the values do not depend on the number of processes.
     """
-    lay, spec = problem.layout, problem.spec
-    out: dict = {}
-    for name, t in PROFILED.items():
-        if not spec.masks[t].any():
-            continue
-        objective = problem.objective(shards, prior=problem.profile_prior(t))
-        sd_glob, _ = prior_sd_of_effect(problem, t)
-        delta = 2.0 * sd_glob
-        centre = float(solution.core[lay.glob(t)])
-        values = (centre - delta, centre, centre + delta)
-        logliks: list[float] | None = None
-        unconverged: list[tuple[float, float]] = []
-        if config.diagnostics == "fast":
-            logliks = _profile_fast(objective, problem, solution, t, values)
-        elif not cold:
-            logliks = _profile_path(objective, problem, solution, t, delta, config, unconverged)
-        if logliks is None:
-            logliks = _profile_cold(objective, problem, solution, t, values, config, unconverged)
-        span = float(max(logliks) - min(logliks))
-        unit = 1.0 / spec.x_scale if t == LEN else 1.0
-        info: dict = {
-            "range_nats": span,
-            "grid": [(centre - delta) * unit, centre * unit, (centre + delta) * unit],
-            "loglik": [float(v) for v in logliks],
-        }
-        if span < FLAT_NATS:
-            info["note"] = (
-                f"prior-selected: the profile likelihood is flat ({span:.4f} nats over ±2 prior SD); the comparisons "
-                f"cannot split quality from {name} (the covariate does not vary within models, Xu et al. 2026), so the "
-                "value shown is chosen by the prior"
-            )
-            info["warning"] = f"{name} effect is not identified by the comparisons: its value is prior-selected"
-        elif span < 2.0:
-            info["note"] = (
-                f"weakly identified: the profile likelihood changes by {span:.2f} nats over ±2 prior SD; the prior "
-                "still shapes the value"
-            )
-        else:
-            info["note"] = f"identified by the comparisons: profile likelihood range {span:.1f} nats over ±2 prior SD"
-        if config.diagnostics == "fast":
-            info["method"] = "fast: quadratic (Wald) approximation from the centre's factorisation"
-        if unconverged:
-            info["warning"] = _unconverged_warning(name, unconverged, unit, config.max_iter, info.get("warning"))
-        out[name] = info
-    return out
+    effects = [(name, t) for name, t in PROFILED.items() if problem.spec.masks[t].any()]
+    if workers is None:
+        work = len(problem.data.pairs) * len(effects) if config.diagnostics != "fast" else 0
+        workers = forked.default_workers("BIASBOARD_PROFILE_WORKERS", len(effects), work, PROFILE_PARALLEL_MIN_WORK)
+    profiles = forked.fork_map(
+        lambda effect: _effect_profile(problem, solution, config, shards, effect[1], cold), effects, workers
+    )
+    return {
+        name: _profile_info(problem, solution, config, name, t, logliks, unconverged)
+        for (name, t), (logliks, unconverged) in zip(effects, profiles, strict=True)
+    }
+
+
+def _profile_grid(problem: Problem, solution: Solution, t: int) -> tuple[float, float]:
+    """The centre ĉ of effect t's profile and its step Δ (2 prior SDs of the effect's common level): the
+    profile is taken at ĉ − Δ, ĉ, ĉ + Δ."""
+    sd_glob, _ = prior_sd_of_effect(problem, t)
+    return float(solution.core[problem.layout.glob(t)]), 2.0 * sd_glob
+
+
+def _effect_profile(
+    problem: Problem, solution: Solution, config: ModelConfig, shards: int, t: int, cold: bool
+) -> tuple[list[float], list[tuple[float, float]]]:
+    """Effect t's profile log-likelihood at ĉ − Δ, ĉ, ĉ + Δ (:func:`_profile_grid`), and its points that did
+    not converge."""
+    objective = problem.objective(shards, prior=problem.profile_prior(t))
+    centre, delta = _profile_grid(problem, solution, t)
+    values = (centre - delta, centre, centre + delta)
+    unconverged: list[tuple[float, float]] = []
+    logliks: list[float] | None = None
+    if config.diagnostics == "fast":
+        logliks = _profile_fast(objective, problem, solution, t, values)
+    elif not cold:
+        logliks = _profile_path(objective, problem, solution, t, delta, config, unconverged)
+    if logliks is None:
+        logliks = _profile_cold(objective, problem, solution, t, values, config, unconverged)
+    return [float(v) for v in logliks], unconverged
+
+
+def _profile_info(
+    problem: Problem,
+    solution: Solution,
+    config: ModelConfig,
+    name: str,
+    t: int,
+    logliks: list[float],
+    unconverged: list[tuple[float, float]],
+) -> dict:
+    """Effect ``name``'s published profile: its range, grid, values and verdict in plain words."""
+    span = float(max(logliks) - min(logliks))
+    unit = 1.0 / problem.spec.x_scale if t == LEN else 1.0
+    centre, delta = _profile_grid(problem, solution, t)
+    info: dict = {
+        "range_nats": span,
+        "grid": [(centre - delta) * unit, centre * unit, (centre + delta) * unit],
+        "loglik": logliks,
+    }
+    if span < FLAT_NATS:
+        info["note"] = (
+            f"prior-selected: the profile likelihood is flat ({span:.4f} nats over ±2 prior SD); the comparisons "
+            f"cannot split quality from {name} (the covariate does not vary within models, Xu et al. 2026), so the "
+            "value shown is chosen by the prior"
+        )
+        info["warning"] = f"{name} effect is not identified by the comparisons: its value is prior-selected"
+    elif span < 2.0:
+        info["note"] = (
+            f"weakly identified: the profile likelihood changes by {span:.2f} nats over ±2 prior SD; the prior "
+            "still shapes the value"
+        )
+    else:
+        info["note"] = f"identified by the comparisons: profile likelihood range {span:.1f} nats over ±2 prior SD"
+    if config.diagnostics == "fast":
+        info["method"] = "fast: quadratic (Wald) approximation from the centre's factorisation"
+    if unconverged:
+        info["warning"] = _unconverged_warning(name, unconverged, unit, config.max_iter, info.get("warning"))
+    return info
 
 
 def _unconverged_warning(

@@ -13,6 +13,7 @@ from biasboard.ranking.diagnostics import _reprior, _solve_point, profile_ranges
 from biasboard.ranking.fit import fit_bias_aware, solve_bias_aware
 from biasboard.ranking.model import AFF, LEN, POS
 from biasboard.ranking.problem import bias_aware_problem
+from biasboard.schemas.errors import InputError
 
 from tests.test_ranking_model import _cells
 
@@ -112,6 +113,20 @@ def test_a_profile_point_that_does_not_converge_is_said():
     for name, info in stopped.items():
         assert "did not converge in 1 iterations" in info["warning"], name
         assert "lower bound" in info["warning"], name
+
+
+@pytest.mark.parametrize("cold", [False, True])
+def test_profiles_in_forked_processes_equal_the_serial_ones(cold, monkeypatch):
+    """The effects' profiles are independent pieces: run in two forked processes (and chosen by the environment)
+    they give the serial run's values and verdicts bit for bit, in the same order."""
+    problem, solution, config = _problem("dense")
+    serial = profile_ranges(problem, solution, config, cold=cold, workers=1)
+    assert list(profile_ranges(problem, solution, config, cold=cold, workers=2).items()) == list(serial.items())
+    monkeypatch.setenv("BIASBOARD_PROFILE_WORKERS", "2")
+    assert profile_ranges(problem, solution, config, cold=cold) == serial
+    monkeypatch.setenv("BIASBOARD_PROFILE_WORKERS", "0")
+    with pytest.raises(InputError, match="BIASBOARD_PROFILE_WORKERS must be a whole number"):
+        profile_ranges(problem, solution, config, cold=cold)
 
 
 @pytest.mark.parametrize("solver", ["dense", "blocked"])
