@@ -226,12 +226,17 @@ def _read_table(path: str, schema: pa.Schema | None = None) -> pa.Table:
     return table.cast(schema) if schema is not None else table
 
 
+def _committed_file(state_dir: str, day: str, manifest: dict, name: str) -> str | None:
+    """The path of day ``day``'s stored ``name`` file, or None when its committed manifest names no such file."""
+    folder = deadletters_dir(state_dir, day) if "dead_letters" in name else cells_dir(state_dir, day)
+    path = _join(folder, name)
+    return path if _relative(state_dir, path) in manifest.get("files", []) else None
+
+
 def _day_table(state_dir: str, day: str, manifest: dict, name: str, schema: pa.Schema | None) -> pa.Table | None:
     """Day ``day``'s stored ``name`` table, or None when its committed manifest names no such file."""
-    folder = deadletters_dir(state_dir, day) if "dead_letters" in name else cells_dir(state_dir, day)
-    if _relative(state_dir, _join(folder, name)) not in manifest.get("files", []):
-        return None
-    return _read_table(_join(folder, name), schema)
+    path = _committed_file(state_dir, day, manifest, name)
+    return None if path is None else _read_table(path, schema)
 
 
 def _tables(state_dir: str, name: str, schema: pa.Schema | None, days: Iterable[str] | None) -> Iterator[pa.Table]:
@@ -267,22 +272,13 @@ def _day_key(manifest: dict) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 
 
-def _cells_batches(path: str) -> Iterator[pa.RecordBatch]:
-    """A stored cells file as record batches with dictionary-encoded strings (what :class:`CellsFold` codes)."""
+def _fold_file(fold: CellsFold, path: str) -> None:
+    """Add a stored cells file to ``fold``, read as record batches with dictionary-encoded strings (what
+    :class:`CellsFold` codes); an unreadable or malformed file is a :class:`StateError`."""
     try:
         with FileSystems.open(path, compression_type="uncompressed") as handle:
             data = handle.read()
-        return read_cells(pa.BufferReader(data))
-    except Exception as err:
-        raise StateError(f"{path}: unreadable state file: {err}") from err
-
-
-def _fold_file(fold: CellsFold, path: str) -> None:
-    """Add a stored cells file to ``fold``; an unreadable or malformed file is a :class:`StateError`."""
-    try:
-        fold.add(_cells_batches(path), what=path)
-    except StateError:
-        raise
+        fold.add(read_cells(pa.BufferReader(data)), what=path)
     except Exception as err:
         raise StateError(f"{path}: unreadable state file: {err}") from err
 
@@ -374,8 +370,8 @@ def load_cells(
     folded = start
     for index in range(start, len(selected)):
         day = selected[index]
-        path = _join(cells_dir(state_dir, day), PAIR_CELLS_FILE)
-        if _relative(state_dir, path) not in manifests[day].get("files", []):
+        path = _committed_file(state_dir, day, manifests[day], PAIR_CELLS_FILE)
+        if path is None:
             continue
         _fold_file(fold, path)
         if fold.pending_rows >= max(MERGE_EVERY_ROWS, fold.total_rows // MERGE_SHARE):
