@@ -8,6 +8,7 @@ Layout (``STATE`` may be local or ``gs://``)::
     STATE/deadletters/day=YYYY-MM-DD/score_dead_letters.parquet
     STATE/manifests/day=YYYY-MM-DD.json                  inputs + fingerprints, counts, files + their sha256
     STATE/merged/manifest.json + pair_cells-<id>.parquet  cache: the merged cells of the oldest days
+    STATE/merged-buckets/manifest.json + bucket-*.parquet  the same cache per judge bucket (load_cells_by_judge)
 
 The manifest is the commit marker of a day: readers only trust days that have
 one.  Rewriting a day (:func:`write_day`) writes every file under a temporary
@@ -29,14 +30,18 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import uuid
 from collections.abc import Iterable, Iterator
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
-from biasboard.ranking.data import CellsFold, read_cells
+from biasboard.ranking.data import CellsFold, CodedFold, _Vocab, read_cells
+from biasboard.ranking.spill import BucketedFold, JudgeBuckets, bucket_bounds, scratch_folder
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA, conform_pair_cells
 from biasboard.schemas.errors import StateError
 from biasboard.transforms import storage
@@ -272,7 +277,7 @@ def _day_key(manifest: dict) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 
 
-def _fold_file(fold: CellsFold, path: str) -> None:
+def _fold_file(fold: CodedFold, path: str) -> None:
     """Add a stored cells file to ``fold``, read as record batches with dictionary-encoded strings (what
     :class:`CellsFold` codes); an unreadable or malformed file is a :class:`StateError`."""
     try:
@@ -338,6 +343,27 @@ def _write_fold(state_dir: str, table: pa.Table, keys: list[tuple[str, str]]) ->
     storage.delete(stale)
 
 
+def _fold_days(fold: CodedFold, state_dir: str, selected: list[str], manifests: dict[str, dict], start: int) -> int:
+    """Add the stored cells of ``selected[start:]`` to ``fold`` in day order, folding at the merge points
+    (:func:`load_cells`); returns how many of ``selected`` the running total covers at the last one.
+
+    The merge points depend only on the row counts (the days' and the running total's), so every fold
+    that keeps them — in memory (:class:`CellsFold`) or by judge bucket on disk (:class:`BucketedFold`) —
+    sums each group's rows in the same order and gives the same bits.
+    """
+    folded = start
+    for index in range(start, len(selected)):
+        day = selected[index]
+        path = _committed_file(state_dir, day, manifests[day], PAIR_CELLS_FILE)
+        if path is None:
+            continue
+        _fold_file(fold, path)
+        if fold.pending_rows >= max(MERGE_EVERY_ROWS, fold.total_rows // MERGE_SHARE):
+            fold.fold()
+            folded = index + 1
+    return folded
+
+
 def load_cells(
     state_dir: str, days: Iterable[str] | None = None, dictionary: bool = False, cache: bool = False
 ) -> pa.Table:
@@ -367,16 +393,7 @@ def load_cells(
     cache = cache and days is None
     keys = [(day, _day_key(manifests[day])) for day in selected]
     fold, start = _cached_fold(state_dir, keys) if cache else (CellsFold(), 0)
-    folded = start
-    for index in range(start, len(selected)):
-        day = selected[index]
-        path = _committed_file(state_dir, day, manifests[day], PAIR_CELLS_FILE)
-        if path is None:
-            continue
-        _fold_file(fold, path)
-        if fold.pending_rows >= max(MERGE_EVERY_ROWS, fold.total_rows // MERGE_SHARE):
-            fold.fold()
-            folded = index + 1
+    folded = _fold_days(fold, state_dir, selected, manifests, start)
     if cache and folded > start:
         _write_fold(state_dir, fold.total_table(), keys[:folded])  # the running total at the last merge point
     table = fold.table(dictionary=dictionary)
@@ -384,6 +401,219 @@ def load_cells(
     # hand them back, so the fit that follows starts without them.
     pa.default_memory_pool().release_unused()
     return table
+
+
+#: Input rows per judge bucket of :func:`load_cells_by_judge` (a bucket's merged cells are at most these);
+#: ``BIASBOARD_BUCKET_ROWS`` overrides it (tests force many tiny buckets).
+BUCKET_ROWS = 1 << 20
+BUCKET_ROWS_ENV = "BIASBOARD_BUCKET_ROWS"
+#: The bucketed merged-cells cache: ``STATE/merged-buckets/manifest.json``, a Parquet file per bucket
+#: (the bucket's running total at the last merge point, string keys as codes) and the names the codes stand for.
+BUCKETS_DIR = "merged-buckets"
+BUCKETS_VERSION = 1
+
+
+def bucket_rows_setting() -> int:
+    """Rows per judge bucket: :data:`BUCKET_ROWS`, or ``BIASBOARD_BUCKET_ROWS`` when set."""
+    value = os.environ.get(BUCKET_ROWS_ENV)
+    if not value:
+        return BUCKET_ROWS
+    try:
+        rows = int(value)
+    except ValueError:
+        rows = 0
+    if rows < 1:
+        raise StateError(f"{BUCKET_ROWS_ENV}={value!r}: expected a positive number of rows")
+    return rows
+
+
+def stored_battles(state_dir: str) -> int:
+    """Battles counted over the stored days (their manifests): an upper bound of the merged cells, known
+    before any cells file is read — what decides between the in-memory and the bucketed merge."""
+    manifests = read_committed_manifests(state_dir, list_state_days(state_dir), NO_MANIFEST)
+    return sum(int((m.get("counts") or {}).get("counted", 0)) for m in manifests.values())
+
+
+def _judge_rows(paths: list[str]) -> tuple[list[str], np.ndarray]:
+    """Each judge's rows over the stored cells files (the judge column alone is decoded): the bucket bounds'
+    input (:func:`~biasboard.ranking.spill.bucket_bounds`)."""
+    vocab, rows = _Vocab(), np.zeros(0, np.int64)
+    for path in paths:
+        try:
+            with FileSystems.open(path, compression_type="uncompressed") as handle:
+                data = handle.read()
+            column = pq.read_table(pa.BufferReader(data), columns=["judge"], read_dictionary=["judge"])["judge"]
+        except Exception as err:
+            raise StateError(f"{path}: unreadable state file: {err}") from err
+        codes = vocab.codes(column, nulls=True)
+        counts = np.bincount(codes[codes >= 0], minlength=len(vocab.index))
+        counts[: len(rows)] += rows
+        rows = counts
+    return list(vocab.index), rows
+
+
+def _buckets_manifest_path(state_dir: str) -> str:
+    return _join(state_dir, BUCKETS_DIR, MERGED_MANIFEST)
+
+
+def _cache_settings(bucket_rows: int) -> dict:
+    return {"version": BUCKETS_VERSION, "merge_every_rows": [MERGE_EVERY_ROWS, MERGE_SHARE], "bucket_rows": bucket_rows}
+
+
+def _cached_buckets(state_dir: str, keys: list[tuple[str, str]], bucket_rows: int) -> dict | None:
+    """The bucketed cache's manifest when it covers the first days of ``keys`` unchanged (and was made with the
+    same settings) and its files are there; None otherwise (the full merge)."""
+    path = _buckets_manifest_path(state_dir)
+    try:
+        cache = json.loads(storage.read_text(path)) if _exists(path) else None
+    except Exception:
+        return None
+    if not isinstance(cache, dict) or any(cache.get(k) != v for k, v in _cache_settings(bucket_rows).items()):
+        return None
+    covered = [tuple(entry) for entry in cache.get("days", [])]
+    if not covered or covered != keys[: len(covered)]:
+        return None
+    files = [cache.get("vocab"), *(entry[2] for entry in cache.get("buckets", []))]
+    if not all(isinstance(f, str) and _exists(_join(state_dir, f)) for f in files):
+        return None
+    return cache
+
+
+def _seed_vocabularies(fold: BucketedFold, state_dir: str, cache: dict) -> dict[str, np.ndarray]:
+    """Code the cached totals' names into ``fold``'s vocabularies; per vocabulary (named by its first column),
+    the array mapping a code in the cache files to the fold's code."""
+    names = _read_table(_join(state_dir, cache["vocab"]))
+    luts = {}
+    for group in dict.fromkeys(names["group"].to_pylist()):
+        part = names.filter(pc.equal(names["group"], group))
+        codes = part["code"].to_numpy()
+        lut = np.full(int(codes.max()) + 1 if len(codes) else 0, -1, np.int32)
+        lut[codes] = fold.vocabs[group].codes(part["name"])
+        luts[group] = lut
+    return luts
+
+
+def _cached_total(state_dir: str, file: str, rows: int, fold: BucketedFold, luts: dict[str, np.ndarray]):
+    """A loader of one cached bucket's running total, its codes turned into the fold's."""
+    group_of = {key: next(k for k, v in fold.vocabs.items() if v is vocab) for key, vocab in fold.vocabs.items()}
+
+    def load() -> dict[str, np.ndarray]:
+        table = _read_table(_join(state_dir, file))
+        if table.num_rows != rows:
+            raise StateError(f"{file}: {table.num_rows} rows, the merged-cells cache says {rows}")
+        columns = {}
+        for name in table.column_names:
+            values = table[name].to_numpy()
+            if name in group_of:
+                lut = luts[group_of[name]]
+                values = np.where(values >= 0, lut[np.maximum(values, 0)], np.int32(-1))
+            columns[name] = values
+        return columns
+
+    return load
+
+
+class _BucketCache:
+    """Writes the bucketed cache: each bucket's total as the fold hands it over (:meth:`BucketedFold.finish`'s
+    ``on_total``), then the names its codes use, then the manifest (the commit marker), then removes stale files."""
+
+    def __init__(self, state_dir: str, fold: BucketedFold) -> None:
+        self.state_dir, self.fold = state_dir, fold
+        self.tag = uuid.uuid4().hex
+        self.entries: list[list] = []
+        self.used = {id(v): np.zeros(len(v.index), bool) for v in fold.vocabs.values()}
+
+    def write(self, bucket: int, columns: dict[str, np.ndarray]) -> None:
+        for key, vocab in self.fold.vocabs.items():
+            codes = columns[key]
+            self.used[id(vocab)][codes[codes >= 0]] = True
+        file = f"{BUCKETS_DIR}/bucket-{bucket:05d}-{self.tag}.parquet"
+        table = pa.table({name: np.ascontiguousarray(values) for name, values in columns.items()})
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="snappy", row_group_size=CELLS_ROW_GROUP, write_statistics=False)
+        _write_bytes(_join(self.state_dir, file), sink.getvalue().to_pybytes())
+        self.entries.append([bucket, table.num_rows, file])
+
+    def commit(self, keys: list[tuple[str, str]], bucket_rows: int) -> None:
+        groups, codes, names = [], [], []
+        for group in dict.fromkeys(
+            next(k for k, v in self.fold.vocabs.items() if v is vocab) for vocab in self.fold.vocabs.values()
+        ):
+            vocab = self.fold.vocabs[group]
+            used = np.flatnonzero(self.used[id(vocab)])
+            every = list(vocab.index)
+            groups += [group] * len(used)
+            codes.append(used.astype(np.int32))
+            names += [every[i] for i in used]
+        vocab_file = f"{BUCKETS_DIR}/vocab-{self.tag}.parquet"
+        table = pa.table({"group": groups, "code": np.concatenate(codes), "name": pa.array(names, pa.string())})
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="snappy")
+        _write_bytes(_join(self.state_dir, vocab_file), sink.getvalue().to_pybytes())
+        manifest = {
+            **_cache_settings(bucket_rows),
+            "bounds": list(self.fold.bounds),
+            "days": [list(k) for k in keys],
+            "vocab": vocab_file,
+            "buckets": self.entries,
+            "rows": self.fold.total_rows,
+        }
+        storage.atomic_write_text(_buckets_manifest_path(self.state_dir), json.dumps(manifest, indent=1))
+        keep = {_join(self.state_dir, f) for f in [vocab_file, *(e[2] for e in self.entries)]}
+        folder = _join(self.state_dir, BUCKETS_DIR)
+        storage.delete(
+            [f.path for f in storage.list_files(folder) if f.path.endswith(".parquet") and f.path not in keep]
+        )
+
+
+def load_cells_by_judge(
+    state_dir: str, *, cache: bool = False, bucket_rows: int | None = None, scratch: str | None = None
+) -> JudgeBuckets:
+    """All stored pair cells merged as :func:`load_cells` merges them, by judge bucket on disk.
+
+    Each day is read in order, coded, and its rows appended to the files of their judge's bucket (a
+    contiguous range of the sorted judge names, sized to ``bucket_rows`` input rows from a first pass
+    over the days' judge columns); the buckets fold at :func:`load_cells`'s merge points, one at a time
+    (:class:`~biasboard.ranking.spill.BucketedFold`).  Memory: one day plus one bucket, not the history.
+    The result's :meth:`~biasboard.ranking.spill.JudgeBuckets.tables` concatenated are
+    ``load_cells(state_dir, dictionary=True)``, bit for bit: the same sums in the same order, the same
+    global dictionaries in every bucket.
+
+    ``cache``: as :func:`load_cells`'s, per bucket (``STATE/merged-buckets/``): a refresh that appends a
+    day reads each bucket's cached running total and the days after the last merge point.  The bucket
+    bounds are kept with the cache (new judges fall between them), so another ``bucket_rows`` is a miss.
+    ``scratch``: the parent of the scratch folder (default: the system's temporary folder); the folder
+    goes when the result is collected.
+    """
+    bucket_rows = bucket_rows or bucket_rows_setting()
+    selected = list_state_days(state_dir)
+    manifests = read_committed_manifests(state_dir, selected, NO_MANIFEST)
+    keys = [(day, _day_key(manifests[day])) for day in selected]
+    hit = _cached_buckets(state_dir, keys, bucket_rows) if cache else None
+    if hit is None:
+        paths = [_committed_file(state_dir, day, manifests[day], PAIR_CELLS_FILE) for day in selected]
+        bounds = bucket_bounds(*_judge_rows([p for p in paths if p is not None]), bucket_rows)
+    else:
+        bounds = tuple(hit["bounds"])
+    folder = scratch_folder(scratch)
+    fold = BucketedFold(CellsFold(), "judge", bounds, folder.name)
+    start = 0
+    if hit is not None:
+        try:
+            luts = _seed_vocabularies(fold, state_dir, hit)
+        except StateError:
+            return load_cells_by_judge(state_dir, bucket_rows=bucket_rows, scratch=scratch)
+        for bucket, rows, file in hit["buckets"]:
+            fold.set_total(bucket, rows, _cached_total(state_dir, file, rows, fold, luts))
+        start = len(hit["days"])
+    folded = _fold_days(fold, state_dir, selected, manifests, start)
+    writer = _BucketCache(state_dir, fold) if cache and folded > start else None
+    buckets = fold.finish(folder.name, on_total=writer.write if writer else None)
+    if writer is not None:
+        writer.commit(keys[:folded], bucket_rows)
+    buckets.scratch = folder
+    pa.default_memory_pool().release_unused()
+    return buckets
 
 
 def load_score_cells(state_dir: str, days: Iterable[str] | None = None) -> pa.Table:

@@ -1,0 +1,245 @@
+"""A :class:`~biasboard.ranking.data.CodedFold` spilled to disk by judge range: memory one bucket, not the history.
+
+Why: the in-memory fold holds the whole running total (~175 B a cell), and with voter-judges the cells hardly
+merge, so the merge of a long history grows with it (README, Scale).  Here each coded day is cut by judge
+into *buckets* — contiguous ranges of the judge names, so the buckets concatenated in order are the key
+order — and each bucket's rows are appended to its own file; a fold folds one bucket at a time, from disk.
+
+Same bits as the in-memory fold: the fold points are the in-memory fold's (the caller decides them from the
+row counts, :attr:`CodedFold.pending_rows` and :attr:`CodedFold.total_rows`, which this class keeps as
+sums over the buckets), and within a bucket a fold concatenates the running total and the pending days in
+the order they came, as :meth:`CodedFold.fold` does, so a group meets the same rows in the same order and
+:func:`~biasboard.ranking.data._group_sum` gives the same sums.  The vocabularies are shared by every
+bucket and sorted once at the end (:meth:`BucketedFold.finish`), so each bucket's table carries the same
+global dictionaries, its codes those of the in-memory table.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+from biasboard.ranking.data import CellsInput, CodedFold, _code_tables, _group_sum
+
+#: Loads a bucket's starting running total (e.g. from the merged-cells cache) as coded columns.
+TotalLoader = Callable[[], dict[str, np.ndarray]]
+
+
+def bucket_bounds(names: Sequence[str], rows: np.ndarray, bucket_rows: int) -> tuple[str, ...]:
+    """The first judge name of every bucket after the first: ``names`` (any order) cut into contiguous sorted
+    ranges of about ``bucket_rows`` rows each (``rows``: each name's rows); a judge is never split."""
+    order = sorted(range(len(names)), key=names.__getitem__)
+    counts = np.asarray(rows, np.int64)[order]
+    total = int(counts.sum())
+    n_buckets = max(1, -(-total // max(1, bucket_rows)))
+    if n_buckets == 1:
+        return ()
+    start = np.cumsum(counts) - counts  # rows before each judge, in name order
+    bucket = np.minimum(start * n_buckets // max(total, 1), n_buckets - 1)
+    first = np.flatnonzero(np.diff(bucket) > 0) + 1
+    return tuple(names[order[i]] for i in first)
+
+
+class BucketedFold(CodedFold):
+    """:class:`CodedFold`'s fold with its running total and pending rows kept per judge bucket on disk.
+
+    ``bounds``: sorted names; bucket ``i`` holds the ``column`` values ``v`` with ``bounds[i-1] <= v <
+    bounds[i]`` (:func:`bucket_bounds`).  ``folder``: where the bucket files go (a scratch folder the
+    caller owns).  Memory: one coded input table while it is added, one bucket while it is folded.
+    """
+
+    def __init__(self, template: CodedFold, column: str, bounds: Sequence[str], folder: str) -> None:
+        super().__init__(template.schema, template.keys, [], template.nullable)
+        self.vocabs = template.vocabs
+        self.column = column
+        self.bounds = tuple(bounds)
+        if list(self.bounds) != sorted(set(self.bounds)):
+            raise ValueError("bucket bounds must be sorted and distinct")
+        self._bounds = np.array(self.bounds, dtype=str)
+        self.folder = folder
+        self.n_buckets = len(self.bounds) + 1
+        self._of_code = np.zeros(0, np.int32)  # provisional code of ``column`` → bucket
+        self._dtypes: dict[str, np.dtype] = {}
+        self.bucket_total = [0] * self.n_buckets
+        self.bucket_pending = [0] * self.n_buckets
+        self._blocks: list[list[int]] = [[] for _ in range(self.n_buckets)]  # rows of each pending block
+        self._loaders: dict[int, TotalLoader] = {}
+
+    # -- files ------------------------------------------------------------------------------------------
+    def _path(self, bucket: int, kind: str) -> str:
+        return os.path.join(self.folder, f"bucket-{bucket:05d}.{kind}")
+
+    def _write(self, path: str, columns: dict[str, np.ndarray], rows: slice, mode: str) -> None:
+        """Append ``rows`` of every column to ``path``, a column after another (a block: columns stay
+        contiguous on disk and in memory, which the fold's gathers need to be fast)."""
+        if not self._dtypes:
+            self._dtypes = {name: columns[name].dtype for name in self.schema.names}
+        with open(path, mode) as sink:
+            for name in self.schema.names:
+                np.ascontiguousarray(columns[name][rows], self._dtypes[name]).tofile(sink)
+
+    def set_total(self, bucket: int, rows: int, loader: TotalLoader) -> None:
+        """Start ``bucket`` from a running total of ``rows`` rows that ``loader`` codes when it is first needed
+        (the merged-cells cache: a bucket untouched until the end is read once)."""
+        self._loaders[bucket] = loader
+        self.bucket_total[bucket] = rows
+        self.total_rows += rows
+
+    def bucket_of(self, values: Sequence[str]) -> np.ndarray:
+        """The bucket of each name (where it sorts among the bounds)."""
+        if not self.bounds:
+            return np.zeros(len(values), np.int32)
+        return np.searchsorted(self._bounds, np.array(values, dtype=str), side="right").astype(np.int32)
+
+    # -- the fold ---------------------------------------------------------------------------------------
+    def add(self, cells: CellsInput, what: str = "cells") -> None:
+        """Code ``cells`` and append each bucket's rows to its pending file (in the order they came)."""
+        coded = _code_tables(cells, self.schema, what, self.vocabs, nullable=self.nullable)
+        if coded is None:
+            return
+        vocab = self.vocabs[self.column]
+        if len(self._of_code) < len(vocab.index):
+            new = list(vocab.index)[len(self._of_code) :]
+            self._of_code = np.concatenate([self._of_code, self.bucket_of(new)])
+        rows = len(coded[self.column])
+        bucket = self._of_code[coded[self.column]]
+        order = np.argsort(bucket, kind="stable")
+        counts = np.bincount(bucket, minlength=self.n_buckets)
+        if self.bounds:
+            coded = {name: values[order] for name, values in coded.items()}
+        del order
+        start = 0
+        for b in np.flatnonzero(counts):
+            end = start + int(counts[b])
+            self._write(self._path(int(b), "pending"), coded, slice(start, end), "ab")
+            self.bucket_pending[b] += end - start
+            self._blocks[b].append(end - start)
+            start = end
+        self.pending_rows += rows
+
+    def _load(self, bucket: int) -> dict[str, np.ndarray]:
+        """The bucket's running total followed by its pending rows (in the order they came), as columns."""
+        total, pending = self.bucket_total[bucket], self.bucket_pending[bucket]
+        loaded = self._loaders.pop(bucket)() if bucket in self._loaders else None
+        if loaded is not None and not self._dtypes:
+            self._dtypes = {name: loaded[name].dtype for name in self.schema.names}
+        columns = {name: np.empty(total + pending, self._dtypes[name]) for name in self.schema.names}
+        if loaded is not None:
+            for name in self.schema.names:
+                columns[name][:total] = loaded.pop(name)
+        elif total:
+            self._read(self._path(bucket, "total"), columns, [total], 0)
+        if pending:
+            self._read(self._path(bucket, "pending"), columns, self._blocks[bucket], total)
+        return columns
+
+    def _read(self, path: str, columns: dict[str, np.ndarray], blocks: list[int], start: int) -> None:
+        """Fill ``columns`` from row ``start`` on with the blocks of ``path`` (:meth:`_write`), in order."""
+        with open(path, "rb") as source:
+            for rows in blocks:
+                for name in self.schema.names:
+                    view = columns[name][start : start + rows].view(np.uint8)
+                    if source.readinto(view.data) != view.nbytes:
+                        raise OSError(f"{path}: bucket file shorter than expected")
+                start += rows
+
+    def fold(self) -> None:
+        """Fold every bucket with pending rows into its running total on disk."""
+        if not self.pending_rows:
+            return
+        for bucket in range(self.n_buckets):
+            if not self.bucket_pending[bucket]:
+                continue
+            columns = _group_sum(self._load(bucket), self.keys, self.measures)
+            os.remove(self._path(bucket, "pending"))
+            self.bucket_pending[bucket] = 0
+            self._blocks[bucket] = []
+            rows = len(columns[self.keys[0]])
+            self._write(self._path(bucket, "total"), columns, slice(None), "wb")
+            self.total_rows += rows - self.bucket_total[bucket]
+            self.bucket_total[bucket] = rows
+        self.pending_rows = 0
+
+    def finish(self, folder: str, on_total: Callable[[int, dict[str, np.ndarray]], None] | None = None) -> JudgeBuckets:
+        """Fold every bucket, sort the vocabularies, and write each bucket's table (as :meth:`CodedFold.table`
+        makes it: rows in key order, dictionary-encoded keys with the global vocabularies) under ``folder``.
+
+        ``on_total``: called with each non-empty bucket's running total as of the last :meth:`fold` (provisional
+        codes; views, not to be kept) before the pending rows join it — what the merged-cells cache stores.
+        """
+        vocabularies, remaps = {}, {}
+        for vocab in dict.fromkeys(self.vocabs.values()):
+            names, remaps[id(vocab)] = vocab.finish()
+            vocabularies[id(vocab)] = pa.array(names, pa.string())
+        paths, rows = [], []
+        for bucket in range(self.n_buckets):
+            total = self.bucket_total[bucket]
+            if not total and not self.bucket_pending[bucket]:
+                continue
+            columns = self._load(bucket)
+            if on_total is not None and total:
+                on_total(bucket, {name: values[:total] for name, values in columns.items()})
+            columns = _group_sum(columns, self.keys, self.measures)
+            for key, vocab in self.vocabs.items():
+                remap = remaps[id(vocab)]
+                if remap.size:
+                    codes = columns[key]
+                    columns[key] = np.where(codes >= 0, remap[np.maximum(codes, 0)], np.int32(-1))
+            columns = _group_sum(columns, self.keys, self.measures)  # distinct keys: only a sort
+            n = len(columns[self.keys[0]])
+            table = self._arrow(columns, vocabularies, dictionary=True)
+            path = os.path.join(folder, f"table-{bucket:05d}.arrow")
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+            del table
+            paths.append(path)
+            rows.append(n)
+            for kind in ("total", "pending"):
+                if os.path.exists(self._path(bucket, kind)):
+                    os.remove(self._path(bucket, kind))
+        self.total_rows = self.pending_rows = 0
+        return JudgeBuckets(tuple(paths), tuple(rows))
+
+
+@dataclass
+class JudgeBuckets:
+    """Merged cells as judge-range buckets on disk: each bucket a table with the global dictionaries.
+
+    ``tables()`` reads the buckets again on every call, one at a time (memory one bucket); concatenated
+    in order they are the merged table in key order (the buckets are contiguous sorted judge ranges).
+    The files are removed with the folder they live in (``scratch``: removed when this is collected).
+    """
+
+    paths: tuple[str, ...]
+    rows: tuple[int, ...]
+    scratch: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
+
+    @property
+    def n_rows(self) -> int:
+        return sum(self.rows)
+
+    @property
+    def n_buckets(self) -> int:
+        return len(self.paths)
+
+    def tables(self) -> Iterator[pa.Table]:
+        """Each bucket's table, read from disk (memory-mapped: its pages are the file's, freed with the table)."""
+        for path in self.paths:
+            yield pa.ipc.open_file(pa.memory_map(path)).read_all()
+
+    def table(self) -> pa.Table:
+        """All buckets as one table (for tests and small states: this holds the whole history)."""
+        tables = list(self.tables())
+        return pa.concat_tables(tables) if tables else pa.table({})
+
+
+def scratch_folder(parent: str | None = None) -> tempfile.TemporaryDirectory:
+    """A scratch folder removed when its object is collected (or at exit)."""
+    folder = tempfile.TemporaryDirectory(prefix="biasboard-buckets-", dir=parent)
+    weakref.finalize(folder, folder.cleanup)
+    return folder

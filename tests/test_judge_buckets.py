@@ -1,0 +1,174 @@
+"""The merge by judge bucket on disk (``state.load_cells_by_judge``): the same table as the in-memory merge,
+bit for bit, whatever the buckets, the merge points and the cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from biasboard.ranking.spill import bucket_bounds
+from biasboard.schemas.cells import PAIR_CELLS_SCHEMA
+from biasboard.schemas.errors import StateError
+from biasboard.transforms import state
+
+DAYS = [f"2024-02-{d:02d}" for d in range(1, 11)]
+
+
+def day_cells(seed: int, rows: int = 300, judges: int = 40, dense: bool = False) -> pa.Table:
+    """Random cells over a small key space (days share keys), rounding-sensitive sums, null slice labels;
+    ``dense``: so few keys that a group meets a row on most days (long sums, where the merge points show)."""
+    rng = np.random.default_rng(seed)
+    models = np.array([f"m{i}" for i in range(2 if dense else 6)])
+    names = np.array([f"judge/{i:03d}" for i in range(judges)])
+    a, b = rng.integers(0, len(models), rows), rng.integers(0, len(models), rows)
+    labels = np.array(["code", None] if dense else ["code", "math", None], dtype=object)
+    columns = {}
+    for field in PAIR_CELLS_SCHEMA:
+        name = field.name
+        if name == "judge":
+            columns[name] = names[np.minimum(rng.geometric(0.08, rows) - 1, judges - 1)]  # a few busy judges
+        elif name == "judge_family":
+            columns[name] = np.full(rows, "fam")
+        elif name in ("model_a", "family_a"):
+            columns[name] = models[a]
+        elif name in ("model_b", "family_b"):
+            columns[name] = models[b]
+        elif name in ("category", "language"):
+            columns[name] = pa.array(labels[rng.integers(0, len(labels), rows)], pa.string())
+        elif name == "order_known":
+            columns[name] = rng.random(rows) < (1.0 if dense else 0.9)
+        elif pa.types.is_int16(field.type):
+            columns[name] = rng.integers(-1, 0 if dense else 2, rows).astype(np.int16)
+        elif pa.types.is_int64(field.type):
+            columns[name] = rng.integers(0, 50, rows)
+        else:
+            columns[name] = rng.normal(size=rows) * 10.0 ** rng.integers(-3, 4, rows)
+    return pa.table(columns, schema=PAIR_CELLS_SCHEMA)
+
+
+def store(st: Path, days: list[str], seed: int = 0, **kw) -> None:
+    for i, day in enumerate(days):
+        state.write_day(str(st), day, {"counts": {}}, {state.PAIR_CELLS_FILE: day_cells(seed + i, **kw)})
+
+
+@pytest.fixture
+def small_merges(monkeypatch):
+    """Merge points every few days, so the history has several."""
+    monkeypatch.setattr(state, "MERGE_EVERY_ROWS", 700)
+
+
+def bucketed(st: Path, bucket_rows: int, **kw) -> tuple[pa.Table, int]:
+    buckets = state.load_cells_by_judge(str(st), bucket_rows=bucket_rows, **kw)
+    tables = list(buckets.tables())
+    assert [t.num_rows for t in tables] == list(buckets.rows) and buckets.n_rows == sum(buckets.rows)
+    dictionaries = {name: [t[name].chunk(0).dictionary for t in tables] for name in ("judge", "model_a")}
+    for values in dictionaries.values():  # every bucket carries the same (global) vocabulary
+        assert all(v.equals(values[0]) for v in values)
+    judges = [set(t["judge"].to_pylist()) for t in tables]
+    assert sum(len(j) for j in judges) == len(set().union(*judges))  # disjoint judges
+    return (pa.concat_tables(tables) if tables else None), buckets.n_buckets
+
+
+@pytest.mark.parametrize("bucket_rows", [1, 250, 10**9])
+def test_buckets_equal_the_in_memory_merge_bit_for_bit(tmp_path: Path, small_merges, bucket_rows: int):
+    st = tmp_path / "state"
+    store(st, DAYS)
+    state.write_day(str(st), "2024-02-20", {"counts": {}}, {state.PAIR_CELLS_FILE: day_cells(0, rows=0)})  # empty
+    table, n = bucketed(st, bucket_rows)
+    expected = state.load_cells(str(st), dictionary=True)
+    assert table is not None and table.equals(expected)
+    assert n == (1 if bucket_rows > 10**6 else n) and (bucket_rows > 10**6 or n > 3)
+    assert table.column("category").null_count > 0  # null slice labels kept (and sorted first)
+
+
+def test_long_sums_keep_the_in_memory_merge_points(tmp_path: Path, monkeypatch):
+    """A group summed over many days in one fold: the pairwise sum's bits depend on the merge points, so
+    the buckets must fold where the in-memory fold does (the bucket fold's points follow global row counts)."""
+    st = tmp_path / "state"
+    days = [f"2024-03-{d:02d}" for d in range(1, 29)]
+    store(st, days, judges=6, dense=True)
+    monkeypatch.setattr(state, "MERGE_EVERY_ROWS", 10**9)
+    once = state.load_cells(str(st), dictionary=True)
+    monkeypatch.setattr(state, "MERGE_EVERY_ROWS", 2_500)
+    expected = state.load_cells(str(st), dictionary=True)
+    assert not once.equals(expected)  # the merge points show in the last bits: this test can fail
+    table, n = bucketed(st, 2_000)
+    assert n > 1 and table is not None and table.equals(expected)
+
+
+def test_one_judge_and_no_cells(tmp_path: Path, small_merges):
+    st = tmp_path / "state"
+    store(st, DAYS[:4], judges=1)
+    table, n = bucketed(st, 1)
+    assert n == 1 and table is not None and table.equals(state.load_cells(str(st), dictionary=True))
+    empty = tmp_path / "empty"
+    state.write_day(str(empty), DAYS[0], {"counts": {}}, {state.PAIR_CELLS_FILE: day_cells(0, rows=0)})
+    buckets = state.load_cells_by_judge(str(empty), bucket_rows=5)
+    assert buckets.n_buckets == 0 and buckets.n_rows == 0 and not list(buckets.tables())
+
+
+def test_bucket_bounds_cut_sorted_names_without_splitting_a_judge():
+    names = ["c", "a", "d", "b", "e"]
+    rows = np.array([5, 1, 1, 10, 1])
+    bounds = bucket_bounds(names, rows, 4)
+    assert list(bounds) == sorted(bounds) and set(bounds) <= set(names)
+    assert bucket_bounds(names, rows, 100) == ()
+    assert len(bucket_bounds(names, np.ones(5, np.int64), 1)) == 4  # one judge each
+
+
+def cached_days(st: Path) -> list[str]:
+    return [day for day, _ in json.loads((st / state.BUCKETS_DIR / "manifest.json").read_text())["days"]]
+
+
+def test_the_bucketed_cache_reads_only_new_days_and_equals_the_full_merge(tmp_path: Path, small_merges, monkeypatch):
+    read: list[str] = []
+    fold_file = state._fold_file
+    monkeypatch.setattr(state, "_fold_file", lambda fold, path: (read.append(path), fold_file(fold, path)))
+    st = tmp_path / "state"
+    store(st, DAYS[:5])
+    first, _ = bucketed(st, 300, cache=True)
+    assert first is not None and first.equals(state.load_cells(str(st), dictionary=True))
+    covered = cached_days(st)
+    assert covered == DAYS[: len(covered)]
+    for extra in range(5, len(DAYS)):
+        state.write_day(str(st), DAYS[extra], {"counts": {}}, {state.PAIR_CELLS_FILE: day_cells(extra)})
+        read.clear()
+        cached, _ = bucketed(st, 300, cache=True)
+        assert read and not [p for p in read for day in covered if f"day={day}" in p]  # cached days not re-read
+        read.clear()
+        assert cached is not None and cached.equals(state.load_cells(str(st), dictionary=True))
+        covered = cached_days(st)
+    assert len(covered) > 5
+    manifest = json.loads((st / state.BUCKETS_DIR / "manifest.json").read_text())
+    files = {Path(f).name for f in [manifest["vocab"], *(b[2] for b in manifest["buckets"])]}
+    assert {p.name for p in (st / state.BUCKETS_DIR).glob("*.parquet")} == files  # stale files removed
+
+
+def test_a_changed_day_or_a_broken_bucketed_cache_falls_back_to_the_full_merge(tmp_path: Path, small_merges):
+    st = tmp_path / "state"
+    store(st, DAYS)
+    bucketed(st, 300, cache=True)
+    state.write_day(str(st), DAYS[1], {"counts": {}}, {state.PAIR_CELLS_FILE: day_cells(77)})  # re-aggregated
+    changed, _ = bucketed(st, 300, cache=True)
+    assert changed is not None and changed.equals(state.load_cells(str(st), dictionary=True))
+    other, _ = bucketed(st, 500, cache=True)  # other bucket sizes: not this cache
+    assert other is not None and other.equals(changed)
+    for data in (st / state.BUCKETS_DIR).glob("bucket-*.parquet"):
+        data.unlink()
+        break
+    again, _ = bucketed(st, 500, cache=True)
+    assert again is not None and again.equals(changed)
+    (st / state.BUCKETS_DIR / "manifest.json").write_text("{not json")
+    again, _ = bucketed(st, 500, cache=True)
+    assert again is not None and again.equals(changed)
+
+
+def test_bucket_rows_from_the_environment(monkeypatch):
+    monkeypatch.setenv(state.BUCKET_ROWS_ENV, "123")
+    assert state.bucket_rows_setting() == 123
+    monkeypatch.setenv(state.BUCKET_ROWS_ENV, "many")
+    with pytest.raises(StateError, match="BIASBOARD_BUCKET_ROWS"):
+        state.bucket_rows_setting()
