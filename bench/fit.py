@@ -462,7 +462,7 @@ def profiles_study(args) -> int:
         print(f"{label:46} {r[f'{key}_s']:8.2f} {cpu:8.2f} {cpu / r['solve_cpu_s']:11.2f}x  {counts}")
     forked = r["full_forked_s"]
     print(
-        f"{'profiles, full, effects in forked processes':46} {forked:8.2f} {'':>8} {'':>12}  "
+        f"{'profiles, full, points in forked processes':46} {forked:8.2f} {'':>8} {'':>12}  "
         f"as a refresh runs them: wall {forked / r['full_s']:.2f}x the one-process full, "
         f"{forked / r['solve_s']:.2f}x the solve's wall; the same values: {r['full_forked'] == r['full']}"
     )

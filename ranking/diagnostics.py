@@ -158,24 +158,48 @@ def profile_ranges(
 ) -> dict:
     """Profile log-likelihood range (nats) of each enabled global covariate effect over ĉ ± 2 prior SDs.
 
-    ``full`` follows each profile along its path from the centre (:func:`_profile_path`: the MAP's Hessian with
-    the profile's prior swapped in, second-order warm starts, each value to :func:`_profile_tolerance`);
-    ``cold=True`` solves every point by its own damped Newton fit from the MAP to the fit's tolerance (the
-    former method, kept to check the path against).  The effects' profiles are independent, so ``full`` and
-    ``cold`` run them in ``workers`` forked processes (default: one per CPU for a problem that repays a fork,
-    ``BIASBOARD_PROFILE_WORKERS`` to choose); the values do not depend on the number of processes.
+    ``full`` solves each profile point from the centre along the profile path (:func:`_path_point`: the MAP's
+    Hessian with the profile's prior swapped in, second-order warm starts, each value to
+    :func:`_profile_tolerance`); ``cold=True`` solves every point by its own damped Newton fit from the MAP to
+    the fit's tolerance (the former method, kept to check the path against).  The points (effect × ĉ − Δ, ĉ,
+    ĉ + Δ) are independent pieces, so ``full`` and ``cold`` run them in ``workers`` forked processes (default:
+    one per CPU for a problem that repays a fork, ``BIASBOARD_PROFILE_WORKERS`` to choose); a piece is a
+    function of its point alone, so the values do not depend on the number of processes.  Points, not effects:
+    three effects' profiles on two CPUs leave one idle a third of the time; nine points balance.
     """
     effects = [(name, t) for name, t in PROFILED.items() if problem.spec.masks[t].any()]
+    if config.diagnostics == "fast":
+        fast = [_profile_fast_effect(problem, solution, config, shards, t) for _, t in effects]
+        return {
+            name: _profile_info(problem, solution, config, name, t, logliks, unconverged)
+            for (name, t), (logliks, unconverged) in zip(effects, fast, strict=True)
+        }
+    pieces = [(t, side) for _, t in effects for side in SIDES]
     if workers is None:
-        work = len(problem.data.pairs) * len(effects) if config.diagnostics != "fast" else 0
-        workers = forked.default_workers("BIASBOARD_PROFILE_WORKERS", len(effects), work, PROFILE_PARALLEL_MIN_WORK)
-    profiles = forked.fork_map(
-        lambda effect: _effect_profile(problem, solution, config, shards, effect[1], cold), effects, workers
+        work = len(problem.data.pairs) * len(effects)
+        workers = forked.default_workers("BIASBOARD_PROFILE_WORKERS", len(pieces), work, PROFILE_PARALLEL_MIN_WORK)
+    points = forked.fork_map(
+        lambda piece: _profile_point(problem, solution, config, shards, piece[0], piece[1], cold),
+        _costliest_first(pieces),
+        workers,
     )
-    return {
-        name: _profile_info(problem, solution, config, name, t, logliks, unconverged)
-        for (name, t), (logliks, unconverged) in zip(effects, profiles, strict=True)
-    }
+    solved = dict(zip(_costliest_first(pieces), points, strict=True))
+    out = {}
+    for name, t in effects:
+        logliks = [solved[t, side][0] for side in SIDES]
+        unconverged = [point for side in SIDES for point in solved[t, side][1]]
+        out[name] = _profile_info(problem, solution, config, name, t, logliks, unconverged)
+    return out
+
+
+#: A profile's points: ĉ − Δ, ĉ, ĉ + Δ (in units of Δ).
+SIDES: tuple[int, ...] = (-1, 0, 1)
+
+
+def _costliest_first(pieces: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The profile points in the order the forked workers take them: the far points (several Hessian passes
+    each) before the centres (one gradient pass each), so the cheap pieces fill the workers' last gaps."""
+    return sorted(pieces, key=lambda piece: piece[1] == 0)
 
 
 def _profile_grid(problem: Problem, solution: Solution, t: int) -> tuple[float, float]:
@@ -185,20 +209,30 @@ def _profile_grid(problem: Problem, solution: Solution, t: int) -> tuple[float, 
     return float(solution.core[problem.layout.glob(t)]), 2.0 * sd_glob
 
 
-def _effect_profile(
-    problem: Problem, solution: Solution, config: ModelConfig, shards: int, t: int, cold: bool
-) -> tuple[list[float], list[tuple[float, float]]]:
-    """Effect t's profile log-likelihood at ĉ − Δ, ĉ, ĉ + Δ (:func:`_profile_grid`), and its points that did
-    not converge."""
+def _profile_point(
+    problem: Problem, solution: Solution, config: ModelConfig, shards: int, t: int, side: int, cold: bool
+) -> tuple[float, list[tuple[float, float]]]:
+    """Effect t's profile log-likelihood at ĉ + side·Δ (:func:`_profile_grid`), and the point as (value,
+    relative gradient) when its fit did not converge."""
     objective = problem.objective(shards, prior=problem.profile_prior(t))
     centre, delta = _profile_grid(problem, solution, t)
-    values = (centre - delta, centre, centre + delta)
     unconverged: list[tuple[float, float]] = []
-    logliks: list[float] | None = None
-    if config.diagnostics == "fast":
-        logliks = _profile_fast(objective, problem, solution, t, values)
-    elif not cold:
-        logliks = _profile_path(objective, problem, solution, t, delta, config, unconverged)
+    value = None if cold else _path_point(objective, problem, solution, t, side * delta)
+    if value is None:
+        value = _profile_cold(objective, problem, solution, t, (centre + side * delta,), config, unconverged)[0]
+    return float(value), unconverged
+
+
+def _profile_fast_effect(
+    problem: Problem, solution: Solution, config: ModelConfig, shards: int, t: int
+) -> tuple[list[float], list[tuple[float, float]]]:
+    """``fast``: effect t's Wald profile at ĉ − Δ, ĉ, ĉ + Δ (:func:`_profile_fast`); solved cold where its
+    centre's Hessian is not positive definite (with the points that did not converge)."""
+    objective = problem.objective(shards, prior=problem.profile_prior(t))
+    centre, delta = _profile_grid(problem, solution, t)
+    values = tuple(centre + side * delta for side in SIDES)
+    unconverged: list[tuple[float, float]] = []
+    logliks = _profile_fast(objective, problem, solution, t, values)
     if logliks is None:
         logliks = _profile_cold(objective, problem, solution, t, values, config, unconverged)
     return [float(v) for v in logliks], unconverged
@@ -304,61 +338,46 @@ def _profile_tolerance(loglik: float) -> float:
     return min(PROFILE_REL_TOL * max(abs(loglik), 1.0), PROFILE_ABS_NATS)
 
 
-def _profile_path(
-    objective: Objective,
-    problem: Problem,
-    solution: Solution,
-    t: int,
-    delta: float,
-    config: ModelConfig,
-    unconverged: list[tuple[float, float]],
-) -> list[float]:
-    """The profile at ĉ − Δ, ĉ, ĉ + Δ, each value to :func:`_profile_tolerance`, in a few passes over the cells.
+def _path_point(objective: Objective, problem: Problem, solution: Solution, t: int, step: float) -> float | None:
+    """The profile at ĉ + ``step`` (ĉ or ĉ ± Δ) to :func:`_profile_tolerance`, in a few passes over the cells;
+    None where plain Newton does not reach it by descent (the caller solves it cold).
 
     - The centre: the MAP's own evaluation with the prior swapped for the profile's (:func:`_reprior`: the
       likelihood's gradient and Hessian are the same, so no pass over the cells) gives the first Newton step;
       chord steps on that factorisation finish it (one gradient pass each, usually one).
-    - The path's tangent there is the implicit-function derivative dφ/dc = −H_φφ⁻¹ H_φc (same factorisation);
-      its second-order term comes from one gradient pass at ĉ + Δ along the tangent: a chord step there is
-      ½Δ²·d²φ/dc² up to odd terms, and serves both sides.  ĉ ± Δ start at φ̂ ± Δ·dφ/dc + ½Δ²·d²φ/dc² and are
+    - A far point starts from the centre's first Newton step φ₁ (no pass) along the path's tangent, the
+      implicit-function derivative dφ/dc = −H_φφ⁻¹ H_φc (same factorisation), corrected by one chord step there
+      (one gradient pass: the path's second-order term ½Δ²·d²φ/dc² and the odd ones of its own side), and is
       solved by Newton with lazy factorisation (:func:`_solve_point`), after the point half-way where the path
-      bends (:func:`_profile_side`).
+      bends (:func:`_profile_side`).  It needs neither the centre's value nor the other side's: each point is
+      a piece of its own (:func:`profile_ranges` runs them in parallel).
     - Each value is the log-likelihood at the last point plus the change its quadratic model predicts for the
       next Newton step: that leaves an error of third order in the step, so the last pass can stop early.
 
     The objective is not convex in everything (the discriminations), so a point plain Newton does not reach by
     descent is solved cold instead, as before — the same start and the same damped Newton, so the same optimum.
     """
-    lay = problem.layout
-    index = lay.glob(t)
+    index = problem.layout.glob(t)
     free = _free_of(problem, t)
-    centre = float(solution.core[index])
     ev0 = _reprior(solution.evaluation, problem.prior, objective.prior, solution.core, solution.diag)
     if ev0 is None:  # a judge-blocked Hessian: evaluate the profile's own at the MAP (one pass)
         ev0 = objective.evaluate(solution.core, solution.diag)
     tol = _profile_tolerance(ev0.loglik)
     newton = newton_factor(ev0, free)
-    mid = None
-    if newton is not None:
+    if newton is None:
+        return None
+    if not step:
         mid = _solve_point(objective, solution.core, solution.diag, free, tol, ev0, newton, rate=0.0)
-    if newton is None or mid is None:
-        values = (centre - delta, centre, centre + delta)
-        return _profile_cold(objective, problem, solution, t, values, config, unconverged)
-    d_core, d_diag, _ = _tangent(ev0, newton, free, index)
-    ahead_core, ahead_diag = _along(mid, free, index, (d_core, d_diag), delta)
+        return None if mid is None else mid.loglik
+    s, s_diag = newton.solve(ev0.g[free], ev0.g_diag)
+    base = _Point(solution.core.copy(), solution.diag + s_diag, ev0.loglik)
+    base.core[free] += s
+    tangent = _tangent(ev0, newton, free, index)[:2]
+    ahead_core, ahead_diag = _along(base, free, index, tangent, step)
     ahead = objective.evaluate(ahead_core, ahead_diag, hessian=False)
-    bend = newton.solve(ahead.g[free], ahead.g_diag)  # ½Δ²·d²φ/dc² (+ odd terms)
-    logliks = []
-    for step in (-delta, 0.0, delta):
-        value = mid.loglik
-        if step:
-            point = _profile_side(objective, mid, free, (d_core, d_diag), bend, step, tol)
-            if point is None:
-                value = _profile_cold(objective, problem, solution, t, (centre + step,), config, unconverged)[0]
-            else:
-                value = point.loglik
-        logliks.append(value)
-    return logliks
+    bend = newton.solve(ahead.g[free], ahead.g_diag)  # ½Δ²·d²φ/dc² (+ this side's odd terms)
+    point = _profile_side(objective, base, free, tangent, bend, step, tol)
+    return None if point is None else point.loglik
 
 
 def _reprior(ev: Evaluation, old: Prior, new: Prior, core: np.ndarray, diag: np.ndarray) -> Evaluation | None:
@@ -414,8 +433,9 @@ def _profile_side(
     tol: float,
     depth: int = 0,
 ) -> _Point | None:
-    """The profile point ``step`` away from the solved centre ``mid``, from the path's second-order prediction
-    (None: the caller solves it cold).  ``bend`` is ½Δ²·d²φ/dc² for the full step Δ (a quarter for Δ/2).
+    """The profile point ``step`` away from the centre ``mid`` (its first Newton step), from the path's
+    second-order prediction (None: the caller solves it cold).  ``bend`` is the chord step at the tangent's
+    prediction for the full step Δ, ½Δ²·d²φ/dc² + odd terms (a quarter for Δ/2).
 
     Where Newton from there does not descend (the path bends too much over ``step``), the point half-way is
     solved roughly first and the start taken on the parabola through the centre (with its tangent) and that
@@ -465,9 +485,10 @@ def _solve_point(
 
     The value is log L at the last point plus the change the quadratic model predicts for the next (Newton or
     chord) step s: ∇log L·s + ½ sᵀ∇²log L s = (∇π − g)·s − ½ (−g·s) + ½ sᵀPs (π the prior, P its constant
-    Hessian, g the objective's gradient).  What it gets wrong: the step's own error (a chord step's, bounded by
-    how much the last step shrank the gradient) times its first-order change, plus a third-order term
-    (:data:`THIRD_ORDER_SHARE` of the decrement −g·s); the point is done when that is at most ``tol``.
+    Hessian, g the objective's gradient).  What it gets wrong: the step's own error (a chord step's: how much the
+    last chord step on the same factorisation shrank the gradient, :data:`CHORD_RATE` before one is seen) times
+    its first-order change, plus a third-order term (:data:`THIRD_ORDER_SHARE` of the decrement −g·s); the point
+    is done when that is at most ``tol``.
 
     Lazy factorisation: a factorisation serves chord steps (gradient-only passes) while each shrinks the
     gradient at least ``CHORD_RATE``-fold; after one that does not, the next point is evaluated with its
@@ -476,11 +497,13 @@ def _solve_point(
     prior = objective.prior
     ev = objective.evaluate(core, diag) if ev is None else ev
     passes, shrink = 0, 1.0
+    own, chorded = True, False  # the factorisation is this point's own; the last step was a chord step
     while True:
         if newton is None:
             newton = newton_factor(ev, free)
             if newton is None:
                 return None
+            own, chorded = True, False
         s, t = newton.solve(ev.g[free], ev.g_diag)
         step = np.zeros(core.size)
         step[free] = s
@@ -489,7 +512,11 @@ def _solve_point(
         if t.size:
             first += float((prior.precision_diag * (diag - prior.mean_diag) - ev.g_diag) @ t)
         value = ev.loglik + first - 0.5 * decrement + 0.5 * prior.curvature(step, t)
-        if shrink * abs(first) + THIRD_ORDER_SHARE * abs(decrement) <= tol:
+        # A chord step's relative error is what a chord step on this factorisation shrank the gradient by; until
+        # one has been seen (the last step was the factorisation's own Newton step, whose shrink says how far
+        # that step went, not how much the Hessian changed over it), up to CHORD_RATE is taken.
+        error = shrink if own or chorded else max(shrink, CHORD_RATE)
+        if error * abs(first) + THIRD_ORDER_SHARE * abs(decrement) <= tol:
             return _Point(core, diag, value)
         if passes >= MAX_PASSES:
             return None
@@ -503,6 +530,7 @@ def _solve_point(
         rate = _grad_norm(trial, free) / gn if gn > 0 else 0.0
         shrink = min(rate, 1.0)
         core, diag, ev = trial_core, diag + t, trial
+        chorded, own = not own, False
         if with_hessian:
             newton = None
 
