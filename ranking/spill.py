@@ -69,6 +69,7 @@ class BucketedFold(CodedFold):
         self.bucket_pending = [0] * self.n_buckets
         self._blocks: list[list[int]] = [[] for _ in range(self.n_buckets)]  # rows of each pending block
         self._loaders: dict[int, TotalLoader] = {}
+        self.scratch: tempfile.TemporaryDirectory | None = None  # a scratch folder the fold keeps alive
 
     # -- files ------------------------------------------------------------------------------------------
     def _path(self, bucket: int, kind: str) -> str:

@@ -358,3 +358,36 @@ def test_the_days_fold_and_the_sliced_finish_equal_the_whole_audit(tmp_path, mon
         written = pl.read_parquet(out / taudit.table_file(name))
         assert written.schema == frame.schema, name
         assert written.equals(frame), name
+
+
+@pytest.mark.parametrize("finish_rows", [25, 70, 10**6])
+def test_the_audit_summed_by_judge_bucket_writes_the_same_files(tmp_path, monkeypatch, finish_rows):
+    """Order pairs summed by judge bucket on disk (``BIASBOARD_BUCKET_ROWS`` tiny: a bucket per judge or two)
+    and finished slice by slice across the buckets: every file byte for byte the in-memory sum's, and the
+    tables the whole audit's."""
+    from biasboard.pipelines.options import beam_options
+    from biasboard.simulate import SimulationConfig, write_simulation
+    from biasboard.transforms import audit as taudit
+    from biasboard.transforms import read, state
+
+    monkeypatch.setattr(taudit, "FOLD_ORDER_ROWS", 7)
+    monkeypatch.setattr(taudit, "FINISH_ROWS", finish_rows)
+    config = SimulationConfig(battles=4000, models=6, judges=7, days=3, both_orders=True, prompts=40, seed=8)
+    logs = write_simulation(config, tmp_path / "sim")
+    glob = str(logs / "battles" / "day=*" / "*.parquet")
+    folds: list[str] = []
+    real_fold = taudit._order_pairs_fold
+    monkeypatch.setattr(taudit, "_order_pairs_fold", lambda *a: folds.append(type(f := real_fold(*a)).__name__) or f)
+    taudit.run_audit(glob, str(tmp_path / "memory"), beam_options([]))
+    monkeypatch.setenv(state.BUCKET_ROWS_ENV, "60")
+    taudit.run_audit(glob, str(tmp_path / "buckets"), beam_options([]))
+    assert folds == ["CodedFold", "BucketedFold"]
+    files = sorted(p.name for p in (tmp_path / "memory").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "buckets").iterdir())
+    for name in files:
+        assert (tmp_path / "memory" / name).read_bytes() == (tmp_path / "buckets" / name).read_bytes(), name
+    families = read.load_family_map(None)
+    days = [taudit.audit_day(task, families)[0] for task in sorted(read.list_input_days(glob).items())]
+    whole = finish_audit(merge_partials(days))
+    for name, frame in whole.tables().items():
+        assert pl.read_parquet(tmp_path / "buckets" / taudit.table_file(name)).equals(frame), name

@@ -41,7 +41,7 @@ import dataclasses
 import io
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -72,13 +72,14 @@ from biasboard.audit.measures import (
     order_pairs_table,
 )
 from biasboard.ranking.data import CodedFold
+from biasboard.ranking.spill import BucketedFold, bucket_bounds, scratch_folder
 from biasboard.report.audit import render_audit_section
 from biasboard.schemas import summary as S
 from biasboard.schemas.battle import WINNER_VALUES
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
-from biasboard.transforms import publish, read, storage
+from biasboard.transforms import publish, read, state, storage
 from biasboard.transforms.cells import IngestCounts
 from biasboard.transforms.covariates import resolve_families
 from biasboard.transforms.judge_pool import carry, pool_by_column
@@ -571,20 +572,47 @@ _ORDER_PAIRS_SCHEMA = pa.schema(
 )
 
 
-def sum_stored_days(days: Sequence[str], days_dir: str) -> tuple[AuditPartials, pa.Table, IngestCounts]:
+def _order_pairs_fold(days: Sequence[str], days_dir: str) -> CodedFold:
+    """The fold that sums the stored days' order pairs: in memory when they fit in one judge bucket
+    (:func:`~biasboard.transforms.state.bucket_rows_setting` rows), else by judge bucket on disk
+    (:class:`~biasboard.ranking.spill.BucketedFold`, bounds from a first pass over the days' judge columns)."""
+    fold = CodedFold(_ORDER_PAIRS_SCHEMA, PAIR_KEYS, [("judge",), ("model_x", "model_y")])
+    paths = [storage.join(day_partials_dir(days_dir, day), "order_pairs.parquet") for day in days]
+    bounds = bucket_bounds(*state.judge_rows(paths), state.bucket_rows_setting())
+    if not bounds:
+        return fold
+    scratch = scratch_folder()
+    bucketed = BucketedFold(fold, "judge", bounds, scratch.name)
+    bucketed.scratch = scratch  # removed with the fold
+    return bucketed
+
+
+def _summed_tables(pairs: CodedFold) -> Iterator[pa.Table]:
+    """The summed order pairs in key order, as one table (in memory) or a table per judge bucket."""
+    if not isinstance(pairs, BucketedFold):
+        yield pairs.table(dictionary=True)
+        return
+    buckets = pairs.finish(pairs.folder)
+    buckets.scratch, pairs.scratch = pairs.scratch, None
+    yield from buckets.tables()
+
+
+def sum_stored_days(days: Sequence[str], days_dir: str) -> tuple[AuditPartials, Iterator[pa.Table], IngestCounts]:
     """The stored days' partials and row counts, summed: read a day at a time, fold it in.
 
-    Returns the summed partials without their ``order_pairs``, which come apart as a table in key order
-    (judge, model_x, model_y; keys dictionary-encoded): with voter-judges they hold about one row per
-    (voter, model pair) — the size of the cells — so they are summed in integer codes
-    (:class:`~biasboard.ranking.data.CodedFold`, as the fit merges the cells), never as a table of strings,
-    and finished a judge-slice at a time (:func:`write_stored_sum`).  Why not a Beam combine: a combine
-    moves every day's partials and the accumulators through the runner as pickled frames, which a local
-    runner keeps in memory while the fit runs (bench/scale.py: ~1 GB of the refresh's peak at 1M cells).
+    Returns the summed partials without their ``order_pairs``, which come apart as tables in key order
+    (judge, model_x, model_y; keys dictionary-encoded; consecutive judge ranges, read one at a time): with
+    voter-judges they hold about one row per (voter, model pair) — the size of the cells — so they are
+    summed in integer codes (:class:`~biasboard.ranking.data.CodedFold`, as the fit merges the cells), by
+    judge bucket on disk once they pass a bucket (:func:`_order_pairs_fold`: memory one bucket, not the
+    history), never as a table of strings, and finished a judge-slice at a time (:func:`write_stored_sum`).
+    Why not a Beam combine: a combine moves every day's partials and the accumulators through the runner as
+    pickled frames, which a local runner keeps in memory while the fit runs (bench/scale.py: ~1 GB of the
+    refresh's peak at 1M cells).
     The sums are exact whatever the grouping (every measure is a count or sits on a 2⁻²⁰ grid), so they
     equal the combine's.
     """
-    pairs = CodedFold(_ORDER_PAIRS_SCHEMA, PAIR_KEYS, [("judge",), ("model_x", "model_y")])
+    pairs = _order_pairs_fold(days, days_dir)
     total, counts, pending = AuditPartials(), IngestCounts(), []
     empty = AuditPartials().order_pairs
     for day in days:
@@ -597,24 +625,40 @@ def sum_stored_days(days: Sequence[str], days_dir: str) -> tuple[AuditPartials, 
             total, pending = merge_partials([total, *pending]), []
         if pairs.pending_rows >= max(FOLD_ORDER_ROWS, pairs.total_rows // 4):
             pairs.fold()
-    return merge_partials([total, *pending]), pairs.table(dictionary=True), counts
+    return merge_partials([total, *pending]), _summed_tables(pairs), counts
 
 
-def _judge_slices(pairs: pa.Table) -> Iterator[pl.DataFrame]:
-    """The summed order pairs (key order) as frames of about :data:`FINISH_ROWS` rows, each judge's rows whole."""
-    if not pairs.num_rows:
-        return
-    judge = pairs.column("judge").combine_chunks().indices.to_numpy()  # sorted codes
-    start = 0
-    while start < len(judge):
-        end = min(start + FINISH_ROWS, len(judge))
-        if end < len(judge):
-            cut = int(np.searchsorted(judge, judge[end], side="left"))
-            end = cut if cut > start else int(np.searchsorted(judge, judge[start], side="right"))
-        frame = pl.from_arrow(pairs.slice(start, end - start).cast(_ORDER_PAIRS_SCHEMA))
-        assert isinstance(frame, pl.DataFrame)
-        yield frame
-        start = end
+def _judge_slices(tables: Iterable[pa.Table]) -> Iterator[pl.DataFrame]:
+    """The summed order pairs (tables in key order, each judge's rows in one table, the same dictionaries) as
+    frames of about :data:`FINISH_ROWS` rows, each judge's rows whole: the slices of the tables concatenated.
+
+    The rows a slice might still take from the next table are carried over to it (a table ends at a judge's
+    end, so a cut inside the rows at hand is the cut the whole table would have), so memory holds one table
+    and the carried rows.
+    """
+    carried: pa.Table | None = None
+    tables = iter(tables)
+    table = next(tables, None)
+    while table is not None:
+        after = next(tables, None)
+        pairs = table if carried is None else pa.concat_tables([carried, table])
+        carried = None
+        judge = np.concatenate([c.indices.to_numpy() for c in pairs.column("judge").chunks] or [np.zeros(0)])
+        start = 0
+        while start < len(judge):
+            if after is not None and start + FINISH_ROWS >= len(judge):
+                carried = pairs.slice(start)  # the cut may lie in the next table
+                break
+            end = min(start + FINISH_ROWS, len(judge))
+            if end < len(judge):
+                cut = int(np.searchsorted(judge, judge[end], side="left"))
+                end = cut if cut > start else int(np.searchsorted(judge, judge[start], side="right"))
+            frame = pl.from_arrow(pairs.slice(start, end - start).cast(_ORDER_PAIRS_SCHEMA))
+            assert isinstance(frame, pl.DataFrame)
+            yield frame
+            start = end
+        del pairs, judge
+        table = after
 
 
 class _ParquetRowGroups:

@@ -434,7 +434,7 @@ def stored_battles(state_dir: str) -> int:
     return sum(int((m.get("counts") or {}).get("counted", 0)) for m in manifests.values())
 
 
-def _judge_rows(paths: list[str]) -> tuple[list[str], np.ndarray]:
+def judge_rows(paths: list[str]) -> tuple[list[str], np.ndarray]:
     """Each judge's rows over the stored cells files (the judge column alone is decoded): the bucket bounds'
     input (:func:`~biasboard.ranking.spill.bucket_bounds`)."""
     vocab, rows = _Vocab(), np.zeros(0, np.int64)
@@ -592,7 +592,7 @@ def load_cells_by_judge(
     hit = _cached_buckets(state_dir, keys, bucket_rows) if cache else None
     if hit is None:
         paths = [_committed_file(state_dir, day, manifests[day], PAIR_CELLS_FILE) for day in selected]
-        bounds = bucket_bounds(*_judge_rows([p for p in paths if p is not None]), bucket_rows)
+        bounds = bucket_bounds(*judge_rows([p for p in paths if p is not None]), bucket_rows)
     else:
         bounds = tuple(hit["bounds"])
     folder = scratch_folder(scratch)
