@@ -24,6 +24,13 @@ cells merge and the audit's order pairs sum as folds in integer codes and the fi
 before the fits, the refresh peaks at ~520–550 B per cell (``--scale 0.25``; it was 1.2–1.4 KB), in the fit
 stage: the fit's coded cells and its solver's per-cell terms (README, Scale).
 
+Per run it also prints the peak tree RSS between consecutive log messages of the refresh, and (``--parts``,
+on by default) the parts that hold cells-sized data measured on their own on the run's state, each in a fresh
+process: the merge of the stored cells in memory (``load_cells``) and by judge bucket on disk
+(``load_cells_by_judge``), and the audit's sum of the stored days (``write_stored_sum``) in memory and by
+judge bucket — time, peak RSS and the RSS after the imports, N and 2N side by side, so a part whose memory is
+bounded by a bucket shows a flat peak whatever the refresh's own peak is (the fit's, until it streams).
+
 Data: the simulator (:func:`biasboard.simulate.write_simulation`) writes a day at a time; the voters are
 assigned chunk by chunk with bench/fit.py's :func:`split_voters`, seeded per day, so memory stays one
 chunk's.  ``--scale F`` multiplies battles and voters (models and LLM judges stay), e.g. ``--scale 0.25``
@@ -134,6 +141,7 @@ def run_refresh(data: Path, state: Path, out: Path, beam_args: list[str]) -> dic
     env = {**os.environ, "NO_GCE_CHECK": "true"}
     log = out.with_suffix(".log")
     peak = [0.0, 0.0]  # MB, wall-clock time of the peak
+    samples: list[tuple[float, float]] = []  # (wall-clock time, tree RSS MB)
     with open(log, "w") as sink:
         start, cpu_start = time.perf_counter(), _children_cpu_s()
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, text=True)
@@ -142,6 +150,7 @@ def run_refresh(data: Path, state: Path, out: Path, beam_args: list[str]) -> dic
         def sample() -> None:
             while not done.wait(0.1):
                 rss = tree_rss_mb(proc.pid)
+                samples.append((time.time(), rss))
                 if rss > peak[0]:
                     peak[:] = [rss, time.time()]
 
@@ -164,6 +173,7 @@ def run_refresh(data: Path, state: Path, out: Path, beam_args: list[str]) -> dic
     models, judges, cells = (int(v) for v in fitted[-1]) if fitted else (0, 0, 0)
     return {
         "peak_during": _last_message_before(text, peak[1]),
+        "phase_peaks": phase_peaks(text, samples),
         "seconds": seconds,
         "cpu_s": cpu,
         "stages": parsed,
@@ -179,6 +189,73 @@ def _children_cpu_s() -> float:
     """User + system CPU seconds of this process's finished children (the refresh and anything it started)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def phase_peaks(log: str, samples: list[tuple[float, float]]) -> list[tuple[str, float]]:
+    """The peak tree RSS between each log message and the next (what the job held in each phase it logs)."""
+    stamps = [
+        (dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp(), message)
+        for stamp, message in LOG_LINE.findall(log)
+    ]
+    peaks: dict[int, float] = {}
+    for when, rss in samples:
+        index = sum(1 for t, _ in stamps if t <= when) - 1  # -1: before the first message
+        peaks[index] = max(peaks.get(index, 0.0), rss)
+    return [("start" if i < 0 else stamps[i][1], mb) for i, mb in sorted(peaks.items())]
+
+
+#: The refresh's parts that hold cells-sized data, measured on their own on each run's state (``--parts``), each
+#: in a fresh process: the merge of the stored cells in memory (``load_cells``, what the fit reads today) and by
+#: judge bucket on disk (``load_cells_by_judge``, every bucket's table read once); the audit's sum of the stored
+#: days' partials with its files written (``write_stored_sum``), in memory and by judge bucket.
+PARTS: dict[str, dict[str, str]] = {
+    "merge in memory": {},
+    "merge by judge": {},
+    "audit sum in memory": {"BIASBOARD_BUCKET_ROWS": str(10**15)},  # one bucket: the in-memory fold
+    "audit sum by judge": {},
+}
+
+
+def run_part(name: str, state: Path) -> dict:
+    """One of :data:`PARTS` on ``state`` in a fresh process: seconds, peak RSS, RSS after the imports."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--part", name, str(state)]
+    env = {**os.environ, "NO_GCE_CHECK": "true", **PARTS[name]}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"part {name!r} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def part_child(name: str, state: str) -> int:
+    """Run part ``name`` on ``state`` in this process and print its measurements as one JSON line."""
+    from biasboard.transforms import audit
+    from biasboard.transforms import state as st
+
+    base = _rss_mb()
+    start = time.perf_counter()
+    rows, buckets = 0, 1
+    if name == "merge in memory":
+        rows = st.load_cells(state, dictionary=True).num_rows
+    elif name == "merge by judge":
+        merged = st.load_cells_by_judge(state)
+        rows, buckets = sum(t.num_rows for t in merged.tables()), merged.n_buckets
+    else:
+        days_dir = str(Path(state) / audit.DAY_PARTIALS)
+        days = sorted(p.name[len("day=") :] for p in Path(days_dir).iterdir() if p.name.startswith("day="))
+        with tempfile.TemporaryDirectory() as out:
+            audit.write_stored_sum(days, days_dir, out)
+    seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds, "peak_rss_mb": peak_rss_mb(), "base_mb": base, "rows": rows,
+                      "buckets": buckets}))  # fmt: skip
+    return 0
+
+
+def _rss_mb() -> float:
+    """This process's resident set now (VmRSS)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def _last_message_before(log: str, when: float) -> str:
@@ -212,10 +289,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", help="folder for data, states and snapshots (default: a temp folder, removed)")
     parser.add_argument("--reuse-data", action="store_true", help="keep data already generated under --work")
+    parser.add_argument(
+        "--parts", action=argparse.BooleanOptionalAction, default=True,
+        help="after each refresh, measure the merge and the audit's sum on its state on their own (PARTS)",
+    )  # fmt: skip
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--part", nargs=2, help=argparse.SUPPRESS)
     args, beam_args = parser.parse_known_args(argv)
     if args.child:
         return child(*args.child, beam_args)
+    if args.part:
+        return part_child(*args.part)
 
     shape = sizes(args)
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-scale-"))
@@ -236,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             result = run_refresh(battles, state, out, beam_args)
             summary = json.loads(_latest_summary(out))
             result["json_mb"] = _json_mb(out)
+            result["parts"] = {name: run_part(name, state) for name in PARTS} if args.parts else {}
             rows.append((label, days, disk, summary, result))
             print(f"{label}: {result['seconds']:.1f} s, peak RSS {result['peak_rss_mb']:.0f} MB", flush=True)
     finally:
@@ -287,6 +372,10 @@ def print_table(shape: dict, rows: list[tuple], generated: float) -> None:
         )
     for label, _, _, _, r in rows:
         print(f"{label}: tree RSS peaked after: {r['peak_during'][:110]}")
+    for label, _, _, _, r in rows:
+        phases = "; ".join(f"{message[:48]} {mb:.0f}" for message, mb in r["phase_peaks"])
+        print(f"{label}: tree RSS peak (MB) after each log message: {phases}")
+    print_parts(rows)
     if len(rows) == 2:
         a, b = rows[0][4], rows[1][4]
         print(
@@ -301,6 +390,31 @@ def print_table(shape: dict, rows: list[tuple], generated: float) -> None:
             "stage ratios: "
             + ", ".join(f"{k} {b['stages'][k] / a['stages'][k]:.2f}" for k in a["stages"] if a["stages"][k] > 0)
         )
+
+
+def print_parts(rows: list[tuple]) -> None:
+    """The parts measured on each run's state (:data:`PARTS`): time and peak RSS at N and 2N, and the ratios."""
+    if not rows or not rows[0][4]["parts"]:
+        return
+    labels = [label for label, *_ in rows]
+    print("\nparts on each run's state, a fresh process each (peak RSS = VmHWM; 'base': RSS after the imports)")
+    header = f"{'part':<20} " + " ".join(f"{lab + ' s':>8} {lab + ' MB':>8} {lab + ' base':>8}" for lab in labels)
+    if len(rows) == 2:
+        header += f" | {'time 2N/N':>9} {'RSS 2N/N':>8} {'RSS-base 2N/N':>13}"
+    print(header)
+    print("-" * len(header))
+    for name in rows[0][4]["parts"]:
+        parts = [r["parts"][name] for *_, r in rows]
+        line = f"{name:<20} " + " ".join(
+            f"{p['seconds']:>8.1f} {p['peak_rss_mb']:>8.0f} {p['base_mb']:>8.0f}" for p in parts
+        )
+        if len(parts) == 2:
+            a, b = parts
+            added = (b["peak_rss_mb"] - b["base_mb"]) / max(a["peak_rss_mb"] - a["base_mb"], 1e-9)
+            line += f" | {b['seconds'] / a['seconds']:>9.2f} {b['peak_rss_mb'] / a['peak_rss_mb']:>8.2f} {added:>13.2f}"
+        if name == "merge by judge":
+            line += "   (buckets: " + ", ".join(str(p["buckets"]) for p in parts) + ")"
+        print(line)
 
 
 if __name__ == "__main__":

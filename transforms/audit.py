@@ -637,13 +637,13 @@ def _judge_slices(tables: Iterable[pa.Table]) -> Iterator[pl.DataFrame]:
     and the carried rows.
     """
     carried: pa.Table | None = None
-    tables = iter(tables)
+    tables = iter(t for t in tables if t.num_rows)  # (an empty sum is a table of plain strings)
     table = next(tables, None)
     while table is not None:
         after = next(tables, None)
         pairs = table if carried is None else pa.concat_tables([carried, table])
         carried = None
-        judge = np.concatenate([c.indices.to_numpy() for c in pairs.column("judge").chunks] or [np.zeros(0)])
+        judge = np.concatenate([c.indices.to_numpy() for c in pairs.column("judge").chunks if len(c)])
         start = 0
         while start < len(judge):
             if after is not None and start + FINISH_ROWS >= len(judge):
