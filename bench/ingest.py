@@ -7,9 +7,12 @@ with the project's simulator, then times, side by side in one run:
       Arrow batches, validate every rule, dedupe ids across each day, attach
       families and the length covariate, aggregate per-day cells, write cells,
       dead letters and manifests.  As a user's backfill does, a big input runs
-      its days in one worker thread per core; extra arguments go to Beam
-      (``--direct_num_workers=1`` runs the days one at a time,
-      ``--direct_running_mode=multi_processing`` in worker processes);
+      its days in one worker thread per core, each handing its day to a worker
+      process forked from this one (``transforms/day_workers.py``); extra
+      arguments go to Beam (``--direct_num_workers=1`` runs the days one at a
+      time in this process, ``--direct_num_workers=2
+      --direct_running_mode=multi_threading`` in two threads of it,
+      ``--direct_running_mode=multi_processing`` in Beam's worker processes);
   (b) pure polars ``scan_parquet`` + ``group_by`` of the same keys (day, judge,
       model_a, model_b, length bin) with the same sums on the same files — no
       validation, no dedupe, no families: the practical limit on this machine.
@@ -64,6 +67,7 @@ def child_beam(data: str, state: str, beam_args: list[str]) -> dict:
         "counted": result.counts.counted,
         "days": len(result.days),
         "threads": result.worker_threads,
+        "processes": result.worker_processes,
     }
 
 
@@ -157,10 +161,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _workers(info: dict) -> str:
+    threads = info["threads"]
+    return f"{threads}{'p' if info.get('processes') else ''}" if threads else "-"
+
+
 def print_table(rows: list[tuple], rows_per_day: int, load_start: float) -> None:
     """One table: clean and dirty runs at each N side by side; rows/s counts every row read, bad ones too.
 
-    ``workers``: Beam's worker threads (``-``: Beam's own setting, e.g. from ``--direct_*`` flags).  ``cpu s``: CPU
+    ``workers``: Beam's worker threads, ``p`` when forked processes did their days' work (``-``: Beam's own
+    setting, e.g. from ``--direct_*`` flags).  ``cpu s``: CPU
     seconds of each side (its workers included), which a loaded machine inflates less than wall time; the
     target is on wall time (``a/b``).
     """
@@ -181,7 +191,7 @@ def print_table(rows: list[tuple], rows_per_day: int, load_start: float) -> None
         ratios[size, bad] = b / p
         print(
             f"{size:>11,} {bad:>6.2%} {beam_info['read']:>11,} {beam_info['days']:>5} {disk:>6.0f} | "
-            f"{beam_info['threads'] or '-':>7} {b:>7.2f} {beam_info['cpu']:>6.1f} {beam_info['read'] / b:>11,.0f} "
+            f"{_workers(beam_info):>7} {b:>7.2f} {beam_info['cpu']:>6.1f} {beam_info['read'] / b:>11,.0f} "
             f"{beam_info['peak_rss_mb']:>7.0f} | {p:>8.2f} {polars_info['cpu']:>6.1f} "
             f"{polars_info['read'] / p:>11,.0f} {polars_info['peak_rss_mb']:>7.0f} | {b / p:>5.2f} "
             f"{beam_info['cpu'] / polars_info['cpu']:>7.2f}"

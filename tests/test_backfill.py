@@ -320,3 +320,48 @@ def test_the_users_own_worker_flags_win(monkeypatch: pytest.MonkeyPatch, logs: P
     for flags in (["--direct_num_workers=1"], ["--direct_running_mode", "in_memory"]):
         run_backfill(str(logs), str(tmp_path / "b"), ["--runner=FnApiRunner", *flags])
     assert not asked
+
+
+_FORKED_RUN = """
+import json, os, sys
+os.cpu_count = lambda: 2
+import biasboard.transforms.ingest as ingest
+from biasboard.pipelines.backfill import run_backfill
+ingest.PARALLEL_INPUT_BYTES = 0
+result = run_backfill(sys.argv[1], sys.argv[2], [])
+print(json.dumps({"processes": result.worker_processes, "threads": result.worker_threads,
+                  "metrics": result.metrics, "read": result.counts.read}))
+"""
+
+
+def test_a_big_local_ingest_does_its_days_in_forked_processes(tmp_path: Path):
+    """Forked day workers (a fresh process, whose polars has not started its threads) write what one thread writes.
+
+    The run's Beam counters come from the DoFn, fed by the workers: they equal the committed manifests' counts.
+    """
+    import subprocess
+    import sys
+
+    from biasboard.simulate import SimulationConfig, write_simulation
+    from biasboard.transforms.day_workers import fork_safe
+
+    write_simulation(SimulationConfig(battles=6_000, days=3, models=6, judges=3, bad_rows=0.05, seed=3), tmp_path / "d")
+    logs = str(tmp_path / "d" / "battles")
+    done = subprocess.run(
+        [sys.executable, "-c", _FORKED_RUN, logs, str(tmp_path / "forked")], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    forked = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (forked["processes"], forked["threads"]) == (2, 2)
+    one = run_backfill(logs, str(tmp_path / "one"), ["--direct_num_workers=1"])
+    assert one.worker_processes == 0 and forked["read"] == one.counts.read == 6_000 + 300
+    expected = {"battles_read": one.counts.read, "battles_counted": one.counts.counted, "self_battles": 0}
+    expected |= {f"battles_rejected:{reason}": n for reason, n in one.counts.rejected.items()}
+    assert {k: v for k, v in forked["metrics"].items() if v or k in expected} == expected
+    for day in one.days:
+        assert read_day_manifest(str(tmp_path / "forked"), day)["counts"] == one.manifests[day]["counts"]
+    assert load_cells(str(tmp_path / "forked")).equals(load_cells(str(tmp_path / "one")))
+    dead = [load_dead_letters(str(tmp_path / s)) for s in ("forked", "one")]
+    assert dead[0] is not None and dead[0].num_rows == 300 and dead[0].equals(dead[1])
+    # here polars has started its threads (this test read cells with it): forking now could deadlock a worker
+    assert not fork_safe()

@@ -36,6 +36,7 @@ from biasboard.transforms.cells import (
     partial_cells,
     partial_score_cells,
 )
+from biasboard.transforms.day_workers import day_workers, run_in_worker
 from biasboard.transforms.judge_pool import carry, check_pool_column, pool_by_column
 from biasboard.transforms.read import (
     DEFAULT_BATCH_ROWS,
@@ -83,6 +84,9 @@ class IngestResult:
     metrics: dict[str, int] = field(default_factory=dict)
     #: Worker threads the days ran in (0: Beam's default, one; see :func:`use_worker_threads`).
     worker_threads: int = 0
+    #: Forked processes that did the days' work for those threads (0: the threads did it; see
+    #: :mod:`~biasboard.transforms.day_workers`).
+    worker_processes: int = 0
 
 
 def day_tasks(
@@ -157,7 +161,12 @@ def ingest_settings(
 
 
 class AggregateDayFn(beam.DoFn):
-    """One day's files → that day's cells, dead letters and manifest, written to the state folder."""
+    """One day's files → that day's cells, dead letters and manifest, written to the state folder.
+
+    ``workers``: the token of a pool of forked worker processes
+    (:func:`~biasboard.transforms.day_workers.day_workers`) that does the day's
+    work; the counts and manifest come back to this DoFn, which reports them.
+    """
 
     def __init__(
         self,
@@ -166,12 +175,14 @@ class AggregateDayFn(beam.DoFn):
         batch_rows: int = DEFAULT_BATCH_ROWS,
         aliases: AliasMap | None = None,
         judge_column: str | None = None,
+        workers: str | None = None,
     ):
         self.state_dir = state_dir
         self.family_map = family_map
         self.batch_rows = batch_rows
         self.aliases = aliases
         self.judge_column = judge_column
+        self.workers = workers
 
     def _aggregate(self, day: str, files: list[dict], kind: str) -> BatchCells:
         partial = partial_cells if kind == "battle" else partial_score_cells
@@ -203,24 +214,32 @@ class AggregateDayFn(beam.DoFn):
             Metrics.counter(METRICS_NAMESPACE, f"{prefix}_rejected:{reason}").inc(n)
 
     def process(self, task: dict):
+        manifest, battles, scores = run_in_worker(self.workers, self.write_day, task)
+        self._count(battles, "battles")
+        Metrics.counter(METRICS_NAMESPACE, "self_battles").inc(battles.self_battles)
+        if scores is not None:
+            self._count(scores, "scores")
+        yield manifest
+
+    def write_day(self, task: dict) -> tuple[dict, IngestCounts, IngestCounts | None]:
+        """Aggregate and write one day; its manifest and its battle (and score) counts."""
         day = task["day"]
         battles = self._aggregate(day, task["files"], "battle")
-        self._count(battles.counts, "battles")
-        Metrics.counter(METRICS_NAMESPACE, "self_battles").inc(battles.counts.self_battles)
         tables = {PAIR_CELLS_FILE: battles.cells, DEAD_LETTERS_FILE: battles.dead_letters}
         manifest = {
             "inputs": [InputFile(**f).fingerprint() for f in task["files"]],
             "counts": battles.counts.to_dict(),
             "settings": ingest_settings(self.family_map, self.aliases, self.judge_column),
         }
+        scores = None
         if task["score_files"] is not None:
             scores = self._aggregate(day, task["score_files"], "score")
-            self._count(scores.counts, "scores")
             tables[SCORE_CELLS_FILE] = scores.cells
             tables[SCORE_DEAD_LETTERS_FILE] = scores.dead_letters
             manifest["score_inputs"] = [InputFile(**f).fingerprint() for f in task["score_files"]]
             manifest["score_counts"] = scores.counts.to_dict()
-        yield write_day(self.state_dir, day, manifest, tables)
+        written = write_day(self.state_dir, day, manifest, tables)
+        return written, battles.counts, None if scores is None else scores.counts
 
 
 class AggregateDays(beam.PTransform):
@@ -233,9 +252,10 @@ class AggregateDays(beam.PTransform):
         batch_rows: int = DEFAULT_BATCH_ROWS,
         aliases: AliasMap | None = None,
         judge_column: str | None = None,
+        workers: str | None = None,
     ):
         super().__init__()
-        self.fn = AggregateDayFn(state_dir, family_map, batch_rows, aliases, judge_column)
+        self.fn = AggregateDayFn(state_dir, family_map, batch_rows, aliases, judge_column, workers)
 
     def expand(self, tasks):
         # Reshuffle breaks fusion with Create, so a distributed runner spreads days over workers.
@@ -250,6 +270,7 @@ def ingest_days(
     batch_rows: int = DEFAULT_BATCH_ROWS,
     aliases: AliasMap | None = None,
     judge_column: str | None = None,
+    workers: str | None = None,
 ) -> beam.PCollection:
     """Add the ingest over ``tasks`` (see :func:`day_tasks`) to ``pipeline``; returns the committed days' manifests.
 
@@ -263,7 +284,7 @@ def ingest_days(
     return (
         pipeline
         | "DayPartitions" >> beam.Create(tasks)
-        | "AggregateDays" >> AggregateDays(state_dir, family_map, batch_rows, aliases, judge_column)
+        | "AggregateDays" >> AggregateDays(state_dir, family_map, batch_rows, aliases, judge_column, workers)
     )
 
 
@@ -274,10 +295,11 @@ def build_ingest(
     family_map: FamilyMap,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     aliases: AliasMap | None = None,
+    workers: str | None = None,
 ) -> beam.Pipeline:
-    """The ingest graph on its own (``biasboard backfill``), built and not run."""
+    """The ingest graph on its own (``biasboard backfill``), built, not run (``workers``: :class:`AggregateDayFn`)."""
     pipeline = beam.Pipeline(options=options)
-    ingest_days(pipeline, tasks, state_dir, family_map, batch_rows, aliases)
+    ingest_days(pipeline, tasks, state_dir, family_map, batch_rows, aliases, workers=workers)
     return pipeline
 
 
@@ -347,9 +369,13 @@ def run_ingest(
     storage.ensure_dir(state_dir)  # an unwritable state folder fails here, in one line, not inside a worker
     # Decided before the graph is built: Beam copies the options into it.
     parallel = worker_threads and use_worker_threads(options, tasks)
-    pipeline = build_ingest(options, tasks, state_dir, family_map, batch_rows, aliases)
-    outcome = run_to_completion(pipeline)
+    threads = options.view_as(DirectOptions).direct_num_workers if parallel else 0
+    # forked before the pipeline starts its threads: the workers are copies of this process as it is now
+    with day_workers(threads) as workers:
+        pipeline = build_ingest(options, tasks, state_dir, family_map, batch_rows, aliases, workers)
+        outcome = run_to_completion(pipeline)
     days_written = [task["day"] for task in tasks]
     result = committed(state_dir, days_written, bool(scores_glob), counters(outcome, METRICS_NAMESPACE))
-    result.worker_threads = options.view_as(DirectOptions).direct_num_workers if parallel else 0
+    result.worker_threads = threads
+    result.worker_processes = threads if workers else 0
     return result
