@@ -37,7 +37,7 @@ covariance of r_j with the global effects (what a judge's total effect γ₀ + u
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -69,6 +69,10 @@ class CrossIndex:
     starts: np.ndarray
     at_a: tuple[np.ndarray, ...]
     at_b: tuple[np.ndarray, ...]
+    #: Keep the per-judge batches' keys (:func:`_judge_batches`) for the next factorisation; False (a streamed
+    #: fit, :mod:`biasboard.ranking.stream`) makes them a batch at a time, each time: Σ_j n_j² integers
+    #: outgrow the cells as voter-judges meet more models.
+    cache_batches: bool = True
     _layouts: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -356,16 +360,23 @@ class JudgeBatch:
     key: np.ndarray  # (b, n, n) intp: model_r · M + model_c of block entry (r, c)
 
 
-def _judge_batches(cross: CrossIndex, n_models: int) -> list[JudgeBatch]:
+def _judge_batches(cross: CrossIndex, n_models: int) -> Iterable[JudgeBatch]:
     """The judges in batches who each met the same n ≥ 1 models, at most :data:`BATCH_CELLS` // n² judges a
-    batch; made once per :class:`CrossIndex` (the keys, Σ_j n_j² integers, cost as much as the Gram's
-    bincount to make: 16 ms of every factorisation at 50k voter-judges)."""
+    batch; made once per :class:`CrossIndex` and kept (the keys, Σ_j n_j² integers, cost as much as the Gram's
+    bincount to make: 16 ms of every factorisation at 50k voter-judges), or, without ``cross.cache_batches``,
+    made a batch at a time as they are used (memory: one batch's keys)."""
+    if not cross.cache_batches:
+        return _make_batches(cross, n_models)
     cached = cross._batches.get((BATCH_CELLS, n_models))
-    if cached is not None:
-        return cached
+    if cached is None:
+        cached = cross._batches[(BATCH_CELLS, n_models)] = list(_make_batches(cross, n_models))
+    return cached
+
+
+def _make_batches(cross: CrossIndex, n_models: int) -> Iterator[JudgeBatch]:
+    """:func:`_judge_batches`, one batch at a time."""
     n_j = np.diff(cross.starts)
     order = np.argsort(n_j, kind="stable")
-    out = []
     for group in np.split(order, np.flatnonzero(np.diff(n_j[order])) + 1):
         n = int(n_j[group[0]]) if group.size else 0
         if n == 0:
@@ -375,9 +386,7 @@ def _judge_batches(cross: CrossIndex, n_models: int) -> list[JudgeBatch]:
             judges = group[lo : lo + step]
             entries = cross.starts[judges][:, None] + np.arange(n)
             model = cross.model[entries].astype(np.intp)
-            out.append(JudgeBatch(judges, entries, model[:, :, None] * n_models + model[:, None, :]))
-    cross._batches[(BATCH_CELLS, n_models)] = out
-    return out
+            yield JudgeBatch(judges, entries, model[:, :, None] * n_models + model[:, None, :])
 
 
 def _gram(cross: CrossIndex, Xc: np.ndarray, R: np.ndarray, Ainv: np.ndarray, n_models: int) -> np.ndarray:

@@ -173,8 +173,8 @@ def bias_table(
         note="share of ties that were 'tie (bothbad)'",
     )
 
-    tie_by_judge = np.bincount(pairs.j, weights=pairs.tie, minlength=lay.n_judges)
-    bothbad_by_judge = np.bincount(pairs.j, weights=pairs.bothbad, minlength=lay.n_judges)
+    tie_by_judge = data.judge_sums("tie")
+    bothbad_by_judge = data.judge_sums("bothbad")
     if isinstance(cov_core, BlockCovariance):
         judges = _judge_rows_blocked(
             problem, solution, cov_core, boot_core, global_identified, tie_by_judge, bothbad_by_judge

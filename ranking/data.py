@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import polars as pl
@@ -31,6 +31,9 @@ from biasboard.schemas.cells import (
     conform_pair_cells,
 )
 from biasboard.schemas.errors import InputError
+
+if TYPE_CHECKING:
+    from biasboard.ranking.stream import PairStore
 
 #: Families that never count as "the judge's own family".
 NO_AFFINITY_FAMILIES: frozenset[str] = frozenset({UNKNOWN_FAMILY, "human"})
@@ -405,6 +408,17 @@ class ScoreArrays:
         return ScoreArrays(self.j[idx], self.m[idx], self.p[idx], self.counts[idx])
 
 
+def judge_totals(pairs: PairArrays, n_judges: int, what: str) -> np.ndarray:
+    """:meth:`Dataset.judge_sums` of in-memory pair cells (zeros for ``n_style`` without style counts)."""
+    if what == "affinity":
+        weights = np.abs(pairs.ds) * pairs.n
+    elif what == "n_style" and pairs.n_style is None:
+        return np.zeros(n_judges)
+    else:
+        weights = getattr(pairs, what)
+    return np.bincount(pairs.j, weights=weights, minlength=n_judges)
+
+
 @dataclass(frozen=True)
 class Dataset:
     """Everything a fit needs, coded once."""
@@ -418,6 +432,18 @@ class Dataset:
     scores: ScoreArrays | None
     #: The grades the ordinal part's categories stand for, in order (only those used: 1..10 plus an 8.5 is 11).
     score_values: tuple[float, ...] = ()
+    #: A streamed data set (:mod:`biasboard.ranking.stream`, a history too big to hold): the cells are on disk,
+    #: read a shard at a time by the objective, and ``pairs`` holds them summed per ordered model pair — what
+    #: the naive fit, the comparison graph, the battle counts and the covariate report read (its judge index
+    #: is −1, so a per-judge sum of it fails loudly: per-judge sums come from :meth:`judge_sums`).
+    stream: PairStore | None = None
+
+    def judge_sums(self, what: str) -> np.ndarray:
+        """Per judge: the sum over its pair cells of ``what`` — ``n``, ``n_len``, ``n_style``, ``tie``,
+        ``bothbad`` or ``affinity`` (|s_a − s_b|·n: battles where a model of the judge's family met another)."""
+        if self.stream is not None:
+            return self.stream.judge_sums(what)
+        return judge_totals(self.pairs, len(self.judges), what)
 
     @property
     def n_categories(self) -> int:
@@ -438,6 +464,84 @@ def pool_judge_names(judges: Sequence[str], rule: str) -> tuple[str, ...]:
     return tuple(name.split(sep, 1)[0] for name in judges)
 
 
+def _checked_pair_counts(pairs: dict[str, np.ndarray], judges, models) -> dict[str, np.ndarray]:
+    """Coded pair cells (final codes) checked — counts not negative, n the sum of the verdicts, n_len and
+    n_style at most n — and without their empty cells (n = 0); InputError naming the column otherwise."""
+    for name in ("n", "win_a", "win_b", "tie", "tie_bothbad", "n_len", "n_style"):
+        if pairs[name].size and pairs[name].min() < 0:
+            raise InputError(f"pair cells: column {name} has negative counts")
+    bad = np.flatnonzero(pairs["n"] != pairs["win_a"] + pairs["win_b"] + pairs["tie"] + pairs["tie_bothbad"])
+    if bad.size:
+        i = bad[0]
+        raise InputError(
+            f"pair cells: column n != win_a + win_b + tie + tie_bothbad in {bad.size} cell(s), e.g. judge "
+            f"{judges[pairs['judge'][i]]!r} {models[pairs['model_a'][i]]!r} vs {models[pairs['model_b'][i]]!r}"
+        )
+    for name in ("n_len", "n_style"):
+        if np.any(pairs[name] > pairs["n"]):
+            raise InputError(f"pair cells: column {name} exceeds n")
+    keep = pairs["n"] > 0
+    return pairs if keep.all() else {name: values[keep] for name, values in pairs.items()}
+
+
+def no_affinity_of(families: Sequence[str]) -> np.ndarray:
+    """Per family code: True for the families that never count as a judge's own (:data:`NO_AFFINITY_FAMILIES`)."""
+    return np.array([f in NO_AFFINITY_FAMILIES for f in families], bool)
+
+
+def _pair_arrays(col: dict[str, np.ndarray], no_affinity: np.ndarray) -> PairArrays:
+    """Merged, coded pair cells (:func:`_group_sum`'s columns) → the fit's :class:`PairArrays`."""
+
+    def affinity(fam: np.ndarray, judge_family: np.ndarray) -> np.ndarray:
+        return ((fam == judge_family) & ~no_affinity[fam]).astype(np.float64)
+
+    n_len = col["n_len"]
+    sum_x = col["sum_x"]
+    # Battles without lengths sit in their own cells (len_bin −1) with n_len = 0: x = 0 there, so the
+    # length term vanishes for them.  A cell mixing both would give the known part's mean to all.
+    x = np.divide(sum_x, n_len, out=np.zeros_like(sum_x), where=n_len > 0)
+    # Style likewise: battles without counts sit in style bin −1 with n_style = 0, their style terms vanish.
+    n_style = col["n_style"]
+    style = None
+    if np.any(n_style > 0):
+        sums = np.column_stack([col[name] for name in STYLE_SUMS])
+        style = np.divide(sums, n_style[:, None], out=np.zeros_like(sums), where=n_style[:, None] > 0)
+    # The measures are float64 already (counts were coded so): no copies here but the new columns.
+    return PairArrays(
+        a=col["model_a"].astype(np.int64, copy=False),
+        b=col["model_b"].astype(np.int64, copy=False),
+        j=col["judge"].astype(np.int64, copy=False),
+        win_a=col["win_a"],
+        win_b=col["win_b"],
+        tie=col["tie"] + col["tie_bothbad"],
+        bothbad=col["tie_bothbad"],
+        n=col["n"],
+        x=x,
+        ds=affinity(col["family_a"], col["judge_family"]) - affinity(col["family_b"], col["judge_family"]),
+        n_len=n_len,
+        sum_x2=col["sum_x2"],
+        sum_loglen_a=col["sum_loglen_a"],
+        sum_loglen_b=col["sum_loglen_b"],
+        pos=col["order_known"].astype(np.float64),
+        style=style,
+        n_style=n_style if style is not None else None,
+        style_sq=None if style is None else np.column_stack([col[name] for name in STYLE_SQUARES]),
+    )
+
+
+def pair_vocabularies() -> dict[str, _Vocab]:
+    """A pair-cell column → its vocabulary, shared where the columns share one (models, families)."""
+    judge_v, model_v, family_v = _Vocab(), _Vocab(), _Vocab()
+    return {
+        "judge": judge_v,
+        "judge_family": family_v,
+        "model_a": model_v,
+        "model_b": model_v,
+        "family_a": family_v,
+        "family_b": family_v,
+    }
+
+
 def build_dataset(
     pair_cells: CellsInput | None, score_cells: CellsInput | None = None, *, judge_pool: str | None = None
 ) -> Dataset:
@@ -452,15 +556,13 @@ def build_dataset(
     ``judge_pool`` (:func:`pool_judge_names`) gives one judge per pool: the pool's cells add up (the cells
     monoid), so a pooled fit is the fit of cells aggregated under the pool's name.
     """
-    judge_v, model_v, family_v, prompt_v = _Vocab(), _Vocab(), _Vocab(), _Vocab()
-    pair_vocabs = {
-        "judge": judge_v,
-        "judge_family": family_v,
-        "model_a": model_v,
-        "model_b": model_v,
-        "family_a": family_v,
-        "family_b": family_v,
-    }
+    pair_vocabs = pair_vocabularies()
+    judge_v, model_v, family_v, prompt_v = (
+        pair_vocabs["judge"],
+        pair_vocabs["model_a"],
+        pair_vocabs["family_a"],
+        _Vocab(),
+    )
     score_vocabs = {
         "judge": judge_v,
         "judge_family": family_v,
@@ -489,24 +591,9 @@ def build_dataset(
     if scores is not None:
         _recode(scores, score_vocabs, remaps)
 
-    for name in ("n", "win_a", "win_b", "tie", "tie_bothbad", "n_len", "n_style"):
-        if pairs[name].size and pairs[name].min() < 0:
-            raise InputError(f"pair cells: column {name} has negative counts")
-    bad = np.flatnonzero(pairs["n"] != pairs["win_a"] + pairs["win_b"] + pairs["tie"] + pairs["tie_bothbad"])
-    if bad.size:
-        i = bad[0]
-        raise InputError(
-            f"pair cells: column n != win_a + win_b + tie + tie_bothbad in {bad.size} cell(s), e.g. judge "
-            f"{judges[pairs['judge'][i]]!r} {models[pairs['model_a'][i]]!r} vs {models[pairs['model_b'][i]]!r}"
-        )
-    for name in ("n_len", "n_style"):
-        if np.any(pairs[name] > pairs["n"]):
-            raise InputError(f"pair cells: column {name} exceeds n")
-    keep = pairs["n"] > 0
-    if not keep.any() and scores is None:
+    pairs = _checked_pair_counts(pairs, judges, models)
+    if not len(pairs["n"]) and scores is None:
         raise InputError("pair cells: no battles (every cell has n = 0)")
-    if not keep.all():
-        pairs = {name: values[keep] for name, values in pairs.items()}
     if scores is not None:
         if scores["n"].min() < 0:
             raise InputError("score cells: column n has negative counts")
@@ -524,43 +611,7 @@ def build_dataset(
         missing = fam_of_judge[sj] < 0
         fam_of_judge[sj[missing]] = sf[missing]
     judge_families = tuple(families[f] if f >= 0 else UNKNOWN_FAMILY for f in fam_of_judge)
-    no_affinity = np.array([f in NO_AFFINITY_FAMILIES for f in families])
-
-    def affinity(fam: np.ndarray, judge_family: np.ndarray) -> np.ndarray:
-        return ((fam == judge_family) & ~no_affinity[fam]).astype(np.float64)
-
-    n_len = col["n_len"]
-    sum_x = col["sum_x"]
-    # Battles without lengths sit in their own cells (len_bin −1) with n_len = 0: x = 0 there, so the
-    # length term vanishes for them.  A cell mixing both would give the known part's mean to all.
-    x = np.divide(sum_x, n_len, out=np.zeros_like(sum_x), where=n_len > 0)
-    # Style likewise: battles without counts sit in style bin −1 with n_style = 0, their style terms vanish.
-    n_style = col["n_style"]
-    style = None
-    if np.any(n_style > 0):
-        sums = np.column_stack([col[name] for name in STYLE_SUMS])
-        style = np.divide(sums, n_style[:, None], out=np.zeros_like(sums), where=n_style[:, None] > 0)
-    # The measures are float64 already (counts were coded so): no copies here but the new columns.
-    arrays = PairArrays(
-        a=col["model_a"].astype(np.int64, copy=False),
-        b=col["model_b"].astype(np.int64, copy=False),
-        j=col["judge"].astype(np.int64, copy=False),
-        win_a=col["win_a"],
-        win_b=col["win_b"],
-        tie=col["tie"] + col["tie_bothbad"],
-        bothbad=col["tie_bothbad"],
-        n=col["n"],
-        x=x,
-        ds=affinity(col["family_a"], col["judge_family"]) - affinity(col["family_b"], col["judge_family"]),
-        n_len=n_len,
-        sum_x2=col["sum_x2"],
-        sum_loglen_a=col["sum_loglen_a"],
-        sum_loglen_b=col["sum_loglen_b"],
-        pos=col["order_known"].astype(np.float64),
-        style=style,
-        n_style=n_style if style is not None else None,
-        style_sq=None if style is None else np.column_stack([col[name] for name in STYLE_SQUARES]),
-    )
+    arrays = _pair_arrays(col, no_affinity_of(families))
     del col
 
     score_arrays = None

@@ -45,6 +45,7 @@ from biasboard.ranking.uncertainty import (
     poisson_scores,
     top_k_probabilities,
 )
+from biasboard.schemas.errors import InputError
 from biasboard.schemas.summary import ORDINAL_ONLY
 
 
@@ -229,6 +230,10 @@ def _replicates_of(config: NaiveConfig | ModelConfig, problem: Problem, solution
     """The Poisson-bootstrap replicates a config asks for (streams of its seed), or ``(None, None)`` for none."""
     if not config.bootstrap:
         return None, None
+    if problem.data.stream is not None:
+        raise InputError(
+            "--bootstrap: the replicates redraw every cell in memory; not supported by the streamed fit yet"
+        )
     return bootstrap_replicates(problem, solution, config.bootstrap, shards, config.seed, config.tol, config.max_iter)
 
 

@@ -112,8 +112,14 @@ class Problem:
         prior: Prior | None = None,
     ) -> Objective:
         """The objective on these cells (or on redrawn counts of the same cells: ``pairs``/``scores``)."""
-        pairs = self.data.pairs if pairs is None else pairs
         scores = (None if self.naive else self.data.scores) if scores is None else scores
+        stream = self.data.stream
+        if pairs is None and stream is not None:  # the cells on disk, read a shard at a time per evaluation
+            if self.naive:
+                raise ValueError("a naive problem of a streamed data set is fit on its pair totals: pass them")
+            score_parts = [] if scores is None else [Shard(None, scores)]
+            return Objective(self.spec, score_parts, self.prior if prior is None else prior, source=stream)
+        pairs = self.data.pairs if pairs is None else pairs
         parts = make_shards(pairs, scores, shards)
         cross = None
         if self.spec.judge_blocks:  # the (judge, model) index depends on the cells' keys only: build it once
@@ -231,7 +237,11 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
 
     The style blocks exist only when the cells carry style counts and ``config.style`` is on: without
     them the layout, and so every number, is the one of a model that never heard of style."""
-    data = replace(data, pairs=clip_length(data.pairs, config.length_clip))
+    if data.stream is not None:  # clipped as the shards are read; the pair totals of the clipped covariate
+        stream = data.stream.clipped(config.length_clip)
+        data = replace(data, pairs=stream.totals(), stream=stream)
+    else:
+        data = replace(data, pairs=clip_length(data.pairs, config.length_clip))
     m, jn = len(data.models), len(data.judges)
     scores = data.scores
     n_tau = max(data.n_categories - 1, 0)
@@ -240,8 +250,8 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     pairs = data.pairs
     masks = np.ones((lay.n_blocks, jn))
     notes = JudgeNotes(lay.n_blocks, jn)
-    has_len = np.bincount(pairs.j, weights=pairs.n_len, minlength=jn) > 0
-    has_aff = np.bincount(pairs.j, weights=np.abs(pairs.ds) * pairs.n, minlength=jn) > 0
+    has_len = data.judge_sums("n_len") > 0
+    has_aff = data.judge_sums("affinity") > 0
     has_scores = np.zeros(jn, bool) if scores is None else np.bincount(scores.j, minlength=jn) > 0
     # Loops over the switched-off entries only: arena logs have 10⁴-10⁶ (voter-)judges.
     index = {name: j for j, name in enumerate(data.judges)}
@@ -263,8 +273,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         (SEV, has_scores, "no ordinal scores from this judge"),
     ]
     if with_style:
-        assert pairs.n_style is not None
-        has_style = np.bincount(pairs.j, weights=pairs.n_style, minlength=jn) > 0
+        has_style = data.judge_sums("n_style") > 0
         checks += [(t, has_style, "no battles with style counts") for t in STYLE_BLOCKS]
     for t, has, why in checks:
         masks[t, ~has] = 0.0

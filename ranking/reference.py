@@ -607,6 +607,8 @@ def fit_with_reference(
     else:
         cells = _as_list(cells)  # read twice (judges alone, then with the anchors): an iterator would not do
         judge_data = build_dataset(cells, score_cells, judge_pool=config.judge_pool)
+    if judge_data.stream is not None and reference.kind != "none":
+        raise InputError("--reference/--anchors: not supported by the streamed fit yet (fit the cells in memory)")
     if judge_data.ordinal_only and reference.kind != "none":
         raise InputError("--reference/--anchors: an ordinal-only board (grades, no battles) has no pairwise bias")
     naive = fit_naive(judge_data, config=naive_config)

@@ -16,9 +16,10 @@ count to ~1e-12 rather than ~tol.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.linalg as sla
@@ -34,6 +35,9 @@ from biasboard.ranking.model import (
     block_partials,
     partials,
 )
+
+if TYPE_CHECKING:
+    from biasboard.ranking.stream import PairStore
 
 #: A shard is evaluated in slices of at most this many cells (views, no copy): the partials add, so this
 #: only bounds the per-cell temporaries (a few dozen arrays of this length) — peak memory, not the answer.
@@ -95,10 +99,19 @@ class Objective:
     cells many times (the bootstrap) passes it in.
     """
 
-    def __init__(self, spec: Spec, shards: Sequence[Shard], prior: Prior, cross: CrossIndex | None = None):
+    def __init__(
+        self,
+        spec: Spec,
+        shards: Sequence[Shard],
+        prior: Prior,
+        cross: CrossIndex | None = None,
+        source: PairStore | None = None,
+    ):
         self.spec = spec
         self.shards = list(shards)
         self.prior = prior
+        #: Pair cells read from disk a shard at a time on every evaluation (a streamed fit), besides ``shards``.
+        self.source = source
         self.blocked = spec.judge_blocks
         self.E = spec.effective_map(centred=not self.blocked)
         self.ET = self.E.T.tocsr()
@@ -106,8 +119,13 @@ class Objective:
             lay = spec.layout
             if any(sh.scores is not None and len(sh.scores) for sh in self.shards):
                 raise ValueError("the judge-blocked solver takes pair cells only (no ordinal scores)")
-            parts = [sh.pairs for sh in self.shards if sh.pairs is not None]
-            self.cross = cross or CrossIndex.of(parts, lay.n_models, lay.n_judges)
+            if source is not None:
+                if any(sh.pairs is not None for sh in self.shards):
+                    raise ValueError("a streamed objective reads its pair cells from its source only")
+                self.cross = cross or source.cross_index()
+            else:
+                parts = [sh.pairs for sh in self.shards if sh.pairs is not None]
+                self.cross = cross or CrossIndex.of(parts, lay.n_models, lay.n_judges)
             self.centred = centring(spec)
         self._slices: list[BlockSlice] | None = None  # the judge-blocked path's slices of the cells
         self._last: tuple[np.ndarray, Evaluation, list[DavidsonTerms]] | None = None
@@ -149,8 +167,11 @@ class Objective:
             return g, g_diag
         return g, g_diag + pr.precision_diag * (diag - pr.mean_diag)
 
-    def _block_slices(self) -> list[BlockSlice]:
-        """The cells in slices of at most :data:`CHUNK_CELLS`, each with its sparse sums (made on first use)."""
+    def _block_slices(self) -> Iterable[BlockSlice]:
+        """The cells in slices of at most :data:`CHUNK_CELLS`, each with its sparse sums (made on first use and
+        kept; a streamed objective's are made from each shard as it is read, and not kept)."""
+        if self.source is not None:
+            return self._streamed_slices(self.source)
         if self._slices is None:
             self._slices = []
             parts = [sh.pairs for sh in self.shards if sh.pairs is not None]
@@ -159,6 +180,22 @@ class Objective:
                     sl = slice(start, start + CHUNK_CELLS)
                     self._slices.append(BlockSlice.of(pairs.take(sl), at_a[sl], at_b[sl], self.spec))
         return self._slices
+
+    def _streamed_slices(self, source: PairStore) -> Iterator[BlockSlice]:
+        for shard in source.shards(entries=True):
+            pairs, at_a, at_b = shard.pairs, shard.at_a, shard.at_b
+            assert at_a is not None and at_b is not None
+            for start in range(0, len(pairs), CHUNK_CELLS):
+                sl = slice(start, start + CHUNK_CELLS)
+                yield BlockSlice.of(pairs.take(sl), at_a[sl], at_b[sl], self.spec)
+            del shard, pairs, at_a, at_b  # not held while the next shard is read
+
+    def _pair_shards(self) -> Iterator[Shard]:
+        """The shards in memory, then (a streamed objective) those of the source, read one at a time."""
+        yield from self.shards
+        if self.source is not None:
+            for shard in self.source.shards():
+                yield Shard(shard.pairs)
 
     def _blocked_partials(
         self, eff: np.ndarray, hessian: bool, terms: list[DavidsonTerms] | None = None, keep: bool = False
@@ -178,7 +215,7 @@ class Objective:
     def data_partials(self, core: np.ndarray, diag: np.ndarray, hessian: bool = True) -> Partials:
         eff = self.E @ core
         total = Partials.zeros(self.spec.layout)
-        for shard in self.shards:
+        for shard in self._pair_shards():
             for chunk in shard.chunks(CHUNK_CELLS):
                 total += partials(eff, diag, chunk, self.spec, hessian)
         return total
@@ -221,7 +258,8 @@ class Objective:
             part, _ = self._blocked_partials(np.empty(0), True, last[2])
             return replace(last[1], H=assemble(part, self.spec, self.prior.precision, self.prior.gauges, self.cross))
         del last  # not held while the new terms are made
-        keep = derivatives and not hessian  # a gradient-only evaluation keeps its terms (see above)
+        # A gradient-only evaluation keeps its terms (see above), but for a streamed objective: ~100 bytes a cell.
+        keep = derivatives and not hessian and self.source is None
         part, terms = self._blocked_partials(self._effective(core), derivatives and hessian, keep=keep)
         pr = self.prior
         dc = core - pr.mean
@@ -234,7 +272,8 @@ class Objective:
         g, _ = self.raw_gradient(core, empty, part.g, empty)
         if not hessian:
             ev = Evaluation(f, -part.f, g, np.empty((0, 0)), empty, empty, no_cross)
-            self._last = (core.copy(), ev, terms)
+            if keep:
+                self._last = (core.copy(), ev, terms)
             return ev
         H = assemble(part, self.spec, pr.precision, pr.gauges, self.cross)
         return Evaluation(f, -part.f, g, H, empty, empty, no_cross)

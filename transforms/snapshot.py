@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, TypeVar
 
@@ -26,9 +26,10 @@ from biasboard.ranking.data import Dataset, build_dataset
 from biasboard.ranking.diagnostics import CROSSING_TYPICAL
 from biasboard.ranking.leaderboard import side_by_side
 from biasboard.ranking.reference import Reference, ReferenceFit, ReferenceSettings, fit_with_reference
+from biasboard.ranking.stream import TableBuckets, stream_dataset, streaming_wanted
 from biasboard.report.html import render_report
 from biasboard.schemas import summary as S
-from biasboard.schemas.cells import SCORE_CELL_KEYS
+from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELL_KEYS
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.summary import Summary
@@ -135,17 +136,85 @@ def fit_state(
         len(days),
         merge_s,
     )
-    totals = CellTotals.of(cells)
     n_cells = cells.num_rows + (score_cells.num_rows if score_cells is not None else 0)
-    fit_input: pa.Table | Dataset = cells
-    if spec.anchors is None:
-        # Coded once for every fit of this snapshot; the Arrow table goes before the fit (it is as big as the
-        # coded cells: bench/scale.py), unless the slices need its labels.  Anchors add cells: from the table.
-        handed = iter([cells])  # once consumed, only build_dataset's views of its float columns hold it
-        if not spec.slices:
-            del cells
-        fit_input = build_dataset(handed, score_cells, judge_pool=spec.config.judge_pool)
-        score_cells = None
+    fit_input: pa.Table | Dataset
+    slice_cells = cells if spec.slices else None  # the slices' boards need the labels: the table stays
+    why_not = _not_streamed(cells.num_rows, score_cells, spec)
+    if why_not is None:
+        # A history too big to hold: coded bucket by bucket onto a scratch folder and read a shard at a time
+        # by every evaluation (biasboard.ranking.stream); the merged table goes as soon as it is coded.
+        buckets = TableBuckets(cells)  # judge buckets of the merged table, until the merge hands them over
+        del cells
+        totals = CellTotals.of_buckets(buckets.tables())
+        coded = time.perf_counter()
+        fit_input = stream_dataset(buckets)
+        _LOG.info(
+            "fit: streamed %d pair cells (%d judge buckets, %d shards on disk) in %.1f s",
+            buckets.n_rows,
+            buckets.n_buckets,
+            len(fit_input.stream) if fit_input.stream is not None else 0,
+            time.perf_counter() - coded,
+        )
+        del buckets
+    else:
+        if why_not:
+            _LOG.info("fit: %d pair cells held in memory, not streamed: %s", cells.num_rows, why_not)
+        totals = CellTotals.of(cells)
+        fit_input = cells
+        if spec.anchors is None:
+            # Coded once for every fit of this snapshot; the Arrow table goes before the fit (it is as big as
+            # the coded cells: bench/scale.py), unless the slices need its labels.  Anchors add cells: from the
+            # table.
+            handed = iter([cells])  # once consumed, only build_dataset's views of its float columns hold it
+            del cells, fit_input
+            fit_input = build_dataset(handed, score_cells, judge_pool=spec.config.judge_pool)
+            score_cells = None
+    try:
+        return _fit_snapshot(
+            state_dir,
+            days,
+            spec,
+            (audit_files, without_input),
+            totals,
+            (fit_input, score_cells, slice_cells),
+            (n_cells, merge_s),
+        )
+    finally:
+        if isinstance(fit_input, Dataset) and fit_input.stream is not None:
+            fit_input.stream.close()
+
+
+def _not_streamed(n_cells: int, score_cells: pa.Table | None, spec: FitSpec) -> str | None:
+    """None when the fit streams its cells (more than :func:`~biasboard.ranking.stream.stream_min_cells`),
+    else why not: "" below the size, or the options the streamed fit does not take yet (it fits in memory)."""
+    if not streaming_wanted(n_cells):
+        return ""
+    unsupported = [
+        (score_cells is not None, "score cells"),
+        (spec.anchors is not None or spec.reference.kind != "none", "--reference/--anchors"),
+        (bool(spec.slices), "--slices"),
+        (spec.config.judge_pool is not None, "--judge-pool"),
+        (bool(spec.config.bootstrap), "--bootstrap"),
+    ]
+    found = [name for flag, name in unsupported if flag]
+    return f"the streamed fit does not take {', '.join(found)} yet" if found else None
+
+
+def _fit_snapshot(
+    state_dir: str,
+    days: list[str],
+    spec: FitSpec,
+    audit: tuple[Mapping[str, bytes] | None, DaysWithoutInput],
+    totals: CellTotals,
+    inputs: tuple[pa.Table | Dataset, pa.Table | None, pa.Table | None],
+    sizes: tuple[int, float],
+) -> SnapshotParts:
+    """:func:`fit_state` from the coded cells on: both fits, the summary, the slices.  ``inputs``: the fit's
+    input (a coded data set, in memory or streamed, or with anchors the merged table), its score cells when
+    not coded in it, and the merged table when the slices need it; ``sizes``: the cells and the merge's time."""
+    audit_files, without_input = audit
+    fit_input, score_cells, cells = inputs
+    n_cells, merge_s = sizes
     fitted = fit_with_anchors(fit_input, score_cells, spec)
     naive, corrected = fitted.naive, fitted.corrected
     leaderboard = side_by_side(naive, corrected)
@@ -182,6 +251,7 @@ def fit_state(
     judge_files = keep_busiest_judges(summary, audit_files)
     slice_files, boards = {}, None
     if spec.slices:
+        assert cells is not None
         boards, summary.slices = fit_slices(cells, spec.slices, spec.slice_min_battles, _slice_fit(spec))
         if not boards.height:  # no slice could be fit: the file still has the board's columns
             boards = leaderboard.clear().select(pl.lit(None, dtype=pl.String).alias("slice"), pl.all())
@@ -275,6 +345,25 @@ class CellTotals:
         pairs = frame.group_by("model_a", "model_b").agg(pl.col(c).cast(pl.Int64).sum() for c in _PAIR_TOTALS[2:])
         pairs = pairs.with_columns(pl.col("model_a", "model_b").cast(pl.String))
         return cls(judge_summary(cells), pairs.to_arrow(), style_battles(cells))
+
+    @classmethod
+    def of_buckets(cls, tables: Iterable[pa.Table]) -> CellTotals:
+        """:meth:`of` the concatenated tables, a table at a time: each holds its judges' cells whole
+        (:class:`~biasboard.ranking.stream.JudgeBuckets`), so the judges' rows are the tables' rows and the
+        model pairs' counts (integers) their sums."""
+        parts = [cls.of(table) for table in tables if table.num_rows]
+        if not parts:
+            return cls.of(PAIR_CELLS_SCHEMA.empty_table())
+        judges = pl.concat([_frame(p.judges) for p in parts]).sort("judge")
+        pairs = pl.concat([_frame(p.model_pairs) for p in parts])
+        pairs = pairs.group_by("model_a", "model_b").agg(pl.col(c).sum() for c in _PAIR_TOTALS[2:])
+        return cls(judges.to_arrow(), pairs.to_arrow(), sum(p.style_battles for p in parts))
+
+
+def _frame(table: pa.Table) -> pl.DataFrame:
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 #: The columns of :attr:`CellTotals.model_pairs` (what :func:`head_to_head` reads).

@@ -1,0 +1,447 @@
+"""The fit of a history too big to hold: the cells coded bucket by bucket onto disk, read a shard at a time.
+
+Why: the Newton solve needs every cell's gradient and Hessian contribution at every evaluation, so held in
+memory the coded cells (~120 B a cell) and the solver's per-cell terms (~285 B a cell at their peak) grow
+with the history (README, Scale).  Streamed, the merged cells arrive as :class:`JudgeBuckets` (disjoint sets
+of judges, every bucket's dictionaries the same global vocabularies), each bucket is coded into the fit's
+arrays — the same codes, checks and group-by-sum as :func:`~biasboard.ranking.data.build_dataset` — and
+written to a scratch folder as one ``.npy`` file per column, in shards of at most :data:`SHARD_CELLS` cells,
+then freed.  The objective (:class:`~biasboard.ranking.solver.Objective` with a ``source``) reads the shards
+back on every evaluation and keeps only their sums: the value, the gradient, the θ/global Hessian (M²), the
+per-judge blocks (J·K²) and the θ × judge couplings (one row per (judge, model) pair met).  What stays in
+memory is one shard's arrays, O(J + M² + (judge, model) pairs), and the cells summed per ordered model pair
+(:meth:`PairStore.totals`: what the naive fit, the comparison graph, the battle counts and the covariate
+report read).  Reading the shards costs one pass over the files per evaluation, from the page cache.
+
+The arrowhead factorisation's per-judge batches (:func:`~biasboard.ranking.arrowhead._judge_batches`) are
+made per factorisation instead of cached: their keys are Σ_j n_j² integers for judges meeting n_j models,
+which grows faster than the cells as voter-judges meet more models.
+
+Engaged by :func:`streaming_wanted` above :data:`STREAM_MIN_CELLS` merged cells (``BIASBOARD_STREAM_CELLS``
+overrides it); below, the in-memory path is unchanged.  Not streamed (the caller keeps the in-memory fit):
+score cells, ``--judge-pool`` (pools merge cells across buckets), bootstrap replicates, a reference
+(``--reference``/``--anchors``: the gate reads the reference judges' cells) and ``--slices``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+from biasboard.ranking.arrowhead import CrossIndex, _unique_inverse
+from biasboard.ranking.data import (
+    _FIT_PAIR_KEYS,
+    _FIT_PAIR_SCHEMA,
+    _PAIR_COUNTS,
+    PAIR_CELL_MEASURES,
+    Dataset,
+    PairArrays,
+    _checked_pair_counts,
+    _code_tables,
+    _group_sum,
+    _is_string,
+    _pair_arrays,
+    _recode,
+    _Vocab,
+    clip_length,
+    judge_totals,
+    no_affinity_of,
+    pair_vocabularies,
+)
+from biasboard.schemas.cells import UNKNOWN_FAMILY
+from biasboard.schemas.errors import InputError
+
+#: Merged pair cells above which the fit stage streams them (``BIASBOARD_STREAM_CELLS`` overrides).
+STREAM_MIN_CELLS: int = 1_000_000
+#: Rows per judge bucket the in-memory adapter cuts (``BIASBOARD_STREAM_BUCKET_ROWS`` overrides).
+BUCKET_ROWS: int = 1 << 18
+#: Cells per shard file set: what one evaluation holds of the cells at a time (~100 B a cell when read).
+SHARD_CELLS: int = 1 << 18
+
+#: Columns of a shard on disk: :class:`PairArrays`' own, in its types (read back without a conversion).
+_STORED: tuple[str, ...] = tuple(PairArrays.__dataclass_fields__)
+#: What the likelihood reads of a cell (:func:`~biasboard.ranking.model.davidson_terms`, the dense partials).
+OBJECTIVE_COLUMNS: tuple[str, ...] = ("a", "b", "j", "win_a", "win_b", "tie", "n", "x", "ds", "pos", "style")
+#: Per-judge sums a streamed data set keeps (:meth:`~biasboard.ranking.data.Dataset.judge_sums`).
+JUDGE_SUMS: tuple[str, ...] = ("n", "n_len", "n_style", "tie", "bothbad", "affinity")
+_EMPTY = np.zeros(0)
+
+
+def stream_min_cells() -> int:
+    """Merged cells above which the fit streams (:data:`STREAM_MIN_CELLS`, or ``BIASBOARD_STREAM_CELLS``)."""
+    return int(os.environ.get("BIASBOARD_STREAM_CELLS", STREAM_MIN_CELLS))
+
+
+def bucket_rows() -> int:
+    """Rows per bucket of :class:`TableBuckets` (:data:`BUCKET_ROWS`, or ``BIASBOARD_STREAM_BUCKET_ROWS``)."""
+    return max(1, int(os.environ.get("BIASBOARD_STREAM_BUCKET_ROWS", BUCKET_ROWS)))
+
+
+class JudgeBuckets(Protocol):
+    """Merged pair cells by judge bucket (the contract between the merge and the streamed fit).
+
+    ``tables()`` starts again on every call; the buckets hold disjoint sets of judges, rows in key order
+    within a bucket, string keys dictionary-encoded with the same global vocabularies in every bucket."""
+
+    @property
+    def n_rows(self) -> int: ...
+
+    @property
+    def n_buckets(self) -> int: ...
+
+    def tables(self) -> Iterator[pa.Table]: ...
+
+
+class TableBuckets:
+    """:class:`JudgeBuckets` over a merged table in memory (``state.load_cells(dictionary=True)``): its judge
+    runs cut into buckets of at least ``rows`` rows (a judge is never split), zero-copy slices."""
+
+    def __init__(self, table: pa.Table, rows: int | None = None):
+        rows = bucket_rows() if rows is None else rows
+        self.table = table
+        codes = _Vocab().codes(table.column("judge")) if table.num_rows else np.zeros(0, np.int32)
+        starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]])) if codes.size else codes
+        if np.unique(codes).size != starts.size:
+            raise ValueError("TableBuckets: the cells are not sorted by judge (each judge's rows must be one run)")
+        cuts = [0]
+        while cuts[-1] < table.num_rows:
+            at = int(np.searchsorted(starts, cuts[-1] + rows))
+            cuts.append(int(starts[at]) if at < starts.size else table.num_rows)
+        self.bounds = list(itertools.pairwise(cuts))
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.table.num_rows)
+
+    @property
+    def n_buckets(self) -> int:
+        return len(self.bounds)
+
+    def tables(self) -> Iterator[pa.Table]:
+        for lo, hi in self.bounds:
+            yield self.table.slice(lo, hi - lo)
+
+
+def streaming_wanted(n_cells: int) -> bool:
+    """Whether a fit of ``n_cells`` merged pair cells streams them (above :func:`stream_min_cells`)."""
+    return n_cells > stream_min_cells()
+
+
+# --------------------------------------------------------------------------------------------- the store
+
+
+@dataclass
+class _Shard:
+    """One shard's file: its columns back to back, raw (no header to parse per read), where each one is."""
+
+    path: Path
+    n: int
+    columns: dict[str, tuple[int, np.dtype, tuple[int, ...]]] = field(default_factory=dict)  # offset, dtype, shape
+
+    def append(self, name: str, value: np.ndarray) -> None:
+        value = np.ascontiguousarray(value)
+        with open(self.path, "ab") as out:
+            offset = out.tell()
+            out.write(value.data.cast("B"))
+        self.columns[name] = (offset, value.dtype, value.shape)
+
+    def read(self, names: Iterable[str]) -> dict[str, np.ndarray]:
+        """The columns ``names`` this shard has, each read into its own (writable) array."""
+        out = {}
+        with open(self.path, "rb", buffering=0) as src:
+            for name in names:
+                if name not in self.columns:
+                    continue
+                offset, dtype, shape = self.columns[name]
+                value = np.empty(shape, dtype)
+                src.seek(offset)
+                view = value.data.cast("B")
+                got = src.readinto(view)
+                if got != view.nbytes:
+                    raise OSError(f"{self.path}: short read of column {name} ({got} of {view.nbytes} bytes)")
+                out[name] = value
+        return out
+
+
+@dataclass
+class _Files:
+    """The shards written for one data set, and what is derived from them once (shared by clipped views)."""
+
+    folder: Path
+    shards: list[_Shard]
+    n_models: int
+    n_judges: int
+    has_style: bool
+    sums: dict[str, np.ndarray]  # JUDGE_SUMS, per judge
+    totals: dict[float | None, PairArrays] = field(default_factory=dict)
+    cross: CrossIndex | None = None
+    owned: bool = False  # the folder is ours to remove (close())
+
+
+class PairStore:
+    """A streamed data set's pair cells on disk: shards read back as :class:`PairArrays` (see the module
+    docstring).  ``clip``: the length covariate clipped at ±clip as it is read (the problem's covariate)."""
+
+    def __init__(self, files: _Files, clip: float | None = None):
+        self.files = files
+        self.clip = clip
+
+    def clipped(self, clip: float | None) -> PairStore:
+        """The same cells with the length covariate clipped at ±``clip`` (:func:`clip_length`) as read."""
+        return PairStore(self.files, clip)
+
+    @property
+    def n_cells(self) -> int:
+        return sum(shard.n for shard in self.files.shards)
+
+    def __len__(self) -> int:
+        return self.n_cells
+
+    def close(self) -> None:
+        """Remove the scratch folder (when the store made it)."""
+        if self.files.owned:
+            shutil.rmtree(self.files.folder, ignore_errors=True)
+
+    def judge_sums(self, what: str) -> np.ndarray:
+        if what not in self.files.sums:
+            raise KeyError(f"no per-judge sum {what!r} (one of {', '.join(JUDGE_SUMS)})")
+        return self.files.sums[what]
+
+    def _pairs(self, raw: dict[str, np.ndarray], n: int, names: tuple[str, ...]) -> PairArrays:
+        """Stored columns → :class:`PairArrays` in the fit's types (columns not read: empty arrays)."""
+        cols: dict[str, np.ndarray | None] = {}
+        for name in PairArrays.__dataclass_fields__:
+            value = raw.pop(name, None)
+            if value is None:
+                style_part = name in ("style", "n_style", "style_sq")
+                if style_part and not self.files.has_style:
+                    cols[name] = None
+                elif style_part and name in names:
+                    cols[name] = np.zeros((n, 3) if name != "n_style" else n)  # a shard without style counts
+                else:
+                    cols[name] = _EMPTY
+                continue
+            cols[name] = value
+        return PairArrays(**cols)  # type: ignore[arg-type]
+
+    def shards(self, columns: Iterable[str] = OBJECTIVE_COLUMNS, entries: bool = False) -> Iterator[PairShard]:
+        """Each shard's cells (``columns`` read, the rest empty), the length covariate clipped; with ``entries``
+        each cell's (judge, model a) and (judge, model b) entries of :meth:`cross_index` (int32)."""
+        names = tuple(columns)
+        for stored in self.files.shards:
+            raw = stored.read(names)
+            n = stored.n
+            pairs = self._pairs(raw, n, names)
+            if self.clip is not None and "x" in names:
+                if "sum_x2" in names and "n_len" in names:
+                    pairs = clip_length(pairs, self.clip)
+                else:
+                    np.clip(pairs.x, -self.clip, self.clip, out=pairs.x)
+            at = stored.read(("at_a", "at_b")) if entries else {}
+            yield PairShard(pairs, at.get("at_a"), at.get("at_b"))
+            del raw, pairs, at
+
+    def totals(self) -> PairArrays:
+        """The cells summed per ordered model pair (over judges, length bins, order, style bins), under the
+        store's clip: battles and verdicts summed; ``x`` and ``style`` the battle-weighted means of the
+        cells' (so n_len·x sums as the cells' do); ``sum_x2`` of the clipped covariate; ``j`` is −1 (no
+        judge), ``ds`` 0 and ``pos`` 1.  Made once per clip, by one pass over the shards."""
+        cached = self.files.totals.get(self.clip)
+        if cached is not None:
+            return cached
+        m = self.files.n_models
+        keys = np.zeros(0, np.int64)
+        summed: dict[str, np.ndarray] = {}
+        additive = ["win_a", "win_b", "tie", "bothbad", "n", "n_len", "sum_x2", "sum_loglen_a", "sum_loglen_b"]
+        columns = ["a", "b", "x", *additive]
+        if self.files.has_style:
+            columns += ["style", "n_style", "style_sq"]
+        for shard in self.shards(columns):
+            p = shard.pairs
+            parts = {name: getattr(p, name) for name in additive}
+            parts["wx"] = p.n_len * p.x
+            if self.files.has_style:
+                assert p.style is not None and p.n_style is not None and p.style_sq is not None
+                for k in range(3):
+                    parts[f"ws{k}"] = p.n_style * p.style[:, k]
+                    parts[f"sq{k}"] = p.style_sq[:, k]
+                parts["n_style"] = p.n_style
+            key = p.a * m + p.b
+            keys, inverse = _unique_inverse(np.concatenate([keys, key]), m * m)
+            old = inverse[: inverse.size - key.size]
+            new = inverse[inverse.size - key.size :]
+            summed = {
+                name: np.bincount(old, weights=summed[name], minlength=keys.size)
+                + np.bincount(new, weights=values, minlength=keys.size)
+                if name in summed
+                else np.bincount(new, weights=values, minlength=keys.size)
+                for name, values in parts.items()
+            }
+        zero = np.zeros(keys.size)
+        x = np.divide(summed["wx"], summed["n_len"], out=zero.copy(), where=summed["n_len"] > 0) if keys.size else zero
+        style = n_style = style_sq = None
+        if self.files.has_style:
+            n_style = summed["n_style"]
+            ws = np.column_stack([summed[f"ws{k}"] for k in range(3)])
+            style = np.divide(ws, n_style[:, None], out=np.zeros_like(ws), where=n_style[:, None] > 0)
+            style_sq = np.column_stack([summed[f"sq{k}"] for k in range(3)])
+        out = PairArrays(
+            a=keys // m,
+            b=keys % m,
+            j=np.full(keys.size, -1, np.int64),
+            **{name: summed.get(name, zero) for name in additive[:5]},
+            x=x,
+            ds=zero,
+            n_len=summed.get("n_len", zero),
+            sum_x2=summed.get("sum_x2", zero),
+            sum_loglen_a=summed.get("sum_loglen_a", zero),
+            sum_loglen_b=summed.get("sum_loglen_b", zero),
+            pos=np.ones(keys.size),
+            style=style,
+            n_style=n_style,
+            style_sq=style_sq,
+        )
+        self.files.totals[self.clip] = out
+        return out
+
+    def cross_index(self) -> CrossIndex:
+        """The (judge, model) pairs of the cells (:class:`~biasboard.ranking.arrowhead.CrossIndex`) without the
+        per-cell entries, which are written beside each shard (``at_a``, ``at_b``: read with
+        ``shards(entries=True)``); its per-judge batches are not cached.  Made once, by two passes."""
+        files = self.files
+        if files.cross is not None:
+            return files.cross
+        m, jn = files.n_models, files.n_judges
+        n_keys = jn * m
+        table = n_keys <= 8 * self.n_cells  # as _unique_inverse decides: mark a table of all keys, or sort
+        seen = np.zeros(n_keys if table else 0, bool)
+        uniq_parts = []
+        for shard in self.shards(("a", "b", "j")):
+            p = shard.pairs
+            if table:
+                seen[p.j * m + p.a] = True
+                seen[p.j * m + p.b] = True
+            else:
+                uniq_parts.append(np.unique(np.concatenate([p.j * m + p.a, p.j * m + p.b])))
+        uniq = np.flatnonzero(seen) if table else np.unique(np.concatenate([np.zeros(0, np.int64), *uniq_parts]))
+        del seen, uniq_parts
+        index = np.int32 if uniq.size < np.iinfo(np.int32).max else np.int64
+        position = np.empty(n_keys if table else 0, index)
+        position[uniq] = np.arange(uniq.size, dtype=index)
+
+        def entries(key: np.ndarray) -> np.ndarray:
+            return position[key] if table else np.searchsorted(uniq, key).astype(index)
+
+        for stored, shard in zip(files.shards, self.shards(("a", "b", "j")), strict=True):
+            p = shard.pairs
+            stored.append("at_a", entries(p.j * m + p.a))
+            stored.append("at_b", entries(p.j * m + p.b))
+        judge = uniq // m
+        files.cross = CrossIndex(
+            uniq % m, judge, np.searchsorted(judge, np.arange(jn + 1)), (), (), cache_batches=False
+        )
+        return files.cross
+
+
+@dataclass
+class PairShard:
+    """One shard as read: its cells and, when asked for, their cross-index entries."""
+
+    pairs: PairArrays
+    at_a: np.ndarray | None = None
+    at_b: np.ndarray | None = None
+
+
+# ------------------------------------------------------------------------------------------------ coding
+
+
+def _feed_vocabs(table: pa.Table, vocabs: dict[str, _Vocab]) -> None:
+    """Add every value of ``table``'s string key columns' dictionaries to ``vocabs`` (what
+    :meth:`_Vocab.codes` would add, without coding the rows)."""
+    for name, vocab in vocabs.items():
+        if name not in table.column_names:
+            continue
+        for chunk in table.column(name).chunks:
+            if not pa.types.is_dictionary(chunk.type):
+                if not _is_string(chunk.type):
+                    continue  # a non-string key: _code_tables casts it and reports what is wrong
+                chunk = chunk.dictionary_encode()
+            for value in chunk.dictionary.to_pylist():
+                vocab.index.setdefault(value, len(vocab.index))
+
+
+def _write_shard(folder: Path, number: int, pairs: PairArrays) -> _Shard:
+    shard = _Shard(folder / f"shard-{number:06d}.bin", len(pairs))
+    for name in _STORED:
+        value = getattr(pairs, name)
+        if value is not None:
+            shard.append(name, value)
+    return shard
+
+
+def stream_dataset(buckets: JudgeBuckets, folder: str | Path | None = None) -> Dataset:
+    """The fit's data set of ``buckets``, streamed: each bucket coded and written under ``folder`` (a new
+    temporary folder, removed by the store's ``close()``, when None) in shards, then freed.
+
+    The same vocabularies, checks, group-by-sum and derived columns as
+    :func:`~biasboard.ranking.data.build_dataset` of the concatenated buckets (two passes: the first reads
+    only the dictionaries), so a streamed fit equals the in-memory one up to the order of float sums.
+    """
+    owned = folder is None
+    root = Path(tempfile.mkdtemp(prefix="biasboard-fit-")) if folder is None else Path(folder)
+    try:
+        return _stream_dataset(buckets, root, owned)
+    except BaseException:
+        if owned:
+            shutil.rmtree(root, ignore_errors=True)
+        raise
+
+
+def _stream_dataset(buckets: JudgeBuckets, root: Path, owned: bool) -> Dataset:
+    vocabs = pair_vocabularies()
+    for table in buckets.tables():
+        _feed_vocabs(table, vocabs)
+    distinct = {id(v): v for v in vocabs.values()}
+    remaps = {key: vocab.finish()[1] for key, vocab in distinct.items()}
+    judges, _ = vocabs["judge"].finish()
+    models, _ = vocabs["model_a"].finish()
+    families, _ = vocabs["family_a"].finish()
+    no_affinity = no_affinity_of(families)
+    jn = len(judges)
+    fam_of_judge = np.full(jn, -1, np.int64)
+    sums = {what: np.zeros(jn) for what in JUDGE_SUMS}
+    shards: list[_Shard] = []
+    has_style = False
+    for number, table in enumerate(buckets.tables()):
+        coded = _code_tables(table, _FIT_PAIR_SCHEMA, f"pair cells (bucket {number})", vocabs, _PAIR_COUNTS)
+        del table
+        if coded is None:
+            continue
+        _recode(coded, vocabs, remaps)
+        coded = _checked_pair_counts(coded, judges, models)
+        if not len(coded["n"]):
+            continue
+        col = _group_sum(coded, _FIT_PAIR_KEYS, PAIR_CELL_MEASURES)
+        del coded
+        fam_of_judge[col["judge"]] = col["judge_family"]
+        pairs = _pair_arrays(col, no_affinity)
+        del col
+        has_style = has_style or pairs.style is not None
+        for what in JUDGE_SUMS:
+            sums[what] += judge_totals(pairs, jn, what)
+        for start in range(0, len(pairs), SHARD_CELLS):
+            shards.append(_write_shard(root, len(shards), pairs.take(slice(start, start + SHARD_CELLS))))
+        del pairs
+    if not shards:
+        raise InputError("pair cells: no battles (every cell has n = 0)")
+    judge_families = tuple(families[f] if f >= 0 else UNKNOWN_FAMILY for f in fam_of_judge)
+    store = PairStore(_Files(root, shards, len(models), jn, has_style, sums, owned=owned))
+    return Dataset(models, judges, judge_families, (), 0.0, store.totals(), None, stream=store)
