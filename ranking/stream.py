@@ -17,10 +17,13 @@ The arrowhead factorisation's per-judge batches (:func:`~biasboard.ranking.arrow
 made per factorisation instead of cached: their keys are Σ_j n_j² integers for judges meeting n_j models,
 which grows faster than the cells as voter-judges meet more models.
 
-Engaged by :func:`streaming_wanted` above :data:`STREAM_MIN_CELLS` merged cells (``BIASBOARD_STREAM_CELLS``
-overrides it); below, the in-memory path is unchanged.  Not streamed (the caller keeps the in-memory fit):
-score cells, ``--judge-pool`` (pools merge cells across buckets), bootstrap replicates, a reference
-(``--reference``/``--anchors``: the gate reads the reference judges' cells) and ``--slices``.
+The refresh's fit stage (:func:`~biasboard.transforms.snapshot.fit_state`) streams when
+:func:`streaming_wanted`: more than :data:`STREAM_MIN_CELLS` stored battles (an upper bound of the merged cells,
+known before any is read; ``BIASBOARD_STREAM_CELLS`` overrides it), the cells then merged by judge bucket on
+disk (:func:`~biasboard.transforms.state.load_cells_by_judge`); below, the in-memory path is unchanged.  Not
+streamed (the caller keeps the in-memory fit): score cells, ``--judge-pool`` (pools merge cells across
+buckets), bootstrap replicates, a reference (``--reference``/``--anchors``: the gate reads the reference
+judges' cells) and ``--slices``.
 """
 
 from __future__ import annotations
@@ -59,9 +62,9 @@ from biasboard.ranking.data import (
 from biasboard.schemas.cells import UNKNOWN_FAMILY
 from biasboard.schemas.errors import InputError
 
-#: Merged pair cells above which the fit stage streams them (``BIASBOARD_STREAM_CELLS`` overrides).
+#: Stored battles (≥ merged pair cells) above which the fit stage streams the cells (``BIASBOARD_STREAM_CELLS``).
 STREAM_MIN_CELLS: int = 1_000_000
-#: Rows per judge bucket the in-memory adapter cuts (``BIASBOARD_STREAM_BUCKET_ROWS`` overrides).
+#: Rows per judge bucket :class:`TableBuckets` cuts by default.
 BUCKET_ROWS: int = 1 << 18
 #: Cells per shard file set: what one evaluation holds of the cells at a time (~100 B a cell when read).
 SHARD_CELLS: int = 1 << 18
@@ -78,11 +81,6 @@ _EMPTY = np.zeros(0)
 def stream_min_cells() -> int:
     """Merged cells above which the fit streams (:data:`STREAM_MIN_CELLS`, or ``BIASBOARD_STREAM_CELLS``)."""
     return int(os.environ.get("BIASBOARD_STREAM_CELLS", STREAM_MIN_CELLS))
-
-
-def bucket_rows() -> int:
-    """Rows per bucket of :class:`TableBuckets` (:data:`BUCKET_ROWS`, or ``BIASBOARD_STREAM_BUCKET_ROWS``)."""
-    return max(1, int(os.environ.get("BIASBOARD_STREAM_BUCKET_ROWS", BUCKET_ROWS)))
 
 
 class JudgeBuckets(Protocol):
@@ -102,10 +100,11 @@ class JudgeBuckets(Protocol):
 
 class TableBuckets:
     """:class:`JudgeBuckets` over a merged table in memory (``state.load_cells(dictionary=True)``): its judge
-    runs cut into buckets of at least ``rows`` rows (a judge is never split), zero-copy slices."""
+    runs cut into buckets of at least ``rows`` rows (a judge is never split), zero-copy slices.  For tables
+    already in memory (tests, callers of the core); the refresh's merge hands over
+    :func:`~biasboard.transforms.state.load_cells_by_judge`'s buckets, read from disk one at a time."""
 
-    def __init__(self, table: pa.Table, rows: int | None = None):
-        rows = bucket_rows() if rows is None else rows
+    def __init__(self, table: pa.Table, rows: int = BUCKET_ROWS):
         self.table = table
         codes = _Vocab().codes(table.column("judge")) if table.num_rows else np.zeros(0, np.int32)
         starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]])) if codes.size else codes
@@ -130,9 +129,9 @@ class TableBuckets:
             yield self.table.slice(lo, hi - lo)
 
 
-def streaming_wanted(n_cells: int) -> bool:
-    """Whether a fit of ``n_cells`` merged pair cells streams them (above :func:`stream_min_cells`)."""
-    return n_cells > stream_min_cells()
+def streaming_wanted(size: int) -> bool:
+    """Whether a fit streams its cells: ``size`` (the stored battles, or the cells) above :func:`stream_min_cells`."""
+    return size > stream_min_cells()
 
 
 # --------------------------------------------------------------------------------------------- the store

@@ -26,7 +26,7 @@ from biasboard.ranking.data import Dataset, build_dataset
 from biasboard.ranking.diagnostics import CROSSING_TYPICAL
 from biasboard.ranking.leaderboard import side_by_side
 from biasboard.ranking.reference import Reference, ReferenceFit, ReferenceSettings, fit_with_reference
-from biasboard.ranking.stream import TableBuckets, stream_dataset, streaming_wanted
+from biasboard.ranking.stream import stream_dataset, streaming_wanted
 from biasboard.report.html import render_report
 from biasboard.schemas import summary as S
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELL_KEYS
@@ -121,46 +121,52 @@ def fit_state(
     days = state.list_state_days(state_dir)
     if not days:
         raise InputError(f"{state_dir}: no aggregated days to fit (is --input empty?)")
-    started = time.perf_counter()
-    cells = state.load_cells(state_dir, dictionary=True, cache=True)  # key order, dictionary-encoded keys
-    merge_s = time.perf_counter() - started
     score_cells = state.load_score_cells(state_dir)
     score_cells = score_cells.sort_by([(k, "ascending") for k in SCORE_CELL_KEYS]) if score_cells.num_rows else None
-    if cells.num_rows == 0 and (score_cells is None or _battle_rows_read(state_dir, days)):
+    # The battles the days counted bound the merged cells from above before any is read: above the size, the
+    # cells are merged by judge bucket on disk and streamed through the fit (biasboard.ranking.stream).
+    why_not = _not_streamed(state.stored_battles(state_dir), score_cells, spec)
+    started = time.perf_counter()
+    if why_not is None:
+        buckets = state.load_cells_by_judge(state_dir, cache=True)  # key order within a bucket, global dictionaries
+        n_rows = buckets.n_rows
+    else:
+        cells = state.load_cells(state_dir, dictionary=True, cache=True)  # key order, dictionary-encoded keys
+        n_rows = cells.num_rows
+    merge_s = time.perf_counter() - started
+    if n_rows == 0 and (score_cells is None or _battle_rows_read(state_dir, days)):
         # Grades alone make an ordinal-only board; battles that were all rejected are an error, not that board.
         raise InputError(f"{state_dir}: the stored days hold no valid battle (every row was rejected)")
     _LOG.info(
         "fit: merged %d pair cells%s from %d day(s) in %.1f s",
-        cells.num_rows,
+        n_rows,
         f" and {score_cells.num_rows} score cells" if score_cells is not None else "",
         len(days),
         merge_s,
     )
-    n_cells = cells.num_rows + (score_cells.num_rows if score_cells is not None else 0)
+    n_cells = n_rows + (score_cells.num_rows if score_cells is not None else 0)
     fit_input: pa.Table | Dataset
-    slice_cells = cells if spec.slices else None  # the slices' boards need the labels: the table stays
-    why_not = _not_streamed(cells.num_rows, score_cells, spec)
+    slice_cells = None
     if why_not is None:
-        # A history too big to hold: coded bucket by bucket onto a scratch folder and read a shard at a time
-        # by every evaluation (biasboard.ranking.stream); the merged table goes as soon as it is coded.
-        buckets = TableBuckets(cells)  # judge buckets of the merged table, until the merge hands them over
-        del cells
+        # A history too big to hold: each bucket coded onto a scratch folder, then read a shard at a time by every
+        # evaluation; the buckets' files go once coded.
         totals = CellTotals.of_buckets(buckets.tables())
         coded = time.perf_counter()
         fit_input = stream_dataset(buckets)
         _LOG.info(
             "fit: streamed %d pair cells (%d judge buckets, %d shards on disk) in %.1f s",
-            buckets.n_rows,
+            n_rows,
             buckets.n_buckets,
-            len(fit_input.stream) if fit_input.stream is not None else 0,
+            len(fit_input.stream.files.shards) if fit_input.stream is not None else 0,
             time.perf_counter() - coded,
         )
         del buckets
     else:
         if why_not:
-            _LOG.info("fit: %d pair cells held in memory, not streamed: %s", cells.num_rows, why_not)
+            _LOG.info("fit: %d pair cells held in memory, not streamed: %s", n_rows, why_not)
         totals = CellTotals.of(cells)
         fit_input = cells
+        slice_cells = cells if spec.slices else None  # the slices' boards need the labels: the table stays
         if spec.anchors is None:
             # Coded once for every fit of this snapshot; the Arrow table goes before the fit (it is as big as
             # the coded cells: bench/scale.py), unless the slices need its labels.  Anchors add cells: from the
@@ -184,10 +190,11 @@ def fit_state(
             fit_input.stream.close()
 
 
-def _not_streamed(n_cells: int, score_cells: pa.Table | None, spec: FitSpec) -> str | None:
-    """None when the fit streams its cells (more than :func:`~biasboard.ranking.stream.stream_min_cells`),
-    else why not: "" below the size, or the options the streamed fit does not take yet (it fits in memory)."""
-    if not streaming_wanted(n_cells):
+def _not_streamed(bound: int, score_cells: pa.Table | None, spec: FitSpec) -> str | None:
+    """None when the fit streams its cells (``bound``, the stored battles, above
+    :func:`~biasboard.ranking.stream.stream_min_cells`), else why not: "" below the size, or the options the
+    streamed fit does not take yet (it fits in memory)."""
+    if not streaming_wanted(bound):
         return ""
     unsupported = [
         (score_cells is not None, "score cells"),
