@@ -26,8 +26,9 @@ import numpy as np
 import pyarrow as pa
 from biasboard.ranking.data import CellsInput, CodedFold, _code_tables, _group_sum
 
-#: Loads a bucket's starting running total (e.g. from the merged-cells cache) as coded columns.
-TotalLoader = Callable[[], dict[str, np.ndarray]]
+#: Loads a bucket's starting running total (e.g. from the merged-cells cache) into the first rows of the
+#: coded columns it is given (allocated for the total and the pending rows: no second copy).
+TotalLoader = Callable[[dict[str, np.ndarray]], None]
 
 
 def bucket_bounds(names: Sequence[str], rows: np.ndarray, bucket_rows: int) -> tuple[str, ...]:
@@ -64,7 +65,12 @@ class BucketedFold(CodedFold):
         self.folder = folder
         self.n_buckets = len(self.bounds) + 1
         self._of_code = np.zeros(0, np.int32)  # provisional code of ``column`` → bucket
-        self._dtypes: dict[str, np.dtype] = {}
+        self._dtypes: dict[str, np.dtype] = {  # as _code_tables codes them: int32 codes, the schema's types
+            f.name: np.dtype(np.int32)
+            if f.name in self.vocabs
+            else pa.array([], f.type).to_numpy(zero_copy_only=False).dtype
+            for f in self.schema
+        }
         self.bucket_total = [0] * self.n_buckets
         self.bucket_pending = [0] * self.n_buckets
         self._blocks: list[list[int]] = [[] for _ in range(self.n_buckets)]  # rows of each pending block
@@ -78,8 +84,6 @@ class BucketedFold(CodedFold):
     def _write(self, path: str, columns: dict[str, np.ndarray], rows: slice, mode: str) -> None:
         """Append ``rows`` of every column to ``path``, a column after another (a block: columns stay
         contiguous on disk and in memory, which the fold's gathers need to be fast)."""
-        if not self._dtypes:
-            self._dtypes = {name: columns[name].dtype for name in self.schema.names}
         with open(path, mode) as sink:
             for name in self.schema.names:
                 np.ascontiguousarray(columns[name][rows], self._dtypes[name]).tofile(sink)
@@ -126,13 +130,9 @@ class BucketedFold(CodedFold):
     def _load(self, bucket: int) -> dict[str, np.ndarray]:
         """The bucket's running total followed by its pending rows (in the order they came), as columns."""
         total, pending = self.bucket_total[bucket], self.bucket_pending[bucket]
-        loaded = self._loaders.pop(bucket)() if bucket in self._loaders else None
-        if loaded is not None and not self._dtypes:
-            self._dtypes = {name: loaded[name].dtype for name in self.schema.names}
         columns = {name: np.empty(total + pending, self._dtypes[name]) for name in self.schema.names}
-        if loaded is not None:
-            for name in self.schema.names:
-                columns[name][:total] = loaded.pop(name)
+        if bucket in self._loaders:
+            self._loaders.pop(bucket)(columns)
         elif total:
             self._read(self._path(bucket, "total"), columns, [total], 0)
         if pending:

@@ -147,6 +147,23 @@ def test_the_bucketed_cache_reads_only_new_days_and_equals_the_full_merge(tmp_pa
     assert {p.name for p in (st / state.BUCKETS_DIR).glob("*.parquet")} == files  # stale files removed
 
 
+def test_the_bucketed_cache_with_unlabelled_cells(tmp_path: Path, small_merges):
+    """Slice labels all null (a vocabulary the cache does not use): the cache still reads back."""
+    st = tmp_path / "state"
+
+    def unlabelled(seed: int) -> pa.Table:
+        table = day_cells(seed)
+        for name in ("category", "language"):
+            table = table.set_column(table.schema.get_field_index(name), name, pa.nulls(table.num_rows, pa.string()))
+        return table
+
+    for i, day in enumerate(DAYS):
+        state.write_day(str(st), day, {"counts": {}}, {state.PAIR_CELLS_FILE: unlabelled(i)})
+        cached, _ = bucketed(st, 300, cache=True)
+        assert cached is not None and cached.equals(state.load_cells(str(st), dictionary=True))
+    assert len(cached_days(st)) > 3
+
+
 def test_a_changed_day_or_a_broken_bucketed_cache_falls_back_to_the_full_merge(tmp_path: Path, small_merges):
     st = tmp_path / "state"
     store(st, DAYS)

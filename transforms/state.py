@@ -483,7 +483,7 @@ def _seed_vocabularies(fold: BucketedFold, state_dir: str, cache: dict) -> dict[
     """Code the cached totals' names into ``fold``'s vocabularies; per vocabulary (named by its first column),
     the array mapping a code in the cache files to the fold's code."""
     names = _read_table(_join(state_dir, cache["vocab"]))
-    luts = {}
+    luts = {group: np.zeros(0, np.int32) for group in fold.vocabs}  # a vocabulary unused by the cache: none
     for group in dict.fromkeys(names["group"].to_pylist()):
         part = names.filter(pc.equal(names["group"], group))
         codes = part["code"].to_numpy()
@@ -497,18 +497,25 @@ def _cached_total(state_dir: str, file: str, rows: int, fold: BucketedFold, luts
     """A loader of one cached bucket's running total, its codes turned into the fold's."""
     group_of = {key: next(k for k, v in fold.vocabs.items() if v is vocab) for key, vocab in fold.vocabs.items()}
 
-    def load() -> dict[str, np.ndarray]:
-        table = _read_table(_join(state_dir, file))
-        if table.num_rows != rows:
-            raise StateError(f"{file}: {table.num_rows} rows, the merged-cells cache says {rows}")
-        columns = {}
-        for name in table.column_names:
-            values = table[name].to_numpy()
-            if name in group_of:
-                lut = luts[group_of[name]]
-                values = np.where(values >= 0, lut[np.maximum(values, 0)], np.int32(-1))
-            columns[name] = values
-        return columns
+    def load(out: dict[str, np.ndarray]) -> None:
+        path = _join(state_dir, file)
+        try:
+            with FileSystems.open(path, compression_type="uncompressed") as handle:
+                reader = pq.ParquetFile(pa.BufferReader(handle.read()))
+        except Exception as err:
+            raise StateError(f"{path}: unreadable state file: {err}") from err
+        if reader.metadata.num_rows != rows:
+            raise StateError(f"{path}: {reader.metadata.num_rows} rows, the merged-cells cache says {rows}")
+        start = 0
+        for number in range(reader.num_row_groups):  # a row group at a time, into the fold's columns
+            group = reader.read_row_group(number, use_threads=False)
+            for name in group.column_names:
+                values = group[name].to_numpy()
+                lut = luts[group_of[name]] if name in group_of else None
+                if lut is not None and lut.size:  # (an empty one: every value is a null label, −1)
+                    values = np.where(values >= 0, lut[np.maximum(values, 0)], np.int32(-1))
+                out[name][start : start + group.num_rows] = values
+            start += group.num_rows
 
     return load
 
