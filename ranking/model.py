@@ -378,10 +378,38 @@ def _add_value_and_gradient(out: Partials | BlockPartials, lay: Layout, pairs: P
     j, j_count = pairs.j, lay.n_judges
     out.f += tm.f
     out.g[lay.theta] += _signed_bincount(pairs.a, pairs.b, tm.g_eta * tm.disc, lay.n_models)
-    for i, t in enumerate(lay.eta_effects):
-        if tm.acts[i]:
-            out.g[lay.eff_block(t)] += np.bincount(j, weights=tm.g_eta * tm.z[i], minlength=j_count)
-    out.g[lay.eff_block(TIE)] += np.bincount(j, weights=tm.g_psi, minlength=j_count)
+    acting = [i for i in range(len(lay.eta_effects)) if tm.acts[i]]
+    runs = judge_runs(j, j_count)
+    if runs is None:
+        sums = [np.bincount(j, weights=tm.g_eta * tm.z[i], minlength=j_count) for i in acting]
+        sums.append(np.bincount(j, weights=tm.g_psi, minlength=j_count))
+    else:  # each judge's sums over its run of cells: one matrix-vector product, not a bincount per effect
+        zs = np.stack([tm.z[i] for i in acting])
+        per_judge = np.zeros((len(acting) + 1, j_count))
+        for judge, cells in runs:
+            per_judge[:-1, judge] = zs[:, cells] @ tm.g_eta[cells]
+            per_judge[-1, judge] = tm.g_psi[cells].sum()
+        sums = list(per_judge)
+    for i, total in zip([*acting, None], sums, strict=True):
+        out.g[lay.eff_block(TIE if i is None else lay.eta_effects[i])] += total
+
+
+#: Up to this many judges (the dense path's few LLM judges) a judge's sums are taken over its run of cells by
+#: small matrix products when the cells come sorted by judge, as the coded cells do.
+RUN_JUDGES: int = 64
+
+
+def judge_runs(j: np.ndarray, j_count: int) -> list[tuple[int, slice]] | None:
+    """(judge, its cells) for every judge with cells when the cells are sorted by judge and there are at most
+    :data:`RUN_JUDGES` judges; None otherwise (the sums are then bincounts)."""
+    if j_count > RUN_JUDGES or not j.size or not bool(np.all(j[1:] >= j[:-1])):
+        return None
+    bounds = np.searchsorted(j, np.arange(j_count + 1))
+    return [
+        (judge, slice(bounds[judge], bounds[judge + 1]))
+        for judge in range(j_count)
+        if bounds[judge + 1] > bounds[judge]
+    ]
 
 
 def _theta_cross_weights(tm: DavidsonTerms, eta_types: tuple[int, ...]) -> list[tuple[int, np.ndarray]]:
@@ -403,14 +431,13 @@ def _theta_cross_weights(tm: DavidsonTerms, eta_types: tuple[int, ...]) -> list[
 def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials, hessian: bool = True) -> None:
     lay = spec.layout
     m_count, j_count = lay.n_models, lay.n_judges
-    theta = eff[lay.theta]
     a, b = pairs.a, pairs.b
-    dtheta = theta[a] - theta[b]
     wgt = spec.w_pair
     if lay.naive:
         # Ties as half wins: binomial log-likelihood of (w_a + t/2) successes in n trials.
         s_a = pairs.win_a + 0.5 * pairs.tie
-        eta = dtheta
+        theta = eff[lay.theta]
+        eta = theta[a] - theta[b]
         log_p = -np.logaddexp(0.0, -eta)
         log_q = -np.logaddexp(0.0, eta)
         out.f -= wgt * float(np.sum(s_a * log_p + (pairs.n - s_a) * log_q))
@@ -431,6 +458,7 @@ def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials
     if not hessian:
         return
     h_eta, h_eta_psi, h_psi = tm.h_eta, tm.h_eta_psi, tm.h_psi
+    assert h_eta is not None and h_eta_psi is not None and h_psi is not None
 
     # θ block: Laplacian of the pairs and the θ × per-judge cross terms.
     out.H[th, th] += _laplacian_from_pairs(a, b, h_eta * disc * disc, m_count)
@@ -445,22 +473,49 @@ def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials
 
     # Per-judge blocks: every cell touches only its own judge, so each (t, t') pair is a diagonal.
     jj = np.arange(j_count)
-    for i1, t1 in enumerate(eta_types):
-        for i2, t2 in enumerate(eta_types[i1:], start=i1):
-            w = h_eta * z[i1] * z[i2]
-            if t1 == DISC and t2 == DISC:
-                w = w + g_eta * q  # ∂²η/∂L_j² = q
-            d = np.bincount(j, weights=w, minlength=j_count)
-            r1, r2 = lay.eff_block(t1).start + jj, lay.eff_block(t2).start + jj
-            out.H[r1, r2] += d
-            if t1 != t2:
-                out.H[r2, r1] += d
-        d = np.bincount(j, weights=h_eta_psi * z[i1], minlength=j_count)
-        r1, r2 = lay.eff_block(t1).start + jj, lay.eff_block(TIE).start + jj
-        out.H[r1, r2] += d
-        out.H[r2, r1] += d
-    r = lay.eff_block(TIE).start + jj
-    out.H[r, r] += np.bincount(j, weights=h_psi, minlength=j_count)
+    blocks = _judge_blocks(j, j_count, z, h_eta, h_eta_psi, h_psi)
+    k_eta = len(eta_types)
+    disc_i = eta_types.index(DISC)
+    blocks[:, disc_i, disc_i] += np.bincount(j, weights=g_eta * q, minlength=j_count)  # ∂²η/∂L_j² = q
+    rows = [lay.eff_block(t).start + jj for t in (*eta_types, TIE)]
+    for i1 in range(k_eta + 1):
+        for i2 in range(k_eta + 1):
+            out.H[rows[i1], rows[i2]] += blocks[:, i1, i2]
+
+
+def _judge_blocks(
+    j: np.ndarray,
+    j_count: int,
+    z: tuple[np.ndarray, ...],
+    h_eta: np.ndarray,
+    h_eta_psi: np.ndarray,
+    h_psi: np.ndarray,
+) -> np.ndarray:
+    """Each judge's (K + 1)² block Σ_c y_c y_cᵀ-weighted of the η rows ``z`` and ψ: [z h_η zᵀ, z h_ηψ; ·, h_ψ].
+
+    Cells sorted by judge and few judges (:func:`judge_runs`): one small matrix product per judge's run of cells
+    (the (K + 1)(K + 2)/2 weighted sums, 14 ms against 44 ms for a bincount per entry on 530k cells); otherwise
+    a bincount per entry.
+    """
+    k = len(z)
+    out = np.zeros((j_count, k + 1, k + 1))
+    runs = judge_runs(j, j_count)
+    if runs is not None:
+        zs = np.stack(z)
+        zh = zs * h_eta
+        for judge, cells in runs:
+            out[judge, :k, :k] = zh[:, cells] @ zs[:, cells].T
+            out[judge, :k, k] = zs[:, cells] @ h_eta_psi[cells]
+            out[judge, k, k] = h_psi[cells].sum()
+    else:
+        for i1 in range(k):
+            for i2 in range(i1, k):
+                out[:, i1, i2] = np.bincount(j, weights=h_eta * z[i1] * z[i2], minlength=j_count)
+                out[:, i2, i1] = out[:, i1, i2]
+            out[:, i1, k] = np.bincount(j, weights=h_eta_psi * z[i1], minlength=j_count)
+        out[:, k, k] = np.bincount(j, weights=h_psi, minlength=j_count)
+    out[:, k, :k] = out[:, :k, k]
+    return out
 
 
 def _score_partials(
