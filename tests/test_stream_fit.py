@@ -19,6 +19,7 @@ from biasboard.pipelines.backfill import run_backfill
 from biasboard.ranking import ModelConfig
 from biasboard.ranking.data import CellsFold, build_dataset
 from biasboard.ranking.fit import fit_bias_aware, fit_leaderboards
+from biasboard.ranking.reference import Reference, fit_with_reference
 from biasboard.ranking.stream import TableBuckets, stream_dataset
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.summary import to_jsonable
@@ -108,11 +109,16 @@ def test_streamed_fit_equals_the_in_memory_fit(solver, style):
 
 def test_streamed_fit_rejects_what_it_does_not_take_yet():
     data = stream_dataset(TableBuckets(_merged(2), 200))
+    assert data.stream is not None
     try:
         with pytest.raises(InputError, match="--bootstrap"):
             fit_bias_aware(data, config=ModelConfig(bootstrap=2, profile=False))
+        with pytest.raises(InputError, match="--reference"):
+            fit_with_reference(data, reference=Reference("judges", ("judge-0",)), config=ModelConfig(profile=False))
+        with pytest.raises(ValueError, match="negative"):  # the pair totals have no judge: loud, not wrong
+            np.bincount(data.pairs.j, weights=data.pairs.tie)
     finally:
-        data.stream.close() if data.stream is not None else None
+        data.stream.close()
 
 
 SIM = SimulationConfig(battles=4_000, models=6, judges=3, days=3, seed=5)
