@@ -116,7 +116,8 @@ def clean_names(
         raw = df.get_column(name)
         # a dictionary-coded (Categorical) column gives its distinct names, and takes its renames, without a
         # string per row
-        distinct = (raw.unique() if raw.dtype == pl.Categorical else raw.cast(pl.String).unique()).drop_nulls()
+        # nulls dropped first: polars' unique() of a Categorical holding nulls takes twice as long
+        distinct = (raw if raw.dtype == pl.Categorical else raw.cast(pl.String)).drop_nulls().unique()
         distinct = distinct.cast(pl.String)
         stripped = distinct.str.strip_chars()
         canonical = stripped.replace(mapping) if mapping else stripped

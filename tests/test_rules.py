@@ -372,3 +372,16 @@ def test_timestamp_validity_equals_the_parse():
     for other in (pl.Series([1.7e9, None, 5.0]), pl.Series(edges).cast(pl.Categorical)):
         frame = pl.DataFrame({"ts": other})
         assert timestamps_valid(frame).is_null().to_list() == parse_timestamps(frame).is_null().to_list()
+
+
+def test_the_sure_year_screen_reads_four_digit_years_only():
+    """``_sure_year`` (four view bytes at once) flags exactly the values opening with a year of 1991-2098."""
+    from biasboard.schemas.rules import _sure_year
+
+    texts = ["1991-01-01", "2098-12-31T23:59:59Z", "1990-06-01", "2099-01-01", "2024", "202", "", None, "19:0-01-01"]
+    texts += ["1:99-01-01", "20/4-01-01", "٢٠٢٤-01-01", "2024é", "20\x0024", " 2024-01-01", "0000", "9999", "2024" * 9]
+    expected = [t is not None and t[:4].isascii() and t[:4].isdigit() and 1991 <= int(t[:4]) <= 2098 for t in texts]
+    series = pl.Series(texts, dtype=pl.String)
+    assert _sure_year(series).tolist() == expected
+    assert _sure_year(series.slice(3, 9)).tolist() == expected[3:12]  # a view with an offset
+    assert _sure_year(pl.Series([1, 2])) is None

@@ -39,7 +39,9 @@ def given_family(column: str) -> pl.Expr:
 
 def _distinct_text(column: pl.Series) -> pl.Series:
     """The values of a text column to test (its distinct values when it is dictionary-coded: no string per row)."""
-    return column.unique().cast(pl.String) if column.dtype == pl.Categorical else column.cast(pl.String)
+    if column.dtype == pl.Categorical:  # nulls dropped first: unique() of a Categorical with nulls is 2x slower
+        return column.drop_nulls().unique().cast(pl.String)
+    return column.cast(pl.String)
 
 
 def normalise_given(df: pl.DataFrame, columns: list[str]) -> pl.DataFrame:

@@ -254,7 +254,7 @@ def _fast_blank(df: pl.DataFrame, reason: str) -> pl.Expr:
         return pl.lit(blank_mask(df.get_column(column)))
     if df.schema[column] == pl.Categorical:  # dictionary codes: the check runs on the distinct values
         values = df.get_column(column)
-        distinct = values.unique().drop_nulls()
+        distinct = values.drop_nulls().unique()  # nulls first: unique() of a Categorical with nulls is 2x slower
         blank = distinct.filter(distinct.to_frame("t").select(rules.is_blank("t", pl.Categorical)).to_series())
         if not len(blank):
             return pl.lit(values.is_null())
