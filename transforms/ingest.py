@@ -317,7 +317,9 @@ def use_worker_threads(options: PipelineOptions, tasks: list[dict]) -> bool:
     and lost to threads on this shared 2-core machine: 20M battles at load 5-7,
     CPU 16.3 -> 14.1 s clean and 23.7 -> 18.6 s with 1% bad rows
     (``bench/ingest.py``; 12 days alternating: 14.3-18.5 s wall in processes,
-    5.4-8.0 s in threads).
+    5.4-8.0 s in threads).  The Python between the kernels still holds the GIL
+    (~1.65 of 2 cores busy), so :func:`run_ingest` also forks one worker
+    process per thread that does the days' work (:mod:`~biasboard.transforms.day_workers`).
     """
     cores = os.cpu_count() or 1
     if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS or cores < 2 or len(tasks) < 2:
