@@ -324,45 +324,87 @@ def davidson_terms(
     """
     lay = spec.layout
     theta = eff[lay.theta]
-    dtheta = theta[pairs.a] - theta[pairs.b]
     wgt = spec.w_pair
     j = pairs.j
     blk = [eff[lay.eff_block(t)] for t in range(lay.n_blocks)]
-    disc = np.exp(blk[DISC])[j]
+    # Per-cell values of the judges' effects: j are the cells' judge codes (< n_judges by construction), so
+    # take's mode="clip" changes nothing but skips the bounds-checked buffer numpy makes for out= otherwise.
+    disc = np.take(np.exp(blk[DISC]), j, mode="clip")
     xs = pairs.x / spec.x_scale if xs is None else xs
     # z_i = ∂η/∂(effective block lay.eta_effects[i]): position, length, affinity, discrimination, style.
-    q = disc * dtheta
+    q = theta[pairs.a]
+    q -= theta[pairs.b]
+    q *= disc
     # pos = 0 where the shown order is unknown: γ_j does not act there (and is not learnt from those cells).
     rows = [pairs.pos, xs, pairs.ds, q]
-    eta = q + blk[POS][j] * pairs.pos + blk[LEN][j] * xs + blk[AFF][j] * pairs.ds
+    # η = q + γ_j pos + λ_j x + β_j ds (+ style), summed in that order, in place: a gradient pass is a few dozen
+    # passes over the cells' arrays, each about as costly as an exponential, so every temporary saved counts.
+    eta = np.take(blk[POS], j, mode="clip")
+    eta *= pairs.pos
+    eta += q
+    term = np.empty_like(eta)
+    for t, row in [(LEN, xs), (AFF, pairs.ds)]:
+        np.take(blk[t], j, out=term, mode="clip")
+        term *= row
+        eta += term
     if lay.n_style:
         assert pairs.style is not None and spec.style_scale is not None, "a style layout needs style cells"
         for k, t in enumerate(STYLE_BLOCKS):
             d = pairs.style[:, k] / spec.style_scale[k]
             rows.append(d)
-            eta = eta + blk[t][j] * d
+            np.take(blk[t], j, out=term, mode="clip")
+            term *= d
+            eta += term
     z = tuple(rows)
-    psi = blk[TIE][j]
-    half = 0.5 * eta
+    psi = np.take(blk[TIE], j, mode="clip")
+    half = eta
+    half *= 0.5
     # P ∝ (e^{η/2}, e^{−η/2}, e^ψ), each scaled by e^{−top} (top their largest exponent: no overflow, the sum in
     # [1, 3]): three exponentials and one log per cell, half the transcendentals of nested logaddexp.
-    top = np.maximum(np.abs(half), psi)
-    e_a, e_b, e_t = np.exp(half - top), np.exp(-half - top), np.exp(psi - top)
-    total = e_a + e_b + e_t
-    log_norm = top + np.log(total)
-    inv = 1.0 / total
-    p_a, p_b, p_t = e_a * inv, e_b * inv, e_t * inv
+    top = np.abs(half)
+    np.maximum(top, psi, out=top)
+    p_a = np.subtract(half, top)
+    p_b = np.add(half, top)
+    np.negative(p_b, out=p_b)  # −(η/2 + top) = −η/2 − top, bit for bit
+    p_t = np.subtract(psi, top)
+    for e in (p_a, p_b, p_t):
+        np.exp(e, out=e)
+    total = p_a + p_b
+    total += p_t
+    log_norm = np.log(total)
+    log_norm += top
+    inv = np.divide(1.0, total, out=total)
+    for e in (p_a, p_b, p_t):
+        e *= inv
     n = pairs.n
-    f = -wgt * float(np.sum(pairs.win_a * half - pairs.win_b * half + pairs.tie * psi - n * log_norm))
+    dw = pairs.win_a - pairs.win_b
+    # Σ w_a η/2 − w_b η/2 + t ψ − n log Z as three dot products (the cells' sum, not a sum of per-cell terms).
+    f = -wgt * (_dot(dw, half) + _dot(pairs.tie, psi) - _dot(n, log_norm))
     diff = p_a - p_b
-    g_eta = wgt * (-0.5 * (pairs.win_a - pairs.win_b) + 0.5 * n * diff)
-    g_psi = wgt * (n * p_t - pairs.tie)
+    # w (−(w_a − w_b)/2 + n (p_a − p_b)/2) and w (n p_t − t), bit for bit, in place (halving is exact).
+    g_eta = np.multiply(n, diff, out=log_norm)
+    g_eta -= dw
+    g_eta *= 0.5 * wgt
+    g_psi = np.multiply(n, p_t, out=top)
+    g_psi -= pairs.tie
+    g_psi *= wgt
     if acts is None:
-        acts = tuple(t == DISC or bool(np.any(row)) for t, row in zip(lay.eta_effects, rows, strict=True))
+        acts = tuple(t == DISC or _nonzero(row) for t, row in zip(lay.eta_effects, rows, strict=True))
     terms = DavidsonTerms(disc, z, q, f, g_eta, g_psi, acts, probs=(p_a, p_b, p_t, diff))
     if hessian:
         terms.add_hessian(n, wgt)
     return terms
+
+
+def _dot(x: np.ndarray, y: np.ndarray) -> float:
+    """Σ x·y over the cells by numpy's own vectorised loop (einsum), not BLAS: a multi-threaded BLAS dot of a
+    chunk of cells is slower on a busy machine than one thread, and the caller may not have limited BLAS."""
+    return float(np.einsum("i,i->", x, y))
+
+
+def _nonzero(row: np.ndarray) -> bool:
+    """Whether ``row`` has an entry other than 0 (NaN counts), by its max and min: two vectorised reductions."""
+    return bool(row.size) and bool(row.max() != 0 or row.min() != 0)
 
 
 #: The judge effects that act through η (the tie propensity acts through ψ instead).
@@ -383,11 +425,12 @@ def _add_value_and_gradient(out: Partials | BlockPartials, lay: Layout, pairs: P
     if runs is None:
         sums = [np.bincount(j, weights=tm.g_eta * tm.z[i], minlength=j_count) for i in acting]
         sums.append(np.bincount(j, weights=tm.g_psi, minlength=j_count))
-    else:  # each judge's sums over its run of cells: one matrix-vector product, not a bincount per effect
-        zs = np.stack([tm.z[i] for i in acting])
+    else:  # each judge's sums over its run of cells: dot products, not a bincount per effect
         per_judge = np.zeros((len(acting) + 1, j_count))
         for judge, cells in runs:
-            per_judge[:-1, judge] = zs[:, cells] @ tm.g_eta[cells]
+            g_eta = tm.g_eta[cells]
+            for k, i in enumerate(acting):  # a dot per row: no stacked copy of the rows
+                per_judge[k, judge] = _dot(tm.z[i][cells], g_eta)
             per_judge[-1, judge] = tm.g_psi[cells].sum()
         sums = list(per_judge)
     for i, total in zip([*acting, None], sums, strict=True):

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 from biasboard.ranking import ModelConfig, fit_bias_aware, fit_naive
 from biasboard.ranking.data import PairArrays, ScoreArrays
-from biasboard.ranking.model import Layout, Shard, Spec
+from biasboard.ranking.model import AFF, DISC, LEN, POS, TIE, Layout, Shard, Spec, davidson_terms
 from biasboard.ranking.solver import Objective, Prior
 from biasboard.schemas.cells import SCORE_CELLS_SCHEMA, conform_pair_cells
 
@@ -178,3 +178,55 @@ def test_cold_start_converges_with_every_effect_and_scores():
     assert fit.converged
     assert fit.rel_grad < 1e-8
     assert fit.iterations < 60
+
+
+def _textbook_terms(eff: np.ndarray, pairs: PairArrays, spec: Spec) -> dict[str, np.ndarray | float]:
+    """The Davidson cell terms written out plainly (as davidson_terms computed them before it worked in place)."""
+    lay = spec.layout
+    theta = eff[lay.theta]
+    blk = [eff[lay.eff_block(t)] for t in range(lay.n_blocks)]
+    j, wgt, n = pairs.j, spec.w_pair, pairs.n
+    xs = pairs.x / spec.x_scale
+    q = np.exp(blk[DISC])[j] * (theta[pairs.a] - theta[pairs.b])
+    eta = q + blk[POS][j] * pairs.pos + blk[LEN][j] * xs + blk[AFF][j] * pairs.ds
+    psi = blk[TIE][j]
+    half = 0.5 * eta
+    top = np.maximum(np.abs(half), psi)
+    e_a, e_b, e_t = np.exp(half - top), np.exp(-half - top), np.exp(psi - top)
+    total = e_a + e_b + e_t
+    log_norm = top + np.log(total)
+    p_a, p_b, p_t = e_a / total, e_b / total, e_t / total
+    diff = p_a - p_b
+    return {
+        "q": q,
+        "f": -wgt * float(np.sum(pairs.win_a * half - pairs.win_b * half + pairs.tie * psi - n * log_norm)),
+        "g_eta": wgt * (-0.5 * (pairs.win_a - pairs.win_b) + 0.5 * n * diff),
+        "g_psi": wgt * (n * p_t - pairs.tie),
+        "h_eta": wgt * 0.25 * n * ((p_a + p_b) - diff * diff),
+        "h_eta_psi": wgt * (-0.5) * n * diff * p_t,
+        "h_psi": wgt * n * p_t * (1.0 - p_t),
+    }
+
+
+@pytest.mark.parametrize("scale", [0.5, 30.0, 600.0])
+def test_davidson_terms_equal_the_textbook_formula(scale):
+    """The in-place davidson_terms gives the plain formula's values (to 1e-12 relative), also where η and ψ are
+    extreme (|η|/2, |ψ| up to ~1,000: no overflow, no NaN), with and without its Hessian pieces."""
+    objective, rng = _random_problem(False, seed=3)
+    spec, pairs = objective.spec, objective.shards[0].pairs
+    assert pairs is not None
+    lay = spec.layout
+    eff = rng.normal(size=lay.n_eff) * scale
+    eff[lay.eff_block(DISC)] = rng.normal(size=lay.n_judges) * 0.3  # a_j = e^L: keep it finite
+    eff[lay.eff_block(TIE)] = rng.normal(size=lay.n_judges) * scale  # ψ as extreme as η
+    want = _textbook_terms(eff, pairs, spec)
+    for hessian in (False, True):
+        tm = davidson_terms(eff, pairs, spec, hessian)
+        if not hessian:
+            tm.add_hessian(pairs.n, spec.w_pair)
+        got = {"q": tm.q, "f": tm.f, "g_eta": tm.g_eta, "g_psi": tm.g_psi}
+        got |= {"h_eta": tm.h_eta, "h_eta_psi": tm.h_eta_psi, "h_psi": tm.h_psi}
+        for name, value in want.items():
+            assert np.all(np.isfinite(got[name])), name
+            np.testing.assert_allclose(got[name], value, rtol=1e-12, atol=0, err_msg=name)
+        assert tm.acts == tuple(t == DISC or bool(np.any(row)) for t, row in zip(lay.eta_effects, tm.z, strict=True))
