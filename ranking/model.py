@@ -429,8 +429,8 @@ def _add_value_and_gradient(out: Partials | BlockPartials, lay: Layout, pairs: P
         per_judge = np.zeros((len(acting) + 1, j_count))
         for judge, cells in runs:
             g_eta = tm.g_eta[cells]
-            for k, i in enumerate(acting):  # a dot per row: no stacked copy of the rows
-                per_judge[k, judge] = _dot(tm.z[i][cells], g_eta)
+            for k, row in enumerate(acting):  # a dot per row: no stacked copy of the rows
+                per_judge[k, judge] = _dot(tm.z[row][cells], g_eta)
             per_judge[-1, judge] = tm.g_psi[cells].sum()
         sums = list(per_judge)
     for i, total in zip([*acting, None], sums, strict=True):
