@@ -33,6 +33,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import polars as pl
@@ -220,12 +221,21 @@ def list_state_days(state_dir: str) -> list[str]:
     return sorted(n[len("day=") : -len(".json")] for n in names if n.startswith("day=") and n.endswith(".json"))
 
 
-def _read_table(path: str, schema: pa.Schema | None = None) -> pa.Table:
+@contextmanager
+def _state_file(path: str) -> Iterator[pa.BufferReader]:
+    """A stored file's bytes, for the body to decode: a failure to read them or in the body is a
+    :class:`StateError` naming the file (the one message every reader of the state gives)."""
     try:
         with FileSystems.open(path, compression_type="uncompressed") as handle:
-            table = pq.read_table(pa.BufferReader(handle.read()))
+            data = handle.read()
+        yield pa.BufferReader(data)
     except Exception as err:
         raise StateError(f"{path}: unreadable state file: {err}") from err
+
+
+def _read_table(path: str, schema: pa.Schema | None = None) -> pa.Table:
+    with _state_file(path) as data:
+        table = pq.read_table(data)
     if schema == PAIR_CELLS_SCHEMA:
         return conform_pair_cells(table)  # cells stored before ``order_known`` existed read as known
     return table.cast(schema) if schema is not None else table
@@ -280,12 +290,8 @@ def _day_key(manifest: dict) -> str:
 def _fold_file(fold: CodedFold, path: str) -> None:
     """Add a stored cells file to ``fold``, read as record batches with dictionary-encoded strings (what
     :class:`CellsFold` codes); an unreadable or malformed file is a :class:`StateError`."""
-    try:
-        with FileSystems.open(path, compression_type="uncompressed") as handle:
-            data = handle.read()
-        fold.add(read_cells(pa.BufferReader(data)), what=path)
-    except Exception as err:
-        raise StateError(f"{path}: unreadable state file: {err}") from err
+    with _state_file(path) as data:
+        fold.add(read_cells(data), what=path)
 
 
 def _cached_fold(state_dir: str, keys: list[tuple[str, str]]) -> tuple[CellsFold, int]:
@@ -439,12 +445,8 @@ def judge_rows(paths: list[str]) -> tuple[list[str], np.ndarray]:
     input (:func:`~biasboard.ranking.spill.bucket_bounds`)."""
     vocab, rows = _Vocab(), np.zeros(0, np.int64)
     for path in paths:
-        try:
-            with FileSystems.open(path, compression_type="uncompressed") as handle:
-                data = handle.read()
-            column = pq.read_table(pa.BufferReader(data), columns=["judge"], read_dictionary=["judge"])["judge"]
-        except Exception as err:
-            raise StateError(f"{path}: unreadable state file: {err}") from err
+        with _state_file(path) as data:
+            column = pq.read_table(data, columns=["judge"], read_dictionary=["judge"])["judge"]
         codes = vocab.codes(column, nulls=True)
         counts = np.bincount(codes[codes >= 0], minlength=len(vocab.index))
         counts[: len(rows)] += rows
@@ -493,17 +495,19 @@ def _seed_vocabularies(fold: BucketedFold, state_dir: str, cache: dict) -> dict[
     return luts
 
 
+def _vocab_groups(fold: CodedFold) -> dict[str, str]:
+    """Each string key's vocabulary, named by the first key that uses it (as the bucketed cache names them)."""
+    return {key: next(k for k, v in fold.vocabs.items() if v is vocab) for key, vocab in fold.vocabs.items()}
+
+
 def _cached_total(state_dir: str, file: str, rows: int, fold: BucketedFold, luts: dict[str, np.ndarray]):
     """A loader of one cached bucket's running total, its codes turned into the fold's."""
-    group_of = {key: next(k for k, v in fold.vocabs.items() if v is vocab) for key, vocab in fold.vocabs.items()}
+    group_of = _vocab_groups(fold)
 
     def load(out: dict[str, np.ndarray]) -> None:
         path = _join(state_dir, file)
-        try:
-            with FileSystems.open(path, compression_type="uncompressed") as handle:
-                reader = pq.ParquetFile(pa.BufferReader(handle.read()))
-        except Exception as err:
-            raise StateError(f"{path}: unreadable state file: {err}") from err
+        with _state_file(path) as data:
+            reader = pq.ParquetFile(data)
         if reader.metadata.num_rows != rows:
             raise StateError(f"{path}: {reader.metadata.num_rows} rows, the merged-cells cache says {rows}")
         start = 0
@@ -543,9 +547,7 @@ class _BucketCache:
 
     def commit(self, keys: list[tuple[str, str]], bucket_rows: int) -> None:
         groups, codes, names = [], [], []
-        for group in dict.fromkeys(
-            next(k for k, v in self.fold.vocabs.items() if v is vocab) for vocab in self.fold.vocabs.values()
-        ):
+        for group in dict.fromkeys(_vocab_groups(self.fold).values()):
             vocab = self.fold.vocabs[group]
             used = np.flatnonzero(self.used[id(vocab)])
             every = list(vocab.index)
