@@ -189,3 +189,34 @@ def test_bucket_rows_from_the_environment(monkeypatch):
     monkeypatch.setenv(state.BUCKET_ROWS_ENV, "many")
     with pytest.raises(StateError, match="BIASBOARD_BUCKET_ROWS"):
         state.bucket_rows_setting()
+
+
+def test_a_corrupt_cached_bucket_is_said_and_recomputed_a_corrupt_day_is_a_state_error(
+    tmp_path: Path, small_merges, caplog
+):
+    """Caches are derived data: a cached bucket or vocabulary whose bytes are garbage is a warning naming the
+    file and the merge starts again from the stored days (and writes a good cache); the stored days are the
+    truth, so a day's cells file that cannot be read is a StateError naming it."""
+    st = tmp_path / "state"
+    store(st, DAYS)
+    full, _ = bucketed(st, 300, cache=True)
+    for kind in ("bucket", "vocab"):
+        manifest = json.loads((st / state.BUCKETS_DIR / "manifest.json").read_text())
+        broken = manifest["buckets"][-1][2] if kind == "bucket" else manifest["vocab"]
+        (st / broken).write_bytes(b"PAR1 not a parquet file PAR1")
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="biasboard.transforms.state"):
+            again, _ = bucketed(st, 300, cache=True)
+        assert again is not None and full is not None and again.equals(full)
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1 and Path(broken).name in warnings[0] and "broken cache file" in warnings[0]
+        assert not (st / broken).exists()  # a new cache replaced it
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="biasboard.transforms.state"):
+            bucketed(st, 300, cache=True)
+        assert not caplog.records  # the new cache reads back
+    state.write_day(str(st), "2024-03-01", {"counts": {}}, {state.PAIR_CELLS_FILE: day_cells(50)})
+    day_file = st / "cells" / "day=2024-03-01" / state.PAIR_CELLS_FILE
+    day_file.write_bytes(b"garbage")
+    with pytest.raises(StateError, match="day=2024-03-01"):
+        state.load_cells_by_judge(str(st), cache=True, bucket_rows=300)

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA
+from biasboard.schemas.errors import StateError
 from biasboard.transforms import state
 
 DAYS = [f"2024-01-{d:02d}" for d in range(1, 13)]
@@ -120,3 +121,28 @@ def test_a_broken_cache_falls_back_to_the_full_merge(tmp_path: Path, small_merge
     assert state.load_cells(str(st), cache=True).equals(full)
     Path(state.merged_manifest_path(str(st))).write_text("{not json")
     assert state.load_cells(str(st), cache=True).equals(full)
+
+
+def test_a_corrupt_cache_file_is_said_and_a_corrupt_day_is_a_state_error(tmp_path: Path, small_merges, caplog):
+    """A cached total whose bytes are garbage: a warning naming it, the full merge (and a new cache); a stored
+    day's file that cannot be read is a StateError naming it, cache or not (a day the cache covers is not read)."""
+    st = tmp_path / "state"
+    store(st, DAYS)
+    full = state.load_cells(str(st), cache=True)
+    (cached,) = (st / state.MERGED_DIR).glob("*.parquet")
+    cached.write_bytes(b"PAR1 garbage PAR1")
+    with caplog.at_level("WARNING", logger="biasboard.transforms.state"):
+        assert state.load_cells(str(st), cache=True).equals(full)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and cached.name in warnings[0] and "broken cache file" in warnings[0]
+    assert not cached.exists()  # replaced by a good one
+    Path(state.merged_manifest_path(str(st))).write_text("[1, 2]")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="biasboard.transforms.state"):
+        assert state.load_cells(str(st), cache=True).equals(full)
+    assert [r for r in caplog.records if "manifest.json" in r.getMessage()]
+    state.write_day(str(st), "2024-02-01", {"counts": {}}, {state.PAIR_CELLS_FILE: day_cells(40)})  # not cached
+    (st / "cells" / "day=2024-02-01" / state.PAIR_CELLS_FILE).write_bytes(b"garbage")
+    for cache in (True, False):
+        with pytest.raises(StateError, match="day=2024-02-01"):
+            state.load_cells(str(st), cache=cache)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import os
 import uuid
 from collections.abc import Iterable, Iterator
@@ -53,6 +54,8 @@ SCORE_CELLS_FILE = "score_cells.parquet"
 DEAD_LETTERS_FILE = "dead_letters.parquet"
 SCORE_DEAD_LETTERS_FILE = "score_dead_letters.parquet"
 MANIFEST_VERSION = 1
+
+_LOG = logging.getLogger(__name__)
 
 
 def _join(*parts: str) -> str:
@@ -282,6 +285,29 @@ def merged_manifest_path(state_dir: str) -> str:
     return _join(state_dir, MERGED_DIR, MERGED_MANIFEST)
 
 
+def warn_broken_cache(path: str, err: object) -> None:
+    """Say that a cache file could not be read back, and that the stored days are read instead.
+
+    Every cache of the state (the merged cells, their judge buckets, the audit's summed partials) is derived
+    data, so a cache file that is missing, truncated or otherwise unreadable costs a full recomputation from
+    the stored days, never the refresh; a stored day's own file that cannot be read is a :class:`StateError`.
+    """
+    _LOG.warning("%s: broken cache file, ignored (%s); recomputing from the stored days", path, err)
+
+
+def _reason(err: Exception) -> BaseException:
+    """What went wrong reading a file: a :class:`StateError`'s cause (it already names the file), else ``err``."""
+    return err.__cause__ if isinstance(err, StateError) and err.__cause__ is not None else err
+
+
+class BrokenCache(Exception):
+    """A cache file found unreadable while it was being used (the caller recomputes without the cache)."""
+
+    def __init__(self, path: str, err: object) -> None:
+        super().__init__(f"{path}: {err}")
+        self.path, self.err = path, err
+
+
 def _day_key(manifest: dict) -> str:
     """A day's identity in the cache: the hash of its manifest, which names its files' hashes (:func:`write_day`)."""
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
@@ -298,15 +324,18 @@ def _cached_fold(state_dir: str, keys: list[tuple[str, str]]) -> tuple[CellsFold
     """A fold holding the cached running total, and how many of ``keys`` (sorted (day, key)) it covers.
 
     An empty fold and 0 on a miss.  A hit needs the cache's days to be exactly the first days of ``keys``,
-    each with the same key: a changed, removed or inserted older day, another :data:`MERGE_EVERY_ROWS`
-    or an unreadable cache falls back to the full merge.
+    each with the same key: a changed, removed or inserted older day or another :data:`MERGE_EVERY_ROWS`
+    is a miss, and a broken cache file (:func:`warn_broken_cache`) falls back to the full merge.
     """
     path = merged_manifest_path(state_dir)
     if not _exists(path):
         return CellsFold(), 0
     try:
         cache = json.loads(storage.read_text(path))
-    except Exception:
+        if not isinstance(cache, dict):
+            raise ValueError(f"a JSON {type(cache).__name__}, not an object")
+    except Exception as err:
+        warn_broken_cache(path, err)
         return CellsFold(), 0
     covered = [tuple(entry) for entry in cache.get("days", [])]
     if (
@@ -316,12 +345,14 @@ def _cached_fold(state_dir: str, keys: list[tuple[str, str]]) -> tuple[CellsFold
         or covered != keys[: len(covered)]
     ):
         return CellsFold(), 0
-    fold = CellsFold()
+    fold, file = CellsFold(), _join(state_dir, str(cache.get("file")))
     try:
-        _fold_file(fold, _join(state_dir, cache["file"]))
-    except (StateError, KeyError):
+        _fold_file(fold, file)
+    except StateError as err:
+        warn_broken_cache(file, _reason(err))
         return CellsFold(), 0
     if fold.pending_rows != cache.get("rows"):
+        warn_broken_cache(file, f"{fold.pending_rows} rows, its manifest says {cache.get('rows')}")
         return CellsFold(), 0
     fold.fold()  # the running total (its keys are distinct: a sort, no sum)
     return fold, len(covered)
@@ -464,34 +495,44 @@ def _cache_settings(bucket_rows: int) -> dict:
 
 def _cached_buckets(state_dir: str, keys: list[tuple[str, str]], bucket_rows: int) -> dict | None:
     """The bucketed cache's manifest when it covers the first days of ``keys`` unchanged (and was made with the
-    same settings) and its files are there; None otherwise (the full merge)."""
+    same settings) and its files are there; None otherwise (the full merge; a broken manifest or a missing
+    file is said, :func:`warn_broken_cache`)."""
     path = _buckets_manifest_path(state_dir)
     try:
         cache = json.loads(storage.read_text(path)) if _exists(path) else None
-    except Exception:
+        if cache is not None and not isinstance(cache, dict):
+            raise ValueError(f"a JSON {type(cache).__name__}, not an object")
+    except Exception as err:
+        warn_broken_cache(path, err)
         return None
-    if not isinstance(cache, dict) or any(cache.get(k) != v for k, v in _cache_settings(bucket_rows).items()):
+    if cache is None or any(cache.get(k) != v for k, v in _cache_settings(bucket_rows).items()):
         return None
     covered = [tuple(entry) for entry in cache.get("days", [])]
     if not covered or covered != keys[: len(covered)]:
         return None
     files = [cache.get("vocab"), *(entry[2] for entry in cache.get("buckets", []))]
-    if not all(isinstance(f, str) and _exists(_join(state_dir, f)) for f in files):
+    missing = [f for f in files if not (isinstance(f, str) and _exists(_join(state_dir, f)))]
+    if missing:
+        warn_broken_cache(path, f"names {len(missing)} missing file(s), the first {missing[0]}")
         return None
     return cache
 
 
 def _seed_vocabularies(fold: BucketedFold, state_dir: str, cache: dict) -> dict[str, np.ndarray]:
     """Code the cached totals' names into ``fold``'s vocabularies; per vocabulary (named by its first column),
-    the array mapping a code in the cache files to the fold's code."""
-    names = _read_table(_join(state_dir, cache["vocab"]))
-    luts = {group: np.zeros(0, np.int32) for group in fold.vocabs}  # a vocabulary unused by the cache: none
-    for group in dict.fromkeys(names["group"].to_pylist()):
-        part = names.filter(pc.equal(names["group"], group))
-        codes = part["code"].to_numpy()
-        lut = np.full(int(codes.max()) + 1 if len(codes) else 0, -1, np.int32)
-        lut[codes] = fold.vocabs[group].codes(part["name"])
-        luts[group] = lut
+    the array mapping a code in the cache files to the fold's code.  An unreadable file is a :class:`BrokenCache`."""
+    path = _join(state_dir, cache["vocab"])
+    try:
+        names = _read_table(path)
+        luts = {group: np.zeros(0, np.int32) for group in fold.vocabs}  # a vocabulary unused by the cache: none
+        for group in dict.fromkeys(names["group"].to_pylist()):
+            part = names.filter(pc.equal(names["group"], group))
+            codes = part["code"].to_numpy()
+            lut = np.full(int(codes.max()) + 1 if len(codes) else 0, -1, np.int32)
+            lut[codes] = fold.vocabs[group].codes(part["name"])
+            luts[group] = lut
+    except Exception as err:
+        raise BrokenCache(path, _reason(err)) from err
     return luts
 
 
@@ -501,25 +542,29 @@ def _vocab_groups(fold: CodedFold) -> dict[str, str]:
 
 
 def _cached_total(state_dir: str, file: str, rows: int, fold: BucketedFold, luts: dict[str, np.ndarray]):
-    """A loader of one cached bucket's running total, its codes turned into the fold's."""
+    """A loader of one cached bucket's running total, its codes turned into the fold's; a file that cannot be
+    read back as the manifest says is a :class:`BrokenCache` (raised when the fold first needs the bucket)."""
     group_of = _vocab_groups(fold)
 
     def load(out: dict[str, np.ndarray]) -> None:
         path = _join(state_dir, file)
-        with _state_file(path) as data:
-            reader = pq.ParquetFile(data)
-        if reader.metadata.num_rows != rows:
-            raise StateError(f"{path}: {reader.metadata.num_rows} rows, the merged-cells cache says {rows}")
-        start = 0
-        for number in range(reader.num_row_groups):  # a row group at a time, into the fold's columns
-            group = reader.read_row_group(number, use_threads=False)
-            for name in group.column_names:
-                values = group[name].to_numpy()
-                lut = luts[group_of[name]] if name in group_of else None
-                if lut is not None and lut.size:  # (an empty one: every value is a null label, −1)
-                    values = np.where(values >= 0, lut[np.maximum(values, 0)], np.int32(-1))
-                out[name][start : start + group.num_rows] = values
-            start += group.num_rows
+        try:
+            with _state_file(path) as data:
+                reader = pq.ParquetFile(data)
+            if reader.metadata.num_rows != rows:
+                raise ValueError(f"{reader.metadata.num_rows} rows, the merged-cells cache says {rows}")
+            start = 0
+            for number in range(reader.num_row_groups):  # a row group at a time, into the fold's columns
+                group = reader.read_row_group(number, use_threads=False)
+                for name in group.column_names:
+                    values = group[name].to_numpy()
+                    lut = luts[group_of[name]] if name in group_of else None
+                    if lut is not None and lut.size:  # (an empty one: every value is a null label, −1)
+                        values = np.where(values >= 0, lut[np.maximum(values, 0)], np.int32(-1))
+                    out[name][start : start + group.num_rows] = values
+                start += group.num_rows
+        except Exception as err:
+            raise BrokenCache(path, _reason(err)) from err
 
     return load
 
@@ -591,14 +636,25 @@ def load_cells_by_judge(
     ``cache``: as :func:`load_cells`'s, per bucket (``STATE/merged-buckets/``): a refresh that appends a
     day reads each bucket's cached running total and the days after the last merge point.  The bucket
     bounds are kept with the cache (new judges fall between them), so another ``bucket_rows`` is a miss.
+    A cache file found broken (:class:`BrokenCache`) is said and the merge starts again from the stored days
+    (writing a new cache); a stored day's file that cannot be read is a :class:`StateError`.
     ``scratch``: the parent of the scratch folder (default: the system's temporary folder); the folder
     goes when the result is collected.
     """
     bucket_rows = bucket_rows or bucket_rows_setting()
+    try:
+        return _load_by_judge(state_dir, cache, cache, bucket_rows, scratch)
+    except BrokenCache as broken:
+        warn_broken_cache(broken.path, broken.err)
+        return _load_by_judge(state_dir, False, cache, bucket_rows, scratch)
+
+
+def _load_by_judge(state_dir: str, reuse: bool, store: bool, bucket_rows: int, scratch: str | None) -> JudgeBuckets:
+    """:func:`load_cells_by_judge`, starting from the cache when ``reuse``, writing it when ``store``."""
     selected = list_state_days(state_dir)
     manifests = read_committed_manifests(state_dir, selected, NO_MANIFEST)
     keys = [(day, _day_key(manifests[day])) for day in selected]
-    hit = _cached_buckets(state_dir, keys, bucket_rows) if cache else None
+    hit = _cached_buckets(state_dir, keys, bucket_rows) if reuse else None
     if hit is None:
         paths = [_committed_file(state_dir, day, manifests[day], PAIR_CELLS_FILE) for day in selected]
         bounds = bucket_bounds(*judge_rows([p for p in paths if p is not None]), bucket_rows)
@@ -608,15 +664,12 @@ def load_cells_by_judge(
     fold = BucketedFold(CellsFold(), "judge", bounds, folder.name)
     start = 0
     if hit is not None:
-        try:
-            luts = _seed_vocabularies(fold, state_dir, hit)
-        except StateError:
-            return load_cells_by_judge(state_dir, bucket_rows=bucket_rows, scratch=scratch)
+        luts = _seed_vocabularies(fold, state_dir, hit)
         for bucket, rows, file in hit["buckets"]:
             fold.set_total(bucket, rows, _cached_total(state_dir, file, rows, fold, luts))
         start = len(hit["days"])
     folded = _fold_days(fold, state_dir, selected, manifests, start)
-    writer = _BucketCache(state_dir, fold) if cache and folded > start else None
+    writer = _BucketCache(state_dir, fold) if store and folded > start else None
     buckets = fold.finish(folder.name, on_total=writer.write if writer else None)
     if writer is not None:
         writer.commit(keys[:folded], bucket_rows)
