@@ -15,7 +15,10 @@ then the history grows to 2H days (one catch-up refresh, not timed) and one more
 
 Printed side by side in one run: wall time and peak RSS of each step, the ratio (+1 day)/(full) — target
 ≤ 0.5 — and (+1 day @2H)/(+1 day @H) for time and RSS — flat in history means ≈ 1 (the fit still sees
-every cell, but cells are bounded by judges × pairs × bins, not by battles).
+every cell, but cells are bounded by judges × pairs × bins, not by battles) — and the audit's stages
+(``audit_days``: auditing the new days; ``audit_sum``: summing the stored days' partials and writing the
+files), the latter at H and 2H.  ``BIASBOARD_STREAM_CELLS`` / ``BIASBOARD_BUCKET_ROWS`` in the environment
+reach every step (small values put a small history on the streamed fit and the bucketed merges).
 
     python bench/incremental.py                 # H = 30 days of 200k battles (6M), then 60 days
     python bench/incremental.py --smoke         # H = 4 days of 20k battles, seconds
@@ -132,6 +135,12 @@ def print_table(steps: dict[str, dict], history: int, per_day: int) -> None:
         f"(+1 day @2H) / (+1 day @H): wall {inc2['seconds'] / inc['seconds']:.2f}, "
         f"peak RSS {inc2['peak_rss_mb'] / inc['peak_rss_mb']:.2f}   (flat in history: ≈ 1)"
     )
+    if "audit_sum" in inc["stages"] and "audit_sum" in inc2["stages"]:  # summing the stored days' audit partials
+        print(
+            f"audit_sum s: full {full['stages'].get('audit_sum', float('nan')):.2f}, +1 day @H "
+            f"{inc['stages']['audit_sum']:.2f}, @2H {inc2['stages']['audit_sum']:.2f}: "
+            f"@2H / @H {inc2['stages']['audit_sum'] / max(inc['stages']['audit_sum'], 1e-3):.2f}   (flat: ≈ 1)"
+        )
 
 
 if __name__ == "__main__":

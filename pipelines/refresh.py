@@ -74,6 +74,9 @@ from biasboard.transforms.audit import (
     day_partials_dir,
     stored_day_key,
 )
+from biasboard.transforms.audit import (
+    METRICS_NAMESPACE as AUDIT_METRICS,
+)
 from biasboard.transforms.fit import DEFAULT_FIT_RAM, FitModels
 from biasboard.transforms.ingest import METRICS_NAMESPACE as INGEST_METRICS
 from biasboard.transforms.ingest import committed, day_tasks, ingest_days, ingest_settings
@@ -392,6 +395,9 @@ def refresh(
     else:
         _LOG.info("aggregate: nothing new; the stored cells are up to date")
     audit.finish()
+    audit_ms = counters(result, AUDIT_METRICS) if audit.rerun else {}
+    for name, ms in sorted(audit_ms.items()):  # days_ms, sum_ms: parts of the pipeline's time
+        timings.stages[f"audit_{name.removesuffix('_ms')}"] = round(ms / 1000, 3)
 
     record = publish.read_run_record(staging)
     summary = Summary.from_json(json.loads(storage.read_text(storage.join(staging, "summary.json"))))

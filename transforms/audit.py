@@ -41,6 +41,7 @@ import dataclasses
 import io
 import json
 import logging
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -49,6 +50,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from apache_beam.metrics.metric import Metrics
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from biasboard.audit import (
     GOLD_COLUMN,
@@ -96,6 +98,9 @@ AUDIT_JSON = "audit.json"
 #: are only in their Parquet files (:func:`table_file`), which ``audit.json`` names.
 JSON_TABLES: tuple[str, ...] = ("judges", "family")
 AUDIT_HTML = "audit_section.html"
+#: Beam counters of the audit's wall time in milliseconds: ``days_ms`` (auditing the days to do, summed over
+#: days) and ``sum_ms`` (summing the stored days and writing the files); the refresh reports them as stages.
+METRICS_NAMESPACE = "biasboard.audit"
 #: Shards for order pairing: enough to spread the shuffle over workers, few enough to keep partials large.
 DEFAULT_ORDER_SHARDS = 16
 
@@ -497,6 +502,7 @@ class AuditDayFn(beam.DoFn):
 
     def process(self, task: tuple[str, list[read.InputFile], str]):
         day, files, key = task
+        started = time.perf_counter()
         merged, counts = audit_day((day, files), self.family_map, self.gold_lookup, self.aliases, self.judge_column)
         folder = day_partials_dir(self.days_dir, day)
         storage.ensure_dir(folder)
@@ -505,6 +511,7 @@ class AuditDayFn(beam.DoFn):
             storage.atomic_write_bytes(storage.join(folder, f"{f.name}.parquet"), publish.table_bytes(frame, "parquet"))
         done = {"day": day, "key": key, "counts": counts.to_dict()}
         storage.atomic_write_bytes(storage.join(folder, _DAY_DONE), publish.json_bytes(done))
+        Metrics.counter(METRICS_NAMESPACE, "days_ms").inc(round(1000 * (time.perf_counter() - started)))
         yield day
 
 
@@ -554,9 +561,11 @@ def audit_days_incremental(
 
 
 def _sum_and_write(_: int, days: list[str], days_dir: str, out: str, scratch: bool) -> list[str]:
+    started = time.perf_counter()
     written = write_stored_sum(days, days_dir, out)
     if scratch:
         storage.delete_tree(days_dir)
+    Metrics.counter(METRICS_NAMESPACE, "sum_ms").inc(round(1000 * (time.perf_counter() - started)))
     return written
 
 
