@@ -548,11 +548,11 @@ def build_refresh(
         input_days, out, families, lookup = audit_inputs(input_glob, audit.folder, options.anchors, family_map)
         days_dir = storage.join(state_dir, DAY_PARTIALS)
         settings = _digest({"anchors": _anchors_fingerprint(options), "audit_version": AUDIT_DAYS_VERSION})
-        todo_audit = {}
+        todo_audit, keys = {}, {}
         for day, files in input_days.items():
-            key = _digest({"day": audit.day_digests.get(day), "settings": settings})
-            if stored_day_key(days_dir, day) != key:
-                todo_audit[day] = (files, key)
+            keys[day] = _digest({"day": audit.day_digests.get(day), "settings": settings})
+            if stored_day_key(days_dir, day) != keys[day]:
+                todo_audit[day] = (files, keys[day])
         _LOG.info("audit: %d of %d day(s) to audit; the others' partials are stored", len(todo_audit), len(input_days))
         stored = list(input_days)
         after.append(
@@ -566,6 +566,7 @@ def build_refresh(
                 lookup,
                 aliases,
                 JudgePool.parse(options.judge_pool).column,
+                keys=keys,
             )
         )
     _ = written | "FitModels" >> FitModels(

@@ -295,14 +295,15 @@ def test_incremental_audit_equals_a_full_audit(sim, tmp_path, caplog):
     """Days 1-2 refreshed, then day 3 arrives: only day 3 is audited, and the audit equals a fresh one of all days.
 
     Each day is audited with its both orders paired within it (the stored per-day partials are then additive),
-    by the same function in the incremental and the full audit, so the two are byte-identical.
+    by the same function in the incremental and the full audit, so the two are byte-identical; the sum of the
+    stored days starts from their cached sum (``audit_cache``) unless a day it sums changed or went.
     """
     logs = tmp_path / "logs"
     shutil.copytree(sim / "battles", logs / "battles", ignore=shutil.ignore_patterns("day=2024-01-03"))
     state, out = str(tmp_path / "state"), str(tmp_path / "out")
     refresh(_glob(logs), state, out, [])
     shutil.copytree(sim / "battles" / "day=2024-01-03", logs / "battles" / "day=2024-01-03")
-    with caplog.at_level("INFO", logger="biasboard.pipelines.refresh"):
+    with caplog.at_level("INFO"):
         incremental = refresh(_glob(logs), state, out, [])
     assert "audit: 1 of 3 day(s) to audit" in caplog.text
     full = refresh(_glob(sim), str(tmp_path / "state2"), str(tmp_path / "out2"), [])
@@ -312,6 +313,23 @@ def test_incremental_audit_equals_a_full_audit(sim, tmp_path, caplog):
         inc = (Path(incremental.published.path) / name).read_bytes()
         assert inc == (Path(full.published.path) / name).read_bytes(), name
     assert _numbers(Path(incremental.published.path)) == _numbers(Path(full.published.path))
+    assert "audit: 1 stored day(s) read onto the cached sum of 2 day(s)" in caplog.text  # not the history
+
+    # A changed day (its file rewritten with fewer battles), then a removed one: the cached sum names both, so
+    # each is a miss and every day is summed again: the same audit files as a fresh refresh of the same input.
+    day_file = next((logs / "battles" / "day=2024-01-02").glob("*.parquet"))
+    pl.read_parquet(day_file).head(500).write_parquet(day_file)
+    for step in ("changed", "removed"):
+        if step == "removed":
+            shutil.rmtree(logs / "battles" / "day=2024-01-01")
+        caplog.clear()
+        with caplog.at_level("INFO", logger="biasboard.transforms.audit"):
+            again = refresh(_glob(logs), state, out, [])
+        assert f"audit: {3 if step == 'changed' else 2} stored day(s) read\n" in caplog.text + "\n"  # no cache
+        fresh = refresh(_glob(logs), str(tmp_path / f"state-{step}"), str(tmp_path / f"out-{step}"), [])
+        for name in names:
+            inc = (Path(again.published.path) / name).read_bytes()
+            assert inc == (Path(fresh.published.path) / name).read_bytes(), (step, name)
 
 
 def test_a_stored_day_whose_input_has_gone_is_kept_and_reported(sim, tmp_path, caplog):

@@ -32,7 +32,9 @@ reader (:func:`~biasboard.transforms.read.day_batches`), validated with the
 ingest's rules (rejected rows counted by reason), audited and paired within the
 day, its partials stored, the stored days summed by a fold outside the runner
 (:func:`sum_stored_days`) and written under one folder (:func:`write_audit`: one
-Parquet per table, the report fragment, and ``audit.json`` last).
+Parquet per table, the report fragment, and ``audit.json`` last).  The refresh
+keeps the sum too (:mod:`~biasboard.transforms.audit_cache`), so a +1 day refresh
+sums the cached sum and the new day, not the history.
 """
 
 from __future__ import annotations
@@ -67,7 +69,6 @@ from biasboard.audit import (
 )
 from biasboard.audit.measures import (
     PAIR_KEYS,
-    PAIR_MEASURES,
     finish_with_pairs,
     judge_order_sums,
     order_models_table,
@@ -78,10 +79,10 @@ from biasboard.ranking.spill import BucketedFold, bucket_bounds, scratch_folder
 from biasboard.report.audit import render_audit_section
 from biasboard.schemas import summary as S
 from biasboard.schemas.battle import WINNER_VALUES
-from biasboard.schemas.errors import InputError
+from biasboard.schemas.errors import InputError, StateError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
-from biasboard.transforms import publish, read, state, storage
+from biasboard.transforms import audit_cache, publish, read, state, storage
 from biasboard.transforms.cells import IngestCounts
 from biasboard.transforms.covariates import resolve_families
 from biasboard.transforms.judge_pool import carry, pool_by_column
@@ -515,15 +516,24 @@ class AuditDayFn(beam.DoFn):
         yield day
 
 
+def _day_partial_path(days_dir: str, day: str, name: str) -> str:
+    return storage.join(day_partials_dir(days_dir, day), f"{name}.parquet")
+
+
 def read_day_partials(day: str, days_dir: str) -> tuple[AuditPartials, IngestCounts]:
-    """A stored day's partials and row counts (see :class:`AuditDayFn`)."""
-    folder = day_partials_dir(days_dir, day)
+    """A stored day's partials and row counts (see :class:`AuditDayFn`); a file that cannot be read is a
+    :class:`StateError` naming it (the stored days are the truth: nothing to fall back to)."""
     frames = {}
-    for f in dataclasses.fields(AuditPartials):
-        data = storage.read_bytes(storage.join(folder, f"{f.name}.parquet"))
-        frames[f.name] = pl.read_parquet(io.BytesIO(data))
-    done = json.loads(storage.read_text(storage.join(folder, _DAY_DONE)))
-    return AuditPartials(**frames), IngestCounts.from_dict(done["counts"])
+    path = storage.join(day_partials_dir(days_dir, day), _DAY_DONE)
+    try:
+        for f in dataclasses.fields(AuditPartials):
+            path = _day_partial_path(days_dir, day, f.name)
+            frames[f.name] = pl.read_parquet(io.BytesIO(storage.read_bytes(path)))
+        path = storage.join(day_partials_dir(days_dir, day), _DAY_DONE)
+        counts = IngestCounts.from_dict(json.loads(storage.read_text(path))["counts"])
+    except Exception as err:
+        raise StateError(f"{path}: unreadable audit partials: {state.failure_reason(err)}") from err
+    return AuditPartials(**frames), counts
 
 
 def audit_days_incremental(
@@ -537,10 +547,12 @@ def audit_days_incremental(
     aliases: AliasMap | None = None,
     judge_column: str | None = None,
     scratch: bool = False,
+    keys: Mapping[str, str] | None = None,
 ) -> beam.PCollection:
     """Add the incremental audit to ``pipeline``: audit the ``todo`` days (day → (files, key)) into
     ``days_dir``, then sum the stored partials of ``all_days`` and write the audit files under ``out``
-    (``scratch``: then delete ``days_dir``).
+    (``scratch``: then delete ``days_dir``).  ``keys``: every day's key (of ``all_days``), for the summed
+    days' cache (:mod:`~biasboard.transforms.audit_cache`): the refresh's; None, no cache.
 
     The result equals a full audit of every day (:func:`audit_days`): both
     audit each day by :func:`audit_day` and sum the days.  Returns the written
@@ -556,13 +568,15 @@ def audit_days_incremental(
     return (
         audited
         | "AllDaysAudited" >> beam.combiners.Count.Globally()
-        | "SumStoredDays" >> beam.FlatMap(_sum_and_write, sorted(all_days), days_dir, out, scratch)
+        | "SumStoredDays" >> beam.FlatMap(_sum_and_write, sorted(all_days), days_dir, out, scratch, keys)
     )
 
 
-def _sum_and_write(_: int, days: list[str], days_dir: str, out: str, scratch: bool) -> list[str]:
+def _sum_and_write(
+    _: int, days: list[str], days_dir: str, out: str, scratch: bool, keys: Mapping[str, str] | None
+) -> list[str]:
     started = time.perf_counter()
-    written = write_stored_sum(days, days_dir, out)
+    written = write_stored_sum(days, days_dir, out, keys)
     if scratch:
         storage.delete_tree(days_dir)
     Metrics.counter(METRICS_NAMESPACE, "sum_ms").inc(round(1000 * (time.perf_counter() - started)))
@@ -575,25 +589,27 @@ SUM_DAYS_CHUNK = 16
 FOLD_ORDER_ROWS = 1 << 18
 #: Order-pair rows finished at a time (cut at a judge's end): the rates, the per-model table, the Parquet row group.
 FINISH_ROWS = 1 << 17
-#: The summed order pairs as :class:`~biasboard.ranking.data.CodedFold` codes them.
-_ORDER_PAIRS_SCHEMA = pa.schema(
-    [*(pa.field(k, pa.string()) for k in PAIR_KEYS), *(pa.field(m, pa.float64()) for m in PAIR_MEASURES)]
-)
+_ORDER_PAIRS_SCHEMA = audit_cache.ORDER_PAIRS_SCHEMA
 
 
-def _order_pairs_fold(days: Sequence[str], days_dir: str) -> CodedFold:
-    """The fold that sums the stored days' order pairs: in memory when they fit in one judge bucket
+def _order_pairs_fold(names: list[str], rows: np.ndarray) -> CodedFold:
+    """The fold that sums the order pairs: in memory when they fit in one judge bucket
     (:func:`~biasboard.transforms.state.bucket_rows_setting` rows), else by judge bucket on disk
-    (:class:`~biasboard.ranking.spill.BucketedFold`, bounds from a first pass over the days' judge columns)."""
+    (:class:`~biasboard.ranking.spill.BucketedFold`, bounds from each judge's input ``rows``)."""
     fold = CodedFold(_ORDER_PAIRS_SCHEMA, PAIR_KEYS, [("judge",), ("model_x", "model_y")])
-    paths = [storage.join(day_partials_dir(days_dir, day), "order_pairs.parquet") for day in days]
-    bounds = bucket_bounds(*state.judge_rows(paths), state.bucket_rows_setting())
+    bounds = bucket_bounds(names, rows, state.bucket_rows_setting())
     if not bounds:
         return fold
     scratch = scratch_folder()
     bucketed = BucketedFold(fold, "judge", bounds, scratch.name)
     bucketed.scratch = scratch  # removed with the fold
     return bucketed
+
+
+def _fold_when_due(pairs: CodedFold) -> None:
+    """Fold the pending order pairs once they pass :data:`FOLD_ORDER_ROWS` (or a quarter of the sum)."""
+    if pairs.pending_rows >= max(FOLD_ORDER_ROWS, pairs.total_rows // 4):
+        pairs.fold()
 
 
 def _summed_tables(pairs: CodedFold) -> Iterator[pa.Table]:
@@ -606,7 +622,9 @@ def _summed_tables(pairs: CodedFold) -> Iterator[pa.Table]:
     yield from buckets.tables()
 
 
-def sum_stored_days(days: Sequence[str], days_dir: str) -> tuple[AuditPartials, Iterator[pa.Table], IngestCounts]:
+def sum_stored_days(
+    days: Sequence[str], days_dir: str, cached: audit_cache.CachedSum | None = None
+) -> tuple[AuditPartials, Iterator[pa.Table], IngestCounts]:
     """The stored days' partials and row counts, summed: read a day at a time, fold it in.
 
     Returns the summed partials without their ``order_pairs``, which come apart as tables in key order
@@ -619,12 +637,20 @@ def sum_stored_days(days: Sequence[str], days_dir: str) -> tuple[AuditPartials, 
     pickled frames, which a local runner keeps in memory while the fit runs (bench/scale.py: ~1 GB of the
     refresh's peak at 1M cells).
     The sums are exact whatever the grouping (every measure is a count or sits on a 2⁻²⁰ grid), so they
-    equal the combine's.
+    equal the combine's, and starting from ``cached`` (the sum of some of ``days``) and reading only the
+    days it lacks gives the same sums as reading every day.
     """
-    pairs = _order_pairs_fold(days, days_dir)
+    todo = [day for day in days if cached is None or day not in cached.days]
+    judges = state.judge_rows([_day_partial_path(days_dir, day, "order_pairs") for day in todo])
+    if cached is not None:
+        judges = audit_cache.add_judge_rows(cached.judge_rows, judges)
+    pairs = _order_pairs_fold(*judges)
     total, counts, pending = AuditPartials(), IngestCounts(), []
+    if cached is not None:
+        cached.add_pairs(pairs, _fold_when_due)
+        total, counts = cached.partials, cached.counts
     empty = AuditPartials().order_pairs
-    for day in days:
+    for day in todo:
         partials, day_counts = read_day_partials(day, days_dir)
         partials = reduce_order_rows(partials)  # (stored days are paired already: a no-op)
         pairs.add(partials.order_pairs.to_arrow(), what=f"audit partials of day {day}")
@@ -632,8 +658,7 @@ def sum_stored_days(days: Sequence[str], days_dir: str) -> tuple[AuditPartials, 
         counts = counts + day_counts
         if len(pending) >= SUM_DAYS_CHUNK:
             total, pending = merge_partials([total, *pending]), []
-        if pairs.pending_rows >= max(FOLD_ORDER_ROWS, pairs.total_rows // 4):
-            pairs.fold()
+        _fold_when_due(pairs)
     return merge_partials([total, *pending]), _summed_tables(pairs), counts
 
 
@@ -699,21 +724,48 @@ class _ParquetRowGroups:
         return self._sink.getvalue().to_pybytes()
 
 
-def write_stored_sum(days: Sequence[str], days_dir: str, out: str) -> list[str]:
+def write_stored_sum(days: Sequence[str], days_dir: str, out: str, keys: Mapping[str, str] | None = None) -> list[str]:
     """Sum the stored days (:func:`sum_stored_days`), finish the audit and write its files under ``out``.
 
     The per-(judge, pair) and per-(judge, model) tables are finished a judge-slice at a time
     (:func:`_judge_slices`) and written as Parquet row groups as they come, so memory holds the coded sum
     and one slice, not the whole tables with their strings and rate columns (~300 bytes a row, about one
     row per cell with voter-judges); the files read back as :func:`finish_audit`'s tables.
+
+    ``keys`` (each of ``days``' key): start from the summed days' cache when it is valid for them and write
+    it anew when a day was read (:mod:`~biasboard.transforms.audit_cache`): a +1 day refresh reads the
+    cache and the new day, not the history, and writes the same files.  A cache file found broken while
+    it is read is said and every day is summed again.
     """
-    partials, pairs, counts = sum_stored_days(days, days_dir)
+    keys = {day: keys[day] for day in days} if keys is not None else None
+    try:
+        return _write_stored_sum(days, days_dir, out, keys, reuse=True)
+    except state.BrokenCache as broken:
+        state.warn_broken_cache(broken.path, broken.err)
+        return _write_stored_sum(days, days_dir, out, keys, reuse=False)
+
+
+def _write_stored_sum(
+    days: Sequence[str], days_dir: str, out: str, keys: Mapping[str, str] | None, reuse: bool
+) -> list[str]:
+    cached = audit_cache.read_cache(days_dir, keys) if keys is not None and reuse else None
+    todo = len(days) if cached is None else len(set(days) - set(cached.days))
+    onto = "" if cached is None else f" onto the cached sum of {len(cached.days)} day(s)"
+    _LOG.info("audit: %d stored day(s) read%s", todo, onto)
+    partials, pairs, counts = sum_stored_days(days, days_dir, cached)
+    writer = None
+    if keys is not None and todo:
+        writer = audit_cache.SumCacheWriter(days_dir)
+        pairs = writer.tee(pairs)
     sums, pair_rows, model_rows = [], _ParquetRowGroups(), _ParquetRowGroups()
     for frame in _judge_slices(pairs):
         sums.append(judge_order_sums(frame))
         pair_rows.write(order_pairs_table(frame))
         model_rows.write(order_models_table(frame))
     del pairs
+    if writer is not None:
+        assert keys is not None
+        writer.commit(keys, partials, counts)
     empty = AuditPartials().order_pairs
     judge_sums = pl.concat(sums) if sums else judge_order_sums(empty)
     result = finish_with_pairs(partials, judge_sums, order_pairs_table(empty), order_models_table(empty))

@@ -9,6 +9,8 @@ Layout (``STATE`` may be local or ``gs://``)::
     STATE/manifests/day=YYYY-MM-DD.json                  inputs + fingerprints, counts, files + their sha256
     STATE/merged/manifest.json + pair_cells-<id>.parquet  cache: the merged cells of the oldest days
     STATE/merged-buckets/manifest.json + bucket-*.parquet  the same cache per judge bucket (load_cells_by_judge)
+    STATE/audit_days/day=YYYY-MM-DD/, audit_days/merged/  the audit's per-day partials, their cached sum
+                                                         (transforms.audit, transforms.audit_cache)
 
 The manifest is the commit marker of a day: readers only trust days that have
 one.  Rewriting a day (:func:`write_day`) writes every file under a temporary
@@ -22,7 +24,8 @@ therefore replaces its partition; it never adds to it.
 The merged-cells cache (:func:`load_cells` with ``cache``) is derived data:
 its manifest lists the days it covers with a hash of each day's manifest, so
 rewriting or deleting an older day invalidates it, and deleting ``merged/``
-only costs the next refresh a full merge.
+only costs the next refresh a full merge.  So does a broken cache file: it is
+said (:func:`warn_broken_cache`) and the stored days are read instead.
 """
 
 from __future__ import annotations
@@ -295,7 +298,7 @@ def warn_broken_cache(path: str, err: object) -> None:
     _LOG.warning("%s: broken cache file, ignored (%s); recomputing from the stored days", path, err)
 
 
-def _reason(err: Exception) -> BaseException:
+def failure_reason(err: Exception) -> BaseException:
     """What went wrong reading a file: a :class:`StateError`'s cause (it already names the file), else ``err``."""
     return err.__cause__ if isinstance(err, StateError) and err.__cause__ is not None else err
 
@@ -349,7 +352,7 @@ def _cached_fold(state_dir: str, keys: list[tuple[str, str]]) -> tuple[CellsFold
     try:
         _fold_file(fold, file)
     except StateError as err:
-        warn_broken_cache(file, _reason(err))
+        warn_broken_cache(file, failure_reason(err))
         return CellsFold(), 0
     if fold.pending_rows != cache.get("rows"):
         warn_broken_cache(file, f"{fold.pending_rows} rows, its manifest says {cache.get('rows')}")
@@ -532,7 +535,7 @@ def _seed_vocabularies(fold: BucketedFold, state_dir: str, cache: dict) -> dict[
             lut[codes] = fold.vocabs[group].codes(part["name"])
             luts[group] = lut
     except Exception as err:
-        raise BrokenCache(path, _reason(err)) from err
+        raise BrokenCache(path, failure_reason(err)) from err
     return luts
 
 
@@ -564,7 +567,7 @@ def _cached_total(state_dir: str, file: str, rows: int, fold: BucketedFold, luts
                     out[name][start : start + group.num_rows] = values
                 start += group.num_rows
         except Exception as err:
-            raise BrokenCache(path, _reason(err)) from err
+            raise BrokenCache(path, failure_reason(err)) from err
 
     return load
 

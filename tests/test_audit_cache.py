@@ -1,0 +1,128 @@
+"""The audit's summed-days cache (``transforms.audit_cache``): a sum that starts from it reads only the days it
+lacks and writes the files of a full sum byte for byte; a changed or removed day invalidates it, a broken
+cache file is a warning and a full sum, a broken stored day a StateError."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from biasboard.schemas.errors import StateError
+from biasboard.simulate import SimulationConfig, write_simulation
+from biasboard.transforms import audit as taudit
+from biasboard.transforms import audit_cache, read, state
+
+SIM = SimulationConfig(battles=5000, models=6, judges=7, days=6, both_orders=True, prompts=40, seed=21)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, list[read.InputFile]]:
+    logs = write_simulation(SIM, tmp_path_factory.mktemp("sim"))
+    return read.list_input_days(str(logs / "battles" / "day=*" / "*.parquet"))
+
+
+@pytest.fixture(params=["memory", "buckets"])
+def sums(request, monkeypatch):
+    """Small folds; ``buckets``: the order pairs summed by judge bucket on disk (a judge or two a bucket)."""
+    monkeypatch.setattr(taudit, "FOLD_ORDER_ROWS", 50)
+    monkeypatch.setattr(taudit, "FINISH_ROWS", 40)
+    if request.param == "buckets":
+        monkeypatch.setenv(state.BUCKET_ROWS_ENV, "60")
+    return request.param
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def cached_days(days_dir: Path) -> list[str]:
+    return [day for day, _ in json.loads(Path(audit_cache.manifest_path(str(days_dir))).read_text())["days"]]
+
+
+def test_the_cached_sum_reads_only_new_days_and_writes_the_full_sums_bytes(tmp_path, inputs, sums, monkeypatch):
+    days = sorted(inputs)
+    days_dir = tmp_path / "audit_days"
+    audit_fn = taudit.AuditDayFn(str(days_dir), read.load_family_map(None), None)
+    keys: dict[str, str] = {}
+
+    def store(day: str, source: str, key: str) -> None:
+        list(audit_fn.process((day, inputs[source], key)))
+        keys[day] = key
+
+    read_days: list[str] = []
+    real_read = taudit.read_day_partials
+    monkeypatch.setattr(taudit, "read_day_partials", lambda day, d: (read_days.append(day), real_read(day, d))[1])
+
+    folds: set[str] = set()
+    real_fold = taudit._order_pairs_fold
+    monkeypatch.setattr(taudit, "_order_pairs_fold", lambda *a: folds.add(type(f := real_fold(*a)).__name__) or f)
+
+    def check(summed: list[str], expect_read: list[str]) -> None:
+        """Sum ``summed`` with the cache and without: the same files; the cached sum read ``expect_read``."""
+        read_days.clear()
+        taudit.write_stored_sum(summed, str(days_dir), str(tmp_path / "cached"), {d: keys[d] for d in summed})
+        assert read_days == expect_read
+        assert cached_days(days_dir) == summed
+        taudit.write_stored_sum(summed, str(days_dir), str(tmp_path / "full"))
+        assert files(tmp_path / "cached") == files(tmp_path / "full")
+
+    for day in days[:3]:
+        store(day, day, f"k-{day}")
+    check(days[:3], days[:3])  # no cache yet: every day, and the cache written
+    for i in range(3, len(days)):  # a day arrives
+        store(days[i], days[i], f"k-{days[i]}")
+        check(days[: i + 1], [days[i]])
+    assert folds == {"BucketedFold" if sums == "buckets" else "CodedFold"}
+    cache_files = {p.name for p in (days_dir / audit_cache.SUM_CACHE).glob("*.parquet")}
+    assert len(cache_files) == len(audit_cache.SMALL_TABLES) + 2  # the last commit's files only
+
+    store(days[1], days[4], "changed")  # day 2 re-audited from other battles: every day summed again
+    check(days, days)
+    check(days[1:], days[1:])  # day 1 no longer summed (its input gone): a miss too
+    store(days[0], days[0], f"k-{days[0]}")
+    check(days, [days[0]])  # a day added before the summed ones: read alone
+
+
+def test_a_broken_cache_file_is_said_and_a_broken_day_is_a_state_error(tmp_path, inputs, sums, caplog):
+    days = sorted(inputs)
+    days_dir = tmp_path / "audit_days"
+    audit_fn = taudit.AuditDayFn(str(days_dir), read.load_family_map(None), None)
+    for day in days:
+        list(audit_fn.process((day, inputs[day], f"k-{day}")))
+    keys = {day: f"k-{day}" for day in days}
+    taudit.write_stored_sum(days[:-1], str(days_dir), str(tmp_path / "first"), {d: keys[d] for d in days[:-1]})
+    taudit.write_stored_sum(days, str(days_dir), str(tmp_path / "full"))
+    cache = days_dir / audit_cache.SUM_CACHE
+    manifest = json.loads(Path(audit_cache.manifest_path(str(days_dir))).read_text())
+    saved = {p.name: p.read_bytes() for p in cache.iterdir()}
+    for name in ("order_pairs", "slots", "judge_rows"):  # the big file (read late) and the small ones (read first)
+        shutil.rmtree(cache)
+        cache.mkdir()
+        for file, data in saved.items():  # the cache of days[:-1] as it was written
+            (cache / file).write_bytes(data)
+        broken = days_dir / manifest["files"][name]
+        broken.write_bytes(b"PAR1 not parquet PAR1")
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            taudit.write_stored_sum(days, str(days_dir), str(tmp_path / name), keys)
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1 and broken.name in warnings[0] and "broken cache file" in warnings[0], warnings
+        assert files(tmp_path / name) == files(tmp_path / "full")
+        assert cached_days(days_dir) == days and not broken.exists()  # a new cache replaced it
+    Path(audit_cache.manifest_path(str(days_dir))).write_text("{broken")
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        taudit.write_stored_sum(days, str(days_dir), str(tmp_path / "manifest"), keys)
+    assert [r for r in caplog.records if "manifest.json" in r.getMessage() and "broken cache" in r.getMessage()]
+    assert files(tmp_path / "manifest") == files(tmp_path / "full")
+
+    taudit.write_stored_sum(days[:-1], str(days_dir), str(tmp_path / "again"), {d: keys[d] for d in days[:-1]})
+    for name in ("order_pairs", "slots"):  # the last day is not cached: it is read, and is the truth
+        day_file = days_dir / f"day={days[-1]}" / f"{name}.parquet"
+        saved = day_file.read_bytes()
+        day_file.write_bytes(b"garbage")
+        with pytest.raises(StateError, match=f"day={days[-1]}"):
+            taudit.write_stored_sum(days, str(days_dir), str(tmp_path / "bad"), keys)
+        day_file.write_bytes(saved)
