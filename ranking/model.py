@@ -28,7 +28,7 @@ deviations), a map that commutes with the sum over shards.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -240,17 +240,62 @@ class Shard:
 
     pairs: PairArrays | None
     scores: ScoreArrays | None = None
+    #: What :meth:`chunks` and :meth:`prep` made, kept with the shard: they depend on the cells (and the spec)
+    #: alone, and an objective passes over the same shards many times.
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def chunks(self, size: int):
-        """Consecutive sub-shards of at most ``size`` cells each (views)."""
-        n_pairs = 0 if self.pairs is None else len(self.pairs)
-        n_scores = 0 if self.scores is None else len(self.scores)
-        for start in range(0, max(n_pairs, n_scores, 1), size):
-            stop = start + size
-            yield Shard(
-                None if self.pairs is None or start >= n_pairs else self.pairs.take(slice(start, stop)),
-                None if self.scores is None or start >= n_scores else self.scores.take(slice(start, stop)),
-            )
+    def chunks(self, size: int) -> list[Shard]:
+        """Consecutive sub-shards of at most ``size`` cells each (views; made on the first call, then kept)."""
+        made = self._memo.get(size)
+        if made is None:
+            n_pairs = 0 if self.pairs is None else len(self.pairs)
+            n_scores = 0 if self.scores is None else len(self.scores)
+            made = self._memo[size] = [
+                Shard(
+                    None if self.pairs is None or start >= n_pairs else self.pairs.take(slice(start, start + size)),
+                    None if self.scores is None or start >= n_scores else self.scores.take(slice(start, start + size)),
+                )
+                for start in range(0, max(n_pairs, n_scores, 1), size)
+            ]
+        return made
+
+    def prep(self, spec: Spec) -> PairPrep:
+        """The pair cells' :class:`PairPrep` under ``spec`` (made on the first call for that spec, then kept)."""
+        assert self.pairs is not None
+        kept = self._memo.get("prep")
+        if kept is None or kept[0] is not spec:
+            kept = self._memo["prep"] = (spec, PairPrep.of(self.pairs, spec))
+        return kept[1]
+
+
+@dataclass(frozen=True)
+class PairPrep:
+    """What the likelihood of a slice of pair cells reads besides the parameters and the cells' own columns, made
+    once per slice (:meth:`Shard.prep`, :class:`BlockSlice`): a gradient pass is a few dozen passes over the cells'
+    arrays, so the ones that do not depend on the parameters are not redone on every pass.
+
+    ``xs`` and ``style`` are the covariates in fitted units (x / x_scale, style / style scale), ``dw`` the win
+    difference w_a − w_b, ``acts`` which η rows are not all zero (:attr:`DavidsonTerms.acts`), ``runs`` each
+    judge's run of cells (:func:`judge_runs`; None: not sorted by judge, or many judges).
+    """
+
+    xs: np.ndarray
+    style: tuple[np.ndarray, ...]
+    dw: np.ndarray
+    acts: tuple[bool, ...]
+    runs: list[tuple[int, slice]] | None
+
+    @staticmethod
+    def of(pairs: PairArrays, spec: Spec) -> PairPrep:
+        lay = spec.layout
+        xs = pairs.x / spec.x_scale
+        style: tuple[np.ndarray, ...] = ()
+        if lay.n_style:
+            assert pairs.style is not None and spec.style_scale is not None, "a style layout needs style cells"
+            style = tuple(pairs.style[:, k] / spec.style_scale[k] for k in range(len(STYLE_BLOCKS)))
+        rows = dict(zip([t for t in lay.eta_effects if t != DISC], [pairs.pos, xs, pairs.ds, *style], strict=True))
+        acts = tuple(t == DISC or _nonzero(rows[t]) for t in lay.eta_effects)
+        return PairPrep(xs, style, pairs.win_a - pairs.win_b, acts, judge_runs(pairs.j, lay.n_judges))
 
 
 def _laplacian_from_pairs(a: np.ndarray, b: np.ndarray, w: np.ndarray, m: int) -> np.ndarray:
@@ -313,50 +358,36 @@ def davidson_terms(
     pairs: PairArrays,
     spec: Spec,
     hessian: bool = True,
-    acts: tuple[bool, ...] | None = None,
-    xs: np.ndarray | None = None,
+    prep: PairPrep | None = None,
 ) -> DavidsonTerms:
     """η, the Davidson probabilities and the per-cell derivatives of one slice of pair cells.
 
     Without ``hessian`` the second derivatives are left to :meth:`DavidsonTerms.add_hessian` (the
-    probabilities are kept).  ``acts`` (:attr:`DavidsonTerms.acts`) and ``xs`` (the length covariate in
-    fitted units) are the slice's when the caller keeps them, as a :class:`BlockSlice` does.
+    probabilities are kept).  ``prep`` is the slice's :class:`PairPrep` when the caller keeps it (made here
+    otherwise).
     """
     lay = spec.layout
+    prep = PairPrep.of(pairs, spec) if prep is None else prep
     theta = eff[lay.theta]
     wgt = spec.w_pair
-    j = pairs.j
+    j, runs = pairs.j, prep.runs
     blk = [eff[lay.eff_block(t)] for t in range(lay.n_blocks)]
-    # Per-cell values of the judges' effects: j are the cells' judge codes (< n_judges by construction), so
-    # take's mode="clip" changes nothing but skips the bounds-checked buffer numpy makes for out= otherwise.
-    disc = np.take(np.exp(blk[DISC]), j, mode="clip")
-    xs = pairs.x / spec.x_scale if xs is None else xs
+    disc = _per_cell(np.exp(blk[DISC]), j, runs)
+    xs = prep.xs
     # z_i = ∂η/∂(effective block lay.eta_effects[i]): position, length, affinity, discrimination, style.
     q = theta[pairs.a]
     q -= theta[pairs.b]
     q *= disc
     # pos = 0 where the shown order is unknown: γ_j does not act there (and is not learnt from those cells).
-    rows = [pairs.pos, xs, pairs.ds, q]
+    z = (pairs.pos, xs, pairs.ds, q, *prep.style)
     # η = q + γ_j pos + λ_j x + β_j ds (+ style), summed in that order, in place: a gradient pass is a few dozen
     # passes over the cells' arrays, each about as costly as an exponential, so every temporary saved counts.
-    eta = np.take(blk[POS], j, mode="clip")
-    eta *= pairs.pos
+    eta = _per_cell(blk[POS], j, runs, pairs.pos)
     eta += q
     term = np.empty_like(eta)
-    for t, row in [(LEN, xs), (AFF, pairs.ds)]:
-        np.take(blk[t], j, out=term, mode="clip")
-        term *= row
-        eta += term
-    if lay.n_style:
-        assert pairs.style is not None and spec.style_scale is not None, "a style layout needs style cells"
-        for k, t in enumerate(STYLE_BLOCKS):
-            d = pairs.style[:, k] / spec.style_scale[k]
-            rows.append(d)
-            np.take(blk[t], j, out=term, mode="clip")
-            term *= d
-            eta += term
-    z = tuple(rows)
-    psi = np.take(blk[TIE], j, mode="clip")
+    for t, row in [(LEN, xs), (AFF, pairs.ds), *zip(STYLE_BLOCKS[: lay.n_style], prep.style, strict=True)]:
+        eta += _per_cell(blk[t], j, runs, row, out=term)
+    psi = _per_cell(blk[TIE], j, runs)
     half = eta
     half *= 0.5
     # P ∝ (e^{η/2}, e^{−η/2}, e^ψ), each scaled by e^{−top} (top their largest exponent: no overflow, the sum in
@@ -377,7 +408,7 @@ def davidson_terms(
     for e in (p_a, p_b, p_t):
         e *= inv
     n = pairs.n
-    dw = pairs.win_a - pairs.win_b
+    dw = prep.dw
     # Σ w_a η/2 − w_b η/2 + t ψ − n log Z as three dot products (the cells' sum, not a sum of per-cell terms).
     f = -wgt * (_dot(dw, half) + _dot(pairs.tie, psi) - _dot(n, log_norm))
     diff = p_a - p_b
@@ -388,12 +419,38 @@ def davidson_terms(
     g_psi = np.multiply(n, p_t, out=top)
     g_psi -= pairs.tie
     g_psi *= wgt
-    if acts is None:
-        acts = tuple(t == DISC or _nonzero(row) for t, row in zip(lay.eta_effects, rows, strict=True))
-    terms = DavidsonTerms(disc, z, q, f, g_eta, g_psi, acts, probs=(p_a, p_b, p_t, diff))
+    terms = DavidsonTerms(disc, z, q, f, g_eta, g_psi, prep.acts, probs=(p_a, p_b, p_t, diff))
     if hessian:
         terms.add_hessian(n, wgt)
     return terms
+
+
+def _per_cell(
+    values: np.ndarray,
+    j: np.ndarray,
+    runs: list[tuple[int, slice]] | None,
+    row: np.ndarray | None = None,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Each cell's judge value ``values[j]``, times ``row`` when given (into ``out`` when given).
+
+    Cells in runs by judge (:func:`judge_runs`): the value is a scalar over each run (a fill, or one multiply),
+    not a gather over the cells — the same products, bit for bit.  Otherwise a gather: j are the cells' judge
+    codes (< n_judges by construction), so take's mode="clip" changes nothing but skips the bounds-checked
+    buffer numpy makes for out= otherwise.
+    """
+    if runs is None:
+        out = np.take(values, j, out=out, mode="clip")
+        if row is not None:
+            out *= row
+        return out
+    out = np.empty(j.size) if out is None else out
+    for judge, cells in runs:
+        if row is None:
+            out[cells] = values[judge]
+        else:
+            np.multiply(row[cells], values[judge], out=out[cells])
+    return out
 
 
 def _dot(x: np.ndarray, y: np.ndarray) -> float:
@@ -411,17 +468,23 @@ def _nonzero(row: np.ndarray) -> bool:
 ETA_EFFECTS: tuple[int, ...] = (POS, LEN, AFF, DISC)
 
 
-def _add_value_and_gradient(out: Partials | BlockPartials, lay: Layout, pairs: PairArrays, tm: DavidsonTerms) -> None:
+def _add_value_and_gradient(
+    out: Partials | BlockPartials,
+    lay: Layout,
+    pairs: PairArrays,
+    tm: DavidsonTerms,
+    runs: list[tuple[int, slice]] | None,
+) -> None:
     """Add the pairs' log-likelihood and its gradient to ``out``: the dense and the judge-blocked paths share it.
 
     θ gets ∂f/∂η times the discrimination (signed: +a for the first-shown model, −b for the second); each
-    judge effect gets ∂f/∂η times its column of ``z``; the tie propensity gets ∂f/∂ψ.
+    judge effect gets ∂f/∂η times its column of ``z``; the tie propensity gets ∂f/∂ψ.  ``runs``: the cells'
+    :func:`judge_runs`.
     """
     j, j_count = pairs.j, lay.n_judges
     out.f += tm.f
     out.g[lay.theta] += _signed_bincount(pairs.a, pairs.b, tm.g_eta * tm.disc, lay.n_models)
     acting = [i for i in range(len(lay.eta_effects)) if tm.acts[i]]
-    runs = judge_runs(j, j_count)
     if runs is None:
         sums = [np.bincount(j, weights=tm.g_eta * tm.z[i], minlength=j_count) for i in acting]
         sums.append(np.bincount(j, weights=tm.g_psi, minlength=j_count))
@@ -471,7 +534,9 @@ def _theta_cross_weights(tm: DavidsonTerms, eta_types: tuple[int, ...]) -> list[
     return out
 
 
-def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials, hessian: bool = True) -> None:
+def _pair_partials(
+    eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials, hessian: bool = True, prep: PairPrep | None = None
+) -> None:
     lay = spec.layout
     m_count, j_count = lay.n_models, lay.n_judges
     a, b = pairs.a, pairs.b
@@ -493,9 +558,10 @@ def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials
         return
 
     j = pairs.j
-    tm = davidson_terms(eff, pairs, spec, hessian)
+    prep = PairPrep.of(pairs, spec) if prep is None else prep
+    tm = davidson_terms(eff, pairs, spec, hessian, prep)
     disc, z, q, g_eta = tm.disc, tm.z, tm.q, tm.g_eta
-    _add_value_and_gradient(out, lay, pairs, tm)
+    _add_value_and_gradient(out, lay, pairs, tm, prep.runs)
     th = lay.theta
     eta_types = lay.eta_effects
     if not hessian:
@@ -516,7 +582,7 @@ def _pair_partials(eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials
 
     # Per-judge blocks: every cell touches only its own judge, so each (t, t') pair is a diagonal.
     jj = np.arange(j_count)
-    blocks = _judge_blocks(j, j_count, z, h_eta, h_eta_psi, h_psi)
+    blocks = _judge_blocks(j, j_count, z, h_eta, h_eta_psi, h_psi, prep.runs)
     k_eta = len(eta_types)
     disc_i = eta_types.index(DISC)
     blocks[:, disc_i, disc_i] += np.bincount(j, weights=g_eta * q, minlength=j_count)  # ∂²η/∂L_j² = q
@@ -533,16 +599,16 @@ def _judge_blocks(
     h_eta: np.ndarray,
     h_eta_psi: np.ndarray,
     h_psi: np.ndarray,
+    runs: list[tuple[int, slice]] | None,
 ) -> np.ndarray:
     """Each judge's (K + 1)² block Σ_c y_c y_cᵀ-weighted of the η rows ``z`` and ψ: [z h_η zᵀ, z h_ηψ; ·, h_ψ].
 
-    Cells sorted by judge and few judges (:func:`judge_runs`): one small matrix product per judge's run of cells
-    (the (K + 1)(K + 2)/2 weighted sums, 14 ms against 44 ms for a bincount per entry on 530k cells); otherwise
-    a bincount per entry.
+    Cells sorted by judge and few judges (``runs``, :func:`judge_runs`): one small matrix product per judge's run
+    of cells (the (K + 1)(K + 2)/2 weighted sums, 14 ms against 44 ms for a bincount per entry on 530k cells);
+    otherwise a bincount per entry.
     """
     k = len(z)
     out = np.zeros((j_count, k + 1, k + 1))
-    runs = judge_runs(j, j_count)
     if runs is not None:
         zs = np.stack(z)
         zh = zs * h_eta
@@ -640,7 +706,7 @@ def partials(eff: np.ndarray, delta: np.ndarray, shard: Shard, spec: Spec, hessi
     """
     out = Partials.zeros(spec.layout)
     if shard.pairs is not None and len(shard.pairs):
-        _pair_partials(eff, shard.pairs, spec, out, hessian)
+        _pair_partials(eff, shard.pairs, spec, out, hessian, None if spec.layout.naive else shard.prep(spec))
     if shard.scores is not None and len(shard.scores):
         _score_partials(eff, delta, shard.scores, spec, out, hessian)
     return out
@@ -680,8 +746,7 @@ class BlockSlice:
     """One slice of pair cells with what its judge-blocked sums index by, made once per fit (it depends on
     the cells only, not on the parameters): each cell's judge and entries relative to the slice's first
     (``jl``, ``la``, ``lb``: the cells come sorted by judge, so a slice's sums run over the few judges and
-    entries it touches, O(slice) rather than O(entries + J)), its θ pair key, and which η covariates act on
-    it (:attr:`DavidsonTerms.acts`)."""
+    entries it touches, O(slice) rather than O(entries + J)), its θ pair key, and its :class:`PairPrep`."""
 
     pairs: PairArrays
     j0: int
@@ -691,8 +756,7 @@ class BlockSlice:
     jl: np.ndarray  # intp (np.bincount's index type: no conversion per sum)
     ends: np.ndarray  # intp, 2 × cells: each cell's (judge, model a) entry, then each cell's (judge, model b)
     pair_key: np.ndarray  # a·M + b
-    acts: tuple[bool, ...]
-    xs: np.ndarray  # the length covariate in fitted units (x / x_scale)
+    prep: PairPrep
 
     @staticmethod
     def of(pairs: PairArrays, at_a: np.ndarray, at_b: np.ndarray, spec: Spec) -> BlockSlice:
@@ -702,12 +766,6 @@ class BlockSlice:
         j0, j1 = int(pairs.j.min()), int(pairs.j.max()) + 1
         e0 = int(min(at_a.min(), at_b.min()))
         e1 = int(max(at_a.max(), at_b.max())) + 1
-        rows = [pairs.pos, pairs.x, pairs.ds]
-        if lay.n_style:
-            assert pairs.style is not None, "a style layout needs style cells"
-            rows += [pairs.style[:, k] for k in range(len(STYLE_BLOCKS))]
-        data = dict(zip([t for t in lay.eta_effects if t != DISC], rows, strict=True))
-        acts = tuple(t == DISC or bool(np.any(data[t])) for t in lay.eta_effects)
         return BlockSlice(
             pairs,
             j0,
@@ -717,8 +775,7 @@ class BlockSlice:
             (pairs.j - j0).astype(intp),
             np.concatenate([at_a - e0, at_b - e0]).astype(intp),
             pairs.a.astype(intp) * lay.n_models + pairs.b,
-            acts,
-            pairs.x / spec.x_scale,
+            PairPrep.of(pairs, spec),
         )
 
 
@@ -738,7 +795,7 @@ def block_partials(
     """
     lay = spec.layout
     pairs = sl.pairs
-    tm = davidson_terms(eff, pairs, spec, hessian, sl.acts, sl.xs) if terms is None else terms
+    tm = davidson_terms(eff, pairs, spec, hessian, sl.prep) if terms is None else terms
     disc, z, q, g_eta = tm.disc, tm.z, tm.q, tm.g_eta
     eta_types = lay.eta_effects
     jl, n_j = sl.jl, sl.n_judges
