@@ -13,7 +13,11 @@ Newton system ::
 is solved through the Schur complement S = H − Σ_j X_jᵀ A_j⁻¹ X_j (n_G × n_G):
 s_G = S⁻¹(−g_G + Σ_j X_jᵀ A_j⁻¹ g_j) and s_j = −A_j⁻¹(g_j + X_j s_G), batched over judges in numpy.
 Memory is O(J·K² + entries + n_G²) — X_j is stored only at the (model, judge) pairs the cells hold —
-never the (KJ)² matrix of the dense path (:mod:`biasboard.ranking.solver`).
+never the (KJ)² matrix of the dense path (:mod:`biasboard.ranking.solver`).  The per-entry rows X come as
+:class:`Couplings`, pieces over disjoint judge ranges: every use of them (X v, Xᵀv, Σ_j X_jᵀA_j⁻¹X_j, the
+covariance's per-judge terms) is a sum over the pieces, so a streamed fit keeps them on disk and holds one
+piece at a time (O(J·K² + n_G²), :class:`~biasboard.ranking.stream.SpilledCouplings`); held in memory they
+are one piece, and the arithmetic is the same as without pieces.
 
 Generic in K = ``layout.n_blocks``; the global effects are ``layout.global_effects`` (blocks, in the order
 of the global coefficients — not the first blocks: the style blocks come after discrimination, tie and
@@ -36,8 +40,9 @@ covariance of r_j with the global effects (what a judge's total effect γ₀ + u
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -96,6 +101,10 @@ class CrossIndex:
     def size(self) -> int:
         return int(self.model.size)
 
+    @property
+    def n_judges(self) -> int:
+        return int(self.starts.size - 1)
+
     @cached_property
     def by_judge(self) -> sp.csr_matrix:
         """(J × entries) 0/1: ``by_judge @ w`` sums per-entry rows ``w`` per judge (empty judges get 0)."""
@@ -138,6 +147,58 @@ def _index_dtype(*sizes) -> np.dtype:
     """int32 for sparse-matrix indices up to these sizes (what scipy would convert int64 ones to, scanning and
     copying them on every construction), else int64."""
     return np.dtype(np.int32 if max(int(v) for v in sizes) < np.iinfo(np.int32).max else np.int64)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Judges ``j0`` … ``j0 + cross.n_judges − 1`` with their entries: ``cross`` indexes them locally (judge
+    codes from 0, entries from 0) and ``X`` holds the entries' rows (entries × K)."""
+
+    j0: int
+    cross: CrossIndex
+    X: np.ndarray
+
+    @property
+    def j1(self) -> int:
+        return self.j0 + self.cross.n_judges
+
+
+class Couplings:
+    """The θ × judge couplings (one row per (judge, model) entry) of an :class:`ArrowHessian`, as pieces over
+    disjoint judge ranges in judge order.  Held in memory (:class:`HeldCouplings`, one piece) or spilled to
+    disk (:class:`~biasboard.ranking.stream.SpilledCouplings`, read back a piece at a time by each pass), so
+    every product with X, the Schur complement's Σ_j X_jᵀA_j⁻¹X_j and the covariance's per-judge terms are
+    sums over pieces: memory one piece's entries, not every judge's."""
+
+    #: The pieces stay in memory (a factorisation may keep what it derives from them).
+    held: bool = False
+
+    def pieces(self) -> Iterator[Piece]:
+        raise NotImplementedError
+
+    def map(self, fn: Callable[[Piece], np.ndarray]) -> Couplings:
+        """New couplings with each piece's rows ``fn(piece)`` (which may consume ``piece.X``)."""
+        raise NotImplementedError
+
+
+class HeldCouplings(Couplings):
+    """Couplings in memory: one piece over every judge (the in-memory fit)."""
+
+    held = True
+
+    def __init__(self, cross: CrossIndex, X: np.ndarray):
+        self.piece = Piece(0, cross, X)
+
+    def pieces(self) -> Iterator[Piece]:
+        yield self.piece
+
+    def map(self, fn: Callable[[Piece], np.ndarray]) -> HeldCouplings:
+        return HeldCouplings(self.piece.cross, fn(self.piece))
+
+
+def _summed(values: Iterable[np.ndarray]) -> np.ndarray:
+    """The sum of the arrays, the first one as it is (one piece: the same bits as no sum)."""
+    return functools.reduce(np.add, values)
 
 
 def _block_diagonal(blocks: np.ndarray) -> sp.csr_matrix:
@@ -242,22 +303,34 @@ class ArrowHessian:
     lay: Layout
     H: np.ndarray  # (n_G, n_G)
     A: np.ndarray  # (J, K, K)
-    Xc: np.ndarray  # (entries, K): judge rows × θ of the entry's model
     Xg: np.ndarray  # (J, K, n_glob): judge rows × the global effects
-    cross: CrossIndex
+    couplings: Couplings  # per entry (entries × K): judge rows × θ of the entry's model
     low_rank: tuple[tuple[np.ndarray, float], ...]
     on: np.ndarray  # (J, K) bool: the judge's entry is switched on (else it has no coupling at all)
+
+    @property
+    def Xc(self) -> np.ndarray:
+        """The per-entry rows (entries × K) of couplings held in memory (a streamed fit's are on disk)."""
+        if not isinstance(self.couplings, HeldCouplings):
+            raise ValueError("the couplings of a streamed fit are on disk: read them with couplings.pieces()")
+        return self.couplings.piece.X
 
     def x_glob(self, v_g: np.ndarray) -> np.ndarray:
         """X v for a globals vector: (J, K)."""
         m, n_e = self.lay.n_models, self.lay.n_glob
-        return _per_judge(self.cross, self.Xc * v_g[self.cross.model][:, None]) + self.Xg @ v_g[m : m + n_e]
+        out = self.Xg @ v_g[m : m + n_e]
+        for p in self.couplings.pieces():
+            out[p.j0 : p.j1] += _per_judge(p.cross, p.X * v_g[p.cross.model][:, None])
+        return out
 
     def xt_judge(self, v_j: np.ndarray) -> np.ndarray:
         """Xᵀ v for a judge-block vector (J, K): (n_G,)."""
-        m, n_e, cr = self.lay.n_models, self.lay.n_glob, self.cross
+        m, n_e = self.lay.n_models, self.lay.n_glob
         out = np.zeros(self.H.shape[0])
-        out[:m] = np.bincount(cr.model, weights=np.einsum("et,et->e", self.Xc, v_j[cr.judge]), minlength=m)
+        out[:m] = _summed(
+            np.bincount(p.cross.model, weights=np.einsum("et,et->e", p.X, v_j[p.j0 + p.cross.judge]), minlength=m)
+            for p in self.couplings.pieces()
+        )
         out[m : m + n_e] = np.einsum("jtc,jt->c", self.Xg, v_j)
         return out
 
@@ -291,10 +364,14 @@ def _as_slice(index: np.ndarray) -> slice | np.ndarray:
     return index
 
 
-def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cross: CrossIndex) -> ArrowHessian:
+def assemble(
+    part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cross: CrossIndex, raw: Couplings | None = None
+) -> ArrowHessian:
     """The raw Hessian from judge-blocked partials (effective coordinates), the prior and its gauges.
 
-    ``part`` is consumed: its arrays become the Hessian's, masked in place (the per-entry rows once made row-major)."""
+    ``part`` is consumed: its arrays become the Hessian's, masked in place (the per-entry rows once made
+    row-major).  The per-entry rows are ``part.C`` over ``cross``'s entries, or, from a streamed objective,
+    the pieces ``raw`` (spilled to disk: masked a piece at a time, ``part.C`` unused)."""
     lay = spec.layout
     m, n_e = lay.n_models, lay.n_glob
     ge = glob_blocks(lay)
@@ -309,28 +386,42 @@ def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cro
     n_g = prec_g.size
     H = np.zeros((n_g, n_g))
     H[:m, :m] = part.H_theta
-    for c, t in enumerate(ge.tolist()):
-        masked = _masked_column(part.C, t, mask, cross.judge)
-        col = np.bincount(cross.model, weights=part.C[:, t] if masked is None else masked, minlength=m)
-        H[:m, m + c] = col
-        H[m + c, :m] = col
+    raw = HeldCouplings(cross, part.C) if raw is None else raw
+    columns: list[np.ndarray] = []  # each piece's θ × global-effect columns (M × n_glob)
+    # A_j masked by dev_j dev_jᵀ and the entries' rows by their judge's dev_j, in place, column t only where
+    # some judge's dev[:, t] is not 1 (an effect off for the voters, severity for every judge of pair cells).
+    masked_t = np.flatnonzero((dev != 1).any(axis=0)).tolist()
+
+    def piece_rows(p: Piece) -> np.ndarray:
+        judge, model, Xc = p.cross.judge, p.cross.model, p.X
+        cols = np.empty((m, ge.size))
+        for c, t in enumerate(ge.tolist()):
+            masked = _masked_column(Xc, t, mask[p.j0 : p.j1], judge)
+            cols[:, c] = np.bincount(model, weights=Xc[:, t] if masked is None else masked, minlength=m)
+        columns.append(cols)
+        for t in masked_t:
+            if dev[:, t].any():
+                Xc[:, t] *= dev[p.j0 + judge, t]
+            else:
+                Xc[:, t] = 0.0
+        return Xc.copy(order="C")  # row-major: the factorisation gathers entry rows (2x faster than ascontiguousarray)
+
+    couplings = raw.map(piece_rows)
+    del raw
+    if ge.size:
+        col = _summed(columns)
+        H[:m, m : m + ge.size] = col
+        H[m : m + ge.size, :m] = col.T
     A_gg = part.A[:, g_cols, g_cols].copy() if isinstance(g_cols, slice) else part.A[:, ge[:, None], ge[None, :]]
     A_gg *= mask_g[:, :, None]
     A_gg *= mask_g[:, None, :]
     H[m : m + n_e, m : m + n_e] = A_gg.sum(axis=0)
-    A, Xc = part.A, part.C
-    # A_j masked by dev_j dev_jᵀ and the entries' rows by their judge's dev_j, in place, column t only where
-    # some judge's dev[:, t] is not 1 (an effect off for the voters, severity for every judge of pair cells).
-    for t in np.flatnonzero((dev != 1).any(axis=0)).tolist():
+    A = part.A
+    for t in masked_t:
         scale = dev[:, t, None]
         A[:, t, :] *= scale
         A[:, :, t] *= scale
-        if dev[:, t].any():
-            Xc[:, t] *= dev[cross.judge, t]
-        else:
-            Xc[:, t] = 0.0
     np.einsum("jtt->jt", A)[...] += prec_j  # a writeable view of the diagonals
-    Xc = Xc.copy(order="C")  # row-major: the factorisation gathers entry rows (2x faster than ascontiguousarray)
     H[np.diag_indices(n_g)] += prec_g
     position = np.full(lay.n_core, -1)
     position[glob_index(lay)] = np.arange(n_g)
@@ -348,7 +439,7 @@ def assemble(part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cro
         u = np.zeros(lay.n_core)
         u[lay.block(DISC).start + on] = 1.0
         low_rank.append((u, 0.0))
-    return ArrowHessian(lay, H, A, Xc, Xg, cross, tuple(low_rank), dev > 0)
+    return ArrowHessian(lay, H, A, Xg, couplings, tuple(low_rank), dev > 0)
 
 
 @dataclass(frozen=True)
@@ -389,18 +480,20 @@ def _make_batches(cross: CrossIndex, n_models: int) -> Iterator[JudgeBatch]:
             yield JudgeBatch(judges, entries, model[:, :, None] * n_models + model[:, None, :])
 
 
-def _gram(cross: CrossIndex, Xc: np.ndarray, R: np.ndarray, Ainv: np.ndarray, n_models: int) -> np.ndarray:
-    """Σ_j X_jᵀA_j⁻¹X_j (M × M, symmetrised), X_j = judge j's rows ``Xc`` (entries × K) at columns R.
+def _gram(pieces: Iterable[tuple[Piece, np.ndarray]], R: np.ndarray, Ainv: np.ndarray, n_models: int) -> np.ndarray:
+    """Σ_j X_jᵀA_j⁻¹X_j (M × M, symmetrised), X_j = judge j's rows (entries × K) at columns R, over the
+    pieces (each with its rows).
 
     Judge j's term is an n_j × n_j block over the models it met; the judges who met equally many models
     have theirs made together by batched matmuls and added into M × M by a bincount.  Measured at 50k
     voter-judges (n_j ~ 9.5 on average, 6 LLM judges at 100): 0.06 s, where the sparse product XᵀY with
     Y = A⁻¹X took 0.11 s, its CSR → CSC conversion 0.02 s and Y itself 0.03 s."""
     out = np.zeros(n_models * n_models)
-    for batch in _judge_batches(cross, n_models):
-        x = Xc[batch.entries][:, :, R]  # (judges, n, R)
-        block = x @ Ainv[batch.judges] @ x.transpose(0, 2, 1)
-        out += np.bincount(batch.key.ravel(), block.ravel(), minlength=out.size)
+    for p, Xc in pieces:
+        for batch in _judge_batches(p.cross, n_models):
+            x = Xc[batch.entries][:, :, R]  # (judges, n, R)
+            block = x @ Ainv[p.j0 + batch.judges] @ x.transpose(0, 2, 1)
+            out += np.bincount(batch.key.ravel(), block.ravel(), minlength=out.size)
     gram = out.reshape(n_models, n_models)
     return 0.5 * (gram + gram.T)
 
@@ -413,8 +506,9 @@ class ArrowFactor:
 
     Only the effects R switched on for some judge are factorised as blocks (``Ainv``: the inverses of A_j
     restricted to R, from their Cholesky factors); every other judge entry is a diagonal (``diag``).  The
-    couplings to θ are one sparse (J·R × M) matrix (``Xsp``, row j·R + r: judge j's effect r over the
-    models it met: the solves' products), and the same rows per entry (``Xc``).  Σ_j X_jᵀA_j⁻¹X_j
+    couplings to θ are, per piece of the couplings, a sparse (J_p·R × M) matrix (``Xsp``, row j·R + r: judge
+    j's effect r over the models it met: the solves' products) and the same rows per entry (``Xc``), kept
+    when the couplings are held, else made again by every pass a piece at a time.  Σ_j X_jᵀA_j⁻¹X_j
     and the covariance's per-judge terms are made judge block by judge block, batched over the judges who met
     equally many models (:func:`_judge_batches`) — O(R·Σ_j n_j²) for judges meeting n_j models.
     """
@@ -425,7 +519,6 @@ class ArrowFactor:
         self.all_free = bool(free.all())
         m, n_e = lay.n_models, lay.n_glob
         f_g, f_j = split(lay, free.astype(float))
-        cr = hess.cross
         # The effects switched on for some judge, free or not (a fixed entry gets an identity row in its
         # block): the same R, and so the same sparse layout, in both phases of a fit.
         R = self.R = np.flatnonzero(hess.on.any(axis=0))
@@ -444,20 +537,28 @@ class ArrowFactor:
         A[:, np.arange(R.size), np.arange(R.size)] += np.where(fR > 0, mu, 1.0)
         linv = _inverse_cholesky(A)  # raises LinAlgError when a block is not positive definite
         self.Ainv = np.matmul(linv.transpose(0, 2, 1), linv)  # A_j⁻¹ = L_j⁻ᵀL_j⁻¹
-        Xc = hess.Xc  # the coupled columns R are gathered straight into the sparse rows
-        if not every:  # fixed parameters: no coupling
-            Xc = Xc * f_j[cr.judge] * f_g[cr.model][:, None]
-        self.Xc = Xc  # per-entry rows, all K columns (the batched Gram and covariance take the R of them)
-        # Switched-off rows (a voter's affinity) left out: they carry no work.  (Rows of fixed parameters stay,
-        # zero: both phases of a fit share one layout.)
-        self.Xsp = cr.coupling(Xc, m, R, hess.on[:, R])
+        self.every = every
+        self._f_g, self._f_j = f_g, f_j
         Xg = hess.Xg[:, R] if every else hess.Xg[:, R] * fR[:, :, None] * f_g[None, None, m : m + n_e]
         self.Xg = np.ascontiguousarray(Xg)  # C-ordered: the solves use it as a (J·R × n_e) matrix, no copy
         S = hess.H * f_g[:, None] * f_g[None, :]
         S[np.diag_indices_from(S)] += np.where(f_g > 0, mu, 1.0)
         self.Yg = np.matmul(self.Ainv, self.Xg).reshape(-1, n_e)  # rows of A_j⁻¹X_j, the globals' part
-        S[:m, :m] -= _gram(cr, Xc, R, self.Ainv, m)
-        cross_g = np.asarray(self.Xsp.T @ self.Yg)
+        # Couplings held in memory: their masked rows and sparse matrix made once and kept; spilled ones are
+        # made again a piece at a time by every pass (memory: one piece).
+        self._held: list[tuple[Piece, np.ndarray, sp.csr_matrix]] | None = None
+        if hess.couplings.held:
+            self._held = list(self._pieces())
+        k = R.size
+        crosses: list[np.ndarray] = []  # each piece's Xᵀ(A⁻¹X)_g, made in the Gram's pass over the pieces
+
+        def with_cross() -> Iterator[tuple[Piece, np.ndarray]]:
+            for p, Xc, Xsp in self._pieces():
+                crosses.append(np.asarray(Xsp.T @ self.Yg[p.j0 * k : p.j1 * k]))
+                yield p, Xc
+
+        S[:m, :m] -= _gram(with_cross(), R, self.Ainv, m)
+        cross_g = _summed(crosses)
         S[:m, m : m + n_e] -= cross_g
         S[m : m + n_e, :m] -= cross_g.T
         S[m : m + n_e, m : m + n_e] -= self.Xg.reshape(-1, n_e).T @ self.Yg
@@ -472,6 +573,29 @@ class ArrowFactor:
         if us:
             self.Minv = np.linalg.inv(self.M)
 
+    def _pieces(self) -> Iterator[tuple[Piece, np.ndarray, sp.csr_matrix]]:
+        """Each piece of the couplings with its rows masked to the free parameters (``Xc``: per entry, all K
+        columns: the batched Gram and covariance take the R of them) and the sparse (J_p·R × M) matrix of
+        its coupled rows (``Xsp``, row j·R + r: judge j0 + j's effect r over the models it met)."""
+        if self._held is not None:
+            yield from self._held
+            return
+        m, R, hess = self.lay.n_models, self.R, self.hess
+        for p in hess.couplings.pieces():
+            Xc = p.X  # the coupled columns R are gathered straight into the sparse rows
+            if not self.every:  # fixed parameters: no coupling
+                Xc = Xc * self._f_j[p.j0 + p.cross.judge] * self._f_g[p.cross.model][:, None]
+            # Switched-off rows (a voter's affinity) left out: they carry no work.  (Rows of fixed parameters
+            # stay, zero: both phases of a fit share one layout.)
+            yield p, Xc, p.cross.coupling(Xc, m, R, hess.on[p.j0 : p.j1, R])
+
+    @property
+    def Xsp(self) -> sp.csr_matrix:
+        """The couplings' sparse (J·R × M) matrix: held couplings only (one piece)."""
+        if self._held is None:
+            raise ValueError("the couplings of a streamed fit are on disk: no (J·R × M) matrix in memory")
+        return self._held[0][2]
+
     @staticmethod
     def build(hess: ArrowHessian, free: np.ndarray, mu: float = 0.0) -> ArrowFactor | None:
         try:
@@ -485,13 +609,17 @@ class ArrowFactor:
     def _x_glob(self, v_g: np.ndarray) -> np.ndarray:
         m, n_e = self.lay.n_models, self.lay.n_glob
         k = self.R.size
-        return (self.Xsp @ v_g[:m] + self.Xg.reshape(-1, n_e) @ v_g[m : m + n_e]).reshape(-1, k)
+        out = self.Xg.reshape(-1, n_e) @ v_g[m : m + n_e]
+        for p, _, Xsp in self._pieces():
+            out[p.j0 * k : p.j1 * k] += Xsp @ v_g[:m]
+        return out.reshape(-1, k)
 
     def _xt_judge(self, v: np.ndarray) -> np.ndarray:
-        m, n_e = self.lay.n_models, self.lay.n_glob
+        m, n_e, k = self.lay.n_models, self.lay.n_glob, self.R.size
         out = np.zeros(self.S.shape[0])
-        out[:m] = self.Xsp.T @ np.ascontiguousarray(v).ravel()
-        out[m : m + n_e] = self.Xg.reshape(-1, n_e).T @ np.ascontiguousarray(v).ravel()
+        flat = np.ascontiguousarray(v).ravel()
+        out[:m] = _summed(Xsp.T @ flat[p.j0 * k : p.j1 * k] for p, _, Xsp in self._pieces())
+        out[m : m + n_e] = self.Xg.reshape(-1, n_e).T @ flat
         return out
 
     def _base_solve(self, rhs: np.ndarray) -> np.ndarray:
@@ -531,20 +659,21 @@ class ArrowFactor:
         cov_jg = np.zeros((lay.n_judges, lay.n_blocks, n_e))
         # Rows of A⁻¹X S⁻¹ (A⁻¹X)ᵀ's diagonal and of A⁻¹X S⁻¹'s global columns, judge j's made over the n_j
         # models it met only (S⁻¹ gathered there: O(Σ_j n_j²), not a dense (J·R × M) product).
-        cr, Yg = self.hess.cross, self.Yg.reshape(lay.n_judges, k, n_e)
+        Yg = self.Yg.reshape(lay.n_judges, k, n_e)
         t_gg = sinv[m : m + n_e, m : m + n_e]
         yg_gg = (self.Yg @ t_gg).reshape(Yg.shape)  # one (J·R × n_e) product, not J small ones
         var_c, cov_c = np.einsum("jrc,jrc->jr", Yg, yg_gg), -yg_gg
         s_mm = np.ascontiguousarray(sinv[:m, :m]).ravel()
-        for batch in _judge_batches(cr, m):
-            judges, model = batch.judges, cr.model[batch.entries]
-            y = self.Ainv[judges] @ self.Xc[batch.entries][:, :, R].transpose(0, 2, 1)  # (judges, R, n): A_j⁻¹X_j
-            y_mm = y @ s_mm[batch.key]
-            y_mg = y @ sinv[model, m : m + n_e]  # y S⁻¹_θg
-            y_gm = y @ sinv[m : m + n_e][:, model].transpose(1, 2, 0)  # (S⁻¹_gθ yᵀ)ᵀ
-            yg = Yg[judges]
-            var_c[judges] += np.einsum("jrn,jrn->jr", y_mm, y) + np.einsum("jrc,jrc->jr", yg, y_mg + y_gm)
-            cov_c[judges] -= y_mg
+        for p, Xc, _ in self._pieces():
+            for batch in _judge_batches(p.cross, m):
+                judges, model = p.j0 + batch.judges, p.cross.model[batch.entries]
+                y = self.Ainv[judges] @ Xc[batch.entries][:, :, R].transpose(0, 2, 1)  # (judges, R, n): A_j⁻¹X_j
+                y_mm = y @ s_mm[batch.key]
+                y_mg = y @ sinv[model, m : m + n_e]  # y S⁻¹_θg
+                y_gm = y @ sinv[m : m + n_e][:, model].transpose(1, 2, 0)  # (S⁻¹_gθ yᵀ)ᵀ
+                yg = Yg[judges]
+                var_c[judges] += np.einsum("jrn,jrn->jr", y_mm, y) + np.einsum("jrc,jrc->jr", yg, y_mg + y_gm)
+                cov_c[judges] -= y_mg
         var_j[:, R] += var_c
         cov_jg[:, R] = cov_c
         if len(self.U):

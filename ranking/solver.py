@@ -23,7 +23,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.linalg as sla
-from biasboard.ranking.arrowhead import ArrowFactor, ArrowHessian, BlockCovariance, CrossIndex, assemble, centring
+from biasboard.ranking.arrowhead import (
+    ArrowFactor,
+    ArrowHessian,
+    BlockCovariance,
+    Couplings,
+    CrossIndex,
+    assemble,
+    centring,
+)
 from biasboard.ranking.model import (
     DISC,
     BlockPartials,
@@ -169,9 +177,7 @@ class Objective:
 
     def _block_slices(self) -> Iterable[BlockSlice]:
         """The cells in slices of at most :data:`CHUNK_CELLS`, each with its sparse sums (made on first use and
-        kept; a streamed objective's are made from each shard as it is read, and not kept)."""
-        if self.source is not None:
-            return self._streamed_slices(self.source)
+        kept; a streamed objective's partials are :meth:`~biasboard.ranking.stream.PairStore.block_partials`)."""
         if self._slices is None:
             self._slices = []
             parts = [sh.pairs for sh in self.shards if sh.pairs is not None]
@@ -180,15 +186,6 @@ class Objective:
                     sl = slice(start, start + CHUNK_CELLS)
                     self._slices.append(BlockSlice.of(pairs.take(sl), at_a[sl], at_b[sl], self.spec))
         return self._slices
-
-    def _streamed_slices(self, source: PairStore) -> Iterator[BlockSlice]:
-        for shard in source.shards(entries=True):
-            pairs, at_a, at_b = shard.pairs, shard.at_a, shard.at_b
-            assert at_a is not None and at_b is not None
-            for start in range(0, len(pairs), CHUNK_CELLS):
-                sl = slice(start, start + CHUNK_CELLS)
-                yield BlockSlice.of(pairs.take(sl), at_a[sl], at_b[sl], self.spec)
-            del shard, pairs, at_a, at_b  # not held while the next shard is read
 
     def _pair_shards(self) -> Iterator[Shard]:
         """The shards in memory, then (a streamed objective) those of the source, read one at a time."""
@@ -199,10 +196,15 @@ class Objective:
 
     def _blocked_partials(
         self, eff: np.ndarray, hessian: bool, terms: list[DavidsonTerms] | None = None, keep: bool = False
-    ) -> tuple[BlockPartials, list[DavidsonTerms]]:
+    ) -> tuple[BlockPartials, list[DavidsonTerms], Couplings | None]:
         """The partials of every slice, and with ``keep`` each slice's Davidson terms (else none: a slice's
         are freed as soon as its sums are added); given the ``terms`` of an evaluation at the same point
-        (consumed, a slice's at a time), only the Hessian (``eff`` unused, the partials' f and g left 0)."""
+        (consumed, a slice's at a time), only the Hessian (``eff`` unused, the partials' f and g left 0).
+        A streamed objective's θ × judge rows are spilled to disk by judge piece (the third value)."""
+        if self.source is not None:
+            assert terms is None and not keep, "a streamed objective keeps no Davidson terms"
+            total, spilled = self.source.block_partials(eff, self.spec, hessian, CHUNK_CELLS)
+            return total, [], spilled
         total = BlockPartials.zeros(self.spec.layout, self.cross.size, hessian)
         out: list[DavidsonTerms] = []
         for sl in self._block_slices():
@@ -210,7 +212,7 @@ class Objective:
             made = block_partials(eff, sl, self.spec, total, hessian, known)
             if keep:
                 out.append(made)
-        return total, out
+        return total, out, None
 
     def data_partials(self, core: np.ndarray, diag: np.ndarray, hessian: bool = True) -> Partials:
         eff = self.E @ core
@@ -255,12 +257,12 @@ class Objective:
         evaluation are kept (``_last``, ~100 bytes a cell), so the Hessian there costs only its own sums."""
         last, self._last = self._last, None
         if derivatives and hessian and last is not None and np.array_equal(last[0], core):
-            part, _ = self._blocked_partials(np.empty(0), True, last[2])
+            part, _, _ = self._blocked_partials(np.empty(0), True, last[2])
             return replace(last[1], H=assemble(part, self.spec, self.prior.precision, self.prior.gauges, self.cross))
         del last  # not held while the new terms are made
         # A gradient-only evaluation keeps its terms (see above), but for a streamed objective: ~100 bytes a cell.
         keep = derivatives and not hessian and self.source is None
-        part, terms = self._blocked_partials(self._effective(core), derivatives and hessian, keep=keep)
+        part, terms, spilled = self._blocked_partials(self._effective(core), derivatives and hessian, keep=keep)
         pr = self.prior
         dc = core - pr.mean
         f = part.f + 0.5 * float(dc @ (pr.precision * dc))
@@ -275,7 +277,7 @@ class Objective:
             if keep:
                 self._last = (core.copy(), ev, terms)
             return ev
-        H = assemble(part, self.spec, pr.precision, pr.gauges, self.cross)
+        H = assemble(part, self.spec, pr.precision, pr.gauges, self.cross, spilled)
         return Evaluation(f, -part.f, g, H, empty, empty, no_cross)
 
 

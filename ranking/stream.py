@@ -7,11 +7,17 @@ of judges, every bucket's dictionaries the same global vocabularies), each bucke
 arrays — the same codes, checks and group-by-sum as :func:`~biasboard.ranking.data.build_dataset` — and
 written to a scratch folder as one ``.npy`` file per column, in shards of at most :data:`SHARD_CELLS` cells,
 then freed.  The objective (:class:`~biasboard.ranking.solver.Objective` with a ``source``) reads the shards
-back on every evaluation and keeps only their sums: the value, the gradient, the θ/global Hessian (M²), the
-per-judge blocks (J·K²) and the θ × judge couplings (one row per (judge, model) pair met).  What stays in
-memory is one shard's arrays, O(J + M² + (judge, model) pairs), and the cells summed per ordered model pair
-(:meth:`PairStore.totals`: what the naive fit, the comparison graph, the battle counts and the covariate
-report read).  Reading the shards costs one pass over the files per evaluation, from the page cache.
+back on every evaluation and keeps only their sums: the value, the gradient, the θ/global Hessian (M²) and the
+per-judge blocks (J·K²).  The θ × judge couplings (one row of K per (judge, model) pair met, ~300 B a pair
+in memory with what the factorisation derived from them) grow as each voter meets more models when its
+history grows, so they are not held either: a Hessian evaluation sums them in a window of one shard's
+entries and spills each judge range a shard completes to a file (:class:`SpilledCouplings`), and the
+factorisation (the Schur complement Σ_j X_jᵀA_j⁻¹X_j, the solves' products with X and Xᵀ, the covariance's
+per-judge terms: :mod:`biasboard.ranking.arrowhead`) reads them back a piece at a time.  What stays in
+memory is one shard's arrays, O(J·K² + M²), the judges' first entries (J) and the cells summed per ordered
+model pair (:meth:`PairStore.totals`: what the naive fit, the comparison graph, the battle counts and the
+covariate report read).  Reading the shards costs one pass over the files per evaluation, and the couplings
+one pass per solve, from the page cache.
 
 The arrowhead factorisation's per-judge batches (:func:`~biasboard.ranking.arrowhead._judge_batches`) are
 made per factorisation instead of cached: their keys are Σ_j n_j² integers for judges meeting n_j models,
@@ -32,14 +38,15 @@ import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
-from biasboard.ranking.arrowhead import CrossIndex, _unique_inverse
+from biasboard.ranking.arrowhead import Couplings, CrossIndex, Piece, _unique_inverse
 from biasboard.ranking.data import (
     _FIT_PAIR_KEYS,
     _FIT_PAIR_SCHEMA,
@@ -59,6 +66,7 @@ from biasboard.ranking.data import (
     no_affinity_of,
     pair_vocabularies,
 )
+from biasboard.ranking.model import BlockPartials, BlockSlice, Spec, block_partials
 from biasboard.schemas.cells import UNKNOWN_FAMILY
 from biasboard.schemas.errors import InputError
 
@@ -152,6 +160,18 @@ class _Shard:
             out.write(value.data.cast("B"))
         self.columns[name] = (offset, value.dtype, value.shape)
 
+    def read_rows(self, name: str, lo: int, hi: int) -> np.ndarray:
+        """Rows lo … hi − 1 of the column ``name`` (a 1-d column)."""
+        offset, dtype, _ = self.columns[name]
+        value = np.empty(hi - lo, dtype)
+        with open(self.path, "rb", buffering=0) as src:
+            src.seek(offset + lo * value.itemsize)
+            view = value.data.cast("B")
+            got = src.readinto(view)
+        if got != view.nbytes:
+            raise OSError(f"{self.path}: short read of column {name} ({got} of {view.nbytes} bytes)")
+        return value
+
     def read(self, names: Iterable[str]) -> dict[str, np.ndarray]:
         """The columns ``names`` this shard has, each read into its own (writable) array."""
         out = {}
@@ -182,7 +202,12 @@ class _Files:
     sums: dict[str, np.ndarray]  # JUDGE_SUMS, per judge
     totals: dict[float | None, PairArrays] = field(default_factory=dict)
     cross: CrossIndex | None = None
+    models: _Shard | None = None  # each (judge, model) entry's model (:meth:`PairStore.cross_index`)
     owned: bool = False  # the folder is ours to remove (close())
+
+    def cross_starts(self) -> np.ndarray:
+        assert self.cross is not None, "the cross index is made first (PairStore.cross_index)"
+        return self.cross.starts
 
 
 class PairStore:
@@ -343,11 +368,92 @@ class PairStore:
             p = shard.pairs
             stored.append("at_a", entries(p.j * m + p.a))
             stored.append("at_b", entries(p.j * m + p.b))
+        # Each entry's model, on disk beside the shards (what the spilled couplings' pieces read back); in memory
+        # only the judges' first entries.
+        files.models = _Shard(files.folder / "cross-model.bin", int(uniq.size))
+        files.models.append("model", (uniq % m).astype(np.int32))
         judge = uniq // m
-        files.cross = CrossIndex(
-            uniq % m, judge, np.searchsorted(judge, np.arange(jn + 1)), (), (), cache_batches=False
-        )
+        empty = np.zeros(0, np.int64)
+        files.cross = CrossIndex(empty, empty, np.searchsorted(judge, np.arange(jn + 1)), (), (), cache_batches=False)
         return files.cross
+
+    def block_partials(
+        self, eff: np.ndarray, spec: Spec, hessian: bool, chunk: int
+    ) -> tuple[BlockPartials, SpilledCouplings | None]:
+        """The judge-blocked partials of every shard, in slices of at most ``chunk`` cells (the streamed
+        :class:`~biasboard.ranking.solver.Objective`'s), and with the Hessian its θ × judge rows spilled to disk
+        (:class:`SpilledCouplings`) instead of held: the rows are summed in a window of entries, and when a
+        shard is read every judge before its first is complete (the shards come in judge order), so their
+        rows go to disk as one piece and leave the window.  Memory: a shard's entries, not the history's."""
+        lay = spec.layout
+        starts = self.cross_index().starts
+        total = BlockPartials.zeros(lay, 0, hessian)
+        spilled = SpilledCouplings(self.files) if hessian else None
+        base, done = 0, 0  # the window's first entry; the first judge not spilled yet
+        for shard in self.shards(entries=True):
+            pairs, at_a, at_b = shard.pairs, shard.at_a, shard.at_b
+            assert at_a is not None and at_b is not None
+            if spilled is not None:
+                first = int(pairs.j.min())
+                cut = int(starts[first])
+                if first > done:
+                    spilled.add(done, first, total.C[: cut - base])
+                    done = first
+                end = max(int(max(at_a.max(), at_b.max())) + 1, base + len(total.C))
+                window = np.zeros((lay.n_blocks, end - cut)).T  # column-major, as BlockPartials.zeros makes it
+                kept = total.C[cut - base :]
+                window[: len(kept)] = kept
+                total.C, base = window, cut
+                del kept, window
+            for start in range(0, len(pairs), chunk):
+                sl = slice(start, start + chunk)
+                block_partials(
+                    eff, BlockSlice.of(pairs.take(sl), at_a[sl] - base, at_b[sl] - base, spec), spec, total, hessian
+                )
+            del shard, pairs, at_a, at_b  # not held while the next shard is read
+        if spilled is not None:
+            spilled.add(done, starts.size - 1, total.C[: int(starts[-1]) - base])
+            total.C = np.zeros((lay.n_blocks, 0)).T
+        return total, spilled
+
+
+class SpilledCouplings(Couplings):
+    """The θ × judge couplings of a streamed fit's Hessian on disk (:class:`~biasboard.ranking.arrowhead.Couplings`):
+    one file per piece (a range of judges: those a shard completes, :meth:`PairStore.block_partials`), the
+    entries' models read from the store's cross index (``cross-model.bin``).  Each pass over the pieces reads
+    them back one at a time (from the page cache: ~K·8 + 4 bytes an entry).  The files go with the object, or
+    with the store's folder."""
+
+    def __init__(self, files: _Files):
+        self.files = files
+        self.folder = Path(tempfile.mkdtemp(prefix="couplings-", dir=files.folder))
+        self.parts: list[tuple[int, int, _Shard]] = []
+        weakref.finalize(self, shutil.rmtree, str(self.folder), True)
+
+    def add(self, j0: int, j1: int, rows: np.ndarray) -> None:
+        """Judges j0 … j1 − 1's rows (their entries × K); none: no piece (judges without cells)."""
+        if not len(rows):
+            return
+        shard = _Shard(self.folder / f"piece-{len(self.parts):06d}.bin", len(rows))
+        shard.append("X", np.ascontiguousarray(rows))
+        self.parts.append((j0, j1, shard))
+
+    def pieces(self) -> Iterator[Piece]:
+        starts, models = self.files.cross_starts(), self.files.models
+        assert models is not None
+        for j0, j1, shard in self.parts:
+            e0, e1 = int(starts[j0]), int(starts[j1])
+            local = starts[j0 : j1 + 1] - e0
+            model = models.read_rows("model", e0, e1).astype(np.int64)
+            judge = np.repeat(np.arange(j1 - j0), np.diff(local))
+            cross = CrossIndex(model, judge, local, (), (), cache_batches=False)
+            yield Piece(j0, cross, shard.read(("X",))["X"])
+
+    def map(self, fn: Callable[[Piece], np.ndarray]) -> SpilledCouplings:
+        out = SpilledCouplings(self.files)
+        for piece in self.pieces():
+            out.add(piece.j0, piece.j1, fn(piece))
+        return out
 
 
 @dataclass
