@@ -259,13 +259,25 @@ class Shard:
             ]
         return made
 
-    def prep(self, spec: Spec) -> PairPrep:
-        """The pair cells' :class:`PairPrep` under ``spec`` (made on the first call for that spec, then kept)."""
-        assert self.pairs is not None
-        kept = self._memo.get("prep")
+    def pair_slices(self, spec: Spec) -> list[tuple[PairArrays, PairPrep]]:
+        """The pair cells in slices of at most :data:`PAIR_SLICE_CELLS`, each with its :class:`PairPrep` under
+        ``spec`` (made on the first call for that spec, then kept)."""
+        pairs = self.pairs
+        assert pairs is not None
+        kept = self._memo.get("pair_slices")
         if kept is None or kept[0] is not spec:
-            kept = self._memo["prep"] = (spec, PairPrep.of(self.pairs, spec))
+            parts = [
+                pairs.take(slice(start, start + PAIR_SLICE_CELLS)) for start in range(0, len(pairs), PAIR_SLICE_CELLS)
+            ]
+            kept = self._memo["pair_slices"] = (spec, [(part, PairPrep.of(part, spec)) for part in parts])
         return kept[1]
+
+
+#: Pair cells the dense partials work on at a time (a :class:`Shard` chunk's pair cells are split into slices of
+#: this many).  About twenty arrays of a slice's cells are live at once: at 32k cells (256 KB each) they stay in a
+#: core's cache, at 131k they do not.  Measured on 530k cells (100 models, 8 judges), the machine's 2 cores busy:
+#: gradient pass 37 -> 22 ms, Hessian pass 93 -> 61 ms; 16k cells the same, 8k slower (Python's cost per slice).
+PAIR_SLICE_CELLS: int = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -535,30 +547,45 @@ def _theta_cross_weights(tm: DavidsonTerms, eta_types: tuple[int, ...]) -> list[
 
 
 def _pair_partials(
-    eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials, hessian: bool = True, prep: PairPrep | None = None
+    eff: np.ndarray,
+    pairs: PairArrays,
+    spec: Spec,
+    out: Partials,
+    hessian: bool = True,
+    slices: list[tuple[PairArrays, PairPrep]] | None = None,
 ) -> None:
+    """Add the pair cells' partials to ``out``; the Davidson ones a slice at a time (``slices``: the cells' own,
+    :meth:`Shard.pair_slices`; the cells as one slice when not given)."""
     lay = spec.layout
-    m_count, j_count = lay.n_models, lay.n_judges
+    if not lay.naive:
+        for part, prep in [(pairs, PairPrep.of(pairs, spec))] if slices is None else slices:
+            _davidson_partials(eff, part, spec, out, hessian, prep)
+        return
+    m_count = lay.n_models
     a, b = pairs.a, pairs.b
     wgt = spec.w_pair
-    if lay.naive:
-        # Ties as half wins: binomial log-likelihood of (w_a + t/2) successes in n trials.
-        s_a = pairs.win_a + 0.5 * pairs.tie
-        theta = eff[lay.theta]
-        eta = theta[a] - theta[b]
-        log_p = -np.logaddexp(0.0, -eta)
-        log_q = -np.logaddexp(0.0, eta)
-        out.f -= wgt * float(np.sum(s_a * log_p + (pairs.n - s_a) * log_q))
-        p = np.exp(log_p)
-        g_eta = wgt * (pairs.n * p - s_a)
-        out.g[lay.theta] += _signed_bincount(a, b, g_eta, m_count)
-        if hessian:
-            h_eta = wgt * pairs.n * p * (1.0 - p)
-            out.H[lay.theta, lay.theta] += _laplacian_from_pairs(a, b, h_eta, m_count)
-        return
+    # Naive: ties as half wins: binomial log-likelihood of (w_a + t/2) successes in n trials.
+    s_a = pairs.win_a + 0.5 * pairs.tie
+    theta = eff[lay.theta]
+    eta = theta[a] - theta[b]
+    log_p = -np.logaddexp(0.0, -eta)
+    log_q = -np.logaddexp(0.0, eta)
+    out.f -= wgt * float(np.sum(s_a * log_p + (pairs.n - s_a) * log_q))
+    p = np.exp(log_p)
+    g_eta = wgt * (pairs.n * p - s_a)
+    out.g[lay.theta] += _signed_bincount(a, b, g_eta, m_count)
+    if hessian:
+        h_eta = wgt * pairs.n * p * (1.0 - p)
+        out.H[lay.theta, lay.theta] += _laplacian_from_pairs(a, b, h_eta, m_count)
 
-    j = pairs.j
-    prep = PairPrep.of(pairs, spec) if prep is None else prep
+
+def _davidson_partials(
+    eff: np.ndarray, pairs: PairArrays, spec: Spec, out: Partials, hessian: bool, prep: PairPrep
+) -> None:
+    """Add one slice of pair cells' Davidson partials (value, gradient, dense Hessian) to ``out``."""
+    lay = spec.layout
+    m_count, j_count = lay.n_models, lay.n_judges
+    a, b, j = pairs.a, pairs.b, pairs.j
     tm = davidson_terms(eff, pairs, spec, hessian, prep)
     disc, z, q, g_eta = tm.disc, tm.z, tm.q, tm.g_eta
     _add_value_and_gradient(out, lay, pairs, tm, prep.runs)
@@ -706,7 +733,7 @@ def partials(eff: np.ndarray, delta: np.ndarray, shard: Shard, spec: Spec, hessi
     """
     out = Partials.zeros(spec.layout)
     if shard.pairs is not None and len(shard.pairs):
-        _pair_partials(eff, shard.pairs, spec, out, hessian, None if spec.layout.naive else shard.prep(spec))
+        _pair_partials(eff, shard.pairs, spec, out, hessian, None if spec.layout.naive else shard.pair_slices(spec))
     if shard.scores is not None and len(shard.scores):
         _score_partials(eff, delta, shard.scores, spec, out, hessian)
     return out
