@@ -37,6 +37,8 @@ from pathlib import Path
 
 from benchlib import child_command, peak_rss_mb, run_child
 
+BUCKET_ROWS_ENV = "BIASBOARD_BUCKET_ROWS"  # (transforms.state's; read here without importing the package)
+
 
 def child_refresh(data: str, state: str, out: str) -> dict:
     """One ``biasboard refresh`` of ``data``'s battles, as the CLI runs it; wall time, stages, peak RSS."""
@@ -58,11 +60,23 @@ def child_refresh(data: str, state: str, out: str) -> dict:
     }
 
 
-def generate(folder: Path, days: int, rows_per_day: int, seed: int) -> list[Path]:
-    """``days`` day folders of simulated battles (40 models, 8 judges, 0.5% bad rows), oldest first."""
+def generate(
+    folder: Path, days: int, rows_per_day: int, seed: int, judges: int = 8, both_orders: bool = False
+) -> list[Path]:
+    """``days`` day folders of simulated battles (40 models, ``judges`` judges, 0.5% bad rows), oldest first;
+    ``both_orders``: each sampled battle judged in both orders (the audit's order pairs, one row per judge and
+    model pair judged so, then grow with the judges: what its sum by judge bucket is for)."""
     from biasboard.simulate import SimulationConfig, write_simulation
 
-    config = SimulationConfig(battles=days * rows_per_day, days=days, models=40, judges=8, bad_rows=0.005, seed=seed)
+    config = SimulationConfig(
+        battles=days * rows_per_day,
+        days=days,
+        models=40,
+        judges=judges,
+        both_orders=both_orders,
+        bad_rows=0.005,
+        seed=seed,
+    )
     write_simulation(config, folder, overwrite=True)
     return sorted((folder / "battles").glob("day=*"))
 
@@ -78,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=30, help="H: days of history before the first +1 refresh")
     parser.add_argument("--rows-per-day", type=int, default=200_000)
     parser.add_argument("--smoke", action="store_true", help="H = 4 days of 20k battles")
+    parser.add_argument("--judges", type=int, default=8, help="simulated judges (default 8)")
+    parser.add_argument("--both-orders", action="store_true", help="every battle judged in both orders")
     parser.add_argument("--work", help="folder for generated data (default: a temp folder, removed after)")
     parser.add_argument("--child", nargs=3, metavar=("DATA", "STATE", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -89,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-incremental-"))
     try:
         t0 = time.perf_counter()
-        pending = generate(work / "sim", 2 * history + 1, per_day, seed=history)
+        pending = generate(work / "sim", 2 * history + 1, per_day, history, args.judges, args.both_orders)
         print(f"generated {len(pending)} days of {per_day:,} battles in {time.perf_counter() - t0:.0f} s", flush=True)
         live, state, out = work / "live", work / "state", work / "out"
         live.mkdir()
@@ -116,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
     print_table(steps, history, per_day)
+    print(f"judges {args.judges}, both orders {args.both_orders}, {BUCKET_ROWS_ENV}={os.environ.get(BUCKET_ROWS_ENV)}")
     return 0
 
 
