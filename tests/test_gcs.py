@@ -108,3 +108,29 @@ def test_anonymous_access_only_for_an_emulator_or_no_auth(monkeypatch):
     assert auth._Credentials._credentials_init is False  # Beam will still look credentials up
     assert storage.configure_gcs_auth(no_auth=True) is True
     assert auth._Credentials._credentials_init is True and auth._Credentials._credentials is None
+
+
+def test_the_audit_sum_and_its_cache_on_a_bucket(emulator, tmp_path):
+    """The audit's stored days and their cached sum on gs:// (the cache's order pairs are streamed to and
+    read back from the bucket): the +1 day sum reads the cache and the new day, and writes a full sum's files."""
+    from biasboard.simulate import SimulationConfig, write_simulation
+    from biasboard.transforms import audit, read
+
+    config = SimulationConfig(battles=1500, models=5, judges=3, days=3, both_orders=True, prompts=30, seed=4)
+    logs = write_simulation(config, tmp_path / "sim")
+    inputs = read.list_input_days(str(logs / "battles" / "day=*" / "*.parquet"))
+    days = sorted(inputs)
+    days_dir = f"{emulator}/state/audit_days"
+    audit_fn = audit.AuditDayFn(days_dir, read.load_family_map(None), None)
+    for day in days:
+        list(audit_fn.process((day, inputs[day], f"k-{day}")))
+    keys = {day: f"k-{day}" for day in days}
+    audit.write_stored_sum(days[:-1], days_dir, f"{emulator}/first", {d: keys[d] for d in days[:-1]})
+    cached = audit.audit_cache.read_cache(days_dir, keys)
+    assert cached is not None and sorted(cached.days) == days[:-1]
+    audit.write_stored_sum(days, days_dir, f"{emulator}/cached", keys)
+    cached = audit.audit_cache.read_cache(days_dir, keys)
+    assert cached is not None and sorted(cached.days) == days
+    audit.write_stored_sum(days, days_dir, str(tmp_path / "full"))
+    for path in sorted((tmp_path / "full").iterdir()):
+        assert storage.read_bytes(f"{emulator}/cached/{path.name}") == path.read_bytes(), path.name
