@@ -14,7 +14,7 @@ from biasboard.schemas.battle import STYLE_COUNT_COLUMNS
 from biasboard.schemas.cells import LEN_BIN_EDGES, PAIR_CELL_KEYS, PAIR_CELLS_SCHEMA, STYLE_SQUARES, STYLE_SUMS
 from biasboard.schemas.families import FamilyMap
 from biasboard.transforms.cells import judge_summary, merge_cells, partial_cells
-from biasboard.transforms.validate import SeenIds
+from biasboard.transforms.validate import SeenIds, validate_battles
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -284,3 +284,46 @@ def test_group_ids_group_exactly_the_rows_that_share_every_key(monkeypatch):
         distinct = frame.unique().height
         assert groups == distinct == coded.unique().height == coded.select("g").unique().height
     assert cells.group_ids(frame.head(0), keys)[1] == 0
+
+
+def test_cells_of_the_valid_rows_whatever_the_rejected_rows_hold():
+    """Cells cut to the valid rows by a mask equal cells of the valid rows alone, bit for bit.
+
+    Keys constant over the batch and (without style counts) the zero sums are read off the whole batch
+    before the cut; here the rejected rows differ from the valid ones exactly there (order, slice label,
+    style counts), and a batch whose rows are all rejected gives no cells.
+    """
+    import numpy as np
+    from biasboard.transforms.cells import _aggregate_pairs
+
+    n = 40
+    good = [{**r, "battle_id": str(i)} for i, r in enumerate(_plain_rows(n))]
+    bad = [
+        {**r, "battle_id": f"x{i}", "winner": "bogus", "order_known": False, "category": "math", "style": (1,) * 6}
+        for i, r in enumerate(_plain_rows(8))
+    ]
+    checked = validate_battles(to_table(bad + good), SeenIds())  # a rejected row first
+    assert checked.kept is not None and checked.kept.sum() == n
+    alone = validate_battles(to_table(good), SeenIds())
+    assert _aggregate_pairs(checked.rows, FMAP, checked.kept).equals(_aggregate_pairs(alone.rows, FMAP, alone.kept))
+    nothing = _aggregate_pairs(checked.rows, FMAP, np.zeros(len(good) + len(bad), dtype=bool))
+    assert nothing.num_rows == 0 and nothing.schema == PAIR_CELLS_SCHEMA
+
+
+def _plain_rows(n: int) -> list[dict]:
+    """``n`` valid battles without order, slice labels or style counts (every such key constant)."""
+    return [
+        {
+            "judge": JUDGES[i % 3],
+            "model_a": MODELS[i % 5],
+            "model_b": MODELS[(i + 1) % 5],
+            "winner": WINNERS[i % 4],
+            "len_a": 10 + i,
+            "len_b": 20,
+            "family_a": None,
+            "order_known": None,
+            "category": None,
+            "style": None,
+        }
+        for i in range(n)
+    ]

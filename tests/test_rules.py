@@ -212,6 +212,25 @@ def test_seen_ids_admit_matches_a_python_set(h1_buckets):
     assert len(seen) == len(truth)
 
 
+def test_first_occurrences_of_picked_rows_equal_those_of_the_gathered_ids():
+    """``first_occurrences(ids, h1, rows)`` (hashes of every row, candidates picked) is the gathered ids' answer.
+
+    Also when distinct ids share ``h1`` (forced collisions: only the strings tell them apart).
+    """
+    import numpy as np
+    from biasboard.transforms.validate import first_occurrences
+
+    rng = np.random.default_rng(5)
+    ids = pl.Series([f"id{v}" for v in rng.integers(0, 300, 2000)])
+    rows = np.flatnonzero(rng.random(2000) < 0.7)
+    for h1 in (ids.hash(11).to_numpy(), ids.str.len_bytes().cast(pl.UInt64).to_numpy()):  # real and colliding
+        picked = ids.gather(rows)
+        expected = picked.is_first_distinct().to_numpy()
+        assert (first_occurrences(ids, h1, rows) == expected).all()
+        assert (first_occurrences(picked, h1[rows]) == expected).all()
+    assert (first_occurrences(ids) == ids.is_first_distinct().to_numpy()).all()
+
+
 def test_dead_letter_keeps_original_text_and_location():
     table = pa.table(battles(battle_id=["x1", "x2"], **_two(len_a=["12", "oops"])))
     out = validate_battles(table, source_file="f.parquet", row_offset=40)

@@ -221,12 +221,23 @@ def _aggregate_pairs(rows: pl.DataFrame, family_map: FamilyMap, kept: np.ndarray
     keys += [*SLICE_KEYS, "style_bin"]
     wins = ("win_a", "win_b", "tie", "tie_bothbad")
     sums = [m for m in PAIR_CELL_MEASURES if m != "n" and m not in wins]
+    unstyled = ["n_style", *STYLE_SUMS, *STYLE_SQUARES]  # zero for every battle without style counts
     rows = rows.select(*keys, WINNER_CODE, *sums)
+    fixed: dict[str, pl.Series] = {}
+    styled = True
+    if kept is not None and kept.any():
+        # what holds for every row of the batch holds for its valid rows: keys constant over the batch and
+        # (without style counts) the zero sums are read off the whole batch, and only the rest is cut
+        fixed = {k: rows.get_column(k)[:1] for k in keys if _constant(rows.get_column(k))}
+        styled = bool(rows.get_column("n_style").max())
+        rows = rows.drop([*fixed, *([] if styled else unstyled)])
     if kept is not None:
         rows = rows.filter(pl.Series(kept))
-    styled = bool(rows.get_column("n_style").max())
-    zero = [] if styled else ["n_style", *STYLE_SUMS, *STYLE_SQUARES]
-    fixed = {k: rows.get_column(k)[:1] for k in keys if _constant(rows.get_column(k))} if rows.height else {}
+    styled = styled and bool(rows.get_column("n_style").max())
+    zero = [] if styled else unstyled
+    if rows.height:
+        fixed |= {k: rows.get_column(k)[:1] for k in keys if k not in fixed and _constant(rows.get_column(k))}
+    fixed = {k: fixed[k] for k in keys if k in fixed}  # in key order, as the grouping reads them
     given = [c for c, _ in FAMILY_COLUMNS if c not in fixed]
     rows = normalise_given(rows, given)
     varying = [k for k in keys if k not in fixed]

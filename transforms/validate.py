@@ -50,24 +50,26 @@ SCORE_DEAD_LETTER_SCHEMA = dead_letter_schema(SCORE_SCHEMA)
 _HASH_SEEDS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F)
 
 
-def first_occurrences(ids: pl.Series, h1: pl.Series | None = None) -> np.ndarray:
-    """Mask of the first occurrence of each id in ``ids``, exact by value.
+def first_occurrences(ids: pl.Series, h1: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
+    """Mask of the first occurrence of each id among ``ids[rows]`` (None: every row), exact by value.
 
     Integer hashes find candidates fast (one sort of the hashes finds the
     repeated ones; numpy sorts 500k of them in a few ms); only
     rows whose hash repeats (true repeats, or the rare collision) are compared
-    as strings.  ``h1`` is ``ids.hash(_HASH_SEEDS[0])`` when the caller has it
-    already (see :func:`_split`).
+    as strings.  ``h1`` is ``ids.hash(_HASH_SEEDS[0])`` of every row when the
+    caller has it already (see :func:`_split`); ``rows`` picks the candidates
+    without gathering their strings.
     """
     if h1 is None:
-        h1 = ids.hash(_HASH_SEEDS[0])
-    first = np.ones(len(ids), dtype=bool)
-    ordered = np.sort(h1.to_numpy())
+        h1 = ids.hash(_HASH_SEEDS[0]).to_numpy()
+    hashes = h1 if rows is None else h1[rows]
+    first = np.ones(len(hashes), dtype=bool)
+    ordered = np.sort(hashes)
     repeated = ordered[1:][ordered[1:] == ordered[:-1]]
     if not len(repeated):
         return first
-    shared = np.flatnonzero(h1.is_in(pl.Series(repeated).implode()).to_numpy())  # rows whose hash repeats
-    first[shared] = ids.gather(shared).is_first_distinct().to_numpy()
+    shared = np.flatnonzero(pl.Series(hashes).is_in(pl.Series(repeated).implode()).to_numpy())  # hash repeats
+    first[shared] = ids.gather(shared if rows is None else rows[shared]).is_first_distinct().to_numpy()
     return first
 
 
@@ -258,7 +260,7 @@ def _fast_blank(df: pl.DataFrame, reason: str) -> pl.Expr:
         blank = distinct.filter(distinct.to_frame("t").select(rules.is_blank("t", pl.Categorical)).to_series())
         if not len(blank):
             return pl.lit(values.is_null())
-        return pl.lit(pl.Series(rules.lookup_codes(values, blank, np.ones(len(blank), dtype=bool), False, True)))
+        return pl.lit(values.is_in(blank.implode()).fill_null(True))
     return rules.is_blank(column, df.schema[column])
 
 
@@ -298,14 +300,13 @@ def _split(
               for c, r in conditions if r not in _IMPLIED_BLANKS]  # fmt: skip
     bad = df.select(rules.any_condition(screen)).to_series().to_numpy()
     good = np.flatnonzero(~bad)
+    # every row's id hashed once, the rows that pass picked from the hashes (no id string gathered)
     ids = df.get_column(id_column).cast(pl.String)
-    if len(good) < df.height:
-        ids = ids.gather(good)
-    h1 = ids.hash(_HASH_SEEDS[0])
-    admitted = first_occurrences(ids, h1)
+    h1 = ids.hash(_HASH_SEEDS[0]).to_numpy()
+    admitted = first_occurrences(ids, h1, good if len(good) < df.height else None)
     if seen is not None:  # the same two hashes as hash_ids, h1 computed once
-        first = np.flatnonzero(admitted)
-        admitted[first] = seen.admit(h1.to_numpy()[first], ids.hash(_HASH_SEEDS[1]).to_numpy()[first])
+        first = good[admitted]
+        admitted[np.flatnonzero(admitted)] = seen.admit(h1[first], ids.hash(_HASH_SEEDS[1]).to_numpy()[first])
     kept = None
     if len(good) < df.height or not admitted.all():
         kept = np.zeros(df.height, dtype=bool)
