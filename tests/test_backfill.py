@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -365,3 +366,13 @@ def test_a_big_local_ingest_does_its_days_in_forked_processes(tmp_path: Path):
     assert dead[0] is not None and dead[0].num_rows == 300 and dead[0].equals(dead[1])
     # here polars has started its threads (this test read cells with it): forking now could deadlock a worker
     assert not fork_safe()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_day_workers_keep_freed_memory_for_the_next_day():
+    """A day worker asks glibc to keep freed blocks (each ``mallopt`` accepted); in its own process, as a worker."""
+    import subprocess
+
+    code = "from biasboard.transforms.day_workers import keep_freed_memory; print(keep_freed_memory())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.split() == ["True"], done.stderr[-2000:]

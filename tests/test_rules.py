@@ -212,6 +212,25 @@ def test_seen_ids_admit_matches_a_python_set(h1_buckets):
     assert len(seen) == len(truth)
 
 
+def test_seen_ids_compute_a_batchs_second_hashes_only_when_a_later_batch_looks_them_up():
+    """``admit`` with a function for h2 answers as with the array; the first batch's function runs only later."""
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+    eager, lazy, calls = SeenIds(), SeenIds(), []
+    for batch in range(4):
+        ids = rng.choice(3000, size=500, replace=False).astype(np.uint64)
+        h1, h2 = ids % np.uint64(97), ids  # many h1 collisions: h2 decides
+
+        def second(h2=h2, batch=batch):
+            calls.append(batch)
+            return h2
+
+        assert lazy.admit(h1, second).tolist() == eager.admit(h1, h2).tolist()
+        assert calls == list(range(batch + 1)) if batch else calls == []  # the first batch's: only once the second came
+    assert len(lazy) == len(eager)
+
+
 def test_first_occurrences_of_picked_rows_equal_those_of_the_gathered_ids():
     """``first_occurrences(ids, h1, rows)`` (hashes of every row, candidates picked) is the gathered ids' answer.
 

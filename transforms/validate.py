@@ -9,6 +9,7 @@ as text.  Nothing here loops over rows in Python.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TypeAlias
@@ -120,11 +121,11 @@ class SeenIds:
     in order.  An id counts as seen only when both hashes match (h2 is checked
     against every h1 match, so an h1-only collision is never a duplicate).
     The newest run is sorted only when the next batch arrives, so a day that
-    fits in one batch never sorts at all.
+    fits in one batch never sorts at all, nor computes its second hashes.
     """
 
     runs: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
-    pending: tuple[np.ndarray, np.ndarray] | None = None
+    pending: tuple[np.ndarray, np.ndarray | Callable[[], np.ndarray]] | None = None
 
     def __len__(self) -> int:
         return sum(len(h1) for h1, _ in self.runs) + (len(self.pending[0]) if self.pending is not None else 0)
@@ -156,24 +157,29 @@ class SeenIds:
         if self.pending is not None:
             h1, h2 = self.pending
             self.pending = None
+            h2 = h2() if callable(h2) else h2
             order = np.argsort(h1, kind="stable")
             self._add_sorted(h1[order], h2[order])
 
-    def admit(self, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
+    def admit(self, h1: np.ndarray, h2: np.ndarray | Callable[[], np.ndarray]) -> np.ndarray:
         """Mask of rows whose id was not kept before; those ids are added to the set.
 
         The rows given must already be distinct within their batch (see
         :func:`_split`, which keeps the first occurrence exactly, by value).
+        ``h2`` may be a function giving them: the day's first batch has nothing
+        to look up, so its second hashes are computed only if a later batch comes.
         """
         self._settle()
         if self.runs:
+            h2 = h2() if callable(h2) else h2
             order = np.argsort(h1, kind="stable")
             fresh_sorted = ~self._contains_sorted(h1[order], h2[order])
             fresh = np.empty(len(h1), dtype=bool)
             fresh[order] = fresh_sorted
+            self.pending = (h1[fresh], h2[fresh])
         else:  # the day's first batch: nothing to look up
             fresh = np.ones(len(h1), dtype=bool)
-        self.pending = (h1[fresh], h2[fresh])
+            self.pending = (h1, h2)
         return fresh
 
 
@@ -304,9 +310,9 @@ def _split(
     ids = df.get_column(id_column).cast(pl.String)
     h1 = ids.hash(_HASH_SEEDS[0]).to_numpy()
     admitted = first_occurrences(ids, h1, good if len(good) < df.height else None)
-    if seen is not None:  # the same two hashes as hash_ids, h1 computed once
+    if seen is not None:  # the same two hashes as hash_ids, h1 computed once (h2 when needed)
         first = good[admitted]
-        admitted[np.flatnonzero(admitted)] = seen.admit(h1[first], ids.hash(_HASH_SEEDS[1]).to_numpy()[first])
+        admitted[np.flatnonzero(admitted)] = seen.admit(h1[first], lambda: ids.hash(_HASH_SEEDS[1]).to_numpy()[first])
     kept = None
     if len(good) < df.height or not admitted.all():
         kept = np.zeros(df.height, dtype=bool)
