@@ -90,6 +90,9 @@ class NameFixes:
 
     trimmed: np.ndarray | None = None
     renamed: np.ndarray | None = None
+    #: Per name column looked at: its blank values (null aside) as written, which stay so (rejected as missing);
+    #: the validator's blank check reads them here rather than finding the column's distinct names again.
+    blanks: dict[str, pl.Series] = field(default_factory=dict)
 
     def counts(self, kept: np.ndarray) -> tuple[int, int]:
         """(trimmed, renamed) among the rows at positions ``kept``."""
@@ -108,6 +111,7 @@ def clean_names(
     mapping = dict(aliases.aliases) if aliases is not None else {}
     replaced: list[pl.Series] = []
     trimmed_rows = renamed_rows = None
+    blanks: dict[str, pl.Series] = {}
     for name in columns:
         if name not in df.columns or (
             df.schema[name] not in (pl.String, pl.Categorical) and not isinstance(df.schema[name], pl.Enum)
@@ -120,6 +124,7 @@ def clean_names(
         distinct = (raw if raw.dtype == pl.Categorical else raw.cast(pl.String)).drop_nulls().unique()
         distinct = distinct.cast(pl.String)
         stripped = distinct.str.strip_chars()
+        blanks[name] = distinct.filter(stripped == "")
         canonical = stripped.replace(mapping) if mapping else stripped
         faults = pl.DataFrame({"name": distinct, "clean": canonical}).with_columns(
             (pl.col("clean").str.len_chars() > MAX_NAME_CHARS).alias("long"),
@@ -148,4 +153,4 @@ def clean_names(
     trimmed = trimmed_rows.to_numpy() if trimmed_rows is not None else None
     if trimmed is not None and renamed is not None:
         trimmed = trimmed & ~renamed
-    return (df.with_columns(replaced) if replaced else df), NameFixes(trimmed, renamed)
+    return (df.with_columns(replaced) if replaced else df), NameFixes(trimmed, renamed, blanks)

@@ -11,6 +11,7 @@ from biasboard.schemas.battle import BATTLE_REQUIRED
 from biasboard.schemas.deadletter import MAX_RESPONSE_LENGTH
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap, parse_rules
+from biasboard.schemas.names import AliasMap
 from biasboard.schemas.rules import BATTLE_REASONS, SCORE_REASONS, parse_timestamps, timestamp_expr, timestamps_valid
 from biasboard.transforms.validate import SeenIds, validate_battles, validate_scores
 
@@ -229,6 +230,33 @@ def test_seen_ids_compute_a_batchs_second_hashes_only_when_a_later_batch_looks_t
         assert lazy.admit(h1, second).tolist() == eager.admit(h1, h2).tolist()
         assert calls == list(range(batch + 1)) if batch else calls == []  # the first batch's: only once the second came
     assert len(lazy) == len(eager)
+
+
+def test_dictionary_coded_names_are_rejected_as_plain_text_is():
+    """Name columns read as dictionary codes (the ingest's Categorical) give plain text's valid rows and dead letters.
+
+    Their blank values come from the name cleaning's distinct names (trimmed, aliased or not), not a second pass.
+    """
+    names = ["gpt-4", "", "  ", None, " gpt-4 ", "\t", "claude-3", "gpt-4"]
+    n = len(names)
+    cols = battles(
+        battle_id=[f"b{i}" for i in range(n)],
+        ts=pa.array([T0] * n, pa.timestamp("us", tz="UTC")),
+        judge=names,
+        model_a=list(reversed(names)),
+        model_b=["m"] * n,
+        winner=["tie"] * n,
+        len_a=[1] * n,
+        len_b=[1] * n,
+    )
+    frame = pl.from_arrow(pa.table(cols))
+    assert isinstance(frame, pl.DataFrame)
+    for aliases in (None, AliasMap({"claude-3": "claude-3-opus"})):
+        plain = validate_battles(pa.table(cols), aliases=aliases)
+        coded = validate_battles(frame.with_columns(pl.col("judge", "model_a").cast(pl.Categorical)), aliases=aliases)
+        assert coded.dead_letters.equals(plain.dead_letters) and coded.rejected == plain.rejected
+        assert coded.kept is not None and plain.kept is not None and (coded.kept == plain.kept).all()
+        assert plain.rejected == {"missing:judge": 4, "missing:model_a": 2}
 
 
 def test_first_occurrences_of_picked_rows_equal_those_of_the_gathered_ids():

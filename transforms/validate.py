@@ -255,15 +255,21 @@ def _dead_letters(rejected: pl.DataFrame | None, schema: pa.Schema, source_file:
     return out.to_arrow().cast(schema)
 
 
-def _fast_blank(df: pl.DataFrame, reason: str) -> pl.Expr:
-    """The ``missing:<column>`` condition as a precomputed mask (String columns) or the rule's expression."""
+def _fast_blank(df: pl.DataFrame, reason: str, blanks: dict[str, pl.Series]) -> pl.Expr:
+    """The ``missing:<column>`` condition as a precomputed mask (String columns) or the rule's expression.
+
+    ``blanks``: blank values of the name columns, found by :func:`~biasboard.schemas.names.clean_names`
+    among their distinct values (a Categorical's other columns find theirs here).
+    """
     column = reason[len(rules.REASON_MISSING_PREFIX) :]
     if df.schema[column] == pl.String:
         return pl.lit(blank_mask(df.get_column(column)))
     if df.schema[column] == pl.Categorical:  # dictionary codes: the check runs on the distinct values
         values = df.get_column(column)
-        distinct = values.drop_nulls().unique()  # nulls first: unique() of a Categorical with nulls is 2x slower
-        blank = distinct.filter(distinct.to_frame("t").select(rules.is_blank("t", pl.Categorical)).to_series())
+        blank = blanks.get(column)
+        if blank is None:
+            distinct = values.drop_nulls().unique()  # nulls first: unique() of a Categorical with nulls is 2x slower
+            blank = distinct.filter(distinct.to_frame("t").select(rules.is_blank("t", pl.Categorical)).to_series())
         if not len(blank):
             return pl.lit(values.is_null())
         return pl.lit(values.is_in(blank.implode()).fill_null(True))
@@ -302,7 +308,7 @@ def _split(
     (:class:`Validated`).  A batch with bad rows thus costs what a clean batch
     costs, plus work proportional to its bad rows.
     """
-    screen = [(_fast_blank(df, r) if r.startswith(rules.REASON_MISSING_PREFIX) else c, r)
+    screen = [(_fast_blank(df, r, fixes.blanks) if r.startswith(rules.REASON_MISSING_PREFIX) else c, r)
               for c, r in conditions if r not in _IMPLIED_BLANKS]  # fmt: skip
     bad = df.select(rules.any_condition(screen)).to_series().to_numpy()
     good = np.flatnonzero(~bad)
