@@ -417,6 +417,13 @@ class PairStore:
         return total, spilled
 
 
+def _remove_spilled(folder: str, owner: int) -> None:
+    """Remove a :class:`SpilledCouplings` folder, in the process that made it only: a forked worker (the
+    profiles', :mod:`biasboard.ranking.forked`) that drops an object it inherited must leave its files."""
+    if os.getpid() == owner:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 class SpilledCouplings(Couplings):
     """The θ × judge couplings of a streamed fit's Hessian on disk (:class:`~biasboard.ranking.arrowhead.Couplings`):
     one file per piece (a range of judges: those a shard completes, :meth:`PairStore.block_partials`), the
@@ -428,7 +435,7 @@ class SpilledCouplings(Couplings):
         self.files = files
         self.folder = Path(tempfile.mkdtemp(prefix="couplings-", dir=files.folder))
         self.parts: list[tuple[int, int, _Shard]] = []
-        weakref.finalize(self, shutil.rmtree, str(self.folder), True)
+        weakref.finalize(self, _remove_spilled, str(self.folder), os.getpid())
 
     def add(self, j0: int, j1: int, rows: np.ndarray) -> None:
         """Judges j0 … j1 − 1's rows (their entries × K); none: no piece (judges without cells)."""
