@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -215,3 +216,13 @@ def test_spilled_couplings_factor_solve_and_covariance_equal_the_held_ones(monke
         assert not any(folder.name.startswith("couplings-") for folder in files.folder.iterdir())
     finally:
         data.stream.close()
+
+
+def test_spilled_couplings_are_removed_by_their_own_process_only(tmp_path):
+    """A forked profile worker that drops an inherited Hessian must not remove the parent's coupling files."""
+    folder = tmp_path / "couplings-x"
+    folder.mkdir()
+    stream._remove_spilled(str(folder), os.getpid() + 1)  # another process's: left alone
+    assert folder.exists()
+    stream._remove_spilled(str(folder), os.getpid())
+    assert not folder.exists()
