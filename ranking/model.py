@@ -240,7 +240,7 @@ class Shard:
 
     pairs: PairArrays | None
     scores: ScoreArrays | None = None
-    #: What :meth:`chunks` and :meth:`prep` made, kept with the shard: they depend on the cells (and the spec)
+    #: What :meth:`chunks` and :meth:`pair_slices` made, kept with the shard: they depend on the cells (and the spec)
     #: alone, and an objective passes over the same shards many times.
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -283,8 +283,8 @@ PAIR_SLICE_CELLS: int = 1 << 15
 @dataclass(frozen=True)
 class PairPrep:
     """What the likelihood of a slice of pair cells reads besides the parameters and the cells' own columns, made
-    once per slice (:meth:`Shard.prep`, :class:`BlockSlice`): a gradient pass is a few dozen passes over the cells'
-    arrays, so the ones that do not depend on the parameters are not redone on every pass.
+    once per slice (:meth:`Shard.pair_slices`, :class:`BlockSlice`): a gradient pass is a few dozen passes over
+    the cells' arrays, so the ones that do not depend on the parameters are not redone on every pass.
 
     ``xs`` and ``style`` are the covariates in fitted units (x / x_scale, style / style scale), ``dw`` the win
     difference w_a − w_b, ``acts`` which η rows are not all zero (:attr:`DavidsonTerms.acts`), ``runs`` each
