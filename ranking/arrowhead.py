@@ -653,6 +653,9 @@ class ArrowFactor:
         m, n_e, k = lay.n_models, lay.n_glob, self.R.size
         n_g = self.S.shape[0]
         sinv = sla.cho_solve(self.factor, np.eye(n_g), check_finite=False)
+        # Symmetric from here on: S⁻¹_gθ is then S⁻¹_θgᵀ exactly, so judge j's term yS⁻¹_θg·Yg + Yg·S⁻¹_gθyᵀ
+        # (of the diagonal below) is twice one product — gathered and multiplied once, not twice.
+        sinv = 0.5 * (sinv + sinv.T)
         f_g, f_j = split(lay, self.free.astype(float))
         var_j = 1.0 / self.diag
         var_j[:, R] = np.einsum("jii->ji", self.Ainv)
@@ -664,15 +667,16 @@ class ArrowFactor:
         yg_gg = (self.Yg @ t_gg).reshape(Yg.shape)  # one (J·R × n_e) product, not J small ones
         var_c, cov_c = np.einsum("jrc,jrc->jr", Yg, yg_gg), -yg_gg
         s_mm = np.ascontiguousarray(sinv[:m, :m]).ravel()
+        s_mg = np.ascontiguousarray(sinv[:m, m : m + n_e])
+        cols = _as_slice(R)  # the coupled columns: usually a run (a view of the gathered rows, no second copy)
         for p, Xc, _ in self._pieces():
             for batch in _judge_batches(p.cross, m):
                 judges, model = p.j0 + batch.judges, p.cross.model[batch.entries]
-                y = self.Ainv[judges] @ Xc[batch.entries][:, :, R].transpose(0, 2, 1)  # (judges, R, n): A_j⁻¹X_j
-                y_mm = y @ s_mm[batch.key]
-                y_mg = y @ sinv[model, m : m + n_e]  # y S⁻¹_θg
-                y_gm = y @ sinv[m : m + n_e][:, model].transpose(1, 2, 0)  # (S⁻¹_gθ yᵀ)ᵀ
-                yg = Yg[judges]
-                var_c[judges] += np.einsum("jrn,jrn->jr", y_mm, y) + np.einsum("jrc,jrc->jr", yg, y_mg + y_gm)
+                y = self.Ainv[judges] @ Xc[batch.entries][:, :, cols].transpose(0, 2, 1)  # (judges, R, n): A_j⁻¹X_j
+                y_mg = y @ s_mg[model]  # y S⁻¹_θg
+                var_c[judges] += np.einsum("jrn,jrn->jr", y @ s_mm[batch.key], y) + 2.0 * np.einsum(
+                    "jrc,jrc->jr", Yg[judges], y_mg
+                )
                 cov_c[judges] -= y_mg
         var_j[:, R] += var_c
         cov_jg[:, R] = cov_c

@@ -179,7 +179,8 @@ def bias_table(
         judges = _judge_rows_blocked(
             problem, solution, cov_core, boot_core, global_identified, tie_by_judge, bothbad_by_judge
         )
-        return pl.concat([pl.DataFrame(rows.rows, schema=BIAS_COLUMNS), judges], rechunk=True)
+        # Not rechunked: a copy of the judges' rows (~30 MB of fresh memory at 50k voter-judges) for nothing.
+        return pl.concat([pl.DataFrame(rows.rows, schema=BIAS_COLUMNS), judges], rechunk=False)
     E = spec.effective_map().toarray()
     for j, judge in enumerate(data.judges):
         for t in (POS, LEN, AFF, DISC, TIE, SEV, *STYLE_BLOCKS[: lay.n_style]):

@@ -376,8 +376,10 @@ def solve_bias_aware(
         core[index] = value
         free[index] = False
     objective = problem.objective(shards)
-    start = objective.evaluate(core, diag)
-    scale = float(np.sqrt(np.sum(start.g[free] ** 2) + np.sum(start.g_diag**2)))
+    # Each phase's start evaluation is moved into minimize (``held.pop()``), not kept by this frame: a
+    # judge-blocked Hessian (~50 MB at 50k voter-judges) is then freed once the step from it is taken.
+    held = [objective.evaluate(core, diag)]
+    scale = float(np.sqrt(np.sum(held[0].g[free] ** 2) + np.sum(held[0].g_diag ** 2)))
     disc = problem.layout.block(DISC)
     if problem.spec.masks[DISC].any() and free[disc].any():
         convex = free.copy()
@@ -390,15 +392,17 @@ def solve_bias_aware(
             tol=FIRST_PHASE_TOL[objective.blocked],
             max_iter=config.max_iter,
             g0_norm=scale,
-            start=start,
+            start=held.pop(),
             polish=False,
         )
-        core, diag, start = first.core, first.diag, first.evaluation
+        core, diag = first.core, first.diag
+        held.append(first.evaluation)
         iterations = first.iterations
+        del first
     else:
         iterations = 0
     solution = minimize(
-        objective, core, diag, free=free, tol=config.tol, max_iter=config.max_iter, g0_norm=scale, start=start
+        objective, core, diag, free=free, tol=config.tol, max_iter=config.max_iter, g0_norm=scale, start=held.pop()
     )
     solution.iterations += iterations
     return solution

@@ -253,8 +253,10 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     has_len = data.judge_sums("n_len") > 0
     has_aff = data.judge_sums("affinity") > 0
     has_scores = np.zeros(jn, bool) if scores is None else np.bincount(scores.j, minlength=jn) > 0
-    # Loops over the switched-off entries only: arena logs have 10⁴-10⁶ (voter-)judges.
-    index = {name: j for j, name in enumerate(data.judges)}
+    # Loops over the switched-off entries only: arena logs have 10⁴-10⁶ (voter-)judges (so the name → index
+    # map is made only when some judge is named).
+    named = any(judge != "*" for judge, _ in config.disabled)
+    index = {name: j for j, name in enumerate(data.judges)} if named else {}
     block_of = {effect: t for t, effect in BLOCK_EFFECT.items()}
     for judge, effect in sorted(config.disabled):
         t = block_of[effect]

@@ -417,8 +417,12 @@ def minimize(
     (a loose first phase, whose answer is only a start).  The dense path, whose factorisation is cheap,
     always polishes and evaluates its Hessian at the returned point.
     """
+    # ``start`` is moved into the iterations, not kept by this frame: a judge-blocked Hessian (~50 MB at 50k
+    # voter-judges, with its factorisation's share) is then freed as soon as the step from it is taken.
+    moved = [] if start is None else [start]
+    del start
     with base_pages() if objective.blocked else nullcontext():
-        return _minimize(objective, core0, diag0, free, tol, max_iter, g0_norm, start, polish)
+        return _minimize(objective, core0, diag0, free, tol, max_iter, g0_norm, moved, polish)
 
 
 def _minimize(
@@ -429,15 +433,15 @@ def _minimize(
     tol: float,
     max_iter: int,
     g0_norm: float | None,
-    start: Evaluation | None,
+    moved: list[Evaluation],
     polish: bool,
 ) -> Solution:
-    """:func:`minimize`'s iterations."""
+    """:func:`minimize`'s iterations; ``moved`` holds the start's evaluation, if given (taken out of it)."""
     core, diag = core0.astype(float).copy(), diag0.astype(float).copy()
     lazy = objective.blocked
     free = np.ones(core.shape[0], bool) if free is None else free
     sel = _selector(free)
-    ev = objective.evaluate(core, diag) if start is None else start
+    ev = moved.pop() if moved else objective.evaluate(core, diag)
     scale = max(_grad_norm(ev, sel) if g0_norm is None else g0_norm, 1.0)
     mu = 0.0
     diag_scale = _diag_scale(ev)
@@ -508,6 +512,7 @@ def _minimize(
                 mu = max(4.0 * mu, 1e-6 * diag_scale)
         else:
             mu = max(4.0 * mu, 1e-4 * diag_scale)
+    newton = None  # (a converged first phase breaks with its last factorisation alive: freed before the Hessian)
     if lazy and not _has_hessian(ev):
         ev = objective.evaluate(core, diag)  # the solution carries its Hessian (Laplace covariance, bootstrap)
     gn = _grad_norm(ev, sel)
