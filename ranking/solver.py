@@ -34,6 +34,7 @@ from biasboard.ranking.arrowhead import (
 )
 from biasboard.ranking.model import (
     DISC,
+    PAIR_SLICE_CELLS,
     BlockPartials,
     BlockSlice,
     DavidsonTerms,
@@ -176,14 +177,15 @@ class Objective:
         return g, g_diag + pr.precision_diag * (diag - pr.mean_diag)
 
     def _block_slices(self) -> Iterable[BlockSlice]:
-        """The cells in slices of at most :data:`CHUNK_CELLS`, each with its sparse sums (made on first use and
-        kept; a streamed objective's partials are :meth:`~biasboard.ranking.stream.PairStore.block_partials`)."""
+        """The cells in slices of at most :data:`~biasboard.ranking.model.PAIR_SLICE_CELLS` (what a slice's sums
+        pass over stays in a core's cache, as for the dense partials), each with its sparse sums (made on first use
+        and kept; a streamed objective's partials are :meth:`~biasboard.ranking.stream.PairStore.block_partials`)."""
         if self._slices is None:
             self._slices = []
             parts = [sh.pairs for sh in self.shards if sh.pairs is not None]
             for pairs, at_a, at_b in zip(parts, self.cross.at_a, self.cross.at_b, strict=True):
-                for start in range(0, len(pairs), CHUNK_CELLS):
-                    sl = slice(start, start + CHUNK_CELLS)
+                for start in range(0, len(pairs), PAIR_SLICE_CELLS):
+                    sl = slice(start, start + PAIR_SLICE_CELLS)
                     self._slices.append(BlockSlice.of(pairs.take(sl), at_a[sl], at_b[sl], self.spec))
         return self._slices
 
