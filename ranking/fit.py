@@ -9,6 +9,7 @@ the Gaussian priors of :class:`~biasboard.ranking.config.Priors`.  Both fit on c
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -32,6 +33,7 @@ from biasboard.ranking.result import Z95, FitResult, SolverState, empty_bias_tab
 from biasboard.ranking.solver import (
     NewtonFactor,
     Solution,
+    base_pages,
     covariance_block,
     laplace_covariance,
     minimize,
@@ -369,7 +371,16 @@ def solve_bias_aware(
     Newton first runs with a_j held at their start (the rest is convex: Davidson is log-concave in η, ψ and
     η is then linear), to a loose tolerance (:data:`FIRST_PHASE_TOL`); then with everything free from there,
     where the Hessian is positive definite.  Convergence is relative to the full gradient at the cold start.
+
+    A judge-blocked solve runs on base pages throughout (:func:`~biasboard.ranking.solver.base_pages`), its
+    start evaluation included: the first pass allocates the largest fresh arrays of the fit.
     """
+    with base_pages() if problem.spec.judge_blocks else nullcontext():
+        return _solve_bias_aware(problem, config, shards, fixed)
+
+
+def _solve_bias_aware(problem: Problem, config: ModelConfig, shards: int, fixed: dict[int, float] | None) -> Solution:
+    """:func:`solve_bias_aware`'s two phases."""
     core, diag = problem.zeros()
     free = np.ones(core.size, bool)
     for index, value in (fixed or {}).items():

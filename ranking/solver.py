@@ -631,10 +631,11 @@ def laplace_covariance(solution: Solution) -> np.ndarray | BlockCovariance:
     """
     ev, free = solution.evaluation, solution.free
     if isinstance(ev.H, ArrowHessian):
-        factor = solution.factor if solution.factor is not None else ArrowFactor.build(ev.H, free)
-        if factor is None:
-            raise np.linalg.LinAlgError("the Hessian at the optimum is not positive definite")
-        return replace(factor.covariance(), factor=factor)  # the factor: joint covariances on demand
+        with base_pages():  # (its per-judge blocks: fresh arrays of tens of MB at 50k voter-judges)
+            factor = solution.factor if solution.factor is not None else ArrowFactor.build(ev.H, free)
+            if factor is None:
+                raise np.linalg.LinAlgError("the Hessian at the optimum is not positive definite")
+            return replace(factor.covariance(), factor=factor)  # the factor: joint covariances on demand
     factor, _ = _schur_factor(ev.H[np.ix_(free, free)], ev.B[free], ev.H_diag, 0.0)
     n = ev.H.shape[0]
     cov = np.zeros((n, n))
