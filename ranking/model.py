@@ -298,7 +298,9 @@ class PairPrep:
     runs: list[tuple[int, slice]] | None
 
     @staticmethod
-    def of(pairs: PairArrays, spec: Spec) -> PairPrep:
+    def of(pairs: PairArrays, spec: Spec, first: int = 0, n_judges: int | None = None) -> PairPrep:
+        """The slice's prep; its ``runs`` over judges ``first`` … ``first + n_judges − 1`` (the layout's by
+        default: a judge-blocked slice passes the few judges it holds, of the layout's many)."""
         lay = spec.layout
         xs = pairs.x / spec.x_scale
         style: tuple[np.ndarray, ...] = ()
@@ -307,7 +309,8 @@ class PairPrep:
             style = tuple(pairs.style[:, k] / spec.style_scale[k] for k in range(len(STYLE_BLOCKS)))
         rows = dict(zip([t for t in lay.eta_effects if t != DISC], [pairs.pos, xs, pairs.ds, *style], strict=True))
         acts = tuple(t == DISC or _nonzero(rows[t]) for t in lay.eta_effects)
-        return PairPrep(xs, style, pairs.win_a - pairs.win_b, acts, judge_runs(pairs.j, lay.n_judges))
+        runs = judge_runs(pairs.j, lay.n_judges if n_judges is None else n_judges, first)
+        return PairPrep(xs, style, pairs.win_a - pairs.win_b, acts, runs)
 
 
 def _laplacian_from_pairs(a: np.ndarray, b: np.ndarray, w: np.ndarray, m: int) -> np.ndarray:
@@ -487,29 +490,40 @@ def _add_value_and_gradient(
     tm: DavidsonTerms,
     runs: list[tuple[int, slice]] | None,
 ) -> None:
-    """Add the pairs' log-likelihood and its gradient to ``out``: the dense and the judge-blocked paths share it.
+    """Add the pairs' log-likelihood and its gradient to ``out`` (the dense partials; the judge-blocked ones share
+    :func:`_judge_gradient`).
 
     θ gets ∂f/∂η times the discrimination (signed: +a for the first-shown model, −b for the second); each
     judge effect gets ∂f/∂η times its column of ``z``; the tie propensity gets ∂f/∂ψ.  ``runs``: the cells'
     :func:`judge_runs`.
     """
-    j, j_count = pairs.j, lay.n_judges
     out.f += tm.f
     out.g[lay.theta] += _signed_bincount(pairs.a, pairs.b, tm.g_eta * tm.disc, lay.n_models)
     acting = [i for i in range(len(lay.eta_effects)) if tm.acts[i]]
+    sums = _judge_gradient(tm, acting, pairs.j, lay.n_judges, runs)
+    for i, total in zip([*acting, None], sums, strict=True):
+        out.g[lay.eff_block(TIE if i is None else lay.eta_effects[i])] += total
+
+
+def _judge_gradient(
+    tm: DavidsonTerms, acting: list[int], j: np.ndarray, j_count: int, runs: list[tuple[int, slice]] | None
+) -> list[np.ndarray]:
+    """Each judge's Σ ∂f/∂η·z over its cells for the η rows ``acting``, then its Σ ∂f/∂ψ (j_count each).
+
+    ``j``: the cells' judges (< j_count); ``runs``: their :func:`judge_runs` over judges 0 … j_count − 1, or
+    None: a bincount per sum."""
     if runs is None:
         sums = [np.bincount(j, weights=tm.g_eta * tm.z[i], minlength=j_count) for i in acting]
         sums.append(np.bincount(j, weights=tm.g_psi, minlength=j_count))
-    else:  # each judge's sums over its run of cells: dot products, not a bincount per effect
-        per_judge = np.zeros((len(acting) + 1, j_count))
-        for judge, cells in runs:
-            g_eta = tm.g_eta[cells]
-            for k, row in enumerate(acting):  # a dot per row: no stacked copy of the rows
-                per_judge[k, judge] = _dot(tm.z[row][cells], g_eta)
-            per_judge[-1, judge] = tm.g_psi[cells].sum()
-        sums = list(per_judge)
-    for i, total in zip([*acting, None], sums, strict=True):
-        out.g[lay.eff_block(TIE if i is None else lay.eta_effects[i])] += total
+        return sums
+    # Each judge's sums over its run of cells: dot products, not a bincount per effect.
+    per_judge = np.zeros((len(acting) + 1, j_count))
+    for judge, cells in runs:
+        g_eta = tm.g_eta[cells]
+        for k, row in enumerate(acting):  # a dot per row: no stacked copy of the rows
+            per_judge[k, judge] = _dot(tm.z[row][cells], g_eta)
+        per_judge[-1, judge] = tm.g_psi[cells].sum()
+    return list(per_judge)
 
 
 #: Up to this many judges (the dense path's few LLM judges) a judge's sums are taken over its run of cells by
@@ -517,14 +531,14 @@ def _add_value_and_gradient(
 RUN_JUDGES: int = 64
 
 
-def judge_runs(j: np.ndarray, j_count: int) -> list[tuple[int, slice]] | None:
+def judge_runs(j: np.ndarray, j_count: int, first: int = 0) -> list[tuple[int, slice]] | None:
     """(judge, its cells) for every judge with cells when the cells are sorted by judge and there are at most
-    :data:`RUN_JUDGES` judges; None otherwise (the sums are then bincounts)."""
+    :data:`RUN_JUDGES` judges, ``first`` … ``first + j_count − 1``; None otherwise (the sums are then bincounts)."""
     if j_count > RUN_JUDGES or not j.size or not bool(np.all(j[1:] >= j[:-1])):
         return None
-    bounds = np.searchsorted(j, np.arange(j_count + 1))
+    bounds = np.searchsorted(j, np.arange(first, first + j_count + 1))
     return [
-        (judge, slice(bounds[judge], bounds[judge + 1]))
+        (first + judge, slice(bounds[judge], bounds[judge + 1]))
         for judge in range(j_count)
         if bounds[judge + 1] > bounds[judge]
     ]
@@ -772,8 +786,9 @@ class BlockPartials:
 class BlockSlice:
     """One slice of pair cells with what its judge-blocked sums index by, made once per fit (it depends on
     the cells only, not on the parameters): each cell's judge and entries relative to the slice's first
-    (``jl``, ``la``, ``lb``: the cells come sorted by judge, so a slice's sums run over the few judges and
-    entries it touches, O(slice) rather than O(entries + J)), its θ pair key, and its :class:`PairPrep`."""
+    (``jl``, ``ends``: the cells come sorted by judge, so a slice's sums run over the few judges and
+    entries it touches, O(slice) rather than O(entries + J)), its θ pair key, and its :class:`PairPrep` — with
+    ``runs`` when the slice holds at most :data:`RUN_JUDGES` judges (an LLM judge's cells, thousands a judge)."""
 
     pairs: PairArrays
     j0: int
@@ -802,7 +817,7 @@ class BlockSlice:
             (pairs.j - j0).astype(intp),
             np.concatenate([at_a - e0, at_b - e0]).astype(intp),
             pairs.a.astype(intp) * lay.n_models + pairs.b,
-            PairPrep.of(pairs, spec),
+            PairPrep.of(pairs, spec, j0, j1 - j0),
         )
 
 
@@ -827,13 +842,15 @@ def block_partials(
     eta_types = lay.eta_effects
     jl, n_j = sl.jl, sl.n_judges
     judges = slice(sl.j0, sl.j0 + n_j)
+    # A slice of a few judges' cells (an LLM judge's thousands): sums over each judge's run of cells, small
+    # products where a bincount would add every cell into the same bin one after the other.
+    runs = None if sl.prep.runs is None else [(judge - sl.j0, cells) for judge, cells in sl.prep.runs]
     if terms is None:
         out.f += tm.f
         out.g[lay.theta] += _signed_bincount(pairs.a, pairs.b, g_eta * disc, lay.n_models)
-        for i, t in enumerate(eta_types):
-            if tm.acts[i]:
-                out.g[lay.eff_block(t)][judges] += np.bincount(jl, weights=g_eta * z[i], minlength=n_j)
-        out.g[lay.eff_block(TIE)][judges] += np.bincount(jl, weights=tm.g_psi, minlength=n_j)
+        acting = [i for i in range(len(eta_types)) if tm.acts[i]]
+        for i, total in zip([*acting, None], _judge_gradient(tm, acting, jl, n_j, runs), strict=True):
+            out.g[lay.eff_block(TIE if i is None else eta_types[i])][judges] += total
     if not hessian:
         return tm
     tm.add_hessian(pairs.n, spec.w_pair)
@@ -850,6 +867,15 @@ def block_partials(
         np.negative(w, out=both[n:])
         C[:, t] += np.bincount(sl.ends, weights=both, minlength=sl.n_entries)
     A = out.A[judges]
+    if runs is not None:
+        blocks = _judge_blocks(jl, n_j, z, h_eta, h_eta_psi, h_psi, runs)
+        disc_i = eta_types.index(DISC)
+        blocks[:, disc_i, disc_i] += np.bincount(jl, weights=g_eta * q, minlength=n_j)  # ∂²η/∂L_j² = q
+        types = [*eta_types, TIE]
+        for i1, t1 in enumerate(types):
+            for i2, t2 in enumerate(types):
+                A[:, t1, t2] += blocks[:, i1, i2]
+        return tm
     for i1, t1 in enumerate(eta_types):
         if not tm.acts[i1]:
             continue
