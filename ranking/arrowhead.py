@@ -398,17 +398,21 @@ def assemble(
     prec_g, prec_j = split(lay, precision)
     mask_g = mask[:, ge]  # (J, n_glob): where each global coefficient acts
     g_cols = _as_slice(ge)
+    # Everything is masked in place, block t (global c) only where some judge's dev[:, t] (mask_g[:, c]) is
+    # not 1 (an effect off for the voters, severity for every judge of pair cells): no multiplications by 1.
+    masked_t = np.flatnonzero((dev != 1).any(axis=0)).tolist()
+    partial_g = np.flatnonzero((mask_g != 1).any(axis=0)).tolist()
     Xg = part.A[:, :, g_cols].copy()
-    Xg *= dev[:, :, None]
-    Xg *= mask_g[:, None, :]
+    for t in masked_t:
+        Xg[:, t, :] *= dev[:, t, None]
+    for c in partial_g:
+        Xg[:, :, c] *= mask_g[:, c, None]
     n_g = prec_g.size
     H = np.zeros((n_g, n_g))
     H[:m, :m] = part.H_theta
     raw = HeldCouplings(cross, part.C) if raw is None else raw
     columns: list[np.ndarray] = []  # each piece's θ × global-effect columns (M × n_glob)
-    # A_j masked by dev_j dev_jᵀ and the entries' rows by their judge's dev_j, in place, column t only where
-    # some judge's dev[:, t] is not 1 (an effect off for the voters, severity for every judge of pair cells).
-    masked_t = np.flatnonzero((dev != 1).any(axis=0)).tolist()
+    # A_j masked by dev_j dev_jᵀ and the entries' rows by their judge's dev_j (columns masked_t).
 
     def piece_rows(p: Piece) -> np.ndarray:
         judge, model, Xc = p.cross.judge, p.cross.model, p.X
@@ -431,8 +435,9 @@ def assemble(
         H[:m, m : m + ge.size] = col
         H[m : m + ge.size, :m] = col.T
     A_gg = part.A[:, g_cols, g_cols].copy() if isinstance(g_cols, slice) else part.A[:, ge[:, None], ge[None, :]]
-    A_gg *= mask_g[:, :, None]
-    A_gg *= mask_g[:, None, :]
+    for c in partial_g:
+        A_gg[:, c, :] *= mask_g[:, c, None]
+        A_gg[:, :, c] *= mask_g[:, c, None]
     H[m : m + n_e, m : m + n_e] = A_gg.sum(axis=0)
     A = part.A
     for t in masked_t:
