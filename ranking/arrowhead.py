@@ -514,7 +514,7 @@ def _gram(pieces: Iterable[tuple[Piece, np.ndarray]], R: np.ndarray, Ainv: np.nd
     out = np.zeros(n_models * n_models)
     for p, Xc in pieces:
         for batch in _judge_batches(p.cross, n_models):
-            x = Xc[batch.entries][:, :, R]  # (judges, n, R)
+            x = np.take(Xc, batch.entries, axis=0)[:, :, R]  # (judges, n, R); take: ~2x fancy indexing's speed
             block = x @ Ainv[p.j0 + batch.judges] @ x.transpose(0, 2, 1)
             out += np.bincount(batch.key.ravel(), block.ravel(), minlength=out.size)
     gram = out.reshape(n_models, n_models)
