@@ -710,11 +710,12 @@ class ArrowFactor:
         cols = _as_slice(R)  # the coupled columns: usually a run (a view of the gathered rows, no second copy)
         for p, Xc, _ in self._pieces():
             for batch in _judge_batches(p.cross, m):
-                judges, model = p.j0 + batch.judges, p.cross.model[batch.entries]
-                y = self.Ainv[judges] @ Xc[batch.entries][:, :, cols].transpose(0, 2, 1)  # (judges, R, n): A_j⁻¹X_j
-                y_mg = y @ s_mg[model]  # y S⁻¹_θg
-                var_c[judges] += np.einsum("jrn,jrn->jr", y @ s_mm[batch.key], y) + 2.0 * np.einsum(
-                    "jrc,jrc->jr", Yg[judges], y_mg
+                judges, model = p.j0 + batch.judges, np.take(p.cross.model, batch.entries)
+                x = np.take(Xc, batch.entries, axis=0)[:, :, cols]  # (judges, n, R)
+                y = np.take(self.Ainv, judges, axis=0) @ x.transpose(0, 2, 1)  # (judges, R, n): A_j⁻¹X_j
+                y_mg = y @ np.take(s_mg, model, axis=0)  # y S⁻¹_θg
+                var_c[judges] += np.einsum("jrn,jrn->jr", y @ np.take(s_mm, batch.key), y) + 2.0 * np.einsum(
+                    "jrc,jrc->jr", np.take(Yg, judges, axis=0), y_mg
                 )
                 cov_c[judges] -= y_mg
         var_j[:, R] += var_c
