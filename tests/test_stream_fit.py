@@ -82,6 +82,18 @@ def test_buckets_hold_whole_judges_and_every_row():
     assert pa.concat_tables(list(buckets.tables())).equals(table)
 
 
+def test_cell_totals_of_buckets_equal_those_of_the_whole_table():
+    """The summary's totals summed bucket by bucket (the model pairs as a running sum) are the whole table's."""
+    table = _merged(1, style=True)
+    buckets = TableBuckets(table, 100)
+    assert buckets.n_buckets > 5
+    whole, parts = snapshot.CellTotals.of(table), snapshot.CellTotals.of_buckets(buckets.tables())
+    assert parts.judges.equals(whole.judges)
+    assert parts.style_battles == whole.style_battles > 0
+    key = [("model_a", "ascending"), ("model_b", "ascending")]
+    assert parts.model_pairs.sort_by(key).equals(whole.model_pairs.sort_by(key))
+
+
 @pytest.mark.parametrize("solver,style", [("dense", False), ("blocked", False), ("blocked", True)])
 def test_streamed_fit_equals_the_in_memory_fit(solver, style):
     table = _merged(1, style)

@@ -358,13 +358,27 @@ class CellTotals:
         """:meth:`of` the concatenated tables, a table at a time: each holds its judges' cells whole
         (:class:`~biasboard.ranking.stream.JudgeBuckets`), so the judges' rows are the tables' rows and the
         model pairs' counts (integers) their sums."""
-        parts = [cls.of(table) for table in tables if table.num_rows]
-        if not parts:
+        judges: list[pl.DataFrame] = []
+        pairs: pl.DataFrame | None = None
+        style = 0
+        for table in tables:
+            if not table.num_rows:
+                continue
+            part = cls.of(table)
+            del table
+            judges.append(_frame(part.judges))
+            # summed as the buckets come: every bucket's pairs kept until the end grew with the history (a
+            # bucket has up to a row per model pair: 24 x 160k rows at bench/scale.py's full 2N, ~150 MB)
+            pairs = _frame(part.model_pairs) if pairs is None else _summed_pairs(pairs, _frame(part.model_pairs))
+            style += part.style_battles
+        if pairs is None:
             return cls.of(PAIR_CELLS_SCHEMA.empty_table())
-        judges = pl.concat([_frame(p.judges) for p in parts]).sort("judge")
-        pairs = pl.concat([_frame(p.model_pairs) for p in parts])
-        pairs = pairs.group_by("model_a", "model_b").agg(pl.col(c).sum() for c in _PAIR_TOTALS[2:])
-        return cls(judges.to_arrow(), pairs.to_arrow(), sum(p.style_battles for p in parts))
+        return cls(pl.concat(judges).sort("judge").to_arrow(), pairs.to_arrow(), style)
+
+
+def _summed_pairs(total: pl.DataFrame, part: pl.DataFrame) -> pl.DataFrame:
+    """Two :attr:`CellTotals.model_pairs` frames added by model pair (integer counts: exact in any order)."""
+    return pl.concat([total, part]).group_by("model_a", "model_b").agg(pl.col(c).sum() for c in _PAIR_TOTALS[2:])
 
 
 def _frame(table: pa.Table) -> pl.DataFrame:
