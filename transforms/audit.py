@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import json
 import logging
 import time
@@ -667,21 +668,23 @@ def _judge_slices(tables: Iterable[pa.Table]) -> Iterator[pl.DataFrame]:
     frames of about :data:`FINISH_ROWS` rows, each judge's rows whole: the slices of the tables concatenated.
 
     The rows a slice might still take from the next table are carried over to it (a table ends at a judge's
-    end, so a cut inside the rows at hand is the cut the whole table would have), so memory holds one table
-    and the carried rows.
+    end, so a cut inside the rows at hand is the cut the whole table would have), and the last table's rest
+    is cut once the tables are done, as the whole table's end would be.  Memory: one table and the carried
+    rows, copied out of their table (a slice shares its table's buffers: the table, read memory-mapped, would
+    stay resident beside the next one), and the next table is not read ahead.
     """
     carried: pa.Table | None = None
-    tables = iter(t for t in tables if t.num_rows)  # (an empty sum is a table of plain strings)
-    table = next(tables, None)
-    while table is not None:
-        after = next(tables, None)
-        pairs = table if carried is None else pa.concat_tables([carried, table])
-        carried = None
+    for table in itertools.chain((t for t in tables if t.num_rows), [None]):  # (an empty sum: plain strings)
+        last = table is None
+        if last and carried is None:
+            return
+        pairs = carried if table is None else table if carried is None else pa.concat_tables([carried, table])
+        table = carried = None
         judge = np.concatenate([c.indices.to_numpy() for c in pairs.column("judge").chunks if len(c)])
         start = 0
         while start < len(judge):
-            if after is not None and start + FINISH_ROWS >= len(judge):
-                carried = pairs.slice(start)  # the cut may lie in the next table
+            if not last and start + FINISH_ROWS >= len(judge):
+                carried = _owned(pairs.slice(start))  # the cut may lie in the next table
                 break
             end = min(start + FINISH_ROWS, len(judge))
             if end < len(judge):
@@ -692,7 +695,14 @@ def _judge_slices(tables: Iterable[pa.Table]) -> Iterator[pl.DataFrame]:
             yield frame
             start = end
         del pairs, judge
-        table = after
+
+
+def _owned(table: pa.Table) -> pa.Table:
+    """``table``'s rows in buffers of their own (written to an in-memory IPC stream and read back)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return pa.ipc.open_stream(sink.getvalue()).read_all()
 
 
 class _ParquetRowGroups:
@@ -772,4 +782,7 @@ def _write_stored_sum(
     streamed = {}
     if sums:
         streamed = {table_file("order_pairs"): pair_rows.bytes(), table_file("order_models"): model_rows.bytes()}
-    return write_audit(result, out, counts, streamed)
+    written = write_audit(result, out, counts, streamed)
+    del result, streamed, pair_rows, model_rows
+    state.release_freed_memory()  # the fold's buckets and the slices' frames: the fit that follows starts without them
+    return written

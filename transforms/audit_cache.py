@@ -172,6 +172,7 @@ class SumCacheWriter:
                 judges, rows = counted.field("values").to_pylist(), counted.field("counts").to_pylist()
                 for judge, n in zip(judges, rows, strict=True):  # a judge's rows are in one table (per judge)
                     self.judges[judge] = self.judges.get(judge, 0) + n
+                del plain, counted  # not held while the table is finished downstream (a bucket's size, strings)
             yield table
 
     def commit(self, keys: Mapping[str, str], partials: AuditPartials, counts: IngestCounts) -> None:
