@@ -447,8 +447,9 @@ def release_freed_memory() -> None:
 
     Freed is not returned: Arrow's pool keeps freed pages for reuse (``release_unused`` returns them) and
     glibc's malloc keeps freed blocks inside its heap, which numpy's arrays of a fold's bucket leave
-    fragmented (``malloc_trim(0)`` returns every free page of it).  Measured at bench/scale.py ``--scale 0.2``:
-    the stored cells' merge left ~100 MB of freed heap to the fit that followed.  Not glibc: Arrow's pool only.
+    fragmented (``malloc_trim(0)`` returns every free page of it).  Measured at bench/scale.py ``--scale 0.2``
+    (2N state): the audit's sum left ~100 MB of freed memory to the merge after it, the merge ~30 MB to the
+    fit.  Not glibc: Arrow's pool only.
     """
     pa.default_memory_pool().release_unused()
     try:
