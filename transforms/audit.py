@@ -676,9 +676,12 @@ def _judge_slices(tables: Iterable[pa.Table]) -> Iterator[pl.DataFrame]:
     carried: pa.Table | None = None
     for table in itertools.chain((t for t in tables if t.num_rows), [None]):  # (an empty sum: plain strings)
         last = table is None
-        if last and carried is None:
+        if table is not None:
+            pairs = table if carried is None else pa.concat_tables([carried, table])
+        elif carried is not None:
+            pairs = carried
+        else:
             return
-        pairs = carried if table is None else table if carried is None else pa.concat_tables([carried, table])
         table = carried = None
         judge = np.concatenate([c.indices.to_numpy() for c in pairs.column("judge").chunks if len(c)])
         start = 0
