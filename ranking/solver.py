@@ -32,7 +32,6 @@ from biasboard.ranking.arrowhead import (
     assemble,
     centring,
 )
-from biasboard.ranking.heap import kept_heap
 from biasboard.ranking.model import (
     DISC,
     PAIR_SLICE_CELLS,
@@ -375,8 +374,7 @@ def base_pages() -> Iterator[None]:
     setting the kernel compacts memory synchronously to serve each such fault.  Measured at 2 × 25k
     voter-judges (bench/fit.py --voters): 0.35-0.63 s of system time per fit with huge pages, 0.24-0.26 s
     with base pages (same user time).  numpy's own switch (also ``NUMPY_MADVISE_HUGEPAGE=0``), restored
-    on exit; a no-op where numpy has none.  The freed arrays are kept in the heap for the next iteration
-    meanwhile (:func:`~biasboard.ranking.heap.kept_heap`).
+    on exit; a no-op where numpy has none.
     """
     switch = None
     for name in ("numpy._core.multiarray", "numpy.core.multiarray"):  # numpy 2, numpy 1
@@ -386,13 +384,11 @@ def base_pages() -> Iterator[None]:
             continue
         break
     if switch is None:  # pragma: no cover - numpy without the switch
-        with kept_heap():
-            yield
+        yield
         return
     previous = switch(False)
     try:
-        with kept_heap():
-            yield
+        yield
     finally:
         switch(previous)
 

@@ -240,30 +240,3 @@ def test_base_pages_restores_numpy_huge_page_setting():
             assert multiarray._get_madvise_hugepage() is setting
     finally:
         multiarray._set_madvise_hugepage(before)
-
-
-def test_kept_heap_sets_malloc_thresholds_once_when_nested(monkeypatch):
-    """The blocked solve's heap thresholds (ranking.heap.kept_heap) are raised on the outermost entry only and
-    lowered again on the outermost exit, also when the solve raises."""
-    from biasboard.ranking import heap
-
-    calls: list[tuple[int, int]] = []
-
-    class FakeLibc:
-        def mallopt(self, param: int, value: int) -> int:
-            calls.append((param, value))
-            return 1
-
-    monkeypatch.setattr(heap, "_glibc", lambda: FakeLibc())
-    inside = [(heap.M_MMAP_THRESHOLD, heap.MMAP_THRESHOLD), (heap.M_TRIM_THRESHOLD, heap.TRIM_INSIDE)]
-    with heap.kept_heap():
-        assert calls == inside
-        with heap.kept_heap():
-            pass
-        assert calls == inside
-    assert calls == [*inside, (heap.M_TRIM_THRESHOLD, heap.TRIM_AFTER)]
-    calls.clear()
-    with pytest.raises(RuntimeError), heap.kept_heap():
-        raise RuntimeError("solve failed")
-    assert calls == [*inside, (heap.M_TRIM_THRESHOLD, heap.TRIM_AFTER)]
-    assert heap._depth == 0
