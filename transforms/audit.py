@@ -84,6 +84,7 @@ from biasboard.schemas.errors import InputError, StateError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.transforms import audit_cache, publish, read, state, storage
+from biasboard.transforms.allocator import release_freed_memory
 from biasboard.transforms.cells import IngestCounts
 from biasboard.transforms.covariates import resolve_families
 from biasboard.transforms.judge_pool import carry, pool_by_column
@@ -787,5 +788,5 @@ def _write_stored_sum(
         streamed = {table_file("order_pairs"): pair_rows.bytes(), table_file("order_models"): model_rows.bytes()}
     written = write_audit(result, out, counts, streamed)
     del result, streamed, pair_rows, model_rows
-    state.release_freed_memory()  # the fold's buckets and the slices' frames: the fit that follows starts without them
+    release_freed_memory()  # the fold's buckets and the slices' frames: the fit that follows starts without them
     return written

@@ -21,7 +21,6 @@ already), no pool is made and the days run in threads as before.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
 import multiprocessing.pool
@@ -32,6 +31,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from biasboard.transforms.allocator import keep_freed_memory
+
 _LOG = logging.getLogger(__name__)
 
 R = TypeVar("R")
@@ -41,27 +42,6 @@ R = TypeVar("R")
 UNSAFE_THREADS = re.compile(r"polars-\d|tokio-")
 
 _POOLS: dict[str, multiprocessing.pool.Pool] = {}
-
-#: glibc ``mallopt`` parameters (malloc.h) and what a day worker sets them to (:func:`keep_freed_memory`).
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
-_KEEP_FREED = ((_M_MMAP_THRESHOLD, 32 << 20), (_M_TRIM_THRESHOLD, 1 << 30), (_M_TOP_PAD, 64 << 20))
-
-
-def keep_freed_memory() -> bool:
-    """Have glibc's malloc keep freed memory for reuse instead of handing it back to the kernel; True if set.
-
-    A day worker allocates and frees the same few hundred MB for every day (numpy arrays of a batch's
-    rows: a few MB each).  By default glibc serves such blocks with fresh ``mmap`` calls, unmaps them
-    when freed and trims its heap, so every day pays page faults to get the memory back (system time).
-    Blocks up to 32 MB from the heap, trimmed only past 1 GB of free space, cut a 1%-bad day's system
-    time from ~61 to ~42 ms (~5% of the day's CPU); the worker's peak memory is what its biggest day
-    needs either way.  Not glibc (or no ``mallopt``): left as it is.
-    """
-    try:
-        mallopt = ctypes.CDLL(None).mallopt  # the C library this interpreter runs on
-    except (OSError, AttributeError):
-        return False
-    return all(mallopt(param, value) == 1 for param, value in _KEEP_FREED)
 
 
 def fork_safe() -> bool:

@@ -30,7 +30,6 @@ said (:func:`warn_broken_cache`) and the stored days are read instead.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import io
 import json
@@ -51,6 +50,7 @@ from biasboard.ranking.spill import BucketedFold, JudgeBuckets, bucket_bounds, s
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA, conform_pair_cells
 from biasboard.schemas.errors import StateError
 from biasboard.transforms import storage
+from biasboard.transforms.allocator import release_freed_memory
 from biasboard.transforms.cells import merge_cells
 
 PAIR_CELLS_FILE = "pair_cells.parquet"
@@ -440,23 +440,6 @@ def load_cells(
     table = fold.table(dictionary=dictionary)
     release_freed_memory()  # the day files' decoded row groups and the fold's scratch: the fit starts without them
     return table
-
-
-def release_freed_memory() -> None:
-    """Hand the memory a stage freed back to the system, so the next stage does not start on top of it.
-
-    Freed is not returned: Arrow's pool keeps freed pages for reuse (``release_unused`` returns them) and
-    glibc's malloc keeps freed blocks inside its heap, which numpy's arrays of a fold's bucket leave
-    fragmented (``malloc_trim(0)`` returns every free page of it).  Measured at bench/scale.py ``--scale 0.2``
-    (2N state): the audit's sum left ~100 MB of freed memory to the merge after it, the merge ~30 MB to the
-    fit.  Not glibc: Arrow's pool only.
-    """
-    pa.default_memory_pool().release_unused()
-    try:
-        trim = ctypes.CDLL(None).malloc_trim  # the C library this interpreter runs on
-    except (OSError, AttributeError):
-        return
-    trim(0)
 
 
 #: Input rows per judge bucket of :func:`load_cells_by_judge` (a bucket's merged cells are at most these);
