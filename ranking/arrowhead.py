@@ -86,7 +86,7 @@ class CrossIndex:
     @staticmethod
     def of(parts: Sequence[PairArrays], n_models: int, n_judges: int) -> CrossIndex:
         sides = [(p.j, side) for p in parts for side in (p.a, p.b)]
-        keys = [j.astype(np.int64) * n_models + side for j, side in sides]
+        keys = [j.astype(np.int64, copy=False) * n_models + side for j, side in sides]
         if not keys:
             empty = np.zeros(0, np.int64)
             return CrossIndex(empty, empty, np.zeros(n_judges + 1, np.int64), (), ())
@@ -104,13 +104,15 @@ class CrossIndex:
             rank = np.zeros(n_keys, np.uint8 if n_models <= 256 else np.uint16 if n_models <= 65536 else np.int64)
             for key in keys:
                 rank[key] = 1
-            uniq = np.flatnonzero(rank)
-            judge = uniq // n_models
+            # The marks seen as bools where they are bytes: numpy's nonzero of a bool array is ~4x faster.
+            uniq = np.flatnonzero(rank.view(bool) if rank.itemsize == 1 else rank)
+            judge, model = np.divmod(uniq, n_models)
             starts = np.searchsorted(judge, np.arange(n_judges + 1))
             index = _index_dtype(uniq.size + 1)
             rank[uniq] = np.arange(uniq.size) - starts[judge]
             first = starts.astype(index)
             at = [first[j] + rank[key] for (j, _), key in zip(sides, keys, strict=True)]
+            return CrossIndex(model, judge, starts, tuple(at[0::2]), tuple(at[1::2]))
         return CrossIndex(uniq % n_models, judge, starts, tuple(at[0::2]), tuple(at[1::2]))
 
     @property

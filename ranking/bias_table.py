@@ -258,12 +258,18 @@ def _judge_rows_blocked(
         var[t] += masks[t] * cov.glob[m + c, m + c] + 2.0 * masks[t] * dev[t] * cov.judge_glob[:, t, c]
     var = np.clip(var, 0.0, None)
     boot = None if boot_core is None else effects(boot_core)
-    # Columns as (K + 1, J) arrays — the K effects, then the bothbad share — laid out judge-major at the end
-    # (the dense loop's order: judge by judge, effects in block order, then the share); notes as codes into
-    # ``texts``, so no per-row Python string is made.
-    cols: dict[str, list] = {name: [] for name in BIAS_COLUMNS if name not in ("judge", "effect", "note")}
+    # Columns laid out judge-major as they are made, as (J, K + 1) arrays — the K effects, then the bothbad
+    # share — (the dense loop's order: judge by judge, effects in block order, then the share); notes as codes
+    # into ``texts``, so no per-row Python string is made.  Filled in place: stacking (K + 1, J) rows and
+    # transposing them copied every column twice (~4 MB a copy at 50k voter-judges).
+    rows = len(blocks) + 1
+    cols = {
+        name: np.empty((jn, rows), np.float64 if dtype == pl.Float64 else bool)
+        for name, dtype in BIAS_COLUMNS.items()
+        if name not in ("judge", "effect", "note", "boot_ci_low", "boot_ci_high") or boot is not None
+    }
     texts = [*problem.notes.texts, "", PRIOR_SELECTED, LEVEL_PRIOR_SELECTED, BOTHBAD_NOTE]
-    codes = []
+    codes = np.empty((jn, rows), np.intp)
     for t in blocks:
         scale = unit.get(t, 1.0)
         fn: Callable = np.exp if t in (DISC, TIE) else (lambda z: z)
@@ -273,48 +279,49 @@ def _judge_rows_blocked(
         hi = np.where(enabled, mean + Z95 * sd, mean)
         sd_glob, sd_dev = prior_sd_of_effect(problem, t)
         identified = enabled & (var[t] < VARIANCE_SHRINK * (sd_glob**2 + sd_dev**2))
-        b_lo = b_hi = np.full(jn, np.nan)
         if boot is not None:
             b_lo, b_hi = percentile_interval(fn(boot[:, t, :] * scale))
-            b_lo, b_hi = np.where(enabled, b_lo, np.nan), np.where(enabled, b_hi, np.nan)
+            cols["boot_ci_low"][:, t] = np.where(enabled, b_lo, np.nan)
+            cols["boot_ci_high"][:, t] = np.where(enabled, b_hi, np.nan)
         code = np.where(problem.notes.codes[t] >= 0, problem.notes.codes[t], texts.index(""))
         blank = enabled & (problem.notes.codes[t] < 0)
         if t in global_identified and not global_identified[t]:
             code[blank & identified] = texts.index(LEVEL_PRIOR_SELECTED)
         code[blank & ~identified] = texts.index(PRIOR_SELECTED)
-        codes.append(code)
+        codes[:, t] = code
         for key, values in (
             ("estimate", fn(mean)),
             ("ci_low", fn(lo)),
             ("ci_high", fn(hi)),
             ("identified", identified),
             ("enabled", enabled),
-            ("boot_ci_low", b_lo),
-            ("boot_ci_high", b_hi),
         ):
-            cols[key].append(values)
+            cols[key][:, t] = values
     share, lo, hi = _wilson_arrays(bothbad, ties)
     for key, values in (
         ("estimate", share),
         ("ci_low", lo),
         ("ci_high", hi),
         ("identified", ties > 0),
-        ("enabled", np.ones(jn, bool)),
-        ("boot_ci_low", np.full(jn, np.nan)),
-        ("boot_ci_high", np.full(jn, np.nan)),
+        ("enabled", True),
+        ("boot_ci_low", np.nan),
+        ("boot_ci_high", np.nan),
     ):
-        cols[key].append(values)
-    codes.append(np.full(jn, texts.index(BOTHBAD_NOTE)))
-    rows = len(blocks) + 1
+        if key in cols:
+            cols[key][:, -1] = values
+    codes[:, -1] = texts.index(BOTHBAD_NOTE)
     names = [BLOCK_EFFECT[t] for t in blocks] + ["tie_bothbad_share"]
     strings = {
         "judge": pl.Series(problem.data.judges, dtype=pl.String).gather(np.repeat(np.arange(jn), rows)),
         "effect": pl.Series(names, dtype=pl.String).gather(np.tile(np.arange(rows), jn)),
-        "note": pl.Series(texts, dtype=pl.String).gather(np.stack(codes).T.ravel()),
+        "note": pl.Series(texts, dtype=pl.String).gather(codes.ravel()),
     }
+    nan = np.full(jn * rows, np.nan)  # the bootstrap columns without replicates
     return pl.DataFrame(
         {
-            key: strings[key] if key in strings else pl.Series(key, np.stack(cols[key]).T.ravel(), dtype=dtype)
+            key: strings[key]
+            if key in strings
+            else pl.Series(key, cols[key].ravel() if key in cols else nan, dtype=dtype)
             for key, dtype in BIAS_COLUMNS.items()
         }
     )

@@ -64,11 +64,9 @@ def n_battles(data: Dataset) -> np.ndarray:
         grades = data.scores.counts.sum(axis=1)
         return np.bincount(data.scores.m, weights=grades, minlength=len(data.models))
     pairs = data.pairs
-    keep = pairs.a != pairs.b
+    n = np.where(pairs.a != pairs.b, pairs.n, 0.0)  # zero weights, not a copy of the kept cells' models
     m = len(data.models)
-    return np.bincount(pairs.a[keep], weights=pairs.n[keep], minlength=m) + np.bincount(
-        pairs.b[keep], weights=pairs.n[keep], minlength=m
-    )
+    return np.bincount(pairs.a, weights=n, minlength=m) + np.bincount(pairs.b, weights=n, minlength=m)
 
 
 def _theta_posterior(
