@@ -391,13 +391,64 @@ class ArrowHessian:
         return float(np.mean(np.abs(d)))
 
 
-def _masked_column(C: np.ndarray, t: int, mask: np.ndarray, judge: np.ndarray) -> np.ndarray | None:
-    """Column t of C (entries × k) times each entry's judge's ``mask[:, t]`` (J × k), gathered only where
-    the mask neither keeps nor drops the column whole (usually: an effect is on, or off, for every judge
-    alike); None when it keeps it whole."""
-    if mask[:, t].all():
+#: A per-judge mask with at most this many runs of equal values (voters off, LLM judges on: the judges come in
+#: groups) is applied a run of judges — and so of entries, which are sorted by judge — at a time; more: a gather.
+MASK_RUNS = 64
+
+
+def _mask_runs(values: np.ndarray) -> list[tuple[float, int, int]] | None:
+    """A per-judge mask column as its runs of equal values (value, first judge, last judge + 1), or None when
+    it has more than :data:`MASK_RUNS` of them."""
+    change = np.flatnonzero(values[1:] != values[:-1]) + 1
+    if change.size >= MASK_RUNS:
         return None
-    return C[:, t] * mask[judge, t] if mask[:, t].any() else np.zeros(C.shape[0])
+    bounds = [0, *change.tolist(), values.size]
+    return [(float(values[lo]), lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
+
+
+def _scale_judges(a: np.ndarray, values: np.ndarray) -> None:
+    """a[j] *= values[j] in place over the first (judge) axis: a run of judges at a time (a write, or nothing,
+    where the mask is 0 or 1: no multiplications by a gathered mask), a per-judge product when the mask has
+    many runs."""
+    runs = _mask_runs(values)
+    if runs is None:
+        a *= values.reshape(-1, *(1,) * (a.ndim - 1))
+        return
+    for value, lo, hi in runs:
+        if value == 0.0:
+            a[lo:hi] = 0.0
+        elif value != 1.0:
+            a[lo:hi] *= value
+
+
+def _masked_model_sums(x: np.ndarray, values: np.ndarray, cross: CrossIndex, m: int) -> np.ndarray:
+    """Σ over the entries of each model of x times the entry's judge's mask ``values`` (per judge): over the
+    mask's runs of entries where it is not 0 (the entries are sorted by judge), or by a gather per entry."""
+    runs = _mask_runs(values)
+    if runs is None:
+        return np.bincount(cross.model, weights=x * values[cross.judge], minlength=m)
+    out = np.zeros(m)
+    for value, lo, hi in runs:
+        if value != 0.0:
+            e0, e1 = int(cross.starts[lo]), int(cross.starts[hi])
+            part = x[e0:e1] if value == 1.0 else x[e0:e1] * value
+            out += np.bincount(cross.model[e0:e1], weights=part, minlength=m)
+    return out
+
+
+def _mask_entries(x: np.ndarray, values: np.ndarray, cross: CrossIndex) -> None:
+    """x[e] *= values[judge of entry e] in place (x: one column of the per-entry rows), a run of entries at a time
+    (see :func:`_scale_judges`)."""
+    runs = _mask_runs(values)
+    if runs is None:
+        x *= values[cross.judge]
+        return
+    for value, lo, hi in runs:
+        e0, e1 = int(cross.starts[lo]), int(cross.starts[hi])
+        if value == 0.0:
+            x[e0:e1] = 0.0
+        elif value != 1.0:
+            x[e0:e1] *= value
 
 
 def _as_slice(index: np.ndarray) -> slice | np.ndarray:
@@ -429,9 +480,9 @@ def assemble(
     partial_g = np.flatnonzero((mask_g != 1).any(axis=0)).tolist()
     Xg = part.A[:, :, g_cols].copy()
     for t in masked_t:
-        Xg[:, t, :] *= dev[:, t, None]
+        _scale_judges(Xg[:, t, :], dev[:, t])
     for c in partial_g:
-        Xg[:, :, c] *= mask_g[:, c, None]
+        _scale_judges(Xg[:, :, c], mask_g[:, c])
     n_g = prec_g.size
     H = np.zeros((n_g, n_g))
     H[:m, :m] = part.H_theta
@@ -440,18 +491,15 @@ def assemble(
     # A_j masked by dev_j dev_jᵀ and the entries' rows by their judge's dev_j (columns masked_t).
 
     def piece_rows(p: Piece) -> np.ndarray:
-        judge, model, Xc = p.cross.judge, p.cross.model, p.X
+        X = p.X  # column-major as the slices sum it (a spilled piece: row-major, as written)
         cols = np.empty((m, ge.size))
         for c, t in enumerate(ge.tolist()):
-            masked = _masked_column(Xc, t, mask[p.j0 : p.j1], judge)
-            cols[:, c] = np.bincount(model, weights=Xc[:, t] if masked is None else masked, minlength=m)
+            cols[:, c] = _masked_model_sums(X[:, t], mask[p.j0 : p.j1, t], p.cross, m)
         columns.append(cols)
         for t in masked_t:
-            if dev[:, t].any():
-                Xc[:, t] *= dev[p.j0 + judge, t]
-            else:
-                Xc[:, t] = 0.0
-        return Xc.copy(order="C")  # row-major: the factorisation gathers entry rows (2x faster than ascontiguousarray)
+            _mask_entries(X[:, t], dev[p.j0 : p.j1, t], p.cross)
+        # Row-major: the factorisation gathers entry rows (copy(order="C"): 2x faster than ascontiguousarray).
+        return X if X.flags.c_contiguous else X.copy(order="C")
 
     couplings = raw.map(piece_rows)
     del raw
@@ -461,14 +509,13 @@ def assemble(
         H[m : m + ge.size, :m] = col.T
     A_gg = part.A[:, g_cols, g_cols].copy() if isinstance(g_cols, slice) else part.A[:, ge[:, None], ge[None, :]]
     for c in partial_g:
-        A_gg[:, c, :] *= mask_g[:, c, None]
-        A_gg[:, :, c] *= mask_g[:, c, None]
+        _scale_judges(A_gg[:, c, :], mask_g[:, c])
+        _scale_judges(A_gg[:, :, c], mask_g[:, c])
     H[m : m + n_e, m : m + n_e] = A_gg.sum(axis=0)
     A = part.A
     for t in masked_t:
-        scale = dev[:, t, None]
-        A[:, t, :] *= scale
-        A[:, :, t] *= scale
+        _scale_judges(A[:, t, :], dev[:, t])
+        _scale_judges(A[:, :, t], dev[:, t])
     np.einsum("jtt->jt", A)[...] += prec_j  # a writeable view of the diagonals
     H[np.diag_indices(n_g)] += prec_g
     position = np.full(lay.n_core, -1)

@@ -330,6 +330,16 @@ def _signed_bincount(a, b, w, size):
     return np.bincount(a, weights=w, minlength=size) - np.bincount(b, weights=w, minlength=size)
 
 
+def _theta_gradient(sl: BlockSlice, w: np.ndarray, m: int) -> np.ndarray:
+    """Σ_c w_c (e_a − e_b) over a judge-blocked slice's cells: by one bincount over the pair keys a·M + b (half the
+    items of a bincount per side; 0.06 against 0.08-0.18 ms per 32k cells at M = 100) and the M × M sums' rows
+    minus columns, when M² is not above the cells; else a bincount per side."""
+    if m * m > len(w):
+        return _signed_bincount(sl.pairs.a, sl.pairs.b, w, m)
+    pairs = np.bincount(sl.pair_key, weights=w, minlength=m * m).reshape(m, m)
+    return pairs.sum(axis=1) - pairs.sum(axis=0)
+
+
 @dataclass
 class DavidsonTerms:
     """Per-cell pieces of the Davidson pair likelihood, shared by the dense and the judge-blocked partials.
@@ -400,8 +410,10 @@ def davidson_terms(
     eta = _per_cell(blk[POS], j, runs, pairs.pos)
     eta += q
     term = np.empty_like(eta)
+    acts = dict(zip(lay.eta_effects, prep.acts, strict=True))
     for t, row in [(LEN, xs), (AFF, pairs.ds), *zip(STYLE_BLOCKS[: lay.n_style], prep.style, strict=True)]:
-        eta += _per_cell(blk[t], j, runs, row, out=term)
+        if acts[t]:  # a row that is 0 on every cell (a voter's affinity) adds nothing: no gather, no pass
+            eta += _per_cell(blk[t], j, runs, row, out=term)
     psi = _per_cell(blk[TIE], j, runs)
     half = eta
     half *= 0.5
@@ -847,7 +859,7 @@ def block_partials(
     runs = None if sl.prep.runs is None else [(judge - sl.j0, cells) for judge, cells in sl.prep.runs]
     if terms is None:
         out.f += tm.f
-        out.g[lay.theta] += _signed_bincount(pairs.a, pairs.b, g_eta * disc, lay.n_models)
+        out.g[lay.theta] += _theta_gradient(sl, g_eta * disc, lay.n_models)
         acting = [i for i in range(len(eta_types)) if tm.acts[i]]
         for i, total in zip([*acting, None], _judge_gradient(tm, acting, jl, n_j, runs), strict=True):
             out.g[lay.eff_block(TIE if i is None else eta_types[i])][judges] += total
@@ -870,11 +882,10 @@ def block_partials(
     if runs is not None:
         blocks = _judge_blocks(jl, n_j, z, h_eta, h_eta_psi, h_psi, runs)
         disc_i = eta_types.index(DISC)
-        blocks[:, disc_i, disc_i] += np.bincount(jl, weights=g_eta * q, minlength=n_j)  # ∂²η/∂L_j² = q
-        types = [*eta_types, TIE]
-        for i1, t1 in enumerate(types):
-            for i2, t2 in enumerate(types):
-                A[:, t1, t2] += blocks[:, i1, i2]
+        for judge, cells in runs:  # ∂²η/∂L_j² = q: a dot a judge (a bincount into 1-2 bins adds one after another)
+            blocks[judge, disc_i, disc_i] += _dot(g_eta[cells], q[cells])
+        types = np.array([*eta_types, TIE])
+        A[:, types[:, None], types[None, :]] += blocks
         return tm
     for i1, t1 in enumerate(eta_types):
         if not tm.acts[i1]:
