@@ -232,7 +232,7 @@ def test_warm_chord_bootstrap_matches_cold_refits():
 def test_dictionary_encoded_and_streamed_cells_give_the_same_dataset(tmp_path):
     """Plain strings, dictionary-encoded columns and a Parquet stream of small batches code identically."""
     import pyarrow.parquet as pq
-    from biasboard.ranking.data import read_cells
+    from biasboard.ranking.data import _FIT_PAIR_KEYS, read_cells
 
     cells = _league(np.random.default_rng(3), models=5, judges=("j2", "j1"))
     cells = cells.take(np.random.default_rng(0).permutation(cells.num_rows))  # not in key order
@@ -245,10 +245,13 @@ def test_dictionary_encoded_and_streamed_cells_give_the_same_dataset(tmp_path):
         }
     )
     plain = build_dataset(cells)
+    # In key order, one table: the coded columns view its (read-only) buffers and are never written into.
+    ordered = cells.sort_by([(key, "ascending") for key in _FIT_PAIR_KEYS])
     for other in (
         build_dataset(encoded),
         build_dataset(read_cells(path, batch_rows=5)),
         build_dataset([cells.slice(0, 30), cells.slice(30)]),
+        build_dataset(ordered),
     ):
         assert other.models == plain.models and other.judges == plain.judges
         assert other.judge_families == plain.judge_families
