@@ -84,9 +84,9 @@ def mean_length_covariate(data: Dataset) -> np.ndarray:
     self-battles (they say nothing about a model's length relative to others).
     """
     pairs, m = data.pairs, len(data.models)
-    other = pairs.a != pairs.b
-    wx = (pairs.n_len * pairs.x)[other]
-    a, b, w = pairs.a[other], pairs.b[other], pairs.n_len[other]
+    a, b = pairs.a, pairs.b
+    w = np.where(a != b, pairs.n_len, 0.0)  # zero weights, not copies of the other cells' models
+    wx = w * pairs.x
     total = np.bincount(a, weights=wx, minlength=m) - np.bincount(b, weights=wx, minlength=m)
     count = np.bincount(a, weights=w, minlength=m) + np.bincount(b, weights=w, minlength=m)
     return np.divide(total, count, out=np.full(m, np.nan), where=count > 0)
