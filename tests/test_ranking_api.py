@@ -261,6 +261,25 @@ def test_dictionary_encoded_and_streamed_cells_give_the_same_dataset(tmp_path):
         build_dataset(cells.set_column(0, "judge", pa.array([None] + ["j1"] * (cells.num_rows - 1), pa.string())))
 
 
+def test_names_sort_as_python_strings_across_batches():
+    """Judge names coded batch by batch (each batch its own dictionary, names repeated across batches) come out
+    distinct and in Python's order of str, non-ASCII included (Arrow sorts UTF-8 bytes), each cell with its own
+    judge."""
+    names = ("é", "z", "ä", "Z", "a", "😀", "ß", "a b", "ab")
+    cells = _league(np.random.default_rng(5), models=3, judges=names)
+    batches = cells.to_batches(max_chunksize=7)  # 9 cells a judge: batches share and split judges
+    data = build_dataset(batches)
+    assert data.judges == tuple(sorted(names))
+    plain = build_dataset(cells)
+    assert plain.judges == data.judges
+    for name in plain.pairs.__dataclass_fields__:
+        np.testing.assert_array_equal(getattr(data.pairs, name), getattr(plain.pairs, name))
+    # Each cell's judge code names its judge: the per-judge battle counts follow the names.
+    n = np.bincount(data.pairs.j, weights=data.pairs.n, minlength=len(names))
+    expected = pl.from_arrow(cells).group_by("judge").agg(pl.col("n").sum()).sort("judge")
+    assert dict(zip(data.judges, n, strict=True)) == dict(expected.iter_rows())
+
+
 def test_rank_statistics_match_scipy_with_heavy_ties_and_blocks(monkeypatch):
     """Many ties and more rows than one block of the pairwise sign matrices; ranks as scipy's rankdata."""
     from biasboard.ranking import rank_stats
