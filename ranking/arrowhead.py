@@ -458,6 +458,68 @@ def _as_slice(index: np.ndarray) -> slice | np.ndarray:
     return index
 
 
+@dataclass(frozen=True)
+class _AssembleMasks:
+    """What :func:`assemble` masks by, from the spec alone (made once per spec, :func:`_assemble_masks`):
+    ``dev`` (J, K) where the judge's own raw entry acts, ``mask`` (J, K) where effect t acts (through the global
+    coefficient too), the blocks with some judge's ``dev`` not 1 (``masked_t``), and the runs of judges of each
+    product dev_t · mask_c (``xg_runs[t][c]``: the judge rows × global effects) and mask_c · mask_d
+    (``gg_runs[c][d]``: the global effects' block)."""
+
+    dev: np.ndarray
+    mask: np.ndarray
+    masked_t: list[int]
+    xg_runs: list[list[list[tuple[float, int, int]] | np.ndarray]]
+    gg_runs: list[list[list[tuple[float, int, int]] | np.ndarray]]
+
+
+def _product_runs(values: np.ndarray) -> list[tuple[float, int, int]] | np.ndarray:
+    """:func:`_mask_runs` of a per-judge product, or the product itself when it has many runs."""
+    runs = _mask_runs(values)
+    return values if runs is None else runs
+
+
+_masks_memo: list[tuple[Spec, _AssembleMasks]] = []
+
+
+def _assemble_masks(spec: Spec) -> _AssembleMasks:
+    """The spec's :class:`_AssembleMasks`, kept for the last spec (a fit assembles many Hessians of one spec)."""
+    if _masks_memo and _masks_memo[0][0] is spec:
+        return _masks_memo[0][1]
+    ge = glob_blocks(spec.layout)
+    mask = spec.masks.T
+    dev = deviation_masks(spec)
+    mask_g = mask[:, ge]
+    made = _AssembleMasks(
+        dev,
+        mask,
+        np.flatnonzero((dev != 1).any(axis=0)).tolist(),
+        [[_product_runs(dev[:, t] * mask_g[:, c]) for c in range(ge.size)] for t in range(dev.shape[1])],
+        [[_product_runs(mask_g[:, c] * mask_g[:, d]) for d in range(ge.size)] for c in range(ge.size)],
+    )
+    _masks_memo[:] = [(spec, made)]
+    return made
+
+
+def _masked_judge_sum(a: np.ndarray, runs: list[tuple[float, int, int]] | np.ndarray) -> float:
+    """Σ_j a[j] · w_j over a per-judge column ``a`` (contiguous) and a mask product's runs (or w itself)."""
+    if isinstance(runs, np.ndarray):
+        return float(a @ runs)
+    return sum(float(a[lo:hi].sum()) * value for value, lo, hi in runs if value != 0.0)
+
+
+def _masked_judge_copy(out: np.ndarray, a: np.ndarray, runs: list[tuple[float, int, int]] | np.ndarray) -> None:
+    """out[j] = a[j] · w_j (``out`` zeros) over a mask product's runs (or w itself): nothing copied where w is 0."""
+    if isinstance(runs, np.ndarray):
+        np.multiply(a, runs, out=out)
+        return
+    for value, lo, hi in runs:
+        if value == 1.0:
+            out[lo:hi] = a[lo:hi]
+        elif value != 0.0:
+            np.multiply(a[lo:hi], value, out=out[lo:hi])
+
+
 def assemble(
     part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cross: CrossIndex, raw: Couplings | None = None
 ) -> ArrowHessian:
@@ -469,20 +531,16 @@ def assemble(
     lay = spec.layout
     m, n_e = lay.n_models, lay.n_glob
     ge = glob_blocks(lay)
-    mask = spec.masks.T  # (J, K): where effect t acts (through the global coefficient too)
-    dev = deviation_masks(spec)  # (J, K): where the judge's own raw entry acts
+    masks = _assemble_masks(spec)
+    mask, dev, masked_t = masks.mask, masks.dev, masks.masked_t
     prec_g, prec_j = split(lay, precision)
-    mask_g = mask[:, ge]  # (J, n_glob): where each global coefficient acts
-    g_cols = _as_slice(ge)
-    # Everything is masked in place, block t (global c) only where some judge's dev[:, t] (mask_g[:, c]) is
-    # not 1 (an effect off for the voters, severity for every judge of pair cells): no multiplications by 1.
-    masked_t = np.flatnonzero((dev != 1).any(axis=0)).tolist()
-    partial_g = np.flatnonzero((mask_g != 1).any(axis=0)).tolist()
-    Xg = part.A[:, :, g_cols].copy()
-    for t in masked_t:
-        _scale_judges(Xg[:, t, :], dev[:, t])
-    for c in partial_g:
-        _scale_judges(Xg[:, :, c], mask_g[:, c])
+    # Everything is masked a run of judges at a time (:func:`_mask_runs`), block t only where some judge's
+    # dev[:, t] is not 1 (an effect off for the voters, severity for every judge of pair cells).
+    A = part.A  # judges fastest: A[lo:hi, t, u] is contiguous
+    Xg = np.zeros((lay.n_judges, lay.n_blocks, n_e))
+    for t in range(lay.n_blocks):
+        for c, u in enumerate(ge.tolist()):
+            _masked_judge_copy(Xg[:, t, c], A[:, t, u], masks.xg_runs[t][c])
     n_g = prec_g.size
     H = np.zeros((n_g, n_g))
     H[:m, :m] = part.H_theta
@@ -507,12 +565,9 @@ def assemble(
         col = _summed(columns)
         H[:m, m : m + ge.size] = col
         H[m : m + ge.size, :m] = col.T
-    A_gg = part.A[:, g_cols, g_cols].copy() if isinstance(g_cols, slice) else part.A[:, ge[:, None], ge[None, :]]
-    for c in partial_g:
-        _scale_judges(A_gg[:, c, :], mask_g[:, c])
-        _scale_judges(A_gg[:, :, c], mask_g[:, c])
-    H[m : m + n_e, m : m + n_e] = A_gg.sum(axis=0)
-    A = part.A
+    for c, t in enumerate(ge.tolist()):
+        for d, u in enumerate(ge.tolist()):
+            H[m + c, m + d] = _masked_judge_sum(A[:, t, u], masks.gg_runs[c][d])
     for t in masked_t:
         _scale_judges(A[:, t, :], dev[:, t])
         _scale_judges(A[:, :, t], dev[:, t])
