@@ -858,15 +858,22 @@ class BlockSlice:
         j0, j1 = int(pairs.j.min()), int(pairs.j.max()) + 1
         e0 = int(min(at_a.min(), at_b.min()))
         e1 = int(max(at_a.max(), at_b.max())) + 1
+        # Each index made once, in its final type (no temporaries to convert: the fit's first pass makes them all).
+        n = len(pairs)
+        ends = np.empty(2 * n, intp)
+        np.subtract(at_a, e0, out=ends[:n])
+        np.subtract(at_b, e0, out=ends[n:])
+        pair_key = np.multiply(pairs.a, lay.n_models, dtype=intp)
+        pair_key += pairs.b
         return BlockSlice(
             pairs,
             j0,
             j1 - j0,
             e0,
             e1 - e0,
-            (pairs.j - j0).astype(intp),
-            np.concatenate([at_a - e0, at_b - e0]).astype(intp),
-            pairs.a.astype(intp) * lay.n_models + pairs.b,
+            np.subtract(pairs.j, j0, dtype=intp),
+            ends,
+            pair_key,
             PairPrep.of(pairs, spec, j0, j1 - j0),
         )
 
