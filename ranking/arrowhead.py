@@ -850,38 +850,55 @@ class ArrowFactor:
         # (of the diagonal below) is twice one product — gathered and multiplied once, not twice.
         sinv = 0.5 * (sinv + sinv.T)
         f_g, f_j = split(lay, self.free.astype(float))
+        n_j = lay.n_judges
         var_j = 1.0 / self.diag
         var_j[:, R] = np.einsum("jii->ji", self.Ainv)
-        cov_jg = np.zeros((lay.n_judges, lay.n_blocks, n_e))
-        # Rows of A⁻¹X S⁻¹ (A⁻¹X)ᵀ's diagonal and of A⁻¹X S⁻¹'s global columns, judge j's made over the n_j
-        # models it met only (S⁻¹ gathered there: O(Σ_j n_j²), not a dense (J·R × M) product).
-        Yg = self.Yg.reshape(lay.n_judges, k, n_e)
-        t_gg = sinv[m : m + n_e, m : m + n_e]
-        yg_gg = (self.Yg @ t_gg).reshape(Yg.shape)  # one (J·R × n_e) product, not J small ones
-        var_c, cov_c = np.einsum("jrc,jrc->jr", Yg, yg_gg), -yg_gg
-        s_mm = np.ascontiguousarray(sinv[:m, :m]).ravel()
+        cov_jg = np.zeros((n_j, lay.n_blocks, n_e))
+        cols = _as_slice(R)  # the coupled columns: usually a run (views of cov_jg and of the gathered rows)
+        # Minus the coupled rows' covariance with the global effects, A_j⁻¹X_jᵀS⁻¹_θg + A_j⁻¹X_g,jS⁻¹_gg: the
+        # first from X_jᵀS⁻¹_θg for every judge at once (a sparse (J·R × M) @ (M × n_e) product per piece,
+        # O(entries · n_e)) and one batched (J, R, R) @ (J, R, n_e) matmul (6x an einsum's speed), written
+        # straight into cov_jg's coupled columns (fresh pages cost as much as the arithmetic here).
         s_mg = np.ascontiguousarray(sinv[:m, m : m + n_e])
-        cols = _as_slice(R)  # the coupled columns: usually a run (a view of the gathered rows, no second copy)
+        xs = [Xsp @ s_mg for _, _, Xsp in self._pieces()]
+        xs_all = (xs[0] if len(xs) == 1 else np.concatenate(xs)).reshape(n_j, k, n_e)
+        del xs
+        cov_c = np.matmul(self.Ainv, xs_all, out=cov_jg[:, cols] if isinstance(cols, slice) else None)
+        del xs_all
+        Yg = self.Yg.reshape(n_j, k, n_e)
+        yg_gg = (self.Yg @ sinv[m : m + n_e, m : m + n_e]).reshape(Yg.shape)  # one (J·R × n_e) product
+        cov_c += yg_gg
+        # var_c: the diagonal of (A⁻¹X)S⁻¹(A⁻¹X)ᵀ's rows.  Its globals' part Yg·(yg_gg + 2·S⁻¹_gθ yᵀ) (S⁻¹ is
+        # symmetric: the cross term is twice one product) = Yg·(2·cov_c − yg_gg), a column at a time.
+        yg_gg -= 2.0 * cov_c
+        yg_gg *= Yg
+        var_c = -yg_gg[:, :, 0]
+        for c in range(1, n_e):
+            var_c -= yg_gg[:, :, c]
+        del yg_gg
+        np.negative(cov_c, out=cov_c)
+        if not isinstance(cols, slice):
+            cov_jg[:, R] = cov_c
+        # Its θ part, the diagonal of A_j⁻¹X_jᵀ S⁻¹_θθ X_jA_j⁻¹, judge j's made over the n_j models it met only
+        # (S⁻¹ gathered there: O(Σ_j n_j²), not a dense (J·R × M) product); y = X_jA_j⁻¹ (A_j⁻¹ is symmetric).
+        s_mm = np.ascontiguousarray(sinv[:m, :m]).ravel()
         for p, Xc, _ in self._pieces():
             for batch in _judge_batches(p.cross, m):
-                judges, model = p.j0 + batch.judges, np.take(p.cross.model, batch.entries)
-                x = np.take(Xc, batch.entries, axis=0)[:, :, cols]  # (judges, n, R)
-                y = np.take(self.Ainv, judges, axis=0) @ x.transpose(0, 2, 1)  # (judges, R, n): A_j⁻¹X_j
-                y_mg = y @ np.take(s_mg, model, axis=0)  # y S⁻¹_θg
-                var_c[judges] += np.einsum("jrn,jrn->jr", y @ np.take(s_mm, batch.key), y) + 2.0 * np.einsum(
-                    "jrc,jrc->jr", np.take(Yg, judges, axis=0), y_mg
-                )
-                cov_c[judges] -= y_mg
+                judges = p.j0 + batch.judges
+                y = np.take(Xc, batch.entries, axis=0)[:, :, cols] @ np.take(self.Ainv, judges, axis=0)
+                var_c[judges] += np.einsum("jnr,jnr->jr", np.take(s_mm, batch.key) @ y, y)
         var_j[:, R] += var_c
-        cov_jg[:, R] = cov_c
         if len(self.U):
             z_g = self.Z[:, glob_index(lay)]
-            z_j = self.Z[:, lay.block(0).start : lay.tau.start].reshape(len(self.U), lay.n_blocks, lay.n_judges)
+            z_j = self.Z[:, lay.block(0).start : lay.tau.start].reshape(len(self.U), lay.n_blocks, n_j)
             sinv = sinv - z_g.T @ self.Minv @ z_g
             var_j = var_j - np.einsum("ptj,pq,qtj->jt", z_j, self.Minv, z_j)
-            # Σ_pq z_j[p, t, j] M⁻¹[p, q] z_g[q, c] as one (K·J × P) @ (P × n_e) product.
-            low = z_j.reshape(len(self.U), -1).T @ (self.Minv @ z_g[:, m : m + n_e])
-            cov_jg -= low.reshape(lay.n_blocks, lay.n_judges, n_e).transpose(1, 0, 2)
+            # Σ_pq z_j[p, t, j] M⁻¹[p, q] z_g[q, c], a (p, c) at a time: no (J, K, n_e) temporary.
+            low = self.Minv @ z_g[:, m : m + n_e]
+            for q in range(len(self.U)):
+                z_q = np.ascontiguousarray(z_j[q].T)
+                for c in range(n_e):
+                    cov_jg[:, :, c] -= z_q * low[q, c]
         if not self.all_free:
             sinv = sinv * f_g[:, None] * f_g[None, :]
             var_j = var_j * f_j
