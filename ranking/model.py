@@ -168,39 +168,43 @@ class Spec:
         lay = self.layout
         if lay.naive:
             return sp.identity(lay.n_models, format="csr")
-        rows, cols, vals = [], [], []
-
-        def put(r, c, v):
-            rows.append(np.asarray(r))
-            cols.append(np.asarray(c))
-            vals.append(np.broadcast_to(np.asarray(v, dtype=float), np.shape(r)))
-
+        # Every effective value is one raw entry, plus its global coefficient for a global effect (a column
+        # left of the judge's): so E is built as two (column, value) slots per row, the left one for the global,
+        # and the zeros dropped — straight into CSR, sorted, with no COO conversion (its sort and duplicate
+        # sums: 13 ms at 50k judges).  The centring's J² entries, when asked for, are added as their own matrix.
+        n = lay.n_eff
+        col = np.zeros((n, 2), np.int32 if lay.n_core < np.iinfo(np.int32).max else np.int64)
+        val = np.zeros((n, 2))
         m = np.arange(lay.n_models)
-        put(m, m, 1.0)
+        col[m, 1], val[m, 1] = m, 1.0
         jj = np.arange(lay.n_judges)
         globs = lay.global_effects
+        centring = None
         for t in range(lay.n_blocks):
-            eff = lay.eff_block(t).start + jj
-            raw = lay.block(t).start + jj
+            eff, raw = lay.eff_block(t), lay.block(t).start + jj
+            col[eff, 1] = raw
             mask = self.masks[t]
             if t == DISC and self.centre_discrimination:
                 on = np.flatnonzero(mask > 0)
                 if on.size >= 2:  # L_j = ρ_j − mean over enabled judges; one judge alone: a_j = 1
-                    put(eff[on], raw[on], 1.0)
+                    val[eff.start + on, 1] = 1.0
                     if centred:
-                        rr, cc = np.meshgrid(eff[on], raw[on], indexing="ij")
-                        put(rr.ravel(), cc.ravel(), -1.0 / on.size)
+                        rr, cc = np.meshgrid(eff.start + on, raw[on], indexing="ij")
+                        centring = sp.csr_matrix(
+                            (np.full(rr.size, -1.0 / on.size), (rr.ravel(), cc.ravel())), shape=(n, lay.n_core)
+                        )
                 continue
-            put(eff, raw, self.deviation_mask(t) if t in globs else mask)
+            val[eff, 1] = self.deviation_mask(t) if t in globs else mask
             if t in globs:
-                put(eff, np.full(lay.n_judges, lay.glob(t)), mask)
+                col[eff, 0], val[eff, 0] = lay.glob(t), mask
         tt = np.arange(lay.n_tau)
-        put(lay.eff_tau.start + tt, lay.tau.start + tt, 1.0)
-        data = np.concatenate(vals)
-        keep = data != 0
-        return sp.csr_matrix(
-            (data[keep], (np.concatenate(rows)[keep], np.concatenate(cols)[keep])), shape=(lay.n_eff, lay.n_core)
-        )
+        col[lay.eff_tau.start + tt, 1], val[lay.eff_tau.start + tt, 1] = lay.tau.start + tt, 1.0
+        keep = val != 0
+        kept = np.flatnonzero(keep)  # then gathers: 3x a boolean mask's indexing
+        indptr = np.zeros(n + 1, col.dtype)  # rows' kept slots as bytes: summed 6x faster than over axis 1
+        np.cumsum(keep[:, 0].view(np.uint8) + keep[:, 1].view(np.uint8), dtype=col.dtype, out=indptr[1:])
+        E = sp.csr_matrix((np.take(val, kept), np.take(col, kept), indptr), shape=(n, lay.n_core))
+        return E if centring is None else E + centring
 
 
 @dataclass
