@@ -468,8 +468,8 @@ def _as_slice(index: np.ndarray) -> slice | np.ndarray:
 
 
 @dataclass(frozen=True)
-class _AssembleMasks:
-    """What :func:`assemble` masks by, from the spec alone (made once per spec, :func:`_assemble_masks`):
+class AssembleMasks:
+    """What :func:`assemble` masks by, from the spec alone (made once per spec, :func:`assemble_masks`):
     ``dev`` (J, K) where the judge's own raw entry acts, ``mask`` (J, K) where effect t acts (through the global
     coefficient too), the blocks with some judge's ``dev`` not 1 (``masked_t``), and the runs of judges of each
     product dev_t · mask_c (``xg_runs[t][c]``: the judge rows × global effects) and mask_c · mask_d
@@ -488,26 +488,19 @@ def _product_runs(values: np.ndarray) -> list[tuple[float, int, int]] | np.ndarr
     return values if runs is None else runs
 
 
-_masks_memo: list[tuple[Spec, _AssembleMasks]] = []
-
-
-def _assemble_masks(spec: Spec) -> _AssembleMasks:
-    """The spec's :class:`_AssembleMasks`, kept for the last spec (a fit assembles many Hessians of one spec)."""
-    if _masks_memo and _masks_memo[0][0] is spec:
-        return _masks_memo[0][1]
+def assemble_masks(spec: Spec) -> AssembleMasks:
+    """The spec's :class:`AssembleMasks` (an objective makes them once and passes them to every :func:`assemble`)."""
     ge = glob_blocks(spec.layout)
     mask = spec.masks.T
     dev = deviation_masks(spec)
     mask_g = mask[:, ge]
-    made = _AssembleMasks(
+    return AssembleMasks(
         dev,
         mask,
         np.flatnonzero((dev != 1).any(axis=0)).tolist(),
         [[_product_runs(dev[:, t] * mask_g[:, c]) for c in range(ge.size)] for t in range(dev.shape[1])],
         [[_product_runs(mask_g[:, c] * mask_g[:, d]) for d in range(ge.size)] for c in range(ge.size)],
     )
-    _masks_memo[:] = [(spec, made)]
-    return made
 
 
 def _masked_judge_sum(a: np.ndarray, runs: list[tuple[float, int, int]] | np.ndarray) -> float:
@@ -530,7 +523,13 @@ def _masked_judge_copy(out: np.ndarray, a: np.ndarray, runs: list[tuple[float, i
 
 
 def assemble(
-    part: BlockPartials, spec: Spec, precision: np.ndarray, gauges, cross: CrossIndex, raw: Couplings | None = None
+    part: BlockPartials,
+    spec: Spec,
+    precision: np.ndarray,
+    gauges,
+    cross: CrossIndex,
+    raw: Couplings | None = None,
+    masks: AssembleMasks | None = None,
 ) -> ArrowHessian:
     """The raw Hessian from judge-blocked partials (effective coordinates), the prior and its gauges.
 
@@ -540,7 +539,7 @@ def assemble(
     lay = spec.layout
     m, n_e = lay.n_models, lay.n_glob
     ge = glob_blocks(lay)
-    masks = _assemble_masks(spec)
+    masks = assemble_masks(spec) if masks is None else masks
     mask, dev, masked_t = masks.mask, masks.dev, masks.masked_t
     prec_g, prec_j = split(lay, precision)
     # Everything is masked a run of judges at a time (:func:`_mask_runs`), block t only where some judge's

@@ -599,12 +599,6 @@ def judge_runs(j: np.ndarray, j_count: int, first: int = 0) -> list[tuple[int, s
     ]
 
 
-def _theta_cross_weights(tm: DavidsonTerms, eta_types: tuple[int, ...]) -> list[tuple[int, np.ndarray]]:
-    """(block, per-cell weight) of the θ × judge-block Hessian entries (:func:`_theta_cross_rows`)."""
-    blocks, rows = _theta_cross_rows(tm, eta_types)
-    return list(zip(blocks, rows, strict=True))
-
-
 def _theta_cross_rows(tm: DavidsonTerms, eta_types: tuple[int, ...]) -> tuple[list[int], np.ndarray]:
     """The blocks and per-cell weights (one row each, made in place in one array) of the θ × judge-block Hessian
     entries: h_η·a_j·z for each η effect (plus ∂f/∂η·a_j for discrimination, since ∂²η/∂θ_a∂L_j = a_j) and the
@@ -676,7 +670,7 @@ def _davidson_partials(
     idx_a = a * j_count + j
     idx_b = b * j_count + j
     size = m_count * j_count
-    for t, w in _theta_cross_weights(tm, eta_types):
+    for t, w in zip(*_theta_cross_rows(tm, eta_types), strict=True):
         block = _signed_bincount(idx_a, idx_b, w, size).reshape(m_count, j_count)
         cols = lay.eff_block(t)
         out.H[th, cols] += block

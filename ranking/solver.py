@@ -19,6 +19,7 @@ import importlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,10 +27,12 @@ import scipy.linalg as sla
 from biasboard.ranking.arrowhead import (
     ArrowFactor,
     ArrowHessian,
+    AssembleMasks,
     BlockCovariance,
     Couplings,
     CrossIndex,
     assemble,
+    assemble_masks,
     centring,
 )
 from biasboard.ranking.model import (
@@ -251,6 +254,16 @@ class Objective:
         B = np.asarray(self.ET @ part.H_cross)
         return Evaluation(f, -part.f, g, H, g_diag, H_diag, B)
 
+    @cached_property
+    def _masks(self) -> AssembleMasks:
+        """What every Hessian of this objective is masked by (:func:`~biasboard.ranking.arrowhead.assemble`)."""
+        return assemble_masks(self.spec)
+
+    def _assemble(self, part: BlockPartials, spilled: Couplings | None = None) -> ArrowHessian:
+        """The judge-blocked Hessian from its partials (consumed), the prior and the spec's masks."""
+        pr = self.prior
+        return assemble(part, self.spec, pr.precision, pr.gauges, self.cross, spilled, self._masks)
+
     def _evaluate_blocked(self, core: np.ndarray, *, derivatives: bool, hessian: bool) -> Evaluation:
         """:meth:`evaluate` with the judge-blocked partials; ``H`` is an :class:`ArrowHessian`.
 
@@ -260,7 +273,7 @@ class Objective:
         last, self._last = self._last, None
         if derivatives and hessian and last is not None and np.array_equal(last[0], core):
             part, _, _ = self._blocked_partials(np.empty(0), True, last[2])
-            return replace(last[1], H=assemble(part, self.spec, self.prior.precision, self.prior.gauges, self.cross))
+            return replace(last[1], H=self._assemble(part))
         del last  # not held while the new terms are made
         # A gradient-only evaluation keeps its terms (see above), but for a streamed objective: ~100 bytes a cell.
         keep = derivatives and not hessian and self.source is None
@@ -279,7 +292,7 @@ class Objective:
             if keep:
                 self._last = (core.copy(), ev, terms)
             return ev
-        H = assemble(part, self.spec, pr.precision, pr.gauges, self.cross, spilled)
+        H = self._assemble(part, spilled)
         return Evaluation(f, -part.f, g, H, empty, empty, no_cross)
 
 
