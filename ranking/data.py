@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+from biasboard.ranking.pages import base_pages
 from biasboard.schemas.cells import (
     PAIR_CELL_DEFAULTS,
     PAIR_CELL_KEYS,
@@ -643,7 +644,16 @@ def build_dataset(
     dictionary-encoded (e.g. ``pq.read_table(..., read_dictionary=[...])``), which keeps a big input small.
     ``judge_pool`` (:func:`pool_judge_names`) gives one judge per pool: the pool's cells add up (the cells
     monoid), so a pooled fit is the fit of cells aggregated under the pool's name.
+
+    The columns are made on base pages (:func:`~biasboard.ranking.pages.base_pages`): written once, at full
+    size, as the batches stream in.
     """
+    with base_pages():
+        return _build_dataset(pair_cells, score_cells, judge_pool)
+
+
+def _build_dataset(pair_cells: CellsInput | None, score_cells: CellsInput | None, judge_pool: str | None) -> Dataset:
+    """:func:`build_dataset`'s work."""
     pair_vocabs = pair_vocabularies(_BatchVocab)
     judge_v, model_v, family_v, prompt_v = (
         pair_vocabs["judge"],

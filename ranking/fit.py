@@ -28,12 +28,12 @@ from biasboard.ranking.diagnostics import (
 )
 from biasboard.ranking.graph import comparison_components, mle_exists, model_components
 from biasboard.ranking.model import DISC
+from biasboard.ranking.pages import base_pages
 from biasboard.ranking.problem import Problem, bias_aware_problem, naive_ordinal_problem, naive_problem
 from biasboard.ranking.result import Z95, FitResult, SolverState, empty_bias_table
 from biasboard.ranking.solver import (
     NewtonFactor,
     Solution,
-    base_pages,
     covariance_block,
     laplace_covariance,
     minimize,
@@ -370,7 +370,7 @@ def solve_bias_aware(
     η is then linear), to a loose tolerance (:data:`FIRST_PHASE_TOL`); then with everything free from there,
     where the Hessian is positive definite.  Convergence is relative to the full gradient at the cold start.
 
-    A judge-blocked solve runs on base pages throughout (:func:`~biasboard.ranking.solver.base_pages`), its
+    A judge-blocked solve runs on base pages throughout (:func:`~biasboard.ranking.pages.base_pages`), its
     start evaluation included: the first pass allocates the largest fresh arrays of the fit.
     """
     with base_pages() if problem.spec.judge_blocks else nullcontext():

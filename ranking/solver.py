@@ -15,9 +15,8 @@ count to ~1e-12 rather than ~tol.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -47,6 +46,7 @@ from biasboard.ranking.model import (
     block_partials,
     partials,
 )
+from biasboard.ranking.pages import base_pages
 
 if TYPE_CHECKING:
     from biasboard.ranking.stream import PairStore
@@ -376,34 +376,6 @@ def _grad_norm(ev: Evaluation, free: np.ndarray | slice) -> float:
 def _selector(free: np.ndarray) -> np.ndarray | slice:
     """``free`` as an index: the whole vector (a view, no gather) when every parameter is free."""
     return slice(None) if free.all() else free
-
-
-@contextmanager
-def base_pages() -> Iterator[None]:
-    """numpy's large arrays without transparent huge pages (``madvise(MADV_HUGEPAGE)``) inside the block.
-
-    A judge-blocked Newton iteration allocates and frees tens of MB of per-judge and per-entry arrays;
-    numpy asks for huge pages on every array of 4 MB or more, and with the common ``defrag=madvise``
-    setting the kernel compacts memory synchronously to serve each such fault.  Measured at 2 × 25k
-    voter-judges (bench/fit.py --voters): 0.35-0.63 s of system time per fit with huge pages, 0.24-0.26 s
-    with base pages (same user time).  numpy's own switch (also ``NUMPY_MADVISE_HUGEPAGE=0``), restored
-    on exit; a no-op where numpy has none.
-    """
-    switch = None
-    for name in ("numpy._core.multiarray", "numpy.core.multiarray"):  # numpy 2, numpy 1
-        try:
-            switch = getattr(importlib.import_module(name), "_set_madvise_hugepage", None)
-        except ImportError:
-            continue
-        break
-    if switch is None:  # pragma: no cover - numpy without the switch
-        yield
-        return
-    previous = switch(False)
-    try:
-        yield
-    finally:
-        switch(previous)
 
 
 def minimize(

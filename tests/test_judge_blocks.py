@@ -225,11 +225,11 @@ def test_blocked_style_fit_memory_is_linear_in_the_judges():
 
 
 def test_base_pages_restores_numpy_huge_page_setting():
-    """The blocked solve turns numpy's huge-page advice off only while it runs (see solver.base_pages)."""
+    """The blocked solve turns numpy's huge-page advice off only while it runs (see ranking.pages)."""
     multiarray = pytest.importorskip("numpy._core.multiarray")
     if not hasattr(multiarray, "_get_madvise_hugepage"):
         pytest.skip("numpy without the huge-page switch")
-    from biasboard.ranking.solver import base_pages
+    from biasboard.ranking.pages import base_pages
 
     before = multiarray._get_madvise_hugepage()
     try:
