@@ -401,7 +401,7 @@ class DavidsonTerms:
     h_eta: np.ndarray | None = None
     h_eta_psi: np.ndarray | None = None
     h_psi: np.ndarray | None = None
-    #: (p_a, p_b, p_t, p_a − p_b) when the ``h_*`` were not made: :meth:`add_hessian` makes them from these.
+    #: (p_a, p_b, p_t, p_a − p_b) when the ``h_*`` were not made: :meth:`add_hessian` makes them in these arrays.
     probs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def add_hessian(self, n: np.ndarray, wgt: float) -> None:
@@ -411,10 +411,20 @@ class DavidsonTerms:
             return
         assert self.probs is not None
         p_a, p_b, p_t, diff = self.probs
-        self.h_eta = wgt * 0.25 * n * ((p_a + p_b) - diff * diff)
-        self.h_eta_psi = wgt * (-0.5) * n * diff * p_t
-        self.h_psi = wgt * n * p_t * (1.0 - p_t)
         self.probs = None
+        # Made in the probabilities' own arrays (theirs alone, consumed here): no fresh array, and each product in
+        # the order of wgt·0.25·n·((p_a + p_b) − diff²), wgt·(−0.5)·n·diff·p_t and wgt·n·p_t·(1 − p_t).
+        h_eta = np.add(p_a, p_b, out=p_a)
+        scratch = np.multiply(diff, diff, out=p_b)
+        h_eta -= scratch
+        h_eta *= np.multiply(n, wgt * 0.25, out=scratch)
+        h_eta_psi = np.multiply(n, wgt * (-0.5), out=p_b)
+        h_eta_psi *= diff
+        h_eta_psi *= p_t
+        h_psi = np.multiply(n, wgt, out=diff)
+        h_psi *= p_t
+        h_psi *= np.subtract(1.0, p_t, out=p_t)
+        self.h_eta, self.h_eta_psi, self.h_psi = h_eta, h_eta_psi, h_psi
 
 
 def davidson_terms(
@@ -599,20 +609,26 @@ def judge_runs(j: np.ndarray, j_count: int, first: int = 0) -> list[tuple[int, s
     ]
 
 
-def _theta_cross_rows(tm: DavidsonTerms, eta_types: tuple[int, ...]) -> tuple[list[int], np.ndarray]:
+def _theta_cross_rows(
+    tm: DavidsonTerms, eta_types: tuple[int, ...], hd: np.ndarray, width: int | None = None
+) -> tuple[list[int], np.ndarray]:
     """The blocks and per-cell weights (one row each, made in place in one array) of the θ × judge-block Hessian
     entries: h_η·a_j·z for each η effect (plus ∂f/∂η·a_j for discrimination, since ∂²η/∂θ_a∂L_j = a_j) and the
-    tie block's h_ηψ·a_j; an effect whose z is 0 on every cell (``tm.acts``) has none."""
-    assert tm.h_eta is not None and tm.h_eta_psi is not None
-    blocks = [t for i, t in enumerate(eta_types) if tm.acts[i]]
-    rows = np.empty((len(blocks) + 1, tm.disc.size))
-    hd = tm.h_eta * tm.disc
-    for row, i in zip(rows, [i for i in range(len(eta_types)) if tm.acts[i]], strict=False):
+    tie block's h_ηψ·a_j; an effect whose z is 0 on every cell (``tm.acts``) has none.
+
+    ``hd`` is h_η·a_j (the caller's: the θ block's weights are hd·a_j).  The rows are ``width`` long when given
+    (the weights in their first cells' columns, the rest the caller's), else a column a cell."""
+    assert tm.h_eta_psi is not None
+    acting = [i for i in range(len(eta_types)) if tm.acts[i]]
+    n = tm.disc.size
+    rows = np.empty((len(acting) + 1, n if width is None else width))
+    tie = rows[-1, :n]
+    for row, i in zip(rows[:, :n], acting, strict=False):
         np.multiply(hd, tm.z[i], out=row)
         if eta_types[i] == DISC:
-            row += tm.g_eta * tm.disc
-    np.multiply(tm.h_eta_psi, tm.disc, out=rows[-1])
-    return [*blocks, TIE], rows
+            row += np.multiply(tm.g_eta, tm.disc, out=tie)  # the tie row, made last, as scratch
+    np.multiply(tm.h_eta_psi, tm.disc, out=tie)
+    return [*(eta_types[i] for i in acting), TIE], rows
 
 
 def _pair_partials(
@@ -666,15 +682,16 @@ def _davidson_partials(
     assert h_eta is not None and h_eta_psi is not None and h_psi is not None
 
     # θ block: Laplacian of the pairs and the θ × per-judge cross terms.
-    out.H[th, th] += _laplacian_from_pairs(a, b, h_eta * disc * disc, m_count)
+    hd = h_eta * disc
     idx_a = a * j_count + j
     idx_b = b * j_count + j
     size = m_count * j_count
-    for t, w in zip(*_theta_cross_rows(tm, eta_types), strict=True):
+    for t, w in zip(*_theta_cross_rows(tm, eta_types, hd), strict=True):
         block = _signed_bincount(idx_a, idx_b, w, size).reshape(m_count, j_count)
         cols = lay.eff_block(t)
         out.H[th, cols] += block
         out.H[cols, th] += block.T
+    out.H[th, th] += _laplacian_from_pairs(a, b, np.multiply(hd, disc, out=hd), m_count)  # h_η·a_j·a_j
 
     # Per-judge blocks: every cell touches only its own judge, so each (t, t') pair is a diagonal.
     jj = np.arange(j_count)
@@ -929,23 +946,24 @@ def block_partials(
     tm.add_hessian(pairs.n, spec.w_pair)
     h_eta, h_eta_psi, h_psi = tm.h_eta, tm.h_eta_psi, tm.h_psi
     assert h_eta is not None and h_eta_psi is not None and h_psi is not None
-    out.H_theta += _laplacian(sl.pair_key, h_eta * disc * disc, lay.n_models)
+    hd = h_eta * disc
     # θ × judge entries: +w at each cell's (judge, model a) entry, −w at its (judge, model b) entry: each side's sums
     # by runs of entries (an LLM judge's cells), else one bincount over both ends (half the passes of two and a
-    # difference); out.C is column-major.
+    # difference: each row made twice as long, its second half its negative); out.C is column-major.
     C = out.C[sl.e0 : sl.e0 + sl.n_entries]
     n = len(pairs)
-    cross_blocks, rows = _theta_cross_rows(tm, eta_types)
     if sl.end_runs is not None:
+        cross_blocks, rows = _theta_cross_rows(tm, eta_types, hd)
         cols = np.array(cross_blocks)
         for side, sign in zip(sl.end_runs, (1.0, -1.0), strict=True):
             C[side.keys[:, None], cols] += sign * side.sums(rows).T
     else:
-        both = np.empty(2 * n)
-        for t, w in zip(cross_blocks, rows, strict=True):
-            both[:n] = w
-            np.negative(w, out=both[n:])
+        cross_blocks, rows = _theta_cross_rows(tm, eta_types, hd, 2 * n)
+        for t, both in zip(cross_blocks, rows, strict=True):
+            np.negative(both[:n], out=both[n:])
             C[:, t] += np.bincount(sl.ends, weights=both, minlength=sl.n_entries)
+    del rows
+    out.H_theta += _laplacian(sl.pair_key, np.multiply(hd, disc, out=hd), lay.n_models)  # h_η·a_j·a_j
     A = out.A[judges]
     if runs is not None:
         blocks = _judge_blocks(jl, n_j, z, h_eta, h_eta_psi, h_psi, runs)
@@ -955,21 +973,22 @@ def block_partials(
         types = np.array([*eta_types, TIE])
         A[:, types[:, None], types[None, :]] += blocks
         return tm
+    hz, w, gq = np.empty((3, n))  # the products, made in place (no fresh array per sum)
     for i1, t1 in enumerate(eta_types):
         if not tm.acts[i1]:
             continue
-        hz = h_eta * z[i1]
+        np.multiply(h_eta, z[i1], out=hz)
         for i2, t2 in enumerate(eta_types[i1:], start=i1):
             if not tm.acts[i2]:
                 continue
-            w = hz * z[i2]
+            np.multiply(hz, z[i2], out=w)
             if t1 == DISC and t2 == DISC:
-                w += g_eta * q  # ∂²η/∂L_j² = q
+                w += np.multiply(g_eta, q, out=gq)  # ∂²η/∂L_j² = q
             d = np.bincount(jl, weights=w, minlength=n_j)
             A[:, t1, t2] += d
             if t1 != t2:
                 A[:, t2, t1] += d
-        d = np.bincount(jl, weights=h_eta_psi * z[i1], minlength=n_j)
+        d = np.bincount(jl, weights=np.multiply(h_eta_psi, z[i1], out=w), minlength=n_j)
         A[:, t1, TIE] += d
         A[:, TIE, t1] += d
     A[:, TIE, TIE] += np.bincount(jl, weights=h_psi, minlength=n_j)
