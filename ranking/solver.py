@@ -530,15 +530,18 @@ def _chord_steps(
     while gn > target and steps < 20:
         s, t = newton.solve(ev.g[free], ev.g_diag)
         step = s
+        x = core[free]  # never written: each step makes a new core (a view of it is kept, not copied)
         if last is not None and not t.size:
             # Anderson (depth 1) on the fixed-point map x -> x + s(x): chord steps converge linearly, at the
             # rate of the slowest mode of I - H0^-1 H; extrapolating along the last two steps removes it.
-            dx, ds = core[free] - last[0], s - last[1]
+            dx, ds = x - last[0], s - last[1]
             denom = float(ds @ ds)
             if denom > 0:
                 gamma = float(ds @ s) / denom
-                step = s - gamma * (dx + ds)
-        last = (core[free].copy(), s)
+                dx += ds  # s − γ(dx + ds), in dx's memory (a core-sized array each: ~0.2 ms at 50k judges)
+                dx *= gamma
+                step = s - dx
+        last = (x, s)
         trial_core = core.copy()
         trial_core[free] += step
         trial = objective.evaluate(trial_core, diag + t, hessian=False)
