@@ -460,6 +460,13 @@ def _mask_entries(x: np.ndarray, values: np.ndarray, cross: CrossIndex) -> None:
             x[e0:e1] *= value
 
 
+def _written_only(values: np.ndarray, acted: np.ndarray) -> np.ndarray:
+    """A per-judge mask ``values`` of a block with 1 (nothing to do) for the judges none of whose cells added to
+    the block (``acted`` False, :attr:`~biasboard.ranking.model.BlockPartials.acted`): their entries are still
+    0, and 0 · v is 0 for v ≥ 0, so masking them would write zeros over zeros."""
+    return np.where(acted | (values < 0), values, 1.0)
+
+
 def _as_slice(index: np.ndarray) -> slice | np.ndarray:
     """``index`` as the slice it spans when it is a run of consecutive integers (a view, no fancy indexing)."""
     if index.size and np.array_equal(index, np.arange(index[0], index[0] + index.size)):
@@ -540,7 +547,9 @@ def assemble(
     m, n_e = lay.n_models, lay.n_glob
     ge = glob_blocks(lay)
     masks = assemble_masks(spec) if masks is None else masks
-    mask, dev, masked_t = masks.mask, masks.dev, masks.masked_t
+    mask, dev = masks.mask, masks.dev
+    # The judges whose block t is masked: only those whose cells added to it (the rest are 0 already).
+    masked = {t: _written_only(dev[:, t], part.acted[t]) for t in masks.masked_t}
     prec_g, prec_j = split(lay, precision)
     # Everything is masked a run of judges at a time (:func:`_mask_runs`), block t only where some judge's
     # dev[:, t] is not 1 (an effect off for the voters, severity for every judge of pair cells).
@@ -562,8 +571,8 @@ def assemble(
         for c, t in enumerate(ge.tolist()):
             cols[:, c] = _masked_model_sums(X[:, t], mask[p.j0 : p.j1, t], p.cross, m)
         columns.append(cols)
-        for t in masked_t:
-            _mask_entries(X[:, t], dev[p.j0 : p.j1, t], p.cross)
+        for t, values in masked.items():
+            _mask_entries(X[:, t], values[p.j0 : p.j1], p.cross)
         # Row-major: the factorisation gathers entry rows (copy(order="C"): 2x faster than ascontiguousarray).
         return X if X.flags.c_contiguous else X.copy(order="C")
 
@@ -576,14 +585,15 @@ def assemble(
     for c, t in enumerate(ge.tolist()):
         for d, u in enumerate(ge.tolist()):
             H[m + c, m + d] = _masked_judge_sum(A[:, t, u], masks.gg_runs[c][d])
-    for t in masked_t:
-        _scale_judges(A[:, t, :], dev[:, t])
-        _scale_judges(A[:, :, t], dev[:, t])
+    for t, values in masked.items():
+        _scale_judges(A[:, t, :], values)
+        _scale_judges(A[:, :, t], values)
     np.einsum("jtt->jt", A)[...] += prec_j  # a writeable view of the diagonals
     H[np.diag_indices(n_g)] += prec_g
-    position = np.full(lay.n_core, -1)
-    position[glob_index(lay)] = np.arange(n_g)
     low_rank = []
+    if gauges:
+        position = np.full(lay.n_core, -1)
+        position[glob_index(lay)] = np.arange(n_g)
     for idx, kappa in gauges:
         pos = position[idx]
         if np.all(pos >= 0):

@@ -20,6 +20,7 @@ from biasboard.ranking.arrowhead import BlockCovariance, glob_index
 from biasboard.ranking.bias_table import bias_table
 from biasboard.ranking.data import build_dataset
 from biasboard.ranking.fit import fit_bias_aware, solve_bias_aware
+from biasboard.ranking.model import LEN, SEV
 from biasboard.ranking.problem import bias_aware_problem
 from biasboard.ranking.solver import laplace_covariance, newton_factor
 from biasboard.schemas.cells import STYLE_SQUARES, STYLE_SUMS
@@ -188,6 +189,31 @@ def test_blocked_step_curvature_and_kept_terms():
         s, _ = factor.solve(fresh.g, np.zeros(0))
         curvature = float(s @ fresh.H.matvec(s))
         assert abs(curvature - (-float(fresh.g @ s) - mu * float(s @ s))) < 1e-9 * abs(curvature), mu
+
+
+def test_assemble_masks_only_the_blocks_the_cells_added_to():
+    """block_partials marks the (block, judge) pairs its slices added to (``acted``); elsewhere A's rows and
+    columns and C's columns are exactly 0, and assemble, which masks only the marked ones, makes the Hessian that
+    masking every judge makes (a judge's length switched off: its cells add to the block, so it is masked)."""
+    data = build_dataset(_cells(np.random.default_rng(4), models=6, judges=4, cells=300))
+    config = ModelConfig(judge_solver="blocked", disabled=frozenset({(data.judges[0], "length")}))
+    problem = bias_aware_problem(data, config)
+    objective = problem.objective()
+    eff = objective._effective(solve_bias_aware(problem, config).core)
+    hessians = []
+    for everywhere in (False, True):
+        part, _, _ = objective._blocked_partials(eff, True)
+        assert not part.acted[SEV].any() and part.acted[LEN].all()
+        for t in range(problem.layout.n_blocks):
+            quiet = ~part.acted[t]
+            assert not part.A[quiet, t, :].any() and not part.A[quiet, :, t].any(), t
+            assert not part.C[quiet[objective.cross.judge], t].any(), t
+        if everywhere:
+            part.acted[...] = True
+        hessians.append(objective._assemble(part))
+    assert not hessians[0].A[0, LEN, LEN + 1 :].any()  # judge 0's length row masked (but for its prior)
+    for name in ("H", "A", "Xc", "Xg"):
+        assert np.array_equal(getattr(hessians[0], name), getattr(hessians[1], name)), name
 
 
 def test_blocked_solver_refuses_ordinal_scores():
