@@ -357,7 +357,13 @@ class KeyRuns:
     @staticmethod
     def of(keys: np.ndarray) -> KeyRuns | None:
         """The runs of ``keys``, or None when they are shorter than :data:`RUN_SUMS` on average (a bincount then)."""
-        order = None if bool(np.all(keys[1:] >= keys[:-1])) else np.argsort(keys, kind="stable")
+        order = None
+        if not bool(np.all(keys[1:] >= keys[:-1])):
+            # Keys of a few judges' entries are small: sorted as 1-2 byte integers, numpy's stable sort is a radix
+            # sort (the same order: 0.2-0.3 against 1.7 ms per 32k cells as intp).
+            high = int(keys.max())
+            small = high < 1 << 16 and int(keys.min()) >= 0
+            order = np.argsort(keys.astype(np.min_scalar_type(high)) if small else keys, kind="stable")
         ordered = keys if order is None else keys[order]
         starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
         if starts.size * RUN_SUMS > keys.size:
