@@ -332,8 +332,10 @@ def _block_inverses(A: np.ndarray, alone: np.ndarray | None = None) -> np.ndarra
 
 
 def _coupled(A: np.ndarray, t: int, judges: slice) -> bool:
-    """Whether effect t has a nonzero entry below the diagonal of A (k, k, J) for some of these judges."""
-    return any(np.any(A[t, c, judges]) for c in range(t)) or any(np.any(A[r, t, judges]) for r in range(t + 1, A.shape[0]))
+    """Whether effect t has a nonzero entry below the diagonal of A (k, k, J) (row t left of it, column t
+    under it: what the Cholesky steps read) for some of these judges."""
+    below = [A[t, c, judges] for c in range(t)] + [A[r, t, judges] for r in range(t + 1, A.shape[0])]
+    return any(np.any(entries) for entries in below)
 
 
 def _spd_inverses_into(A: np.ndarray, out: np.ndarray, idx: list[int], judges: slice) -> None:
@@ -750,7 +752,10 @@ class ArrowFactor:
         self._cols = _as_slice(R)
         self._rest = np.setdiff1d(np.arange(lay.n_blocks), R)  # the judge entries outside the blocks: diagonal
         # Entries outside the coupled blocks: a diagonal (fixed ones: identity, so their step is 0).
-        self.diag = np.einsum("jtt->jt", hess.A) * f_j + np.where(f_j > 0, mu, 1.0)
+        # At μ = 0 with every entry free (a fit's Newton steps) the diagonals as they are: 1·a + 0 is a.
+        plain = mu == 0 and bool(f_j.all())
+        diag = np.einsum("jtt->jt", hess.A)
+        self.diag = diag.copy() if plain else diag * f_j + np.where(f_j > 0, mu, 1.0)
         rest = np.delete(self.diag, R, axis=1)
         self._diag_rest = np.ascontiguousarray(rest.T)  # (K − R, J), as the solves' effect-major rows
         if np.any(rest <= 0) or not np.all(np.isfinite(rest)):
@@ -762,10 +767,11 @@ class ArrowFactor:
         A_t, fR_t = hess.A.transpose(1, 2, 0), fR.T
         A = np.empty((R.size, R.size, lay.n_judges))
         for a, r in enumerate(R.tolist()):
-            A[a] = A_t[r, R]
+            A[a] = A_t[r, self._cols]  # a view when R is a run: one copy
         if not every:
             A *= fR_t[:, None, :] * fR_t[None, :, :]
-        A[np.arange(R.size), np.arange(R.size)] += np.where(fR_t > 0, mu, 1.0)
+        if not plain:
+            A[np.arange(R.size), np.arange(R.size)] += np.where(fR_t > 0, mu, 1.0)
         # (R, R, J); raises LinAlgError when a block is not positive definite.  The effects switched off or fixed
         # for a judge are 1 × 1 blocks there.
         self.AinvT = _block_inverses(A, ~hess.on[:, R].T | (fR_t == 0))
@@ -802,7 +808,8 @@ class ArrowFactor:
         self.factor = sla.cho_factor(S, lower=True, check_finite=False)
         if not np.all(np.isfinite(self.factor[0])):
             raise np.linalg.LinAlgError("Schur complement is not finite")
-        us = [(u * free, kinv) for u, kinv in hess.low_rank if np.any(u * free)]
+        us = [(u if self.all_free else u * free, kinv) for u, kinv in hess.low_rank]
+        us = [(u, kinv) for u, kinv in us if np.any(u)]
         self.U = np.array([u for u, _ in us]).reshape(len(us), lay.n_core)
         self.Z = np.array([self._base_solve(u) for u, _ in us]).reshape(len(us), lay.n_core)
         self.M = np.diag([kinv for _, kinv in us]) + self.U @ self.Z.T

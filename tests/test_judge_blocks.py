@@ -141,6 +141,34 @@ def test_blocked_solver_with_fixed_effects_and_disabled_effects():
     assert np.max(np.abs(cores[0] - cores[1])) < TOL
 
 
+@pytest.mark.parametrize("scattered", [False, True])
+def test_block_inverses_split_off_uncoupled_effects(scattered):
+    """Effects marked ``alone`` for runs of judges are inverted as 1 × 1 blocks where they are uncoupled — the
+    inverses equal numpy's, and bit for bit the whole blocks' (zeros aside) — and as part of the block where
+    a mark is wrong (a coupled entry) or the marks are scattered over more runs than are used."""
+    rng = np.random.default_rng(3)
+    k, n = 5, 400
+    B = rng.standard_normal((n, k, k))
+    B = B @ B.transpose(0, 2, 1) + k * np.eye(k)
+    off = np.zeros((n, k), bool)
+    off[50:300, 2] = True  # effect 2 switched off for a run of judges (the voters' affinity)
+    off[100:120, 4] = True
+    if scattered:
+        off[::3, 1] = True
+    B *= ~off[:, :, None] & ~off[:, None, :] | np.eye(k, dtype=bool)
+    alone = off.copy()
+    alone[0:10, 3] = True  # a wrong mark: effect 3 is coupled there
+    A = np.ascontiguousarray(B.transpose(1, 2, 0))
+    split = arrowhead._block_inverses(A, alone.T)
+    whole = arrowhead._block_inverses(A)
+    np.testing.assert_allclose(split.transpose(2, 0, 1), np.linalg.inv(B), rtol=1e-10, atol=1e-12)
+    assert np.array_equal(split, whole)
+    assert np.all(split[2, [0, 1, 3, 4]][:, 50:300] == 0)
+    B[7, 1, 1] = -1.0  # not positive definite: refused whichever way it is split
+    with pytest.raises(np.linalg.LinAlgError):
+        arrowhead._block_inverses(np.ascontiguousarray(B.transpose(1, 2, 0)), alone.T)
+
+
 def test_blocked_fit_with_a_reference_judge():
     """Deviations tied to the reference (``Spec.tied``) act through the global coefficient only."""
     data = build_dataset(_cells(np.random.default_rng(6), models=7, judges=5, cells=400))
