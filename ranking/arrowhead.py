@@ -846,11 +846,11 @@ class ArrowFactor:
         except (np.linalg.LinAlgError, sla.LinAlgError, ValueError):
             return None
 
-    def _ainv(self, v: np.ndarray, judge_major: bool = False) -> np.ndarray:
+    def _ainv(self, v: np.ndarray, judge_major: bool = False, out: np.ndarray | None = None) -> np.ndarray:
         """A_j⁻¹ v_j for every judge, v effect-major (R, J): rows of J against ``AinvT``'s (0.9 ms at 50k
         judges; 1.5 ms judge-major against ``Ainv``); the result effect-major too, or judge-major (J, R) (as
-        fast: what the couplings' products take)."""
-        return np.einsum("ikj,kj->ji" if judge_major else "ikj,kj->ij", self.AinvT, v)
+        fast: what the couplings' products take), into ``out`` when given."""
+        return np.einsum("ikj,kj->ji" if judge_major else "ikj,kj->ij", self.AinvT, v, out=out)
 
     def _x_glob(self, v_g: np.ndarray) -> np.ndarray:
         m, n_e = self.lay.n_models, self.lay.n_glob
@@ -881,7 +881,11 @@ class ArrowFactor:
         x[gi] = sla.cho_solve(
             self.factor, r[gi] - self._xt_judge(self._ainv(r_c, judge_major=True)), check_finite=False
         )
-        x_t[self._cols] = self._ainv(r_c - self._x_glob(x[gi]).T)
+        d = r_c - self._x_glob(x[gi]).T
+        if isinstance(self._cols, slice):  # written straight into x's rows (no fresh (R, J) array to copy)
+            self._ainv(d, out=x_t[self._cols])
+        else:
+            x_t[self._cols] = self._ainv(d)
         x_t[self._rest] = r_t[self._rest] / self._diag_rest
         if not self.all_free:
             x *= self.free
