@@ -89,6 +89,7 @@ class ImportOptions:
     tie_band: float = 0.0  # AlpacaEval: |preference - 1.5| <= band is a tie
     answers_dir: Path | None = None  # model_answer folder for MT-Bench and arena-hard-auto lengths
     baseline: str | None = None  # arena-hard-auto v0.1: the baseline model the files do not name
+    voters: bool = False  # each vote's judge named <judge>/<voter> where the source records the voter
 
 
 @dataclass(frozen=True)

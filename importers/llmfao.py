@@ -8,7 +8,10 @@ right → ``model_b``, tie → ``tie``.  Any other verdict reaches the rules as 
 (``bad_winner``).
 
 Judge: the file name's prefix (``crowd``, ``gpt4``, ``gpt3``: ``gpt4-crowd-
-comparisons.csv`` is GPT-4 on the crowd's subset), or ``--judge``.
+comparisons.csv`` is GPT-4 on the crowd's subset), or ``--judge``.  With ``--voters`` each crowd row's
+judge is ``crowd/<worker>``: the 124 workers fit as voter-judges, shrunk to their population (and
+``--judge-pool prefix:/`` gives the crowd back as one judge: the cells add up); rows without a worker
+(the GPT files) keep their judge.
 ``battle_id`` = ``llmfao:<judge>:<id>`` (crowd rows add ``:<worker>``: one pair
 is voted on by several workers), so the GPT-4 rows repeated in
 ``gpt4-crowd-comparisons.csv`` carry the same ids as in ``gpt4-comparisons.csv``.
@@ -66,12 +69,16 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     raw = read_all(paths, scalar=(*REQUIRED, "worker"))
     require_columns(raw, REQUIRED, paths, "LLMFAO comparison")
     if options.judge:
-        judge = pl.lit(options.judge)
+        source_judge = pl.lit(options.judge)
     else:
         names = {str(p): judge_from_file(str(p)) for p in paths}
-        judge = pl.col(SOURCE_FILE).replace_strict(names, return_dtype=pl.String)
+        source_judge = pl.col(SOURCE_FILE).replace_strict(names, return_dtype=pl.String)
+    judge = source_judge
+    if options.voters and "worker" in raw.columns:  # the battle ids stay the same either way
+        worker = pl.col("worker").cast(pl.String)
+        judge = pl.when(worker.is_null()).then(judge).otherwise(pl.concat_str([judge, worker], separator="/"))
     winner = pl.col("winner").cast(pl.String)
-    parts = [pl.lit("llmfao"), judge.fill_null(""), pl.col("id").cast(pl.String).fill_null("")]
+    parts = [pl.lit("llmfao"), source_judge.fill_null(""), pl.col("id").cast(pl.String).fill_null("")]
     if "worker" in raw.columns:
         parts.append(pl.col("worker").cast(pl.String))  # null for GPT rows imported alongside: no suffix
     mapped = raw.select(

@@ -16,6 +16,8 @@ class ImportFormat:
     convert: Callable[[Sequence[Path], ImportOptions], ImportResult]
     patterns: tuple[str, ...]
     summary: str
+    #: The source records who cast each vote, so ``--voters`` can name every voter a judge.
+    voters: bool = False
 
 
 FORMATS: dict[str, ImportFormat] = {
@@ -25,7 +27,7 @@ FORMATS: dict[str, ImportFormat] = {
         ImportFormat("mtbench-pair", mtbench.convert, mtbench.PATTERNS, "FastChat llm_judge pair judgments (2 games)"),
         ImportFormat("mtbench-single", scores.convert, scores.PATTERNS, "single-answer 1-10 grades → score rows"),
         ImportFormat("alpacaeval", alpacaeval.convert, alpacaeval.PATTERNS, "AlpacaEval annotations"),
-        ImportFormat("llmfao", llmfao.convert, llmfao.PATTERNS, "LLMFAO comparison CSVs (left/right)"),
+        ImportFormat("llmfao", llmfao.convert, llmfao.PATTERNS, "LLMFAO comparison CSVs (left/right)", voters=True),
         ImportFormat("pba", pba.convert, pba.PATTERNS, "Position-Bias-Analyzer judgments (both orders)"),
         ImportFormat("arena-hard", arenahard.convert, arenahard.PATTERNS, "arena-hard-auto model_judgment (2 games)"),
     )

@@ -57,6 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--judge", help="judge name for every row (needed when the file names none)")
     parser.add_argument(
+        "--voters",
+        action="store_true",
+        help="name each vote's judge <judge>/<voter> where the format records the voter (llmfao: the crowd's "
+        "worker): refresh then fits every voter as a judge shrunk to the voters' population, and "
+        "--judge-pool prefix:/ pools them back into one judge",
+    )
+    parser.add_argument(
         "--length-unit",
         choices=("chars", "words"),
         default="chars",
@@ -85,6 +92,9 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     if beam_args:
         raise InputError(f"unrecognised arguments: {' '.join(beam_args)} (import runs no Beam pipeline)")
     fmt = FORMATS[args.format]
+    if args.voters and not fmt.voters:
+        with_voters = ", ".join(name for name, f in FORMATS.items() if f.voters)
+        raise InputError(f"--voters: the {fmt.name} format records no voter (formats that do: {with_voters})")
     validation.writable_folder(args.out, "--out")
     paths = resolve_inputs(args.input, fmt.patterns)
     answers = Path(args.answers) if args.answers else None
@@ -97,6 +107,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         tie_band=args.tie_band,
         answers_dir=answers,
         baseline=args.baseline,
+        voters=args.voters,
     )
     result = fmt.convert(paths, options)
     if result.rows_converted == 0:
@@ -115,6 +126,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             "tie_band": args.tie_band,
             "answers": args.answers,
             "baseline": args.baseline,
+            "voters": args.voters,
         },
     )
     for line in summary_lines(manifest, Path(args.out)):

@@ -82,7 +82,16 @@ JUDGE_SOLVERS: tuple[str, ...] = ("auto", "dense", "blocked")
 #: :func:`biasboard.ranking.diagnostics.profile_ranges`),
 #: ``fast`` (the quadratic (Wald) approximation from one factorisation per effect) or ``off``.
 DIAGNOSTICS: tuple[str, ...] = ("full", "fast", "off")
-BLOCKED_MIN_JUDGES: int = 256
+#: From how many judges ``judge_solver='auto'`` takes the judge-blocked solver, by the profile likelihoods
+#: the fit computes (:attr:`ModelConfig.profiles`): where the two solvers' CPU times cross, measured by
+#: ``bench/judge_solver.py`` (dense vs blocked, the same MAP to 1e-15) on LLMFAO's crowd with its J most
+#: active workers as judges and on 1M simulated battles whose voters are merged into groups.  Without
+#: profiles the blocked fit is as fast from 16 judges on (1M: 0.90 vs 0.90 s at 16, 0.87 vs 1.12 at 64;
+#: LLMFAO: 1.0x at 16, 10x at 124).  Its ``full`` profile points, under the stiff sum-to-zero gauge, take
+#: many chord steps (1M: 4.2 vs 1.7 s at 16 judges, 5.0 vs 2.3 at 64, then 3.0 vs 5.2 at 134 and 2.7 vs
+#: 12.8 at 262), so ``full`` waits for ~100 judges; ``fast`` (one factorisation per effect) crosses between
+#: 16 and 64 (1M: 1.32 vs 1.15 s at 16, 1.37 vs 1.63 at 64).
+BLOCKED_MIN_JUDGES: dict[str, int] = {"off": 16, "fast": 32, "full": 96}
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,16 @@ class ModelConfig:
                     f"length_clip must be None or a positive length-bin edge (one of {edges.tolist()}) so the "
                     f"clipped covariate is exact from the cells, got {self.length_clip!r}"
                 )
+
+    @property
+    def profiles(self) -> str:
+        """The profile likelihoods this fit computes: :data:`DIAGNOSTICS`' mode, ``off`` when ``profile`` is False."""
+        return self.diagnostics if self.profile else "off"
+
+    @property
+    def blocked_from(self) -> int:
+        """From how many judges ``judge_solver='auto'`` takes the judge-blocked solver (:data:`BLOCKED_MIN_JUDGES`)."""
+        return BLOCKED_MIN_JUDGES[self.profiles]
 
     def is_reference(self, judge: str) -> bool:
         return judge in self.reference

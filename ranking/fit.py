@@ -436,8 +436,7 @@ def fit_bias_aware(
     solution = solve_bias_aware(problem, config, shards)
     cov_core = laplace_covariance(solution)
     boot_theta, boot_core = _replicates_of(config, problem, solution, shards)
-    on = config.profile and config.diagnostics != "off"
-    profiles = profile_ranges(problem, solution, config, shards) if on else {}
+    profiles = profile_ranges(problem, solution, config, shards) if config.profiles != "off" else {}
     bias = bias_table(problem, solution, cov_core, profiles, boot_core)
     if data.ordinal_only:  # the pair effects are off by construction: the table lists what the board estimates
         bias = bias.filter(pl.col("effect") == "severity")

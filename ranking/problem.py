@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 from biasboard.ranking.arrowhead import CrossIndex
-from biasboard.ranking.config import BLOCKED_MIN_JUDGES, ModelConfig, Priors
+from biasboard.ranking.config import ModelConfig, Priors
 from biasboard.ranking.data import Dataset, PairArrays, ScoreArrays, clip_length, shard_indices
 from biasboard.ranking.model import (
     AFF,
@@ -290,7 +290,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     w_pair, w_ord = (2.0 * config.omega, 2.0 * (1.0 - config.omega)) if has_ord else (1.0, 0.0)
     if data.ordinal_only:  # ω weighs two parts against each other; with one part it is the plain likelihood
         has_ord, w_pair, w_ord = True, 0.0, 1.0
-    blocked = config.judge_solver == "blocked" or (config.judge_solver == "auto" and jn >= BLOCKED_MIN_JUDGES)
+    blocked = config.judge_solver == "blocked" or (config.judge_solver == "auto" and jn >= config.blocked_from)
     if blocked and has_ord:
         if config.judge_solver == "blocked":
             raise ValueError("judge_solver='blocked' takes pair cells only; this fit has ordinal scores")

@@ -214,11 +214,13 @@ def test_refresh_without_style_columns_has_no_style_view(tmp_path):
 
 
 def test_refresh_with_style_through_the_judge_blocked_solver(tmp_path, monkeypatch):
-    """Style counts with the judge-blocked solver (what arena logs with voter-judges take from 256 judges on):
+    """Style counts with the judge-blocked solver (what arena logs with voter-judges take from 16-96 judges on):
     the threshold lowered so two judges take it, refresh publishes the style rows and the style-kept board."""
-    from biasboard.ranking import arrowhead, problem
+    from biasboard.ranking import arrowhead
+    from biasboard.ranking import config as ranking_config
 
-    monkeypatch.setattr(problem, "BLOCKED_MIN_JUDGES", 1)
+    for mode in ranking_config.BLOCKED_MIN_JUDGES:
+        monkeypatch.setitem(ranking_config.BLOCKED_MIN_JUDGES, mode, 1)
     factorised = []
     covariance = arrowhead.ArrowFactor.covariance
     monkeypatch.setattr(arrowhead.ArrowFactor, "covariance", lambda self: factorised.append(self) or covariance(self))

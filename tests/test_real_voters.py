@@ -1,0 +1,109 @@
+"""Real voter-judges: LLMFAO's crowd votes with each of its 124 workers named as a judge (``import --voters``).
+
+The vendored ``crowd-comparisons.csv`` records who cast every vote (``worker``: 7 to 343 votes each, median 21),
+so it is a real test of what issue 11 built for arena logs that name the voter as the judge: every worker a
+judge shrunk to the workers' population, solved judge-blocked, and pooled back into one judge by
+``--judge-pool prefix:/``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from biasboard.importers.common import ImportOptions
+from biasboard.importers.registry import import_path
+from biasboard.pipelines import cli
+from biasboard.ranking import ModelConfig, fit_bias_aware
+from biasboard.ranking.data import build_dataset
+from biasboard.ranking.problem import bias_aware_problem
+from biasboard.ranking.rank_stats import kendall_tau_b
+from biasboard.schemas.families import FamilyMap
+from biasboard.transforms.cells import partial_cells
+
+from tests.conftest import real_data
+
+CROWD = ("llmfao", "crowd-comparisons.csv")
+FIT = ModelConfig(profile=False)
+
+
+def _cells(rows):
+    batch = partial_cells(rows, FamilyMap.with_user_rules())
+    assert batch.counts.conserved and batch.counts.counted == rows.num_rows
+    return batch.cells
+
+
+@pytest.fixture(scope="module")
+def crowd():
+    """(crowd as one judge, crowd per worker): the same votes imported both ways."""
+    path = real_data(*CROWD)
+    return import_path("llmfao", path).rows, import_path("llmfao", path, ImportOptions(voters=True)).rows
+
+
+def test_voters_name_each_worker_and_keep_everything_else(crowd):
+    pooled, voters = (pl.from_arrow(t) for t in crowd)
+    assert voters.height == pooled.height == 8931
+    assert voters.drop("judge").equals(pooled.drop("judge"))  # same ids, verdicts, lengths: only the judge differs
+    assert set(pooled["judge"]) == {"crowd"}
+    per_worker = voters["judge"].value_counts()
+    assert per_worker.height == 124 and per_worker["judge"].str.starts_with("crowd/").all()
+    assert (per_worker["count"].min(), per_worker["count"].max()) == (7, 343)
+    # GPT rows carry no worker: they keep their judge.
+    gpt = import_path("llmfao", real_data("llmfao", "gpt4-comparisons.csv"), ImportOptions(voters=True)).rows
+    assert set(gpt["judge"].to_pylist()) == {"gpt4"}
+
+
+def test_voters_is_refused_where_the_format_records_no_voter(tmp_path, capsys):
+    code = cli.main(
+        ["import", "--format", "alpacaeval", "--voters", "--in", str(tmp_path), "--out", str(tmp_path / "out")]
+    )
+    assert code != 0
+    assert "--voters: the alpacaeval format records no voter (formats that do: llmfao)" in capsys.readouterr().err
+
+
+def test_auto_solver_goes_blocked_where_it_is_faster_with_the_profiles_asked_for(crowd):
+    """``auto`` takes the blocked solver from 16 judges without profiles, 32 with ``fast``, 96 with ``full``
+    (bench/judge_solver.py measures where the CPU times cross): 40 workers are blocked unless full profiles."""
+    votes = pl.from_arrow(crowd[1])
+    busiest = votes["judge"].value_counts(sort=True)["judge"].head(40).to_list()
+    data = build_dataset(_cells(votes.filter(pl.col("judge").is_in(busiest)).to_arrow()))
+    assert len(data.judges) == 40
+    for config, blocked in [
+        (ModelConfig(profile=False), True),
+        (ModelConfig(diagnostics="off"), True),
+        (ModelConfig(diagnostics="fast"), True),
+        (ModelConfig(), False),
+        (ModelConfig(judge_solver="blocked"), True),
+        (ModelConfig(profile=False, judge_solver="dense"), False),
+    ]:
+        assert bias_aware_problem(data, config).spec.judge_blocks == blocked, config
+
+
+def test_real_voter_judges_fit_blocked_and_pool_back_to_the_crowd(crowd):
+    pooled_rows, voter_rows = crowd
+    voter_cells = _cells(voter_rows)
+    data = build_dataset(voter_cells)
+    assert len(data.judges) == 124
+    assert bias_aware_problem(data, FIT).spec.judge_blocks  # the default solver is the judge-blocked one here
+
+    crowd_fit = fit_bias_aware(_cells(pooled_rows), config=FIT)
+    # Pooled back by name prefix, the workers' cells add up to the crowd's: the same fit.
+    pool = ModelConfig(profile=False, judge_pool="prefix:/")
+    back = fit_bias_aware(build_dataset(voter_cells, judge_pool="prefix:/"), config=pool)
+    assert back.models == crowd_fit.models
+    assert np.max(np.abs(back.rating - crowd_fit.rating)) < 1e-9
+
+    fits = {s: fit_bias_aware(data, config=ModelConfig(profile=False, judge_solver=s)) for s in ("dense", "blocked")}
+    dense, blocked = fits["dense"], fits["blocked"]
+    assert dense.converged and blocked.converged
+    for name in ("rating", "ci_low", "ci_high"):
+        assert np.max(np.abs(getattr(dense, name) - getattr(blocked, name))) < 1e-8, name
+    est = [f.bias.sort("judge", "effect")["estimate"].to_numpy() for f in (dense, blocked)]
+    assert np.allclose(est[0], est[1], rtol=0, atol=1e-7, equal_nan=True)
+
+    # The workers differ (position and length SDs across workers well above 0), yet shrunk to their population
+    # they rank the models much as the crowd pooled does (measured: τ-b 0.908 over 59 models).
+    sds = blocked.bias.filter((pl.col("judge") == "*") & pl.col("effect").is_in(["position_sd", "length_sd"]))
+    assert sds.height == 2 and (sds["estimate"] > 0.1).all()
+    order = [crowd_fit.models.index(m) for m in blocked.models]
+    assert kendall_tau_b(blocked.rating, crowd_fit.rating[order]) > 0.85
