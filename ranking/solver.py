@@ -216,7 +216,7 @@ class Objective:
             known = None if terms is None else terms.pop(0)
             made = block_partials(eff, sl, self.spec, total, hessian, known)
             if keep:
-                out.append(made)
+                out.append(made.for_hessian())
         return total, out, None
 
     def data_partials(self, core: np.ndarray, diag: np.ndarray, hessian: bool = True) -> Partials:
@@ -269,13 +269,14 @@ class Objective:
 
         The solver asks for the Hessian where it factorises, which is mostly a point it has just evaluated
         without it (a trial point it accepted): the cells' Davidson terms of the last gradient-only
-        evaluation are kept (``_last``, ~100 bytes a cell), so the Hessian there costs only its own sums."""
+        evaluation are kept (``_last``, 48 bytes a cell: six arrays of the cells, :meth:`DavidsonTerms.for_hessian`),
+        so the Hessian there costs only its own sums."""
         last, self._last = self._last, None
         if derivatives and hessian and last is not None and np.array_equal(last[0], core):
             part, _, _ = self._blocked_partials(np.empty(0), True, last[2])
             return replace(last[1], H=self._assemble(part))
         del last  # not held while the new terms are made
-        # A gradient-only evaluation keeps its terms (see above), but for a streamed objective: ~100 bytes a cell.
+        # A gradient-only evaluation keeps its terms (see above), but for a streamed objective: 48 bytes a cell.
         keep = derivatives and not hessian and self.source is None
         part, terms, spilled = self._blocked_partials(self._effective(core), derivatives and hessian, keep=keep)
         pr = self.prior

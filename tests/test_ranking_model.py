@@ -230,3 +230,9 @@ def test_davidson_terms_equal_the_textbook_formula(scale):
             assert np.all(np.isfinite(got[name])), name
             np.testing.assert_allclose(got[name], value, rtol=1e-12, atol=0, err_msg=name)
         assert tm.acts == tuple(t == DISC or bool(np.any(row)) for t, row in zip(lay.eta_effects, tm.z, strict=True))
+    # Kept for the Hessian (for_hessian: no g_psi, the probabilities' difference made again): the same bits.
+    kept = davidson_terms(eff, pairs, spec, False).for_hessian()
+    assert kept.g_psi.size == 0 and kept.probs is not None and kept.probs[3] is None
+    kept.add_hessian(pairs.n, spec.w_pair)
+    for name in ("h_eta", "h_eta_psi", "h_psi"):
+        assert np.array_equal(getattr(kept, name), getattr(tm, name)), name
