@@ -768,9 +768,9 @@ class ArrowFactor:
     interface of :class:`~biasboard.ranking.solver.NewtonFactor` (no prompt block here).
 
     Only the effects R switched on for some judge are factorised as blocks (the inverses of A_j restricted
-    to R, from their Cholesky factors: ``Ainv`` (J, R, R) for the batched per-judge gathers, ``AinvT``
-    (R, R, J), judges fastest, for the solves' effect-major products); every other judge entry is a
-    diagonal (``diag``).  The
+    to R, from their Cholesky factors: ``AinvT`` (R, R, J), judges fastest, for the solves' effect-major
+    products, and its copy ``Ainv`` (J, R, R), made when asked, for the batched per-judge gathers); every
+    other judge entry is a diagonal (``diag``).  The
     couplings to θ are, per piece of the couplings, a sparse (J_p·R × M) matrix (``Xsp``, row j·R + r: judge
     j's effect r over the models it met: the solves' products) and the same rows per entry (``Xc``), kept
     when the couplings are held, else made again by every pass a piece at a time.  Σ_j X_jᵀA_j⁻¹X_j
@@ -780,7 +780,9 @@ class ArrowFactor:
 
     def __init__(self, hess: ArrowHessian, free: np.ndarray, mu: float):
         lay = self.lay = hess.lay
-        self.hess, self.free = hess, free
+        # Of the Hessian only its couplings and switches are kept (what _pieces reads): its blocks (20 MB at 50k
+        # voter-judges) are freed with the evaluation while this factorisation serves chord steps.
+        self.free, self._couplings, self._on = free, hess.couplings, hess.on
         self.all_free = bool(free.all())
         m, n_e = lay.n_models, lay.n_glob
         f_g, f_j = split(lay, free.astype(float))
@@ -814,7 +816,7 @@ class ArrowFactor:
         # for a judge are 1 × 1 blocks there.
         self.AinvT = _block_inverses(A, ~hess.on[:, R].T | (fR_t == 0))
         del A
-        self.Ainv = np.ascontiguousarray(self.AinvT.transpose(2, 0, 1))  # (J, R, R)
+        Ainv = self.Ainv  # (J, R, R): the Gram's gathers and Yg's products, then let go (see Ainv)
         self.every = every
         self._f_g, self._f_j = f_g, f_j
         # Columns fixed for every judge (the first phase's discrimination): zeroed by each use, else in a copy.
@@ -826,7 +828,7 @@ class ArrowFactor:
         self.Xg = np.ascontiguousarray(Xg)  # C-ordered: the solves use it as a (J·R × n_e) matrix, no copy
         S = hess.H * f_g[:, None] * f_g[None, :]
         S[np.diag_indices_from(S)] += np.where(f_g > 0, mu, 1.0)
-        self.Yg = np.matmul(self.Ainv, self.Xg).reshape(-1, n_e)  # rows of A_j⁻¹X_j, the globals' part
+        Yg = self._yg(Ainv)
         # Couplings held in memory: their masked rows and sparse matrix made once and kept; spilled ones are
         # made again a piece at a time by every pass (memory: one piece).
         self._held: list[tuple[Piece, np.ndarray, sp.csr_matrix]] | None = None
@@ -835,16 +837,18 @@ class ArrowFactor:
         k = R.size
         crosses: list[np.ndarray] = []  # each piece's Xᵀ(A⁻¹X)_g, made in the Gram's pass over the pieces
 
-        def with_cross() -> Iterator[tuple[Piece, np.ndarray]]:
+        def with_cross(yg: np.ndarray) -> Iterator[tuple[Piece, np.ndarray]]:
             for p, Xc, Xsp in self._pieces():
-                crosses.append(np.asarray(Xsp.T @ self.Yg[p.j0 * k : p.j1 * k]))
+                crosses.append(np.asarray(Xsp.T @ yg[p.j0 * k : p.j1 * k]))
                 yield p, Xc
 
-        S[:m, :m] -= _gram(with_cross(), R, self.Ainv, m, self._zero or ())
+        S[:m, :m] -= _gram(with_cross(Yg), R, Ainv, m, self._zero or ())
+        del Ainv
         cross_g = _summed(crosses)
         S[:m, m : m + n_e] -= cross_g
         S[m : m + n_e, :m] -= cross_g.T
-        S[m : m + n_e, m : m + n_e] -= self.Xg.reshape(-1, n_e).T @ self.Yg
+        S[m : m + n_e, m : m + n_e] -= self.Xg.reshape(-1, n_e).T @ Yg
+        del Yg
         self.S = S
         self.factor = sla.cho_factor(S, lower=True, check_finite=False)
         if not np.all(np.isfinite(self.factor[0])):
@@ -866,15 +870,15 @@ class ArrowFactor:
         if self._held is not None:
             yield from self._held
             return
-        m, R, hess = self.lay.n_models, self.R, self.hess
-        for p in hess.couplings.pieces():
+        m, R = self.lay.n_models, self.R
+        for p in self._couplings.pieces():
             Xc = p.X  # the coupled columns R are gathered straight into the sparse rows
             if self._zero is None:  # fixed parameters: no coupling (whole columns: zeroed by each use)
                 Xc = _without_fixed(Xc, self._f_j[p.j0 : p.j1], self._f_g[:m], p.cross)
             # Switched-off rows (a voter's affinity) left out: they carry no work.  (Rows of fixed parameters
             # stay, zero: both phases of a fit share one layout.)
             with _zeroed(Xc, R[self._zero or []].tolist()):
-                Xsp = p.cross.coupling(Xc, m, R, hess.on[p.j0 : p.j1, R])
+                Xsp = p.cross.coupling(Xc, m, R, self._on[p.j0 : p.j1, R])
             yield p, Xc, Xsp
 
     @property
@@ -890,6 +894,18 @@ class ArrowFactor:
             return ArrowFactor(hess, free, mu)
         except (np.linalg.LinAlgError, sla.LinAlgError, ValueError):
             return None
+
+    @property
+    def Ainv(self) -> np.ndarray:
+        """A_j⁻¹ judge-major (J, R, R), what the batched per-judge gathers take: a copy of ``AinvT``'s blocks
+        made on each call (2 ms at 50k judges), not held by the factorisation — 10 MB alive across the gradient
+        passes between two factorisations (the fit's peak memory) for the few uses outside its making."""
+        return np.ascontiguousarray(self.AinvT.transpose(2, 0, 1))
+
+    def _yg(self, Ainv: np.ndarray) -> np.ndarray:
+        """The rows of A_j⁻¹X_j's globals' part (J·R × n_e) from ``Ainv`` (:attr:`Ainv`): made where used (the
+        Schur complement, the covariance), not held between (6 MB at 50k judges, see :attr:`Ainv`)."""
+        return np.matmul(Ainv, self.Xg).reshape(-1, self.lay.n_glob)
 
     def _ainv(self, v: np.ndarray, judge_major: bool = False, out: np.ndarray | None = None) -> np.ndarray:
         """A_j⁻¹ v_j for every judge, v effect-major (R, J): rows of J against ``AinvT``'s (0.9 ms at 50k
@@ -978,9 +994,11 @@ class ArrowFactor:
         xs = [Xsp @ s_mg for _, _, Xsp in self._pieces()]
         xs_all = (xs[0] if len(xs) == 1 else np.concatenate(xs)).reshape(n_j, k, n_e)
         del xs
-        cov_c = np.matmul(self.Ainv, xs_all)
-        Yg = self.Yg.reshape(n_j, k, n_e)
-        yg_gg = (self.Yg @ sinv[m : m + n_e, m : m + n_e]).reshape(Yg.shape)  # one (J·R × n_e) product
+        Ainv = self.Ainv
+        cov_c = np.matmul(Ainv, xs_all)
+        yg = self._yg(Ainv)
+        Yg = yg.reshape(n_j, k, n_e)
+        yg_gg = (yg @ sinv[m : m + n_e, m : m + n_e]).reshape(Yg.shape)  # one (J·R × n_e) product
         cov_c += yg_gg
         # var_c: the diagonal of (A⁻¹X)S⁻¹(A⁻¹X)ᵀ's rows.  Its globals' part Yg·(yg_gg + 2·S⁻¹_gθ yᵀ) (S⁻¹ is
         # symmetric: the cross term is twice one product) = Yg·(2·cov_c − yg_gg), a column at a time (2·cov_c
@@ -1000,7 +1018,7 @@ class ArrowFactor:
         for p, Xc, _ in self._pieces():
             for batch in _judge_batches(p.cross, m):
                 judges = p.j0 + batch.judges
-                y = _entry_rows(Xc, batch.entries, cols, self._zero or ()) @ np.take(self.Ainv, judges, axis=0)
+                y = _entry_rows(Xc, batch.entries, cols, self._zero or ()) @ np.take(Ainv, judges, axis=0)
                 var_c[judges] += np.einsum("jnr,jnr->jr", np.take(s_mm, batch.key) @ y, y)
         var_j[:, cols] += var_c
         if len(self.U):
