@@ -769,7 +769,7 @@ class ArrowFactor:
 
     Only the effects R switched on for some judge are factorised as blocks (the inverses of A_j restricted
     to R, from their Cholesky factors: ``AinvT`` (R, R, J), judges fastest, for the solves' effect-major
-    products, and its copy ``Ainv`` (J, R, R), made when asked, for the batched per-judge gathers); every
+    products, and its copy ``Ainv`` (J, R, R) for the batched per-judge gathers, held only with ``hold``); every
     other judge entry is a diagonal (``diag``).  The
     couplings to θ are, per piece of the couplings, a sparse (J_p·R × M) matrix (``Xsp``, row j·R + r: judge
     j's effect r over the models it met: the solves' products) and the same rows per entry (``Xc``), kept
@@ -778,7 +778,7 @@ class ArrowFactor:
     equally many models (:func:`_judge_batches`) — O(R·Σ_j n_j²) for judges meeting n_j models.
     """
 
-    def __init__(self, hess: ArrowHessian, free: np.ndarray, mu: float):
+    def __init__(self, hess: ArrowHessian, free: np.ndarray, mu: float, hold: bool = False):
         lay = self.lay = hess.lay
         # Of the Hessian only its couplings and switches are kept (what _pieces reads): its blocks (20 MB at 50k
         # voter-judges) are freed with the evaluation while this factorisation serves chord steps.
@@ -816,7 +816,9 @@ class ArrowFactor:
         # for a judge are 1 × 1 blocks there.
         self.AinvT = _block_inverses(A, ~hess.on[:, R].T | (fR_t == 0))
         del A
-        Ainv = self.Ainv  # (J, R, R): the Gram's gathers and Yg's products, then let go (see Ainv)
+        self._Ainv: np.ndarray | None = None
+        self._Yg: np.ndarray | None = None
+        Ainv = self.Ainv  # (J, R, R): the Gram's gathers and Yg's products, then let go unless held (see Ainv)
         self.every = every
         self._f_g, self._f_j = f_g, f_j
         # Columns fixed for every judge (the first phase's discrimination): zeroed by each use, else in a copy.
@@ -843,12 +845,13 @@ class ArrowFactor:
                 yield p, Xc
 
         S[:m, :m] -= _gram(with_cross(Yg), R, Ainv, m, self._zero or ())
-        del Ainv
         cross_g = _summed(crosses)
         S[:m, m : m + n_e] -= cross_g
         S[m : m + n_e, :m] -= cross_g.T
         S[m : m + n_e, m : m + n_e] -= self.Xg.reshape(-1, n_e).T @ Yg
-        del Yg
+        if hold:
+            self._Ainv, self._Yg = Ainv, Yg
+        del Ainv, Yg
         self.S = S
         self.factor = sla.cho_factor(S, lower=True, check_finite=False)
         if not np.all(np.isfinite(self.factor[0])):
@@ -889,22 +892,28 @@ class ArrowFactor:
         return self._held[0][2]
 
     @staticmethod
-    def build(hess: ArrowHessian, free: np.ndarray, mu: float = 0.0) -> ArrowFactor | None:
+    def build(hess: ArrowHessian, free: np.ndarray, mu: float = 0.0, hold: bool = False) -> ArrowFactor | None:
         try:
-            return ArrowFactor(hess, free, mu)
+            return ArrowFactor(hess, free, mu, hold)
         except (np.linalg.LinAlgError, sla.LinAlgError, ValueError):
             return None
 
     @property
     def Ainv(self) -> np.ndarray:
-        """A_j⁻¹ judge-major (J, R, R), what the batched per-judge gathers take: a copy of ``AinvT``'s blocks
-        made on each call (2 ms at 50k judges), not held by the factorisation — 10 MB alive across the gradient
-        passes between two factorisations (the fit's peak memory) for the few uses outside its making."""
+        """A_j⁻¹ judge-major (J, R, R), what the batched per-judge gathers take: a copy of ``AinvT``'s blocks.
+
+        Held only by a factorisation made with ``hold`` (the one the covariance is taken from: the solver's
+        polishing step, :func:`~biasboard.ranking.solver.laplace_covariance`); a Newton step's lets it go once
+        made (with :meth:`_yg`'s rows: 16 MB at 50k voter-judges that stayed alive across the gradient passes
+        between two factorisations, the fit's peak memory) and makes it again if asked (2 ms)."""
+        if self._Ainv is not None:
+            return self._Ainv
         return np.ascontiguousarray(self.AinvT.transpose(2, 0, 1))
 
     def _yg(self, Ainv: np.ndarray) -> np.ndarray:
-        """The rows of A_j⁻¹X_j's globals' part (J·R × n_e) from ``Ainv`` (:attr:`Ainv`): made where used (the
-        Schur complement, the covariance), not held between (6 MB at 50k judges, see :attr:`Ainv`)."""
+        """The rows of A_j⁻¹X_j's globals' part (J·R × n_e) from ``Ainv`` (:attr:`Ainv`); held like it (4 ms)."""
+        if self._Yg is not None:
+            return self._Yg
         return np.matmul(Ainv, self.Xg).reshape(-1, self.lay.n_glob)
 
     def _ainv(self, v: np.ndarray, judge_major: bool = False, out: np.ndarray | None = None) -> np.ndarray:

@@ -345,10 +345,13 @@ class NewtonFactor:
         return s, t
 
 
-def newton_factor(ev: Evaluation, free: np.ndarray, mu: float = 0.0) -> NewtonFactor | ArrowFactor | None:
-    """The factorised (damped) Newton system of ``ev`` over ``free``, or None when not positive definite."""
+def newton_factor(
+    ev: Evaluation, free: np.ndarray, mu: float = 0.0, hold: bool = False
+) -> NewtonFactor | ArrowFactor | None:
+    """The factorised (damped) Newton system of ``ev`` over ``free``, or None when not positive definite;
+    ``hold``: a judge-blocked one keeps what its covariance reads (:attr:`ArrowFactor.Ainv`)."""
     if isinstance(ev.H, ArrowHessian):
-        return ArrowFactor.build(ev.H, free, mu)
+        return ArrowFactor.build(ev.H, free, mu, hold)
     B = ev.B[free]
     factor, d = _schur_factor(ev.H[np.ix_(free, free)], B, ev.H_diag, mu)
     return None if factor is None else NewtonFactor(factor, B, d)
@@ -449,7 +452,8 @@ def _minimize(
         if lazy and not _has_hessian(ev):
             ev = objective.evaluate(core, diag)  # the Hessian where the next factorisation happens
         mu_step = 0.0 if converged else mu
-        newton = newton_factor(ev, free, mu_step)
+        # Converged: the polishing step's factorisation, which the solution keeps for its covariance.
+        newton = newton_factor(ev, free, mu_step, hold=converged)
         if newton is None:  # S + μI not positive definite (the a_j terms make f non-convex far from the MAP)
             if converged or mu > 1e12 * diag_scale:
                 break
@@ -622,7 +626,7 @@ def laplace_covariance(solution: Solution) -> np.ndarray | BlockCovariance:
     ev, free = solution.evaluation, solution.free
     if isinstance(ev.H, ArrowHessian):
         with base_pages():  # (its per-judge blocks: fresh arrays of tens of MB at 50k voter-judges)
-            factor = solution.factor if solution.factor is not None else ArrowFactor.build(ev.H, free)
+            factor = solution.factor if solution.factor is not None else ArrowFactor.build(ev.H, free, hold=True)
             if factor is None:
                 raise np.linalg.LinAlgError("the Hessian at the optimum is not positive definite")
             return replace(factor.covariance(), factor=factor)  # the factor: joint covariances on demand
