@@ -214,7 +214,7 @@ def _profile_point(
 ) -> tuple[float, list[tuple[float, float]]]:
     """Effect t's profile log-likelihood at ĉ + side·Δ (:func:`_profile_grid`), and the point as (value,
     relative gradient) when its fit did not converge."""
-    objective = problem.objective(shards, prior=problem.profile_prior(t))
+    objective = problem.objective(shards, prior=problem.profile_prior(t, _informed(problem, solution, t)))
     centre, delta = _profile_grid(problem, solution, t)
     unconverged: list[tuple[float, float]] = []
     value = None if cold else _path_point(objective, problem, solution, t, side * delta)
@@ -228,7 +228,7 @@ def _profile_fast_effect(
 ) -> tuple[list[float], list[tuple[float, float]]]:
     """``fast``: effect t's Wald profile at ĉ − Δ, ĉ, ĉ + Δ (:func:`_profile_fast`); solved cold where its
     centre's Hessian is not positive definite (with the points that did not converge)."""
-    objective = problem.objective(shards, prior=problem.profile_prior(t))
+    objective = problem.objective(shards, prior=problem.profile_prior(t, _informed(problem, solution, t)))
     centre, delta = _profile_grid(problem, solution, t)
     values = tuple(centre + side * delta for side in SIDES)
     unconverged: list[tuple[float, float]] = []
@@ -535,13 +535,25 @@ def _solve_point(
             newton = None
 
 
+def _informed(problem: Problem, solution: Solution, t: int) -> np.ndarray:
+    """Per judge: the likelihood sees its own deviation of effect t (some battle of the judge has a nonzero
+    covariate), read off the MAP's Hessian: the deviation's curvature there is the likelihood's (Σ h·z² over
+    the judge's battles, exactly 0 when every z is) plus the prior precision."""
+    lay = problem.layout
+    H = solution.evaluation.H
+    if not isinstance(H, ArrowHessian) and not H.size:  # no Hessian kept: every deviation profiled, as before
+        return np.ones(lay.n_judges, bool)
+    curvature = H.A[:, t, t] if isinstance(H, ArrowHessian) else np.diag(H)[lay.block(t)]
+    return curvature - problem.prior.precision[lay.block(t)] > 0
+
+
 def _profile_start(problem: Problem, solution: Solution, t: int, value: float) -> np.ndarray:
-    """The MAP with effect t's common level set to ``value`` (its own deviations re-centred)."""
+    """The MAP with effect t's common level set to ``value`` (the deviations it profiles re-centred)."""
     lay, spec = problem.layout, problem.spec
     core = solution.core.copy()
     core[lay.glob(t)] = value
     devs = core[lay.block(t)]
-    own = spec.deviation_mask(t) > 0
+    own = (spec.deviation_mask(t) > 0) & _informed(problem, solution, t)
     if spec.tied is None or not spec.tied[t].any():  # deviations sum to zero (no reference level)
         core[lay.block(t)] = np.where(own, devs - devs[own].mean(), devs)
     return core

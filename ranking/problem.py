@@ -136,18 +136,24 @@ class Problem:
     def zeros(self) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(self.layout.n_core), np.zeros(self.layout.n_prompts)
 
-    def profile_prior(self, block: int) -> Prior:
+    def profile_prior(self, block: int, informed: np.ndarray | None = None) -> Prior:
         """The prior of a likelihood profile over the common level of effect ``block``.
 
         θ loses its prior (a location gauge instead) and the per-judge deviations of the profiled effect
         lose theirs but sum to zero (a stiff gauge), so the global coefficient is the judges' mean level
         and the deviations are free to absorb anything but that level — e.g. the a_j-proportional shifts
-        that keep a per-model-constant covariate exactly flat.
+        that keep a per-model-constant covariate exactly flat.  Only the deviations the likelihood sees
+        (``informed``, per judge; default every judge): a deviation it does not see (a voter whose every
+        battle has a zero covariate) keeps its prior, is left out of the gauge and stays at 0 — freed, it
+        would make the Hessian singular without changing the profile.
         """
         lay = self.layout
         precision = self.prior.precision.copy()
         precision[lay.theta] = 0.0
-        on = lay.block(block).start + np.flatnonzero(self.spec.deviation_mask(block))
+        profiled = self.spec.deviation_mask(block) > 0
+        if informed is not None:
+            profiled &= informed
+        on = lay.block(block).start + np.flatnonzero(profiled)
         precision[on] = 0.0
         theta = np.arange(lay.n_models)
         if self.spec.tied is not None and self.spec.tied[block].any():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from biasboard.ranking import ModelConfig, diagnostics
 from biasboard.ranking.data import build_dataset
@@ -178,3 +179,25 @@ def test_refresh_takes_diagnostics_and_judge_pool(tmp_path):
     bias = pl.read_parquet(tmp_path / "out" / "snapshots" / outcome.published.snapshot_id / "bias.parquet")
     judges = set(bias["judge"].to_list()) - {"*"}
     assert judges and not any("-sim" in judge for judge in judges)  # one judge per pool (family prefix)
+
+
+@pytest.mark.parametrize(("solver", "mode"), [("dense", "full"), ("dense", "fast"), ("blocked", "fast")])
+def test_a_judge_the_likelihood_cannot_see_leaves_the_profile_as_it_was(solver, mode):
+    """A judge whose every battle has a zero length covariate (both answers equally long: a sparse voter, say)
+    has a length deviation the likelihood does not see.  Freed in the profile it used to absorb the deviations'
+    sum-to-zero gauge, which left the common level unidentified: the length profile came out flat (0.0 nats, a
+    'prior-selected' verdict) — or, its Hessian singular, ``fast`` fell back to cold solves (50 s instead of 2 s
+    at 50k voter-judges).  It keeps its prior now: the profile is the four judges' (658 nats; 655 here)."""
+    four = _cells(np.random.default_rng(7), models=8, judges=4, cells=600)
+    silent = _cells(np.random.default_rng(8), models=8, judges=1, cells=40)
+    silent = silent.set_column(silent.schema.get_field_index("judge"), "judge", pa.array(["silent"] * 40))
+    silent = silent.set_column(silent.schema.get_field_index("sum_x"), "sum_x", pa.array(np.zeros(40)))
+    config = ModelConfig(judge_solver=solver, diagnostics=mode)
+    ranges = []
+    for cells in ([four], [four, silent]):
+        problem = bias_aware_problem(build_dataset(cells), config)
+        solution = solve_bias_aware(problem, config)
+        ranges.append(profile_ranges(problem, solution, config)["length"]["range_nats"])
+    without, with_silent = ranges
+    assert without > 600
+    assert abs(with_silent - without) < 0.01 * without, ranges
