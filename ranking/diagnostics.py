@@ -536,15 +536,24 @@ def _solve_point(
 
 
 def _informed(problem: Problem, solution: Solution, t: int) -> np.ndarray:
-    """Per judge: the likelihood sees its own deviation of effect t (some battle of the judge has a nonzero
-    covariate), read off the MAP's Hessian: the deviation's curvature there is the likelihood's (Σ h·z² over
-    the judge's battles, exactly 0 when every z is) plus the prior precision."""
+    """Per judge: its own battles pin its deviation of effect t more than its prior does — the likelihood's
+    curvature in the deviation at the MAP is at least the prior's precision — so a profile frees it.
+
+    Read off the MAP's Hessian, whose entry is the likelihood's curvature (Σ h·z² over the judge's battles)
+    plus the prior precision.  A deviation its battles do not pin keeps its prior in the profile (see
+    :meth:`~biasboard.ranking.problem.Problem.profile_prior`): freed, one the likelihood does not see at all
+    (every z = 0) made the Hessian singular and voided the deviations' gauge, and thousands of sparse
+    voters' freed deviations (Neyman–Scott) absorbed the common level — position and length read as
+    prior-selected at 50k voter-judges, where the pooled fit of the same battles profiles them at 10⁴–10⁵
+    nats — or ran away at ĉ ± Δ.  LLM judges (10³–10⁴ times their prior's precision there) are freed as
+    before; voters' battles give 0–0.5 times it."""
     lay = problem.layout
     H = solution.evaluation.H
     if not isinstance(H, ArrowHessian) and not H.size:  # no Hessian kept: every deviation profiled, as before
         return np.ones(lay.n_judges, bool)
     curvature = H.A[:, t, t] if isinstance(H, ArrowHessian) else np.diag(H)[lay.block(t)]
-    return curvature - problem.prior.precision[lay.block(t)] > 0
+    precision = problem.prior.precision[lay.block(t)]
+    return curvature - precision >= precision
 
 
 def _profile_start(problem: Problem, solution: Solution, t: int, value: float) -> np.ndarray:

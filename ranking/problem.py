@@ -142,10 +142,9 @@ class Problem:
         θ loses its prior (a location gauge instead) and the per-judge deviations of the profiled effect
         lose theirs but sum to zero (a stiff gauge), so the global coefficient is the judges' mean level
         and the deviations are free to absorb anything but that level — e.g. the a_j-proportional shifts
-        that keep a per-model-constant covariate exactly flat.  Only the deviations the likelihood sees
-        (``informed``, per judge; default every judge): a deviation it does not see (a voter whose every
-        battle has a zero covariate) keeps its prior, is left out of the gauge and stays at 0 — freed, it
-        would make the Hessian singular without changing the profile.
+        that keep a per-model-constant covariate exactly flat.  Only the deviations their judges' battles pin
+        (``informed``, per judge; default every judge: :func:`~biasboard.ranking.diagnostics._informed`): the
+        others (sparse voters) keep their prior and stay out of the gauge, shrunk as in the fit.
         """
         lay = self.layout
         precision = self.prior.precision.copy()

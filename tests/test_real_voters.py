@@ -107,3 +107,21 @@ def test_real_voter_judges_fit_blocked_and_pool_back_to_the_crowd(crowd):
     assert sds.height == 2 and (sds["estimate"] > 0.1).all()
     order = [crowd_fit.models.index(m) for m in blocked.models]
     assert kendall_tau_b(blocked.rating, crowd_fit.rating[order]) > 0.85
+
+
+def test_real_voter_judges_profile_what_the_pooled_crowd_identifies(crowd):
+    """The identifiability verdicts (full profile likelihoods) of the crowd per worker are the pooled crowd's.
+
+    A profile frees only the deviations their judges' battles pin (most workers' 7-70 votes do not: they keep
+    their prior, as in the fit).  Freeing all 124 let the workers' deviations absorb the common level: position
+    read 0.0 nats, 'prior-selected', where the pooled crowd profiles it at ~2,000 nats."""
+    pooled_rows, voter_rows = crowd
+    verdicts = []
+    for rows in (pooled_rows, voter_rows):
+        fit = fit_bias_aware(_cells(rows), config=ModelConfig(diagnostics="full"))
+        profiles = fit.diagnostics["profile_likelihood"]
+        assert set(profiles) == {"position", "length"}  # no judge meets its own family in LLMFAO
+        assert all("warning" not in info for info in profiles.values()), profiles
+        verdicts.append({name: info["note"].split(":")[0] for name, info in profiles.items()})
+        assert profiles["position"]["range_nats"] > 100 and profiles["length"]["range_nats"] > 50, profiles
+    assert verdicts[0] == verdicts[1] == {name: "identified by the comparisons" for name in ("position", "length")}
