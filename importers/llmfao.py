@@ -11,7 +11,7 @@ Judge: the file name's prefix (``crowd``, ``gpt4``, ``gpt3``: ``gpt4-crowd-
 comparisons.csv`` is GPT-4 on the crowd's subset), or ``--judge``.  With ``--voters`` each crowd row's
 judge is ``crowd/<worker>``: the 124 workers fit as voter-judges, shrunk to their population (and
 ``--judge-pool prefix:/`` gives the crowd back as one judge: the cells add up); rows without a worker
-(the GPT files) keep their judge.
+(the GPT files, or a blank ``worker`` value) keep their judge.
 ``battle_id`` = ``llmfao:<judge>:<id>`` (crowd rows add ``:<worker>``: one pair
 is voted on by several workers), so the GPT-4 rows repeated in
 ``gpt4-crowd-comparisons.csv`` carry the same ids as in ``gpt4-comparisons.csv``.
@@ -74,13 +74,15 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         names = {str(p): judge_from_file(str(p)) for p in paths}
         source_judge = pl.col(SOURCE_FILE).replace_strict(names, return_dtype=pl.String)
     judge = source_judge
+    # A blank worker is no worker: as a judge name it would make one pseudo-voter ``crowd/`` of every such row.
+    raw_worker = pl.col("worker").cast(pl.String)
+    worker = pl.when(raw_worker.str.strip_chars() == "").then(None).otherwise(raw_worker)
     if options.voters and "worker" in raw.columns:  # the battle ids stay the same either way
-        worker = pl.col("worker").cast(pl.String)
         judge = pl.when(worker.is_null()).then(judge).otherwise(pl.concat_str([judge, worker], separator="/"))
     winner = pl.col("winner").cast(pl.String)
     parts = [pl.lit("llmfao"), source_judge.fill_null(""), pl.col("id").cast(pl.String).fill_null("")]
     if "worker" in raw.columns:
-        parts.append(pl.col("worker").cast(pl.String))  # null for GPT rows imported alongside: no suffix
+        parts.append(worker)  # null for GPT rows imported alongside: no suffix
     mapped = raw.select(
         pl.concat_str(parts, separator=":", ignore_nulls=True).alias("battle_id"),
         fixed_day(options).alias("ts"),

@@ -125,3 +125,17 @@ def test_real_voter_judges_profile_what_the_pooled_crowd_identifies(crowd):
         verdicts.append({name: info["note"].split(":")[0] for name, info in profiles.items()})
         assert profiles["position"]["range_nats"] > 100 and profiles["length"]["range_nats"] > 50, profiles
     assert verdicts[0] == verdicts[1] == {name: "identified by the comparisons" for name in ("position", "length")}
+
+
+def test_a_blank_worker_keeps_the_rows_judge(tmp_path):
+    """A vote whose ``worker`` is blank names no voter: it keeps the file's judge (as a null worker does), not a
+    pseudo-voter ``crowd/`` holding every such vote; its battle id carries no worker suffix either."""
+    rows = pl.read_csv(real_data(*CROWD), infer_schema_length=0).unique("id", keep="first", maintain_order=True).head(4)
+    rows = rows.with_columns(pl.Series("worker", [rows["worker"][0], "", "  ", None], dtype=pl.String))
+    rows.write_csv(tmp_path / "crowd-comparisons.csv")
+    out = pl.from_arrow(import_path("llmfao", tmp_path, ImportOptions(voters=True)).rows).sort("battle_id")
+    judges = dict(zip(out["battle_id"], out["judge"], strict=True))
+    ids = rows["id"].to_list()
+    assert judges[f"llmfao:crowd:{ids[0]}:{rows['worker'][0]}"] == f"crowd/{rows['worker'][0]}"
+    for i in ids[1:]:
+        assert judges[f"llmfao:crowd:{i}"] == "crowd"
