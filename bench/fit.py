@@ -458,6 +458,10 @@ def voters_study(args) -> int:
         print(f"  {label}: converged={r['converged']} rel_grad={r['rel_grad']:.1e} iterations={r['iterations']}")
     if args.repeat > 1:
         print(f"(times: the fastest of {args.repeat} interleaved runs of each fit)")
+        # Each round's own ratio (its voter fit over the pooled fit run just before it): the spread within
+        # one sitting, beside the ratio of the fastest runs above.
+        rounds = [v["fit_s"] / p["fit_s"] for p, v in zip(runs["bias_aware"], runs["voters"], strict=True)]
+        print("voters / pooled wall time, round by round:", " ".join(f"{r:.2f}x" for r in rounds))
     print("targets (issue 11.1): voters time <= 2x pooled, peak RSS <= 2500 MB, |Δτ| <= 0.005")
     print("(CPU s: the fit process's own CPU time, next to wall time on a machine shared with other work)")
     return 0
