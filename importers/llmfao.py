@@ -101,6 +101,8 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.lit(None, dtype=pl.String).alias(REASON),
     )
     notes = [f"no time stamps in LLMFAO: every battle dated {options.default_date.isoformat()} 00:00 UTC"]
+    if options.voters and "worker" not in raw.columns:
+        notes.append("--voters: these files have no worker column: every vote keeps its file's judge")
     lengths, origin = _lengths(paths, unit)
     if lengths is None:
         mapped = mapped.with_columns(

@@ -49,8 +49,9 @@ def test_voters_name_each_worker_and_keep_everything_else(crowd):
     assert per_worker.height == 124 and per_worker["judge"].str.starts_with("crowd/").all()
     assert (per_worker["count"].min(), per_worker["count"].max()) == (7, 343)
     # GPT rows carry no worker: they keep their judge.
-    gpt = import_path("llmfao", real_data("llmfao", "gpt4-comparisons.csv"), ImportOptions(voters=True)).rows
-    assert set(gpt["judge"].to_pylist()) == {"gpt4"}
+    gpt = import_path("llmfao", real_data("llmfao", "gpt4-comparisons.csv"), ImportOptions(voters=True))
+    assert set(gpt.rows["judge"].to_pylist()) == {"gpt4"}
+    assert any(note.startswith("--voters: these files have no worker column") for note in gpt.notes)
 
 
 def test_voters_is_refused_where_the_format_records_no_voter(tmp_path, capsys):
