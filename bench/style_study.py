@@ -7,10 +7,19 @@ without (``ModelConfig(style=False)``: style kept) and the naive board.  Prints,
 run: the mean error and SD of each per-judge style effect against its truth, the share of 95% Laplace
 intervals covering the truth, and Kendall τ-b against the true θ of the three boards.
 
+With ``--reference`` the judges are three LLM judges and a human pool, the pool the reference
+(``--reference human-pool-1``), in two scenarios: the pool *shares* the LLM judges' style preferences (no
+judge has an excess) and the pool has *none* while the judges have strong ones.  Per scenario: how often the
+gate enables a style correction, the coverage of the excesses' and of the pool's own effects' 95% intervals,
+and Kendall τ-b of the published board and of the zero-reference (style control) board against what the
+pool concludes: θ_m + Σ_k (δ_rk / a_r)·s̄_mk (a_r on θ's scale, s̄ each model's mean style difference against
+its opponents, :func:`~biasboard.ranking.reference.typical_style`).
+
 Usage::
 
-    .venv/bin/python bench/style_study.py            # 20 seeds × 24k battles
-    .venv/bin/python bench/style_study.py --smoke    # 2 seeds × 8k battles (seconds)
+    .venv/bin/python bench/style_study.py              # 20 seeds × 24k battles
+    .venv/bin/python bench/style_study.py --smoke      # 2 seeds × 8k battles (seconds)
+    .venv/bin/python bench/style_study.py --reference  # style relative to a human pool, 20 seeds × 2 scenarios
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import numpy as np
 from biasboard.ranking import ModelConfig, build_dataset, fit_bias_aware, fit_naive
 from biasboard.ranking.config import STYLE_EFFECTS
 from biasboard.ranking.rank_stats import kendall_tau_b
+from biasboard.ranking.reference import Reference, fit_with_reference, typical_style
 from biasboard.schemas.families import FamilyMap
 from biasboard.simulate import SimulationConfig
 from biasboard.simulate.simulator import draw_parameters, simulate_days
@@ -57,13 +67,103 @@ def one_seed(config: SimulationConfig) -> tuple[np.ndarray, np.ndarray, tuple[fl
     return errors, covered, (tau(removed), tau(kept), tau(naive))
 
 
+#: The pool's and the LLM judges' style effects (header, list, bold) in each ``--reference`` scenario.
+SCENARIOS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
+    "shared": ((0.6, 0.4, 0.3), (0.6, 0.4, 0.3)),
+    "judges only": ((0.0, 0.0, 0.0), (0.8, 0.5, 0.5)),
+}
+
+
+def one_reference_seed(config: SimulationConfig, human: tuple, llm: tuple) -> tuple[list[dict], tuple[float, float]]:
+    """One dataset of three LLM judges and a human pool (the reference), style effects as given, no judge
+    deviating from its group: per style effect the gate's decision and the intervals' coverage, and the τ of
+    the board relative to the pool and of the zero-reference board against what the pool concludes.
+
+    A pool's own effect its verdicts cannot tell from zero is taken as zero (``applied`` 0): the judges' whole
+    effects are then their excesses, and the truth they are scored against is the judges' effect alone."""
+    params = draw_parameters(config)
+    effects = np.where(params.judge_human[:, None], np.asarray(human), np.asarray(llm))
+    params = dataclasses.replace(params, style_effect=effects)
+    family_map = FamilyMap.with_user_rules()
+    cells = merge_cells([partial_cells(b, family_map).cells for _, b, _ in simulate_days(config, params)])
+    (pool,) = params.judge_names[params.judge_human].tolist()
+    r = params.judge_names.tolist().index(pool)
+    fit = fit_with_reference(cells, reference=Reference("judges", (pool,)), config=ModelConfig(profile=False))
+    zero = fit_with_reference(cells, reference=Reference(), config=ModelConfig(profile=False))
+    data = build_dataset(cells)
+    # What the pool concludes, on θ's scale: a_r relative to the judges' geometric mean (the fit centres log a).
+    a_r = params.disc[r] / np.exp(np.mean(np.log(params.disc)))
+    index = {m: i for i, m in enumerate(params.model_names.tolist())}
+    target = params.theta[[index[m] for m in data.models]] + typical_style(data) @ (np.asarray(human) / a_r)
+    by_model = dict(zip(data.models, target, strict=True))
+
+    def tau(board) -> float:
+        return kendall_tau_b(np.array([by_model[m] for m in board.models]), board.rating)
+
+    records = []
+    for k, effect in enumerate(STYLE_EFFECTS):
+        own = fit.own_effects[effect]
+        kept = own.get("applied") is None
+        rows = fit.gate.decisions.filter(fit.gate.decisions["effect"] == effect)
+        truth = llm[k] - (human[k] if kept else 0.0)
+        lo, hi = (rows["excess"] - 1.96 * rows["se"]).to_numpy(), (rows["excess"] + 1.96 * rows["se"]).to_numpy()
+        records.append(
+            {
+                "null": truth == 0.0,
+                "enabled": bool(rows["enabled"].any()),
+                "excess_covered": float(np.mean((lo <= truth) & (truth <= hi))),
+                "own_covered": own["ci_low"] <= human[k] <= own["ci_high"],
+                "own_kept": kept,
+            }
+        )
+    return records, (tau(fit.corrected), tau(zero.corrected))
+
+
+def reference_study(seeds: int, battles: int) -> None:
+    config = SimulationConfig(
+        battles=battles, models=16, judges=4, human_judges=1, days=1, style=True, sd_style=0.0, beta0=0.0, sd_beta=0.0
+    )
+    print(f"{seeds} seeds x {battles} battles, {config.models} models, 3 LLM judges + 1 human pool (the reference)")
+    print(
+        f"{'scenario: pool / LLM judges (header, list, bold)':48} {'enabled':>8} {'if zero':>8} {'excess cov':>10} "
+        f"{'own cov':>8} {'own kept':>8} {'τ ref':>6} {'τ zero':>6}"
+    )
+    for name, (human, llm) in SCENARIOS.items():
+        runs = [one_reference_seed(dataclasses.replace(config, seed=s), human, llm) for s in range(seeds)]
+        records = [rec for recs, _ in runs for rec in recs]
+        taus = np.array([t for _, t in runs])
+        real = [rec["enabled"] for rec in records if not rec["null"]]
+        null = [rec["enabled"] for rec in records if rec["null"]]
+
+        def share(values: list) -> str:
+            return f"{np.mean(values):.2f}" if values else "—"
+
+        print(
+            f"{name + ': ' + str(human) + ' / ' + str(llm):48} {share(real):>8} {share(null):>8} "
+            f"{np.mean([r['excess_covered'] for r in records]):10.3f} {share([r['own_covered'] for r in records]):>8} "
+            f"{share([r['own_kept'] for r in records]):>8} {taus[:, 0].mean():6.3f} {taus[:, 1].mean():6.3f}"
+        )
+    print(
+        "enabled: share of (seed, style effect) groups the gate corrected where the LLM judges' excess is real; "
+        "if zero: where it is zero (false enables; the gate's family-wise level is 0.05 over its six effects); "
+        "cov: 95% interval coverage of the excesses and of the pool's own effects; own kept: share of the pool's "
+        "own effects told from zero (kept in the rating, else taken as zero and the judges' whole effect is "
+        "the excess); τ: Kendall τ-b against what the pool concludes, for the board relative to the pool and "
+        "the zero-reference (style control) board"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="2 seeds × 8k battles")
+    parser.add_argument("--reference", action="store_true", help="style relative to a human pool (two scenarios)")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--battles", type=int, default=BASE.battles)
     args = parser.parse_args()
     seeds, battles = (2, 8_000) if args.smoke else (args.seeds, args.battles)
+    if args.reference:
+        reference_study(seeds, battles)
+        return
     results = [one_seed(dataclasses.replace(BASE, seed=s, battles=battles)) for s in range(seeds)]
     errors = np.stack([r[0] for r in results])
     covered = np.stack([r[1] for r in results])

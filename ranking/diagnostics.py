@@ -23,7 +23,7 @@ import numpy as np
 from biasboard.ranking import forked
 from biasboard.ranking.arrowhead import ArrowFactor, ArrowHessian
 from biasboard.ranking.config import ModelConfig
-from biasboard.ranking.data import Dataset
+from biasboard.ranking.data import Dataset, PairArrays
 from biasboard.ranking.graph import component_names, model_components
 from biasboard.ranking.model import AFF, LEN, POS
 from biasboard.ranking.problem import Problem, prior_sd_of_effect
@@ -80,16 +80,23 @@ def mean_log_length(data: Dataset) -> np.ndarray:
 def mean_length_covariate(data: Dataset) -> np.ndarray:
     """Each model's mean length covariate against its opponents (+x shown first, −x second; NaN where unknown).
 
-    Uses the data's covariate as stored — clipped when the data come from a clipped problem — and skips
-    self-battles (they say nothing about a model's length relative to others).
+    Uses the data's covariate as stored — clipped when the data come from a clipped problem.
     """
-    pairs, m = data.pairs, len(data.models)
+    pairs = data.pairs
+    return signed_model_means(pairs, pairs.x, pairs.n_len, len(data.models))
+
+
+def signed_model_means(pairs: PairArrays, value: np.ndarray, weight: np.ndarray, n_models: int) -> np.ndarray:
+    """Each model's mean of a pair covariate against its opponents: a cell's mean ``value`` (oriented first
+    model minus second) counts +value for its first model and −value for its second, weighted by ``weight``
+    (the cell's battles with the covariate known); NaN where a model has none.  Self-battles are skipped (they
+    say nothing about a model relative to others)."""
     a, b = pairs.a, pairs.b
-    w = np.where(a != b, pairs.n_len, 0.0)  # zero weights, not copies of the other cells' models
-    wx = w * pairs.x
-    total = np.bincount(a, weights=wx, minlength=m) - np.bincount(b, weights=wx, minlength=m)
-    count = np.bincount(a, weights=w, minlength=m) + np.bincount(b, weights=w, minlength=m)
-    return np.divide(total, count, out=np.full(m, np.nan), where=count > 0)
+    w = np.where(a != b, weight, 0.0)  # zero weights, not copies of the other cells' models
+    wx = w * value
+    total = np.bincount(a, weights=wx, minlength=n_models) - np.bincount(b, weights=wx, minlength=n_models)
+    count = np.bincount(a, weights=w, minlength=n_models) + np.bincount(b, weights=w, minlength=n_models)
+    return np.divide(total, count, out=np.full(n_models, np.nan), where=count > 0)
 
 
 def _corr(x: np.ndarray, y: np.ndarray) -> float:

@@ -1,10 +1,11 @@
 """The trusted-anchor gate (Xu et al. 2026): correct a judge's effect only where the reference's verdicts support it.
 
 With a reference r in the fit (trusted anchors, or named judges such as human pools; see
-:mod:`biasboard.ranking.reference`), every judge j has, per effect e (position, length, affinity), an
-*excess* d_je = e_j − e_r over the reference: its bias.  The excess is identified by the data — j and r
-judge the same models, so quality cancels in the contrast — but its uncertainty is the reference's: with
-K anchors, SE(d) shrinks like 1/√K.  The gate asks, per effect, whether the excesses are zero:
+:mod:`biasboard.ranking.reference`), every judge j has, per effect e (position, length, affinity, and
+header, list and bold when the cells carry style counts), an *excess* d_je = e_j − e_r over the reference:
+its bias.  The excess is identified by the data — j and r judge the same models, so quality cancels in the
+contrast — but its uncertainty is the reference's: with K anchors, SE(d) shrinks like 1/√K.  The gate
+asks, per effect, whether the excesses are zero:
 
 * **the test** — a Wald test of H0 "d_je = 0 for every judge j" on the Laplace posterior of the fit with
   every correction on: W = d̂ᵀ C⁺ d̂ ~ χ²(rank C), C the posterior covariance of the excesses.  The
@@ -41,13 +42,13 @@ import polars as pl
 import scipy.sparse as sp
 from biasboard.ranking.arrowhead import BlockCovariance, RowCovariance
 from biasboard.ranking.arrowhead import row_covariance as blocked_rows
-from biasboard.ranking.model import AFF, LEN, POS
+from biasboard.ranking.model import AFF, LEN, POS, STYLE_BLOCKS, Layout, block_name
 from biasboard.ranking.problem import Problem
 from biasboard.ranking.result import FitResult
 
 #: Below this many reference verdicts the gate never enables anything (Xu et al. 2026).
 MIN_ANCHORS_FLOOR = 10
-#: The effects the gate decides, with their judge blocks.
+#: The effects the gate decides in every model, with their judge blocks (:func:`gated_effects` adds style).
 GATED: dict[str, int] = {"position": POS, "length": LEN, "affinity": AFF}
 #: Judges listed per effect in the summary's gate (and per effect among the prior-selected corrections): an
 #: effect of 25,000 voter-judges is decided by one group test, and its evidence per voter is in the bias table.
@@ -125,19 +126,26 @@ class GateResult:
         return pl.concat(parts) if parts else self.decisions
 
 
+def gated_effects(layout: Layout) -> dict[str, int]:
+    """The effects measured against the reference and gated, with their judge blocks: :data:`GATED`, and the
+    style effects (header, list, bold) when the model has them (the cells carry style counts)."""
+    return {**GATED, **{block_name(t): t for t in STYLE_BLOCKS[: layout.n_style]}}
+
+
 def excess_vectors(problem: Problem, t: int, reference: frozenset[str]) -> tuple[np.ndarray, sp.csr_matrix, float]:
     """(judge indices, rows v with excess_j = v_j · raw core, unit) of effect block ``t``.
 
     The excess is the judge's own deviation when the reference has the effect (the global coefficient is
     the reference's), else the judge's whole effect (the reference is zero).  ``unit`` converts to the
-    reported scale (per unit of raw log length ratio for length).  Reference judges and judges without
-    the effect are left out.  The rows are sparse (one or two entries each): O(J), not J × n_core.
+    reported scale (per unit of raw log length ratio for length, of the raw normalised difference for style).
+    Reference judges and judges without the effect are left out.  The rows are sparse (one or two entries
+    each): O(J), not J × n_core.
     """
     lay, spec = problem.layout, problem.spec
     ref = reference_mask(problem, reference)
     tied = spec.tied[t] > 0 if spec.tied is not None else np.zeros(lay.n_judges, bool)
     judges = np.flatnonzero((spec.masks[t] > 0) & ~ref & ~tied)
-    unit = 1.0 / spec.x_scale if t == LEN else 1.0
+    unit = spec.unit(t)
     n = judges.size
     cols = [lay.block(t).start + judges]
     if not (spec.tied is not None and spec.tied[t].any()):
@@ -231,7 +239,7 @@ def run_gate(
         raise ValueError(f"gate level must be in (0, 1), got {level}")
     core, cov = fit.state.core, fit.state.cov_core
     groups = []
-    for effect, t in GATED.items():
+    for effect, t in gated_effects(problem.layout).items():
         judges, rows, _ = excess_vectors(problem, t, reference)
         if judges.size == 0:
             continue

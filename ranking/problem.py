@@ -279,15 +279,17 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         (AFF, has_aff, "no battle involves a model of the judge's own family"),
         (SEV, has_scores, "no ordinal scores from this judge"),
     ]
+    has_data = {POS: np.ones(jn, bool), LEN: has_len, AFF: has_aff}
     if with_style:
         has_style = data.judge_sums("n_style") > 0
         checks += [(t, has_style, "no battles with style counts") for t in STYLE_BLOCKS]
+        has_data.update(dict.fromkeys(STYLE_BLOCKS, has_style))
     for t, has, why in checks:
         masks[t, ~has] = 0.0
         notes.set_default(t, ~has, why)
     if has_scores.sum() == 1:  # severities are reported from their mean over the graders (bias_table)
         notes.set_default(SEV, has_scores, ONE_GRADER_NOTE)
-    tied = _tie_to_reference(data, config, masks, notes, has_len, has_aff)
+    tied = _tie_to_reference(data, config, masks, notes, has_data)
     has_ord = scores is not None and config.omega < 1.0
     if masks[DISC].sum() < 2 and not has_ord:
         notes.set_default(DISC, masks[DISC] > 0, "fixed at 1: the scale of a single judge is the scale of θ")
@@ -326,7 +328,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         precision[lay.glob(t)] = 1.0 / pr.style_sd**2
         precision[lay.block(t)] = 1.0 / pr.style_dev_sd**2
     if tied is not None:  # deviations measured from the reference: its excess prior (Priors.excess_sd)
-        for t in (POS, LEN, AFF):
+        for t in has_data:
             if tied[t].any():
                 precision[lay.block(t)] = 1.0 / pr.excess_sd**2
     precision[lay.block(DISC)] = 1.0 / pr.discrimination_sd**2
@@ -346,25 +348,25 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
 
 
 def _tie_to_reference(
-    data: Dataset, config: ModelConfig, masks: np.ndarray, notes: JudgeNotes, has_len: np.ndarray, has_aff: np.ndarray
+    data: Dataset, config: ModelConfig, masks: np.ndarray, notes: JudgeNotes, has_data: dict[int, np.ndarray]
 ) -> np.ndarray | None:
     """The ``Spec.tied`` array of ``config.reference`` (None without a reference); updates masks and notes.
 
-    For each of position, length and affinity on which some reference judge has data, the global
-    coefficient becomes the reference's effect: reference judges are tied to it, and a judge whose
-    correction is switched off is tied to it too (its effect equals the reference's: no excess) instead
-    of being fixed at zero.  An effect the reference has no data for keeps the zero reference.
+    For each effect with a global coefficient (position, length, affinity, and the style effects when the
+    model has them: ``has_data``, which judges have data for each) on which some reference judge has data,
+    the global coefficient becomes the reference's effect: reference judges are tied to it, and a judge
+    whose correction is switched off is tied to it too (its effect equals the reference's: no excess)
+    instead of being fixed at zero.  An effect the reference has no data for keeps the zero reference.
     """
     if not config.reference:
         return None
     ref = np.array([judge in config.reference for judge in data.judges])
     tied = np.zeros_like(masks)
-    has_data = {POS: np.ones(len(data.judges), bool), LEN: has_len, AFF: has_aff}
-    for t in (POS, LEN, AFF):
+    for t, has in has_data.items():
         if not masks[t, ref].any():
             continue
         tied[t, ref] = 1.0
-        for j in np.flatnonzero(~ref & has_data[t] & (masks[t] == 0)).tolist():
+        for j in np.flatnonzero(~ref & has & (masks[t] == 0)).tolist():
             if notes.get((t, j)) == "disabled by configuration":
                 masks[t, j] = 1.0
                 tied[t, j] = 1.0

@@ -14,10 +14,12 @@ With a reference r the model's global position, length and affinity coefficients
 estimated from r's verdicts (``ModelConfig.reference``); every other judge's deviation is its bias, the
 excess over r.  The corrected rating is what r would conclude on each model's typical answers::
 
-    φ_m = θ_m + (β_r / a_r) · x̄_m,   x̄_m = clip(μ_m − mean_k μ_k, −c, c)
+    φ_m = θ_m + (β_r / a_r) · x̄_m + Σ_k (δ_rk / a_r) · s̄_mk,   x̄_m = clip(μ_m − mean_k μ_k, −c, c)
 
 with μ_m model m's mean log length, c the length clip, β_r r's length effect per unit of log length ratio
-and a_r r's discrimination (so r's preference is expressed on θ's scale); position is averaged out and
+and a_r r's discrimination (so r's preference is expressed on θ's scale); with style counts in the cells,
+δ_rk is r's effect of style feature k (header, list, bold) per unit of normalised difference and s̄_mk model
+m's mean difference against the opponents it met (:func:`typical_style`).  Position is averaged out and
 r's affinity (a rater's preference for its own family) is reported, not added.  φ is identified even
 where θ and β_r are not (length constant within each model, Xu et al. 2026): r's verdicts measure θ_m + β_r·μ_m
 directly, whatever split the prior picks.  Its covariance is the delta-method map of the Laplace
@@ -25,8 +27,8 @@ posterior.
 
 Which excesses are corrected is decided by the trusted-anchor gate (:mod:`biasboard.ranking.gate`); an
 excess the gate does not support is *tied* to the reference (the judge is taken to do what r does).  The
-reference's own length effect is tested too, at the same level (:func:`reference_length_supported`): it
-enters every rating, and when the reference's verdicts cannot tell it from zero it is taken as zero.  An
+reference's own length and style effects are tested too, at the same level (:func:`reference_effect_supported`):
+they enter every rating, and one the reference's verdicts cannot tell from zero is taken as zero.  An
 effect the identifiability check reports as prior-selected is not applied to the published board unless
 ``apply_unidentified``: with a reference, a judge whose excess the data barely move from its prior; with
 ``none``, an effect whose profile likelihood is flat.  The summary lists each with what applying it would
@@ -53,7 +55,7 @@ from biasboard.ranking.arrowhead import BlockCovariance, centring
 from biasboard.ranking.bias_table import VARIANCE_SHRINK
 from biasboard.ranking.config import ModelConfig, NaiveConfig
 from biasboard.ranking.data import CellsInput, Dataset, build_dataset
-from biasboard.ranking.diagnostics import compare_rankings, mean_log_length
+from biasboard.ranking.diagnostics import compare_rankings, mean_log_length, signed_model_means
 from biasboard.ranking.fit import centred_draws, fit_bias_aware, fit_naive
 from biasboard.ranking.gate import (
     DEFAULT_LEVEL,
@@ -61,11 +63,12 @@ from biasboard.ranking.gate import (
     LISTED_JUDGES,
     GateResult,
     excess_vectors,
+    gated_effects,
     reference_mask,
     row_covariance,
     run_gate,
 )
-from biasboard.ranking.model import DISC, LEN, POS
+from biasboard.ranking.model import DISC, LEN, POS, STYLE_BLOCKS, Layout
 from biasboard.ranking.problem import Problem, bias_aware_problem, prior_sd_of_effect
 from biasboard.ranking.rank_stats import ranks_desc
 from biasboard.ranking.result import Z95, FitResult
@@ -202,7 +205,8 @@ class ReferenceFit:
             "description": self.reference.describe(self.n_raters),
             "corrected_rating": "theta"
             if self.reference.kind == "none"
-            else "theta_m + (beta_r / a_r) * clip(mean log length_m - pool mean, -clip, clip): what the reference "
+            else "theta_m + (beta_r / a_r) * clip(mean log length_m - pool mean, -clip, clip) [+ sum_k (delta_rk / "
+            "a_r) * mean style difference_mk against its opponents, with style counts]: what the reference "
             "concludes on each model's typical answers, position averaged out",
             "verdicts": self.k,
             "own_effects": self.own_effects,
@@ -225,6 +229,26 @@ def typical_length(data: Dataset, clip: float | None) -> np.ndarray:
         return np.zeros(len(data.models))
     x = np.where(known, mu - mu[known].mean(), 0.0)
     return x if clip is None else np.clip(x, -clip, clip)
+
+
+def typical_style(data: Dataset) -> np.ndarray:
+    """s̄ (M × 3): each model's mean normalised style difference (header, list, bold) against the opponents it
+    met, signed toward the model (0 where unknown, and without style counts).
+
+    The cells keep each battle's difference d = (c_a − c_b)/(c_a + c_b), not the counts, so a model's typical
+    style is read against its opponents (an arena draws them across the pool), where length's is against the
+    pool's mean log length (:func:`typical_length`).  d is bounded by construction: no clip."""
+    pairs, m = data.pairs, len(data.models)
+    if pairs.style is None or pairs.n_style is None:
+        return np.zeros((m, len(STYLE_BLOCKS)))
+    means = [signed_model_means(pairs, pairs.style[:, k], pairs.n_style, m) for k in range(len(STYLE_BLOCKS))]
+    return np.nan_to_num(np.column_stack(means), nan=0.0)
+
+
+def rated_effects(layout: Layout) -> dict[str, int]:
+    """The reference's own effects that enter its rating φ, with their blocks: length, and the style effects when
+    the model has them (position is averaged out, affinity reported only)."""
+    return {effect: t for effect, t in gated_effects(layout).items() if t == LEN or t in STYLE_BLOCKS}
 
 
 def discrimination_row(problem: Problem, reference: frozenset[str]) -> np.ndarray:
@@ -282,22 +306,31 @@ def reference_map(
 ) -> tuple[np.ndarray, RatingMap | None]:
     """(φ, its linear map): the reference rating of every model and its Jacobian with respect to the raw core.
 
-    Linear in θ and β_r, divided by a_r = exp(mean L_r) (the reference's discrimination).  The map is None
-    when the reference has no length term of its own (no reference, or no lengths in its verdicts): φ = θ.
+    Linear in θ and in the reference's length (and style) coefficients, divided by a_r = exp(mean L_r) (the
+    reference's discrimination).  The map is None when the reference has none of those effects of its own (no
+    reference, or no lengths and no style counts in its verdicts): φ = θ.
     """
     lay, spec = problem.layout, problem.spec
     m = lay.n_models
     theta = core[lay.theta]
-    if spec.tied is None or not spec.tied[LEN].any() or not reference_mask(problem, reference).any():
+    if spec.tied is None or not reference_mask(problem, reference).any():
         return theta.copy(), None
-    xbar = typical_length(problem.data, clip)
-    v_beta = np.zeros(lay.n_core)
-    v_beta[lay.glob(LEN)] = 1.0 / spec.x_scale
+    blocks = [t for t in rated_effects(lay).values() if spec.tied[t].any()]
+    if not blocks:
+        return theta.copy(), None
+    style = typical_style(problem.data)
+    typical = [typical_length(problem.data, clip) if t == LEN else style[:, STYLE_BLOCKS.index(t)] for t in blocks]
+    rows = np.zeros((len(blocks), lay.n_core))  # each coefficient per raw covariate unit
+    for i, t in enumerate(blocks):
+        rows[i, lay.glob(t)] = spec.unit(t)
     v_disc = discrimination_row(problem, reference)
-    beta, a = float(v_beta @ core), float(np.exp(v_disc @ core))
-    phi = theta + beta / a * xbar
-    basis = sp.vstack([sp.eye(m, lay.n_core, format="csr"), sp.csr_matrix(v_beta), sp.csr_matrix(v_disc)]).tocsr()
-    coef = np.hstack([np.eye(m), (xbar / a)[:, None], -(xbar * beta / a)[:, None]])
+    coefs, a = rows @ core, float(np.exp(v_disc @ core))
+    phi, weighted = theta.copy(), np.zeros(m)
+    for z, c in zip(typical, coefs.tolist(), strict=True):
+        phi += c / a * z
+        weighted += z * c
+    basis = sp.vstack([sp.eye(m, lay.n_core, format="csr"), sp.csr_matrix(rows), sp.csr_matrix(v_disc)]).tocsr()
+    coef = np.column_stack([np.eye(m), *(z / a for z in typical), -(weighted / a)])
     return phi, RatingMap(coef, basis)
 
 
@@ -337,12 +370,13 @@ def with_rating(
 
 
 def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> dict[str, dict[str, Any]]:
-    """The reference's own position, length, affinity (and discrimination) with 95% CIs."""
+    """The reference's own position, length, affinity, style (with style counts) and discrimination, 95% CIs."""
     lay, spec = problem.layout, problem.spec
     core, cov = fit.state.core, fit.state.cov_core
     out: dict[str, dict[str, Any]] = {}
     rows: dict[str, np.ndarray] = {}
-    for effect, t in GATED.items():
+    gated = gated_effects(lay)
+    for effect, t in gated.items():
         if spec.tied is None or not spec.tied[t].any():
             out[effect] = {
                 "estimate": 0.0,
@@ -352,7 +386,7 @@ def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> 
             }
             continue
         rows[effect] = np.zeros(lay.n_core)
-        rows[effect][lay.glob(t)] = 1.0 / spec.x_scale if t == LEN else 1.0
+        rows[effect][lay.glob(t)] = spec.unit(t)
     if reference_mask(problem, reference).any():
         rows["discrimination"] = discrimination_row(problem, reference)
     if not rows:
@@ -374,16 +408,18 @@ def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> 
                 "ci_high": est + Z95 * float(sd),
                 "source": "estimated from the reference's verdicts",
             }
-    return {effect: out[effect] for effect in (*GATED, "discrimination") if effect in out}
+    return {effect: out[effect] for effect in (*gated, "discrimination") if effect in out}
 
 
-def reference_length_supported(own: dict[str, Any], level: float) -> bool:
-    """Whether the reference's own length effect differs from zero at ``level`` (two-sided Wald).
+def reference_effect_supported(own: dict[str, Any], level: float) -> bool:
+    """Whether one of the reference's own effects (:func:`own_effects`) differs from zero at ``level`` (two-sided
+    Wald).
 
     The reference's effects are gated like the judges': its length effect enters every rating (β_r·x̄_m),
     and with tens or hundreds of anchors it is known only to ±0.3 or so (measured in
     ``bench/reference_study.py``), enough to reorder a board whose reference in truth has no length
-    preference.  Position never enters the rating and affinity is not added, so only length is tested.
+    preference; so do its style effects.  Position never enters the rating and affinity is not added, so
+    only the :func:`rated_effects` are tested.
     """
     from scipy.special import ndtr  # the normal tail without importing scipy.stats (rank_stats says why)
 
@@ -396,11 +432,12 @@ def reference_length_supported(own: dict[str, Any], level: float) -> bool:
 
 
 def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -> pl.DataFrame:
-    """The bias table with each judge's position/length/affinity given as its excess over the reference."""
+    """The bias table with each judge's position/length/affinity (and style) effect given as its excess over the
+    reference."""
     table = fit.bias
     core, cov = fit.state.core, fit.state.cov_core
     updates = []
-    for effect, t in GATED.items():
+    for effect, t in gated_effects(problem.layout).items():
         if problem.spec.tied is None or not problem.spec.tied[t].any():
             continue
         judges, rows, _ = excess_vectors(problem, t, reference)
@@ -530,7 +567,8 @@ def unidentified_effects(
                 out.add(("*", effect))
         return out
     cov = fit.state.cov_core
-    for effect, t in GATED.items():
+    gated = gated_effects(problem.layout)
+    for effect, t in gated.items():
         if problem.spec.tied is None or not problem.spec.tied[t].any():
             continue  # zero reference for this effect: judged as without a reference
         judges, rows, unit = excess_vectors(problem, t, reference)
@@ -541,7 +579,7 @@ def unidentified_effects(
             if v >= VARIANCE_SHRINK * sd_dev**2 and pair not in already_off:
                 out.add(pair)
     info = fit.diagnostics.get("profile_likelihood", {})
-    for effect, t in GATED.items():
+    for effect, t in gated.items():
         if (problem.spec.tied is None or not problem.spec.tied[t].any()) and info.get(effect, {}).get("warning"):
             out.add(("*", effect))
     return out
@@ -654,13 +692,16 @@ def fit_with_reference(
         return replace(out, diagnostics=diagnostics)
 
     problem_all, fit_all = board(config)
-    own_length = None
+    rated: dict[str, dict[str, Any]] = {}  # the reference's own effects in its rating, as first estimated
     if raters:
-        own_length = own_effects(problem_all, fit_all, raters)["length"]
-        if not reference_length_supported(own_length, settings.gate_level):
-            # The reference's own length preference is not distinguishable from zero: zero it is, so K noisy
-            # verdicts do not move every rating by an unsupported β_r·x̄ (the length reference is then zero).
-            config = replace(config, disabled=frozenset(config.disabled) | {(r, "length") for r in raters})
+        own = own_effects(problem_all, fit_all, raters)
+        rated = {effect: own[effect] for effect in rated_effects(problem_all.layout)}
+        unsupported = [e for e, value in rated.items() if not reference_effect_supported(value, settings.gate_level)]
+        if unsupported:
+            # A preference of the reference not distinguishable from zero: zero it is, so K noisy verdicts do
+            # not move every rating by an unsupported β_r·x̄ (that effect's reference is then zero).
+            off = {(r, effect) for r in raters for effect in unsupported}
+            config = replace(config, disabled=frozenset(config.disabled) | off)
             problem_all, fit_all = board(config)
     all_on = published_rating(problem_all, fit_all)
     gate = run_gate(problem_all, fit_all, raters, k, settings.gate_level) if raters else None
@@ -690,13 +731,14 @@ def fit_with_reference(
         comparison = compare_boards(corrected, applied)
         if_applied = {key: comparison[key] for key in ("kendall_tau", "spearman", "largest_moves")}
         unidentified_report = _unidentified_report(unidentified, settings.apply_unidentified, if_applied)
-    if own_length is not None and own_length["ci_low"] is not None and effects["length"]["ci_low"] is None:
-        effects["length"] = {
-            **own_length,
-            "applied": 0.0,
-            "source": "estimated from the reference's verdicts; not distinguishable from zero at "
-            f"the gate level {settings.gate_level:g}, so taken as zero",
-        }
+    for effect, first in rated.items():
+        if first["ci_low"] is not None and effects.get(effect, {}).get("ci_low") is None:
+            effects[effect] = {
+                **first,
+                "applied": 0.0,
+                "source": "estimated from the reference's verdicts; not distinguishable from zero at "
+                f"the gate level {settings.gate_level:g}, so taken as zero",
+            }
     agreement = anchor_agreement(problem_pub, corrected_fit, naive, corrected) if reference.kind == "anchors" else []
     if reference.kind == "anchors" and len(data.judges) - 1 > LISTED_JUDGES:
         notes.append(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tracemalloc
 
 import numpy as np
 import polars as pl
 import pytest
-from biasboard.ranking.config import ModelConfig
+from biasboard.ranking.config import STYLE_EFFECTS, ModelConfig
 from biasboard.ranking.data import build_dataset
 from biasboard.ranking.fit import fit_bias_aware
 from biasboard.ranking.gate import holm, run_gate
@@ -19,6 +20,7 @@ from biasboard.ranking.reference import (
     ReferenceSettings,
     fit_with_reference,
     typical_length,
+    typical_style,
 )
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
@@ -244,3 +246,84 @@ def test_reference_rating_intervals_are_its_own_with_bootstrap() -> None:
     assert fit.own_effects["length"].get("applied") is None  # the anchors' length is supported: φ ≠ θ
     assert fit.corrected.uncertainty == "laplace" and fit.corrected.boot_theta is None
     assert np.all(fit.corrected.ci_low < fit.corrected.rating) and np.all(fit.corrected.rating < fit.corrected.ci_high)
+
+
+# --------------------------------------------------------------------------- style, relative to the reference
+
+
+def styled_humans_and_llms(human: tuple[float, ...], llm: tuple[float, ...], seed: int, **overrides):
+    """LLM judges (three by default) and one human pool with style counts; the pool's and the LLMs' style effects
+    (header, list, bold) as given, no length effect; (cells, parameters, the pool's name)."""
+    config = SimulationConfig(
+        **{"battles": 30_000, "models": 16, "judges": 4, "human_judges": 1, "days": 1, "style": True, "sd_style": 0.0,
+           "beta0": 0.0, "sd_beta": 0.0, "seed": seed, **overrides}
+    )  # fmt: skip
+    params = draw_parameters(config)
+    effects = np.where(params.judge_human[:, None], np.asarray(human), np.asarray(llm))
+    params = dataclasses.replace(params, style_effect=effects)
+    cells = [partial_cells(battles, FAMILIES).cells for _, battles, _ in simulate_days(config, params)]
+    (pool,) = params.judge_names[params.judge_human].tolist()
+    return cells, params, pool
+
+
+def style_slopes(board, data, params) -> np.ndarray:
+    """The board's coefficients on each model's typical style differences, θ held (least squares)."""
+    index = {m: i for i, m in enumerate(data.models)}
+    truth = dict(zip(params.model_names.tolist(), params.theta, strict=True))
+    rows = [index[m] for m in board.models]
+    design = np.column_stack([np.ones(len(rows)), [truth[m] for m in board.models], typical_style(data)[rows]])
+    return np.linalg.lstsq(design, board.rating, rcond=None)[0][2:]
+
+
+def test_style_shared_with_the_reference_is_kept() -> None:
+    # Judges and the human pool share their style preferences: nothing of them is a bias, so the published
+    # board keeps them (what the pool concludes on each model's typical answers); the zero reference
+    # (LMArena's style control) removes them.  Measured on seeds 1 and 2: header slopes 0.48 and 0.53
+    # with the pool as reference, 0.04 and 0.03 with the zero reference.
+    shared = (0.5, 0.3, 0.3)
+    cells, params, pool = styled_humans_and_llms(shared, shared, seed=1)
+    fit = fit_with_reference(cells, reference=Reference("judges", (pool,)))
+    for effect, truth in zip(STYLE_EFFECTS, shared, strict=True):
+        own = fit.own_effects[effect]
+        assert own["ci_low"] <= truth <= own["ci_high"], (effect, own)
+        rows = fit.gate.decisions.filter(pl.col("effect") == effect)
+        assert rows.height == 3 and (not rows["enabled"].any() or (rows["excess"].abs() < 0.1).all()), rows
+    zero = fit_with_reference(cells, reference=Reference())
+    data = build_dataset(cells)
+    kept, removed = style_slopes(fit.corrected, data, params), style_slopes(zero.corrected, data, params)
+    assert kept[0] > 0.3 and abs(removed[0]) < 0.15, (kept, removed)
+    assert kept.sum() > removed.sum() + 0.5, (kept, removed)
+
+
+def test_style_excess_over_the_reference_is_corrected() -> None:
+    # The pool has no style preference, the LLM judges a strong one: the gate corrects each judge's excess
+    # (its own effect minus the pool's), and the board carries no style.
+    human, llm = (0.0, 0.0, 0.0), (0.8, 0.5, 0.5)
+    cells, params, pool = styled_humans_and_llms(human, llm, seed=2)
+    fit = fit_with_reference(cells, reference=Reference("judges", (pool,)))
+    for k, effect in enumerate(STYLE_EFFECTS):
+        rows = fit.gate.decisions.filter(pl.col("effect") == effect)
+        assert rows["enabled"].all(), rows
+        for row in rows.iter_rows(named=True):
+            assert abs(row["excess"] - (llm[k] - human[k])) < 3 * row["se"] + 0.05, row
+        # The pool's own preference is not told from zero, so it is taken as zero (not added to the ratings),
+        # and the bias table gives each judge's effect against zero: its whole preference.
+        own = fit.own_effects[effect]
+        assert own["ci_low"] <= 0.0 <= own["ci_high"] and own["applied"] == 0.0, (effect, own)
+        table = fit.bias.filter((pl.col("effect") == effect) & pl.col("judge").is_in(rows["judge"].to_list()))
+        assert table.height == 3 and (table["ci_low"] <= llm[k]).all() and (table["ci_high"] >= llm[k]).all(), table
+    slopes = style_slopes(fit.corrected, build_dataset(cells), params)
+    assert np.abs(slopes).max() < 0.15, slopes
+
+
+def test_typical_style_is_each_models_mean_signed_difference() -> None:
+    cells, params, _ = styled_humans_and_llms((0.0,) * 3, (0.0,) * 3, seed=3)
+    data = build_dataset(cells)
+    s = typical_style(data)
+    assert s.shape == (len(data.models), 3) and np.abs(s).max() < 1.0
+    # Models with more headers on average than the pool show a positive mean difference against their opponents.
+    index = {m: i for i, m in enumerate(params.model_names.tolist())}
+    log_mean = params.style_log_mean[[index[m] for m in data.models]]
+    for k in range(3):
+        assert np.corrcoef(s[:, k], log_mean[:, k])[0, 1] > 0.9
+    assert not typical_style(build_dataset(simulated(seed=5, battles=500)[0])).any()  # no style counts: zeros

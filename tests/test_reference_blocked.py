@@ -38,7 +38,7 @@ from biasboard.schemas.errors import InputError
 from biasboard.simulate import SimulationConfig, simulate_days
 from biasboard.transforms.cells import partial_cells
 
-from tests.test_reference import ANCHORS, FAMILIES, anchor_cells, anchor_rows, simulated
+from tests.test_reference import ANCHORS, FAMILIES, anchor_cells, anchor_rows, simulated, styled_humans_and_llms
 
 REL = 1e-8
 
@@ -59,8 +59,21 @@ def humans_and_llms():
 
 def test_reference_with_the_blocked_solver_equals_the_dense_path(humans_and_llms):
     cells, humans = humans_and_llms
+    _assert_blocked_equals_dense(cells, humans[0])
+
+
+def test_style_relative_to_the_reference_with_the_blocked_solver_equals_the_dense_path():
+    # The human pool shares the header preference and has none for bold: both kinds of style reference.
+    cells, _, pool = styled_humans_and_llms((0.5, 0.3, 0.0), (0.5, 0.6, 0.4), seed=7, battles=8000, models=10)
+    fits = _assert_blocked_equals_dense(cells, pool)
+    own = fits["dense"].own_effects
+    assert own["header"].get("applied") is None and own["bold"]["applied"] == 0.0, own
+
+
+def _assert_blocked_equals_dense(cells, reference: str) -> dict:
+    """Both solvers' reference fits, asserted equal (decisions identical, numbers to :data:`REL`)."""
     fits = {
-        s: fit_with_reference(cells, reference=Reference("judges", (humans[0],)), config=ModelConfig(judge_solver=s))
+        s: fit_with_reference(cells, reference=Reference("judges", (reference,)), config=ModelConfig(judge_solver=s))
         for s in ("dense", "blocked")
     }
     d, b = fits["dense"], fits["blocked"]
@@ -70,8 +83,13 @@ def test_reference_with_the_blocked_solver_equals_the_dense_path(humans_and_llms
         gb.select("judge", "effect", "enabled", "group_df")
     )
     assert gd["enabled"].any() and not gd["enabled"].all()  # both outcomes occur in this case
-    for col in ("excess", "se", "z", "gain_nats", "group_chi2", "group_p", "group_p_holm"):
+    for col in ("excess", "se", "group_chi2", "group_p", "group_p_holm"):
         assert _close(gd[col].to_numpy(), gb[col].to_numpy()), col
+    # z and ½z² are ratios of those two: a 1e-9 difference in an SE of 0.05 is 2e-8 of z (measured with style
+    # excesses), so they are checked as what each fit derives them from, on the SE and excess compared above.
+    for g in (gd, gb):
+        assert np.array_equal(g["z"].to_numpy(), (g["excess"] / g["se"]).to_numpy())
+        assert np.array_equal(g["gain_nats"].to_numpy(), (0.5 * g["z"] * g["z"]).to_numpy())
     assert d.config.disabled == b.config.disabled and d.unidentified == b.unidentified
     # The published (reference-relative) bias table and the reference rating.
     assert d.bias.select("judge", "effect", "enabled", "identified", "note").equals(
@@ -86,6 +104,7 @@ def test_reference_with_the_blocked_solver_equals_the_dense_path(humans_and_llms
         for key in ("estimate", "ci_low", "ci_high"):
             if own[key] is not None:
                 assert _close(own[key], b.own_effects[effect][key]), (effect, key)
+    return fits
 
 
 def test_anchors_with_the_blocked_solver_equal_the_dense_path():

@@ -7,6 +7,9 @@ verdicts only, no text); the fit on simulated data with known style effects.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -159,7 +162,7 @@ def test_without_style_the_model_has_no_style_parameters_and_the_same_numbers(st
 # --------------------------------------------------------------------------- end to end
 
 
-def _refresh_simulated(tmp_path: Path, config: SimulationConfig, k: int = 3) -> Path:
+def _refresh_simulated(tmp_path: Path, config: SimulationConfig, k: int = 3, reference: str | None = None) -> Path:
     """Simulate ``config`` into ``tmp_path`` and refresh it (no audit); the published snapshot's folder."""
     logs = write_simulation(config, tmp_path / "logs")
     outcome = refresh(
@@ -167,7 +170,7 @@ def _refresh_simulated(tmp_path: Path, config: SimulationConfig, k: int = 3) -> 
         str(tmp_path / "state"),
         str(tmp_path / "out"),
         [],
-        RefreshOptions(k=k, audit=False),
+        RefreshOptions(k=k, audit=False, reference=reference),
     )
     assert outcome.published is not None
     return Path(outcome.published.path)
@@ -235,3 +238,34 @@ def test_refresh_with_style_through_the_judge_blocked_solver(tmp_path, monkeypat
     assert np.isfinite(style_rows["ci_low"].to_numpy()).all() and (style_rows["ci_low"] < style_rows["ci_high"]).all()
     summary = Summary.from_json(json.loads((snapshot / "summary.json").read_text()))
     assert summary.style is not None and len(summary.style.kept) == config.models
+
+
+def test_refresh_measures_style_against_a_human_pool_reference(tmp_path):
+    """``--reference human-pool-1`` with style counts: the pool's own style effects in the summary and the
+    report, each LLM judge's style given as its excess over the pool, gated like position and length."""
+    config = SimulationConfig(
+        battles=12_000, models=8, judges=3, human_judges=1, days=1, style=True, style_effects=(0.6, 0.4, 0.3), seed=6
+    )
+    snapshot = _refresh_simulated(tmp_path, config, reference="human-pool-1")
+    summary = Summary.from_json(json.loads((snapshot / "summary.json").read_text()))
+    reference = summary.reference
+    assert reference is not None and reference.judges == ["human-pool-1"]
+    assert set(STYLE_EFFECTS) <= set(reference.own_effects)
+    header = reference.own_effects["header"]
+    assert header["ci_low"] > 0 and header.get("applied") is None  # the pool's preference, kept in the rating
+    assert "style" in reference.corrected_rating
+    gated = {row["effect"] for row in summary.diagnostics.gate.decisions}
+    assert set(STYLE_EFFECTS) <= gated
+    bias = pl.read_parquet(snapshot / "bias.parquet")
+    llm_header = bias.filter((pl.col("effect") == "header") & pl.col("judge").str.contains("sim-judge"))
+    assert llm_header.height == 2 and llm_header["note"].str.contains("reference").all(), llm_header
+    html = (snapshot / "report.html").read_text()
+    assert re.search(r"Its own effects:[^<]*header", html), "the report lists the pool's own style effects"
+
+
+def test_style_study_reference_smoke():
+    """``bench/style_study.py --reference --smoke`` runs end to end and prints both scenarios."""
+    script = Path(__file__).resolve().parents[1] / "bench" / "style_study.py"
+    out = subprocess.run([sys.executable, str(script), "--reference", "--smoke"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "shared" in out.stdout and "judges only" in out.stdout, out.stdout
