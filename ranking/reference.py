@@ -495,9 +495,9 @@ def anchor_agreement(problem: Problem, fit: FitResult, naive: FitResult, correct
     and with its excess removed (the reference's effects in its place, corrected); plus the naive and the
     published boards (σ of the rating difference).  Accuracy on decided anchors and mean log loss.
 
-    Per anchor cell of judge j: uncorrected η = a_j(θ_a − θ_b) + γ_j + β_j·x; corrected η = a_j(θ_a − θ_b) +
-    γ_r + β_r·x.  The affinity term is left out (anchors carry no judge family to score it against).
-    Vectorised over anchor cells; O(anchor cells) memory per judge.
+    Per anchor cell of judge j: uncorrected η = a_j(θ_a − θ_b) + γ_j + β_j·x (+ Σ_k δ_jk·d_k with style counts);
+    corrected η = a_j(θ_a − θ_b) + γ_r + β_r·x (+ Σ_k δ_rk·d_k).  The affinity term is left out (anchors carry no
+    judge family to score it against).  Vectorised over anchor cells; O(anchor cells) memory per judge.
     """
     data, lay, spec = problem.data, problem.layout, problem.spec
     if ANCHOR_JUDGE not in data.judges:
@@ -506,16 +506,19 @@ def anchor_agreement(problem: Problem, fit: FitResult, naive: FitResult, correct
     pairs = data.pairs.take(np.flatnonzero((data.pairs.j == r) & (data.pairs.a != data.pairs.b)))
     eff = effective_core(problem, fit.state.core)
     theta = eff[lay.theta]
-    xs = pairs.x / spec.x_scale
-    block = [eff[lay.eff_block(t)] for t in (POS, LEN, DISC)]
+    # Each covariate in fitted units, with its effective block (a judge's whole effect: global + deviation).
+    covariates = [(LEN, pairs.x / spec.x_scale)]
+    if lay.n_style and pairs.style is not None and spec.style_scale is not None:
+        covariates += [(t, pairs.style[:, k] / spec.style_scale[k]) for k, t in enumerate(STYLE_BLOCKS)]
+    position, discrimination = eff[lay.eff_block(POS)], eff[lay.eff_block(DISC)]
+    effect = {t: eff[lay.eff_block(t)] for t, _ in covariates}
     dtheta = theta[pairs.a] - theta[pairs.b]
     out = []
     for j in agreement_judges(data, r):
         judge = data.judges[j]
-        a_j = np.exp(block[2][j])
-        base = a_j * dtheta
-        uncorrected = base + block[0][j] + block[1][j] * xs
-        corrected_eta = base + block[0][r] + block[1][r] * xs
+        base = np.exp(discrimination[j]) * dtheta
+        uncorrected = base + position[j] + sum(effect[t][j] * z for t, z in covariates)
+        corrected_eta = base + position[r] + sum(effect[t][r] * z for t, z in covariates)
         row: dict[str, Any] = {"judge": judge}
         for label, eta in (("uncorrected", uncorrected), ("corrected", corrected_eta)):
             acc, loss = _scores(1.0 / (1.0 + np.exp(-eta)), pairs.win_a, pairs.win_b)
