@@ -424,11 +424,23 @@ def _style(summary: Summary) -> str:
         f"{e.feature} {fmt(e.estimate, 2)} [{fmt(e.ci_low, 2)}, {fmt(e.ci_high, 2)}]" for e in style.effects
     )
     tau = f" Kendall τ between the two boards: {fmt(style.kendall_tau, 3)}." if style.kendall_tau is not None else ""
+    kept_by_reference = _reference_style(summary)
+    if kept_by_reference:
+        removed = (
+            "style <b>measured against the reference</b> (each judge's style effects are fitted beside length, per "
+            "unit of (a − b)/(a + b), and only its excess over the reference's is removed; the reference's own "
+            f"preference for {', '.join(kept_by_reference)} is kept at each model's typical style; global effects — "
+            f"the reference's own where it has them — log-odds with 95% CI: {esc(effects)})"
+        )
+    else:
+        removed = (
+            "style <b>removed</b> (each judge's style effects are fitted beside length, per unit of "
+            f"(a − b)/(a + b); global effects, log-odds with 95% CI: {esc(effects)})"
+        )
     note = (
         f'<p class="note">{style.battles:,} battles carry header, list and bold counts. The corrected board '
-        "above has style <b>removed</b> (each judge's style effects are fitted beside length, per unit of "
-        f"(a − b)/(a + b); global effects, log-odds with 95% CI: {esc(effects)}). Style <b>kept</b>: the same "
-        f"model without the style effects, so ratings keep what the judges rewarded in formatting.{esc(tau)}</p>"
+        f"above has {removed}. Style <b>kept</b>: the same model without the style effects, so ratings keep what "
+        f"the judges rewarded in formatting.{esc(tau)}</p>"
     )
     rows = [
         f"<tr><td>{r.rank}</td><td>{esc(r.model)}</td><td>{fmt(r.rating, 3)}</td><td>{r.rank_corrected}</td>"
@@ -437,6 +449,16 @@ def _style(summary: Summary) -> str:
     ]
     head = "<tr><th>rank kept</th><th>model</th><th>rating kept</th><th>rank removed</th><th>moves up by</th></tr>"
     return _section("style", "Style removed and kept", note + _table("style", head, rows))
+
+
+def _reference_style(summary: Summary) -> list[str]:
+    """The style features whose reference preference the published rating keeps (estimated from the reference's
+    verdicts and told from zero), in the summary's order; [] without a reference or without style."""
+    reference, style = summary.reference, summary.style
+    if reference is None or style is None:
+        return []
+    own = reference.own_effects
+    return [f for f in style.features if own.get(f, {}).get("ci_low") is not None and own[f].get("applied") is None]
 
 
 def _signed(n: int) -> str:

@@ -261,6 +261,7 @@ def test_refresh_measures_style_against_a_human_pool_reference(tmp_path):
     assert llm_header.height == 2 and llm_header["note"].str.contains("reference").all(), llm_header
     html = (snapshot / "report.html").read_text()
     assert re.search(r"Its own effects:[^<]*header", html), "the report lists the pool's own style effects"
+    assert "style <b>measured against the reference</b>" in html and "preference for header" in html
 
 
 def test_style_study_reference_smoke():
