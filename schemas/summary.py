@@ -507,7 +507,7 @@ class StyleInfo:
     header/list/bold effects, as it is beside length.  With a reference (``ReferenceInfo``) style is measured
     against it like length: a judge's excess over the reference's style effects is removed, and the reference's
     own preference (its ``own_effects``, when told from zero) is kept in the rating; ``effects`` are then the
-    reference's own.  ``kept`` is the same bias-aware model fitted
+    reference's own where it has them.  ``kept`` is the same bias-aware model fitted
     without the style effects (``ModelConfig(style=False)``, same reference, priors and length term):
     θ there keeps whatever the judges rewarded in formatting — LMArena's default board against its
     style-controlled one.  The per-judge style effects are rows of ``bias.*`` (effects ``header``,
