@@ -698,7 +698,9 @@ def fit_with_reference(
     rated: dict[str, dict[str, Any]] = {}  # the reference's own effects in its rating, as first estimated
     if raters:
         own = own_effects(problem_all, fit_all, raters)
-        rated = {effect: own[effect] for effect in rated_effects(problem_all.layout)}
+        # Only effects the reference has data for: one it has none of is zero already (no refit to say so, e.g.
+        # anchors without style counts beside battles with them).
+        rated = {e: own[e] for e in rated_effects(problem_all.layout) if own[e]["ci_low"] is not None}
         unsupported = [e for e, value in rated.items() if not reference_effect_supported(value, settings.gate_level)]
         if unsupported:
             # A preference of the reference not distinguishable from zero: zero it is, so K noisy verdicts do
@@ -735,7 +737,7 @@ def fit_with_reference(
         if_applied = {key: comparison[key] for key in ("kendall_tau", "spearman", "largest_moves")}
         unidentified_report = _unidentified_report(unidentified, settings.apply_unidentified, if_applied)
     for effect, first in rated.items():
-        if first["ci_low"] is not None and effects.get(effect, {}).get("ci_low") is None:
+        if effects.get(effect, {}).get("ci_low") is None:
             effects[effect] = {
                 **first,
                 "applied": 0.0,

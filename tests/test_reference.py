@@ -343,3 +343,15 @@ def test_agreement_with_styled_anchors_counts_the_style_excess() -> None:
     assert len(rows) == 3
     for row in rows.values():  # measured: 0.067-0.104 nats better (0.005 when style was left out of both)
         assert row["log_loss_corrected"] < row["log_loss_uncorrected"] - 0.03, row
+
+
+def test_anchors_without_style_counts_leave_style_against_zero_without_a_refit() -> None:
+    # Battles with style counts, anchors without: the anchors have no style of their own, so the judges' style is
+    # measured against zero, and nothing is switched off (or refitted) to say so.
+    cells, params, _ = styled_humans_and_llms((0.5, 0.3, 0.3), (0.5, 0.3, 0.3), seed=8, battles=8000, models=10)
+    fit = fit_with_reference(cells, reference=ANCHORS, anchor_cells=anchor_cells(anchor_rows(params, 2000, 3)))
+    for effect in STYLE_EFFECTS:
+        assert fit.own_effects[effect]["source"].startswith("no data of the reference"), fit.own_effects[effect]
+        assert (ANCHOR_JUDGE, effect) not in fit.config.disabled
+    header = fit.bias.filter((pl.col("effect") == "header") & (pl.col("judge") != ANCHOR_JUDGE))
+    assert not header["note"].str.contains("reference").any(), header  # whole effects, as without a reference
