@@ -553,14 +553,21 @@ def _informed(problem: Problem, solution: Solution, t: int) -> np.ndarray:
     voters' freed deviations (Neyman–Scott) absorbed the common level — position and length read as
     prior-selected at 50k voter-judges, where the pooled fit of the same battles profiles them at 10⁴–10⁵
     nats — or ran away at ĉ ± Δ.  LLM judges (10³–10⁴ times their prior's precision there) are freed as
-    before; voters' battles give 0–0.5 times it."""
+    before; voters' battles give 0–0.5 times it.
+
+    With a reference the yardstick is still the deviation prior of the model without one
+    (:attr:`~biasboard.ranking.problem.Problem.untied_precision`), not the excess prior that replaces it: that
+    one is wide on purpose (``excess_sd`` = 2, a sixteenth of position's precision), and against it a voter
+    with a dozen battles counted as pinned — freed, thousands of such voters moved to their own maximum
+    likelihood at every profile point (without bound where a voter's few verdicts are separable), the path
+    solves gave up and the points were fitted cold."""
     lay = problem.layout
     H = solution.evaluation.H
     if not isinstance(H, ArrowHessian) and not H.size:  # no Hessian kept: every deviation profiled, as before
         return np.ones(lay.n_judges, bool)
     curvature = H.A[:, t, t] if isinstance(H, ArrowHessian) else np.diag(H)[lay.block(t)]
     precision = problem.prior.precision[lay.block(t)]
-    return curvature - precision >= precision
+    return curvature - precision >= np.maximum(precision, problem.untied_precision.get(t, 0.0))
 
 
 def _profile_start(problem: Problem, solution: Solution, t: int, value: float) -> np.ndarray:

@@ -102,6 +102,10 @@ class Problem:
     prior: Prior
     notes: JudgeNotes = field(default_factory=lambda: JudgeNotes(0, 0))  # why a (block, judge) effect is off
     naive: bool = False
+    #: Per effect block tied to a reference: the per-judge deviation precision the model has without one (its
+    #: excess prior, ``Priors.excess_sd``, replaces it).  What a judge's battles must pin its deviation by for
+    #: a profile to free it (:func:`~biasboard.ranking.diagnostics._informed`).
+    untied_precision: dict[int, float] = field(default_factory=dict)
     _cross: dict[int, CrossIndex] = field(default_factory=dict, repr=False, compare=False)
 
     def objective(
@@ -327,9 +331,11 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     for t in STYLE_BLOCKS[: lay.n_style]:
         precision[lay.glob(t)] = 1.0 / pr.style_sd**2
         precision[lay.block(t)] = 1.0 / pr.style_dev_sd**2
+    untied: dict[int, float] = {}  # the deviation precision the excess prior replaces (Problem.untied_precision)
     if tied is not None:  # deviations measured from the reference: its excess prior (Priors.excess_sd)
         for t in has_data:
             if tied[t].any():
+                untied[t] = float(precision[lay.block(t).start]) if lay.n_judges else 0.0
                 precision[lay.block(t)] = 1.0 / pr.excess_sd**2
     precision[lay.block(DISC)] = 1.0 / pr.discrimination_sd**2
     precision[lay.block(TIE)] = 1.0 / pr.tie_sd**2
@@ -344,7 +350,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     )
     if not has_ord and scores is not None:
         data = replace(data, scores=None)
-    return Problem(data, lay, spec, prior, notes)
+    return Problem(data, lay, spec, prior, notes, untied_precision=untied)
 
 
 def _tie_to_reference(
