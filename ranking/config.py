@@ -9,7 +9,7 @@ battles with lengths), and the fit reports β back in units of the raw log ratio
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from biasboard.schemas.cells import LEN_BIN_EDGES
 
@@ -185,6 +185,12 @@ class ModelConfig:
     def blocked_from(self) -> int:
         """From how many judges ``judge_solver='auto'`` takes the judge-blocked solver (:data:`BLOCKED_MIN_JUDGES`)."""
         return BLOCKED_MIN_JUDGES[self.profiles]
+
+    def ratings_only(self) -> ModelConfig:
+        """These options for a board that is only compared by its point ratings (the style-kept board; a
+        reference fit's board with its prior-selected corrections applied): the same MAP without bootstrap
+        replicates or profile likelihoods, which nothing reads there."""
+        return replace(self, bootstrap=0, profile=False, diagnostics="off")
 
     def is_reference(self, judge: str) -> bool:
         return judge in self.reference

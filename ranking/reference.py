@@ -729,8 +729,9 @@ def fit_with_reference(
     if unidentified:
         if settings.apply_unidentified:
             applied = corrected
-        elif gated_off:
-            applied = published_rating(*board(replace(config, disabled=frozenset(config.disabled) | gated_off)))
+        elif gated_off:  # compared by its ratings alone: no replicates, no profiles
+            gated_only = replace(config, disabled=frozenset(config.disabled) | gated_off)
+            applied = published_rating(*board(gated_only.ratings_only()))
         else:
             applied = all_on
         comparison = compare_boards(corrected, applied)

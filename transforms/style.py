@@ -33,7 +33,7 @@ def style_battles(cells: pa.Table) -> int:
 
 def kept_config(config: ModelConfig) -> ModelConfig:
     """The style-kept board's options: the snapshot's, without the style effects and without extras."""
-    return dataclasses.replace(config, style=False, bootstrap=0, profile=False, diagnostics="off")
+    return dataclasses.replace(config, style=False).ratings_only()
 
 
 def style_info(battles: int, corrected: FitResult, fit_kept: Callable[[], FitResult]) -> S.StyleInfo | None:
