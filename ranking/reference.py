@@ -75,6 +75,8 @@ from biasboard.ranking.result import Z95, FitResult
 from biasboard.ranking.uncertainty import centre_within, centring_matrix, top_k_probabilities
 from biasboard.schemas.errors import InputError
 
+#: The bias table's bootstrap interval columns.
+BOOT_COLUMNS: tuple[str, ...] = ("boot_ci_low", "boot_ci_high")
 #: The judge name trusted anchors are fitted under (not a valid model or judge name of any import).
 ANCHOR_JUDGE = "(anchors)"
 REFERENCE_KINDS = ("none", "anchors")
@@ -433,7 +435,11 @@ def reference_effect_supported(own: dict[str, Any], level: float) -> bool:
 
 def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -> pl.DataFrame:
     """The bias table with each judge's position/length/affinity (and style) effect given as its excess over the
-    reference."""
+    reference.
+
+    An excess row's bootstrap interval is left empty (NaN): the table's replicate intervals are of each judge's
+    whole effect (the replicates' raw cores are not kept), which is not its excess — they did not even contain
+    the excess's estimate.  Its Laplace interval (``ci_low``/``ci_high``) is the excess's own."""
     table = fit.bias
     core, cov = fit.state.core, fit.state.cov_core
     updates = []
@@ -463,6 +469,8 @@ def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -
     if not updates:
         return table
     upd = pl.DataFrame(updates, schema=["judge", "effect", "_e", "_lo", "_hi", "_on", "_note"], orient="row")
+    updated = pl.col("_note").is_not_null()
+    no_replicates = [pl.when(updated).then(float("nan")).otherwise(pl.col(c)).alias(c) for c in BOOT_COLUMNS]
     return (
         table.join(upd, on=["judge", "effect"], how="left")
         .with_columns(
@@ -471,6 +479,7 @@ def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -
             pl.coalesce("_hi", "ci_high").alias("ci_high"),
             pl.coalesce("_on", "enabled").alias("enabled"),
             pl.coalesce("_note", "note").alias("note"),
+            *no_replicates,
         )
         .drop("_e", "_lo", "_hi", "_on", "_note")
     )

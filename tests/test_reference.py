@@ -355,3 +355,16 @@ def test_anchors_without_style_counts_leave_style_against_zero_without_a_refit()
         assert (ANCHOR_JUDGE, effect) not in fit.config.disabled
     header = fit.bias.filter((pl.col("effect") == "header") & (pl.col("judge") != ANCHOR_JUDGE))
     assert not header["note"].str.contains("reference").any(), header  # whole effects, as without a reference
+
+
+def test_excess_rows_carry_no_bootstrap_interval_of_the_whole_effect() -> None:
+    # The bias table's replicate intervals are of each judge's whole effect; an excess row (its estimate the excess
+    # over the reference) must not show them — they did not even contain the excess (measured: claude's position
+    # excess 0.137 beside a bootstrap interval [-0.297, -0.106]).  The reference's own rows keep theirs.
+    cells, params = simulated(seed=61, judges=5, human_judges=2, battles=8000, models=10)
+    humans = [n for n, h in zip(params.judge_names, params.judge_human, strict=True) if h]
+    fit = fit_with_reference(cells, reference=Reference("judges", (humans[0],)), config=ModelConfig(bootstrap=20))
+    relative = fit.bias.filter(pl.col("note").str.contains("excess over the reference|tied to the reference"))
+    assert relative.height > 0 and relative["boot_ci_low"].is_nan().all() and relative["boot_ci_high"].is_nan().all()
+    own = fit.bias.filter((pl.col("judge") == humans[0]) & pl.col("effect").is_in(["position", "length"]))
+    assert own.height == 2 and (own["boot_ci_low"] <= own["estimate"]).all() and own["boot_ci_high"].is_finite().all()
