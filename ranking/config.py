@@ -126,11 +126,12 @@ class ModelConfig:
     is the same as ``off``).
 
     ``reference`` names the judges whose verdicts define "unbiased" (anchors, human pools; see
-    :mod:`biasboard.ranking.reference`).  For position, length and affinity the model's global coefficient
-    is then the reference's own (pooled) effect: the reference judges have no deviation from it, every
-    other judge's deviation is its bias relative to the reference, and ``disabled`` for such an effect
-    means *tied to the reference* (deviation fixed at 0) rather than fixed at zero — unless the reference
-    has no data for the effect (no lengths, no family of its own), where the reference is zero as before.
+    :mod:`biasboard.ranking.reference`).  For position, length, affinity and (with style counts) header, list and
+    bold the model's global coefficient is then the reference's own (pooled) effect: the reference judges have no
+    deviation from it, every other judge's deviation is its bias relative to the reference, and ``disabled`` for
+    such an effect means *tied to the reference* (deviation fixed at 0) rather than fixed at zero — unless the
+    reference has no data for the effect (no lengths, no family of its own, no style counts), where the reference is
+    zero as before.
     """
 
     priors: Priors = field(default_factory=Priors)

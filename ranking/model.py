@@ -142,8 +142,8 @@ class Spec:
     #: Keep the per-judge Hessian as blocks and eliminate them by a Schur complement (many judges; pair
     #: cells only): :mod:`biasboard.ranking.arrowhead`.
     judge_blocks: bool = False
-    #: ``tied[t, j] = 1``: judge j has no deviation of its own for effect t (position, length, affinity), so its
-    #: effect is the global coefficient — the reference's (see ``ModelConfig.reference``).  None: no tie.
+    #: ``tied[t, j] = 1``: judge j has no deviation of its own for effect t (position, length, affinity, style), so
+    #: its effect is the global coefficient — the reference's (see ``ModelConfig.reference``).  None: no tie.
     tied: np.ndarray | None = None
     style_scale: np.ndarray | None = None  # (3,) when the layout has style blocks
 

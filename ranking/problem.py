@@ -283,11 +283,11 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         (AFF, has_aff, "no battle involves a model of the judge's own family"),
         (SEV, has_scores, "no ordinal scores from this judge"),
     ]
-    has_data = {POS: np.ones(jn, bool), LEN: has_len, AFF: has_aff}
     if with_style:
         has_style = data.judge_sums("n_style") > 0
         checks += [(t, has_style, "no battles with style counts") for t in STYLE_BLOCKS]
-        has_data.update(dict.fromkeys(STYLE_BLOCKS, has_style))
+    # Which judges have data for each effect with a global coefficient (every judge has positions).
+    has_data = {POS: np.ones(jn, bool), **{t: has for t, has, _ in checks if t in lay.global_effects}}
     for t, has, why in checks:
         masks[t, ~has] = 0.0
         notes.set_default(t, ~has, why)

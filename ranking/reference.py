@@ -10,7 +10,7 @@ subtracting every length effect removes quality the humans see.  Three reference
 * named judges of the input (e.g. human pools), pooled as one rater; a glob pattern names a pool of
   voter-judges (``human-pool-1/*``, see :class:`Reference`).
 
-With a reference r the model's global position, length and affinity coefficients *are* r's own effects,
+With a reference r the model's global position, length, affinity (and style) coefficients *are* r's own effects,
 estimated from r's verdicts (``ModelConfig.reference``); every other judge's deviation is its bias, the
 excess over r.  The corrected rating is what r would conclude on each model's typical answers::
 
