@@ -13,7 +13,7 @@ judge has an excess) and the pool has *none* while the judges have strong ones. 
 gate enables a style correction, the coverage of the excesses' and of the pool's own effects' 95% intervals,
 and Kendall τ-b of the published board and of the zero-reference (style control) board against what the
 pool concludes: θ_m + Σ_k (δ_rk / a_r)·s̄_mk (a_r on θ's scale, s̄ each model's mean style difference against
-its opponents, :func:`~biasboard.ranking.reference.typical_style`).
+its opponents, :func:`~biasboard.ranking.reference_rating.typical_style`).
 
 Usage::
 
@@ -31,7 +31,8 @@ import numpy as np
 from biasboard.ranking import ModelConfig, build_dataset, fit_bias_aware, fit_naive
 from biasboard.ranking.config import STYLE_EFFECTS
 from biasboard.ranking.rank_stats import kendall_tau_b
-from biasboard.ranking.reference import Reference, fit_with_reference, typical_style
+from biasboard.ranking.reference import Reference, fit_with_reference
+from biasboard.ranking.reference_rating import typical_style
 from biasboard.schemas.families import FamilyMap
 from biasboard.simulate import SimulationConfig
 from biasboard.simulate.simulator import draw_parameters, simulate_days

@@ -30,6 +30,7 @@ from biasboard.ranking.graph import comparison_components, mle_exists, model_com
 from biasboard.ranking.model import DISC
 from biasboard.ranking.pages import base_pages
 from biasboard.ranking.problem import Problem, bias_aware_problem, naive_ordinal_problem, naive_problem
+from biasboard.ranking.reference_rating import reference_replicates
 from biasboard.ranking.result import Z95, FitResult, SolverState, empty_bias_table
 from biasboard.ranking.solver import (
     NewtonFactor,
@@ -183,6 +184,7 @@ def _assemble(
     boot_theta: np.ndarray | None,
     bias,
     diagnostics: dict,
+    boot_reference: np.ndarray | None = None,
 ) -> FitResult:
     """The published result.  With bootstrap replicates the CIs (percentile), P(top-k) and the rank
     intervals come from the replicates (``uncertainty="bootstrap"``); otherwise from the Laplace posterior."""
@@ -223,6 +225,7 @@ def _assemble(
         solver=SolverState(solution.core, solution.diag, cov_core, chol),
         boot_theta=boot_theta if uncertainty == "bootstrap" else None,
         uncertainty=uncertainty,
+        boot_reference=boot_reference,
     )
 
 
@@ -431,13 +434,39 @@ def fit_bias_aware(
     covariate correlation of both in the diagnostics.
     """
     config = config or ModelConfig()
-    data = _dataset(cells, score_cells, config.judge_pool)
-    problem = bias_aware_problem(data, config)
+    problem = bias_aware_problem(_dataset(cells, score_cells, config.judge_pool), config)
     solution = solve_bias_aware(problem, config, shards)
-    cov_core = laplace_covariance(solution)
+    return publish_bias_aware(problem, solution, config, shards=shards, naive=naive)
+
+
+def publish_bias_aware(
+    problem: Problem,
+    solution: Solution,
+    config: ModelConfig,
+    *,
+    shards: int = 1,
+    naive: FitResult | None = None,
+    cov_core: np.ndarray | BlockCovariance | None = None,
+    profiles: dict | None = None,
+) -> FitResult:
+    """The published result of a solved bias-aware problem: covariance, ``config``'s bootstrap replicates and
+    profiles, bias table, diagnostics.
+
+    ``cov_core`` and ``profiles``, when given, are this solution's own (a publication of it without replicates,
+    made first: a reference fit adds the replicates only to the board it publishes, once the gate has chosen it).
+    With a reference that has a rated effect of its own, φ is evaluated at each replicate too
+    (``FitResult.boot_reference``).
+    """
+    data = problem.data
+    cov_core = laplace_covariance(solution) if cov_core is None else cov_core
     boot_theta, boot_core = _replicates_of(config, problem, solution, shards)
-    profiles = profile_ranges(problem, solution, config, shards) if config.profiles != "off" else {}
+    boot_reference = None
+    if boot_core is not None and config.reference:
+        boot_reference = reference_replicates(problem, boot_core, config.reference, config.length_clip)
+    if profiles is None:
+        profiles = profile_ranges(problem, solution, config, shards) if config.profiles != "off" else {}
     bias = bias_table(problem, solution, cov_core, profiles, boot_core)
+    del boot_core
     if data.ordinal_only:  # the pair effects are off by construction: the table lists what the board estimates
         bias = bias.filter(pl.col("effect") == "severity")
     diagnostics = connectivity_report(data)
@@ -473,6 +502,7 @@ def fit_bias_aware(
         boot_theta=boot_theta,
         bias=bias,
         diagnostics=diagnostics,
+        boot_reference=boot_reference,
     )
 
 

@@ -19,11 +19,14 @@ excess over r.  The corrected rating is what r would conclude on each model's ty
 with μ_m model m's mean log length, c the length clip, β_r r's length effect per unit of log length ratio
 and a_r r's discrimination (so r's preference is expressed on θ's scale); with style counts in the cells,
 δ_rk is r's effect of style feature k (header, list, bold) per unit of normalised difference and s̄_mk model
-m's mean difference against the opponents it met (:func:`typical_style`).  Position is averaged out and
-r's affinity (a rater's preference for its own family) is reported, not added.  φ is identified even
+m's mean difference against the opponents it met (:func:`~biasboard.ranking.reference_rating.typical_style`).
+Position is averaged out and r's affinity (a rater's preference for its own family) is reported, not added.
+φ (:mod:`biasboard.ranking.reference_rating`) is identified even
 where θ and β_r are not (length constant within each model, Xu et al. 2026): r's verdicts measure θ_m + β_r·μ_m
 directly, whatever split the prior picks.  Its covariance is the delta-method map of the Laplace
-posterior.
+posterior; with bootstrap replicates its intervals, top-k probabilities and rank intervals are read from φ at
+each replicate (:func:`~biasboard.ranking.reference_rating.reference_replicates`), which are made for the published
+board only: the all-on board is fit without them and gets them only if the gate publishes it.
 
 Which excesses are corrected is decided by the trusted-anchor gate (:mod:`biasboard.ranking.gate`); an
 excess the gate does not support is *tied* to the reference (the judge is taken to do what r does).  The
@@ -55,8 +58,8 @@ from biasboard.ranking.arrowhead import BlockCovariance, centring
 from biasboard.ranking.bias_table import VARIANCE_SHRINK
 from biasboard.ranking.config import ModelConfig, NaiveConfig
 from biasboard.ranking.data import CellsInput, Dataset, build_dataset
-from biasboard.ranking.diagnostics import compare_rankings, mean_log_length, signed_model_means
-from biasboard.ranking.fit import centred_draws, fit_bias_aware, fit_naive
+from biasboard.ranking.diagnostics import compare_rankings
+from biasboard.ranking.fit import centred_draws, fit_bias_aware, fit_naive, publish_bias_aware, solve_bias_aware
 from biasboard.ranking.gate import (
     DEFAULT_LEVEL,
     GATED,
@@ -68,11 +71,18 @@ from biasboard.ranking.gate import (
     row_covariance,
     run_gate,
 )
-from biasboard.ranking.model import DISC, LEN, POS, STYLE_BLOCKS, Layout
+from biasboard.ranking.model import DISC, LEN, POS, STYLE_BLOCKS
 from biasboard.ranking.problem import Problem, bias_aware_problem, prior_sd_of_effect
 from biasboard.ranking.rank_stats import ranks_desc
+from biasboard.ranking.reference_rating import (
+    RatingMap,
+    discrimination_row,
+    rated_effects,
+    reference_map,
+)
 from biasboard.ranking.result import Z95, FitResult
-from biasboard.ranking.uncertainty import centre_within, centring_matrix, top_k_probabilities
+from biasboard.ranking.solver import Solution
+from biasboard.ranking.uncertainty import centre_within, centring_matrix, percentile_interval, top_k_probabilities
 from biasboard.schemas.errors import InputError
 
 #: The bias table's bootstrap interval columns.
@@ -223,60 +233,6 @@ class ReferenceFit:
 # --------------------------------------------------------------------------- the reference rating
 
 
-def typical_length(data: Dataset, clip: float | None) -> np.ndarray:
-    """x̄_m: each model's mean log length minus the pool's mean, clipped at ±clip (0 where unknown)."""
-    mu = mean_log_length(data)
-    known = np.isfinite(mu)
-    if not known.any():
-        return np.zeros(len(data.models))
-    x = np.where(known, mu - mu[known].mean(), 0.0)
-    return x if clip is None else np.clip(x, -clip, clip)
-
-
-def typical_style(data: Dataset) -> np.ndarray:
-    """s̄ (M × 3): each model's mean normalised style difference (header, list, bold) against the opponents it
-    met, signed toward the model (0 where unknown, and without style counts).
-
-    The cells keep each battle's difference d = (c_a − c_b)/(c_a + c_b), not the counts, so a model's typical
-    style is read against its opponents (an arena draws them across the pool), where length's is against the
-    pool's mean log length (:func:`typical_length`).  d is bounded by construction: no clip."""
-    pairs, m = data.pairs, len(data.models)
-    if pairs.style is None or pairs.n_style is None:
-        return np.zeros((m, len(STYLE_BLOCKS)))
-    means = [signed_model_means(pairs, pairs.style[:, k], pairs.n_style, m) for k in range(len(STYLE_BLOCKS))]
-    return np.nan_to_num(np.column_stack(means), nan=0.0)
-
-
-def rated_effects(layout: Layout) -> dict[str, int]:
-    """The reference's own effects that enter its rating φ, with their blocks: length, and the style effects when
-    the model has them (position is averaged out, affinity reported only)."""
-    return {effect: t for effect, t in gated_effects(layout).items() if t == LEN or t in STYLE_BLOCKS}
-
-
-def discrimination_row(problem: Problem, reference: frozenset[str]) -> np.ndarray:
-    """v with v · raw core = the mean over the reference raters of their log a_r (centred as the fit centres it).
-
-    The row of the effective map E averaged over the reference, built without E: with the centring of
-    log a_j E holds a J² block (every enabled judge's mean), which a 10⁴–10⁶ voter-judge fit cannot form.
-    """
-    lay, spec = problem.layout, problem.spec
-    ref = reference_mask(problem, reference)
-    v = np.zeros(lay.n_core)
-    if not ref.any():
-        return v
-    raw = lay.block(DISC).start + np.arange(lay.n_judges)
-    mask = spec.masks[DISC] > 0
-    if not spec.centre_discrimination:
-        v[raw[ref & mask]] = 1.0 / ref.sum()
-        return v
-    on = centring(spec)
-    if on is None:  # one judge alone: a_j = 1
-        return v
-    v[raw[ref & mask]] = 1.0 / ref.sum()
-    v[raw[on]] -= (ref & mask).sum() / (ref.sum() * on.size)
-    return v
-
-
 def effective_core(problem: Problem, core: np.ndarray) -> np.ndarray:
     """E @ core (the effective coordinates), the centring of log a_j applied in O(J) rather than through E."""
     lay = problem.layout
@@ -287,60 +243,22 @@ def effective_core(problem: Problem, core: np.ndarray) -> np.ndarray:
     return eff
 
 
-@dataclass(frozen=True)
-class RatingMap:
-    """A rating linearised in the raw core: ``jacobian = coef @ basis`` (M × n_core), kept factored.
-
-    ``basis`` holds few sparse rows (θ, the reference's length coefficient, its mean log a_r) so the rating's
-    covariance is coef · Cov(basis) · coefᵀ, one small row covariance whether the fit is dense or judge-blocked.
-    """
-
-    coef: np.ndarray  # (M, b)
-    basis: sp.csr_matrix  # (b, n_core)
-
-    def covariance(self, cov_core: np.ndarray | BlockCovariance) -> np.ndarray:
-        out = self.coef @ row_covariance(cov_core, self.basis).dense() @ self.coef.T
-        return 0.5 * (out + out.T)
-
-
-def reference_map(
-    problem: Problem, core: np.ndarray, reference: frozenset[str], clip: float | None
-) -> tuple[np.ndarray, RatingMap | None]:
-    """(φ, its linear map): the reference rating of every model and its Jacobian with respect to the raw core.
-
-    Linear in θ and in the reference's length (and style) coefficients, divided by a_r = exp(mean L_r) (the
-    reference's discrimination).  The map is None when the reference has none of those effects of its own (no
-    reference, or no lengths and no style counts in its verdicts): φ = θ.
-    """
-    lay, spec = problem.layout, problem.spec
-    m = lay.n_models
-    theta = core[lay.theta]
-    if spec.tied is None or not reference_mask(problem, reference).any():
-        return theta.copy(), None
-    blocks = [t for t in rated_effects(lay).values() if spec.tied[t].any()]
-    if not blocks:
-        return theta.copy(), None
-    style = typical_style(problem.data)
-    typical = [typical_length(problem.data, clip) if t == LEN else style[:, STYLE_BLOCKS.index(t)] for t in blocks]
-    rows = np.zeros((len(blocks), lay.n_core))  # each coefficient per raw covariate unit
-    for i, t in enumerate(blocks):
-        rows[i, lay.glob(t)] = spec.unit(t)
-    v_disc = discrimination_row(problem, reference)
-    coefs, a = rows @ core, float(np.exp(v_disc @ core))
-    phi, weighted = theta.copy(), np.zeros(m)
-    for z, c in zip(typical, coefs.tolist(), strict=True):
-        phi += c / a * z
-        weighted += z * c
-    basis = sp.vstack([sp.eye(m, lay.n_core, format="csr"), sp.csr_matrix(rows), sp.csr_matrix(v_disc)]).tocsr()
-    coef = np.column_stack([np.eye(m), *(z / a for z in typical), -(weighted / a)])
-    return phi, RatingMap(coef, basis)
-
-
 def with_rating(
-    fit: FitResult, rating: np.ndarray, jac: RatingMap, n_battles: np.ndarray, draws: int, seed: int
+    fit: FitResult,
+    rating: np.ndarray,
+    jac: RatingMap,
+    n_battles: np.ndarray,
+    draws: int,
+    seed: int,
+    replicates: np.ndarray | None = None,
 ) -> FitResult:
     """``fit`` with θ replaced by another linear(ised) function of the core: centred rating, covariance, CIs,
-    top-k probabilities recomputed; ``n_battles`` as given (the judges' battles only)."""
+    top-k probabilities recomputed; ``n_battles`` as given (the judges' battles only).
+
+    With ``replicates`` (the rating at each bootstrap replicate, uncentred) the CIs (percentile), P(top-k) and the
+    rank intervals come from them, as for θ (``uncertainty="bootstrap"``); else from the Laplace posterior mapped
+    by ``jac`` (the delta method).  ``se`` is the delta method's either way.
+    """
     m = rating.size
     cov_u = jac.covariance(fit.state.cov_core)
     component = fit.component
@@ -351,23 +269,29 @@ def with_rating(
     se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     jitter = 1e-12 * max(float(np.mean(np.diag(cov_u))), 1e-300)
     chol = np.linalg.cholesky(cov_u + jitter * np.eye(m))
-    samples = centred_draws(centred, chol, draws, np.random.default_rng(seed), split)
-    p_top = top_k_probabilities(samples, fit.k, split)
-    # Bootstrap replicates are of θ, not of φ: the reference rating's intervals are Laplace (delta method).
+    ci_low, ci_high = centred - Z95 * se, centred + Z95 * se
+    boot = boot_lo = boot_hi = None
+    if replicates is not None and len(replicates):
+        boot = centre_within(replicates, split)
+        boot_lo, boot_hi = percentile_interval(boot)
+        ci_low, ci_high, samples = boot_lo, boot_hi, boot
+    else:
+        samples = centred_draws(centred, chol, draws, np.random.default_rng(seed), split)
     return replace(
         fit,
         rating=centred,
         se=se,
-        ci_low=centred - Z95 * se,
-        ci_high=centred + Z95 * se,
+        ci_low=ci_low,
+        ci_high=ci_high,
         cov=cov,
-        p_top_k=p_top,
+        p_top_k=top_k_probabilities(samples, fit.k, split),
         n_battles=n_battles,
         solver=replace(fit.state, theta_chol=chol),
-        boot_theta=None,
-        boot_ci_low=None,
-        boot_ci_high=None,
-        uncertainty="laplace",
+        boot_theta=boot,
+        boot_ci_low=boot_lo,
+        boot_ci_high=boot_hi,
+        uncertainty="laplace" if boot is None else "bootstrap",
+        boot_reference=None,
     )
 
 
@@ -691,6 +615,20 @@ def fit_with_reference(
         fit = fit_bias_aware(data, config=cfg, naive=naive)
         return problem, fit
 
+    def unpublished_board(cfg: ModelConfig) -> tuple[Problem, Solution, FitResult]:
+        """A board the gate may still replace: solved and published without bootstrap replicates (they are made
+        for the board that is published, :func:`with_replicates`), its solution kept to add them."""
+        problem = bias_aware_problem(data, cfg)
+        solution = solve_bias_aware(problem, cfg)
+        return problem, solution, publish_bias_aware(problem, solution, replace(cfg, bootstrap=0), naive=naive)
+
+    def with_replicates(problem: Problem, solution: Solution, fit: FitResult, cfg: ModelConfig) -> FitResult:
+        """``fit`` (published without replicates) with ``cfg``'s replicates: its covariance and profiles reused."""
+        if not cfg.bootstrap:
+            return fit
+        profiles = fit.diagnostics["profile_likelihood"]
+        return publish_bias_aware(problem, solution, cfg, naive=naive, cov_core=fit.state.cov_core, profiles=profiles)
+
     clip, draws, seed = config.length_clip, config.posterior_draws, config.seed
 
     def published_rating(problem: Problem, fit: FitResult) -> FitResult:
@@ -698,12 +636,12 @@ def fit_with_reference(
         battles = _aligned(n_battles, naive.models, fit.models)
         if jac is None:  # φ = θ: the fit's own posterior, untouched
             return replace(fit, n_battles=battles)
-        out = with_rating(fit, phi, jac, battles, draws, seed)
+        out = with_rating(fit, phi, jac, battles, draws, seed, fit.boot_reference)
         diagnostics = dict(out.diagnostics)
         diagnostics["naive_vs_corrected"] = compare_rankings(naive, out.rating, out.models)
         return replace(out, diagnostics=diagnostics)
 
-    problem_all, fit_all = board(config)
+    problem_all, solution_all, fit_all = unpublished_board(config)
     rated: dict[str, dict[str, Any]] = {}  # the reference's own effects in its rating, as first estimated
     if raters:
         own = own_effects(problem_all, fit_all, raters)
@@ -716,7 +654,8 @@ def fit_with_reference(
             # not move every rating by an unsupported β_r·x̄ (that effect's reference is then zero).
             off = {(r, effect) for r in raters for effect in unsupported}
             config = replace(config, disabled=frozenset(config.disabled) | off)
-            problem_all, fit_all = board(config)
+            del solution_all  # (a judge-blocked Hessian: not held through the next fit)
+            problem_all, solution_all, fit_all = unpublished_board(config)
     all_on = published_rating(problem_all, fit_all)
     gate = run_gate(problem_all, fit_all, raters, k, settings.gate_level) if raters else None
     gated_off = set(gate.disabled) if gate is not None else set()
@@ -724,11 +663,15 @@ def fit_with_reference(
     off = set(gated_off) if settings.apply_unidentified else gated_off | unidentified
     published_config = replace(config, disabled=frozenset(config.disabled) | frozenset(off))
     if off:  # every joint covariance of the all-on fit has been taken: its factorisation goes before the next fit
+        del solution_all
         fit_all, all_on = _lean(fit_all), _lean(all_on)
         problem_pub, corrected_fit = board(published_config)
         corrected = published_rating(problem_pub, corrected_fit)
-    else:
-        problem_pub, corrected_fit, corrected = problem_all, fit_all, all_on
+    else:  # the all-on board is the published one: its replicates now
+        fit_all = with_replicates(problem_all, solution_all, fit_all, config)
+        del solution_all
+        problem_pub, corrected_fit = problem_all, fit_all
+        corrected = all_on = published_rating(problem_all, fit_all)
     if raters:
         corrected = replace(corrected, bias=relative_bias(problem_pub, corrected, raters))
     effects = own_effects(problem_pub, corrected, raters) if raters else {}

@@ -212,6 +212,10 @@ class FitResult:
     #: Where ``ci_*``, ``p_top_k`` and the rank intervals come from: "laplace" (posterior draws) or
     #: "bootstrap" (the replicates in ``boot_theta``, percentile CIs).
     uncertainty: str = "laplace"
+    #: The reference rating φ at each bootstrap replicate (replicates × models, uncentred) when the fit has a
+    #: reference with a rated effect of its own (:func:`~biasboard.ranking.reference_rating.reference_replicates`):
+    #: what the reference board's intervals are read from.
+    boot_reference: np.ndarray | None = None
 
     @property
     def n_models(self) -> int:

@@ -159,3 +159,27 @@ def test_worker_count(monkeypatch):
     monkeypatch.setenv("BIASBOARD_BOOTSTRAP_WORKERS", "two")
     with pytest.raises(InputError, match="BIASBOARD_BOOTSTRAP_WORKERS must be a whole number"):
         boot.default_workers(100, 1_000)
+
+
+@pytest.mark.parametrize("solver", ["dense", "blocked"])
+def test_replicates_added_after_publishing_equal_a_fit_made_with_them(solver):
+    """A reference fit publishes a board without replicates, then (when the gate keeps it) adds them from the
+    kept solution, reusing its covariance and profiles: the result is the fit made with them from the start."""
+    from dataclasses import replace
+
+    from biasboard.ranking.fit import fit_bias_aware, publish_bias_aware
+
+    data = build_dataset(_cells(np.random.default_rng(3), models=7, judges=6, cells=400))
+    config = ModelConfig(bootstrap=5, judge_solver=solver)
+    problem = bias_aware_problem(data, config)
+    solution = solve_bias_aware(problem, config)
+    first = publish_bias_aware(problem, solution, replace(config, bootstrap=0))
+    assert first.uncertainty == "laplace" and first.diagnostics["profile_likelihood"]
+    later = publish_bias_aware(
+        problem, solution, config, cov_core=first.state.cov_core, profiles=first.diagnostics["profile_likelihood"]
+    )
+    direct = fit_bias_aware(data, config=config)
+    assert later.uncertainty == direct.uncertainty == "bootstrap"
+    for name in ("rating", "se", "ci_low", "ci_high", "p_top_k", "boot_theta"):
+        np.testing.assert_array_equal(getattr(later, name), getattr(direct, name), err_msg=name)
+    assert later.bias.equals(direct.bias) and later.diagnostics == direct.diagnostics

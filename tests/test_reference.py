@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from biasboard.ranking.config import STYLE_EFFECTS, ModelConfig
 from biasboard.ranking.data import build_dataset
-from biasboard.ranking.fit import fit_bias_aware
+from biasboard.ranking.fit import bootstrap_replicates, fit_bias_aware, solve_bias_aware
 from biasboard.ranking.gate import holm, run_gate
 from biasboard.ranking.problem import bias_aware_problem
 from biasboard.ranking.rank_stats import kendall_tau_b
@@ -19,9 +19,9 @@ from biasboard.ranking.reference import (
     Reference,
     ReferenceSettings,
     fit_with_reference,
-    typical_length,
-    typical_style,
 )
+from biasboard.ranking.reference_rating import reference_map, typical_length, typical_style
+from biasboard.ranking.uncertainty import centre_within, percentile_interval
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.simulate import SimulationConfig, draw_parameters, simulate_days
@@ -233,19 +233,84 @@ def test_agreement_with_anchors_improves_when_a_length_bias_is_removed() -> None
     assert 0.5 < rows["published board"]["accuracy_uncorrected"] <= 1.0
 
 
-def test_reference_rating_intervals_are_its_own_with_bootstrap() -> None:
-    # Bootstrap replicates are of θ; a reference rating with a length term (φ ≠ θ) publishes its own
-    # (delta-method) intervals rather than θ's replicates.
+def test_reference_rating_intervals_come_from_its_replicates_with_bootstrap() -> None:
+    # With --bootstrap the published board's intervals are the replicates' (issue 11, item 5), also when the rating
+    # is the reference's φ with a length term (φ ≠ θ).  Before, they fell back to the delta method's and the
+    # replicates served only the bias table.  φ is evaluated exactly at each replicate's core (not linear in a_r).
     cells, params = simulated(seed=42, battles=6000, models=10, beta0=0.5, sd_beta=0.0, len_model_sd=0.6)
-    fit = fit_with_reference(
-        cells,
-        reference=ANCHORS,
-        config=ModelConfig(bootstrap=3),
-        anchor_cells=anchor_cells(anchor_rows(params, 3000, 8, beta=0.5)),
-    )
+    anchors = anchor_cells(anchor_rows(params, 3000, 8, beta=0.5))
+    fit = fit_with_reference(cells, reference=ANCHORS, config=ModelConfig(bootstrap=12), anchor_cells=anchors)
+    board = fit.corrected
     assert fit.own_effects["length"].get("applied") is None  # the anchors' length is supported: φ ≠ θ
-    assert fit.corrected.uncertainty == "laplace" and fit.corrected.boot_theta is None
-    assert np.all(fit.corrected.ci_low < fit.corrected.rating) and np.all(fit.corrected.rating < fit.corrected.ci_high)
+    assert board.uncertainty == "bootstrap" and board.boot_theta.shape == (12, len(board.models))
+    # The same replicates refit apart from the reference fit, φ at each by the MAP's own map.
+    data = build_dataset([*cells, anchors.to_arrow()])
+    config = fit.config
+    problem = bias_aware_problem(data, config)
+    solution = solve_bias_aware(problem, config)
+    _, cores = bootstrap_replicates(problem, solution, 12, 1, config.seed, config.tol, config.max_iter)
+    phis = np.array([reference_map(problem, core, config.reference, config.length_clip)[0] for core in cores])
+    expected = centre_within(phis)
+    np.testing.assert_allclose(board.boot_theta, expected, rtol=0, atol=1e-9)
+    low, high = percentile_interval(expected)
+    np.testing.assert_allclose(board.ci_low, low, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(board.ci_high, high, rtol=0, atol=1e-9)
+    # φ's replicates, not θ's: θ's differ by the length term, which moves the longest model's by ~β·x̄.
+    thetas = centre_within(cores[:, problem.layout.theta])
+    assert np.abs(thetas - expected).max() > 0.1
+    # Their spread is the delta method's to within a bootstrap of 12: the same uncertainty, two estimates.
+    ratio = expected.std(axis=0, ddof=1) / board.se
+    assert 0.4 < float(np.median(ratio)) < 2.0, ratio
+
+
+def _count_replicate_runs(monkeypatch) -> list[int]:
+    """Each bootstrap run of a reference fit (the naive board's included), as its number of replicates."""
+    from biasboard.ranking import fit as fit_module
+
+    runs: list[int] = []
+    real = fit_module.bootstrap_replicates
+
+    def counted(problem, solution, replicates, *args, **kwargs):
+        runs.append(replicates)
+        return real(problem, solution, replicates, *args, **kwargs)
+
+    monkeypatch.setattr(fit_module, "bootstrap_replicates", counted)
+    return runs
+
+
+def test_replicates_are_made_for_the_published_board_only(monkeypatch) -> None:
+    # The gate switches corrections off, so the published board is refit without them: the all-on board it replaced
+    # (compared by its ratings only) no longer pays for replicates (before: naive, all on, published).
+    runs = _count_replicate_runs(monkeypatch)
+    cells, params = simulated(seed=42, battles=6000, models=10, beta0=0.5, sd_beta=0.0, len_model_sd=0.6)
+    anchors = anchor_cells(anchor_rows(params, 3000, 8, beta=0.5))
+    fit = fit_with_reference(cells, reference=ANCHORS, config=ModelConfig(bootstrap=4), anchor_cells=anchors)
+    assert fit.gate.disabled and runs == [4, 4]  # the naive board's, the published board's
+    assert fit.all_on.uncertainty == "laplace" and fit.corrected.uncertainty == "bootstrap"
+
+
+def test_a_board_the_gate_keeps_whole_gets_its_replicates_after_the_gate(monkeypatch) -> None:
+    # Nothing switched off: the all-on board is published, its replicates added once the gate has said so, from
+    # its kept solution (no refit); φ's replicates are those of the same replicates refit apart.
+    runs = _count_replicate_runs(monkeypatch)
+    cells, params = simulated(
+        seed=61, judges=4, human_judges=1, battles=12000, models=10,
+        gamma0=-0.5, sd_u=0.3, beta0=0.6, sd_beta=0.3, lambda0=0.5, sd_lambda=0.2,
+    )  # fmt: skip
+    human = next(n for n, h in zip(params.judge_names, params.judge_human, strict=True) if h)
+    fit = fit_with_reference(cells, reference=Reference("judges", (human,)), config=ModelConfig(bootstrap=6))
+    assert not fit.config.disabled and fit.own_effects["length"].get("applied") is None  # all on; φ ≠ θ
+    assert runs == [6, 6] and fit.corrected.uncertainty == fit.all_on.uncertainty == "bootstrap"
+    np.testing.assert_array_equal(fit.corrected.ci_low, fit.all_on.ci_low)  # one board, published and all on
+    config = fit.config
+    problem = bias_aware_problem(build_dataset(cells), config)
+    _, cores = bootstrap_replicates(
+        problem, solve_bias_aware(problem, config), 6, 1, config.seed, config.tol, config.max_iter
+    )
+    phis = np.array([reference_map(problem, core, config.reference, config.length_clip)[0] for core in cores])
+    np.testing.assert_allclose(fit.corrected.boot_theta, centre_within(phis), rtol=0, atol=1e-9)
+    own = fit.bias.filter((pl.col("judge") == human) & (pl.col("effect") == "length"))
+    assert own["boot_ci_low"].is_finite().all()  # the reference's own rows: the replicates' intervals
 
 
 # --------------------------------------------------------------------------- style, relative to the reference

@@ -1,0 +1,162 @@
+"""The reference rating φ: what a reference rater r concludes on each model's typical answers.
+
+    φ_m = θ_m + (β_r / a_r) · x̄_m + Σ_k (δ_rk / a_r) · s̄_mk
+
+(the terms are defined in :mod:`biasboard.ranking.reference`).  φ is a function of the raw core alone, so it is
+evaluated at the MAP with its linear map (:func:`reference_map`: the delta-method covariance) and at each
+Poisson-bootstrap replicate's core (:func:`reference_replicates`: the published intervals with ``--bootstrap``),
+from the same terms (:func:`rated_terms`).  Kept apart from the reference fit so that the fit itself can
+evaluate φ on its replicates (whose raw cores it does not keep: ~280 MB for 100 replicates at 50k voters).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from biasboard.ranking.arrowhead import BlockCovariance, centring
+from biasboard.ranking.data import Dataset
+from biasboard.ranking.diagnostics import mean_log_length, signed_model_means
+from biasboard.ranking.gate import gated_effects, reference_mask, row_covariance
+from biasboard.ranking.model import DISC, LEN, STYLE_BLOCKS, Layout
+from biasboard.ranking.problem import Problem
+
+
+def typical_length(data: Dataset, clip: float | None) -> np.ndarray:
+    """x̄_m: each model's mean log length minus the pool's mean, clipped at ±clip (0 where unknown)."""
+    mu = mean_log_length(data)
+    known = np.isfinite(mu)
+    if not known.any():
+        return np.zeros(len(data.models))
+    x = np.where(known, mu - mu[known].mean(), 0.0)
+    return x if clip is None else np.clip(x, -clip, clip)
+
+
+def typical_style(data: Dataset) -> np.ndarray:
+    """s̄ (M × 3): each model's mean normalised style difference (header, list, bold) against the opponents it
+    met, signed toward the model (0 where unknown, and without style counts).
+
+    The cells keep each battle's difference d = (c_a − c_b)/(c_a + c_b), not the counts, so a model's typical
+    style is read against its opponents (an arena draws them across the pool), where length's is against the
+    pool's mean log length (:func:`typical_length`).  d is bounded by construction: no clip."""
+    pairs, m = data.pairs, len(data.models)
+    if pairs.style is None or pairs.n_style is None:
+        return np.zeros((m, len(STYLE_BLOCKS)))
+    means = [signed_model_means(pairs, pairs.style[:, k], pairs.n_style, m) for k in range(len(STYLE_BLOCKS))]
+    return np.nan_to_num(np.column_stack(means), nan=0.0)
+
+
+def rated_effects(layout: Layout) -> dict[str, int]:
+    """The reference's own effects that enter its rating φ, with their blocks: length, and the style effects when
+    the model has them (position is averaged out, affinity reported only)."""
+    return {effect: t for effect, t in gated_effects(layout).items() if t == LEN or t in STYLE_BLOCKS}
+
+
+def discrimination_row(problem: Problem, reference: frozenset[str]) -> np.ndarray:
+    """v with v · raw core = the mean over the reference raters of their log a_r (centred as the fit centres it).
+
+    The row of the effective map E averaged over the reference, built without E: with the centring of
+    log a_j E holds a J² block (every enabled judge's mean), which a 10⁴–10⁶ voter-judge fit cannot form.
+    """
+    lay, spec = problem.layout, problem.spec
+    ref = reference_mask(problem, reference)
+    v = np.zeros(lay.n_core)
+    if not ref.any():
+        return v
+    raw = lay.block(DISC).start + np.arange(lay.n_judges)
+    mask = spec.masks[DISC] > 0
+    if not spec.centre_discrimination:
+        v[raw[ref & mask]] = 1.0 / ref.sum()
+        return v
+    on = centring(spec)
+    if on is None:  # one judge alone: a_j = 1
+        return v
+    v[raw[ref & mask]] = 1.0 / ref.sum()
+    v[raw[on]] -= (ref & mask).sum() / (ref.sum() * on.size)
+    return v
+
+
+@dataclass(frozen=True)
+class RatedTerms:
+    """What φ adds to θ, per rated effect k (length, then style): ``rows[k] @ core`` is the reference's coefficient
+    per raw covariate unit, ``typical[k]`` each model's typical covariate; ``v_disc @ core`` is mean log a_r."""
+
+    rows: np.ndarray  # (k, n_core)
+    typical: list[np.ndarray]  # k × (M,)
+    v_disc: np.ndarray  # (n_core,)
+
+
+def rated_terms(problem: Problem, reference: frozenset[str], clip: float | None) -> RatedTerms | None:
+    """The terms of φ, or None when the reference has none of the rated effects of its own (no reference, or no
+    lengths and no style counts in its verdicts, or each taken as zero): then φ = θ."""
+    lay, spec = problem.layout, problem.spec
+    if spec.tied is None or not reference_mask(problem, reference).any():
+        return None
+    blocks = [t for t in rated_effects(lay).values() if spec.tied[t].any()]
+    if not blocks:
+        return None
+    style = typical_style(problem.data)
+    typical = [typical_length(problem.data, clip) if t == LEN else style[:, STYLE_BLOCKS.index(t)] for t in blocks]
+    rows = np.zeros((len(blocks), lay.n_core))  # each coefficient per raw covariate unit
+    for i, t in enumerate(blocks):
+        rows[i, lay.glob(t)] = spec.unit(t)
+    return RatedTerms(rows, typical, discrimination_row(problem, reference))
+
+
+@dataclass(frozen=True)
+class RatingMap:
+    """A rating linearised in the raw core: ``jacobian = coef @ basis`` (M × n_core), kept factored.
+
+    ``basis`` holds few sparse rows (θ, the reference's length coefficient, its mean log a_r) so the rating's
+    covariance is coef · Cov(basis) · coefᵀ, one small row covariance whether the fit is dense or judge-blocked.
+    """
+
+    coef: np.ndarray  # (M, b)
+    basis: sp.csr_matrix  # (b, n_core)
+
+    def covariance(self, cov_core: np.ndarray | BlockCovariance) -> np.ndarray:
+        out = self.coef @ row_covariance(cov_core, self.basis).dense() @ self.coef.T
+        return 0.5 * (out + out.T)
+
+
+def reference_map(
+    problem: Problem, core: np.ndarray, reference: frozenset[str], clip: float | None
+) -> tuple[np.ndarray, RatingMap | None]:
+    """(φ, its linear map): the reference rating of every model and its Jacobian with respect to the raw core.
+
+    Linear in θ and in the reference's length (and style) coefficients, divided by a_r = exp(mean L_r) (the
+    reference's discrimination).  The map is None when φ = θ (:func:`rated_terms`).
+    """
+    lay = problem.layout
+    m = lay.n_models
+    theta = core[lay.theta]
+    terms = rated_terms(problem, reference, clip)
+    if terms is None:
+        return theta.copy(), None
+    coefs, a = terms.rows @ core, float(np.exp(terms.v_disc @ core))
+    phi, weighted = theta.copy(), np.zeros(m)
+    for z, c in zip(terms.typical, coefs.tolist(), strict=True):
+        phi += c / a * z
+        weighted += z * c
+    basis = sp.vstack(
+        [sp.eye(m, lay.n_core, format="csr"), sp.csr_matrix(terms.rows), sp.csr_matrix(terms.v_disc)]
+    ).tocsr()
+    coef = np.column_stack([np.eye(m), *(z / a for z in terms.typical), -(weighted / a)])
+    return phi, RatingMap(coef, basis)
+
+
+def reference_replicates(
+    problem: Problem, cores: np.ndarray, reference: frozenset[str], clip: float | None
+) -> np.ndarray | None:
+    """φ at each bootstrap replicate's raw core (replicates × n_core → replicates × M, uncentred), exactly (φ is
+    not linear in a_r), or None when φ = θ (the replicates of θ are then the rating's own)."""
+    terms = rated_terms(problem, reference, clip)
+    if terms is None:
+        return None
+    coefs = cores @ terms.rows.T  # (replicates, k)
+    a = np.exp(cores @ terms.v_disc)
+    phi = cores[:, problem.layout.theta].copy()
+    for z, c in zip(terms.typical, coefs.T, strict=True):
+        phi += (c / a)[:, None] * z
+    return phi
