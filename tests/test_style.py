@@ -162,7 +162,9 @@ def test_without_style_the_model_has_no_style_parameters_and_the_same_numbers(st
 # --------------------------------------------------------------------------- end to end
 
 
-def _refresh_simulated(tmp_path: Path, config: SimulationConfig, k: int = 3, reference: str | None = None) -> Path:
+def _refresh_simulated(
+    tmp_path: Path, config: SimulationConfig, k: int = 3, reference: str | None = None, bootstrap: int = 0
+) -> Path:
     """Simulate ``config`` into ``tmp_path`` and refresh it (no audit); the published snapshot's folder."""
     logs = write_simulation(config, tmp_path / "logs")
     outcome = refresh(
@@ -170,7 +172,7 @@ def _refresh_simulated(tmp_path: Path, config: SimulationConfig, k: int = 3, ref
         str(tmp_path / "state"),
         str(tmp_path / "out"),
         [],
-        RefreshOptions(k=k, audit=False, reference=reference),
+        RefreshOptions(k=k, audit=False, reference=reference, bootstrap=bootstrap),
     )
     assert outcome.published is not None
     return Path(outcome.published.path)
@@ -242,12 +244,14 @@ def test_refresh_with_style_through_the_judge_blocked_solver(tmp_path, monkeypat
 
 def test_refresh_measures_style_against_a_human_pool_reference(tmp_path):
     """``--reference human-pool-1`` with style counts: the pool's own style effects in the summary and the
-    report, each LLM judge's style given as its excess over the pool, gated like position and length."""
+    report, each LLM judge's style given as its excess over the pool, gated like position and length; with
+    ``--bootstrap`` the board's intervals are the replicates' of the pool's rating (which keeps its style)."""
     config = SimulationConfig(
         battles=12_000, models=8, judges=3, human_judges=1, days=1, style=True, style_effects=(0.6, 0.4, 0.3), seed=6
     )
-    snapshot = _refresh_simulated(tmp_path, config, reference="human-pool-1")
+    snapshot = _refresh_simulated(tmp_path, config, reference="human-pool-1", bootstrap=4)
     summary = Summary.from_json(json.loads((snapshot / "summary.json").read_text()))
+    assert summary.uncertainty == "bootstrap"
     reference = summary.reference
     assert reference is not None and reference.judges == ["human-pool-1"]
     assert set(STYLE_EFFECTS) <= set(reference.own_effects)
