@@ -12,14 +12,17 @@ With ``--reference`` the judges are three LLM judges and a human pool, the pool 
 judge has an excess) and the pool has *none* while the judges have strong ones.  Per scenario: how often the
 gate enables a style correction, the coverage of the excesses' and of the pool's own effects' 95% intervals,
 and Kendall τ-b of the published board and of the zero-reference (style control) board against what the
-pool concludes: θ_m + Σ_k (δ_rk / a_r)·s̄_mk (a_r on θ's scale, s̄ each model's mean style difference against
-its opponents, :func:`~biasboard.ranking.reference_rating.typical_style`).
+pool concludes: φ_m = θ_m + Σ_k (δ_rk / a_r)·s̄_mk (a_r on θ's scale, s̄ each model's mean style difference against
+its opponents, :func:`~biasboard.ranking.reference_rating.typical_style`).  With ``--bootstrap B`` also the
+coverage of the published ratings' 95% intervals of φ (centred), from the same fits: the delta method's
+(rating ± 1.96 se) and the B replicates' percentiles (what ``refresh --bootstrap`` publishes).
 
 Usage::
 
     .venv/bin/python bench/style_study.py              # 20 seeds × 24k battles
     .venv/bin/python bench/style_study.py --smoke      # 2 seeds × 8k battles (seconds)
     .venv/bin/python bench/style_study.py --reference  # style relative to a human pool, 20 seeds × 2 scenarios
+    .venv/bin/python bench/style_study.py --reference --bootstrap 100   # and φ's interval coverage
 """
 
 from __future__ import annotations
@@ -75,10 +78,14 @@ SCENARIOS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float
 }
 
 
-def one_reference_seed(config: SimulationConfig, human: tuple, llm: tuple) -> tuple[list[dict], tuple[float, float]]:
+def one_reference_seed(
+    config: SimulationConfig, human: tuple, llm: tuple, bootstrap: int = 0
+) -> tuple[list[dict], tuple[float, float], tuple[float, float]]:
     """One dataset of three LLM judges and a human pool (the reference), style effects as given, no judge
-    deviating from its group: per style effect the gate's decision and the intervals' coverage, and the τ of
-    the board relative to the pool and of the zero-reference board against what the pool concludes.
+    deviating from its group: per style effect the gate's decision and the intervals' coverage, the τ of
+    the board relative to the pool and of the zero-reference board against what the pool concludes, and the
+    share of models whose published 95% interval covers it (the delta method's, the replicates' percentiles;
+    NaN without ``bootstrap``).
 
     A pool's own effect its verdicts cannot tell from zero is taken as zero (``applied`` 0): the judges' whole
     effects are then their excesses, and the truth they are scored against is the judges' effect alone."""
@@ -89,13 +96,17 @@ def one_reference_seed(config: SimulationConfig, human: tuple, llm: tuple) -> tu
     cells = merge_cells([partial_cells(b, family_map).cells for _, b, _ in simulate_days(config, params)])
     (pool,) = params.judge_names[params.judge_human].tolist()
     r = params.judge_names.tolist().index(pool)
-    fit = fit_with_reference(cells, reference=Reference("judges", (pool,)), config=ModelConfig(profile=False))
+    fit = fit_with_reference(
+        cells, reference=Reference("judges", (pool,)), config=ModelConfig(profile=False, bootstrap=bootstrap)
+    )
     zero = fit_with_reference(cells, reference=Reference(), config=ModelConfig(profile=False))
     data = build_dataset(cells)
-    # What the pool concludes, on θ's scale: a_r relative to the judges' geometric mean (the fit centres log a).
-    a_r = params.disc[r] / np.exp(np.mean(np.log(params.disc)))
+    # What the pool concludes, on the fit's scale: the fit centres log a over the judges, so its θ is the truth times
+    # their geometric mean g and the pool's a_r is its discrimination over g.
+    g = np.exp(np.mean(np.log(params.disc)))
+    a_r = params.disc[r] / g
     index = {m: i for i, m in enumerate(params.model_names.tolist())}
-    target = params.theta[[index[m] for m in data.models]] + typical_style(data) @ (np.asarray(human) / a_r)
+    target = g * params.theta[[index[m] for m in data.models]] + typical_style(data) @ (np.asarray(human) / a_r)
     by_model = dict(zip(data.models, target, strict=True))
 
     def tau(board) -> float:
@@ -117,10 +128,15 @@ def one_reference_seed(config: SimulationConfig, human: tuple, llm: tuple) -> tu
                 "own_kept": kept,
             }
         )
-    return records, (tau(fit.corrected), tau(zero.corrected))
+    board = fit.corrected
+    phi = np.array([by_model[m] for m in board.models])
+    phi -= phi.mean()  # the ratings are centred (one comparison component here)
+    laplace = float(np.mean(np.abs(board.rating - phi) <= 1.959964 * board.se))
+    boot = float(np.mean((board.ci_low <= phi) & (phi <= board.ci_high))) if bootstrap else float("nan")
+    return records, (tau(fit.corrected), tau(zero.corrected)), (laplace, boot)
 
 
-def reference_study(seeds: int, battles: int) -> None:
+def reference_study(seeds: int, battles: int, bootstrap: int = 0) -> None:
     config = SimulationConfig(
         battles=battles, models=16, judges=4, human_judges=1, days=1, style=True, sd_style=0.0, beta0=0.0, sd_beta=0.0
     )
@@ -128,11 +144,13 @@ def reference_study(seeds: int, battles: int) -> None:
     print(
         f"{'scenario: pool / LLM judges (header, list, bold)':48} {'enabled':>8} {'if zero':>8} {'excess cov':>10} "
         f"{'own cov':>8} {'own kept':>8} {'τ ref':>6} {'τ zero':>6}"
+        + (f" {'φ cov Δ':>8} {'φ cov B':>8}" if bootstrap else "")
     )
     for name, (human, llm) in SCENARIOS.items():
-        runs = [one_reference_seed(dataclasses.replace(config, seed=s), human, llm) for s in range(seeds)]
-        records = [rec for recs, _ in runs for rec in recs]
-        taus = np.array([t for _, t in runs])
+        runs = [one_reference_seed(dataclasses.replace(config, seed=s), human, llm, bootstrap) for s in range(seeds)]
+        records = [rec for recs, _, _ in runs for rec in recs]
+        taus = np.array([t for _, t, _ in runs])
+        phi_cov = np.array([c for _, _, c in runs])
         real = [rec["enabled"] for rec in records if not rec["null"]]
         null = [rec["enabled"] for rec in records if rec["null"]]
 
@@ -143,6 +161,7 @@ def reference_study(seeds: int, battles: int) -> None:
             f"{name + ': ' + str(human) + ' / ' + str(llm):48} {share(real):>8} {share(null):>8} "
             f"{np.mean([r['excess_covered'] for r in records]):10.3f} {share([r['own_covered'] for r in records]):>8} "
             f"{share([r['own_kept'] for r in records]):>8} {taus[:, 0].mean():6.3f} {taus[:, 1].mean():6.3f}"
+            + (f" {phi_cov[:, 0].mean():8.3f} {phi_cov[:, 1].mean():8.3f}" if bootstrap else "")
         )
     print(
         "enabled: share of (seed, style effect) groups the gate corrected where the LLM judges' excess is real; "
@@ -151,6 +170,12 @@ def reference_study(seeds: int, battles: int) -> None:
         "own effects told from zero (kept in the rating, else taken as zero and the judges' whole effect is "
         "the excess); τ: Kendall τ-b against what the pool concludes, for the board relative to the pool and "
         "the zero-reference (style control) board"
+        + (
+            f"; φ cov: share of models whose published 95% interval covers what the pool concludes (centred), "
+            f"Δ the delta method's, B the {bootstrap} replicates' percentiles"
+            if bootstrap
+            else ""
+        )
     )
 
 
@@ -160,10 +185,11 @@ def main() -> None:
     parser.add_argument("--reference", action="store_true", help="style relative to a human pool (two scenarios)")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--battles", type=int, default=BASE.battles)
+    parser.add_argument("--bootstrap", type=int, default=0, help="with --reference: replicates per fit (φ coverage)")
     args = parser.parse_args()
     seeds, battles = (2, 8_000) if args.smoke else (args.seeds, args.battles)
     if args.reference:
-        reference_study(seeds, battles)
+        reference_study(seeds, battles, min(args.bootstrap, 10) if args.smoke else args.bootstrap)
         return
     results = [one_seed(dataclasses.replace(BASE, seed=s, battles=battles)) for s in range(seeds)]
     errors = np.stack([r[0] for r in results])

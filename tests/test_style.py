@@ -269,8 +269,10 @@ def test_refresh_measures_style_against_a_human_pool_reference(tmp_path):
 
 
 def test_style_study_reference_smoke():
-    """``bench/style_study.py --reference --smoke`` runs end to end and prints both scenarios."""
+    """``bench/style_study.py --reference --smoke --bootstrap 5`` runs end to end and prints both scenarios with
+    the coverage of φ's intervals."""
     script = Path(__file__).resolve().parents[1] / "bench" / "style_study.py"
-    out = subprocess.run([sys.executable, str(script), "--reference", "--smoke"], capture_output=True, text=True)
+    command = [sys.executable, str(script), "--reference", "--smoke", "--bootstrap", "5"]
+    out = subprocess.run(command, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "shared" in out.stdout and "judges only" in out.stdout, out.stdout
+    assert "shared" in out.stdout and "judges only" in out.stdout and "φ cov B" in out.stdout, out.stdout
