@@ -21,12 +21,12 @@ and a_r r's discrimination (so r's preference is expressed on θ's scale); with 
 δ_rk is r's effect of style feature k (header, list, bold) per unit of normalised difference and s̄_mk model
 m's mean difference against the opponents it met (:func:`~biasboard.ranking.reference_rating.typical_style`).
 Position is averaged out and r's affinity (a rater's preference for its own family) is reported, not added.
-φ (:mod:`biasboard.ranking.reference_rating`) is identified even
-where θ and β_r are not (length constant within each model, Xu et al. 2026): r's verdicts measure θ_m + β_r·μ_m
-directly, whatever split the prior picks.  Its covariance is the delta-method map of the Laplace
-posterior; with bootstrap replicates its intervals, top-k probabilities and rank intervals are read from φ at
-each replicate (:func:`~biasboard.ranking.reference_rating.reference_replicates`), which are made for the published
-board only: the all-on board is fit without them and gets them only if the gate publishes it.
+φ (:mod:`biasboard.ranking.reference_rating`) is identified even where θ and β_r are not (length constant within
+each model, Xu et al. 2026): r's verdicts measure θ_m + β_r·μ_m directly, whatever split the prior picks.  Its
+covariance is the delta-method map of the Laplace posterior; with bootstrap replicates its intervals, top-k
+probabilities and rank intervals are read from φ at each replicate
+(:func:`~biasboard.ranking.reference_rating.reference_replicates`), which are made for the published board only:
+the all-on board is fit without them and gets them only if the gate publishes it.
 
 Which excesses are corrected is decided by the trusted-anchor gate (:mod:`biasboard.ranking.gate`); an
 excess the gate does not support is *tied* to the reference (the judge is taken to do what r does).  The
