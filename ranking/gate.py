@@ -33,6 +33,7 @@ the anchors enter the fit as cells (at most one per ordered pair, length bin and
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -158,8 +159,17 @@ def excess_vectors(problem: Problem, t: int, reference: frozenset[str]) -> tuple
 
 
 def reference_mask(problem: Problem, reference: frozenset[str]) -> np.ndarray:
-    """Which judges of the problem are reference raters (bool over the judges)."""
-    return np.fromiter((judge in reference for judge in problem.data.judges), bool, len(problem.data.judges))
+    """Which judges of the problem are reference raters (bool over the judges; read-only)."""
+    return _reference_mask(problem.data.judges, reference)
+
+
+@functools.lru_cache(maxsize=8)
+def _reference_mask(judges: tuple[str, ...], reference: frozenset[str]) -> np.ndarray:
+    """:func:`reference_mask`, made once per (judges, reference): a reference fit asks for it ~20 times, and over
+    a voter pool's 50k judges each time cost ~11 ms of set look-ups."""
+    mask = np.fromiter((judge in reference for judge in judges), bool, len(judges))
+    mask.flags.writeable = False
+    return mask
 
 
 class DenseRows:
@@ -249,8 +259,8 @@ def run_gate(
         p = float(chdtrc(df, chi2)) if df else 1.0
         groups.append((effect, judges, d, np.sqrt(np.clip(c.diagonal(), 0.0, None)), chi2, df, p))
     p_holm = holm(np.array([g[-1] for g in groups])) if groups else np.zeros(0)
-    names = problem.data.judges
-    out: list[dict[str, Any]] = []
+    names = np.asarray(problem.data.judges, dtype=object)
+    frames: list[pl.DataFrame] = []
     disabled: set[tuple[str, str]] = set()
     for (effect, judges, d, se, chi2, df, p), ph in zip(groups, p_holm, strict=True):
         enough = k >= MIN_ANCHORS_FLOOR
@@ -267,24 +277,17 @@ def run_gate(
                 f"{effect}: no excess over the reference supported (chi2 {chi2:.1f} on {df} df, "
                 f"Holm p = {ph:.3g} > {level}): tied to the reference"
             )
-        for j, dj, sj in zip(judges, d, se, strict=True):
-            z = float(dj / sj) if sj > 0 else float("nan")
-            out.append(
-                dict(
-                    judge=names[j],
-                    effect=effect,
-                    enabled=on,
-                    excess=float(dj),
-                    se=float(sj),
-                    z=z,
-                    gain_nats=0.5 * z * z if math.isfinite(z) else float("nan"),
-                    group_chi2=chi2,
-                    group_df=df,
-                    group_p=p,
-                    group_p_holm=float(ph),
-                    reason=reason,
-                )
-            )
-            if not on:
-                disabled.add((names[j], effect))
-    return GateResult(pl.DataFrame(out, schema=GATE_COLUMNS), frozenset(disabled), k, level)
+        # One group's rows as columns (a voter pool's group holds tens of thousands of judges).
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.where(se > 0, d / se, np.nan)
+        gain = np.where(np.isfinite(z), 0.5 * z * z, np.nan)
+        judge = names[judges].tolist()
+        n = len(judge)
+        scalars = {"effect": effect, "enabled": on, "group_chi2": chi2, "group_df": df, "group_p": p}
+        columns = {"judge": judge, "excess": d, "se": se, "z": z, "gain_nats": gain, "group_p_holm": float(ph)}
+        frame = pl.DataFrame({**columns, **scalars, "reason": reason}, schema_overrides=GATE_COLUMNS)
+        frames.append(frame.select(list(GATE_COLUMNS)))
+        if not on:
+            disabled.update(zip(judge, [effect] * n, strict=True))
+    table = pl.concat(frames) if frames else pl.DataFrame(schema=GATE_COLUMNS)
+    return GateResult(table, frozenset(disabled), k, level)

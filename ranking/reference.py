@@ -85,6 +85,10 @@ from biasboard.ranking.solver import Solution
 from biasboard.ranking.uncertainty import centre_within, centring_matrix, percentile_interval, top_k_probabilities
 from biasboard.schemas.errors import InputError
 
+#: The note of a bias-table row that holds a judge's excess over the reference (:func:`relative_bias`).
+EXCESS_ROW_NOTE = "excess over the reference (the judge's bias relative to it)"
+#: The note of a bias-table row of a judge tied to the reference (:func:`relative_bias`).
+TIED_ROW_NOTE = "tied to the reference: no excess corrected"
 #: The bias table's bootstrap interval columns.
 BOOT_COLUMNS: tuple[str, ...] = ("boot_ci_low", "boot_ci_high")
 #: The judge name trusted anchors are fitted under (not a valid model or judge name of any import).
@@ -366,33 +370,23 @@ def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -
     the excess's estimate.  Its Laplace interval (``ci_low``/``ci_high``) is the excess's own."""
     table = fit.bias
     core, cov = fit.state.core, fit.state.cov_core
-    updates = []
+    names = np.asarray(problem.data.judges, dtype=object)
+    updates: list[pl.DataFrame] = []  # per effect, the excess rows and the tied rows, as columns (J ~ 10⁴-10⁶)
     for effect, t in gated_effects(problem.layout).items():
         if problem.spec.tied is None or not problem.spec.tied[t].any():
             continue
         judges, rows, _ = excess_vectors(problem, t, reference)
         est = rows @ core
         sd = np.sqrt(np.clip(row_covariance(cov, rows).diagonal(), 0.0, None))
-        for j, e, s in zip(judges, est, sd, strict=True):
-            updates.append(
-                (
-                    problem.data.judges[j],
-                    effect,
-                    float(e),
-                    float(e - Z95 * s),
-                    float(e + Z95 * s),
-                    True,
-                    "excess over the reference (the judge's bias relative to it)",
-                )
-            )
-        ref = reference_mask(problem, reference)
-        for j in np.flatnonzero((problem.spec.tied[t] > 0) & ~ref):
-            updates.append(
-                (problem.data.judges[j], effect, 0.0, 0.0, 0.0, False, "tied to the reference: no excess corrected")
-            )
+        updates.append(
+            _bias_updates(names[judges], effect, (est, est - Z95 * sd, est + Z95 * sd), True, EXCESS_ROW_NOTE)
+        )
+        tied = names[np.flatnonzero((problem.spec.tied[t] > 0) & ~reference_mask(problem, reference))]
+        zero = np.zeros(tied.size)
+        updates.append(_bias_updates(tied, effect, (zero, zero, zero), False, TIED_ROW_NOTE))
     if not updates:
         return table
-    upd = pl.DataFrame(updates, schema=["judge", "effect", "_e", "_lo", "_hi", "_on", "_note"], orient="row")
+    upd = pl.concat(updates)
     updated = pl.col("_note").is_not_null()
     no_replicates = [pl.when(updated).then(float("nan")).otherwise(pl.col(c)).alias(c) for c in BOOT_COLUMNS]
     return (
@@ -407,6 +401,29 @@ def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -
         )
         .drop("_e", "_lo", "_hi", "_on", "_note")
     )
+
+
+#: The columns of :func:`_bias_updates` (typed even when no judge has such a row).
+_UPDATES: dict[str, type[pl.DataType]] = {
+    "judge": pl.String,
+    "effect": pl.String,
+    "_e": pl.Float64,
+    "_lo": pl.Float64,
+    "_hi": pl.Float64,
+    "_on": pl.Boolean,
+    "_note": pl.String,
+}
+
+
+def _bias_updates(
+    judges: np.ndarray, effect: str, values: tuple[np.ndarray, np.ndarray, np.ndarray], enabled: bool, note: str
+) -> pl.DataFrame:
+    """Rows replacing the bias table's (judge, effect) estimate, interval, ``enabled`` and note
+    (:func:`relative_bias`)."""
+    estimate, low, high = values
+    columns = {"judge": judges.tolist(), "_e": estimate, "_lo": low, "_hi": high}
+    frame = pl.DataFrame({**columns, "effect": effect, "_on": enabled, "_note": note}, schema_overrides=_UPDATES)
+    return frame.select(list(_UPDATES))
 
 
 # --------------------------------------------------------------------------- agreement with the anchors
@@ -615,16 +632,18 @@ def fit_with_reference(
         fit = fit_bias_aware(data, config=cfg, naive=naive)
         return problem, fit
 
-    def unpublished_board(cfg: ModelConfig) -> tuple[Problem, Solution, FitResult]:
+    def unpublished_board(cfg: ModelConfig) -> tuple[Problem, Solution | None, FitResult]:
         """A board the gate may still replace: solved and published without bootstrap replicates (they are made
-        for the board that is published, :func:`with_replicates`), its solution kept to add them."""
+        for the board that is published, :func:`with_replicates`), its solution kept to add them (only when
+        ``cfg`` asks for replicates: a judge-blocked solution holds its Hessian, ~50 MB at 50k voter-judges)."""
         problem = bias_aware_problem(data, cfg)
         solution = solve_bias_aware(problem, cfg)
-        return problem, solution, publish_bias_aware(problem, solution, replace(cfg, bootstrap=0), naive=naive)
+        fit = publish_bias_aware(problem, solution, replace(cfg, bootstrap=0), naive=naive)
+        return problem.without_caches(), solution if cfg.bootstrap else None, fit
 
-    def with_replicates(problem: Problem, solution: Solution, fit: FitResult, cfg: ModelConfig) -> FitResult:
+    def with_replicates(problem: Problem, solution: Solution | None, fit: FitResult, cfg: ModelConfig) -> FitResult:
         """``fit`` (published without replicates) with ``cfg``'s replicates: its covariance and profiles reused."""
-        if not cfg.bootstrap:
+        if solution is None or not cfg.bootstrap:
             return fit
         profiles = fit.diagnostics["profile_likelihood"]
         return publish_bias_aware(problem, solution, cfg, naive=naive, cov_core=fit.state.cov_core, profiles=profiles)
