@@ -577,7 +577,7 @@ def _profile_start(problem: Problem, solution: Solution, t: int, value: float) -
     core[lay.glob(t)] = value
     devs = core[lay.block(t)]
     own = (spec.deviation_mask(t) > 0) & _informed(problem, solution, t)
-    if spec.tied is None or not spec.tied[t].any():  # deviations sum to zero (no reference level)
+    if own.any() and (spec.tied is None or not spec.tied[t].any()):  # deviations sum to zero (no reference level)
         core[lay.block(t)] = np.where(own, devs - devs[own].mean(), devs)
     return core
 
