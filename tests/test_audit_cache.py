@@ -4,23 +4,51 @@ cache file is a warning and a full sum, a broken stored day a StateError."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
 from pathlib import Path
 
+import polars as pl
+import pyarrow.parquet as pq
 import pytest
+from biasboard.importers.registry import import_path
 from biasboard.schemas.errors import StateError
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import audit as taudit
 from biasboard.transforms import audit_cache, read, state
 
+from tests.conftest import real_data
+
 SIM = SimulationConfig(battles=5000, models=6, judges=7, days=6, both_orders=True, prompts=40, seed=21)
 
 
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory) -> dict[str, list[read.InputFile]]:
-    logs = write_simulation(SIM, tmp_path_factory.mktemp("sim"))
+@pytest.fixture(scope="module", params=["simulated", "real"])
+def inputs(request, tmp_path_factory) -> dict[str, list[read.InputFile]]:
+    """Days of battles in both orders: simulated, or the real judgments of Position-Bias-Analyzer."""
+    folder = tmp_path_factory.mktemp(request.param)
+    logs = write_simulation(SIM, folder) if request.param == "simulated" else real_days(folder)
     return read.list_input_days(str(logs / "battles" / "day=*" / "*.parquet"))
+
+
+def real_days(folder: Path, days: int = 6) -> Path:
+    """The vendored Position-Bias-Analyzer judgments (every pair judged in both orders; MT-Bench and DevBench,
+    5 judges), spread over ``days`` days by prompt so that each pair's two orders share a day (the audit pairs
+    them within a day), written as a day-partitioned battle log."""
+    rows = pl.from_arrow(import_path("pba", real_data("mtbench-position-bias-analyzer")).rows)
+    prompts = sorted(set(rows["prompt_id"].to_list()))
+    day_of = {prompt: i % days for i, prompt in enumerate(prompts)}
+    rows = rows.with_columns(pl.col("prompt_id").replace_strict(day_of, return_dtype=pl.Int64).alias("_day"))
+    for d in range(days):
+        day = datetime.date(2024, 3, 1 + d)
+        stamp = datetime.datetime(day.year, day.month, day.day, 12, tzinfo=datetime.UTC)
+        part = (
+            rows.filter(pl.col("_day") == d).drop("_day").with_columns(pl.lit(stamp).alias("ts").cast(rows["ts"].dtype))
+        )
+        out = folder / "battles" / f"day={day.isoformat()}"
+        out.mkdir(parents=True)
+        pq.write_table(part.to_arrow(), out / "part-00000.parquet")
+    return folder
 
 
 @pytest.fixture(params=["memory", "buckets"])
@@ -75,6 +103,7 @@ def test_the_cached_sum_reads_only_new_days_and_writes_the_full_sums_bytes(tmp_p
         store(days[i], days[i], f"k-{days[i]}")
         check(days[: i + 1], [days[i]])
     assert folds == {"BucketedFold" if sums == "buckets" else "CodedFold"}
+    assert pq.read_metadata(tmp_path / "full" / "audit_order_pairs.parquet").num_rows > 0  # pairs in both orders found
     cache_files = {p.name for p in (days_dir / audit_cache.SUM_CACHE).glob("*.parquet")}
     assert len(cache_files) == len(audit_cache.SMALL_TABLES) + 2  # the last commit's files only
 
