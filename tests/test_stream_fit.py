@@ -60,6 +60,23 @@ def _numbers(frame: pl.DataFrame) -> dict[str, np.ndarray]:
     return {c: frame[c].to_numpy() for c, t in zip(frame.columns, frame.dtypes, strict=True) if t == pl.Float64}
 
 
+def assert_same_boards(in_memory: tuple, streamed: tuple) -> None:
+    """The (naive, bias-aware) fits of the same cells, in memory and streamed: ratings, SEs, CIs, top-k, battle
+    counts, the bias table and the profile ranges equal to :data:`TOL`."""
+    (naive_mem, mem), (naive, fit) = in_memory, streamed
+    assert mem.models == fit.models and mem.converged and fit.converged
+    for name in ("rating", "se", "ci_low", "ci_high", "p_top_k", "n_battles"):
+        _close(getattr(naive_mem, name), getattr(naive, name), f"naive {name}")
+        _close(getattr(mem, name), getattr(fit, name), name)
+    assert mem.bias.drop(_numbers(mem.bias)).equals(fit.bias.drop(_numbers(fit.bias)))
+    for column, values in _numbers(mem.bias).items():
+        _close(values, fit.bias[column].to_numpy(), f"bias {column}")
+    profiles = mem.diagnostics["profile_likelihood"]
+    assert profiles and profiles.keys() == fit.diagnostics["profile_likelihood"].keys()
+    for effect, info in profiles.items():
+        _close(info["range_nats"], fit.diagnostics["profile_likelihood"][effect]["range_nats"], effect)
+
+
 def _close(a, b, what: str) -> None:
     a, b = np.asarray(a, float), np.asarray(b, float)
     assert a.shape == b.shape, what
@@ -107,17 +124,7 @@ def test_streamed_fit_equals_the_in_memory_fit(solver, style):
     finally:
         data.stream.close()
     assert not folder.exists()  # the scratch folder goes with the store
-    assert mem.models == streamed.models and mem.converged and streamed.converged
-    for name in ("rating", "se", "ci_low", "p_top_k", "n_battles"):
-        _close(getattr(naive_mem, name), getattr(naive, name), f"naive {name}")
-        _close(getattr(mem, name), getattr(streamed, name), name)
-    assert mem.bias.drop(_numbers(mem.bias)).equals(streamed.bias.drop(_numbers(streamed.bias)))
-    for column, values in _numbers(mem.bias).items():
-        _close(values, streamed.bias[column].to_numpy(), f"bias {column}")
-    profiles = mem.diagnostics["profile_likelihood"]
-    assert profiles and profiles.keys() == streamed.diagnostics["profile_likelihood"].keys()
-    for effect, info in profiles.items():
-        _close(info["range_nats"], streamed.diagnostics["profile_likelihood"][effect]["range_nats"], effect)
+    assert_same_boards((naive_mem, mem), (naive, streamed))
     for key, value in mem.diagnostics["covariates"].items():
         if isinstance(value, float):
             _close(value, streamed.diagnostics["covariates"][key], key)
