@@ -16,10 +16,17 @@ published 95% percentile CIs of θ are from the old ones (max |Δ| over models; 
 fit's tolerance, so this is the convergence error, not Monte-Carlo noise), plus the chord steps per
 replicate and how many replicates needed the damped-Newton fallback.
 
+With ``--voters N`` the cells are ``bench/fit.py --voters N``'s instead (the two human pools split into N voters
+each, every voter its own judge: the judge-blocked solver), and the same replicates are refit by the engine as it
+is — each judge's own step clipped to ±``bootstrap.JUDGE_STEP`` in the chord and the damped-Newton fallback — and
+with the clipping off, in one process each: wall time, factorisations, fallbacks, and how far both land from
+cold-start refits.
+
 Usage::
 
     .venv/bin/python bench/bootstrap.py            # ~530k cells, 100 replicates (a few minutes)
     .venv/bin/python bench/bootstrap.py --smoke    # 50k battles, 10 replicates (seconds)
+    .venv/bin/python bench/bootstrap.py --voters 25000 --replicates 10   # voter-judges: the step clipping
 """
 
 from __future__ import annotations
@@ -57,10 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=HERE / "out" / "bootstrap")
     parser.add_argument("--smoke", action="store_true", help="50k battles, 20 models, 4 judges, 10 replicates")
+    parser.add_argument("--voters", type=int, default=0, help="split each human pool into N voter-judges")
     args = parser.parse_args(argv)
     if args.smoke:
         args.battles, args.models, args.judges, args.days, args.replicates, args.cold = 50_000, 20, 4, 2, 10, 2
+        args.voters = min(args.voters, 500)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.voters:
+        return voters_study(args)
 
     from biasboard.ranking import ModelConfig, build_dataset
     from biasboard.ranking.bootstrap import Engine
@@ -127,6 +138,64 @@ def main(argv: list[str] | None = None) -> int:
             f"max |Δ| raw parameters vs new {np.max(np.abs(new_core[: args.cold] - cold_core)):.2e}, "
             f"vs old {np.max(np.abs(old_core[: args.cold] - cold_core)):.2e}"
         )
+    return 0
+
+
+def voters_study(args) -> int:
+    """Voter-judges' replicates with each judge's step clipped (the engine) and not, side by side."""
+    from biasboard.ranking import ModelConfig, bootstrap, build_dataset, solver
+    from biasboard.ranking.data import read_cells
+    from biasboard.ranking.fit import bootstrap_replicates, solve_bias_aware
+    from biasboard.ranking.problem import bias_aware_problem
+    from fit import simulate_voters
+
+    _, n_cells = simulate_voters(args, args.out)
+    config = ModelConfig(profile=False, seed=args.seed)
+    problem = bias_aware_problem(build_dataset(read_cells(args.out / "cells_voters.parquet")), config)
+    solution, fit_wall, _ = timed(lambda: solve_bias_aware(problem, config))
+    print(
+        f"{args.battles:,} battles, {args.models} models, {len(problem.data.judges):,} judges (2 human pools split "
+        f"into {args.voters:,} voters each) -> {n_cells:,} cells; MAP fit {fit_wall:.2f} s; load average "
+        f"{os.getloadavg()[0]:.1f}"
+    )
+    counts = {"factorisations": 0, "fallbacks": 0}
+    factor, fallback = solver.newton_factor, bootstrap.minimize
+
+    def counted_factor(*a, **k):
+        counts["factorisations"] += 1
+        return factor(*a, **k)
+
+    def counted_fallback(*a, **k):
+        counts["fallbacks"] += 1
+        return fallback(*a, **k)
+
+    solver.newton_factor = bootstrap.newton_factor = counted_factor
+    bootstrap.minimize = counted_fallback
+    b, tol, max_iter, seed = args.replicates, config.tol, config.max_iter, config.seed
+    clip = bootstrap.JUDGE_STEP
+    rows = {}
+    for label, limit in ((f"clipped to ±{clip:g} (the engine)", clip), ("not clipped", float("inf"))):
+        bootstrap.JUDGE_STEP = limit
+        counts.update(factorisations=0, fallbacks=0)
+        (_, cores), wall, cpu = timed(
+            lambda: bootstrap_replicates(problem, solution, b, 1, seed, tol, max_iter, workers=1)
+        )
+        rows[label] = (cores, wall, cpu, dict(counts))
+    bootstrap.JUDGE_STEP = clip
+    cold = None
+    if args.cold:
+        _, cold = bootstrap_replicates(problem, solution, args.cold, 1, seed, tol, max_iter, mode="cold")
+    base = rows["not clipped"][1]
+    print(
+        f"\n{b} replicates, 1 process{'':22} {'wall s':>7} {'CPU s':>7} {'vs not':>7} {'factor.':>8} {'fallbacks':>9}"
+        f" {'max |Δ| vs cold':>15}"
+    )
+    for label, (cores, wall, cpu, c) in rows.items():
+        off = "" if cold is None else f"{np.max(np.abs(cores[: args.cold] - cold)):15.1e}"
+        print(
+            f"{label:40} {wall:7.2f} {cpu:7.2f} {base / wall:6.2f}x {c['factorisations']:8d} {c['fallbacks']:9d} {off}"
+        )
+    print("(factorisations include the engine's one at the MAP; fallbacks: replicates handed to damped Newton)")
     return 0
 
 

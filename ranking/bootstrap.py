@@ -36,7 +36,15 @@ from biasboard.ranking.arrowhead import ArrowFactor
 from biasboard.ranking.data import PairArrays, ScoreArrays
 from biasboard.ranking.model import AFF, DISC, LEN, POS, TIE, Spec
 from biasboard.ranking.problem import Problem
-from biasboard.ranking.solver import NewtonFactor, Objective, Solution, minimize, newton_factor
+from biasboard.ranking.solver import (
+    NewtonFactor,
+    Objective,
+    Solution,
+    clip_judge_steps,
+    judge_entries,
+    minimize,
+    newton_factor,
+)
 from biasboard.ranking.uncertainty import poisson_scores
 
 #: Cells per slice of a gradient evaluation: the per-cell temporaries (~20 arrays) stay in the CPU cache.
@@ -45,6 +53,10 @@ SLICE_CELLS: int = 1 << 14
 CHORD_RATE: float = 0.5
 #: Below this many cell-replicates (cells × replicates) the replicates run in this process.
 PARALLEL_MIN_WORK: int = 5_000_000
+#: The largest move of a judge's own parameter per Newton step of the fallback (``judge_step`` of
+#: :func:`~biasboard.ranking.solver.minimize`): a replicate that redraws a few-battle voter's counts can move its tie
+#: propensity by several log-odds, where the plain Newton step overshoots by tens.
+JUDGE_STEP: float = 1.0
 #: Spawn key of the bootstrap's random streams (kept apart from the posterior draws' ``default_rng(seed)``).
 STREAM: int = 0xB007
 
@@ -325,6 +337,8 @@ class Engine:
         self.redraw = CountRedraw(problem.data.pairs)
         self.scores: ScoreArrays | None = None if problem.naive else problem.data.scores
         self.newton: NewtonFactor | ArrowFactor | None = newton_factor(solution.evaluation, solution.free)
+        #: The free entries that are a judge's own (judge-blocked problems: voter-judges), whose steps are clipped.
+        self.judges = judge_entries(self.objective, solution.free) if self.objective.blocked else None
         self.kernel: PairGradient | None = None
         self.map_point: Point | None = None
         if self.scores is None or not len(self.scores):
@@ -379,13 +393,16 @@ class Engine:
             g, g_diag = grad(sol.core, sol.diag)
         core, diag, steps, done = sol.core.copy(), sol.diag.copy(), 0, False
         if self.newton is not None:
-            core, diag, steps, done = chord(grad, core, diag, g, g_diag, self.newton, free, self.tol * sol.scale)
+            core, diag, steps, done = chord(
+                grad, core, diag, g, g_diag, self.newton, free, self.tol * sol.scale, judges=self.judges
+            )
         if done:
             return Replicate(core, steps, False)
         # A step that did not contract (or no positive-definite Hessian at the MAP): the fit's damped Newton.
         model = self._model(r)
         budget = max(self.max_iter - steps, 1)
-        full = minimize(model, core, diag, free=free, tol=self.tol, max_iter=budget, g0_norm=sol.scale)
+        step = None if self.judges is None else JUDGE_STEP
+        full = minimize(model, core, diag, free=free, tol=self.tol, max_iter=budget, g0_norm=sol.scale, judge_step=step)
         return Replicate(full.core, steps + full.iterations, True)
 
 
@@ -399,16 +416,24 @@ def chord(
     free: np.ndarray,
     target: float,
     max_steps: int = 50,
+    judges: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int, bool]:
     """Chord-Newton steps with one factorisation from (core, diag) whose gradient is (g, g_diag).
 
     Returns (core, diag, steps, converged).  Converged: an evaluated gradient norm ≤ ``target``; the step
     that gradient gives is then taken too (unevaluated: a polishing step).  Not converged: the last point
     whose gradient was evaluated, after a step that did not shrink the gradient ``CHORD_RATE``-fold.
+
+    ``judges`` (the free entries that are a judge's own, on a judge-blocked problem): each step's entries there are
+    clipped to ±:data:`JUDGE_STEP`.  A few-battle voter whose redrawn counts moved its optimum far (a tie propensity
+    of ~6 at the MAP, no tie in the replicate) has nearly no curvature at the MAP: its chord step is tens of
+    log-odds, and the gradient it leaves stops the contraction of every other parameter's.
     """
     gn = _norm(g, g_diag, free)
     for steps in range(max_steps + 1):
         s, t = newton.solve(g[free], g_diag)
+        if judges is not None:
+            clip_judge_steps(s, judges, JUDGE_STEP)
         if gn <= target:
             core[free] += s
             return core, diag + t, steps, True

@@ -393,6 +393,7 @@ def minimize(
     g0_norm: float | None = None,
     start: Evaluation | None = None,
     polish: bool = True,
+    judge_step: float | None = None,
 ) -> Solution:
     """Damped Newton from (core0, diag0) with the parameters outside ``free`` held fixed.
 
@@ -407,13 +408,18 @@ def minimize(
     one more evaluation and factorisation at the polished point; ``polish=False`` skips the polishing step
     (a loose first phase, whose answer is only a start).  The dense path, whose factorisation is cheap,
     always polishes and evaluates its Hessian at the returned point.
+
+    ``judge_step`` (judge-blocked only): each judge's own entries of a Newton step are clipped to ±judge_step, and
+    the quadratic model's prediction for the clipped step is made with a product by H (:func:`clip_judge_steps`).
+    Far from quadratic per judge — a bootstrap replicate that redrew a few-battle voter's counts — the plain step
+    overshoots and μ would be raised a factorisation at a time.
     """
     # ``start`` is moved into the iterations, not kept by this frame: a judge-blocked Hessian (~50 MB at 50k
     # voter-judges, with its factorisation's share) is then freed as soon as the step from it is taken.
     moved = [] if start is None else [start]
     del start
     with base_pages() if objective.blocked else nullcontext():
-        return _minimize(objective, core0, diag0, free, tol, max_iter, g0_norm, moved, polish)
+        return _minimize(objective, core0, diag0, free, tol, max_iter, g0_norm, moved, polish, judge_step)
 
 
 def _minimize(
@@ -426,12 +432,14 @@ def _minimize(
     g0_norm: float | None,
     moved: list[Evaluation],
     polish: bool,
+    judge_step: float | None = None,
 ) -> Solution:
     """:func:`minimize`'s iterations; ``moved`` holds the start's evaluation, if given (taken out of it)."""
     core, diag = core0.astype(float).copy(), diag0.astype(float).copy()
     lazy = objective.blocked
     free = np.ones(core.shape[0], bool) if free is None else free
     sel = _selector(free)
+    judges = judge_entries(objective, sel) if lazy and judge_step is not None else None
     ev = moved.pop() if moved else objective.evaluate(core, diag)
     scale = max(_grad_norm(ev, sel) if g0_norm is None else g0_norm, 1.0)
     mu = 0.0
@@ -460,13 +468,18 @@ def _minimize(
             mu = max(10.0 * mu, 1e-4 * diag_scale)
             continue
         s, t = newton.solve(ev.g[sel], ev.g_diag)
+        clipped = judges is not None and judge_step is not None and clip_judge_steps(s, judges, judge_step)
         new_core = core.copy()
         new_core[sel] += s
         new_diag = diag + t
         new_ev = objective.evaluate(new_core, new_diag, hessian=not lazy)
         it += 1
         g_f = ev.g[sel]
-        if isinstance(newton, ArrowFactor):
+        if clipped and isinstance(ev.H, ArrowHessian):  # not the solve's step: the model's sᵀHs from a product by H
+            full = np.zeros(core.size)
+            full[sel] = s
+            predicted = -float(g_f @ s) - 0.5 * float(s @ ev.H.matvec(full)[sel])
+        elif isinstance(newton, ArrowFactor):
             # The factorisation solved (H + μI)s = −g at this point, so sᵀHs = −gᵀs − μ‖s‖²: no product
             # with the judge-blocked H (~a gradient evaluation's cost) for the model's predicted decrease.
             predicted = -float(g_f @ s) - 0.5 * (-float(g_f @ s) - mu_step * float(s @ s))
@@ -513,6 +526,23 @@ def _minimize(
 
 #: A chord step (the previous factorisation reused) is kept only while it shrinks the gradient this much.
 CHORD_RATE: float = 0.5
+
+
+def judge_entries(objective: Objective, free: np.ndarray | slice) -> np.ndarray:
+    """Which free core entries are a judge's own parameters (the per-judge blocks, between the globals and τ)."""
+    lay = objective.spec.layout
+    judge = np.zeros(lay.n_core, bool)
+    judge[lay.n_models + lay.n_glob : lay.tau.start] = True
+    return judge[free]
+
+
+def clip_judge_steps(step: np.ndarray, judges: np.ndarray, limit: float) -> bool:
+    """Clip the judges' own entries of ``step`` to ±``limit`` in place; whether any was clipped."""
+    over = judges & (np.abs(step) > limit)
+    if not over.any():
+        return False
+    step[over] = np.clip(step[over], -limit, limit)
+    return True
 
 
 def _chord_steps(

@@ -183,3 +183,16 @@ def test_replicates_added_after_publishing_equal_a_fit_made_with_them(solver):
     for name in ("rating", "se", "ci_low", "ci_high", "p_top_k", "boot_theta"):
         np.testing.assert_array_equal(getattr(later, name), getattr(direct, name), err_msg=name)
     assert later.bias.equals(direct.bias) and later.diagnostics == direct.diagnostics
+
+
+def test_bench_voters_smoke():
+    """``bench/bootstrap.py --smoke --voters 500`` runs end to end: the replicates of voter-judges with each judge's
+    step clipped and not, side by side, both landing on cold-start refits."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "bootstrap.py"
+    out = subprocess.run([sys.executable, str(script), "--smoke", "--voters", "500"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "clipped to ±1 (the engine)" in out.stdout and "not clipped" in out.stdout, out.stdout
