@@ -108,7 +108,7 @@ def rated_terms(problem: Problem, reference: frozenset[str], clip: float | None)
 class RatingMap:
     """A rating linearised in the raw core: ``jacobian = coef @ basis`` (M × n_core), kept factored.
 
-    ``basis`` holds few sparse rows (θ, the reference's length coefficient, its mean log a_r) so the rating's
+    ``basis`` holds few sparse rows (θ, the reference's rated coefficients, its mean log a_r) so the rating's
     covariance is coef · Cov(basis) · coefᵀ, one small row covariance whether the fit is dense or judge-blocked.
     """
 
