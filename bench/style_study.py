@@ -36,6 +36,7 @@ from biasboard.ranking.config import STYLE_EFFECTS
 from biasboard.ranking.rank_stats import kendall_tau_b
 from biasboard.ranking.reference import Reference, fit_with_reference
 from biasboard.ranking.reference_rating import typical_style
+from biasboard.ranking.result import Z95
 from biasboard.schemas.families import FamilyMap
 from biasboard.simulate import SimulationConfig
 from biasboard.simulate.simulator import draw_parameters, simulate_days
@@ -131,7 +132,7 @@ def one_reference_seed(
     board = fit.corrected
     phi = np.array([by_model[m] for m in board.models])
     phi -= phi.mean()  # the ratings are centred (one comparison component here)
-    laplace = float(np.mean(np.abs(board.rating - phi) <= 1.959964 * board.se))
+    laplace = float(np.mean(np.abs(board.rating - phi) <= Z95 * board.se))
     boot = float(np.mean((board.ci_low <= phi) & (phi <= board.ci_high))) if bootstrap else float("nan")
     return records, (tau(fit.corrected), tau(zero.corrected)), (laplace, boot)
 

@@ -59,7 +59,7 @@ from biasboard.ranking.bias_table import VARIANCE_SHRINK
 from biasboard.ranking.config import ModelConfig, NaiveConfig
 from biasboard.ranking.data import CellsInput, Dataset, build_dataset
 from biasboard.ranking.diagnostics import compare_rankings
-from biasboard.ranking.fit import centred_draws, fit_bias_aware, fit_naive, publish_bias_aware, solve_bias_aware
+from biasboard.ranking.fit import centred_draws, fit_naive, publish_bias_aware, solve_bias_aware
 from biasboard.ranking.gate import (
     DEFAULT_LEVEL,
     GATED,
@@ -627,17 +627,20 @@ def fit_with_reference(
     config = replace(config, reference=raters)
     n_battles = naive.n_battles
 
-    def board(cfg: ModelConfig) -> tuple[Problem, FitResult]:
+    def solved(cfg: ModelConfig) -> tuple[Problem, Solution]:
         problem = bias_aware_problem(data, cfg)
-        fit = fit_bias_aware(data, config=cfg, naive=naive)
-        return problem, fit
+        return problem, solve_bias_aware(problem, cfg)
+
+    def board(cfg: ModelConfig) -> tuple[Problem, FitResult]:
+        """A board published with ``cfg``'s replicates; its problem kept without the objective's caches."""
+        problem, solution = solved(cfg)
+        return problem.without_caches(), publish_bias_aware(problem, solution, cfg, naive=naive)
 
     def unpublished_board(cfg: ModelConfig) -> tuple[Problem, Solution | None, FitResult]:
         """A board the gate may still replace: solved and published without bootstrap replicates (they are made
         for the board that is published, :func:`with_replicates`), its solution kept to add them (only when
         ``cfg`` asks for replicates: a judge-blocked solution holds its Hessian, ~50 MB at 50k voter-judges)."""
-        problem = bias_aware_problem(data, cfg)
-        solution = solve_bias_aware(problem, cfg)
+        problem, solution = solved(cfg)
         fit = publish_bias_aware(problem, solution, replace(cfg, bootstrap=0), naive=naive)
         return problem.without_caches(), solution if cfg.bootstrap else None, fit
 
