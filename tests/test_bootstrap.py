@@ -105,6 +105,29 @@ def test_fast_replicates_are_full_refits(name):
         assert np.max(np.abs(cores - cold)) < 1e-7
 
 
+def test_a_stalled_chord_hands_over_from_its_last_step_when_that_lowered_the_gradient(monkeypatch):
+    """A chord step that shrinks the gradient, but less than ``CHORD_RATE``-fold, ends the chord steps; the damped
+    Newton that takes over starts from that step's point (its gradient evaluated, and lower), not one step back
+    (which, after the first step, is the MAP itself)."""
+    problem, solution = _dense()
+    monkeypatch.setattr(boot, "CHORD_RATE", 1e-12)  # the first chord step never contracts enough
+    starts = []
+
+    def spy(objective, core, diag, **kwargs):
+        starts.append((objective, core.copy(), diag.copy()))
+        return minimize(objective, core, diag, **kwargs)
+
+    monkeypatch.setattr(boot, "minimize", spy)
+    engine = boot.Engine(problem, solution, 1, TOL, MAX_ITER, 2)
+    rep = engine.replicate(0)
+    assert rep.newton and len(starts) == 1
+    objective, core, diag = starts[0]
+    assert not np.array_equal(core, solution.core)
+    at_start = objective.evaluate(core, diag, hessian=False)
+    at_map = objective.evaluate(solution.core, solution.diag, hessian=False)
+    assert np.linalg.norm(at_start.g) < 0.5 * np.linalg.norm(at_map.g)
+
+
 def test_fallbacks_give_the_same_replicates(monkeypatch):
     """A chord step that does not contract hands over to damped Newton; a lean gradient that disagrees
     with the model is not used.  Either way the replicates are the same refits."""
