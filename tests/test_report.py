@@ -456,6 +456,31 @@ def test_forest_plot_skips_non_finite_and_escapes_attributes():
     assert len([ln for ln in root.findall("line") if ln.get("stroke") == "#000"]) == 1
 
 
+def _tick_values(root: ET.Element) -> list[float]:
+    labels = [t.text or "" for t in root.findall("text") if t.get("font-size") == "11"]
+    return [float(t) for t in labels if t.replace(".", "", 1).lstrip("-").isdigit()]
+
+
+def test_forest_plot_axis_is_not_stretched_by_one_outlying_interval():
+    """One row's interval far wider than every other (on LLMFAO's crowd a model with 12 battles had a naive
+    bootstrap interval up to 3,700, and the other 34 rows were squeezed into a tenth of the plot) ends at the axis
+    edge in an arrowhead, its bounds kept in the tooltips; intervals equally wide are all drawn whole."""
+    labels = [f"m{i}" for i in range(10)]
+    values = [1000.0 + 20 * i for i in range(10)]
+    highs = [v + 60 for v in values]
+    highs[3] = 3700.0
+    svg = forest_plot(labels, [Series("naive", "#000", values, [v - 60 for v in values], highs)], title="t")
+    root = ET.fromstring(svg)
+    assert max(_tick_values(root)) < 1500 and min(_tick_values(root)) <= 940
+    (arrow,) = root.findall("polygon")
+    assert "3700.00" in (arrow.findtext("title") or "")
+    assert any("3700.00" in (c.findtext("title") or "") for c in root.findall("circle"))
+    assert any("past the axis" in (t.text or "") for t in root.findall("text"))
+    wide = Series("s", "#000", values, [v - 900 for v in values], [v + 900 for v in values])
+    root = ET.fromstring(forest_plot(labels, [wide], title="t"))
+    assert not root.findall("polygon") and max(_tick_values(root)) >= max(values) + 900
+
+
 def test_slope_and_split_builders_escape_and_parse():
     svg = slope_chart(["<a>", "b&c"], [1, 2], [2, 1], title="s")
     texts = "".join(ET.fromstring(svg).itertext())
