@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection
@@ -78,14 +79,22 @@ def fork_map(function: Callable[[T], R], items: Sequence[T], workers: int) -> li
     except OSError:  # no (more) processes to be had: the pieces left run here and in the children started
         pass
     done: dict[int, R] = {}
+    failed: dict[int, BaseException] = {}
+    # Each child's pipe is drained by a thread while this process works on its own pieces: a result bigger than
+    # the pipe's buffer (64 KB: a bootstrap replicate's core at 50k voter-judges is 2.4 MB) blocks the child in
+    # its send until it is read, and read only after this process's pieces were done, the child did one piece
+    # of eight (measured: two workers 7.3-7.7 s against one 7.8-8.5 s).
+    drains = [threading.Thread(target=_drain, args=(receive, done, failed), daemon=True) for _, receive in children]
+    for thread in drains:
+        thread.start()
     try:
         for i in _claim(counter, n):
             done[i] = function(items[i])
-        for process, receive in children:
-            for i, ok, result in _received(receive):
-                if not ok:
-                    raise result
-                done[i] = result
+        for thread in drains:
+            thread.join()
+        if failed:
+            raise failed[min(failed)]
+        for process, _ in children:
             process.join()
     finally:
         for process, receive in children:
@@ -95,6 +104,16 @@ def fork_map(function: Callable[[T], R], items: Sequence[T], workers: int) -> li
                 process.join()
     # A child that died (killed, out of memory) leaves its claimed piece undone: it runs here.
     return [done[i] if i in done else function(items[i]) for i in range(n)]
+
+
+def _drain(receive: Connection, done: dict[int, Any], failed: dict[int, BaseException]) -> None:
+    """Everything a child sent into ``done`` (its results by piece) and ``failed`` (the exception of the piece
+    it stopped at), until it closed its end or died."""
+    for i, ok, result in _received(receive):
+        if ok:
+            done[i] = result
+        else:
+            failed[i] = result
 
 
 def _received(receive: Connection) -> Iterator[tuple[int, bool, Any]]:
