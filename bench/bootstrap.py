@@ -20,7 +20,8 @@ With ``--voters N`` the cells are ``bench/fit.py --voters N``'s instead (the two
 each, every voter its own judge: the judge-blocked solver), and the same replicates are refit by the engine as it
 is — each judge's own step clipped to ±``bootstrap.JUDGE_STEP`` in the chord and the damped-Newton fallback — and
 with the clipping off, in one process each: wall time, factorisations, fallbacks, and how far both land from
-cold-start refits.
+cold-start refits; then the engine again in two processes (:mod:`biasboard.ranking.forked`; the children's
+factorisations are not counted here), whose replicates must equal the one-process run's bit for bit.
 
 Usage::
 
@@ -182,6 +183,11 @@ def voters_study(args) -> int:
         )
         rows[label] = (cores, wall, cpu, dict(counts))
     bootstrap.JUDGE_STEP = clip
+    (_, forked_cores), forked_wall, forked_cpu = timed(
+        lambda: bootstrap_replicates(problem, solution, b, 1, seed, tol, max_iter, workers=2)
+    )
+    one = rows[f"clipped to ±{clip:g} (the engine)"]
+    same = np.array_equal(forked_cores, one[0])
     cold = None
     if args.cold:
         _, cold = bootstrap_replicates(problem, solution, args.cold, 1, seed, tol, max_iter, mode="cold")
@@ -195,8 +201,12 @@ def voters_study(args) -> int:
         print(
             f"{label:40} {wall:7.2f} {cpu:7.2f} {base / wall:6.2f}x {c['factorisations']:8d} {c['fallbacks']:9d} {off}"
         )
+    print(
+        f"{'the engine, 2 processes':40} {forked_wall:7.2f} {forked_cpu:7.2f} {base / forked_wall:6.2f}x "
+        f"{'—':>8} {'—':>9}   same replicates as 1 process: {same}"
+    )
     print("(factorisations include the engine's one at the MAP; fallbacks: replicates handed to damped Newton)")
-    return 0
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

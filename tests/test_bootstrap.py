@@ -210,7 +210,8 @@ def test_replicates_added_after_publishing_equal_a_fit_made_with_them(solver):
 
 def test_bench_voters_smoke():
     """``bench/bootstrap.py --smoke --voters 500`` runs end to end: the replicates of voter-judges with each judge's
-    step clipped and not, side by side, both landing on cold-start refits."""
+    step clipped and not, side by side, both landing on cold-start refits, and the engine's in two processes equal
+    to its one-process run."""
     import subprocess
     import sys
     from pathlib import Path
@@ -219,3 +220,4 @@ def test_bench_voters_smoke():
     out = subprocess.run([sys.executable, str(script), "--smoke", "--voters", "500"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "clipped to ±1 (the engine)" in out.stdout and "not clipped" in out.stdout, out.stdout
+    assert "same replicates as 1 process: True" in out.stdout, out.stdout
