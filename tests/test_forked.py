@@ -74,6 +74,26 @@ def test_a_childs_exception_is_raised_here():
         forked.fork_map(_in_child(fail), list(range(4)), 2)
 
 
+def test_an_exception_here_stops_the_children_and_their_pipes_drain_cleanly(monkeypatch):
+    """This process's own piece raises while a child is at work: the exception comes out, the child is stopped, and
+    the thread that drained its pipe ends without an error of its own (its pipe is not closed under it)."""
+    import threading
+
+    parent = os.getpid()
+    thread_errors = []
+    monkeypatch.setattr(threading, "excepthook", thread_errors.append)
+
+    def piece(x: int) -> int:
+        if os.getpid() == parent:
+            raise ValueError(f"piece {x} failed here")
+        time.sleep(0.5)
+        return x
+
+    with pytest.raises(ValueError, match="failed here"):
+        forked.fork_map(piece, list(range(6)), 2)
+    assert thread_errors == []
+
+
 def test_an_exception_that_does_not_pickle_is_raised_as_text():
     class Local(Exception):  # a local class: pickling it fails
         pass
