@@ -219,8 +219,8 @@ def forest_plot(
     legend_h = 22 if len(series) > 1 or series[0].name else 0
     top = 10 + legend_h
     plot_left, plot_right = label_px, width - 16
-    bounds = [finite(x) for s in series for arr in (s.lows, s.highs) for x in arr]
-    clipped = any(x is not None and not d_lo <= x <= d_hi for x in bounds)
+    whiskers = [(finite(a), finite(b)) for s in series for a, b in zip(s.lows, s.highs, strict=True)]
+    clipped = any(a is not None and b is not None and (a < d_lo or b > d_hi) for a, b in whiskers)
     bottom_axis = 34 if x_label or clipped else 22
     height = top + n * ROW_HEIGHT + bottom_axis
 
