@@ -175,7 +175,8 @@ def voters_study(args) -> int:
     b, tol, max_iter, seed = args.replicates, config.tol, config.max_iter, config.seed
     clip = bootstrap.JUDGE_STEP
     rows = {}
-    for label, limit in ((f"clipped to ±{clip:g} (the engine)", clip), ("not clipped", float("inf"))):
+    engine = f"clipped to ±{clip:g} (the engine)"
+    for label, limit in ((engine, clip), ("not clipped", float("inf"))):
         bootstrap.JUDGE_STEP = limit
         counts.update(factorisations=0, fallbacks=0)
         (_, cores), wall, cpu = timed(
@@ -186,8 +187,7 @@ def voters_study(args) -> int:
     (_, forked_cores), forked_wall, forked_cpu = timed(
         lambda: bootstrap_replicates(problem, solution, b, 1, seed, tol, max_iter, workers=2)
     )
-    one = rows[f"clipped to ±{clip:g} (the engine)"]
-    same = np.array_equal(forked_cores, one[0])
+    same = np.array_equal(forked_cores, rows[engine][0])
     cold = None
     if args.cold:
         _, cold = bootstrap_replicates(problem, solution, args.cold, 1, seed, tol, max_iter, mode="cold")
