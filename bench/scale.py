@@ -22,8 +22,8 @@ at 2N: voter-judges, and 400 models × length bins per LLM judge), so the cells 
 and a refresh must not hold them; the table prints the peak tree RSS per cell of both runs and per added cell
 (2N − N).  Since the cells merge by judge bucket on disk, the fit streams its shards and couplings from disk,
 and each stage hands back what it freed, the refresh peaks in the streamed fit's solve at ~1.1 GB whatever the
-history (at the full size 77 B per cell at N, 49 B at 2N; it was 1.2–1.4 KB per cell before the folds: README,
-Scale).
+history (at the full size 77 B per cell at N, 49 B at 2N; it was 1.2–1.4 KB per cell before the folds:
+docs/performance.md, Scale).
 
 Per run it also prints the peak tree RSS between consecutive log messages of the refresh, and (``--parts``,
 on by default) the parts that hold cells-sized data measured on their own on the run's state, each in a fresh

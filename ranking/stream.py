@@ -2,7 +2,7 @@
 
 Why: the Newton solve needs every cell's gradient and Hessian contribution at every evaluation, so held in
 memory the coded cells (~120 B a cell) and the solver's per-cell terms (~285 B a cell at their peak) grow
-with the history (README, Scale).  Streamed, the merged cells arrive as :class:`JudgeBuckets` (disjoint sets
+with the history (docs/performance.md, Scale).  Streamed, the merged cells arrive as :class:`JudgeBuckets` (disjoint sets
 of judges, every bucket's dictionaries the same global vocabularies), each bucket is coded into the fit's
 arrays — the same codes, checks and group-by-sum as :func:`~biasboard.ranking.data.build_dataset` — and
 written to a scratch folder as one ``.npy`` file per column, in shards of at most :data:`SHARD_CELLS` cells,
