@@ -16,18 +16,43 @@ PAIRWISE_TITLES = ("naive (plain Bradley-Terry)", "corrected for judge biases")
 ORDINAL_TITLES = ("naive (mean grade, pooled)", "corrected for judge severity")
 
 
+#: At most this many of a disconnected board's components are printed (the largest first); the rest are counted.
+PRINTED_COMPONENTS = 5
+
+
 def side_by_side_text(board: pl.DataFrame, top: int, titles: tuple[str, str] = PAIRWISE_TITLES) -> str:
     """The two top-``top`` lists as aligned text: naive on the left, corrected (with its move) on the right.
 
     ``board`` is the published leaderboard (``rank_*``, ``rating_*``, ``rank_change`` columns).  A model
     the naive fit lacks (seen only in ordinal scores) has no naive rank and is left out of that column.
+    When the comparison graph is disconnected (``component``: 0 the largest), ranks hold only within a
+    component, so each of the first :data:`PRINTED_COMPONENTS` is its own block with its own ranks: one list
+    mixing them would put two number-1 models under ranks 1 and 2.
     """
-    naive = board.filter(pl.col("rank_naive").is_not_null()).sort("rank_naive", "model").head(top)
-    corrected = board.sort("rank_corrected", "model").head(top)
     width = max(12, *(len(m) for m in board["model"].to_list())) if board.height else 12
     column = width + 8
     head = f"{'#':>3}  {titles[0]:<{column}}    {titles[1]:<{column}}  move"
-    lines = [head, "-" * len(head)]
+    components = board["component"].unique().sort().to_list() if "component" in board.columns else []
+    if len(components) <= 1:
+        return "\n".join([head, "-" * len(head), *_rows(board, top, width)])
+    lines = [head]
+    for k in components[:PRINTED_COMPONENTS]:
+        part = board.filter(pl.col("component") == k)
+        label = "the largest" if k == 0 else "not linked to the others by any battle"
+        lines.append(f"-- component {k}: {part.height} models, {label}; ratings compare only within it --")
+        lines.extend(_rows(part, top, width))
+    if len(components) > PRINTED_COMPONENTS:
+        rest = board.filter(pl.col("component") >= components[PRINTED_COMPONENTS]).height
+        more = len(components) - PRINTED_COMPONENTS
+        lines.append(f"-- {more} more components ({rest} models): see the leaderboard's column 'component' --")
+    return "\n".join(lines)
+
+
+def _rows(board: pl.DataFrame, top: int, width: int) -> list[str]:
+    """The aligned rows of one board (or one component of it): its top ``top`` by each fit's rank."""
+    naive = board.filter(pl.col("rank_naive").is_not_null()).sort("rank_naive", "model").head(top)
+    corrected = board.sort("rank_corrected", "model").head(top)
+    lines = []
     for i in range(min(top, board.height)):
         c = corrected.row(i, named=True)
         left = " " * (width + 8)
@@ -37,4 +62,4 @@ def side_by_side_text(board: pl.DataFrame, top: int, titles: tuple[str, str] = P
         change = c["rank_change"]
         move = "new" if change is None else "=" if not change else (f"+{change}" if change > 0 else str(change))
         lines.append(f"{i + 1:>3}  {left}    {c['model']:<{width}} {fmt(c['rating_corrected'], 0):>7}  {move:>4}")
-    return "\n".join(lines)
+    return lines

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from biasboard.ranking import ModelConfig, fit_leaderboards
 from biasboard.ranking.leaderboard import side_by_side
+from biasboard.report.text import side_by_side_text
 
 from tests.test_ranking_model import _cells
 
@@ -88,3 +89,19 @@ def test_bootstrap_intervals_are_the_published_ones():
     assert abs(row["ci_low_corrected"] - expected_low[0]) < 1e-9
     low, high = fit.rank_interval(0.95)
     assert np.all(low <= high)
+
+
+def test_terminal_view_prints_each_component_with_its_own_ranks():
+    """refresh's printed board: a list mixing the components put their two number-1 models under ranks 1 and 2."""
+    naive, corrected = fit_leaderboards(_split_cells(), config=ModelConfig(profile=False, k=2, posterior_draws=500))
+    board = side_by_side(naive, corrected)
+    text = side_by_side_text(board, top=10)
+    blocks = text.split("\n-- component ")[1:]
+    assert [b.split(":")[0] for b in blocks] == ["0", "1"]
+    for c, block in enumerate(blocks):
+        part = board.filter(board["component"] == c).sort("rank_corrected", "model")
+        rows = block.splitlines()[1:]
+        assert [int(r.split()[0]) for r in rows] == list(range(1, part.height + 1))
+        assert [r.split()[-3] for r in rows] == part["model"].to_list()  # the corrected column, in its order
+    one = side_by_side(*fit_leaderboards(_split_cells().slice(0, 400), config=ModelConfig(profile=False, k=2)))
+    assert "component" not in side_by_side_text(one, top=10)
