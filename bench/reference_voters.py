@@ -8,7 +8,10 @@ Two fits of the same cells, each in a fresh process, run as ``refresh`` runs the
 - ``none``: no reference (style control): the naive board and the bias-aware one;
 - ``pool``: ``--reference 'human-pool-1/*'``: the first pool's voters are the reference, the gate decides over
   the other pool's voters and the LLM judges (a fit with every correction on, then the published one; the
-  gate, the relative bias table and the reference rating from the blocked factorisation).
+  gate, the relative bias table and the reference rating from the blocked factorisation);
+- ``pool_streamed``: the same on the cells coded onto disk and read a shard at a time by every evaluation, as
+  ``refresh`` fits a history above ``BIASBOARD_STREAM_CELLS`` (:mod:`biasboard.ranking.stream`; the cells read
+  as one table first, then coded bucket by bucket): its ratings must equal the in-memory ones.
 
 Printed side by side: wall and CPU time, peak RSS, the gate's groups and the size of the summary's reference
 section.  Usage::
@@ -25,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 from benchlib import CHILD_ENV, child_command, peak_rss_mb, run_child
 
 HERE = Path(__file__).resolve().parent
@@ -36,10 +40,24 @@ def worker(kind: str, cells_path: Path) -> dict:
     from biasboard.ranking import ModelConfig
     from biasboard.ranking.data import read_cells
     from biasboard.ranking.reference import Reference, fit_with_reference
+    from biasboard.ranking.stream import TableBuckets, stream_dataset
 
     t0, c0 = time.perf_counter(), time.process_time()
-    reference = Reference.parse(REFERENCE if kind == "pool" else "none", False)
-    fit = fit_with_reference(list(read_cells(cells_path)), reference=reference, config=ModelConfig(profile=False))
+    reference = Reference.parse("none" if kind == "none" else REFERENCE, False)
+    cells = list(read_cells(cells_path))
+    data = None
+    if kind == "pool_streamed":
+        buckets = TableBuckets(pa.Table.from_batches(cells))
+        del cells
+        data = stream_dataset(buckets)
+        del buckets
+    try:
+        fit = fit_with_reference(
+            cells if data is None else data, reference=reference, config=ModelConfig(profile=False)
+        )
+    finally:
+        if data is not None and data.stream is not None:
+            data.stream.close()
     out = {
         "wall_s": time.perf_counter() - t0,
         "cpu_s": time.process_time() - c0,
@@ -47,6 +65,8 @@ def worker(kind: str, cells_path: Path) -> dict:
         "judges": int(fit.corrected.bias.filter(fit.corrected.bias["effect"] == "position").height - 1),
         "summary_bytes": len(json.dumps(fit.summary(), default=str)),
         "unidentified": sum(e.get("n_judges", 1) for e in fit.unidentified),
+        "models": list(fit.corrected.models),
+        "rating": fit.corrected.rating.tolist(),
     }
     if fit.gate is not None:
         groups = fit.gate.decisions.group_by("effect", maintain_order=True).first()
@@ -68,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=HERE / "out" / "reference_voters")
     parser.add_argument("--smoke", action="store_true", help="50k battles, 20 models, 4 judges, 500 voters per pool")
-    parser.add_argument("--worker", choices=["none", "pool"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["none", "pool", "pool_streamed"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cells = args.out / "cells_voters.parquet"
     if args.worker:
@@ -85,18 +105,22 @@ def main(argv: list[str] | None = None) -> int:
         f"BLAS threads per fit process: {CHILD_ENV['OPENBLAS_NUM_THREADS']}"
     )
     me = [str(Path(__file__).resolve()), "--out", str(args.out)]
-    rows = {kind: run_child(child_command(*me, "--worker", kind)) for kind in ("none", "pool")}
+    rows = {kind: run_child(child_command(*me, "--worker", kind)) for kind in ("none", "pool", "pool_streamed")}
     base = rows["none"]
     print(
         f"\n{'fit_with_reference (profiles off)':36} {'wall s':>8} {'ratio':>6} {'CPU s':>7} {'ratio':>6} {'RSS MB':>7}"
     )
-    for kind, label in (("none", "--reference none"), ("pool", f"--reference '{REFERENCE}'")):
+    labels = {"none": "--reference none", "pool": f"--reference '{REFERENCE}'", "pool_streamed": "the same, streamed"}
+    for kind, label in labels.items():
         r = rows[kind]
         print(
             f"{label:36} {r['wall_s']:8.2f} {r['wall_s'] / base['wall_s']:5.2f}x {r['cpu_s']:7.2f} "
             f"{r['cpu_s'] / base['cpu_s']:5.2f}x {r['peak_rss_mb']:7.0f}"
         )
-    pool = rows["pool"]
+    pool, streamed = rows["pool"], rows["pool_streamed"]
+    assert streamed["models"] == pool["models"]
+    gap = max(abs(a - b) for a, b in zip(pool["rating"], streamed["rating"], strict=True))
+    print(f"streamed vs in memory: max |Δ published rating| {gap:.1e}")
     print(f"\njudges {pool['judges']:,}, of which reference voters {pool['raters']:,}")
     for group in pool["gate"]:
         print(
@@ -108,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         f"summary's reference section: {pool['summary_bytes'] / 1e6:.2f} MB "
         f"(none: {base['summary_bytes'] / 1e6:.2f} MB)"
     )
-    return 0
+    return 0 if gap < 1e-8 else 1
 
 
 if __name__ == "__main__":

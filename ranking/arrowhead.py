@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -737,7 +738,11 @@ def _whole_columns(f_j: np.ndarray, f_m: np.ndarray, R: np.ndarray) -> list[int]
 def _without_fixed(X: np.ndarray, f_j: np.ndarray, f_m: np.ndarray, cross: CrossIndex) -> np.ndarray:
     """A copy of the per-entry rows ``X`` (entries × K) with the rows of fixed parameters zeroed: column t
     where judge j's ``f_j[j, t]`` is 0, every column where the entry's model's θ (``f_m``) is.  A column
-    fixed (or free) for every judge alike is zeroed (or left) whole, without a per-entry gather."""
+    fixed (or free) for every judge alike is zeroed (or left) whole, without a per-entry gather.  Nothing
+    fixed (a fit's second phase): ``X`` itself, not a copy — its readers do not write to it (a streamed fit
+    read its couplings back and copied them on every solve: 2.0 of 23.5 s of a reference fit at 50k voters)."""
+    if f_j.all() and f_m.all():
+        return X
     out = X.copy()
     for t in range(X.shape[1]):
         if not f_j[:, t].all():
@@ -884,12 +889,12 @@ class ArrowFactor:
                 Xsp = p.cross.coupling(Xc, m, R, self._on[p.j0 : p.j1, R])
             yield p, Xc, Xsp
 
-    @property
-    def Xsp(self) -> sp.csr_matrix:
-        """The couplings' sparse (J·R × M) matrix: held couplings only (one piece)."""
-        if self._held is None:
-            raise ValueError("the couplings of a streamed fit are on disk: no (J·R × M) matrix in memory")
-        return self._held[0][2]
+    def times_couplings(self, rows: sp.csr_matrix) -> sp.csr_matrix:
+        """``rows`` (p × J·R) times the couplings' sparse (J·R × M) matrix, a piece at a time (spilled couplings
+        are read back from disk: no (J·R × M) matrix in memory)."""
+        k = self.R.size
+        products = (sp.csr_matrix(rows[:, p.j0 * k : p.j1 * k] @ Xsp) for p, _, Xsp in self._pieces())
+        return functools.reduce(operator.add, products)
 
     @staticmethod
     def build(hess: ArrowHessian, free: np.ndarray, mu: float = 0.0, hold: bool = False) -> ArrowFactor | None:
@@ -1173,7 +1178,7 @@ def row_covariance(factor: ArrowFactor, rows: sp.csr_matrix) -> RowCovariance:
     PA = VR @ _block_diagonal(factor.Ainv)  # rows of V_J A⁻¹
     judge = sp.csr_matrix(PA @ VR.T + VD @ VD.T)
     n_g = factor.S.shape[0]
-    parts = [PA @ factor.Xsp, sp.csr_matrix(PA @ factor.Xg.reshape(jn * k, n_e))]
+    parts = [factor.times_couplings(PA), sp.csr_matrix(PA @ factor.Xg.reshape(jn * k, n_e))]
     if n_g > lay.n_models + n_e:  # τ: no coupling to any judge
         parts.append(sp.csr_matrix((p, n_g - lay.n_models - n_e)))
     through = sp.hstack(parts)

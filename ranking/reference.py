@@ -598,8 +598,8 @@ def fit_with_reference(
     else:
         cells = _as_list(cells)  # read twice (judges alone, then with the anchors): an iterator would not do
         judge_data = build_dataset(cells, score_cells, judge_pool=config.judge_pool)
-    if judge_data.stream is not None and reference.kind != "none":
-        raise InputError("--reference/--anchors: not supported by the streamed fit yet (fit the cells in memory)")
+    if judge_data.stream is not None and reference.kind == "anchors":
+        raise InputError("--reference anchors: not supported by the streamed fit yet (fit the cells in memory)")
     if judge_data.ordinal_only and reference.kind != "none":
         raise InputError("--reference/--anchors: an ordinal-only board (grades, no battles) has no pairwise bias")
     naive = fit_naive(judge_data, config=naive_config)
@@ -623,7 +623,7 @@ def fit_with_reference(
         data = build_dataset([*cells, anchor_cells.to_arrow()], score_cells, judge_pool=config.judge_pool)
     elif reference.kind == "judges":
         j = np.fromiter((name in raters for name in data.judges), bool, len(data.judges))
-        k = int(data.pairs.n[j[data.pairs.j]].sum())
+        k = int(data.judge_sums("n")[j].sum())  # (a streamed data set's pairs have no judge: per-judge sums)
     config = replace(config, reference=raters)
     n_battles = naive.n_battles
 

@@ -2,8 +2,8 @@
 
 Why: the Newton solve needs every cell's gradient and Hessian contribution at every evaluation, so held in
 memory the coded cells (~120 B a cell) and the solver's per-cell terms (~285 B a cell at their peak) grow
-with the history (docs/performance.md, Scale).  Streamed, the merged cells arrive as :class:`JudgeBuckets` (disjoint sets
-of judges, every bucket's dictionaries the same global vocabularies), each bucket is coded into the fit's
+with the history (docs/performance.md, Scale).  Streamed, the merged cells arrive as :class:`JudgeBuckets`
+(disjoint sets of judges, every bucket's dictionaries the same global vocabularies), each bucket is coded into the fit's
 arrays — the same codes, checks and group-by-sum as :func:`~biasboard.ranking.data.build_dataset` — and
 written to a scratch folder as one ``.npy`` file per column, in shards of at most :data:`SHARD_CELLS` cells,
 then freed.  The objective (:class:`~biasboard.ranking.solver.Objective` with a ``source``) reads the shards
@@ -26,10 +26,11 @@ which grows faster than the cells as voter-judges meet more models.
 The refresh's fit stage (:func:`~biasboard.transforms.snapshot.fit_state`) streams when
 :func:`streaming_wanted`: more than :data:`STREAM_MIN_CELLS` stored battles (an upper bound of the merged cells,
 known before any is read; ``BIASBOARD_STREAM_CELLS`` overrides it), the cells then merged by judge bucket on
-disk (:func:`~biasboard.transforms.state.load_cells_by_judge`); below, the in-memory path is unchanged.  Not
-streamed (the caller keeps the in-memory fit): score cells, ``--judge-pool`` (pools merge cells across
-buckets), bootstrap replicates, a reference (``--reference``/``--anchors``: the gate reads the reference
-judges' cells) and ``--slices``.
+disk (:func:`~biasboard.transforms.state.load_cells_by_judge`); below, the in-memory path is unchanged.  A
+reference of judges (``--reference 'pool/*'``) streams too: its three fits are streamed fits, the gate and the
+reference rating read covariances and the per-model-pair totals, never a judge's cells.  Not streamed (the
+caller keeps the in-memory fit): score cells, ``--judge-pool`` (pools merge cells across buckets), bootstrap
+replicates, anchors (``--anchors``: their verdicts are merged into the cells) and ``--slices``.
 """
 
 from __future__ import annotations

@@ -198,7 +198,7 @@ def _not_streamed(bound: int, score_cells: pa.Table | None, spec: FitSpec) -> st
         return ""
     unsupported = [
         (score_cells is not None, "score cells"),
-        (spec.anchors is not None or spec.reference.kind != "none", "--reference/--anchors"),
+        (spec.anchors is not None or spec.reference.kind == "anchors", "--anchors"),
         (bool(spec.slices), "--slices"),
         (spec.config.judge_pool is not None, "--judge-pool"),
         (bool(spec.config.bootstrap), "--bootstrap"),
