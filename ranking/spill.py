@@ -1,8 +1,8 @@
 """A :class:`~biasboard.ranking.data.CodedFold` spilled to disk by judge range: memory one bucket, not the history.
 
 Why: the in-memory fold holds the whole running total (~175 B a cell), and with voter-judges the cells hardly
-merge, so the merge of a long history grows with it (docs/performance.md, Scale).  Here each coded day is cut by judge
-into *buckets* — contiguous ranges of the judge names, so the buckets concatenated in order are the key
+merge, so the merge of a long history grows with it (docs/performance.md, Scale).  Here each coded day is cut by
+judge into *buckets* — contiguous ranges of the judge names, so the buckets concatenated in order are the key
 order — and each bucket's rows are appended to its own file; a fold folds one bucket at a time, from disk.
 
 Same bits as the in-memory fold: the fold points are the in-memory fold's (the caller decides them from the

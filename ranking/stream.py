@@ -3,10 +3,10 @@
 Why: the Newton solve needs every cell's gradient and Hessian contribution at every evaluation, so held in
 memory the coded cells (~120 B a cell) and the solver's per-cell terms (~285 B a cell at their peak) grow
 with the history (docs/performance.md, Scale).  Streamed, the merged cells arrive as :class:`JudgeBuckets`
-(disjoint sets of judges, every bucket's dictionaries the same global vocabularies), each bucket is coded into the fit's
-arrays — the same codes, checks and group-by-sum as :func:`~biasboard.ranking.data.build_dataset` — and
-written to a scratch folder as one ``.npy`` file per column, in shards of at most :data:`SHARD_CELLS` cells,
-then freed.  The objective (:class:`~biasboard.ranking.solver.Objective` with a ``source``) reads the shards
+(disjoint sets of judges, every bucket's dictionaries the same global vocabularies), each bucket is coded into
+the fit's arrays — the same codes, checks and group-by-sum as :func:`~biasboard.ranking.data.build_dataset` —
+and written to a scratch folder as one ``.npy`` file per column, in shards of at most :data:`SHARD_CELLS`
+cells, then freed.  The objective (:class:`~biasboard.ranking.solver.Objective` with a ``source``) reads the shards
 back on every evaluation and keeps only their sums: the value, the gradient, the θ/global Hessian (M²) and the
 per-judge blocks (J·K²).  The θ × judge couplings (one row of K per (judge, model) pair met, ~300 B a pair
 in memory with what the factorisation derived from them) grow as each voter meets more models when its
