@@ -28,9 +28,10 @@ The refresh's fit stage (:func:`~biasboard.transforms.snapshot.fit_state`) strea
 known before any is read; ``BIASBOARD_STREAM_CELLS`` overrides it), the cells then merged by judge bucket on
 disk (:func:`~biasboard.transforms.state.load_cells_by_judge`); below, the in-memory path is unchanged.  A
 reference of judges (``--reference 'pool/*'``) streams too: its three fits are streamed fits, the gate and the
-reference rating read covariances and the per-model-pair totals, never a judge's cells.  Not streamed (the
+reference rating read covariances and the per-model-pair totals, never a judge's cells; so do ``--slices``
+(each slice cut from the judge buckets, :class:`~biasboard.transforms.slices.BucketSlices`).  Not streamed (the
 caller keeps the in-memory fit): score cells, ``--judge-pool`` (pools merge cells across buckets), bootstrap
-replicates, anchors (``--anchors``: their verdicts are merged into the cells) and ``--slices``.
+replicates and anchors (``--anchors``: their verdicts are merged into the cells).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ on the dense and the judge-blocked solver, with tiny buckets (many shards).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 import os
@@ -241,6 +242,30 @@ def test_fit_state_streams_a_reference_of_judges(tmp_path, monkeypatch, caplog):
         _close(values, streamed.leaderboard[column].to_numpy(), column)
     a, b = to_jsonable(mem.summary.reference), to_jsonable(streamed.summary.reference)
     assert a["verdicts"] == 1355 and a["gate"]["decisions"]
+    assert max(d for _, d in _walk(a, b)) < TOL
+
+
+def test_fit_state_streams_with_slices_and_publishes_the_same_slice_boards(tmp_path, monkeypatch, caplog):
+    """``refresh --slices`` above the size: the overall board streams (it was held in memory with the labelled
+    table) and each slice is cut from the judge buckets on disk and streamed through its fits: the same boards."""
+    logs = write_simulation(dataclasses.replace(SIM, categories=3), tmp_path / "logs")
+    state = str(tmp_path / "state")
+    run_backfill(str(logs / "battles" / "day=*" / "*.parquet"), state)
+    spec = FitSpec(
+        ModelConfig(diagnostics="fast", posterior_draws=300, k=3), slices=("category",), slice_min_battles=50
+    )
+    mem = _snapshot(state, monkeypatch, False, spec)
+    with caplog.at_level("INFO"):
+        streamed = _snapshot(state, monkeypatch, True, spec)
+    assert "fit: streamed" in caplog.text and "not streamed" not in caplog.text
+    assert len(re.findall(r"slice category=\S+: \d+ battles, fit, streamed", caplog.text)) == 3
+    assert mem.slices is not None and streamed.slices is not None and mem.slices.height > 0
+    for board_mem, board in ((mem.leaderboard, streamed.leaderboard), (mem.slices, streamed.slices)):
+        assert board_mem.drop(_numbers(board_mem)).equals(board.drop(_numbers(board)))
+        for column, values in _numbers(board_mem).items():
+            _close(values, board[column].to_numpy(), column)
+    a, b = to_jsonable(mem.summary.slices), to_jsonable(streamed.summary.slices)
+    assert [s["battles"] for s in a] == [s["battles"] for s in b] and all(s["fitted"] for s in a)
     assert max(d for _, d in _walk(a, b)) < TOL
 
 

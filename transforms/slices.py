@@ -28,13 +28,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+from biasboard.ranking.data import Dataset
 from biasboard.ranking.leaderboard import side_by_side
 from biasboard.ranking.reference import ReferenceFit
+from biasboard.ranking.stream import JudgeBuckets, stream_dataset
 from biasboard.schemas import summary as S
 from biasboard.schemas.battle import SLICE_LABEL_SEPARATOR
 from biasboard.schemas.cells import SLICE_KEYS
@@ -58,36 +62,149 @@ def parse_slices(text: str | None) -> tuple[str, ...]:
     return names
 
 
+@dataclass(frozen=True)
+class SlicePart:
+    """One label's cells: their battles and models, and ``cells()`` — what the slice's fits take, made when
+    the slice is fit (a context: a streamed data set is closed after its fits)."""
+
+    label: str
+    battles: int
+    models: int
+    cells: Callable[[], AbstractContextManager[pa.Table | Dataset]]
+    streamed: bool = False  # its fits read the cells from disk a shard at a time
+
+
+class SliceSource:
+    """The merged cells a refresh's slices are cut from: each dimension's labels as :class:`SlicePart`."""
+
+    def parts(self, dim: str) -> Iterator[SlicePart]:
+        raise NotImplementedError
+
+
+class TableSlices(SliceSource):
+    """The slices of the merged cells held in memory (a table): each label's rows filtered out of it."""
+
+    def __init__(self, cells: pa.Table):
+        self.table = cells
+
+    def parts(self, dim: str) -> Iterator[SlicePart]:
+        column = _as_strings(self.table.column(dim))
+        for value, keys in _label_members(pc.unique(column).to_pylist()).items():
+            part = self.table.filter(pc.is_in(column, value_set=pa.array(keys, pa.string())))
+            battles = int(pc.sum(part.column("n")).as_py() or 0)
+            yield SlicePart(value, battles, _model_count([part]), _held(part))
+
+
+class BucketSlices(SliceSource):
+    """The slices of merged cells on disk by judge bucket (a history the fit streams,
+    :func:`~biasboard.transforms.state.load_cells_by_judge`): each label's rows filtered out of every bucket as it
+    is read, and streamed through the slice's fits (:func:`~biasboard.ranking.stream.stream_dataset`), however
+    small the slice.  Gathering the slices below the streaming size into memory instead raised the peak: on 2M
+    battles in 4 categories of 500k, the overall board streamed at 505 MB and the slices, fit in memory one after
+    the other, took the process to 949 MB (all in memory: 818 MB; every slice streamed: 657 MB).  Memory: one
+    bucket; every label reads the buckets three times (one pass to count, two to code)."""
+
+    def __init__(self, buckets: JudgeBuckets):
+        self.buckets = buckets
+
+    def parts(self, dim: str) -> Iterator[SlicePart]:
+        battles_of: dict[str, float] = {}
+        models_of: dict[str, set[str]] = {}
+        for table in self.buckets.tables():  # one pass: each cell key's battles and models, by group-bys
+            keyed = pa.table({"key": _as_strings(table.column(dim)), "n": table.column("n")})
+            sums = keyed.group_by("key").aggregate([("n", "sum")]).to_pydict()
+            for key, n in zip(sums["key"], sums["n_sum"], strict=True):
+                if key is not None:
+                    battles_of[key] = battles_of.get(key, 0.0) + float(n)
+            for side in ("model_a", "model_b"):
+                met = pa.table({"key": keyed.column("key"), "model": _as_strings(table.column(side))})
+                pairs = met.group_by(["key", "model"]).aggregate([]).to_pydict()
+                for key, model in zip(pairs["key"], pairs["model"], strict=True):
+                    if key is not None:
+                        models_of.setdefault(key, set()).add(model)
+        for value, members in _label_members(list(battles_of)).items():
+            battles = int(sum(battles_of[k] for k in members))
+            models = len(set().union(*(models_of[k] for k in members)))
+            part = _FilteredBuckets(self.buckets, dim, tuple(members))
+            yield SlicePart(value, battles, models, _streamed(part), streamed=True)
+
+
+class _FilteredBuckets:
+    """:class:`~biasboard.ranking.stream.JudgeBuckets` of the rows whose ``dim`` is one of ``keys``."""
+
+    def __init__(self, buckets: JudgeBuckets, dim: str, keys: tuple[str, ...]):
+        self.buckets, self.dim, self.keys = buckets, dim, pa.array(keys, pa.string())
+
+    @property
+    def n_rows(self) -> int:
+        return sum(t.num_rows for t in self.tables())
+
+    @property
+    def n_buckets(self) -> int:
+        return self.buckets.n_buckets
+
+    def tables(self) -> Iterator[pa.Table]:
+        for table in self.buckets.tables():
+            yield table.filter(pc.is_in(_as_strings(table.column(self.dim)), value_set=self.keys))
+
+
+def _held(table: pa.Table) -> Callable[[], AbstractContextManager[pa.Table]]:
+    @contextmanager
+    def cells() -> Iterator[pa.Table]:
+        yield table
+
+    return cells
+
+
+def _streamed(part: _FilteredBuckets) -> Callable[[], AbstractContextManager[Dataset]]:
+    @contextmanager
+    def cells() -> Iterator[Dataset]:
+        data = stream_dataset(part)
+        try:
+            yield data
+        finally:
+            if data.stream is not None:
+                data.stream.close()
+
+    return cells
+
+
+def _as_strings(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    return column.cast(pa.string()) if pa.types.is_dictionary(column.type) else column
+
+
+def _strings(column: pa.ChunkedArray) -> list[str]:
+    return _as_strings(column).to_pylist()
+
+
+def _model_count(tables: Sequence[pa.Table]) -> int:
+    return len({m for t in tables for name in ("model_a", "model_b") for m in _strings(t.column(name))})
+
+
 def fit_slices(
-    cells: pa.Table,
+    cells: SliceSource,
     dimensions: Sequence[str],
     min_battles: int,
-    fit: Callable[[pa.Table, int], ReferenceFit],
+    fit: Callable[[pa.Table | Dataset, int], ReferenceFit],
 ) -> tuple[pl.DataFrame, list[S.SliceInfo]]:
     """Every slice's side-by-side board (column ``slice`` first) and its summary entry.
 
-    ``cells``: the merged pair cells; ``fit(cells, models)``: both fits of a slice's cells with the
-    snapshot's own reference and model options (``models``: how many the slice has).
-    Slices come in dimension order, then label order.
+    ``cells``: the merged pair cells (:class:`TableSlices` in memory, :class:`BucketSlices` on disk);
+    ``fit(cells, models)``: both fits of a slice's cells with the snapshot's own reference and model options
+    (``models``: how many the slice has).  Slices come in dimension order, then label order.
     """
     boards: list[pl.DataFrame] = []
     infos: list[S.SliceInfo] = []
     for dim in dimensions:
-        column = cells.column(dim)
-        if pa.types.is_dictionary(column.type):
-            column = column.cast(pa.string())
-        members = _label_members(pc.unique(column).to_pylist())
-        for value, keys in members.items():
-            part = cells.filter(pc.is_in(column, value_set=pa.array(keys, pa.string())))
-            name = f"{dim}={value}"
-            battles = int(pc.sum(part.column("n")).as_py())
-            models = len(set(part.column("model_a").to_pylist()) | set(part.column("model_b").to_pylist()))
-            info = S.SliceInfo(name, dim, value, battles, models, False, min_battles)
-            if battles < min_battles:
-                info.note = f"{battles} battles, fewer than the {min_battles} a slice needs to be fit: not fit"
+        for part in cells.parts(dim):
+            name = f"{dim}={part.label}"
+            info = S.SliceInfo(name, dim, part.label, part.battles, part.models, False, min_battles)
+            if part.battles < min_battles:
+                info.note = f"{part.battles} battles, fewer than the {min_battles} a slice needs to be fit: not fit"
             else:
                 try:
-                    fitted = fit(part, models)
+                    with part.cells() as slice_cells:
+                        fitted = fit(slice_cells, part.models)
                 except InputError as err:
                     info.note = f"not fit: {err}"
                 else:
@@ -98,7 +215,8 @@ def fit_slices(
                     info.kendall_tau = comparison.get("kendall_tau")
                     info.top_k = fitted.corrected.k
                     info.ranks = rank_intervals(fitted.naive, fitted.corrected, fitted.config.seed)
-            _LOG.info("slice %s: %d battles, %s", name, battles, "fit" if info.fitted else info.note)
+            done = ("fit, streamed" if part.streamed else "fit") if info.fitted else info.note
+            _LOG.info("slice %s: %d battles, %s", name, part.battles, done)
             infos.append(info)
     return (pl.concat(boards) if boards else pl.DataFrame(schema={"slice": pl.String})), infos
 

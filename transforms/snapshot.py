@@ -39,7 +39,15 @@ from biasboard.transforms.audit import JSON_TABLES, table_file
 from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
 from biasboard.transforms.plan import plan_inputs
 from biasboard.transforms.ranks import rank_intervals
-from biasboard.transforms.slices import DEFAULT_MIN_BATTLES, SLICES_FILE, fit_slices, slice_config
+from biasboard.transforms.slices import (
+    DEFAULT_MIN_BATTLES,
+    SLICES_FILE,
+    BucketSlices,
+    SliceSource,
+    TableSlices,
+    fit_slices,
+    slice_config,
+)
 from biasboard.transforms.style import kept_config, style_battles, style_info
 
 _LOG = logging.getLogger(__name__)
@@ -146,13 +154,14 @@ def fit_state(
     )
     n_cells = n_rows + (score_cells.num_rows if score_cells is not None else 0)
     fit_input: pa.Table | Dataset
-    slice_cells = None
+    slice_cells: SliceSource | None = None
     if why_not is None:
         # A history too big to hold: each bucket coded onto a scratch folder, then read a shard at a time by every
         # evaluation; the buckets' files go once coded.
         totals = CellTotals.of_buckets(buckets.tables())
         coded = time.perf_counter()
         fit_input = stream_dataset(buckets)
+        slice_cells = BucketSlices(buckets) if spec.slices else None  # each slice cut from the buckets on disk
         _LOG.info(
             "fit: streamed %d pair cells (%d judge buckets, %d shards on disk) in %.1f s",
             n_rows,
@@ -166,7 +175,7 @@ def fit_state(
             _LOG.info("fit: %d pair cells held in memory, not streamed: %s", n_rows, why_not)
         totals = CellTotals.of(cells)
         fit_input = cells
-        slice_cells = cells if spec.slices else None  # the slices' boards need the labels: the table stays
+        slice_cells = TableSlices(cells) if spec.slices else None  # the slices' boards need the labels: it stays
         if spec.anchors is None:
             # Coded once for every fit of this snapshot; the Arrow table goes before the fit (it is as big as
             # the coded cells: bench/scale.py), unless the slices need its labels.  Anchors add cells: from the
@@ -199,7 +208,6 @@ def _not_streamed(bound: int, score_cells: pa.Table | None, spec: FitSpec) -> st
     unsupported = [
         (score_cells is not None, "score cells"),
         (spec.anchors is not None or spec.reference.kind == "anchors", "--anchors"),
-        (bool(spec.slices), "--slices"),
         (spec.config.judge_pool is not None, "--judge-pool"),
         (bool(spec.config.bootstrap), "--bootstrap"),
     ]
@@ -213,12 +221,13 @@ def _fit_snapshot(
     spec: FitSpec,
     audit: tuple[Mapping[str, bytes] | None, DaysWithoutInput],
     totals: CellTotals,
-    inputs: tuple[pa.Table | Dataset, pa.Table | None, pa.Table | None],
+    inputs: tuple[pa.Table | Dataset, pa.Table | None, SliceSource | None],
     sizes: tuple[int, float],
 ) -> SnapshotParts:
     """:func:`fit_state` from the coded cells on: both fits, the summary, the slices.  ``inputs``: the fit's
     input (a coded data set, in memory or streamed, or with anchors the merged table), its score cells when
-    not coded in it, and the merged table when the slices need it; ``sizes``: the cells and the merge's time."""
+    not coded in it, and what the slices are cut from when asked for (:class:`TableSlices` in memory,
+    :class:`BucketSlices` on disk); ``sizes``: the cells and the merge's time."""
     audit_files, without_input = audit
     fit_input, score_cells, cells = inputs
     n_cells, merge_s = sizes
@@ -284,7 +293,7 @@ def _battle_rows_read(state_dir: str, days: list[str]) -> int:
 def _slice_fit(spec: FitSpec):
     """Both fits of one slice's cells: the snapshot's reference and options, top-k within the slice."""
 
-    def fit(cells: pa.Table, models: int) -> ReferenceFit:
+    def fit(cells: pa.Table | Dataset, models: int) -> ReferenceFit:
         return fit_with_anchors(cells, None, replace(spec, config=slice_config(spec.config, models)))
 
     return fit
