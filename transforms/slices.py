@@ -92,7 +92,7 @@ class TableSlices(SliceSource):
         for value, keys in _label_members(pc.unique(column).to_pylist()).items():
             part = self.table.filter(pc.is_in(column, value_set=pa.array(keys, pa.string())))
             battles = int(pc.sum(part.column("n")).as_py() or 0)
-            yield SlicePart(value, battles, _model_count([part]), _held(part))
+            yield SlicePart(value, battles, _model_count(part), _held(part))
 
 
 class BucketSlices(SliceSource):
@@ -177,8 +177,8 @@ def _strings(column: pa.ChunkedArray) -> list[str]:
     return _as_strings(column).to_pylist()
 
 
-def _model_count(tables: Sequence[pa.Table]) -> int:
-    return len({m for t in tables for name in ("model_a", "model_b") for m in _strings(t.column(name))})
+def _model_count(table: pa.Table) -> int:
+    return len(set(_strings(table.column("model_a"))) | set(_strings(table.column("model_b"))))
 
 
 def fit_slices(
