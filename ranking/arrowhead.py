@@ -211,6 +211,29 @@ class Couplings:
         """New couplings with each piece's rows ``fn(piece)`` (which may consume ``piece.X``)."""
         raise NotImplementedError
 
+    def sparse_store(self) -> SparseStore | None:
+        """Where a factorisation of these couplings keeps the sparse matrices it makes of them for its later
+        passes: None for held couplings (the factorisation holds the matrices themselves)."""
+        return None
+
+
+class SparseStore:
+    """A factorisation's sparse coupling matrices, one per piece, kept out of memory for its later passes
+    (:class:`~biasboard.ranking.stream.SpilledSparse`).
+
+    Why: a solve reads the couplings twice (Xᵀ then X), a factorisation serves several solves, and each read of
+    a spilled piece made its matrix again from its rows (the sparse layout, then the gather into it): 1.9 of 7.4 s
+    of a streamed fit at 50k voter-judges.  Read back, a matrix costs ~12 bytes per coupled (judge, effect, model)
+    item, and what it costs to make is paid once per factorisation."""
+
+    def put(self, j0: int, j1: int, matrix: sp.csr_matrix) -> None:
+        """Keep the matrix of judges j0 … j1 − 1 (the pieces come in judge order)."""
+        raise NotImplementedError
+
+    def items(self) -> Iterator[tuple[int, int, sp.csr_matrix]]:
+        """Each piece's judge range and matrix, read back in the order they were put."""
+        raise NotImplementedError
+
 
 class HeldCouplings(Couplings):
     """Couplings in memory: one piece over every judge (the in-memory fit)."""
@@ -778,7 +801,9 @@ class ArrowFactor:
     other judge entry is a diagonal (``diag``).  The
     couplings to θ are, per piece of the couplings, a sparse (J_p·R × M) matrix (``Xsp``, row j·R + r: judge
     j's effect r over the models it met: the solves' products) and the same rows per entry (``Xc``), kept
-    when the couplings are held, else made again by every pass a piece at a time.  Σ_j X_jᵀA_j⁻¹X_j
+    when the couplings are held; else the rows are read back a piece at a time by the passes that need them (the
+    Gram's, the covariance's) and the sparse matrices, made in the Gram's pass, are kept on disk for the solves
+    (:class:`SparseStore`).  Σ_j X_jᵀA_j⁻¹X_j
     and the covariance's per-judge terms are made judge block by judge block, batched over the judges who met
     equally many models (:func:`_judge_batches`) — O(R·Σ_j n_j²) for judges meeting n_j models.
     """
@@ -836,20 +861,26 @@ class ArrowFactor:
         S = hess.H * f_g[:, None] * f_g[None, :]
         S[np.diag_indices_from(S)] += np.where(f_g > 0, mu, 1.0)
         Yg = self._yg(Ainv)
-        # Couplings held in memory: their masked rows and sparse matrix made once and kept; spilled ones are
-        # made again a piece at a time by every pass (memory: one piece).
+        # Couplings held in memory: their masked rows and sparse matrix made once and kept; spilled ones' rows are
+        # read back a piece at a time by each pass that needs them, their sparse matrices kept on disk from the
+        # Gram's pass on (memory: one piece).
         self._held: list[tuple[Piece, np.ndarray, sp.csr_matrix]] | None = None
+        self._kept: SparseStore | None = None  # spilled couplings: their sparse matrices, from the Gram's pass on
         if hess.couplings.held:
             self._held = list(self._pieces())
+        store = hess.couplings.sparse_store()
         k = R.size
         crosses: list[np.ndarray] = []  # each piece's Xᵀ(A⁻¹X)_g, made in the Gram's pass over the pieces
 
         def with_cross(yg: np.ndarray) -> Iterator[tuple[Piece, np.ndarray]]:
             for p, Xc, Xsp in self._pieces():
                 crosses.append(np.asarray(Xsp.T @ yg[p.j0 * k : p.j1 * k]))
+                if store is not None:
+                    store.put(p.j0, p.j1, Xsp)
                 yield p, Xc
 
         S[:m, :m] -= _gram(with_cross(Yg), R, Ainv, m, self._zero or ())
+        self._kept = store
         cross_g = _summed(crosses)
         S[:m, m : m + n_e] -= cross_g
         S[m : m + n_e, :m] -= cross_g.T
@@ -869,31 +900,49 @@ class ArrowFactor:
         if us:
             self.Minv = np.linalg.inv(self.M)
 
-    def _pieces(self) -> Iterator[tuple[Piece, np.ndarray, sp.csr_matrix]]:
+    def _rows(self) -> Iterator[tuple[Piece, np.ndarray]]:
         """Each piece of the couplings with its rows masked to the free parameters (``Xc``: per entry, all K
         columns: the batched Gram and covariance take the R of them; columns fixed for every judge,
-        ``_zero``, are left as they are and zeroed by each gather, :func:`_entry_rows`) and the sparse
-        (J_p·R × M) matrix of its coupled rows (``Xsp``, row j·R + r: judge j0 + j's effect r over the models it
-        met; zero at fixed parameters)."""
+        ``_zero``, are left as they are and zeroed by each gather, :func:`_entry_rows`)."""
         if self._held is not None:
-            yield from self._held
+            for p, Xc, _ in self._held:
+                yield p, Xc
             return
-        m, R = self.lay.n_models, self.R
+        m = self.lay.n_models
         for p in self._couplings.pieces():
             Xc = p.X  # the coupled columns R are gathered straight into the sparse rows
             if self._zero is None:  # fixed parameters: no coupling (whole columns: zeroed by each use)
                 Xc = _without_fixed(Xc, self._f_j[p.j0 : p.j1], self._f_g[:m], p.cross)
+            yield p, Xc
+
+    def _pieces(self) -> Iterator[tuple[Piece, np.ndarray, sp.csr_matrix]]:
+        """:meth:`_rows` with the sparse (J_p·R × M) matrix of each piece's coupled rows (``Xsp``, row j·R + r:
+        judge j0 + j's effect r over the models it met; zero at fixed parameters)."""
+        if self._held is not None:
+            yield from self._held
+            return
+        m, R = self.lay.n_models, self.R
+        for p, Xc in self._rows():
             # Switched-off rows (a voter's affinity) left out: they carry no work.  (Rows of fixed parameters
             # stay, zero: both phases of a fit share one layout.)
             with _zeroed(Xc, R[self._zero or []].tolist()):
                 Xsp = p.cross.coupling(Xc, m, R, self._on[p.j0 : p.j1, R])
             yield p, Xc, Xsp
 
+    def _sparse(self) -> Iterator[tuple[int, int, sp.csr_matrix]]:
+        """Each piece's judge range j0 … j1 − 1 and sparse (J_p·R × M) coupling matrix (``Xsp`` of :meth:`_pieces`)
+        for the products: held, or kept by the factorisation's first pass (:class:`SparseStore`), else made."""
+        if self._kept is not None:
+            yield from self._kept.items()
+            return
+        for p, _, Xsp in self._pieces():
+            yield p.j0, p.j1, Xsp
+
     def times_couplings(self, rows: sp.csr_matrix) -> sp.csr_matrix:
         """``rows`` (p × J·R) times the couplings' sparse (J·R × M) matrix, a piece at a time (spilled couplings
         are read back from disk: no (J·R × M) matrix in memory)."""
         k = self.R.size
-        products = (sp.csr_matrix(rows[:, p.j0 * k : p.j1 * k] @ Xsp) for p, _, Xsp in self._pieces())
+        products = (sp.csr_matrix(rows[:, j0 * k : j1 * k] @ Xsp) for j0, j1, Xsp in self._sparse())
         return functools.reduce(operator.add, products)
 
     @staticmethod
@@ -931,15 +980,15 @@ class ArrowFactor:
         m, n_e = self.lay.n_models, self.lay.n_glob
         k = self.R.size
         out = self.Xg.reshape(-1, n_e) @ v_g[m : m + n_e]
-        for p, _, Xsp in self._pieces():
-            out[p.j0 * k : p.j1 * k] += Xsp @ v_g[:m]
+        for j0, j1, Xsp in self._sparse():
+            out[j0 * k : j1 * k] += Xsp @ v_g[:m]
         return out.reshape(-1, k)
 
     def _xt_judge(self, v: np.ndarray) -> np.ndarray:
         m, n_e, k = self.lay.n_models, self.lay.n_glob, self.R.size
         out = np.zeros(self.S.shape[0])
         flat = np.ascontiguousarray(v).ravel()
-        out[:m] = _summed(Xsp.T @ flat[p.j0 * k : p.j1 * k] for p, _, Xsp in self._pieces())
+        out[:m] = _summed(Xsp.T @ flat[j0 * k : j1 * k] for j0, j1, Xsp in self._sparse())
         out[m : m + n_e] = self.Xg.reshape(-1, n_e).T @ flat
         return out
 
@@ -1005,7 +1054,7 @@ class ArrowFactor:
         # passes below over a strided view of cov_jg cost more than that copy (matmul, two passes and the copy:
         # 4.9 ms, against 6.1 ms in place in the view, at 50k judges).
         s_mg = np.ascontiguousarray(sinv[:m, m : m + n_e])
-        xs = [Xsp @ s_mg for _, _, Xsp in self._pieces()]
+        xs = [Xsp @ s_mg for _, _, Xsp in self._sparse()]
         xs_all = (xs[0] if len(xs) == 1 else np.concatenate(xs)).reshape(n_j, k, n_e)
         del xs
         Ainv = self.Ainv
@@ -1029,7 +1078,7 @@ class ArrowFactor:
         # Its θ part, the diagonal of A_j⁻¹X_jᵀ S⁻¹_θθ X_jA_j⁻¹, judge j's made over the n_j models it met only
         # (S⁻¹ gathered there: O(Σ_j n_j²), not a dense (J·R × M) product); y = X_jA_j⁻¹ (A_j⁻¹ is symmetric).
         s_mm = np.ascontiguousarray(sinv[:m, :m]).ravel()
-        for p, Xc, _ in self._pieces():
+        for p, Xc in self._rows():
             for batch in _judge_batches(p.cross, m):
                 judges = p.j0 + batch.judges
                 y = _entry_rows(Xc, batch.entries, cols, self._zero or ()) @ np.take(Ainv, judges, axis=0)

@@ -17,7 +17,8 @@ per-judge terms: :mod:`biasboard.ranking.arrowhead`) reads them back a piece at 
 memory is one shard's arrays, O(J·K² + M²), the judges' first entries (J) and the cells summed per ordered
 model pair (:meth:`PairStore.totals`: what the naive fit, the comparison graph, the battle counts and the
 covariate report read).  Reading the shards costs one pass over the files per evaluation, and the couplings
-one pass per solve, from the page cache.
+one pass per factorisation, from the page cache: the sparse matrices a factorisation makes of them in that
+pass go to files of their own (:class:`SpilledSparse`), which its solves read instead.
 
 The arrowhead factorisation's per-judge batches (:func:`~biasboard.ranking.arrowhead._judge_batches`) are
 made per factorisation instead of cached: their keys are Σ_j n_j² integers for judges meeting n_j models,
@@ -29,9 +30,10 @@ known before any is read; ``BIASBOARD_STREAM_CELLS`` overrides it), the cells th
 disk (:func:`~biasboard.transforms.state.load_cells_by_judge`); below, the in-memory path is unchanged.  A
 reference of judges (``--reference 'pool/*'``) streams too: its three fits are streamed fits, the gate and the
 reference rating read covariances and the per-model-pair totals, never a judge's cells; so do ``--slices``
-(each slice cut from the judge buckets, :class:`~biasboard.transforms.slices.BucketSlices`).  Not streamed (the
-caller keeps the in-memory fit): score cells, ``--judge-pool`` (pools merge cells across buckets), bootstrap
-replicates and anchors (``--anchors``: their verdicts are merged into the cells).
+(each slice cut from the judge buckets, :class:`~biasboard.transforms.slices.BucketSlices`) and ``--judge-pool
+prefix:SEP`` (the voter buckets renamed to their pools and cut into buckets of pools on disk,
+:func:`~biasboard.transforms.judge_pool.pool_buckets`).  Not streamed (the caller keeps the in-memory fit): score
+cells, bootstrap replicates and anchors (``--anchors``: their verdicts are merged into the cells).
 """
 
 from __future__ import annotations
@@ -48,7 +50,14 @@ from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
-from biasboard.ranking.arrowhead import Couplings, CrossIndex, Piece, _unique_inverse
+import scipy.sparse as sp
+from biasboard.ranking.arrowhead import (
+    Couplings,
+    CrossIndex,
+    Piece,
+    SparseStore,
+    _unique_inverse,
+)
 from biasboard.ranking.data import (
     _FIT_PAIR_KEYS,
     _FIT_PAIR_SCHEMA,
@@ -463,6 +472,32 @@ class SpilledCouplings(Couplings):
         for piece in self.pieces():
             out.add(piece.j0, piece.j1, fn(piece))
         return out
+
+    def sparse_store(self) -> SpilledSparse:
+        return SpilledSparse(self.files.folder)
+
+
+class SpilledSparse(SparseStore):
+    """A factorisation's sparse coupling matrices in files, one per piece (:class:`~biasboard.ranking.arrowhead.
+    SparseStore`), in a folder of the store's that goes with the object (as :class:`SpilledCouplings`' does)."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(tempfile.mkdtemp(prefix="sparse-", dir=folder))
+        self.parts: list[tuple[int, int, Path, tuple[int, int]]] = []
+        weakref.finalize(self, _remove_spilled, str(self.folder), os.getpid())
+
+    def put(self, j0: int, j1: int, matrix: sp.csr_matrix) -> None:
+        path = self.folder / f"piece-{len(self.parts):06d}.npy"
+        with open(path, "wb") as out:
+            for array in (matrix.data, matrix.indices, matrix.indptr):
+                np.save(out, array)
+        self.parts.append((j0, j1, path, matrix.shape))
+
+    def items(self) -> Iterator[tuple[int, int, sp.csr_matrix]]:
+        for j0, j1, path, shape in self.parts:
+            with open(path, "rb") as src:
+                data, indices, indptr = np.load(src), np.load(src), np.load(src)
+            yield j0, j1, sp.csr_matrix((data, indices, indptr), shape=shape)
 
 
 @dataclass

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 from biasboard.pipelines.backfill import run_backfill
@@ -34,6 +36,7 @@ from biasboard.schemas.summary import to_jsonable
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import snapshot
 from biasboard.transforms.snapshot import FitSpec, fit_state
+from biasboard.transforms.state import load_cells
 
 from tests.test_judge_blocks import _styled
 from tests.test_ranking_model import _cells
@@ -269,6 +272,40 @@ def test_fit_state_streams_with_slices_and_publishes_the_same_slice_boards(tmp_p
     assert max(d for _, d in _walk(a, b)) < TOL
 
 
+def test_fit_state_streams_judges_pooled_by_prefix(tmp_path, monkeypatch, caplog):
+    """``refresh --judge-pool prefix:/`` above the size: each judge's battles cast by 7 voters (``judge/vN``), the
+    voter buckets renamed to their pools and cut into buckets of pools on disk, then streamed (it held the merged
+    voter cells in memory): the same boards, and the summary still counts the stored voters."""
+    logs = write_simulation(SIM, tmp_path / "logs")
+    for path in (logs / "battles").glob("day=*/*.parquet"):
+        table = pq.read_table(path)
+        voter = pc.cast(pc.bit_wise_and(pa.array(np.arange(table.num_rows)), 7 - 1), pa.string())
+        voters = pc.binary_join_element_wise(table.column("judge"), pc.binary_join_element_wise("v", voter, ""), "/")
+        pq.write_table(table.set_column(table.schema.get_field_index("judge"), "judge", voters), path)
+    state = str(tmp_path / "state")
+    run_backfill(str(logs / "battles" / "day=*" / "*.parquet"), state)
+    spec = FitSpec(ModelConfig(diagnostics="fast", posterior_draws=300, k=3, judge_pool="prefix:/"))
+    mem = _snapshot(state, monkeypatch, False, spec)
+    with caplog.at_level("INFO", logger=snapshot.__name__):
+        streamed = _snapshot(state, monkeypatch, True, spec)
+    assert "fit: pooled the judges by prefix:/" in caplog.text and "not streamed" not in caplog.text
+    assert re.search(r"fit: streamed \d+ pair cells \(([2-9]|\d\d+) judge buckets", caplog.text)
+    assert mem.leaderboard.drop(_numbers(mem.leaderboard)).equals(
+        streamed.leaderboard.drop(_numbers(streamed.leaderboard))
+    )
+    for column, values in _numbers(mem.leaderboard).items():
+        _close(values, streamed.leaderboard[column].to_numpy(), column)
+    assert mem.bias is not None and streamed.bias is not None
+    assert set(mem.bias["judge"]) == set(streamed.bias["judge"]) == {snapshot.GLOBAL_JUDGE, *_sim_judges(state)}
+    a, b = to_jsonable(mem.summary), to_jsonable(streamed.summary)
+    assert a["judges"] == b["judges"] and all("/" in judge["judge"] for judge in a["judges"])  # voters, as stored
+
+
+def _sim_judges(state: str) -> set[str]:
+    """The simulation's judges: the pools of the stored voters."""
+    return {name.split("/")[0] for name in load_cells(state).column("judge").unique().to_pylist()}
+
+
 def test_fit_state_keeps_options_the_stream_does_not_take_in_memory(tmp_path, monkeypatch, caplog):
     logs = write_simulation(SIM, tmp_path / "logs")
     state = str(tmp_path / "state")
@@ -285,7 +322,16 @@ def test_spilled_couplings_factor_solve_and_covariance_equal_the_held_ones(monke
     """The streamed Hessian's θ × judge rows spilled to disk piece by piece (judge ranges a shard completes,
     with tiny shards so judges straddle them) give the held Hessian's sums, and the Schur complement, the
     Newton solves (damped, with fixed parameters), the products with H and the covariance made a piece at a
-    time equal the held ones to 1e-8."""
+    time equal the held ones to 1e-8.  A factorisation reads the couplings back once: its solves read the sparse
+    matrices it kept on disk (:class:`~biasboard.ranking.stream.SpilledSparse`), removed with it."""
+    reads = []  # one item per read of a Hessian's couplings
+    read_pieces = stream.SpilledCouplings.pieces
+
+    def counted_pieces(self):
+        reads.append(1)
+        yield from read_pieces(self)
+
+    monkeypatch.setattr(stream.SpilledCouplings, "pieces", counted_pieces)
     table = _merged(3, style)
     config = ModelConfig(judge_solver="blocked")
     held = bias_aware_problem(build_dataset(table), config)
@@ -313,10 +359,13 @@ def test_spilled_couplings_factor_solve_and_covariance_equal_the_held_ones(monke
         fixed = free.copy()
         fixed[[0, lay.n_models + 1, lay.block(0).start + 2, lay.tau.start - 1]] = False
         for mask, mu in ((free, 0.0), (free, 0.7), (fixed, 0.0)):
+            reads.clear()
             f_h, f_s = newton_factor(ev_h, mask, mu), newton_factor(ev_s, mask, mu)
             assert f_h is not None and f_s is not None
+            assert len(reads) == 1 and any(folder.name.startswith("sparse-") for folder in files.folder.iterdir())
             _close(f_h.S, f_s.S, "Schur complement")
             _close(f_h.solve(ev_h.g[mask], np.zeros(0))[0], f_s.solve(ev_s.g[mask], np.zeros(0))[0], "solve")
+            assert len(reads) == 1  # the solves read the kept matrices, not the couplings
             c_h, c_s = f_h.covariance(), f_s.covariance()
             for name in ("glob", "judge_var", "judge_glob"):
                 _close(getattr(c_h, name), getattr(c_s, name), name)
@@ -328,7 +377,7 @@ def test_spilled_couplings_factor_solve_and_covariance_equal_the_held_ones(monke
             _close(r_h.diagonal(), r_s.diagonal(), "row covariance's diagonal")
         del ev_s, H_s, f_s, r_s
         gc.collect()
-        assert not any(folder.name.startswith("couplings-") for folder in files.folder.iterdir())
+        assert not any(folder.name.startswith(("couplings-", "sparse-")) for folder in files.folder.iterdir())
     finally:
         data.stream.close()
 

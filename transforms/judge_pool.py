@@ -24,10 +24,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
+from biasboard.ranking.data import CellsFold, pool_judge_names
+from biasboard.ranking.spill import BucketedFold, JudgeBuckets, bucket_bounds, scratch_folder
 from biasboard.schemas.errors import InputError
 from biasboard.transforms.read import open_parquet
+from biasboard.transforms.state import merge_due
 
 #: The rule kinds ``--judge-pool`` takes, with an example each (for messages).
 KINDS = {"prefix": "prefix:/", "column": "column:voter_group"}
@@ -114,3 +118,63 @@ def check_pool_column(paths: Iterable[str], column: str | None) -> None:
             raise InputError(
                 f"--judge-pool column:{column}: {path} holds '{column}' as {dtype}; expected text or integers"
             )
+
+
+def pool_buckets(buckets: JudgeBuckets, rule: str, bucket_rows: int, scratch: str | None = None) -> JudgeBuckets:
+    """The cells of ``buckets`` with each judge replaced by its pool under the prefix ``rule``, summed by key, as
+    judge buckets again, of pool names: what a streamed fit (:func:`~biasboard.ranking.stream.stream_dataset`)
+    takes for one effect per pool.
+
+    Why: above the streaming size the stored cells are merged by judge bucket on disk, and they keep every voter
+    (the prefix rule is applied by the fit).  A pool's voters span many buckets, and a streamed fit needs each
+    judge's cells whole in one bucket: so each voter bucket's rows are renamed to their pools and added to buckets
+    of pool names, which fold as the merge does (:class:`~biasboard.ranking.spill.BucketedFold`).  Memory: one
+    bucket at a time, not the history (holding the merged voter cells for ``build_dataset(..., judge_pool=rule)``
+    grew with it).  The pooled cells are those ``build_dataset`` groups, their float sums added in another order.
+    Two passes over ``buckets``: the first counts each pool's rows, for the new bounds (:func:`bucket_bounds`).
+    """
+    names: pa.Array | None = None
+    to_pool = np.zeros(0, np.int32)
+    pools: list[str] = []
+
+    def pooled(column: pa.ChunkedArray) -> list[pa.DictionaryArray]:
+        """The judge column's chunks re-coded to pools (every bucket carries the global judge dictionary)."""
+        nonlocal names, to_pool, pools
+        out = []
+        for chunk in column.chunks:
+            if not pa.types.is_dictionary(chunk.type):
+                chunk = chunk.dictionary_encode()
+            if names is None or not chunk.dictionary.equals(names):
+                names = chunk.dictionary
+                of_name = pool_judge_names(names.to_pylist(), rule)
+                pools = sorted(set(of_name))
+                position = {pool: i for i, pool in enumerate(pools)}
+                to_pool = np.array([position[pool] for pool in of_name], np.int32)
+            indices = to_pool[chunk.indices.to_numpy(zero_copy_only=False)]
+            out.append(pa.DictionaryArray.from_arrays(pa.array(indices), pa.array(pools, pa.string())))
+        return out
+
+    rows: dict[str, int] = {}
+    for table in buckets.tables():
+        for chunk in pooled(table.column("judge")):
+            counts = np.bincount(chunk.indices.to_numpy(), minlength=len(pools))
+            for i in np.flatnonzero(counts):
+                rows[pools[i]] = rows.get(pools[i], 0) + int(counts[i])
+    folder = scratch_folder(scratch)
+    fold = BucketedFold(
+        CellsFold(), "judge", bucket_bounds(list(rows), np.array(list(rows.values())), bucket_rows), folder.name
+    )
+    for table in buckets.tables():
+        fold.add(
+            [
+                table.set_column(
+                    table.schema.get_field_index("judge"), "judge", pa.chunked_array(pooled(table.column("judge")))
+                )
+            ]
+        )
+        del table
+        if merge_due(fold):
+            fold.fold()
+    out = fold.finish(folder.name)
+    out.scratch = folder
+    return out

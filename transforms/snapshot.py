@@ -37,6 +37,7 @@ from biasboard.transforms import publish, state, storage
 from biasboard.transforms.anchors import read_anchors
 from biasboard.transforms.audit import JSON_TABLES, table_file
 from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
+from biasboard.transforms.judge_pool import pool_buckets
 from biasboard.transforms.plan import plan_inputs
 from biasboard.transforms.ranks import rank_intervals
 from biasboard.transforms.slices import (
@@ -158,13 +159,21 @@ def fit_state(
     if why_not is None:
         # A history too big to hold: each bucket coded onto a scratch folder, then read a shard at a time by every
         # evaluation; the buckets' files go once coded.
-        totals = CellTotals.of_buckets(buckets.tables())
+        totals = CellTotals.of_buckets(buckets.tables())  # the stored judges (voters), as the summary counts them
         coded = time.perf_counter()
+        if spec.config.judge_pool is not None:
+            buckets = pool_buckets(buckets, spec.config.judge_pool, state.bucket_rows_setting())
+            _LOG.info(
+                "fit: pooled the judges by %s into %d pair cells in %.1f s",
+                spec.config.judge_pool,
+                buckets.n_rows,
+                time.perf_counter() - coded,
+            )
         fit_input = stream_dataset(buckets)
         slice_cells = BucketSlices(buckets) if spec.slices else None  # each slice cut from the buckets on disk
         _LOG.info(
             "fit: streamed %d pair cells (%d judge buckets, %d shards on disk) in %.1f s",
-            n_rows,
+            buckets.n_rows,
             buckets.n_buckets,
             len(fit_input.stream.files.shards) if fit_input.stream is not None else 0,
             time.perf_counter() - coded,
@@ -208,7 +217,6 @@ def _not_streamed(bound: int, score_cells: pa.Table | None, spec: FitSpec) -> st
     unsupported = [
         (score_cells is not None, "score cells"),
         (spec.anchors is not None or spec.reference.kind == "anchors", "--anchors"),
-        (spec.config.judge_pool is not None, "--judge-pool"),
         (bool(spec.config.bootstrap), "--bootstrap"),
     ]
     found = [name for flag, name in unsupported if flag]

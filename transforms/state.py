@@ -399,10 +399,15 @@ def _fold_days(fold: CodedFold, state_dir: str, selected: list[str], manifests: 
         if path is None:
             continue
         _fold_file(fold, path)
-        if fold.pending_rows >= max(MERGE_EVERY_ROWS, fold.total_rows // MERGE_SHARE):
+        if merge_due(fold):
             fold.fold()
             folded = index + 1
     return folded
+
+
+def merge_due(fold: CodedFold) -> bool:
+    """Whether ``fold``'s unmerged rows are due to be folded into its running total (see :func:`load_cells`)."""
+    return fold.pending_rows >= max(MERGE_EVERY_ROWS, fold.total_rows // MERGE_SHARE)
 
 
 def load_cells(
