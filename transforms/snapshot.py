@@ -169,6 +169,7 @@ def fit_state(
                 buckets.n_rows,
                 time.perf_counter() - coded,
             )
+            coded = time.perf_counter()
         fit_input = stream_dataset(buckets)
         slice_cells = BucketSlices(buckets) if spec.slices else None  # each slice cut from the buckets on disk
         _LOG.info(
