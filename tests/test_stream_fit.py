@@ -35,8 +35,9 @@ from biasboard.schemas.errors import InputError
 from biasboard.schemas.summary import to_jsonable
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import snapshot
+from biasboard.transforms.judge_pool import pool_buckets
 from biasboard.transforms.snapshot import FitSpec, fit_state
-from biasboard.transforms.state import load_cells
+from biasboard.transforms.state import load_cells, load_cells_by_judge
 
 from tests.test_judge_blocks import _styled
 from tests.test_ranking_model import _cells
@@ -299,6 +300,23 @@ def test_fit_state_streams_judges_pooled_by_prefix(tmp_path, monkeypatch, caplog
     assert set(mem.bias["judge"]) == set(streamed.bias["judge"]) == {snapshot.GLOBAL_JUDGE, *_sim_judges(state)}
     a, b = to_jsonable(mem.summary), to_jsonable(streamed.summary)
     assert a["judges"] == b["judges"] and all("/" in judge["judge"] for judge in a["judges"])  # voters, as stored
+
+
+def test_pool_buckets_leaves_judges_without_the_separator_as_they_are(tmp_path, monkeypatch):
+    """No judge name holds the separator: nothing pools, the voter buckets come back themselves (no second pass
+    writing the same cells); a separator that does rename gives the same battles per pool."""
+    logs = write_simulation(SIM, tmp_path / "logs")
+    state = str(tmp_path / "state")
+    run_backfill(str(logs / "battles" / "day=*" / "*.parquet"), state)
+    buckets = load_cells_by_judge(state, bucket_rows=300)
+    assert buckets.n_buckets >= 2
+    assert pool_buckets(buckets, "prefix:/", 300) is buckets
+    pooled = pool_buckets(buckets, "prefix:-sim", 300).table()
+    voters = pl.from_arrow(buckets.table().select(["judge", "n"])).with_columns(pl.col("judge").cast(pl.String))
+    by_pool = voters.group_by(pl.col("judge").str.split("-sim").list.first()).agg(pl.col("n").sum()).sort("judge")
+    got = pl.from_arrow(pooled.select(["judge", "n"])).with_columns(pl.col("judge").cast(pl.String))
+    assert got.group_by("judge").agg(pl.col("n").sum()).sort("judge").equals(by_pool)
+    assert got.height == voters.height  # one judge a pool here: renamed, no cells merged (the fit_state test merges)
 
 
 def _sim_judges(state: str) -> set[str]:

@@ -131,22 +131,26 @@ def pool_buckets(buckets: JudgeBuckets, rule: str, bucket_rows: int, scratch: st
     of pool names, which fold as the merge does (:class:`~biasboard.ranking.spill.BucketedFold`).  Memory: one
     bucket at a time, not the history (holding the merged voter cells for ``build_dataset(..., judge_pool=rule)``
     grew with it).  The pooled cells are those ``build_dataset`` groups, their float sums added in another order.
-    Two passes over ``buckets``: the first counts each pool's rows, for the new bounds (:func:`bucket_bounds`).
+    Two passes over ``buckets``: the first counts each pool's rows, for the new bounds (:func:`bucket_bounds`);
+    when no judge's name holds the separator, nothing pools and ``buckets`` come back as they are.
     """
     names: pa.Array | None = None
     to_pool = np.zeros(0, np.int32)
     pools: list[str] = []
+    renamed = False  # some judge's pool is not its own name
 
     def pooled(column: pa.ChunkedArray) -> list[pa.DictionaryArray]:
         """The judge column's chunks re-coded to pools (every bucket carries the global judge dictionary)."""
-        nonlocal names, to_pool, pools
+        nonlocal names, to_pool, pools, renamed
         out = []
         for chunk in column.chunks:
             if not pa.types.is_dictionary(chunk.type):
                 chunk = chunk.dictionary_encode()
             if names is None or not chunk.dictionary.equals(names):
                 names = chunk.dictionary
-                of_name = pool_judge_names(names.to_pylist(), rule)
+                judges = names.to_pylist()
+                of_name = pool_judge_names(judges, rule)
+                renamed = renamed or of_name != tuple(judges)
                 pools = sorted(set(of_name))
                 position = {pool: i for i, pool in enumerate(pools)}
                 to_pool = np.array([position[pool] for pool in of_name], np.int32)
@@ -160,6 +164,8 @@ def pool_buckets(buckets: JudgeBuckets, rule: str, bucket_rows: int, scratch: st
             counts = np.bincount(chunk.indices.to_numpy(), minlength=len(pools))
             for i in np.flatnonzero(counts):
                 rows[pools[i]] = rows.get(pools[i], 0) + int(counts[i])
+    if not renamed:  # every judge its own pool (no name holds the separator): the buckets as they are
+        return buckets
     folder = scratch_folder(scratch)
     fold = BucketedFold(
         CellsFold(), "judge", bucket_bounds(list(rows), np.array(list(rows.values())), bucket_rows), folder.name
