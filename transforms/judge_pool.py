@@ -134,53 +134,57 @@ def pool_buckets(buckets: JudgeBuckets, rule: str, bucket_rows: int, scratch: st
     Two passes over ``buckets``: the first counts each pool's rows, for the new bounds (:func:`bucket_bounds`);
     when no judge's name holds the separator, nothing pools and ``buckets`` come back as they are.
     """
-    names: pa.Array | None = None
-    to_pool = np.zeros(0, np.int32)
-    pools: list[str] = []
-    renamed = False  # some judge's pool is not its own name
-
-    def pooled(column: pa.ChunkedArray) -> list[pa.DictionaryArray]:
-        """The judge column's chunks re-coded to pools (every bucket carries the global judge dictionary)."""
-        nonlocal names, to_pool, pools, renamed
-        out = []
-        for chunk in column.chunks:
-            if not pa.types.is_dictionary(chunk.type):
-                chunk = chunk.dictionary_encode()
-            if names is None or not chunk.dictionary.equals(names):
-                names = chunk.dictionary
-                judges = names.to_pylist()
-                of_name = pool_judge_names(judges, rule)
-                renamed = renamed or of_name != tuple(judges)
-                pools = sorted(set(of_name))
-                position = {pool: i for i, pool in enumerate(pools)}
-                to_pool = np.array([position[pool] for pool in of_name], np.int32)
-            indices = to_pool[chunk.indices.to_numpy(zero_copy_only=False)]
-            out.append(pa.DictionaryArray.from_arrays(pa.array(indices), pa.array(pools, pa.string())))
-        return out
-
+    recode = _PoolCodes(rule)
     rows: dict[str, int] = {}
     for table in buckets.tables():
-        for chunk in pooled(table.column("judge")):
-            counts = np.bincount(chunk.indices.to_numpy(), minlength=len(pools))
+        for chunk in recode(table.column("judge")).chunks:
+            counts = np.bincount(chunk.indices.to_numpy(), minlength=len(chunk.dictionary))
+            pools = chunk.dictionary.to_pylist()
             for i in np.flatnonzero(counts):
                 rows[pools[i]] = rows.get(pools[i], 0) + int(counts[i])
-    if not renamed:  # every judge its own pool (no name holds the separator): the buckets as they are
+    if not recode.renamed:  # every judge its own pool (no name holds the separator): the buckets as they are
         return buckets
     folder = scratch_folder(scratch)
     fold = BucketedFold(
         CellsFold(), "judge", bucket_bounds(list(rows), np.array(list(rows.values())), bucket_rows), folder.name
     )
     for table in buckets.tables():
-        fold.add(
-            [
-                table.set_column(
-                    table.schema.get_field_index("judge"), "judge", pa.chunked_array(pooled(table.column("judge")))
-                )
-            ]
-        )
+        fold.add([table.set_column(table.schema.get_field_index("judge"), "judge", recode(table.column("judge")))])
         del table
         if merge_due(fold):
             fold.fold()
     out = fold.finish(folder.name)
     out.scratch = folder
     return out
+
+
+class _PoolCodes:
+    """A judge column's codes re-coded to its pools under a prefix rule: the mapping made once per distinct
+    dictionary (every bucket of a merge carries the same global judge dictionary: made once in all)."""
+
+    def __init__(self, rule: str):
+        self.rule = rule
+        self.renamed = False  # some judge's pool is not its own name
+        self._names: pa.Array | None = None
+        self._pools = pa.array([], pa.string())
+        self._to_pool = np.zeros(0, np.int32)
+
+    def __call__(self, column: pa.ChunkedArray) -> pa.ChunkedArray:
+        chunks = []
+        for chunk in column.chunks:
+            if not pa.types.is_dictionary(chunk.type):
+                chunk = chunk.dictionary_encode()
+            if self._names is None or not chunk.dictionary.equals(self._names):
+                self._map(chunk.dictionary)
+            indices = self._to_pool[chunk.indices.to_numpy(zero_copy_only=False)]
+            chunks.append(pa.DictionaryArray.from_arrays(pa.array(indices), self._pools))
+        return pa.chunked_array(chunks, pa.dictionary(pa.int32(), pa.string()))
+
+    def _map(self, names: pa.Array) -> None:
+        judges = names.to_pylist()
+        of_name = pool_judge_names(judges, self.rule)
+        self.renamed = self.renamed or of_name != tuple(judges)
+        pools = sorted(set(of_name))
+        position = {pool: i for i, pool in enumerate(pools)}
+        self._names, self._pools = names, pa.array(pools, pa.string())
+        self._to_pool = np.array([position[pool] for pool in of_name], np.int32)
