@@ -302,7 +302,7 @@ def test_fit_state_streams_judges_pooled_by_prefix(tmp_path, monkeypatch, caplog
     assert a["judges"] == b["judges"] and all("/" in judge["judge"] for judge in a["judges"])  # voters, as stored
 
 
-def test_pool_buckets_leaves_judges_without_the_separator_as_they_are(tmp_path, monkeypatch):
+def test_pool_buckets_leaves_judges_without_the_separator_as_they_are(tmp_path):
     """No judge name holds the separator: nothing pools, the voter buckets come back themselves (no second pass
     writing the same cells); a separator that does rename gives the same battles per pool."""
     logs = write_simulation(SIM, tmp_path / "logs")
