@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
@@ -439,6 +439,23 @@ class PairArrays:
         """Whether any cell carries style counts (else the style effects are left out of the model)."""
         return self.n_style is not None and bool(np.any(self.n_style > 0))
 
+    @staticmethod
+    def concat(parts: Sequence[PairArrays]) -> PairArrays:
+        """The cells of ``parts`` one after the other; style counts where only some parts have them are 0 in the
+        others (as a cell without style counts holds them)."""
+        if len(parts) == 1:
+            return parts[0]
+        fields: dict[str, Any] = {}
+        for name in PairArrays.__dataclass_fields__:
+            values = [getattr(p, name) for p in parts]
+            if all(v is None for v in values):
+                fields[name] = None
+                continue
+            shape = {"style": (3,), "style_sq": (3,)}.get(name, ())
+            filled = [np.zeros((len(p), *shape)) if v is None else v for p, v in zip(parts, values, strict=True)]
+            fields[name] = np.concatenate(filled)
+        return PairArrays(**fields)
+
     def with_counts(self, win_a: np.ndarray, win_b: np.ndarray, tie: np.ndarray, bothbad: np.ndarray) -> PairArrays:
         fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
         fields.update(win_a=win_a, win_b=win_b, tie=tie, bothbad=bothbad, n=win_a + win_b + tie)
@@ -517,6 +534,12 @@ class Dataset:
         if self.stream is not None:
             return self.stream.judge_sums(what)
         return judge_totals(self.pairs, len(self.judges), what)
+
+    def judge_pairs(self, judge: int) -> PairArrays:
+        """Judge ``judge``'s own pair cells (read from disk for a streamed data set, whose ``pairs`` are totals)."""
+        if self.stream is not None:
+            return self.stream.judge_pairs(judge)
+        return self.pairs.take(np.flatnonzero(self.pairs.j == judge))
 
     @property
     def n_categories(self) -> int:
@@ -738,6 +761,50 @@ def _build_dataset(pair_cells: CellsInput | None, score_cells: CellsInput | None
             counts=counts,
         )
     return Dataset(models, judges, judge_families, prompts, min_score, arrays, score_arrays, values)
+
+
+def with_judge(data: Dataset, cells: CellsInput) -> Dataset:
+    """``data`` with one more judge: ``cells``, pair cells all of one judge not in ``data`` (trusted anchors), coded
+    against ``data``'s models and added as its last judge (in memory, or as shards after a streamed data set's).
+
+    Nothing of ``data`` is coded again — its judges keep their numbers, its score cells too — so a fit with the
+    judge and one without share one coding (a streamed history is not streamed twice).  The judge is never pooled
+    (``judge_pool``): it is a rater of its own.  InputError when ``cells`` name a model ``data`` does not have (the
+    caller leaves those out first) or a judge ``data`` has already."""
+    pairs, name, family = _code_judge_cells(cells, data.judges, data.models)
+    if data.stream is not None:
+        return data.stream.with_judge(data, name, family, pairs)
+    return replace(
+        data,
+        judges=(*data.judges, name),
+        judge_families=(*data.judge_families, family),
+        pairs=PairArrays.concat([data.pairs, pairs]),
+    )
+
+
+def _code_judge_cells(cells: CellsInput, judges: Sequence[str], models: Sequence[str]) -> tuple[PairArrays, str, str]:
+    """:func:`with_judge`'s coding: the cells as :func:`build_dataset` makes them, as judge number ``len(judges)``;
+    with the judge's name and family."""
+    vocabs = pair_vocabularies()
+    vocabs["model_a"].index.update((name, i) for i, name in enumerate(models))  # models sorted: their codes stay
+    coded = _code_tables(cells, _FIT_PAIR_SCHEMA, "pair cells of the added judge", vocabs, _PAIR_COUNTS)
+    if coded is None:
+        raise InputError("pair cells of the added judge: no rows")
+    unknown = sorted(set(vocabs["model_a"].index) - set(models))
+    if unknown:
+        raise InputError(f"pair cells of the added judge: model(s) the battles do not have: {', '.join(unknown[:5])}")
+    names, _ = vocabs["judge"].finish()
+    if len(names) != 1 or names[0] in judges:
+        raise InputError(f"pair cells of the added judge: one judge the battles do not have expected, got {names}")
+    families, _ = vocabs["family_a"].finish()
+    _recode(coded, vocabs, {id(v): v.finish()[1] for v in {id(v): v for v in vocabs.values()}.values()})
+    coded = _checked_pair_counts(coded, names, models)
+    if not len(coded["n"]):
+        raise InputError("pair cells of the added judge: no battles (every cell has n = 0)")
+    coded["judge"] = np.full(len(coded["n"]), len(judges), np.int32)
+    col = _group_sum(coded, _FIT_PAIR_KEYS, PAIR_CELL_MEASURES)
+    family = families[int(col["judge_family"][0])]
+    return _pair_arrays(col, no_affinity_of(families)), names[0], family
 
 
 class CellBatches(Iterator[pa.RecordBatch]):

@@ -57,7 +57,7 @@ import scipy.sparse as sp
 from biasboard.ranking.arrowhead import BlockCovariance, centring
 from biasboard.ranking.bias_table import VARIANCE_SHRINK
 from biasboard.ranking.config import ModelConfig, NaiveConfig
-from biasboard.ranking.data import CellsInput, Dataset, build_dataset
+from biasboard.ranking.data import CellsInput, Dataset, build_dataset, with_judge
 from biasboard.ranking.diagnostics import compare_rankings
 from biasboard.ranking.fit import centred_draws, fit_naive, publish_bias_aware, solve_bias_aware
 from biasboard.ranking.gate import (
@@ -453,7 +453,8 @@ def anchor_agreement(problem: Problem, fit: FitResult, naive: FitResult, correct
     if ANCHOR_JUDGE not in data.judges:
         return []
     r = data.judges.index(ANCHOR_JUDGE)
-    pairs = data.pairs.take(np.flatnonzero((data.pairs.j == r) & (data.pairs.a != data.pairs.b)))
+    own = data.judge_pairs(r)
+    pairs = own.take(np.flatnonzero(own.a != own.b))
     eff = effective_core(problem, fit.state.core)
     theta = eff[lay.theta]
     # Each covariate in fitted units, with its effective block (a judge's whole effect: global + deviation).
@@ -497,7 +498,7 @@ def agreement_judges(data: Dataset, anchor: int) -> np.ndarray:
     others = np.flatnonzero(np.arange(len(data.judges)) != anchor)
     if others.size <= LISTED_JUDGES:
         return others
-    battles = np.bincount(data.pairs.j, weights=data.pairs.n, minlength=len(data.judges))[others]
+    battles = data.judge_sums("n")[others]
     return np.sort(others[np.argsort(-battles, kind="stable")[:LISTED_JUDGES]])
 
 
@@ -564,12 +565,6 @@ def _keep_known_models(anchor_cells: pl.DataFrame, models: Sequence[str]) -> tup
     return anchor_cells.filter(ok), dropped
 
 
-def _as_list(cells: CellsInput) -> list:
-    import pyarrow as pa
-
-    return [cells] if isinstance(cells, pa.Table | pa.RecordBatch | pl.DataFrame) else list(cells)
-
-
 def fit_with_reference(
     cells: CellsInput | Dataset,
     score_cells: CellsInput | None = None,
@@ -584,22 +579,18 @@ def fit_with_reference(
 
     ``anchor_cells``: pair cells of the trusted verdicts under judge :data:`ANCHOR_JUDGE` (anchors between
     models absent from the battles are dropped and counted in the notes); they enter the bias-aware fit
-    only.  The naive board and every model's battle count come from ``cells`` alone.  ``cells`` may be a
-    :class:`Dataset` coded by the caller (score cells included), then without ``anchor_cells``.
+    only, as its last judge (:func:`~biasboard.ranking.data.with_judge`: the battles are coded once, streamed or
+    not).  The naive board and every model's battle count come from ``cells`` alone.  ``cells`` may be a
+    :class:`Dataset` coded by the caller (score cells included), in memory or streamed.
     """
     reference = reference or Reference()
     config = config or ModelConfig()
     settings = settings or ReferenceSettings()
     naive_config = naive_config or NaiveConfig(k=config.k, seed=config.seed, bootstrap=config.bootstrap)
-    if isinstance(cells, Dataset):  # coded by the caller (score cells included): no anchors to add to it
-        if anchor_cells is not None:
-            raise ValueError("fit_with_reference: anchors are merged with the cells; pass cells, not a Dataset")
-        judge_data, cells = cells, []
+    if isinstance(cells, Dataset):  # coded by the caller (score cells included)
+        judge_data = cells
     else:
-        cells = _as_list(cells)  # read twice (judges alone, then with the anchors): an iterator would not do
         judge_data = build_dataset(cells, score_cells, judge_pool=config.judge_pool)
-    if judge_data.stream is not None and reference.kind == "anchors":
-        raise InputError("--reference anchors: not supported by the streamed fit yet (fit the cells in memory)")
     if judge_data.ordinal_only and reference.kind != "none":
         raise InputError("--reference/--anchors: an ordinal-only board (grades, no battles) has no pairwise bias")
     naive = fit_naive(judge_data, config=naive_config)
@@ -620,7 +611,7 @@ def fit_with_reference(
         k = int(anchor_cells.get_column("n").sum() or 0)
         if k == 0:
             raise InputError("--anchors: no anchor compares two models that appear in the battles")
-        data = build_dataset([*cells, anchor_cells.to_arrow()], score_cells, judge_pool=config.judge_pool)
+        data = with_judge(judge_data, anchor_cells.to_arrow())
     elif reference.kind == "judges":
         j = np.fromiter((name in raters for name in data.judges), bool, len(data.judges))
         k = int(data.judge_sums("n")[j].sum())  # (a streamed data set's pairs have no judge: per-judge sums)

@@ -32,8 +32,9 @@ reference of judges (``--reference 'pool/*'``) streams too: its three fits are s
 reference rating read covariances and the per-model-pair totals, never a judge's cells; so do ``--slices``
 (each slice cut from the judge buckets, :class:`~biasboard.transforms.slices.BucketSlices`) and ``--judge-pool
 prefix:SEP`` (the voter buckets renamed to their pools and cut into buckets of pools on disk,
-:func:`~biasboard.transforms.judge_pool.pool_buckets`).  Not streamed (the caller keeps the in-memory fit): score
-cells, bootstrap replicates and anchors (``--anchors``: their verdicts are merged into the cells).
+:func:`~biasboard.transforms.judge_pool.pool_buckets`), and trusted anchors (one more judge's shards written after
+the battles', :meth:`PairStore.with_judge`).  Not streamed (the caller keeps the in-memory fit): score cells and
+bootstrap replicates.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -245,6 +246,39 @@ class PairStore:
         if self.files.owned:
             shutil.rmtree(self.files.folder, ignore_errors=True)
 
+    def with_judge(self, data: Dataset, name: str, family: str, pairs: PairArrays) -> Dataset:
+        """``data`` (this store's data set) with one more judge, ``pairs`` (coded as judge number J, the last;
+        :func:`~biasboard.ranking.data.with_judge`), written as shards after this store's: the shards stay in
+        judge order, and nothing already on disk is coded or written again.
+
+        The new store reads this one's shards where they are, from a folder of its own inside this store's (its
+        cross index and spilled couplings go there; removed with this store's folder): it does not own them."""
+        files = self.files
+        folder = Path(tempfile.mkdtemp(prefix="with-judge-", dir=files.folder))
+        shards = [_Shard(shard.path, shard.n, dict(shard.columns)) for shard in files.shards]
+        for start in range(0, len(pairs), SHARD_CELLS):
+            shards.append(_write_shard(folder, len(shards), pairs.take(slice(start, start + SHARD_CELLS))))
+        jn = files.n_judges + 1
+        sums = {what: np.append(files.sums[what], judge_totals(pairs, jn, what)[-1]) for what in JUDGE_SUMS}
+        has_style = files.has_style or pairs.style is not None
+        store = PairStore(_Files(folder, shards, files.n_models, jn, has_style, sums), self.clip)
+        return replace(
+            data,
+            judges=(*data.judges, name),
+            judge_families=(*data.judge_families, family),
+            pairs=store.totals(),
+            stream=store,
+        )
+
+    def judge_pairs(self, judge: int) -> PairArrays:
+        """Judge ``judge``'s cells, every column, read back from the shards that hold them (in judge order)."""
+        parts = []
+        for stored in self.files.shards:
+            own = np.flatnonzero(stored.read(("j",))["j"] == judge)  # only the judge column of the other shards
+            if own.size:
+                parts.append(self._shard_pairs(stored, _STORED).take(own))
+        return PairArrays.concat(parts) if parts else self.totals().take(slice(0, 0))
+
     def judge_sums(self, what: str) -> np.ndarray:
         if what not in self.files.sums:
             raise KeyError(f"no per-judge sum {what!r} (one of {', '.join(JUDGE_SUMS)})")
@@ -272,17 +306,20 @@ class PairStore:
         each cell's (judge, model a) and (judge, model b) entries of :meth:`cross_index` (int32)."""
         names = tuple(columns)
         for stored in self.files.shards:
-            raw = stored.read(names)
-            n = stored.n
-            pairs = self._pairs(raw, n, names)
-            if self.clip is not None and "x" in names:
-                if "sum_x2" in names and "n_len" in names:
-                    pairs = clip_length(pairs, self.clip)
-                else:
-                    np.clip(pairs.x, -self.clip, self.clip, out=pairs.x)
+            pairs = self._shard_pairs(stored, names)
             at = stored.read(("at_a", "at_b")) if entries else {}
             yield PairShard(pairs, at.get("at_a"), at.get("at_b"))
-            del raw, pairs, at
+            del pairs, at
+
+    def _shard_pairs(self, stored: _Shard, names: tuple[str, ...]) -> PairArrays:
+        """One shard's cells (``names`` read, the rest empty), the length covariate clipped."""
+        pairs = self._pairs(stored.read(names), stored.n, names)
+        if self.clip is not None and "x" in names:
+            if "sum_x2" in names and "n_len" in names:
+                pairs = clip_length(pairs, self.clip)
+            else:
+                np.clip(pairs.x, -self.clip, self.clip, out=pairs.x)
+        return pairs
 
     def totals(self) -> PairArrays:
         """The cells summed per ordered model pair (over judges, length bins, order, style bins), under the

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 from biasboard.ranking.config import STYLE_EFFECTS, ModelConfig
-from biasboard.ranking.data import build_dataset
+from biasboard.ranking.data import build_dataset, with_judge
 from biasboard.ranking.fit import bootstrap_replicates, fit_bias_aware, solve_bias_aware
 from biasboard.ranking.gate import holm, run_gate
 from biasboard.ranking.problem import bias_aware_problem
@@ -244,7 +244,7 @@ def test_reference_rating_intervals_come_from_its_replicates_with_bootstrap() ->
     assert fit.own_effects["length"].get("applied") is None  # the anchors' length is supported: φ ≠ θ
     assert board.uncertainty == "bootstrap" and board.boot_theta.shape == (12, len(board.models))
     # The same replicates refit apart from the reference fit, φ at each by the MAP's own map.
-    data = build_dataset([*cells, anchors.to_arrow()])
+    data = with_judge(build_dataset(cells), anchors.to_arrow())  # as the fit codes them: the anchors last
     config = fit.config
     problem = bias_aware_problem(data, config)
     solution = solve_bias_aware(problem, config)

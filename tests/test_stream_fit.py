@@ -28,21 +28,26 @@ from biasboard.ranking.arrowhead import row_covariance
 from biasboard.ranking.data import CellsFold, build_dataset
 from biasboard.ranking.fit import fit_bias_aware, fit_leaderboards, solve_bias_aware
 from biasboard.ranking.problem import bias_aware_problem
-from biasboard.ranking.reference import Reference, fit_with_reference
+from biasboard.ranking.reference import ANCHOR_JUDGE, Reference, fit_with_reference
 from biasboard.ranking.solver import newton_factor
 from biasboard.ranking.stream import TableBuckets, stream_dataset
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.summary import to_jsonable
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import snapshot
+from biasboard.transforms.anchors import as_anchor_rows
+from biasboard.transforms.cells import partial_cells
 from biasboard.transforms.judge_pool import pool_buckets
 from biasboard.transforms.snapshot import FitSpec, fit_state
 from biasboard.transforms.state import load_cells, load_cells_by_judge
 
 from tests.test_judge_blocks import _styled
 from tests.test_ranking_model import _cells
+from tests.test_refresh import _write_anchors
 
 TOL = 1e-8
+ANCHORS = Reference("anchors", (ANCHOR_JUDGE,))
 
 
 def _merged(seed: int, style: bool = False) -> pa.Table:
@@ -183,16 +188,63 @@ def test_streamed_reference_fit_equals_the_in_memory_one(solver, style):
     assert max(d for _, d in _walk(a, b)) < TOL
 
 
+def _anchor_cells(table: pa.Table, seed: int) -> pl.DataFrame:
+    """Trusted verdicts as the anchors' cells (:func:`~biasboard.transforms.anchors.read_anchors`): 400 battles
+    between the models of ``table``, the better-named model winning 70% of them, in both orders."""
+    rng = np.random.default_rng(seed)
+    models = sorted(set(table.column("model_a").to_pylist()))
+    a, b = rng.choice(len(models), (2, 400))
+    keep = a != b
+    a, b = a[keep], b[keep]
+    rows = pl.DataFrame(
+        {
+            "battle_id": [f"anchor-{i}" for i in range(a.size)],
+            "ts": ["2024-01-01T00:00:00Z"] * a.size,
+            "judge": ["trusted"] * a.size,
+            "model_a": [models[i] for i in a],
+            "model_b": [models[i] for i in b],
+            "winner": np.where((a < b) == (rng.random(a.size) < 0.7), "model_a", "model_b").tolist(),
+        }
+    )
+    return pl.from_arrow(partial_cells(as_anchor_rows(rows), FamilyMap.with_user_rules()).cells)
+
+
+@pytest.mark.parametrize("solver", ["dense", "blocked"])
+def test_streamed_anchor_fit_equals_the_in_memory_one(solver):
+    """Trusted anchors as the reference of a streamed data set: added as one more judge after the streamed shards
+    (before, the streamed fit refused them: the history was held in memory), the same three fits, gate, agreement
+    and reference section as in memory, where they are added to the coded cells the same way."""
+    table = _merged(4)
+    anchors = _anchor_cells(table, 4)
+    config = ModelConfig(judge_solver=solver, diagnostics="fast", posterior_draws=300)
+    mem = fit_with_reference(build_dataset(table), reference=ANCHORS, anchor_cells=anchors, config=config)
+    data = stream_dataset(TableBuckets(table, 120))
+    assert data.stream is not None and len(data.stream.files.shards) >= 8
+    folder = data.stream.files.folder
+    try:
+        streamed = fit_with_reference(data, reference=ANCHORS, anchor_cells=anchors, config=config)
+        assert ANCHOR_JUDGE not in data.judges  # the battles' data set is left as it was
+    finally:
+        data.stream.close()
+    assert not folder.exists()  # the added judge's shards go with the store they were added to
+    assert_same_boards((mem.naive, mem.corrected), (streamed.naive, streamed.corrected))
+    assert_same_boards((mem.naive, mem.all_on), (streamed.naive, streamed.all_on))
+    assert mem.corrected.bias["judge"].to_list()[-1] == ANCHOR_JUDGE  # the anchors are the last judge in both
+    a, b = to_jsonable(mem.summary()), to_jsonable(streamed.summary())
+    assert a["verdicts"] == int(anchors["n"].sum()) and a["gate"]["decisions"]
+    assert max(d for _, d in _walk(a, b)) < TOL
+    assert [r["judge"] for r in mem.agreement] == [r["judge"] for r in streamed.agreement]
+    for x, y in zip(mem.agreement, streamed.agreement, strict=True):
+        numbers = [key for key, value in x.items() if isinstance(value, float)]
+        _close([x[key] for key in numbers], [y[key] for key in numbers], f"agreement of {x['judge']}")
+
+
 def test_streamed_fit_rejects_what_it_does_not_take_yet():
     data = stream_dataset(TableBuckets(_merged(2), 200))
     assert data.stream is not None
     try:
         with pytest.raises(InputError, match="--bootstrap"):
             fit_bias_aware(data, config=ModelConfig(bootstrap=2, profile=False))
-        with pytest.raises(InputError, match="--reference anchors"):
-            fit_with_reference(
-                data, reference=Reference("anchors", ("__anchors__",)), config=ModelConfig(profile=False)
-            )
         with pytest.raises(ValueError, match="negative"):  # the pair totals have no judge: loud, not wrong
             np.bincount(data.pairs.j, weights=data.pairs.tie)
     finally:
@@ -317,6 +369,29 @@ def test_pool_buckets_leaves_judges_without_the_separator_as_they_are(tmp_path):
     got = pl.from_arrow(pooled.select(["judge", "n"])).with_columns(pl.col("judge").cast(pl.String))
     assert got.group_by("judge").agg(pl.col("n").sum()).sort("judge").equals(by_pool)
     assert got.height == voters.height  # one judge a pool here: renamed, no cells merged (the fit_state test merges)
+
+
+def test_fit_state_streams_with_anchors(tmp_path, monkeypatch, caplog):
+    """``refresh --anchors`` above the size: streamed (it was held in memory), the same snapshot."""
+    logs = write_simulation(SIM, tmp_path / "logs")
+    state = str(tmp_path / "state")
+    run_backfill(str(logs / "battles" / "day=*" / "*.parquet"), state)
+    spec = FitSpec(
+        ModelConfig(diagnostics="fast", posterior_draws=300, k=3),
+        reference=Reference("anchors", (ANCHOR_JUDGE,)),
+        anchors=_write_anchors(logs, tmp_path / "anchors"),
+    )
+    mem = _snapshot(state, monkeypatch, False, spec)
+    with caplog.at_level("INFO", logger=snapshot.__name__):
+        streamed = _snapshot(state, monkeypatch, True, spec)
+    assert re.search(r"fit: streamed \d+ pair cells \(([2-9]|\d\d+) judge buckets", caplog.text)
+    assert "not streamed" not in caplog.text
+    assert not list(Path(tempfile.gettempdir()).glob("biasboard-fit-*"))  # the scratch folder is removed
+    for column, values in _numbers(mem.leaderboard).items():
+        _close(values, streamed.leaderboard[column].to_numpy(), column)
+    a, b = to_jsonable(mem.summary.reference), to_jsonable(streamed.summary.reference)
+    assert a["kind"] == "anchors" and a["verdicts"] == 30 and a["gate"]["decisions"]
+    assert max(d for _, d in _walk(a, b)) < TOL
 
 
 def _sim_judges(state: str) -> set[str]:

@@ -154,7 +154,7 @@ def fit_state(
         merge_s,
     )
     n_cells = n_rows + (score_cells.num_rows if score_cells is not None else 0)
-    fit_input: pa.Table | Dataset
+    fit_input: Dataset
     slice_cells: SliceSource | None = None
     if why_not is None:
         # A history too big to hold: each bucket coded onto a scratch folder, then read a shard at a time by every
@@ -184,16 +184,14 @@ def fit_state(
         if why_not:
             _LOG.info("fit: %d pair cells held in memory, not streamed: %s", n_rows, why_not)
         totals = CellTotals.of(cells)
-        fit_input = cells
         slice_cells = TableSlices(cells) if spec.slices else None  # the slices' boards need the labels: it stays
-        if spec.anchors is None:
-            # Coded once for every fit of this snapshot; the Arrow table goes before the fit (it is as big as
-            # the coded cells: bench/scale.py), unless the slices need its labels.  Anchors add cells: from the
-            # table.
-            handed = iter([cells])  # once consumed, only build_dataset's views of its float columns hold it
-            del cells, fit_input
-            fit_input = build_dataset(handed, score_cells, judge_pool=spec.config.judge_pool)
-            score_cells = None
+        # Coded once for every fit of this snapshot (anchors are added to the coded cells as one more judge); the
+        # Arrow table goes before the fit (it is as big as the coded cells: bench/scale.py), unless the slices
+        # need its labels.
+        handed = iter([cells])  # once consumed, only build_dataset's views of its float columns hold it
+        del cells
+        fit_input = build_dataset(handed, score_cells, judge_pool=spec.config.judge_pool)
+        score_cells = None
     try:
         return _fit_snapshot(
             state_dir,
@@ -217,7 +215,6 @@ def _not_streamed(bound: int, score_cells: pa.Table | None, spec: FitSpec) -> st
         return ""
     unsupported = [
         (score_cells is not None, "score cells"),
-        (spec.anchors is not None or spec.reference.kind == "anchors", "--anchors"),
         (bool(spec.config.bootstrap), "--bootstrap"),
     ]
     found = [name for flag, name in unsupported if flag]
@@ -234,7 +231,7 @@ def _fit_snapshot(
     sizes: tuple[int, float],
 ) -> SnapshotParts:
     """:func:`fit_state` from the coded cells on: both fits, the summary, the slices.  ``inputs``: the fit's
-    input (a coded data set, in memory or streamed, or with anchors the merged table), its score cells when
+    input (a coded data set, in memory or streamed; anchors are added to it by the fits), its score cells when
     not coded in it, and what the slices are cut from when asked for (:class:`TableSlices` in memory,
     :class:`BucketSlices` on disk); ``sizes``: the cells and the merge's time."""
     audit_files, without_input = audit
@@ -311,7 +308,8 @@ def _slice_fit(spec: FitSpec):
 def fit_with_anchors(cells: pa.Table | Dataset, score_cells: pa.Table | None, spec: FitSpec) -> ReferenceFit:
     """Both boards, corrected toward the reference ``spec`` names (anchors read and aggregated here).
 
-    ``cells`` may be already coded (a :class:`Dataset`, its score cells in it) when ``spec`` has no anchors.
+    ``cells`` may be already coded (a :class:`Dataset`, its score cells in it; in memory or streamed): the anchors
+    are added to it as one more judge (:func:`~biasboard.ranking.data.with_judge`).
     """
     reference = spec.reference
     anchors = read_anchors(spec.anchors, spec.family_map or FamilyMap.with_user_rules()) if spec.anchors else None
