@@ -684,13 +684,7 @@ def _build_dataset(pair_cells: CellsInput | None, score_cells: CellsInput | None
         pair_vocabs["family_a"],
         _BatchVocab(),
     )
-    score_vocabs = {
-        "judge": judge_v,
-        "judge_family": family_v,
-        "model": model_v,
-        "family": family_v,
-        "prompt_id": prompt_v,
-    }
+    score_vocabs = score_vocabularies(pair_vocabs, prompt_v)
     pairs = _code_tables(pair_cells, _FIT_PAIR_SCHEMA, "pair cells", pair_vocabs, _PAIR_COUNTS)
     scores = _code_tables(score_cells, SCORE_CELLS_SCHEMA, "score cells", score_vocabs)
     if pairs is None and scores is None:
@@ -715,52 +709,79 @@ def _build_dataset(pair_cells: CellsInput | None, score_cells: CellsInput | None
     pairs = _checked_pair_counts(pairs, judges, models)
     if not len(pairs["n"]) and scores is None:
         raise InputError("pair cells: no battles (every cell has n = 0)")
-    if scores is not None:
-        if scores["n"].min() < 0:
-            raise InputError("score cells: column n has negative counts")
-        keep = scores["n"] > 0
-        scores = {name: values[keep] for name, values in scores.items()} if keep.any() else None
-        if scores is None and not len(pairs["n"]):
-            raise InputError("score cells: no grades (every cell has n = 0) and no battles")
+    scores = _checked_score_counts(scores)
+    if scores is None and not len(pairs["n"]):
+        raise InputError("score cells: no grades (every cell has n = 0) and no battles")
 
     col = _group_sum(pairs, _FIT_PAIR_KEYS, PAIR_CELL_MEASURES) if len(pairs["n"]) else pairs
     del pairs
     fam_of_judge = np.full(len(judges), -1, np.int64)
     fam_of_judge[col["judge"]] = col["judge_family"]
-    if scores is not None:
-        sj, sf = scores["judge"], scores["judge_family"]
-        missing = fam_of_judge[sj] < 0
-        fam_of_judge[sj[missing]] = sf[missing]
+    _add_score_judge_families(fam_of_judge, scores)
     # One gather for 10⁴-10⁶ (voter-)judges, not a Python loop over numpy scalars: −1 (no family) takes the last.
     judge_families = tuple(np.array([*families, UNKNOWN_FAMILY], dtype=object)[fam_of_judge].tolist())
     arrays = _pair_arrays(col, no_affinity_of(families))
     del col
 
-    score_arrays = None
-    min_score = 0.0
-    values: tuple[float, ...] = ()
-    if scores is not None:
-        # Categories are the grades actually used, in order: a half point (8.5) is a category between 8 and 9,
-        # and a grade nobody gave adds no threshold the data cannot identify.
-        used, scores["score"] = np.unique(scores["score"], return_inverse=True)
-        values, min_score, n_cat = tuple(float(v) for v in used), float(used[0]), len(used)
-        if n_cat < 2:
-            raise InputError("score cells: column score takes a single value; the ordinal part needs two or more")
-        coded = _group_sum(scores, ("judge", "model", "prompt_id", "score"), ("n",))
-        key = np.stack([coded[c] for c in ("judge", "model", "prompt_id")], axis=1)
-        first = np.ones(len(key), bool)  # rows are sorted by key: a new (judge, model, prompt) starts a row
-        first[1:] = np.any(key[1:] != key[:-1], axis=1)
-        row = np.cumsum(first) - 1
-        counts = np.zeros((int(row[-1]) + 1, n_cat))
-        np.add.at(counts, (row, coded["score"]), coded["n"].astype(np.float64))
-        starts = np.flatnonzero(first)
-        score_arrays = ScoreArrays(
-            j=coded["judge"][starts].astype(np.int64),
-            m=coded["model"][starts].astype(np.int64),
-            p=coded["prompt_id"][starts].astype(np.int64),
-            counts=counts,
-        )
+    score_arrays, min_score, values = _score_arrays(scores)
     return Dataset(models, judges, judge_families, prompts, min_score, arrays, score_arrays, values)
+
+
+def score_vocabularies(pair_vocabs: dict[str, _Vocab], prompts: _Vocab) -> dict[str, _Vocab]:
+    """A score-cell column → its vocabulary: the pair cells' judges, models and families (one coding of each),
+    and ``prompts``."""
+    return {
+        "judge": pair_vocabs["judge"],
+        "judge_family": pair_vocabs["judge_family"],
+        "model": pair_vocabs["model_a"],
+        "family": pair_vocabs["family_a"],
+        "prompt_id": prompts,
+    }
+
+
+def _checked_score_counts(scores: dict[str, np.ndarray] | None) -> dict[str, np.ndarray] | None:
+    """Coded score cells without their empty cells (n = 0; None when every one is), InputError on a negative n."""
+    if scores is None:
+        return None
+    if scores["n"].min() < 0:
+        raise InputError("score cells: column n has negative counts")
+    keep = scores["n"] > 0
+    return {name: values[keep] for name, values in scores.items()} if keep.any() else None
+
+
+def _add_score_judge_families(fam_of_judge: np.ndarray, scores: dict[str, np.ndarray] | None) -> None:
+    """The family of each judge that only grades (no pair cell gave it one), from its score cells, in place."""
+    if scores is not None:
+        sj, sf = scores["judge"], scores["judge_family"]
+        missing = fam_of_judge[sj] < 0
+        fam_of_judge[sj[missing]] = sf[missing]
+
+
+def _score_arrays(scores: dict[str, np.ndarray] | None) -> tuple[ScoreArrays | None, float, tuple[float, ...]]:
+    """Coded, checked score cells → (:class:`ScoreArrays`, the lowest grade, the grades used), or (None, 0, ())."""
+    if scores is None:
+        return None, 0.0, ()
+    # Categories are the grades actually used, in order: a half point (8.5) is a category between 8 and 9,
+    # and a grade nobody gave adds no threshold the data cannot identify.
+    used, scores["score"] = np.unique(scores["score"], return_inverse=True)
+    values, min_score, n_cat = tuple(float(v) for v in used), float(used[0]), len(used)
+    if n_cat < 2:
+        raise InputError("score cells: column score takes a single value; the ordinal part needs two or more")
+    coded = _group_sum(scores, ("judge", "model", "prompt_id", "score"), ("n",))
+    key = np.stack([coded[c] for c in ("judge", "model", "prompt_id")], axis=1)
+    first = np.ones(len(key), bool)  # rows are sorted by key: a new (judge, model, prompt) starts a row
+    first[1:] = np.any(key[1:] != key[:-1], axis=1)
+    row = np.cumsum(first) - 1
+    counts = np.zeros((int(row[-1]) + 1, n_cat))
+    np.add.at(counts, (row, coded["score"]), coded["n"].astype(np.float64))
+    starts = np.flatnonzero(first)
+    arrays = ScoreArrays(
+        j=coded["judge"][starts].astype(np.int64),
+        m=coded["model"][starts].astype(np.int64),
+        p=coded["prompt_id"][starts].astype(np.int64),
+        counts=counts,
+    )
+    return arrays, min_score, values
 
 
 def with_judge(data: Dataset, cells: CellsInput) -> Dataset:

@@ -33,8 +33,9 @@ reference rating read covariances and the per-model-pair totals, never a judge's
 (each slice cut from the judge buckets, :class:`~biasboard.transforms.slices.BucketSlices`) and ``--judge-pool
 prefix:SEP`` (the voter buckets renamed to their pools and cut into buckets of pools on disk,
 :func:`~biasboard.transforms.judge_pool.pool_buckets`), and trusted anchors (one more judge's shards written after
-the battles', :meth:`PairStore.with_judge`).  Not streamed (the caller keeps the in-memory fit): score cells and
-bootstrap replicates.
+the battles', :meth:`PairStore.with_judge`).  Score cells (single grades) are coded with the battles' vocabularies
+and held in memory beside the streamed battles (:func:`stream_dataset`), as the in-memory data set holds them.
+Not streamed (the caller keeps the in-memory fit): bootstrap replicates.
 """
 
 from __future__ import annotations
@@ -66,20 +67,24 @@ from biasboard.ranking.data import (
     PAIR_CELL_MEASURES,
     Dataset,
     PairArrays,
+    _add_score_judge_families,
     _checked_pair_counts,
+    _checked_score_counts,
     _code_tables,
     _group_sum,
     _is_string,
     _pair_arrays,
     _recode,
+    _score_arrays,
     _Vocab,
     clip_length,
     judge_totals,
     no_affinity_of,
     pair_vocabularies,
+    score_vocabularies,
 )
 from biasboard.ranking.model import BlockPartials, BlockSlice, Spec, block_partials
-from biasboard.schemas.cells import UNKNOWN_FAMILY
+from biasboard.schemas.cells import SCORE_CELLS_SCHEMA, UNKNOWN_FAMILY
 from biasboard.schemas.errors import InputError
 
 #: Stored battles (≥ merged pair cells) above which the fit stage streams the cells (``BIASBOARD_STREAM_CELLS``).
@@ -573,33 +578,44 @@ def _write_shard(folder: Path, number: int, pairs: PairArrays) -> _Shard:
     return shard
 
 
-def stream_dataset(buckets: JudgeBuckets, folder: str | Path | None = None) -> Dataset:
+def stream_dataset(
+    buckets: JudgeBuckets, folder: str | Path | None = None, score_cells: pa.Table | None = None
+) -> Dataset:
     """The fit's data set of ``buckets``, streamed: each bucket coded and written under ``folder`` (a new
     temporary folder, removed by the store's ``close()``, when None) in shards, then freed.
 
     The same vocabularies, checks, group-by-sum and derived columns as
     :func:`~biasboard.ranking.data.build_dataset` of the concatenated buckets (two passes: the first reads
     only the dictionaries), so a streamed fit equals the in-memory one up to the order of float sums.
+    ``score_cells`` (single grades) are coded with the same vocabularies and held in memory, as the in-memory
+    data set holds them: the ordinal part's cells are a judge's (model, prompt, grade) counts, not its battles.
     """
     owned = folder is None
     root = Path(tempfile.mkdtemp(prefix="biasboard-fit-")) if folder is None else Path(folder)
     try:
-        return _stream_dataset(buckets, root, owned)
+        return _stream_dataset(buckets, root, owned, score_cells)
     except BaseException:
         if owned:
             shutil.rmtree(root, ignore_errors=True)
         raise
 
 
-def _stream_dataset(buckets: JudgeBuckets, root: Path, owned: bool) -> Dataset:
+def _stream_dataset(buckets: JudgeBuckets, root: Path, owned: bool, score_cells: pa.Table | None) -> Dataset:
     vocabs = pair_vocabularies()
     for table in buckets.tables():
         _feed_vocabs(table, vocabs)
-    distinct = {id(v): v for v in vocabs.values()}
+    prompt_v = _Vocab()
+    score_vocabs = score_vocabularies(vocabs, prompt_v)
+    scores = _code_tables(score_cells, SCORE_CELLS_SCHEMA, "score cells", score_vocabs)
+    distinct = {id(v): v for v in [*vocabs.values(), prompt_v]}
     remaps = {key: vocab.finish()[1] for key, vocab in distinct.items()}
     judges, _ = vocabs["judge"].finish()
     models, _ = vocabs["model_a"].finish()
     families, _ = vocabs["family_a"].finish()
+    prompts, _ = prompt_v.finish()
+    if scores is not None:
+        _recode(scores, score_vocabs, remaps)
+    scores = _checked_score_counts(scores)
     no_affinity = no_affinity_of(families)
     jn = len(judges)
     fam_of_judge = np.full(jn, -1, np.int64)
@@ -628,6 +644,8 @@ def _stream_dataset(buckets: JudgeBuckets, root: Path, owned: bool) -> Dataset:
         del pairs
     if not shards:
         raise InputError("pair cells: no battles (every cell has n = 0)")
+    _add_score_judge_families(fam_of_judge, scores)
     judge_families = tuple(families[f] if f >= 0 else UNKNOWN_FAMILY for f in fam_of_judge)
+    score_arrays, min_score, grades = _score_arrays(scores)
     store = PairStore(_Files(root, shards, len(models), jn, has_style, sums, owned=owned))
-    return Dataset(models, judges, judge_families, (), 0.0, store.totals(), None, stream=store)
+    return Dataset(models, judges, judge_families, prompts, min_score, store.totals(), score_arrays, grades, store)

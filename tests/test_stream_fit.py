@@ -38,12 +38,12 @@ from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import snapshot
 from biasboard.transforms.anchors import as_anchor_rows
 from biasboard.transforms.cells import partial_cells
-from biasboard.transforms.judge_pool import pool_buckets
+from biasboard.transforms.judge_pool import pool_buckets, pool_table
 from biasboard.transforms.snapshot import FitSpec, fit_state
 from biasboard.transforms.state import load_cells, load_cells_by_judge
 
 from tests.test_judge_blocks import _styled
-from tests.test_ranking_model import _cells
+from tests.test_ranking_model import _cells, _score_cells
 from tests.test_refresh import _write_anchors
 
 TOL = 1e-8
@@ -141,6 +141,31 @@ def test_streamed_fit_equals_the_in_memory_fit(solver, style):
         if isinstance(value, float):
             _close(value, streamed.diagnostics["covariates"][key], key)
     assert mem.diagnostics["n_components"] == streamed.diagnostics["n_components"]
+
+
+def test_streamed_fit_with_score_cells_equals_the_in_memory_one():
+    """Single grades beside the streamed battles: coded with the same vocabularies (a judge that only grades
+    included) and held in memory, as the in-memory data set holds them; the same boards, bias tables (severity
+    included) and profiles.  Before, score cells kept the whole fit in memory."""
+    table = _merged(5)
+    rng = np.random.default_rng(5)
+    grades = _score_cells(rng, models=8, judges=3, prompts=6, rows=300)
+    only = _score_cells(rng, models=8, judges=1, prompts=6, rows=60)  # a judge with grades and no battles
+    only = only.set_column(0, grades.schema.field("judge"), pa.array(["grader"] * only.num_rows))
+    grades = pa.concat_tables([grades, only])
+    config = ModelConfig(diagnostics="fast", posterior_draws=300)
+    mem_data = build_dataset(table, grades)
+    naive_mem, mem = fit_leaderboards(mem_data, config=config)
+    data = stream_dataset(TableBuckets(table, 120), score_cells=grades)
+    assert data.stream is not None and len(data.stream.files.shards) >= 8
+    assert data.judges == mem_data.judges and data.judge_families == mem_data.judge_families
+    assert "grader" in data.judges and data.prompts == mem_data.prompts and data.score_values == mem_data.score_values
+    try:
+        naive, streamed = fit_leaderboards(data, config=config)
+    finally:
+        data.stream.close()
+    assert_same_boards((naive_mem, mem), (naive, streamed))
+    assert (streamed.bias["effect"] == "severity").any()
 
 
 def _pool_rows(table: pa.Table) -> np.ndarray:
@@ -371,6 +396,26 @@ def test_pool_buckets_leaves_judges_without_the_separator_as_they_are(tmp_path):
     assert got.height == voters.height  # one judge a pool here: renamed, no cells merged (the fit_state test merges)
 
 
+def test_pooled_score_cells_code_as_build_dataset_pools_them():
+    """``--judge-pool prefix:/`` with grades, streamed: the pair buckets pooled on disk and the score cells'
+    judges by :func:`pool_table` give the judges and ordinal cells ``build_dataset(..., judge_pool=rule)`` gives."""
+    table = _merged(6)
+    rng = np.random.default_rng(6)
+    grades = _score_cells(rng, models=8, judges=3, prompts=6, rows=300)
+    voters = [f"pool/v{k}" for k in rng.integers(0, 40, grades.num_rows)]  # graded by voters of the pool, too
+    grades = pa.concat_tables([grades, grades.set_column(0, grades.schema.field("judge"), pa.array(voters))])
+    mem = build_dataset(table, grades, judge_pool="prefix:/")
+    buckets = pool_buckets(TableBuckets(table, 120), "prefix:/", 120)
+    data = stream_dataset(buckets, score_cells=pool_table(grades, "prefix:/"))
+    try:
+        assert data.judges == mem.judges and "pool" in data.judges and data.judge_families == mem.judge_families
+        assert data.scores is not None and mem.scores is not None
+        for name in ("j", "m", "p", "counts"):
+            assert np.array_equal(getattr(data.scores, name), getattr(mem.scores, name)), name
+    finally:
+        data.stream.close()
+
+
 def test_fit_state_streams_with_anchors(tmp_path, monkeypatch, caplog):
     """``refresh --anchors`` above the size: streamed (it was held in memory), the same snapshot."""
     logs = write_simulation(SIM, tmp_path / "logs")
@@ -397,6 +442,30 @@ def test_fit_state_streams_with_anchors(tmp_path, monkeypatch, caplog):
 def _sim_judges(state: str) -> set[str]:
     """The simulation's judges: the pools of the stored voters."""
     return {name.split("/")[0] for name in load_cells(state).column("judge").unique().to_pylist()}
+
+
+def test_fit_state_streams_with_score_cells(tmp_path, monkeypatch, caplog):
+    """Grades stored beside the battles, above the size: the battles streamed (they were held in memory), the
+    grades coded with them; the same board."""
+    config = dataclasses.replace(SIM, scores=0.2, prompts=30)
+    logs = write_simulation(config, tmp_path / "logs")
+    state = str(tmp_path / "state")
+    run_backfill(
+        str(logs / "battles" / "day=*" / "*.parquet"), state, scores_glob=str(logs / "scores" / "day=*" / "*.parquet")
+    )
+    spec = FitSpec(ModelConfig(diagnostics="fast", posterior_draws=300, k=3))
+    mem = _snapshot(state, monkeypatch, False, spec)
+    with caplog.at_level("INFO", logger=snapshot.__name__):
+        streamed = _snapshot(state, monkeypatch, True, spec)
+    assert re.search(r"fit: streamed \d+ pair cells \(([2-9]|\d\d+) judge buckets", caplog.text)
+    assert "not streamed" not in caplog.text and "score cells" in caplog.text
+    for column, values in _numbers(mem.leaderboard).items():
+        _close(values, streamed.leaderboard[column].to_numpy(), column)
+    for frame in (mem.bias, streamed.bias):
+        assert (frame["effect"] == "severity").any()
+    assert mem.bias.drop(_numbers(mem.bias)).equals(streamed.bias.drop(_numbers(streamed.bias)))
+    for column, values in _numbers(mem.bias).items():
+        _close(values, streamed.bias[column].to_numpy(), f"bias {column}")
 
 
 def test_fit_state_keeps_options_the_stream_does_not_take_in_memory(tmp_path, monkeypatch, caplog):

@@ -149,13 +149,19 @@ def pool_buckets(buckets: JudgeBuckets, rule: str, bucket_rows: int, scratch: st
         CellsFold(), "judge", bucket_bounds(list(rows), np.array(list(rows.values())), bucket_rows), folder.name
     )
     for table in buckets.tables():
-        fold.add([table.set_column(table.schema.get_field_index("judge"), "judge", recode(table.column("judge")))])
+        fold.add([recode.table(table)])
         del table
         if merge_due(fold):
             fold.fold()
     out = fold.finish(folder.name)
     out.scratch = folder
     return out
+
+
+def pool_table(table: pa.Table, rule: str) -> pa.Table:
+    """``table`` (cells with a ``judge`` column: the score cells beside :func:`pool_buckets`' pair cells) with each
+    judge replaced by its pool under the prefix ``rule``, as ``build_dataset(..., judge_pool=rule)`` pools them."""
+    return _PoolCodes(rule).table(table)
 
 
 class _PoolCodes:
@@ -179,6 +185,10 @@ class _PoolCodes:
             indices = self._to_pool[chunk.indices.to_numpy(zero_copy_only=False)]
             chunks.append(pa.DictionaryArray.from_arrays(pa.array(indices), self._pools))
         return pa.chunked_array(chunks, pa.dictionary(pa.int32(), pa.string()))
+
+    def table(self, table: pa.Table) -> pa.Table:
+        """``table`` with its judge column re-coded to pools."""
+        return table.set_column(table.schema.get_field_index("judge"), "judge", self(table.column("judge")))
 
     def _map(self, names: pa.Array) -> None:
         judges = names.to_pylist()

@@ -37,7 +37,7 @@ from biasboard.transforms import publish, state, storage
 from biasboard.transforms.anchors import read_anchors
 from biasboard.transforms.audit import JSON_TABLES, table_file
 from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
-from biasboard.transforms.judge_pool import pool_buckets
+from biasboard.transforms.judge_pool import pool_buckets, pool_table
 from biasboard.transforms.plan import plan_inputs
 from biasboard.transforms.ranks import rank_intervals
 from biasboard.transforms.slices import (
@@ -134,7 +134,7 @@ def fit_state(
     score_cells = score_cells.sort_by([(k, "ascending") for k in SCORE_CELL_KEYS]) if score_cells.num_rows else None
     # The battles the days counted bound the merged cells from above before any is read: above the size, the
     # cells are merged by judge bucket on disk and streamed through the fit (biasboard.ranking.stream).
-    why_not = _not_streamed(state.stored_battles(state_dir), score_cells, spec)
+    why_not = _not_streamed(state.stored_battles(state_dir), spec)
     started = time.perf_counter()
     if why_not is None:
         buckets = state.load_cells_by_judge(state_dir, cache=True)  # key order within a bucket, global dictionaries
@@ -170,7 +170,10 @@ def fit_state(
                 time.perf_counter() - coded,
             )
             coded = time.perf_counter()
-        fit_input = stream_dataset(buckets)
+        if score_cells is not None and spec.config.judge_pool is not None:
+            score_cells = pool_table(score_cells, spec.config.judge_pool)
+        fit_input = stream_dataset(buckets, score_cells=score_cells)  # the grades coded with it, held in memory
+        score_cells = None
         slice_cells = BucketSlices(buckets) if spec.slices else None  # each slice cut from the buckets on disk
         _LOG.info(
             "fit: streamed %d pair cells (%d judge buckets, %d shards on disk) in %.1f s",
@@ -207,18 +210,13 @@ def fit_state(
             fit_input.stream.close()
 
 
-def _not_streamed(bound: int, score_cells: pa.Table | None, spec: FitSpec) -> str | None:
+def _not_streamed(bound: int, spec: FitSpec) -> str | None:
     """None when the fit streams its cells (``bound``, the stored battles, above
-    :func:`~biasboard.ranking.stream.stream_min_cells`), else why not: "" below the size, or the options the
+    :func:`~biasboard.ranking.stream.stream_min_cells`), else why not: "" below the size, or the option the
     streamed fit does not take yet (it fits in memory)."""
     if not streaming_wanted(bound):
         return ""
-    unsupported = [
-        (score_cells is not None, "score cells"),
-        (bool(spec.config.bootstrap), "--bootstrap"),
-    ]
-    found = [name for flag, name in unsupported if flag]
-    return f"the streamed fit does not take {', '.join(found)} yet" if found else None
+    return "the streamed fit does not take --bootstrap yet" if spec.config.bootstrap else None
 
 
 def _fit_snapshot(
