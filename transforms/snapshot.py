@@ -173,7 +173,6 @@ def fit_state(
         if score_cells is not None and spec.config.judge_pool is not None:
             score_cells = pool_table(score_cells, spec.config.judge_pool)
         fit_input = stream_dataset(buckets, score_cells=score_cells)  # the grades coded with it, held in memory
-        score_cells = None
         slice_cells = BucketSlices(buckets) if spec.slices else None  # each slice cut from the buckets on disk
         _LOG.info(
             "fit: streamed %d pair cells (%d judge buckets, %d shards on disk) in %.1f s",
@@ -194,7 +193,6 @@ def fit_state(
         handed = iter([cells])  # once consumed, only build_dataset's views of its float columns hold it
         del cells
         fit_input = build_dataset(handed, score_cells, judge_pool=spec.config.judge_pool)
-        score_cells = None
     try:
         return _fit_snapshot(
             state_dir,
@@ -202,7 +200,7 @@ def fit_state(
             spec,
             (audit_files, without_input),
             totals,
-            (fit_input, score_cells, slice_cells),
+            (fit_input, slice_cells),
             (n_cells, merge_s),
         )
     finally:
@@ -225,17 +223,17 @@ def _fit_snapshot(
     spec: FitSpec,
     audit: tuple[Mapping[str, bytes] | None, DaysWithoutInput],
     totals: CellTotals,
-    inputs: tuple[pa.Table | Dataset, pa.Table | None, SliceSource | None],
+    inputs: tuple[Dataset, SliceSource | None],
     sizes: tuple[int, float],
 ) -> SnapshotParts:
     """:func:`fit_state` from the coded cells on: both fits, the summary, the slices.  ``inputs``: the fit's
-    input (a coded data set, in memory or streamed; anchors are added to it by the fits), its score cells when
-    not coded in it, and what the slices are cut from when asked for (:class:`TableSlices` in memory,
+    input (a coded data set, in memory or streamed, its grades in it; anchors are added to it by the fits) and what
+    the slices are cut from when asked for (:class:`TableSlices` in memory,
     :class:`BucketSlices` on disk); ``sizes``: the cells and the merge's time."""
     audit_files, without_input = audit
-    fit_input, score_cells, cells = inputs
+    fit_input, cells = inputs
     n_cells, merge_s = sizes
-    fitted = fit_with_anchors(fit_input, score_cells, spec)
+    fitted = fit_with_anchors(fit_input, spec)
     naive, corrected = fitted.naive, fitted.corrected
     leaderboard = side_by_side(naive, corrected)
     audit_files = dict(audit_files or {})
@@ -266,7 +264,7 @@ def _fit_snapshot(
     summary.style = style_info(
         totals.style_battles,
         corrected,
-        lambda: fit_with_anchors(fit_input, score_cells, replace(spec, config=kept_config(spec.config))).corrected,
+        lambda: fit_with_anchors(fit_input, replace(spec, config=kept_config(spec.config))).corrected,
     )
     judge_files = keep_busiest_judges(summary, audit_files)
     slice_files, boards = {}, None
@@ -298,16 +296,16 @@ def _slice_fit(spec: FitSpec):
     """Both fits of one slice's cells: the snapshot's reference and options, top-k within the slice."""
 
     def fit(cells: pa.Table | Dataset, models: int) -> ReferenceFit:
-        return fit_with_anchors(cells, None, replace(spec, config=slice_config(spec.config, models)))
+        return fit_with_anchors(cells, replace(spec, config=slice_config(spec.config, models)))
 
     return fit
 
 
-def fit_with_anchors(cells: pa.Table | Dataset, score_cells: pa.Table | None, spec: FitSpec) -> ReferenceFit:
+def fit_with_anchors(cells: pa.Table | Dataset, spec: FitSpec) -> ReferenceFit:
     """Both boards, corrected toward the reference ``spec`` names (anchors read and aggregated here).
 
-    ``cells`` may be already coded (a :class:`Dataset`, its score cells in it; in memory or streamed): the anchors
-    are added to it as one more judge (:func:`~biasboard.ranking.data.with_judge`).
+    ``cells``: a slice's pair cells, or the snapshot's coded data set (its grades in it; in memory or streamed); the
+    anchors are added to it as one more judge (:func:`~biasboard.ranking.data.with_judge`).
     """
     reference = spec.reference
     anchors = read_anchors(spec.anchors, spec.family_map or FamilyMap.with_user_rules()) if spec.anchors else None
@@ -315,7 +313,6 @@ def fit_with_anchors(cells: pa.Table | Dataset, score_cells: pa.Table | None, sp
         _LOG.info("fit: %d trusted anchor verdict(s) from %d rater name(s)", anchors.k, len(anchors.raters))
     fitted = fit_with_reference(
         cells,
-        score_cells,
         reference=reference,
         anchor_cells=anchors.cells if anchors is not None and reference.kind == "anchors" else None,
         config=spec.config,
