@@ -38,6 +38,10 @@ chunk's.  ``--scale F`` multiplies battles and voters (models and LLM judges sta
 is 5M battles and 12,500 voters; ``--smoke`` is 200k battles, 40 models, 500 voters, 6 days (about a
 minute).
 
+``--grades R`` writes R single grades per battle beside the battles (the simulator's score files) and gives them to
+refresh ``--scores``; with grades the fit takes the dense solver (the judge-blocked one has no ordinal part), so
+use few voter-judges with it (``--voters 20``).
+
     .venv/bin/python bench/scale.py              # 20M then 40M battles (needs ~3 GB of disk under --work)
     .venv/bin/python bench/scale.py --scale 0.25
     .venv/bin/python bench/scale.py --smoke
@@ -75,13 +79,17 @@ FIT_LINE = re.compile(r"fit: (\d+) models, (\d+) judges, (\d+) cells")
 def sizes(args: argparse.Namespace) -> dict:
     """The N run's shape from the options (the 2N run doubles the days)."""
     if args.smoke:
-        return {"battles": 200_000, "models": 40, "llm_judges": args.llm_judges, "voters": 500, "days": 6}
+        return {
+            "battles": 200_000, "models": 40, "llm_judges": args.llm_judges, "voters": min(500, args.voters), "days": 6,
+            "grades": args.grades,
+        }  # fmt: skip
     return {
         "battles": round(args.battles * args.scale),
         "models": args.models,
         "llm_judges": args.llm_judges,
         "voters": max(HUMAN_POOLS, round(args.voters * args.scale)),
         "days": args.days,
+        "grades": args.grades,
     }
 
 
@@ -97,6 +105,7 @@ def generate(folder: Path, shape: dict, seed: int) -> None:
         days=2 * shape["days"],
         seed=seed,
         self_battles=0.02,
+        scores=shape["grades"],
     )
     per_pool = shape["voters"] // HUMAN_POOLS
 
@@ -105,13 +114,14 @@ def generate(folder: Path, shape: dict, seed: int) -> None:
         return split_voters(battles, per_pool, rng)
 
     write_simulation(config, folder / "all", overwrite=True, relabel=voters)
-    days = sorted(p for p in (folder / "all" / "battles").iterdir() if p.name.startswith("day="))
-    half = folder / "half" / "battles"
     shutil.rmtree(folder / "half", ignore_errors=True)
-    for day in days[: shape["days"]]:
-        (half / day.name).mkdir(parents=True)
-        for part in day.iterdir():
-            os.link(part, half / day.name / part.name)
+    for kind in ("battles", "scores") if shape["grades"] else ("battles",):
+        days = sorted(p for p in (folder / "all" / kind).iterdir() if p.name.startswith("day="))
+        half = folder / "half" / kind
+        for day in days[: shape["days"]]:
+            (half / day.name).mkdir(parents=True)
+            for part in day.iterdir():
+                os.link(part, half / day.name / part.name)
 
 
 def tree_rss_mb(root: int) -> float:
@@ -286,8 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--voters", type=int, default=50_000, help="voter-judges over the two human pools")
     parser.add_argument("--days", type=int, default=60, help="days of the N run (2N: twice as many)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply battles and voters by this")
-    parser.add_argument("--smoke", action="store_true", help="200k battles, 40 models, 500 voters, 6 days")
+    parser.add_argument(
+        "--smoke", action="store_true", help="200k battles, 40 models, 500 voters (fewer with --voters), 6 days"
+    )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--grades", type=float, default=0.0,
+        help="single grades per battle, written beside the battles and given to refresh --scores (0: none)",
+    )  # fmt: skip
     parser.add_argument("--work", help="folder for data, states and snapshots (default: a temp folder, removed)")
     parser.add_argument("--reuse-data", action="store_true", help="keep data already generated under --work")
     parser.add_argument(
@@ -318,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
             state, out = work / f"state-{label}", work / f"out-{label}"
             for path in (state, out):
                 shutil.rmtree(path, ignore_errors=True)
-            result = run_refresh(battles, state, out, beam_args)
+            grades = ["--scores", str(data / folder / "scores" / "day=*" / "*.parquet")] if shape["grades"] else []
+            result = run_refresh(battles, state, out, [*grades, *beam_args])
             summary = json.loads(_latest_summary(out))
             result["json_mb"] = _json_mb(out)
             result["parts"] = {name: run_part(name, state) for name in PARTS} if args.parts else {}
