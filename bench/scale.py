@@ -38,9 +38,9 @@ chunk's.  ``--scale F`` multiplies battles and voters (models and LLM judges sta
 is 5M battles and 12,500 voters; ``--smoke`` is 200k battles, 40 models, 500 voters, 6 days (about a
 minute).
 
-``--grades R`` writes R single grades per battle beside the battles (the simulator's score files) and gives them to
-refresh ``--scores``; with grades the fit takes the dense solver (the judge-blocked one has no ordinal part), so
-use few voter-judges with it (``--voters 20``).
+``--grades R`` writes R single grades per battle beside the battles (the simulator's score files, graded by the
+LLM judges) and gives them to refresh ``--scores``: the judge-blocked solver takes them (the graders' severities
+among its globals, the prompts eliminated into them).
 
     .venv/bin/python bench/scale.py              # 20M then 40M battles (needs ~3 GB of disk under --work)
     .venv/bin/python bench/scale.py --scale 0.25

@@ -1,8 +1,8 @@
 """Newton systems with every judge's block eliminated by a Schur complement (a block-arrowhead Hessian).
 
 Arena logs name each voter as a judge (10⁴–10⁶ judges).  In raw coordinates the bias-aware
-objective's Hessian is block-arrowhead: the globals G = (θ, the global effect coefficients, τ) and one
-block per judge, r_j = (one raw entry per effect block of the layout: the six of
+objective's Hessian is block-arrowhead: the globals G = (θ, the global effect coefficients, the graders'
+severities, τ) and one block per judge, r_j = (one raw entry per effect block of the layout: the six of
 :data:`~biasboard.ranking.model.JUDGE_BLOCKS`, then the style blocks when there are style data); a
 cell of judge j touches r_j, its two models' θ and the global effects, never another judge.  So the
 Newton system ::
@@ -26,6 +26,12 @@ is a 1 × 1 diagonal block.  The factorisation works on the R effects that are s
 judge (A_j restricted to R, R × R: five of six with LLM judges beside arena voters, who have no severity;
 a held entry is an identity row in it), and in the Schur product only on the (judge, effect) rows that
 are coupled for *that* judge; an effect switched off everywhere costs a division.
+
+Grades (single scores, the many-facet part) touch θ, their grader's severity α_j, τ and their prompt's
+difficulty δ_p — never a judge's pairwise effects.  So a judge-blocked fit with grades keeps the graders'
+severities among the globals (``Layout.graders``; few: the LLM judges that grade) and no severity in any judge
+block, and δ, whose Hessian block is diagonal and couples to the globals only (B, n_G × P), is eliminated into
+the globals' Schur complement as the dense path eliminates it: S = H − Σ_j X_jᵀA_j⁻¹X_j − B D⁻¹Bᵀ.
 
 Two couplings reach every judge at once and are kept out of the blocks as rank-one terms, solved by
 Woodbury with two extra block solves: the centring of log a_j (mean over enabled judges fixed at 0, a
@@ -52,7 +58,7 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 from biasboard.ranking.data import PairArrays
-from biasboard.ranking.model import DISC, BlockPartials, Layout, Spec
+from biasboard.ranking.model import DISC, SEV, BlockPartials, Layout, Spec
 
 #: Per-judge n_j × n_j blocks (the Schur product's X_jᵀA_j⁻¹X_j, the covariance's S⁻¹ over the models judge j
 #: met) are made for judges meeting the same number of models at once, at most this many block entries at
@@ -279,8 +285,10 @@ def _unique_inverse(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarr
 
 
 def glob_index(lay: Layout) -> np.ndarray:
-    """Core indices of the globals, in the order of the G block: θ, the global effects, τ."""
-    return np.concatenate([np.arange(lay.n_models + lay.n_glob), np.arange(lay.tau.start, lay.tau.stop)])
+    """Core indices of the globals, in the order of the G block: θ, the global effects, the graders' severities
+    (``layout.graders``), τ."""
+    graders = lay.block(SEV).start + np.array(lay.graders, dtype=np.int64)
+    return np.concatenate([np.arange(lay.n_models + lay.n_glob), graders, np.arange(lay.tau.start, lay.tau.stop)])
 
 
 def glob_blocks(lay: Layout) -> np.ndarray:
@@ -299,9 +307,10 @@ def split(lay: Layout, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def join(lay: Layout, v_g: np.ndarray, v_j: np.ndarray) -> np.ndarray:
+    """The core vector of (globals, judge blocks); a grader's severity is the globals' (its judge entry unused)."""
     out = np.empty(lay.n_core)
-    out[glob_index(lay)] = v_g
     out[lay.block(0).start : lay.tau.start] = v_j.T.ravel()
+    out[glob_index(lay)] = v_g
     return out
 
 
@@ -417,6 +426,22 @@ class ArrowHessian:
     couplings: Couplings  # per entry (entries × K): judge rows × θ of the entry's model
     low_rank: tuple[tuple[np.ndarray, float], ...]
     on: np.ndarray  # (J, K) bool: the judge's entry is switched on (else it has no coupling at all)
+    #: The prompts' difficulties δ of a fit with grades: their coupling to the globals B (n_G × P) and their
+    #: diagonal D (P,), the prior's included.  A grade touches θ, its grader's severity (a global) and τ, so δ
+    #: couples to the globals only and is eliminated into their Schur complement, as the dense path does.
+    B: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    D: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def prompt_row(self, index: int) -> np.ndarray:
+        """The prompts' Hessian entries with core parameter ``index`` (P,): zero but for a global's."""
+        at = np.flatnonzero(glob_index(self.lay) == index)
+        return self.B[at[0]].copy() if at.size and self.D.size else np.zeros(self.D.size)
+
+    def prompt_quadratic(self, s: np.ndarray, t: np.ndarray) -> float:
+        """The prompts' part of the quadratic form of the step (s over the core, t over the prompts): 2tᵀBᵀs + tᵀDt."""
+        if not self.D.size:
+            return 0.0
+        return float(2.0 * t @ (self.B.T @ s[glob_index(self.lay)]) + t @ (self.D * t))
 
     @property
     def Xc(self) -> np.ndarray:
@@ -558,6 +583,7 @@ def assemble_masks(spec: Spec) -> AssembleMasks:
     ge = glob_blocks(spec.layout)
     mask = spec.masks.T
     dev = deviation_masks(spec)
+    dev[:, SEV] = 0.0  # severity acts in grades alone, and a grader's is one of the globals (``Layout.graders``)
     mask_g = mask[:, ge]
     return AssembleMasks(
         dev,
@@ -885,6 +911,13 @@ class ArrowFactor:
         S[:m, m : m + n_e] -= cross_g
         S[m : m + n_e, :m] -= cross_g.T
         S[m : m + n_e, m : m + n_e] -= self.Xg.reshape(-1, n_e).T @ Yg
+        # The prompts (grades): eliminated into the globals, S −= B (D + μ)⁻¹ Bᵀ, as the dense path's Schur step.
+        self.d = hess.D + mu
+        if np.any(self.d <= 0):
+            raise np.linalg.LinAlgError("a prompt's curvature is not positive")
+        self.B = hess.B if every or not self.d.size else hess.B * f_g[:, None]
+        if self.d.size:
+            S -= (self.B / self.d) @ self.B.T
         if hold:
             self._Ainv, self._Yg = Ainv, Yg
         del Ainv, Yg
@@ -1002,15 +1035,14 @@ class ArrowFactor:
         # run), so the steps read and write them in place.
         r_t, x_t = (v[judges].reshape(lay.n_blocks, lay.n_judges) for v in (r, x))
         r_c = r_t[self._cols]
-        x[gi] = sla.cho_solve(
-            self.factor, r[gi] - self._xt_judge(self._ainv(r_c, judge_major=True)), check_finite=False
-        )
-        d = r_c - self._x_glob(x[gi]).T
+        x_g = sla.cho_solve(self.factor, r[gi] - self._xt_judge(self._ainv(r_c, judge_major=True)), check_finite=False)
+        d = r_c - self._x_glob(x_g).T
         if isinstance(self._cols, slice):  # written straight into x's rows (no fresh (R, J) array to copy)
             self._ainv(d, out=x_t[self._cols])
         else:
             x_t[self._cols] = self._ainv(d)
         x_t[self._rest] = r_t[self._rest] / self._diag_rest
+        x[gi] = x_g  # last: a grader's severity is a global (its judge entry, solved above, is unused)
         if not self.all_free:
             x *= self.free
         return x
@@ -1026,11 +1058,22 @@ class ArrowFactor:
         return x
 
     def solve(self, g: np.ndarray, g_diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The step (over the free core, over the prompts) for the gradient (g, g_diag): the prompts eliminated
+        as :class:`~biasboard.ranking.solver.NewtonFactor` does, s = S⁻¹(−g + B d⁻¹ g_δ), t = −d⁻¹(g_δ + Bᵀs)."""
         if self.all_free:
-            return self.full_solve(-g), np.zeros(0)
-        full = np.zeros(self.lay.n_core)
-        full[self.free] = -g
-        return self.full_solve(full)[self.free], np.zeros(0)
+            rhs = -g
+        else:
+            rhs = np.zeros(self.lay.n_core)
+            rhs[self.free] = -g
+        if not self.d.size:
+            x = self.full_solve(rhs)
+            return (x if self.all_free else x[self.free]), np.zeros(0)
+        gi = glob_index(self.lay)
+        rhs = rhs.copy() if self.all_free else rhs
+        rhs[gi] += self.B @ (g_diag / self.d)
+        x = self.full_solve(rhs)
+        t = -(g_diag + self.B.T @ x[gi]) / self.d
+        return (x if self.all_free else x[self.free]), t
 
     def covariance(self) -> BlockCovariance:
         """The Laplace covariance blocks at this factorisation (μ = 0): see the module docstring."""
@@ -1054,8 +1097,13 @@ class ArrowFactor:
         # passes below over a strided view of cov_jg cost more than that copy (matmul, two passes and the copy:
         # 4.9 ms, against 6.1 ms in place in the view, at 50k judges).
         s_mg = np.ascontiguousarray(sinv[:m, m : m + n_e])
-        xs = [Xsp @ s_mg for _, _, Xsp in self._sparse()]
-        xs_all = (xs[0] if len(xs) == 1 else np.concatenate(xs)).reshape(n_j, k, n_e)
+        xs = [(j0, j1, Xsp @ s_mg) for j0, j1, Xsp in self._sparse()]
+        if len(xs) == 1 and xs[0][:2] == (0, n_j):
+            xs_all = xs[0][2].reshape(n_j, k, n_e)
+        else:  # pieces by judge range; a judge with grades alone (no battles) is in none: no coupling
+            xs_all = np.zeros((n_j, k, n_e))
+            for j0, j1, rows in xs:
+                xs_all[j0:j1] = rows.reshape(j1 - j0, k, n_e)
         del xs
         Ainv = self.Ainv
         cov_c = np.matmul(Ainv, xs_all)
@@ -1100,6 +1148,10 @@ class ArrowFactor:
             sinv = sinv * f_g[:, None] * f_g[None, :]
             var_j = var_j * f_j
             cov_jg = cov_jg * f_j[:, :, None] * f_g[None, None, m : m + n_e]
+        if lay.graders:  # a grader's severity is a global: its variance and covariances are the globals' block's
+            at, graders = m + n_e + np.arange(len(lay.graders)), np.array(lay.graders)
+            var_j[graders, SEV] = np.diag(sinv)[at]
+            cov_jg[graders, SEV] = sinv[at, m : m + n_e]
         return BlockCovariance(glob_index(lay), 0.5 * (sinv + sinv.T), var_j, cov_jg)
 
 
@@ -1213,6 +1265,11 @@ def row_covariance(factor: ArrowFactor, rows: sp.csr_matrix) -> RowCovariance:
     p = V.shape[0]
     G = sp.csr_matrix(V[:, glob_index(lay)])
     J = V[:, lay.block(0).start : lay.tau.start].tocoo()
+    if lay.graders:  # a grader's severity is among the globals (G), not in its judge's block
+        grader = np.zeros(jn, bool)
+        grader[list(lay.graders)] = True
+        keep = ~((J.col // jn == SEV) & grader[J.col % jn])
+        J = sp.coo_matrix((J.data[keep], (J.row[keep], J.col[keep])), shape=J.shape)
     t, j = J.col // jn, J.col % jn
     position = np.full(lay.n_blocks, -1)
     position[R] = np.arange(k)
@@ -1228,7 +1285,7 @@ def row_covariance(factor: ArrowFactor, rows: sp.csr_matrix) -> RowCovariance:
     judge = sp.csr_matrix(PA @ VR.T + VD @ VD.T)
     n_g = factor.S.shape[0]
     parts = [factor.times_couplings(PA), sp.csr_matrix(PA @ factor.Xg.reshape(jn * k, n_e))]
-    if n_g > lay.n_models + n_e:  # τ: no coupling to any judge
+    if n_g > lay.n_models + n_e:  # the graders' severities and τ: no coupling to any judge
         parts.append(sp.csr_matrix((p, n_g - lay.n_models - n_e)))
     through = sp.hstack(parts)
     Q = sp.csr_matrix(G - through)

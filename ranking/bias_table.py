@@ -232,14 +232,13 @@ def _judge_rows_blocked(
     all in :class:`BlockCovariance`; log a_j is centred.
     """
     lay, spec = problem.layout, problem.spec
-    if spec.masks[SEV].any():
-        raise ValueError("judge-blocked fits have no ordinal part (no severity)")
     jn, m = lay.n_judges, lay.n_models
     masks = spec.masks
     unit = {t: spec.unit(t) for t in (LEN, *STYLE_BLOCKS[: lay.n_style])}
     blocks = tuple(range(lay.n_blocks))  # the dense loop's order: the six, then the style blocks
     globs = lay.global_effects  # global coefficient c (at m + c among the globals) is block globs[c]
     centred = centring(spec)
+    graders = np.flatnonzero(masks[SEV] > 0)  # severities are reported from their mean over the graders
 
     dev = deviation_masks(spec).T  # (K, J)
 
@@ -248,6 +247,9 @@ def _judge_rows_blocked(
         if centred is not None:
             raw[..., DISC, :] -= raw[..., DISC, centred].mean(axis=-1, keepdims=True)
             raw[..., DISC, :] *= masks[DISC]
+        if graders.size:
+            raw[..., SEV, :] -= raw[..., SEV, graders].mean(axis=-1, keepdims=True)
+            raw[..., SEV, :] *= masks[SEV]
         for t in globs:
             raw[..., t, :] += core[..., lay.glob(t), None] * masks[t]
         return raw
@@ -256,6 +258,11 @@ def _judge_rows_blocked(
     var = cov.judge_var.T * dev
     for c, t in enumerate(globs):
         var[t] += masks[t] * cov.glob[m + c, m + c] + 2.0 * masks[t] * dev[t] * cov.judge_glob[:, t, c]
+    if graders.size:  # var(α_j − mean α) from the graders' block of the globals (their severities are globals)
+        pos = np.full(lay.n_core, -1)
+        pos[cov.glob_index] = np.arange(cov.glob_index.size)
+        sub = cov.glob[np.ix_(*[pos[lay.block(SEV).start + graders]] * 2)]
+        var[SEV, graders] = np.diag(sub) - 2.0 * sub.mean(axis=1) + sub.mean()
     var = np.clip(var, 0.0, None)
     boot = None if boot_core is None else effects(boot_core)
     # Columns laid out judge-major, as (J, K + 1) arrays — the K effects, then the bothbad share — (the dense

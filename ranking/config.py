@@ -74,8 +74,9 @@ class Priors:
 
 
 #: How the per-judge blocks are solved: ``dense`` (one (M + 6J)² Newton system), ``blocked`` (each judge's
-#: block eliminated by a Schur complement — memory O(J + M²), for voter-judges; pair cells only) or
-#: ``auto`` (blocked from :data:`BLOCKED_MIN_JUDGES` judges on when there is no ordinal part).
+#: block eliminated by a Schur complement — memory O(J + M²), for voter-judges; with grades the graders'
+#: severities join the globals and the prompts are eliminated into them) or ``auto`` (blocked from
+#: :data:`BLOCKED_MIN_JUDGES` judges on; dense for grades alone, which have no judge blocks).
 JUDGE_SOLVERS: tuple[str, ...] = ("auto", "dense", "blocked")
 #: Profile-likelihood diagnostics: ``full`` (every profile value solved to 1e-10 · |log L|, at most 1e-4 nats,
 #: warm-started along the profile path from the MAP's factorisation:

@@ -591,7 +591,7 @@ def _tangent(
     unit = np.zeros(free.size)
     unit[index] = 1.0
     if isinstance(ev.H, ArrowHessian):
-        column, column_diag = ev.H.matvec(unit), np.zeros(0)
+        column, column_diag = ev.H.matvec(unit), ev.H.prompt_row(index)
     else:
         column, column_diag = ev.H[:, index], ev.B[index]
     d_core, d_diag = newton.solve(column[free], column_diag)  # = −H_ff⁻¹ H_f,c

@@ -69,6 +69,10 @@ class Layout:
     n_prompts: int = 0
     naive: bool = False
     n_style: int = 0  # 0, or 3: the style blocks (header, list, bold) exist
+    #: The judges whose severity α_j is one of the globals of a judge-blocked fit (:mod:`~biasboard.ranking.arrowhead`):
+    #: the graders of a fit with ordinal scores, so that the ordinal part touches the globals and the prompts only,
+    #: never a judge's block.  Empty otherwise (the dense path, or pair cells only).
+    graders: tuple[int, ...] = ()
 
     @property
     def theta(self) -> slice:
@@ -756,16 +760,49 @@ def _judge_blocks(
     return out
 
 
-def _score_partials(
-    eff: np.ndarray, delta: np.ndarray, scores: ScoreArrays, spec: Spec, out: Partials, hessian: bool = True
-) -> None:
+@dataclass
+class ScorePartials:
+    """Sums over ordinal cells in a compact index: θ (M), the severities of ``graders`` (G), τ (K − 1) — the only
+    core parameters a grade touches — with the prompts' diagonal apart (``g_diag``, ``H_diag``, cross ``B``).
+
+    The dense partials scatter them into the effective coordinates; a judge-blocked objective adds them to its
+    globals, where the graders' severities are (``Layout.graders``)."""
+
+    f: float
+    g: np.ndarray  # (M + G + K − 1,)
+    H: np.ndarray  # (M + G + K − 1)², dense
+    g_diag: np.ndarray  # (P,)
+    H_diag: np.ndarray  # (P,)
+    B: np.ndarray  # (M + G + K − 1, P)
+
+    def __iadd__(self, other: ScorePartials) -> ScorePartials:
+        self.f += other.f
+        self.g += other.g
+        self.H += other.H
+        self.g_diag += other.g_diag
+        self.H_diag += other.H_diag
+        self.B += other.B
+        return self
+
+
+def score_partials(
+    eff: np.ndarray, delta: np.ndarray, scores: ScoreArrays, spec: Spec, graders: np.ndarray, hessian: bool = True
+) -> ScorePartials:
+    """The ordinal cells' :class:`ScorePartials`; ``graders`` (increasing judge codes) holds every judge of
+    ``scores`` (without ``hessian`` the second derivatives stay zero)."""
     lay = spec.layout
-    m_count, j_count, p_count, k_tau = lay.n_models, lay.n_judges, lay.n_prompts, lay.n_tau
+    m_count, p_count, k_tau = lay.n_models, lay.n_prompts, lay.n_tau
+    g_count = graders.size
+    n_c = m_count + g_count + k_tau
+    out = ScorePartials(
+        0.0, np.zeros(n_c), np.zeros((n_c, n_c)), np.zeros(p_count), np.zeros(p_count), np.zeros((n_c, p_count))
+    )
     counts = scores.counts
     n_cat = counts.shape[1]
-    m, j, p = scores.m, scores.j, scores.p
+    m, p = scores.m, scores.p
+    j = np.searchsorted(graders, scores.j)  # the grader's rank: its severity's place after θ
     theta = eff[lay.theta]
-    alpha = eff[lay.eff_block(SEV)]
+    alpha = eff[lay.eff_block(SEV)][graders]
     tau = eff[lay.eff_tau]
     phi = theta[m] - delta[p] - alpha[j]
     cats = np.arange(n_cat, dtype=float)
@@ -782,15 +819,15 @@ def _score_partials(
     cnt_upper = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1][:, 1:]
     g_phi = wgt * -(counts @ cats - total * mean_k)
     g_tau = wgt * (cnt_upper - total[:, None] * upper)
-    th = lay.theta
-    sev = lay.eff_block(SEV)
-    ta = lay.eff_tau
+    th = slice(0, m_count)
+    sev = slice(m_count, m_count + g_count)
+    ta = slice(sev.stop, n_c)
     out.g[th] += np.bincount(m, weights=g_phi, minlength=m_count)
-    out.g[sev] -= np.bincount(j, weights=g_phi, minlength=j_count)
+    out.g[sev] -= np.bincount(j, weights=g_phi, minlength=g_count)
     out.g_diag -= np.bincount(p, weights=g_phi, minlength=p_count)
     out.g[ta] += g_tau.sum(axis=0)
     if not hessian:
-        return
+        return out
     var_k = prob @ (cats * cats) - mean_k**2
     k_upper = np.cumsum((prob * cats)[:, ::-1], axis=1)[:, ::-1][:, 1:]  # E[k·1{k>=m}]
     h_phi = wgt * total * var_k
@@ -800,18 +837,14 @@ def _score_partials(
 
     diag_theta = np.bincount(m, weights=h_phi, minlength=m_count)
     out.H[np.arange(m_count), np.arange(m_count)] += diag_theta
-    ths = np.bincount(m * j_count + j, weights=h_phi, minlength=m_count * j_count).reshape(m_count, j_count)
+    ths = np.bincount(m * g_count + j, weights=h_phi, minlength=m_count * g_count).reshape(m_count, g_count)
     out.H[th, sev] -= ths
     out.H[sev, th] -= ths.T
-    r = sev.start + np.arange(j_count)
-    out.H[r, r] += np.bincount(j, weights=h_phi, minlength=j_count)
+    r = sev.start + np.arange(g_count)
+    out.H[r, r] += np.bincount(j, weights=h_phi, minlength=g_count)
     out.H_diag += np.bincount(p, weights=h_phi, minlength=p_count)
-    out.H_cross[th] -= np.bincount(m * p_count + p, weights=h_phi, minlength=m_count * p_count).reshape(
-        m_count, p_count
-    )
-    out.H_cross[sev] += np.bincount(j * p_count + p, weights=h_phi, minlength=j_count * p_count).reshape(
-        j_count, p_count
-    )
+    out.B[th] -= np.bincount(m * p_count + p, weights=h_phi, minlength=m_count * p_count).reshape(m_count, p_count)
+    out.B[sev] += np.bincount(j * p_count + p, weights=h_phi, minlength=g_count * p_count).reshape(g_count, p_count)
     out.H[ta, ta] += h_tau
     for c in range(k_tau):
         w = h_phi_tau[:, c]
@@ -819,10 +852,32 @@ def _score_partials(
         v = np.bincount(m, weights=w, minlength=m_count)
         out.H[th, col] += v
         out.H[col, th] += v
-        v = np.bincount(j, weights=w, minlength=j_count)
+        v = np.bincount(j, weights=w, minlength=g_count)
         out.H[sev, col] -= v
         out.H[col, sev] -= v
-        out.H_cross[col] -= np.bincount(p, weights=w, minlength=p_count)
+        out.B[col] -= np.bincount(p, weights=w, minlength=p_count)
+    return out
+
+
+def _score_partials(
+    eff: np.ndarray, delta: np.ndarray, scores: ScoreArrays, spec: Spec, out: Partials, hessian: bool = True
+) -> None:
+    """Add the ordinal cells' partials to the dense ``out``: :func:`score_partials` scattered into the effective
+    coordinates (each entry gets one term, as if added in place: the same bits)."""
+    lay = spec.layout
+    graders = np.unique(scores.j)
+    at = np.concatenate(
+        [np.arange(lay.n_models), lay.eff_block(SEV).start + graders, np.arange(lay.n_tau) + lay.eff_tau.start]
+    )
+    part = score_partials(eff, delta, scores, spec, graders, hessian)
+    out.f += part.f
+    out.g[at] += part.g
+    out.g_diag += part.g_diag
+    if not hessian:
+        return
+    out.H[np.ix_(at, at)] += part.H
+    out.H_diag += part.H_diag
+    out.H_cross[at] += part.B
 
 
 def partials(eff: np.ndarray, delta: np.ndarray, shard: Shard, spec: Spec, hessian: bool = True) -> Partials:
@@ -848,7 +903,8 @@ class BlockPartials:
     For many judges (arena voters) the dense ``Partials.H`` would be (M + 6J)²; here the Hessian is kept
     as what it is — block-arrowhead: θ × θ dense (M × M), one K × K block per judge (K = ``n_blocks``), the
     θ × judge cross terms only at the (model, judge) pairs that occur (``C[e, t]`` for entry e of a
-    :class:`~biasboard.ranking.arrowhead.CrossIndex`).  Pair cells only (no ordinal part).
+    :class:`~biasboard.ranking.arrowhead.CrossIndex`).  Pair cells only: grades touch the globals alone
+    (:class:`ScorePartials`, added by the objective).
     """
 
     f: float

@@ -309,10 +309,12 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     if data.ordinal_only:  # ω weighs two parts against each other; with one part it is the plain likelihood
         has_ord, w_pair, w_ord = True, 0.0, 1.0
     blocked = config.judge_solver == "blocked" or (config.judge_solver == "auto" and jn >= config.blocked_from)
-    if blocked and has_ord:
+    if blocked and data.ordinal_only:
         if config.judge_solver == "blocked":
-            raise ValueError("judge_solver='blocked' takes pair cells only; this fit has ordinal scores")
+            raise ValueError("judge_solver='blocked' needs pair cells: grades alone have no judge blocks")
         blocked = False
+    if blocked and has_ord:  # the graders' severities join the globals: a grade then touches no judge's block
+        lay = replace(lay, graders=tuple(np.flatnonzero(masks[SEV] > 0).tolist()))
     spec = Spec(
         lay,
         masks,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, reduce
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,14 +37,17 @@ from biasboard.ranking.arrowhead import (
 from biasboard.ranking.model import (
     DISC,
     PAIR_SLICE_CELLS,
+    SEV,
     BlockPartials,
     BlockSlice,
     DavidsonTerms,
     Partials,
+    ScorePartials,
     Shard,
     Spec,
     block_partials,
     partials,
+    score_partials,
 )
 from biasboard.ranking.pages import base_pages
 
@@ -127,10 +130,10 @@ class Objective:
         self.blocked = spec.judge_blocks
         self.E = spec.effective_map(centred=not self.blocked)
         self.ET = self.E.T.tocsr()
+        self._grades: GradeIndex | None = None
         if self.blocked:
             lay = spec.layout
-            if any(sh.scores is not None and len(sh.scores) for sh in self.shards):
-                raise ValueError("the judge-blocked solver takes pair cells only (no ordinal scores)")
+            self._grades = GradeIndex.of(self.shards, spec)
             if source is not None:
                 if any(sh.pairs is not None for sh in self.shards):
                     raise ValueError("a streamed objective reads its pair cells from its source only")
@@ -175,8 +178,6 @@ class Objective:
         added.  A judge-blocked objective has no prompt part (its ``g_diag`` stays empty)."""
         pr = self.prior
         g = self._effective_grad(g_eff) + pr.core_gradient(core)
-        if self.blocked:
-            return g, g_diag
         return g, g_diag + pr.precision_diag * (diag - pr.mean_diag)
 
     def _block_slices(self) -> Iterable[BlockSlice]:
@@ -233,7 +234,7 @@ class Objective:
         """f, and unless ``derivatives=False`` the gradient, and unless ``hessian=False`` the Hessian blocks
         (left empty otherwise: a gradient-only evaluation costs about half a full one)."""
         if self.blocked:
-            return self._evaluate_blocked(core, derivatives=derivatives, hessian=hessian)
+            return self._evaluate_blocked(core, diag, derivatives=derivatives, hessian=hessian)
         part = self.data_partials(core, diag, hessian=derivatives and hessian)
         pr = self.prior
         dc = core - pr.mean
@@ -264,37 +265,97 @@ class Objective:
         pr = self.prior
         return assemble(part, self.spec, pr.precision, pr.gauges, self.cross, spilled, self._masks)
 
-    def _evaluate_blocked(self, core: np.ndarray, *, derivatives: bool, hessian: bool) -> Evaluation:
+    def _evaluate_blocked(self, core: np.ndarray, diag: np.ndarray, *, derivatives: bool, hessian: bool) -> Evaluation:
         """:meth:`evaluate` with the judge-blocked partials; ``H`` is an :class:`ArrowHessian`.
 
         The solver asks for the Hessian where it factorises, which is mostly a point it has just evaluated
         without it (a trial point it accepted): the cells' Davidson terms of the last gradient-only
         evaluation are kept (``_last``, 48 bytes a cell: six arrays of the cells, :meth:`DavidsonTerms.for_hessian`),
-        so the Hessian there costs only its own sums."""
+        so the Hessian there costs only its own sums.  Grades (few cells beside the battles) are summed afresh."""
         last, self._last = self._last, None
-        if derivatives and hessian and last is not None and np.array_equal(last[0], core):
+        grades = self._grades
+        if derivatives and hessian and last is not None and np.array_equal(last[0], np.concatenate([core, diag])):
             part, _, _ = self._blocked_partials(np.empty(0), True, last[2])
-            return replace(last[1], H=self._assemble(part))
+            hess = self._assemble(part)
+            if grades is not None:
+                at_point = grades.sums(self._effective(core), diag, self.shards, self.spec, True)
+                grades.add_hessian(hess, at_point, self.prior)
+            return replace(last[1], H=hess)
         del last  # not held while the new terms are made
         # A gradient-only evaluation keeps its terms (see above), but for a streamed objective: 48 bytes a cell.
         keep = derivatives and not hessian and self.source is None
-        part, terms, spilled = self._blocked_partials(self._effective(core), derivatives and hessian, keep=keep)
-        pr = self.prior
-        dc = core - pr.mean
-        f = part.f + 0.5 * float(dc @ (pr.precision * dc))
-        sums = [float(core[idx].sum()) for idx, _ in pr.gauges]
-        f += sum(0.5 * kappa * total**2 for (_, kappa), total in zip(pr.gauges, sums, strict=True))
+        eff = self._effective(core)
+        part, terms, spilled = self._blocked_partials(eff, derivatives and hessian, keep=keep)
+        graded: ScorePartials | None = None
+        g_diag = np.zeros(diag.size)
+        if grades is not None:
+            graded = grades.sums(eff, diag, self.shards, self.spec, derivatives and hessian)
+            part.f += graded.f
+            part.g[grades.effective] += graded.g
+            g_diag = graded.g_diag
+        f = part.f + self.prior_value(core, diag)
         empty, no_cross = np.empty(0), np.zeros((core.size, 0))
         if not derivatives:
             return Evaluation(f, -part.f, empty, np.empty((0, 0)), empty, empty, no_cross)
-        g, _ = self.raw_gradient(core, empty, part.g, empty)
+        g, g_diag = self.raw_gradient(core, diag, part.g, g_diag)
         if not hessian:
-            ev = Evaluation(f, -part.f, g, np.empty((0, 0)), empty, empty, no_cross)
+            ev = Evaluation(f, -part.f, g, np.empty((0, 0)), g_diag, empty, no_cross)
             if keep:
-                self._last = (core.copy(), ev, terms)
+                self._last = (np.concatenate([core, diag]), ev, terms)
             return ev
         H = self._assemble(part, spilled)
-        return Evaluation(f, -part.f, g, H, empty, empty, no_cross)
+        if grades is not None and graded is not None:
+            grades.add_hessian(H, graded, self.prior)
+        return Evaluation(f, -part.f, g, H, g_diag, empty, no_cross)
+
+
+@dataclass(frozen=True)
+class GradeIndex:
+    """Where a judge-blocked objective's grades go: their :class:`~biasboard.ranking.model.ScorePartials`' compact
+    index (θ, the judges who graded, τ) in the effective coordinates (``effective``) and among the arrowhead's
+    globals (``glob``, with ``kept`` the compact entries there: a grader whose severity is switched off has none)."""
+
+    graders: np.ndarray  # every judge with grades, increasing
+    effective: np.ndarray
+    kept: np.ndarray
+    glob: np.ndarray
+
+    @staticmethod
+    def of(shards: Sequence[Shard], spec: Spec) -> GradeIndex | None:
+        """The index of the grades in ``shards``, or None without grades."""
+        parts = [sh.scores.j for sh in shards if sh.scores is not None and len(sh.scores)]
+        if not parts:
+            return None
+        lay = spec.layout
+        graders = np.unique(np.concatenate(parts))
+        m, n_e, tau = lay.n_models, lay.n_glob, np.arange(lay.n_tau)
+        effective = np.concatenate([np.arange(m), lay.eff_block(SEV).start + graders, lay.eff_tau.start + tau])
+        rank = np.full(lay.n_judges, -1)
+        rank[list(lay.graders)] = np.arange(len(lay.graders))
+        at = np.where(rank[graders] >= 0, m + n_e + rank[graders], -1)
+        glob = np.concatenate([np.arange(m), at, m + n_e + len(lay.graders) + tau])
+        kept = np.flatnonzero(glob >= 0)
+        return GradeIndex(graders, effective, kept, glob[kept])
+
+    def sums(
+        self, eff: np.ndarray, diag: np.ndarray, shards: Sequence[Shard], spec: Spec, hessian: bool
+    ) -> ScorePartials:
+        """The grades' partials over every shard's score cells."""
+        parts = [
+            score_partials(eff, diag, shard.scores, spec, self.graders, hessian)
+            for shard in shards
+            if shard.scores is not None and len(shard.scores)
+        ]
+        return reduce(ScorePartials.__iadd__, parts[1:], parts[0])
+
+    def add_hessian(self, hess: ArrowHessian, part: ScorePartials, prior: Prior) -> None:
+        """Add the grades' Hessian to the globals' block and their prompts' block to ``hess`` (in raw coordinates:
+        θ, a severity and τ are their own effective values)."""
+        kept, at = self.kept, self.glob
+        hess.H[np.ix_(at, at)] += part.H[np.ix_(kept, kept)]
+        hess.B = np.zeros((hess.H.shape[0], part.H_diag.size))
+        hess.B[at] = part.B[kept]
+        hess.D = part.H_diag + prior.precision_diag
 
 
 @dataclass
@@ -478,11 +539,14 @@ def _minimize(
         if clipped and isinstance(ev.H, ArrowHessian):  # not the solve's step: the model's sᵀHs from a product by H
             full = np.zeros(core.size)
             full[sel] = s
-            predicted = -float(g_f @ s) - 0.5 * float(s @ ev.H.matvec(full)[sel])
+            linear = float(g_f @ s + ev.g_diag @ t)
+            predicted = -linear - 0.5 * (float(s @ ev.H.matvec(full)[sel]) + ev.H.prompt_quadratic(full, t))
         elif isinstance(newton, ArrowFactor):
-            # The factorisation solved (H + μI)s = −g at this point, so sᵀHs = −gᵀs − μ‖s‖²: no product
-            # with the judge-blocked H (~a gradient evaluation's cost) for the model's predicted decrease.
-            predicted = -float(g_f @ s) - 0.5 * (-float(g_f @ s) - mu_step * float(s @ s))
+            # The factorisation solved (H + μI)(s, t) = −(g, g_δ) at this point, so (s, t)ᵀH(s, t) = −gᵀs − g_δᵀt
+            # − μ‖(s, t)‖²: no product with the judge-blocked H (~a gradient evaluation's cost) for the predicted
+            # decrease.
+            linear = float(g_f @ s + ev.g_diag @ t)
+            predicted = -linear - 0.5 * (-linear - mu_step * float(s @ s + t @ t))
         else:
             predicted = -(g_f @ s + ev.g_diag @ t) - 0.5 * (
                 _quad(ev, free, s) + 2 * t @ (ev.B[free].T @ s) + t @ (ev.H_diag * t)
@@ -529,10 +593,12 @@ CHORD_RATE: float = 0.5
 
 
 def judge_entries(objective: Objective, free: np.ndarray | slice) -> np.ndarray:
-    """Which free core entries are a judge's own parameters (the per-judge blocks, between the globals and τ)."""
+    """Which free core entries are a judge's own parameters (the per-judge blocks, between the globals and τ; a
+    grader's severity is one of the globals)."""
     lay = objective.spec.layout
     judge = np.zeros(lay.n_core, bool)
     judge[lay.n_models + lay.n_glob : lay.tau.start] = True
+    judge[lay.block(SEV).start + np.array(lay.graders, dtype=np.int64)] = False
     return judge[free]
 
 

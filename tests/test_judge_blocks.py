@@ -25,7 +25,7 @@ from biasboard.ranking.problem import bias_aware_problem
 from biasboard.ranking.solver import laplace_covariance, newton_factor
 from biasboard.schemas.cells import STYLE_SQUARES, STYLE_SUMS
 
-from tests.test_ranking_model import _cells
+from tests.test_ranking_model import _cells, _score_cells
 
 TOL = 1e-8
 
@@ -244,13 +244,81 @@ def test_assemble_masks_only_the_blocks_the_cells_added_to():
         assert np.array_equal(getattr(hessians[0], name), getattr(hessians[1], name)), name
 
 
-def test_blocked_solver_refuses_ordinal_scores():
-    from tests.test_ranking_model import _score_cells
+def _graded(seed: int, style: bool = False):
+    """Pair cells of 12 judges with single grades from four of them and from a judge with grades alone."""
+    rng = np.random.default_rng(seed)
+    cells = _cells(rng, models=8, judges=12, cells=500)
+    grades = _score_cells(rng, models=8, judges=4, prompts=6, rows=200)
+    only = _score_cells(rng, models=8, judges=1, prompts=6, rows=60)
+    only = only.set_column(0, grades.schema.field("judge"), pa.array(["grader"] * only.num_rows))
+    return build_dataset(_styled(cells, rng) if style else cells, pa.concat_tables([grades, only]))
 
-    rng = np.random.default_rng(5)
-    data = build_dataset(_cells(rng), _score_cells(rng))
-    with pytest.raises(ValueError, match="pair cells only"):
+
+@pytest.mark.parametrize("style", [False, True])
+def test_blocked_newton_with_grades_equals_the_dense_solve(style):
+    """With grades the graders' severities are globals and the prompts are eliminated into the globals' Schur
+    complement: a Newton step away from the optimum, the MAP, its Laplace covariance and every judge's variance
+    (a switched-off severity included) equal the dense path's."""
+    data = _graded(5, style)
+    disabled = frozenset({("judge-1", "severity")})
+    (pd, sd, cd), (pb, sb, cb) = _both(data, disabled=disabled)
+    lay = pb.layout
+    assert lay.n_prompts == 6 and len(lay.graders) == 4 and pd.layout.graders == ()
+    assert data.judges.index("judge-1") not in lay.graders and data.judges.index("grader") in lay.graders
+    # A damped step from a point off the optimum, both with the prompts' part: the same (s, t).
+    core, diag = sd.core + 0.05 * np.cos(np.arange(lay.n_core)), sd.diag + 0.05 * np.sin(np.arange(lay.n_prompts))
+    steps = []
+    for problem in (pd, pb):
+        ev = problem.objective().evaluate(core, diag)
+        steps.append(newton_factor(ev, np.ones(lay.n_core, bool), mu=0.1).solve(ev.g, ev.g_diag))
+    assert np.max(np.abs(steps[0][0] - steps[1][0])) < TOL and np.max(np.abs(steps[0][1] - steps[1][1])) < TOL
+    assert np.max(np.abs(sd.core - sb.core)) < TOL and np.max(np.abs(sd.diag - sb.diag)) < TOL
+    gi = glob_index(lay)
+    assert np.max(np.abs(cd[np.ix_(gi, gi)] - cb.glob)) < TOL
+    E = pd.spec.effective_map().toarray()
+    for t in range(lay.n_blocks):
+        rows = E[lay.eff_block(t)]
+        dense_var = np.einsum("ri,ij,rj->r", rows, cd, rows)
+        blocked_var = cb.judge_var[:, t].copy()
+        if t in lay.global_effects:
+            c = lay.global_effects.index(t)
+            blocked_var += cb.glob[lay.n_models + c, lay.n_models + c] + 2 * cb.judge_glob[:, t, c]
+        assert np.max(np.abs(dense_var - blocked_var * pd.spec.masks[t])) < TOL, t
+
+
+def test_blocked_fit_with_grades_publishes_the_dense_tables():
+    """Leaderboard CIs, bootstrap, the bias table (the severities centred over the graders) and the profiles."""
+    data = _graded(6)
+    fits = {
+        s: fit_bias_aware(data, config=ModelConfig(judge_solver=s, bootstrap=3, posterior_draws=500))
+        for s in ("dense", "blocked")
+    }
+    d, b = fits["dense"], fits["blocked"]
+    for name in ("rating", "ci_low", "ci_high", "boot_ci_low", "boot_ci_high", "p_top_k"):
+        assert np.max(np.abs(getattr(d, name) - getattr(b, name))) < TOL, name
+    for name, info in d.diagnostics["profile_likelihood"].items():  # (the blocked profiles stop at |g| ~ 5e-6)
+        assert abs(info["range_nats"] - b.diagnostics["profile_likelihood"][name]["range_nats"]) < 1e-7 * max(
+            info["range_nats"], 1.0
+        ), name
+    assert d.bias.select("judge", "effect", "identified", "enabled", "note").equals(
+        b.bias.select("judge", "effect", "identified", "enabled", "note")
+    )
+    for col in ("estimate", "ci_low", "ci_high", "boot_ci_low", "boot_ci_high"):
+        x, y = d.bias[col].to_numpy(), b.bias[col].to_numpy()
+        assert np.array_equal(np.isnan(x), np.isnan(y))
+        ok = ~np.isnan(x)
+        assert np.max(np.abs(x[ok] - y[ok])) < 1e-7, col
+    severity = b.bias.filter((pl.col("effect") == "severity") & pl.col("enabled"))
+    assert severity.height == 5 and abs(severity["estimate"].sum()) < 1e-9  # centred over the graders
+
+
+def test_blocked_solver_refuses_grades_alone():
+    """Grades alone have no judge blocks (only severities act): ``auto`` keeps the dense solver for many graders."""
+    data = build_dataset(None, _score_cells(np.random.default_rng(5), judges=40, rows=400))
+    with pytest.raises(ValueError, match="grades alone"):
         bias_aware_problem(data, ModelConfig(judge_solver="blocked"))
+    config = ModelConfig(profile=False)
+    assert len(data.judges) >= config.blocked_from and not bias_aware_problem(data, config).spec.judge_blocks
 
 
 def _peak_bytes(judges: int) -> int:

@@ -143,17 +143,19 @@ def test_streamed_fit_equals_the_in_memory_fit(solver, style):
     assert mem.diagnostics["n_components"] == streamed.diagnostics["n_components"]
 
 
-def test_streamed_fit_with_score_cells_equals_the_in_memory_one():
+@pytest.mark.parametrize("solver", ["dense", "blocked"])
+def test_streamed_fit_with_score_cells_equals_the_in_memory_one(solver):
     """Single grades beside the streamed battles: coded with the same vocabularies (a judge that only grades
     included) and held in memory, as the in-memory data set holds them; the same boards, bias tables (severity
-    included) and profiles.  Before, score cells kept the whole fit in memory."""
+    included) and profiles, on both solvers (judge-blocked: the graders' severities among the globals, the judge
+    with grades alone in no piece of the couplings).  Before, score cells kept the whole fit in memory."""
     table = _merged(5)
     rng = np.random.default_rng(5)
     grades = _score_cells(rng, models=8, judges=3, prompts=6, rows=300)
     only = _score_cells(rng, models=8, judges=1, prompts=6, rows=60)  # a judge with grades and no battles
     only = only.set_column(0, grades.schema.field("judge"), pa.array(["grader"] * only.num_rows))
     grades = pa.concat_tables([grades, only])
-    config = ModelConfig(diagnostics="fast", posterior_draws=300)
+    config = ModelConfig(diagnostics="fast", posterior_draws=300, judge_solver=solver)
     mem_data = build_dataset(table, grades)
     naive_mem, mem = fit_leaderboards(mem_data, config=config)
     data = stream_dataset(TableBuckets(table, 120), score_cells=grades)
