@@ -340,11 +340,13 @@ class GradeIndex:
     def sums(
         self, eff: np.ndarray, diag: np.ndarray, shards: Sequence[Shard], spec: Spec, hessian: bool
     ) -> ScorePartials:
-        """The grades' partials over every shard's score cells."""
+        """The grades' partials over every shard's score cells, a chunk of :data:`CHUNK_CELLS` at a time (as the
+        dense partials take them: the same sums)."""
         parts = [
-            score_partials(eff, diag, shard.scores, spec, self.graders, hessian)
+            score_partials(eff, diag, chunk.scores, spec, self.graders, hessian)
             for shard in shards
-            if shard.scores is not None and len(shard.scores)
+            for chunk in shard.chunks(CHUNK_CELLS)
+            if chunk.scores is not None and len(chunk.scores)
         ]
         return reduce(ScorePartials.__iadd__, parts[1:], parts[0])
 
