@@ -10,6 +10,7 @@ likelihoods and the bootstrap replicates.
 from __future__ import annotations
 
 import tracemalloc
+from collections.abc import Callable
 
 import numpy as np
 import polars as pl
@@ -21,7 +22,7 @@ from biasboard.ranking.bias_table import bias_table
 from biasboard.ranking.data import build_dataset
 from biasboard.ranking.fit import fit_bias_aware, solve_bias_aware
 from biasboard.ranking.model import LEN, SEV
-from biasboard.ranking.problem import bias_aware_problem
+from biasboard.ranking.problem import Problem, bias_aware_problem
 from biasboard.ranking.solver import laplace_covariance, newton_factor
 from biasboard.schemas.cells import STYLE_SQUARES, STYLE_SUMS
 
@@ -73,8 +74,14 @@ def test_blocked_newton_equals_the_dense_solve(seed, judges, style):
     assert np.max(np.abs(sd.core - sb.core)) < TOL
     gi = glob_index(lay)
     assert np.max(np.abs(cd[np.ix_(gi, gi)] - cb.glob)) < TOL
-    # Every judge's total effect (global + deviation; log a_j centred): its variance from the blocks.
-    E = pd.spec.effective_map().toarray()
+    _assert_judge_variances(pd, cd, cb)
+
+
+def _assert_judge_variances(dense: Problem, cd: np.ndarray, cb: BlockCovariance) -> None:
+    """Every judge's total effect (global + deviation; log a_j centred): its variance from the blocks equals the
+    dense covariance's."""
+    lay = dense.layout
+    E = dense.spec.effective_map().toarray()
     for t in range(lay.n_blocks):
         rows = E[lay.eff_block(t)]
         dense_var = np.einsum("ri,ij,rj->r", rows, cd, rows)
@@ -82,7 +89,7 @@ def test_blocked_newton_equals_the_dense_solve(seed, judges, style):
         if t in lay.global_effects:  # global c sits at m + c among the globals, not at block t's place
             c = lay.global_effects.index(t)
             blocked_var += cb.glob[lay.n_models + c, lay.n_models + c] + 2 * cb.judge_glob[:, t, c]
-        assert np.max(np.abs(dense_var - blocked_var * pd.spec.masks[t])) < TOL, t
+        assert np.max(np.abs(dense_var - blocked_var * dense.spec.masks[t])) < TOL, t
 
 
 @pytest.mark.parametrize("cells", [1, 10**9])
@@ -98,10 +105,9 @@ def test_batched_schur_blocks_equal_the_dense_solve(monkeypatch, cells):
     assert np.max(np.abs(cd[np.ix_(gi, gi)] - cb.glob)) < TOL
 
 
-@pytest.mark.parametrize("style", [False, True])
-def test_blocked_fit_publishes_the_dense_tables(style):
-    """Leaderboard CIs, bias table (with profile likelihoods: the gauge path) and bootstrap agree."""
-    data = _data(3, style, models=7, judges=6, cells=400)
+def _same_tables(data, profile_tol: Callable[[float], float]):
+    """Fit ``data`` with both solvers (3 bootstrap replicates): the boards, their bootstrap CIs, the bias tables and
+    the profile ranges (within ``profile_tol(range)``) agree; returns the blocked fit."""
     fits = {
         s: fit_bias_aware(data, config=ModelConfig(judge_solver=s, bootstrap=3, posterior_draws=500))
         for s in ("dense", "blocked")
@@ -110,9 +116,7 @@ def test_blocked_fit_publishes_the_dense_tables(style):
     for name in ("rating", "ci_low", "ci_high", "boot_ci_low", "boot_ci_high", "p_top_k"):
         assert np.max(np.abs(getattr(d, name) - getattr(b, name))) < TOL, name
     for name, info in d.diagnostics["profile_likelihood"].items():
-        # The blocked profile solves stop at |g| ~ 5e-6 under the stiff sum-to-zero gauge (60-70 chord steps,
-        # with or without style; the dense ones reach 1e-10), which moves a 170-nat range by ~4e-6 with style.
-        tol = 1e-7 * info["range_nats"] if style else 1e-6
+        tol = profile_tol(info["range_nats"])
         assert abs(info["range_nats"] - b.diagnostics["profile_likelihood"][name]["range_nats"]) < tol, name
     assert d.bias.columns == b.bias.columns and d.bias.height == b.bias.height
     assert d.bias.select("judge", "effect", "identified", "enabled", "note").equals(
@@ -123,6 +127,16 @@ def test_blocked_fit_publishes_the_dense_tables(style):
         assert np.array_equal(np.isnan(x), np.isnan(y))
         ok = ~np.isnan(x)
         assert np.max(np.abs(x[ok] - y[ok])) < 1e-7, col
+    return b
+
+
+@pytest.mark.parametrize("style", [False, True])
+def test_blocked_fit_publishes_the_dense_tables(style):
+    """Leaderboard CIs, bias table (with profile likelihoods: the gauge path) and bootstrap agree."""
+    data = _data(3, style, models=7, judges=6, cells=400)
+    # The blocked profile solves stop at |g| ~ 5e-6 under the stiff sum-to-zero gauge (60-70 chord steps, with or
+    # without style; the dense ones reach 1e-10), which moves a 170-nat range by ~4e-6 with style.
+    b = _same_tables(data, (lambda r: 1e-7 * r) if style else (lambda r: 1e-6))
     assert b.bias.filter(pl.col("effect") == "discrimination")["enabled"].all()
     style_rows = b.bias.filter(pl.col("effect").is_in(["header", "list", "bold"])).height
     assert style_rows == (3 * (len(data.judges) + 1) if style else 0)
@@ -275,39 +289,12 @@ def test_blocked_newton_with_grades_equals_the_dense_solve(style):
     assert np.max(np.abs(sd.core - sb.core)) < TOL and np.max(np.abs(sd.diag - sb.diag)) < TOL
     gi = glob_index(lay)
     assert np.max(np.abs(cd[np.ix_(gi, gi)] - cb.glob)) < TOL
-    E = pd.spec.effective_map().toarray()
-    for t in range(lay.n_blocks):
-        rows = E[lay.eff_block(t)]
-        dense_var = np.einsum("ri,ij,rj->r", rows, cd, rows)
-        blocked_var = cb.judge_var[:, t].copy()
-        if t in lay.global_effects:
-            c = lay.global_effects.index(t)
-            blocked_var += cb.glob[lay.n_models + c, lay.n_models + c] + 2 * cb.judge_glob[:, t, c]
-        assert np.max(np.abs(dense_var - blocked_var * pd.spec.masks[t])) < TOL, t
+    _assert_judge_variances(pd, cd, cb)
 
 
 def test_blocked_fit_with_grades_publishes_the_dense_tables():
     """Leaderboard CIs, bootstrap, the bias table (the severities centred over the graders) and the profiles."""
-    data = _graded(6)
-    fits = {
-        s: fit_bias_aware(data, config=ModelConfig(judge_solver=s, bootstrap=3, posterior_draws=500))
-        for s in ("dense", "blocked")
-    }
-    d, b = fits["dense"], fits["blocked"]
-    for name in ("rating", "ci_low", "ci_high", "boot_ci_low", "boot_ci_high", "p_top_k"):
-        assert np.max(np.abs(getattr(d, name) - getattr(b, name))) < TOL, name
-    for name, info in d.diagnostics["profile_likelihood"].items():  # (the blocked profiles stop at |g| ~ 5e-6)
-        assert abs(info["range_nats"] - b.diagnostics["profile_likelihood"][name]["range_nats"]) < 1e-7 * max(
-            info["range_nats"], 1.0
-        ), name
-    assert d.bias.select("judge", "effect", "identified", "enabled", "note").equals(
-        b.bias.select("judge", "effect", "identified", "enabled", "note")
-    )
-    for col in ("estimate", "ci_low", "ci_high", "boot_ci_low", "boot_ci_high"):
-        x, y = d.bias[col].to_numpy(), b.bias[col].to_numpy()
-        assert np.array_equal(np.isnan(x), np.isnan(y))
-        ok = ~np.isnan(x)
-        assert np.max(np.abs(x[ok] - y[ok])) < 1e-7, col
+    b = _same_tables(_graded(6), lambda r: 1e-7 * max(r, 1.0))  # (the blocked profiles stop at |g| ~ 5e-6)
     severity = b.bias.filter((pl.col("effect") == "severity") & pl.col("enabled"))
     assert severity.height == 5 and abs(severity["estimate"].sum()) < 1e-9  # centred over the graders
 
