@@ -1061,18 +1061,15 @@ class ArrowFactor:
         """The step (over the free core, over the prompts) for the gradient (g, g_diag): the prompts eliminated
         as :class:`~biasboard.ranking.solver.NewtonFactor` does, s = S⁻¹(−g + B d⁻¹ g_δ), t = −d⁻¹(g_δ + Bᵀs)."""
         if self.all_free:
-            rhs = -g
+            rhs = -g  # a new array: written below
         else:
             rhs = np.zeros(self.lay.n_core)
             rhs[self.free] = -g
-        if not self.d.size:
-            x = self.full_solve(rhs)
-            return (x if self.all_free else x[self.free]), np.zeros(0)
         gi = glob_index(self.lay)
-        rhs = rhs.copy() if self.all_free else rhs
-        rhs[gi] += self.B @ (g_diag / self.d)
+        if self.d.size:
+            rhs[gi] += self.B @ (g_diag / self.d)
         x = self.full_solve(rhs)
-        t = -(g_diag + self.B.T @ x[gi]) / self.d
+        t = -(g_diag + self.B.T @ x[gi]) / self.d if self.d.size else np.zeros(0)
         return (x if self.all_free else x[self.free]), t
 
     def covariance(self) -> BlockCovariance:

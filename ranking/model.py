@@ -865,7 +865,7 @@ def _score_partials(
     eff: np.ndarray, delta: np.ndarray, scores: ScoreArrays, spec: Spec, out: Partials, hessian: bool = True
 ) -> None:
     """Add the ordinal cells' partials to the dense ``out``: :func:`score_partials` scattered into the effective
-    coordinates (each entry gets one term, as if added in place: the same bits)."""
+    coordinates (each entry gets one term of the compact sums: the scatter adds no rounding of its own)."""
     lay = spec.layout
     graders = np.unique(scores.j)
     at = np.concatenate(

@@ -175,7 +175,7 @@ class Objective:
     ) -> tuple[np.ndarray, np.ndarray]:
         """The objective's gradient (core, diag) at (core, diag) from the data's gradient in effective
         coordinates ``g_eff`` and over the prompts ``g_diag``: mapped to raw coordinates, prior and gauges
-        added.  A judge-blocked objective has no prompt part (its ``g_diag`` stays empty)."""
+        added (the prompts' part empty where there are no grades)."""
         pr = self.prior
         g = self._effective_grad(g_eff) + pr.core_gradient(core)
         return g, g_diag + pr.precision_diag * (diag - pr.mean_diag)
