@@ -17,7 +17,9 @@ a good model of the replicate's, so each replicate
 On pair cells (no ordinal scores) the gradient is evaluated by :class:`PairGradient`, a lean
 gradient-only form of the pair likelihood of :mod:`biasboard.ranking.model` (no objective value, one
 exp per cell, cache-sized slices); the engine checks it against the model's gradient once before use
-and falls back to the model's own evaluation if they differ.  Otherwise the model's objective is used.
+and falls back to the model's own evaluation if they differ.  Otherwise the model's objective is used: with
+ordinal scores, and for a streamed data set (:mod:`biasboard.ranking.stream`), whose replicate reads the shards
+with their counts redrawn as each is read (:class:`ShardRedraw`), so no replicate of the history is held.
 
 Replicates run in parallel processes (fork: the problem, the factorisation and the MAP's per-cell
 probabilities are shared copy-on-write).  Replicate r draws its counts from a generator seeded by
@@ -27,8 +29,9 @@ number of processes — bit for bit.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from biasboard.ranking import forked
@@ -91,17 +94,7 @@ class SmallPoisson:
         self.m = means[self.small].astype(np.intp)
         self.large_means = means[self.large]
         self.size = means.size
-        kmax = 64
-        ks = np.arange(kmax)
-        log_pmf = ks[None, :] * np.log(np.maximum(np.arange(self.LARGEST + 1), 1e-300))[:, None]
-        log_pmf -= np.arange(self.LARGEST + 1)[:, None] + np.cumsum(np.log(np.maximum(ks, 1)))[None, :]
-        self.cdf = np.cumsum(np.exp(log_pmf), axis=1)
-        self.cdf[0] = 1.0  # Poisson(0) is 0
-        self.cdf[:, -1] = 1.0  # P(k ≥ 64) < 1e-20 for these means
-        edges = np.arange(self.BINS + 1) / self.BINS
-        lo = np.array([np.searchsorted(c, edges[:-1], side="right") for c in self.cdf])
-        hi = np.array([np.searchsorted(c, np.nextafter(edges[1:], 0.0), side="right") for c in self.cdf])
-        self.table = np.where(lo == hi, lo, -1).astype(np.int8).ravel()
+        self.cdf, self.table = _poisson_tables(self.LARGEST, self.BINS)
         self.row = self.m * self.BINS
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
@@ -113,6 +106,25 @@ class SmallPoisson:
         out[self.small] = k
         out[self.large] = rng.poisson(self.large_means)
         return out
+
+
+@functools.cache
+def _poisson_tables(largest: int, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """:class:`SmallPoisson`'s CDFs of Poisson(0 … ``largest``) and its bin table, made once per process (a
+    streamed replicate draws every shard's counts anew on each pass)."""
+    kmax = 64
+    ks = np.arange(kmax)
+    log_pmf = ks[None, :] * np.log(np.maximum(np.arange(largest + 1), 1e-300))[:, None]
+    log_pmf -= np.arange(largest + 1)[:, None] + np.cumsum(np.log(np.maximum(ks, 1)))[None, :]
+    cdf = np.cumsum(np.exp(log_pmf), axis=1)
+    cdf[0] = 1.0  # Poisson(0) is 0
+    cdf[:, -1] = 1.0  # P(k ≥ 64) < 1e-20 for these means
+    edges = np.arange(bins + 1) / bins
+    lo = np.array([np.searchsorted(c, edges[:-1], side="right") for c in cdf])
+    hi = np.array([np.searchsorted(c, np.nextafter(edges[1:], 0.0), side="right") for c in cdf])
+    table = np.where(lo == hi, lo, -1).astype(np.int8).ravel()
+    cdf.flags.writeable = table.flags.writeable = False  # shared by every sampler
+    return cdf, table
 
 
 class CountRedraw:
@@ -147,6 +159,48 @@ class CountRedraw:
     def draw(self, rng: np.random.Generator) -> PairArrays:
         """The pair cells with redrawn counts (in the cells' own order)."""
         return self.pairs.with_counts(*self.arrays(rng))
+
+
+class ShardRedraw:
+    """Replicate r's counts of a streamed data set's cells, shard by shard as they are read
+    (:meth:`~biasboard.ranking.stream.PairStore.redrawn`): shard s's counts from a generator of (seed, r, s) alone,
+    so every pass of the replicate's refit reads the same counts, in whichever process.  Replicate r is then the
+    same Poisson bootstrap as in memory (every count redrawn as Poisson(count)), drawn from other streams."""
+
+    def __init__(self, seed: int, r: int):
+        self.seed, self.r = seed, r
+
+    def __call__(self, pairs: PairArrays, number: int) -> PairArrays:
+        rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(STREAM, self.r, number)))
+        return CountRedraw(pairs).draw(rng)
+
+
+class Redraws:
+    """Replicate r's problem: the same cells and grades with every count redrawn as Poisson(count), from streams
+    of (seed, r) alone.  In memory the cells' counts are drawn in one go (:class:`CountRedraw`), then the grades'
+    from the same generator; a streamed data set's cells are redrawn shard by shard as each is read
+    (:class:`ShardRedraw`: no replicate of the history is held), its grades (in memory) from replicate r's
+    generator."""
+
+    def __init__(self, problem: Problem, seed: int):
+        self.problem, self.seed = problem, seed
+        self.stream = problem.data.stream
+        self.pairs = CountRedraw(problem.data.pairs) if self.stream is None else None
+        self.scores = None if problem.naive else problem.data.scores
+
+    def problem_of(self, r: int) -> Problem:
+        rng = replicate_rng(self.seed, r)
+        data = self.problem.data
+        if self.stream is not None:
+            data = replace(data, stream=self.stream.redrawn(ShardRedraw(self.seed, r)))
+        else:
+            assert self.pairs is not None
+            data = replace(data, pairs=self.pairs.draw(rng))
+        return replace(self.problem, data=replace(data, scores=poisson_scores(self.scores, rng)))
+
+    def objective(self, r: int, shards: int) -> Objective:
+        """The model's objective on replicate r's counts."""
+        return self.problem_of(r).objective(shards)
 
 
 @dataclass
@@ -334,15 +388,16 @@ class Engine:
         self.problem, self.solution = problem, solution
         self.shards, self.tol, self.max_iter, self.seed = shards, tol, max_iter, seed
         self.objective: Objective = problem.objective(shards)
-        self.redraw = CountRedraw(problem.data.pairs)
-        self.scores: ScoreArrays | None = None if problem.naive else problem.data.scores
+        self.redraws = Redraws(problem, seed)
+        scores: ScoreArrays | None = None if problem.naive else problem.data.scores
         self.newton: NewtonFactor | ArrowFactor | None = newton_factor(solution.evaluation, solution.free)
         #: The free entries that are a judge's own (judge-blocked problems: voter-judges), whose steps are clipped.
         self.judges = judge_entries(self.objective, solution.free) if self.objective.blocked else None
         self.kernel: PairGradient | None = None
         self.map_point: Point | None = None
-        if self.scores is None or not len(self.scores):
-            self.scores = None
+        # The lean gradient holds the cells sorted its way: in memory only (a streamed replicate's refit reads its
+        # redrawn shards through the model's objective).
+        if (scores is None or not len(scores)) and problem.data.stream is None:
             kernel = PairGradient(problem.data.pairs, problem.spec)
             self.sorted_redraw = CountRedraw(problem.data.pairs, kernel.order)
             if self._agrees(kernel):
@@ -354,21 +409,14 @@ class Engine:
 
     def _agrees(self, kernel: PairGradient) -> bool:
         """The lean gradient equals the model's, for the first replicate's counts, a step away from the MAP."""
-        pairs = self.redraw.draw(replicate_rng(self.seed, 0))
         counts = self._counts(replicate_rng(self.seed, 0), kernel.naive)
-        objective = self.problem.objective(self.shards, pairs=pairs)
+        objective = self.redraws.objective(0, self.shards)
         sol = self.solution
         core = sol.core + 1e-2 * np.sin(np.arange(sol.core.size))
         ev = objective.evaluate(core, sol.diag, hessian=False)
         g_eff = kernel.gradient(self.objective.effective(core), counts)
         g, _ = self.objective.raw_gradient(core, sol.diag, g_eff, np.zeros(sol.diag.size))
         return bool(np.allclose(g, ev.g, rtol=1e-9, atol=1e-9 * max(1.0, float(np.abs(ev.g).max()))))
-
-    def _model(self, r: int) -> Objective:
-        """The model's objective on replicate r's counts (the same draw as the lean path's)."""
-        rng = replicate_rng(self.seed, r)
-        pairs = self.redraw.draw(rng)
-        return self.problem.objective(self.shards, pairs=pairs, scores=poisson_scores(self.scores, rng))
 
     def replicate(self, r: int) -> Replicate:
         """Replicate r: its counts from :func:`replicate_rng` (seed, r), refit from the MAP."""
@@ -384,7 +432,7 @@ class Engine:
 
             g, g_diag = obj.raw_gradient(sol.core, sol.diag, kernel.at_point(self.map_point, counts), zero)
         else:
-            model = self._model(r)
+            model = self.redraws.objective(r, self.shards)
 
             def grad(core: np.ndarray, diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
                 ev = model.evaluate(core, diag, hessian=False)
@@ -399,7 +447,7 @@ class Engine:
         if done:
             return Replicate(core, steps, False)
         # A step that did not contract (or no positive-definite Hessian at the MAP): the fit's damped Newton.
-        model = self._model(r)
+        model = self.redraws.objective(r, self.shards)
         budget = max(self.max_iter - steps, 1)
         step = None if self.judges is None else JUDGE_STEP
         full = minimize(model, core, diag, free=free, tol=self.tol, max_iter=budget, g0_norm=sol.scale, judge_step=step)

@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 from biasboard.ranking.arrowhead import ArrowFactor, BlockCovariance
 from biasboard.ranking.bias_table import bias_table
-from biasboard.ranking.bootstrap import CountRedraw, Engine, default_workers, replicate_rng
+from biasboard.ranking.bootstrap import Engine, Redraws, default_workers
 from biasboard.ranking.bootstrap import run as run_replicates
 from biasboard.ranking.config import ModelConfig, NaiveConfig
 from biasboard.ranking.data import CellsInput, Dataset, PairArrays, build_dataset
@@ -45,10 +45,8 @@ from biasboard.ranking.uncertainty import (
     centre_within,
     centring_matrix,
     percentile_interval,
-    poisson_scores,
     top_k_probabilities,
 )
-from biasboard.schemas.errors import InputError
 from biasboard.schemas.summary import ORDINAL_ONLY
 
 
@@ -126,18 +124,23 @@ def bootstrap_replicates(
     """
     lay = problem.layout
     component = model_components(problem.data)
+    stream = problem.data.stream
+    if stream is not None and problem.naive:
+        # The naive likelihood sees only the per-pair totals, and a total's Poisson redraw is the sum of its cells'
+        # in distribution: the totals (in memory) are redrawn.
+        totals = pair_totals(problem.data.pairs, len(problem.data.models))
+        problem = replace(problem, data=replace(problem.data, pairs=totals, stream=None))
+        stream = None
     if mode == "fast":
         engine = Engine(problem, solution, shards, tol, max_iter, seed)
-        n_workers = default_workers(replicates, len(problem.data.pairs)) if workers is None else workers
+        cells = len(problem.data.pairs) if stream is None else stream.n_cells
+        n_workers = default_workers(replicates, cells) if workers is None else workers
         cores = np.array([rep.core for rep in run_replicates(engine, replicates, n_workers)])
     elif mode in ("refit", "cold"):
-        redraw = CountRedraw(problem.data.pairs)
+        redraws = Redraws(problem, seed)
         newton = None if mode == "cold" else newton_factor(solution.evaluation, solution.free)
         cores = np.array(
-            [
-                _slow_replicate(problem, solution, shards, redraw, newton, replicate_rng(seed, r), tol, max_iter)
-                for r in range(replicates)
-            ]
+            [_slow_replicate(redraws.problem_of(r), solution, shards, newton, tol, max_iter) for r in range(replicates)]
         )
     else:
         raise ValueError(f"bootstrap mode must be fast, refit or cold, got {mode!r}")
@@ -146,30 +149,20 @@ def bootstrap_replicates(
 
 
 def _slow_replicate(
-    problem: Problem,
+    replicate: Problem,
     solution: Solution,
     shards: int,
-    redraw: CountRedraw,
     newton: NewtonFactor | ArrowFactor | None,
-    rng: np.random.Generator,
     tol: float,
     max_iter: int,
 ) -> np.ndarray:
-    """One replicate refit by the model's objective: warm chord with ``newton``, or from a cold start
-    (``newton`` None)."""
-    pairs = redraw.draw(rng)
-    scores = None if problem.naive else poisson_scores(problem.data.scores, rng)
+    """One replicate (its problem: the redrawn counts) refit by the model's objective: warm chord with
+    ``newton``, or from a cold start (``newton`` None)."""
     if newton is None:
-        return _cold_replicate(problem, pairs, scores, shards, tol, max_iter).core
-    obj = problem.objective(shards, pairs=pairs, scores=scores)
-    return refit_nearby(obj, solution, newton, tol=tol, max_iter=max_iter).core
-
-
-def _cold_replicate(problem: Problem, pairs, scores, shards: int, tol: float, max_iter: int) -> Solution:
-    if problem.naive:
-        return minimize(problem.objective(shards, pairs=pairs), *problem.zeros(), tol=tol, max_iter=max_iter)
-    data = replace(problem.data, pairs=pairs, scores=scores)
-    return solve_bias_aware(replace(problem, data=data), ModelConfig(tol=tol, max_iter=max_iter), shards)
+        if replicate.naive:
+            return minimize(replicate.objective(shards), *replicate.zeros(), tol=tol, max_iter=max_iter).core
+        return solve_bias_aware(replicate, ModelConfig(tol=tol, max_iter=max_iter), shards).core
+    return refit_nearby(replicate.objective(shards), solution, newton, tol=tol, max_iter=max_iter).core
 
 
 def _assemble(
@@ -233,10 +226,6 @@ def _replicates_of(config: NaiveConfig | ModelConfig, problem: Problem, solution
     """The Poisson-bootstrap replicates a config asks for (streams of its seed), or ``(None, None)`` for none."""
     if not config.bootstrap:
         return None, None
-    if problem.data.stream is not None:
-        raise InputError(
-            "--bootstrap: the replicates redraw every cell in memory; not supported by the streamed fit yet"
-        )
     return bootstrap_replicates(problem, solution, config.bootstrap, shards, config.seed, config.tol, config.max_iter)
 
 

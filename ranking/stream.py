@@ -35,7 +35,8 @@ prefix:SEP`` (the voter buckets renamed to their pools and cut into buckets of p
 :func:`~biasboard.transforms.judge_pool.pool_buckets`), and trusted anchors (one more judge's shards written after
 the battles', :meth:`PairStore.with_judge`).  Score cells (single grades) are coded with the battles' vocabularies
 and held in memory beside the streamed battles (:func:`stream_dataset`), as the in-memory data set holds them.
-Not streamed (the caller keeps the in-memory fit): bootstrap replicates.
+Bootstrap replicates stream as well: a replicate's store reads the same shards with their counts redrawn as each is
+read (:meth:`PairStore.redrawn`, :class:`~biasboard.ranking.bootstrap.ShardRedraw`).
 """
 
 from __future__ import annotations
@@ -95,9 +96,11 @@ BUCKET_ROWS: int = 1 << 18
 SHARD_CELLS: int = 1 << 18
 
 #: Columns of a shard on disk: :class:`PairArrays`' own, in its types (read back without a conversion).
-_STORED: tuple[str, ...] = tuple(PairArrays.__dataclass_fields__)
+STORED: tuple[str, ...] = tuple(PairArrays.__dataclass_fields__)
 #: What the likelihood reads of a cell (:func:`~biasboard.ranking.model.davidson_terms`, the dense partials).
 OBJECTIVE_COLUMNS: tuple[str, ...] = ("a", "b", "j", "win_a", "win_b", "tie", "n", "x", "ds", "pos", "style")
+#: A cell's counts: what a bootstrap replicate redraws (:meth:`PairStore.redrawn`).
+_COUNTS: tuple[str, ...] = ("win_a", "win_b", "tie", "bothbad", "n")
 #: Per-judge sums a streamed data set keeps (:meth:`~biasboard.ranking.data.Dataset.judge_sums`).
 JUDGE_SUMS: tuple[str, ...] = ("n", "n_len", "n_style", "tie", "bothbad", "affinity")
 _EMPTY = np.zeros(0)
@@ -227,17 +230,30 @@ class _Files:
         return self.cross.starts
 
 
+#: Redrawn counts of one shard's cells: (the shard's cells, the shard's number) → the cells with new counts
+#: (a bootstrap replicate's, :class:`~biasboard.ranking.bootstrap.ShardRedraw`).
+Redraw = Callable[[PairArrays, int], PairArrays]
+
+
 class PairStore:
     """A streamed data set's pair cells on disk: shards read back as :class:`PairArrays` (see the module
-    docstring).  ``clip``: the length covariate clipped at ±clip as it is read (the problem's covariate)."""
+    docstring).  ``clip``: the length covariate clipped at ±clip as it is read (the problem's covariate);
+    ``redraw``: each shard's counts replaced as it is read (a bootstrap replicate's cells, :meth:`redrawn`)."""
 
-    def __init__(self, files: _Files, clip: float | None = None):
+    def __init__(self, files: _Files, clip: float | None = None, redraw: Redraw | None = None):
         self.files = files
         self.clip = clip
+        self.redraw = redraw
 
     def clipped(self, clip: float | None) -> PairStore:
         """The same cells with the length covariate clipped at ±``clip`` (:func:`clip_length`) as read."""
-        return PairStore(self.files, clip)
+        return PairStore(self.files, clip, self.redraw)
+
+    def redrawn(self, redraw: Redraw) -> PairStore:
+        """The same cells with their counts redrawn by ``redraw`` as each shard is read: a bootstrap replicate of
+        the store without a copy of it.  ``redraw`` must give a shard the same counts on every read (each pass of
+        a replicate's refit reads every shard again): a function of the shard's number, not of the read order."""
+        return PairStore(self.files, self.clip, redraw)
 
     @property
     def n_cells(self) -> int:
@@ -278,10 +294,10 @@ class PairStore:
     def judge_pairs(self, judge: int) -> PairArrays:
         """Judge ``judge``'s cells, every column, read back from the shards that hold them (in judge order)."""
         parts = []
-        for stored in self.files.shards:
+        for number, stored in enumerate(self.files.shards):
             own = np.flatnonzero(stored.read(("j",))["j"] == judge)  # only the judge column of the other shards
             if own.size:
-                parts.append(self._shard_pairs(stored, _STORED).take(own))
+                parts.append(self._shard_pairs(stored, STORED, number).take(own))
         return PairArrays.concat(parts) if parts else self.totals().take(slice(0, 0))
 
     def judge_sums(self, what: str) -> np.ndarray:
@@ -310,15 +326,20 @@ class PairStore:
         """Each shard's cells (``columns`` read, the rest empty), the length covariate clipped; with ``entries``
         each cell's (judge, model a) and (judge, model b) entries of :meth:`cross_index` (int32)."""
         names = tuple(columns)
-        for stored in self.files.shards:
-            pairs = self._shard_pairs(stored, names)
+        for number, stored in enumerate(self.files.shards):
+            pairs = self._shard_pairs(stored, names, number)
             at = stored.read(("at_a", "at_b")) if entries else {}
             yield PairShard(pairs, at.get("at_a"), at.get("at_b"))
             del pairs, at
 
-    def _shard_pairs(self, stored: _Shard, names: tuple[str, ...]) -> PairArrays:
-        """One shard's cells (``names`` read, the rest empty), the length covariate clipped."""
+    def _shard_pairs(self, stored: _Shard, names: tuple[str, ...], number: int) -> PairArrays:
+        """Shard ``number``'s cells (``names`` read, the rest empty), the length covariate clipped, the counts
+        redrawn (a replicate's store; its counts read whatever ``names`` asks for)."""
+        if self.redraw is not None and any(name in names for name in _COUNTS):
+            names = tuple(dict.fromkeys((*names, *_COUNTS)))
         pairs = self._pairs(stored.read(names), stored.n, names)
+        if self.redraw is not None and "win_a" in names:
+            pairs = self.redraw(pairs, number)
         if self.clip is not None and "x" in names:
             if "sum_x2" in names and "n_len" in names:
                 pairs = clip_length(pairs, self.clip)
@@ -330,8 +351,9 @@ class PairStore:
         """The cells summed per ordered model pair (over judges, length bins, order, style bins), under the
         store's clip: battles and verdicts summed; ``x`` and ``style`` the battle-weighted means of the
         cells' (so n_len·x sums as the cells' do); ``sum_x2`` of the clipped covariate; ``j`` is −1 (no
-        judge), ``ds`` 0 and ``pos`` 1.  Made once per clip, by one pass over the shards."""
-        cached = self.files.totals.get(self.clip)
+        judge), ``ds`` 0 and ``pos`` 1.  Made once per clip, by one pass over the shards (a redrawn store's on
+        every call: its counts are not the files')."""
+        cached = self.files.totals.get(self.clip) if self.redraw is None else None
         if cached is not None:
             return cached
         m = self.files.n_models
@@ -386,7 +408,8 @@ class PairStore:
             n_style=n_style,
             style_sq=style_sq,
         )
-        self.files.totals[self.clip] = out
+        if self.redraw is None:
+            self.files.totals[self.clip] = out
         return out
 
     def cross_index(self) -> CrossIndex:
@@ -571,7 +594,7 @@ def _feed_vocabs(table: pa.Table, vocabs: dict[str, _Vocab]) -> None:
 
 def _write_shard(folder: Path, number: int, pairs: PairArrays) -> _Shard:
     shard = _Shard(folder / f"shard-{number:06d}.bin", len(pairs))
-    for name in _STORED:
+    for name in STORED:
         value = getattr(pairs, name)
         if value is not None:
             shard.append(name, value)

@@ -25,13 +25,13 @@ import scipy.sparse as sp
 from biasboard.pipelines.backfill import run_backfill
 from biasboard.ranking import ModelConfig, stream
 from biasboard.ranking.arrowhead import row_covariance
-from biasboard.ranking.data import CellsFold, build_dataset
-from biasboard.ranking.fit import fit_bias_aware, fit_leaderboards, solve_bias_aware
+from biasboard.ranking.bootstrap import ShardRedraw
+from biasboard.ranking.data import CellsFold, PairArrays, build_dataset
+from biasboard.ranking.fit import bootstrap_replicates, fit_leaderboards, solve_bias_aware
 from biasboard.ranking.problem import bias_aware_problem
 from biasboard.ranking.reference import ANCHOR_JUDGE, Reference, fit_with_reference
-from biasboard.ranking.solver import newton_factor
-from biasboard.ranking.stream import TableBuckets, stream_dataset
-from biasboard.schemas.errors import InputError
+from biasboard.ranking.solver import newton_factor, refit_nearby
+from biasboard.ranking.stream import STORED, TableBuckets, stream_dataset
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.summary import to_jsonable
 from biasboard.simulate import SimulationConfig, write_simulation
@@ -266,16 +266,65 @@ def test_streamed_anchor_fit_equals_the_in_memory_one(solver):
         _close([x[key] for key in numbers], [y[key] for key in numbers], f"agreement of {x['judge']}")
 
 
-def test_streamed_fit_rejects_what_it_does_not_take_yet():
+def test_streamed_pair_totals_have_no_judge():
     data = stream_dataset(TableBuckets(_merged(2), 200))
     assert data.stream is not None
     try:
-        with pytest.raises(InputError, match="--bootstrap"):
-            fit_bias_aware(data, config=ModelConfig(bootstrap=2, profile=False))
         with pytest.raises(ValueError, match="negative"):  # the pair totals have no judge: loud, not wrong
             np.bincount(data.pairs.j, weights=data.pairs.tie)
     finally:
         data.stream.close()
+
+
+@pytest.mark.parametrize("solver", ["dense", "blocked"])
+def test_streamed_replicates_are_refits_of_the_redrawn_shards(solver):
+    """A streamed bootstrap replicate redraws each shard's counts as it is read (the same counts on every read,
+    whichever process): it lands where the in-memory problem's warm refit of those counts, gathered, does; it is
+    the same in one process and in two; and the replicates differ."""
+    table = _merged(3)
+    config = ModelConfig(judge_solver=solver, diagnostics="off")
+    data = stream_dataset(TableBuckets(table, 120))
+    assert data.stream is not None and len(data.stream.files.shards) >= 8
+    try:
+        streamed = bias_aware_problem(data, config)
+        solution = solve_bias_aware(streamed, config)
+        assert streamed.data.stream is not None
+        one = bootstrap_replicates(streamed, solution, 3, 1, 7, TOL, 200, workers=1)[1]
+        two = bootstrap_replicates(streamed, solution, 3, 1, 7, TOL, 200, workers=2)[1]
+        assert np.array_equal(one, two)
+        assert np.ptp(one[:, streamed.layout.theta], axis=0).min() > 1e-3
+        problem = bias_aware_problem(build_dataset(table), config)
+        at_map = solve_bias_aware(problem, config)
+        newton = newton_factor(at_map.evaluation, at_map.free)
+        for r in range(3):
+            store = streamed.data.stream.redrawn(ShardRedraw(7, r))
+            reads = [PairArrays.concat([s.pairs for s in store.shards(STORED)]) for _ in range(2)]
+            assert np.array_equal(reads[0].win_a, reads[1].win_a) and np.array_equal(reads[0].n, reads[1].n)
+            assert not np.array_equal(reads[0].n, PairArrays.concat([s.pairs for s in streamed.data.stream.shards()]).n)
+            refit = refit_nearby(problem.objective(pairs=reads[0]), at_map, newton, tol=TOL, max_iter=200)
+            assert np.max(np.abs(refit.core - one[r])) < 1e-9
+    finally:
+        data.stream.close()
+
+
+def test_streamed_bootstrap_publishes_intervals_near_the_in_memory_ones():
+    """``--bootstrap`` on a streamed data set: both boards' intervals from replicates (the naive board's from its
+    pair totals redrawn), as wide as the in-memory replicates' (other draws: equal in distribution, not in value)."""
+    table = _merged(4)
+    config = ModelConfig(judge_solver="blocked", diagnostics="off", posterior_draws=200, bootstrap=40, seed=2)
+    in_memory = fit_leaderboards(build_dataset(table), config=config)
+    data = stream_dataset(TableBuckets(table, 120))
+    try:
+        streamed = fit_leaderboards(data, config=config)
+    finally:
+        data.stream.close()
+    for mem, fit in zip(in_memory, streamed, strict=True):
+        assert mem.uncertainty == fit.uncertainty == "bootstrap"
+        _close(mem.rating, fit.rating, "rating")
+        width, want = fit.boot_ci_high - fit.boot_ci_low, mem.boot_ci_high - mem.boot_ci_low
+        assert 0.75 < np.median(width / want) < 1.33
+        assert np.all(fit.boot_ci_low <= fit.rating) and np.all(fit.rating <= fit.boot_ci_high)
+        assert not np.array_equal(width, want)  # the streamed replicates are drawn shard by shard
 
 
 SIM = SimulationConfig(battles=4_000, models=6, judges=3, days=3, seed=5)
@@ -470,15 +519,21 @@ def test_fit_state_streams_with_score_cells(tmp_path, monkeypatch, caplog):
         _close(values, streamed.bias[column].to_numpy(), f"bias {column}")
 
 
-def test_fit_state_keeps_options_the_stream_does_not_take_in_memory(tmp_path, monkeypatch, caplog):
+def test_fit_state_streams_with_bootstrap(tmp_path, monkeypatch, caplog):
+    """``refresh --bootstrap`` above the size: streamed (it was held in memory), its intervals from replicates."""
     logs = write_simulation(SIM, tmp_path / "logs")
     state = str(tmp_path / "state")
     run_backfill(str(logs / "battles" / "day=*" / "*.parquet"), state)
-    spec = FitSpec(ModelConfig(profile=False, posterior_draws=200, k=3, bootstrap=2))
+    spec = FitSpec(ModelConfig(profile=False, posterior_draws=200, k=3, bootstrap=10))
+    mem = _snapshot(state, monkeypatch, False, spec)
     with caplog.at_level("INFO", logger=snapshot.__name__):
-        parts = _snapshot(state, monkeypatch, True, spec)
-    assert "not streamed: the streamed fit does not take --bootstrap yet" in caplog.text
-    assert parts.leaderboard.height == SIM.models
+        streamed = _snapshot(state, monkeypatch, True, spec)
+    assert "fit: streamed" in caplog.text
+    assert mem.summary.uncertainty == streamed.summary.uncertainty == "bootstrap"
+    for column in ("rating_corrected", "rating_naive"):
+        _close(mem.leaderboard[column].to_numpy(), streamed.leaderboard[column].to_numpy(), column)
+    for column in ("ci_low_corrected", "ci_high_corrected", "ci_low_naive", "ci_high_naive"):
+        assert streamed.leaderboard[column].is_finite().all()
 
 
 @pytest.mark.parametrize("style", [False, True])

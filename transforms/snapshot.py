@@ -134,9 +134,9 @@ def fit_state(
     score_cells = score_cells.sort_by([(k, "ascending") for k in SCORE_CELL_KEYS]) if score_cells.num_rows else None
     # The battles the days counted bound the merged cells from above before any is read: above the size, the
     # cells are merged by judge bucket on disk and streamed through the fit (biasboard.ranking.stream).
-    why_not = _not_streamed(state.stored_battles(state_dir), spec)
+    streamed = streaming_wanted(state.stored_battles(state_dir))
     started = time.perf_counter()
-    if why_not is None:
+    if streamed:
         buckets = state.load_cells_by_judge(state_dir, cache=True)  # key order within a bucket, global dictionaries
         n_rows = buckets.n_rows
     else:
@@ -156,7 +156,7 @@ def fit_state(
     n_cells = n_rows + (score_cells.num_rows if score_cells is not None else 0)
     fit_input: Dataset
     slice_cells: SliceSource | None = None
-    if why_not is None:
+    if streamed:
         # A history too big to hold: each bucket coded onto a scratch folder, then read a shard at a time by every
         # evaluation; the buckets' files go once coded.
         totals = CellTotals.of_buckets(buckets.tables())  # the stored judges (voters), as the summary counts them
@@ -183,8 +183,6 @@ def fit_state(
         )
         del buckets
     else:
-        if why_not:
-            _LOG.info("fit: %d pair cells held in memory, not streamed: %s", n_rows, why_not)
         totals = CellTotals.of(cells)
         slice_cells = TableSlices(cells) if spec.slices else None  # the slices' boards need the labels: it stays
         # Coded once for every fit of this snapshot (anchors are added to the coded cells as one more judge); the
@@ -206,15 +204,6 @@ def fit_state(
     finally:
         if isinstance(fit_input, Dataset) and fit_input.stream is not None:
             fit_input.stream.close()
-
-
-def _not_streamed(bound: int, spec: FitSpec) -> str | None:
-    """None when the fit streams its cells (``bound``, the stored battles, above
-    :func:`~biasboard.ranking.stream.stream_min_cells`), else why not: "" below the size, or the option the
-    streamed fit does not take yet (it fits in memory)."""
-    if not streaming_wanted(bound):
-        return ""
-    return "the streamed fit does not take --bootstrap yet" if spec.config.bootstrap else None
 
 
 def _fit_snapshot(
