@@ -28,6 +28,7 @@ Usage::
     .venv/bin/python bench/bootstrap.py            # ~530k cells, 100 replicates (a few minutes)
     .venv/bin/python bench/bootstrap.py --smoke    # 50k battles, 10 replicates (seconds)
     .venv/bin/python bench/bootstrap.py --voters 25000 --replicates 10   # voter-judges: the step clipping
+    .venv/bin/python bench/bootstrap.py --streamed   # and the engine on the cells streamed from disk
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE / "out" / "bootstrap")
     parser.add_argument("--smoke", action="store_true", help="50k battles, 20 models, 4 judges, 10 replicates")
     parser.add_argument("--voters", type=int, default=0, help="split each human pool into N voter-judges")
+    parser.add_argument(
+        "--streamed",
+        action="store_true",
+        help="also the same replicates' engine on the cells streamed from disk (as a refresh above 1M stored "
+        "battles runs it): time against the in-memory engine, interval widths",
+    )
     args = parser.parse_args(argv)
     if args.smoke:
         args.battles, args.models, args.judges, args.days, args.replicates, args.cold = 50_000, 20, 4, 2, 10, 2
@@ -130,6 +137,14 @@ def main(argv: list[str] | None = None) -> int:
         f"(mean {steps.mean():.1f}), damped-Newton fallbacks {sum(rep.newton for rep in sample)}, "
         f"lean gradient used: {engine.kernel is not None}"
     )
+    if args.streamed:
+        streamed_study(
+            args,
+            config,
+            rows[f"new: lean chord engine, {workers} process{'es' if workers > 1 else ''}"],
+            new_theta,
+            workers,
+        )
     if args.cold:
         (_, cold_core), wall, _ = timed(
             lambda: bootstrap_replicates(problem, solution, args.cold, 1, seed, tol, max_iter, mode="cold")
@@ -140,6 +155,44 @@ def main(argv: list[str] | None = None) -> int:
             f"vs old {np.max(np.abs(old_core[: args.cold] - cold_core)):.2e}"
         )
     return 0
+
+
+def streamed_study(args, config, in_memory: tuple[float, float], theta: np.ndarray, workers: int) -> None:
+    """The same cells streamed from disk (shards of 2¹⁸ cells, as the refresh's streamed fit codes them): the
+    MAP, then the engine's replicates, each shard's counts redrawn as it is read (other draws than in memory:
+    equal in distribution), in ``workers`` processes; wall and CPU time against the in-memory engine's, and
+    the median width of the θ intervals against theirs."""
+    import pyarrow.parquet as pq
+    from biasboard.ranking.fit import bootstrap_replicates, solve_bias_aware
+    from biasboard.ranking.problem import bias_aware_problem
+    from biasboard.ranking.stream import TableBuckets, stream_dataset
+    from biasboard.ranking.uncertainty import percentile_interval
+
+    table = pq.read_table(args.out / "cells.parquet")
+    table = table.sort_by([("judge", "ascending")])
+    data = stream_dataset(TableBuckets(table, 1 << 18))
+    del table
+    assert data.stream is not None
+    try:
+        problem = bias_aware_problem(data, config)
+        solution = solve_bias_aware(problem, config)
+        b = args.replicates
+        (theta_s, _), wall, cpu = timed(
+            lambda: bootstrap_replicates(
+                problem, solution, b, 1, config.seed, config.tol, config.max_iter, workers=workers
+            )
+        )
+        shards = len(data.stream.files.shards)
+    finally:
+        data.stream.close()
+    lo, hi = percentile_interval(theta)
+    lo_s, hi_s = percentile_interval(theta_s)
+    print(
+        f"\nstreamed ({shards} shards on disk, {workers} process{'es' if workers > 1 else ''}): {b} replicates "
+        f"{wall:.2f} s wall, {cpu:.2f} s CPU — {wall / in_memory[0]:.2f}x the in-memory engine's wall, "
+        f"{cpu / in_memory[1]:.2f}x its CPU; median θ interval width {np.median(hi_s - lo_s):.3f} against "
+        f"{np.median(hi - lo):.3f} in memory (ratio {np.median((hi_s - lo_s) / (hi - lo)):.2f}: other draws)"
+    )
 
 
 def voters_study(args) -> int:

@@ -44,9 +44,17 @@ def _claim(counter: Any, n: int) -> Iterator[int]:
         yield i
 
 
-def _child(function: Callable[[Any], Any], items: Sequence[Any], counter: Any, send: Connection) -> None:
-    """A forked worker: (index, True, result) of each piece it claims down the pipe, or (index, False, the
-    exception) when one raises (then it stops)."""
+def _child(
+    function: Callable[[Any], Any],
+    items: Sequence[Any],
+    counter: Any,
+    send: Connection,
+    setup: Callable[[], object] | None = None,
+) -> None:
+    """A forked worker: ``setup()`` first when given, then (index, True, result) of each piece it claims down the
+    pipe, or (index, False, the exception) when one raises (then it stops)."""
+    if setup is not None:
+        setup()
     for i in _claim(counter, len(items)):
         try:
             result = function(items[i])
@@ -60,19 +68,26 @@ def _child(function: Callable[[Any], Any], items: Sequence[Any], counter: Any, s
     send.close()
 
 
-def fork_map(function: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
+def fork_map(
+    function: Callable[[T], R], items: Sequence[T], workers: int, *, child_setup: Callable[[], object] | None = None
+) -> list[R]:
     """``[function(item) for item in items]``, in ``workers`` processes (this one and ``workers`` − 1 forked
-    children), in the items' order."""
+    children), in the items' order.
+
+    ``child_setup``: a set-up only a process of its own may make (one that outlives the pieces, such as the
+    allocator's, :func:`~biasboard.ranking.allocator.keep_freed_memory`): then the pieces run in ``workers``
+    forked children, each calling it first, and this process only gathers their results."""
     n = len(items)
     if workers <= 1 or n < 2:
         return [function(item) for item in items]
     context = multiprocessing.get_context("fork")
     counter = context.Value("l", 0)
     children: list[tuple[Any, Connection]] = []
+    parent_works = child_setup is None
     try:
-        for _ in range(min(workers, n) - 1):
+        for _ in range(min(workers, n) - (1 if parent_works else 0)):
             receive, send = context.Pipe(duplex=False)
-            process = context.Process(target=_child, args=(function, items, counter, send), daemon=True)
+            process = context.Process(target=_child, args=(function, items, counter, send, child_setup), daemon=True)
             process.start()
             send.close()
             children.append((process, receive))
@@ -88,7 +103,7 @@ def fork_map(function: Callable[[T], R], items: Sequence[T], workers: int) -> li
     for thread in drains:
         thread.start()
     try:
-        for i in _claim(counter, n):
+        for i in _claim(counter, n) if parent_works else ():
             done[i] = function(items[i])
         for thread in drains:
             thread.join()

@@ -373,6 +373,6 @@ def test_day_workers_keep_freed_memory_for_the_next_day():
     """A day worker asks glibc to keep freed blocks (each ``mallopt`` accepted); in its own process, as a worker."""
     import subprocess
 
-    code = "from biasboard.transforms.allocator import keep_freed_memory; print(keep_freed_memory())"
+    code = "from biasboard.ranking.allocator import keep_freed_memory; print(keep_freed_memory())"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and done.stdout.split() == ["True"], done.stderr[-2000:]

@@ -221,3 +221,19 @@ def test_bench_voters_smoke():
     assert out.returncode == 0, out.stderr[-3000:]
     assert "clipped to ±1 (the engine)" in out.stdout and "not clipped" in out.stdout, out.stdout
     assert "same replicates as 1 process: True" in out.stdout, out.stdout
+
+
+def test_bench_streamed_smoke():
+    """``bench/bootstrap.py --smoke --streamed`` runs end to end: the engine on the same cells streamed from disk,
+    its θ intervals as wide as the in-memory replicates' (other draws: 0.5–2× at 10 replicates)."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "bootstrap.py"
+    out = subprocess.run([sys.executable, str(script), "--smoke", "--streamed"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = re.search(r"streamed \(\d+ shards on disk.*\(ratio ([\d.]+): other draws\)", out.stdout)
+    assert found, out.stdout
+    assert 0.5 < float(found.group(1)) < 2.0

@@ -36,6 +36,22 @@ def test_this_process_is_one_of_the_workers():
     assert os.getpid() in pids and len(set(pids)) == 2
 
 
+def test_a_child_setup_runs_in_every_child_and_this_process_only_gathers():
+    """With ``child_setup`` (a set-up that outlives the pieces: the allocator's) every piece runs in one of
+    ``workers`` children, each set up before its first piece; this process is never set up and does no piece."""
+    marks: list[int] = []
+
+    def piece(i: int) -> tuple[int, int, bool]:
+        time.sleep(0.05)
+        return i, os.getpid(), bool(marks)
+
+    out = forked.fork_map(piece, list(range(12)), 2, child_setup=lambda: marks.append(1))
+    assert [i for i, _, _ in out] == list(range(12))
+    pids = {pid for _, pid, _ in out}
+    assert os.getpid() not in pids and len(pids) == 2
+    assert all(set_up for _, _, set_up in out) and not marks
+
+
 def test_a_child_with_results_bigger_than_a_pipe_buffer_keeps_working():
     """A piece's result of 1 MB (a bootstrap replicate's core at 50k voter-judges is 2.4 MB) does not fit the pipe's
     64 KB buffer: the child's send waits until it is read.  This process reads while it works on its own pieces, so

@@ -75,6 +75,7 @@ from biasboard.audit.measures import (
     order_models_table,
     order_pairs_table,
 )
+from biasboard.ranking.allocator import release_freed_memory
 from biasboard.ranking.data import CodedFold
 from biasboard.ranking.spill import BucketedFold, bucket_bounds, scratch_folder
 from biasboard.report.audit import render_audit_section
@@ -84,7 +85,6 @@ from biasboard.schemas.errors import InputError, StateError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.transforms import audit_cache, publish, read, state, storage
-from biasboard.transforms.allocator import release_freed_memory
 from biasboard.transforms.cells import IngestCounts
 from biasboard.transforms.covariates import resolve_families
 from biasboard.transforms.judge_pool import carry, pool_by_column

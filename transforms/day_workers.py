@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from biasboard.transforms.allocator import keep_freed_memory
+from biasboard.ranking.allocator import keep_freed_memory
 
 _LOG = logging.getLogger(__name__)
 

@@ -45,12 +45,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
+from biasboard.ranking.allocator import release_freed_memory
 from biasboard.ranking.data import CellsFold, CodedFold, _Vocab, read_cells
 from biasboard.ranking.spill import BucketedFold, JudgeBuckets, bucket_bounds, scratch_folder
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA, conform_pair_cells
 from biasboard.schemas.errors import StateError
 from biasboard.transforms import storage
-from biasboard.transforms.allocator import release_freed_memory
 from biasboard.transforms.cells import merge_cells
 
 PAIR_CELLS_FILE = "pair_cells.parquet"

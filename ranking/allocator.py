@@ -1,8 +1,10 @@
 """What a stage frees: kept by the allocators for reuse, or handed back to the system between stages.
 
 Two opposite needs, one place for both.  A day worker allocates and frees the same few hundred MB for
-every day, so it should keep them (:func:`keep_freed_memory`); a refresh's stages run one after the other
-in one process, so each should hand back what it freed before the next starts (:func:`release_freed_memory`).
+every day, and a streamed bootstrap replicate's worker the same arrays for every shard it reads, so they
+should keep them (:func:`keep_freed_memory`, in processes of their own); a refresh's stages run one after
+the other in one process, so each should hand back what it freed before the next starts
+(:func:`release_freed_memory`).
 glibc's malloc is reached through ctypes; where the C library is not glibc both are left to the defaults.
 """
 
