@@ -30,6 +30,8 @@ number of processes — bit for bit.
 from __future__ import annotations
 
 import functools
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -50,6 +52,8 @@ from biasboard.ranking.solver import (
     newton_factor,
 )
 from biasboard.ranking.uncertainty import poisson_scores
+
+_LOG = logging.getLogger(__name__)
 
 #: Cells per slice of a gradient evaluation: the per-cell temporaries (~20 arrays) stay in the CPU cache.
 SLICE_CELLS: int = 1 << 14
@@ -373,8 +377,9 @@ class Replicate:
     """One replicate's refit: its raw core parameters and how it got there."""
 
     core: np.ndarray
-    steps: int  # chord steps (each one gradient evaluation)
+    steps: int  # chord steps (each one gradient evaluation), plus the damped Newton's iterations after a hand-over
     newton: bool  # handed over to damped Newton (a step did not contract, or no factorisation)
+    seconds: float = 0.0  # wall time of the refit (redraw included), for the log line of :func:`run`
 
 
 def _norm(g: np.ndarray, g_diag: np.ndarray, free: np.ndarray) -> float:
@@ -421,6 +426,12 @@ class Engine:
 
     def replicate(self, r: int) -> Replicate:
         """Replicate r: its counts from :func:`replicate_rng` (seed, r), refit from the MAP."""
+        start = time.perf_counter()
+        rep = self._refit(r)
+        rep.seconds = time.perf_counter() - start
+        return rep
+
+    def _refit(self, r: int) -> Replicate:
         sol, free = self.solution, self.solution.free
         grad: Gradient
         if self.kernel is not None and self.map_point is not None:
@@ -517,5 +528,24 @@ def run(engine: Engine, replicates: int, workers: int = 1) -> list[Replicate]:
     ids = np.arange(replicates)
     chunks = [c.tolist() for c in np.array_split(ids, min(replicates, 4 * workers)) if len(c)]
     setup = keep_freed_memory if engine.problem.data.stream is not None else None
+    start = time.perf_counter()
     parts = forked.fork_map(lambda chunk: [engine.replicate(r) for r in chunk], chunks, workers, child_setup=setup)
-    return [rep for part in parts for rep in part]
+    reps = [rep for part in parts for rep in part]
+    _LOG.info("%s", summary_line(reps, workers, time.perf_counter() - start))
+    return reps
+
+
+def summary_line(reps: list[Replicate], workers: int, seconds: float) -> str:
+    """What the replicates cost, for the refresh's log: where a slow bootstrap's time went (chord steps, or the
+    damped Newton a replicate handed over to, each of whose steps is a Hessian pass and a factorisation)."""
+    if not reps:
+        return "bootstrap: no replicates"
+    times = np.array([rep.seconds for rep in reps])
+    fallbacks = [rep for rep in reps if rep.newton]
+    steps, seconds_handed = sum(r.steps for r in fallbacks), sum(r.seconds for r in fallbacks)
+    handed = f" ({steps} steps, {seconds_handed:.1f} s)" if fallbacks else ""
+    return (
+        f"bootstrap: {len(reps)} replicates in {workers} process(es), {seconds:.1f} s wall; a replicate "
+        f"{np.median(times):.2f} s median, {times.max():.2f} s slowest; steps {min(r.steps for r in reps)}-"
+        f"{max(r.steps for r in reps)}; {len(fallbacks)} handed to damped Newton{handed}"
+    )

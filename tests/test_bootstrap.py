@@ -237,3 +237,20 @@ def test_bench_streamed_smoke():
     found = re.search(r"streamed \(\d+ shards on disk.*\(ratio ([\d.]+): other draws\)", out.stdout)
     assert found, out.stdout
     assert 0.5 < float(found.group(1)) < 2.0
+
+
+def test_the_log_says_what_the_replicates_cost(monkeypatch, caplog):
+    """``run`` logs a line per bootstrap: how many replicates, in how many processes, how many handed over to damped
+    Newton and how long those took — the one place a slow ``refresh --bootstrap`` says where its time went."""
+    problem, solution = _dense()
+    engine = boot.Engine(problem, solution, 1, TOL, MAX_ITER, 2)
+    with caplog.at_level("INFO", logger=boot.__name__):
+        reps = boot.run(engine, 3, workers=1)
+    assert "bootstrap: 3 replicates in 1 process(es)" in caplog.text and "0 handed to damped Newton" in caplog.text
+    assert all(rep.seconds > 0 for rep in reps)
+    monkeypatch.setattr(boot, "CHORD_RATE", 1e-12)
+    caplog.clear()
+    with caplog.at_level("INFO", logger=boot.__name__):
+        reps = boot.run(engine, 3, workers=2)
+    steps = sum(rep.steps for rep in reps)
+    assert f"3 handed to damped Newton ({steps} steps, " in caplog.text
