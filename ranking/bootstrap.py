@@ -12,7 +12,8 @@ a good model of the replicate's, so each replicate
 - stops when the relative gradient is below the fit's tolerance (the same test as the fit, checked on
   an evaluated gradient), then takes the step that gradient gives (the polishing step of the fit's
   Newton, here without a further evaluation: every earlier step was checked to contract);
-- hands over to the fit's damped Newton from where it got when a step does not halve the gradient.
+- hands over to the fit's damped Newton from where it got when a step does not halve the gradient, whose
+  polishing step is then a chord step too (``polish_unevaluated``: no Hessian pass at the end).
 
 On pair cells (no ordinal scores) the gradient is evaluated by :class:`PairGradient`, a lean
 gradient-only form of the pair likelihood of :mod:`biasboard.ranking.model` (no objective value, one
@@ -462,7 +463,17 @@ class Engine:
         model = self.redraws.objective(r, self.shards)
         budget = max(self.max_iter - steps, 1)
         step = None if self.judges is None else JUDGE_STEP
-        full = minimize(model, core, diag, free=free, tol=self.tol, max_iter=budget, g0_norm=sol.scale, judge_step=step)
+        full = minimize(
+            model,
+            core,
+            diag,
+            free=free,
+            tol=self.tol,
+            max_iter=budget,
+            g0_norm=sol.scale,
+            judge_step=step,
+            polish_unevaluated=True,
+        )
         return Replicate(full.core, steps + full.iterations, True)
 
 
