@@ -19,9 +19,10 @@ replicate and how many replicates needed the damped-Newton fallback.
 With ``--voters N`` the cells are ``bench/fit.py --voters N``'s instead (the two human pools split into N voters
 each, every voter its own judge: the judge-blocked solver), and the same replicates are refit by the engine as it
 is — each judge's own step clipped to ±``bootstrap.JUDGE_STEP`` in the chord and the damped-Newton fallback — and
-with the clipping off, in one process each: wall time, factorisations, fallbacks, and how far both land from
-cold-start refits; then the engine again in two processes (:mod:`biasboard.ranking.forked`; the children's
-factorisations are not counted here), whose replicates must equal the one-process run's bit for bit.
+with the clipping off, and with the fallback's polishing step evaluated (a Hessian pass and a factorisation, as
+before the engine took it unevaluated), in one process each: wall time, factorisations, fallbacks, and how far
+they land from cold-start refits; then the engine again in two processes (:mod:`biasboard.ranking.forked`; the
+children's factorisations are not counted here), whose replicates must equal the one-process run's bit for bit.
 
 Usage::
 
@@ -214,6 +215,7 @@ def voters_study(args) -> int:
     )
     counts = {"factorisations": 0, "fallbacks": 0}
     factor, fallback = solver.newton_factor, bootstrap.minimize
+    polish = {"unevaluated": True}
 
     def counted_factor(*a, **k):
         counts["factorisations"] += 1
@@ -221,22 +223,27 @@ def voters_study(args) -> int:
 
     def counted_fallback(*a, **k):
         counts["fallbacks"] += 1
-        return fallback(*a, **k)
+        return fallback(*a, **{**k, "polish_unevaluated": polish["unevaluated"]})
 
     solver.newton_factor = bootstrap.newton_factor = counted_factor
     bootstrap.minimize = counted_fallback
     b, tol, max_iter, seed = args.replicates, config.tol, config.max_iter, config.seed
-    clip = bootstrap.JUDGE_STEP
+    clip, theta = bootstrap.JUDGE_STEP, problem.layout.theta
     rows = {}
     engine = f"clipped to ±{clip:g} (the engine)"
-    for label, limit in ((engine, clip), ("not clipped", float("inf"))):
-        bootstrap.JUDGE_STEP = limit
+    evaluated = "fallback's polish evaluated (before)"
+    for label, limit, unevaluated in (
+        (engine, clip, True),
+        (evaluated, clip, False),
+        ("not clipped", float("inf"), True),
+    ):
+        bootstrap.JUDGE_STEP, polish["unevaluated"] = limit, unevaluated
         counts.update(factorisations=0, fallbacks=0)
         (_, cores), wall, cpu = timed(
             lambda: bootstrap_replicates(problem, solution, b, 1, seed, tol, max_iter, workers=1)
         )
         rows[label] = (cores, wall, cpu, dict(counts))
-    bootstrap.JUDGE_STEP = clip
+    bootstrap.JUDGE_STEP, polish["unevaluated"] = clip, True
     (_, forked_cores), forked_wall, forked_cpu = timed(
         lambda: bootstrap_replicates(problem, solution, b, 1, seed, tol, max_iter, workers=2)
     )
@@ -247,10 +254,11 @@ def voters_study(args) -> int:
     base = rows["not clipped"][1]
     print(
         f"\n{b} replicates, 1 process{'':22} {'wall s':>7} {'CPU s':>7} {'vs not':>7} {'factor.':>8} {'fallbacks':>9}"
-        f" {'max |Δ| vs cold':>15}"
+        f" {'max |Δ| vs cold':>15} {'of θ':>8}"
     )
     for label, (cores, wall, cpu, c) in rows.items():
         off = "" if cold is None else f"{np.max(np.abs(cores[: args.cold] - cold)):15.1e}"
+        off += "" if cold is None else f" {np.max(np.abs(cores[: args.cold, theta] - cold[:, theta])):8.1e}"
         print(
             f"{label:40} {wall:7.2f} {cpu:7.2f} {base / wall:6.2f}x {c['factorisations']:8d} {c['fallbacks']:9d} {off}"
         )
@@ -258,7 +266,10 @@ def voters_study(args) -> int:
         f"{'the engine, 2 processes':40} {forked_wall:7.2f} {forked_cpu:7.2f} {base / forked_wall:6.2f}x "
         f"{'—':>8} {'—':>9}   same replicates as 1 process: {same}"
     )
-    print("(factorisations include the engine's one at the MAP; fallbacks: replicates handed to damped Newton)")
+    print(
+        "(factorisations include the engine's one at the MAP; fallbacks: replicates handed to damped Newton, whose "
+        f"polishing step the engine takes unevaluated; vs {evaluated}: {rows[evaluated][1] / rows[engine][1]:.2f}x)"
+    )
     return 0 if same else 1
 
 
