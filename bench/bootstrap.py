@@ -19,10 +19,11 @@ replicate and how many replicates needed the damped-Newton fallback.
 With ``--voters N`` the cells are ``bench/fit.py --voters N``'s instead (the two human pools split into N voters
 each, every voter its own judge: the judge-blocked solver), and the same replicates are refit by the engine as it
 is — each judge's own step clipped to ±``bootstrap.JUDGE_STEP`` in the chord and the damped-Newton fallback — and
-with the clipping off, and with the fallback's polishing step evaluated (a Hessian pass and a factorisation, as
-before the engine took it unevaluated), in one process each: wall time, factorisations, fallbacks, and how far
-they land from cold-start refits; then the engine again in two processes (:mod:`biasboard.ranking.forked`; the
-children's factorisations are not counted here), whose replicates must equal the one-process run's bit for bit.
+with the clipping off, and with the fallback's polishing step always evaluated (a Hessian pass and a
+factorisation, as before; the engine takes it unevaluated when the fallback converged on a Newton step), in one
+process each: wall time, factorisations, fallbacks, and how far they land from cold-start refits; then the engine
+again in two processes (:mod:`biasboard.ranking.forked`; the children's factorisations are not counted here),
+whose replicates must equal the one-process run's bit for bit.
 
 Usage::
 
@@ -231,7 +232,7 @@ def voters_study(args) -> int:
     clip, theta = bootstrap.JUDGE_STEP, problem.layout.theta
     rows = {}
     engine = f"clipped to ±{clip:g} (the engine)"
-    evaluated = "fallback's polish evaluated (before)"
+    evaluated = "fallback's polish always evaluated"
     for label, limit, unevaluated in (
         (engine, clip, True),
         (evaluated, clip, False),
@@ -268,7 +269,8 @@ def voters_study(args) -> int:
     )
     print(
         "(factorisations include the engine's one at the MAP; fallbacks: replicates handed to damped Newton, whose "
-        f"polishing step the engine takes unevaluated; vs {evaluated}: {rows[evaluated][1] / rows[engine][1]:.2f}x)"
+        f"polishing step the engine takes unevaluated after a Newton step; vs {evaluated}: "
+        f"{rows[evaluated][1] / rows[engine][1]:.2f}x)"
     )
     return 0 if same else 1
 

@@ -12,8 +12,8 @@ a good model of the replicate's, so each replicate
 - stops when the relative gradient is below the fit's tolerance (the same test as the fit, checked on
   an evaluated gradient), then takes the step that gradient gives (the polishing step of the fit's
   Newton, here without a further evaluation: every earlier step was checked to contract);
-- hands over to the fit's damped Newton from where it got when a step does not halve the gradient, whose
-  polishing step is then a chord step too (``polish_unevaluated``: no Hessian pass at the end).
+- hands over to the fit's damped Newton from where it got when a step does not halve the gradient (which,
+  converged on a Newton step, polishes with that step's factorisation: ``polish_unevaluated``).
 
 On pair cells (no ordinal scores) the gradient is evaluated by :class:`PairGradient`, a lean
 gradient-only form of the pair likelihood of :mod:`biasboard.ranking.model` (no objective value, one
