@@ -548,7 +548,8 @@ def run(engine: Engine, replicates: int, workers: int = 1) -> list[Replicate]:
 
 def summary_line(reps: list[Replicate], workers: int, seconds: float) -> str:
     """What the replicates cost, for the refresh's log: where a slow bootstrap's time went (chord steps, or the
-    damped Newton a replicate handed over to, each of whose steps is a Hessian pass and a factorisation)."""
+    damped Newton a replicate handed over to, whose Newton steps each cost a Hessian pass and a factorisation).
+    A handed-over replicate's steps count both: its chord steps and the damped Newton's iterations."""
     if not reps:
         return "bootstrap: no replicates"
     times = np.array([rep.seconds for rep in reps])
