@@ -23,13 +23,16 @@ with the clipping off, and with the fallback's polishing step always evaluated (
 factorisation, as before; the engine takes it unevaluated when the fallback converged on a Newton step), in one
 process each: wall time, factorisations, fallbacks, and how far they land from cold-start refits; then the engine
 again in two processes (:mod:`biasboard.ranking.forked`; the children's factorisations are not counted here),
-whose replicates must equal the one-process run's bit for bit.
+whose replicates must equal the one-process run's bit for bit.  ``--schemes R`` then refits the first R replicates by
+step rules that refresh or eliminate the judges' blocks (:func:`schemes_study`): passes and factorisations each
+needs, against the engine's.
 
 Usage::
 
     .venv/bin/python bench/bootstrap.py            # ~530k cells, 100 replicates (a few minutes)
     .venv/bin/python bench/bootstrap.py --smoke    # 50k battles, 10 replicates (seconds)
     .venv/bin/python bench/bootstrap.py --voters 25000 --replicates 10   # voter-judges: the step clipping
+    .venv/bin/python bench/bootstrap.py --voters 25000 --replicates 10 --schemes 3   # and other step rules
     .venv/bin/python bench/bootstrap.py --streamed   # and the engine on the cells streamed from disk
 """
 
@@ -69,6 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE / "out" / "bootstrap")
     parser.add_argument("--smoke", action="store_true", help="50k battles, 20 models, 4 judges, 10 replicates")
     parser.add_argument("--voters", type=int, default=0, help="split each human pool into N voter-judges")
+    parser.add_argument(
+        "--schemes",
+        type=int,
+        default=0,
+        metavar="R",
+        help="with --voters: also refit the first R replicates by step rules that refresh or eliminate the judges' "
+        "blocks (Newton every step; each judge's block solved by its own Newton with the globals held, then a "
+        "chord or a Newton step): passes and factorisations to the fit's tolerance",
+    )
     parser.add_argument(
         "--streamed",
         action="store_true",
@@ -231,6 +243,9 @@ def voters_study(args) -> int:
     b, tol, max_iter, seed = args.replicates, config.tol, config.max_iter, config.seed
     clip, theta = bootstrap.JUDGE_STEP, problem.layout.theta
     rows = {}
+    # Warm-up, untimed: the first timed row was 10-15% slower than the second in two runs where both did the same
+    # work (21 factorisations each, no polish after a Newton step): the order, not the rule.
+    bootstrap_replicates(problem, solution, min(b, 2), 1, seed, tol, max_iter, workers=1)
     engine = f"clipped to ±{clip:g} (the engine)"
     evaluated = "fallback's polish always evaluated"
     for label, limit, unevaluated in (
@@ -272,7 +287,79 @@ def voters_study(args) -> int:
         f"polishing step the engine takes unevaluated after a Newton step; vs {evaluated}: "
         f"{rows[evaluated][1] / rows[engine][1]:.2f}x)"
     )
+    if args.schemes:
+        schemes_study(problem, solution, config, args.schemes)
     return 0 if same else 1
+
+
+def schemes_study(problem, solution, config, replicates: int) -> None:
+    """Step rules for a voter-judge replicate's refit from the MAP, each to the fit's tolerance, on the model's
+    objective in memory (passes counted, not timed: every pass here is a full evaluation).
+
+    The engine's chord with the MAP's factorisation stalls on few-battle voters whose redrawn counts move them far,
+    and hands over to damped Newton.  The question this answers: would taking each judge to its conditional optimum
+    (its own K × K Newton solve, the globals held — what a pass could do shard by shard while a judge bucket is in
+    memory) let the MAP's factorisation serve the globals, with no factorisation per replicate?  Rules:
+
+    - *Newton*: a Hessian pass and a factorisation every step (each judge's step clipped to ±JUDGE_STEP);
+    - *eliminated + MAP chord*: per-judge Newton steps (the Hessian's judge blocks, globals held) until the judges'
+      gradient is below a tenth of the globals', then one chord step with the MAP's factorisation;
+    - *eliminated + Newton*: the same, then one Newton step with a fresh factorisation.
+    """
+    from biasboard.ranking import bootstrap, solver
+    from biasboard.ranking.arrowhead import ArrowFactor, glob_index, judge_index
+
+    lay, free = problem.layout, solution.free
+    target = config.tol * solution.scale
+    judge_at, glob_at = judge_index(lay), glob_index(lay)
+    clip = bootstrap.JUDGE_STEP
+    map_factor = solver.newton_factor(solution.evaluation, free)
+    objective = problem.objective(1)
+    judges = solver.judge_entries(objective, free)
+    redraws = bootstrap.Redraws(problem, config.seed)
+
+    def judge_newton(ev) -> np.ndarray:
+        """Each judge's own Newton step (globals held, the centring left to the outer step), clipped."""
+        on = ev.H.on
+        blocks = ev.H.A * (on[:, :, None] & on[:, None, :])
+        blocks[~on] += np.eye(lay.n_blocks)[np.nonzero(~on)[1]]
+        step = np.zeros(lay.n_core)
+        newton = -np.linalg.solve(blocks, np.where(on, ev.g[judge_at], 0.0)[..., None])[..., 0]
+        step[judge_at] = np.clip(newton, -clip, clip)
+        return step
+
+    def refit(model, rule: str) -> tuple[np.ndarray, dict[str, int]]:
+        core, diag = solution.core.copy(), solution.diag.copy()
+        n = {"outer": 0, "hessian": 1, "factor": 0}
+        ev = model.evaluate(core, diag)
+        while np.linalg.norm(ev.g[free]) > target and n["outer"] < 60:
+            if rule != "Newton":
+                for _ in range(20):
+                    if np.linalg.norm(ev.g[judge_at]) <= 0.1 * max(np.linalg.norm(ev.g[glob_at]), target):
+                        break
+                    core = core + judge_newton(ev)
+                    ev, n["hessian"] = model.evaluate(core, diag), n["hessian"] + 1
+                if np.linalg.norm(ev.g[free]) <= target:
+                    break
+            factor = map_factor if rule.endswith("chord") else ArrowFactor.build(ev.H, free)
+            n["factor"] += factor is not map_factor
+            s, _ = factor.solve(ev.g[free], ev.g_diag)
+            solver.clip_judge_steps(s, judges, clip)
+            core = core.copy()
+            core[free] += s
+            ev, n["outer"], n["hessian"] = model.evaluate(core, diag), n["outer"] + 1, n["hessian"] + 1
+        return core, n, bool(np.linalg.norm(ev.g[free]) <= target)
+
+    print(f"\nstep rules, {replicates} replicate(s) refit from the MAP to the fit's tolerance (passes: Hessian passes)")
+    print(f"{'rule':32} {'replicate':>9} {'outer':>6} {'passes':>7} {'factor.':>8} {'max |Δ| vs Newton':>18} reached")
+    for r in range(replicates):
+        model = redraws.objective(r, 1)
+        reference = None
+        for rule in ("Newton", "eliminated + MAP chord", "eliminated + Newton"):
+            core, n, reached = refit(model, rule)
+            reference = core if reference is None else reference
+            off = np.max(np.abs(core - reference))
+            print(f"{rule:32} {r:9d} {n['outer']:6d} {n['hessian']:7d} {n['factor']:8d} {off:18.1e} {reached}")
 
 
 if __name__ == "__main__":

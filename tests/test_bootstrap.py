@@ -249,18 +249,25 @@ def test_replicates_added_after_publishing_equal_a_fit_made_with_them(solver):
 
 
 def test_bench_voters_smoke():
-    """``bench/bootstrap.py --smoke --voters 500`` runs end to end: the replicates of voter-judges with each judge's
-    step clipped and not, side by side, both landing on cold-start refits, and the engine's in two processes equal
-    to its one-process run."""
+    """``bench/bootstrap.py --smoke --voters 500 --schemes 1`` runs end to end: the replicates of voter-judges with each
+    judge's step clipped and not, side by side, both landing on cold-start refits, the engine's in two processes
+    equal to its one-process run, and the other step rules each reaching the fit's tolerance near Newton's point."""
+    import re
     import subprocess
     import sys
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "bench" / "bootstrap.py"
-    out = subprocess.run([sys.executable, str(script), "--smoke", "--voters", "500"], capture_output=True, text=True)
+    args = [sys.executable, str(script), "--smoke", "--voters", "500", "--schemes", "1"]
+    out = subprocess.run(args, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "clipped to ±1 (the engine)" in out.stdout and "not clipped" in out.stdout, out.stdout
     assert "same replicates as 1 process: True" in out.stdout, out.stdout
+    rules = re.findall(
+        r"^(Newton|eliminated \+ MAP chord|eliminated \+ Newton) +0 .* ([\d.e+-]+) (True|False)$", out.stdout, re.M
+    )
+    assert [rule for rule, _, _ in rules] == ["Newton", "eliminated + MAP chord", "eliminated + Newton"], out.stdout
+    assert all(reached == "True" and float(off) < 1e-3 for _, off, reached in rules), out.stdout
 
 
 def test_bench_streamed_smoke():
