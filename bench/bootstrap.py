@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         "battles runs it): time against the in-memory engine, interval widths",
     )
     args = parser.parse_args(argv)
+    if args.schemes and not args.voters:
+        parser.error("--schemes compares step rules for voter-judges: give --voters N too")
     if args.smoke:
         args.battles, args.models, args.judges, args.days, args.replicates, args.cold = 50_000, 20, 4, 2, 10, 2
         args.voters = min(args.voters, 500)
@@ -328,7 +330,8 @@ def schemes_study(problem, solution, config, replicates: int) -> None:
         step[judge_at] = np.clip(newton, -clip, clip)
         return step
 
-    def refit(model, rule: str) -> tuple[np.ndarray, dict[str, int]]:
+    def refit(model, rule: str) -> tuple[np.ndarray, dict[str, int], bool]:
+        """The replicate refit by ``rule``: its core, the counts, whether it reached the tolerance."""
         core, diag = solution.core.copy(), solution.diag.copy()
         n = {"outer": 0, "hessian": 1, "factor": 0}
         ev = model.evaluate(core, diag)
@@ -342,6 +345,8 @@ def schemes_study(problem, solution, config, replicates: int) -> None:
                 if np.linalg.norm(ev.g[free]) <= target:
                     break
             factor = map_factor if rule.endswith("chord") else ArrowFactor.build(ev.H, free)
+            if factor is None:  # not positive definite here: the rule stops (printed as not reached)
+                break
             n["factor"] += factor is not map_factor
             s, _ = factor.solve(ev.g[free], ev.g_diag)
             solver.clip_judge_steps(s, judges, clip)
