@@ -330,19 +330,23 @@ def schemes_study(problem, solution, config, replicates: int) -> None:
         step[judge_at] = np.clip(newton, -clip, clip)
         return step
 
+    def size(ev, at=free) -> float:
+        """The gradient's norm over the entries ``at`` (the free core: no prompts on the voters' cells)."""
+        return float(np.linalg.norm(ev.g[at]))
+
     def refit(model, rule: str) -> tuple[np.ndarray, dict[str, int], bool]:
         """The replicate refit by ``rule``: its core, the counts, whether it reached the tolerance."""
         core, diag = solution.core.copy(), solution.diag.copy()
         n = {"outer": 0, "hessian": 1, "factor": 0}
         ev = model.evaluate(core, diag)
-        while np.linalg.norm(ev.g[free]) > target and n["outer"] < 60:
+        while size(ev) > target and n["outer"] < 60:
             if rule != "Newton":
                 for _ in range(20):
-                    if np.linalg.norm(ev.g[judge_at]) <= 0.1 * max(np.linalg.norm(ev.g[glob_at]), target):
+                    if size(ev, judge_at) <= 0.1 * max(size(ev, glob_at), target):
                         break
                     core = core + judge_newton(ev)
                     ev, n["hessian"] = model.evaluate(core, diag), n["hessian"] + 1
-                if np.linalg.norm(ev.g[free]) <= target:
+                if size(ev) <= target:
                     break
             factor = map_factor if rule.endswith("chord") else ArrowFactor.build(ev.H, free)
             if factor is None:  # not positive definite here: the rule stops (printed as not reached)
@@ -353,7 +357,7 @@ def schemes_study(problem, solution, config, replicates: int) -> None:
             core = core.copy()
             core[free] += s
             ev, n["outer"], n["hessian"] = model.evaluate(core, diag), n["outer"] + 1, n["hessian"] + 1
-        return core, n, bool(np.linalg.norm(ev.g[free]) <= target)
+        return core, n, size(ev) <= target
 
     print(f"\nstep rules, {replicates} replicate(s) refit from the MAP to the fit's tolerance (passes: Hessian passes)")
     print(f"{'rule':32} {'replicate':>9} {'outer':>6} {'passes':>7} {'factor.':>8} {'max |Δ| vs Newton':>18} reached")
