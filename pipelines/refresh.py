@@ -62,7 +62,7 @@ from biasboard.ranking import ModelConfig
 from biasboard.ranking.reference import Reference, ReferenceSettings
 from biasboard.report.text import ORDINAL_TITLES, PAIRWISE_TITLES, fmt, side_by_side_text
 from biasboard.schemas import summary as S
-from biasboard.schemas.errors import InputError
+from biasboard.schemas.errors import InputError, StateError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.schemas.summary import Summary
@@ -95,7 +95,9 @@ _LOG = logging.getLogger(__name__)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--input", help="battle Parquet files: a glob or a folder (local or gs://); optional with --scores"
+        "--input",
+        help="battle Parquet files: a glob or a folder (local or gs://; a `biasboard import --out` folder is read "
+        "without its dead letters); optional with --scores",
     )
     parser.add_argument("--state", required=True, help="state folder: per-day cells, dead letters, manifests")
     parser.add_argument("--out", required=True, help="output folder: snapshots/ and LATEST (local or gs://)")
@@ -377,8 +379,7 @@ def refresh(
             return _with_plan(reused, out_dir, options)
 
     publish.clean_staging(out_dir)  # what killed runs left; this run stages its snapshot next
-    if audit.rerun:
-        storage.delete_tree(audit.folder)
+    audit.start()
     with timings.stage("pipeline"):
         result = run_to_completion(graph(without_input))
     metrics: dict[str, int] = {}
@@ -505,14 +506,15 @@ def _reuse_latest(out_dir: str, fit_key: str) -> Outcome | None:
     latest = publish.latest_snapshot_id(out_dir)
     if latest is None:
         return None
-    path = publish.snapshot_dir(out_dir, latest)
     try:
+        path = publish.resolve_snapshot(out_dir, latest)
         if publish.read_snapshot_manifest(path).get("fit_inputs_sha256") != fit_key:
             return None
-    except (OSError, ValueError):  # an unreadable manifest: refit rather than trust it
+        summary = Summary.from_json(json.loads(storage.read_text(storage.join(path, "summary.json"))))
+        leaderboard = pl.read_parquet(io.BytesIO(storage.read_bytes(storage.join(path, "leaderboard.parquet"))))
+    except (OSError, ValueError, StateError) as err:  # gone, incomplete or unreadable: refit rather than trust it
+        _LOG.warning("refresh: LATEST cannot be reused (%s); fitting and publishing a new snapshot", err)
         return None
-    summary = Summary.from_json(json.loads(storage.read_text(storage.join(path, "summary.json"))))
-    leaderboard = pl.read_parquet(io.BytesIO(storage.read_bytes(storage.join(path, "leaderboard.parquet"))))
     _LOG.info("refresh: nothing new since snapshot %s (same inputs, options and versions); it stays LATEST", latest)
     return Outcome(publish.Published(latest, path, reused=True), summary, [], leaderboard=leaderboard)
 
@@ -545,7 +547,7 @@ def build_refresh(
         written = pipeline | "NothingNew" >> beam.Create([])
     after = []
     if audit.rerun and input_glob is not None:  # never reruns without battles: refresh turns the audit off
-        input_days, out, families, lookup = audit_inputs(input_glob, audit.folder, options.anchors, family_map)
+        input_days, out, families, lookup = audit_inputs(input_glob, audit.written_to, options.anchors, family_map)
         days_dir = storage.join(state_dir, DAY_PARTIALS)
         settings = _digest({"anchors": _anchors_fingerprint(options), "audit_version": AUDIT_DAYS_VERSION})
         todo_audit, keys = {}, {}
@@ -573,7 +575,7 @@ def build_refresh(
         state_dir,
         staging,
         spec,
-        audit_dir=audit.folder if options.audit else None,
+        audit_dir=audit.written_to if options.audit else None,
         title=options.title,
         after=after,
         min_ram=options.fit_min_ram,
@@ -744,6 +746,8 @@ def _build_only_reason(options: PipelineOptions) -> str:
 
 
 AUDIT_DIR = "audit"
+#: Where a re-run audit is written (and read by the snapshot) until the run succeeds; then it replaces ``audit``.
+AUDIT_NEXT_DIR = "audit.next"
 
 
 @dataclass
@@ -751,16 +755,34 @@ class AuditPlan:
     """The judge audit of the whole input, kept under ``STATE/audit`` and re-run only when the input changed.
 
     Order pairing needs both orders of a prompt, which may sit on different
-    days, so the audit reads all battles rather than per-day cells.  Its files
-    are written by the pipeline's audit branch; ``inputs.json`` (the input
-    digest) is written after the pipeline finished (:meth:`finish`), so a run
-    killed mid-audit re-runs it next time.
+    days, so the audit reads all battles rather than per-day cells.  A re-run is
+    written to ``STATE/audit.next`` by the pipeline's audit branch and replaces
+    ``STATE/audit`` only once the whole run has succeeded (:meth:`finish`): an
+    input refused inside the pipeline (a file that is not Parquet, a missing
+    column, a day file copied into another day) leaves the stored audit as it
+    was, and so the next refresh of the unchanged input still finds nothing new.
+    ``inputs.json`` (the input digest) is written last, so a run killed
+    mid-swap re-runs the audit next time.
     """
 
-    folder: str
+    state_dir: str
     stamp: dict
     rerun: bool
     day_digests: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> str:
+        """The stored audit, the one the last successful run wrote."""
+        return storage.join(self.state_dir, AUDIT_DIR)
+
+    @property
+    def next_folder(self) -> str:
+        return storage.join(self.state_dir, AUDIT_NEXT_DIR)
+
+    @property
+    def written_to(self) -> str:
+        """Where this run's pipeline finds the audit's files: the re-run's own folder, else the stored audit."""
+        return self.next_folder if self.rerun else self.folder
 
     @classmethod
     def of(
@@ -771,7 +793,6 @@ class AuditPlan:
         options: RefreshOptions,
         family_map: FamilyMap,
     ) -> AuditPlan:
-        folder = storage.join(state_dir, AUDIT_DIR)
         stamp = {
             "input_digest": changes.digest,
             "input_glob": input_glob,
@@ -779,17 +800,24 @@ class AuditPlan:
             "family_map": family_map.digest(),
         }
         if not options.audit:
-            return cls(folder, stamp, rerun=False)
-        stamp_path = storage.join(folder, AUDIT_INPUTS)
+            return cls(state_dir, stamp, rerun=False)
+        stamp_path = storage.join(state_dir, AUDIT_DIR, AUDIT_INPUTS)
         current = storage.exists(stamp_path) and json.loads(storage.read_text(stamp_path)) == stamp
         if current:
-            _LOG.info("audit: input unchanged; reusing %s", folder)
+            _LOG.info("audit: input unchanged; reusing %s", storage.join(state_dir, AUDIT_DIR))
         digests = {day: fingerprint["digest"] for day, fingerprint in changes.fingerprints.items()}
-        return cls(folder, stamp, rerun=not current, day_digests=digests)
+        return cls(state_dir, stamp, rerun=not current, day_digests=digests)
+
+    def start(self) -> None:
+        """Before a re-run: clear what a failed or killed run left in its folder."""
+        if self.rerun:
+            storage.delete_tree(self.next_folder)
 
     def finish(self) -> None:
-        """Stamp the audit the pipeline wrote with the input it was made from."""
+        """After the run succeeded: the re-run audit replaces the stored one, then is stamped with its input."""
         if self.rerun:
+            storage.delete_tree(self.folder)
+            storage.rename_dir(self.next_folder, self.folder)
             storage.atomic_write_bytes(storage.join(self.folder, AUDIT_INPUTS), publish.json_bytes(self.stamp))
             _LOG.info("audit: judge audit of the whole input written to %s", self.folder)
 

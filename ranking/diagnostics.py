@@ -24,7 +24,7 @@ from biasboard.ranking import forked
 from biasboard.ranking.arrowhead import ArrowFactor, ArrowHessian
 from biasboard.ranking.config import ModelConfig
 from biasboard.ranking.data import Dataset, PairArrays
-from biasboard.ranking.graph import component_names, model_components
+from biasboard.ranking.graph import component_names, model_components, unranked_components
 from biasboard.ranking.model import AFF, LEN, POS
 from biasboard.ranking.problem import Problem, prior_sd_of_effect
 from biasboard.ranking.rank_stats import kendall_tau_b, spearman
@@ -47,20 +47,43 @@ FLAT_NATS: float = 0.01
 PROFILED = {"position": POS, "length": LEN, "affinity": AFF}
 
 
+#: Models named in a warning at most (the rest are counted).
+MAX_NAMED: int = 20
+
+
 def connectivity_report(data: Dataset) -> dict:
+    """The comparison graph's components, with a warning when it is split, and the models no comparison links to
+    any other (``unranked``: left off the leaderboard, :func:`~biasboard.ranking.leaderboard.side_by_side`)."""
     component = model_components(data)
     n_comp = int(component.max()) + 1 if component.size else 0
     report: dict = {"n_components": n_comp, "warnings": []}
-    if n_comp > 1:
-        names = component_names(component, data.models)
-        report["components"] = names
-        smaller = "; ".join(", ".join(group) for group in names[1:])
-        link = "battle" if not data.ordinal_only else "same-judge same-prompt grade"
+    if n_comp <= 1:
+        return report
+    names = component_names(component, data.models)
+    report["components"] = names
+    link = "battle" if not data.ordinal_only else "same-judge same-prompt grade"
+    alone = set(unranked_components(component))
+    unranked = [group[0] for c, group in enumerate(names) if c in alone]
+    split = [group for c, group in enumerate(names[1:], start=1) if c not in alone]
+    if split:
+        smaller = "; ".join(", ".join(group) for group in split)
         report["warnings"].append(
-            f"the comparison graph has {n_comp} disconnected components: no {link} chain links [{smaller}] to "
-            f"the main group of {len(names[0])} models; their ratings are not comparable across components: "
+            f"the comparison graph has {len(split) + 1} disconnected components: no {link} chain links [{smaller}] "
+            f"to the main group of {len(names[0])} models; their ratings are not comparable across components: "
             "each component is centred on its own, and ranks, CIs and top-k are computed within it (leaderboard "
             "column 'component')"
+        )
+    if unranked:
+        report["unranked"] = unranked
+        what = (
+            "have only self-battles (no battle against another model)"
+            if not data.ordinal_only
+            else f"share no {link} with another model"
+        )
+        report["warnings"].append(
+            f"{len(unranked)} model(s) {what}, so they cannot be ranked and are left off the leaderboard: "
+            f"{', '.join(unranked[:MAX_NAMED])}"
+            + (f" and {len(unranked) - MAX_NAMED} more" if len(unranked) > MAX_NAMED else "")
         )
     return report
 

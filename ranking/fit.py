@@ -165,6 +165,11 @@ def _slow_replicate(
     return refit_nearby(replicate.objective(shards), solution, newton, tol=tol, max_iter=max_iter).core
 
 
+#: Fewer bootstrap replicates than this get a warning: their 2.5% and 97.5% points are interpolated between the
+#: few most extreme replicates (below 40 between the two most extreme), so an interval can even miss its own rating.
+FEW_REPLICATES: int = 100
+
+
 def _assemble(
     problem: Problem,
     solution: Solution,
@@ -193,6 +198,12 @@ def _assemble(
     if boot_theta is not None and len(boot_theta):
         boot_lo, boot_hi = percentile_interval(boot_theta)
         ci_low, ci_high, samples, uncertainty = boot_lo, boot_hi, boot_theta, "bootstrap"
+        if len(boot_theta) < FEW_REPLICATES:
+            diagnostics["warnings"].append(
+                f"the 95% intervals, P(top-k) and rank intervals are percentiles of only {len(boot_theta)} bootstrap "
+                "replicate(s), too few to place a 95% interval's ends (an interval can miss its own rating): use "
+                f"--bootstrap {FEW_REPLICATES} or more, or leave it off for the Laplace intervals"
+            )
     p_top = top_k_probabilities(samples, k, groups)
     return FitResult(
         models=problem.data.models,

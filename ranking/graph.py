@@ -82,6 +82,16 @@ def _by_size(labels: np.ndarray) -> np.ndarray:
     return relabel[labels]
 
 
+def unranked_components(component: np.ndarray) -> list[int]:
+    """The components of one model each — a model no comparison links to any other, whose rating is its component's
+    centre by definition — when some component holds more models; else none (a board of such models only is left
+    as it is: there is nothing else to rank)."""
+    if component.size == 0:
+        return []
+    sizes = np.bincount(component)
+    return np.flatnonzero(sizes == 1).tolist() if sizes.max() > 1 else []
+
+
 def mle_exists(pairs: PairArrays, n_models: int, within_components: bool = False) -> bool:
     """True when the ties-as-half-wins BT likelihood has a finite maximiser (strongly connected).
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+from biasboard.ranking.graph import unranked_components
 from biasboard.ranking.rank_stats import ranks_desc
 from biasboard.ranking.result import FitResult
 
@@ -32,6 +33,11 @@ def side_by_side(naive: FitResult, corrected: FitResult, anchor: str | None = No
     corrected posterior's top-k membership probability.  ``component`` numbers the comparison graph's
     connected components (0 = the largest): ranks, CIs and P(top-k) hold within a component, each
     centred on its own — models no battle chain links are never ranked against each other.
+
+    A model alone in its component (seen only in self-battles: no battle against another model, no grade linking
+    it) is left off the board when other models are ranked: its rating is its component's centre by definition, so
+    it would read as rank 1 with a zero-width CI and P(top-k) = 1.  The fit's diagnostics name it
+    (:func:`~biasboard.ranking.diagnostics.connectivity_report`).
     """
     nv = naive.elo(anchor if anchor in naive.models else None).with_columns(
         pl.Series("rank_naive", ranks_within(naive.rating, naive.component))
@@ -49,6 +55,7 @@ def side_by_side(naive: FitResult, corrected: FitResult, anchor: str | None = No
         pl.col("rank_naive").cast(pl.Int64),
         pl.col("rank_corrected").cast(pl.Int64),
     )
+    table = table.filter(pl.col("component").is_in(unranked_components(corrected.component)).not_())
     return table.select(LEADERBOARD_COLUMNS).sort(["component", "rank_corrected", "model"])
 
 

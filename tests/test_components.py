@@ -105,3 +105,39 @@ def test_terminal_view_prints_each_component_with_its_own_ranks():
         assert [r.split()[-3] for r in rows] == part["model"].to_list()  # the corrected column, in its order
     one = side_by_side(*fit_leaderboards(_split_cells().slice(0, 400), config=ModelConfig(profile=False, k=2)))
     assert "component" not in side_by_side_text(one, top=10)
+
+
+def test_a_model_seen_only_in_self_battles_is_left_off_the_board_and_named():
+    """A model whose only battles are against itself links to no other model: its rating is its own component's
+    centre by definition.  It used to be published as rank 1 with a zero-width CI and P(top-k) = 1."""
+    cells = _cells(np.random.default_rng(3), models=6, judges=3, cells=400)
+    alone = cells.slice(0, 1)
+    for name in ("model_a", "model_b"):
+        alone = alone.set_column(alone.schema.get_field_index(name), alone.schema.field(name), pa.array(["lonely"]))
+    naive, corrected = fit_leaderboards(
+        pa.concat_tables([cells, alone]), config=ModelConfig(profile=False, k=2, posterior_draws=200)
+    )
+    assert "lonely" in corrected.models  # fitted (its self-battle informs the judge's effects), not ranked
+    board = side_by_side(naive, corrected)
+    assert "lonely" not in board["model"].to_list() and board.height == 6
+    assert board["component"].to_list() == [0] * 6
+    assert sorted(board["rank_corrected"].to_list()) == list(range(1, 7))
+    for fit in (naive, corrected):
+        assert fit.diagnostics["unranked"] == ["lonely"]
+        warnings = fit.diagnostics["warnings"]
+        assert any("left off the leaderboard: lonely" in w for w in warnings), warnings
+        assert not any("disconnected components" in w for w in warnings), warnings  # no split beyond it
+
+
+def test_few_bootstrap_replicates_are_published_with_a_warning():
+    """Percentile intervals of a handful of replicates can miss their own rating (one replicate: a zero-width
+    interval at that replicate's value); the fit says so instead of publishing them silently."""
+    cells = _cells(np.random.default_rng(2), models=6, judges=3, cells=400)
+    for replicates, warned in ((1, True), (20, True), (100, False)):
+        naive, fit = fit_leaderboards(cells, config=ModelConfig(profile=False, bootstrap=replicates, k=2))
+        for result in (naive, fit):
+            assert result.uncertainty == "bootstrap"
+            flagged = [w for w in result.diagnostics["warnings"] if "bootstrap replicate(s)" in w]
+            assert bool(flagged) == warned, (replicates, result.diagnostics["warnings"])
+    naive, fit = fit_leaderboards(cells, config=ModelConfig(profile=False, k=2))
+    assert not any("bootstrap" in w for w in naive.diagnostics["warnings"] + fit.diagnostics["warnings"])

@@ -7,6 +7,7 @@ conservation identity ``read = counted + rejected`` wherever rows are read.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -167,3 +168,27 @@ def test_the_dictionary_read_gives_the_plain_values(tmp_path: Path):
         assert {c for c, t in b.schema.items() if t == pl.Categorical} == {"judge", "model_a", "model_b", "winner",
                                                                           "family_a"}  # fmt: skip
         assert b.with_columns(pl.col(pl.Categorical).cast(pl.String)).equals(a)
+
+
+def test_an_import_folder_as_input_reads_its_battles_not_its_dead_letters(tmp_path: Path):
+    """``biasboard import --out g`` then ``--input g``: the folder also holds the rows the import rejected (another
+    schema); reading them as battles failed with "required column 'ts' is missing" whenever the import rejected
+    anything.  A folder that is not an import's keeps every Parquet file, whatever its name."""
+    from biasboard.importers.output import DEAD_LETTERS
+
+    judged = {
+        "benchmark": "MTBench", "question_id": 81, "category": "writing", "turn": 1, "judge": "gemini-pro",
+        "model_a": "m1", "model_b": "m2", "position_a": "first", "verdict": "A", "winner": "model_a",
+        "len_chars_a": 40, "len_chars_b": 34,
+    }  # fmt: skip
+    unjudged = {**judged, "question_id": 82, "verdict": None, "winner": None}  # → dead letter no_verdict
+    source = tmp_path / "judgments.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in (judged, unjudged)))
+    assert cli.main(["import", "--format", "pba", "--in", str(source), "--out", str(tmp_path / "g")]) == 0
+    assert pq.read_table(tmp_path / "g" / DEAD_LETTERS).num_rows == 1
+    files = [Path(f.path).name for f in match_files(str(tmp_path / "g"))]
+    assert files == ["part-00000.parquet"]
+    other = tmp_path / "other"
+    write(other / f"day={D1}" / "part-00000.parquet", battles(4))
+    write(other / "import_dead_letters.parquet", battles(2, prefix="x"))  # no import manifest: an ordinary file
+    assert len(match_files(str(other))) == 2

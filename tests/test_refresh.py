@@ -17,6 +17,7 @@ import pytest
 from biasboard.pipelines import cli
 from biasboard.pipelines import refresh as refresh_module
 from biasboard.pipelines.refresh import RefreshOptions, refresh
+from biasboard.schemas.errors import InputError
 from biasboard.schemas.summary import Summary
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import publish
@@ -291,6 +292,20 @@ def test_nothing_new_keeps_the_latest_snapshot_without_refitting(sim, tmp_path, 
     assert _numbers(Path(forced.published.path)) == _numbers(Path(other_k.published.path))
 
 
+def test_a_latest_snapshot_that_was_deleted_is_refit_and_published_again(sim, tmp_path, caplog):
+    """LATEST naming a snapshot folder someone deleted: nothing is new, yet there is nothing to reuse; the refresh
+    publishes a new snapshot (it used to fail on every run with "cannot read …/manifest.json")."""
+    state, out = str(tmp_path / "state"), str(tmp_path / "out")
+    first = refresh(_glob(sim), state, out, [], NO_AUDIT)
+    shutil.rmtree(first.published.path)
+    with caplog.at_level("WARNING", logger="biasboard.pipelines.refresh"):
+        again = refresh(_glob(sim), state, out, [], NO_AUDIT)
+    assert "LATEST cannot be reused" in caplog.text
+    assert not again.published.reused  # (the same id when within the same second: time stamp + content hash)
+    assert publish.list_snapshots(out) == [again.published.snapshot_id] == [publish.latest_snapshot_id(out)]
+    assert again.leaderboard.equals(first.leaderboard)
+
+
 def test_incremental_audit_equals_a_full_audit(sim, tmp_path, caplog):
     """Days 1-2 refreshed, then day 3 arrives: only day 3 is audited, and the audit equals a fresh one of all days.
 
@@ -330,6 +345,27 @@ def test_incremental_audit_equals_a_full_audit(sim, tmp_path, caplog):
         for name in names:
             inc = (Path(again.published.path) / name).read_bytes()
             assert inc == (Path(fresh.published.path) / name).read_bytes(), (step, name)
+
+
+def test_an_input_refused_inside_the_run_leaves_the_stored_audit_as_it_was(sim, tmp_path):
+    """A file that is not Parquet is refused inside the pipeline, after the audit was due to re-run: the stored audit
+    stays (it was deleted before the pipeline ran), so once the file is gone nothing is new and LATEST is reused."""
+    logs = tmp_path / "logs"
+    shutil.copytree(sim / "battles", logs / "battles")
+    state, out = tmp_path / "state", str(tmp_path / "out")
+    first = refresh(_glob(logs), str(state), out, [])
+    stored = {p.name: p.read_bytes() for p in (state / "audit").iterdir()}
+    assert "audit.json" in stored and "inputs.json" in stored
+    junk = logs / "battles" / "day=2024-01-04" / "part-00000.parquet"
+    junk.parent.mkdir()
+    junk.write_bytes(b"junk\n")
+    with pytest.raises(InputError, match="cannot read as Parquet"):
+        refresh(_glob(logs), str(state), out, [])
+    assert {p.name: p.read_bytes() for p in (state / "audit").iterdir()} == stored
+    shutil.rmtree(junk.parent)
+    again = refresh(_glob(logs), str(state), out, [])
+    assert again.published.reused and again.published.snapshot_id == first.published.snapshot_id
+    assert not (state / "audit.next").exists()
 
 
 def test_a_stored_day_whose_input_has_gone_is_kept_and_reported(sim, tmp_path, caplog):

@@ -51,6 +51,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
+from biasboard.importers.output import DEAD_LETTERS as IMPORT_DEAD_LETTERS
+from biasboard.importers.output import MANIFEST as IMPORT_MANIFEST
 from biasboard.schemas import rules
 from biasboard.schemas.battle import BATTLE_REQUIRED, BATTLE_SCHEMA, SCORE_REQUIRED, SCORE_SCHEMA
 from biasboard.schemas.errors import InputError
@@ -147,6 +149,9 @@ def match_files(glob: str) -> list[InputFile]:
         except Exception as err:  # Beam raises BeamIOError with nested causes
             raise InputError(f"{glob}: cannot list input files: {err}") from err
         files = [m for m in metadata if not m.path.rstrip("/").endswith("/_SUCCESS") and not _is_folder(m.path)]
+        if pattern != glob and _is_import_output(glob):  # an import's folder: its dead letters are not battles
+            rejected = _normal(f"{glob.rstrip('/')}/{IMPORT_DEAD_LETTERS}")
+            files = [m for m in files if _normal(m.path) != rejected]
         if files:
             break
     else:
@@ -161,6 +166,17 @@ def match_files(glob: str) -> list[InputFile]:
             checksum = ""
         out.append(InputFile(m.path, int(m.size_in_bytes or 0), float(m.last_updated_in_seconds or 0.0), checksum))
     return out
+
+
+def _is_import_output(folder: str) -> bool:
+    """Whether ``folder`` was written by ``biasboard import --out`` (it has the import's manifest): beside the
+    battles it holds the rows the import rejected (:data:`IMPORT_DEAD_LETTERS`, another schema), never to be read."""
+    return FileSystems.exists(f"{folder.rstrip('/')}/{IMPORT_MANIFEST}")
+
+
+def _normal(path: str) -> str:
+    """A local path made absolute and normal (as Beam's listing may spell it either way); a bucket's as it is."""
+    return path if FileSystems.get_scheme(path) not in (None, "file") else os.path.abspath(path.removeprefix("file://"))
 
 
 def _is_folder(path: str) -> bool:
