@@ -100,7 +100,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     )
     print(
         f"planned {result.frame.height} comparisons ({result.frame.height // 2} pairs, both orders) "
-        f"by {job.strategy} from snapshot {result.snapshot_id}"
+        f"by {result.strategy} from snapshot {result.snapshot_id}"
     )
     for note in result.notes:
         print(f"note: {note}")

@@ -97,3 +97,16 @@ def test_pool_by_column_keeps_the_judge_where_the_pool_is_missing():
     batch = pl.DataFrame({"judge": ["v1", "v2", "v3", "gpt"], "g": [7, None, 7, None]})
     assert pool_by_column(batch, "g")["judge"].to_list() == ["7", "v2", "7", "gpt"]
     assert JudgePool.parse("prefix:/").fit_rule == "prefix:/" and JudgePool.parse("column:g").fit_rule is None
+
+
+def test_a_prefix_rule_that_pools_nothing_says_so(tmp_path):
+    """``--judge-pool prefix:SEP`` where no judge's name holds SEP fits every judge on its own, as it should; the
+    summary now says nothing was pooled (it published without a word)."""
+    logs = write_simulation(SIM, tmp_path / "logs")
+    glob = str(logs / "battles" / "day=*" / "*.parquet")
+    for rule, warned in (("prefix:#", True), ("prefix:-", False)):
+        outcome = refresh(glob, str(tmp_path / "s"), str(tmp_path / rule[-1]), [], RefreshOptions(judge_pool=rule))
+        assert outcome.summary is not None
+        said = [w for w in outcome.summary.warnings if w.startswith("--judge-pool")]
+        assert said == ([f"--judge-pool {rule}: no judge's name holds '#', so every judge is its own pool (nothing "
+                         "pooled)"] if warned else []), said  # fmt: skip

@@ -336,3 +336,22 @@ def test_cli_share_flags(tmp_path, fitted, capsys):
     assert cli.main(["plan", "--out", out, "--budget", "40", "--max-pair-share", "1", "--to", str(tmp_path / "p")]) == 0
     frame = pl.read_parquet(tmp_path / "p" / "plan.parquet")
     assert frame.height == 40
+
+
+def test_a_snapshot_whose_k_covers_every_model_is_planned_for_the_whole_board(tmp_path, capsys):
+    """refresh's default k (10) on a smaller board: with no top-k boundary every topk score was 0 and the plan's
+    order arbitrary, while the same k given as --k was refused.  Now dopt plans it, and says why."""
+    cells = partial_cells(_battles(), FamilyMap.with_user_rules()).cells
+    whole = fit_bias_aware(cells, config=ModelConfig(k=M, profile=False, posterior_draws=500))
+    out = str(tmp_path / "out")
+    _snapshot(out, whole)
+    plan = make_plan(out, 12, strategy="topk", to=str(tmp_path / "p"))
+    assert plan.strategy == "dopt" and set(plan.frame["strategy"].unique()) == {"dopt"}
+    assert any("no top-k boundary" in note for note in plan.notes)
+    assert plan.frame["score"].max() > 0
+    assert json.loads((tmp_path / "p" / "plan.json").read_text())["strategy"] == "dopt"
+    aimed = make_plan(out, 12, strategy="topk", k=2, to=str(tmp_path / "k2"))  # a boundary given: topk as asked
+    assert aimed.strategy == "topk" and not any("no top-k boundary" in note for note in aimed.notes)
+    assert cli.main(["plan", "--out", out, "--budget", "12", "--to", str(tmp_path / "cli")]) == 0
+    printed = capsys.readouterr().out
+    assert "by dopt from snapshot" in printed and "no top-k boundary" in printed

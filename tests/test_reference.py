@@ -215,6 +215,21 @@ def test_anchors_are_kept_per_id(tmp_path) -> None:
     assert anchors.raters == ("trusted",)
 
 
+def test_anchors_without_a_rater_are_rejected_as_the_audit_rejects_them(tmp_path) -> None:
+    """Null and blank raters: the audit (which reads the anchors with their raters) rejected them as missing:judge
+    while the fit, attributing every row to the anchor rater first, counted them."""
+    _, params = simulated(seed=5, battles=200)
+    rows = anchor_rows(params, 6, 9)
+    rows = rows.with_columns(pl.Series("judge", ["trusted", None, "", "  ", "trusted", "trusted"], pl.String))
+    folder = tmp_path / "anchors" / "day=2024-01-01"
+    folder.mkdir(parents=True)
+    rows.write_parquet(folder / "a.parquet")
+    anchors = read_anchors(str(tmp_path / "anchors"))
+    assert anchors.k == 3 and anchors.counts.read == 6
+    assert anchors.counts.rejected == {"missing:judge": 3}
+    assert anchors.cells["n"].sum() == 3
+
+
 def test_never_enables_below_ten_verdicts() -> None:
     cells, params = simulated(seed=3, battles=4000, models=8, beta0=1.0)
     fit = fit_with_reference(cells, reference=ANCHORS, anchor_cells=anchor_cells(anchor_rows(params, 9, 1)))

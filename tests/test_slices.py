@@ -86,6 +86,8 @@ def test_a_small_slice_is_listed_not_fit(run):
     snapshot = run("out-small", slices="category,language", slice_min_battles=10**6)
     info = _summary(snapshot).slices
     assert [i.dimension for i in info] == ["category", "category"]  # no battle has a language: no such slice
+    warnings = [w for w in _summary(snapshot).warnings if w.startswith("--slices")]  # and the summary says so
+    assert len(warnings) == 1 and warnings[0].startswith("--slices language: no stored battle carries a label")
     assert not any(i.fitted for i in info)
     assert all("fewer than the 1000000" in i.note and "not fit" in i.note for i in info)
     boards = pl.read_parquet(io.BytesIO((snapshot / "slices.parquet").read_bytes()))

@@ -41,8 +41,17 @@ class AnchorSet:
 
 
 def as_anchor_rows(batch: pl.DataFrame) -> pl.DataFrame:
-    """A batch of anchor rows attributed to the anchor rater: ``judge`` replaced, any judge family cleared."""
-    out = batch.with_columns(pl.lit(ANCHOR_JUDGE).alias("judge"))
+    """A batch of anchor rows attributed to the anchor rater: ``judge`` replaced, any judge family cleared.
+
+    A row whose rater is missing (null, empty or blank) keeps a null judge, so the ingest's rules reject it as
+    ``missing:judge`` — as the audit, which reads the same files with their raters, does (the fit counted such
+    rows while the audit rejected them).  A file without a ``judge`` column is all the anchor rater's."""
+    if "judge" in batch.columns:
+        named = pl.col("judge").cast(pl.String).str.strip_chars().str.len_chars() > 0
+        judge = pl.when(named).then(pl.lit(ANCHOR_JUDGE)).otherwise(pl.lit(None, dtype=pl.String))
+    else:
+        judge = pl.lit(ANCHOR_JUDGE)
+    out = batch.with_columns(judge.alias("judge"))
     if "judge_family" in out.columns:
         out = out.with_columns(pl.lit(None, dtype=pl.String).alias("judge_family"))
     return out

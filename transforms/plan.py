@@ -42,6 +42,7 @@ class PlanResult:
     frame: pl.DataFrame
     paths: list[str]
     notes: list[str]
+    strategy: str  # the one used: the one asked for, unless there is no top-k boundary to aim at (see notes)
 
 
 def read_posterior(snapshot_path: str) -> Posterior:
@@ -60,6 +61,10 @@ def read_posterior(snapshot_path: str) -> Posterior:
 
 #: The largest plan one call makes: picks are greedy with a posterior update each, O(models²) apiece.
 MAX_BUDGET = 100_000
+
+
+#: The strategies that aim at the top-k boundary (:mod:`biasboard.plan.acquisition`).
+TOP_K_STRATEGIES: frozenset[str] = frozenset({"topk", "thompson"})
 
 
 def make_plan(
@@ -95,6 +100,15 @@ def make_plan(
     notes: list[str] = []
     if k is not None and k >= posterior.n_models:
         raise InputError(f"--k {k}: the snapshot has only {posterior.n_models} models, so every model is in the top k")
+    if k is None and posterior.k >= posterior.n_models and strategy in TOP_K_STRATEGIES:
+        # The snapshot's own k (refresh's --k, 10 by default) on a smaller board: no top-k boundary to aim at, every
+        # score would be 0 and the order arbitrary.  A refresh's --plan-budget gets here too, after publishing: a
+        # plan for the whole board rather than an error.
+        notes.append(
+            f"the snapshot's k ({posterior.k}) is not below its {posterior.n_models} models, so there is no top-k "
+            f"boundary: planned by dopt (every rating's precision) instead of {strategy}; pass --k to aim at one"
+        )
+        strategy = "dopt"
     try:
         selection = select_comparisons(
             posterior,
@@ -139,4 +153,4 @@ def make_plan(
     storage.atomic_write_bytes(meta_path, publish.json_bytes(meta))
     paths.append(meta_path)
     _LOG.info("plan: %d comparisons by %s from %s → %s", frame.height, strategy, chosen, dest)
-    return PlanResult(chosen, frame, paths, notes)
+    return PlanResult(chosen, frame, paths, notes, strategy)

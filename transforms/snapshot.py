@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from biasboard.audit.measures import PAIR_KEYS, PAIR_MEASURES, order_models_table, records
 from biasboard.ranking import ModelConfig
-from biasboard.ranking.data import Dataset, build_dataset
+from biasboard.ranking.data import Dataset, build_dataset, pool_judge_names
 from biasboard.ranking.diagnostics import CROSSING_TYPICAL
 from biasboard.ranking.leaderboard import side_by_side
 from biasboard.ranking.reference import Reference, ReferenceFit, ReferenceSettings, fit_with_reference
@@ -255,11 +255,25 @@ def _fit_snapshot(
         corrected,
         lambda: fit_with_anchors(fit_input, replace(spec, config=kept_config(spec.config))).corrected,
     )
+    rule = spec.config.judge_pool
+    stored = totals.judges.column("judge").to_pylist()
+    if rule is not None and stored and pool_judge_names(stored, rule) == tuple(stored):
+        separator = rule.partition(":")[2]
+        summary.warnings.append(
+            f"--judge-pool {rule}: no judge's name holds {separator!r}, so every judge is its own pool (nothing pooled)"
+        )
     judge_files = keep_busiest_judges(summary, audit_files)
     slice_files, boards = {}, None
     if spec.slices:
         assert cells is not None
         boards, summary.slices = fit_slices(cells, spec.slices, spec.slice_min_battles, _slice_fit(spec))
+        unlabelled = [dim for dim in spec.slices if not any(info.dimension == dim for info in summary.slices)]
+        if unlabelled:  # asked for, and not one battle carries a label: say so rather than publish no slice silently
+            summary.warnings.append(
+                f"--slices {','.join(unlabelled)}: no stored battle carries a label in "
+                f"{'this column' if len(unlabelled) == 1 else 'these columns'} (null or blank everywhere), so "
+                "there is no slice of it (days aggregated before the column existed read as unlabelled)"
+            )
         if not boards.height:  # no slice could be fit: the file still has the board's columns
             boards = leaderboard.clear().select(pl.lit(None, dtype=pl.String).alias("slice"), pl.all())
         slice_files[SLICES_FILE] = publish.table_bytes(boards, "parquet")
