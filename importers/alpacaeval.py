@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -140,18 +141,12 @@ def _field_path(dtype: pl.DataType, *names: str) -> bool:
     return True
 
 
-def first_shown_probability(frame: pl.DataFrame) -> pl.Expr:
-    """P(m) — the judge's probability for the first-shown output — from ``raw_completion``; null if absent.
+#: Where the first token's top log-probabilities sit in ``raw_completion`` (OpenAI chat completion layout).
+TOP_LOGPROBS_PATH = "$.logprobs.content[0].top_logprobs"
 
-    AlpacaEval's ``logprob_parser``: the first token's top log-probabilities, ``m`` normalised against
-    ``m`` and ``M`` (a token missing from the top list has probability 0).
-    """
-    if "raw_completion" not in frame.columns or not _field_path(
-        frame.schema["raw_completion"], "logprobs", "content", "top_logprobs", "token"
-    ):
-        return pl.lit(None, dtype=pl.Float64)
-    top = pl.col("raw_completion").struct.field("logprobs").struct.field("content").list.first()
-    top = top.struct.field("top_logprobs")
+
+def _typed_masses(top: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """(P(m), P(M)) unnormalised from the top-log-probability list as parsed structs; null where there is no list."""
 
     def mass(token: str) -> pl.Expr:
         element = pl.element().struct
@@ -159,7 +154,44 @@ def first_shown_probability(frame: pl.DataFrame) -> pl.Expr:
             pl.when(element.field("token") == token).then(element.field("logprob").cast(pl.Float64).exp())
         ).list.sum()
 
-    p_first, p_second = mass(FIRST_TOKEN), mass(SECOND_TOKEN)
+    return mass(FIRST_TOKEN), mass(SECOND_TOKEN)
+
+
+def _text_masses(text: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """(P(m), P(M)) unnormalised from ``raw_completion`` kept as JSON text; null where there is no list.
+
+    The field is text for every row as soon as one row holds something else
+    than an object (a string, a number): :func:`~biasboard.importers.common.read_records`
+    keeps a field whose JSON type varies as text.  JSONPath reads each row on
+    its own (text that is no JSON, or lacks the path, gives null for that row
+    only), where a typed decode would fail for the whole column.  A token's
+    first entry counts (the API lists each token once).
+    """
+    listed = text.str.json_path_match(f"{TOP_LOGPROBS_PATH}[*].token").is_not_null()
+
+    def mass(token: str) -> pl.Expr:
+        logprob = text.str.json_path_match(f"{TOP_LOGPROBS_PATH}[?(@.token == '{token}')].logprob")
+        return pl.when(listed).then(logprob.cast(pl.Float64, strict=False).exp().fill_null(0.0))
+
+    return mass(FIRST_TOKEN), mass(SECOND_TOKEN)
+
+
+def first_shown_probability(frame: pl.DataFrame) -> pl.Expr:
+    """P(m) — the judge's probability for the first-shown output — from ``raw_completion``; null if absent.
+
+    AlpacaEval's ``logprob_parser``: the first token's top log-probabilities, ``m`` normalised against
+    ``m`` and ``M`` (a token missing from the top list has probability 0).  Read from the parsed
+    structs when every row holds an object, else row by row from the JSON text (:func:`_text_masses`),
+    so one malformed completion loses only its own row's order.
+    """
+    dtype = frame.schema.get("raw_completion")
+    if dtype == pl.String:
+        p_first, p_second = _text_masses(pl.col("raw_completion"))
+    elif dtype is not None and _field_path(dtype, "logprobs", "content", "top_logprobs", "token"):
+        top = pl.col("raw_completion").struct.field("logprobs").struct.field("content").list.first()
+        p_first, p_second = _typed_masses(top.struct.field("top_logprobs"))
+    else:
+        return pl.lit(None, dtype=pl.Float64)
     total = p_first + p_second
     return pl.when(total > 0).then(p_first / total).otherwise(None)
 
@@ -246,13 +278,23 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         annotator_family(judge).alias("judge_family"),
         pl.when(first.is_null()).then(False).otherwise(None).cast(pl.Boolean).alias("order_known"),
     )
-    unknown = mapped.filter(~pl.col("order_known").fill_null(True)).height
-    notes = [
+    result = finalize_battles(raw, mapped, sources=paths, source_rows=raw.height)
+    return replace(result, notes=_notes(result, options, unit))
+
+
+def _notes(result: ImportResult, options: ImportOptions, unit: str) -> tuple[str, ...]:
+    """The manifest's notes; the shown-order counts are of the battles written, so they add up to rows_converted.
+
+    Counted after :func:`~biasboard.importers.common.finalize_battles`: a row it
+    rejects (``no_verdict``, a ``duplicate_battle_id`` copy) is no battle, known
+    order or not.
+    """
+    unknown = pl.from_arrow(result.rows.select(["order_known"])).to_series().eq(False).sum()
+    return (
         f"no time stamps in AlpacaEval annotations: every battle dated {options.default_date.isoformat()} 00:00 UTC",
         f"verdict threshold: preference > 1.5 → generator_2, < 1.5 → generator_1, |p - 1.5| <= {options.tie_band} "
         "or p == 0 → tie",
-        f"shown order: recovered for {raw.height - unknown} rows; {unknown} rows kept with order_known = false "
-        "(listed order; no position information)",
+        f"shown order: recovered for {result.rows_converted - unknown} battles; {unknown} battles kept with "
+        "order_known = false (listed order; no position information)",
         f"lengths: {unit}",
-    ]
-    return finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)
+    )

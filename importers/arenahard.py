@@ -29,6 +29,15 @@ A null game or score (no parsable label, or the API call failed) is
 dead-lettered as ``no_verdict`` per game; any other label reaches the rules
 unchanged (``bad_winner``).
 
+Every line is read as at least two games, and as many as its ``games`` list
+holds: arena-hard-auto writes exactly two, and its ``show_result.py`` reads
+``games[0]`` and ``games[1]`` only, so no order is defined beyond them.  A
+line with fewer games dead-letters each absent one as ``missing_game`` (the
+judge was not asked, unlike ``no_verdict``); a third or later game is
+dead-lettered as ``extra_game`` rather than dropped, so ``rows_read`` counts
+every game in the file.  Each row (and dead letter) carries its ``game`` number
+and ``games_in_line``, the length of its line's list.
+
 v0.1 lines name no baseline (it is ``baseline_model`` in the run's
 ``judge_config.yaml``, ``gpt-4-0314`` for arena-hard-v0.1): pass
 ``--baseline``.  v2 lines carry ``baseline`` (per category), which wins over
@@ -81,13 +90,41 @@ LABELS: dict[str, tuple[str, int]] = {
 }  # fmt: skip
 
 
+#: Games per line in arena-hard-auto's layout: game 1 (baseline shown first) and game 2 (model shown first).
+GAMES_PER_LINE = 2
+#: A line holds fewer than two games: the absent one was never judged.
+REASON_MISSING_GAME = "missing_game"
+#: A game beyond the two orders arena-hard-auto defines: no shown order to give it.
+REASON_EXTRA_GAME = "extra_game"
+
+
 def _games(lines: pl.DataFrame) -> pl.DataFrame:
-    """Two rows per line (game 1, game 2) with that game's ``score`` label; the games' texts are dropped."""
+    """One row per game, at least :data:`GAMES_PER_LINE` per line, with its ``score`` label and the line's count.
+
+    Rows are made for every game the list holds *and* for the two the layout
+    expects, so an extra game or a missing one becomes a counted row (and a
+    dead letter) instead of vanishing; the games' texts are dropped.
+    """
     games = pl.col("games")
+    count = games.list.len().fill_null(0)
+    numbers = pl.int_ranges(1, pl.max_horizontal(count, GAMES_PER_LINE) + 1, dtype=pl.Int64)
     score = games.list.get(pl.col("game") - 1, null_on_oob=True).struct.field("score").cast(pl.String)
     keep = [c for c in lines.columns if c != "games"]
-    exploded = lines.with_columns(pl.lit([1, 2], dtype=pl.List(pl.Int64)).alias("game")).explode("game")
-    return exploded.select(*keep, "game", score.alias("score"))
+    exploded = lines.with_columns(numbers.alias("game"), count.alias("games_in_line")).explode("game")
+    return exploded.select(*keep, "game", "games_in_line", score.alias("score"))
+
+
+def _game_reason(game: pl.Expr, count: pl.Expr, score: pl.Expr) -> pl.Expr:
+    """Why a game is no battle: beyond the two orders, absent from its line, or without a verdict; else null."""
+    return (
+        pl.when(game > GAMES_PER_LINE)
+        .then(pl.lit(REASON_EXTRA_GAME))
+        .when(game > count)
+        .then(pl.lit(REASON_MISSING_GAME))
+        .when(score.is_null())
+        .then(pl.lit(REASON_NO_VERDICT))
+        .otherwise(None)
+    )
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
@@ -121,11 +158,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         qid.alias("prompt_id"),
         qid.alias("__qid"),
         pl.lit(1, dtype=pl.Int64).alias("__turn"),
-        pl.when(pl.col("score").is_null())
-        .then(pl.lit(REASON_NO_VERDICT))
-        .otherwise(None)
-        .cast(pl.String)
-        .alias(REASON),
+        _game_reason(pl.col("game"), pl.col("games_in_line"), pl.col("score")).cast(pl.String).alias(REASON),
         label.replace_strict({k: s for k, (_, s) in LABELS.items()}, default=None, return_dtype=pl.Int8).alias(
             "strength"
         ),

@@ -398,6 +398,38 @@ def fixed_epoch_seconds(options: ImportOptions) -> float:
     return dt.datetime.combine(options.default_date, dt.time(), tzinfo=dt.timezone.utc).timestamp()
 
 
+def epoch_seconds(stamp: pl.Expr) -> pl.Expr:
+    """FastChat's ``tstamp`` (epoch seconds, a number or a number as text) as Float64, per row.
+
+    A field whose JSON type varies from line to line arrives as text for *every*
+    line (:func:`read_records`), so the numbers must be parsed here rather than
+    left to the rules, which read text as ISO dates and would reject the whole
+    file.  A value that is no number becomes NaN, which the rules reject as
+    ``bad_timestamp`` for that row alone; null stays null.
+    """
+    seconds = stamp.cast(pl.Float64, strict=False)
+    return pl.when(stamp.is_not_null() & seconds.is_null()).then(float("nan")).otherwise(seconds)
+
+
+def tstamp_or_default_day(
+    frame: pl.DataFrame, options: ImportOptions, unit: str = "rows", column: str = "tstamp"
+) -> tuple[pl.Expr, str | None]:
+    """(epoch seconds from ``column``, the default day where it is absent or null; the note counting those rows).
+
+    The FastChat ``llm_judge`` formats (MT-Bench pair and single) share this
+    rule, so the two halves of one run date their rows alike: a stamp that is
+    missing is not an error (older runs and Arena-Bench-v1 write none), so the
+    row gets the documented default day and the manifest counts it; a stamp
+    that is present but unreadable rejects only its own row (:func:`epoch_seconds`).
+    ``unit`` names what the rows are in the note (``games`` for pair lines).
+    """
+    stamp = column_or_null(frame, column, pl.Float64)
+    undated = frame.height if column not in frame.columns else frame[column].null_count()
+    note = f"{undated} {unit} without {column} dated {options.default_date.isoformat()} 00:00 UTC" if undated else None
+    seconds = pl.when(stamp.is_null()).then(pl.lit(fixed_epoch_seconds(options))).otherwise(epoch_seconds(stamp))
+    return seconds, note
+
+
 def pick_length_unit(options: ImportOptions) -> str:
     if options.length_unit not in ("chars", "words"):
         raise InputError(f"--length-unit must be 'chars' or 'words', not {options.length_unit!r}")

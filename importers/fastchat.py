@@ -40,6 +40,7 @@ from biasboard.importers.common import (
     ImportOptions,
     ImportResult,
     as_text,
+    epoch_seconds,
     finalize_battles,
     fixed_day,
     judge_expr,
@@ -104,8 +105,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         notes.append(f"no tstamp column: every battle dated {options.default_date.isoformat()} 00:00 UTC")
     elif time_column == "tstamp" and raw.schema["tstamp"] == pl.String:
         # Epoch seconds as text (the field's JSON type varies): numbers count, anything else is NaN → bad_timestamp.
-        seconds = pl.col("tstamp").cast(pl.Float64, strict=False)
-        ts = pl.when(pl.col("tstamp").is_not_null() & seconds.is_null()).then(float("nan")).otherwise(seconds)
+        ts = epoch_seconds(pl.col("tstamp"))
     else:
         ts = pl.col(time_column)
     composite = pl.concat_str(

@@ -25,6 +25,13 @@ share it.  ``battle_id`` is
 ``mtbench-pair:<judge>:<prompt>:<question>:t<turn>:<model_1>:<model_2>:<tstamp>:g<game>``.
 Lengths come from the run's ``model_answer`` folder when present (see
 :mod:`biasboard.importers.answers`).
+
+``ts`` from ``tstamp`` by the rule MT-Bench single grades follow
+(:func:`~biasboard.importers.common.tstamp_or_default_day`): epoch seconds,
+also when written as text (``"1687222032.5"``; one such line turns the whole
+field into text); a line without one gets the default day (the manifest counts
+the games); an unreadable one (``"yesterday"``) rejects that line's two games
+as ``bad_timestamp``, and only those.
 """
 
 from __future__ import annotations
@@ -41,12 +48,12 @@ from biasboard.importers.common import (
     ImportResult,
     as_text,
     finalize_battles,
-    fixed_day,
     integer_field,
     judge_parts,
     read_all,
     require_columns,
     stable_id,
+    tstamp_or_default_day,
 )
 
 PATTERNS = ("*pair*.jsonl", "*pair*.jsonl.gz")
@@ -96,9 +103,9 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     game = pl.col("game")
     turn, bad_turn = integer_field(raw, "turn", 1)
     verdict = pl.when(game == 1).then(pl.col("g1_winner")).otherwise(pl.col("g2_winner")).cast(pl.String)
-    ts = pl.col("tstamp") if "tstamp" in raw.columns else fixed_day(options)
-    if "tstamp" not in raw.columns:
-        notes.append(f"no tstamp column: every battle dated {options.default_date.isoformat()} 00:00 UTC")
+    ts, undated = tstamp_or_default_day(raw, options, unit="games")
+    if undated:
+        notes.append(undated)
     qid = pl.col("question_id").cast(pl.String)
     battle_id = stable_id(
         "mtbench-pair",

@@ -43,11 +43,14 @@ from biasboard.schemas.battle import SLICE_COLUMNS
 PATTERNS = ("*judgments*.jsonl", "*judgments*.jsonl.gz")
 REQUIRED = ("question_id", "model_a", "model_b", "winner")
 SWAPPED = {"model_a": "model_b", "model_b": "model_a"}
+#: Fields read as single values: a list or object there dead-letters the row as ``bad_type:<field>`` (as
+#: mtbench-pair does) instead of becoming part of an id such as prompt ``[1,2]:t2``.
+SCALAR = (*REQUIRED, "turn", "repetition", "benchmark", "position_a")
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     unit = pick_length_unit(options)
-    raw = read_all(paths)
+    raw = read_all(paths, scalar=SCALAR)
     require_columns(raw, REQUIRED, paths, "Position-Bias-Analyzer judgment")
     judge, _ = judge_parts(raw, options, paths)
     position = column_or_null(raw, "position_a").cast(pl.String).fill_null("first")

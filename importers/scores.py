@@ -28,6 +28,7 @@ Mapping and decisions:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -38,15 +39,14 @@ from biasboard.importers.common import (
     ImportOptions,
     ImportResult,
     as_text,
-    column_or_null,
     finalize_scores,
-    fixed_epoch_seconds,
     integer_field,
     judge_parts,
     read_all,
     read_records,
     require_columns,
     stable_id,
+    tstamp_or_default_day,
 )
 from biasboard.importers.mtbench import attach_answer_lengths
 
@@ -80,19 +80,9 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     judge, prompt = judge_parts(raw, options, paths)
     notes: list[str] = []
     turn, bad_turn = integer_field(raw, "turn", 1)
-    stamp = column_or_null(raw, "tstamp", pl.Float64)
-    undated = raw.height if "tstamp" not in raw.columns else raw["tstamp"].null_count()
+    ts, undated = tstamp_or_default_day(raw, options)
     if undated:
-        notes.append(f"{undated} rows without tstamp dated {options.default_date.isoformat()} 00:00 UTC")
-    # Epoch seconds for the rules; an unparseable stamp becomes NaN (bad_timestamp), never the default day.
-    seconds = stamp.cast(pl.Float64, strict=False)
-    ts = (
-        pl.when(stamp.is_null())
-        .then(pl.lit(fixed_epoch_seconds(options)))
-        .when(seconds.is_null())
-        .then(pl.lit(float("nan")))
-        .otherwise(seconds)
-    )
+        notes.append(undated)
     qid = pl.col("question_id").cast(pl.String)
     score = pl.col("score").cast(pl.Float64, strict=False)
     score_id = stable_id(
@@ -127,4 +117,26 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     if lengths is not None:
         notes.append(f"lengths: characters of the judged answer, from {origin}")
     mapped = attach_answer_lengths(mapped, lengths, (("model", "len"),))
-    return finalize_scores(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)
+    result = finalize_scores(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)
+    repeated = _repeat_note(result, lengths is not None)
+    return replace(result, notes=(*result.notes, repeated)) if repeated else result
+
+
+def _repeat_note(result: ImportResult, with_lengths: bool) -> str | None:
+    """A note counting the grades written for a (judge, model, question, turn) graded more than once; else None.
+
+    Both grades are kept (two gradings of regenerated answers, see ``score_id``),
+    but the answer file holds one answer per key, so both get *its* length even
+    where the text judged (quoted in ``user_prompt``) differs: the manifest says
+    how many rows that concerns.  Counted on the rows written, not those read.
+    """
+    keys = pl.from_arrow(result.rows.select(["judge", "model", "prompt_id"])).group_by(pl.all()).len()
+    repeated = keys.filter(pl.col("len") > 1)
+    if repeated.height == 0:
+        return None
+    note = (
+        f"{repeated.height} (judge, model, question, turn) graded more than once: {repeated['len'].sum()} grades kept"
+    )
+    if with_lengths:
+        note += "; each has the answer file's length (its last answer), which may not be the answer it graded"
+    return note

@@ -8,6 +8,7 @@ must accept every one of them.
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -145,6 +146,42 @@ def test_mtbench_pair_error_games_become_dead_letters_with_their_line():
     assert dead["source_row"].min() >= 0 and dead["source_row"].max() < 80
 
 
+def _first_lines(path: Path, count: int) -> list[dict]:
+    """The first ``count`` records of a (gzipped) JSON-lines fixture, to be edited into a hostile variant."""
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [json.loads(next(handle)) for _ in range(count)]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "source", "games"), [("mtbench-pair", STEFAN_PAIR, 2), ("mtbench-single", DON_SINGLE, 1)]
+)
+@pytest.mark.parametrize("stamp", ["as text", "yesterday", None])
+def test_mtbench_one_odd_tstamp_costs_only_its_own_line_in_pair_and_single_alike(tmp_path, fmt, source, games, stamp):
+    """One line's ``tstamp`` as text turns the field into text for every line: numbers must still parse.
+
+    A number in a string is read, an unreadable stamp rejects its line alone, a null one gets the
+    default day and a note, in the pair format as in the single one (QA: pair rejected all 30 games).
+    """
+    lines = _first_lines(real_data(*source), 15)
+    _jsonl(tmp_path / "as_published" / Path(source[-1]).name.removesuffix(".gz"), lines)
+    published = import_path(fmt, tmp_path / "as_published")
+    lines[5]["tstamp"] = str(lines[5]["tstamp"]) if stamp == "as text" else stamp
+    path = tmp_path / "edited" / Path(source[-1]).name.removesuffix(".gz")
+    _jsonl(path, lines)
+    result = import_path(fmt, path)
+    rows = check_contract(result)
+    assert result.rows_read == 15 * games
+    if stamp == "yesterday":
+        assert result.dead_by_reason() == {"bad_timestamp": games}
+        assert set(pl.from_arrow(result.dead_letters)["source_row"]) == {5}
+    elif stamp == "as text":
+        assert result.dead_by_reason() == {} and rows["ts"].sort().equals(pl.from_arrow(published.rows)["ts"].sort())
+    else:
+        assert result.dead_by_reason() == {} and rows.filter(pl.col("ts").dt.year() == 2000).height == games
+    unit = "games" if games == 2 else "rows"
+    assert (f"{games} {unit} without tstamp dated 2000-01-01 00:00 UTC" in result.notes) == (stamp is None)
+
+
 # ---------------------------------------------------------------------------------------------- single grades
 
 
@@ -169,6 +206,13 @@ def test_mtbench_single_duplicates_minus_one_and_half_points():
     assert dict(orpo.filter(pl.col("score") % 1 != 0)["score"].value_counts().iter_rows()) == {8.5: 3, 9.5: 1}
     assert orpo.group_by("prompt_id").len()["len"].max() == 2
     assert result.dead_by_reason() == {REASON_NO_VERDICT: 1}  # the file's 6 half points are all kept
+    # SOURCE.md: 160 duplicate keys, one of them holding the -1: the manifest counts the 159 repeated keys written
+    # (one length per key from model_answer/, though the regenerated answers judged differ).
+    repeated = [n for n in result.notes if "graded more than once" in n]
+    assert repeated == [
+        "159 (judge, model, question, turn) graded more than once: 318 grades kept; each has the answer file's "
+        "length (its last answer), which may not be the answer it graded"
+    ]
 
 
 def test_arena_bench_single_needs_a_judge_and_gets_lengths():
@@ -285,6 +329,47 @@ def test_alpacaeval_real_annotations_file_recovers_order_from_the_logprobs(unit)
     assert set(rows["model_a"]) | set(rows["model_b"]) == {"gpt4_1106_preview", "gpt4_gamed"}
 
 
+@pytest.mark.parametrize("completion", ["garbage", '{"logprobs": oops', 5])
+def test_alpacaeval_one_malformed_raw_completion_loses_only_its_own_rows_order(tmp_path, completion):
+    """One row's ``raw_completion`` that is no object turns the field into text: the others keep their order.
+
+    QA: a ``'garbage'`` completion made the recovery fail for the whole file.  The text path must recover
+    exactly what the parsed path recovers on every other row (the file's 803 recoverable rows).
+    """
+    path = real_data(*REAL_LAYOUT, "gpt4_gamed", "weighted_alpaca_eval_gpt4_turbo", "annotations.json.gz")
+    records = json.loads(gzip.decompress(path.read_bytes()))
+    assert isinstance(records[4]["raw_completion"], dict)
+    records[4]["raw_completion"] = completion
+    edited = tmp_path / "annotations.json"
+    edited.write_text(json.dumps(records))
+    shown = ["battle_id", "model_a", "model_b", "winner", "len_a", "len_b", "order_known"]
+    published = pl.from_arrow(import_path("alpacaeval", path).rows).select(shown)
+    result = import_path("alpacaeval", edited)
+    rows = check_contract(result).select(shown)
+    assert rows.height == 805 and rows["order_known"].eq(False).sum() == 2 + 1
+    assert rows.filter(pl.int_range(pl.len()) != 4).equals(published.filter(pl.int_range(pl.len()) != 4))
+    assert rows["order_known"][4] is False and published["order_known"][4] is None
+    assert "shown order: recovered for 802 battles; 3 battles kept with order_known = false" in " ".join(result.notes)
+
+
+@pytest.mark.parametrize(
+    ("parts", "expected"),
+    [
+        ((*REAL_LAYOUT, "text_davinci_001", "alpaca_eval_gpt4", "annotations.json.gz"), (0, 804)),  # 1 no_verdict
+        (("alpacaeval", "annotations_alpaca_eval_gpt4.jsonl.gz"), (0, 42665 - 61 - 805)),  # 866 dead letters
+    ],
+)
+def test_alpacaeval_shown_order_note_counts_the_battles_written(parts, expected):
+    """The note's two counts add up to the battles converted, not to the rows read (QA: 805 for 804 written)."""
+    result = import_path("alpacaeval", real_data(*parts))
+    rows = check_contract(result)
+    assert result.rows_converted == sum(expected) and result.dead_letters.num_rows > 0
+    recovered, unknown = expected
+    assert rows["order_known"].eq(False).sum() == unknown
+    note = f"shown order: recovered for {recovered} battles; {unknown} battles kept with order_known = false"
+    assert note in " ".join(result.notes)
+
+
 def test_alpacaeval_real_layout_as_a_model_folder_or_the_results_tree():
     folder = import_path("alpacaeval", real_data(*REAL_LAYOUT, "alpaca-7b"))
     rows = check_contract(folder)
@@ -377,6 +462,29 @@ def test_arena_hard_v2_names_its_baseline_and_skips_a_failed_game(tmp_path):
 def _jsonl(path: Path, records: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_arena_hard_every_game_is_read_extra_and_missing_games_are_dead_letters(tmp_path):
+    """A third game is dead-lettered ``extra_game`` (QA: it was dropped unread); an absent one is ``missing_game``."""
+
+    def line(question: str, *scores: str | None) -> dict:
+        return {"question_id": question, "model": "m1", "judge": "j", "games": [{"score": s} for s in scores]}
+
+    path = tmp_path / "m1.jsonl"
+    _jsonl(
+        path, [line("q1", "A>B", "B>A", "A=B"), line("q2", "A>B", "B>A"), line("q3", "A>B"), line("q4", None, "A=B")]
+    )
+    result = import_path("arena-hard", path, ImportOptions(baseline="base"))
+    rows = check_contract(result)
+    assert result.source_rows == 4 and result.rows_read == 3 + 2 + 2 + 2  # every game, and two per line at least
+    assert result.dead_by_reason() == {"extra_game": 1, "missing_game": 1, REASON_NO_VERDICT: 1}
+    dead = pl.from_arrow(result.dead_letters).sort("source_row")
+    assert dead.select("source_row", "game", "games_in_line", "score", "reason").rows() == [
+        (0, "3", "3", "A=B", "extra_game"),
+        (2, "2", "1", None, "missing_game"),
+        (3, "1", "2", None, REASON_NO_VERDICT),
+    ]
+    assert rows.height == 6 and set(rows["battle_id"].str.slice(-2)) == {"g1", "g2"}
 
 
 def _questions(folder: Path, key: str) -> list[str]:
@@ -683,6 +791,19 @@ def test_pba_row_shown_second_is_swapped_into_shown_order(tmp_path):
         ("x", "y", "model_a", 10, 20, False),  # order unreadable: counted in the listed order
     ]
     assert result.dead_by_reason() == {}
+
+
+def test_pba_list_question_id_is_a_bad_type_as_in_mtbench_pair(tmp_path):
+    """``question_id: [1, 2]`` rejects its row as ``bad_type:question_id`` (QA: it became prompt ``[1,2]:t2``)."""
+    base = {"benchmark": "MTBench", "question_id": 81, "turn": 2, "judge": "j", "model_a": "x", "model_b": "y",
+            "position_a": "first", "verdict": "A", "winner": "model_a"}  # fmt: skip
+    path = tmp_path / "judgments.jsonl"
+    _jsonl(path, [base, {**base, "question_id": [1, 2]}])
+    result = import_path("pba", path)
+    rows = check_contract(result)
+    assert rows["prompt_id"].to_list() == ["81:t2"]
+    assert result.dead_by_reason() == {"bad_type:question_id": 1}
+    assert pl.from_arrow(result.dead_letters)["question_id"].to_list() == ["[1,2]"]
 
 
 # ---------------------------------------------------------------------------------------------- hostile fields
