@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow.compute as pc
 from biasboard.importers.common import (
     REASON,
     REASON_NO_VERDICT,
@@ -289,7 +290,7 @@ def _notes(result: ImportResult, options: ImportOptions, unit: str) -> tuple[str
     rejects (``no_verdict``, a ``duplicate_battle_id`` copy) is no battle, known
     order or not.
     """
-    unknown = pl.from_arrow(result.rows.select(["order_known"])).to_series().eq(False).sum()
+    unknown = int(pc.sum(pc.invert(pc.fill_null(result.rows.column("order_known"), True))).as_py() or 0)
     return (
         f"no time stamps in AlpacaEval annotations: every battle dated {options.default_date.isoformat()} 00:00 UTC",
         f"verdict threshold: preference > 1.5 → generator_2, < 1.5 → generator_1, |p - 1.5| <= {options.tie_band} "

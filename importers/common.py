@@ -204,8 +204,16 @@ def read_records(path: Path) -> pl.DataFrame:
 def _json_lines(path: Path) -> list[object]:
     """The records of a JSON-lines file parsed one by one (the fallback when the columnar reader refuses it)."""
     opener = gzip.open if _is_gzip(path) else open
+    records = []
     with opener(path, "rt", encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:  # its own "line 1" is within the record: name the file's line
+                raise InputError(f"{path}: line {number} is not JSON ({err.msg}, column {err.colno})") from err
+    return records
 
 
 def _kind(value: object) -> str:

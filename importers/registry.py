@@ -18,6 +18,8 @@ class ImportFormat:
     summary: str
     #: The source records who cast each vote, so ``--voters`` can name every voter a judge.
     voters: bool = False
+    #: The source gives lengths in characters and in words, so ``--length-unit`` chooses (else it has one unit).
+    length_units: bool = False
 
 
 FORMATS: dict[str, ImportFormat] = {
@@ -26,9 +28,20 @@ FORMATS: dict[str, ImportFormat] = {
         ImportFormat("fastchat", fastchat.convert, fastchat.PATTERNS, "FastChat/arena clean_battle JSON"),
         ImportFormat("mtbench-pair", mtbench.convert, mtbench.PATTERNS, "FastChat llm_judge pair judgments (2 games)"),
         ImportFormat("mtbench-single", scores.convert, scores.PATTERNS, "single-answer 1-10 grades → score rows"),
-        ImportFormat("alpacaeval", alpacaeval.convert, alpacaeval.PATTERNS, "AlpacaEval annotations"),
-        ImportFormat("llmfao", llmfao.convert, llmfao.PATTERNS, "LLMFAO comparison CSVs (left/right)", voters=True),
-        ImportFormat("pba", pba.convert, pba.PATTERNS, "Position-Bias-Analyzer judgments (both orders)"),
+        ImportFormat(
+            "alpacaeval", alpacaeval.convert, alpacaeval.PATTERNS, "AlpacaEval annotations", length_units=True
+        ),
+        ImportFormat(
+            "llmfao",
+            llmfao.convert,
+            llmfao.PATTERNS,
+            "LLMFAO comparison CSVs (left/right)",
+            voters=True,
+            length_units=True,
+        ),
+        ImportFormat(
+            "pba", pba.convert, pba.PATTERNS, "Position-Bias-Analyzer judgments (both orders)", length_units=True
+        ),
         ImportFormat("arena-hard", arenahard.convert, arenahard.PATTERNS, "arena-hard-auto model_judgment (2 games)"),
     )
 }

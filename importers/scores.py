@@ -130,7 +130,7 @@ def _repeat_note(result: ImportResult, with_lengths: bool) -> str | None:
     where the text judged (quoted in ``user_prompt``) differs: the manifest says
     how many rows that concerns.  Counted on the rows written, not those read.
     """
-    keys = pl.from_arrow(result.rows.select(["judge", "model", "prompt_id"])).group_by(pl.all()).len()
+    keys = pl.DataFrame(result.rows.select(["judge", "model", "prompt_id"])).group_by(pl.all()).len()
     repeated = keys.filter(pl.col("len") > 1)
     if repeated.height == 0:
         return None

@@ -95,6 +95,12 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     if args.voters and not fmt.voters:
         with_voters = ", ".join(name for name, f in FORMATS.items() if f.voters)
         raise InputError(f"--voters: the {fmt.name} format records no voter (formats that do: {with_voters})")
+    if args.length_unit != "chars" and not fmt.length_units:
+        with_units = ", ".join(name for name, f in FORMATS.items() if f.length_units)
+        raise InputError(
+            f"--length-unit {args.length_unit}: the {fmt.name} format has one length unit (formats with characters "
+            f"and words: {with_units})"
+        )
     validation.writable_folder(args.out, "--out")
     paths = resolve_inputs(args.input, fmt.patterns)
     answers = Path(args.answers) if args.answers else None

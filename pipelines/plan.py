@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+import polars as pl
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from biasboard.pipelines.options import beam_options, defaults_from, options_from
 from biasboard.plan import STRATEGIES
@@ -98,9 +99,13 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         max_pair_share=job.max_pair_share,
         max_judge_share=job.max_judge_share,
     )
+    frame = result.frame
+    pairs = frame.select(
+        pl.min_horizontal("model_a", "model_b").alias("first"), pl.max_horizontal("model_a", "model_b").alias("second")
+    ).n_unique()
     print(
-        f"planned {result.frame.height} comparisons ({result.frame.height // 2} pairs, both orders) "
-        f"by {result.strategy} from snapshot {result.snapshot_id}"
+        f"planned {frame.height} comparisons ({frame.height // 2} in both orders, over {pairs} distinct model "
+        f"pair{'s' if pairs != 1 else ''}) by {result.strategy} from snapshot {result.snapshot_id}"
     )
     for note in result.notes:
         print(f"note: {note}")

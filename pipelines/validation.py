@@ -65,6 +65,8 @@ def writable_folder(path: str, flag: str) -> None:
     if storage.is_remote(path):
         reachable_bucket(path, flag)
         return
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InputError(f"{flag} {path}: exists and is a file, not a folder")
     created = _first_missing(os.path.abspath(path))
     storage.ensure_dir(path)
     probe = os.path.join(path, f".biasboard-write-check-{uuid.uuid4().hex}")

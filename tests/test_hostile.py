@@ -127,6 +127,19 @@ def test_every_job_refuses_an_unwritable_folder_in_one_line(argv, capsys):
     assert "cannot write /proc/biasboard-" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_folder_flag_given_a_file_says_so(tmp_path, capsys):
+    """``export --to FILE``: it printed the raw "[Errno 17] File exists"; a day given to a flag named "the path"."""
+    (tmp_path / "afile").write_text("")
+    assert (
+        cli.main(["export", "--out", str(tmp_path / "site"), "--to", str(tmp_path / "afile"), "--format", "csv"]) == 2
+    )
+    err = capsys.readouterr().err
+    assert f"--to {tmp_path / 'afile'}: exists and is a file, not a folder" in err
+    assert len(err.strip().splitlines()) == 1
+    assert cli.main(["backfill", "--input", "x/*.parquet", "--state", str(tmp_path / "s"), "--from", "2024-13-01"]) == 2
+    assert "--from: the date '2024-13-01' given is not a calendar day" in capsys.readouterr().err
+
+
 def test_a_worker_error_is_one_line_without_the_runner_traceback(tmp_path):
     """A file whose footer is fine but whose data pages are corrupt fails inside the Beam worker."""
     day = tmp_path / "logs" / "day=2024-01-01"

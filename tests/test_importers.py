@@ -717,7 +717,8 @@ def test_imported_battles_feed_the_backfill_job(tmp_path, capsys):
     [
         (None, "input file not found"),
         (b"", "input file is empty"),
-        (b'{"model_a": "x", "model_b": ', "cannot be parsed"),
+        (b'{"model_a": "x", "model_b": ', "line 1 is not JSON"),
+        (b'{"model_a": "x"}\n\n{"model_a": "y", "model_b": ', "line 3 is not JSON"),  # the file's line
         (b"\x1f\x8b\x08garbage", "cannot be parsed"),
         (b"hello world\n", "not JSON"),
     ],
@@ -732,6 +733,15 @@ def test_missing_or_garbled_input_is_one_line_error(tmp_path, capsys, content, e
     code = cli.main(["import", "--format", "fastchat", "--in", str(path), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and str(path) in err
+
+
+def test_length_unit_is_refused_where_the_format_has_one_unit(tmp_path, capsys):
+    """FastChat logs carry token counts only: ``--length-unit words`` was accepted and ignored without a word."""
+    argv = ["import", "--format", "fastchat", "--length-unit", "words", "--in", str(tmp_path), "--out", str(tmp_path)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--length-unit words: the fastchat format has one length unit (formats with characters and words: " in err
+    assert "alpacaeval, llmfao, pba)" in err and len(err.strip().splitlines()) == 1
 
 
 def test_missing_required_column_names_file_and_column(tmp_path):

@@ -115,13 +115,14 @@ def day_of_path(path: str) -> str | None:
     return _checked_day(found[-1], path) if found else None
 
 
-def _checked_day(day: str, path: str) -> str:
+def _checked_day(day: str, where: str, what: str = "in the path") -> str:
+    """``day`` if it is a calendar day, else an InputError naming ``where`` it was given."""
     try:
         import datetime as dt
 
         dt.date.fromisoformat(day)
     except ValueError as err:
-        raise InputError(f"{path}: the date {day!r} in the path is not a calendar day") from err
+        raise InputError(f"{where}: the date {day!r} {what} is not a calendar day") from err
     return day
 
 
@@ -129,7 +130,7 @@ def validate_day(day: str, option: str) -> str:
     """``YYYY-MM-DD`` or an InputError naming the option."""
     if not _DAY.match(day or ""):
         raise InputError(f"{option}: expected a day as YYYY-MM-DD, got {day!r}")
-    return _checked_day(day, option)
+    return _checked_day(day, option, "given")
 
 
 def match_files(glob: str) -> list[InputFile]:
