@@ -12,11 +12,13 @@ import numpy as np
 _TAU_BLOCK = 1024
 
 
-def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> float:
+def kendall_tau_b(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> float:
     """Kendall's τ-b between two score vectors (ties in either get the τ-b correction).
 
     Exact integer pair counts over blocks of the pairwise sign matrices: O(n²) time, O(block · n) memory —
-    leaderboards have hundreds to thousands of models.  NaN when either vector is constant or shorter than 2.
+    leaderboards have hundreds to thousands of models.  With ``groups`` (a label per item: the comparison
+    components) only the pairs within a group count — scores of different components are each centred on their
+    own, so a pair across them compares two arbitrary centres.  NaN when no counted pair is untied in x or in y.
     """
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.shape != y.shape:
@@ -27,21 +29,35 @@ def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> float:
     for lo in range(0, x.size, _TAU_BLOCK):
         sx = np.sign(x[lo : lo + _TAU_BLOCK, None] - x[None, :]).astype(np.int8)
         sy = np.sign(y[lo : lo + _TAU_BLOCK, None] - y[None, :]).astype(np.int8)
+        if groups is not None:
+            same = groups[lo : lo + _TAU_BLOCK, None] == groups[None, :]
+            sx *= same
+            sy *= same
         concordance += int(np.einsum("ij,ij->", sx, sy, dtype=np.int64))
         untied_x += int(np.count_nonzero(sx))
         untied_y += int(np.count_nonzero(sy))
+    if untied_x == 0 or untied_y == 0:
+        return float("nan")
     # Every pair is counted in both orders: the factor 2 cancels in the ratio.
     return float(concordance / np.sqrt(float(untied_x)) / np.sqrt(float(untied_y)))
 
 
-def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman's ρ (Pearson correlation of average ranks)."""
+def spearman(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> float:
+    """Spearman's ρ (Pearson correlation of average ranks); with ``groups``, of the ranks within each group (the
+    comparison components: see :func:`kendall_tau_b`), which no shift of one group's scores changes."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.shape != y.shape:
         raise ValueError(f"spearman: shapes differ {x.shape} vs {y.shape}")
     if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan")
-    return float(np.corrcoef(_ranks(x, "average"), _ranks(y, "average"))[0, 1])
+    rx, ry = _ranks(x, "average"), _ranks(y, "average")
+    if groups is not None:
+        for g in np.unique(groups):
+            members = groups == g
+            rx[members], ry[members] = _ranks(x[members], "average"), _ranks(y[members], "average")
+    if np.ptp(rx) == 0 or np.ptp(ry) == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])
 
 
 def ranks_desc(scores: np.ndarray) -> np.ndarray:

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from biasboard.ranking import ModelConfig, fit_leaderboards
 from biasboard.ranking.leaderboard import side_by_side
+from biasboard.ranking.rank_stats import kendall_tau_b
 from biasboard.report.text import side_by_side_text
 
 from tests.test_ranking_model import _cells
@@ -56,6 +57,11 @@ def test_two_components_are_ranked_and_centred_on_their_own():
     assert naive.diagnostics["prior_theta_sd"] is None
     split = [w for w in naive.diagnostics["warnings"] + corrected.diagnostics["warnings"] if "disconnected" in w]
     assert len(set(split)) == 1
+    # τ naive vs corrected over the pairs within a component (across, the centres' offset would count)
+    tau = corrected.diagnostics["naive_vs_corrected"]["kendall_tau"]
+    assert tau == kendall_tau_b(naive.rating, corrected.rating, naive.component)
+    within = [kendall_tau_b(naive.rating[naive.component == c], corrected.rating[naive.component == c]) for c in (0, 1)]
+    assert min(within) - 1e-12 <= tau <= max(within) + 1e-12
 
 
 def test_connected_board_has_one_component_column():

@@ -280,6 +280,28 @@ def test_names_sort_as_python_strings_across_batches():
     assert dict(zip(data.judges, n, strict=True)) == dict(expected.iter_rows())
 
 
+def test_rank_statistics_on_a_split_board_count_pairs_within_a_component_only(monkeypatch):
+    """Ratings of two components are each centred on their own: τ-b counts the pairs within one (the definition,
+    checked by brute force over pairs), Spearman ranks within one, and neither moves when one component shifts."""
+    from biasboard.ranking import rank_stats
+
+    monkeypatch.setattr(rank_stats, "_TAU_BLOCK", 5)
+    rng = np.random.default_rng(4)
+    groups = np.repeat([0, 1, 2], [6, 9, 4])
+    x, y = rng.normal(size=19).round(1), rng.normal(size=19).round(1)
+    pairs = [(i, j) for i in range(19) for j in range(i + 1, 19) if groups[i] == groups[j]]
+    sx = np.array([np.sign(x[i] - x[j]) for i, j in pairs])
+    sy = np.array([np.sign(y[i] - y[j]) for i, j in pairs])
+    expected = (sx * sy).sum() / np.sqrt(np.count_nonzero(sx) * np.count_nonzero(sy))
+    assert kendall_tau_b(x, y, groups) == pytest.approx(expected, rel=1e-12)
+    shifted = x + 5.0 * (groups == 1)
+    assert kendall_tau_b(shifted, y, groups) == kendall_tau_b(x, y, groups)
+    assert kendall_tau_b(shifted, y) != pytest.approx(kendall_tau_b(x, y))  # pooled: the offset counts
+    assert spearman(shifted, y, groups) == pytest.approx(spearman(x, y, groups), rel=1e-12)
+    assert kendall_tau_b(x, y, np.zeros(19, int)) == pytest.approx(stats.kendalltau(x, y).statistic, rel=1e-12)
+    assert spearman(x, y, np.zeros(19, int)) == pytest.approx(stats.spearmanr(x, y).statistic, rel=1e-12)
+
+
 def test_rank_statistics_match_scipy_with_heavy_ties_and_blocks(monkeypatch):
     """Many ties and more rows than one block of the pairwise sign matrices; ranks as scipy's rankdata."""
     from biasboard.ranking import rank_stats

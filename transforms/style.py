@@ -62,7 +62,8 @@ def style_info(battles: int, corrected: FitResult, fit_kept: Callable[[], FitRes
         for m, r, k, c in zip(corrected.models, rating, rank_kept, rank_corrected, strict=True)
     ]
     board.sort(key=lambda row: (row.rank, row.model))
-    tau = kendall_tau_b(rating, corrected.rating)
+    split = corrected.component.size and corrected.component.max() > 0
+    tau = kendall_tau_b(rating, corrected.rating, corrected.component if split else None)  # within components
     return S.StyleInfo(
         features=list(STYLE_EFFECTS),
         battles=battles,
