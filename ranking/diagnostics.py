@@ -130,9 +130,16 @@ def _corr(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def covariate_report(
-    data: Dataset, rating: np.ndarray, naive_rating: np.ndarray | None, length_clip: float | None = None
+    data: Dataset,
+    rating: np.ndarray,
+    naive_rating: np.ndarray | None,
+    length_clip: float | None = None,
+    reference: bool = False,
 ) -> dict:
     """corr(θ̂, per-model length profile) for the corrected (and naive) ratings, with the crossing warning.
+
+    With a ``reference`` the warning's advice is what the reference already does: the published ratings keep its
+    own length preference (the warning said "check with trusted anchors" to a run that had them).
 
     The profile is the mean log length per model when the length term is unbounded (``length_clip``
     None), and the mean clipped log length ratio (:func:`mean_length_covariate`, ``data`` already
@@ -158,7 +165,12 @@ def covariate_report(
         report["warnings"].append(
             f"corrected ratings correlate with mean response length (r = {corrected:.2f}), {strength} range "
             f"{CROSSING_LOW}-{CROSSING_HIGH} where Xu et al. 2026 found length correction starts to hurt: if {better} "
-            "answers are genuinely better here, the correction removes real quality (check with trusted anchors)"
+            "answers are genuinely better here, the correction removes real quality "
+            + (
+                "(the published ratings keep the reference's own length preference, where its verdicts show one)"
+                if reference
+                else "(check with trusted anchors)"
+            )
         )
     return report
 

@@ -478,7 +478,7 @@ def publish_bias_aware(
     rating = solution.core[problem.layout.theta]
     if not data.ordinal_only:  # the length covariate lives on battles
         naive_rating = None if naive is None else naive.rating
-        cov_rep = covariate_report(problem.data, rating, naive_rating, config.length_clip)
+        cov_rep = covariate_report(problem.data, rating, naive_rating, config.length_clip, bool(config.reference))
         warnings.extend(cov_rep.pop("warnings"))
         diagnostics["covariates"] = cov_rep
     if naive is not None:

@@ -341,6 +341,30 @@ def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> 
     return {effect: out[effect] for effect in (*gated, "discrimination") if effect in out}
 
 
+def zero_reference_notes(
+    bias: pl.DataFrame, effects: dict[str, dict[str, Any]], raters: frozenset[str]
+) -> pl.DataFrame:
+    """``bias`` with the notes said plainly where the reference's own effect is taken as zero (it has no data for
+    it, or its estimate is not distinguishable from zero): the reference's rows carry that reason (they read
+    "disabled by configuration", the mechanism rather than the reason), and the '*' row — the reference's effect
+    wherever the reference has one — says it is the judges' mean there, not the reference's (it read as the
+    reference's, identified, while the rating applied zero)."""
+    zero = {e: v["source"] for e, v in effects.items() if v.get("ci_low") is None or v.get("applied") == 0.0}
+    if not zero:
+        return bias
+    note = pl.col("note")
+    for effect, source in zero.items():
+        here = pl.col("effect") == effect
+        note = (
+            pl.when(here & pl.col("judge").is_in(list(raters)))
+            .then(pl.lit(f"reference: {source}"))
+            .when(here & (pl.col("judge") == "*"))
+            .then(pl.lit(f"the judges' mean, not the reference's (the reference's own: {source})"))
+            .otherwise(note)
+        )
+    return bias.with_columns(note.alias("note"))
+
+
 def reference_effect_supported(own: dict[str, Any], level: float) -> bool:
     """Whether one of the reference's own effects (:func:`own_effects`) differs from zero at ``level`` (two-sided
     Wald).
@@ -710,6 +734,8 @@ def fit_with_reference(
                 "source": "estimated from the reference's verdicts; not distinguishable from zero at "
                 f"the gate level {settings.gate_level:g}, so taken as zero",
             }
+    if raters:
+        corrected = replace(corrected, bias=zero_reference_notes(corrected.bias, effects, raters))
     agreement = anchor_agreement(problem_pub, corrected_fit, naive, corrected) if reference.kind == "anchors" else []
     if reference.kind == "anchors" and len(data.judges) - 1 > LISTED_JUDGES:
         notes.append(

@@ -731,8 +731,9 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
         body += [
             "<h3>Position: split and flip rate per judge</h3>",
             '<p class="note">How each judge\'s verdicts split between the answer shown first (A), the one '
-            "shown second (B) and a tie; and, where it saw the same prompt and pair in both orders, how often "
-            "its verdict flipped with the order. An unbiased judge splits A and B evenly and rarely flips.</p>",
+            "shown second (B) and a tie (plain and both-bad); and, where it saw the same prompt and pair in both "
+            "orders on the same day (the audit pairs the two orders within a day), how often its verdict flipped "
+            "with the order. An unbiased judge splits A and B evenly and rarely flips.</p>",
             split,
             _table("order", head, rows),
         ]

@@ -268,7 +268,8 @@ class JudgeAudit:
     ``slot_*``: all its verdicts between two different models — first-shown wins, second-shown wins,
     ties, and their shares; ``slot_tie`` counts the plain ties and ``slot_bothbad`` the ``tie (bothbad)`` ones
     (``first + second + tie + bothbad = n``), while ``slot_tie_share`` is the share of both kinds, so the
-    first, second and tie shares add up to 1 (``slot_bothbad_share_of_ties`` splits it); ``identical_*``: the same over self-battles (identical answers);
+    first, second and tie shares add up to 1 (``slot_bothbad_share_of_ties`` splits it); ``identical_*``: the
+    same over self-battles (identical answers);
     ``order_*``: over prompt-pairs judged in both orders, the 3×3 cross-tab (``order_c_uv``), flips and
     consistency; ``pba_*``: consistency under the Position-Bias-Analyzer convention; ``len_*``: the length
     profile of its picks; ``gold_*``: accuracy against trusted labels and its baselines.  None where the

@@ -10,6 +10,8 @@ a_j / g.  With scores the ordinal part fixes the scale and θ itself is the esti
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import polars as pl
 import pytest
@@ -169,5 +171,11 @@ def test_quality_length_correlation_past_the_crossing_point_warns(corr_length):
     _naive, fit = fit_leaderboards(cells, config=FAST)
     report = fit.diagnostics["covariates"]
     assert report["corr_theta_length_corrected"] > 0.22
-    assert any("Xu et al. 2026" in w and "length" in w for w in fit.diagnostics["warnings"])
+    assert any("Xu et al. 2026" in w and "(check with trusted anchors)" in w for w in fit.diagnostics["warnings"])
     assert fit.diagnostics["naive_vs_corrected"]["kendall_tau"] > 0.5
+    # With a reference the advice is what the board does already (it said "check with trusted anchors" to a run
+    # that had them): the published ratings keep the reference's own length preference.
+    judge = fit.bias.filter(pl.col("judge") != "*")["judge"][0]
+    referenced = fit_bias_aware(cells, config=dataclasses.replace(FAST, reference=frozenset({judge})))
+    said = [w for w in referenced.diagnostics["warnings"] if "Xu et al. 2026" in w]
+    assert said and all("keep the reference's own length preference" in w for w in said), said

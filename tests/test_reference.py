@@ -433,8 +433,10 @@ def test_anchors_without_style_counts_leave_style_against_zero_without_a_refit()
     for effect in STYLE_EFFECTS:
         assert fit.own_effects[effect]["source"].startswith("no data of the reference"), fit.own_effects[effect]
         assert (ANCHOR_JUDGE, effect) not in fit.config.disabled
-    header = fit.bias.filter((pl.col("effect") == "header") & (pl.col("judge") != ANCHOR_JUDGE))
+    header = fit.bias.filter((pl.col("effect") == "header") & ~pl.col("judge").is_in([ANCHOR_JUDGE, "*"]))
     assert not header["note"].str.contains("reference").any(), header  # whole effects, as without a reference
+    overall = fit.bias.filter((pl.col("effect") == "header") & (pl.col("judge") == "*"))["note"].item()
+    assert overall.startswith("the judges' mean, not the reference's"), overall  # the zero reference's, said so
 
 
 def test_excess_rows_carry_no_bootstrap_interval_of_the_whole_effect() -> None:
@@ -448,3 +450,21 @@ def test_excess_rows_carry_no_bootstrap_interval_of_the_whole_effect() -> None:
     assert relative.height > 0 and relative["boot_ci_low"].is_nan().all() and relative["boot_ci_high"].is_nan().all()
     own = fit.bias.filter((pl.col("judge") == humans[0]) & pl.col("effect").is_in(["position", "length"]))
     assert own.height == 2 and (own["boot_ci_low"] <= own["estimate"]).all() and own["boot_ci_high"].is_finite().all()
+
+
+def test_where_the_reference_has_no_effect_the_table_says_so_on_its_rows_and_the_global_row() -> None:
+    """An effect the reference's verdicts carry no data for (a human pool has no family: no affinity) or cannot tell
+    from zero is taken as zero: its own rows said "disabled by configuration" and the '*' row — the reference's
+    effect wherever it has one — read as the reference's, identified, while every rating applied zero."""
+    cells, params = simulated(seed=61, judges=4, human_judges=1, battles=12000, models=10, beta0=0.6, sd_beta=0.3)
+    human = next(n for n, h in zip(params.judge_names, params.judge_human, strict=True) if h)
+    fit = fit_with_reference(cells, reference=Reference("judges", (human,)), config=ModelConfig(profile=False))
+    zero = [e for e, v in fit.own_effects.items() if v.get("ci_low") is None or v.get("applied") == 0.0]
+    kept = [e for e, v in fit.own_effects.items() if e not in zero and e != "discrimination"]
+    assert "affinity" in zero and kept
+    notes = {(r["judge"], r["effect"]): r["note"] for r in fit.bias.iter_rows(named=True)}
+    for effect in zero:
+        assert notes[human, effect].startswith("reference: " + fit.own_effects[effect]["source"][:20])
+        assert notes["*", effect].startswith("the judges' mean, not the reference's"), notes["*", effect]
+    for effect in kept:
+        assert not notes["*", effect].startswith("the judges' mean"), (effect, notes["*", effect])
