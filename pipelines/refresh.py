@@ -345,7 +345,7 @@ def refresh(
             else "kept in the fit (--drop-missing-days removes them)",
         )
     todo = changes.new + changes.changed
-    audit = AuditPlan.of(input_glob, state_dir, changes, options, family_map)
+    audit = AuditPlan.of(state_dir, changes, options, family_map)
     staging = publish.new_staging(out_dir)
 
     def graph(days_without_input: DaysWithoutInput) -> beam.Pipeline:
@@ -476,7 +476,8 @@ def _fit_inputs_digest(
     the same files again.
     """
     anchors = _anchors_fingerprint(options)
-    refresh_options = {k: v for k, v in asdict(options).items() if k not in _NOT_FIT_INPUTS}
+    # An option given empty ("--slices ''", "--reference ''") does what it does when not given: the same key.
+    refresh_options = {k: (None if v == "" else v) for k, v in asdict(options).items() if k not in _NOT_FIT_INPUTS}
     return _digest(
         {
             "state": state_dir,
@@ -787,16 +788,15 @@ class AuditPlan:
     @classmethod
     def of(
         cls,
-        input_glob: str | None,
         state_dir: str,
         changes: InputChanges,
         options: RefreshOptions,
         family_map: FamilyMap,
     ) -> AuditPlan:
+        # The files, not how --input spelled them (a folder or its glob): the same files, the same audit.
         stamp = {
             "input_digest": changes.digest,
-            "input_glob": input_glob,
-            "anchors": options.anchors,
+            "anchors": options.anchors or None,
             "family_map": family_map.digest(),
         }
         if not options.audit:

@@ -306,6 +306,20 @@ def test_a_latest_snapshot_that_was_deleted_is_refit_and_published_again(sim, tm
     assert again.leaderboard.equals(first.leaderboard)
 
 
+def test_the_same_files_given_as_a_folder_or_a_glob_change_nothing(sim, tmp_path, caplog):
+    """``--input logs/battles`` after ``--input 'logs/battles/day=*/*.parquet'``: the same files, so the same audit
+    and nothing new (the audit's stamp held the glob as spelled: it re-ran and the same board was published again);
+    likewise options given empty (``--slices ''``), which change nothing in the board."""
+    state, out = str(tmp_path / "state"), str(tmp_path / "out")
+    first = refresh(_glob(sim), state, out, [])
+    with caplog.at_level("INFO", logger="biasboard.pipelines.refresh"):
+        again = refresh(str(sim / "battles"), state, out, [])
+    assert "audit: input unchanged" in caplog.text
+    assert again.published.reused and again.published.snapshot_id == first.published.snapshot_id
+    empty = RefreshOptions(slices="", reference="", anchors="")  # given empty: as if not given
+    assert refresh(_glob(sim), state, out, [], empty).published.snapshot_id == first.published.snapshot_id
+
+
 def test_incremental_audit_equals_a_full_audit(sim, tmp_path, caplog):
     """Days 1-2 refreshed, then day 3 arrives: only day 3 is audited, and the audit equals a fresh one of all days.
 
