@@ -62,6 +62,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--theta-sd", type=float, default=d.theta_sd, help="SD of model quality θ")
     parser.add_argument("--style", action="store_true", help="write style counts (headers, lists, bold) with effects")
     parser.add_argument("--corr-style", type=float, default=d.corr_style, help="corr(θ, mean log header count)")
+    parser.add_argument(
+        "--categories",
+        type=int,
+        default=d.categories,
+        help="label each battle with one of N categories, each shifting every model's quality (refresh --slices "
+        "category recovers their boards; default %(default)s: no category)",
+    )
+    parser.add_argument(
+        "--category-sd", type=float, default=d.category_sd, help="SD of a model's quality shift within a category"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier simulation in --out")
 
 
@@ -95,6 +105,8 @@ def config_from_args(args: argparse.Namespace) -> SimulationConfig:
         theta_sd=args.theta_sd,
         style=args.style,
         corr_style=args.corr_style,
+        categories=args.categories,
+        category_sd=args.category_sd,
     )
 
 

@@ -163,7 +163,8 @@ def covariate_report(
         strength = "beyond the typical" if abs(corrected) >= CROSSING_TYPICAL else "inside the"
         better = "longer" if corrected > 0 else "shorter"  # the direction the ratings still lean
         report["warnings"].append(
-            f"corrected ratings correlate with mean response length (r = {corrected:.2f}), {strength} range "
+            f"corrected ratings correlate with mean response length (r = {corrected:.2f}), "
+            f"{'' if corrected > 0 else '|r| '}{strength} range "
             f"{CROSSING_LOW}-{CROSSING_HIGH} where Xu et al. 2026 found length correction starts to hurt: if {better} "
             "answers are genuinely better here, the correction removes real quality "
             + (

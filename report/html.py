@@ -71,6 +71,9 @@ EFFECTS: dict[str, tuple[str, float | None]] = {
     "position_sd": ("Spread of per-judge position effects, SD(u_j).", 0.0),
 }
 
+#: The effects a reference makes relative: a judge's row is its excess over the reference's.
+RELATIVE_EFFECTS = frozenset({"position", "length", "affinity", "header", "list", "bold"})
+
 CSS = """
 :root { --fg:#24292f; --muted:#6b7580; --line:#d8dee4; --soft:#f6f8fa; --accent:#d9792b; --naive:#5b7db8; }
 * { box-sizing: border-box; }
@@ -348,8 +351,10 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers:
         else ""
     )
     body = [
-        f'<p class="note">{esc(scope)} Dots are ratings, bars their {esc(ci_name)}s. '
-        "Overlapping intervals mean the data cannot order those models with confidence.</p>",
+        f'<p class="note">{esc(scope)} Dots are ratings, bars their {esc(ci_name)}s '
+        f"({esc(_interval_source(summary))}). Intervals that overlap widely mean the data cannot order those models "
+        "with confidence.</p>",
+        f'<p class="note">{esc(_corrected_meaning(summary))}</p>',
         forest,
         "<h3>Rank change</h3>",
         f'<p class="note">{esc(change_note)}</p>' if change_note else "",
@@ -362,6 +367,32 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers:
         _leaderboard_table(ordered, ci_name, ptop, summary),
     ]
     return _section("leaderboard", "Leaderboards: naive and corrected", "".join(body))
+
+
+def _corrected_meaning(summary: Summary) -> str:
+    """What the corrected rating is, and why its points spread wider than the naive ones."""
+    if summary.reference is not None and summary.reference.kind != "none":
+        meaning = f"Corrected: {summary.reference.corrected_rating.rstrip('.')}."
+    else:
+        meaning = (
+            "Corrected: each model's quality with every judge's preferences taken out — position, response length, "
+            "same-family affinity (and style, where counted) — and each judge's tie propensity and scale fitted "
+            "apart (the zero reference: no preference is kept)."
+        )
+    return (
+        f"{meaning} Naive: plain Bradley–Terry on what the judges said, a tie as half a win. On the Elo-like scale "
+        "400 points are a factor 10 in the odds of winning (100 points: 64%). The corrected points usually spread "
+        "wider: ties as half wins and judges' noise pull the naive ratings toward the centre, so compare ranks, not "
+        "points, across the two columns."
+    )
+
+
+def _interval_source(summary: Summary) -> str:
+    return (
+        "percentiles of the bootstrap replicates"
+        if summary.uncertainty == "bootstrap"
+        else "from the Laplace approximation to the posterior"
+    )
 
 
 def _rank_cell(intervals: Mapping[str, RankInterval], model: str) -> str:
@@ -587,20 +618,30 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
     judges = {str(r["judge"]) for r in bias} - {GLOBAL_JUDGE}
     battles = _judge_battles(summary)
     shown = shown_judges({j: battles.get(j, 0) for j in judges}) | {GLOBAL_JUDGE}
+    relative = summary.reference is not None and summary.reference.kind != "none"
+    line = (
+        "With a reference (see Reference), a judge's position, length, affinity and style rows are its excess over "
+        "the reference: the dashed line, 0, means it judges as the reference does. The reference's own rows are "
+        "its effects, and so is the global term wherever the reference has one (its note says when it is the "
+        "judges' mean instead)."
+        if relative
+        else "The dashed line marks no bias."
+    )
     parts = [
         '<p class="note">Each panel is one effect; rows are judges (the global term first). Filled dots are '
-        "identified by the data; hollow dots are not identified, so their value comes from the prior. "
-        "The dashed line marks no bias.</p>",
+        f"identified by the data; hollow dots are not identified, so their value comes from the prior. {line}</p>",
         left_out_note(len(judges), len(shown) - 1, "bias.parquet and bias.json"),
     ]
     bias = keep(bias, lambda r: r["judge"], shown)
     disabled: list[str] = []
+    tied: list[str] = []
     panels: list[str] = []
     for effect in _effect_order(str(r["effect"]) for r in bias):
         rows = [r for r in bias if str(r["effect"]) == effect]
         for r in rows:
             if r["enabled"] is False:
-                disabled.append(f"{effect} ({_judge_label(r['judge'])})")
+                gated = "tied to the reference" in str(r.get("note") or "")
+                (tied if gated else disabled).append(f"{effect} ({_judge_label(r['judge'])})")
         rows = [r for r in rows if r["enabled"] is not False]
         if not rows:
             continue
@@ -626,17 +667,31 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
             labels: list[str] = labels,
             series: list[Series] = series,
             ref: float | None = ref,
-            title: str = f"{effect} coefficient per judge",
+            title: str = (
+                f"{effect}: excess over the reference, per judge"
+                if relative and effect in RELATIVE_EFFECTS
+                else f"{effect} coefficient per judge"
+            ),
         ) -> str:
             return forest_plot(labels, series, title=title, reference=ref, width=PANEL if width > NARROW else width)
 
         svg = _responsive(draw)
         panels.append(f'<div><h3>{esc(effect)}</h3><p class="note">{esc(desc)}</p>{svg}</div>')
     parts.append(f'<div class="panels">{"".join(panels)}</div>')
+    if tied:
+        parts.append(
+            f'<p class="note">Tied to the reference (fitted and tested; no excess corrected, see the gate): '
+            f"{esc(_listed(tied))}.</p>"
+        )
     if disabled:
-        parts.append(f'<p class="note">Not fitted (disabled): {esc(", ".join(disabled))}.</p>')
+        parts.append(f'<p class="note">Not fitted (disabled): {esc(_listed(disabled))}.</p>')
     parts.append(_bias_table(bias))
     return _section("bias", "Judge biases", "".join(parts))
+
+
+def _listed(items: list[str], most: int = 20) -> str:
+    """The first ``most`` items, then how many more (a voter board lists hundreds)."""
+    return ", ".join(items[:most]) + (f" and {len(items) - most} more (bias.parquet)" if len(items) > most else "")
 
 
 def _bias_table(bias: list[dict[str, Any]]) -> str:
@@ -880,6 +935,26 @@ def _reference_note(summary: Summary) -> str:
     )
 
 
+#: The gate table's headers in words (the decisions' keys are the summary's).
+GATE_COLUMNS: dict[str, str] = {
+    "gain_nats": "gain (nats)",
+    "group_chi2": "joint χ²",
+    "group_df": "df",
+    "group_p": "joint p",
+    "group_p_holm": "Holm p",
+    "se": "SE",
+}
+
+
+def _gate_cell(column: str, value: Any) -> str:
+    """A gate table cell: p-values to 3 significant digits (0.000 hid 7.75e-105), yes/no for flags."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3g}" if "_p" in column or column == "p" else fmt(value, 3)
+    return "—" if value is None else str(value)
+
+
 def _gate(summary: Summary) -> str:
     gate = summary.diagnostics.gate
     if gate is None and _ordinal_only(summary):  # no pairwise bias, so no reference to measure it from
@@ -888,14 +963,9 @@ def _gate(summary: Summary) -> str:
         note = _reference_note(summary)
         return _section("gate", "Reference", note) if note else ""
     columns = list(dict.fromkeys(k for row in gate.decisions for k in row))
-    head = "<tr>" + "".join(f'<th class="l">{esc(c)}</th>' for c in columns) + "</tr>"
+    head = "<tr>" + "".join(f'<th class="l">{esc(GATE_COLUMNS.get(c, c))}</th>' for c in columns) + "</tr>"
     rows = [
-        "<tr>"
-        + "".join(
-            f'<td class="l">{esc(fmt(row.get(c), 3) if isinstance(row.get(c), float) else row.get(c, "—"))}</td>'
-            for c in columns
-        )
-        + "</tr>"
+        "<tr>" + "".join(f'<td class="l">{esc(_gate_cell(c, row.get(c)))}</td>' for c in columns) + "</tr>"
         for row in gate.decisions
     ]
     body = (

@@ -6,6 +6,7 @@ against what the simulator says it wrote (truth.json counts).
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -236,7 +237,13 @@ def test_refresh_with_anchors_gates_corrections_and_plans_the_next_battles(sim, 
     assert reference.kind == "anchors" and reference.verdicts == gate.k == 30
     assert outcome.summary.diagnostics.gate == gate
     assert reference.own_effects["position"]["ci_low"] is not None
-    assert "Reference: anchors" in (snapshot / "report.html").read_text(encoding="utf-8")
+    page = (snapshot / "report.html").read_text(encoding="utf-8")
+    assert "Reference: anchors" in page
+    # The page says what its numbers are: the corrected rating under this reference, judges' rows as excesses over
+    # it, the gate in words (it showed gain_nats, group_p_holm, True/False and p = 0.000)
+    assert f"Corrected: {reference.corrected_rating.rstrip('.')}" in html.unescape(page)
+    assert "position: excess over the reference, per judge" in page and "judges as the reference does" in page
+    assert "Holm p" in page and "group_p_holm" not in page and ">True<" not in page and ">False<" not in page
     assert len(gate.decisions) == len(judges) * 3  # position, length, affinity per judge
     assert any("the gate corrected" in w for w in outcome.summary.warnings)
     # what the gate left off is what the published bias table says is off

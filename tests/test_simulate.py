@@ -372,6 +372,11 @@ def test_cli_writes_refuses_to_overwrite_and_rejects_bad_flags(tmp_path, capsys)
     assert json.loads((out / "truth.json").read_text())["seed"] == 5
     assert cli_main([*argv, "--overwrite", "--bad-rows", "1.5"]) == 2
     assert "--bad-rows" in capsys.readouterr().err
+    # Category labels for refresh --slices from the command line (only the Python config had them).
+    assert cli_main([*argv, "--overwrite", "--categories", "3", "--category-sd", "0.8"]) == 0
+    labels = pl.read_parquet(out / "battles" / "*" / "*.parquet")["category"]
+    assert labels.null_count() == 0 and labels.n_unique() == 3
+    assert json.loads((out / "truth.json").read_text())["settings"]["categories"] == 3
 
 
 def test_days_without_battles_get_no_empty_files(tmp_path):

@@ -335,10 +335,10 @@ def reference_warnings(fitted: ReferenceFit) -> list[str]:
     if fitted.gate is not None:
         decisions = fitted.gate.decisions
         enabled = decisions.filter(pl.col("enabled")).height
+        others = "; the others are tied to the reference" if enabled < decisions.height else ""
         out.append(
             f"reference {fitted.reference.kind} ({fitted.k} verdicts): the gate corrected {enabled} of "
-            f"{decisions.height} (judge, effect) excesses at level {fitted.gate.level}; the others are tied to the "
-            "reference"
+            f"{decisions.height} (judge, effect) excesses at level {fitted.gate.level}{others}"
         )
     for entry in fitted.unidentified:
         if not entry["applied"]:
