@@ -302,6 +302,10 @@ def forest_plot(
     return "".join(parts)
 
 
+#: The least width between a slope chart's two columns, where its lines run.
+SLOPE_GAP = 60
+
+
 def slope_chart(
     labels: Sequence[str],
     left_ranks: Sequence[object],
@@ -329,6 +333,9 @@ def slope_chart(
     left_pos = {i: p for p, i in enumerate(sorted(range(n), key=lambda i: (items[i][1], items[i][0])))}
     right_pos = {i: p for p, i in enumerate(sorted(range(n), key=lambda i: (items[i][2], items[i][0])))}
     label_px = math.ceil(min(240, max(80, max(text_width(f"#{r} {lab}") for lab, r, _ in items) + 4)))
+    # Labels on both sides leave the lines at least SLOPE_GAP px (a phone's 370 px with long names put the left
+    # column right of the right one, labels overprinting): longer names are truncated instead.
+    label_px = max(24, min(label_px, (width - 24 - SLOPE_GAP) // 2))
     x_left, x_right = label_px + 12, width - label_px - 12
     top = 30
     height = top + n * ROW_HEIGHT + 8

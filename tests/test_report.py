@@ -497,6 +497,17 @@ def test_slope_and_split_builders_escape_and_parse():
     assert esc('"') == "&quot;" and esc("'") == "&#x27;"
 
 
+def test_slope_chart_keeps_its_columns_apart_at_phone_width_with_long_names():
+    """At 370 px a long model name (Position-Bias-Analyzer's, LLMFAO's) put the left column right of the right one,
+    its labels overprinting: the labels are truncated instead, the columns keep the gap the lines need."""
+    names = ["a-very-long-model-name-from-a-real-leaderboard-v1.3", "another-long-model-name-13b-chat-hf"]
+    root = ET.fromstring(slope_chart(names, [1, 2], [2, 1], title="s", width=370))
+    for group in root.iter("g"):
+        left, right = (float(c.get("cx")) for c in group.iter("circle"))
+        assert right - left >= 60, (left, right)  # the naive column left of the corrected one, lines between
+    assert all(0 <= float(t.get("x")) <= 370 for t in root.iter("text"))
+
+
 # --------------------------------------------------------------------------- in a real browser
 
 #: Headless Chromium binaries, in the order tried (Debian: ``apt-get install chromium-headless-shell``).
