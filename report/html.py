@@ -792,8 +792,9 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
             split,
             _table("order", head, rows),
         ]
-    if diag.order_models:
-        models = sorted(diag.order_models, key=lambda m: (finite(corrected_rank.get(m.model)) or math.inf, m.model))
+    seen = [m for m in diag.order_models if m.pairs]  # a model never seen in both orders has nothing to show
+    if seen:
+        models = sorted(seen, key=lambda m: (finite(corrected_rank.get(m.model)) or math.inf, m.model))
         head = (
             '<tr><th class="l">Model</th><th>Corrected rank</th><th>Pairs seen in both orders</th>'
             "<th>Order-consistent</th><th>Win rate among order-consistent pairs (± SE)</th>"
@@ -810,7 +811,13 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
             "<h3>Win rate among order-consistent pairs</h3>",
             '<p class="note">Per model, over every judge: among the prompts a judge saw in both orders and '
             "answered the same way both times (ties count half), how often this model won. Position cannot "
-            "have decided these verdicts.</p>",
+            "have decided these verdicts."
+            + (
+                f" {len(diag.order_models) - len(seen)} model(s) never seen in both orders are left out."
+                if len(seen) < len(diag.order_models)
+                else ""
+            )
+            + "</p>",
             _table("consistent", head, rows),
         ]
     lengths = [a for a in order if a.len_n]

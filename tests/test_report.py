@@ -347,6 +347,18 @@ def test_order_consistent_win_rate_is_filled_for_every_model(published):
     assert by_model[best].consistent_win_rate == max(m.consistent_win_rate for m in by_model.values())
 
 
+def test_models_never_seen_in_both_orders_are_counted_not_listed(published):
+    """LLMFAO's crowd saw no prompt in both orders: the table was 70 rows of "0 | 0 | — | —"."""
+    models = published.summary.diagnostics.order_models
+    unseen = dataclasses.replace(models[0], pairs=0, consistent=0, consistent_win_rate=None)
+    diagnostics = dataclasses.replace(published.summary.diagnostics, order_models=[unseen, *models[1:]])
+    page = render_report(
+        published.leaderboard, published.bias, dataclasses.replace(published.summary, diagnostics=diagnostics)
+    )
+    assert {r[0] for r in table_rows(page, "consistent")} == {m.model for m in models[1:]}
+    assert "1 model(s) never seen in both orders are left out." in page
+
+
 def test_head_to_head_matrices_match_the_cells(published):
     h2h = published.summary.head_to_head
     assert h2h is not None
