@@ -546,13 +546,19 @@ def _leaderboard_table(ordered: list[dict[str, Any]], ci_name: str, ptop: str, s
     return _table("leaderboard", head, body)
 
 
-def _shade(rate: float | None) -> str:
-    """A cell background from red (the row model loses) through white to green (it wins)."""
+#: Battles at which a head-to-head cell shows half its colour: fewer battles, paler (0% from 2 battles was as
+#: red as 0% from 200).
+SHADE_BATTLES = 10
+
+
+def _shade(rate: float | None, battles: float | None = None) -> str:
+    """A cell background from red (the row model loses) through white to green (it wins), paler on few battles."""
     if rate is None:
         return ""
     t = max(-1.0, min(1.0, 2.0 * rate - 1.0))
     colour = (42, 157, 91) if t > 0 else (200, 68, 58)
-    alpha = 0.55 * abs(t)
+    weight = 1.0 if battles is None else battles / (battles + SHADE_BATTLES)
+    alpha = 0.55 * abs(t) * weight
     return f' style="background:rgba({colour[0]},{colour[1]},{colour[2]},{alpha:.2f})"'
 
 
@@ -578,7 +584,7 @@ def _head_to_head(summary: Summary) -> str:
     def win(i: int, j: int) -> str:
         rate = h2h.win_rate[i][j]
         text = "·" if rate is None else f"{rate * 100:.0f}"
-        return f"<td{_shade(rate)}>{esc(text)}</td>"
+        return f"<td{_shade(rate, h2h.battles[i][j])}>{esc(text)}</td>"
 
     def count(i: int, j: int) -> str:
         n = h2h.battles[i][j]
@@ -587,7 +593,7 @@ def _head_to_head(summary: Summary) -> str:
     body = (
         f'<p class="note">The top {len(h2h.models)} models by corrected rank, numbered as in the rows. What the '
         "judges said, before any correction: all judges and both orders pooled, a tie counted as half a win. "
-        "A dot: the two never met.</p>"
+        f"A dot: the two never met. The colour fades with fewer battles (half strength at {SHADE_BATTLES}).</p>"
         "<h3>Win rate of the row model against the column model (%)</h3>"
         + _matrix("winrate", h2h, win)
         + "<h3>Battles between the two</h3>"

@@ -359,6 +359,17 @@ def test_models_never_seen_in_both_orders_are_counted_not_listed(published):
     assert "1 model(s) never seen in both orders are left out." in page
 
 
+def test_head_to_head_colour_fades_with_few_battles():
+    """0% from 2 battles was shaded as red as 0% from 200: the colour now carries the evidence."""
+    from biasboard.report.html import _shade
+
+    def alpha(style: str) -> float:
+        return float(style.rsplit(",", 1)[1].rstrip(')"'))
+
+    assert alpha(_shade(0.0, 2)) < 0.5 * alpha(_shade(0.0, 200)) and alpha(_shade(0.0, 10)) == pytest.approx(0.28)
+    assert _shade(None, 5) == "" and alpha(_shade(1.0)) == pytest.approx(0.55)
+
+
 def test_head_to_head_matrices_match_the_cells(published):
     h2h = published.summary.head_to_head
     assert h2h is not None
