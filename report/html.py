@@ -17,6 +17,7 @@ their own box, never the page.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -68,7 +69,10 @@ EFFECTS: dict[str, tuple[str, float | None]] = {
         1.0,
     ),
     "severity": ("Severity (α): how harshly the judge scores in ordinal grading.", 0.0),
-    "position_sd": ("Spread of per-judge position effects, SD(u_j).", 0.0),
+    "position_sd": ("Spread of the judges' position effects: the SD across judges (MAP).", None),
+    "length_sd": ("Spread of the judges' verbosity effects: the SD across judges (MAP).", None),
+    "affinity_sd": ("Spread of the judges' same-family affinities: the SD across judges (MAP).", None),
+    "tie_bothbad_share": ("Share of the judge's ties that were 'tie (bothbad)'.", None),
 }
 
 #: The effects a reference makes relative: a judge's row is its excess over the reference's.
@@ -608,7 +612,13 @@ def _effect_order(effects: Iterable[str]) -> list[str]:
 
 
 def _judge_order(judges: Iterable[Any]) -> list[Any]:
-    return sorted(set(judges), key=lambda j: (j != GLOBAL_JUDGE, str(j)))
+    """The global term first, then the judges in natural order (crowd/11 before crowd/107)."""
+    return sorted(set(judges), key=lambda j: (j != GLOBAL_JUDGE, _natural(str(j))))
+
+
+def _natural(name: str) -> list[tuple[int, int | str]]:
+    """A sort key reading the digit runs of ``name`` as numbers."""
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part]
 
 
 def _judge_battles(summary: Summary) -> dict[str, float]:
@@ -649,8 +659,8 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
                 gated = "tied to the reference" in str(r.get("note") or "")
                 (tied if gated else disabled).append(f"{effect} ({_judge_label(r['judge'])})")
         rows = [r for r in rows if r["enabled"] is not False]
-        if not rows:
-            continue
+        if not rows or (effect == "tie_bothbad_share" and not any(r["estimate"] for r in rows)):
+            continue  # (a source without both-bad ties: a panel of zeros)
         order = _judge_order(r["judge"] for r in rows)
         by_judge = {r["judge"]: r for r in rows}
         ordered = [by_judge[j] for j in order]

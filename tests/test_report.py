@@ -370,6 +370,20 @@ def test_head_to_head_colour_fades_with_few_battles():
     assert _shade(None, 5) == "" and alpha(_shade(1.0)) == pytest.approx(0.55)
 
 
+def test_judges_in_natural_order_and_no_panel_of_zero_bothbad_shares(published):
+    """Voters read crowd/11 before crowd/107; a source without both-bad ties drew a bias panel of zeros."""
+    from biasboard.report.html import _judge_order
+
+    assert _judge_order(["crowd/107", "crowd/11", "*", "crowd/2", "gpt4"]) == [
+        "*", "crowd/2", "crowd/11", "crowd/107", "gpt4"
+    ]  # fmt: skip
+    zero = published.bias.with_columns(
+        pl.when(pl.col("effect") == "tie_bothbad_share").then(0.0).otherwise(pl.col("estimate")).alias("estimate")
+    )
+    assert "<h3>tie_bothbad_share</h3>" in render_report(published.leaderboard, published.bias, published.summary)
+    assert "<h3>tie_bothbad_share</h3>" not in render_report(published.leaderboard, zero, published.summary)
+
+
 def test_head_to_head_matrices_match_the_cells(published):
     h2h = published.summary.head_to_head
     assert h2h is not None
