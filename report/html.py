@@ -983,7 +983,7 @@ def _gate(summary: Summary) -> str:
     if gate is None and _ordinal_only(summary):  # no pairwise bias, so no reference to measure it from
         return ""
     if gate is None:
-        note = _reference_note(summary)
+        note = _reference_note(summary) + _anchor_results(summary)
         return _section("gate", "Reference", note) if note else ""
     columns = list(dict.fromkeys(k for row in gate.decisions for k in row))
     head = "<tr>" + "".join(f'<th class="l">{esc(GATE_COLUMNS.get(c, c))}</th>' for c in columns) + "</tr>"
@@ -993,9 +993,67 @@ def _gate(summary: Summary) -> str:
     ]
     body = (
         _reference_note(summary) + f'<p class="note">{esc(gate.method)}: {gate.k} reference verdicts, '
-        f"family-wise level {gate.level:g}.</p>" + _table("gate", head, rows)
+        f"family-wise level {gate.level:g}.</p>" + _table("gate", head, rows) + _anchor_results(summary)
     )
     return _section("gate", "Trusted-anchor gate", body)
+
+
+#: Rows of ``reference.agreement`` that are the boards' own (the ratings alone), not a judge's.
+BOARD_ROWS = frozenset({"published board", "naive board"})
+
+
+def _anchor_results(summary: Summary) -> str:
+    """How the judges fare against the trusted verdicts: each judge's fitted verdicts predicting the anchors with and
+    without its correction, and the audit's gold-label accuracy beside the random- and longest-pick baselines (both
+    were in summary.json only)."""
+    out = []
+    agreement = summary.reference.agreement if summary.reference is not None else []
+    boards = {a["judge"]: a for a in agreement if a.get("judge") in BOARD_ROWS and a.get("accuracy_corrected") is None}
+    agreement = [a for a in agreement if a.get("judge") not in boards]
+    if agreement:
+        head = (
+            '<tr><th class="l">Judge</th><th>Accuracy, uncorrected</th><th>Accuracy, corrected</th>'
+            "<th>Log loss, uncorrected</th><th>Log loss, corrected</th></tr>"
+        )
+        rows = [
+            f'<tr><td class="name">{esc(_judge_label(a.get("judge")))}</td>'
+            f"<td>{_pct(a.get('accuracy_uncorrected'))}</td><td>{_pct(a.get('accuracy_corrected'))}</td>"
+            f"<td>{fmt(a.get('log_loss_uncorrected'), 3)}</td><td>{fmt(a.get('log_loss_corrected'), 3)}</td></tr>"
+            for a in agreement
+        ]
+        out += [
+            "<h3>Agreement with the anchors</h3>",
+            "<p class=\"note\">How well each judge's fitted verdicts predict the trusted ones on the anchors' pairs "
+            "(decided verdicts; lower log loss is better): with its own effects, and with its corrections applied.</p>",
+            _table("agreement", head, rows),
+        ]
+    if boards:
+        said = "; ".join(
+            f"the {name}: accuracy {_pct(b.get('accuracy_uncorrected'))}, "
+            f"log loss {fmt(b.get('log_loss_uncorrected'), 3)}"
+            for name, b in sorted(boards.items(), key=lambda kv: kv[0] != "published board")
+        )
+        out.append(f"<p class=\"note\">The boards' ratings alone predicting the anchors' verdicts: {esc(said)}.</p>")
+    gold = [a for a in summary.diagnostics.order if a.gold_n_labeled]
+    if gold:
+        head = (
+            '<tr><th class="l">Judge</th><th>Battles with a gold label</th><th>Accuracy (± SE)</th>'
+            "<th>Random pick</th><th>Longest pick</th></tr>"
+        )
+        rows = [
+            f'<tr><td class="name">{esc(_judge_label(a.judge))}</td><td>{_int(a.gold_n_labeled)}</td>'
+            f"<td>{esc(_pm(a.gold_accuracy, a.gold_accuracy_se))}</td><td>{fmt(a.gold_random_pick_baseline, 3)}</td>"
+            f"<td>{fmt(a.gold_longest_pick_baseline, 3)}</td></tr>"
+            for a in gold
+        ]
+        out += [
+            "<h3>Gold-label accuracy</h3>",
+            '<p class="note">The judge audit: on battles whose prompt and pair the anchors also judged, how often the '
+            "judge picked the anchors' winner, beside always picking at random and always picking the longer answer "
+            "(consistency is not validity: a judge can be consistent and wrong).</p>",
+            _table("gold", head, rows),
+        ]
+    return "".join(out)
 
 
 def _counts(summary: Summary) -> str:

@@ -244,6 +244,8 @@ def test_refresh_with_anchors_gates_corrections_and_plans_the_next_battles(sim, 
     assert f"Corrected: {reference.corrected_rating.rstrip('.')}" in html.unescape(page)
     assert "position: excess over the reference, per judge" in page and "judges as the reference does" in page
     assert "Holm p" in page and "group_p_holm" not in page and ">True<" not in page and ">False<" not in page
+    assert "<h3>Agreement with the anchors</h3>" in page and len(reference.agreement) == len(judges) + 2
+    assert "predicting the anchors' verdicts: the published board: accuracy" in html.unescape(page)  # then the naive
     assert len(gate.decisions) == len(judges) * 3  # position, length, affinity per judge
     assert any("the gate corrected" in w for w in outcome.summary.warnings)
     # what the gate left off is what the published bias table says is off

@@ -384,6 +384,19 @@ def test_judges_in_natural_order_and_no_panel_of_zero_bothbad_shares(published):
     assert "<h3>tie_bothbad_share</h3>" not in render_report(published.leaderboard, zero, published.summary)
 
 
+def test_gold_label_accuracy_is_on_the_page(published):
+    """The audit's accuracy against trusted labels was in summary.json only."""
+    order = published.summary.diagnostics.order
+    graded = dataclasses.replace(
+        order[0], gold_n_labeled=1007, gold_accuracy=0.5683, gold_accuracy_se=0.0171,
+        gold_random_pick_baseline=0.5, gold_longest_pick_baseline=0.5162,
+    )  # fmt: skip
+    diagnostics = dataclasses.replace(published.summary.diagnostics, order=[graded, *order[1:]])
+    summary = dataclasses.replace(published.summary, diagnostics=diagnostics)
+    rows = table_rows(render_report(published.leaderboard, published.bias, summary), "gold")
+    assert rows == [[order[0].judge, "1,007", "0.568 ± 0.017", "0.500", "0.516"]]
+
+
 def test_head_to_head_matrices_match_the_cells(published):
     h2h = published.summary.head_to_head
     assert h2h is not None
