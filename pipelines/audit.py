@@ -66,6 +66,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     storage.configure_gcs_auth(no_auth=options.view_as(GoogleCloudOptions).no_auth)
     families = validation.family_map(job.family_map)
     validation.writable_folder(args.out, "--out")
+    validation.input_buckets(("--input", args.input), ("--anchors", job.anchors))
     aliases = load_aliases(job.aliases)
     run_audit(args.input, args.out, options, job.anchors, families, aliases)
     print(storage.join(args.out, AUDIT_JSON))

@@ -32,11 +32,13 @@ import argparse
 from dataclasses import dataclass
 
 import pyarrow as pa
+from apache_beam.options.pipeline_options import GoogleCloudOptions
 from biasboard.pipelines import validation
 from biasboard.pipelines.options import beam_options, defaults_from, options_from
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
+from biasboard.transforms import storage
 from biasboard.transforms.cells import IngestCounts, judge_summary
 from biasboard.transforms.ingest import IngestResult, run_ingest
 from biasboard.transforms.read import DEFAULT_BATCH_ROWS, load_aliases, validate_day
@@ -62,6 +64,8 @@ def run_backfill(
     days in one worker thread per core (:func:`~biasboard.transforms.ingest.use_worker_threads`).
     """
     options = beam_options(beam_args)
+    # As every job: anonymous at once on an emulator or with --no_auth (Beam's credential lookup retried ~25 s).
+    storage.configure_gcs_auth(no_auth=options.view_as(GoogleCloudOptions).no_auth)
     auto = not any(a.startswith(("--direct_running_mode", "--direct_num_workers")) for a in beam_args or [])
     return run_ingest(
         input_glob, state_dir, options, days, family_map, scores_glob, day_range, batch_rows, aliases, auto
@@ -135,6 +139,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     job = options_from(BackfillOptions, args)
+    # Before the bucket checks below, which are the first to ask Beam for credentials.
+    storage.configure_gcs_auth(no_auth=beam_options(beam_args).view_as(GoogleCloudOptions).no_auth)
     low = validate_day(job.day_from, "--from") if job.day_from else None
     high = validate_day(job.day_to, "--to") if job.day_to else None
     if low and high and low > high:
@@ -142,6 +148,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     family_map = validation.family_map(job.family_map)
     aliases = load_aliases(job.aliases)
     validation.writable_folder(args.state, "--state")
+    validation.input_buckets(("--input", args.input), ("--scores", job.scores))
     result = run_backfill(
         args.input,
         args.state,

@@ -311,6 +311,7 @@ def refresh(
     pipeline_options = beam_options(beam_args)
     storage.configure_gcs_auth(no_auth=pipeline_options.view_as(GoogleCloudOptions).no_auth)
     family_map = check_options(state_dir, out_dir, options)
+    validation.input_buckets(("--input", input_glob), ("--scores", options.scores_glob), ("--anchors", options.anchors))
     aliases = read.load_aliases(options.aliases)
     spec = FitSpec(
         model_config(options),

@@ -92,6 +92,14 @@ def _first_missing(path: str) -> str | None:
     return missing
 
 
+def input_buckets(*inputs: tuple[str, str | None]) -> None:
+    """Each given input's ``gs://`` bucket exists and answers (``inputs``: (flag, path or glob) pairs): a missing
+    one was a 369-character dump of Beam's listing error instead of "bucket X does not exist"."""
+    for flag, path in inputs:
+        if path:
+            reachable_bucket(path, flag)
+
+
 def reachable_bucket(path: str, flag: str) -> None:
     """The ``gs://`` bucket of ``path`` exists and answers within :data:`BUCKET_PROBE_DEADLINE_S`.
 

@@ -110,3 +110,26 @@ def test_killed_from_outside_while_aggregating(sim, tmp_path, uninterrupted):
         proc.stderr.close()
     _assert_intact(tmp_path / "out", old_id)
     _rerun_matches(logs, tmp_path, old_id, uninterrupted)
+
+
+@pytest.mark.slow
+def test_killed_after_the_audit_keeps_the_stored_audit_and_the_rerun_replaces_it(sim, tmp_path):
+    """The documented ``after-audit`` failpoint did not exist.  Killed there, the re-run audit sits in
+    STATE/audit.next while STATE/audit is the last run's, stamp and all; the rerun writes the full audit."""
+    logs = tmp_path / "logs"
+    shutil.copytree(sim / "battles", logs / "battles", ignore=shutil.ignore_patterns("day=2024-01-03"))
+    first = refresh(_glob(logs), str(tmp_path / "state"), str(tmp_path / "out"), [])
+    stored = {p.name: p.read_bytes() for p in (tmp_path / "state" / "audit").iterdir()}
+    shutil.copytree(sim / "battles" / "day=2024-01-03", logs / "battles" / "day=2024-01-03")
+    command = [c for c in _command(logs, tmp_path) if c != "--no-audit"]
+    env = {**os.environ, publish.FAILPOINT_ENV: "after-audit"}
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL and "failpoint after-audit" in proc.stderr, proc.stderr[-2000:]
+    assert {p.name: p.read_bytes() for p in (tmp_path / "state" / "audit").iterdir()} == stored
+    assert (tmp_path / "state" / "audit.next" / "audit.json").exists()
+    _assert_intact(tmp_path / "out", first.published.snapshot_id)
+    again = refresh(_glob(logs), str(tmp_path / "state"), str(tmp_path / "out"), [])
+    fresh = refresh(_glob(sim), str(tmp_path / "state2"), str(tmp_path / "out2"), [])
+    for name in ("audit.json", "audit_judges.parquet"):
+        assert (Path(again.published.path) / name).read_bytes() == (Path(fresh.published.path) / name).read_bytes()
+    assert not (tmp_path / "state" / "audit.next").exists()

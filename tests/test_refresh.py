@@ -391,6 +391,22 @@ def test_an_input_refused_inside_the_run_leaves_the_stored_audit_as_it_was(sim, 
     assert not (state / "audit.next").exists()
 
 
+def test_a_day_that_rejects_most_of_its_rows_is_named_in_the_warnings(sim, tmp_path):
+    """Every row accounted for, but a day whose file came broken (an integer winner column: every row bad_winner)
+    published with exit 0 and no word of it."""
+    logs = tmp_path / "logs"
+    shutil.copytree(sim / "battles", logs / "battles")
+    day = logs / "battles" / "day=2024-01-04"
+    day.mkdir()
+    rows = pl.read_parquet(next((sim / "battles" / "day=2024-01-01").glob("*.parquet"))).head(300)
+    broken = rows.with_columns(pl.lit("the first one").alias("winner"), pl.col("battle_id") + "-x")
+    broken.write_parquet(day / "a.parquet")
+    outcome = refresh(_glob(logs), str(tmp_path / "state"), str(tmp_path / "out"), [], NO_AUDIT)
+    warned = [w for w in outcome.summary.warnings if w.startswith("day ")]
+    assert len(warned) == 1, warned  # (the simulated days' 2% of bad rows are no news)
+    assert warned[0].startswith("day 2024-01-04 rejected 300 of the 300 rows it read (bad_winner 297, ")
+
+
 def test_a_stored_day_whose_input_has_gone_is_kept_and_reported(sim, tmp_path, caplog):
     """Input deleted between two refreshes: the day's cells stay in the fit, the log and summary name it."""
     logs = tmp_path / "logs"

@@ -84,6 +84,8 @@ class FitSnapshotFn(beam.DoFn):
         publish.failpoint("after-aggregate")
         started = time.perf_counter()
         audit_files = read_audit_files(self.audit_dir) if self.audit_dir else {}
+        if audit_files:
+            publish.failpoint("after-audit")  # the audit written (a re-run: to STATE/audit.next), nothing fitted
         with threadpool_limits(limits=FIT_BLAS_THREADS, user_api="blas"):
             parts = fit_state(self.state_dir, self.spec, audit_files, self.without_input)
             fitted = time.perf_counter()

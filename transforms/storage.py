@@ -249,6 +249,8 @@ def configure_gcs_auth(no_auth: bool = False) -> bool:
     from apache_beam.internal.gcp import auth
 
     with auth._Credentials._credentials_lock:
+        if auth._Credentials._credentials_init and auth._Credentials._credentials is None:
+            return True  # anonymous already (a job's second call: its library function after its CLI's checks)
         auth._Credentials._credentials = None
         auth._Credentials._credentials_init = True
     reason = f"{EMULATOR_ENV}={emulator}" if emulator else "--no_auth"
