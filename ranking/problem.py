@@ -28,6 +28,7 @@ from biasboard.ranking.model import (
     Spec,
 )
 from biasboard.ranking.solver import Objective, Prior
+from biasboard.schemas.summary import TIED_TO_REFERENCE
 
 #: Why a pair effect is off on an ordinal-only board.
 ORDINAL_ONLY_NOTE = "ordinal-only board: no battles, so no position, length, affinity, tie or discrimination"
@@ -408,7 +409,7 @@ def _tie_to_reference(
         switched = ~ref & has & (masks[t] == 0) & notes.noted(t, DISABLED_NOTE)
         masks[t, switched] = 1.0
         tied[t, switched] = 1.0
-        notes.set(t, switched, "tied to the reference: no excess over the reference's effect")
+        notes.set(t, switched, f"{TIED_TO_REFERENCE}: no excess over the reference's effect")
         notes.set(t, ref & (masks[t] > 0), "reference: this effect is the model's global coefficient")
     return tied
 

@@ -50,11 +50,10 @@ def spearman(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> 
         raise ValueError(f"spearman: shapes differ {x.shape} vs {y.shape}")
     if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan")
-    rx, ry = _ranks(x, "average"), _ranks(y, "average")
-    if groups is not None:
-        for g in np.unique(groups):
-            members = groups == g
-            rx[members], ry[members] = _ranks(x[members], "average"), _ranks(y[members], "average")
+    parts = [np.ones(x.size, bool)] if groups is None else [groups == g for g in np.unique(groups)]
+    rx, ry = np.empty(x.size), np.empty(y.size)
+    for members in parts:
+        rx[members], ry[members] = _ranks(x[members], "average"), _ranks(y[members], "average")
     if np.ptp(rx) == 0 or np.ptp(ry) == 0:
         return float("nan")
     return float(np.corrcoef(rx, ry)[0, 1])

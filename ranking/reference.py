@@ -84,11 +84,12 @@ from biasboard.ranking.result import Z95, FitResult
 from biasboard.ranking.solver import Solution
 from biasboard.ranking.uncertainty import centre_within, centring_matrix, percentile_interval, top_k_probabilities
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.summary import AGREEMENT_BOARDS, TIED_TO_REFERENCE
 
 #: The note of a bias-table row that holds a judge's excess over the reference (:func:`relative_bias`).
 EXCESS_ROW_NOTE = "excess over the reference (the judge's bias relative to it)"
 #: The note of a bias-table row of a judge tied to the reference (:func:`relative_bias`).
-TIED_ROW_NOTE = "tied to the reference: no excess corrected"
+TIED_ROW_NOTE = f"{TIED_TO_REFERENCE}: no excess corrected"
 #: The bias table's bootstrap interval columns.
 BOOT_COLUMNS: tuple[str, ...] = ("boot_ci_low", "boot_ci_high")
 #: The judge name trusted anchors are fitted under (not a valid model or judge name of any import).
@@ -500,7 +501,7 @@ def anchor_agreement(problem: Problem, fit: FitResult, naive: FitResult, correct
             row[f"accuracy_{label}"], row[f"log_loss_{label}"] = acc, loss
         out.append(row)
     names = {m: i for i, m in enumerate(data.models)}
-    for label, board in (("naive board", naive), ("published board", corrected)):
+    for label, board in zip(AGREEMENT_BOARDS, (naive, corrected), strict=True):
         rating = np.full(len(data.models), np.nan)
         rating[[names[m] for m in board.models]] = board.rating
         acc, loss = _scores(1.0 / (1.0 + np.exp(-(rating[pairs.a] - rating[pairs.b]))), pairs.win_a, pairs.win_b)

@@ -39,7 +39,15 @@ from biasboard.report.svg import (
     slope_chart,
     split_bars,
 )
-from biasboard.schemas.summary import ORDINAL_ONLY, ORDINAL_ONLY_BOARDS, HeadToHead, RankInterval, Summary
+from biasboard.schemas.summary import (
+    AGREEMENT_BOARDS,
+    ORDINAL_ONLY,
+    ORDINAL_ONLY_BOARDS,
+    TIED_TO_REFERENCE,
+    HeadToHead,
+    RankInterval,
+    Summary,
+)
 
 #: How many models the plots show at most: the top ``TOP_N`` by corrected rank plus the ``MOVERS``
 #: largest rank changes outside them.  The full table always lists every model.
@@ -656,7 +664,7 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
         rows = [r for r in bias if str(r["effect"]) == effect]
         for r in rows:
             if r["enabled"] is False:
-                gated = "tied to the reference" in str(r.get("note") or "")
+                gated = str(r.get("note") or "").startswith(TIED_TO_REFERENCE)
                 (tied if gated else disabled).append(f"{effect} ({_judge_label(r['judge'])})")
         rows = [r for r in rows if r["enabled"] is not False]
         if not rows or (effect == "tie_bothbad_share" and not any(r["estimate"] for r in rows)):
@@ -998,17 +1006,13 @@ def _gate(summary: Summary) -> str:
     return _section("gate", "Trusted-anchor gate", body)
 
 
-#: Rows of ``reference.agreement`` that are the boards' own (the ratings alone), not a judge's.
-BOARD_ROWS = frozenset({"published board", "naive board"})
-
-
 def _anchor_results(summary: Summary) -> str:
     """How the judges fare against the trusted verdicts: each judge's fitted verdicts predicting the anchors with and
     without its correction, and the audit's gold-label accuracy beside the random- and longest-pick baselines (both
     were in summary.json only)."""
     out = []
     agreement = summary.reference.agreement if summary.reference is not None else []
-    boards = {a["judge"]: a for a in agreement if a.get("judge") in BOARD_ROWS and a.get("accuracy_corrected") is None}
+    boards = {a["judge"]: a for a in agreement if a.get("judge") in AGREEMENT_BOARDS}
     agreement = [a for a in agreement if a.get("judge") not in boards]
     if agreement:
         head = (
@@ -1031,7 +1035,7 @@ def _anchor_results(summary: Summary) -> str:
         said = "; ".join(
             f"the {name}: accuracy {_pct(b.get('accuracy_uncorrected'))}, "
             f"log loss {fmt(b.get('log_loss_uncorrected'), 3)}"
-            for name, b in sorted(boards.items(), key=lambda kv: kv[0] != "published board")
+            for name, b in sorted(boards.items(), key=lambda kv: kv[0] != AGREEMENT_BOARDS[1])
         )
         out.append(f"<p class=\"note\">The boards' ratings alone predicting the anchors' verdicts: {esc(said)}.</p>")
     gold = [a for a in summary.diagnostics.order if a.gold_n_labeled]

@@ -40,6 +40,11 @@ ORDINAL_ONLY_BOARDS = (
     "or tie effects, and no judge audit"
 )
 
+#: ``ReferenceInfo.agreement`` rows of the boards' own ratings (beside one row per judge), in this order.
+AGREEMENT_BOARDS = ("naive board", "published board")
+#: How a bias-table note begins for a judge's effect the reference ties (the gate found no excess to correct).
+TIED_TO_REFERENCE = "tied to the reference"
+
 #: Major version of the contract: a reader refuses another major version rather than misread it.
 SUMMARY_VERSION: int = 2
 

@@ -255,13 +255,7 @@ def _fit_snapshot(
         corrected,
         lambda: fit_with_anchors(fit_input, replace(spec, config=kept_config(spec.config))).corrected,
     )
-    rule = spec.config.judge_pool
-    stored = totals.judges.column("judge").to_pylist()
-    if rule is not None and stored and pool_judge_names(stored, rule) == tuple(stored):
-        separator = rule.partition(":")[2]
-        summary.warnings.append(
-            f"--judge-pool {rule}: no judge's name holds {separator!r}, so every judge is its own pool (nothing pooled)"
-        )
+    summary.warnings.extend(judge_pool_warnings(spec.config.judge_pool, totals))
     judge_files = keep_busiest_judges(summary, audit_files)
     slice_files, boards = {}, None
     if spec.slices:
@@ -403,6 +397,18 @@ def _frame(table: pa.Table) -> pl.DataFrame:
 
 #: The columns of :attr:`CellTotals.model_pairs` (what :func:`head_to_head` reads).
 _PAIR_TOTALS = ("model_a", "model_b", "n", "win_a", "win_b", "tie", "tie_bothbad")
+
+
+def judge_pool_warnings(rule: str | None, totals: CellTotals) -> list[str]:
+    """A ``--judge-pool prefix:SEP`` that pools nothing (no stored judge's name holds SEP) said, not silent."""
+    if rule is None:
+        return []
+    stored = totals.judges.column("judge").to_pylist()
+    if not stored or pool_judge_names(stored, rule) != tuple(stored):
+        return []
+    separator = rule.partition(":")[2]
+    said = f"--judge-pool {rule}: no judge's name holds {separator!r}, so every judge is its own pool (nothing pooled)"
+    return [said]
 
 
 #: A day that rejected more than this share of the rows it read is named in the summary's warnings.
