@@ -26,9 +26,12 @@ slices and plans, which need battles, are skipped or refused.
    and ``LATEST`` is replaced (:mod:`biasboard.transforms.publish`).
 
 Running it twice on the same input aggregates nothing the second time and
-publishes the same numbers.  The fit is deterministic in the stored cells, so
-a run killed at any point and re-run publishes exactly what an uninterrupted
-run would have.
+publishes nothing new: ``LATEST`` stays.  So does a refit that makes the board
+``LATEST`` holds (the same files and fit options; e.g. a day file uploaded again
+with the same rows): no second snapshot of one board is published, and the
+state notes that these inputs make ``LATEST`` (:func:`_remember_fit`).  The fit is
+deterministic in the stored cells, so a run killed at any point and re-run
+publishes exactly what an uninterrupted run would have, once.
 
 The launcher (an Airflow task, a cron host) only compares fingerprints and
 renames a folder; a multi-GB fit runs on a worker that asks for
@@ -196,7 +199,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--refit",
         action="store_true",
-        help="fit and publish even when nothing changed since the LATEST snapshot (default: it stays LATEST)",
+        help="fit even when nothing changed since the LATEST snapshot (default: it stays LATEST); a board the same "
+        "as LATEST's (its files and fit options) is still not published again",
     )
     defaults_from(parser, RefreshOptions())
 
@@ -221,7 +225,10 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     if outcome.published is None:
         print(f"job built, not run ({outcome.reason}); nothing published")
         return 0
-    print(f"snapshot {outcome.published.snapshot_id} published to {outcome.published.path}")
+    if outcome.reason:  # nothing new: LATEST stays, and the line says why
+        print(outcome.reason)
+    else:
+        print(f"snapshot {outcome.published.snapshot_id} published to {outcome.published.path}")
     if outcome.leaderboard is not None and outcome.summary is not None:
         ordinal = outcome.summary.board == S.ORDINAL_ONLY
         if ordinal:
@@ -266,7 +273,11 @@ class RefreshOptions:
 
 @dataclass
 class Outcome:
-    """What a refresh did: the snapshot (None for a dry run), its summary and the days it aggregated."""
+    """What a refresh did: the snapshot (None for a dry run), its summary and the days it aggregated.
+
+    ``reason``: why nothing was published, when nothing was — the build-only flag (``--dry_run``), or the
+    nothing-new line (:func:`nothing_new`) when ``LATEST`` stays.
+    """
 
     published: publish.Published | None
     summary: Summary | None = None
@@ -375,7 +386,7 @@ def refresh(
     without_input = drop_days_without_input(state_dir, changes, options.drop_missing_days)
     fit_key = _fit_inputs_digest(state_dir, changes, options, family_map, aliases)
     if not todo and not audit.rerun and not options.refit and not without_input.dropped:
-        reused = _reuse_latest(out_dir, fit_key)
+        reused = _reuse_latest(out_dir, state_dir, fit_key)
         if reused is not None:
             return _with_plan(reused, out_dir, options)
 
@@ -444,14 +455,22 @@ def refresh(
         "timings_s": timings.stages,
         "fit_inputs_sha256": fit_key,
     }
+    previous = publish.latest_snapshot_id(out_dir)
     with timings.stage("publish"):
-        published = publish.publish_staged(out_dir, staging, manifest)
-    _LOG.info(
-        "publish: snapshot %s is LATEST; stage times: %s",
-        published.snapshot_id,
-        ", ".join(f"{k} {v:.2f} s" for k, v in timings.stages.items()),
-    )
-    return _with_plan(Outcome(published, summary, todo, leaderboard=leaderboard), out_dir, options)
+        same_board = _same_board(options, record.get("model_options", {}))
+        published = publish.publish_staged(out_dir, staging, manifest, same_board=same_board)
+    _remember_fit(state_dir, fit_key, published.snapshot_id)
+    reason = ""
+    if published.snapshot_id == previous:  # e.g. a day file uploaded again with the same rows
+        reason = nothing_new(previous, "refitted: the same board, identical content and options")
+        _LOG.info("refresh: %s", reason)
+    else:
+        _LOG.info(
+            "publish: snapshot %s is LATEST; stage times: %s",
+            published.snapshot_id,
+            ", ".join(f"{k} {v:.2f} s" for k, v in timings.stages.items()),
+        )
+    return _with_plan(Outcome(published, summary, todo, reason, leaderboard=leaderboard), out_dir, options)
 
 
 def _with_plan(outcome: Outcome, out_dir: str, options: RefreshOptions) -> Outcome:
@@ -476,20 +495,48 @@ def _fit_inputs_digest(
     report, the library versions and the fingerprint of biasboard's code.  Equal digests mean a refit would publish
     the same files again.
     """
-    anchors = _anchors_fingerprint(options)
-    # An option given empty ("--slices ''", "--reference ''") does what it does when not given: the same key.
-    refresh_options = {k: (None if v == "" else v) for k, v in asdict(options).items() if k not in _NOT_FIT_INPUTS}
     return _digest(
         {
             "state": state_dir,
             "inputs": changes.digest,
             "family_map": family_map.digest(),
             "aliases": aliases.digest() if aliases is not None else None,
-            "anchors": anchors,
-            "options": refresh_options,
+            "anchors": _anchors_fingerprint(options),
+            "options": _fit_options(asdict(options)),
             "versions": versions(),
         }
     )
+
+
+def _fit_options(refresh_options: Mapping[str, object]) -> dict[str, object]:
+    """The refresh options (as a manifest records them) that reach the fit or the report.
+
+    An option given empty (``--slices ''``, ``--reference ''``) does what it does when not given: the same value.
+    """
+    return {k: (None if v == "" else v) for k, v in refresh_options.items() if k not in _NOT_FIT_INPUTS}
+
+
+def _same_board(options: RefreshOptions, model_options: Mapping[str, object]) -> publish.SameBoard:
+    """Whether a snapshot's manifest records the options this run fitted with (a board is its files and these).
+
+    Equal files made with other options (another ``--gate-level`` without a reference) are published anew, so
+    a manifest never claims options its board was not made with.  Run-specific fields (times, input
+    fingerprints, Beam options, library versions) are not compared: they do not change the board.
+    """
+
+    def options_of(refresh_options: object, model: object) -> object:
+        fit = _fit_options(refresh_options) if isinstance(refresh_options, Mapping) else None
+        return json.loads(publish.json_bytes({"refresh": fit, "model": model}))
+
+    wanted = options_of(asdict(options), model_options)
+
+    def same(manifest: Mapping[str, object]) -> bool:
+        recorded = manifest.get("options")
+        if not isinstance(recorded, Mapping):
+            return False
+        return options_of(recorded.get("refresh"), recorded.get("model")) == wanted
+
+    return same
 
 
 def _anchors_fingerprint(options: RefreshOptions) -> list[dict] | None:
@@ -503,22 +550,58 @@ def _anchors_fingerprint(options: RefreshOptions) -> list[dict] | None:
 AUDIT_DAYS_VERSION = 2
 
 
-def _reuse_latest(out_dir: str, fit_key: str) -> Outcome | None:
+#: The state's note of the last fit: its fit-inputs digest and the snapshot it made (or found it made again).
+LAST_FIT = "last_fit.json"
+
+
+def _remember_fit(state_dir: str, fit_key: str, snapshot_id: str) -> None:
+    """Note that the fit inputs ``fit_key`` make snapshot ``snapshot_id``.
+
+    A snapshot's manifest keeps the fit inputs it was made from; when a refit of
+    other inputs (a day file uploaded again, same rows, new modification time)
+    made the same board, nothing is published and this note is what lets the
+    next refresh of those inputs skip the fit (:func:`_reuse_latest`).
+    """
+    record = {"fit_inputs_sha256": fit_key, "snapshot_id": snapshot_id}
+    storage.atomic_write_bytes(storage.join(state_dir, LAST_FIT), publish.json_bytes(record))
+
+
+def _fit_inputs_of(state_dir: str, snapshot_id: str, manifest: Mapping[str, object]) -> set[object]:
+    """The fit-inputs digests known to make ``snapshot_id``: its manifest's, and the state's note's if it names it."""
+    known = {manifest.get("fit_inputs_sha256")}
+    path = storage.join(state_dir, LAST_FIT)
+    try:
+        record = json.loads(storage.read_text(path)) if storage.exists(path) else {}
+    except (OSError, ValueError, StateError) as err:  # a note only saves a fit: without it the board is refitted
+        _LOG.warning("refresh: %s is unreadable (%s); ignored", path, err)
+        record = {}
+    if isinstance(record, Mapping) and record.get("snapshot_id") == snapshot_id:
+        known.add(record.get("fit_inputs_sha256"))
+    return known
+
+
+def nothing_new(snapshot_id: str, why: str) -> str:
+    """The one line a refresh that publishes nothing says (logged, and printed by the CLI)."""
+    return f"nothing new since snapshot {snapshot_id} ({why}); it stays LATEST"
+
+
+def _reuse_latest(out_dir: str, state_dir: str, fit_key: str) -> Outcome | None:
     """The LATEST snapshot, when it was made from exactly these fit inputs (nothing new: no refit)."""
     latest = publish.latest_snapshot_id(out_dir)
     if latest is None:
         return None
     try:
         path = publish.resolve_snapshot(out_dir, latest)
-        if publish.read_snapshot_manifest(path).get("fit_inputs_sha256") != fit_key:
+        if fit_key not in _fit_inputs_of(state_dir, latest, publish.read_snapshot_manifest(path)):
             return None
         summary = Summary.from_json(json.loads(storage.read_text(storage.join(path, "summary.json"))))
         leaderboard = pl.read_parquet(io.BytesIO(storage.read_bytes(storage.join(path, "leaderboard.parquet"))))
     except (OSError, ValueError, StateError) as err:  # gone, incomplete or unreadable: refit rather than trust it
         _LOG.warning("refresh: LATEST cannot be reused (%s); fitting and publishing a new snapshot", err)
         return None
-    _LOG.info("refresh: nothing new since snapshot %s (same inputs, options and versions); it stays LATEST", latest)
-    return Outcome(publish.Published(latest, path, reused=True), summary, [], leaderboard=leaderboard)
+    reason = nothing_new(latest, "same inputs, options and versions")
+    _LOG.info("refresh: %s", reason)
+    return Outcome(publish.Published(latest, path, reused=True), summary, [], reason, leaderboard=leaderboard)
 
 
 def build_refresh(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,15 @@ def real_data(*parts: str) -> Path:
     if not path.exists():
         pytest.fail(f"test data not found at {path} (regenerate with python tests/data/make_extracts.py)")
     return path
+
+
+def next_second() -> None:
+    """Wait for the next whole second of the clock: a snapshot published after it gets an id of its own.
+
+    Snapshot ids are stamped to the second; identical content published within one second shares an id,
+    which would hide a second snapshot of one board from a test that counts them.
+    """
+    time.sleep(1.0 - time.time() % 1.0 + 0.01)
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,8 @@ from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import publish
 
+from tests.conftest import next_second
+
 SIM = SimulationConfig(battles=3000, models=6, judges=3, days=3, bad_rows=0.01, seed=5)
 OPTIONS = RefreshOptions(audit=False)
 NUMBERS = ("leaderboard.parquet", "bias.parquet", "summary.json")
@@ -92,6 +94,26 @@ def test_killed_at_a_failpoint(sim, tmp_path, uninterrupted, point):
         assert len(list((tmp_path / "out" / "staging").iterdir())) == 1
     _assert_intact(tmp_path / "out", old_id)
     _rerun_matches(logs, tmp_path, old_id, uninterrupted)
+
+
+@pytest.mark.slow
+def test_killed_once_the_snapshot_is_visible_the_rerun_points_latest_at_it(sim, tmp_path, uninterrupted):
+    """Killed after the new snapshot became visible and before LATEST moved: the rerun published a second snapshot
+    of the same content beside it.  Now it finds the complete one and points LATEST at it: one snapshot per board."""
+    logs, old_id = _first_two_days_published(sim, tmp_path)
+    env = {**os.environ, publish.FAILPOINT_ENV: "publish-visible"}
+    proc = subprocess.run(_command(logs, tmp_path), env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL and "failpoint publish-visible" in proc.stderr, proc.stderr[-2000:]
+    out = str(tmp_path / "out")
+    assert publish.latest_snapshot_id(out) == old_id  # LATEST still names the complete previous snapshot
+    visible = [sid for sid in publish.list_snapshots(out) if sid != old_id]
+    assert len(visible) == 1
+    next_second()  # a second snapshot of the same content would get an id of its own
+    again = refresh(_glob(logs), str(tmp_path / "state"), out, [], OPTIONS)
+    assert again.published.snapshot_id == visible[0] == publish.latest_snapshot_id(out)
+    assert publish.list_snapshots(out) == [old_id, visible[0]]
+    for name in NUMBERS:
+        assert (Path(again.published.path) / name).read_bytes() == uninterrupted[name], name
 
 
 @pytest.mark.slow

@@ -23,6 +23,8 @@ from biasboard.schemas.summary import Summary
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import publish
 
+from tests.conftest import next_second
+
 # The published leaderboard columns (docs/running.md), spelled out on purpose (not imported from ranking.leaderboard):
 # the test pins the published contract, so a change in the code cannot change the expectation with it.
 LEADERBOARD_COLUMNS = [
@@ -292,13 +294,52 @@ def test_nothing_new_keeps_the_latest_snapshot_without_refitting(sim, tmp_path, 
         refresh(_glob(sim), state, out, [], NO_AUDIT)
     messages = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("fit: 6 models") for m in messages), messages
-    assert not any("nothing new since snapshot" in m for m in messages)
+    assert not any("(same inputs, options and versions)" in m for m in messages)
+    # ... which made the same board: it is not published again (another code, the same files and options)
+    assert publish.list_snapshots(out) == [first.published.snapshot_id]
     monkeypatch.undo()
     other_k = refresh(_glob(sim), state, out, [], RefreshOptions(audit=False, k=2))  # an option the fit reads
     assert not other_k.published.reused and other_k.published.snapshot_id != first.published.snapshot_id
     forced = refresh(_glob(sim), state, out, [], RefreshOptions(audit=False, k=2, refit=True))
     assert not forced.published.reused or forced.published.snapshot_id == other_k.published.snapshot_id
     assert _numbers(Path(forced.published.path)) == _numbers(Path(other_k.published.path))
+
+
+def test_a_day_uploaded_again_with_the_same_bytes_publishes_nothing(sim, tmp_path, capsys):
+    """A day file written again with the same rows (a new modification time; on GCS a new generation) is a changed
+    day: it is aggregated again and the board refitted, and that refit published a second snapshot of LATEST's
+    content.  Now LATEST stays, the CLI says why in one line (exit 0), and the next refresh does not refit."""
+    logs = tmp_path / "logs"
+    shutil.copytree(sim / "battles", logs / "battles")
+    state, out = str(tmp_path / "state"), str(tmp_path / "out")
+    first = refresh(_glob(logs), state, out, [], NO_AUDIT)
+    day_file = next((logs / "battles" / "day=2024-01-02").glob("*.parquet"))
+    day_file.write_bytes(day_file.read_bytes())
+    os.utime(day_file, (day_file.stat().st_atime, day_file.stat().st_mtime + 60))  # surely another mtime
+    next_second()  # a second snapshot of the same content would get an id of its own
+    argv = ["refresh", "--no-audit", "--input", _glob(logs), "--state", state, "--out", out]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == (
+        f"nothing new since snapshot {first.published.snapshot_id} (refitted: the same board, identical content and "
+        "options); it stays LATEST"
+    )
+    assert publish.list_snapshots(out) == [first.published.snapshot_id] == [publish.latest_snapshot_id(out)]
+    assert not list((tmp_path / "out" / "staging").glob("*"))
+
+    again = refresh(_glob(logs), state, out, [], NO_AUDIT)  # the state's bookkeeping is up to date: no refit
+    assert again.aggregated_days == [] and again.published.snapshot_id == first.published.snapshot_id
+    assert again.reason.endswith("(same inputs, options and versions); it stays LATEST")
+    next_second()  # the same files made with another option (unused without a reference): published, so that
+    option = refresh(_glob(logs), state, out, [], RefreshOptions(audit=False, gate_level=0.1))  # a manifest says it
+    assert not option.published.reused and option.published.snapshot_id[-12:] == first.published.snapshot_id[-12:]
+
+    pl.read_parquet(day_file).head(500).write_parquet(day_file)  # a real change still publishes
+    changed = refresh(_glob(logs), state, out, [], NO_AUDIT)
+    assert not changed.published.reused
+    published = {first.published.snapshot_id, option.published.snapshot_id, changed.published.snapshot_id}
+    assert len(published) == 3 and set(publish.list_snapshots(out)) == published
+    assert publish.latest_snapshot_id(out) == changed.published.snapshot_id
 
 
 def test_a_latest_snapshot_that_was_deleted_is_refit_and_published_again(sim, tmp_path, caplog):

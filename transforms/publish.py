@@ -26,8 +26,11 @@ folder without its ``manifest.json`` (a bucket copy cut short) is ignored by
 One refresh at a time per ``OUT`` is assumed (the scheduler's job).
 
 The snapshot id is the UTC time plus a hash of the content, so ids sort in
-time order and two snapshots with the same id are byte-identical: publishing
-identical content again within the same second reuses the existing snapshot.
+time order and two snapshots with the same id are byte-identical.  One content
+is published once (:func:`find_published`): content equal to ``LATEST``'s is not
+published again (``LATEST`` stays), and content equal to a complete snapshot
+newer than ``LATEST`` — one a run killed between steps 2 and 3 made visible —
+gets ``LATEST`` pointed at that snapshot instead of a copy of it.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import polars as pl
@@ -179,8 +182,12 @@ def content_hash(files: Mapping[str, bytes]) -> str:
 
 def make_snapshot_id(files: Mapping[str, bytes], now: dt.datetime | None = None) -> str:
     """``YYYYMMDDTHHMMSSZ-<12 hex of the content hash>``: sorts by time, names the content."""
+    return _snapshot_id(content_hash(files), now)
+
+
+def _snapshot_id(digest: str, now: dt.datetime | None) -> str:
     now = now or dt.datetime.now(dt.timezone.utc)
-    return f"{now.astimezone(dt.timezone.utc):%Y%m%dT%H%M%SZ}-{content_hash(files)[:12]}"
+    return f"{now.astimezone(dt.timezone.utc):%Y%m%dT%H%M%SZ}-{digest[:12]}"
 
 
 def snapshot_dir(out_dir: str, snapshot_id: str) -> str:
@@ -229,11 +236,16 @@ def publish_snapshot(
     return publish_staged(out_dir, staging, manifest, now)
 
 
+#: Whether a published snapshot's manifest describes the board being published (beyond equal files).
+SameBoard = Callable[[Mapping[str, object]], bool]
+
+
 def publish_staged(
     out_dir: str,
     staging: str,
     manifest: Mapping[str, object],
     now: dt.datetime | None = None,
+    same_board: SameBoard | None = None,
 ) -> Published:
     """Make the snapshot staged in ``staging`` visible under ``out_dir`` and point ``LATEST`` at it.
 
@@ -241,6 +253,12 @@ def publish_staged(
     snapshot id, the content hash and each file's size and SHA-256, and written
     last into the staging folder, which one rename (a copy on a bucket) makes
     ``snapshots/<id>``.  Returns where it went.
+
+    When a complete snapshot already holds this content (:func:`find_published`;
+    ``same_board`` also asks its manifest, e.g. for the options it records),
+    nothing new is made: the staging folder goes and ``LATEST`` names that
+    snapshot (it already does when it is ``LATEST``'s own content); the result
+    is ``reused``.
     """
     started = time.monotonic()
     storage.delete([storage.join(staging, RUN_RECORD)])
@@ -249,7 +267,12 @@ def publish_staged(
     missing = [name for name in SNAPSHOT_FILES if name not in files]
     if missing:
         raise StateError(f"snapshot for {out_dir} lacks {', '.join(missing)}")
-    snapshot_id = make_snapshot_id(files, now)
+    digest = content_hash(files)
+    existing = find_published(out_dir, digest, same_board)
+    if existing is not None:
+        storage.delete_tree(staging)
+        return _reuse(out_dir, existing)
+    snapshot_id = _snapshot_id(digest, now)
     final = snapshot_dir(out_dir, snapshot_id)
 
     if _is_complete(final):
@@ -261,7 +284,7 @@ def publish_staged(
 
     full_manifest = dict(manifest)
     full_manifest["snapshot_id"] = snapshot_id
-    full_manifest["content_sha256"] = content_hash(files)
+    full_manifest["content_sha256"] = digest
     full_manifest["files"] = {
         name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in sorted(files.items())
     }
@@ -273,6 +296,47 @@ def publish_staged(
     _point_latest(out_dir, snapshot_id)
     _LOG.info("publish: snapshot %s is LATEST (%.2f s)", snapshot_id, time.monotonic() - started)
     return Published(snapshot_id, final)
+
+
+def find_published(out_dir: str, digest: str, same_board: SameBoard | None = None) -> str | None:
+    """The id of a complete snapshot that already holds content ``digest``: ``LATEST``'s, or one newer than it.
+
+    A snapshot newer than ``LATEST`` is one a run made visible and was killed
+    before it moved ``LATEST`` (failpoint ``publish-visible``); publishing its
+    content again would leave two snapshots of one board.  Older snapshots are
+    history and are not reused (``LATEST`` never moves back in time).  With
+    ``same_board``, the snapshot's manifest must satisfy it too.  None when no
+    such snapshot exists (or its manifest cannot be read: then a new one is made).
+    """
+    latest = latest_snapshot_id(out_dir)
+    root = storage.join(out_dir, SNAPSHOTS)
+    newer = [sid for sid in reversed(storage.list_children(root)) if latest is None or sid > latest]
+    for snapshot_id in ([latest] if latest else []) + newer:
+        path = snapshot_dir(out_dir, snapshot_id)
+        if not _is_complete(path):
+            continue
+        try:
+            manifest = read_snapshot_manifest(path)
+        except (OSError, ValueError, StateError) as err:
+            _LOG.warning("publish: snapshot %s has an unreadable manifest (%s); not reused", snapshot_id, err)
+            continue
+        if manifest.get("content_sha256") == digest and (same_board is None or same_board(manifest)):
+            return snapshot_id
+    return None
+
+
+def _reuse(out_dir: str, snapshot_id: str) -> Published:
+    """``snapshot_id`` (complete, holding the content being published) made ``LATEST`` if it is not already."""
+    if latest_snapshot_id(out_dir) == snapshot_id:
+        _LOG.info("publish: snapshot %s (LATEST) already holds this content; nothing new is published", snapshot_id)
+    else:
+        _point_latest(out_dir, snapshot_id)
+        _LOG.info(
+            "publish: snapshot %s, made visible by a run stopped before it moved LATEST, holds this content; "
+            "LATEST points to it",
+            snapshot_id,
+        )
+    return Published(snapshot_id, snapshot_dir(out_dir, snapshot_id), reused=True)
 
 
 def failpoint(name: str) -> None:

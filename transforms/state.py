@@ -11,6 +11,8 @@ Layout (``STATE`` may be local or ``gs://``)::
     STATE/merged-buckets/manifest.json + bucket-*.parquet  the same cache per judge bucket (load_cells_by_judge)
     STATE/audit_days/day=YYYY-MM-DD/, audit_days/merged/  the audit's per-day partials, their cached sum
                                                          (transforms.audit, transforms.audit_cache)
+    STATE/last_fit.json                                  the last fit's inputs digest and the snapshot it made
+                                                         (pipelines.refresh)
 
 The manifest is the commit marker of a day: readers only trust days that have
 one.  Rewriting a day (:func:`write_day`) writes every file under a temporary
