@@ -10,6 +10,16 @@ Each file is replaced atomically (temp + rename locally, one object upload on
 a bucket).  Tables are serialised by the same function the snapshot uses, so an
 export in a snapshot's own format is byte-identical to the snapshot's file.
 
+The folder then holds this export's tables only: files an earlier export wrote
+there that this one does not (the other format's after a ``--format`` switch, a
+table no longer in ``--tables``) are removed once the new ``snapshot.json`` is
+written, so no dashboard reading the folder finds rankings older than the ones
+announced.  Export knows what it wrote from the earlier ``snapshot.json``, which
+names each file with its SHA-256: a file it did not write, or one changed since
+(a hand-edited CSV), is left alone and named in a warning.  The new
+``snapshot.json`` lists what it is removing (``removed``), so a run killed
+before the removal is finished by the next export.
+
 Export is a copy of a few small tables, so it runs no Beam pipeline; it uses
 Beam's file systems for ``gs://`` all the same.
 """
@@ -18,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import io
+import json
 import logging
 
 import polars as pl
@@ -32,6 +44,10 @@ _LOG = logging.getLogger(__name__)
 
 FORMATS = ("csv", "json", "parquet")
 TABLES = ("leaderboard", "bias")
+#: The export's own note in the destination: which snapshot, which files (with their SHA-256), written last.
+STAMP = "snapshot.json"
+#: Every file name an export writes besides its stamp: the only names it ever removes.
+_EXPORT_NAMES = frozenset(f"{table}.{fmt}" for table in TABLES for fmt in FORMATS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,25 +88,73 @@ def export_snapshot(
         raise InputError(f"--format {fmt!r}: choose csv, json or parquet")
     source = publish.resolve_snapshot(out_dir, snapshot_id)
     manifest = publish.read_snapshot_manifest(source)
-    chosen_id = manifest["snapshot_id"]
-    written = []
+    earlier = _earlier_export(to)
+    written, digests = [], {}
     for table in tables:
         frame = read_table(source, table)
         target = storage.join(to, f"{table}.{fmt}")
-        storage.atomic_write_bytes(target, publish.table_bytes(frame, fmt))
+        data = publish.table_bytes(frame, fmt)
+        storage.atomic_write_bytes(target, data)
         _LOG.info("export: %s (%d rows) → %s", table, frame.height, target)
         written.append(target)
+        digests[f"{table}.{fmt}"] = _sha256(data)
+    stale = _stale_files(to, {name: sha for name, sha in earlier.items() if name not in digests})
     stamp = {
-        "snapshot_id": chosen_id,
+        "snapshot_id": manifest["snapshot_id"],
         "source": source,
         "format": fmt,
-        "files": [path.rsplit("/", 1)[-1] for path in written],
+        "files": list(digests),
+        "sha256": digests,
+        "removed": stale,
         "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    pointer = storage.join(to, "snapshot.json")
+    pointer = storage.join(to, STAMP)
     storage.atomic_write_bytes(pointer, publish.json_bytes(stamp))
     written.append(pointer)
+    storage.delete([storage.join(to, name) for name in stale])
+    for name in stale:
+        _LOG.info("export: removed %s, written by an earlier export and not part of this one", storage.join(to, name))
     return written
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _earlier_export(to: str) -> dict[str, str | None]:
+    """The files an earlier export wrote in ``to`` (its stamp's files and those it was removing), with their SHA-256.
+
+    None for a digest the stamp does not hold (an export from before stamps had them: the name alone is trusted).
+    Only export's own file names count, so a stamp, however written, can never name another file to remove.
+    """
+    path = storage.join(to, STAMP)
+    if not storage.exists(path):
+        return {}
+    try:
+        stamp = json.loads(storage.read_text(path))
+        named = {name: stamp.get("sha256", {}).get(name) for name in stamp["files"]}
+        named.update(stamp.get("removed", {}))
+    except (OSError, ValueError, StateError, KeyError, TypeError, AttributeError) as err:
+        _LOG.warning("export: %s is not an export's stamp (%s); no earlier export's files are removed", path, err)
+        return {}
+    return {name: sha for name, sha in named.items() if name in _EXPORT_NAMES}
+
+
+def _stale_files(to: str, candidates: dict[str, str | None]) -> dict[str, str | None]:
+    """Of the files an earlier export wrote and this one does not, those still there as export wrote them.
+
+    A file changed since (its SHA-256 is not the stamp's) is not export's any more: it is left alone, with a warning.
+    """
+    stale = {}
+    for name, sha in sorted(candidates.items()):
+        path = storage.join(to, name)
+        if not storage.exists(path):
+            continue
+        if sha is not None and _sha256(storage.read_bytes(path)) != sha:
+            _LOG.warning("export: %s changed since an earlier export wrote it; left alone", path)
+            continue
+        stale[name] = sha
+    return stale
 
 
 def read_table(snapshot_path: str, table: str) -> pl.DataFrame:

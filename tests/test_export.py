@@ -128,3 +128,27 @@ def test_export_cli_picks_an_older_snapshot_and_reports_errors_in_one_line(tmp_p
     assert err.startswith("biasboard export: error: snapshot 'nope' not found") and "\n" not in err
     assert cli.main(["export", "--out", str(tmp_path / "empty"), "--to", str(dest), "--format", "json"]) == 2
     assert "no snapshot published" in capsys.readouterr().err
+
+
+def test_export_in_another_format_removes_the_earlier_formats_files_and_nothing_else(tmp_path, caplog):
+    """CSV then Parquet into one folder left the CSV files beside the Parquet ones: a dashboard reading the folder
+    could read the older rankings.  Now the files an earlier export wrote go (checked against the SHA-256 its
+    snapshot.json recorded); a file export did not write, or one changed since, is left alone."""
+    out, dest, stamp = str(tmp_path / "out"), tmp_path / "dash", "snapshot.json"
+    first = _publish(out, now=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc))
+    dest.mkdir()
+    (dest / "notes.txt").write_text("the team's own file\n")
+    (dest / "bias.json").write_text("[]\n")  # someone else's file under a name export uses
+    export_snapshot(out, str(dest), "csv")
+    second = _publish(out, shift=1.0, now=dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc))
+    export_snapshot(out, str(dest), "parquet")
+    assert sorted(os.listdir(dest)) == ["bias.json", "bias.parquet", "leaderboard.parquet", "notes.txt", stamp]
+    assert json.loads((dest / stamp).read_text())["snapshot_id"] == second.snapshot_id
+
+    export_snapshot(out, str(dest), "csv", snapshot_id=first.snapshot_id)  # and back, the CSV hand-edited after
+    (dest / "leaderboard.csv").write_text("model\nedited by hand\n")
+    with caplog.at_level("WARNING", logger="biasboard.pipelines.export"):
+        export_snapshot(out, str(dest), "json", tables=["leaderboard"])
+    assert sorted(os.listdir(dest)) == ["bias.json", "leaderboard.csv", "leaderboard.json", "notes.txt", stamp]
+    assert "leaderboard.csv changed since an earlier export wrote it; left alone" in caplog.text
+    assert (dest / "notes.txt").read_text() == "the team's own file\n" and (dest / "bias.json").read_text() == "[]\n"
