@@ -100,7 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--input",
         help="battle Parquet files: a glob or a folder (local or gs://; a `biasboard import --out` folder is read "
-        "without its dead letters); optional with --scores",
+        "without its dead letters, which the summary and report count as rejected at import); optional with --scores",
     )
     parser.add_argument("--state", required=True, help="state folder: per-day cells, dead letters, manifests")
     parser.add_argument("--out", required=True, help="output folder: snapshots/ and LATEST (local or gs://)")
@@ -324,6 +324,7 @@ def refresh(
     family_map = check_options(state_dir, out_dir, options)
     validation.input_buckets(("--input", input_glob), ("--scores", options.scores_glob), ("--anchors", options.anchors))
     aliases = read.load_aliases(options.aliases)
+    import_rejected = read.import_rejections([("--input", input_glob), ("--scores", options.scores_glob)])
     spec = FitSpec(
         model_config(options),
         Reference.parse(options.reference, bool(options.anchors)),
@@ -332,6 +333,7 @@ def refresh(
         family_map,
         parse_slices(options.slices),
         options.slice_min_battles,
+        tuple(import_rejected),
     )
     timings = Timings()
     started = dt.datetime.now(dt.timezone.utc)
@@ -384,7 +386,7 @@ def refresh(
     failpoint("after-read")
 
     without_input = drop_days_without_input(state_dir, changes, options.drop_missing_days)
-    fit_key = _fit_inputs_digest(state_dir, changes, options, family_map, aliases)
+    fit_key = _fit_inputs_digest(state_dir, changes, options, family_map, aliases, spec.import_rejected)
     if not todo and not audit.rerun and not options.refit and not without_input.dropped:
         reused = _reuse_latest(out_dir, state_dir, fit_key)
         if reused is not None:
@@ -486,14 +488,19 @@ _NOT_FIT_INPUTS = ("refit", "plan_budget", "fit_min_ram")
 
 
 def _fit_inputs_digest(
-    state_dir: str, changes: InputChanges, options: RefreshOptions, family_map: FamilyMap, aliases: AliasMap | None
+    state_dir: str,
+    changes: InputChanges,
+    options: RefreshOptions,
+    family_map: FamilyMap,
+    aliases: AliasMap | None,
+    import_rejected: tuple[S.ImportRejections, ...] = (),
 ) -> str:
     """One digest of everything a snapshot's content depends on, kept in its manifest.
 
     The input's per-day fingerprints (which fix the stored cells), the maps,
     the anchors' file fingerprints, every option that reaches the fit or the
-    report, the library versions and the fingerprint of biasboard's code.  Equal digests mean a refit would publish
-    the same files again.
+    report, what the input's import rejected (the summary reports it), the library versions and the fingerprint
+    of biasboard's code.  Equal digests mean a refit would publish the same files again.
     """
     return _digest(
         {
@@ -502,6 +509,7 @@ def _fit_inputs_digest(
             "family_map": family_map.digest(),
             "aliases": aliases.digest() if aliases is not None else None,
             "anchors": _anchors_fingerprint(options),
+            "import_rejected": S.to_jsonable(list(import_rejected)),
             "options": _fit_options(asdict(options)),
             "versions": versions(),
         }

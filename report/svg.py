@@ -91,7 +91,11 @@ def fmt(value: object, digits: int = 1) -> str:
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """Round tick values covering [lo, hi] with a 1/2/5 × 10^k step (the usual axis labelling)."""
+    """Round tick values covering [lo, hi] with a 1/2/5 × 10^k step (the usual axis labelling).
+
+    Each tick is an integer multiple of the step, not a running sum of steps: the sum drifted (−1.0 plus 0.2 five
+    times is −5.6e-17), which rounded to −0.0 and was labelled "-0.0".
+    """
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return []
     if hi <= lo:
@@ -99,23 +103,16 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     raw = (hi - lo) / max(count, 1)
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
-    first = math.floor(lo / step) * step
-    ticks = []
-    t = first
-    while t <= hi + step * 1e-9:
-        ticks.append(round(t, 10))
-        t += step
-    if ticks and ticks[0] > lo:
-        ticks.insert(0, round(ticks[0] - step, 10))
-    if ticks and ticks[-1] < hi:
-        ticks.append(round(ticks[-1] + step, 10))
-    return ticks
+    first, last = math.floor(lo / step), math.ceil(hi / step - 1e-9)
+    return [round(i * step, 10) + 0.0 for i in range(first, last + 1)]  # + 0.0: no negative zero
 
 
 def _tick_label(value: float, ticks: Sequence[float]) -> str:
+    """``value`` with as many decimals as the step needs; zero is "0" (never "-0.0", nor "0.0" beside 0.5)."""
     step = abs(ticks[1] - ticks[0]) if len(ticks) > 1 else 1.0
     digits = max(0, -math.floor(math.log10(step))) if step > 0 else 0
-    return f"{value:.{digits}f}"
+    text = f"{value:.{digits}f}"
+    return "0" if float(text) == 0 else text
 
 
 def _svg_open(width: float, height: float, label: str) -> str:
@@ -132,6 +129,43 @@ def _empty(label: str, message: str = "nothing to plot", width: float = 320) -> 
         _svg_open(width, 40, label)
         + f'<text x="8" y="24" fill="{AXIS_COLOUR}" font-style="italic">{esc(message)}</text></svg>'
     )
+
+
+#: A legend's row height, the gap between two entries of a row, and the margin it keeps from the chart's edges.
+LEGEND_ROW = 18
+LEGEND_GAP = 16
+LEGEND_MARGIN = 8
+#: Width of an entry's colour mark and the space before its name.
+LEGEND_MARK = 16
+
+
+def legend(entries: Sequence[tuple[str, str]], *, left: float, width: float, y: float, dots: bool) -> tuple[str, int]:
+    """A legend of ``(name, colour)`` entries laid out in rows inside ``width``: its SVG and how many rows it took.
+
+    Why rows: the entries used to run on in one row from the plot's left edge, and at phone width (370 px, beside a
+    column of judge names) the position split's "second shown (B) wins" and "tie" fell outside the SVG, clipped.
+    One row from ``left`` (aligned with the plot) when every entry fits there; else from the left margin, a new row
+    wherever the next entry would cross the right margin, and a name too long for a row of its own is truncated.
+    ``y`` is the top of the first row; ``dots`` draws round marks (a forest plot's points), else squares (bars).
+    """
+    room = width - 2 * LEGEND_MARGIN - LEGEND_MARK
+    names = [truncate(name, room) for name, _ in entries]
+    sizes = [LEGEND_MARK + text_width(name) for name in names]
+    one_row = sum(sizes) + LEGEND_GAP * (len(sizes) - 1)
+    start = left if left + one_row <= width - LEGEND_MARGIN else LEGEND_MARGIN
+    x, row, out = start, 0, []
+    for name, (_, colour), size in zip(names, entries, sizes, strict=True):
+        if x > start and x + size > width - LEGEND_MARGIN:
+            x, row = start, row + 1
+        top = y + row * LEGEND_ROW
+        mark = (
+            f'<circle cx="{x + 5.5:.1f}" cy="{top + 6:.1f}" r="4.5" fill="{colour}"/>'
+            if dots
+            else f'<rect x="{x:.1f}" y="{top:.1f}" width="11" height="11" rx="2" fill="{colour}"/>'
+        )
+        out.append(f'{mark}<text x="{x + LEGEND_MARK:.1f}" y="{top + 10:.1f}" fill="{TEXT_COLOUR}">{esc(name)}</text>')
+        x += size + LEGEND_GAP
+    return "".join(out), row + 1 if entries else 0
 
 
 @dataclass(frozen=True)
@@ -216,9 +250,11 @@ def forest_plot(
 
     if label_px is None:
         label_px = math.ceil(min(260, max(60, max(text_width(str(lab)) for lab in labels) + 16)))
-    legend_h = 22 if len(series) > 1 or series[0].name else 0
-    top = 10 + legend_h
     plot_left, plot_right = label_px, width - 16
+    named = len(series) > 1 or bool(series[0].name)
+    key, rows = legend([(s.name, s.colour) for s in series], left=plot_left, width=width, y=10, dots=True)
+    legend_h = 22 + (rows - 1) * LEGEND_ROW if named else 0
+    top = 10 + legend_h
     whiskers = [(finite(a), finite(b)) for s in series for a, b in zip(s.lows, s.highs, strict=True)]
     clipped = any(a is not None and b is not None and (a < d_lo or b > d_hi) for a, b in whiskers)
     bottom_axis = 34 if x_label or clipped else 22
@@ -228,13 +264,8 @@ def forest_plot(
         return plot_left + (v - d_lo) / (d_hi - d_lo) * (plot_right - plot_left)
 
     parts = [_svg_open(width, height, title)]
-    # legend
-    if legend_h:
-        x: float = plot_left
-        for s in series:
-            parts.append(f'<circle cx="{x + 5}" cy="{10 + 6}" r="4.5" fill="{s.colour}"/>')
-            parts.append(f'<text x="{x + 14}" y="{10 + 10}" fill="{TEXT_COLOUR}">{esc(s.name)}</text>')
-            x += 28 + text_width(s.name)
+    if named:
+        parts.append(key)
     # zebra rows and grid
     for i in range(n):
         if i % 2 == 0:
@@ -272,6 +303,7 @@ def forest_plot(
         )
         for j, s in enumerate(series):
             y = cy + (j - (k - 1) / 2) * 6
+            what = f"{tip} · {s.name}" if s.name else tip  # an unnamed series (one per plot): the row's tooltip alone
             v, a, b = finite(s.values[i]), finite(s.lows[i]), finite(s.highs[i])
             if a is not None and b is not None:
                 a_in, b_in = max(a, d_lo), min(b, d_hi)
@@ -281,7 +313,7 @@ def forest_plot(
                 )
                 for bound, edge, direction in ((a, d_lo, -1), (b, d_hi, 1)):
                     if (bound - edge) * direction > 0:
-                        tip_text = f"{full} · {s.name}: interval runs to {bound:.2f}, past the axis"
+                        tip_text = f"{what}: interval runs to {bound:.2f}, past the axis"
                         parts.append(_arrowhead(sx(edge), y, direction, s.colour, tip_text))
             if v is not None:
                 hollow = bool(s.hollow[i]) if s.hollow is not None else False
@@ -289,7 +321,7 @@ def forest_plot(
                 ci = f" [{fmt(a, 2)}, {fmt(b, 2)}]" if a is not None and b is not None else ""
                 parts.append(
                     f'<circle cx="{sx(v):.1f}" cy="{y:.1f}" r="3.8" fill="{fill}" stroke="{s.colour}" '
-                    f'stroke-width="1.5"><title>{esc(f"{tip} · {s.name}: {v:.2f}{ci}")}</title></circle>'
+                    f'stroke-width="1.5"><title>{esc(f"{what}: {v:.2f}{ci}")}</title></circle>'
                 )
     note = "arrows: intervals that run past the axis" if clipped else ""
     caption = "; ".join(t for t in (x_label, note) if t)
@@ -405,14 +437,10 @@ def split_bars(
     if annotations:
         note_px = int(min(200, max(text_width(a) for a in annotations) + 16))
     x0, x1 = label_px, width - 12 - note_px
-    top = 32
+    key, rows = legend([(p.name, p.colour) for p in parts_], left=x0, width=width, y=8, dots=False)
+    top = 32 + (rows - 1) * LEGEND_ROW
     height = top + n * (ROW_HEIGHT + 4) + 6
-    out = [_svg_open(width, height, title)]
-    x: float = x0
-    for p in parts_:
-        out.append(f'<rect x="{x}" y="8" width="11" height="11" rx="2" fill="{p.colour}"/>')
-        out.append(f'<text x="{x + 16}" y="18" fill="{TEXT_COLOUR}">{esc(p.name)}</text>')
-        x += 32 + text_width(p.name)
+    out = [_svg_open(width, height, title), key]
     for i, lab in enumerate(labels):
         y = top + i * (ROW_HEIGHT + 4)
         vals = [finite(p.values[i]) for p in parts_]

@@ -167,6 +167,24 @@ class Counts:
 
 
 @dataclass
+class ImportRejections:
+    """The rows a ``biasboard import`` rejected, when the refresh reads that import's ``--out`` folder.
+
+    Why: the refresh reads the folder's battles and skips its ``import_dead_letters.parquet`` (another schema),
+    so its :class:`Counts` start after the import; without this a reader took every row of the source to have
+    made it.  Counted by reason from the file's ``reason`` column as it stands at this refresh: the current
+    input's import, not stored in the state nor summed over refreshes (a re-import replaces the file).  Only a
+    folder names its import: a glob into it (``OUT/battles/day=*/*.parquet``) may select some of its days, so
+    none is attributed.
+    """
+
+    option: str  # "--input" or "--scores": which input folder the import wrote
+    path: str  # its import_dead_letters.parquet
+    rejected: dict[str, int]
+    rejected_total: int
+
+
+@dataclass
 class JudgeCounts:
     """Per judge, from the cells: battles and the shares of first-shown wins, second-shown wins and ties."""
 
@@ -557,6 +575,8 @@ class Summary:
     board: str = PAIRWISE
     #: The style-kept board and the global style effects; None when no battle carries style counts.
     style: StyleInfo | None = None
+    #: Rows rejected at import, per input folder that is a ``biasboard import --out`` folder (not in ``counts``).
+    import_rejected: list[ImportRejections] = field(default_factory=list)
     #: Set when the snapshot has more than :data:`SUMMARY_JUDGES_MAX` judges: the per-judge lists above keep
     #: the busiest judges only, and this says how many there are and which Parquet files hold them all.
     judge_tables: JudgeTables | None = None
@@ -599,6 +619,7 @@ __all__ = [
     "Gate",
     "HeadToHead",
     "Identifiability",
+    "ImportRejections",
     "JudgeAudit",
     "JudgeCounts",
     "JudgeTables",

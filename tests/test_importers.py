@@ -23,9 +23,11 @@ from biasboard.importers.common import REASON_NO_VERDICT, ImportOptions, ImportR
 from biasboard.importers.registry import import_path
 from biasboard.pipelines import cli
 from biasboard.pipelines.refresh import RefreshOptions, refresh
+from biasboard.schemas import summary as S
 from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID
 from biasboard.schemas.errors import InputError
+from biasboard.transforms import read
 from biasboard.transforms.validate import validate_battles, validate_scores
 from conftest import real_data
 
@@ -696,6 +698,34 @@ def test_cli_end_to_end_writes_partitions_manifest_and_is_idempotent(tmp_path, c
     other = ["import", "--format", "mtbench-pair", "--in", str(real_data(*FRANKLIN_PAIR)), "--out", str(out)]
     assert cli.main(other) == 2
     assert "already holds an import" in capsys.readouterr().err
+
+
+def test_a_refresh_of_an_import_folder_reports_what_the_import_rejected(tmp_path):
+    """The refresh reads an import's folder without its dead letters, so its counts started after the import: 147
+    rows read, none rejected, while the import had rejected 3 of the source's 150 games.  The summary and the
+    report's Counts now say so, by reason.  It is the current input's count: a re-import that rejects fewer
+    refreshes to the new count (not a sum over refreshes).  A glob into the folder names no import."""
+    out = tmp_path / "imported"
+    assert (
+        cli.main(["import", "--format", "mtbench-pair", "--in", str(real_data(*STEFAN_PAIR)), "--out", str(out)]) == 0
+    )
+    dead = out / "import_dead_letters.parquet"
+
+    def refreshed() -> tuple[S.Summary, str]:
+        outcome = refresh(str(out), str(tmp_path / "state"), str(tmp_path / "site"), [], RefreshOptions(audit=False))
+        assert outcome.published is not None and outcome.summary is not None and not outcome.published.reused
+        return outcome.summary, (Path(outcome.published.path) / "report.html").read_text(encoding="utf-8")
+
+    summary, page = refreshed()
+    assert summary.counts.read == 147 and summary.counts.rejected_total == 0
+    assert summary.import_rejected == [S.ImportRejections("--input", str(dead), {"no_verdict": 3}, 3)]
+    assert "<h3>Rejected at import</h3>" in page and '<td class="name">no_verdict</td><td>3</td>' in page
+    assert "3 rows of the source never became input" in page
+    pq.write_table(pq.read_table(dead).slice(0, 1), dead)  # as a re-import that rejected one row would leave it
+    summary, page = refreshed()
+    assert summary.import_rejected[0].rejected == {"no_verdict": 1} and summary.counts.read == 147
+    assert "1 row of the source never became input" in page
+    assert read.import_dead_letters(str(out / "battles" / "day=*" / "*.parquet")) is None
 
 
 def test_imported_battles_feed_the_backfill_job(tmp_path, capsys):

@@ -24,7 +24,7 @@ import polars as pl
 import pytest
 from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.report.html import render_report
-from biasboard.report.svg import Part, Series, esc, forest_plot, nice_ticks, slope_chart, split_bars
+from biasboard.report.svg import Part, Series, esc, forest_plot, nice_ticks, slope_chart, split_bars, text_width
 from biasboard.schemas.summary import Summary
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import publish, state
@@ -558,6 +558,100 @@ def test_slope_chart_keeps_its_columns_apart_at_phone_width_with_long_names():
     assert all(0 <= float(t.get("x")) <= 370 for t in root.iter("text"))
 
 
+#: The position split's legend as the report draws it (html._judge_audit).
+SPLIT_NAMES = ("first shown (A) wins", "second shown (B) wins", "tie")
+
+
+def test_split_legend_wraps_inside_the_chart_at_phone_width():
+    """At 370 px beside a column of judge names the legend ran on in one row from the bars' left edge: "second shown
+    (B) wins" and "tie" fell outside the SVG, clipped.  It wraps instead, every entry whole and above the bars, and
+    keeps its one row where that fits (a desktop's 860 px)."""
+    judges = ["<script>judge</script>", "claude-sim-judge-1"]
+    parts = [Part(name, f"#00000{i}", [0.4, 0.3]) for i, name in enumerate(SPLIT_NAMES)]
+    for width in (370, 860):
+        root = ET.fromstring(split_bars(judges, parts, title="p", annotations=["flip rate 52.3%"] * 2, width=width))
+        legend = [t for t in root.iter("text") if t.text in SPLIT_NAMES]
+        assert [t.text for t in legend] == list(SPLIT_NAMES)
+        for t in legend:
+            x = float(t.get("x") or "nan")
+            assert x >= 0 and x + text_width(t.text or "") <= width, (width, t.text)
+        marks = [r for r in root.iter("rect") if r.get("width") == "11"]
+        assert len(marks) == 3 and all(0 <= float(r.get("x")) <= width - 11 for r in marks)
+        rows = {t.get("y") for t in legend}
+        assert len(rows) == (2 if width == 370 else 1), (width, rows)
+        bars = [float(r.get("y")) for r in root.iter("rect") if r.get("height") == "20"]
+        assert min(bars) > max(float(y) for y in rows)  # the bars start below the legend's last row
+
+
+def test_a_zero_tick_reads_0_never_minus_0():
+    """Ticks were a running sum of steps, which drifted below zero (−1.0 plus 0.2 five times is −5.6e-17) and
+    printed "-0.0" under a bias panel whose axis ends at 0."""
+    ticks = nice_ticks(-0.95, 0.05)
+    assert 0.0 in ticks and all(math.copysign(1.0, t) == 1.0 for t in ticks if t == 0)
+    values = [-0.9, -0.5, -0.1]
+    series = [Series("", "#000", values, [v - 0.01 for v in values], [v + 0.01 for v in values])]
+    root = ET.fromstring(forest_plot(["j1", "j2", "j3"], series, title="t"))
+    labels = [t.text for t in root.findall("text") if t.get("font-size") == "11"]
+    assert labels[-1] == "0" and not {"-0.0", "-0", "0.0"} & set(labels), labels
+
+
+def test_every_bias_dot_names_its_effect_in_its_tooltip(page):
+    """A bias panel's dots read "judge · : 0.12" (the panel's one series has no name): each names its effect."""
+    section = re.search(r'<section id="bias">.*?</section>', page, re.S)
+    assert section
+    dots = 0
+    for svg in SVG_RE.findall(section.group(0)):
+        root = ET.fromstring(svg)
+        effect = (root.get("aria-label") or "").split(" ")[0].rstrip(":")
+        for circle in root.iter("circle"):
+            title = circle.findtext("title") or ""
+            assert f" · {effect}: " in title and " · : " not in title, title
+            dots += 1
+    assert dots
+
+
+@pytest.fixture(scope="module")
+def referenced(tmp_path_factory) -> Published:
+    """A board corrected toward a human pool, where the gate ties the judges' length excesses to the pool."""
+    root = tmp_path_factory.mktemp("report-reference")
+    config = SimulationConfig(battles=6000, models=8, judges=4, human_judges=1, days=1, seed=61)
+    logs = write_simulation(config, root / "logs")
+    options = RefreshOptions(k=3, audit=False, reference="human-pool-1")
+    refresh(str(logs / "battles"), str(root / "state"), str(root / "out"), [], options)
+    snap = Path(publish.resolve_snapshot(str(root / "out")))
+    summary = Summary.from_json(json.loads((snap / "summary.json").read_text()))
+    page = (snap / "report.html").read_text(encoding="utf-8")
+    leaderboard, bias = pl.read_parquet(snap / "leaderboard.parquet"), pl.read_parquet(snap / "bias.parquet")
+    return Published(leaderboard, bias, summary, page, snap, root / "state", {})
+
+
+def test_the_gate_says_which_fit_its_excess_is_from(referenced):
+    """QA read −0.111 in the gate table and −0.108 in the bias table for one judge's effect.  Both are right: the
+    gate tests in the fit with every correction on, the bias table is the published fit's, where the corrections
+    the gate switched off are tied to the reference (tests/test_reference.py shows it).  The gate section says so."""
+    summary, gate = referenced.summary, referenced.summary.diagnostics.gate
+    assert gate is not None and any(row["enabled"] is False for row in gate.decisions)
+    published = {(r["judge"], r["effect"]): r["estimate"] for r in referenced.bias.to_dicts()}
+    moved = [
+        r for r in gate.decisions if r["enabled"] and abs(r["excess"] - published[(r["judge"], r["effect"])]) > 1e-4
+    ]
+    assert moved  # one excess, two numbers: the case the sentence is for
+    section = re.search(r'<section id="gate">.*?</section>', referenced.page, re.S)
+    assert section
+    text = text_of(section.group(0))
+    assert "excess (all corrections on)" in text
+    assert (
+        "The excess here is each judge's in the fit with every correction on, where the test is made; the bias table "
+        "gives it in the published fit, where the corrections switched off are tied to the reference, so it can "
+        "differ there (the effects are fitted jointly)."
+    ) in text
+    # Nothing switched off: one fit, and the sentence says so rather than promise a difference.
+    all_on = dataclasses.replace(gate, decisions=[{**row, "enabled": True} for row in gate.decisions])
+    untied = dataclasses.replace(summary, diagnostics=dataclasses.replace(summary.diagnostics, gate=all_on))
+    page = render_report(referenced.leaderboard, referenced.bias, untied)
+    assert "gives it in the published fit, here the same fit (no correction was switched off)." in text_of(page)
+
+
 # --------------------------------------------------------------------------- in a real browser
 
 #: Headless Chromium binaries, in the order tried (Debian: ``apt-get install chromium-headless-shell``).
@@ -612,18 +706,22 @@ def _png_pixels(path: Path) -> tuple[int, int, bytes]:
     return width, height, zlib.decompress(idat)
 
 
-def _layout(browser: str, page: str, width: int, tmp_path: Path) -> dict:
-    probe = tmp_path / f"probe-{width}.html"
+def _probe(browser: str, page: str, width: int, tmp_path: Path, script: str, attribute: str):
+    """Run ``script`` at the end of a copy of ``page`` (without its CSP, which forbids scripts) in Chromium at
+    ``width`` px; the JSON it left in the body's ``attribute``."""
+    probe = tmp_path / f"probe-{attribute}-{width}.html"
     probe.write_text(
-        re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page).replace(
-            "</body>", LAYOUT_PROBE + "</body>"
-        ),
+        re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page).replace("</body>", script + "</body>"),
         encoding="utf-8",
     )
     dom = _chromium(browser, width, "--dump-dom", probe.as_uri()).stdout
-    found = re.search(r'data-layout="([^"]*)"', dom)
-    assert found, f"the layout probe did not run at {width} px"
+    found = re.search(rf'{attribute}="([^"]*)"', dom)
+    assert found, f"the {attribute} probe did not run at {width} px"
     return json.loads(html.unescape(found.group(1)))
+
+
+def _layout(browser: str, page: str, width: int, tmp_path: Path) -> dict:
+    return _probe(browser, page, width, tmp_path, LAYOUT_PROBE, "data-layout")
 
 
 @pytest.mark.parametrize("width", [400, 1280])
@@ -644,6 +742,40 @@ def test_layout_probe_sees_an_overflowing_element(published, browser, tmp_path):
     wide = published.page.replace("<footer>", '<div class="too-wide" style="width:2000px">x</div><footer>')
     layout = _layout(browser, wide, 400, tmp_path)
     assert layout["scroll"] > layout["inner"] and "DIV.too-wide" in layout["wide"]
+
+
+#: Appended to a copy of the page: the texts of every shown chart that lie outside their SVG (where it clips
+#: them) or past the window's right edge, as [chart, text].
+CLIPPED_PROBE = """<script>
+var clipped = [];
+document.querySelectorAll("figure svg").forEach(function (svg) {
+  var box = svg.getBoundingClientRect();
+  if (!box.width) return;  // the other width's copy of a chart (display: none)
+  svg.querySelectorAll("text").forEach(function (t) {
+    var r = t.getBoundingClientRect();
+    if (r.width && (r.left < box.left - 0.5 || r.right > box.right + 0.5 || r.right > innerWidth + 0.5)) {
+      clipped.push([svg.getAttribute("aria-label"), t.textContent]);
+    }
+  });
+});
+document.body.setAttribute("data-clipped", JSON.stringify(clipped));
+</script>"""
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_every_chart_text_is_inside_its_chart_in_chromium(published, browser, width, tmp_path):
+    """At a phone's 390 px the position split's legend ran out of its SVG: "second shown (B) wins" and "tie" were
+    cut off.  Measured in the browser, every text of every chart shown at this width lies inside its chart."""
+    assert _probe(browser, published.page, width, tmp_path, CLIPPED_PROBE, "data-clipped") == []
+
+
+def test_clip_probe_sees_a_clipped_text(published, browser, tmp_path):
+    """The clipping check can fail: a text drawn past its SVG's right edge is reported."""
+    svg = (
+        '<svg width="100" height="20" viewBox="0 0 100 20" aria-label="probe"><text x="80" y="15">cut off</text></svg>'
+    )
+    page = published.page.replace("<footer>", f"<figure>{svg}</figure><footer>")
+    assert ["probe", "cut off"] in _probe(browser, page, 390, tmp_path, CLIPPED_PROBE, "data-clipped")
 
 
 # --------------------------------------------------------------------------- slices: a tab per slice
@@ -730,15 +862,5 @@ document.body.setAttribute("data-tabs", JSON.stringify({before: before, after: s
 def test_slice_tabs_show_one_panel_and_fit_a_phone(sliced, browser, width, tmp_path):
     layout = _layout(browser, sliced.page, width, tmp_path)
     assert layout["scroll"] <= layout["inner"] and layout["wide"] == [], layout
-    probe = tmp_path / "tabs.html"
-    probe.write_text(
-        re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", sliced.page).replace(
-            "</body>", TAB_PROBE + "</body>"
-        ),
-        encoding="utf-8",
-    )
-    dom = _chromium(browser, width, "--dump-dom", probe.as_uri()).stdout
-    found = re.search(r'data-tabs="([^"]*)"', dom)
-    assert found, "the tab probe did not run"
-    tabs = json.loads(html.unescape(found.group(1)))
+    tabs = _probe(browser, sliced.page, width, tmp_path, TAB_PROBE, "data-tabs")
     assert tabs == {"before": [True, False, False, False], "after": [False, False, True, False]}

@@ -58,6 +58,7 @@ from biasboard.schemas.battle import BATTLE_REQUIRED, BATTLE_SCHEMA, SCORE_REQUI
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
+from biasboard.schemas.summary import ImportRejections
 from biasboard.transforms.validate import SOURCE_ROW
 
 _LOG = logging.getLogger(__name__)
@@ -150,9 +151,9 @@ def match_files(glob: str) -> list[InputFile]:
         except Exception as err:  # Beam raises BeamIOError with nested causes
             raise InputError(f"{glob}: cannot list input files: {err}") from err
         files = [m for m in metadata if not m.path.rstrip("/").endswith("/_SUCCESS") and not _is_folder(m.path)]
-        if pattern != glob and _is_import_output(glob):  # an import's folder: its dead letters are not battles
-            rejected = _normal(f"{glob.rstrip('/')}/{IMPORT_DEAD_LETTERS}")
-            files = [m for m in files if _normal(m.path) != rejected]
+        rejected = import_dead_letters(glob) if pattern != glob else None
+        if rejected is not None:  # an import's folder: its dead letters are not battles
+            files = [m for m in files if _normal(m.path) != _normal(rejected)]
         if files:
             break
     else:
@@ -166,6 +167,33 @@ def match_files(glob: str) -> list[InputFile]:
         except Exception:  # some file systems have no checksum; size + mtime still fingerprint
             checksum = ""
         out.append(InputFile(m.path, int(m.size_in_bytes or 0), float(m.last_updated_in_seconds or 0.0), checksum))
+    return out
+
+
+def import_dead_letters(glob: str) -> str | None:
+    """``GLOB/import_dead_letters.parquet`` when ``glob`` is a ``biasboard import --out`` folder, else None.
+
+    Those are the rows that import rejected: never read as battles (:func:`match_files`), and counted for the
+    summary (:func:`import_rejections`).  A glob names no import: it may select only some of the folder's days.
+    """
+    if _WILDCARD.search(glob) or not _is_import_output(glob):
+        return None
+    return f"{glob.rstrip('/')}/{IMPORT_DEAD_LETTERS}"
+
+
+def import_rejections(inputs: Iterable[tuple[str, str | None]]) -> list[ImportRejections]:
+    """What the imports behind the ``(option, glob)`` inputs rejected, by reason (an input that is no import's
+    folder adds nothing).  Reads each dead-letters file's ``reason`` column only: cheap whatever the rows hold."""
+    out = []
+    for option, glob in inputs:
+        path = import_dead_letters(glob) if glob else None
+        if path is None or not FileSystems.exists(path):
+            continue
+        with open_parquet(path) as reader:
+            reasons = pl.Series("reason", reader.read(columns=["reason"]).column("reason"))
+        counts = reasons.fill_null("(no reason)").value_counts().sort("reason")
+        rejected = dict(zip(counts["reason"].to_list(), counts["count"].to_list(), strict=True))
+        out.append(ImportRejections(option, path, rejected, sum(rejected.values())))
     return out
 
 

@@ -83,7 +83,8 @@ class FitSpec:
     ``reference``/``settings``: the raters the corrections are taken against and
     the trusted-anchor gate's settings (:mod:`biasboard.ranking.reference`);
     ``anchors``: trusted verdicts (a battle-shaped Parquet glob), read with
-    ``family_map``; ``slices``: per-slice boards (:mod:`biasboard.transforms.slices`).
+    ``family_map``; ``slices``: per-slice boards (:mod:`biasboard.transforms.slices`); ``import_rejected``: what
+    the imports whose folders are the inputs rejected (the launcher counts them), reported, never fitted.
     """
 
     config: ModelConfig
@@ -94,6 +95,7 @@ class FitSpec:
     #: Slice keys to fit a board per label of (``refresh --slices``), and the battles a slice needs to be fit.
     slices: tuple[str, ...] = ()
     slice_min_battles: int = DEFAULT_MIN_BATTLES
+    import_rejected: tuple[S.ImportRejections, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -250,6 +252,7 @@ def _fit_snapshot(
         seed=spec.config.seed,
         without_input=without_input,
     )
+    summary.import_rejected = list(spec.import_rejected)
     summary.style = style_info(
         totals.style_battles,
         corrected,
