@@ -301,8 +301,18 @@ def _order_rates(frame: pl.DataFrame) -> pl.DataFrame:
             pl.col("pairs"),
         ).alias("tie_flip_rate"),
         _ratio(avg_x, pl.col("pairs")).alias("averaged_win_rate_x"),
-        _ratio(pl.col("pba_consistent"), pl.col("judgments")).alias("pba_consistency_rate"),
+        _pba_rate().alias("pba_consistency_rate"),
     )
+
+
+def _pba_rate() -> pl.Expr:
+    """PBA's consistency rate, null where no prompt-pair was judged in both orders.
+
+    PBA counts a verdict whose swapped partner is absent as consistent, so with no pair at all every verdict
+    is "consistent" and the rate read 100% — a judge never tested for order looked perfectly consistent
+    (LLMFAO's GPT-4 file, judged in one order only: 3,236 of 3,236).  The counts stay in the table.
+    """
+    return pl.when(pl.col("pairs") > 0).then(_ratio(pl.col("pba_consistent"), pl.col("judgments")))
 
 
 def _ratio(num: pl.Expr, den: pl.Expr) -> pl.Expr:

@@ -18,7 +18,8 @@ and sums the days.  Writes under ``--out``:
   order-consistent pairs ± SE;
 * ``audit_family.parquet`` — own-family win rate under the judge vs other-family judges;
 * ``audit_section.html`` — the report's audit section (a fragment);
-* ``audit.json`` — all of the above plus row counts, written last.
+* ``audit.json`` — all of the above plus row counts and ``notes`` (what could not be measured and why:
+  rows rejected, no ``prompt_id``, no pair judged in both orders; also printed), written last.
 
 Gold labels come from a ``gold`` column in the battles (the correct verdict in
 FastChat's values, for that row's order) and/or ``--anchors``: battle-shaped
@@ -28,13 +29,14 @@ Parquet whose verdicts are trusted, matched to battles by prompt and model pair.
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from biasboard.pipelines import validation
 from biasboard.pipelines.options import beam_options, defaults_from, options_from
 from biasboard.transforms import storage
-from biasboard.transforms.audit import AUDIT_JSON, run_audit
+from biasboard.transforms.audit import run_audit
 from biasboard.transforms.read import load_aliases
 
 
@@ -68,6 +70,8 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     validation.writable_folder(args.out, "--out")
     validation.input_buckets(("--input", args.input), ("--anchors", job.anchors))
     aliases = load_aliases(job.aliases)
-    run_audit(args.input, args.out, options, job.anchors, families, aliases)
-    print(storage.join(args.out, AUDIT_JSON))
+    path = run_audit(args.input, args.out, options, job.anchors, families, aliases)
+    for note in json.loads(storage.read_text(path)).get("notes", []):
+        print(f"note: {note}")
+    print(path)
     return 0

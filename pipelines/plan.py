@@ -66,19 +66,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-repeat",
         dest="repeat",
         action="store_false",
-        help="plan each pair at most once (frozen judge: re-asking gives the same verdict)",
+        help="plan each pair at most once in this plan (frozen judge: re-asking gives the same verdict; the "
+        "snapshot does not say which pairs were run before)",
     )
     parser.add_argument(
         "--max-pair-share",
         type=float,
         help="most of the batch one pair may take, a fraction in (0, 1] (default: an equal split "
-        "over the pairs, rounded up)",
+        "over the pairs, rounded up); a limit: a plan that fills it stops short of the budget, with a note",
     )
     parser.add_argument(
         "--max-judge-share",
         type=float,
         help="most of the batch one judge may take, a fraction in (0, 1] (default: an equal split "
-        "over the judges, rounded up)",
+        "over the judges, rounded up); a limit: a plan that fills it stops short of the budget, with a note",
     )
     defaults_from(parser, PlanOptions())
 

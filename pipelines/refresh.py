@@ -84,7 +84,7 @@ from biasboard.transforms.fit import DEFAULT_FIT_RAM, FitModels
 from biasboard.transforms.ingest import METRICS_NAMESPACE as INGEST_METRICS
 from biasboard.transforms.ingest import committed, day_tasks, ingest_days, ingest_settings
 from biasboard.transforms.judge_pool import JudgePool
-from biasboard.transforms.plan import MAX_BUDGET, make_plan
+from biasboard.transforms.plan import MAX_BUDGET, has_posterior, make_plan
 from biasboard.transforms.publish import failpoint
 from biasboard.transforms.runner import counters, run_to_completion
 from biasboard.transforms.slices import DEFAULT_MIN_BATTLES, parse_slices
@@ -477,9 +477,13 @@ def refresh(
 
 def _with_plan(outcome: Outcome, out_dir: str, options: RefreshOptions) -> Outcome:
     """``outcome`` with the plan ``--plan-budget`` asks for, made from its snapshot."""
-    if options.plan_budget and outcome.published is not None:
-        plan = make_plan(out_dir, options.plan_budget, snapshot_id=outcome.published.snapshot_id)
-        outcome.plan_path = plan.paths[0] if plan.paths else None
+    if not options.plan_budget or outcome.published is None:
+        return outcome
+    if not has_posterior(out_dir, outcome.published.snapshot_id):  # a board of one model: nothing to compare
+        _LOG.warning("--plan-budget: the snapshot rates fewer than two models, so there is no comparison to plan")
+        return outcome
+    plan = make_plan(out_dir, options.plan_budget, snapshot_id=outcome.published.snapshot_id)
+    outcome.plan_path = plan.paths[0] if plan.paths else None
     return outcome
 
 

@@ -20,6 +20,10 @@ Information of one unit, judged by judge j, about the contrast θ_a − θ_b (Ga
 comparison is run, so it enters as x = 0 (equal lengths); the position effect γ_j of the order shown
 does enter, which is why both orders are scored.
 
+On a board of several comparison components the fit centres each on its own; the planner gives each
+component's level the uncertainty the θ prior leaves it (:meth:`Posterior.level_cov`), so a pair linking two
+components is worth what it is (the most, until they are linked) and P(top k) is over the whole board.
+
 Strategies (greedy, one unit at a time, ``B/2`` picks per batch):
 
 ``topk``       Xu et al.'s rule: membership uncertainty × expected information,
@@ -49,11 +53,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
+from biasboard.ranking.config import Priors
 
 STRATEGIES: tuple[str, ...] = ("topk", "dopt", "thompson", "roundrobin", "random")
 
+#: Why a selection holds fewer units than its budget (:attr:`Selection.stopped`): every pair was planned once
+#: (``repeat=False``), every pair holds its share of the batch, or every judge does.
+STOP_NO_REPEAT, STOP_PAIR_CAP, STOP_JUDGE_CAP = "no_repeat", "pair_cap", "judge_cap"
+
 #: Name used for "any judge" (the global position effect, a = 1) when no judge is chosen.
 ANY_JUDGE = ""
+
+#: Prior SD of one rating (logits): the bias-aware fit's θ prior, all that is known of the level of a comparison
+#: component against another (:meth:`Posterior.level_cov`).
+COMPONENT_LEVEL_SD = Priors().theta_sd
 
 PLAN_COLUMNS: dict[str, type[pl.DataType]] = {
     "rank": pl.Int64,
@@ -79,6 +92,9 @@ class Posterior:
     ``position[j]`` is γ_j (logit added to the first-shown model), ``discrimination[j]`` is a_j (scale
     on θ differences), ``tie[j]`` is the Davidson ν_j.  ``judges`` may be empty: then only the
     pseudo-judge :data:`ANY_JUDGE` exists, with ``global_position``, a = 1 and ``global_tie``.
+    ``component[m]`` numbers the comparison components of the fit (empty: one component); ``mean`` and
+    ``cov`` are centred within each component, so they say nothing of one component's level against
+    another's (:meth:`level_cov` adds what the θ prior says of it).
     """
 
     models: tuple[str, ...]
@@ -92,6 +108,7 @@ class Posterior:
     global_position: float = 0.0
     global_tie: float = 0.0
     method: str = ""
+    component: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __post_init__(self) -> None:
         m = len(self.models)
@@ -111,10 +128,37 @@ class Posterior:
                 raise ValueError(f"posterior: {name} must have one value per judge ({nj})")
         if self.k < 1:
             raise ValueError(f"posterior: k must be >= 1, got {self.k}")
+        if np.asarray(self.component).size not in (0, m):
+            raise ValueError(f"posterior: component must have one value per model ({m}) or none")
 
     @property
     def n_models(self) -> int:
         return len(self.models)
+
+    @property
+    def n_components(self) -> int:
+        """Comparison components of the fit (models no chain of battles links are in different ones)."""
+        component = np.asarray(self.component)
+        return int(np.unique(component).size) if component.size else 1
+
+    def level_cov(self) -> np.ndarray:
+        """θ's covariance with each component's level as uncertain as the θ prior makes it.
+
+        The fit centres each component on its own, so ``cov`` holds the contrasts within components only and
+        makes a contrast across two of them look as sure as one within (the centring, not the data, fixed
+        it).  With θ_m ~ N(0, σ²) a priori (σ = :data:`COMPONENT_LEVEL_SD`, the fit's prior), the mean of a
+        component's n_c ratings is N(0, σ²/n_c) and no battle informs it, independent of the contrasts: its
+        variance is added to every pair of models within that component.  Then a pair linking two components
+        has the information it really has, and P(top k) over the board reflects the unknown levels.
+        """
+        cov = 0.5 * (np.asarray(self.cov, float) + np.asarray(self.cov, float).T)
+        if self.n_components < 2:
+            return cov
+        component = np.asarray(self.component)
+        sizes = np.bincount(component)
+        level_var = COMPONENT_LEVEL_SD**2 / sizes[component]
+        same = component[:, None] == component[None, :]
+        return cov + np.where(same, level_var[:, None], 0.0)
 
     def judge_effects(self, judges: Sequence[str] | None) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]:
         """(names, γ, a, ν) of the judges to plan for; None → every judge, or ANY_JUDGE if there are none."""
@@ -165,6 +209,7 @@ class Posterior:
             global_position=np.array(self.global_position, float),
             global_tie=np.array(self.global_tie, float),
             method=np.array(self.method, dtype=str),
+            component=np.asarray(self.component, dtype=np.int64),
         )
         return buffer.getvalue()
 
@@ -193,6 +238,7 @@ class Posterior:
             global_position=float(get.get("global_position", 0.0)),
             global_tie=float(get.get("global_tie", 0.0)),
             method=str(get.get("method", "")),
+            component=get.get("component", np.zeros(0, np.int64)),
         )
 
 
@@ -229,6 +275,7 @@ def posterior_from_fit(fit) -> Posterior:
         global_position=g_pos,
         global_tie=g_tie,
         method=str(fit.method),
+        component=np.asarray(fit.component, dtype=np.int64),
     )
 
 
@@ -302,7 +349,9 @@ class Selection:
 
     ``score`` is the strategy's criterion at the moment of the pick (see the module docstring),
     ``info`` the unit's expected information gain (nats) at that moment, ``p_top_k`` the membership
-    probabilities before any pick (from ``draws`` posterior draws).
+    probabilities before any pick (from ``draws`` posterior draws).  ``stopped`` says why fewer units than
+    the budget's were chosen ("" when they all were): :data:`STOP_NO_REPEAT`, :data:`STOP_PAIR_CAP` or
+    :data:`STOP_JUDGE_CAP`; ``pair_cap``/``judge_cap`` are the units one pair / one judge could take.
     """
 
     strategy: str
@@ -314,6 +363,9 @@ class Selection:
     info: np.ndarray
     p_top_k: np.ndarray
     reasons: tuple[str, ...]
+    stopped: str = ""
+    pair_cap: int = 0
+    judge_cap: int = 0
 
     @property
     def n_units(self) -> int:
@@ -396,7 +448,7 @@ def select_comparisons(
             raise ValueError(f"{flag} must be in (0, 1], got {share}")
     names, gamma, disc, nu = posterior.judge_effects(judges)
     mean = np.asarray(posterior.mean, float)
-    cov = 0.5 * (np.asarray(posterior.cov, float) + np.asarray(posterior.cov, float).T)
+    cov = posterior.level_cov()
     rng = np.random.default_rng(np.random.SeedSequence([seed, STRATEGIES.index(strategy)]))
 
     w_all = unit_information(mean, gamma, disc, nu)  # (J, M, M)
@@ -421,9 +473,11 @@ def select_comparisons(
     schedule = circle_schedule(m)
 
     first, second, judge, score, info, reasons = [], [], [], [], [], []
+    stopped = ""
     for pick in range(units):
         cand = allowed & upper & (batch_pairs < pair_cap)
-        if not cand.any():
+        stopped = _stop_reason(cand, allowed & upper, judge_units < judge_cap)
+        if stopped:
             break
         d = np.diag(cov)
         var = np.clip(d[:, None] + d[None, :] - 2.0 * cov, 0.0, None)
@@ -431,11 +485,11 @@ def select_comparisons(
         if strategy == "topk":
             u = p * (1.0 - p)
             crit = (u[:, None] + u[None, :]) * gain
-            a, b = _argmax_pair(crit, cand)
+            a, b = _stronger_first(mean, *_argmax_pair(crit, cand))
             reason = f"top-k boundary: P(top {k}) {p[a]:.2f} / {p[b]:.2f}, info {gain[a, b]:.3f} nats"
         elif strategy == "dopt":
             crit = gain
-            a, b = _argmax_pair(crit, cand)
+            a, b = _stronger_first(mean, *_argmax_pair(crit, cand))
             reason = f"max log-det gain {gain[a, b]:.3f} nats (Var(θa−θb) {var[a, b]:.3f})"
         elif strategy == "thompson":
             draw = samples[pick % draws]
@@ -445,23 +499,22 @@ def select_comparisons(
             crossing = cand & (top[:, None] ^ top[None, :])
             pool = crossing if crossing.any() else cand
             crit = -np.abs(gap)
-            a, b = _argmax_pair(crit, pool)
+            a, b = _stronger_first(mean, *_argmax_pair(crit, pool))
             reason = (
                 "sampled top-k boundary" if crossing.any() else "closest sampled pair"
             ) + f": sampled gap {abs(gap[a, b]):.3f}"
         elif strategy == "roundrobin":
             big = m * m + 1
             crit = -(pair_counts * big + schedule).astype(float)
-            a, b = _argmax_pair(crit, cand)
-            reason = f"least compared pair ({int(pair_counts[a, b])} before)"
+            a, b = _stronger_first(mean, *_argmax_pair(crit, cand))
+            before = "before" if counts is not None else "earlier in this plan; past comparisons not known"
+            reason = f"least compared pair ({int(pair_counts[a, b])} {before})"
         else:  # random
             ia, ib = np.nonzero(cand)
             c = int(rng.integers(ia.size))
-            a, b = int(ia[c]), int(ib[c])
+            a, b = _stronger_first(mean, int(ia[c]), int(ib[c]))
             crit = np.zeros((m, m))
             reason = "uniform random pair"
-        if mean[b] > mean[a]:
-            a, b = b, a  # show the (currently) stronger model first in the unit's first order
         first.append(a)
         second.append(b)
         judge.append(int(best_judge[a, b]))
@@ -490,7 +543,25 @@ def select_comparisons(
         info=np.array(info, float),
         p_top_k=p0,
         reasons=tuple(reasons),
+        stopped=stopped,
+        pair_cap=pair_cap,
+        judge_cap=judge_cap,
     )
+
+
+def _stop_reason(candidates: np.ndarray, plannable: np.ndarray, judges_open: np.ndarray) -> str:
+    """Why no further unit can be planned ("" when one can): the caps are limits, never exceeded.
+
+    Before, a batch whose every judge had spent its share went on giving units to the first judge (the
+    most-informative choice among judges with no room is an argmax over -inf), past ``max_judge_share``.
+    """
+    if not plannable.any():
+        return STOP_NO_REPEAT
+    if not candidates.any():
+        return STOP_PAIR_CAP
+    if not judges_open.any():
+        return STOP_JUDGE_CAP
+    return ""
 
 
 def _cap(units: int, slots: int, share: float | None) -> int:
@@ -505,6 +576,15 @@ def _best_judges(w_all: np.ndarray, open_: np.ndarray) -> tuple[np.ndarray, np.n
     w_open = np.where(open_[:, None, None], w_all, -np.inf)
     best = np.argmax(w_open, axis=0)
     return best, np.take_along_axis(w_all, best[None], axis=0)[0]
+
+
+def _stronger_first(mean: np.ndarray, a: int, b: int) -> tuple[int, int]:
+    """The pair with the (currently) stronger model first: shown first in the unit's first order.
+
+    Ordered before the reason is written, so its "P(top k) a / b" reads in the plan's model_a / model_b order
+    (it was written before the swap, the two numbers then in the other order from the row's columns).
+    """
+    return (b, a) if mean[b] > mean[a] else (a, b)
 
 
 def _argmax_pair(crit: np.ndarray, mask: np.ndarray) -> tuple[int, int]:

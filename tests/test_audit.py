@@ -116,6 +116,15 @@ def test_pba_orphans_count_as_consistent() -> None:
     assert judge["order_flip_rate"] == 0
 
 
+def test_pba_rate_is_not_a_perfect_score_when_no_pair_was_judged_in_both_orders() -> None:
+    """Every verdict an orphan (one order only, as LLMFAO's files): PBA's rule counted all consistent, 100%."""
+    rows = [("j", f"p{i}", "x", "y", FIRST if i % 3 else SECOND) for i in range(6)]
+    judge = audit(battles(rows)).judges.row(0, named=True)
+    assert (judge["pba_consistent"], judge["pba_judgments"], judge["order_pairs"]) == (6, 6, 0)
+    assert judge["pba_consistency_rate"] is None
+    assert judge["order_flip_rate"] is None
+
+
 def test_length_profile() -> None:
     cols = ("judge", "prompt_id", "model_a", "model_b", "winner", "len_a", "len_b")
     rows = [
@@ -391,3 +400,22 @@ def test_the_audit_summed_by_judge_bucket_writes_the_same_files(tmp_path, monkey
     whole = finish_audit(merge_partials(days))
     for name, frame in whole.tables().items():
         assert pl.read_parquet(tmp_path / "buckets" / taudit.table_file(name)).equals(frame), name
+
+
+@pytest.mark.parametrize(
+    ("rows", "note"),
+    [
+        ([("j", "p1", "x", "y", "maybe")] * 2, "none of the 2 rows read is a valid battle (bad_winner 2)"),
+        ([("j", None, "x", "y", FIRST), ("j", None, "y", "x", SECOND)], "no battle between two different models has"),
+        ([("j", "p1", "x", "y", FIRST), ("j", "p2", "y", "x", SECOND)], "in both orders on the same day"),
+    ],
+    ids=["all-rejected", "no-prompt-id", "one-order-only"],
+)
+def test_cli_says_what_the_audit_could_not_measure(tmp_path: Path, capsys, rows, note) -> None:
+    """Such inputs gave dashes (or nothing) and exit code 0 without a word of why; now audit.json's notes say it."""
+    from biasboard.pipelines import cli
+
+    _write_battles(battles(rows), tmp_path / "in" / "day=2024-01-01" / "part-0.parquet")
+    assert cli.main(["audit", "--input", str(tmp_path / "in"), "--out", str(tmp_path / "out")]) == 0
+    assert note in capsys.readouterr().out
+    assert any(note in n for n in json.loads((tmp_path / "out" / "audit.json").read_text())["notes"])

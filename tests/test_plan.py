@@ -355,3 +355,93 @@ def test_a_snapshot_whose_k_covers_every_model_is_planned_for_the_whole_board(tm
     assert cli.main(["plan", "--out", out, "--budget", "12", "--to", str(tmp_path / "cli")]) == 0
     printed = capsys.readouterr().out
     assert "by dopt from snapshot" in printed and "no top-k boundary" in printed
+
+
+def test_the_judge_share_is_a_limit_even_when_every_judge_has_spent_it(tmp_path, fitted):
+    """Once every judge held its share, the rest of the batch went to the first judge: with one judge and
+    --max-judge-share 0.25 a 40-comparison plan gave it all 40.  Now the plan stops there and says why."""
+    _snapshot(str(tmp_path / "out"), fitted)
+    plan = make_plan(str(tmp_path / "out"), 40, max_judge_share=0.25, to=str(tmp_path / "p"))
+    assert plan.frame.height == 10  # ceil(0.25 × 20 units) = 5 units
+    assert any("every judge holds its share" in n and "--max-judge-share" in n for n in plan.notes)
+    sel = select_comparisons(_three_judge_posterior(), 120, "topk", seed=1, max_judge_share=0.1)
+    assert sel.stopped == "judge_cap" and sorted(np.bincount(sel.judge, minlength=3)) == [6, 6, 6]
+
+
+def test_a_plan_held_by_the_pair_share_says_so_not_that_repeats_are_off(tmp_path, fitted):
+    _snapshot(str(tmp_path / "out"), fitted)
+    plan = make_plan(str(tmp_path / "out"), 400, max_pair_share=0.001, to=str(tmp_path / "p"))
+    assert plan.frame.height == 2 * M * (M - 1) // 2  # one unit per pair
+    assert [n for n in plan.notes if "--max-pair-share" in n] and not [n for n in plan.notes if "repeats" in n]
+
+
+def test_a_negative_seed_is_a_one_line_error(tmp_path, fitted, capsys):
+    _snapshot(str(tmp_path / "out"), fitted)
+    assert cli.main(["plan", "--out", str(tmp_path / "out"), "--budget", "10", "--seed", "-1"]) == 2
+    assert "--seed -1" in capsys.readouterr().err
+
+
+def test_roundrobin_says_when_it_does_not_know_the_past_counts():
+    sel = select_comparisons(_three_judge_posterior(), 4, "roundrobin")
+    assert "past comparisons not known" in sel.reasons[0]
+    known = select_comparisons(_three_judge_posterior(), 4, "roundrobin", counts=np.ones((6, 6)))
+    assert known.reasons[0] == "least compared pair (2 before)"
+
+
+def test_a_board_of_two_components_is_planned_to_link_them(tmp_path):
+    """Each component is centred on its own, so the posterior made a pair across two of them look as well
+    measured as one within (0.005 logits²): the plan never aimed at linking them, and its P(top k) mixed the
+    components' arbitrary levels.  With the prior's uncertainty on each level, linking pairs come first."""
+    table = _battles()
+    group = lambda c: pl.col(c).str.slice(-2).cast(pl.Int64) < M // 2  # noqa: E731
+    split = pl.from_arrow(table).filter(group("model_a") == group("model_b")).to_arrow().cast(table.schema)
+    cells = partial_cells(split, FamilyMap.with_user_rules()).cells
+    fit = fit_bias_aware(cells, config=ModelConfig(k=K, profile=False, posterior_draws=500))
+    post = Posterior.from_bytes(posterior_from_fit(fit).to_bytes())
+    assert post.n_components == 2
+    side = np.asarray(post.component)
+    for strategy in ("topk", "dopt"):
+        sel = select_comparisons(post, 8, strategy, seed=0)
+        assert all(side[a] != side[b] for a, b in zip(sel.first, sel.second, strict=True)), strategy
+    out = str(tmp_path / "out")
+    _snapshot(out, fit)
+    assert any("2 comparison components" in n for n in make_plan(out, 8, to=str(tmp_path / "p")).notes)
+
+
+def test_a_refresh_of_a_one_model_board_publishes_and_plans_nothing(tmp_path, capsys):
+    """A board of one model (self-battles only) has no comparison to plan: building its posterior raised inside
+    the fit and the refresh died with a traceback, even without --plan-budget."""
+    n = 6
+    rows = pl.DataFrame(
+        {
+            "battle_id": [f"b{i}" for i in range(n)],
+            "ts": ["2024-01-01T12:00:00Z"] * n,
+            "judge": ["j"] * n,
+            "model_a": ["solo"] * n,
+            "model_b": ["solo"] * n,
+            "winner": ["model_a", "tie"] * (n // 2),
+        }
+    )
+    (tmp_path / "in" / "day=2024-01-01").mkdir(parents=True)
+    rows.write_parquet(tmp_path / "in" / "day=2024-01-01" / "part-0.parquet")
+    out = str(tmp_path / "site")
+    args = ["refresh", "--input", str(tmp_path / "in"), "--state", str(tmp_path / "state"), "--out", out]
+    assert cli.main([*args, "--plan-budget", "4"]) == 0
+    assert cli.main(["plan", "--out", out, "--budget", "4"]) == 2
+    assert "fewer than two models" in capsys.readouterr().err
+
+
+def test_the_reason_gives_the_two_models_in_the_rows_order():
+    """The first pick's P(top k) in its reason are the row's p_top_k_a / p_top_k_b, in that order (they were swapped
+    whenever the weaker model came out of the argmax first)."""
+    base = _three_judge_posterior()
+    flip = np.arange(base.n_models)[::-1]  # the weaker model of the boundary pair first in the argmax's order
+    post = Posterior(
+        models=base.models, mean=base.mean[flip], cov=base.cov[np.ix_(flip, flip)], k=base.k, judges=base.judges,
+        position=base.position, discrimination=base.discrimination, tie=base.tie,
+    )  # fmt: skip
+    for seed in range(4):
+        frame = select_comparisons(post, 2, "topk", seed=seed).to_frame(post)
+        row = frame.row(0, named=True)
+        assert row["rating_a"] >= row["rating_b"]
+        assert f"P(top 3) {row['p_top_k_a']:.2f} / {row['p_top_k_b']:.2f}" in row["reason"]

@@ -412,9 +412,58 @@ def audit_files(
         "judge_tables": judge_tables,
         "files": {name: table_file(name) for name in tables},
         "conventions": CONVENTIONS,
+        "notes": audit_notes(result.judges, counts or {}),
     }
     files[AUDIT_JSON] = publish.json_bytes(document)
     return files
+
+
+def audit_notes(judges: pl.DataFrame, counts: Mapping[str, Any]) -> list[str]:
+    """What the audit could not measure, and why, in plain words (``audit.json``'s ``notes``; the CLI prints them).
+
+    Why: an input whose every row was rejected, or whose battles carry no ``prompt_id``, gave an audit
+    with empty or dashed columns and exit code 0, and nothing said which of the input's properties made them
+    empty.
+    """
+    notes = _row_notes(counts)
+    if judges.height:
+        notes += _order_notes(judges)
+    return notes
+
+
+def _row_notes(counts: Mapping[str, Any]) -> list[str]:
+    read, counted = int(counts.get("read") or 0), int(counts.get("counted") or 0)
+    rejected = counts.get("rejected") or {}
+    reasons = ", ".join(f"{reason} {n:,}" for reason, n in sorted(rejected.items()))
+    if read == 0:
+        return ["no battle rows were read (the input files hold no rows): nothing to audit"]
+    if counted == 0:
+        return [f"none of the {read:,} rows read is a valid battle ({reasons}): nothing to audit"]
+    if rejected:
+        return [f"{read - counted:,} of the {read:,} rows read were rejected and not audited ({reasons})"]
+    return []
+
+
+def _order_notes(judges: pl.DataFrame) -> list[str]:
+    pairs = judges.get_column("order_pairs").fill_null(0.0)
+    if pairs.sum() > 0:
+        unpaired = judges.filter(pairs == 0).get_column("judge").to_list()
+        if not unpaired:
+            return []
+        shown = ", ".join(unpaired[:10]) + (f" and {len(unpaired) - 10:,} more" if len(unpaired) > 10 else "")
+        return [
+            f"no pair judged in both orders for {len(unpaired):,} judge(s) ({shown}): their flip rates are not measured"
+        ]
+    if judges.get_column("pba_judgments").fill_null(0.0).sum() == 0:
+        return [
+            "no battle between two different models has a prompt_id (and a known shown order), so none can be "
+            "paired with its swapped-order partner: flip rates and order consistency are not measured (the "
+            "first/second split is)"
+        ]
+    return [
+        "no judge saw the same prompt and model pair in both orders on the same day: flip rates and order "
+        "consistency are not measured (the first/second split is; a swapped partner on another day is not paired)"
+    ]
 
 
 def busiest_judge_rows(tables: Mapping[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], dict | None]:
@@ -460,7 +509,8 @@ CONVENTIONS: dict[str, str] = {
     "order_flip_rate": "share of those pairs whose two verdicts disagree (ties are a verdict class of their own)",
     "order_prefers_first_rate": "share of pairs where the first-shown answer won in both orders",
     "pba_consistency_rate": "Position-Bias-Analyzer convention: consistent verdicts over all verdicts with a "
-    "prompt_id, where a verdict whose swapped partner is absent counts as consistent",
+    "prompt_id, where a verdict whose swapped partner is absent counts as consistent; null when no pair was "
+    "judged in both orders (every verdict would count as consistent)",
     "consistent_win_rate": "win rate (tie = half) among order-consistent pairs; SE = sqrt(var(score)/n)",
     "identical": "self-battles (model_a == model_b) are taken as identical answers",
     "len_agreement_pick_longer": "share of battles with different lengths where the judge picked the longer answer",

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import polars as pl
-from biasboard.plan import Posterior, posterior_from_fit, select_comparisons
+from biasboard.plan import Posterior, Selection, posterior_from_fit, select_comparisons
+from biasboard.plan.acquisition import STOP_JUDGE_CAP, STOP_NO_REPEAT, STOP_PAIR_CAP
 from biasboard.schemas.errors import InputError, StateError
 from biasboard.transforms import publish, storage
 
@@ -31,9 +32,40 @@ def plan_inputs(fit_result) -> dict[str, bytes]:
     """Files to add to a snapshot so ``plan`` can run from it: ``{"posterior.npz": bytes}``.
 
     Call with the corrected (bias-aware) :class:`~biasboard.ranking.result.FitResult` when
-    publishing: ``files.update(plan_inputs(corrected))`` before ``publish_snapshot``.
+    publishing: ``files.update(plan_inputs(corrected))`` before ``publish_snapshot``.  A fit of fewer than
+    two models has no comparison to plan and gets no posterior (``plan`` then says so): building one
+    raised, and took the whole refresh down with a traceback.
     """
+    if fit_result.n_models < 2:
+        return {}
     return {POSTERIOR_FILE: posterior_from_fit(fit_result).to_bytes()}
+
+
+def _shortfall_notes(selection: Selection, units: int) -> list[str]:
+    """Why the plan holds fewer units than the budget asked for (the caps are limits, not hints)."""
+    if selection.n_units >= units:
+        return []
+    if selection.stopped == STOP_NO_REPEAT:
+        return [f"only {selection.n_units} distinct pairs are available without repeats"]
+    held = {STOP_PAIR_CAP: ("pair", "--max-pair-share"), STOP_JUDGE_CAP: ("judge", "--max-judge-share")}
+    if selection.stopped not in held:
+        return []
+    what, flag = held[selection.stopped]
+    cap = selection.pair_cap if selection.stopped == STOP_PAIR_CAP else selection.judge_cap
+    return [
+        f"planned {selection.n_units} of the {units} units (a pair in both orders) the budget allows: every {what} "
+        f"holds its share of the batch ({cap} unit{'s' if cap != 1 else ''} each); raise {flag} to plan more"
+    ]
+
+
+def _components_note(posterior: Posterior) -> str:
+    """Why a plan on a board of several comparison components links them first, and reads P(top k) otherwise."""
+    return (
+        f"the board has {posterior.n_components} comparison components (no battle links them): their levels "
+        "against each other are known only from the rating prior, so pairs that link two components carry the "
+        "most information, and p_top_k_a/_b here are over the whole board (the leaderboard's are within each "
+        "component)"
+    )
 
 
 @dataclass(frozen=True)
@@ -45,13 +77,19 @@ class PlanResult:
     strategy: str  # the one used: the one asked for, unless there is no top-k boundary to aim at (see notes)
 
 
+def has_posterior(out_dir: str, snapshot_id: str) -> bool:
+    """Whether the snapshot holds a posterior to plan from (not when its fit rated fewer than two models)."""
+    return storage.exists(storage.join(publish.resolve_snapshot(out_dir, snapshot_id), POSTERIOR_FILE))
+
+
 def read_posterior(snapshot_path: str) -> Posterior:
     """The snapshot's ``posterior.npz``; a :class:`StateError` saying how to get one when it is absent."""
     path = storage.join(snapshot_path, POSTERIOR_FILE)
     if not storage.exists(path):
         raise StateError(
-            f"{path} does not exist: this snapshot was published without the posterior that plan needs "
-            "(refresh must add biasboard.transforms.plan.plan_inputs(fit) to the snapshot's files)"
+            f"{path} does not exist: this snapshot has no posterior to plan from (its fit rated fewer than two "
+            "models, so there is no comparison to plan; or it was published without "
+            "biasboard.transforms.plan.plan_inputs(fit))"
         )
     try:
         return Posterior.from_bytes(storage.read_bytes(path), source=path)
@@ -91,6 +129,8 @@ def make_plan(
         )
     if k is not None and k < 1:
         raise InputError(f"--k {k}: must be at least 1")
+    if seed < 0:
+        raise InputError(f"--seed {seed}: must be at least 0")
     for flag, share in (("--max-pair-share", max_pair_share), ("--max-judge-share", max_judge_share)):
         if share is not None and not 0.0 < share <= 1.0:
             raise InputError(f"{flag} {share}: must be a fraction of the batch in (0, 1]")
@@ -125,8 +165,9 @@ def make_plan(
         raise InputError(f"--judge: {err.args[0]}") from None
     if budget % 2:
         notes.append(f"budget {budget} is odd: planned {budget - 1} (each pair runs in both orders)")
-    if 2 * selection.n_units < budget - budget % 2:
-        notes.append(f"only {selection.n_units} distinct pairs are available without repeats")
+    notes.extend(_shortfall_notes(selection, budget // 2))
+    if posterior.n_components > 1:
+        notes.append(_components_note(posterior))
     frame = selection.to_frame(posterior)
     dest = to or storage.join(out_dir, "plans", chosen)
     paths = []
