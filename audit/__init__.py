@@ -8,6 +8,7 @@ section is :mod:`biasboard.report.audit`.
 """
 
 from biasboard.audit.measures import (
+    COUNT_DECIMALS,
     GOLD_COLUMN,
     AuditPartials,
     AuditResult,
@@ -24,6 +25,7 @@ from biasboard.audit.measures import (
 )
 
 __all__ = [
+    "COUNT_DECIMALS",
     "GOLD_COLUMN",
     "AuditPartials",
     "AuditResult",

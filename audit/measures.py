@@ -712,16 +712,41 @@ class AuditResult:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-able dict: every table as a list of records (NaN/None → null)."""
+        """JSON-able dict: every table as a list of :func:`records` (NaN/None → null, weighted counts rounded)."""
         return {name: records(frame) for name, frame in self.tables().items()}
 
 
 def records(frame: pl.DataFrame) -> list[dict[str, Any]]:
-    """One table as JSON-able records (NaN/None → null)."""
-    out = []
-    for row in frame.to_dicts():
-        out.append({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()})
-    return out
+    """One table as JSON-able records for people to read: NaN/None → null, weighted counts rounded (:func:`shown`).
+
+    What ``audit.json``, ``summary.json`` and the report show; the Parquet tables keep every value as computed.
+    """
+    return [{k: shown(k, v) for k, v in row.items()} for row in frame.to_dicts()]
+
+
+#: Decimals a weighted count (:data:`WEIGHTED_COUNTS`) is shown with: 378⅓ pairs read 378.33.
+COUNT_DECIMALS = 2
+#: The audit's counts with weights, every one of them a count of prompt-pairs or of verdicts: a prompt-pair judged
+#: more than once in one order is one pair split over the verdict combinations by their shares (the expected
+#: cross-tab ``c_uv`` and the ``consistent`` pairs summed from it), and a verdict whose partner order holds several
+#: verdicts is consistent by the share of them that agree (``pba_consistent``, ``pba_cons_*``).  Their sums are
+#: kept on the 2⁻²⁰ grid (:func:`_on_exact_grid`), so 378⅓ is stored as 378.333334 and shown rounded.
+WEIGHTED_COUNTS: frozenset[str] = frozenset(
+    {
+        *(f"{prefix}c_{u}{v}" for prefix in ("", "order_") for u in _CLASSES for v in _CLASSES),
+        *("consistent", "order_consistent", "consistent_wins", "consistent_ties", "consistent_losses"),
+        *("pba_consistent", "pba_cons_x", "pba_cons_y", "pba_cons_t"),
+    }
+)
+
+
+def shown(column: str, value: Any) -> Any:
+    """A table value as JSON shows it: a non-finite float as null, a weighted count to :data:`COUNT_DECIMALS`."""
+    if not isinstance(value, float):
+        return value
+    if not math.isfinite(value):
+        return None
+    return round(value, COUNT_DECIMALS) if column in WEIGHTED_COUNTS else value
 
 
 def _slots_table(slots: pl.DataFrame, prefix: str) -> pl.DataFrame:

@@ -12,9 +12,16 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from biasboard.audit import AuditResult, records
+from biasboard.audit import COUNT_DECIMALS, AuditResult, records
 from biasboard.report.judges import keep, left_out_note, shown_judges
 from biasboard.report.svg import esc
+
+
+def count_text(value: float) -> str:
+    """A count as a person reads it: ``1,234``; a weighted count (the audit's consistent pairs, 378⅓) to
+    :data:`~biasboard.audit.measures.COUNT_DECIMALS` (``378.33``, ``12.5``), not to the 2⁻²⁰ grid it is summed on."""
+    rounded = round(value, COUNT_DECIMALS)
+    return f"{rounded:,.0f}" if rounded.is_integer() else f"{rounded:,.{COUNT_DECIMALS}f}".rstrip("0")
 
 
 def _fmt(value: Any, kind: str = "rate") -> str:
@@ -23,7 +30,7 @@ def _fmt(value: Any, kind: str = "rate") -> str:
     if kind == "rate":
         return f"{100 * float(value):.1f}%"
     if kind == "count":
-        return f"{float(value):,.0f}" if float(value).is_integer() else f"{float(value):,.1f}"
+        return count_text(float(value))
     if kind == "num":
         return f"{float(value):,.1f}"
     return esc(str(value))

@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 import polars as pl
+from biasboard.report.audit import count_text
 from biasboard.report.judges import keep, left_out_note, shown_judges
 from biasboard.report.svg import (
     CORRECTED_COLOUR,
@@ -161,6 +162,12 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action
 def _int(value: Any) -> str:
     f = finite(value)
     return "—" if f is None else f"{f:,.0f}"
+
+
+def _count(value: Any) -> str:
+    """A count that may carry weights (:func:`~biasboard.report.audit.count_text`), or an em dash."""
+    f = finite(value)
+    return "—" if f is None else count_text(f)
 
 
 def _pct(value: Any, digits: int = 1) -> str:
@@ -829,7 +836,7 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
         )
         rows = [
             f'<tr><td class="name">{esc(m.model)}</td><td>{_int(corrected_rank.get(m.model))}</td>'
-            f"<td>{_int(m.pairs)}</td><td>{_int(m.consistent)}</td>"
+            f"<td>{_int(m.pairs)}</td><td>{_count(m.consistent)}</td>"
             f"<td>{esc(_pm(m.consistent_win_rate, m.consistent_win_rate_se))}</td>"
             f"<td>{fmt(m.averaged_win_rate, 3)}</td></tr>"
             for m in models
@@ -842,6 +849,12 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
             + (
                 f" {len(diag.order_models) - len(seen)} model(s) never seen in both orders are left out."
                 if len(seen) < len(diag.order_models)
+                else ""
+            )
+            + (
+                " A prompt judged more than once in one order counts as one pair split by its verdicts' shares, "
+                "so the order-consistent count can be fractional."
+                if any(not float(m.consistent).is_integer() for m in seen)
                 else ""
             )
             + "</p>",

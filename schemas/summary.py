@@ -296,7 +296,10 @@ class JudgeAudit:
     ``order_*``: over prompt-pairs judged in both orders, the 3×3 cross-tab (``order_c_uv``), flips and
     consistency; ``pba_*``: consistency under the Position-Bias-Analyzer convention; ``len_*``: the length
     profile of its picks; ``gold_*``: accuracy against trusted labels and its baselines.  None where the
-    data hold nothing to measure (no pair in both orders, no gold label).
+    data hold nothing to measure (no pair in both orders, no gold label).  ``order_c_uv``, ``order_consistent``
+    and ``pba_consistent`` are counts with weights (a prompt judged more than once in one order is one pair
+    split by its verdicts' shares: :data:`~biasboard.audit.measures.WEIGHTED_COUNTS`), shown to two decimals;
+    the audit's Parquet tables keep the sums as computed.
     """
 
     judge: str
@@ -367,7 +370,8 @@ class ModelConsistency:
     """A model's win rate among order-consistent pairs (ties half) ± SE, pooled over judges.
 
     Order-consistent: the judge saw the same prompt and pair in both orders and gave the same verdict
-    both times, so position bias cannot have decided it (“Position bias in pairwise judging”).
+    both times, so position bias cannot have decided it (“Position bias in pairwise judging”).  ``consistent``
+    is a count with weights, shown to two decimals (see :class:`JudgeAudit`).
     """
 
     model: str

@@ -588,7 +588,7 @@ def _pooled_order_models(order_pairs: pl.DataFrame | list) -> list:
         *PAIR_KEYS, *PAIR_MEASURES
     )
     pooled = pairs.with_columns(pl.lit("*").alias("judge")).group_by(PAIR_KEYS).agg(pl.all().sum())
-    return [_record(S.ModelConsistency, row) for row in order_models_table(pooled).sort("model").to_dicts()]
+    return [_record(S.ModelConsistency, row) for row in records(order_models_table(pooled).sort("model"))]
 
 
 def _config_dict(config) -> dict:
