@@ -31,12 +31,22 @@ and a day is the unit of work, so memory is bounded by the largest day.
     python bench/ingest.py --bad-rows 0.001 --no-double   # N only
     python bench/ingest.py --smoke          # 200k and 400k, seconds
     python bench/ingest.py --no-double --direct_num_workers=1   # Beam one day at a time
+    python bench/ingest.py --no-double --repeat 5 --day-check-cost   # the folder-day check's cost at 20M
+
+``--repeat R`` runs every side R times, interleaved (polars, Beam, Beam, polars, ...), and keeps the fastest
+wall time and the least CPU time of each: on a shared machine the fastest run is the one least disturbed.
+``--day-check-cost`` adds a third side, the Beam ingest with the folder-day check
+(:mod:`biasboard.schemas.folder_day`) answering "nothing outside" without looking — the ingest as it was
+before the check — and prints the with/without ratios beside the a/b ratios.  The check is switched off by
+replacing it in the child process before the pipeline starts, which the forked day workers inherit (Beam's
+``multi_processing`` workers would not, so that mode is refused).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -51,6 +61,58 @@ def cpu_seconds() -> float:
     """CPU time of this process and its finished children (Beam's worker processes), user + system."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
+
+
+def without_day_check() -> None:
+    """Switch the folder-day check off in this process (and the day workers forked from it): the "before" side."""
+    from biasboard.schemas.folder_day import OffDay
+    from biasboard.transforms import validate
+
+    validate.dated_outside = lambda *args, **kwargs: OffDay()
+
+
+def child_one_day(data: str, rounds: int) -> dict:
+    """One day of ``data`` aggregated in this process, with the folder-day check and without it, ``rounds`` times
+    each, interleaved (the order alternating): the least wall and CPU time of each side, and the least time spent
+    inside the check itself in a run with it.  Without Beam, workers or other days around it, the day's own
+    work is all that is timed; the time inside the check is measured directly, not as a difference of two runs
+    that vary by several percent from run to run on this machine."""
+    from biasboard.schemas.families import FamilyMap
+    from biasboard.transforms import validate
+    from biasboard.transforms.ingest import AggregateDayFn
+    from biasboard.transforms.read import list_input_days
+
+    day, files = next(iter(list_input_days(str(Path(data) / "battles")).items()))
+    aggregate = AggregateDayFn(str(Path(data) / "unused-state"), FamilyMap.with_user_rules())._aggregate
+    check, inside = validate.dated_outside, [0.0]
+
+    def timed_check(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return check(*args, **kwargs)
+        finally:
+            inside[0] += time.perf_counter() - start
+
+    aggregate(day, [f.to_dict() for f in files], "battle")  # untimed: the first run pays for warming caches up
+    best = {
+        "with_s": math.inf,
+        "with_cpu": math.inf,
+        "without_s": math.inf,
+        "without_cpu": math.inf,
+        "check_s": math.inf,
+    }
+    for round_ in range(rounds):
+        for side in ("with", "without") if round_ % 2 == 0 else ("without", "with"):
+            validate.dated_outside, inside[0] = timed_check, 0.0
+            if side == "without":
+                without_day_check()
+            start, cpu = time.perf_counter(), time.process_time()
+            aggregate(day, [f.to_dict() for f in files], "battle")
+            measured = {"s": time.perf_counter() - start, "cpu": time.process_time() - cpu}
+            best.update({f"{side}_{k}": min(best[f"{side}_{k}"], v) for k, v in measured.items()})
+            if side == "with":
+                best["check_s"] = min(best["check_s"], inside[0])
+    return {"rounds": rounds, **best}
 
 
 def child_beam(data: str, state: str, beam_args: list[str]) -> dict:
@@ -124,12 +186,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-double", action="store_true", help="run N only (skip 2N)")
     parser.add_argument("--work", help="folder for generated data (default: a temp folder, removed after)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each side, interleaved; the fastest is kept")
+    parser.add_argument(
+        "--day-check-cost", action="store_true", help="also run Beam without the folder-day check; print the ratio"
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args, beam_args = parser.parse_known_args(argv)
 
     if args.child:
         kind, *rest = args.child
-        info = child_beam(rest[0], rest[1], beam_args) if kind == "beam" else child_polars(rest[0])
+        if kind == NO_DAY_CHECK:
+            without_day_check()
+        if kind == ONE_DAY:
+            info = child_one_day(rest[0], int(rest[1]))
+        else:
+            info = child_polars(rest[0]) if kind == "polars" else child_beam(rest[0], rest[1], beam_args)
         info["peak_rss_mb"] = peak_rss_mb()
         print(json.dumps(info))
         return 0
@@ -138,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     rows_per_day = min(args.rows_per_day, 50_000) if args.smoke else args.rows_per_day
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     fractions = [0.0] if args.bad_rows == 0 else [0.0, args.bad_rows]
+    sides = ["polars", "beam", *([NO_DAY_CHECK] if args.day_check_cost else [])]
+    if args.day_check_cost and any("multi_processing" in a for a in beam_args):
+        parser.error("--day-check-cost switches the check off in forked workers only, not multi_processing ones")
     rows = []
     load_start = os.getloadavg()[0]
     try:
@@ -146,19 +220,69 @@ def main(argv: list[str] | None = None) -> int:
                 data = work / f"n{size}-bad{bad}"
                 generate(data, size, rows_per_day, bad, seed=size)
                 disk = sum(p.stat().st_size for p in (data / "battles").rglob("*.parquet")) / 2**20
-                state = work / f"state{size}"
-                shutil.rmtree(state, ignore_errors=True)
-                polars_info = run_child(child_command(__file__, "--child", "polars", str(data)))
-                beam_info = run_child(child_command(__file__, "--child", "beam", str(data), str(state), *beam_args))
-                assert beam_info["read"] == polars_info["read"], (beam_info, polars_info)
-                rows.append((size, bad, disk, beam_info, polars_info))
-                shutil.rmtree(state, ignore_errors=True)
+                fastest = run_sides(sides, data, work / f"state{size}", beam_args, args.repeat)
+                assert fastest["beam"]["read"] == fastest["polars"]["read"], fastest
+                one_day = None
+                if args.day_check_cost:
+                    one_day = run_child(child_command(__file__, "--child", ONE_DAY, str(data), str(4 * args.repeat)))
+                rows.append((size, bad, disk, fastest["beam"], fastest["polars"], fastest.get(NO_DAY_CHECK), one_day))
                 shutil.rmtree(data, ignore_errors=True)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
     print_table(rows, rows_per_day, load_start)
+    if args.day_check_cost:
+        print_day_check(rows, args.repeat)
     return 0
+
+
+#: The side that runs the Beam ingest with the folder-day check switched off (:func:`without_day_check`).
+NO_DAY_CHECK = "beam-no-day-check"
+#: The child that times one day's aggregation in-process with and without the check (:func:`child_one_day`).
+ONE_DAY = "one-day-day-check"
+
+
+def run_sides(sides: list[str], data: Path, state: Path, beam_args: list[str], repeat: int) -> dict[str, dict]:
+    """Each side ``repeat`` times, interleaved (the order reversed every other round, so no side always runs
+    after the same one), each run in a fresh process (Beam's on a fresh state).  Per side: its fastest run by
+    wall time, with ``cpu`` the least CPU time of its runs (each minimum is the least disturbed measurement)."""
+    runs: dict[str, list[dict]] = {side: [] for side in sides}
+    for round_ in range(repeat):
+        for side in sides if round_ % 2 == 0 else sides[::-1]:
+            shutil.rmtree(state, ignore_errors=True)
+            args = [str(data)] if side == "polars" else [str(data), str(state), *beam_args]
+            runs[side].append(run_child(child_command(__file__, "--child", side, *args)))
+    shutil.rmtree(state, ignore_errors=True)
+    return {
+        side: {**min(found, key=lambda info: info["seconds"]), "cpu": min(info["cpu"] for info in found)}
+        for side, found in runs.items()
+    }
+
+
+def print_day_check(rows: list[tuple], repeat: int) -> None:
+    """What the folder-day check costs: the Beam ingest with it against without it, and each against polars."""
+    print(f"\nfolder-day check (fastest of {repeat} interleaved run(s) of each side)")
+    header = (
+        f"{'battles':>11} {'bad':>6} | {'with s':>7} {'without s':>9} {'with/without':>12} "
+        f"{'cpu with/without':>16} | {'a/b with':>8} {'a/b without':>11}"
+    )
+    print(header)
+    print("-" * len(header))
+    for size, bad, _, beam_info, polars_info, unchecked, _ in rows:
+        b, u, p = beam_info["seconds"], unchecked["seconds"], polars_info["seconds"]
+        print(
+            f"{size:>11,} {bad:>6.2%} | {b:>7.2f} {u:>9.2f} {b / u:>12.3f} "
+            f"{beam_info['cpu'] / unchecked['cpu']:>16.3f} | {b / p:>8.2f} {u / p:>11.2f}"
+        )
+    for size, bad, *_, day in rows:
+        print(
+            f"one day of the {size:,} battles, {bad:.2%} bad rows, in one process (least of {day['rounds']} "
+            f"interleaved runs each): with/without {day['with_s'] / day['without_s']:.3f} wall "
+            f"({day['with_s'] * 1e3:.0f} / {day['without_s'] * 1e3:.0f} ms), "
+            f"{day['with_cpu'] / day['without_cpu']:.3f} CPU "
+            f"({day['with_cpu'] * 1e3:.0f} / {day['without_cpu'] * 1e3:.0f} ms); inside the check "
+            f"{day['check_s'] * 1e3:.2f} ms = {day['check_s'] / day['with_s']:.2%} of the day"
+        )
 
 
 def _workers(info: dict) -> str:
@@ -186,7 +310,7 @@ def print_table(rows: list[tuple], rows_per_day: int, load_start: float) -> None
     print(header)
     print("-" * len(header))
     ratios = {}
-    for size, bad, disk, beam_info, polars_info in rows:
+    for size, bad, disk, beam_info, polars_info, *_ in rows:
         b, p = beam_info["seconds"], polars_info["seconds"]
         ratios[size, bad] = b / p
         print(

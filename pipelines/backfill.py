@@ -22,8 +22,9 @@ On Dataflow (the package ships to workers with ``--setup_file``)::
         --runner DataflowRunner --project P --region R --temp_location gs://B/tmp --setup_file ./setup.py
 
 Every run prints (and stores per day in the manifest) the conservation
-identity ``read = counted + rejected`` with the rejections by reason, and a
-per-judge summary of the cells it wrote.
+identity ``read = counted + rejected`` with the rejections by reason, the
+days with counted rows dated outside their day folder
+(:mod:`biasboard.schemas.folder_day`), and a per-judge summary of the cells it wrote.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.transforms import storage
 from biasboard.transforms.cells import IngestCounts, judge_summary
+from biasboard.transforms.day_warnings import off_day_warnings
 from biasboard.transforms.ingest import IngestResult, run_ingest
 from biasboard.transforms.read import DEFAULT_BATCH_ROWS, load_aliases, validate_day
 from biasboard.transforms.state import load_cells
@@ -86,6 +88,8 @@ def format_counts(counts: IngestCounts, what: str = "battles") -> str:
         line += f"; empty files skipped: {counts.empty_files}"
     if counts.trimmed or counts.renamed:
         line += f"; names trimmed in {counts.trimmed} row(s), renamed by --aliases in {counts.renamed}"
+    if counts.off_day.rows:
+        line += f"; counted but dated outside their day folder: {counts.off_day.rows}"
     return line
 
 
@@ -109,6 +113,7 @@ def backfill_summary(result: IngestResult) -> str:
     parts = [f"backfill: {len(result.days)} day(s) written to {result.state_dir}", format_counts(result.counts)]
     if result.score_counts is not None:
         parts.append(format_counts(result.score_counts, "scores"))
+    parts += [f"warning: {w}" for w in off_day_warnings(result.days, [result.manifests[d] for d in result.days])]
     parts.append(format_summary(load_cells(result.state_dir, result.days)))
     return "\n".join(parts)
 

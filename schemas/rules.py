@@ -134,7 +134,7 @@ def timestamp_expr(dtype: pl.DataType, column: str = "ts") -> pl.Expr:
         in_range = seconds.is_between(TS_MIN.timestamp(), TS_MAX.timestamp(), closed="left")
         micros = pl.when(in_range).then((seconds * 1e6).round()).otherwise(None).cast(pl.Int64)
         parsed = micros.cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
-    elif _is_text(dtype):
+    elif is_text(dtype):
         text = col.cast(pl.String).str.strip_chars()
         parsed = pl.coalesce([_iso_expr(text, fmt, has_zone) for fmt, has_zone in ISO_FORMATS])
     else:  # a type that cannot hold an instant (bool, time, duration, list, all-null ...): everything is bad
@@ -193,7 +193,7 @@ def parse_timestamps(df: pl.DataFrame, column: str = "ts") -> pl.Series:
     dtype = df.schema[column]
     if dtype == pl.Binary:  # text written without the UTF-8 annotation; invalid UTF-8 never parses
         text = decode_binary(df.get_column(column))[0]
-    elif not _is_text(dtype):
+    elif not is_text(dtype):
         return df.select(timestamp_expr(dtype, column)).to_series()
     else:
         text = df.get_column(column).cast(pl.String)
@@ -281,14 +281,15 @@ def _polars_iso(text: pl.Series) -> pl.Series:
     return parsed
 
 
-def _is_text(dtype: pl.DataType | type[pl.DataType]) -> bool:
+def is_text(dtype: pl.DataType | type[pl.DataType]) -> bool:
+    """Whether a column of ``dtype`` holds text the rules read (String, Categorical or Enum)."""
     return dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
 
 
 def is_blank(column: str, dtype: pl.DataType | type[pl.DataType]) -> pl.Expr:
     """Null, or (for text) empty or whitespace-only."""
     col = pl.col(column)
-    if _is_text(dtype):
+    if is_text(dtype):
         return col.is_null() | (col.cast(pl.String).str.strip_chars() == "")
     return col.is_null()
 

@@ -160,6 +160,9 @@ class Counts:
     #: Counted rows whose judge or model name lost surrounding whitespace / was renamed by ``--aliases``.
     trimmed: int = 0
     renamed: int = 0
+    #: Counted rows dated outside the day their folder names (:mod:`biasboard.schemas.folder_day`): still counted
+    #: under the folder's day; ``warnings`` names the days.  Days aggregated before the check was made count none.
+    off_day: int = 0
 
     @property
     def conserved(self) -> bool:

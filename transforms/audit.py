@@ -320,10 +320,13 @@ def read_day(
     for f, offset, batch in read.day_batches(day, files, carry=AUDIT_CARRY + carry(judge_column)):
         batch = pool_by_column(batch, judge_column)
         checked = validate_battles(
-            batch, seen, source_file=f.path, row_offset=offset, carry=AUDIT_CARRY, aliases=aliases
+            batch, seen, source_file=f.path, row_offset=offset, carry=AUDIT_CARRY, aliases=aliases, day=day
         )
         self_battles = checked.valid.filter(pl.col("model_a") == pl.col("model_b")).height
-        counts = IngestCounts(checked.read, checked.valid.height, dict(checked.rejected), self_battles)
+        # rows dated outside their day counted as the ingest counts them: audit.json's counts say what the summary's do
+        counts = IngestCounts(
+            checked.read, checked.valid.height, dict(checked.rejected), self_battles, off_day=checked.off_day
+        )
         yield beam.pvalue.TaggedOutput("counts", counts)
         if checked.valid.height:
             yield audit_frame(resolve_families(checked.valid, family_map))

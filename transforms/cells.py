@@ -33,6 +33,7 @@ from biasboard.schemas.cells import (
     conform_pair_cells,
 )
 from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.folder_day import OffDay
 from biasboard.schemas.names import AliasMap
 from biasboard.transforms.covariates import (
     FAMILY_COLUMNS,
@@ -48,6 +49,7 @@ from biasboard.transforms.validate import (
     WINNER_CODE,
     Batch,
     SeenIds,
+    Validated,
     validate_battles,
     validate_scores,
 )
@@ -66,6 +68,8 @@ class IngestCounts:
     #: Counted rows whose judge or model name lost surrounding whitespace / was renamed by the alias map.
     trimmed: int = 0
     renamed: int = 0
+    #: Counted rows dated outside the day their folder names (:mod:`biasboard.schemas.folder_day`).
+    off_day: OffDay = field(default_factory=OffDay)
 
     def __add__(self, other: IngestCounts) -> IngestCounts:
         rejected = dict(self.rejected)
@@ -79,6 +83,7 @@ class IngestCounts:
             self.empty_files + other.empty_files,
             self.trimmed + other.trimmed,
             self.renamed + other.renamed,
+            self.off_day + other.off_day,
         )
 
     @property
@@ -91,7 +96,7 @@ class IngestCounts:
         return self.read == self.counted + self.rejected_total
 
     def to_dict(self) -> dict:
-        """The counts as JSON; ``empty_files``, ``trimmed`` and ``renamed`` appear only when not zero."""
+        """The counts as JSON; ``empty_files``, ``trimmed``, ``renamed`` and ``off_day`` appear only when not zero."""
         out = {
             "read": self.read,
             "counted": self.counted,
@@ -102,7 +107,13 @@ class IngestCounts:
         for key in ("empty_files", "trimmed", "renamed"):
             if getattr(self, key):
                 out[key] = getattr(self, key)
-        return out
+        return out | self.off_day.to_dict()
+
+    @classmethod
+    def validated(cls, checked: Validated, counted: int, self_battles: int = 0) -> IngestCounts:
+        """One batch's counts from its validation; ``counted``: its rows that reached the cells."""
+        return cls(checked.read, counted, checked.rejected, self_battles, 0, checked.trimmed, checked.renamed,
+                   checked.off_day)  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict) -> IngestCounts:
@@ -114,6 +125,7 @@ class IngestCounts:
             int(d.get("empty_files", 0)),
             int(d.get("trimmed", 0)),
             int(d.get("renamed", 0)),
+            OffDay.from_dict(d),
         )
 
 
@@ -276,21 +288,22 @@ def partial_cells(
     source_file: str = "",
     row_offset: int = 0,
     aliases: AliasMap | None = None,
+    day: str | None = None,
 ) -> BatchCells:
     """One batch of battle rows → (pair cells, dead letters, counts).
 
     ``seen`` holds the ids already kept earlier in the same day (pass one
     :class:`SeenIds` per day; None checks duplicates within this batch only).
     ``source_file``/``row_offset`` locate dead letters in their input file;
-    ``aliases`` renames judges and models (see :mod:`biasboard.schemas.names`).
+    ``aliases`` renames judges and models (see :mod:`biasboard.schemas.names`);
+    ``day``: the day the batch's folder names, whose counted rows dated outside
+    it are counted (:mod:`biasboard.schemas.folder_day`; None: not checked).
     """
-    checked = validate_battles(batch, seen, source_file, row_offset, aliases=aliases)
+    checked = validate_battles(batch, seen, source_file, row_offset, aliases=aliases, day=day)
     cells = _aggregate_pairs(checked.rows, family_map, checked.kept)
     self_mask = pc.equal(cells.column("model_a"), cells.column("model_b"))
     self_battles = int(pc.sum(pc.filter(cells.column("n"), self_mask)).as_py() or 0)
-    counts = IngestCounts(
-        checked.read, checked.counted, checked.rejected, self_battles, 0, checked.trimmed, checked.renamed
-    )
+    counts = IngestCounts.validated(checked, checked.counted, self_battles)
     return BatchCells(cells, checked.dead_letters, counts)
 
 
@@ -301,12 +314,13 @@ def partial_score_cells(
     source_file: str = "",
     row_offset: int = 0,
     aliases: AliasMap | None = None,
+    day: str | None = None,
 ) -> BatchCells:
     """One batch of score rows → (score cells, dead letters, counts); see :func:`partial_cells`."""
-    checked = validate_scores(batch, seen, source_file, row_offset, aliases=aliases)
+    checked = validate_scores(batch, seen, source_file, row_offset, aliases=aliases, day=day)
     valid = resolve_families(checked.valid, family_map, (("family", "model"), ("judge_family", "judge")))
     cells = valid.with_columns(pl.col(SCORE).alias("score")).group_by(list(SCORE_CELL_KEYS)).agg(pl.len().alias("n"))
-    counts = IngestCounts(checked.read, valid.height, checked.rejected, 0, 0, checked.trimmed, checked.renamed)
+    counts = IngestCounts.validated(checked, valid.height)
     return BatchCells(cells.to_arrow().cast(SCORE_CELLS_SCHEMA), checked.dead_letters, counts)
 
 

@@ -197,7 +197,7 @@ class AggregateDayFn(beam.DoFn):
         for f, offset, batch in day_batches(day, inputs, kind, self.batch_rows, carry(column), dictionary=True):
             read_from.add(f.path)
             batch = pool_by_column(batch, column)
-            part = partial(batch, self.family_map, seen, f.path, offset, aliases=self.aliases)
+            part = partial(batch, self.family_map, seen, f.path, offset, aliases=self.aliases, day=day)
             pending.append(part)
             pending_rows += part.cells.num_rows
             if pending_rows >= MERGE_EVERY_ROWS:

@@ -37,6 +37,7 @@ from biasboard.transforms import publish, state, storage
 from biasboard.transforms.anchors import read_anchors
 from biasboard.transforms.audit import JSON_TABLES, table_file
 from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
+from biasboard.transforms.day_warnings import off_day_warnings, rejected_days_warnings
 from biasboard.transforms.judge_pool import pool_buckets, pool_table
 from biasboard.transforms.plan import plan_inputs
 from biasboard.transforms.ranks import rank_intervals
@@ -414,29 +415,6 @@ def judge_pool_warnings(rule: str | None, totals: CellTotals) -> list[str]:
     return [said]
 
 
-#: A day that rejected more than this share of the rows it read is named in the summary's warnings.
-REJECTED_DAY_SHARE: float = 0.5
-
-
-def rejected_days_warnings(days: list[str], manifests: list[dict]) -> list[str]:
-    """The days that rejected most of what they read: every row is still accounted for, but a nightly operator should
-    hear that a day's file came with (say) an integer ``winner`` column or was copied twice into its day (measured:
-    5,100 of 5,100 rows ``bad_winner``, published with exit 0 and no warning)."""
-    out = []
-    for day, manifest in zip(days, manifests, strict=True):
-        if "counts" not in manifest:
-            continue
-        counts = IngestCounts.from_dict(manifest["counts"])
-        if counts.read and counts.rejected_total > REJECTED_DAY_SHARE * counts.read:
-            by_count = sorted(counts.rejected.items(), key=lambda kv: -kv[1])
-            reasons = ", ".join(f"{reason} {n:,}" for reason, n in by_count)
-            out.append(
-                f"day {day} rejected {counts.rejected_total:,} of the {counts.read:,} rows it read ({reasons}): "
-                "see its dead letters"
-            )
-    return out
-
-
 def build_summary(
     state_dir: str,
     days: list[str],
@@ -512,6 +490,7 @@ def build_summary(
             f"rejected {counts.rejected_total}"
         )
     warnings.extend(rejected_days_warnings(days, manifests))
+    warnings.extend(off_day_warnings(days, manifests))
     if reference is not None:
         warnings.extend(reference_warnings(reference))
     top = leaderboard.sort("rank_corrected", "model")["model"].head(HEAD_TO_HEAD_TOP).to_list()

@@ -29,6 +29,7 @@ from biasboard.schemas.battle import (
 from biasboard.schemas.coerce import coerce_types
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.folder_day import OffDay, dated_outside
 from biasboard.schemas.names import BATTLE_NAME_COLUMNS, SCORE_NAME_COLUMNS, AliasMap, NameFixes, clean_names
 
 REASON = "_reason"
@@ -228,6 +229,8 @@ class Validated:
     #: Valid rows whose judge or model name was trimmed / renamed by the alias map (see schemas.names).
     trimmed: int = 0
     renamed: int = 0
+    #: Valid rows dated outside the day their folder names (:mod:`biasboard.schemas.folder_day`; checked when given).
+    off_day: OffDay = field(default_factory=OffDay)
 
     @cached_property
     def valid(self) -> pl.DataFrame:
@@ -338,6 +341,13 @@ def _split(
     return Validated(df.select(*keep), kept, dead, df.height, rejected, trimmed, renamed)
 
 
+def _check_day(checked: Validated, df: pl.DataFrame, day: str | None) -> Validated:
+    """``checked`` with its valid rows dated outside ``day`` (the folder's) counted; None: not checked."""
+    if day is not None:
+        checked.off_day = dated_outside(df, day, checked.kept)
+    return checked
+
+
 def validate_battles(
     batch: Batch,
     seen: SeenIds | None = None,
@@ -345,6 +355,7 @@ def validate_battles(
     row_offset: int = 0,
     carry: tuple[str, ...] = (),
     aliases: AliasMap | None = None,
+    day: str | None = None,
 ) -> Validated:
     """Apply the battle rules to one batch.
 
@@ -359,6 +370,8 @@ def validate_battles(
         need more of each valid row (the audit: ``prompt_id``, ``gold``) name those
         columns in ``carry``; absent ones come back null.  Judge and model names
         are trimmed and renamed by ``aliases`` first (:mod:`biasboard.schemas.names`).
+        ``day``: the day the batch's folder names; its valid rows dated outside it
+        are counted (:attr:`Validated.off_day`), never rejected.
     """
     df, fixes = clean_names(normalise_columns(batch, "battle", source_file, carry), BATTLE_NAME_COLUMNS, aliases)
     schema = df.schema
@@ -383,8 +396,9 @@ def validate_battles(
         *(pl.col(c) for c in style),
         *(pl.col(c).cast(pl.String) if c in df.columns else pl.lit(None, dtype=pl.String).alias(c) for c in carry),
     ]
-    return _split(df, conditions, "battle_id", REASON_DUPLICATE_ID, seen, keep, BATTLE_DEAD_LETTER_SCHEMA,
-                  source_file, row_offset, fixes)  # fmt: skip
+    checked = _split(df, conditions, "battle_id", REASON_DUPLICATE_ID, seen, keep, BATTLE_DEAD_LETTER_SCHEMA,
+                     source_file, row_offset, fixes)  # fmt: skip
+    return _check_day(checked, df, day)
 
 
 def validate_scores(
@@ -393,6 +407,7 @@ def validate_scores(
     source_file: str = "",
     row_offset: int = 0,
     aliases: AliasMap | None = None,
+    day: str | None = None,
 ) -> Validated:
     """Apply the score rules to one batch (see :func:`validate_battles`); valid rows carry ``_score``."""
     df, fixes = clean_names(normalise_columns(batch, "score", source_file), SCORE_NAME_COLUMNS, aliases)
@@ -407,5 +422,6 @@ def validate_scores(
         *(pl.col(c).cast(pl.String) for c in ("judge", "model", "prompt_id", "family", "judge_family")),
         pl.col(SCORE),
     ]
-    return _split(df, conditions, "score_id", rules.REASON_DUPLICATE_SCORE_ID, seen, keep, SCORE_DEAD_LETTER_SCHEMA,
-                  source_file, row_offset, fixes)  # fmt: skip
+    checked = _split(df, conditions, "score_id", rules.REASON_DUPLICATE_SCORE_ID, seen, keep,
+                     SCORE_DEAD_LETTER_SCHEMA, source_file, row_offset, fixes)  # fmt: skip
+    return _check_day(checked, df, day)
