@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     job = options_from(AuditOptions, args)
     options = beam_options(beam_args)
-    storage.configure_gcs_auth(no_auth=options.view_as(GoogleCloudOptions).no_auth)
+    storage.configure_gcs(no_auth=options.view_as(GoogleCloudOptions).no_auth)
     families = validation.family_map(job.family_map)
     validation.writable_folder(args.out, "--out")
     validation.input_buckets(("--input", args.input), ("--anchors", job.anchors))

@@ -46,7 +46,12 @@ from biasboard.transforms.ingest import IngestResult, run_ingest
 from biasboard.transforms.read import DEFAULT_BATCH_ROWS, load_aliases, validate_day
 from biasboard.transforms.state import load_cells
 
+#: What a backfill that lost its storage leaves (:func:`storage.if_unreachable`): a day counts once its manifest,
+#: written last, is there.
+LEFT_BY_BACKFILL = "the days committed before are complete, the others were not committed: rerun to aggregate them"
 
+
+@storage.if_unreachable(LEFT_BY_BACKFILL)
 def run_backfill(
     input_glob: str,
     state_dir: str,
@@ -66,8 +71,9 @@ def run_backfill(
     days in one worker thread per core (:func:`~biasboard.transforms.ingest.use_worker_threads`).
     """
     options = beam_options(beam_args)
-    # As every job: anonymous at once on an emulator or with --no_auth (Beam's credential lookup retried ~25 s).
-    storage.configure_gcs_auth(no_auth=options.view_as(GoogleCloudOptions).no_auth)
+    # As every job: bounded GCS requests, and anonymous at once on an emulator or with --no_auth (Beam's
+    # credential lookup retried ~25 s).
+    storage.configure_gcs(no_auth=options.view_as(GoogleCloudOptions).no_auth)
     auto = not any(a.startswith(("--direct_running_mode", "--direct_num_workers")) for a in beam_args or [])
     return run_ingest(
         input_glob, state_dir, options, days, family_map, scores_glob, day_range, batch_rows, aliases, auto
@@ -145,7 +151,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     job = options_from(BackfillOptions, args)
     # Before the bucket checks below, which are the first to ask Beam for credentials.
-    storage.configure_gcs_auth(no_auth=beam_options(beam_args).view_as(GoogleCloudOptions).no_auth)
+    storage.configure_gcs(no_auth=beam_options(beam_args).view_as(GoogleCloudOptions).no_auth)
     low = validate_day(job.day_from, "--from") if job.day_from else None
     high = validate_day(job.day_to, "--to") if job.day_to else None
     if low and high and low > high:

@@ -16,7 +16,7 @@ import logging
 import sys
 
 from biasboard.pipelines.options import unknown_options
-from biasboard.schemas.errors import BiasboardError, InputError, recover_user_error
+from biasboard.schemas.errors import BiasboardError, InputError, recover_user_error, storage_unreachable
 
 #: command name → (module under biasboard.pipelines, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -89,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(_load(args.command).run(args, beam_args) or 0)
     except BiasboardError as err:
         print(f"biasboard {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:  # storage lost where no job step said what it left: still one line, not a traceback
+        unreachable = storage_unreachable(err)
+        if unreachable is None:
+            raise
+        print(f"biasboard {args.command}: error: {unreachable}", file=sys.stderr)
         return 2
 
 

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     unknown = sorted(set(tables) - set(TABLES))
     if unknown or not tables:
         raise InputError(f"--tables: unknown table(s) {', '.join(unknown) or '(none given)'}; choose from {TABLES}")
-    storage.configure_gcs_auth(no_auth=beam_options(beam_args).view_as(GoogleCloudOptions).no_auth)
+    storage.configure_gcs(no_auth=beam_options(beam_args).view_as(GoogleCloudOptions).no_auth)
     validation.reachable_bucket(args.out, "--out")
     validation.writable_folder(args.to, "--to")
     written = export_snapshot(args.out, args.to, args.format, snapshot_id=args.snapshot, tables=tables)
@@ -76,6 +76,11 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     return 0
 
 
+#: What an export that lost its storage leaves (:func:`storage.if_unreachable`): ``snapshot.json`` is written last.
+LEFT_BY_EXPORT = "the export's snapshot.json, written last, still names the last export that completed"
+
+
+@storage.if_unreachable(LEFT_BY_EXPORT)
 def export_snapshot(
     out_dir: str,
     to: str,

@@ -65,7 +65,7 @@ from biasboard.ranking import ModelConfig
 from biasboard.ranking.reference import Reference, ReferenceSettings
 from biasboard.report.text import ORDINAL_TITLES, PAIRWISE_TITLES, fmt, side_by_side_text
 from biasboard.schemas import summary as S
-from biasboard.schemas.errors import InputError, StateError
+from biasboard.schemas.errors import InputError, StateError, raise_if_unreachable
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.schemas.summary import Summary
@@ -303,6 +303,16 @@ class Timings:
             self.stages[name] = round(time.perf_counter() - start, 3)
 
 
+#: What a refresh that lost its storage before moving ``LATEST`` leaves (:func:`storage.if_unreachable`): a day's
+#: partition counts only once its manifest is written last, and ``LATEST`` moves only after the snapshot is whole.
+LEFT_BEFORE_PUBLISHING = (
+    "nothing was published (LATEST was not moved), the state holds only complete days, and a rerun resumes from them"
+)
+#: What it leaves when storage is lost while writing the plan, after publishing.
+LEFT_AFTER_PUBLISHING = "the snapshot was published (LATEST names it); only its plan was not written"
+
+
+@storage.if_unreachable(LEFT_BEFORE_PUBLISHING)
 def refresh(
     input_glob: str | None,
     state_dir: str,
@@ -320,7 +330,7 @@ def refresh(
         options = replace(options, audit=False)
     beam_args = list(beam_args or [])
     pipeline_options = beam_options(beam_args)
-    storage.configure_gcs_auth(no_auth=pipeline_options.view_as(GoogleCloudOptions).no_auth)
+    storage.configure_gcs(no_auth=pipeline_options.view_as(GoogleCloudOptions).no_auth)
     family_map = check_options(state_dir, out_dir, options)
     validation.input_buckets(("--input", input_glob), ("--scores", options.scores_glob), ("--anchors", options.anchors))
     aliases = read.load_aliases(options.aliases)
@@ -479,10 +489,11 @@ def _with_plan(outcome: Outcome, out_dir: str, options: RefreshOptions) -> Outco
     """``outcome`` with the plan ``--plan-budget`` asks for, made from its snapshot."""
     if not options.plan_budget or outcome.published is None:
         return outcome
-    if not has_posterior(out_dir, outcome.published.snapshot_id):  # a board of one model: nothing to compare
-        _LOG.warning("--plan-budget: the snapshot rates fewer than two models, so there is no comparison to plan")
-        return outcome
-    plan = make_plan(out_dir, options.plan_budget, snapshot_id=outcome.published.snapshot_id)
+    with storage.if_unreachable(LEFT_AFTER_PUBLISHING):
+        if not has_posterior(out_dir, outcome.published.snapshot_id):  # a board of one model: nothing to compare
+            _LOG.warning("--plan-budget: the snapshot rates fewer than two models, so there is no comparison to plan")
+            return outcome
+        plan = make_plan(out_dir, options.plan_budget, snapshot_id=outcome.published.snapshot_id)
     outcome.plan_path = plan.paths[0] if plan.paths else None
     return outcome
 
@@ -585,6 +596,7 @@ def _fit_inputs_of(state_dir: str, snapshot_id: str, manifest: Mapping[str, obje
     try:
         record = json.loads(storage.read_text(path)) if storage.exists(path) else {}
     except (OSError, ValueError, StateError) as err:  # a note only saves a fit: without it the board is refitted
+        raise_if_unreachable(err)  # not unreadable: out of reach
         _LOG.warning("refresh: %s is unreadable (%s); ignored", path, err)
         record = {}
     if isinstance(record, Mapping) and record.get("snapshot_id") == snapshot_id:
@@ -609,6 +621,7 @@ def _reuse_latest(out_dir: str, state_dir: str, fit_key: str) -> Outcome | None:
         summary = Summary.from_json(json.loads(storage.read_text(storage.join(path, "summary.json"))))
         leaderboard = pl.read_parquet(io.BytesIO(storage.read_bytes(storage.join(path, "leaderboard.parquet"))))
     except (OSError, ValueError, StateError) as err:  # gone, incomplete or unreadable: refit rather than trust it
+        raise_if_unreachable(err)  # not gone: out of reach
         _LOG.warning("refresh: LATEST cannot be reused (%s); fitting and publishing a new snapshot", err)
         return None
     reason = nothing_new(latest, "same inputs, options and versions")

@@ -17,20 +17,20 @@ whose message the CLI prints as one line (exit code 2):
 
 The bucket probe is bounded (:data:`BUCKET_PROBE_DEADLINE_S`): Google's client
 retries a refused connection for two minutes by default, which on a
-misconfigured endpoint looks like a hang.  Transient errors in the middle of a
-job keep the library's own retries.
+misconfigured endpoint looks like a hang.  Storage lost in the middle of a job
+is bounded too, more loosely (a blip there is retried for up to 30 s):
+:mod:`biasboard.transforms.gcs_requests`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import uuid
 
-from biasboard.schemas.errors import InputError, StateError
+from biasboard.schemas.errors import InputError, StateError, StorageUnreachable
 from biasboard.schemas.families import FamilyMap
-from biasboard.transforms import storage
+from biasboard.transforms import gcs_requests, storage
 
 #: Total time the up-front bucket probe may spend retrying (seconds).
 BUCKET_PROBE_DEADLINE_S = 12.0
@@ -119,19 +119,19 @@ def reachable_bucket(path: str, flag: str) -> None:
     bounded = DEFAULT_RETRY.with_timeout(BUCKET_PROBE_DEADLINE_S)
     try:
         client = create_storage_client(PipelineOptions([]))
-        found = client.lookup_bucket(bucket, retry=bounded, timeout=BUCKET_PROBE_TIMEOUT_S)
-    except exceptions.RetryError as err:
-        cause = err.cause or err
+        with gcs_requests.patience(BUCKET_PROBE_DEADLINE_S):
+            found = client.lookup_bucket(bucket, retry=bounded, timeout=BUCKET_PROBE_TIMEOUT_S)
+    except (exceptions.RetryError, StorageUnreachable) as err:
+        reason = err.reason if isinstance(err, StorageUnreachable) else gcs_requests.first_line(err.cause or err)
         raise StateError(
-            f"{flag} {path}: cannot reach bucket {bucket} (no answer within {BUCKET_PROBE_DEADLINE_S:.0f} s: "
-            f"{_first_line(cause)})"
+            f"{flag} {path}: cannot reach bucket {bucket} (no answer within {BUCKET_PROBE_DEADLINE_S:.0f} s: {reason})"
         ) from err
     except (exceptions.Forbidden, exceptions.Unauthorized) as err:
-        raise StateError(f"{flag} {path}: no access to bucket {bucket} ({_first_line(err)})") from err
+        raise StateError(f"{flag} {path}: no access to bucket {bucket} ({gcs_requests.first_line(err)})") from err
     except exceptions.GoogleAPIError as err:
-        raise StateError(f"{flag} {path}: bucket {bucket} cannot be checked ({_first_line(err)})") from err
+        raise StateError(f"{flag} {path}: bucket {bucket} cannot be checked ({gcs_requests.first_line(err)})") from err
     except Exception as err:  # a transport error that is not retried (DNS failure, bad endpoint URL)
-        raise StateError(f"{flag} {path}: cannot reach bucket {bucket} ({_first_line(err)})") from err
+        raise StateError(f"{flag} {path}: cannot reach bucket {bucket} ({gcs_requests.first_line(err)})") from err
     if found is None:
         raise StateError(f"{flag} {path}: bucket {bucket} does not exist")
 
@@ -143,10 +143,3 @@ def family_map(path: str | None, flag: str = "--family-map") -> FamilyMap:
     if path is not None and not path.strip():
         raise InputError(f"{flag} is empty")
     return load_family_map(path)
-
-
-def _first_line(err: BaseException) -> str:
-    """The gist of a client error: the OS reason when there is one (``Connection refused``), else line one."""
-    text = str(err).strip() or type(err).__name__
-    reason = re.search(r"\[Errno -?\d+\] ([^\"')\]]+)", text)
-    return reason.group(1).strip() if reason else text.splitlines()[0][:300]

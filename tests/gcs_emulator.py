@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -39,32 +40,84 @@ def wait_for_port(port: int, proc: subprocess.Popen | None = None, timeout: floa
     raise TimeoutError(f"nothing listening on port {port} after {timeout} s")
 
 
+class EmulatorProcess:
+    """The emulator as a process a test can kill and start again, or freeze and thaw, on one port.
+
+    ``folder``: keep the objects on disk there (``STORAGE_BASE``), so they outlive a kill and a test can
+    check what a job left; None keeps them in memory.  :meth:`kill` is storage gone (connections refused),
+    :meth:`freeze` (SIGSTOP) a server that accepts connections and never answers.
+    """
+
+    def __init__(self, bucket: str, log_path: Path, folder: Path | None = None) -> None:
+        self.bucket, self.log_path, self.folder = bucket, log_path, folder
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def host(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        cmd = [str(VENV_BIN / "gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += ["--default-bucket", self.bucket] + (["--in-memory"] if self.folder is None else [])
+        env = dict(os.environ, STORAGE_BASE=str(self.folder)) if self.folder is not None else None
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        wait_for_port(self.port, self.proc)
+
+    def kill(self) -> None:
+        """Gone at once (SIGKILL): its port refuses connections until :meth:`start`."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def freeze(self) -> None:
+        """SIGSTOP: connections are still accepted (by the kernel) and never answered, until :meth:`thaw`."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.thaw()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
 @contextlib.contextmanager
 def gcs_emulator(bucket: str, log_path: Path) -> Iterator[str]:
-    """Run the emulator with ``bucket`` created; yields its ``host:port``."""
-    port = free_port()
-    exe = VENV_BIN / "gcp-storage-emulator"
-    cmd = [str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "--default-bucket", bucket]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    """Run the emulator (in memory) with ``bucket`` created; yields its ``http://host:port``."""
+    emulator = EmulatorProcess(bucket, log_path)
+    emulator.start()
     try:
-        wait_for_port(port, proc)
-        yield f"http://127.0.0.1:{port}"
+        yield emulator.host
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        emulator.stop()
 
 
 @contextlib.contextmanager
 def emulated_gcs(bucket: str, log_path: Path) -> Iterator[str]:
-    """The emulator with ``STORAGE_EMULATOR_HOST`` set in this process; yields ``gs://bucket``.
+    """The emulator with ``STORAGE_EMULATOR_HOST`` set in this process; yields ``gs://bucket``."""
+    with gcs_emulator(bucket, log_path) as host, using_emulator(host, bucket) as root:
+        yield root
+
+
+@contextlib.contextmanager
+def using_emulator(host: str, bucket: str) -> Iterator[str]:
+    """``STORAGE_EMULATOR_HOST`` set to ``host`` in this process; yields ``gs://bucket``.
 
     Beam's credential cache is seeded anonymous through the project's own
-    :func:`~biasboard.transforms.storage.configure_gcs_auth` (what every job
+    :func:`~biasboard.transforms.storage.configure_gcs` (what every job
     does at start) and restored afterwards, so nothing leaks into other tests.
     """
     from apache_beam.internal.gcp import auth
@@ -72,17 +125,16 @@ def emulated_gcs(bucket: str, log_path: Path) -> Iterator[str]:
 
     saved_env = os.environ.get(storage.EMULATOR_ENV)
     saved_cache = (auth._Credentials._credentials_init, auth._Credentials._credentials)
-    with gcs_emulator(bucket, log_path) as host:
-        os.environ[storage.EMULATOR_ENV] = host
-        try:
-            assert storage.configure_gcs_auth()  # anonymous at once: no 20 s credential lookup
-            yield f"gs://{bucket}"
-        finally:
-            auth._Credentials._credentials_init, auth._Credentials._credentials = saved_cache
-            if saved_env is None:
-                os.environ.pop(storage.EMULATOR_ENV, None)
-            else:
-                os.environ[storage.EMULATOR_ENV] = saved_env
+    os.environ[storage.EMULATOR_ENV] = host
+    try:
+        assert storage.configure_gcs()  # anonymous at once: no 20 s credential lookup
+        yield f"gs://{bucket}"
+    finally:
+        auth._Credentials._credentials_init, auth._Credentials._credentials = saved_cache
+        if saved_env is None:
+            os.environ.pop(storage.EMULATOR_ENV, None)
+        else:
+            os.environ[storage.EMULATOR_ENV] = saved_env
 
 
 def emulator_env(host: str) -> dict[str, str]:

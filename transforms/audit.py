@@ -252,7 +252,7 @@ def run_audit(
     What ``biasboard audit`` runs, and what ``biasboard refresh`` runs so that a
     snapshot carries the same audit.
     """
-    storage.configure_gcs_auth(no_auth=options.view_as(GoogleCloudOptions).no_auth)
+    storage.configure_gcs(no_auth=options.view_as(GoogleCloudOptions).no_auth)
     inputs = audit_inputs(input_glob, out, anchors, family_map)
     run_to_completion(build_audit(options, *inputs, aliases=aliases))
     return storage.join(out, AUDIT_JSON)

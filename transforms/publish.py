@@ -49,7 +49,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import polars as pl
-from biasboard.schemas.errors import StateError
+from biasboard.schemas.errors import StateError, raise_if_unreachable
 from biasboard.transforms import storage
 
 _LOG = logging.getLogger(__name__)
@@ -318,6 +318,7 @@ def find_published(out_dir: str, digest: str, same_board: SameBoard | None = Non
         try:
             manifest = read_snapshot_manifest(path)
         except (OSError, ValueError, StateError) as err:
+            raise_if_unreachable(err)  # out of reach is not unreadable: no copy is published beside it
             _LOG.warning("publish: snapshot %s has an unreadable manifest (%s); not reused", snapshot_id, err)
             continue
         if manifest.get("content_sha256") == digest and (same_board is None or same_board(manifest)):
@@ -403,7 +404,10 @@ def _make_visible(out_dir: str, staging: str, final: str) -> None:
 
 
 def _point_latest(out_dir: str, snapshot_id: str) -> None:
-    storage.atomic_write_text(storage.join(out_dir, LATEST), snapshot_id + "\n")
+    """Replace ``LATEST`` with ``snapshot_id`` (complete by now): cut short, it names this snapshot or the previous."""
+    left = f"snapshot {snapshot_id} is complete, and LATEST names it or the previous one (its write was cut short)"
+    with storage.if_unreachable(left):
+        storage.atomic_write_text(storage.join(out_dir, LATEST), snapshot_id + "\n")
 
 
 def clean_staging(out_dir: str) -> None:

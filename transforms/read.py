@@ -55,7 +55,7 @@ from biasboard.importers.output import DEAD_LETTERS as IMPORT_DEAD_LETTERS
 from biasboard.importers.output import MANIFEST as IMPORT_MANIFEST
 from biasboard.schemas import rules
 from biasboard.schemas.battle import BATTLE_REQUIRED, BATTLE_SCHEMA, SCORE_REQUIRED, SCORE_SCHEMA
-from biasboard.schemas.errors import InputError
+from biasboard.schemas.errors import InputError, raise_if_unreachable
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.schemas.summary import ImportRejections
@@ -164,7 +164,8 @@ def match_files(glob: str) -> list[InputFile]:
     for m in sorted(files, key=lambda m: m.path):
         try:
             checksum = str(FileSystems.checksum(m.path))
-        except Exception:  # some file systems have no checksum; size + mtime still fingerprint
+        except Exception as err:  # some file systems have no checksum; size + mtime still fingerprint
+            raise_if_unreachable(err)
             checksum = ""
         out.append(InputFile(m.path, int(m.size_in_bytes or 0), float(m.last_updated_in_seconds or 0.0), checksum))
     return out

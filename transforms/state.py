@@ -51,7 +51,7 @@ from biasboard.ranking.allocator import release_freed_memory
 from biasboard.ranking.data import CellsFold, CodedFold, _Vocab, read_cells
 from biasboard.ranking.spill import BucketedFold, JudgeBuckets, bucket_bounds, scratch_folder
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA, conform_pair_cells
-from biasboard.schemas.errors import StateError
+from biasboard.schemas.errors import StateError, StorageUnreachable, raise_if_unreachable
 from biasboard.transforms import storage
 from biasboard.transforms.cells import merge_cells
 
@@ -118,9 +118,12 @@ def _parquet_bytes(table: pa.Table) -> bytes:
 
 
 def _exists(path: str) -> bool:
+    """Does ``path`` exist; a path that cannot be checked counts as absent, unless storage could not be reached
+    (that day is not "uncommitted": the job stops and says so)."""
     try:
         return FileSystems.exists(path)
-    except Exception:
+    except Exception as err:
+        raise_if_unreachable(err)
         return False
 
 
@@ -224,7 +227,8 @@ def list_state_days(state_dir: str) -> list[str]:
     pattern = _join(state_dir, "manifests", "day=*.json")
     try:
         metadata = FileSystems.match([pattern])[0].metadata_list
-    except Exception:
+    except Exception as err:  # nothing stored yet; unreachable storage is no empty state
+        raise_if_unreachable(err)
         return []
     names = (m.path.rstrip("/").rsplit("/", 1)[-1] for m in metadata)
     return sorted(n[len("day=") : -len(".json")] for n in names if n.startswith("day=") and n.endswith(".json"))
@@ -297,13 +301,18 @@ def warn_broken_cache(path: str, err: object) -> None:
     Every cache of the state (the merged cells, their judge buckets, the audit's summed partials) is derived
     data, so a cache file that is missing, truncated or otherwise unreadable costs a full recomputation from
     the stored days, never the refresh; a stored day's own file that cannot be read is a :class:`StateError`.
+    Storage that could not be reached is no broken cache: its :class:`StorageUnreachable` is raised instead.
     """
+    if isinstance(err, BaseException):
+        raise_if_unreachable(err)
     _LOG.warning("%s: broken cache file, ignored (%s); recomputing from the stored days", path, err)
 
 
 def failure_reason(err: Exception) -> BaseException:
-    """What went wrong reading a file: a :class:`StateError`'s cause (it already names the file), else ``err``."""
-    return err.__cause__ if isinstance(err, StateError) and err.__cause__ is not None else err
+    """What went wrong reading a file: a :class:`StateError`'s cause (it already names the file), else ``err``
+    (unreachable storage is itself the reason)."""
+    wrapper = isinstance(err, StateError) and not isinstance(err, StorageUnreachable)
+    return err.__cause__ if wrapper and err.__cause__ is not None else err
 
 
 class BrokenCache(Exception):

@@ -16,6 +16,9 @@ What differs between the two, and is handled here once:
   (see :mod:`biasboard.transforms.publish`).
 * **Folders.**  Local folders are created on demand; a bucket has none.
 * **Credentials.**  See :func:`configure_gcs_auth`.
+* **Outages.**  Every GCS request is bounded and storage that stops answering is declared unreachable
+  after about 30 s (:mod:`biasboard.transforms.gcs_requests`); the jobs say so in one line, with what
+  they left behind (:func:`if_unreachable`).
 """
 
 from __future__ import annotations
@@ -24,13 +27,13 @@ import logging
 import os
 import posixpath
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from biasboard.schemas.errors import StateError
+from biasboard.schemas.errors import StateError, raise_if_unreachable, storage_unreachable
 
 _LOG = logging.getLogger(__name__)
 
@@ -71,9 +74,10 @@ def _writing(path: str):
     """Turn a failed write (permissions, a file where a folder should be, a bucket that refuses) into one line."""
     try:
         yield
-    except StateError:
-        raise
     except Exception as err:  # OSError locally; google.api_core / Beam wrappers on a bucket
+        raise_if_unreachable(err, path)
+        if isinstance(err, StateError):
+            raise
         raise StateError(f"cannot write {path}: {err}") from err
 
 
@@ -95,6 +99,7 @@ def read_bytes(path: str) -> bytes:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             return handle.read()
     except Exception as err:  # Beam wraps every backend's error differently
+        raise_if_unreachable(err, path)
         raise StateError(f"cannot read {path}: {err}") from err
 
 
@@ -223,6 +228,34 @@ def rename_dir(src: str, dst: str) -> None:
     delete_tree(src)
 
 
+def configure_gcs(no_auth: bool = False) -> bool:
+    """What every job does first about GCS: bound its requests (:func:`gcs_requests.install
+    <biasboard.transforms.gcs_requests.install>`), then :func:`configure_gcs_auth`; returns the latter's answer."""
+    from biasboard.transforms import gcs_requests
+
+    gcs_requests.install()
+    return configure_gcs_auth(no_auth)
+
+
+@contextmanager
+def if_unreachable(consequence: str) -> Iterator[None]:
+    """Let storage that could not be reached in the block leave as one :class:`StorageUnreachable` saying
+    ``consequence`` (what the job left behind: ``nothing was published ...``).
+
+    However deep it was met and however it was wrapped on the way (a reader's "cannot read", a Beam I/O
+    error, a runner's text of a worker's traceback), the job ends with the one line that names the storage
+    and the state it left; a step inside that knows better (the ``LATEST`` write) says its own.  Usable as a
+    decorator of a job's function.
+    """
+    try:
+        yield
+    except Exception as err:
+        found = storage_unreachable(err)
+        if found is None:
+            raise
+        raise found.having(consequence) from err
+
+
 def configure_gcs_auth(no_auth: bool = False) -> bool:
     """Skip Beam's credential lookup when it can only end anonymous; returns whether it did.
 
@@ -262,6 +295,7 @@ def _match(pattern: str):
     try:
         result = FileSystems.match([pattern])[0]
     except Exception as err:
+        raise_if_unreachable(err)
         # Beam raises when a pattern matches nothing on some backends; an empty listing is the honest answer.
         if "No files found" in str(err) or "not found" in str(err).lower():
             return []

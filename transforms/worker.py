@@ -1,4 +1,5 @@
-"""What a Beam worker subprocess prints of a user's error: nothing but what the launcher says.
+"""A Beam worker subprocess: what it prints of a user's error (nothing but what the launcher says), and
+its GCS requests bounded as the launcher's are (:func:`prepare_worker_process`).
 
 With ``--direct_running_mode=multi_processing`` (and other runners whose SDK workers are child
 processes sharing the launcher's terminal) the worker prints every failed bundle's traceback
@@ -43,6 +44,17 @@ class UserErrorTracebackFilter:
 
     def __getattr__(self, name: str) -> Any:  # flush, fileno, encoding ...: the wrapped stream's
         return getattr(self.stream, name)
+
+
+def prepare_worker_process() -> None:
+    """In a Beam SDK worker process: quiet user errors' tracebacks, and bound its GCS requests as every job
+    bounds the launcher's (:mod:`biasboard.transforms.gcs_requests`; the worker's reads and writes of the state
+    would otherwise wait out Google's two-minute retries).  Nothing in any other process."""
+    if os.environ.get(WORKER_ENV):
+        from biasboard.transforms import gcs_requests
+
+        quiet_user_error_tracebacks()
+        gcs_requests.install()
 
 
 def quiet_user_error_tracebacks() -> None:
