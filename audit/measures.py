@@ -787,7 +787,14 @@ def _length_table(length: pl.DataFrame) -> pl.DataFrame:
 
 
 def _gold_table(gold: pl.DataFrame) -> pl.DataFrame:
+    """Per judge: accuracy on the discriminative gold cases (a tie scores ½) and its standard error.
+
+    The SE is the sample standard deviation of the per-case scores (1, ½ or 0) over √n: E[s²] − E[s]² with
+    E[s²] = (hits + ties/4)/n.  The binomial acc(1 − acc)/n it replaces is right only without ties; with them
+    it overstates the variance (a judge tying every case has accuracy ½ and no spread, not a binomial SE).
+    """
     accuracy = _ratio(pl.col("hits") + 0.5 * pl.col("judge_ties"), pl.col("n_disc"))
+    second_moment = _ratio(pl.col("hits") + 0.25 * pl.col("judge_ties"), pl.col("n_disc"))
     longest = _ratio(pl.col("longest_score"), pl.col("n_disc"))
     return gold.select(
         "judge",
@@ -796,7 +803,7 @@ def _gold_table(gold: pl.DataFrame) -> pl.DataFrame:
         _ratio(pl.col("n_disc"), pl.col("n_labeled")).alias("gold_discriminative_share"),
         accuracy.alias("gold_accuracy"),
         pl.when(pl.col("n_disc") > 0)
-        .then((accuracy * (1.0 - accuracy) / pl.col("n_disc")).sqrt())
+        .then(((second_moment - accuracy * accuracy).clip(lower_bound=0.0) / pl.col("n_disc")).sqrt())
         .otherwise(None)
         .alias("gold_accuracy_se"),
         _ratio(pl.col("hits"), pl.col("n_disc")).alias("gold_strict_accuracy"),

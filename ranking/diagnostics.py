@@ -57,11 +57,17 @@ def connectivity_report(data: Dataset) -> dict:
     component = model_components(data)
     n_comp = int(component.max()) + 1 if component.size else 0
     report: dict = {"n_components": n_comp, "warnings": []}
+    link = "battle" if not data.ordinal_only else "same-judge same-prompt grade"
+    if n_comp and n_comp == component.size:  # every model alone: nothing links any two (one model, self-battles)
+        report["warnings"].append(
+            f"no {link} compares two different models, so the {n_comp} model(s) on the board cannot be ranked: "
+            "each is listed at its component's centre (rating 0 on the logit scale), with no meaning as a rank"
+        )
+        return report
     if n_comp <= 1:
         return report
     names = component_names(component, data.models)
     report["components"] = names
-    link = "battle" if not data.ordinal_only else "same-judge same-prompt grade"
     alone = set(unranked_components(component))
     unranked = [group[0] for c, group in enumerate(names) if c in alone]
     split = [group for c, group in enumerate(names[1:], start=1) if c not in alone]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import statistics
 from pathlib import Path
 
 import apache_beam as beam
@@ -179,6 +180,9 @@ def test_gold_labels_column_and_anchor_table() -> None:
     judge = audit(battles(rows, cols)).judges.row(0, named=True)
     assert (judge["gold_n_labeled"], judge["gold_n_discriminative"]) == (5, 4)
     assert judge["gold_accuracy"] == pytest.approx(2.5 / 4)
+    # The scores 1, 0, ½, 1: their (population) variance over n, not the binomial 0.625 · 0.375 / 4.
+    scores = [1.0, 0.0, 0.5, 1.0]
+    assert judge["gold_accuracy_se"] == pytest.approx(math.sqrt(statistics.pvariance(scores) / 4))
     assert judge["gold_strict_accuracy"] == pytest.approx(2 / 4)
     assert judge["gold_random_pick_baseline"] == 0.5
     assert judge["gold_longest_pick_baseline"] == pytest.approx(2.5 / 4)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -427,6 +428,9 @@ def test_a_refresh_of_a_one_model_board_publishes_and_plans_nothing(tmp_path, ca
     out = str(tmp_path / "site")
     args = ["refresh", "--input", str(tmp_path / "in"), "--state", str(tmp_path / "state"), "--out", out]
     assert cli.main([*args, "--plan-budget", "4"]) == 0
+    latest = (Path(out) / "LATEST").read_text().strip()
+    summary = json.loads((Path(out) / "snapshots" / latest / "summary.json").read_text())
+    assert any("no battle compares two different models" in w for w in summary["warnings"]), summary["warnings"]
     assert cli.main(["plan", "--out", out, "--budget", "4"]) == 2
     assert "fewer than two models" in capsys.readouterr().err
 
