@@ -59,6 +59,22 @@ def side_by_side(naive: FitResult, corrected: FitResult, anchor: str | None = No
     return table.select(LEADERBOARD_COLUMNS).sort(["component", "rank_corrected", "model"])
 
 
+def top_k_warnings(k: int, leaderboard: pl.DataFrame) -> list[str]:
+    """A warning when ``k`` reaches the size of the board's largest ranked group: every model in it is then in the
+    top k in every draw, so its P(top k) reads 1 and says nothing (``plan`` refuses such a k; a scheduled refresh
+    publishes and says why, as the models on a board may fall below a k chosen when there were more)."""
+    if leaderboard.height == 0:
+        return []
+    largest = leaderboard.filter(pl.col("component") == 0).height
+    if k < largest:
+        return []
+    group = "the board ranks" if largest == leaderboard.height else "the board's largest group ranks"
+    return [
+        f"--k {k}: {group} only {largest} models together, so every P(top {k}) is 1; "
+        f"a k below {largest} tells the models apart"
+    ]
+
+
 def _components(fit: FitResult) -> np.ndarray:
     return fit.component.astype(np.int64) if fit.component.size else np.zeros(fit.n_models, np.int64)
 

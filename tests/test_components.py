@@ -12,7 +12,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 from biasboard.ranking import ModelConfig, fit_leaderboards
-from biasboard.ranking.leaderboard import side_by_side
+from biasboard.ranking.leaderboard import side_by_side, top_k_warnings
 from biasboard.ranking.rank_stats import kendall_tau_b
 from biasboard.report.text import side_by_side_text
 
@@ -154,3 +154,16 @@ def test_few_bootstrap_replicates_are_published_with_a_warning():
             assert bool(flagged) == warned, (replicates, result.diagnostics["warnings"])
     naive, fit = fit_leaderboards(cells, config=ModelConfig(profile=False, k=2))
     assert not any("bootstrap" in w for w in naive.diagnostics["warnings"] + fit.diagnostics["warnings"])
+
+
+def test_a_k_as_large_as_the_ranked_group_is_published_with_a_warning():
+    """P(top k) is 1 for every model of a group of at most k models: the summary says so rather than print 1.00s."""
+    naive, corrected = fit_leaderboards(_split_cells(), config=ModelConfig(profile=False, k=6, posterior_draws=200))
+    board = side_by_side(naive, corrected)
+    largest = board.filter(pl.col("component") == 0)
+    assert largest.height == 6 and largest["p_top_k"].to_list() == [1.0] * 6  # what the warning claims
+    (warning,) = top_k_warnings(6, board)
+    assert warning.startswith("--k 6: the board's largest group ranks only 6 models together")
+    assert top_k_warnings(5, board) == []
+    connected = side_by_side(*fit_leaderboards(_split_cells().slice(0, 400), config=ModelConfig(profile=False, k=9)))
+    assert top_k_warnings(9, connected)[0].startswith("--k 9: the board ranks only 6 models together")

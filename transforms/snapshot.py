@@ -24,7 +24,7 @@ from biasboard.audit.measures import PAIR_KEYS, PAIR_MEASURES, order_models_tabl
 from biasboard.ranking import ModelConfig
 from biasboard.ranking.data import Dataset, build_dataset, pool_judge_names
 from biasboard.ranking.diagnostics import CROSSING_TYPICAL
-from biasboard.ranking.leaderboard import side_by_side
+from biasboard.ranking.leaderboard import side_by_side, top_k_warnings
 from biasboard.ranking.reference import Reference, ReferenceFit, ReferenceSettings, fit_with_reference
 from biasboard.ranking.stream import stream_dataset, streaming_wanted
 from biasboard.report.html import render_report
@@ -493,6 +493,7 @@ def build_summary(
     warnings.extend(off_day_warnings(days, manifests))
     if reference is not None:
         warnings.extend(reference_warnings(reference))
+    warnings.extend(top_k_warnings(corrected.k, leaderboard))
     top = leaderboard.sort("rank_corrected", "model")["model"].head(HEAD_TO_HEAD_TOP).to_list()
     return S.Summary(
         kendall_tau=comparison.get("kendall_tau") if comparison else None,
