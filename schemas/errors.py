@@ -122,10 +122,25 @@ def recover_user_error(err: BaseException) -> BiasboardError | None:
     seen: BaseException | None = err
     while seen is not None:
         if isinstance(seen, BiasboardError):
-            return seen
+            return _without_beam_steps(seen)
         seen = seen.__cause__ or seen.__context__
     found = re.search(r"(InputError|StateError): (.+)", str(err))
     if found:
         cls = InputError if found.group(1) == "InputError" else StateError
-        return cls(found.group(2).strip())
+        return cls(_BEAM_STEPS.sub("", found.group(2).strip()))
     return None
+
+
+#: What Beam appends to an error raised in a step, once per enclosing step: `` [while running 'Fit/Stage']``.
+_BEAM_STEPS = re.compile(r"(?: \[while running '[^\]]*'\])+$")
+
+
+def _without_beam_steps(err: BiasboardError) -> BiasboardError:
+    """``err`` as the job step raised it: Beam re-raises an error from a step as a new one of the same class whose
+    message ends in the step's name, which the user's one line does not need (the message names the flag or
+    file at fault).  StorageUnreachable never gets here (:func:`storage_unreachable` rebuilds it from its text)."""
+    message = str(err)
+    plain = _BEAM_STEPS.sub("", message)
+    if plain == message:
+        return err
+    return type(err)(plain)

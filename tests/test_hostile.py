@@ -14,11 +14,14 @@ import sys
 import time
 from pathlib import Path
 
+import apache_beam as beam
 import polars as pl
 import pytest
 from biasboard.pipelines import cli
+from biasboard.schemas.errors import InputError, recover_user_error
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import publish
+from biasboard.transforms.runner import run_to_completion
 
 SIM = SimulationConfig(battles=2400, models=5, judges=3, days=2, seed=5)
 
@@ -165,6 +168,22 @@ def test_a_worker_error_is_one_line_without_the_runner_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "biasboard.pipelines.cli", *argv], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"{path}: cannot read as Parquet" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "[while running" not in proc.stderr, proc.stderr[-3000:]  # Beam's step names are not the user's business
+
+
+def test_a_user_error_raised_in_a_beam_step_keeps_its_own_message():
+    """Beam re-raises a step's error as a new one ending in `` [while running 'Step']``: the user sees the message."""
+
+    def refuse(_: int) -> int:
+        raise InputError("--reference: no judge matches nobody*")
+
+    pipeline = beam.Pipeline()
+    _ = pipeline | beam.Create([1]) | "Fit/Stage" >> beam.Map(refuse)
+    with pytest.raises(InputError) as raised:
+        run_to_completion(pipeline)
+    assert str(raised.value) == "--reference: no judge matches nobody*"
+    relayed = RuntimeError("Traceback ...\nInputError: --reference: no judge matches nobody* [while running 'Fit/Stage']")
+    assert str(recover_user_error(relayed)) == "--reference: no judge matches nobody*"
 
 
 def test_the_audit_is_bit_reproducible_whatever_the_order_days_are_summed_in(tmp_path):
