@@ -182,7 +182,8 @@ def test_a_user_error_raised_in_a_beam_step_keeps_its_own_message():
     with pytest.raises(InputError) as raised:
         run_to_completion(pipeline)
     assert str(raised.value) == "--reference: no judge matches nobody*"
-    relayed = RuntimeError("Traceback ...\nInputError: --reference: no judge matches nobody* [while running 'Fit/Stage']")
+    worker_text = "Traceback ...\nInputError: --reference: no judge matches nobody* [while running 'Fit/Stage']"
+    relayed = RuntimeError(worker_text)
     assert str(recover_user_error(relayed)) == "--reference: no judge matches nobody*"
 
 
