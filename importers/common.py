@@ -317,12 +317,21 @@ def _flag_reason(raw: pl.DataFrame) -> pl.Expr:
     return pl.coalesce(reasons) if reasons else pl.lit(None, dtype=pl.String)
 
 
+class MissingColumn(InputError):
+    """The input lacks a column its format needs; ``present`` holds the columns it has, so the CLI can name the
+    formats they do fit (:func:`biasboard.importers.registry.convert`)."""
+
+    def __init__(self, message: str, present: Sequence[str]) -> None:
+        super().__init__(message)
+        self.present = tuple(present)
+
+
 def require_columns(frame: pl.DataFrame, columns: Iterable[str], paths: Sequence[Path], what: str) -> None:
-    """InputError naming the file(s) and the first absent column the format needs."""
+    """:class:`MissingColumn` naming the file(s) and the first absent column the format needs."""
     for column in columns:
         if column not in frame.columns:
             names = ", ".join(str(p) for p in paths)
-            raise InputError(f"{names}: {what} input lacks required column '{column}'")
+            raise MissingColumn(f"{names}: {what} input lacks required column '{column}'", frame.columns)
 
 
 def column_or_null(frame: pl.DataFrame, column: str, dtype: pl.DataType | type[pl.DataType] = pl.String) -> pl.Expr:

@@ -52,7 +52,9 @@ from biasboard.schemas.battle import SLICE_COLUMNS, STYLE_COUNT_COLUMNS
 PATTERNS = ("*.json", "*.json.gz", "*.jsonl", "*.jsonl.gz")
 TOKEN_FIELDS = ("sum_assistant_a_tokens", "sum_assistant_b_tokens")
 #: Fields read as single values (a list or object there dead-letters the row as ``bad_type:<field>``).
-SCALAR = ("question_id", "model_a", "model_b", "winner", "tstamp", "ts", "judge")
+#: The columns a clean_battle file cannot do without.
+REQUIRED = ("model_a", "model_b", "winner")
+SCALAR = ("question_id", *REQUIRED, "tstamp", "ts", "judge")
 
 
 def _token_lengths(frame: pl.DataFrame) -> tuple[pl.Expr, pl.Expr]:
@@ -96,7 +98,7 @@ def _style_counts(frame: pl.DataFrame) -> list[pl.Expr]:
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     raw = read_all(paths, scalar=SCALAR)
-    require_columns(raw, ("model_a", "model_b", "winner"), paths, "FastChat battle")
+    require_columns(raw, REQUIRED, paths, "FastChat battle")
     notes: list[str] = []
     judge = judge_expr(raw, options, paths)
     time_column = next((c for c in ("tstamp", "ts") if c in raw.columns), None)

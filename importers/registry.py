@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from biasboard.importers import alpacaeval, arenahard, fastchat, llmfao, mtbench, pba, scores
-from biasboard.importers.common import ImportOptions, ImportResult
+from biasboard.importers.common import ImportOptions, ImportResult, MissingColumn
+from biasboard.schemas.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,8 @@ class ImportFormat:
     convert: Callable[[Sequence[Path], ImportOptions], ImportResult]
     patterns: tuple[str, ...]
     summary: str
+    #: The columns the format cannot do without (what a file of another format is told it lacks).
+    required: tuple[str, ...]
     #: The source records who cast each vote, so ``--voters`` can name every voter a judge.
     voters: bool = False
     #: The source gives lengths in characters and in words, so ``--length-unit`` chooses (else it has one unit).
@@ -25,26 +28,69 @@ class ImportFormat:
 FORMATS: dict[str, ImportFormat] = {
     f.name: f
     for f in (
-        ImportFormat("fastchat", fastchat.convert, fastchat.PATTERNS, "FastChat/arena clean_battle JSON"),
-        ImportFormat("mtbench-pair", mtbench.convert, mtbench.PATTERNS, "FastChat llm_judge pair judgments (2 games)"),
-        ImportFormat("mtbench-single", scores.convert, scores.PATTERNS, "single-answer 1-10 grades → score rows"),
         ImportFormat(
-            "alpacaeval", alpacaeval.convert, alpacaeval.PATTERNS, "AlpacaEval annotations", length_units=True
+            "fastchat", fastchat.convert, fastchat.PATTERNS, "FastChat/arena clean_battle JSON", fastchat.REQUIRED
+        ),
+        ImportFormat(
+            "mtbench-pair",
+            mtbench.convert,
+            mtbench.PATTERNS,
+            "FastChat llm_judge pair judgments (2 games)",
+            mtbench.REQUIRED,
+        ),
+        ImportFormat(
+            "mtbench-single", scores.convert, scores.PATTERNS, "single-answer 1-10 grades → score rows", scores.REQUIRED
+        ),
+        ImportFormat(
+            "alpacaeval",
+            alpacaeval.convert,
+            alpacaeval.PATTERNS,
+            "AlpacaEval annotations",
+            alpacaeval.REQUIRED,
+            length_units=True,
         ),
         ImportFormat(
             "llmfao",
             llmfao.convert,
             llmfao.PATTERNS,
             "LLMFAO comparison CSVs (left/right)",
+            llmfao.REQUIRED,
             voters=True,
             length_units=True,
         ),
         ImportFormat(
-            "pba", pba.convert, pba.PATTERNS, "Position-Bias-Analyzer judgments (both orders)", length_units=True
+            "pba",
+            pba.convert,
+            pba.PATTERNS,
+            "Position-Bias-Analyzer judgments (both orders)",
+            pba.REQUIRED,
+            length_units=True,
         ),
-        ImportFormat("arena-hard", arenahard.convert, arenahard.PATTERNS, "arena-hard-auto model_judgment (2 games)"),
+        ImportFormat(
+            "arena-hard",
+            arenahard.convert,
+            arenahard.PATTERNS,
+            "arena-hard-auto model_judgment (2 games)",
+            arenahard.REQUIRED,
+        ),
     )
 }
+
+
+def convert(fmt: ImportFormat, paths: Sequence[Path], options: ImportOptions) -> ImportResult:
+    """``fmt.convert``; a file that lacks a column the format needs is told which formats its columns do fit.
+
+    The usual cause of a missing column is a file of another tool given the wrong ``--format`` (FastChat's
+    clean_battle JSON as AlpacaEval annotations): the error then names the format to try.
+    """
+    try:
+        return fmt.convert(paths, options)
+    except MissingColumn as err:
+        fitting = [f.name for f in FORMATS.values() if f is not fmt and set(f.required) <= set(err.present)]
+        if not fitting:
+            raise
+        names = " or ".join(f"--format {name}" for name in fitting)
+        raise InputError(f"{err}; its columns fit {names}") from err
 
 
 def import_path(format_name: str, spec: str | Path, options: ImportOptions | None = None) -> ImportResult:
@@ -52,4 +98,4 @@ def import_path(format_name: str, spec: str | Path, options: ImportOptions | Non
     from biasboard.importers.common import resolve_inputs
 
     fmt = FORMATS[format_name]
-    return fmt.convert(resolve_inputs(spec, fmt.patterns), options or ImportOptions())
+    return convert(fmt, resolve_inputs(spec, fmt.patterns), options or ImportOptions())

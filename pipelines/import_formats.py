@@ -30,7 +30,7 @@ from pathlib import Path
 
 from biasboard.importers.common import DEFAULT_DATE, ImportOptions, resolve_inputs
 from biasboard.importers.output import summary_lines, write_import
-from biasboard.importers.registry import FORMATS
+from biasboard.importers.registry import FORMATS, convert
 from biasboard.pipelines import validation
 from biasboard.schemas.errors import InputError
 
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         baseline=args.baseline,
         voters=args.voters,
     )
-    result = fmt.convert(paths, options)
+    result = convert(fmt, paths, options)
     if result.rows_converted == 0:
         dead = ", ".join(f"{reason}: {n}" for reason, n in result.dead_by_reason().items()) or "none"
         raise InputError(

@@ -81,6 +81,29 @@ def test_fastchat_clean_battle_counts_and_self_battle():
     assert rows["prompt_id"].null_count() == rows.height and rows["len_a"].null_count() == rows.height
 
 
+@pytest.mark.parametrize(
+    ("wrong", "source", "fits"),
+    [
+        ("alpacaeval", ("arena-clean-battle-samples", "mteb-arena", "clean_battle_clustering.json"), "fastchat"),
+        ("llmfao", ("arena-clean-battle-samples", "mteb-arena", "clean_battle_clustering.json"), "fastchat"),
+        ("fastchat", ("alpacaeval", "annotations_alpaca_eval_gpt4.jsonl.gz"), "alpacaeval"),
+        ("mtbench-pair", ("alpacaeval", "annotations_alpaca_eval_gpt4.jsonl.gz"), "alpacaeval"),
+    ],
+)
+def test_a_file_given_the_wrong_format_is_told_the_format_its_columns_fit(wrong, source, fits):
+    """The usual cause of a missing column is another tool's file under the wrong --format: the error names the
+    format to try (a real clean_battle file, a real AlpacaEval annotation file)."""
+    with pytest.raises(InputError, match=rf"lacks required column '\w+'; its columns fit --format {fits}$"):
+        import_path(wrong, real_data(*source))
+
+
+def test_a_file_no_format_fits_is_told_only_what_it_lacks(tmp_path):
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps([{"x": 1, "y": 2}]))
+    with pytest.raises(InputError, match=r"lacks required column 'model_a'$"):
+        import_path("fastchat", path)
+
+
 def test_fastchat_gzip_array_dates_and_disconnected_groups():
     result = import_path("fastchat", real_data("arena-clean-battle-samples", "genai-arena"))
     rows = check_contract(result)
