@@ -3,8 +3,9 @@
     biasboard plan --out OUT --budget B [--k K] [--judge J ...] [--strategy topk|dopt|thompson|roundrobin|random]
                    [--snapshot ID] [--to DIR] [--seed S] [--no-repeat]
 
-Reads ``posterior.npz`` (θ mean and covariance, k, each judge's position/discrimination/tie effects)
-from the snapshot ``LATEST`` names (or ``--snapshot ID``) under ``OUT`` — local or ``gs://`` — and
+Reads ``posterior.npz`` (θ mean and covariance, k, each judge's position/discrimination/tie effects,
+the battles each judge has judged per model pair, which ``--no-repeat`` and round-robin read) from the
+snapshot ``LATEST`` names (or ``--snapshot ID``) under ``OUT`` — local or ``gs://`` — and
 writes ``plan.parquet``, ``plan.csv`` and ``plan.json`` (what was planned from what) to ``--to``
 (default ``OUT/plans/<snapshot id>/``; snapshots themselves are immutable).  Each planned pair comes
 as two consecutive rows, one per order, so the position effect stays identified.  ``plan.json`` is
@@ -66,8 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-repeat",
         dest="repeat",
         action="store_false",
-        help="plan each pair at most once in this plan (frozen judge: re-asking gives the same verdict; the "
-        "snapshot does not say which pairs were run before)",
+        help="give no judge a pair it has already judged, in the snapshot's data or earlier in this plan (frozen "
+        "judge: re-asking gives the same verdict; another judge's is new; prompts are not planned, so a pair "
+        "judged on any prompt counts); a snapshot written before it recorded the judged pairs: within this plan only",
     )
     parser.add_argument(
         "--max-pair-share",

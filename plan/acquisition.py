@@ -33,8 +33,11 @@ Strategies (greedy, one unit at a time, ``B/2`` picks per batch):
 ``dopt``       ``gain`` alone: maximal log-det increase of the θ posterior precision, blind to k.
 ``thompson``   draw θ̃ from the posterior, take its top-k set S̃, run the crossing pair (i ∈ S̃,
                j ∉ S̃) with the smallest sampled gap θ̃_i − θ̃_j (the sampled boundary).
-``roundrobin`` the least-compared pair first (past counts if given), ties broken by the circle-method
-               schedule, so every model plays once per round.
+``roundrobin`` the least-compared pair first (past counts if given: a snapshot's are the battles of the
+               judges planned for), ties broken by the circle-method schedule, so every model plays once per round.
+
+Without repeats (``repeat=False``, the frozen-judge protocol) no judge is given a (unordered) pair it has
+judged before (:attr:`Posterior.judged`) or earlier in the batch; another judge may be.
 ``random``     a uniformly random pair.
 
 Within a batch the verdicts are unknown, so after each pick the posterior is updated as if the unit
@@ -50,6 +53,7 @@ import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -86,6 +90,73 @@ PLAN_COLUMNS: dict[str, type[pl.DataType]] = {
 
 
 @dataclass(frozen=True, eq=False)
+class JudgedPairs:
+    """Battles the data already holds per (judge, unordered model pair), as sparse rows (the refresh's count).
+
+    ``judge`` indexes :attr:`Posterior.judges` (-1 when the posterior has no named judge: the battles of any
+    judge), ``first`` < ``second`` index :attr:`Posterior.models`, ``n`` counts battles in either order.  Why
+    rows and not a judge × model × model array: with 400 models and 50,000 voter-judges that array is 8e9
+    cells, while the rows are at most the judged (judge, pair)s, which the cells already bound.
+    """
+
+    judge: np.ndarray
+    first: np.ndarray
+    second: np.ndarray
+    n: np.ndarray
+
+    def __post_init__(self) -> None:
+        sizes = {np.asarray(getattr(self, name)).shape for name in ("judge", "first", "second", "n")}
+        if len(sizes) != 1 or len(next(iter(sizes))) != 1:
+            raise ValueError("posterior: judged pairs must be four columns of one length")
+
+    def dense(self, judge_index: np.ndarray, m: int) -> np.ndarray:
+        """``counts[i, a, b]``: battles of judge ``judge_index[i]`` between a and b (symmetric); index -1 → any judge.
+
+        What :func:`select_comparisons` takes as ``counts``: only the judges a plan is for become arrays.
+        """
+        idx = np.asarray(judge_index, np.int64)
+        judge, first, second, n = (np.asarray(a, np.int64) for a in (self.judge, self.first, self.second, self.n))
+        counts = np.zeros((idx.size, m, m), np.int64)
+        named = idx >= 0
+        slot = np.full(int(max(judge.max(initial=-1), idx.max(initial=-1))) + 2, -1, np.int64)  # judge → plan row
+        slot[idx[named]] = np.nonzero(named)[0]
+        row = slot[np.where(judge < 0, slot.size - 1, judge)]  # the last slot stays -1: "any judge" rows
+        kept = row >= 0
+        np.add.at(counts, (row[kept], first[kept], second[kept]), n[kept])
+        if not named.all():  # "any judge": every row, whoever judged it
+            total = np.zeros((m, m), np.int64)
+            np.add.at(total, (first, second), n)
+            counts[~named] = total
+        return counts + counts.transpose(0, 2, 1)
+
+    @classmethod
+    def of_frame(cls, frame: pl.DataFrame, models: Sequence[str], judges: Sequence[str]) -> JudgedPairs:
+        """From rows (judge, model_a, model_b, n) of names: rows of other judges or models, and self-battles,
+        are dropped; with no named judge every row counts as "any judge" (-1)."""
+        model_ix = pl.DataFrame({"model": list(models), "ix": np.arange(len(models), dtype=np.int64)})
+        rows = frame.select(
+            pl.col("judge").cast(pl.String),
+            pl.col("model_a").cast(pl.String),
+            pl.col("model_b").cast(pl.String),
+            pl.col("n").cast(pl.Int64),
+        )
+        for side in ("a", "b"):
+            rows = rows.join(model_ix.rename({"model": f"model_{side}", "ix": side}), on=f"model_{side}")
+        if judges:
+            judge_ix = pl.DataFrame({"judge": list(judges), "j": np.arange(len(judges), dtype=np.int64)})
+            rows = rows.join(judge_ix, on="judge")
+        else:
+            rows = rows.with_columns(pl.lit(-1, pl.Int64).alias("j"))
+        rows = (
+            rows.filter(pl.col("a") != pl.col("b"))
+            .group_by("j", pl.min_horizontal("a", "b").alias("first"), pl.max_horizontal("a", "b").alias("second"))
+            .agg(pl.col("n").sum())
+            .sort("j", "first", "second")
+        )
+        return cls(*(rows[c].to_numpy().astype(np.int64) for c in ("j", "first", "second", "n")))
+
+
+@dataclass(frozen=True, eq=False)
 class Posterior:
     """What acquisition needs from a fit: θ mean and covariance, k, and each judge's order effects.
 
@@ -94,7 +165,9 @@ class Posterior:
     pseudo-judge :data:`ANY_JUDGE` exists, with ``global_position``, a = 1 and ``global_tie``.
     ``component[m]`` numbers the comparison components of the fit (empty: one component); ``mean`` and
     ``cov`` are centred within each component, so they say nothing of one component's level against
-    another's (:meth:`level_cov` adds what the θ prior says of it).
+    another's (:meth:`level_cov` adds what the θ prior says of it).  ``judged``: the battles the data held per
+    (judge, pair) when the posterior was made (None: a posterior written before they were recorded), what
+    ``--no-repeat`` and round-robin read (:meth:`past_counts`).
     """
 
     models: tuple[str, ...]
@@ -109,6 +182,7 @@ class Posterior:
     global_tie: float = 0.0
     method: str = ""
     component: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    judged: JudgedPairs | None = None
 
     def __post_init__(self) -> None:
         m = len(self.models)
@@ -130,6 +204,12 @@ class Posterior:
             raise ValueError(f"posterior: k must be >= 1, got {self.k}")
         if np.asarray(self.component).size not in (0, m):
             raise ValueError(f"posterior: component must have one value per model ({m}) or none")
+        if self.judged is not None:
+            judge, first, second = (np.asarray(a) for a in (self.judged.judge, self.judged.first, self.judged.second))
+            bad = (judge != -1) if nj == 0 else (judge < 0) | (judge >= nj)
+            bad |= (first < 0) | (second >= m) | (first >= second)
+            if bad.any():
+                raise ValueError("posterior: judged pairs name a judge or model the posterior does not hold")
 
     @property
     def n_models(self) -> int:
@@ -162,20 +242,9 @@ class Posterior:
 
     def judge_effects(self, judges: Sequence[str] | None) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]:
         """(names, γ, a, ν) of the judges to plan for; None → every judge, or ANY_JUDGE if there are none."""
-        if judges is None or len(judges) == 0:
-            if not self.judges:
-                return (ANY_JUDGE,), np.array([self.global_position]), np.ones(1), np.array([self.global_tie])
-            judges = self.judges
-        index = []
-        for name in judges:
-            if name == ANY_JUDGE:
-                index.append(-1)
-            elif name in self.judges:
-                index.append(self.judges.index(name))
-            else:
-                known = ", ".join(self.judges) or "none"
-                raise KeyError(f"judge {name!r} is not in the fit (judges: {known})")
-        idx = np.array(index, dtype=np.int64)
+        if (judges is None or len(judges) == 0) and not self.judges:
+            return (ANY_JUDGE,), np.array([self.global_position]), np.ones(1), np.array([self.global_tie])
+        judges, idx = self.judge_index(judges)
         glob = idx < 0
         safe = np.where(glob, 0, idx)
 
@@ -191,13 +260,34 @@ class Posterior:
             pick(self.tie, self.global_tie),
         )
 
+    def judge_index(self, judges: Sequence[str] | None) -> tuple[tuple[str, ...], np.ndarray]:
+        """(names, index into :attr:`judges`) of the judges to plan for: None → every judge, or ANY_JUDGE (-1) if
+        there are none; a ``KeyError`` naming a judge the fit does not hold."""
+        if judges is None or len(judges) == 0:
+            judges = self.judges or (ANY_JUDGE,)
+        index = []
+        for name in judges:
+            if name == ANY_JUDGE:
+                index.append(-1)
+            elif name in self.judges:
+                index.append(self.judges.index(name))
+            else:
+                known = ", ".join(self.judges) or "none"
+                raise KeyError(f"judge {name!r} is not in the fit (judges: {known})")
+        return tuple(judges), np.array(index, dtype=np.int64)
+
+    def past_counts(self, judges: Sequence[str] | None) -> np.ndarray | None:
+        """``counts[i, a, b]``: battles the data held between a and b by the i-th judge planned for (ANY_JUDGE: by
+        any judge), the ``counts`` of :func:`select_comparisons`; None when the posterior predates the counts."""
+        if self.judged is None:
+            return None
+        return self.judged.dense(self.judge_index(judges)[1], self.n_models)
+
     # ------------------------------------------------------------------ storage in a snapshot
 
     def to_bytes(self) -> bytes:
         """An ``.npz`` (no pickles: names are stored as unicode arrays) holding every field."""
-        buffer = io.BytesIO()
-        np.savez(
-            buffer,
+        arrays: dict[str, Any] = dict(
             models=np.array(self.models, dtype=str),
             mean=np.asarray(self.mean, float),
             cov=np.asarray(self.cov, float),
@@ -210,8 +300,18 @@ class Posterior:
             global_tie=np.array(self.global_tie, float),
             method=np.array(self.method, dtype=str),
             component=np.asarray(self.component, dtype=np.int64),
+            **self._judged_arrays(),
         )
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
         return buffer.getvalue()
+
+    def _judged_arrays(self) -> dict[str, np.ndarray]:
+        """:attr:`judged` as the ``.npz``'s ``judged_*`` arrays (none when unknown: an old file reads the same)."""
+        if self.judged is None:
+            return {}
+        # int32: 16 bytes a row (1M rows, 50,000 voters' battles over 400 models: 16 MB), half of int64's
+        return {f"judged_{name}": np.asarray(getattr(self.judged, name), np.int32) for name in _JUDGED_FIELDS}
 
     @classmethod
     def from_bytes(cls, data: bytes, source: str = "posterior.npz") -> Posterior:
@@ -239,16 +339,23 @@ class Posterior:
             global_tie=float(get.get("global_tie", 0.0)),
             method=str(get.get("method", "")),
             component=get.get("component", np.zeros(0, np.int64)),
+            judged=JudgedPairs(*(get[f"judged_{n}"] for n in _JUDGED_FIELDS)) if "judged_n" in get else None,
         )
 
 
-def posterior_from_fit(fit) -> Posterior:
+#: :class:`JudgedPairs`' columns, stored as ``judged_<name>`` in ``posterior.npz``.
+_JUDGED_FIELDS = ("judge", "first", "second", "n")
+
+
+def posterior_from_fit(fit, judged: pl.DataFrame | None = None) -> Posterior:
     """The :class:`Posterior` of a :class:`~biasboard.ranking.result.FitResult`.
 
     Judge effects are the fit's named effects (:attr:`~biasboard.ranking.result.FitResult.judges`; judge
     ``'*'`` is global): ``position`` → γ_j, ``discrimination`` → a_j, ``tie`` → ν_j.  A naive fit has no
     judge effects: one pseudo-judge with no position effect, a = 1 and no ties (the naive model counts ties
-    as half wins).
+    as half wins).  ``judged``: rows (judge, model_a, model_b, n) of the battles the fit's data holds per judge and
+    pair (the refresh's :attr:`~biasboard.transforms.snapshot.CellTotals.judge_pairs`), kept as
+    :attr:`Posterior.judged` for the judges and models of the fit.
     """
     named = fit.judges
     glob = named.get("*")
@@ -276,6 +383,7 @@ def posterior_from_fit(fit) -> Posterior:
         global_tie=g_tie,
         method=str(fit.method),
         component=np.asarray(fit.component, dtype=np.int64),
+        judged=None if judged is None else JudgedPairs.of_frame(judged, tuple(fit.models), tuple(judges)),
     )
 
 
@@ -420,11 +528,13 @@ def select_comparisons(
     """The next ``budget`` ordered comparisons (⌊budget/2⌋ units of both orders) by ``strategy``.
 
     ``k`` defaults to the posterior's.  ``judges``: plan for these judges (each unit goes to the judge
-    whose verdict is most informative for it); None → every judge of the fit.  ``counts[a, b]``: ordered
-    comparisons already run (round-robin serves the least compared first; with ``repeat=False`` a pair
-    with any past comparison is not planned again — the frozen-judge protocol, where a re-query returns
-    the cached verdict).  Within one batch a pair is planned at most once when ``repeat=False``.
-    Deterministic for a given ``seed``.
+    whose verdict is most informative for it); None → every judge of the fit.  ``counts``: comparisons
+    already run, either ``counts[i, a, b]`` by the i-th judge planned for (:meth:`Posterior.past_counts`) or
+    ``counts[a, b]`` by any judge (every judge then counts as having run them).  Round-robin serves the pair
+    least compared (by the judges planned for) first.  With ``repeat=False`` no judge is given a pair it has
+    already judged, in the past or earlier in this batch — the frozen-judge protocol, where re-asking a judge
+    the same pair returns the cached verdict (prompts are not planned, so a pair judged on any prompt counts);
+    another judge's verdict on it is new.  Deterministic for a given ``seed``.
 
     The batch is spread: no pair gets more than its share of the ⌊budget/2⌋ units — an equal split over
     the pairs that may be planned, rounded up — and no judge more than an equal split over the judges,
@@ -452,20 +562,15 @@ def select_comparisons(
     rng = np.random.default_rng(np.random.SeedSequence([seed, STRATEGIES.index(strategy)]))
 
     w_all = unit_information(mean, gamma, disc, nu)  # (J, M, M)
-    past = np.zeros((m, m)) if counts is None else np.asarray(counts, float)
-    if past.shape != (m, m):
-        raise ValueError(f"counts must be {m}×{m}, got {past.shape}")
-    pair_counts = past + past.T
-    allowed = ~np.eye(m, dtype=bool)
-    if not repeat:
-        allowed &= pair_counts == 0
+    pair_counts, fresh = _past(counts, len(names), m, repeat)
+    allowed = ~np.eye(m, dtype=bool) & fresh.any(axis=0)
     upper = np.triu(np.ones((m, m), dtype=bool), 1)
     units = budget // 2
     pair_cap = _cap(units, int((allowed & upper).sum()), max_pair_share)
     judge_cap = _cap(units, len(names), max_judge_share)
     batch_pairs = np.zeros((m, m), dtype=np.int64)  # units of this batch per pair (upper triangle)
     judge_units = np.zeros(len(names), dtype=np.int64)
-    best_judge, w = _best_judges(w_all, judge_units < judge_cap)
+    best_judge, w, assignable = _best_judges(w_all, judge_units < judge_cap, fresh)
 
     samples = mean + rng.standard_normal((draws, m)) @ _sqrt_factor(cov).T
     p0 = membership(samples, k)
@@ -475,8 +580,9 @@ def select_comparisons(
     first, second, judge, score, info, reasons = [], [], [], [], [], []
     stopped = ""
     for pick in range(units):
-        cand = allowed & upper & (batch_pairs < pair_cap)
-        stopped = _stop_reason(cand, allowed & upper, judge_units < judge_cap)
+        room = allowed & upper & (batch_pairs < pair_cap)
+        cand = room & assignable
+        stopped = _stop_reason(allowed & upper, room, cand)
         if stopped:
             break
         d = np.diag(cov)
@@ -508,6 +614,7 @@ def select_comparisons(
             crit = -(pair_counts * big + schedule).astype(float)
             a, b = _stronger_first(mean, *_argmax_pair(crit, cand))
             before = "before" if counts is not None else "earlier in this plan; past comparisons not known"
+            before = "before by these judges" if counts is not None and np.ndim(counts) == 3 else before
             reason = f"least compared pair ({int(pair_counts[a, b])} {before})"
         else:  # random
             ia, ib = np.nonzero(cand)
@@ -529,10 +636,13 @@ def select_comparisons(
         pair_counts[b, a] += 2
         batch_pairs[min(a, b), max(a, b)] += 1
         judge_units[judge[-1]] += 1
+        if not repeat:  # that judge has now judged the pair: it may still go to another
+            fresh[judge[-1], a, b] = fresh[judge[-1], b, a] = False
+            allowed[a, b] = allowed[b, a] = bool(fresh[:, a, b].any())
         if judge_units[judge[-1]] == judge_cap:  # that judge's share is spent: the rest go to the others
-            best_judge, w = _best_judges(w_all, judge_units < judge_cap)
-        if not repeat:
-            allowed[a, b] = allowed[b, a] = False
+            best_judge, w, assignable = _best_judges(w_all, judge_units < judge_cap, fresh)
+        elif not repeat:
+            _rejudge_pair((best_judge, w, assignable), w_all, judge_units < judge_cap, fresh, (a, b))
     return Selection(
         strategy=strategy,
         first=np.array(first, dtype=np.int64),
@@ -549,17 +659,19 @@ def select_comparisons(
     )
 
 
-def _stop_reason(candidates: np.ndarray, plannable: np.ndarray, judges_open: np.ndarray) -> str:
+def _stop_reason(plannable: np.ndarray, room: np.ndarray, candidates: np.ndarray) -> str:
     """Why no further unit can be planned ("" when one can): the caps are limits, never exceeded.
 
-    Before, a batch whose every judge had spent its share went on giving units to the first judge (the
-    most-informative choice among judges with no room is an argmax over -inf), past ``max_judge_share``.
+    ``plannable``: pairs some judge may still be given (``repeat=False``); ``room``: those below the pair cap;
+    ``candidates``: those with a judge that may take them and has room.  Before, a batch whose every judge had
+    spent its share went on giving units to the first judge (the most-informative choice among judges with no
+    room is an argmax over -inf), past ``max_judge_share``.
     """
     if not plannable.any():
         return STOP_NO_REPEAT
-    if not candidates.any():
+    if not room.any():
         return STOP_PAIR_CAP
-    if not judges_open.any():
+    if not candidates.any():
         return STOP_JUDGE_CAP
     return ""
 
@@ -571,11 +683,50 @@ def _cap(units: int, slots: int, share: float | None) -> int:
     return max(1, math.ceil(units / max(slots, 1)))
 
 
-def _best_judges(w_all: np.ndarray, open_: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per pair, the most informative judge among those with room left, and that judge's information."""
-    w_open = np.where(open_[:, None, None], w_all, -np.inf)
-    best = np.argmax(w_open, axis=0)
-    return best, np.take_along_axis(w_all, best[None], axis=0)[0]
+def _past(counts: np.ndarray | None, n_judges: int, m: int, repeat: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(comparisons per pair so far, ``fresh[j, a, b]``: judge j may be given the pair) from ``counts``.
+
+    ``counts`` per planned judge (J × M × M) or by any judge (M × M); the pair counts round-robin reads are the
+    sum over the judges planned for.  Without ``repeat`` a judge is fresh for a pair it has not judged.
+    """
+    if counts is None:
+        per_judge = np.zeros((1, m, m))
+    else:
+        per_judge = np.asarray(counts, float)
+        per_judge = per_judge[None] if per_judge.ndim == 2 else per_judge
+        if per_judge.shape[1:] != (m, m) or per_judge.shape[0] not in (1, n_judges) or per_judge.ndim != 3:
+            raise ValueError(f"counts must be {m}×{m} or {n_judges}×{m}×{m}, got {np.shape(counts)}")
+    per_judge = per_judge + per_judge.transpose(0, 2, 1)
+    pair_counts = per_judge.sum(axis=0)
+    if repeat:
+        return pair_counts, np.ones((n_judges, m, m), dtype=bool)
+    return pair_counts, np.broadcast_to(per_judge == 0, (n_judges, m, m)).copy()
+
+
+def _best_judges(w_all: np.ndarray, open_: np.ndarray, fresh: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per pair, the most informative judge among those with room left that may be given it, that judge's
+    information, and whether there is such a judge."""
+    eligible = open_[:, None, None] & fresh
+    best = np.argmax(np.where(eligible, w_all, -np.inf), axis=0)
+    return best, np.take_along_axis(w_all, best[None], axis=0)[0], eligible.any(axis=0)
+
+
+def _rejudge_pair(
+    chosen: tuple[np.ndarray, np.ndarray, np.ndarray],
+    w_all: np.ndarray,
+    open_: np.ndarray,
+    fresh: np.ndarray,
+    pair: tuple[int, int],
+) -> None:
+    """:func:`_best_judges` of the one pair just planned (in place, on ``chosen`` = its three arrays), now that
+    its judge has judged it: O(judges), where recomputing every pair is O(judges × models²) a pick."""
+    best, w, assignable = chosen
+    a, b = pair
+    eligible = open_ & fresh[:, a, b]
+    j = int(np.argmax(np.where(eligible, w_all[:, a, b], -np.inf)))
+    best[a, b] = best[b, a] = j
+    w[a, b] = w[b, a] = w_all[j, a, b]
+    assignable[a, b] = assignable[b, a] = bool(eligible.any())
 
 
 def _stronger_first(mean: np.ndarray, a: int, b: int) -> tuple[int, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import io
 import json
@@ -15,6 +16,7 @@ from biasboard.pipelines import cli
 from biasboard.plan.acquisition import (
     PLAN_COLUMNS,
     STRATEGIES,
+    JudgedPairs,
     Posterior,
     _believer_update,
     circle_schedule,
@@ -26,9 +28,11 @@ from biasboard.ranking import ModelConfig, fit_bias_aware
 from biasboard.schemas.battle import BATTLE_SCHEMA, STYLE_COUNT_COLUMNS
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
+from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import publish
 from biasboard.transforms.cells import partial_cells
 from biasboard.transforms.plan import POSTERIOR_FILE, make_plan, plan_inputs
+from biasboard.transforms.snapshot import CellTotals, planned_judge_pairs
 
 M, K = 20, 5
 #: Clear gaps of 0.8 logits, except the models at ranks 5 and 6 (indices 4, 5), 0.05 apart: they
@@ -449,3 +453,79 @@ def test_the_reason_gives_the_two_models_in_the_rows_order():
         row = frame.row(0, named=True)
         assert row["rating_a"] >= row["rating_b"]
         assert f"P(top 3) {row['p_top_k_a']:.2f} / {row['p_top_k_b']:.2f}" in row["reason"]
+
+
+# ------------------------------------------------------------------ --no-repeat across the history
+
+
+def _judged(frame: pl.DataFrame) -> set[tuple[str, frozenset]]:
+    """(judge, unordered pair) of every battle or planned comparison in ``frame`` (self-battles left out)."""
+    rows = frame.filter(pl.col("model_a") != pl.col("model_b")).select("judge", "model_a", "model_b").rows()
+    return {(judge, frozenset((a, b))) for judge, a, b in rows}
+
+
+def test_no_repeat_plans_nothing_the_refreshed_data_already_holds(tmp_path, capsys):
+    """A refresh records each judge's judged pairs in posterior.npz, and ``plan --no-repeat`` gives no judge a pair
+    it has judged: before, the snapshot held no counts and the plan re-proposed judged (judge, pair)s, whose frozen
+    verdicts would come back unchanged.  Measured here: 40 battles of 8 models by 2 judges judge 27 of the 56
+    (judge, pair)s; the plan proposes exactly the other 29, once each."""
+    sim = write_simulation(SimulationConfig(battles=40, models=8, judges=2, days=1, seed=3), tmp_path / "sim")
+    out = str(tmp_path / "out")
+    refresh = ["refresh", "--no-audit", "--input", str(sim / "battles"), "--state", str(tmp_path / "state")]
+    assert cli.main([*refresh, "--out", out, "--k", "3"]) == 0
+    data = _judged(pl.read_parquet(sim / "battles" / "**" / "*.parquet"))
+    post = Posterior.from_bytes((Path(publish.resolve_snapshot(out, None)) / POSTERIOR_FILE).read_bytes())
+    assert post.judged is not None and int(post.judged.n.sum()) == 40  # the simulation makes no self-battles
+    everything = {(j, frozenset(p)) for j in post.judges for p in zip(*np.triu_indices(8, 1), strict=True)}
+    assert len(data) < len(everything)
+
+    capsys.readouterr()
+    assert cli.main(["plan", "--out", out, "--budget", "1000", "--no-repeat", "--to", str(tmp_path / "p")]) == 0
+    assert "note: only" in capsys.readouterr().out
+    plan = pl.read_parquet(tmp_path / "p" / "plan.parquet")
+    planned = _judged(plan)
+    names = {(j, frozenset(post.models[i] for i in pair)) for j, pair in everything}
+    assert planned == names - data and plan.height == 2 * len(planned)  # all the rest, each once in both orders
+    assert json.loads((tmp_path / "p" / "plan.json").read_text())["past_counts"] is True
+
+    roundrobin = ["--strategy", "roundrobin", "--to", str(tmp_path / "r")]
+    assert cli.main(["plan", "--out", out, "--budget", "20", *roundrobin]) == 0
+    rr = pl.read_parquet(tmp_path / "r" / "plan.parquet")
+    assert rr["reason"][0] == "least compared pair (0 before by these judges)"  # 56 > 40: some pair was never run
+
+
+def test_no_repeat_is_per_judge_and_round_robin_sums_the_judges():
+    """A pair judged by j1 is not given to j1 again, but j2's verdict on it is new; round-robin counts both judges'."""
+    post = _three_judge_posterior()
+    judged = JudgedPairs(judge=np.array([0, 1]), first=np.array([2, 2]), second=np.array([3, 3]), n=np.array([4, 1]))
+    post = dataclasses.replace(post, judged=judged)
+    counts = post.past_counts(None)
+    assert counts.shape == (3, 6, 6) and counts[0, 3, 2] == 4 and counts[1, 2, 3] == 1 and counts[2].sum() == 0
+    sel = select_comparisons(post, 200, "topk", counts=counts, repeat=False, max_judge_share=1.0, max_pair_share=1.0)
+    given = [(sel.judges[j], frozenset(u)) for j, u in zip(sel.judge, _units(sel), strict=True)]
+    assert len(given) == len(set(given)) == 3 * 15 - 2  # every (judge, pair) but the two judged, once
+    assert ("j3", frozenset((2, 3))) in given and ("j1", frozenset((2, 3))) not in given
+    rr = select_comparisons(post, 2 * 15, "roundrobin", counts=counts)
+    assert _units(rr)[-1] == frozenset((2, 3))  # compared 5 times: last
+    back = Posterior.from_bytes(post.to_bytes())
+    np.testing.assert_array_equal(back.past_counts(["j2"]), post.past_counts(["j2"]))
+
+
+def test_a_posterior_written_before_the_counts_still_plans_and_says_what_no_repeat_covers(tmp_path, fitted, capsys):
+    out = str(tmp_path / "out")
+    _snapshot(out, fitted)  # plan_inputs without the judged pairs: the posterior.npz of an older refresh
+    assert (
+        Posterior.from_bytes((Path(publish.resolve_snapshot(out, None)) / POSTERIOR_FILE).read_bytes()).judged is None
+    )
+    assert cli.main(["plan", "--out", out, "--budget", "10", "--no-repeat"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("--no-repeat avoids repeats within this plan only") == 1, printed
+    assert cli.main(["plan", "--out", out, "--budget", "10"]) == 0
+    assert "within this plan only" not in capsys.readouterr().out
+
+
+def test_pooled_voters_have_judged_what_any_of_them_judged():
+    judged = {"judge": ["arena/v1", "arena/v2", "gpt"], "model_a": ["a", "b", "a"], "model_b": ["b", "a", "b"]}
+    totals = CellTotals(pa.table({}), pa.table({}), 0, pa.table({**judged, "n": [1, 2, 5]}))
+    pooled = planned_judge_pairs(totals, "prefix:/").sort("judge", "model_a")
+    assert pooled.rows() == [("arena", "a", "b", 1), ("arena", "b", "a", 2), ("gpt", "a", "b", 5)]

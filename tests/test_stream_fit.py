@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 from biasboard.pipelines.backfill import run_backfill
+from biasboard.plan import Posterior
 from biasboard.ranking import ModelConfig, stream
 from biasboard.ranking.arrowhead import row_covariance
 from biasboard.ranking.bootstrap import ShardRedraw
@@ -121,6 +122,8 @@ def test_cell_totals_of_buckets_equal_those_of_the_whole_table():
     assert parts.style_battles == whole.style_battles > 0
     key = [("model_a", "ascending"), ("model_b", "ascending")]
     assert parts.model_pairs.sort_by(key).equals(whole.model_pairs.sort_by(key))
+    judged = [("judge", "ascending"), *key]
+    assert parts.judge_pairs.sort_by(judged).equals(whole.judge_pairs.sort_by(judged))
 
 
 @pytest.mark.parametrize("solver,style", [("dense", False), ("blocked", False), ("blocked", True)])
@@ -428,6 +431,11 @@ def test_fit_state_streams_judges_pooled_by_prefix(tmp_path, monkeypatch, caplog
     assert set(mem.bias["judge"]) == set(streamed.bias["judge"]) == {snapshot.GLOBAL_JUDGE, *_sim_judges(state)}
     a, b = to_jsonable(mem.summary), to_jsonable(streamed.summary)
     assert a["judges"] == b["judges"] and all("/" in judge["judge"] for judge in a["judges"])  # voters, as stored
+    # what plan --no-repeat reads: each pool has judged what any of its voters judged, in both paths
+    judged = [Posterior.from_bytes(parts.extra_files["posterior.npz"]) for parts in (mem, streamed)]
+    assert judged[0].judges == judged[1].judges == tuple(sorted(_sim_judges(state)))
+    assert np.array_equal(judged[0].past_counts(None), judged[1].past_counts(None))
+    assert judged[0].past_counts(None).sum() == 2 * sum(judge["n"] - judge["self_battles"] for judge in a["judges"])
 
 
 def test_pool_buckets_leaves_judges_without_the_separator_as_they_are(tmp_path):

@@ -28,17 +28,19 @@ POSTERIOR_FILE = "posterior.npz"
 PLAN_FILES = ("plan.parquet", "plan.csv", "plan.json")
 
 
-def plan_inputs(fit_result) -> dict[str, bytes]:
+def plan_inputs(fit_result, judged: pl.DataFrame | None = None) -> dict[str, bytes]:
     """Files to add to a snapshot so ``plan`` can run from it: ``{"posterior.npz": bytes}``.
 
     Call with the corrected (bias-aware) :class:`~biasboard.ranking.result.FitResult` when
-    publishing: ``files.update(plan_inputs(corrected))`` before ``publish_snapshot``.  A fit of fewer than
-    two models has no comparison to plan and gets no posterior (``plan`` then says so): building one
-    raised, and took the whole refresh down with a traceback.
+    publishing: ``files.update(plan_inputs(corrected, judged))`` before ``publish_snapshot``.  ``judged``: the
+    battles per (judge, model_a, model_b) the fit's data holds (``n``), so that ``plan --no-repeat`` skips what
+    was judged before and round-robin counts it (:attr:`~biasboard.plan.acquisition.Posterior.judged`); without
+    it the posterior says nothing of the past.  A fit of fewer than two models has no comparison to plan and gets
+    no posterior (``plan`` then says so): building one raised, and took the whole refresh down with a traceback.
     """
     if fit_result.n_models < 2:
         return {}
-    return {POSTERIOR_FILE: posterior_from_fit(fit_result).to_bytes()}
+    return {POSTERIOR_FILE: posterior_from_fit(fit_result, judged).to_bytes()}
 
 
 def _shortfall_notes(selection: Selection, units: int) -> list[str]:
@@ -46,7 +48,10 @@ def _shortfall_notes(selection: Selection, units: int) -> list[str]:
     if selection.n_units >= units:
         return []
     if selection.stopped == STOP_NO_REPEAT:
-        return [f"only {selection.n_units} distinct pairs are available without repeats"]
+        return [
+            f"only {selection.n_units} units are available without repeats (every other pair was judged by each "
+            "judge planned for, before or earlier in this plan)"
+        ]
     held = {STOP_PAIR_CAP: ("pair", "--max-pair-share"), STOP_JUDGE_CAP: ("judge", "--max-judge-share")}
     if selection.stopped not in held:
         return []
@@ -95,6 +100,13 @@ def read_posterior(snapshot_path: str) -> Posterior:
         return Posterior.from_bytes(storage.read_bytes(path), source=path)
     except ValueError as err:
         raise StateError(str(err)) from None
+
+
+#: Said when ``--no-repeat`` cannot see the past: the posterior was written before it held the judged pairs.
+NO_PAST_NOTE = (
+    "this snapshot's posterior.npz does not record which pairs each judge has judged (written before it did), so "
+    "--no-repeat avoids repeats within this plan only; a refresh writes one that does"
+)
 
 
 #: The largest plan one call makes: picks are greedy with a posterior update each, O(models²) apiece.
@@ -150,12 +162,14 @@ def make_plan(
         )
         strategy = "dopt"
     try:
+        counts = posterior.past_counts(judges)
         selection = select_comparisons(
             posterior,
             budget,
             strategy,
             k=k,
             judges=judges,
+            counts=counts,
             seed=seed,
             repeat=repeat,
             max_pair_share=max_pair_share,
@@ -163,6 +177,8 @@ def make_plan(
         )
     except KeyError as err:
         raise InputError(f"--judge: {err.args[0]}") from None
+    if counts is None and not repeat:
+        notes.append(NO_PAST_NOTE)
     if budget % 2:
         notes.append(f"budget {budget} is odd: planned {budget - 1} (each pair runs in both orders)")
     notes.extend(_shortfall_notes(selection, budget // 2))
@@ -185,6 +201,7 @@ def make_plan(
         "judges": list(selection.judges),
         "seed": seed,
         "repeat": repeat,
+        "past_counts": counts is not None,
         "posterior_method": posterior.method,
         "files": list(PLAN_FILES[:2]),
         "notes": notes,

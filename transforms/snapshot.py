@@ -281,7 +281,12 @@ def _fit_snapshot(
         summary=summary,
         model_options=_config_dict(fitted.config),
         n_cells=n_cells,
-        extra_files={**audit_files, **plan_inputs(corrected), **slice_files, **judge_files},
+        extra_files={
+            **audit_files,
+            **plan_inputs(corrected, planned_judge_pairs(totals, spec.config.judge_pool)),
+            **slice_files,
+            **judge_files,
+        },
         slices=boards,
         merge_s=merge_s,
     )
@@ -356,6 +361,10 @@ class CellTotals:
     judges: pa.Table  # judge_summary: a row per judge
     model_pairs: pa.Table  # battles and verdicts per (model_a, model_b), over judges and the other keys
     style_battles: int
+    #: Battles per (judge, model_a, model_b), self-battles left out: what each judge has already judged, which the
+    #: snapshot's posterior keeps for ``plan --no-repeat`` (:func:`planned_judge_pairs`).  Rows, not an array:
+    #: at most one per judged (judge, ordered pair), which the cells already bound.
+    judge_pairs: pa.Table
 
     @classmethod
     def of(cls, cells: pa.Table) -> CellTotals:
@@ -363,7 +372,7 @@ class CellTotals:
         assert isinstance(frame, pl.DataFrame)
         pairs = frame.group_by("model_a", "model_b").agg(pl.col(c).cast(pl.Int64).sum() for c in _PAIR_TOTALS[2:])
         pairs = pairs.with_columns(pl.col("model_a", "model_b").cast(pl.String))
-        return cls(judge_summary(cells), pairs.to_arrow(), style_battles(cells))
+        return cls(judge_summary(cells), pairs.to_arrow(), style_battles(cells), judge_pair_counts(cells))
 
     @classmethod
     def of_buckets(cls, tables: Iterable[pa.Table]) -> CellTotals:
@@ -371,6 +380,7 @@ class CellTotals:
         (:class:`~biasboard.ranking.stream.JudgeBuckets`), so the judges' rows are the tables' rows and the
         model pairs' counts (integers) their sums."""
         judges: list[pl.DataFrame] = []
+        judged: list[pa.Table] = []  # a bucket's judges are whole in it: its rows are final
         pairs: pl.DataFrame | None = None
         style = 0
         for table in tables:
@@ -379,13 +389,14 @@ class CellTotals:
             part = cls.of(table)
             del table
             judges.append(_frame(part.judges))
+            judged.append(part.judge_pairs)
             # summed as the buckets come: every bucket's pairs kept until the end grew with the history (a
             # bucket has up to a row per model pair: 24 x 160k rows at bench/scale.py's full 2N, ~150 MB)
             pairs = _frame(part.model_pairs) if pairs is None else _summed_pairs(pairs, _frame(part.model_pairs))
             style += part.style_battles
         if pairs is None:
             return cls.of(PAIR_CELLS_SCHEMA.empty_table())
-        return cls(pl.concat(judges).sort("judge").to_arrow(), pairs.to_arrow(), style)
+        return cls(pl.concat(judges).sort("judge").to_arrow(), pairs.to_arrow(), style, pa.concat_tables(judged))
 
 
 def _summed_pairs(total: pl.DataFrame, part: pl.DataFrame) -> pl.DataFrame:
@@ -397,6 +408,31 @@ def _frame(table: pa.Table) -> pl.DataFrame:
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     return frame
+
+
+def judge_pair_counts(cells: pa.Table) -> pa.Table:
+    """:attr:`CellTotals.judge_pairs` of pair cells: ``n`` summed over every other key (bins, families, slices).
+
+    Grouped on the keys as they come (a merged history's are dictionary-encoded) and cast to strings after, on
+    the far fewer grouped rows (casting every cell's keys cost ~100 bytes a cell: :func:`judge_summary`).
+    """
+    used = ["judge", "model_a", "model_b", "n"]
+    frame = _frame(cells.select(used) if cells.num_rows else PAIR_CELLS_SCHEMA.empty_table().select(used))
+    grouped = frame.group_by("judge", "model_a", "model_b").agg(pl.col("n").cast(pl.Int64).sum())
+    grouped = grouped.with_columns(pl.col("judge", "model_a", "model_b").cast(pl.String))
+    return grouped.filter(pl.col("model_a") != pl.col("model_b")).to_arrow()
+
+
+def planned_judge_pairs(totals: CellTotals, judge_pool: str | None) -> pl.DataFrame:
+    """The judged pairs under the fit's judge names (``--judge-pool`` renames voters to their pools, and a pool
+    has judged what any of its voters has): what :func:`~biasboard.transforms.plan.plan_inputs` keeps."""
+    frame = _frame(totals.judge_pairs)
+    if judge_pool is None or not frame.height:
+        return frame
+    stored = frame.get_column("judge").unique().to_list()
+    pools = dict(zip(stored, pool_judge_names(stored, judge_pool), strict=True))
+    renamed = frame.with_columns(pl.col("judge").replace_strict(pools, return_dtype=pl.String))
+    return renamed.group_by("judge", "model_a", "model_b").agg(pl.col("n").sum())
 
 
 #: The columns of :attr:`CellTotals.model_pairs` (what :func:`head_to_head` reads).
