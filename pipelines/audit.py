@@ -19,7 +19,11 @@ and sums the days.  Writes under ``--out``:
 * ``audit_family.parquet`` — own-family win rate under the judge vs other-family judges;
 * ``audit_section.html`` — the report's audit section (a fragment);
 * ``audit.json`` — all of the above plus row counts and ``notes`` (what could not be measured and why:
-  rows rejected, no ``prompt_id``, no pair judged in both orders; also printed), written last.
+  rows rejected, no ``prompt_id``, no pair judged in both orders; also printed), written last; an earlier
+  run's is removed before the files are written, so files without ``audit.json`` are an audit cut short.
+
+Storage lost midway ends the job in one line naming the storage and what it left
+(:func:`~biasboard.transforms.audit.run_audit`).
 
 Gold labels come from a ``gold`` column in the battles (the correct verdict in
 FastChat's values, for that row's order) and/or ``--anchors``: battle-shaped
@@ -71,7 +75,9 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     validation.input_buckets(("--input", args.input), ("--anchors", job.anchors))
     aliases = load_aliases(job.aliases)
     path = run_audit(args.input, args.out, options, job.anchors, families, aliases)
-    for note in json.loads(storage.read_text(path)).get("notes", []):
+    with storage.if_unreachable(f"the audit is complete ({path} was written last); only its notes were not printed"):
+        notes = json.loads(storage.read_text(path)).get("notes", [])
+    for note in notes:
         print(f"note: {note}")
     print(path)
     return 0

@@ -9,7 +9,8 @@ snapshot ``LATEST`` names (or ``--snapshot ID``) under ``OUT`` — local or ``gs
 writes ``plan.parquet``, ``plan.csv`` and ``plan.json`` (what was planned from what) to ``--to``
 (default ``OUT/plans/<snapshot id>/``; snapshots themselves are immutable).  Each planned pair comes
 as two consecutive rows, one per order, so the position effect stays identified.  ``plan.json`` is
-written last, so a harness polling it never reads a half-written plan.
+removed first and written last, so a harness polling it never reads a half-written plan (nor an earlier
+plan's ``plan.json`` beside this one's tables); storage lost midway ends the job in one line saying so.
 
 The selection itself is :func:`biasboard.plan.select_comparisons` and the reading and writing
 :func:`biasboard.transforms.plan.make_plan`; this module only parses the flags.

@@ -84,6 +84,7 @@ from biasboard.transforms.fit import DEFAULT_FIT_RAM, FitModels
 from biasboard.transforms.ingest import METRICS_NAMESPACE as INGEST_METRICS
 from biasboard.transforms.ingest import committed, day_tasks, ingest_days, ingest_settings
 from biasboard.transforms.judge_pool import JudgePool
+from biasboard.transforms.plan import LEFT_BEFORE_WRITING as PLAN_NOT_WRITTEN
 from biasboard.transforms.plan import MAX_BUDGET, has_posterior, make_plan
 from biasboard.transforms.publish import failpoint
 from biasboard.transforms.runner import counters, run_to_completion
@@ -308,8 +309,10 @@ class Timings:
 LEFT_BEFORE_PUBLISHING = (
     "nothing was published (LATEST was not moved), the state holds only complete days, and a rerun resumes from them"
 )
-#: What it leaves when storage is lost while writing the plan, after publishing.
-LEFT_AFTER_PUBLISHING = "the snapshot was published (LATEST names it); only its plan was not written"
+#: What a refresh had done when storage is lost while it writes the plan, after publishing; the plan's step then
+#: says what it left of the plan (:data:`~biasboard.transforms.plan.LEFT_BEFORE_WRITING`, :func:`~biasboard.transforms
+#: .plan.left_writing`).
+LEFT_AFTER_PUBLISHING = "the snapshot was published (LATEST names it)"
 
 
 @storage.if_unreachable(LEFT_BEFORE_PUBLISHING)
@@ -489,7 +492,7 @@ def _with_plan(outcome: Outcome, out_dir: str, options: RefreshOptions) -> Outco
     """``outcome`` with the plan ``--plan-budget`` asks for, made from its snapshot."""
     if not options.plan_budget or outcome.published is None:
         return outcome
-    with storage.if_unreachable(LEFT_AFTER_PUBLISHING):
+    with storage.if_unreachable_after(LEFT_AFTER_PUBLISHING), storage.if_unreachable(PLAN_NOT_WRITTEN):
         if not has_posterior(out_dir, outcome.published.snapshot_id):  # a board of one model: nothing to compare
             _LOG.warning("--plan-budget: the snapshot rates fewer than two models, so there is no comparison to plan")
             return outcome

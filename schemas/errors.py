@@ -45,6 +45,11 @@ class StorageUnreachable(StateError):
         """This error saying ``consequence``, unless it already says one (the innermost job step knows best)."""
         return self._with(consequence=self.consequence or consequence)
 
+    def after(self, done: str) -> StorageUnreachable:
+        """This error saying that ``done`` was done before the step whose consequence it says (a refresh's plan:
+        the snapshot was published, then the plan's own step says what it left)."""
+        return self._with(consequence=f"{done}; {self.consequence}" if self.consequence else done)
+
     def about(self, path: str) -> StorageUnreachable:
         """This error naming ``path``: what the caller was reading or writing (a resumable upload's requests
         name no object, a listing's only its prefix)."""

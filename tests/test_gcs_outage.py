@@ -11,12 +11,14 @@ far as the reader could tell.
 The emulator here keeps its objects on disk, so it can be killed (connections refused) and started again,
 or frozen with SIGSTOP (a server that accepts and never answers) and thawed, and what the job left checked.
 Storage is lost at the refresh's own failpoints (the crash tests' named points, here losing the storage
-instead of the process).  The bounds are shrunk so that each outage costs seconds: what these tests hold is
-that the bounds are the ones the client uses and what the job says and leaves, not the production numbers.
+instead of the process), and as the audit and the plan start writing into a folder an earlier run completed.
+The bounds are shrunk so that each outage costs seconds: what these tests hold is that the bounds are the
+ones the client uses and what the job says and leaves, not the production numbers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -30,7 +32,9 @@ from biasboard.pipelines import cli, validation
 from biasboard.pipelines import refresh as refresh_job
 from biasboard.schemas.errors import StorageUnreachable
 from biasboard.simulate import SimulationConfig, write_simulation
+from biasboard.transforms import audit as audit_step
 from biasboard.transforms import gcs_requests, publish, storage
+from biasboard.transforms import plan as plan_step
 from gcs_emulator import EmulatorProcess, using_emulator
 from requests.adapters import BaseAdapter
 from urllib3.exceptions import MaxRetryError, NewConnectionError
@@ -110,15 +114,20 @@ def _lose_storage_at(monkeypatch, point: str, lose: Callable[[], None]) -> None:
 
 def _failed_refresh(nightly: dict, capsys) -> tuple[str, float]:
     """Run the nightly refresh, which must fail (exit 2); its one stderr line and how long it took."""
+    started = time.monotonic()
+    err = _failed(nightly["argv"], capsys)
+    return err, time.monotonic() - started
+
+
+def _failed(argv: list[str], capsys) -> str:
+    """Run a job that must fail (exit 2) in one line, within the bound; that line."""
     capsys.readouterr()
     started = time.monotonic()
-    code = cli.main(nightly["argv"])
-    elapsed = time.monotonic() - started
+    code = cli.main(argv)
     err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    assert elapsed < FAILS_WITHIN_S, f"{elapsed:.0f} s"
-    return err, elapsed
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert time.monotonic() - started < FAILS_WITHIN_S
+    return err
 
 
 def _storage_back(monkeypatch, restore: Callable[[], None]) -> None:
@@ -291,3 +300,61 @@ def test_the_bounds_cap_what_the_library_asks():
     assert gcs_requests.bounded_timeout(60) == (10, 20)
     assert gcs_requests.bounded_timeout((3, 5)) == (3, 5)
     assert gcs_requests.bounded_timeout((None, 120)) == (10, 20)
+
+
+def test_plan_with_its_storage_gone_before_plan_json_leaves_no_plan_json(
+    emulator, nightly, quick_bounds, monkeypatch, capsys
+):
+    """Killed as a rerun into the same folder starts writing: the line says what a missing plan.json means, and it
+    is missing.  Before: no word of what was left, and the previous plan's plan.json (a budget of 4) stood beside
+    whatever of this run's tables was written, one plan's description over another's rows.  (A table whose upload
+    was cut short may still complete once storage is back: its writer stays open; plan.json was not begun.)"""
+    process, root = emulator
+    dest = f"{root}/plan"
+    argv = ["plan", "--out", nightly["site"], "--to", dest, "--budget"]
+    assert cli.main([*argv, "4"]) == 0 and storage.exists(f"{dest}/plan.json")
+    _lose_storage_at(monkeypatch, "plan-json-removed", process.kill)
+    try:
+        err = _failed([*argv, "6"], capsys)
+    finally:
+        _storage_back(monkeypatch, process.start)
+    assert err.startswith(f"biasboard plan: error: cannot reach storage at {process.host} for gs://{BUCKET}/"), err
+    assert err.endswith(plan_step.left_writing(dest)), err
+    assert not storage.exists(f"{dest}/plan.json")
+
+
+def test_audit_with_its_storage_gone_before_audit_json_leaves_no_audit_json(
+    emulator, nightly, quick_bounds, monkeypatch, capsys
+):
+    """Killed as a rerun's audit, the days summed, starts writing its files: one line naming the storage and what is
+    left, and no audit.json (the previous run's is gone).  Before: the line said nothing of what was left, and the
+    previous audit.json stood beside whatever of this run's files was written."""
+    process, root = emulator
+    out = f"{root}/audit"
+    argv = ["audit", "--input", f"{root}/logs/day=*/*.parquet", "--out", out]
+    assert cli.main(argv) == 0 and storage.exists(f"{out}/audit.json")
+    _lose_storage_at(monkeypatch, "audit-summed", process.kill)
+    try:
+        err = _failed(argv, capsys)
+    finally:
+        _storage_back(monkeypatch, process.start)
+    assert err.startswith(f"biasboard audit: error: cannot reach storage at {process.host} for gs://{BUCKET}/"), err
+    assert err.endswith(audit_step.left_writing(out)), err
+    assert not storage.exists(f"{out}/audit.json")
+
+
+def test_a_refresh_that_lost_storage_planning_says_it_published_then_what_the_plan_left():
+    """The refresh's plan step (its ``_with_plan`` blocks): what the refresh had done goes before what the plan's own
+    step left; where the plan's step says nothing (checking for a posterior), that it wrote no plan."""
+    lost = StorageUnreachable("http://h", "gs://b/site/plans/s/plan.csv", "Connection refused", 31)
+    dest = "gs://b/site/plans/s"
+    for inner, left in ((plan_step.left_writing(dest), plan_step.left_writing(dest)), (None, "no plan was written")):
+        step = storage.if_unreachable(inner) if inner else contextlib.nullcontext()
+        after, before = refresh_job.LEFT_AFTER_PUBLISHING, plan_step.LEFT_BEFORE_WRITING
+        with pytest.raises(StorageUnreachable) as caught, storage.if_unreachable_after(after):  # noqa: SIM117
+            with storage.if_unreachable(before), step:  # the order of the refresh's blocks, then the plan's
+                raise lost
+        assert str(caught.value).startswith(
+            "cannot reach storage at http://h for gs://b/site/plans/s/plan.csv (Connection refused; no answer for "
+            "31 s): the snapshot was published (LATEST names it); " + left
+        ), caught.value

@@ -249,13 +249,32 @@ def run_audit(
 ) -> str:
     """Audit ``input_glob`` and write the files under ``out``; returns audit.json's path.
 
-    What ``biasboard audit`` runs, and what ``biasboard refresh`` runs so that a
-    snapshot carries the same audit.
+    What ``biasboard audit`` runs (``biasboard refresh`` runs :func:`audit_days_incremental` in its own pipeline).
+    ``out``'s ``audit.json`` is removed before any audit file is written, and written last, so an ``audit.json``
+    always describes complete files beside it: a rerun into the same folder that stopped midway left the previous
+    run's ``audit.json`` beside some of this run's tables.  Storage lost midway says so in one line
+    (:data:`LEFT_BEFORE_WRITING`, :func:`left_writing`).
     """
     storage.configure_gcs(no_auth=options.view_as(GoogleCloudOptions).no_auth)
-    inputs = audit_inputs(input_glob, out, anchors, family_map)
-    run_to_completion(build_audit(options, *inputs, aliases=aliases))
-    return storage.join(out, AUDIT_JSON)
+    with storage.if_unreachable(LEFT_BEFORE_WRITING):
+        inputs = audit_inputs(input_glob, out, anchors, family_map)
+    marker = storage.join(out, AUDIT_JSON)
+    with storage.if_unreachable(left_writing(out)):
+        storage.delete([marker])
+        run_to_completion(build_audit(options, *inputs, aliases=aliases))
+    return marker
+
+
+#: What an audit that lost its storage before writing leaves (:func:`storage.if_unreachable`): it only read.
+LEFT_BEFORE_WRITING = "no audit file was written (an audit.json there is the previous audit's, with its files)"
+
+
+def left_writing(out: str) -> str:
+    """What an audit that lost its storage while writing under ``out`` leaves (:func:`run_audit`)."""
+    return (
+        f"{storage.join(out, AUDIT_JSON)} is removed before the audit files are written and written after them: "
+        f"without it the files there are partial; rerun (a complete audit also removes the scratch {SCRATCH_DAYS}/)"
+    )
 
 
 def audit_inputs(
@@ -499,6 +518,7 @@ def write_audit(
     """Write the audit files under ``out``, each atomically, ``audit.json`` last (``parquet``: :func:`audit_files`)."""
     storage.ensure_dir(out)
     written = []
+    publish.failpoint("audit-summed")
     for name, data in audit_files(result, counts, parquet).items():
         path = storage.join(out, name)
         storage.atomic_write_bytes(path, data)

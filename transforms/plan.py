@@ -6,6 +6,11 @@ systems for ``gs://``.  The selection itself is
 :func:`plan_inputs` is what a refresh adds to a snapshot so a plan can be made
 from it; :func:`make_plan` is what ``biasboard plan`` runs, and what ``biasboard
 refresh --plan-budget`` runs after publishing.
+
+A plan is ``plan.parquet`` and ``plan.csv``, then ``plan.json`` (what was planned from what): the folder's
+``plan.json`` is removed before the tables are written and written after them (:func:`write_plan`), so a
+``plan.json`` always describes complete tables beside it, and tables without one are a plan cut short.  Storage
+lost mid-run leaves one line saying so (:data:`LEFT_BEFORE_WRITING`, :func:`left_writing`).
 """
 
 from __future__ import annotations
@@ -109,6 +114,37 @@ NO_PAST_NOTE = (
 )
 
 
+#: What a plan that lost its storage before writing leaves (:func:`storage.if_unreachable`): it only read.
+LEFT_BEFORE_WRITING = "no plan was written (nothing was changed)"
+
+
+def left_writing(dest: str) -> str:
+    """What a plan that lost its storage while writing into ``dest`` leaves: see :func:`write_plan`."""
+    return (
+        f"{storage.join(dest, PLAN_FILES[2])} is removed before the plan's tables are written and written after them: "
+        "without it the tables there are partial; rerun"
+    )
+
+
+def write_plan(dest: str, frame: pl.DataFrame, meta: dict) -> list[str]:
+    """Write the plan's tables and then ``plan.json`` under ``dest``, removing the old ``plan.json`` first; the paths.
+
+    Why first: a plan rerun into the same folder (the same snapshot, another budget or strategy) that stopped after
+    a table left the previous plan's ``plan.json`` beside the new table, one plan's description over another's
+    rows.  Each file is replaced atomically, so what is there is whole; without ``plan.json`` it is not a plan.
+    """
+    marker = storage.join(dest, PLAN_FILES[2])
+    storage.delete([marker])
+    publish.failpoint("plan-json-removed")
+    paths = []
+    for name, fmt in zip(PLAN_FILES[:2], ("parquet", "csv"), strict=True):
+        path = storage.join(dest, name)
+        storage.atomic_write_bytes(path, publish.table_bytes(frame, fmt))
+        paths.append(path)
+    storage.atomic_write_bytes(marker, publish.json_bytes(meta))
+    return [*paths, marker]
+
+
 #: The largest plan one call makes: picks are greedy with a posterior update each, O(models²) apiece.
 MAX_BUDGET = 100_000
 
@@ -146,9 +182,10 @@ def make_plan(
     for flag, share in (("--max-pair-share", max_pair_share), ("--max-judge-share", max_judge_share)):
         if share is not None and not 0.0 < share <= 1.0:
             raise InputError(f"{flag} {share}: must be a fraction of the batch in (0, 1]")
-    source = publish.resolve_snapshot(out_dir, snapshot_id)
-    chosen = publish.read_snapshot_manifest(source).get("snapshot_id") or source.rstrip("/").rsplit("/", 1)[-1]
-    posterior = read_posterior(source)
+    with storage.if_unreachable(LEFT_BEFORE_WRITING):
+        source = publish.resolve_snapshot(out_dir, snapshot_id)
+        chosen = publish.read_snapshot_manifest(source).get("snapshot_id") or source.rstrip("/").rsplit("/", 1)[-1]
+        posterior = read_posterior(source)
     notes: list[str] = []
     if k is not None and k >= posterior.n_models:
         raise InputError(f"--k {k}: the snapshot has only {posterior.n_models} models, so every model is in the top k")
@@ -186,11 +223,6 @@ def make_plan(
         notes.append(_components_note(posterior))
     frame = selection.to_frame(posterior)
     dest = to or storage.join(out_dir, "plans", chosen)
-    paths = []
-    for name, fmt in (("plan.parquet", "parquet"), ("plan.csv", "csv")):
-        path = storage.join(dest, name)
-        storage.atomic_write_bytes(path, publish.table_bytes(frame, fmt))
-        paths.append(path)
     meta = {
         "snapshot_id": chosen,
         "source": source,
@@ -207,8 +239,7 @@ def make_plan(
         "notes": notes,
         "planned_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    meta_path = storage.join(dest, "plan.json")
-    storage.atomic_write_bytes(meta_path, publish.json_bytes(meta))
-    paths.append(meta_path)
+    with storage.if_unreachable(left_writing(dest)):
+        paths = write_plan(dest, frame, meta)
     _LOG.info("plan: %d comparisons by %s from %s → %s", frame.height, strategy, chosen, dest)
     return PlanResult(chosen, frame, paths, notes, strategy)

@@ -27,13 +27,13 @@ import logging
 import os
 import posixpath
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from biasboard.schemas.errors import StateError, raise_if_unreachable, storage_unreachable
+from biasboard.schemas.errors import StateError, StorageUnreachable, raise_if_unreachable, storage_unreachable
 
 _LOG = logging.getLogger(__name__)
 
@@ -247,13 +247,28 @@ def if_unreachable(consequence: str) -> Iterator[None]:
     and the state it left; a step inside that knows better (the ``LATEST`` write) says its own.  Usable as a
     decorator of a job's function.
     """
+    with _unreachable_as(lambda found: found.having(consequence)):
+        yield
+
+
+@contextmanager
+def if_unreachable_after(done: str) -> Iterator[None]:
+    """Like :func:`if_unreachable`, for a block that says what it leaves itself (:func:`if_unreachable` inside):
+    ``done``, what the job had finished before the block, goes before it (:meth:`StorageUnreachable.after`)."""
+    with _unreachable_as(lambda found: found.after(done)):
+        yield
+
+
+@contextmanager
+def _unreachable_as(say: Callable[[StorageUnreachable], StorageUnreachable]) -> Iterator[None]:
+    """Re-raise storage not reached in the block, however wrapped, as ``say`` of it; other errors as they are."""
     try:
         yield
     except Exception as err:
         found = storage_unreachable(err)
         if found is None:
             raise
-        raise found.having(consequence) from err
+        raise say(found) from err
 
 
 def configure_gcs_auth(no_auth: bool = False) -> bool:
