@@ -61,8 +61,9 @@ from biasboard.ranking.config import Priors
 
 STRATEGIES: tuple[str, ...] = ("topk", "dopt", "thompson", "roundrobin", "random")
 
-#: Why a selection holds fewer units than its budget (:attr:`Selection.stopped`): every pair was planned once
-#: (``repeat=False``), every pair holds its share of the batch, or every judge does.
+#: Why a selection holds fewer units than its budget (:attr:`Selection.stopped`): every pair was judged by every judge
+#: planned for, before or in this batch (``repeat=False``), every pair holds its share of the batch, or every judge
+#: does.
 STOP_NO_REPEAT, STOP_PAIR_CAP, STOP_JUDGE_CAP = "no_repeat", "pair_cap", "judge_cap"
 
 #: Name used for "any judge" (the global position effect, a = 1) when no judge is chosen.
@@ -613,8 +614,7 @@ def select_comparisons(
             big = m * m + 1
             crit = -(pair_counts * big + schedule).astype(float)
             a, b = _stronger_first(mean, *_argmax_pair(crit, cand))
-            before = "before" if counts is not None else "earlier in this plan; past comparisons not known"
-            before = "before by these judges" if counts is not None and np.ndim(counts) == 3 else before
+            before = _past_said(counts)
             reason = f"least compared pair ({int(pair_counts[a, b])} {before})"
         else:  # random
             ia, ib = np.nonzero(cand)
@@ -699,8 +699,15 @@ def _past(counts: np.ndarray | None, n_judges: int, m: int, repeat: bool) -> tup
     per_judge = per_judge + per_judge.transpose(0, 2, 1)
     pair_counts = per_judge.sum(axis=0)
     if repeat:
-        return pair_counts, np.ones((n_judges, m, m), dtype=bool)
+        return pair_counts, np.broadcast_to(np.True_, (n_judges, m, m))  # read only, and no judges x models² bytes
     return pair_counts, np.broadcast_to(per_judge == 0, (n_judges, m, m)).copy()
+
+
+def _past_said(counts: np.ndarray | None) -> str:
+    """How round-robin's reason names the comparisons it counted (:func:`_past`'s)."""
+    if counts is None:
+        return "earlier in this plan; past comparisons not known"
+    return "before by these judges" if np.ndim(counts) == 3 else "before"
 
 
 def _best_judges(w_all: np.ndarray, open_: np.ndarray, fresh: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
