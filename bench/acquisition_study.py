@@ -122,27 +122,20 @@ def frozen_judge(study: Study, seed: int) -> FrozenJudge:
     winner = np.where(u < p_a, "model_a", np.where(u < p_a + p_b, "model_b", "tie"))
     names = params.model_names
     ts = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
-    battles = pa.table(
-        {
-            "battle_id": [f"q{i}" for i in range(n)],
-            "ts": pa.array([ts] * n, pa.timestamp("us", tz="UTC")),
-            "judge": [str(params.judge_names[0])] * n,
-            "model_a": names[a].tolist(),
-            "model_b": names[b].tolist(),
-            "winner": winner.tolist(),
-            "prompt_id": [f"p{p}" for p in prompt],
-            "len_a": len_a,
-            "len_b": len_b,
-            "family_a": [None] * n,
-            "family_b": [None] * n,
-            "judge_family": [None] * n,
-            "order_known": [None] * n,
-            "strength": [None] * n,
-            "category": [None] * n,
-            "language": [None] * n,
-        },
-        schema=BATTLE_SCHEMA,
-    )
+    given = {
+        "battle_id": [f"q{i}" for i in range(n)],
+        "ts": pa.array([ts] * n, pa.timestamp("us", tz="UTC")),
+        "judge": [str(params.judge_names[0])] * n,
+        "model_a": names[a].tolist(),
+        "model_b": names[b].tolist(),
+        "winner": winner.tolist(),
+        "prompt_id": [f"p{p}" for p in prompt],
+        "len_a": len_a,
+        "len_b": len_b,
+    }
+    # Every other column of the schema (families, order, style counts, labels, ...) is absent: null, as in a log
+    # that does not record it — so a column added to the schema later does not break the study.
+    battles = pa.table({f.name: given.get(f.name, pa.nulls(n, f.type)) for f in BATTLE_SCHEMA}, schema=BATTLE_SCHEMA)
     cells = pl.from_arrow(partial_cells(battles, FamilyMap.with_user_rules()).cells)
     index = {name: i for i, name in enumerate(names.tolist())}
     cells = cells.with_columns(

@@ -6,6 +6,8 @@ import dataclasses
 import datetime as dt
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +35,7 @@ from biasboard.transforms import publish
 from biasboard.transforms.cells import partial_cells
 from biasboard.transforms.plan import POSTERIOR_FILE, make_plan, plan_inputs
 from biasboard.transforms.snapshot import CellTotals, planned_judge_pairs
+from conftest import PROJECT_ROOT
 
 M, K = 20, 5
 #: Clear gaps of 0.8 logits, except the models at ranks 5 and 6 (indices 4, 5), 0.05 apart: they
@@ -529,3 +532,17 @@ def test_pooled_voters_have_judged_what_any_of_them_judged():
     totals = CellTotals(pa.table({}), pa.table({}), 0, pa.table({**judged, "n": [1, 2, 5]}))
     pooled = planned_judge_pairs(totals, "prefix:/").sort("judge", "model_a")
     assert pooled.rows() == [("arena", "a", "b", 1), ("arena", "b", "a", 2), ("gpt", "a", "b", 5)]
+
+
+def test_bench_acquisition_study_smoke(tmp_path):
+    """``bench/acquisition_study.py --smoke`` runs end to end as a user runs it (it broke unnoticed when the battle
+    schema grew style columns) and writes its table and its reading for every strategy."""
+    script = PROJECT_ROOT / "bench" / "acquisition_study.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--smoke", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    for strategy in ("dopt", "thompson", "roundrobin", "random"):
+        assert f"naive fit, topk vs {strategy}:" in out.stdout and f"corrected fit, topk vs {strategy}:" in out.stdout
+    assert "Full matrix (90 comparisons), corrected fit: recall" in out.stdout
+    assert any(tmp_path.iterdir())
