@@ -85,7 +85,7 @@ from biasboard.transforms.ingest import METRICS_NAMESPACE as INGEST_METRICS
 from biasboard.transforms.ingest import committed, day_tasks, ingest_days, ingest_settings
 from biasboard.transforms.judge_pool import JudgePool
 from biasboard.transforms.plan import LEFT_BEFORE_WRITING as PLAN_NOT_WRITTEN
-from biasboard.transforms.plan import MAX_BUDGET, has_posterior, make_plan
+from biasboard.transforms.plan import MAX_BUDGET, PlanTooLarge, has_posterior, make_plan
 from biasboard.transforms.publish import failpoint
 from biasboard.transforms.runner import counters, run_to_completion
 from biasboard.transforms.slices import DEFAULT_MIN_BATTLES, parse_slices
@@ -496,7 +496,11 @@ def _with_plan(outcome: Outcome, out_dir: str, options: RefreshOptions) -> Outco
         if not has_posterior(out_dir, outcome.published.snapshot_id):  # a board of one model: nothing to compare
             _LOG.warning("--plan-budget: the snapshot rates fewer than two models, so there is no comparison to plan")
             return outcome
-        plan = make_plan(out_dir, options.plan_budget, snapshot_id=outcome.published.snapshot_id)
+        try:
+            plan = make_plan(out_dir, options.plan_budget, snapshot_id=outcome.published.snapshot_id)
+        except PlanTooLarge as err:  # the snapshot is published; refresh has no --judge: say how to plan instead
+            _LOG.warning("--plan-budget: no plan written: %s (run `biasboard plan --judge ...`)", err)
+            return outcome
     outcome.plan_path = plan.paths[0] if plan.paths else None
     return outcome
 

@@ -31,9 +31,17 @@ from biasboard.schemas.battle import BATTLE_SCHEMA, STYLE_COUNT_COLUMNS
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.simulate import SimulationConfig, write_simulation
+from biasboard.transforms import plan as plan_module
 from biasboard.transforms import publish
 from biasboard.transforms.cells import partial_cells
-from biasboard.transforms.plan import POSTERIOR_FILE, make_plan, plan_inputs
+from biasboard.transforms.plan import (
+    PLAN_BYTES_PER_JUDGE_PAIR,
+    POSTERIOR_FILE,
+    PlanTooLarge,
+    check_plan_size,
+    make_plan,
+    plan_inputs,
+)
 from biasboard.transforms.snapshot import CellTotals, planned_judge_pairs
 from conftest import PROJECT_ROOT
 
@@ -546,3 +554,34 @@ def test_bench_acquisition_study_smoke(tmp_path):
         assert f"naive fit, topk vs {strategy}:" in out.stdout and f"corrected fit, topk vs {strategy}:" in out.stdout
     assert "Full matrix (90 comparisons), corrected fit: recall" in out.stdout
     assert any(tmp_path.iterdir())
+
+
+def test_planning_for_more_judges_than_memory_holds_is_refused_naming_judge():
+    """Every judge planned for is weighed for every pair (~72 B per judge and ordered pair): the default, every judge
+    of the fit, is ~580 GB with 50,000 voter-judges over 400 models.  Refused in one line; a few named judges plan."""
+    m, j = 400, 400  # 400 judges over 400 models: 4.3 GiB, just over the limit
+    models = tuple(f"m{i}" for i in range(m))
+    judges = tuple(f"voter/{i}" for i in range(j))
+    post = Posterior(models, np.linspace(1, -1, m), np.eye(m) * 0.05, 10, judges, np.zeros(j), np.ones(j), np.zeros(j))
+    with pytest.raises(PlanTooLarge, match=r"planning for 400 judges over 400 models needs ~4 GiB .* --judge"):
+        check_plan_size(post, None)
+    check_plan_size(post, judges[:10])  # the judges that can be asked: well within
+
+
+def test_a_refresh_whose_plan_would_not_fit_publishes_and_says_how_to_plan(tmp_path, monkeypatch, caplog):
+    """refresh --plan-budget has no --judge: past the planner's memory it publishes, writes no plan and says to run
+    ``biasboard plan --judge``, which then plans (the limit lowered so that two judges exceed it)."""
+    write_simulation(SimulationConfig(battles=2000, models=6, judges=2, days=1, seed=3), tmp_path / "sim")
+    logs = str(tmp_path / "sim" / "battles")
+    out = str(tmp_path / "site")
+    monkeypatch.setattr(plan_module, "PLAN_MEMORY_LIMIT", 6 * 6 * PLAN_BYTES_PER_JUDGE_PAIR * 3 // 2)
+    args = ["refresh", "--input", logs, "--state", str(tmp_path / "state"), "--out", out, "--plan-budget", "4"]
+    assert cli.main(args) == 0
+    assert (Path(out) / "LATEST").exists() and not (Path(out) / "plans").exists()
+    assert "no plan written: planning for 2 judges over 6 models" in caplog.text
+    judge = json.loads(
+        (Path(out) / "snapshots" / (Path(out) / "LATEST").read_text().strip() / "summary.json").read_text()
+    )
+    one = judge["judges"][0]["judge"]
+    assert cli.main(["plan", "--out", out, "--budget", "4"]) == 2
+    assert cli.main(["plan", "--out", out, "--budget", "4", "--judge", one]) == 0

@@ -107,6 +107,35 @@ def read_posterior(snapshot_path: str) -> Posterior:
         raise StateError(str(err)) from None
 
 
+#: The planner's working memory per (judge planned for, ordered model pair): the judges' information about every
+#: pair and its temporaries, the past counts and the "may be given" mask (measured with tracemalloc: 64–72 B).
+PLAN_BYTES_PER_JUDGE_PAIR = 72
+#: Most working memory a plan may take; past it the plan is refused, naming the judges to choose.
+PLAN_MEMORY_LIMIT = 4 * 2**30
+
+
+class PlanTooLarge(InputError):
+    """Planning for every judge of the fit would not fit in :data:`PLAN_MEMORY_LIMIT` (voter-judges)."""
+
+
+def check_plan_size(posterior: Posterior, judges: Sequence[str] | None) -> None:
+    """:class:`PlanTooLarge` when the judges planned for (default: every judge of the fit) times the model pairs
+    exceed the planner's memory: every judge is a candidate for every pair, so a board of 50,000 voter-judges over
+    400 models would need ~580 GB, and a voter cannot be asked for a verdict anyway.  ``KeyError`` for a judge not
+    in the fit, as :meth:`Posterior.judge_index`."""
+    names, _ = posterior.judge_index(judges)
+    m = posterior.n_models
+    need = len(names) * m * m * PLAN_BYTES_PER_JUDGE_PAIR
+    if need <= PLAN_MEMORY_LIMIT:
+        return
+    most = max(1, PLAN_MEMORY_LIMIT // (m * m * PLAN_BYTES_PER_JUDGE_PAIR))
+    raise PlanTooLarge(
+        f"planning for {len(names):,} judges over {m} models needs ~{need / 2**30:,.0f} GiB (every judge is weighed "
+        f"for every pair; at most {most:,} judges fit in {PLAN_MEMORY_LIMIT / 2**30:.0f} GiB): name the judges that "
+        "can be asked with --judge (repeatable), e.g. the LLM judges, not each voter"
+    )
+
+
 #: Said when ``--no-repeat`` cannot see the past: the posterior was written before it held the judged pairs.
 NO_PAST_NOTE = (
     "this snapshot's posterior.npz does not record which pairs each judge has judged (written before it did), so "
@@ -199,6 +228,7 @@ def make_plan(
         )
         strategy = "dopt"
     try:
+        check_plan_size(posterior, judges)
         counts = posterior.past_counts(judges)
         selection = select_comparisons(
             posterior,
