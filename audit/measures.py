@@ -23,7 +23,16 @@ these add up across slices, and only once a group's rows are complete does
 A distributed runner shards the compact rows by (judge, prompt) so that each
 group is complete inside one shard (:func:`order_shard`); the jobs instead
 pair each day's rows within the day (``biasboard.transforms.audit.audit_day``),
-so a day's partials are additive from then on.
+so a day's partials are additive from then on.  *Cluster rows* (:func:`cluster_rows`) wait for whole
+(judge, prompt, pair) groups the same way and become the sums over clusters the standard errors need.
+
+Standard errors (every ``*_se``; one standard error, the report's ±).  A judge's verdicts on one prompt
+and model pair — both orders, repeats, within a day — are one *cluster*: they are correlated (orders
+that agree, or that flip with a position-biased judge), so the longer-wins rate and the own-family win
+rates take a cluster-robust SE (:func:`_ratio_se`: Σ_c (s_c − p̂ n_c)² / (Σ n_c)² from the additive
+Σ n_c, Σ s_c, Σ n_c², Σ s_c², Σ s_c n_c); the flip rate's takes the prompt-pair as the unit; gold
+accuracy and the order-consistent win rates take the case or pair as the unit.  A battle without a
+``prompt_id`` is a cluster of its own; verdicts of different judges are taken as independent.
 
 Measurements (“Position bias in pairwise judging” and “Judge bias in best-of-N”):
 
@@ -33,13 +42,14 @@ Measurements (“Position bias in pairwise judging” and “Judge bias in best-
   ``model_x < model_y`` by name), the flip rate, the averaged win rate and the
   win rate among order-consistent pairs with its standard error (per pair of
   models and per model).  Plus the consistency rate under the
-  Position-Bias-Analyzer convention (see :func:`pair_order_stats`).
+  Position-Bias-Analyzer convention (see :func:`pair_order_stats`).  The flip rate's SE.
 * **Identical answers** — self-battles (``model_a == model_b``): first-slot,
   second-slot and tie counts and the share in which a winner was declared.
 * **Length** — mean length of chosen vs rejected answers, how often the longer
-  answer wins, and agreement with a "pick the longer" rule.
+  answer wins (± clustered SE), and agreement with a "pick the longer" rule.
 * **Family** — win rate of the judge's own family's models (in cross-family
-  battles) under the judge itself vs under judges of other families.
+  battles) under the judge itself vs under judges of other families, and the
+  difference ± clustered SE.
 * **Gold labels** — on the discriminative subset (the trusted label names a
   winner), the judge's accuracy, the random-pick (½) and longest-pick baselines
   and the lift over each.
@@ -106,6 +116,7 @@ PAIR_MEASURES: tuple[str, ...] = (
     "pba_cons_x",  # ... of which model_x won
     "pba_cons_y",
     "pba_cons_t",
+    "consistent_sq",  # Σ over pairs of (the pair's consistent share)²: the flip rate's clustered variance
 )
 
 SLOT_KEYS: tuple[str, ...] = ("judge",)
@@ -121,10 +132,37 @@ LENGTH_MEASURES: tuple[str, ...] = (
     "n_decisive_diff",
     "longer_wins",  # decisive, lengths differ, the longer won
     "ties_diff",  # lengths differ, judge called a tie
+    # Σ over clusters (see CLUSTER_ROW_KEYS) of n_c², s_c², s_c·n_c, n_c = n_decisive_diff, s_c = longer_wins:
+    "n_decisive_diff_sq",
+    "longer_wins_sq",
+    "longer_wins_x_n",
 )
 
 FAMILY_KEYS: tuple[str, ...] = ("judge", "judge_family", "family")
-FAMILY_MEASURES: tuple[str, ...] = ("n", "wins", "ties", "losses")
+FAMILY_MEASURES: tuple[str, ...] = (
+    "n",
+    "wins",
+    "ties",
+    "losses",
+    # Σ over clusters (see CLUSTER_ROW_KEYS) of n_c², s_c², s_c·n_c, s_c = wins + ½ ties: the sandwich variance
+    "n_sq",
+    "score_sq",
+    "score_x_n",
+)
+#: Family measures that are sums of half or quarter points (floats; exact in float64).
+_FAMILY_FLOATS: tuple[str, ...] = ("score_sq", "score_x_n")
+
+#: A cluster of correlated verdicts: one judge's verdicts on one prompt and one unordered pair of models (both
+#: orders, repeats) within one slice — a day in the jobs.  The family keys ride along (they are constant within a
+#: cluster when families come from a family map).  A battle without a prompt_id is a cluster of its own.
+CLUSTER_ROW_KEYS: tuple[str, ...] = ("judge", "prompt_id", "model_x", "model_y", "judge_family", "family_x", "family_y")
+CLUSTER_ROW_MEASURES: tuple[str, ...] = (
+    "len_n",  # decisive battles whose lengths differ
+    "len_longer_wins",  # ... where the longer answer won
+    "fam_n",  # cross-family battles (the family measurement's)
+    "fam_wins_x",  # ... won by model_x
+    "fam_ties",  # ... tied
+)
 
 GOLD_KEYS: tuple[str, ...] = ("judge",)
 GOLD_MEASURES: tuple[str, ...] = (
@@ -221,7 +259,10 @@ def pair_order_stats(rows: pl.DataFrame) -> pl.DataFrame:
     expected cross-tab of drawing one verdict from each order (the outer product of
     the two orders' verdict shares); with one verdict per order this is the plain
     count.  ``c_uv`` is the (expected) number of pairs whose verdict was ``u`` with
-    ``model_x`` shown first and ``v`` with ``model_y`` shown first.
+    ``model_x`` shown first and ``v`` with ``model_y`` shown first.  ``consistent_sq`` sums
+    each pair's squared consistent share (1 or 0 with one verdict per order): with the
+    pairs and their consistent sum it gives the flip rate's variance with the pair as
+    the unit (:func:`_order_rates`).
 
     The Position-Bias-Analyzer (PBA) convention (Shi et al. 2024, ``find_inconsistent``)
     counts *verdicts*, not pairs: a verdict is consistent when its swapped partner
@@ -257,6 +298,7 @@ def pair_order_stats(rows: pl.DataFrame) -> pl.DataFrame:
     r = r.with_columns(
         pl.col("both").cast(pl.Float64).alias("pairs"),
         *[(pl.col(f"p1_{u}") * pl.col(f"p2_{v}")).alias(f"c_{u}{v}") for u in _CLASSES for v in _CLASSES],
+        sum((pl.col(f"p1_{c}") * pl.col(f"p2_{c}") for c in _CLASSES), pl.lit(0.0)).pow(2).alias("consistent_sq"),
         (pl.col("n1") + pl.col("n2")).alias("judgments"),
         pl.when(orphan).then(pl.col("n1") + pl.col("n2")).otherwise(0.0).alias("orphans"),
         *[e.cast(pl.Float64).alias(f"pba_cons_{c}") for c, e in per_class_consistent.items()],
@@ -294,6 +336,9 @@ def _order_rates(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(consistent.alias("consistent")).with_columns(
         _ratio(pl.col("consistent"), pl.col("pairs")).alias("consistency_rate"),
         (1.0 - _ratio(pl.col("consistent"), pl.col("pairs"))).alias("flip_rate"),
+        _ratio_se(
+            pl.col("consistent"), pl.col("pairs"), pl.col("consistent_sq"), pl.col("consistent"), pl.col("pairs")
+        ).alias("flip_rate_se"),
         _ratio(pl.col("c_xy"), pl.col("pairs")).alias("prefers_first_rate"),  # first slot won in both orders
         _ratio(pl.col("c_yx"), pl.col("pairs")).alias("prefers_second_rate"),
         _ratio(
@@ -318,6 +363,20 @@ def _pba_rate() -> pl.Expr:
 def _ratio(num: pl.Expr, den: pl.Expr) -> pl.Expr:
     """num / den, null when den is 0 (no evidence is not a rate of 0)."""
     return pl.when(den > 0).then(num / den).otherwise(None)
+
+
+def _ratio_se(total: pl.Expr, n: pl.Expr, sum_sq: pl.Expr, sum_x_n: pl.Expr, n_sq: pl.Expr) -> pl.Expr:
+    """Cluster-robust standard error of the ratio p = Σ s_c / Σ n_c from additive sums over clusters c.
+
+    The linearised (sandwich) variance is Σ_c (s_c − p n_c)² / (Σ n_c)² = (Σs_c² − 2p Σs_c n_c + p² Σn_c²) / n²:
+    verdicts in one cluster may be correlated in any way (both orders of a prompt agreeing, or flipping), only
+    clusters are taken as independent.  With one battle a cluster it is the plain var(score)/n.  No
+    G/(G − 1) small-sample factor, as for the audit's other standard errors.  Null when n is 0, and when
+    Σ n_c² < Σ n_c (impossible for whole clusters: their squares were not summed, and 0 would be a lie).
+    """
+    p = _ratio(total, n)
+    variance = (sum_sq - 2.0 * p * sum_x_n + p * p * n_sq).clip(lower_bound=0.0)
+    return pl.when((n > 0) & (n_sq >= n)).then(variance.sqrt() / n).otherwise(None)
 
 
 def _score_rate_and_se(wins: pl.Expr, ties: pl.Expr, n: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
@@ -446,7 +505,11 @@ def identical_counts(battles: pl.DataFrame) -> pl.DataFrame:
 
 
 def length_counts(battles: pl.DataFrame) -> pl.DataFrame:
-    """Per judge: sums for the length profile of picks (battles with both lengths known)."""
+    """Per judge: sums for the length profile of picks (battles with both lengths known).
+
+    The clustered squares (``n_decisive_diff_sq``, ...) count here only the battles without a prompt_id (each
+    its own cluster); the others' come from :func:`cluster_rows` once their clusters are complete.
+    """
     b = battles.filter(
         (pl.col("model_a") != pl.col("model_b")) & pl.col("len_a").is_not_null() & pl.col("len_b").is_not_null()
     )
@@ -458,6 +521,7 @@ def length_counts(battles: pl.DataFrame) -> pl.DataFrame:
     longer_won = (a_won & (pl.col("len_a") > pl.col("len_b"))) | (b_won & (pl.col("len_b") > pl.col("len_a")))
     chosen = pl.when(a_won).then(pl.col("len_a")).when(b_won).then(pl.col("len_b")).otherwise(0)
     rejected = pl.when(a_won).then(pl.col("len_b")).when(b_won).then(pl.col("len_a")).otherwise(0)
+    alone = pl.col("prompt_id").is_null()  # a cluster of one: n_c² = n_c, s_c² = s_c·n_c = s_c (see cluster_rows)
     return b.group_by(list(LENGTH_KEYS)).agg(
         pl.len().cast(pl.Int64).alias("n_len"),
         decisive.sum().cast(pl.Int64).alias("n_decisive"),
@@ -467,6 +531,9 @@ def length_counts(battles: pl.DataFrame) -> pl.DataFrame:
         (decisive & diff).sum().cast(pl.Int64).alias("n_decisive_diff"),
         longer_won.sum().cast(pl.Int64).alias("longer_wins"),
         (is_tie & diff).sum().cast(pl.Int64).alias("ties_diff"),
+        (alone & decisive & diff).sum().cast(pl.Int64).alias("n_decisive_diff_sq"),
+        (alone & longer_won).sum().cast(pl.Int64).alias("longer_wins_sq"),
+        (alone & longer_won).sum().cast(pl.Int64).alias("longer_wins_x_n"),
     )
 
 
@@ -474,16 +541,11 @@ def family_counts(battles: pl.DataFrame) -> pl.DataFrame:
     """Per (judge, judge_family, model family): results of that family's models in cross-family battles.
 
     Only battles between models of two different known families count, so a
-    family's score is always against outsiders.
+    family's score is always against outsiders.  The clustered squares (``n_sq``, ...)
+    count here only the battles without a prompt_id (each its own cluster); the others'
+    come from :func:`cluster_rows` once their clusters are complete.
     """
-    known = lambda c: pl.col(c).is_not_null() & pl.col(c).is_in(list(_NO_FAMILY)).not_()  # noqa: E731
-    b = battles.filter(
-        known("family_a")
-        & known("family_b")
-        & known("judge_family")
-        & (pl.col("family_a") != pl.col("family_b"))
-        & (pl.col("model_a") != pl.col("model_b"))
-    )
+    b = battles.filter(_CROSS_FAMILY)
     tie = pl.col("winner").is_in(["tie", "tie (bothbad)"])
     side_a = b.select(
         "judge",
@@ -501,16 +563,124 @@ def family_counts(battles: pl.DataFrame) -> pl.DataFrame:
         tie.alias("tie"),
         (pl.col("winner") == "model_a").alias("loss"),
     )
+    alone = b["prompt_id"].is_null()
+    score = pl.col("win").cast(pl.Float64) + 0.5 * pl.col("tie").cast(pl.Float64)
     return (
-        pl.concat([side_a, side_b])
+        pl.concat([side_a.with_columns(alone=alone), side_b.with_columns(alone=alone)])
         .group_by(list(FAMILY_KEYS))
         .agg(
             pl.len().cast(pl.Int64).alias("n"),
             pl.col("win").sum().cast(pl.Int64).alias("wins"),
             pl.col("tie").sum().cast(pl.Int64).alias("ties"),
             pl.col("loss").sum().cast(pl.Int64).alias("losses"),
+            pl.col("alone").sum().cast(pl.Int64).alias("n_sq"),
+            pl.when(pl.col("alone")).then(score * score).otherwise(0.0).sum().alias("score_sq"),
+            pl.when(pl.col("alone")).then(score).otherwise(0.0).sum().alias("score_x_n"),
         )
     )
+
+
+def _known_family(column: str) -> pl.Expr:
+    return pl.col(column).is_not_null() & pl.col(column).is_in(list(_NO_FAMILY)).not_()
+
+
+#: Battles the family measurement counts: two different models of two different known families, judge's known.
+_CROSS_FAMILY: pl.Expr = (
+    _known_family("family_a")
+    & _known_family("family_b")
+    & _known_family("judge_family")
+    & (pl.col("family_a") != pl.col("family_b"))
+    & (pl.col("model_a") != pl.col("model_b"))
+)
+
+
+def cluster_rows(battles: pl.DataFrame) -> pl.DataFrame:
+    """Compact cluster rows: per (judge, prompt, unordered pair), the length and family counts of its battles.
+
+    The verdicts a judge gives one prompt and pair — both orders, repeats — are correlated, so the
+    longer-wins rate and the family win rates take the cluster, not the battle, as their independent unit
+    (:func:`_ratio_se`).  That needs Σ n_c² etc., which only add up over *complete* clusters: like
+    :func:`order_rows` these rows add up across slices and are reduced by :func:`cluster_stats` once a
+    cluster's rows are all in (a day, in the jobs).  Battles without a prompt_id are counted as clusters of
+    one directly by :func:`length_counts` and :func:`family_counts`.
+    """
+    b = battles.filter((pl.col("model_a") != pl.col("model_b")) & pl.col("prompt_id").is_not_null())
+    x_first = pl.col("model_a") < pl.col("model_b")
+    a_won, b_won = pl.col("winner") == "model_a", pl.col("winner") == "model_b"
+    x_won = pl.when(x_first).then(a_won).otherwise(b_won)
+    lengths = pl.col("len_a").is_not_null() & pl.col("len_b").is_not_null() & (pl.col("len_a") != pl.col("len_b"))
+    len_decisive = lengths & (a_won | b_won)
+    longer_won = (a_won & (pl.col("len_a") > pl.col("len_b"))) | (b_won & (pl.col("len_b") > pl.col("len_a")))
+    family = _CROSS_FAMILY
+    return (
+        b.with_columns(
+            pl.min_horizontal("model_a", "model_b").alias("model_x"),
+            pl.max_horizontal("model_a", "model_b").alias("model_y"),
+            pl.when(family).then(pl.col("judge_family")).alias("judge_family"),
+            pl.when(family).then(pl.when(x_first).then(pl.col("family_a")).otherwise(pl.col("family_b"))).alias("fx"),
+            pl.when(family).then(pl.when(x_first).then(pl.col("family_b")).otherwise(pl.col("family_a"))).alias("fy"),
+            len_decisive.fill_null(False).cast(pl.Int64).alias("len_n"),
+            (len_decisive & longer_won).fill_null(False).cast(pl.Int64).alias("len_longer_wins"),
+            family.fill_null(False).cast(pl.Int64).alias("fam_n"),
+            (family & x_won).fill_null(False).cast(pl.Int64).alias("fam_wins_x"),
+            (family & (a_won | b_won).not_()).fill_null(False).cast(pl.Int64).alias("fam_ties"),
+        )
+        .rename({"fx": "family_x", "fy": "family_y"})
+        .filter((pl.col("len_n") > 0) | (pl.col("fam_n") > 0))
+        .group_by(list(CLUSTER_ROW_KEYS))
+        .agg([pl.col(m).sum() for m in CLUSTER_ROW_MEASURES])
+    )
+
+
+def cluster_stats(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Reduce *complete* cluster rows to the clustered squares of the length and family partials.
+
+    Returns a ``length`` and a ``family`` partial holding only the sums over clusters (Σ n_c², Σ s_c²,
+    Σ s_c n_c; every other measure 0), to be added to the slices' own.  A cluster's family side x scores
+    ``wins_x + ½ ties`` for ``family_x``, side y the rest for ``family_y``.  Adding the outputs of two calls
+    is valid only when no cluster is split between them.
+    """
+    length = (
+        rows.filter(pl.col("len_n") > 0)
+        .group_by("judge", "prompt_id", "model_x", "model_y")  # (a cluster split by family keys is one here)
+        .agg(pl.col("len_n").sum(), pl.col("len_longer_wins").sum())
+        .group_by(list(LENGTH_KEYS))
+        .agg(
+            (pl.col("len_n") ** 2).sum().alias("n_decisive_diff_sq"),
+            (pl.col("len_longer_wins") ** 2).sum().alias("longer_wins_sq"),
+            (pl.col("len_longer_wins") * pl.col("len_n")).sum().alias("longer_wins_x_n"),
+        )
+    )
+    fam = rows.filter(pl.col("fam_n") > 0).with_columns(
+        (pl.col("fam_wins_x") + 0.5 * pl.col("fam_ties")).alias("score_x")
+    )
+    sides = pl.concat(
+        [
+            fam.select(
+                "judge", "judge_family", pl.col("family_x").alias("family"), "fam_n", pl.col("score_x").alias("s")
+            ),
+            fam.select(
+                "judge",
+                "judge_family",
+                pl.col("family_y").alias("family"),
+                "fam_n",
+                (pl.col("fam_n") - pl.col("score_x")).alias("s"),
+            ),
+        ]
+    )
+    family = sides.group_by(list(FAMILY_KEYS)).agg(
+        (pl.col("fam_n") ** 2).sum().alias("n_sq"),
+        (pl.col("s") ** 2).sum().alias("score_sq"),
+        (pl.col("s") * pl.col("fam_n")).sum().alias("score_x_n"),
+    )
+    return _zero_filled(length, "length"), _zero_filled(family, "family")
+
+
+def _zero_filled(frame: pl.DataFrame, name: str) -> pl.DataFrame:
+    """``frame`` with the partial ``name``'s columns and types, the measures it lacks as 0."""
+    template = _empty_partial(name)
+    missing = [pl.lit(0).cast(template.schema[c]).alias(c) for c in template.columns if c not in frame.columns]
+    return frame.with_columns(missing).select(template.columns).cast(template.schema)
 
 
 def anchor_gold(anchors: pa.Table | pl.DataFrame) -> pl.DataFrame:
@@ -605,6 +775,7 @@ def gold_counts(battles: pl.DataFrame) -> pl.DataFrame:
 _PARTIAL_SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "order_rows": (ORDER_ROW_KEYS, ORDER_ROW_MEASURES),
     "order_pairs": (PAIR_KEYS, PAIR_MEASURES),
+    "cluster_rows": (CLUSTER_ROW_KEYS, CLUSTER_ROW_MEASURES),
     "slots": (SLOT_KEYS, SLOT_MEASURES),
     "identical": (SLOT_KEYS, SLOT_MEASURES),
     "length": (LENGTH_KEYS, LENGTH_MEASURES),
@@ -619,6 +790,8 @@ def _empty_partial(name: str) -> pl.DataFrame:
     frame = _empty(keys, measures, float_measures=floats)
     if name == "gold":
         frame = frame.with_columns(pl.col("longest_score").cast(pl.Float64))
+    if name == "family":
+        frame = frame.with_columns(pl.col(c).cast(pl.Float64) for c in _FAMILY_FLOATS)
     return frame
 
 
@@ -629,10 +802,14 @@ class AuditPartials:
     ``order_rows`` are compact rows still waiting for their partner order;
     ``order_pairs`` are rows already reduced by :func:`pair_order_stats` (add
     them only across slices whose (judge, prompt) groups are disjoint).
+    ``cluster_rows`` (:func:`cluster_rows`) wait likewise for their cluster to be
+    complete; :func:`reduce_order_rows` turns them into the clustered squares of
+    ``length`` and ``family``.
     """
 
     order_rows: pl.DataFrame = field(default_factory=lambda: _empty_partial("order_rows"))
     order_pairs: pl.DataFrame = field(default_factory=lambda: _empty_partial("order_pairs"))
+    cluster_rows: pl.DataFrame = field(default_factory=lambda: _empty_partial("cluster_rows"))
     slots: pl.DataFrame = field(default_factory=lambda: _empty_partial("slots"))
     identical: pl.DataFrame = field(default_factory=lambda: _empty_partial("identical"))
     length: pl.DataFrame = field(default_factory=lambda: _empty_partial("length"))
@@ -650,6 +827,7 @@ def audit_partials(
     frame = attach_gold(as_battle_frame(battles, source=source), gold_lookup)
     return AuditPartials(
         order_rows=order_rows(frame),
+        cluster_rows=cluster_rows(frame),
         slots=slot_counts(frame),
         identical=identical_counts(frame),
         length=length_counts(frame),
@@ -678,12 +856,21 @@ def merge_partials(parts: list[AuditPartials]) -> AuditPartials:
 
 
 def reduce_order_rows(partials: AuditPartials) -> AuditPartials:
-    """Move complete compact order rows into per-pair stats (call once a slice holds whole groups)."""
-    if partials.order_rows.height == 0:
+    """Move complete compact order rows into per-pair stats, and complete cluster rows into the clustered
+    squares of the length and family partials (call once a slice holds whole (judge, prompt) groups)."""
+    if partials.order_rows.height == 0 and partials.cluster_rows.height == 0:
         return partials
-    pairs = _sum_by([partials.order_pairs, pair_order_stats(partials.order_rows)], "order_pairs")
     values = {f.name: getattr(partials, f.name) for f in fields(AuditPartials)}
-    values.update(order_rows=_empty_partial("order_rows"), order_pairs=pairs)
+    if partials.order_rows.height:
+        pairs = _sum_by([partials.order_pairs, pair_order_stats(partials.order_rows)], "order_pairs")
+        values.update(order_rows=_empty_partial("order_rows"), order_pairs=pairs)
+    if partials.cluster_rows.height:
+        length, family = cluster_stats(partials.cluster_rows)
+        values.update(
+            cluster_rows=_empty_partial("cluster_rows"),
+            length=_sum_by([partials.length, length], "length"),
+            family=_sum_by([partials.family, family], "family"),
+        )
     return AuditPartials(**values)
 
 
@@ -735,7 +922,7 @@ WEIGHTED_COUNTS: frozenset[str] = frozenset(
     {
         *(f"{prefix}c_{u}{v}" for prefix in ("", "order_") for u in _CLASSES for v in _CLASSES),
         *("consistent", "order_consistent", "consistent_wins", "consistent_ties", "consistent_losses"),
-        *("pba_consistent", "pba_cons_x", "pba_cons_y", "pba_cons_t"),
+        *("pba_consistent", "pba_cons_x", "pba_cons_y", "pba_cons_t", "consistent_sq"),
     }
 )
 
@@ -769,6 +956,7 @@ def _slots_table(slots: pl.DataFrame, prefix: str) -> pl.DataFrame:
 
 
 def _length_table(length: pl.DataFrame) -> pl.DataFrame:
+    """Per judge: the length profile of picks; the longer-wins rate's SE clustered on (judge, prompt, pair)."""
     rate = _ratio(pl.col("longer_wins"), pl.col("n_decisive_diff"))
     return length.select(
         "judge",
@@ -777,10 +965,13 @@ def _length_table(length: pl.DataFrame) -> pl.DataFrame:
         _ratio(pl.col("sum_len_rejected"), pl.col("n_decisive")).alias("len_mean_rejected"),
         pl.col("n_decisive_diff").alias("len_n_decisive_diff"),
         rate.alias("len_longer_win_rate"),
-        pl.when(pl.col("n_decisive_diff") > 0)
-        .then((rate * (1.0 - rate) / pl.col("n_decisive_diff")).sqrt())
-        .otherwise(None)
-        .alias("len_longer_win_rate_se"),
+        _ratio_se(
+            pl.col("longer_wins"),
+            pl.col("n_decisive_diff"),
+            pl.col("longer_wins_sq"),
+            pl.col("longer_wins_x_n"),
+            pl.col("n_decisive_diff_sq"),
+        ).alias("len_longer_win_rate_se"),
         _ratio(pl.col("longer_wins"), pl.col("n_diff")).alias("len_agreement_pick_longer"),
         pl.col("n_diff").alias("len_n_diff"),
     )
@@ -816,7 +1007,14 @@ def _gold_table(gold: pl.DataFrame) -> pl.DataFrame:
 
 
 def family_table(family: pl.DataFrame) -> pl.DataFrame:
-    """Own-family preference per judge: its family's score under itself vs under judges of other families."""
+    """Own-family preference per judge: its family's score under itself vs under judges of other families.
+
+    ``self_preference_se`` is cluster-robust (:func:`_ratio_se`): a judge's verdicts on one prompt and pair
+    of models (both orders, repeats; within a day in the jobs) are one cluster, so two orders that agree
+    count about once, not twice, and a judge that flips with the order is not credited with a spread it
+    does not have.  The two win rates come from different judges, hence disjoint clusters: their variances
+    add.  (Verdicts of different judges on one prompt are taken as independent.)
+    """
     schema = {
         "judge": pl.Utf8,
         "judge_family": pl.Utf8,
@@ -831,31 +1029,34 @@ def family_table(family: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     score = (pl.col("wins") + 0.5 * pl.col("ties")).alias("score")
     f = family.with_columns(score)
+    sums = ("n", "score", "n_sq", "score_sq", "score_x_n")
     own = f.filter(pl.col("family") == pl.col("judge_family")).select(
-        "judge", "judge_family", pl.col("n").alias("n_self"), pl.col("score").alias("score_self")
+        "judge", "judge_family", *[pl.col(c).alias(f"{c}_self") for c in sums]
     )
     # For family F: totals under every judge, minus the judges of family F themselves.
-    by_family = f.group_by("family").agg(pl.col("n").sum().alias("n_all"), pl.col("score").sum().alias("score_all"))
+    by_family = f.group_by("family").agg([pl.col(c).sum().alias(f"{c}_all") for c in sums])
     by_family_same = (
         f.filter(pl.col("family") == pl.col("judge_family"))
         .group_by("family")
-        .agg(pl.col("n").sum().alias("n_same"), pl.col("score").sum().alias("score_same"))
+        .agg([pl.col(c).sum().alias(f"{c}_same") for c in sums])
     )
-    others = by_family.join(by_family_same, on="family", how="left").with_columns(
-        (pl.col("n_all") - pl.col("n_same").fill_null(0)).alias("n_other_judges"),
-        (pl.col("score_all") - pl.col("score_same").fill_null(0.0)).alias("score_other"),
+    others = by_family.join(by_family_same, on="family", how="left").select(
+        "family", *[(pl.col(f"{c}_all") - pl.col(f"{c}_same").fill_null(0)).alias(f"{c}_other") for c in sums]
     )
-    t = own.join(others.select("family", "n_other_judges", "score_other"), left_on="judge_family", right_on="family")
-    p_self = _ratio(pl.col("score_self"), pl.col("n_self"))
-    p_other = _ratio(pl.col("score_other"), pl.col("n_other_judges"))
-    t = t.with_columns(p_self.alias("win_rate_self"), p_other.alias("win_rate_other_judges"))
-    var = pl.col("win_rate_self") * (1 - pl.col("win_rate_self")) / pl.col("n_self") + pl.col(
-        "win_rate_other_judges"
-    ) * (1 - pl.col("win_rate_other_judges")) / pl.col("n_other_judges")
+    t = own.join(others, left_on="judge_family", right_on="family")
+    se = {
+        side: _ratio_se(*[pl.col(f"{c}_{side}") for c in ("score", "n", "score_sq", "score_x_n", "n_sq")])
+        for side in ("self", "other")
+    }
+    t = t.with_columns(
+        pl.col("n_other").alias("n_other_judges"),
+        _ratio(pl.col("score_self"), pl.col("n_self")).alias("win_rate_self"),
+        _ratio(pl.col("score_other"), pl.col("n_other")).alias("win_rate_other_judges"),
+        (se["self"].pow(2) + se["other"].pow(2)).sqrt().alias("self_preference_se"),
+    )
     return (
         t.with_columns(
             (pl.col("win_rate_self") - pl.col("win_rate_other_judges")).alias("self_preference"),
-            var.sqrt().alias("self_preference_se"),
         )
         .select(list(schema))
         .cast(pl.Schema(schema))
@@ -888,6 +1089,7 @@ def finish_with_pairs(
         pl.col("consistent").alias("order_consistent"),
         pl.col("consistency_rate").alias("order_consistency_rate"),
         pl.col("flip_rate").alias("order_flip_rate"),
+        pl.col("flip_rate_se").alias("order_flip_rate_se"),
         pl.col("prefers_first_rate").alias("order_prefers_first_rate"),
         pl.col("prefers_second_rate").alias("order_prefers_second_rate"),
         pl.col("tie_flip_rate").alias("order_tie_flip_rate"),

@@ -2,8 +2,11 @@
 
 Renders an :class:`~biasboard.audit.AuditResult` or the document of
 ``audit.json`` (the same numbers); every name that comes from the data is
-escaped.  The audit job writes the fragment as ``audit_section.html`` and the
-report embeds it.
+escaped.  The flip rate, the longer-wins rate, the own-family difference and the
+gold accuracy are shown as ``x% ± y%``: one standard error, clustered on a
+judge's verdicts on one prompt and model pair within a day (:data:`SE_NOTE`).
+The audit job writes the fragment as ``audit_section.html`` and the report
+embeds it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,22 @@ def _fmt(value: Any, kind: str = "rate") -> str:
     return esc(str(value))
 
 
+def _with_se(value: Any, se: Any) -> str:
+    """A rate and one standard error, ``27.0% ± 2.2%``; the rate alone when it has no SE (a dash when no rate)."""
+    shown = _fmt(value)
+    if shown == "–" or se is None or (isinstance(se, float) and not math.isfinite(se)):
+        return shown
+    return f"{shown} ± {_fmt(se)}"
+
+
+#: What the ± on the page means (the audit's CONVENTIONS["se"] in fewer words).
+SE_NOTE = (
+    "± is one standard error. A judge's verdicts on one prompt and model pair within a day (both orders, repeats) "
+    "are one cluster: the flip rate's SE takes the pair as the unit, the longer-wins and own-family SEs are "
+    "cluster-robust, the gold accuracy's takes the case as the unit."
+)
+
+
 def _table(caption: str, headers: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
@@ -66,6 +85,7 @@ def render_audit_section(audit: AuditResult | Mapping[str, Any]) -> str:
     shown = shown_judges({str(r.get("judge")): r.get("slot_n") or 0 for r in everyone})
     judges = keep(everyone, lambda r: r.get("judge"), shown)
     parts.append(left_out_note(len(everyone), len(judges), "audit_judges.parquet and audit_family.parquet"))
+    parts.append(f'<p class="note">{esc(SE_NOTE)}</p>')
     parts.append(
         _table(
             "Position: verdict split and order consistency (pairs judged in both orders)",
@@ -76,7 +96,7 @@ def render_audit_section(audit: AuditResult | Mapping[str, Any]) -> str:
                 "second",
                 "tie",
                 "pairs",
-                "flip rate",
+                "flip rate ± SE",
                 "first won both",
                 "second won both",
                 "consistency (PBA)",
@@ -89,7 +109,7 @@ def render_audit_section(audit: AuditResult | Mapping[str, Any]) -> str:
                     _fmt(r.get("slot_second_share")),
                     _fmt(r.get("slot_tie_share")),
                     _fmt(r.get("order_pairs"), "count"),
-                    _fmt(r.get("order_flip_rate")),
+                    _with_se(r.get("order_flip_rate"), r.get("order_flip_rate_se")),
                     _fmt(r.get("order_prefers_first_rate")),
                     _fmt(r.get("order_prefers_second_rate")),
                     _fmt(r.get("pba_consistency_rate")),
@@ -127,7 +147,7 @@ def render_audit_section(audit: AuditResult | Mapping[str, Any]) -> str:
                     "battles",
                     "mean length chosen",
                     "mean length rejected",
-                    "longer wins",
+                    "longer wins ± SE",
                     "agrees with pick-the-longer",
                 ],
                 [
@@ -136,7 +156,7 @@ def render_audit_section(audit: AuditResult | Mapping[str, Any]) -> str:
                         _fmt(r.get("len_n"), "count"),
                         _fmt(r.get("len_mean_chosen"), "num"),
                         _fmt(r.get("len_mean_rejected"), "num"),
-                        _fmt(r.get("len_longer_win_rate")),
+                        _with_se(r.get("len_longer_win_rate"), r.get("len_longer_win_rate_se")),
                         _fmt(r.get("len_agreement_pick_longer")),
                     ]
                     for r in lengths
@@ -155,7 +175,7 @@ def render_audit_section(audit: AuditResult | Mapping[str, Any]) -> str:
                         esc(str(r.get("judge_family"))),
                         _fmt(r.get("win_rate_self")),
                         _fmt(r.get("win_rate_other_judges")),
-                        f"{_fmt(r.get('self_preference'))} ± {_fmt(r.get('self_preference_se'))}",
+                        _with_se(r.get("self_preference"), r.get("self_preference_se")),
                     ]
                     for r in family
                 ],
@@ -166,12 +186,20 @@ def render_audit_section(audit: AuditResult | Mapping[str, Any]) -> str:
         parts.append(
             _table(
                 "Gold labels: accuracy on the discriminative subset",
-                ["judge", "cases", "accuracy", "random pick", "longest pick", "lift over random", "lift over longest"],
+                [
+                    "judge",
+                    "cases",
+                    "accuracy ± SE",
+                    "random pick",
+                    "longest pick",
+                    "lift over random",
+                    "lift over longest",
+                ],
                 [
                     [
                         name(r),
                         _fmt(r.get("gold_n_discriminative"), "count"),
-                        _fmt(r.get("gold_accuracy")),
+                        _with_se(r.get("gold_accuracy"), r.get("gold_accuracy_se")),
                         _fmt(r.get("gold_random_pick_baseline")),
                         _fmt(r.get("gold_longest_pick_baseline")),
                         _fmt(r.get("gold_lift_over_random")),

@@ -175,6 +175,13 @@ def _pct(value: Any, digits: int = 1) -> str:
     return "—" if f is None else f"{f:.{digits}%}"
 
 
+def _pct_pm(value: Any, se: Any, digits: int = 1) -> str:
+    """``27.0% ± 2.2%`` (or the percentage alone, or an em dash): a rate with one standard error."""
+    if finite(value) is None:
+        return "—"
+    return f"{_pct(value, digits)} ± {_pct(se, digits)}" if finite(se) is not None else _pct(value, digits)
+
+
 def _pm(value: Any, se: Any, digits: int = 3) -> str:
     """``value ± se`` (or the value alone, or an em dash)."""
     if finite(value) is None:
@@ -807,13 +814,14 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
         )
         head = (
             '<tr><th class="l">Judge</th><th>Verdicts</th><th>A</th><th>B</th><th>Tie</th>'
-            "<th>Pairs seen in both orders</th><th>Flip rate</th><th>First won both</th>"
+            "<th>Pairs seen in both orders</th><th>Flip rate (± SE)</th><th>First won both</th>"
             "<th>Second won both</th></tr>"
         )
         rows = [
             f'<tr><td class="name">{esc(_judge_label(a.judge))}</td><td>{_int(a.slot_n)}</td>'
             f"<td>{fmt(a.slot_first_share, 3)}</td><td>{fmt(a.slot_second_share, 3)}</td>"
-            f"<td>{fmt(a.slot_tie_share, 3)}</td><td>{_int(a.order_pairs)}</td><td>{_pct(a.order_flip_rate)}</td>"
+            f"<td>{fmt(a.slot_tie_share, 3)}</td><td>{_int(a.order_pairs)}</td>"
+            f"<td>{esc(_pct_pm(a.order_flip_rate, a.order_flip_rate_se))}</td>"
             f"<td>{_pct(a.order_prefers_first_rate)}</td><td>{_pct(a.order_prefers_second_rate)}</td></tr>"
             for a in order
         ]

@@ -297,8 +297,10 @@ class JudgeAudit:
     first, second and tie shares add up to 1 (``slot_bothbad_share_of_ties`` splits it); ``identical_*``: the
     same over self-battles (identical answers);
     ``order_*``: over prompt-pairs judged in both orders, the 3×3 cross-tab (``order_c_uv``), flips and
-    consistency; ``pba_*``: consistency under the Position-Bias-Analyzer convention; ``len_*``: the length
-    profile of its picks; ``gold_*``: accuracy against trusted labels and its baselines.  None where the
+    consistency (``order_flip_rate_se``: one standard error with the prompt-pair as the unit); ``pba_*``:
+    consistency under the Position-Bias-Analyzer convention; ``len_*``: the length
+    profile of its picks (``len_longer_win_rate_se`` clustered on its verdicts on one prompt and model pair
+    within a day); ``gold_*``: accuracy against trusted labels and its baselines.  None where the
     data hold nothing to measure (no pair in both orders, no gold label).  ``order_c_uv``, ``order_consistent``
     and ``pba_consistent`` are counts with weights (a prompt judged more than once in one order is one pair
     split by its verdicts' shares: :data:`~biasboard.audit.measures.WEIGHTED_COUNTS`), shown to two decimals;
@@ -341,6 +343,7 @@ class JudgeAudit:
     order_consistent: float | None = None
     order_consistency_rate: float | None = None
     order_flip_rate: float | None = None
+    order_flip_rate_se: float | None = None
     order_tie_flip_rate: float | None = None
     order_prefers_first_rate: float | None = None
     order_prefers_second_rate: float | None = None

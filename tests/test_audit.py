@@ -160,11 +160,167 @@ def test_own_family_preference() -> None:
     assert o["win_rate_self"] == pytest.approx(0.75)
     assert o["win_rate_other_judges"] == pytest.approx(1.5 / 4)
     assert o["self_preference"] == pytest.approx(0.75 - 0.375)
-    expected_se = math.sqrt(0.75 * 0.25 / 4 + 0.375 * 0.625 / 4)
+    # Every (judge, prompt, pair) holds one battle: clusters of one, so each side's variance is var(score)/n,
+    # ties scoring ½ (1, 1, 1, 0: 0.1875; 1, ½, 0, 0: 0.171875), not the binomial p(1 − p).
+    expected_se = math.sqrt(0.1875 / 4 + 0.171875 / 4)
     assert o["self_preference_se"] == pytest.approx(expected_se)
     a = fam.filter(pl.col("judge") == "a").row(0, named=True)
     assert a["win_rate_self"] == pytest.approx(2.5 / 4)  # claude under its own family's judge
     assert a["win_rate_other_judges"] == pytest.approx(1 / 4)
+
+
+def test_clustered_standard_errors_by_hand() -> None:
+    """Both orders of a prompt agreeing are one cluster, not two battles: hand-checked sandwich SEs."""
+    cols = (
+        "judge",
+        "prompt_id",
+        "model_a",
+        "model_b",
+        "winner",
+        "len_a",
+        "len_b",
+        "family_a",
+        "family_b",
+        "judge_family",
+    )
+    rows = []
+    # Judge o (openai): on p0, p1 gpt wins in both orders, on p2 claude does; gpt's answer is the longer one.
+    for i, gpt_won in enumerate([True, True, False]):
+        rows.append(
+            ("o", f"p{i}", "gpt", "claude", FIRST if gpt_won else SECOND, 300, 100, "openai", "anthropic", "openai")
+        )
+        rows.append(
+            ("o", f"p{i}", "claude", "gpt", SECOND if gpt_won else FIRST, 100, 300, "anthropic", "openai", "openai")
+        )
+    # Judge a (anthropic), one order only, no prompt_id: three clusters of one (gpt won, lost, tied).
+    for w in (FIRST, SECOND, TIE):
+        rows.append(("a", None, "gpt", "claude", w, 300, 100, "openai", "anthropic", "anthropic"))
+    result = audit(battles(rows, cols))
+    o = result.judges.filter(pl.col("judge") == "o").row(0, named=True)
+    # Longer wins 4 of 6; clusters (n, s) = (2, 2), (2, 2), (2, 0): Σ(s − p n)² = 2·(2/3)² + (4/3)² = 8/3.
+    assert o["len_longer_win_rate"] == pytest.approx(4 / 6)
+    assert o["len_longer_win_rate_se"] == pytest.approx(math.sqrt(8 / 3) / 6)  # 0.272; binomial over 6: 0.192
+    fam = result.family.filter(pl.col("judge") == "o").row(0, named=True)
+    # Self side as above (0.272); other side: judge a's gpt scores 1, 0, ½ as clusters of one: var = (1/6)/3.
+    assert fam["self_preference"] == pytest.approx(4 / 6 - 0.5)
+    assert fam["self_preference_se"] == pytest.approx(math.sqrt(8 / 3 / 36 + 1 / 18))
+
+
+def test_flip_rate_standard_error_takes_the_pair_as_the_unit() -> None:
+    """One verdict per order: the binomial over pairs (seed001: 27% of 400). A prompt judged twice in one order
+    is one pair of consistent share ½, not two pairs: its SE comes from the shares' spread."""
+    judge = audit(seed001_battles()).judges.row(0, named=True)
+    assert judge["order_flip_rate_se"] == pytest.approx(math.sqrt(0.27 * 0.73 / 400))
+    rows = [
+        ("j", "p1", "x", "y", FIRST),  # p1: x first → x, x first → y, y first → x: consistent share ½
+        ("j", "p1", "x", "y", SECOND),
+        ("j", "p1", "y", "x", SECOND),
+        ("j", "p2", "x", "y", FIRST),  # p2: consistent
+        ("j", "p2", "y", "x", SECOND),
+        ("j", "p3", "x", "y", FIRST),  # p3: flipped
+        ("j", "p3", "y", "x", FIRST),
+    ]
+    judge = audit(battles(rows)).judges.row(0, named=True)
+    assert judge["order_flip_rate"] == pytest.approx(0.5)
+    # Σ c² = ¼ + 1 + 0 over 3 pairs, mean ½: var = (1.25 − 3/4)/9.
+    assert judge["order_flip_rate_se"] == pytest.approx(math.sqrt(0.5 / 9))  # 0.236; binomial: 0.289
+
+
+def test_audit_page_shows_rates_with_one_standard_error() -> None:
+    """The page showed bare percentages although the SEs were computed; now x% ± y%, and the note says what ± is."""
+    from biasboard.report.audit import render_audit_section
+
+    page = render_audit_section(audit(seed001_battles()))
+    assert "27.0% ± 2.2%" in page  # flip rate 108 / 400, SE sqrt(0.27 · 0.73 / 400)
+    assert "± is one standard error" in page
+    cols = ("judge", "prompt_id", "model_a", "model_b", "winner", "len_a", "len_b", "gold")
+    rows = [("j", f"p{i}", "x", "y", w, 300, 100, FIRST) for i, w in enumerate([FIRST, FIRST, SECOND, TIE])]
+    page = render_audit_section(audit(battles(rows, cols)).to_json())  # as audit.json holds it
+    assert "66.7% ± 27.2%" in page  # longer wins 2 of 3 decisive, prompts apart: sqrt((2/3)(1/3)/3)
+    assert "62.5% ± 20.7%" in page  # gold accuracy 1, 1, 0, ½: sqrt(0.171875 / 4)
+    assert "± –" not in page  # no pair in both orders: the flip rate is a dash, not "– ± –"
+
+
+def two_order_replicates(seed: int, kind: str, replicates: int = 400, prompts: int = 60) -> pl.DataFrame:
+    """Independent datasets of known truth in one table: replicate r has its own judges o{r} (family F{r}) and
+    a{r} (G{r}) and models g{r} (F{r}) and c{r} (G{r}); each judge sees every prompt in both orders.
+
+    ``agree``: a judge gives one verdict per prompt in both orders (gpt wins with 0.6 under o, 0.5 under a).
+    ``flip``: on 70% of prompts a judge picks the first-shown answer (the two orders disagree), else as
+    ``agree`` with 0.8 under o, 0.5 under a.  Each prompt's g answer is longer with probability ½,
+    independent of the verdicts, so the longer answer wins half the decisive battles under every judge.
+    """
+    rng = np.random.default_rng(seed)
+    r = np.repeat(np.arange(replicates), prompts)
+    n = r.size
+    frames = []
+    for judge, p_g in (("o", 0.6 if kind == "agree" else 0.8), ("a", 0.5)):
+        g_wins = rng.random(n) < p_g
+        positional = rng.random(n) < (0.7 if kind == "flip" else 0.0)
+        g_longer = rng.random(n) < 0.5
+        for g_first in (True, False):
+            first_won = np.where(positional, True, g_wins == g_first)
+            frames.append(
+                pl.DataFrame(
+                    {
+                        "judge": [f"{judge}{i}" for i in r],
+                        "prompt_id": [f"p{i}" for i in range(n)],
+                        "g": [f"g{i}" for i in r],
+                        "c": [f"c{i}" for i in r],
+                        "winner": np.where(first_won, FIRST, SECOND),
+                        "len_g": np.where(g_longer, 300, 100),
+                        "len_c": np.where(g_longer, 100, 300),
+                        "fam_g": [f"F{i}" for i in r],
+                        "fam_c": [f"G{i}" for i in r],
+                        "judge_family": [f"{'F' if judge == 'o' else 'G'}{i}" for i in r],
+                    }
+                ).select(
+                    "judge",
+                    "prompt_id",
+                    pl.col("g" if g_first else "c").alias("model_a"),
+                    pl.col("c" if g_first else "g").alias("model_b"),
+                    "winner",
+                    pl.col("len_g" if g_first else "len_c").alias("len_a"),
+                    pl.col("len_c" if g_first else "len_g").alias("len_b"),
+                    pl.col("fam_g" if g_first else "fam_c").alias("family_a"),
+                    pl.col("fam_c" if g_first else "fam_g").alias("family_b"),
+                    "judge_family",
+                )
+            )
+    return pl.concat(frames)
+
+
+@pytest.mark.parametrize(
+    ("kind", "truth", "old_coverage"),
+    [("agree", 0.6 - 0.5, (0.0, 0.88)), ("flip", 0.7 * 0.5 + 0.3 * 0.8 - 0.5, (0.975, 1.0))],
+)
+def test_clustered_standard_errors_cover_the_truth(kind: str, truth: float, old_coverage: tuple) -> None:
+    """400 simulated datasets of known truth: the ±1.96 SE intervals of the self-preference, the longer-wins
+    rate and the flip rate cover the truth about 95% of the time (measured: 0.955 / 0.956 agree, 0.955 / 0.951
+    flip).  The per-battle binomial SEs they had covered 0.84 / 0.82 when both orders agree (too small by
+    about √2) and 0.99 / 0.98 when they flip (too large)."""
+    result = audit(two_order_replicates(11 if kind == "agree" else 12, kind))
+    fam = result.family.filter(pl.col("judge").str.starts_with("o"))
+    assert fam.height == 400
+
+    def coverage(estimate: pl.Series, se: pl.Series, true: float) -> float:
+        return float(((estimate - true).abs() <= 1.96 * se).mean())
+
+    new = coverage(fam["self_preference"], fam["self_preference_se"], truth)
+    p_s, p_o = fam["win_rate_self"], fam["win_rate_other_judges"]
+    binomial = (p_s * (1 - p_s) / fam["n_self"] + p_o * (1 - p_o) / fam["n_other_judges"]).sqrt()
+    old = coverage(fam["self_preference"], binomial, truth)
+    judges = result.judges
+    longer = coverage(judges["len_longer_win_rate"], judges["len_longer_win_rate_se"], 0.5)
+    n = judges["len_n_decisive_diff"]
+    longer_old = coverage(judges["len_longer_win_rate"], (0.25 / n).sqrt(), 0.5)  # binomial SE at the truth
+    print(f"{kind}: self-preference {new:.3f} (binomial {old:.3f}); longer wins {longer:.3f} ({longer_old:.3f})")
+    assert 0.92 <= new <= 0.975
+    assert old_coverage[0] <= old <= old_coverage[1]
+    assert 0.92 <= longer <= 0.975
+    assert old_coverage[0] <= longer_old <= old_coverage[1]
+    if kind == "flip":  # 70% of pairs flip under every judge; with agreeing orders the flip rate is 0 (SE 0)
+        assert 0.92 <= coverage(judges["order_flip_rate"], judges["order_flip_rate_se"], 0.7) <= 0.975
 
 
 def test_gold_labels_column_and_anchor_table() -> None:
@@ -271,11 +427,19 @@ def test_partials_are_a_monoid_and_shards_give_the_same_audit(seed: int) -> None
     slice_of = rng.integers(0, 5, data.height)
     parts = [audit_partials(data.filter(pl.Series(slice_of == k))) for k in range(5)]
     assert_same_result(whole, finish_audit(merge_partials(parts[::-1])))
-    # Sharded: order rows split by (judge, prompt), each shard reduced alone, then summed.
+    # Sharded: order and cluster rows split by (judge, prompt), each shard reduced alone, then summed.
     merged = merge_partials(parts)
     rows = merged.order_rows.with_columns(order_shard(merged.order_rows, 4))
+    clusters = merged.cluster_rows.with_columns(order_shard(merged.cluster_rows, 4))
+    assert clusters["shard"].n_unique() == 4
     reduced = [
-        reduce_order_rows(AuditPartials(order_rows=rows.filter(pl.col("shard") == s).drop("shard"))) for s in range(4)
+        reduce_order_rows(
+            AuditPartials(
+                order_rows=rows.filter(pl.col("shard") == s).drop("shard"),
+                cluster_rows=clusters.filter(pl.col("shard") == s).drop("shard"),
+            )
+        )
+        for s in range(4)
     ]
     counts_only = AuditPartials(
         slots=merged.slots, identical=merged.identical, length=merged.length, family=merged.family, gold=merged.gold

@@ -12,11 +12,13 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from biasboard.audit import finish_audit, merge_partials
 from biasboard.importers.registry import import_path
 from biasboard.schemas.errors import StateError
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import audit as taudit
 from biasboard.transforms import audit_cache, read, state
+from polars.testing import assert_frame_equal
 
 from tests.conftest import real_data
 
@@ -103,7 +105,20 @@ def test_the_cached_sum_reads_only_new_days_and_writes_the_full_sums_bytes(tmp_p
         store(days[i], days[i], f"k-{days[i]}")
         check(days[: i + 1], [days[i]])
     assert folds == {"BucketedFold" if sums == "buckets" else "CodedFold"}
-    assert pq.read_metadata(tmp_path / "full" / "audit_order_pairs.parquet").num_rows > 0  # pairs in both orders found
+    # The incremental sum equals a full re-audit, the clustered standard errors' partials included: the cached
+    # per-judge partials carry the sums over clusters, and the clusters are real (both orders: Σ n_c² > Σ n_c).
+    cache = audit_cache.read_cache(str(days_dir), keys)
+    assert cache is not None
+    full = merge_partials([taudit.audit_day((day, inputs[day]), read.load_family_map(None))[0] for day in days])
+    for name, keys_of in (("length", ["judge"]), ("family", ["judge", "judge_family", "family"])):
+        assert_frame_equal(getattr(cache.partials, name).sort(keys_of), getattr(full, name).sort(keys_of))
+    assert (full.length["n_decisive_diff_sq"] > full.length["n_decisive_diff"]).any()
+    whole = finish_audit(full)
+    for name in ("judges", "family"):
+        assert pl.read_parquet(tmp_path / "cached" / taudit.table_file(name)).equals(whole.tables()[name]), name
+    for column in ("order_flip_rate_se", "len_longer_win_rate_se"):
+        assert whole.judges[column].drop_nulls().len() > 0, column
+    assert whole.family["self_preference_se"].drop_nulls().len() == whole.family.height
     cache_files = {p.name for p in (days_dir / audit_cache.SUM_CACHE).glob("*.parquet")}
     assert len(cache_files) == len(audit_cache.SMALL_TABLES) + 2  # the last commit's files only
 

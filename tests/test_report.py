@@ -331,7 +331,8 @@ def test_position_table_is_the_audit_of_each_judge(published):
         r = order[a.judge]
         assert r[1] == f"{a.slot_n:,}"
         assert r[2:5] == [f"{a.slot_first_share:.3f}", f"{a.slot_second_share:.3f}", f"{a.slot_tie_share:.3f}"]
-        assert r[6] == f"{a.order_flip_rate:.1%}"
+        assert a.order_flip_rate_se is not None and a.order_flip_rate_se > 0
+        assert r[6] == f"{a.order_flip_rate:.1%} ± {a.order_flip_rate_se:.1%}"
 
 
 def test_order_consistent_win_rate_is_filled_for_every_model(published):

@@ -14,11 +14,12 @@ consistency rate, as consistent; see :data:`CONVENTIONS`).
 1. each batch → :func:`~biasboard.audit.audit_partials` (additive
    per-key counts, plus *compact order rows*: one per (judge, prompt, unordered
    pair) with verdict counts per presentation order — already far fewer rows
-   than battles);
-2. the compact order rows are keyed by a hash shard of (judge, prompt), so every
-   group lands whole in one shard, summed there, and reduced by
-   :func:`~biasboard.audit.pair_order_stats` to additive per-(judge,
-   model pair) counts;
+   than battles — and *cluster rows*, the length and family counts of the same
+   groups, for the clustered standard errors);
+2. the compact order and cluster rows are keyed by a hash shard of (judge, prompt),
+   so every group lands whole in one shard, summed there, and reduced by
+   :func:`~biasboard.audit.reduce_order_rows` to additive per-(judge,
+   model pair) counts and per-judge sums over clusters;
 3. everything else is per-judge counts; all of it is summed by one global
    combine and finished by :func:`~biasboard.audit.finish_audit`.
 
@@ -64,7 +65,6 @@ from biasboard.audit import (
     finish_audit,
     merge_partials,
     order_shard,
-    pair_order_stats,
     records,
     reduce_order_rows,
 )
@@ -133,24 +133,33 @@ def _batch_partials(batch: pa.Table | pl.DataFrame, gold_lookup: pl.DataFrame | 
     return audit_partials(batch, gold_lookup)
 
 
+#: The partials that wait for whole (judge, prompt) groups: sharded by (judge, prompt) and reduced per shard.
+_GROUPED = ("order_rows", "cluster_rows")
+
+
 def _shard_order_rows(partials: AuditPartials, n_shards: int):
-    """(shard, partial holding only that shard's compact order rows) for each non-empty shard."""
-    rows = partials.order_rows
-    if rows.height == 0:
-        return
-    keyed = rows.with_columns(order_shard(rows, n_shards))
-    for (shard,), part in keyed.partition_by("shard", as_dict=True, include_key=False).items():
-        yield int(shard), AuditPartials(order_rows=part)
+    """(shard, partial holding only that shard's compact order and cluster rows) for each non-empty shard."""
+    shards: dict[int, dict[str, pl.DataFrame]] = {}
+    for name in _GROUPED:
+        rows = getattr(partials, name)
+        if rows.height == 0:
+            continue
+        keyed = rows.with_columns(order_shard(rows, n_shards))
+        for (shard,), part in keyed.partition_by("shard", as_dict=True, include_key=False).items():
+            shards.setdefault(int(shard), {})[name] = part
+    for shard, parts in sorted(shards.items()):
+        yield shard, AuditPartials(**parts)
 
 
 def _reduce_shard(keyed: tuple[int, AuditPartials]) -> AuditPartials:
-    """A shard's complete order rows → additive per-pair stats."""
+    """A shard's complete order rows → additive per-pair stats; its complete cluster rows → clustered squares."""
     _, partials = keyed
-    return AuditPartials(order_pairs=pair_order_stats(partials.order_rows))
+    return reduce_order_rows(partials)
 
 
 def _without_order_rows(partials: AuditPartials) -> AuditPartials:
-    return dataclasses.replace(partials, order_rows=AuditPartials().order_rows)
+    empty = AuditPartials()
+    return dataclasses.replace(partials, **{name: getattr(empty, name) for name in _GROUPED})
 
 
 class AuditBattles(beam.PTransform):
@@ -529,7 +538,8 @@ def write_audit(
 #: Plain-words definitions written beside the numbers.
 CONVENTIONS: dict[str, str] = {
     "order_pairs": "prompt-pairs judged in both orders by the same judge (same prompt_id, the two models swapped)",
-    "order_flip_rate": "share of those pairs whose two verdicts disagree (ties are a verdict class of their own)",
+    "order_flip_rate": "share of those pairs whose two verdicts disagree (ties are a verdict class of their own); "
+    "SE (order_flip_rate_se) with the pair as the unit",
     "order_prefers_first_rate": "share of pairs where the first-shown answer won in both orders",
     "pba_consistency_rate": "Position-Bias-Analyzer convention: consistent verdicts over all verdicts with a "
     "prompt_id, where a verdict whose swapped partner is absent counts as consistent; null when no pair was "
@@ -539,6 +549,10 @@ CONVENTIONS: dict[str, str] = {
     "len_agreement_pick_longer": "share of battles with different lengths where the judge picked the longer answer",
     "gold_accuracy": "on the discriminative subset (the label names a winner); a judge tie scores 1/2",
     "family": "cross-family battles only; other judges = judges of other families",
+    "se": "every *_se is one standard error (the ± of the report). order_flip_rate_se takes the prompt-pair as "
+    "the unit; len_longer_win_rate_se and self_preference_se are cluster-robust, one cluster = one judge's "
+    "verdicts on one prompt_id and model pair within a day (both orders, repeats; a battle without a prompt_id "
+    "is a cluster of its own); gold_accuracy_se and consistent_win_rate_se take the case or pair as the unit",
 }
 
 

@@ -48,9 +48,11 @@ ORDER_PAIRS_SCHEMA = pa.schema(
 #: Under the days' folder: ``manifest.json`` and the tagged Parquet files it names.
 SUM_CACHE = "merged"
 SUM_MANIFEST = "manifest.json"
-SUM_CACHE_VERSION = 1
-#: The per-judge partial tables (everything but the order rows, paired within a day, and the order pairs).
-SMALL_TABLES = tuple(f.name for f in dataclasses.fields(AuditPartials) if f.name not in ("order_rows", "order_pairs"))
+SUM_CACHE_VERSION = 2
+#: The per-judge partial tables (everything but the order and cluster rows, reduced within a day, and the order pairs).
+SMALL_TABLES = tuple(
+    f.name for f in dataclasses.fields(AuditPartials) if f.name not in ("order_rows", "cluster_rows", "order_pairs")
+)
 #: Rows per row group of the cached order pairs (what is read back at a time).
 ROW_GROUP = 1 << 16
 
