@@ -169,3 +169,17 @@ def test_audit_applies_the_aliases_like_the_ingest(tmp_path: Path):
     assert cli.main([*argv, "--aliases", str(tmp_path / "aliases.json")]) == 0
     audited = set(pl.read_parquet(tmp_path / "audit" / "audit_judges.parquet")["judge"].to_list())
     assert audited == {"THE-JUDGE", judges[1]}
+
+
+def test_the_audit_counts_names_as_the_ingest_does(tmp_path: Path):
+    """audit.json's counts are the day manifest's: trimmed and renamed names too (the audit built its own counts
+    and left them out, so the two files disagreed on the same rows)."""
+    logs = _logs(tmp_path)
+    (tmp_path / "aliases.json").write_text(json.dumps({"GPT-4": "gpt-4", "Claude-3": "claude-3"}))
+    aliases = ["--aliases", str(tmp_path / "aliases.json")]
+    assert cli.main(["backfill", "--input", str(logs), "--state", str(tmp_path / "state"), *aliases]) == 0
+    assert cli.main(["audit", "--input", str(logs), "--out", str(tmp_path / "audit"), *aliases]) == 0
+    ingest = read_day_manifest(str(tmp_path / "state"), "2024-05-01")["counts"]
+    audited = json.loads((tmp_path / "audit" / "audit.json").read_text())["counts"]
+    assert audited["trimmed"] == ingest["trimmed"] == 1 and audited["renamed"] == ingest["renamed"] == 1
+    assert {k: audited[k] for k in ingest} == ingest

@@ -351,11 +351,9 @@ def read_day(
             batch, seen, source_file=f.path, row_offset=offset, carry=AUDIT_CARRY, aliases=aliases, day=day
         )
         self_battles = checked.valid.filter(pl.col("model_a") == pl.col("model_b")).height
-        # rows dated outside their day counted as the ingest counts them: audit.json's counts say what the summary's do
-        counts = IngestCounts(
-            checked.read, checked.valid.height, dict(checked.rejected), self_battles, off_day=checked.off_day
-        )
-        yield beam.pvalue.TaggedOutput("counts", counts)
+        # counted as the ingest counts them (trimmed and renamed names, rows dated outside their day included), so
+        # audit.json's counts say what the day manifests and the summary say
+        yield beam.pvalue.TaggedOutput("counts", IngestCounts.validated(checked, checked.valid.height, self_battles))
         if checked.valid.height:
             yield audit_frame(resolve_families(checked.valid, family_map))
 
