@@ -22,6 +22,7 @@ Usage::
     .venv/bin/python bench/fit.py --smoke    # 50k battles, 20 models, 4 judges, 5 bootstrap replicates
     .venv/bin/python bench/fit.py --coverage 40   # Laplace CI coverage over 40 simulated datasets
     .venv/bin/python bench/fit.py --profiles      # profile likelihoods' cost; a refresh's fit vs aggregate stage
+    .venv/bin/python bench/fit.py --attribution --voters 25000   # what moved each model: its cost vs the solve
 """
 
 from __future__ import annotations
@@ -194,6 +195,8 @@ def worker(kind: str, workdir: Path, bootstrap: int, traced: bool = True, repeat
         return profile_methods(workdir, repeat)
     if kind == "refresh":
         return refresh_stages(workdir)
+    if kind == "attribution":
+        return attribution_cost(workdir, repeat)
     if traced:
         tracemalloc.start()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -299,6 +302,77 @@ def profile_methods(workdir: Path, repeat: int = 1) -> dict:
                 out[f"{name}_{key}"] = min(value, out.get(f"{name}_{key}", value))
             out[f"{name}_runs"] = out.get(f"{name}_runs", 0) + 1
     return out
+
+
+def attribution_cost(workdir: Path, repeat: int = 1) -> dict:
+    """The bias-aware solve and the attribution of the rank moves (:func:`~biasboard.ranking.attribution.
+    attribute_moves`) on its optimum, side by side in this process: on the pooled cells (dense solver) and, when
+    ``cells_voters.parquet`` is there, on the voter cells (judge-blocked).  With ``repeat`` > 1 each runs that many
+    times, interleaved, and the fastest wall and CPU time of each is kept; passes over the cells are counted."""
+    from biasboard.ranking import ModelConfig, build_dataset
+    from biasboard.ranking.attribution import attribute_moves
+    from biasboard.ranking.data import read_cells
+    from biasboard.ranking.fit import solve_bias_aware
+    from biasboard.ranking.problem import bias_aware_problem
+
+    config = ModelConfig(profile=False)
+    out: dict = {}
+    passes = count_passes()
+    for board, name in (("pooled", "cells.parquet"), ("voters", "cells_voters.parquet")):
+        if not (workdir / name).exists():
+            continue
+        problem = bias_aware_problem(build_dataset(read_cells(workdir / name)), config)
+        out[f"{board}_judges"] = problem.layout.n_judges
+        out[f"{board}_blocked"] = problem.spec.judge_blocks
+        for _ in range(repeat):
+            for step in ("solve", "attribution"):
+                passes.clear()
+                t0, c0 = time.perf_counter(), time.process_time()
+                if step == "solve":
+                    solution = solve_bias_aware(problem, config)
+                else:
+                    effects = attribute_moves(problem, solution)["effects"]
+                    out[f"{board}_effects"] = sorted(effects)
+                key = f"{board}_{step}"
+                out[f"{key}_s"] = min(time.perf_counter() - t0, out.get(f"{key}_s", np.inf))
+                out[f"{key}_cpu_s"] = min(time.process_time() - c0, out.get(f"{key}_cpu_s", np.inf))
+                out[f"{key}_passes"] = dict(passes)
+        del problem, solution
+    return out
+
+
+def attribution_study(args) -> int:
+    """The attribution's cost next to the solve it explains, measured side by side in one fresh process: the
+    pooled cells (dense solver), and with ``--voters N`` the voter cells too (judge-blocked)."""
+    t0 = time.perf_counter()
+    if args.voters:
+        n_cells, n_voters = simulate_voters(args, args.out)
+        what = f"{n_cells:,} pooled cells, {n_voters:,} voter cells ({2 * args.voters:,} voters)"
+    else:
+        n_cells, _, _ = simulate(args, args.out, arena=False)
+        (args.out / "cells_voters.parquet").unlink(missing_ok=True)
+        what = f"{n_cells:,} cells"
+    print(f"BLAS threads per fit process: {CHILD_ENV['OPENBLAS_NUM_THREADS']}; CPUs: {os.cpu_count()}")
+    print(
+        f"simulated {args.battles:,} battles, {args.models} models, {args.judges} judges -> {what} "
+        f"({time.perf_counter() - t0:.1f} s)"
+    )
+    me = [sys.executable, str(Path(__file__).resolve()), "--out", str(args.out)]
+    r = run_child([*me, "--repeat", str(args.repeat), "--worker", "attribution", "--untraced"])
+    print(f"\n{'board':34} {'step':12} {'wall s':>8} {'CPU s':>8} {'vs solve':>9}  passes over the cells")
+    for board in ("pooled", "voters"):
+        if f"{board}_solve_s" not in r:
+            continue
+        label = f"{board}: {r[f'{board}_judges']:,} judges ({'blocked' if r[f'{board}_blocked'] else 'dense'})"
+        for step in ("solve", "attribution"):
+            key = f"{board}_{step}"
+            counts = ", ".join(f"{n} {kind}" for kind, n in sorted(r[f"{key}_passes"].items()))
+            ratio = r[f"{key}_cpu_s"] / r[f"{board}_solve_cpu_s"]
+            print(f"{label:34} {step:12} {r[f'{key}_s']:8.2f} {r[f'{key}_cpu_s']:8.2f} {ratio:8.2f}x  {counts}")
+        print(f"  {board}: corrections attributed: {', '.join(r[f'{board}_effects'])}")
+    if args.repeat > 1:
+        print(f"(times: the fastest of {args.repeat} interleaved runs of each step)")
+    return 0
 
 
 def _children_cpu() -> float:
@@ -596,6 +670,7 @@ def main(argv: list[str] | None = None) -> int:
             "voters_pooled",
             "profile_methods",
             "refresh",
+            "attribution",
         ],
         help=argparse.SUPPRESS,
     )
@@ -604,6 +679,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run only the profile-likelihood study (issue 11.4): solve vs profiles cold/full/fast, and a refresh's "
         "fit stage vs its aggregate stage",
+    )
+    parser.add_argument(
+        "--attribution",
+        action="store_true",
+        help="run only the attribution study: what moved each model, its cost next to the solve (with --voters N, "
+        "on the voter cells too: the judge-blocked solver)",
     )
     args = parser.parse_args(argv)
     if args.smoke:
@@ -616,6 +697,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(worker(args.worker, args.out, args.bootstrap, traced=not args.untraced, repeat=args.repeat)))
         return 0
+    if args.attribution:
+        return attribution_study(args)
     if args.voters:
         return voters_study(args)
     if args.profiles:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import polars as pl
 from biasboard.ranking.arrowhead import ArrowFactor, BlockCovariance
+from biasboard.ranking.attribution import attribute_moves
 from biasboard.ranking.bias_table import bias_table
 from biasboard.ranking.bootstrap import Engine, Redraws, default_workers
 from biasboard.ranking.bootstrap import run as run_replicates
@@ -450,7 +451,8 @@ def publish_bias_aware(
     profiles: dict | None = None,
 ) -> FitResult:
     """The published result of a solved bias-aware problem: covariance, ``config``'s bootstrap replicates and
-    profiles, bias table, diagnostics.
+    profiles, bias table, diagnostics (with what each correction moved: :mod:`~biasboard.ranking.attribution`, when
+    ``config`` computes diagnostics).
 
     ``cov_core`` and ``profiles``, when given, are this solution's own (a publication of it without replicates,
     made first: a reference fit adds the replicates only to the board it publishes, once the gate has chosen it).
@@ -483,6 +485,8 @@ def publish_bias_aware(
         diagnostics["covariates"] = cov_rep
     if naive is not None:
         diagnostics["naive_vs_corrected"] = compare_rankings(naive, rating, data.models)
+    if config.diagnostics != "off":  # (a ratings-only board, compared by its points, does without)
+        diagnostics["attribution"] = attribute_moves(problem, solution, shards)
     diagnostics["omega"] = config.omega
     if data.ordinal_only:
         diagnostics["board"] = ORDINAL_ONLY

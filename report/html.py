@@ -45,7 +45,9 @@ from biasboard.schemas.summary import (
     ORDINAL_ONLY,
     ORDINAL_ONLY_BOARDS,
     TIED_TO_REFERENCE,
+    Attribution,
     HeadToHead,
+    ModelMove,
     RankInterval,
     Summary,
 )
@@ -54,6 +56,8 @@ from biasboard.schemas.summary import (
 #: largest rank changes outside them.  The full table always lists every model.
 TOP_N = 25
 MOVERS = 10
+#: How many moved models the "what moved each model" list names (the largest rank changes; summary.json has all).
+MOVES_LISTED = 15
 
 GLOBAL_JUDGE = "*"
 #: Drawn widths of the wide charts: the desktop page, and a phone (about 400 px less the page margins).
@@ -105,6 +109,7 @@ p, li { max-width:80ch; overflow-wrap:anywhere; }
 .warn { border-left:4px solid #d4a72c; background:#fff8e5; padding:10px 16px; border-radius:4px; margin:16px 0; }
 .warn ul { margin:4px 0; padding-left:20px; }
 .note { color:var(--muted); font-size:13px; }
+ul.moves { padding-left:20px; font-size:14px; overflow-wrap:anywhere; }
 .empty { color:var(--muted); font-style:italic; }
 figure { margin:12px 0 20px; max-width:100%; overflow-x:auto; }
 figure.narrow { display:none; }
@@ -388,11 +393,63 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers:
             "</figure>",
             "<figcaption>Green: moves up after correction; red: moves down; grey: unchanged.</figcaption></figure>",
         ),
+        _moves(summary.attribution),
         "<h3>Full table</h3>",
         f'<p class="note">{esc(rank_note.strip())}</p>' if rank_note else "",
         _leaderboard_table(ordered, ci_name, ptop, summary),
     ]
     return _section("leaderboard", "Leaderboards: naive and corrected", "".join(body))
+
+
+def _moves(attribution: Attribution | None) -> str:
+    """Which correction moved each model that moved: a line per model (phone-width: a list, not a wide table)."""
+    if attribution is None:
+        return ""
+    moved = [r for r in attribution.models if r.rank_change]
+    left_out = "; ".join(f"{effect}: {why}" for effect, why in attribution.left_out.items())
+    left_note = f" Not corrected on this board, so not listed: {left_out}." if left_out else ""
+    if not moved:
+        if not left_note:
+            return ""
+        return f'<h3>What moved each model</h3><p class="note">{esc(left_note.strip())}</p>'
+    moved.sort(key=lambda r: (-abs(r.rank_change or 0), r.rank_corrected, r.model))
+    shown = moved[:MOVES_LISTED]
+    more = (
+        f" The {len(shown)} largest of {len(moved)} moves; every model's are in summary.json (attribution)."
+        if len(shown) < len(moved)
+        else ""
+    )
+    intro = (
+        "Each correction's share of a model's rank change: the places it moves the model (its rank with that "
+        "correction removed, every other kept, against its corrected rank) and the model's rating without it (a "
+        "place also depends on how the correction moves the others). "
+        "“Rest” is what the corrections do not account for one at a time: ties counted as half wins by the naive "
+        "board, the judges' scales, and the corrections acting together. A linearisation at the fit."
+    )
+    items = "".join(f"<li>{_move_line(r)}</li>" for r in shown)
+    return (
+        f'<h3>What moved each model</h3><p class="note">{esc(intro + more + left_note)}</p>'
+        f'<ul class="moves">{items}</ul>'
+    )
+
+
+def _move_line(row: ModelMove) -> str:
+    """One model's move in words: "▲ 3 (naive #5 → #2): length +2 (41 points lower without it), rest +1" — the
+    corrections that move it at least a place (else the one that moves its rating most), then what is left."""
+    change = row.rank_change or 0
+    arrow = f'<span class="up">▲ {change}</span>' if change > 0 else f'<span class="down">▼ {-change}</span>'
+    ordered = sorted(row.corrections, key=lambda m: (-abs(m.places), -abs(m.delta_rating), m.effect))
+    named = [m for m in ordered if m.places] or [m for m in ordered[:1] if abs(m.delta_rating) >= 0.5]
+    parts = []
+    for move in named:
+        points = round(abs(move.delta_rating))
+        side = "higher" if move.delta_rating > 0 else "lower"
+        unit = "point" if points == 1 else "points"
+        parts.append(f"{esc(move.effect)} {_signed(move.places)} ({points} {unit} {side} without it)")
+    if row.unexplained:
+        parts.append(f"rest {_signed(row.unexplained)}")
+    ranks = f"naive #{_int(row.rank_naive)} → #{_int(row.rank_corrected)}"
+    return f"<strong>{esc(row.model)}</strong> {arrow} ({ranks}): {', '.join(parts) or 'no single correction'}"
 
 
 def _corrected_meaning(summary: Summary) -> str:

@@ -558,6 +558,43 @@ class StyleInfo:
 
 
 @dataclass
+class CorrectionMove:
+    """What one correction did to one model: its rating with the correction removed, and the rank that gives."""
+
+    effect: str  # "position", "length", "affinity", "header", "list", "bold", "severity"
+    delta_rating: float  # Elo-like points the corrected rating would move with this correction removed
+    rank_without: int  # the model's rank with this correction removed (every other one kept)
+    places: int  # rank_without − rank_corrected: places this correction moved the model up (< 0: down)
+
+
+@dataclass
+class ModelMove:
+    """One model of the leaderboard: its rank change naive → corrected, split over the corrections."""
+
+    model: str
+    component: int
+    rank_naive: int | None
+    rank_corrected: int
+    rank_change: int | None  # the leaderboard's: rank_naive − rank_corrected
+    corrections: list[CorrectionMove]
+    rank_without_all: int  # the rank with every correction removed at once (the Δ ratings summed)
+    unexplained: int | None  # rank_change − Σ places: ties, judge scale, the corrections' interplay
+
+
+@dataclass
+class Attribution:
+    """Which correction moved each model (:mod:`biasboard.ranking.attribution`): per model and correction of the
+    published board, the rating change and rank with that correction removed.  ``left_out`` names the effects
+    the published board does not correct (switched off by the gate or the configuration, tied to the reference,
+    no data), with why; they have no rows."""
+
+    method: str
+    effects: list[str]
+    left_out: dict[str, str]
+    models: list[ModelMove]
+
+
+@dataclass
 class Summary:
     """summary.json: τ and ρ naive vs corrected, counts by reason, judges, diagnostics, warnings."""
 
@@ -590,6 +627,8 @@ class Summary:
     #: Set when the snapshot has more than :data:`SUMMARY_JUDGES_MAX` judges: the per-judge lists above keep
     #: the busiest judges only, and this says how many there are and which Parquet files hold them all.
     judge_tables: JudgeTables | None = None
+    #: Which correction moved each model (None: a board fit without diagnostics).
+    attribution: Attribution | None = None
     version: int = SUMMARY_VERSION
 
     @property

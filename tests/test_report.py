@@ -469,6 +469,35 @@ def test_plot_shows_the_top_and_the_largest_movers_and_the_table_lists_all(publi
     assert len(plotted) < lb.height
 
 
+def test_what_moved_each_model_is_the_published_attribution(published):
+    # Every model of the board has its corrections' moves in summary.json, consistent with the leaderboard; the page
+    # names each model that moved, with each correction's places as published and the rest it leaves.
+    att = published.summary.attribution
+    assert att is not None and att.effects == ["position", "length", "affinity"]
+    lb = {r["model"]: r for r in published.leaderboard.to_dicts()}
+    assert {r.model for r in att.models} == set(lb)
+    for r in att.models:
+        assert (r.rank_naive, r.rank_corrected, r.rank_change) == tuple(
+            lb[r.model][c] for c in ("rank_naive", "rank_corrected", "rank_change")
+        )
+        assert [m.effect for m in r.corrections] == att.effects
+        assert all(m.places == m.rank_without - r.rank_corrected for m in r.corrections)
+        assert r.unexplained == r.rank_change - sum(m.places for m in r.corrections)
+    items = re.findall(r'<ul class="moves">(.*?)</ul>', published.page, re.S)
+    assert len(items) == 1
+    lines = re.findall(r"<li>(.*?)</li>", items[0], re.S)
+    moved = [r for r in att.models if r.rank_change]
+    assert moved and len(lines) == min(len(moved), 15)
+    by_name = {html.escape(r.model, quote=True): r for r in moved}
+    for line in lines:
+        row = by_name[re.match(r"<strong>(.*?)</strong>", line).group(1)]
+        assert f"naive #{row.rank_naive} → #{row.rank_corrected}" in line
+        for m in row.corrections:
+            if m.places:
+                assert f"{m.effect} {m.places:+d} (" in line
+        assert (f"rest {row.unexplained:+d}" in line) == bool(row.unexplained)
+
+
 def test_summary_json_round_trips_and_refuses_other_versions(published):
     doc = published.summary.to_json()
     assert Summary.from_json(json.loads(json.dumps(doc))).to_json() == doc

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from biasboard.audit.measures import PAIR_KEYS, PAIR_MEASURES, order_models_table, records
 from biasboard.ranking import ModelConfig
+from biasboard.ranking.attribution import move_table
 from biasboard.ranking.data import Dataset, build_dataset, pool_judge_names
 from biasboard.ranking.diagnostics import CROSSING_TYPICAL
 from biasboard.ranking.leaderboard import side_by_side, top_k_warnings
@@ -558,7 +559,14 @@ def build_summary(
         head_to_head=S.HeadToHead(models=top, **head_to_head(totals.model_pairs, top)),
         reference=S.from_jsonable(S.ReferenceInfo, reference.summary(), "reference") if reference is not None else None,
         board=board,
+        attribution=_attribution(corrected, leaderboard),
     )
+
+
+def _attribution(corrected, leaderboard: pl.DataFrame) -> S.Attribution | None:
+    """The summary's :class:`~biasboard.schemas.summary.Attribution` of the published board (None without one)."""
+    table = move_table(corrected, leaderboard)
+    return None if table is None else S.from_jsonable(S.Attribution, S.to_jsonable(table), "attribution")
 
 
 #: The head-to-head matrices cover this many models (the top by corrected rank).

@@ -1,0 +1,219 @@
+"""Which correction moved each model: the corrected ratings' response to removing one correction at a time.
+
+The corrected board differs from the naive one because the model takes each judge's position, length,
+affinity (and style, and for grades severity) effects out of the verdicts.  For each correction e the
+published fit applies, Δθ_e is how the corrected ratings would change were that correction removed, every
+other parameter held at the MAP:
+
+* removing e means every judge's estimate of e set to 0 (its global coefficient and per-judge deviations) —
+  or, on a board with a reference (:mod:`biasboard.ranking.reference`), every judge's *excess* over the
+  reference set to 0 (the per-judge deviations of a tied effect: the judges then do what the reference does,
+  and the reference's own effect, part of its rating φ, is kept);
+* Δθ_e is one Newton step on θ alone from the MAP: Δθ_e = −H_θθ⁻¹ [g_θ(e removed) − g_θ(MAP)], with g_θ the
+  gradient of the negative log-posterior in θ (one gradient pass over the cells per correction) and H_θθ the
+  θ block of the MAP's Hessian, the θ prior included (the fit's identifiability constraint; every comparison
+  component is centred on its own afterwards, as the published ratings are).  It is a linearisation: the
+  exact answer minimises over θ with e removed (:func:`exact_theta_response`), and a refit with e fixed at 0
+  lets the other judge effects move too (:func:`refit_without`); docs/design-notes.md gives the measured gaps.
+
+Both solvers give the same Δθ: the gradient is the objective's own (dense or judge-blocked, in memory or
+streamed) and H_θθ is the M × M block both keep (the dense Hessian's θ rows, the arrowhead's globals), so memory
+is O(J + M²) — never a per-judge dense matrix.  Effects the published fit does not apply (switched off by the
+gate or the configuration, tied to the reference, no data) get no Δθ and are named with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+from biasboard.ranking.arrowhead import ArrowHessian
+from biasboard.ranking.config import ModelConfig
+from biasboard.ranking.leaderboard import ranks_within
+from biasboard.ranking.model import SEV, block_name
+from biasboard.ranking.problem import DISABLED_NOTE, Problem
+from biasboard.ranking.result import ELO_PER_LOGIT, FitResult
+from biasboard.ranking.solver import Evaluation, Objective, Solution, minimize
+from biasboard.ranking.uncertainty import centre_within
+
+#: Why a correction has no attribution (``left_out`` of :func:`attribute_moves`).
+NOT_APPLIED = "not applied on the published board (switched off by the gate or the configuration)"
+TIED_NOT_APPLIED = "no judge's excess over the reference is corrected (the gate tied every judge to the reference)"
+NO_DATA = "no judge has data for this effect"
+
+
+def attributable_blocks(problem: Problem) -> list[int]:
+    """The effect blocks a correction can be attributed to: the global effects (position, length, affinity, style)
+    and severity when the fit has grades."""
+    lay = problem.layout
+    blocks = list(lay.global_effects)
+    if problem.data.scores is not None and lay.n_tau:
+        blocks.append(SEV)
+    return blocks
+
+
+def correction_entries(problem: Problem, t: int) -> np.ndarray:
+    """The raw core indices whose values are correction ``t`` on this board (setting them to 0 removes it).
+
+    Without a reference for the effect: its global coefficient (when the effect has one and some judge has it on)
+    and every enabled judge's deviation.  With one (``Spec.tied``): only the judges' own deviations, which are
+    their excess over the reference (a tied judge has none); the global coefficient is the reference's effect.
+    """
+    lay, spec = problem.layout, problem.spec
+    tied = spec.tied is not None and t < len(spec.tied) and bool(spec.tied[t].any())
+    judges = np.flatnonzero(spec.deviation_mask(t) > 0 if t in lay.global_effects else spec.masks[t] > 0)
+    entries = lay.block(t).start + judges
+    if t in lay.global_effects and not tied and (spec.masks[t] > 0).any():
+        entries = np.concatenate([[lay.glob(t)], entries])
+    return entries.astype(np.int64)
+
+
+def _left_out_reason(problem: Problem, t: int) -> str:
+    """Why correction ``t`` has no entry on this board."""
+    spec = problem.spec
+    if spec.tied is not None and t < len(spec.tied) and spec.tied[t].any():
+        return TIED_NOT_APPLIED
+    return NOT_APPLIED if problem.notes.noted(t, DISABLED_NOTE).any() else NO_DATA
+
+
+def theta_hessian(evaluation: Evaluation, n_models: int) -> np.ndarray:
+    """H_θθ of an evaluation with its Hessian (the prior's precision included): the dense Hessian's θ block, or
+    the judge-blocked one's (θ leads its globals)."""
+    H = evaluation.H
+    block = H.H[:n_models, :n_models] if isinstance(H, ArrowHessian) else H[:n_models, :n_models]
+    return 0.5 * (block + block.T)
+
+
+def attribute_moves(problem: Problem, solution: Solution, shards: int = 1) -> dict[str, Any]:
+    """Per correction the published fit applies, Δθ (M,) at the MAP with that correction removed (one Newton step
+    on θ, the rest held; see the module docstring); and the corrections left out, with why.
+
+    Returns ``{"effects": {name: Δθ}, "left_out": {name: reason}}``; Δθ is uncentred (the caller centres it within
+    the comparison components, as it does the ratings)."""
+    lay = problem.layout
+    m = lay.n_models
+    core, diag = solution.core, solution.diag
+    effects: dict[str, np.ndarray] = {}
+    left_out: dict[str, str] = {}
+    todo: list[tuple[str, np.ndarray]] = []
+    for t in attributable_blocks(problem):
+        entries = correction_entries(problem, t)
+        name = block_name(t)
+        if entries.size == 0:
+            left_out[name] = _left_out_reason(problem, t)
+        elif not np.any(core[entries]):
+            effects[name] = np.zeros(m)  # applied, and estimated at exactly 0: removing it moves nothing
+        else:
+            todo.append((name, entries))
+    if not todo:
+        return {"effects": effects, "left_out": left_out}
+    ev = solution.evaluation
+    objective = problem.objective(shards)
+    if not (isinstance(ev.H, ArrowHessian) or ev.H.size):
+        ev = objective.evaluate(core, diag)
+    factor = np.linalg.cholesky(theta_hessian(ev, m))
+    g_map = ev.g[lay.theta] if ev.g.size else objective.evaluate(core, diag, hessian=False).g[lay.theta]
+    for name, entries in todo:
+        removed = core.copy()
+        removed[entries] = 0.0
+        g = objective.evaluate(removed, diag, hessian=False).g[lay.theta]
+        effects[name] = -_cho_solve(factor, g - g_map)
+    return {"effects": effects, "left_out": left_out}
+
+
+def _cho_solve(lower: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """x with L Lᵀ x = rhs (two triangular solves)."""
+    from scipy.linalg import solve_triangular
+
+    return solve_triangular(lower.T, solve_triangular(lower, rhs, lower=True), lower=False)
+
+
+def exact_theta_response(
+    problem: Problem, solution: Solution, t: int, shards: int = 1, tol: float = 1e-10
+) -> np.ndarray:
+    """The exact counterpart of :func:`attribute_moves`' Δθ for block ``t``: θ re-minimised (Newton to ``tol``) with
+    correction ``t`` removed and every other parameter held at the MAP (uncentred)."""
+    removed = solution.core.copy()
+    removed[correction_entries(problem, t)] = 0.0
+    free = np.zeros(removed.size, bool)
+    free[problem.layout.theta] = True
+    objective: Objective = problem.objective(shards)
+    out = minimize(objective, removed, solution.diag, free=free, tol=tol)
+    return out.core[problem.layout.theta] - solution.core[problem.layout.theta]
+
+
+def refit_without(problem: Problem, solution: Solution, t: int, config: ModelConfig, shards: int = 1) -> np.ndarray:
+    """θ's change when the model is refit from a cold start with correction ``t`` fixed at 0 (every other parameter
+    free): the check that holding the rest at the MAP is a fair question (uncentred)."""
+    from biasboard.ranking.fit import solve_bias_aware  # (fit imports this module)
+
+    fixed = {int(i): 0.0 for i in correction_entries(problem, t)}
+    refit = solve_bias_aware(problem, config, shards, fixed)
+    return refit.core[problem.layout.theta] - solution.core[problem.layout.theta]
+
+
+#: How the published attribution is made, in words (summary.json's ``attribution.method``).
+METHOD = (
+    "per correction the published board applies: the corrected ratings with that correction removed (every "
+    "judge's estimate set to 0 — with a reference, every judge's excess over it), the other parameters held at "
+    "the MAP, by one Newton step on the ratings (theta-theta Hessian, prior included); a linearisation, checked "
+    "against exact refits in tests/test_attribution.py. places = rank without the correction - corrected rank "
+    "(> 0: the correction moved the model up); unexplained = rank_change - sum of places (ties, judge scale, the "
+    "corrections' interplay)"
+)
+
+
+def move_table(corrected: FitResult, leaderboard: pl.DataFrame) -> dict[str, Any] | None:
+    """Per model of ``leaderboard`` (the published side-by-side board), what each correction of ``corrected``'s
+    fit accounts for: its Δrating (Elo-like points), the rank it would have without that correction alone and the
+    places that makes, the rank without all of them, and the rank change left unexplained.
+
+    The Δθ are added to the published rating (θ, or a reference's φ = θ + the reference's own terms, which are
+    held): ranks within each comparison component, as the leaderboard's.  None when the fit has no attribution
+    (a ratings-only board).  Vectorised over models; a loop over the (at most seven) corrections."""
+    info = corrected.diagnostics.get("attribution")
+    if info is None:
+        return None
+    component = corrected.component if corrected.component.size else np.zeros(corrected.n_models, np.int64)
+    groups = component if component.max(initial=0) > 0 else None
+    rating = corrected.rating
+    corrected_rank = ranks_within(rating, component)
+    deltas = {name: centre_within(np.asarray(d, float), groups) for name, d in info["effects"].items()}
+    columns: dict[str, Any] = {"model": list(corrected.models), "_rank": corrected_rank}
+    total = np.zeros(rating.size)
+    for name, d in deltas.items():
+        columns[f"d:{name}"] = ELO_PER_LOGIT * d
+        columns[f"r:{name}"] = ranks_within(rating + d, component)
+        total += d
+    columns["rank_without_all"] = ranks_within(rating + total, component)
+    frame = pl.DataFrame(columns).join(
+        leaderboard.select("model", "component", "rank_naive", "rank_corrected", "rank_change"), on="model"
+    )
+    frame = frame.sort(["component", "rank_corrected", "model"])
+    rows = []
+    for r in frame.iter_rows(named=True):  # one dict per model for the summary (M rows, not battles)
+        moves = [
+            {
+                "effect": name,
+                "delta_rating": r[f"d:{name}"],
+                "rank_without": r[f"r:{name}"],
+                "places": r[f"r:{name}"] - r["rank_corrected"],
+            }
+            for name in deltas
+        ]
+        change = r["rank_change"]
+        explained = sum(move["places"] for move in moves)
+        rows.append(
+            {
+                "model": r["model"],
+                "component": r["component"],
+                "rank_naive": r["rank_naive"],
+                "rank_corrected": r["rank_corrected"],
+                "rank_change": change,
+                "corrections": moves,
+                "rank_without_all": r["rank_without_all"],
+                "unexplained": None if change is None else change - explained,
+            }
+        )
+    return {"method": METHOD, "effects": list(deltas), "left_out": dict(info["left_out"]), "models": rows}
