@@ -89,12 +89,13 @@ def attribute_moves(problem: Problem, solution: Solution, shards: int = 1) -> di
     """Per correction the published fit applies, Δθ (M,) at the MAP with that correction removed (one Newton step
     on θ, the rest held; see the module docstring); and the corrections left out, with why.
 
-    Returns ``{"effects": {name: Δθ}, "left_out": {name: reason}}``; Δθ is uncentred (the caller centres it within
-    the comparison components, as it does the ratings)."""
+    Returns ``{"effects": {name: Δθ}, "left_out": {name: reason}}`` in plain values (a list of M floats per Δθ: the
+    fit's diagnostics are JSON); Δθ is uncentred (the caller centres it within the comparison components, as it
+    does the ratings)."""
     lay = problem.layout
     m = lay.n_models
     core, diag = solution.core, solution.diag
-    effects: dict[str, np.ndarray] = {}
+    effects: dict[str, list[float]] = {}
     left_out: dict[str, str] = {}
     todo: list[tuple[str, np.ndarray]] = []
     for t in attributable_blocks(problem):
@@ -103,7 +104,7 @@ def attribute_moves(problem: Problem, solution: Solution, shards: int = 1) -> di
         if entries.size == 0:
             left_out[name] = _left_out_reason(problem, t)
         elif not np.any(core[entries]):
-            effects[name] = np.zeros(m)  # applied, and estimated at exactly 0: removing it moves nothing
+            effects[name] = [0.0] * m  # applied, and estimated at exactly 0: removing it moves nothing
         else:
             todo.append((name, entries))
     if not todo:
@@ -118,7 +119,7 @@ def attribute_moves(problem: Problem, solution: Solution, shards: int = 1) -> di
         removed = core.copy()
         removed[entries] = 0.0
         g = objective.evaluate(removed, diag, hessian=False).g[lay.theta]
-        effects[name] = -_cho_solve(factor, g - g_map)
+        effects[name] = (-_cho_solve(factor, g - g_map)).tolist()
     return {"effects": effects, "left_out": left_out}
 
 

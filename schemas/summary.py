@@ -14,7 +14,8 @@ and the reader reads it by name.
 
 The published keys keep the meaning they had before the contract was typed (``kendall_tau``,
 ``counts``, ``judges``, ``diagnostics.identifiability`` …); the contract added fields beside them
-(``version``, ``ranks``, ``head_to_head``, ``diagnostics.order_models``, ``diagnostics.family``).
+(``version``, ``ranks``, ``head_to_head``, ``diagnostics.order_models``, ``diagnostics.family``, and
+``attribution``: which correction moved each model).
 ``diagnostics.order`` keeps every column of the audit's per-judge table under the audit's own names.
 """
 

@@ -73,7 +73,7 @@ def test_length_is_named_as_what_moved_the_long_model() -> None:
     problem = bias_aware_problem(data, FAST)
     solution = solve_bias_aware(problem, FAST)
     i = data.models.index(long)
-    linear = centre_within(attribute_moves(problem, solution)["effects"]["length"])
+    linear = centre_within(np.asarray(attribute_moves(problem, solution)["effects"]["length"]))
     exact = centre_within(exact_theta_response(problem, solution, LEN))
     refit = centre_within(refit_without(problem, solution, LEN, FAST))
     assert linear[i] > 0.5  # removing the correction gives back what length earned it (true βΔμ ≈ 1 logit, × a_j)
@@ -97,7 +97,7 @@ def test_dense_and_judge_blocked_solvers_give_the_same_attribution() -> None:
     assert out["dense"]["effects"].keys() == out["blocked"]["effects"].keys() == {"position", "length", "affinity"}
     for name, dense in out["dense"]["effects"].items():
         np.testing.assert_allclose(out["blocked"]["effects"][name], dense, rtol=0, atol=1e-8)
-        assert np.abs(dense).max() > 1e-3  # (not agreeing on zeros)
+        assert np.abs(np.asarray(dense)).max() > 1e-3  # (not agreeing on zeros)
 
 
 def test_a_correction_switched_off_by_configuration_gets_no_attribution() -> None:
