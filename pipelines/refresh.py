@@ -910,10 +910,13 @@ class AuditPlan:
         family_map: FamilyMap,
     ) -> AuditPlan:
         # The files, not how --input spelled them (a folder or its glob): the same files, the same audit.
+        # The audit's version too: the stored files of an older audit lack what this code reads from them (an
+        # upgrade over an unchanged input read audit_order_pairs.parquet without its new column and failed).
         stamp = {
             "input_digest": changes.digest,
             "anchors": options.anchors or None,
             "family_map": family_map.digest(),
+            "audit_version": AUDIT_DAYS_VERSION,
         }
         if not options.audit:
             return cls(state_dir, stamp, rerun=False)

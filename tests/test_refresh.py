@@ -411,6 +411,24 @@ def test_incremental_audit_equals_a_full_audit(sim, tmp_path, caplog):
             assert inc == (Path(fresh.published.path) / name).read_bytes(), (step, name)
 
 
+def test_a_stored_audit_of_an_older_version_is_redone_on_an_unchanged_input(sim, tmp_path):
+    """Upgrading biasboard over an unchanged input: the stored audit's files were written by the older audit (here:
+    without the order pairs' ``consistent_sq``, as before the flip rate had an SE, and a stamp without the audit's
+    version).  A refit read them as they were and failed inside the fit (``unable to find column
+    "consistent_sq"``); the audit's version is part of its stamp, so the audit is done again."""
+    state, out = tmp_path / "state", str(tmp_path / "out")
+    refresh(_glob(sim), str(state), out, [])
+    stamp_path = state / "audit" / "inputs.json"
+    stamp = json.loads(stamp_path.read_text())
+    assert stamp.pop("audit_version") == refresh_module.AUDIT_DAYS_VERSION
+    stamp_path.write_text(json.dumps(stamp))
+    pairs = state / "audit" / "audit_order_pairs.parquet"
+    pl.read_parquet(pairs).drop("consistent_sq").write_parquet(pairs)
+    again = refresh(_glob(sim), str(state), out, [], RefreshOptions(refit=True))
+    assert "consistent_sq" in pl.read_parquet(pairs).columns
+    assert "consistent_sq" in pl.read_parquet(Path(again.published.path) / "audit_order_pairs.parquet").columns
+
+
 def test_an_input_refused_inside_the_run_leaves_the_stored_audit_as_it_was(sim, tmp_path):
     """A file that is not Parquet is refused inside the pipeline, after the audit was due to re-run: the stored audit
     stays (it was deleted before the pipeline ran), so once the file is gone nothing is new and LATEST is reused."""
