@@ -424,7 +424,7 @@ def _moves(attribution: Attribution | None) -> str:
         "correction removed, every other kept, against its corrected rank) and the model's rating without it (a "
         "place also depends on how the correction moves the others). "
         "“Rest” is what the corrections do not account for one at a time: ties counted as half wins by the naive "
-        "board, the judges' scales, and the corrections acting together. A linearisation at the fit."
+        "board, the judges' scales, and the corrections acting together."
     )
     items = "".join(f"<li>{_move_line(r)}</li>" for r in shown)
     return (

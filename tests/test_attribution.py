@@ -77,12 +77,12 @@ def test_length_is_named_as_what_moved_the_long_model() -> None:
     exact = centre_within(exact_theta_response(problem, solution, LEN))
     refit = centre_within(refit_without(problem, solution, LEN, FAST))
     assert linear[i] > 0.5  # removing the correction gives back what length earned it (true βΔμ ≈ 1 logit, × a_j)
-    # Measured (seed 3, logits): one Newton step 0.798, θ re-minimised with the rest held 0.754 (5.8% apart: the
-    # step's error is second order in a change this large), the cold refit with length fixed at 0 0.705 (13%: it
-    # also lets the judges' scales a_j, position and affinity move — holding them brings it to 0.754).  Bounds:
-    # 10% and 20% of the move.
-    assert abs(linear[i] - exact[i]) < 0.1 * abs(exact[i])
-    assert abs(linear[i] - refit[i]) < 0.2 * abs(refit[i])
+    # Measured (seed 3, logits): two chord steps 0.7533, θ re-minimised with the rest held 0.7542 (0.1%; one step was
+    # 0.798, 5.8%: its error is second order in a change this large), the cold refit with length fixed at 0 0.705
+    # (7%: it also lets the judges' scales a_j, position and affinity move — holding them brings it to 0.754).
+    # Bounds: 1% and 15% of the move.
+    assert abs(linear[i] - exact[i]) < 0.01 * abs(exact[i])
+    assert abs(linear[i] - refit[i]) < 0.15 * abs(refit[i])
 
 
 def test_dense_and_judge_blocked_solvers_give_the_same_attribution() -> None:
@@ -152,3 +152,29 @@ def test_on_a_split_board_the_moves_are_ranked_within_each_component() -> None:
         assert sorted(part["rank_without"].to_list()) == list(range(1, size + 1)), (component, effect)
         assert abs(part["delta_rating"].sum()) < 1e-6
     assert any(abs(d) > 0.5 for d in rows["delta_rating"].to_list())  # (not centred zeros)
+
+
+def test_on_a_grades_board_severity_is_named_as_what_moved_the_models_of_the_harsh_and_the_lenient_judge() -> None:
+    # Grades only, three judges of severity -1/0/+1, each model graded 70% by "its" judge (tests/test_ordinal_only):
+    # the mean grade favours the lenient judge's models.  Removing the severity correction gives that back: their
+    # ratings rise and the harsh judge's models' fall, and the step is close to θ re-minimised with the rest held.
+    from biasboard.ranking.model import SEV
+
+    from tests.test_ordinal_only import _grades, _score_cells
+
+    rows, _ = _grades(seed=1)
+    data = build_dataset(None, _score_cells(rows))
+    naive, corrected = fit_leaderboards(data, config=FAST)
+    table = move_table(corrected, side_by_side(naive, corrected))
+    assert table is not None and table["effects"] == ["severity"]
+    delta = {r["model"]: r["corrections"][0]["delta_rating"] for r in table["models"]}
+    home = {name: int(name[1:]) % 3 for name in delta}  # m00, m03, ... graded mostly by judge-0 (severity -1)
+    lenient = [delta[m] for m in delta if home[m] == 0]
+    harsh = [delta[m] for m in delta if home[m] == 2]
+    assert min(lenient) > 0 > max(harsh)
+    problem = bias_aware_problem(data, FAST)
+    solution = solve_bias_aware(problem, FAST)
+    linear = centre_within(np.asarray(attribute_moves(problem, solution)["effects"]["severity"]))
+    exact = centre_within(exact_theta_response(problem, solution, SEV))
+    # Measured (seed 1): one chord step was 10.5% of the largest move from θ re-minimised, two are 1.1%.
+    assert np.abs(linear - exact).max() < 0.03 * np.abs(exact).max()
