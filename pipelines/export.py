@@ -3,8 +3,9 @@
     biasboard export --out OUT [--snapshot ID] --to PATH|gs://bucket/prefix --format csv|json|parquet
 
 Reads the snapshot ``LATEST`` names (or ``--snapshot ID``) from ``OUT`` — local
-or ``gs://`` — and writes ``leaderboard.<fmt>`` and ``bias.<fmt>`` under ``--to``,
-then ``snapshot.json`` (which snapshot, when, which files) last, so a dashboard
+or ``gs://`` — and writes ``leaderboard.<fmt>`` and ``bias.<fmt>`` under ``--to`` (``--tables`` may add
+``moves``: which correction moved each model, one row per model and correction, from ``summary.json``'s
+``attribution``), then ``snapshot.json`` (which snapshot, when, which files) last, so a dashboard
 polling ``snapshot.json`` never reads a table older than the one it announces.
 Each file is replaced atomically (temp + rename locally, one object upload on
 a bucket).  Tables are serialised by the same function the snapshot uses, so an
@@ -43,11 +44,14 @@ from biasboard.transforms import publish, storage
 _LOG = logging.getLogger(__name__)
 
 FORMATS = ("csv", "json", "parquet")
+#: The tables export writes unless ``--tables`` says otherwise.
 TABLES = ("leaderboard", "bias")
+#: Every table ``--tables`` may name: ``moves`` is the summary's attribution as rows (:func:`moves_table`).
+ALL_TABLES = (*TABLES, "moves")
 #: The export's own note in the destination: which snapshot, which files (with their SHA-256), written last.
 STAMP = "snapshot.json"
 #: Every file name an export writes besides its stamp: the only names it ever removes.
-_EXPORT_NAMES = frozenset(f"{table}.{fmt}" for table in TABLES for fmt in FORMATS)
+_EXPORT_NAMES = frozenset(f"{table}.{fmt}" for table in ALL_TABLES for fmt in FORMATS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,15 +62,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tables",
         default=",".join(TABLES),
-        help=f"comma-separated tables to export (default: {','.join(TABLES)})",
+        help=f"comma-separated tables to export, of {','.join(ALL_TABLES)} (default: {','.join(TABLES)})",
     )
 
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     tables = [name.strip() for name in args.tables.split(",") if name.strip()]
-    unknown = sorted(set(tables) - set(TABLES))
+    unknown = sorted(set(tables) - set(ALL_TABLES))
     if unknown or not tables:
-        raise InputError(f"--tables: unknown table(s) {', '.join(unknown) or '(none given)'}; choose from {TABLES}")
+        raise InputError(
+            f"--tables: unknown table(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(ALL_TABLES)}"
+        )
     storage.configure_gcs(no_auth=beam_options(beam_args).view_as(GoogleCloudOptions).no_auth)
     validation.reachable_bucket(args.out, "--out")
     validation.writable_folder(args.to, "--to")
@@ -162,8 +168,45 @@ def _stale_files(to: str, candidates: dict[str, str | None]) -> dict[str, str | 
     return stale
 
 
+#: The columns of the ``moves`` table, one row per model and correction of the published board.
+MOVES_COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
+    "model": pl.String,
+    "component": pl.Int64,
+    "rank_naive": pl.Int64,
+    "rank_corrected": pl.Int64,
+    "rank_change": pl.Int64,
+    "effect": pl.String,
+    "delta_rating": pl.Float64,
+    "rank_without": pl.Int64,
+    "places": pl.Int64,
+    "rank_without_all": pl.Int64,
+    "unexplained": pl.Int64,
+}
+
+
+def moves_table(summary: dict, source: str) -> pl.DataFrame:
+    """``summary.json``'s ``attribution`` as rows (:data:`MOVES_COLUMNS`): what a dashboard joins to the leaderboard
+    by ``model`` to say why a model moved.  A snapshot without one (published before it existed, or a ratings-only
+    board) is a :class:`StateError` naming it: an empty table would read as "no correction moved anything"."""
+    attribution = summary.get("attribution")
+    if not attribution:
+        raise StateError(
+            f"{source}: this snapshot's summary.json has no attribution (published before biasboard wrote one, or "
+            "fit without diagnostics), so there is no moves table to export"
+        )
+    rows = [
+        {**{k: model[k] for k in MOVES_COLUMNS if k in model}, **move}
+        for model in attribution["models"]
+        for move in model["corrections"]
+    ]
+    return pl.DataFrame(rows, schema=MOVES_COLUMNS, orient="row") if rows else pl.DataFrame(schema=MOVES_COLUMNS)
+
+
 def read_table(snapshot_path: str, table: str) -> pl.DataFrame:
-    """A snapshot's table from its Parquet file (the typed source of truth)."""
+    """A snapshot's table from its Parquet file (the typed source of truth); ``moves`` from its summary.json."""
+    if table == "moves":
+        path = storage.join(snapshot_path, "summary.json")
+        return moves_table(json.loads(storage.read_text(path)), path)
     path = storage.join(snapshot_path, f"{table}.parquet")
     try:
         return pl.read_parquet(io.BytesIO(storage.read_bytes(path)))

@@ -6,6 +6,7 @@ import datetime as dt
 import io
 import json
 import os
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -152,3 +153,32 @@ def test_export_in_another_format_removes_the_earlier_formats_files_and_nothing_
     assert sorted(os.listdir(dest)) == ["bias.json", "leaderboard.csv", "leaderboard.json", "notes.txt", stamp]
     assert "leaderboard.csv changed since an earlier export wrote it; left alone" in caplog.text
     assert (dest / "notes.txt").read_text() == "the team's own file\n" and (dest / "bias.json").read_text() == "[]\n"
+
+
+def test_export_moves_is_the_published_attribution_as_rows(tmp_path, capsys):
+    """``--tables ...,moves``: one row per model and correction, what a dashboard joins to the leaderboard to say
+    why a model moved; a snapshot without an attribution is refused in one line, not exported as an empty table."""
+    from biasboard.simulate import SimulationConfig, write_simulation
+
+    sim = write_simulation(SimulationConfig(battles=3000, models=6, judges=2, days=1, seed=4), tmp_path / "sim")
+    out, dest = str(tmp_path / "site"), tmp_path / "dash"
+    refresh = ["refresh", "--no-audit", "--input", str(sim / "battles"), "--state", str(tmp_path / "state")]
+    assert cli.main([*refresh, "--out", out]) == 0
+    argv = ["export", "--out", out, "--to", str(dest), "--format", "parquet", "--tables", "leaderboard,moves"]
+    assert cli.main(argv) == 0
+    moves = pl.read_parquet(dest / "moves.parquet")
+    summary = json.loads((Path(publish.resolve_snapshot(out)) / "summary.json").read_text())
+    effects = summary["attribution"]["effects"]
+    assert effects and moves.height == 6 * len(effects) and set(moves["effect"]) == set(effects)
+    board = pl.read_parquet(dest / "leaderboard.parquet").select("model", "rank_corrected", "rank_change")
+    joined = moves.join(board, on="model", suffix="_board")
+    assert joined.height == moves.height
+    assert (joined["rank_corrected"] == joined["rank_corrected_board"]).all()
+    assert (joined["places"] == joined["rank_without"] - joined["rank_corrected"]).all()
+    assert json.loads((dest / "snapshot.json").read_text())["files"] == ["leaderboard.parquet", "moves.parquet"]
+
+    older = _publish(str(tmp_path / "older"))  # a snapshot whose summary has no attribution
+    argv = ["export", "--out", str(tmp_path / "older"), "--to", str(tmp_path / "d2"), "--format", "csv"]
+    assert cli.main([*argv, "--tables", "moves"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "has no attribution" in err and older.snapshot_id in err and "\n" not in err
