@@ -28,11 +28,11 @@ so a day's partials are additive from then on.  *Cluster rows* (:func:`cluster_r
 
 Standard errors (every ``*_se``; one standard error, the report's ±).  A judge's verdicts on one prompt
 and model pair — both orders, repeats, within a day — are one *cluster*: they are correlated (orders
-that agree, or that flip with a position-biased judge), so the longer-wins rate and the own-family win
-rates take a cluster-robust SE (:func:`_ratio_se`: Σ_c (s_c − p̂ n_c)² / (Σ n_c)² from the additive
-Σ n_c, Σ s_c, Σ n_c², Σ s_c², Σ s_c n_c); the flip rate's takes the prompt-pair as the unit; gold
-accuracy and the order-consistent win rates take the case or pair as the unit.  A battle without a
-``prompt_id`` is a cluster of its own; verdicts of different judges are taken as independent.
+that agree, or that flip with a position-biased judge), so the longer-wins rate, the own-family win
+rates and the gold accuracy take a cluster-robust SE (:func:`_ratio_se`: Σ_c (s_c − p̂ n_c)² / (Σ n_c)²
+from the additive Σ n_c, Σ s_c, Σ n_c², Σ s_c², Σ s_c n_c); the flip rate's takes the prompt-pair as the
+unit; the order-consistent win rates take the pair as the unit.  A battle without a ``prompt_id`` is a
+cluster of its own; verdicts of different judges are taken as independent.
 
 Measurements (“Position bias in pairwise judging” and “Judge bias in best-of-N”):
 
@@ -51,8 +51,8 @@ Measurements (“Position bias in pairwise judging” and “Judge bias in best-
   battles) under the judge itself vs under judges of other families, and the
   difference ± clustered SE.
 * **Gold labels** — on the discriminative subset (the trusted label names a
-  winner), the judge's accuracy, the random-pick (½) and longest-pick baselines
-  and the lift over each.
+  winner), the judge's accuracy (± clustered SE), the random-pick (½) and
+  longest-pick baselines and the lift over each.
 
 Ties: ``tie`` and ``tie (bothbad)`` are one verdict class ("tie") for order
 consistency and win rates, and their split is kept in the counts.  A judge's
@@ -162,6 +162,9 @@ CLUSTER_ROW_MEASURES: tuple[str, ...] = (
     "fam_n",  # cross-family battles (the family measurement's)
     "fam_wins_x",  # ... won by model_x
     "fam_ties",  # ... tied
+    "gold_n",  # discriminative gold cases (the gold measurement's)
+    "gold_hits",  # ... where the judge picked the gold winner
+    "gold_ties",  # ... where the judge called a tie (scores ½)
 )
 
 GOLD_KEYS: tuple[str, ...] = ("judge",)
@@ -172,7 +175,13 @@ GOLD_MEASURES: tuple[str, ...] = (
     "judge_ties",  # the judge called a tie on a discriminative case
     "longest_score",  # Σ score of pick-the-longer (½ when lengths are equal or unknown)
     "n_len_disc",  # discriminative cases with both lengths known and different
+    # Σ over clusters (see CLUSTER_ROW_KEYS) of n_c², s_c², s_c·n_c, n_c = n_disc, s_c = hits + ½ judge_ties:
+    "n_disc_sq",
+    "score_sq",
+    "score_x_n",
 )
+#: Gold measures that are sums of half or quarter points (floats; exact in float64).
+_GOLD_FLOATS: tuple[str, ...] = ("longest_score", "score_sq", "score_x_n")
 
 
 def _empty(keys: tuple[str, ...], measures: tuple[str, ...], float_measures: bool = False) -> pl.DataFrame:
@@ -595,14 +604,15 @@ _CROSS_FAMILY: pl.Expr = (
 
 
 def cluster_rows(battles: pl.DataFrame) -> pl.DataFrame:
-    """Compact cluster rows: per (judge, prompt, unordered pair), the length and family counts of its battles.
+    """Compact cluster rows: per (judge, prompt, unordered pair), the length, family and gold counts of its battles.
 
     The verdicts a judge gives one prompt and pair — both orders, repeats — are correlated, so the
-    longer-wins rate and the family win rates take the cluster, not the battle, as their independent unit
-    (:func:`_ratio_se`).  That needs Σ n_c² etc., which only add up over *complete* clusters: like
-    :func:`order_rows` these rows add up across slices and are reduced by :func:`cluster_stats` once a
+    longer-wins rate, the family win rates and the gold accuracy take the cluster, not the battle, as their
+    independent unit (:func:`_ratio_se`).  That needs Σ n_c² etc., which only add up over *complete* clusters:
+    like :func:`order_rows` these rows add up across slices and are reduced by :func:`cluster_stats` once a
     cluster's rows are all in (a day, in the jobs).  Battles without a prompt_id are counted as clusters of
-    one directly by :func:`length_counts` and :func:`family_counts`.
+    one directly by :func:`length_counts`, :func:`family_counts` and :func:`gold_counts`.  Needs ``gold_model``
+    from :func:`attach_gold`.
     """
     b = battles.filter((pl.col("model_a") != pl.col("model_b")) & pl.col("prompt_id").is_not_null())
     x_first = pl.col("model_a") < pl.col("model_b")
@@ -612,6 +622,7 @@ def cluster_rows(battles: pl.DataFrame) -> pl.DataFrame:
     len_decisive = lengths & (a_won | b_won)
     longer_won = (a_won & (pl.col("len_a") > pl.col("len_b"))) | (b_won & (pl.col("len_b") > pl.col("len_a")))
     family = _CROSS_FAMILY
+    gold, gold_hit, gold_tie = _gold_verdicts()
     return (
         b.with_columns(
             pl.min_horizontal("model_a", "model_b").alias("model_x"),
@@ -624,56 +635,77 @@ def cluster_rows(battles: pl.DataFrame) -> pl.DataFrame:
             family.fill_null(False).cast(pl.Int64).alias("fam_n"),
             (family & x_won).fill_null(False).cast(pl.Int64).alias("fam_wins_x"),
             (family & (a_won | b_won).not_()).fill_null(False).cast(pl.Int64).alias("fam_ties"),
+            gold.cast(pl.Int64).alias("gold_n"),
+            gold_hit.cast(pl.Int64).alias("gold_hits"),
+            gold_tie.cast(pl.Int64).alias("gold_ties"),
         )
         .rename({"fx": "family_x", "fy": "family_y"})
-        .filter((pl.col("len_n") > 0) | (pl.col("fam_n") > 0))
+        .filter((pl.col("len_n") > 0) | (pl.col("fam_n") > 0) | (pl.col("gold_n") > 0))
         .group_by(list(CLUSTER_ROW_KEYS))
         .agg([pl.col(m).sum() for m in CLUSTER_ROW_MEASURES])
     )
 
 
-def cluster_stats(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Reduce *complete* cluster rows to the clustered squares of the length and family partials.
+def cluster_stats(rows: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """Reduce *complete* cluster rows to the clustered squares of the length, family and gold partials.
 
-    Returns a ``length`` and a ``family`` partial holding only the sums over clusters (Σ n_c², Σ s_c²,
-    Σ s_c n_c; every other measure 0), to be added to the slices' own.  A cluster's family side x scores
-    ``wins_x + ½ ties`` for ``family_x``, side y the rest for ``family_y``.  Adding the outputs of two calls
-    is valid only when no cluster is split between them.
+    Returns ``length``, ``family`` and ``gold`` partials (by name) holding only the sums over clusters
+    (Σ n_c², Σ s_c², Σ s_c n_c; every other measure 0), to be added to the slices' own.  A cluster's family
+    side x scores ``wins_x + ½ ties`` for ``family_x``, side y the rest for ``family_y``; its gold score is
+    ``hits + ½ ties``.  Adding the outputs of two calls is valid only when no cluster is split between them.
     """
-    length = (
-        rows.filter(pl.col("len_n") > 0)
-        .group_by("judge", "prompt_id", "model_x", "model_y")  # (a cluster split by family keys is one here)
-        .agg(pl.col("len_n").sum(), pl.col("len_longer_wins").sum())
-        .group_by(list(LENGTH_KEYS))
-        .agg(
-            (pl.col("len_n") ** 2).sum().alias("n_decisive_diff_sq"),
-            (pl.col("len_longer_wins") ** 2).sum().alias("longer_wins_sq"),
-            (pl.col("len_longer_wins") * pl.col("len_n")).sum().alias("longer_wins_x_n"),
-        )
+    # A cluster split by the family keys (which ride along in CLUSTER_ROW_KEYS) is one for length and gold.
+    whole = rows.group_by("judge", "prompt_id", "model_x", "model_y").agg(
+        pl.col("len_n", "len_longer_wins", "gold_n", "gold_hits", "gold_ties").sum()
+    )
+    length = _sums_over_clusters(
+        whole.filter(pl.col("len_n") > 0),
+        LENGTH_KEYS,
+        pl.col("len_n"),
+        pl.col("len_longer_wins"),
+        ("n_decisive_diff_sq", "longer_wins_sq", "longer_wins_x_n"),
+    )
+    gold = _sums_over_clusters(
+        whole.filter(pl.col("gold_n") > 0),
+        GOLD_KEYS,
+        pl.col("gold_n"),
+        pl.col("gold_hits") + 0.5 * pl.col("gold_ties"),
+        ("n_disc_sq", "score_sq", "score_x_n"),
     )
     fam = rows.filter(pl.col("fam_n") > 0).with_columns(
         (pl.col("fam_wins_x") + 0.5 * pl.col("fam_ties")).alias("score_x")
     )
     sides = pl.concat(
         [
-            fam.select(
-                "judge", "judge_family", pl.col("family_x").alias("family"), "fam_n", pl.col("score_x").alias("s")
-            ),
+            fam.select("judge", "judge_family", pl.col("family_x").alias("family"), "fam_n", "score_x"),
             fam.select(
                 "judge",
                 "judge_family",
                 pl.col("family_y").alias("family"),
                 "fam_n",
-                (pl.col("fam_n") - pl.col("score_x")).alias("s"),
+                (pl.col("fam_n") - pl.col("score_x")).alias("score_x"),
             ),
         ]
     )
-    family = sides.group_by(list(FAMILY_KEYS)).agg(
-        (pl.col("fam_n") ** 2).sum().alias("n_sq"),
-        (pl.col("s") ** 2).sum().alias("score_sq"),
-        (pl.col("s") * pl.col("fam_n")).sum().alias("score_x_n"),
+    family = _sums_over_clusters(
+        sides, FAMILY_KEYS, pl.col("fam_n"), pl.col("score_x"), ("n_sq", "score_sq", "score_x_n")
     )
-    return _zero_filled(length, "length"), _zero_filled(family, "family")
+    return {
+        "length": _zero_filled(length, "length"),
+        "family": _zero_filled(family, "family"),
+        "gold": _zero_filled(gold, "gold"),
+    }
+
+
+def _sums_over_clusters(
+    clusters: pl.DataFrame, keys: tuple[str, ...], n: pl.Expr, s: pl.Expr, names: tuple[str, str, str]
+) -> pl.DataFrame:
+    """Per key, Σ n_c², Σ s_c², Σ s_c·n_c over ``clusters`` (one row per whole cluster), named by ``names``:
+    the additive sums :func:`_ratio_se` needs beside Σ n_c and Σ s_c."""
+    n_sq, s_sq, s_x_n = names
+    return clusters.group_by(list(keys)).agg(
+        (n * n).sum().alias(n_sq), (s * s).sum().alias(s_sq), (s * n).sum().alias(s_x_n)
+    )
 
 
 def _zero_filled(frame: pl.DataFrame, name: str) -> pl.DataFrame:
@@ -748,12 +780,29 @@ def attach_gold(battles: pl.DataFrame, gold_lookup: pl.DataFrame | None = None) 
     return out
 
 
-def gold_counts(battles: pl.DataFrame) -> pl.DataFrame:
-    """Per judge: counts on labeled battles (needs ``gold_model`` from :func:`attach_gold`)."""
-    b = battles.filter(pl.col("gold_model").is_not_null() & (pl.col("model_a") != pl.col("model_b")))
-    disc = pl.col("gold_model") != ""
+def _gold_verdicts() -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """(discriminative, hit, judge tie) of each battle against its ``gold_model``, false where it has none.
+
+    One definition for :func:`gold_counts` and :func:`cluster_rows`, so that the sums over clusters square
+    the very cases and scores the accuracy counts.
+    """
+    disc = (pl.col("gold_model") != "").fill_null(False)
     picked_a = pl.when(pl.col("winner") == "model_a").then(pl.col("model_a"))
     picked = picked_a.when(pl.col("winner") == "model_b").then(pl.col("model_b")).otherwise(None)
+    hit = (disc & (picked == pl.col("gold_model"))).fill_null(False)
+    return disc, hit, disc & picked.is_null()
+
+
+def gold_counts(battles: pl.DataFrame) -> pl.DataFrame:
+    """Per judge: counts on labeled battles (needs ``gold_model`` from :func:`attach_gold`).
+
+    The clustered squares (``n_disc_sq``, ...) count here only the battles without a prompt_id (each its own
+    cluster); the others' come from :func:`cluster_rows` once their clusters are complete.
+    """
+    b = battles.filter(pl.col("gold_model").is_not_null() & (pl.col("model_a") != pl.col("model_b")))
+    disc, hit, judge_tie = _gold_verdicts()
+    score = hit.cast(pl.Float64) + 0.5 * judge_tie.cast(pl.Float64)
+    alone = pl.col("prompt_id").is_null()  # a cluster of one: n_c² = n_c, s_c·n_c = s_c
     lengths_known = pl.col("len_a").is_not_null() & pl.col("len_b").is_not_null()
     longer_a = pl.when(pl.col("len_a") > pl.col("len_b")).then(pl.col("model_a"))
     longer = longer_a.when(pl.col("len_b") > pl.col("len_a")).then(pl.col("model_b")).otherwise(None)
@@ -761,10 +810,13 @@ def gold_counts(battles: pl.DataFrame) -> pl.DataFrame:
     return b.group_by(list(GOLD_KEYS)).agg(
         pl.len().cast(pl.Int64).alias("n_labeled"),
         disc.sum().cast(pl.Int64).alias("n_disc"),
-        (disc & (picked == pl.col("gold_model"))).fill_null(False).sum().cast(pl.Int64).alias("hits"),
-        (disc & picked.is_null()).sum().cast(pl.Int64).alias("judge_ties"),
+        hit.sum().cast(pl.Int64).alias("hits"),
+        judge_tie.sum().cast(pl.Int64).alias("judge_ties"),
         pl.when(disc).then(longest_score).otherwise(0.0).sum().alias("longest_score"),
         (disc & lengths_known & longer.is_not_null()).sum().cast(pl.Int64).alias("n_len_disc"),
+        (alone & disc).sum().cast(pl.Int64).alias("n_disc_sq"),
+        pl.when(alone).then(score * score).otherwise(0.0).sum().alias("score_sq"),
+        pl.when(alone).then(score).otherwise(0.0).sum().alias("score_x_n"),
     )
 
 
@@ -789,7 +841,7 @@ def _empty_partial(name: str) -> pl.DataFrame:
     floats = name == "order_pairs"
     frame = _empty(keys, measures, float_measures=floats)
     if name == "gold":
-        frame = frame.with_columns(pl.col("longest_score").cast(pl.Float64))
+        frame = frame.with_columns(pl.col(c).cast(pl.Float64) for c in _GOLD_FLOATS)
     if name == "family":
         frame = frame.with_columns(pl.col(c).cast(pl.Float64) for c in _FAMILY_FLOATS)
     return frame
@@ -857,7 +909,7 @@ def merge_partials(parts: list[AuditPartials]) -> AuditPartials:
 
 def reduce_order_rows(partials: AuditPartials) -> AuditPartials:
     """Move complete compact order rows into per-pair stats, and complete cluster rows into the clustered
-    squares of the length and family partials (call once a slice holds whole (judge, prompt) groups)."""
+    squares of the length, family and gold partials (call once a slice holds whole (judge, prompt) groups)."""
     if partials.order_rows.height == 0 and partials.cluster_rows.height == 0:
         return partials
     values = {f.name: getattr(partials, f.name) for f in fields(AuditPartials)}
@@ -865,11 +917,10 @@ def reduce_order_rows(partials: AuditPartials) -> AuditPartials:
         pairs = _sum_by([partials.order_pairs, pair_order_stats(partials.order_rows)], "order_pairs")
         values.update(order_rows=_empty_partial("order_rows"), order_pairs=pairs)
     if partials.cluster_rows.height:
-        length, family = cluster_stats(partials.cluster_rows)
+        squares = cluster_stats(partials.cluster_rows)
         values.update(
+            {name: _sum_by([getattr(partials, name), frame], name) for name, frame in squares.items()},
             cluster_rows=_empty_partial("cluster_rows"),
-            length=_sum_by([partials.length, length], "length"),
-            family=_sum_by([partials.family, family], "family"),
         )
     return AuditPartials(**values)
 
@@ -980,12 +1031,15 @@ def _length_table(length: pl.DataFrame) -> pl.DataFrame:
 def _gold_table(gold: pl.DataFrame) -> pl.DataFrame:
     """Per judge: accuracy on the discriminative gold cases (a tie scores ½) and its standard error.
 
-    The SE is the sample standard deviation of the per-case scores (1, ½ or 0) over √n: E[s²] − E[s]² with
-    E[s²] = (hits + ties/4)/n.  The binomial acc(1 − acc)/n it replaces is right only without ties; with them
-    it overstates the variance (a judge tying every case has accuracy ½ and no spread, not a binomial SE).
+    The SE is cluster-robust (:func:`_ratio_se`), one cluster = the judge's verdicts on one prompt and pair
+    within a day: a gold case judged in both orders (MT-Bench's, arena-hard's design; anchors label every
+    battle of their prompt and pair) gives two correlated verdicts, about one observation when they agree.
+    With one battle a cluster it is the per-case scores' (1, ½ or 0) spread over √n — not the binomial
+    acc(1 − acc)/n, which overstates the variance when the judge ties (a judge tying every case has accuracy
+    ½ and no spread).
     """
-    accuracy = _ratio(pl.col("hits") + 0.5 * pl.col("judge_ties"), pl.col("n_disc"))
-    second_moment = _ratio(pl.col("hits") + 0.25 * pl.col("judge_ties"), pl.col("n_disc"))
+    score = pl.col("hits") + 0.5 * pl.col("judge_ties")
+    accuracy = _ratio(score, pl.col("n_disc"))
     longest = _ratio(pl.col("longest_score"), pl.col("n_disc"))
     return gold.select(
         "judge",
@@ -993,10 +1047,9 @@ def _gold_table(gold: pl.DataFrame) -> pl.DataFrame:
         pl.col("n_disc").alias("gold_n_discriminative"),
         _ratio(pl.col("n_disc"), pl.col("n_labeled")).alias("gold_discriminative_share"),
         accuracy.alias("gold_accuracy"),
-        pl.when(pl.col("n_disc") > 0)
-        .then(((second_moment - accuracy * accuracy).clip(lower_bound=0.0) / pl.col("n_disc")).sqrt())
-        .otherwise(None)
-        .alias("gold_accuracy_se"),
+        _ratio_se(score, pl.col("n_disc"), pl.col("score_sq"), pl.col("score_x_n"), pl.col("n_disc_sq")).alias(
+            "gold_accuracy_se"
+        ),
         _ratio(pl.col("hits"), pl.col("n_disc")).alias("gold_strict_accuracy"),
         pl.col("judge_ties").alias("gold_judge_ties"),
         pl.when(pl.col("n_disc") > 0).then(0.5).otherwise(None).alias("gold_random_pick_baseline"),

@@ -577,7 +577,7 @@ def _anchors_fingerprint(options: RefreshOptions) -> list[dict] | None:
 
 
 #: Bumped when the stored per-day audit partials change form (every day is then audited again).
-AUDIT_DAYS_VERSION = 3  # 3: cluster rows and the clustered squares (standard errors)
+AUDIT_DAYS_VERSION = 4  # 3: cluster rows and the clustered squares (standard errors); 4: gold accuracy's squares
 
 
 #: The state's note of the last fit: its fit-inputs digest and the snapshot it made (or found it made again).

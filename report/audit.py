@@ -50,8 +50,8 @@ def _with_se(value: Any, se: Any) -> str:
 #: What the ± on the page means (the audit's CONVENTIONS["se"] in fewer words).
 SE_NOTE = (
     "± is one standard error. A judge's verdicts on one prompt and model pair within a day (both orders, repeats) "
-    "are one cluster: the flip rate's SE takes the pair as the unit, the longer-wins and own-family SEs are "
-    "cluster-robust, the gold accuracy's takes the case as the unit."
+    "are one cluster: the flip rate's SE takes the pair as the unit, the longer-wins, own-family and gold "
+    "accuracy SEs are cluster-robust (a gold case judged in both orders counts once, not twice)."
 )
 
 

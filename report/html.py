@@ -1163,7 +1163,8 @@ def _anchor_results(summary: Summary) -> str:
             "<h3>Gold-label accuracy</h3>",
             '<p class="note">The judge audit: on battles whose prompt and pair the anchors also judged, how often the '
             "judge picked the anchors' winner, beside always picking at random and always picking the longer answer "
-            "(consistency is not validity: a judge can be consistent and wrong).</p>",
+            "(consistency is not validity: a judge can be consistent and wrong). ± is one standard error, a case "
+            "judged in both orders counting once, not twice.</p>",
             _table("gold", head, rows),
         ]
     return "".join(out)

@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from biasboard.audit import finish_audit, merge_partials
+from biasboard.audit import anchor_gold, finish_audit, merge_partials
 from biasboard.importers.registry import import_path
 from biasboard.schemas.errors import StateError
 from biasboard.simulate import SimulationConfig, write_simulation
@@ -71,10 +71,19 @@ def cached_days(days_dir: Path) -> list[str]:
     return [day for day, _ in json.loads(Path(audit_cache.manifest_path(str(days_dir))).read_text())["days"]]
 
 
+def first_judge_as_anchors(inputs: dict[str, list[read.InputFile]]) -> pl.DataFrame:
+    """Gold labels for every day: one judge's verdicts as the trusted anchors (matched by prompt and pair,
+    so a gold case judged in both orders is two correlated verdicts, as in MT-Bench's design)."""
+    columns = ["judge", "prompt_id", "model_a", "model_b", "winner"]
+    battles = pl.concat([pl.read_parquet(f.path, columns=columns) for day in inputs for f in inputs[day]])
+    return anchor_gold(battles.filter(pl.col("judge") == battles["judge"].min()))
+
+
 def test_the_cached_sum_reads_only_new_days_and_writes_the_full_sums_bytes(tmp_path, inputs, sums, monkeypatch):
     days = sorted(inputs)
     days_dir = tmp_path / "audit_days"
-    audit_fn = taudit.AuditDayFn(str(days_dir), read.load_family_map(None), None)
+    gold = first_judge_as_anchors(inputs)
+    audit_fn = taudit.AuditDayFn(str(days_dir), read.load_family_map(None), gold)
     keys: dict[str, str] = {}
 
     def store(day: str, source: str, key: str) -> None:
@@ -109,14 +118,15 @@ def test_the_cached_sum_reads_only_new_days_and_writes_the_full_sums_bytes(tmp_p
     # per-judge partials carry the sums over clusters, and the clusters are real (both orders: Σ n_c² > Σ n_c).
     cache = audit_cache.read_cache(str(days_dir), keys)
     assert cache is not None
-    full = merge_partials([taudit.audit_day((day, inputs[day]), read.load_family_map(None))[0] for day in days])
-    for name, keys_of in (("length", ["judge"]), ("family", ["judge", "judge_family", "family"])):
+    full = merge_partials([taudit.audit_day((day, inputs[day]), read.load_family_map(None), gold)[0] for day in days])
+    for name, keys_of in (("length", ["judge"]), ("family", ["judge", "judge_family", "family"]), ("gold", ["judge"])):
         assert_frame_equal(getattr(cache.partials, name).sort(keys_of), getattr(full, name).sort(keys_of))
     assert (full.length["n_decisive_diff_sq"] > full.length["n_decisive_diff"]).any()
+    assert (full.gold["n_disc_sq"] > full.gold["n_disc"]).all()  # every judge's gold cases in both orders
     whole = finish_audit(full)
     for name in ("judges", "family"):
         assert pl.read_parquet(tmp_path / "cached" / taudit.table_file(name)).equals(whole.tables()[name]), name
-    for column in ("order_flip_rate_se", "len_longer_win_rate_se"):
+    for column in ("order_flip_rate_se", "len_longer_win_rate_se", "gold_accuracy_se"):
         assert whole.judges[column].drop_nulls().len() > 0, column
     assert whole.family["self_preference_se"].drop_nulls().len() == whole.family.height
     cache_files = {p.name for p in (days_dir / audit_cache.SUM_CACHE).glob("*.parquet")}

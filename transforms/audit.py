@@ -542,15 +542,17 @@ CONVENTIONS: dict[str, str] = {
     "pba_consistency_rate": "Position-Bias-Analyzer convention: consistent verdicts over all verdicts with a "
     "prompt_id, where a verdict whose swapped partner is absent counts as consistent; null when no pair was "
     "judged in both orders (every verdict would count as consistent)",
-    "consistent_win_rate": "win rate (tie = half) among order-consistent pairs; SE = sqrt(var(score)/n)",
+    "consistent_win_rate": "win rate (tie = half) among order-consistent pairs; SE = sqrt(var(score)/n) over those "
+    "pairs, each prompt-pair (its two orders) one unit",
     "identical": "self-battles (model_a == model_b) are taken as identical answers",
     "len_agreement_pick_longer": "share of battles with different lengths where the judge picked the longer answer",
-    "gold_accuracy": "on the discriminative subset (the label names a winner); a judge tie scores 1/2",
+    "gold_accuracy": "on the discriminative subset (the label names a winner); a judge tie scores 1/2; SE "
+    "(gold_accuracy_se) cluster-robust: a gold case judged in both orders is one cluster, not two cases",
     "family": "cross-family battles only; other judges = judges of other families",
-    "se": "every *_se is one standard error (the ± of the report). order_flip_rate_se takes the prompt-pair as "
-    "the unit; len_longer_win_rate_se and self_preference_se are cluster-robust, one cluster = one judge's "
-    "verdicts on one prompt_id and model pair within a day (both orders, repeats; a battle without a prompt_id "
-    "is a cluster of its own); gold_accuracy_se and consistent_win_rate_se take the case or pair as the unit",
+    "se": "every *_se is one standard error (the ± of the report). order_flip_rate_se and consistent_win_rate_se "
+    "take the prompt-pair as the unit; len_longer_win_rate_se, self_preference_se and gold_accuracy_se are "
+    "cluster-robust, one cluster = one judge's verdicts on one prompt_id and model pair within a day (both "
+    "orders, repeats; a battle without a prompt_id is a cluster of its own)",
 }
 
 
