@@ -508,7 +508,8 @@ def _slices(boards: pl.DataFrame | None, summary: Summary) -> str:
             rows = boards.filter(pl.col("slice") == info.slice).drop("slice").to_dicts()
             ordered = sorted(rows, key=lambda r: _rank_key(r, "rank_corrected"))
             tau = f" Kendall τ naive vs corrected: {fmt(info.kendall_tau, 3)}." if info.kendall_tau is not None else ""
-            body = f'<p class="note">{esc(count)}: a fit on this slice\'s battles alone.{esc(tau)}</p>' + (
+            split = f" Note: {info.note}." if info.note else ""
+            body = f'<p class="note">{esc(count)}: a fit on this slice\'s battles alone.{esc(tau + split)}</p>' + (
                 _leaderboard_table(
                     ordered, f"{summary.ci_level:.0%} CI", f"P(top {info.top_k})", replace(summary, ranks=info.ranks)
                 )

@@ -498,7 +498,8 @@ class HeadToHead:
 class SliceInfo:
     """One slice of ``refresh --slices``: its label, its battles, and whether its boards were fit.
 
-    ``fitted`` false: fewer than ``min_battles`` battles, listed but not fit (``note`` says so);
+    ``fitted`` false: fewer than ``min_battles`` battles, listed but not fit (``note`` says so); ``fitted`` true
+    with a ``note``: the slice's battles fall into groups no battle links (its board's ``component``), named there;
     ``kendall_tau``: naive vs corrected within the slice (None when not fit); ``ranks``: the slice's
     rank intervals, drawn as the overall board's are (None when not fit).
     """

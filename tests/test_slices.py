@@ -267,3 +267,47 @@ def test_arena_category_boards_end_to_end(tmp_path, capsys):
     assert english.battles == len(rows) and english.ranks == summary.ranks
     board = boards.filter(pl.col("slice") == "language=English").drop("slice")
     assert board.equals(leaderboard)
+
+
+def test_a_slice_of_few_models_lists_only_them_and_names_its_groups(tmp_path):
+    """A slice with battles between some models only: its rank intervals in summary.slices list those models
+    (before, every model of the overall board was listed, the absent ones at "rank 1 [1, 1]"), and a slice whose
+    battles fall into groups no battle links says so in its note and its report tab (two models ranked 1 are not
+    tied)."""
+    logs = write_simulation(SimulationConfig(battles=6_000, models=6, judges=2, days=1, seed=5), tmp_path / "logs")
+    (path,) = (logs / "battles").glob("day=*/*.parquet")
+    models = sorted(set(pl.read_parquet(path)["model_a"]))
+    a, b, c, d = models[:4]
+
+    def pair(x: str, y: str) -> pl.Expr:
+        return ((pl.col("model_a") == x) & (pl.col("model_b") == y)) | (
+            (pl.col("model_a") == y) & (pl.col("model_b") == x)
+        )
+
+    pl.read_parquet(path).with_columns(
+        pl.when(pair(a, b))
+        .then(pl.lit("Pair"))
+        .when(pair(c, d))
+        .then(pl.lit("Split"))
+        .otherwise(pl.lit("Rest"))
+        .alias("language")
+    ).with_columns(  # the Split slice: two pairs no battle links
+        pl.when(pair(a, b) & (pl.col("battle_id").str.slice(-1).is_in(["0", "2", "4"])))
+        .then(pl.lit("Split"))
+        .otherwise(pl.col("language"))
+        .alias("language")
+    ).write_parquet(path)
+    options = RefreshOptions(k=3, audit=False, slices="language", slice_min_battles=50)
+    outcome = refresh(str(path), str(tmp_path / "state"), str(tmp_path / "out"), [], options)
+    assert outcome.published is not None
+    snapshot = Path(outcome.published.path)
+    info = {i.value: i for i in _summary(snapshot).slices}
+    assert info["Pair"].fitted and info["Split"].fitted
+    assert info["Pair"].ranks is not None and info["Split"].ranks is not None
+    assert sorted(iv.model for iv in info["Pair"].ranks.corrected) == [a, b]
+    assert sorted(iv.model for iv in info["Pair"].ranks.naive) == [a, b]
+    assert sorted(iv.model for iv in info["Split"].ranks.corrected) == [a, b, c, d]
+    assert info["Pair"].note == "" and info["Rest"].note == ""
+    assert info["Split"].note.startswith("its battles fall into 2 groups no battle in the slice links")
+    assert f"{a}, {b}" in info["Split"].note or f"{b}, {a}" in info["Split"].note
+    assert "fall into 2 groups" in (snapshot / "report.html").read_text()

@@ -8,6 +8,7 @@ posterior draws (:meth:`biasboard.ranking.result.FitResult.rank_interval`).
 
 from __future__ import annotations
 
+from biasboard.ranking.graph import unranked_components
 from biasboard.ranking.result import FitResult
 from biasboard.schemas import summary as S
 
@@ -17,17 +18,28 @@ RANK_DRAWS = 2000
 
 
 def rank_intervals(naive: FitResult, corrected: FitResult, seed: int) -> S.Ranks:
-    """Both boards' ranks and central ``RANK_LEVEL`` rank intervals (draws seeded by ``seed``)."""
+    """Both boards' ranks and central ``RANK_LEVEL`` rank intervals (draws seeded by ``seed``).
+
+    Only the models the board lists: a model alone in its comparison component (on a slice, every model of the
+    overall board that has no battle in the slice) is left off, as :func:`~biasboard.ranking.leaderboard.side_by_side`
+    leaves it off the board; its "rank 1 of 1" would read as a top model.
+    """
+    alone = set(unranked_components(corrected.component))
+    shown = (
+        {m for m, c in zip(corrected.models, corrected.component, strict=True) if int(c) not in alone}
+        if alone
+        else set(corrected.models)
+    )
     return S.Ranks(
         level=RANK_LEVEL,
         source="bootstrap replicates" if corrected.boot_theta is not None else "Laplace posterior draws",
         draws=len(corrected.boot_theta) if corrected.boot_theta is not None else RANK_DRAWS,
-        naive=_intervals(naive, seed),
-        corrected=_intervals(corrected, seed),
+        naive=_intervals(naive, seed, shown),
+        corrected=_intervals(corrected, seed, shown),
     )
 
 
-def _intervals(fit: FitResult, seed: int) -> list[S.RankInterval]:
+def _intervals(fit: FitResult, seed: int, shown: set[str]) -> list[S.RankInterval]:
     low, high = fit.rank_interval(RANK_LEVEL, draws=RANK_DRAWS, seed=seed)
     rows = zip(fit.models, fit.ranks(), low, high, strict=True)
-    return [S.RankInterval(m, int(r), int(lo), int(hi)) for m, r, lo, hi in rows]
+    return [S.RankInterval(m, int(r), int(lo), int(hi)) for m, r, lo, hi in rows if m in shown]

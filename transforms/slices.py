@@ -215,10 +215,26 @@ def fit_slices(
                     info.kendall_tau = comparison.get("kendall_tau")
                     info.top_k = fitted.corrected.k
                     info.ranks = rank_intervals(fitted.naive, fitted.corrected, fitted.config.seed)
+                    info.note = split_note(board)
             done = ("fit, streamed" if part.streamed else "fit") if info.fitted else info.note
+            done += f"; {info.note}" if info.fitted and info.note else ""
             _LOG.info("slice %s: %d battles, %s", name, part.battles, done)
             infos.append(info)
     return (pl.concat(boards) if boards else pl.DataFrame(schema={"slice": pl.String})), infos
+
+
+def split_note(board: pl.DataFrame) -> str:
+    """What a fitted slice's reader must know when its battles fall into groups no battle links (its own
+    comparison components, column ``component``): ranks, CIs and P(top k) hold within each group only, so two
+    models ranked 1 are not tied.  Empty for a connected slice."""
+    if board.is_empty() or board["component"].max() == 0:
+        return ""
+    groups = board.sort("component", "rank_corrected").group_by("component", maintain_order=True).agg("model")
+    listed = "; ".join(", ".join(models) for models in groups["model"].to_list())
+    return (
+        f"its battles fall into {groups.height} groups no battle in the slice links ({listed}): ranks, CIs and "
+        "P(top k) hold within each group, and ratings are not comparable across groups"
+    )
 
 
 def _label_members(keys: Sequence[str | None]) -> dict[str, list[str]]:
