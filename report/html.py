@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 import polars as pl
+from biasboard.ranking.result import ELO_CENTER, ELO_PER_LOGIT
 from biasboard.report.audit import count_text
 from biasboard.report.judges import keep, left_out_note, shown_judges
 from biasboard.report.svg import (
@@ -555,10 +556,12 @@ def _style(summary: Summary) -> str:
     note = (
         f'<p class="note">{style.battles:,} battles carry header, list and bold counts. The corrected board '
         f"above has {removed}. Style <b>kept</b>: the same model without the style effects, so ratings keep what "
-        f"the judges rewarded in formatting.{esc(tau)}</p>"
+        f"the judges rewarded in formatting; its ratings are on the boards' Elo-like scale (1000 at the mean, 400 "
+        f"points a factor of 10 in the odds).{esc(tau)}</p>"
     )
     rows = [
-        f"<tr><td>{r.rank}</td><td>{esc(r.model)}</td><td>{fmt(r.rating, 3)}</td><td>{r.rank_corrected}</td>"
+        f"<tr><td>{r.rank}</td><td>{esc(r.model)}</td><td>{fmt(ELO_CENTER + ELO_PER_LOGIT * r.rating, 1)}</td>"
+        f"<td>{r.rank_corrected}</td>"
         f"<td>{_signed(r.rank - r.rank_corrected)}</td></tr>"  # > 0: moves up once style is removed
         for r in style.kept
     ]

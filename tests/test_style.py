@@ -7,6 +7,7 @@ verdicts only, no text); the fit on simulated data with known style effects.
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -209,6 +210,9 @@ def test_refresh_publishes_the_style_effects_and_the_style_kept_board(tmp_path):
     assert style.kendall_tau is not None and style.kendall_tau < 1.0  # removing style moved the order
     html = (snapshot / "report.html").read_text()
     assert '<section id="style">' in html and "Style removed and kept" in html
+    # The kept ratings read on the boards' Elo-like scale (they were logits, 3.179 beside the board's 1517.2).
+    top = min(style.kept, key=lambda r: r.rank)
+    assert f"<td>{top.model}</td><td>{1000 + 400 / math.log(10) * top.rating:.1f}</td>" in html
 
 
 def test_refresh_without_style_columns_has_no_style_view(tmp_path):
