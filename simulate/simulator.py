@@ -952,6 +952,24 @@ def truth(config: SimulationConfig, params: Parameters | None = None) -> dict:
                 "standing": int(ranks[i]),
                 "stratum": int(stratum[i]),
                 "hub": bool(i in params.hubs),
+                **(
+                    {
+                        "theta_by_category": {
+                            c: float(params.theta_in(k)[i]) for k, c in enumerate(CATEGORY_NAMES[: config.categories])
+                        }
+                    }
+                    if config.categories
+                    else {}
+                ),
+                **(
+                    {
+                        "style_log_mean": dict(
+                            zip(("header", "list", "bold"), params.style_log_mean[i].tolist(), strict=True)
+                        )
+                    }
+                    if config.style
+                    else {}
+                ),
             }
             for i in range(config.models)
         ],

@@ -24,7 +24,7 @@ from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, conform_pair_cells
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.summary import Summary
 from biasboard.simulate import SimulationConfig, write_simulation
-from biasboard.simulate.simulator import CATEGORY_NAMES, draw_parameters
+from biasboard.simulate.simulator import CATEGORY_NAMES, draw_parameters, truth
 from scipy.stats import kendalltau
 
 CONFIG = SimulationConfig(battles=16_000, models=8, judges=3, days=1, categories=2, category_sd=1.0, seed=11)
@@ -311,3 +311,17 @@ def test_a_slice_of_few_models_lists_only_them_and_names_its_groups(tmp_path):
     assert info["Split"].note.startswith("its battles fall into 2 groups no battle in the slice links")
     assert f"{a}, {b}" in info["Split"].note or f"{b}, {a}" in info["Split"].note
     assert "fall into 2 groups" in (snapshot / "report.html").read_text()
+
+
+def test_truth_json_gives_each_models_quality_per_category_and_its_style():
+    """A slice board is checked against the slice's own truth: truth.json names it per model (it held only the
+    overall θ, so the per-category qualities the boards recover could not be read from a CLI run)."""
+    config = SimulationConfig(battles=100, models=4, judges=2, days=1, categories=3, style=True, seed=2)
+    params = draw_parameters(config)
+    models = truth(config)["models"]
+    for i, row in enumerate(models):
+        assert list(row["theta_by_category"]) == list(CATEGORY_NAMES[:3])
+        assert [row["theta_by_category"][c] for c in CATEGORY_NAMES[:3]] == [params.theta_in(k)[i] for k in range(3)]
+        assert list(row["style_log_mean"].values()) == params.style_log_mean[i].tolist()
+    plain = truth(SimulationConfig(battles=100, models=4, judges=2, days=1, seed=2))["models"]
+    assert not {"theta_by_category", "style_log_mean"} & set(plain[0])
