@@ -640,6 +640,11 @@ def fit_with_reference(
     elif reference.kind == "judges":
         j = np.fromiter((name in raters for name in data.judges), bool, len(data.judges))
         k = int(data.judge_sums("n")[j].sum())  # (a streamed data set's pairs have no judge: per-judge sums)
+        if k == 0:  # named in the cells' judges yet no battle here (a slice the reference never judged in)
+            raise InputError(
+                f"--reference: no battle by the reference judge(s) {', '.join(sorted(raters))} in these battles, "
+                "so there is nothing to measure the other judges against"
+            )
     config = replace(config, reference=raters)
     n_battles = naive.n_battles
 

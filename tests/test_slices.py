@@ -325,3 +325,27 @@ def test_truth_json_gives_each_models_quality_per_category_and_its_style():
         assert list(row["style_log_mean"].values()) == params.style_log_mean[i].tolist()
     plain = truth(SimulationConfig(battles=100, models=4, judges=2, days=1, seed=2))["models"]
     assert not {"theta_by_category", "style_log_mean"} & set(plain[0])
+
+
+def test_a_slice_the_reference_never_judged_is_listed_not_fit(tmp_path):
+    """With ``--reference JUDGE``, a slice holding no battle by that judge has nothing to measure the others
+    against: it is listed with the reason (as the README says), not fit as a board "relative to" a reference whose
+    effects would be prior alone (before, it was fit and published without a word)."""
+    logs = write_simulation(SimulationConfig(battles=6_000, models=5, judges=3, days=1, seed=7), tmp_path / "logs")
+    (path,) = (logs / "battles").glob("day=*/*.parquet")
+    battles = pl.read_parquet(path)
+    judges = sorted(set(battles["judge"]))
+    solo = (pl.col("judge") == judges[0]) & pl.col("battle_id").str.ends_with("1")
+    battles.with_columns(pl.when(solo).then(pl.lit("Solo")).otherwise(pl.lit("Main")).alias("language")).write_parquet(
+        path
+    )
+    options = RefreshOptions(k=3, audit=False, slices="language", slice_min_battles=50, reference=judges[1])
+    outcome = refresh(str(path), str(tmp_path / "state"), str(tmp_path / "out"), [], options)
+    assert outcome.published is not None
+    info = {i.value: i for i in _summary(Path(outcome.published.path)).slices}
+    assert info["Main"].fitted
+    assert not info["Solo"].fitted and info["Solo"].battles > 50
+    assert info["Solo"].note == (
+        f"not fit: --reference: no battle by the reference judge(s) {judges[1]} in these battles, so there is "
+        "nothing to measure the other judges against"
+    )
