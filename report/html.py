@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -131,6 +132,8 @@ tbody tr:hover { background:#fafbfc; }
 .grp-c { border-bottom:2px solid var(--accent); }
 .grp-n { border-bottom:2px solid var(--naive); }
 .up { color:#2a9d5b; } .down { color:#c8443a; } .flat { color:var(--muted); }
+tr.group td { background:var(--soft); color:var(--muted); font-size:13px; }
+tr.group span { position:sticky; left:10px; display:inline-block; max-width:min(560px, 85vw); white-space:normal; }
 .ci { color:var(--muted); font-size:12px; white-space:nowrap; }
 .tag { display:inline-block; font-size:11px; padding:0 6px; border-radius:9px; background:#eef1f4; color:var(--muted); }
 .tag.bad { background:#fde8e6; color:#a4332a; } .tag.ok { background:#e6f4ea; color:#1f7a44; }
@@ -197,6 +200,12 @@ def _pm(value: Any, se: Any, digits: int = 3) -> str:
 
 def _judge_label(judge: Any) -> str:
     return "all judges (global)" if judge == GLOBAL_JUDGE else str(judge)
+
+
+def _int_or_zero(value: Any) -> int:
+    """A component number from a board row (null, absent or NaN: 0, the main group)."""
+    v = finite(value)
+    return int(v) if v is not None else 0
 
 
 def _rank_key(row: Mapping[str, Any], col: str) -> tuple[float, float, str]:
@@ -599,8 +608,21 @@ def _leaderboard_table(ordered: list[dict[str, Any]], ci_name: str, ptop: str, s
         f"<tr><th>Rank</th>{interval_head}<th>Rating ({esc(ci_name)})</th>"
         f"<th>Rank</th>{interval_head}<th>Rating ({esc(ci_name)})</th></tr>"
     )
+    # Grouped by comparison component (0 = the largest), each in rank order: ranks restart in each group, and
+    # interleaved (1, 1, 2, 2, ...) they read as ties across groups no battle links.
+    ordered = sorted(ordered, key=lambda r: _int_or_zero(r.get("component")))
+    sizes = Counter(_int_or_zero(r.get("component")) for r in ordered)
+    groups = set(sizes)
     body = []
-    for r in ordered:
+    for i, r in enumerate(ordered):
+        comp = _int_or_zero(r.get("component"))
+        if len(groups) > 1 and (i == 0 or _int_or_zero(ordered[i - 1].get("component")) != comp):
+            body.append(
+                f'<tr class="group"><td class="l" colspan="{1 + 2 * span + 3}"><span>Group {comp + 1} of '
+                f"{len(groups)}: {_n(sizes[comp], 'model', 'models')}"
+                f"{'' if comp == 0 else ' no battle links to the groups above'}; ranks, CIs and {esc(ptop)} hold "
+                "within the group</span></td></tr>"
+            )
         move = _rank_move(r)
         if move is None:
             change = '<span class="flat">—</span>'

@@ -895,3 +895,25 @@ def test_slice_tabs_show_one_panel_and_fit_a_phone(sliced, browser, width, tmp_p
     assert layout["scroll"] <= layout["inner"] and layout["wide"] == [], layout
     tabs = _probe(browser, sliced.page, width, tmp_path, TAB_PROBE, "data-tabs")
     assert tabs == {"before": [True, False, False, False], "after": [False, False, True, False]}
+
+
+def test_the_full_table_groups_models_by_comparison_component(published):
+    """A board of two groups no battle links (GenAI-Arena's): each group's ranks restart at 1. Sorted by rank alone
+    the table interleaved them (1, 1, 2, 2, ...), reading as ties across groups; now each group is listed apart,
+    under a row that says what its ranks mean."""
+    board = published.leaderboard.sort("rank_corrected")
+    second = board.tail(3)["model"].to_list()  # made a group of its own, ranked 1..3 within it
+    split = board.with_columns(
+        pl.when(pl.col("model").is_in(second)).then(1).otherwise(0).cast(pl.Int64).alias("component"),
+        pl.when(pl.col("model").is_in(second))
+        .then(pl.col("rank_corrected") - board.height + 3)
+        .otherwise(pl.col("rank_corrected"))
+        .alias("rank_corrected"),
+    )
+    page = render_report(split, published.bias, published.summary)
+    table = page[page.index("<h3>Full table</h3>") :]
+    first = [m for m in board["model"].to_list() if m not in second]
+    at = {m: table.index(f'<td class="name">{html.escape(m)}</td>') for m in board["model"].to_list()}
+    group_1, group_2 = table.index("Group 1 of 2: "), table.index("Group 2 of 2: 3 models no battle links")
+    assert group_1 < min(at[m] for m in first) and max(at[m] for m in first) < group_2 < min(at[m] for m in second)
+    assert "Group 1 of" not in published.page  # a connected board has no group rows
