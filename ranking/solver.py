@@ -445,6 +445,15 @@ def _selector(free: np.ndarray) -> np.ndarray | slice:
     return slice(None) if free.all() else free
 
 
+def _trial(objective: Objective, core: np.ndarray, diag: np.ndarray, *, hessian: bool) -> Evaluation:
+    """The objective at a trial point, floating-point overflow silenced: a step that overshoots (a discrimination
+    of exp(800), a profile likelihood's far end on a slice of a few hundred verdicts) makes f non-finite, and the
+    callers reject such a step by ``np.isfinite(f)`` and shorten it.  numpy's RuntimeWarnings about it reached the
+    refresh's console as raw ``overflow encountered in exp`` lines for a fit that converged."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return objective.evaluate(core, diag, hessian=hessian)
+
+
 def minimize(
     objective: Objective,
     core0: np.ndarray,
@@ -556,7 +565,7 @@ def _minimize(
         new_core = core.copy()
         new_core[sel] += s
         new_diag = diag + t
-        new_ev = objective.evaluate(new_core, new_diag, hessian=not lazy)
+        new_ev = _trial(objective, new_core, new_diag, hessian=not lazy)
         it += 1
         g_f = ev.g[sel]
         if clipped and isinstance(ev.H, ArrowHessian):  # not the solve's step: the model's sᵀHs from a product by H
@@ -672,7 +681,7 @@ def _chord_steps(
         last = (x, s)
         trial_core = core.copy()
         trial_core[free] += step
-        trial = objective.evaluate(trial_core, diag + t, hessian=False)
+        trial = _trial(objective, trial_core, diag + t, hessian=False)
         trial_gn = _grad_norm(trial, free)
         noise = 1e-14 * max(abs(ev.f), 1.0)
         if not np.isfinite(trial.f) or trial.f > ev.f + noise or trial_gn >= gn:
@@ -716,7 +725,7 @@ def refit_nearby(
         new_core = core.copy()
         new_core[free] += s
         new_diag = diag + t
-        new_ev = objective.evaluate(new_core, new_diag, hessian=False)
+        new_ev = _trial(objective, new_core, new_diag, hessian=False)
         it += 1
         noise = 1e-14 * max(abs(ev.f), 1.0)
         new_gn = _grad_norm(new_ev, free)

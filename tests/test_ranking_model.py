@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pyarrow as pa
 import pytest
-from biasboard.ranking import ModelConfig, fit_bias_aware, fit_naive
+from biasboard.ranking import ModelConfig, build_dataset, fit_bias_aware, fit_naive
 from biasboard.ranking.data import PairArrays, ScoreArrays
 from biasboard.ranking.model import AFF, DISC, LEN, POS, TIE, Layout, Shard, Spec, davidson_terms
-from biasboard.ranking.solver import Objective, Prior
+from biasboard.ranking.problem import bias_aware_problem
+from biasboard.ranking.solver import Objective, Prior, _trial
 from biasboard.schemas.cells import SCORE_CELLS_SCHEMA, conform_pair_cells
 
 
@@ -236,3 +239,19 @@ def test_davidson_terms_equal_the_textbook_formula(scale):
     kept.add_hessian(pairs.n, spec.w_pair)
     for name in ("h_eta", "h_eta_psi", "h_psi"):
         assert np.array_equal(getattr(kept, name), getattr(tm, name)), name
+
+
+def test_a_trial_step_that_overflows_is_rejected_without_numpy_warnings():
+    """A Newton step that overshoots (a judge's discrimination exp(800)) makes the objective non-finite and the solver
+    rejects it by ``np.isfinite(f)``.  Evaluated bare, numpy also warned 'overflow encountered in exp', and the
+    refresh printed those lines for slices that converged (Position-Bias-Analyzer MT-Bench, --slices category:
+    the reasoning slice's profile likelihood); the solver's trial evaluations now keep quiet about it."""
+    cells = _cells(np.random.default_rng(4), models=5, judges=3, cells=200)
+    problem = bias_aware_problem(build_dataset(cells), ModelConfig(profile=False))
+    core, diag = problem.zeros()
+    core[problem.layout.block(DISC)] = [800.0, -800.0, 0.0]  # (the mean is the gauge: centred away)
+    with pytest.warns(RuntimeWarning, match="overflow"), np.errstate(invalid="ignore"):  # (and NaN after it)
+        problem.objective().evaluate(core, diag, hessian=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not np.isfinite(_trial(problem.objective(), core, diag, hessian=False).f)
