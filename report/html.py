@@ -569,12 +569,16 @@ def _style(summary: Summary) -> str:
         f"points a factor of 10 in the odds).{esc(tau)}</p>"
     )
     rows = [
-        f"<tr><td>{r.rank}</td><td>{esc(r.model)}</td><td>{fmt(ELO_CENTER + ELO_PER_LOGIT * r.rating, 1)}</td>"
+        f'<tr><td>{r.rank}</td><td class="l">{esc(r.model)}</td>'
+        f"<td>{fmt(ELO_CENTER + ELO_PER_LOGIT * r.rating, 1)}</td>"
         f"<td>{r.rank_corrected}</td>"
         f"<td>{_signed(r.rank - r.rank_corrected)}</td></tr>"  # > 0: moves up once style is removed
         for r in style.kept
     ]
-    head = "<tr><th>rank kept</th><th>model</th><th>rating kept</th><th>rank removed</th><th>moves up by</th></tr>"
+    head = (
+        '<tr><th>rank kept</th><th class="l">model</th><th>rating kept</th><th>rank removed</th>'
+        "<th>moves up by</th></tr>"
+    )
     return _section("style", "Style removed and kept", note + _table("style", head, rows))
 
 

@@ -212,7 +212,7 @@ def test_refresh_publishes_the_style_effects_and_the_style_kept_board(tmp_path):
     assert '<section id="style">' in html and "Style removed and kept" in html
     # The kept ratings read on the boards' Elo-like scale (they were logits, 3.179 beside the board's 1517.2).
     top = min(style.kept, key=lambda r: r.rank)
-    assert f"<td>{top.model}</td><td>{1000 + 400 / math.log(10) * top.rating:.1f}</td>" in html
+    assert f'<td class="l">{top.model}</td><td>{1000 + 400 / math.log(10) * top.rating:.1f}</td>' in html
 
 
 def test_refresh_without_style_columns_has_no_style_view(tmp_path):
