@@ -755,7 +755,9 @@ def check_options(state_dir: str, out_dir: str, options: RefreshOptions) -> Fami
         if options.plan_budget > MAX_BUDGET:
             raise InputError(f"--plan-budget {options.plan_budget}: at most {MAX_BUDGET} comparisons per plan")
     validation.at_least(options.slice_min_battles, 1, "--slice-min-battles")
-    parse_slices(options.slices)
+    if not parse_slices(options.slices) and options.slice_min_battles != DEFAULT_MIN_BATTLES:
+        # a threshold for slices that are not made: a --slices left out of the command, not silently ignored
+        raise InputError(f"--slice-min-battles {options.slice_min_battles} is given without --slices: no slice is made")
     model_config(options)
     validation.distinct_folders(state=state_dir, out=out_dir)
     validation.writable_folder(state_dir, "--state")

@@ -349,3 +349,10 @@ def test_a_slice_the_reference_never_judged_is_listed_not_fit(tmp_path):
         f"not fit: --reference: no battle by the reference judge(s) {judges[1]} in these battles, so there is "
         "nothing to measure the other judges against"
     )
+
+
+def test_a_slice_threshold_without_slices_is_refused(run):
+    """``--slice-min-battles 50`` with no ``--slices`` was silently ignored (the run published a board without
+    slices): the threshold says the user meant slices, so the run is refused in one line before any work."""
+    with pytest.raises(InputError, match="--slice-min-battles 50 is given without --slices"):
+        run("out-threshold", slice_min_battles=50)
