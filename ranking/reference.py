@@ -84,7 +84,7 @@ from biasboard.ranking.result import Z95, FitResult
 from biasboard.ranking.solver import Solution
 from biasboard.ranking.uncertainty import centre_within, centring_matrix, percentile_interval, top_k_probabilities
 from biasboard.schemas.errors import InputError
-from biasboard.schemas.summary import AGREEMENT_BOARDS, TIED_TO_REFERENCE
+from biasboard.schemas.summary import AGREEMENT_BOARDS, TIED_TO_REFERENCE, zero_reference_effect
 
 #: The note of a bias-table row that holds a judge's excess over the reference (:func:`relative_bias`).
 EXCESS_ROW_NOTE = "excess over the reference (the judge's bias relative to it)"
@@ -350,7 +350,7 @@ def zero_reference_notes(
     "disabled by configuration", the mechanism rather than the reason), and the '*' row — the reference's effect
     wherever the reference has one — says it is the judges' mean there, not the reference's (it read as the
     reference's, identified, while the rating applied zero)."""
-    zero = {e: v["source"] for e, v in effects.items() if v.get("ci_low") is None or v.get("applied") == 0.0}
+    zero = {e: v["source"] for e, v in effects.items() if zero_reference_effect(v)}
     if not zero:
         return bias
     note = pl.col("note")

@@ -52,6 +52,7 @@ from biasboard.schemas.summary import (
     ModelMove,
     RankInterval,
     Summary,
+    zero_reference_effect,
 )
 
 #: How many models the plots show at most: the top ``TOP_N`` by corrected rank plus the ``MOVERS``
@@ -1061,13 +1062,18 @@ def _diagnostics(summary: Summary) -> str:
 
 
 def _reference_note(summary: Summary) -> str:
-    """Which reference the corrected board is relative to, with the reference's own effects (95% CI)."""
+    """Which reference the corrected board is relative to, with the reference's own effects (95% CI).
+
+    An effect the rating takes as zero (no verdicts of the reference carry it, or its estimate is not told from
+    zero) says so beside its estimate: "length -0.03 [-0.09, 0.04]" alone read as the β_r the corrected rating
+    applies, while it applied 0."""
     reference = summary.reference
     if reference is None:
         return ""
     effects = "; ".join(
         f"{name} {fmt(e.get('estimate'), 2)}"
         + (f" [{fmt(e.get('ci_low'), 2)}, {fmt(e.get('ci_high'), 2)}]" if e.get("ci_low") is not None else "")
+        + (f" ({e['source']})" if zero_reference_effect(e) and e.get("source") else "")
         for name, e in reference.own_effects.items()
     )
     return (

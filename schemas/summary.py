@@ -46,6 +46,14 @@ AGREEMENT_BOARDS = ("naive board", "published board")
 #: How a bias-table note begins for a judge's effect the reference ties (the gate found no excess to correct).
 TIED_TO_REFERENCE = "tied to the reference"
 
+
+def zero_reference_effect(own: dict[str, Any]) -> bool:
+    """Whether one of the reference's own effects (``reference.own_effects``) is taken as zero by the ratings: no
+    verdicts of the reference carry it (no interval), or its estimate was not told from zero (``applied`` 0).
+    The bias table's notes and the report's reference line both say so, from this one test."""
+    return own.get("ci_low") is None or own.get("applied") == 0.0
+
+
 #: Major version of the contract: a reader refuses another major version rather than misread it.
 SUMMARY_VERSION: int = 2
 

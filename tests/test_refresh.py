@@ -19,7 +19,7 @@ from biasboard.pipelines import cli
 from biasboard.pipelines import refresh as refresh_module
 from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.schemas.errors import InputError
-from biasboard.schemas.summary import Summary
+from biasboard.schemas.summary import Summary, zero_reference_effect
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import publish
 
@@ -241,6 +241,11 @@ def test_refresh_with_anchors_gates_corrections_and_plans_the_next_battles(sim, 
     assert reference.own_effects["position"]["ci_low"] is not None
     page = (snapshot / "report.html").read_text(encoding="utf-8")
     assert "Reference: anchors" in page
+    # An own effect the ratings take as zero says so beside its estimate (it read as the β_r applied, while 0 was)
+    zeroed = [(n, e) for n, e in reference.own_effects.items() if zero_reference_effect(e)]
+    assert zeroed, reference.own_effects  # 30 anchors without lengths: length has no data of the reference
+    for name, effect in zeroed:
+        assert re.search(rf"{name} [^;<]*\({re.escape(effect['source'])}\)", html.unescape(page)), name
     # The page says what its numbers are: the corrected rating under this reference, judges' rows as excesses over
     # it, the gate in words (it showed gain_nats, group_p_holm, True/False and p = 0.000)
     assert f"Corrected: {reference.corrected_rating.rstrip('.')}" in html.unescape(page)
