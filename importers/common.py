@@ -66,6 +66,10 @@ DEFAULT_DATE = dt.date(2000, 1, 1)
 SOURCE_FILE = "__source_file"
 SOURCE_ROW = "__source_row"
 REASON = "__reason"
+#: What a duplicate id's row must share with the row kept under that id to count as a repeat of it (the verdict
+#: and what it was about: not the source file, row or time stamp).
+BATTLE_CONTENT = ("judge", "model_a", "model_b", "winner", "prompt_id")
+SCORE_CONTENT = ("judge", "model", "prompt_id", "score")
 #: Prefix of the per-row marks "this mixed-type field held a list or object here" (see :func:`read_all`).
 NESTED_PREFIX = "__nested:"
 
@@ -503,6 +507,31 @@ def _split(raw: pl.DataFrame, checked: pl.DataFrame, id_column: str, dup_reason:
     return reasons, reasons.is_not_null()
 
 
+def _duplicate_note(
+    checked: pl.DataFrame, reasons: pl.Series, id_column: str, dup_reason: str, content: Sequence[str]
+) -> str | None:
+    """How many of the ``dup_reason`` rows repeat their kept row exactly (the same ``content``) and how many differ.
+
+    Why: a repeat is harmless (LLMFAO's ``gpt4-crowd-comparisons.csv`` repeats 2,139 rows of
+    ``gpt4-comparisons.csv``: importing the folder dead-letters them all), a duplicate id with another verdict or
+    other models is a data problem the user should look at; the reason alone cannot tell the two apart."""
+    duplicate = reasons == dup_reason
+    if not duplicate.any():
+        return None
+    fields = checked.select(pl.col(id_column), pl.struct(*content).hash().alias("__content"))
+    kept = fields.filter(checked[REASON].is_null()).unique(id_column, keep="first")
+    dups = fields.filter(duplicate).join(kept, on=id_column, how="left", suffix="_kept", maintain_order="left")
+    same = int((dups["__content"] == dups["__content_kept"]).sum())
+    different = dups.height - same
+    what = ", ".join(content)
+    if not different:
+        return f"{dup_reason}: all {same} repeat the row kept under their id exactly ({what})"
+    return (
+        f"{dup_reason}: {same} repeat the row kept under their id exactly; {different} differ from it in "
+        f"{what} (see the dead letters)"
+    )
+
+
 def finalize_battles(
     raw: pl.DataFrame, mapped: pl.DataFrame, *, sources: Sequence[Path], source_rows: int, notes: Sequence[str] = ()
 ) -> ImportResult:
@@ -528,6 +557,7 @@ def finalize_battles(
     flagged = raw.select(_flag_reason(raw).alias("__flag")).to_series()
     checked = checked.with_columns(pl.coalesce(flagged, pl.col(REASON), rule).alias(REASON))
     reasons, rejected = _split(raw, checked, "battle_id", REASON_DUPLICATE_ID)
+    repeated = _duplicate_note(checked, reasons, "battle_id", REASON_DUPLICATE_ID, BATTLE_CONTENT)
     valid = checked.filter(~rejected).select(
         pl.col("battle_id").cast(pl.String),
         pl.col("__ts").alias("ts"),
@@ -556,7 +586,7 @@ def finalize_battles(
         rows_read=raw.height,
         source_rows=source_rows,
         sources=tuple(str(p) for p in sources),
-        notes=tuple(notes),
+        notes=(*notes, *([repeated] if repeated else [])),
     )
 
 
@@ -573,6 +603,7 @@ def finalize_scores(
     flagged = raw.select(_flag_reason(raw).alias("__flag")).to_series()
     checked = checked.with_columns(pl.coalesce(flagged, pl.col(REASON), rule).alias(REASON))
     reasons, rejected = _split(raw, checked, "score_id", REASON_DUPLICATE_SCORE_ID)
+    repeated = _duplicate_note(checked, reasons, "score_id", REASON_DUPLICATE_SCORE_ID, SCORE_CONTENT)
     valid = checked.filter(~rejected).select(
         pl.col("score_id").cast(pl.String),
         pl.col("__ts").alias("ts"),
@@ -591,5 +622,5 @@ def finalize_scores(
         rows_read=raw.height,
         source_rows=source_rows,
         sources=tuple(str(p) for p in sources),
-        notes=tuple(notes),
+        notes=(*notes, *([repeated] if repeated else [])),
     )

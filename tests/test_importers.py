@@ -663,9 +663,22 @@ def test_llmfao_left_is_shown_first_and_copies_collide():
     assert dict(gpt4["winner"].value_counts().iter_rows()) == {"model_b": 1700, "model_a": 1397, "tie": 139}
     # gpt{3,4}-crowd-comparisons.csv repeat 2139 rows of the full GPT files each: same ids, deduplicated.
     assert result.dead_by_reason() == {REASON_DUPLICATE_ID: 2 * 2139}
+    assert f"{REASON_DUPLICATE_ID}: all 4278 repeat the row kept under their id exactly" in " ".join(result.notes)
     first = gpt4.filter(pl.col("battle_id") == "llmfao:gpt4:0").row(0, named=True)
     assert (first["model_a"], first["model_b"], first["winner"]) == ("Airoboros L2 70B", "Weaver 12k", "model_a")
     assert rows["len_a"].null_count() < rows.height // 100
+
+
+def test_duplicate_ids_that_differ_from_the_kept_row_are_told_apart_from_repeats(tmp_path):
+    path = tmp_path / "gpt4-comparisons.csv"
+    path.write_text(
+        "id,prompt,model_x,model_y,winner,left,right\n"
+        "0,8,1,2,left,a,b\n1,8,1,3,tie,a,c\n0,8,1,2,left,a,b\n1,8,1,3,right,a,c\n1,8,1,3,tie,a,c\n"
+    )
+    result = import_path("llmfao", path)
+    assert result.dead_by_reason() == {REASON_DUPLICATE_ID: 3}
+    note = next(n for n in result.notes if n.startswith(REASON_DUPLICATE_ID))
+    assert "2 repeat the row kept under their id exactly; 1 differ from it" in note, note
 
 
 def test_pba_reproduces_published_order_consistency():
