@@ -1095,6 +1095,14 @@ GATE_COLUMNS: dict[str, str] = {
 }
 
 
+#: How the gate table's columns are read (a reader asked what "gain (nats)" is, and whether a judge's own z decides).
+GATE_READING = (
+    "z is a judge's excess over its SE; gain (nats) is ½z², about what freeing that one excess adds to the "
+    "log-likelihood. Neither decides: an effect is switched on for all its judges or none, by the joint χ² of every "
+    "judge's excess, Holm-corrected over the effects tested."
+)
+
+
 def _gate_cell(column: str, value: Any) -> str:
     """A gate table cell: p-values to 3 significant digits (0.000 hid 7.75e-105), yes/no for flags."""
     if isinstance(value, bool):
@@ -1119,7 +1127,7 @@ def _gate(summary: Summary) -> str:
     ]
     body = (
         _reference_note(summary) + f'<p class="note">{esc(gate.method)}: {gate.k} reference verdicts, '
-        f"family-wise level {gate.level:g}. {esc(_gate_excess_meaning(summary))}</p>"
+        f"family-wise level {gate.level:g}. {esc(_gate_excess_meaning(summary))} {esc(GATE_READING)}</p>"
         + _table("gate", head, rows)
         + _anchor_results(summary)
     )

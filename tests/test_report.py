@@ -683,6 +683,20 @@ def test_the_gate_says_which_fit_its_excess_is_from(referenced):
     assert "gives it in the published fit, here the same fit (no correction was switched off)." in text_of(page)
 
 
+def test_the_gate_says_what_gain_is_and_that_the_joint_test_decides(referenced):
+    """A reader asked what the gate table's "gain (nats)" is, and why a judge with |z| > 2 was not corrected: the
+    decision is the effect's joint test, not a judge's own z.  The section says both, and this fixture shows why it
+    must: an effect's judges' own z differ while one decision covers them all."""
+    decisions = referenced.summary.diagnostics.gate.decisions
+    by_effect: dict[str, set[bool]] = {}
+    for row in decisions:
+        by_effect.setdefault(row["effect"], set()).add(row["enabled"])
+    assert all(len(flags) == 1 for flags in by_effect.values())  # one decision per effect
+    text = text_of(re.search(r'<section id="gate">.*?</section>', referenced.page, re.S).group(0))
+    assert "gain (nats) is ½z², about what freeing that one excess adds to the log-likelihood" in text
+    assert "an effect is switched on for all its judges or none, by the joint χ² of every judge's excess" in text
+
+
 # --------------------------------------------------------------------------- in a real browser
 
 #: Headless Chromium binaries, in the order tried (Debian: ``apt-get install chromium-headless-shell``).
