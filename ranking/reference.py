@@ -88,6 +88,10 @@ from biasboard.schemas.summary import AGREEMENT_BOARDS, TIED_TO_REFERENCE, zero_
 
 #: The note of a bias-table row that holds a judge's excess over the reference (:func:`relative_bias`).
 EXCESS_ROW_NOTE = "excess over the reference (the judge's bias relative to it)"
+#: A judge's row of an effect the reference's own is taken as zero for (:func:`zero_reference_notes`).
+ZERO_REFERENCE_EXCESS_NOTE = (
+    "the judge's own effect: the reference's is taken as zero, so this is also its excess over the reference"
+)
 #: The note of a bias-table row of a judge tied to the reference (:func:`relative_bias`).
 TIED_ROW_NOTE = f"{TIED_TO_REFERENCE}: no excess corrected"
 #: The bias table's bootstrap interval columns.
@@ -349,11 +353,14 @@ def zero_reference_notes(
     it, or its estimate is not distinguishable from zero): the reference's rows carry that reason (they read
     "disabled by configuration", the mechanism rather than the reason), and the '*' row — the reference's effect
     wherever the reference has one — says it is the judges' mean there, not the reference's (it read as the
-    reference's, identified, while the rating applied zero)."""
+    reference's, identified, while the rating applied zero).  The other judges' rows of such an effect are their
+    own effects, i.e. their excess over a zero, and say so: they carried no note while the same judges' position rows
+    read "excess over the reference" (LLMFAO with ``--reference crowd``: GPT-4's length −0.228, blank)."""
     zero = {e: v["source"] for e, v in effects.items() if zero_reference_effect(v)}
     if not zero:
         return bias
     note = pl.col("note")
+    unnoted = note.is_null() | (note == "")
     for effect, source in zero.items():
         here = pl.col("effect") == effect
         note = (
@@ -361,6 +368,8 @@ def zero_reference_notes(
             .then(pl.lit(f"reference: {source}"))
             .when(here & (pl.col("judge") == "*"))
             .then(pl.lit(f"the judges' mean, not the reference's (the reference's own: {source})"))
+            .when(here & unnoted)
+            .then(pl.lit(ZERO_REFERENCE_EXCESS_NOTE))
             .otherwise(note)
         )
     return bias.with_columns(note.alias("note"))

@@ -16,6 +16,7 @@ from biasboard.ranking.problem import bias_aware_problem
 from biasboard.ranking.rank_stats import kendall_tau_b
 from biasboard.ranking.reference import (
     ANCHOR_JUDGE,
+    ZERO_REFERENCE_EXCESS_NOTE,
     Reference,
     ReferenceSettings,
     fit_with_reference,
@@ -434,7 +435,7 @@ def test_anchors_without_style_counts_leave_style_against_zero_without_a_refit()
         assert fit.own_effects[effect]["source"].startswith("no data of the reference"), fit.own_effects[effect]
         assert (ANCHOR_JUDGE, effect) not in fit.config.disabled
     header = fit.bias.filter((pl.col("effect") == "header") & ~pl.col("judge").is_in([ANCHOR_JUDGE, "*"]))
-    assert not header["note"].str.contains("reference").any(), header  # whole effects, as without a reference
+    assert header["note"].str.starts_with("the judge's own effect").all(), header  # whole effects, said so
     overall = fit.bias.filter((pl.col("effect") == "header") & (pl.col("judge") == "*"))["note"].item()
     assert overall.startswith("the judges' mean, not the reference's"), overall  # the zero reference's, said so
 
@@ -446,8 +447,15 @@ def test_excess_rows_carry_no_bootstrap_interval_of_the_whole_effect() -> None:
     cells, params = simulated(seed=61, judges=5, human_judges=2, battles=8000, models=10)
     humans = [n for n, h in zip(params.judge_names, params.judge_human, strict=True) if h]
     fit = fit_with_reference(cells, reference=Reference("judges", (humans[0],)), config=ModelConfig(bootstrap=20))
-    relative = fit.bias.filter(pl.col("note").str.contains("excess over the reference|tied to the reference"))
+    relative = fit.bias.filter(
+        pl.col("note").str.contains("excess over the reference|tied to the reference")
+        & (pl.col("note") != ZERO_REFERENCE_EXCESS_NOTE)
+    )
     assert relative.height > 0 and relative["boot_ci_low"].is_nan().all() and relative["boot_ci_high"].is_nan().all()
+    # Where the reference's own effect is taken as zero a judge's row is its whole effect: its replicates' interval
+    # is its own, and kept.
+    whole = fit.bias.filter(pl.col("note") == ZERO_REFERENCE_EXCESS_NOTE)
+    assert whole["boot_ci_low"].is_finite().all() and whole["boot_ci_high"].is_finite().all(), whole
     own = fit.bias.filter((pl.col("judge") == humans[0]) & pl.col("effect").is_in(["position", "length"]))
     assert own.height == 2 and (own["boot_ci_low"] <= own["estimate"]).all() and own["boot_ci_high"].is_finite().all()
 
@@ -466,6 +474,11 @@ def test_where_the_reference_has_no_effect_the_table_says_so_on_its_rows_and_the
     for effect in zero:
         assert notes[human, effect].startswith("reference: " + fit.own_effects[effect]["source"][:20])
         assert notes["*", effect].startswith("the judges' mean, not the reference's"), notes["*", effect]
+        # The other judges' rows are their own effects (their excess over a zero): said as the excess rows say theirs.
+        others = fit.bias.filter(
+            (pl.col("effect") == effect) & ~pl.col("judge").is_in([human, "*"]) & pl.col("enabled")
+        )
+        assert others.height and (others["note"] == ZERO_REFERENCE_EXCESS_NOTE).all(), others
     for effect in kept:
         assert not notes["*", effect].startswith("the judges' mean"), (effect, notes["*", effect])
 
