@@ -422,6 +422,13 @@ class DavidsonTerms:
         probs = None if self.probs is None else (*self.probs[:3], None)
         return replace(self, g_psi=np.empty(0), probs=probs)
 
+    def arrays(self) -> list[np.ndarray]:
+        """The per-cell arrays these terms own (made by :func:`davidson_terms`, not views of the cells' columns):
+        what the next pass over the same slice may write its terms into (``spare``) once these are done with."""
+        owned = [self.disc, self.q, self.g_eta, self.g_psi, self.h_eta, self.h_eta_psi, self.h_psi, *(self.probs or ())]
+        arrays = {id(a): a for a in owned if a is not None and a.size == self.disc.size}  # (h_η is p_a's array)
+        return list(arrays.values())
+
     def add_hessian(self, n: np.ndarray, wgt: float) -> None:
         """The ``h_*`` from the kept probabilities (``n``: the cells' battles, ``wgt``: the pair weight), as
         :func:`davidson_terms` makes them (same arithmetic, same values); a no-op when they exist."""
@@ -453,15 +460,24 @@ def davidson_terms(
     spec: Spec,
     hessian: bool = True,
     prep: PairPrep | None = None,
+    spare: list[np.ndarray] | None = None,
 ) -> DavidsonTerms:
     """η, the Davidson probabilities and the per-cell derivatives of one slice of pair cells.
 
     Without ``hessian`` the second derivatives are left to :meth:`DavidsonTerms.add_hessian` (the
     probabilities are kept).  ``prep`` is the slice's :class:`PairPrep` when the caller keeps it (made here
-    otherwise).
+    otherwise).  ``spare``: arrays of the slice's length the caller is done with (the last pass's terms,
+    :meth:`DavidsonTerms.arrays`), written over here (consumed) instead of fresh ones for the terms that outlive
+    the call: fresh memory each pass was handed back to the kernel between passes and faulted in again.
     """
     lay = spec.layout
     prep = PairPrep.of(pairs, spec) if prep is None else prep
+    size = len(pairs)
+    spare = [] if spare is None else spare
+
+    def fresh() -> np.ndarray:
+        return spare.pop() if spare else np.empty(size)
+
     theta = eff[lay.theta]
     wgt = spec.w_pair
     j, runs = pairs.j, prep.runs
@@ -470,10 +486,10 @@ def davidson_terms(
     lo, hi = prep.judges
     a_j = np.empty(lay.n_judges)
     np.exp(blk[DISC][lo:hi], out=a_j[lo:hi])
-    disc = _per_cell(a_j, j, runs)
+    disc = _per_cell(a_j, j, runs, out=fresh())
     xs = prep.xs
     # z_i = ∂η/∂(effective block lay.eta_effects[i]): position, length, affinity, discrimination, style.
-    q = theta[pairs.a]
+    q = np.take(theta, pairs.a, out=fresh(), mode="clip")  # (the models' codes are < M by construction)
     q -= theta[pairs.b]
     q *= disc
     # pos = 0 where the shown order is unknown: γ_j does not act there (and is not learnt from those cells).
@@ -494,15 +510,15 @@ def davidson_terms(
     # [1, 3]): three exponentials and one log per cell, half the transcendentals of nested logaddexp.
     top = np.abs(half)
     np.maximum(top, psi, out=top)
-    p_a = np.subtract(half, top)
-    p_b = np.add(half, top)
+    p_a = np.subtract(half, top, out=fresh())
+    p_b = np.add(half, top, out=fresh())
     np.negative(p_b, out=p_b)  # −(η/2 + top) = −η/2 − top, bit for bit
-    p_t = np.subtract(psi, top)
+    p_t = np.subtract(psi, top, out=fresh())
     for e in (p_a, p_b, p_t):
         np.exp(e, out=e)
     total = p_a + p_b
     total += p_t
-    log_norm = np.log(total)
+    log_norm = np.log(total, out=fresh())
     log_norm += top
     inv = np.divide(1.0, total, out=total)
     for e in (p_a, p_b, p_t):
@@ -997,16 +1013,18 @@ def block_partials(
     out: BlockPartials,
     hessian: bool = True,
     terms: DavidsonTerms | None = None,
+    spare: list[np.ndarray] | None = None,
 ) -> DavidsonTerms:
     """Add one slice of pair cells to ``out``: the same sums as :func:`partials`, judge-blocked.
 
     Returns the slice's :class:`DavidsonTerms` (without ``hessian``: with the probabilities the Hessian
     weights are made from), so that a caller can add the Hessian at the same point later by passing them
     back as ``terms``: then only the Hessian is added (the value and gradient are the caller's already).
+    ``spare``: arrays the terms may be written into (:func:`davidson_terms`).
     """
     lay = spec.layout
     pairs = sl.pairs
-    tm = davidson_terms(eff, pairs, spec, hessian, sl.prep) if terms is None else terms
+    tm = davidson_terms(eff, pairs, spec, hessian, sl.prep, spare) if terms is None else terms
     disc, z, q, g_eta = tm.disc, tm.z, tm.q, tm.g_eta
     eta_types = lay.eta_effects
     jl, n_j = sl.jl, sl.n_judges

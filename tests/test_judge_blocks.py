@@ -233,6 +233,33 @@ def test_blocked_step_curvature_and_kept_terms():
         assert abs(curvature - (-float(fresh.g @ s) - mu * float(s @ s))) < 1e-9 * abs(curvature), mu
 
 
+def test_a_gradient_pass_writes_its_terms_into_the_last_passes_arrays():
+    """Each gradient-only pass keeps its Davidson terms for a Hessian at the same point; the next pass at another
+    point writes its terms into those arrays rather than fresh ones (fresh memory each pass was handed back to the
+    kernel between passes and faulted in again: about half of a gradient pass at 50k voter-judges), and what it
+    computes is what a fresh objective computes there, bit for bit (the Hessian from its kept terms too)."""
+    data = _data(7, True, models=8, judges=12, cells=600)
+    config = ModelConfig(judge_solver="blocked")
+    problem = bias_aware_problem(data, config)
+    objective = problem.objective()
+    rng = np.random.default_rng(1)
+    core0, diag = solve_bias_aware(problem, config).core, np.zeros(0)
+    first, second = (core0 + rng.normal(0.0, 0.05, core0.size) for _ in range(2))
+    objective.evaluate(first, diag, hessian=False)
+    assert objective._last is not None
+    buffers = {a.__array_interface__["data"][0] for tm in objective._last[2] for a in tm.arrays()}
+    assert len(buffers) == 6 * len(objective._last[2])  # a for_hessian term's six arrays of its cells
+    recycled = objective.evaluate(second, diag, hessian=False)
+    reused = {a.__array_interface__["data"][0] for tm in objective._last[2] for a in tm.arrays()}
+    assert reused == buffers
+    fresh = problem.objective()
+    expected = fresh.evaluate(second, diag, hessian=False)
+    assert recycled.f == expected.f and np.array_equal(recycled.g, expected.g)
+    kept, made = objective.evaluate(second, diag), fresh.evaluate(second, diag)
+    for name in ("H", "A", "Xc", "Xg"):
+        assert np.array_equal(getattr(kept.H, name), getattr(made.H, name)), name
+
+
 def test_assemble_masks_only_the_blocks_the_cells_added_to():
     """block_partials marks the (block, judge) pairs its slices added to (``acted``); elsewhere A's rows and
     columns and C's columns are exactly 0, and assemble, which masks only the marked ones, makes the Hessian that
