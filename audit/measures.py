@@ -704,12 +704,8 @@ def cluster_stats(rows: pl.DataFrame) -> dict[str, pl.DataFrame]:
     family = _sums_over_clusters(
         sides, FAMILY_KEYS, pl.col("fam_n"), pl.col("score_x"), ("n_sq", "score_sq", "score_x_n")
     )
-    length, gold, family = pl.collect_all([length, gold, family])
-    return {
-        "length": _zero_filled(length, "length"),
-        "family": _zero_filled(family, "family"),
-        "gold": _zero_filled(gold, "gold"),
-    }
+    collected = dict(zip(("length", "family", "gold"), pl.collect_all([length, family, gold]), strict=True))
+    return {name: _zero_filled(frame, name) for name, frame in collected.items()}
 
 
 def _sums_over_clusters(
