@@ -24,11 +24,12 @@ A distributed runner shards the compact rows by (judge, prompt) so that each
 group is complete inside one shard (:func:`order_shard`); the jobs instead
 pair each day's rows within the day (``biasboard.transforms.audit.audit_day``),
 so a day's partials are additive from then on.  *Cluster rows* (:func:`cluster_rows`) wait for whole
-(judge, prompt, pair) groups the same way and become the sums over clusters the standard errors need.
+(judge, prompt) groups the same way and become the sums over clusters the standard errors need.
 
-Standard errors (every ``*_se``; one standard error, the report's ±).  A judge's verdicts on one prompt
-and model pair — both orders, repeats, within a day — are one *cluster*: they are correlated (orders
-that agree, or that flip with a position-biased judge), so the longer-wins rate, the own-family win
+Standard errors (every ``*_se``; one standard error, the report's ±).  A judge's verdicts on one prompt —
+both orders, repeats, every pair of models it judged there, within a day — are one *cluster*: they are
+correlated (orders that agree, or that flip with a position-biased judge; one answer met by several
+opponents, as AlpacaEval's baseline meets every model), so the longer-wins rate, the own-family win
 rates and the gold accuracy take a cluster-robust SE (:func:`_ratio_se`: Σ_c (s_c − p̂ n_c)² / (Σ n_c)²
 from the additive Σ n_c, Σ s_c, Σ n_c², Σ s_c², Σ s_c n_c); the flip rate's takes the prompt-pair as the
 unit; the order-consistent win rates take the pair as the unit.  A battle without a ``prompt_id`` is a
@@ -152,10 +153,12 @@ FAMILY_MEASURES: tuple[str, ...] = (
 #: Family measures that are sums of half or quarter points (floats; exact in float64).
 _FAMILY_FLOATS: tuple[str, ...] = ("score_sq", "score_x_n")
 
-#: A cluster of correlated verdicts: one judge's verdicts on one prompt and one unordered pair of models (both
-#: orders, repeats) within one slice — a day in the jobs.  The family keys ride along (they are constant within a
-#: cluster when families come from a family map).  A battle without a prompt_id is a cluster of its own.
-CLUSTER_ROW_KEYS: tuple[str, ...] = ("judge", "prompt_id", "model_x", "model_y", "judge_family", "family_x", "family_y")
+#: A cluster of correlated verdicts: one judge's verdicts on one prompt (every pair of models it judged there, both
+#: orders, repeats) within one slice — a day in the jobs.  Not the pair: a prompt's answers meet several opponents
+#: (AlpacaEval's baseline meets every model; MT-Bench, Arena-Hard alike), and its verdicts share the prompt.  The
+#: rows keep the families of the pair's sides (x: the model whose name sorts first) for the family measure.  A battle
+#: without a prompt_id is a cluster of its own.
+CLUSTER_ROW_KEYS: tuple[str, ...] = ("judge", "prompt_id", "judge_family", "family_x", "family_y")
 CLUSTER_ROW_MEASURES: tuple[str, ...] = (
     "len_n",  # decisive battles whose lengths differ
     "len_longer_wins",  # ... where the longer answer won
@@ -610,10 +613,11 @@ _CROSS_FAMILY: pl.Expr = (
 
 
 def cluster_rows(battles: pl.DataFrame) -> pl.DataFrame:
-    """Compact cluster rows: per (judge, prompt, unordered pair), the length, family and gold counts of its battles.
+    """Compact cluster rows: per (judge, prompt, families of the pair's sides), the length, family and gold counts
+    of its battles.
 
-    The verdicts a judge gives one prompt and pair — both orders, repeats — are correlated, so the
-    longer-wins rate, the family win rates and the gold accuracy take the cluster, not the battle, as their
+    The verdicts a judge gives one prompt — both orders, repeats, every opponent an answer met — are correlated, so
+    the longer-wins rate, the family win rates and the gold accuracy take the cluster, not the battle, as their
     independent unit (:func:`_ratio_se`).  That needs Σ n_c² etc., which only add up over *complete* clusters:
     like :func:`order_rows` these rows add up across slices and are reduced by :func:`cluster_stats` once a
     cluster's rows are all in (a day, in the jobs).  Battles without a prompt_id are counted as clusters of
@@ -633,8 +637,6 @@ def cluster_rows(battles: pl.DataFrame) -> pl.DataFrame:
     gold, gold_hit, gold_tie = _gold_verdicts()
     return (
         b.with_columns(
-            pl.min_horizontal("model_a", "model_b").alias("model_x"),
-            pl.max_horizontal("model_a", "model_b").alias("model_y"),
             pl.when(family).then(pl.col("judge_family")).alias("judge_family"),
             pl.when(family).then(pl.when(x_first).then(pl.col("family_a")).otherwise(pl.col("family_b"))).alias("fx"),
             pl.when(family).then(pl.when(x_first).then(pl.col("family_b")).otherwise(pl.col("family_a"))).alias("fy"),
@@ -663,11 +665,11 @@ def cluster_stats(rows: pl.DataFrame) -> dict[str, pl.DataFrame]:
     side x scores ``wins_x + ½ ties`` for ``family_x``, side y the rest for ``family_y``; its gold score is
     ``hits + ½ ties``.  Adding the outputs of two calls is valid only when no cluster is split between them.
     """
-    # A cluster split by the family keys (which ride along in CLUSTER_ROW_KEYS) is one for length and gold.
-    # One lazy query for the three partials (collected together: the grouping into whole clusters is made once).
+    # A cluster's rows (one per family pair of its battles) are one for length and gold.  One lazy query for the
+    # three partials (collected together: the grouping into whole clusters is made once).
     whole = (
         rows.lazy()
-        .group_by("judge", "prompt_id", "model_x", "model_y")
+        .group_by("judge", "prompt_id")
         .agg(pl.col("len_n", "len_longer_wins", "gold_n", "gold_hits", "gold_ties").sum())
     )
     length = _sums_over_clusters(
@@ -691,18 +693,21 @@ def cluster_stats(rows: pl.DataFrame) -> dict[str, pl.DataFrame]:
     )
     sides = pl.concat(
         [
-            fam.select("judge", "judge_family", pl.col("family_x").alias("family"), "fam_n", "score_x"),
+            fam.select("judge", "judge_family", "prompt_id", pl.col("family_x").alias("family"), "fam_n", "score_x"),
             fam.select(
                 "judge",
                 "judge_family",
+                "prompt_id",
                 pl.col("family_y").alias("family"),
                 "fam_n",
                 (pl.col("fam_n") - pl.col("score_x")).alias("score_x"),
             ),
         ]
     )
+    # A family's cluster: its sides in one judge's battles on one prompt (every pair, either side).
+    clusters = sides.group_by(*FAMILY_KEYS, "prompt_id").agg(pl.col("fam_n", "score_x").sum())
     family = _sums_over_clusters(
-        sides, FAMILY_KEYS, pl.col("fam_n"), pl.col("score_x"), ("n_sq", "score_sq", "score_x_n")
+        clusters, FAMILY_KEYS, pl.col("fam_n"), pl.col("score_x"), ("n_sq", "score_sq", "score_x_n")
     )
     collected = dict(zip(("length", "family", "gold"), pl.collect_all([length, family, gold]), strict=True))
     return {name: _zero_filled(frame, name) for name, frame in collected.items()}
@@ -1042,7 +1047,7 @@ def _length_table(length: pl.DataFrame) -> pl.DataFrame:
 def _gold_table(gold: pl.DataFrame) -> pl.DataFrame:
     """Per judge: accuracy on the discriminative gold cases (a tie scores ½) and its standard error.
 
-    The SE is cluster-robust (:func:`_ratio_se`), one cluster = the judge's verdicts on one prompt and pair
+    The SE is cluster-robust (:func:`_ratio_se`), one cluster = the judge's verdicts on one prompt (every pair)
     within a day: a gold case judged in both orders (MT-Bench's, arena-hard's design; anchors label every
     battle of their prompt and pair) gives two correlated verdicts, about one observation when they agree.
     With one battle a cluster it is the per-case scores' (1, ½ or 0) spread over √n — not the binomial
@@ -1073,8 +1078,8 @@ def _gold_table(gold: pl.DataFrame) -> pl.DataFrame:
 def family_table(family: pl.DataFrame) -> pl.DataFrame:
     """Own-family preference per judge: its family's score under itself vs under judges of other families.
 
-    ``self_preference_se`` is cluster-robust (:func:`_ratio_se`): a judge's verdicts on one prompt and pair
-    of models (both orders, repeats; within a day in the jobs) are one cluster, so two orders that agree
+    ``self_preference_se`` is cluster-robust (:func:`_ratio_se`): a judge's verdicts on one prompt (every pair
+    of models, both orders, repeats; within a day in the jobs) are one cluster, so two orders that agree
     count about once, not twice, and a judge that flips with the order is not credited with a spread it
     does not have.  The two win rates come from different judges, hence disjoint clusters: their variances
     add.  (Verdicts of different judges on one prompt are taken as independent.)

@@ -577,7 +577,9 @@ def _anchors_fingerprint(options: RefreshOptions) -> list[dict] | None:
 
 
 #: Bumped when the stored per-day audit partials change form (every day is then audited again).
-AUDIT_DAYS_VERSION = 4  # 3: cluster rows and the clustered squares (standard errors); 4: gold accuracy's squares
+# 3: cluster rows and the clustered squares (standard errors); 4: gold accuracy's squares; 5: a cluster is the judge's
+# verdicts on a prompt (every pair), not on a prompt and pair
+AUDIT_DAYS_VERSION = 5
 
 
 #: The state's note of the last fit: its fit-inputs digest and the snapshot it made (or found it made again).

@@ -4,7 +4,7 @@ Renders an :class:`~biasboard.audit.AuditResult` or the document of
 ``audit.json`` (the same numbers); every name that comes from the data is
 escaped.  The flip rate, the longer-wins rate, the own-family difference and the
 gold accuracy are shown as ``x% ± y%``: one standard error, clustered on a
-judge's verdicts on one prompt and model pair within a day (:data:`SE_NOTE`).
+judge's verdicts on one prompt within a day (:data:`SE_NOTE`).
 The audit job writes the fragment as ``audit_section.html`` and the report
 embeds it.
 """
@@ -49,9 +49,9 @@ def _with_se(value: Any, se: Any) -> str:
 
 #: What the ± on the page means (the audit's CONVENTIONS["se"] in fewer words).
 SE_NOTE = (
-    "± is one standard error. A judge's verdicts on one prompt and model pair within a day (both orders, repeats) "
-    "are one cluster: the flip rate's SE takes the pair as the unit, the longer-wins, own-family and gold "
-    "accuracy SEs are cluster-robust (a gold case judged in both orders counts once, not twice)."
+    "± is one standard error. The flip rate's SE takes the prompt and pair as the unit; the longer-wins, "
+    "own-family and gold accuracy SEs are cluster-robust, a judge's verdicts on one prompt within a day (both "
+    "orders, repeats, every pair) one cluster (a gold case judged in both orders counts once, not twice)."
 )
 
 

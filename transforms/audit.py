@@ -551,8 +551,8 @@ CONVENTIONS: dict[str, str] = {
     "family": "cross-family battles only; other judges = judges of other families",
     "se": "every *_se is one standard error (the ± of the report). order_flip_rate_se and consistent_win_rate_se "
     "take the prompt-pair as the unit; len_longer_win_rate_se, self_preference_se and gold_accuracy_se are "
-    "cluster-robust, one cluster = one judge's verdicts on one prompt_id and model pair within a day (both "
-    "orders, repeats; a battle without a prompt_id is a cluster of its own)",
+    "cluster-robust, one cluster = one judge's verdicts on one prompt_id within a day (both orders, repeats, "
+    "every model pair; a battle without a prompt_id is a cluster of its own)",
 }
 
 
