@@ -143,6 +143,19 @@ def test_new_and_changed_days_replace_their_partitions(sim, tmp_path):
     assert third.summary.counts.read == truth["rows"] - full.height + 100
 
 
+def test_refresh_cli_prints_the_summarys_warnings(sim, tmp_path, capsys):
+    """A board published with a warning (here a top-k as large as the board) says so on the console, each warning
+    of summary.json on a line of its own, not only in the report's Warnings box: a scheduled refresh's log is often
+    all anyone reads."""
+    argv = ["refresh", "--input", _glob(sim), "--state", str(tmp_path / "s"), "--out", str(tmp_path / "o")]
+    assert cli.main([*argv, "--no-audit", "--k", "500"]) == 0
+    out = capsys.readouterr().out
+    warnings = json.loads((_snapshot(tmp_path / "o") / "summary.json").read_text())["warnings"]
+    assert warnings and any("500" in w for w in warnings), warnings
+    printed = [line.removeprefix("warning: ") for line in out.splitlines() if line.startswith("warning: ")]
+    assert printed == warnings, out
+
+
 def test_refresh_cli_prints_the_snapshot_and_fails_in_one_line(sim, tmp_path, capsys):
     argv = ["refresh", "--input", _glob(sim), "--state", str(tmp_path / "s"), "--out", str(tmp_path / "o")]
     assert cli.main([*argv, "--no-audit"]) == 0
