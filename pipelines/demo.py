@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 from biasboard.pipelines import validation
 from biasboard.pipelines.options import defaults_from, options_from
-from biasboard.pipelines.refresh import RefreshOptions, refresh
+from biasboard.pipelines.refresh import RefreshOptions, refresh, warning_lines
 from biasboard.ranking.rank_stats import kendall_tau_b
 from biasboard.report.text import fmt, side_by_side_text
 from biasboard.schemas.errors import InputError
@@ -104,6 +104,8 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     print(side_by_side_text(board, job.top))
     print()
     print(tau_lines(board, outcome.summary, truth))
+    for line in warning_lines(outcome.summary):
+        print(line)
     print(f"report:   {storage.join(snapshot, 'report.html')}")
     print(f"snapshot: {snapshot}  ({time.perf_counter() - started:.1f} s in all)")
     return 0

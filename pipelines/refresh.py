@@ -215,6 +215,12 @@ def _length_clip(text: str) -> float | None:
 TOP_PRINTED = 10
 
 
+def warning_lines(summary: S.Summary) -> list[str]:
+    """The summary's warnings (the report's Warnings box) as console lines, ``warning: …`` each: a scheduled
+    refresh's log is often all anyone reads, and a board published with a warning must not read as a clean one."""
+    return [f"warning: {warning}" for warning in summary.warnings]
+
+
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     outcome = refresh(
         args.input,
@@ -236,10 +242,8 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             print(f"ordinal-only board (single grades, no battles): {S.ORDINAL_ONLY_BOARDS}")
         print(side_by_side_text(outcome.leaderboard, TOP_PRINTED, ORDINAL_TITLES if ordinal else PAIRWISE_TITLES))
         print(f"Kendall tau naive vs corrected: {fmt(outcome.summary.kendall_tau, 3)}")
-        # The summary's warnings (the report's Warnings box) on the console too: a scheduled refresh's log is
-        # often all anyone reads, and a board published with a warning must not read as a clean one there.
-        for warning in outcome.summary.warnings:
-            print(f"warning: {warning}")
+        for line in warning_lines(outcome.summary):
+            print(line)
     print(f"report: {storage.join(outcome.published.path, 'report.html')}")
     if outcome.plan_path:
         print(f"plan: {outcome.plan_path}")
