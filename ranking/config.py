@@ -153,6 +153,10 @@ class ModelConfig:
     #: Fit the style effects when the cells carry style counts; False fits the model without them (the
     #: "style kept" board: θ then carries whatever the judges rewarded in headers, lists and bold).
     style: bool = True
+    #: Work out which correction moved each model (:mod:`biasboard.ranking.attribution`: one gradient pass per
+    #: correction and chord step) where diagnostics are on; off for boards whose attribution nothing publishes
+    #: (a slice's: the summary and the report show the main board's only).
+    attribution: bool = True
 
     def __post_init__(self) -> None:
         if self.diagnostics not in DIAGNOSTICS:

@@ -485,7 +485,8 @@ def publish_bias_aware(
         diagnostics["covariates"] = cov_rep
     if naive is not None:
         diagnostics["naive_vs_corrected"] = compare_rankings(naive, rating, data.models)
-    if config.diagnostics != "off":  # (a ratings-only board, compared by its points, does without)
+    # (A ratings-only board, compared by its points, and a slice's do without: nothing publishes theirs.)
+    if config.diagnostics != "off" and config.attribution:
         diagnostics["attribution"] = attribute_moves(problem, solution, shards)
     diagnostics["omega"] = config.omega
     if data.ordinal_only:

@@ -82,6 +82,24 @@ def test_the_overall_board_is_the_same_with_and_without_slices(run):
     assert not (without / "slices.parquet").exists() and _summary(without).slices == []
 
 
+def test_only_the_main_board_works_out_what_moved_each_model(run, monkeypatch):
+    """Which correction moved each model costs a gradient pass per correction and chord step; the summary and the
+    report show the main board's only, so a slice's board does not compute one."""
+    from biasboard.ranking import fit as fit_module
+
+    boards: list[int] = []
+    attribute = fit_module.attribute_moves
+
+    def counted(problem, solution, shards=1):
+        boards.append(problem.layout.n_models)
+        return attribute(problem, solution, shards)
+
+    monkeypatch.setattr(fit_module, "attribute_moves", counted)
+    snapshot = run("out-moves", slices="category")
+    assert all(i.fitted for i in _summary(snapshot).slices)
+    assert len(boards) == 1 and _summary(snapshot).attribution is not None
+
+
 def test_a_small_slice_is_listed_not_fit(run):
     snapshot = run("out-small", slices="category,language", slice_min_battles=10**6)
     info = _summary(snapshot).slices

@@ -250,5 +250,7 @@ def _label_members(keys: Sequence[str | None]) -> dict[str, list[str]]:
 
 
 def slice_config(config, models: int):
-    """The model options for a slice of ``models`` models: top-k no larger than the slice."""
-    return dataclasses.replace(config, k=max(1, min(config.k, models - 1)))
+    """The model options for a slice of ``models`` models: top-k no larger than the slice, and no attribution of
+    its moves (which correction moved each model: the report and summary show the main board's only; 6 gradient
+    passes a slice at three corrections)."""
+    return dataclasses.replace(config, k=max(1, min(config.k, models - 1)), attribution=False)
