@@ -9,6 +9,7 @@ below the minimum battle count is listed, not fit.
 
 from __future__ import annotations
 
+import html
 import io
 import json
 from pathlib import Path
@@ -374,3 +375,42 @@ def test_a_slice_threshold_without_slices_is_refused(run):
     slices): the threshold says the user meant slices, so the run is refused in one line before any work."""
     with pytest.raises(InputError, match="--slice-min-battles 50 is given without --slices"):
         run("out-threshold", slice_min_battles=50)
+
+
+@pytest.mark.parametrize(
+    ("shown", "says"),
+    [
+        ("first-by-name", "its position correction rests on the Bradley-Terry model's transitivity alone"),
+        ("hub-first", "position bias is not corrected in this slice"),
+    ],
+)
+def test_a_slice_shown_in_one_order_says_how_its_position_effect_was_told(tmp_path, shown, says):
+    """A slice whose battles show each pair in one order only was published with no word of it: the overall board
+    separates a judge's position bias from quality by pairs seen in both orders, the slice cannot.  Every pair shown
+    first-by-name leaves γ to the model's transitivity (the profile calls it identified); one model shown first in
+    every battle makes it prior-selected and the correction is left off.  The note now says which; the slice in
+    both orders says nothing of it."""
+    config = SimulationConfig(battles=8_000, models=6, judges=2, days=1, categories=2, seed=5)
+    logs = write_simulation(config, tmp_path / "logs")
+    one, both = (f"category={c}" for c in CATEGORY_NAMES[:2])
+    for path in (logs / "battles").glob("day=*/*.parquet"):
+        table = pl.read_parquet(path)
+        in_one = pl.col("category") == CATEGORY_NAMES[0]
+        first = (
+            pl.col("model_a") < pl.col("model_b")
+            if shown == "first-by-name"
+            else pl.col("model_a") == pl.col("model_a").min()
+        )
+        table.filter(~in_one | first).write_parquet(path)
+    outcome = refresh(
+        str(logs / "battles" / "day=*" / "*.parquet"),
+        str(tmp_path / "state"),
+        str(tmp_path / "out"),
+        [],
+        RefreshOptions(k=2, audit=False, slices="category"),
+    )
+    snapshot = Path(outcome.published.path)
+    info = {i.slice: i for i in _summary(snapshot).slices}
+    assert info[one].fitted and says in info[one].note and "0% of its battles" in info[one].note, info[one].note
+    assert "both orders" not in info[both].note, info[both].note
+    assert says in html.unescape((snapshot / "report.html").read_text())

@@ -51,6 +51,9 @@ _LOG = logging.getLogger(__name__)
 DEFAULT_MIN_BATTLES = 200
 #: The file the slice boards go to in the snapshot.
 SLICES_FILE = "slices.parquet"
+#: Below this share of its battles on pairs a judge saw in both orders, a slice is "shown in one order" and its
+#: note says how its position effect was (or was not) told from quality (:func:`order_note`).
+ONE_ORDER_SHARE = 0.1
 
 
 def parse_slices(text: str | None) -> tuple[str, ...]:
@@ -72,6 +75,7 @@ class SlicePart:
     models: int
     cells: Callable[[], AbstractContextManager[pa.Table | Dataset]]
     streamed: bool = False  # its fits read the cells from disk a shard at a time
+    both_orders: float | None = None  # :func:`both_orders_share` (None: not measured, a streamed slice)
 
 
 class SliceSource:
@@ -92,7 +96,7 @@ class TableSlices(SliceSource):
         for value, keys in _label_members(pc.unique(column).to_pylist()).items():
             part = self.table.filter(pc.is_in(column, value_set=pa.array(keys, pa.string())))
             battles = int(pc.sum(part.column("n")).as_py() or 0)
-            yield SlicePart(value, battles, _model_count(part), _held(part))
+            yield SlicePart(value, battles, _model_count(part), _held(part), both_orders=both_orders_share(part))
 
 
 class BucketSlices(SliceSource):
@@ -215,7 +219,7 @@ def fit_slices(
                     info.kendall_tau = comparison.get("kendall_tau")
                     info.top_k = fitted.corrected.k
                     info.ranks = rank_intervals(fitted.naive, fitted.corrected, fitted.config.seed)
-                    info.note = split_note(board)
+                    info.note = "; ".join(n for n in (split_note(board), order_note(part.both_orders, fitted)) if n)
             done = ("fit, streamed" if part.streamed else "fit") if info.fitted else info.note
             done += f"; {info.note}" if info.fitted and info.note else ""
             _LOG.info("slice %s: %d battles, %s", name, part.battles, done)
@@ -234,6 +238,57 @@ def split_note(board: pl.DataFrame) -> str:
     return (
         f"its battles fall into {groups.height} groups no battle in the slice links ({listed}): ranks, CIs and "
         "P(top k) hold within each group, and ratings are not comparable across groups"
+    )
+
+
+def both_orders_share(cells: pa.Table) -> float | None:
+    """Share of the battles of known order that sit on a (judge, pair) seen in both orders: 2·Σ min(n_ab, n_ba) over
+    Σ n, a self-battle counting as balanced.  What the overall board separates position from quality with; None
+    when no battle's order is known (the fit then has no position effect to speak of)."""
+    a, b = pl.col("model_a"), pl.col("model_b")
+    known = pl.from_arrow(
+        pa.table({k: _as_strings(cells.column(k)) for k in ("judge", "model_a", "model_b")}).append_column(
+            "n", cells.column("n").cast(pa.float64())
+        )
+    ).filter(pl.Series(_known_order(cells)))
+    if known.is_empty() or known["n"].sum() <= 0:
+        return None
+    pairs = known.group_by(
+        pl.col("judge"),
+        pl.when(a < b).then(a).otherwise(b).alias("lo"),
+        pl.when(a < b).then(b).otherwise(a).alias("hi"),
+    ).agg(
+        first=pl.when(a < b).then(pl.col("n")).when(a > b).then(0.0).otherwise(pl.col("n") / 2).sum(),
+        n=pl.col("n").sum(),
+    )
+    balanced = pairs.select((2.0 * pl.min_horizontal("first", pl.col("n") - pl.col("first"))).sum()).item()
+    return float(balanced / pairs["n"].sum())
+
+
+def _known_order(cells: pa.Table) -> list[bool] | pa.ChunkedArray:
+    if "order_known" not in cells.column_names:  # cells stored before the column existed: order known
+        return [True] * cells.num_rows
+    return cells.column("order_known").to_numpy()
+
+
+def order_note(share: float | None, fitted: ReferenceFit) -> str:
+    """What a slice's reader must know when its battles show each pair in one order only (or nearly so): the
+    overall board tells a judge's position bias from quality by pairs seen in both orders, a slice without them
+    cannot.  Either its position correction was left off as prior-selected (the models shown first keep the bias
+    in their ratings) or it rests on the Bradley–Terry model's transitivity alone (a quality difference peculiar
+    to the slice's matchups reads as position bias).  Empty when the slice has swapped pairs enough."""
+    if share is None or share >= ONE_ORDER_SHARE:
+        return ""
+    why = (
+        f"only {share:.0%} of its battles are on a pair a judge saw in both orders (below {ONE_ORDER_SHARE:.0%}), "
+        "so no swapped order separates position bias from model quality as on the overall board"
+    )
+    left_off = any(e["effect"] == "position" and not e["applied"] for e in fitted.unidentified)
+    if left_off:
+        return f"position bias is not corrected in this slice: {why}, and its position effect is prior-selected"
+    return (
+        f"its position correction rests on the Bradley-Terry model's transitivity alone: {why}, and a quality "
+        "difference peculiar to its matchups would read as position bias"
     )
 
 
