@@ -26,6 +26,7 @@ from biasboard.schemas.errors import InputError
 from biasboard.schemas.summary import Summary
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.simulate.simulator import CATEGORY_NAMES, draw_parameters, truth
+from biasboard.transforms.slices import both_orders_share
 from scipy.stats import kendalltau
 
 CONFIG = SimulationConfig(battles=16_000, models=8, judges=3, days=1, categories=2, category_sd=1.0, seed=11)
@@ -414,3 +415,26 @@ def test_a_slice_shown_in_one_order_says_how_its_position_effect_was_told(tmp_pa
     assert info[one].fitted and says in info[one].note and "0% of its battles" in info[one].note, info[one].note
     assert "both orders" not in info[both].note, info[both].note
     assert says in html.unescape((snapshot / "report.html").read_text())
+
+
+def test_voters_each_seeing_a_pair_once_are_not_a_slice_shown_in_one_order():
+    """Voter-judges see a pair once each, in one order or the other: per (judge, pair) nothing is seen in both
+    orders, but the pair is, across the voters whose population effect the fit shrinks to.  The share is pooled over
+    judges, so such a slice is not said to be shown in one order."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    lo, hi = rng.integers(0, 5, n), rng.integers(5, 10, n)
+    swap = rng.random(n) < 0.5
+    cells = pa.table(
+        {
+            "judge": [f"pool/v{i}" for i in range(n)],  # every battle its own voter
+            "model_a": [f"m{x}" for x in np.where(swap, hi, lo)],
+            "model_b": [f"m{x}" for x in np.where(swap, lo, hi)],
+            "n": np.ones(n),
+        }
+    )
+    assert both_orders_share(cells) > 0.9
+    one_order = cells.set_column(1, "model_a", pa.array([f"m{x}" for x in lo])).set_column(
+        2, "model_b", pa.array([f"m{x}" for x in hi])
+    )
+    assert both_orders_share(one_order) == 0.0

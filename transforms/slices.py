@@ -51,7 +51,7 @@ _LOG = logging.getLogger(__name__)
 DEFAULT_MIN_BATTLES = 200
 #: The file the slice boards go to in the snapshot.
 SLICES_FILE = "slices.parquet"
-#: Below this share of its battles on pairs a judge saw in both orders, a slice is "shown in one order" and its
+#: Below this share of its battles on pairs shown in both orders (by any judge), a slice is "shown in one order" and its
 #: note says how its position effect was (or was not) told from quality (:func:`order_note`).
 ONE_ORDER_SHARE = 0.1
 
@@ -242,9 +242,11 @@ def split_note(board: pl.DataFrame) -> str:
 
 
 def both_orders_share(cells: pa.Table) -> float | None:
-    """Share of the battles of known order that sit on a (judge, pair) seen in both orders: 2·Σ min(n_ab, n_ba) over
-    Σ n, a self-battle counting as balanced.  What the overall board separates position from quality with; None
-    when no battle's order is known (the fit then has no position effect to speak of)."""
+    """Share of the battles of known order that sit on a pair seen in both orders (by any of the slice's judges):
+    2·Σ min(n_ab, n_ba) over Σ n, a self-battle counting as balanced.  What separates position from quality without
+    leaning on the model's transitivity; None when no battle's order is known (the fit then has no position effect
+    to speak of).  Pooled over judges: voter-judges see a pair once each, in one order or the other, and the
+    population effect they shrink to is told from quality by the pair's two orders across voters."""
     a, b = pl.col("model_a"), pl.col("model_b")
     known = pl.from_arrow(
         pa.table({k: _as_strings(cells.column(k)) for k in ("judge", "model_a", "model_b")}).append_column(
@@ -254,7 +256,6 @@ def both_orders_share(cells: pa.Table) -> float | None:
     if known.is_empty() or known["n"].sum() <= 0:
         return None
     pairs = known.group_by(
-        pl.col("judge"),
         pl.when(a < b).then(a).otherwise(b).alias("lo"),
         pl.when(a < b).then(b).otherwise(a).alias("hi"),
     ).agg(
@@ -280,8 +281,8 @@ def order_note(share: float | None, fitted: ReferenceFit) -> str:
     if share is None or share >= ONE_ORDER_SHARE:
         return ""
     why = (
-        f"only {share:.0%} of its battles are on a pair a judge saw in both orders (below {ONE_ORDER_SHARE:.0%}), "
-        "so no swapped order separates position bias from model quality as on the overall board"
+        f"only {share:.0%} of its battles are on a pair shown in both orders (below {ONE_ORDER_SHARE:.0%}), "
+        "so no swapped order separates position bias from model quality"
     )
     left_off = any(e["effect"] == "position" and not e["applied"] for e in fitted.unidentified)
     if left_off:
