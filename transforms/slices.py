@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -249,7 +250,7 @@ def both_orders_share(cells: pa.Table) -> float | None:
     population effect they shrink to is told from quality by the pair's two orders across voters."""
     a, b = pl.col("model_a"), pl.col("model_b")
     known = pl.from_arrow(
-        pa.table({k: _as_strings(cells.column(k)) for k in ("judge", "model_a", "model_b")}).append_column(
+        pa.table({k: _as_strings(cells.column(k)) for k in ("model_a", "model_b")}).append_column(
             "n", cells.column("n").cast(pa.float64())
         )
     ).filter(pl.Series(_known_order(cells)))
@@ -266,18 +267,18 @@ def both_orders_share(cells: pa.Table) -> float | None:
     return float(balanced / pairs["n"].sum())
 
 
-def _known_order(cells: pa.Table) -> list[bool] | pa.ChunkedArray:
+def _known_order(cells: pa.Table) -> list[bool] | np.ndarray:
     if "order_known" not in cells.column_names:  # cells stored before the column existed: order known
         return [True] * cells.num_rows
     return cells.column("order_known").to_numpy()
 
 
 def order_note(share: float | None, fitted: ReferenceFit) -> str:
-    """What a slice's reader must know when its battles show each pair in one order only (or nearly so): the
-    overall board tells a judge's position bias from quality by pairs seen in both orders, a slice without them
-    cannot.  Either its position correction was left off as prior-selected (the models shown first keep the bias
-    in their ratings) or it rests on the Bradley–Terry model's transitivity alone (a quality difference peculiar
-    to the slice's matchups reads as position bias).  Empty when the slice has swapped pairs enough."""
+    """What a slice's reader must know when its battles show each pair in one order only (or nearly so): no pair
+    seen in both orders tells position bias from quality there.  Either its position correction was left off as
+    prior-selected (the models shown first keep the bias in their ratings) or it rests on the Bradley–Terry
+    model's transitivity alone (a quality difference peculiar to the slice's matchups reads as position bias).
+    Empty when the slice has swapped pairs enough."""
     if share is None or share >= ONE_ORDER_SHARE:
         return ""
     why = (
