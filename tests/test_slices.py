@@ -438,3 +438,30 @@ def test_voters_each_seeing_a_pair_once_are_not_a_slice_shown_in_one_order():
         2, "model_b", pa.array([f"m{x}" for x in hi])
     )
     assert both_orders_share(one_order) == 0.0
+
+
+def test_a_slice_whose_battles_do_not_identify_a_correction_names_it(tmp_path):
+    """A slice whose battles are all of equal lengths cannot tell a judge's length preference: its length correction is
+    prior-selected and left off its board.  The overall board's warnings name only its own prior-selected corrections,
+    so the slice was published without it and without a word; its note now names the effect.  The other slice (its
+    lengths as drawn) says nothing of it."""
+    config = SimulationConfig(battles=8_000, models=6, judges=2, days=1, categories=2, seed=5)
+    logs = write_simulation(config, tmp_path / "logs")
+    flat, drawn = (f"category={c}" for c in CATEGORY_NAMES[:2])
+    for path in (logs / "battles").glob("day=*/*.parquet"):
+        table = pl.read_parquet(path)
+        in_flat = pl.col("category") == CATEGORY_NAMES[0]
+        table.with_columns(
+            pl.when(in_flat).then(pl.col("len_a")).otherwise(pl.col("len_b")).alias("len_b")
+        ).write_parquet(path)
+    outcome = refresh(
+        str(logs / "battles" / "day=*" / "*.parquet"),
+        str(tmp_path / "state"),
+        str(tmp_path / "out"),
+        [],
+        RefreshOptions(k=2, audit=False, slices="category"),
+    )
+    info = {i.slice: i for i in _summary(Path(outcome.published.path)).slices}
+    assert info[flat].fitted and "not corrected in this slice" in info[flat].note, info[flat].note
+    assert "length (every judge)" in info[flat].note, info[flat].note
+    assert "not corrected" not in info[drawn].note, info[drawn].note

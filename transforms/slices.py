@@ -220,7 +220,9 @@ def fit_slices(
                     info.kendall_tau = comparison.get("kendall_tau")
                     info.top_k = fitted.corrected.k
                     info.ranks = rank_intervals(fitted.naive, fitted.corrected, fitted.config.seed)
-                    info.note = "; ".join(n for n in (split_note(board), order_note(part.both_orders, fitted)) if n)
+                    said = order_note(part.both_orders, fitted)
+                    notes = (split_note(board), said, left_off_note(fitted, position_said=bool(said)))
+                    info.note = "; ".join(n for n in notes if n)
             done = ("fit, streamed" if part.streamed else "fit") if info.fitted else info.note
             done += f"; {info.note}" if info.fitted and info.note else ""
             _LOG.info("slice %s: %d battles, %s", name, part.battles, done)
@@ -292,6 +294,30 @@ def order_note(share: float | None, fitted: ReferenceFit) -> str:
         f"its position correction rests on the Bradley-Terry model's transitivity alone: {why}, and a quality "
         "difference peculiar to its matchups would read as position bias"
     )
+
+
+def left_off_note(fitted: ReferenceFit, position_said: bool) -> str:
+    """The corrections a slice's board leaves off as prior-selected, by effect with its judges, and a fit that did not
+    converge.  The overall board's warnings name only its own: a slice whose battles do not identify an effect (every
+    battle of equal lengths, say) was published without it and without a word.  Position is left to
+    :func:`order_note` when that said it (``position_said``); empty when nothing was left off."""
+    judges: dict[str, list[str]] = {}
+    for entry in fitted.unidentified:
+        if not entry["applied"] and not (position_said and entry["effect"] == "position"):
+            judges.setdefault(entry["effect"], []).append(entry["judge"])
+    parts = []
+    if judges:
+        listed = "; ".join(
+            f"{effect} ({'every judge' if names == ['*'] else ', '.join(names)})"
+            for effect, names in sorted(judges.items())
+        )
+        parts.append(
+            f"not corrected in this slice, as prior-selected (its battles do not identify them; --apply-unidentified "
+            f"forces them): {listed}"
+        )
+    if not fitted.corrected.converged:
+        parts.append(f"its bias-aware fit did not converge (relative gradient {fitted.corrected.rel_grad:.2e})")
+    return "; ".join(parts)
 
 
 def _label_members(keys: Sequence[str | None]) -> dict[str, list[str]]:
