@@ -63,6 +63,10 @@ from biasboard.schemas.errors import StorageUnreachable
 from requests.adapters import BaseAdapter
 from urllib3.exceptions import NewConnectionError
 
+#: The resend waits' jitter: a generator of its own, so a retry never moves the global ``random`` state a user (or
+#: a test's example generator) may have seeded.
+_JITTER = random.Random()
+
 #: Time to open a connection to storage (seconds).
 CONNECT_TIMEOUT_S = 10.0
 #: Time a request may wait for the next byte of its answer (seconds): silence, not the length of a transfer.
@@ -186,7 +190,7 @@ class BoundedAdapter(BaseAdapter):
                 BREAKER.failed(endpoint, path, started, err, failure_reason(err, bounded))  # raises when unreachable
                 if not never_sent(err):
                     raise  # it may have reached the server: the library's retry policy decides
-                time.sleep(min(random.uniform(wait / 2, wait), BREAKER.time_left(endpoint)))
+                time.sleep(min(_JITTER.uniform(wait / 2, wait), BREAKER.time_left(endpoint)))
                 wait = min(2 * wait, LONGEST_RESEND_S)
                 continue
             BREAKER.answered(endpoint)
