@@ -509,7 +509,8 @@ class SliceInfo:
     ``fitted`` false: fewer than ``min_battles`` battles, listed but not fit (``note`` says so); ``fitted`` true
     with a ``note``: the slice's battles fall into groups no battle links (its board's ``component``), named there,
     and/or they show each pair in one order only or nearly so, so its position correction was left off as
-    prior-selected or rests on the model's transitivity alone (:func:`~biasboard.transforms.slices.order_note`),
+    prior-selected, or rests on each model's being shown first in about half its battles, or on the model's
+    transitivity alone (:func:`~biasboard.transforms.slices.order_note`),
     and/or its battles do not identify some other correction, left off its board as prior-selected, or its fit did
     not converge (:func:`~biasboard.transforms.slices.left_off_note`);
     ``kendall_tau``: naive vs corrected within the slice (None when not fit); ``ranks``: the slice's

@@ -383,25 +383,31 @@ def test_a_slice_threshold_without_slices_is_refused(run):
     [
         ("first-by-name", "its position correction rests on the Bradley-Terry model's transitivity alone"),
         ("hub-first", "position bias is not corrected in this slice"),
+        ("cyclic", "that balance (as a left/right drawn at random gives) tells its position correction from quality"),
     ],
 )
 def test_a_slice_shown_in_one_order_says_how_its_position_effect_was_told(tmp_path, shown, says):
     """A slice whose battles show each pair in one order only was published with no word of it: the overall board
     separates a judge's position bias from quality by pairs seen in both orders, the slice cannot.  Every pair shown
     first-by-name leaves γ to the model's transitivity (the profile calls it identified); one model shown first in
-    every battle makes it prior-selected and the correction is left off.  The note now says which; the slice in
-    both orders says nothing of it."""
-    config = SimulationConfig(battles=8_000, models=6, judges=2, days=1, categories=2, seed=5)
+    every battle makes it prior-selected and the correction is left off.  A cyclic rule (of 7 models, i first
+    against the next three) shows every model first in half its pairs: that balance, not transitivity, tells
+    position from quality, and the note says so.  The note now says which; the slice in both orders says nothing of
+    it."""
+    config = SimulationConfig(battles=8_000, models=7, judges=2, days=1, categories=2, seed=5)
     logs = write_simulation(config, tmp_path / "logs")
     one, both = (f"category={c}" for c in CATEGORY_NAMES[:2])
     for path in (logs / "battles").glob("day=*/*.parquet"):
         table = pl.read_parquet(path)
         in_one = pl.col("category") == CATEGORY_NAMES[0]
-        first = (
-            pl.col("model_a") < pl.col("model_b")
-            if shown == "first-by-name"
-            else pl.col("model_a") == pl.col("model_a").min()
-        )
+        names = sorted(set(table["model_a"]) | set(table["model_b"]))
+        index = {m: i for i, m in enumerate(names)}
+        step = (pl.col("model_b").replace_strict(index) - pl.col("model_a").replace_strict(index)) % len(names)
+        first = {
+            "first-by-name": pl.col("model_a") < pl.col("model_b"),
+            "hub-first": pl.col("model_a") == pl.col("model_a").min(),
+            "cyclic": step.is_between(1, len(names) // 2),
+        }[shown]
         table.filter(~in_one | first).write_parquet(path)
     outcome = refresh(
         str(logs / "battles" / "day=*" / "*.parquet"),

@@ -55,6 +55,10 @@ SLICES_FILE = "slices.parquet"
 #: Below this share of its battles on pairs shown in both orders (by any judge), a slice is "shown in one order" and its
 #: note says how its position effect was (or was not) told from quality (:func:`order_note`).
 ONE_ORDER_SHARE = 0.1
+#: A one-order slice whose every model was shown first in ½ ± this share of its battles tells position from quality
+#: by that balance (:func:`first_share_range`): 0.1 keeps a fair coin's spread for a model of ~100 battles
+#: (2 SD = 0.1) and calls a rule that puts some models first three times in five unbalanced.
+BALANCED_FIRST_SHARE = 0.1
 
 
 def parse_slices(text: str | None) -> tuple[str, ...]:
@@ -77,6 +81,7 @@ class SlicePart:
     cells: Callable[[], AbstractContextManager[pa.Table | Dataset]]
     streamed: bool = False  # its fits read the cells from disk a shard at a time
     both_orders: float | None = None  # :func:`both_orders_share` (None: not measured, a streamed slice)
+    first_shares: tuple[float, float] | None = None  # :func:`first_share_range` (None: not measured)
 
 
 class SliceSource:
@@ -97,7 +102,14 @@ class TableSlices(SliceSource):
         for value, keys in _label_members(pc.unique(column).to_pylist()).items():
             part = self.table.filter(pc.is_in(column, value_set=pa.array(keys, pa.string())))
             battles = int(pc.sum(part.column("n")).as_py() or 0)
-            yield SlicePart(value, battles, _model_count(part), _held(part), both_orders=both_orders_share(part))
+            yield SlicePart(
+                value,
+                battles,
+                _model_count(part),
+                _held(part),
+                both_orders=both_orders_share(part),
+                first_shares=first_share_range(part),
+            )
 
 
 class BucketSlices(SliceSource):
@@ -220,7 +232,7 @@ def fit_slices(
                     info.kendall_tau = comparison.get("kendall_tau")
                     info.top_k = fitted.corrected.k
                     info.ranks = rank_intervals(fitted.naive, fitted.corrected, fitted.config.seed)
-                    said = order_note(part.both_orders, fitted)
+                    said = order_note(part.both_orders, fitted, part.first_shares)
                     notes = (split_note(board), said, left_off_note(fitted, position_said=bool(said)))
                     info.note = "; ".join(n for n in notes if n)
             done = ("fit, streamed" if part.streamed else "fit") if info.fitted else info.note
@@ -251,12 +263,8 @@ def both_orders_share(cells: pa.Table) -> float | None:
     to speak of).  Pooled over judges: voter-judges see a pair once each, in one order or the other, and the
     population effect they shrink to is told from quality by the pair's two orders across voters."""
     a, b = pl.col("model_a"), pl.col("model_b")
-    known = pl.from_arrow(
-        pa.table({k: _as_strings(cells.column(k)) for k in ("model_a", "model_b")}).append_column(
-            "n", cells.column("n").cast(pa.float64())
-        )
-    ).filter(pl.Series(_known_order(cells)))
-    if known.is_empty() or known["n"].sum() <= 0:
+    known = _known_battles(cells)
+    if known is None:
         return None
     pairs = known.group_by(
         pl.when(a < b).then(a).otherwise(b).alias("lo"),
@@ -269,18 +277,56 @@ def both_orders_share(cells: pa.Table) -> float | None:
     return float(balanced / pairs["n"].sum())
 
 
+def first_share_range(cells: pa.Table) -> tuple[float, float] | None:
+    """The lowest and highest share of a model's battles (of known order, self-battles aside) in which it was shown
+    first, over the slice's models.  Near ½ for every model (a left/right drawn at random, as LLMFAO's crowd saw it),
+    each model's quality is measured as often in the first slot as in the second: the position effect's column is
+    then orthogonal to every model's, and a slice showing each pair in one order still tells position from quality
+    by that balance, not by the Bradley–Terry model's transitivity (which a fixed rule — first by name — leaves it
+    to).  None when no battle's order is known."""
+    known = _known_battles(cells)
+    if known is None:
+        return None
+    sides = pl.concat(
+        [
+            known.filter(pl.col("model_a") != pl.col("model_b")).select(
+                pl.col(side).alias("model"), pl.col("n"), (pl.col("n") * float(side == "model_a")).alias("first")
+            )
+            for side in ("model_a", "model_b")
+        ]
+    )
+    shares = sides.group_by("model").agg(pl.col("first").sum() / pl.col("n").sum()).filter(pl.col("first").is_finite())
+    if shares.is_empty():
+        return None
+    lo, hi = shares.select(pl.col("first").min().alias("lo"), pl.col("first").max().alias("hi")).row(0)
+    return float(lo), float(hi)
+
+
+def _known_battles(cells: pa.Table) -> pl.DataFrame | None:
+    """The cells of known presentation order as (model_a shown first, model_b, n); None when they hold no battle."""
+    known = pl.from_arrow(
+        pa.table({k: _as_strings(cells.column(k)) for k in ("model_a", "model_b")}).append_column(
+            "n", cells.column("n").cast(pa.float64())
+        )
+    )
+    assert isinstance(known, pl.DataFrame)
+    known = known.filter(pl.Series(_known_order(cells)))
+    return None if known.is_empty() or known["n"].sum() <= 0 else known
+
+
 def _known_order(cells: pa.Table) -> list[bool] | np.ndarray:
     if "order_known" not in cells.column_names:  # cells stored before the column existed: order known
         return [True] * cells.num_rows
     return cells.column("order_known").to_numpy()
 
 
-def order_note(share: float | None, fitted: ReferenceFit) -> str:
+def order_note(share: float | None, fitted: ReferenceFit, first_shares: tuple[float, float] | None = None) -> str:
     """What a slice's reader must know when its battles show each pair in one order only (or nearly so): no pair
     seen in both orders tells position bias from quality there.  Either its position correction was left off as
-    prior-selected (the models shown first keep the bias in their ratings) or it rests on the Bradley–Terry
-    model's transitivity alone (a quality difference peculiar to the slice's matchups reads as position bias).
-    Empty when the slice has swapped pairs enough."""
+    prior-selected (the models shown first keep the bias in their ratings), or every model was shown first in about
+    half its battles (``first_shares``, :func:`first_share_range`, within :data:`BALANCED_FIRST_SHARE` of ½) and
+    that balance tells them apart, or it rests on the Bradley–Terry model's transitivity alone (a quality difference
+    peculiar to the slice's matchups reads as position bias).  Empty when the slice has swapped pairs enough."""
     if share is None or share >= ONE_ORDER_SHARE:
         return ""
     why = (
@@ -290,6 +336,12 @@ def order_note(share: float | None, fitted: ReferenceFit) -> str:
     left_off = any(e["effect"] == "position" and not e["applied"] for e in fitted.unidentified)
     if left_off:
         return f"position bias is not corrected in this slice: {why}, and its position effect is prior-selected"
+    if first_shares is not None and max(abs(v - 0.5) for v in first_shares) <= BALANCED_FIRST_SHARE:
+        lo, hi = first_shares
+        return (
+            f"{why}; but every model was shown first in {lo:.0%}-{hi:.0%} of its battles, and that balance (as a "
+            "left/right drawn at random gives) tells its position correction from quality"
+        )
     return (
         f"its position correction rests on the Bradley-Terry model's transitivity alone: {why}, and a quality "
         "difference peculiar to its matchups would read as position bias"
