@@ -80,8 +80,8 @@ class SlicePart:
     models: int
     cells: Callable[[], AbstractContextManager[pa.Table | Dataset]]
     streamed: bool = False  # its fits read the cells from disk a shard at a time
-    both_orders: float | None = None  # :func:`both_orders_share` (None: not measured, a streamed slice)
-    first_shares: tuple[float, float] | None = None  # :func:`first_share_range` (None: not measured)
+    both_orders: float | None = None  # :func:`both_orders_share` (None: no battle of known order)
+    first_shares: tuple[float, float] | None = None  # :func:`first_share_range` (None: no battle of known order)
 
 
 class SliceSource:
@@ -119,7 +119,8 @@ class BucketSlices(SliceSource):
     small the slice.  Gathering the slices below the streaming size into memory instead raised the peak: on 2M
     battles in 4 categories of 500k, the overall board streamed at 505 MB and the slices, fit in memory one after
     the other, took the process to 949 MB (all in memory: 818 MB; every slice streamed: 657 MB).  Memory: one
-    bucket; every label reads the buckets three times (one pass to count, two to code)."""
+    bucket, and each cell key's battles of known order summed by shown pair (at most keys × M² rows); every label
+    reads the buckets three times (one pass to count, two to code)."""
 
     def __init__(self, buckets: JudgeBuckets):
         self.buckets = buckets
@@ -127,8 +128,10 @@ class BucketSlices(SliceSource):
     def parts(self, dim: str) -> Iterator[SlicePart]:
         battles_of: dict[str, float] = {}
         models_of: dict[str, set[str]] = {}
-        for table in self.buckets.tables():  # one pass: each cell key's battles and models, by group-bys
+        shown: list[pl.DataFrame] = []  # per bucket: battles of known order by (key, model_a, model_b)
+        for table in self.buckets.tables():  # one pass: each cell key's battles, models and orders, by group-bys
             keyed = pa.table({"key": _as_strings(table.column(dim)), "n": table.column("n")})
+            shown.append(_shown_pairs(table, keyed.column("key")))
             sums = keyed.group_by("key").aggregate([("n", "sum")]).to_pydict()
             for key, n in zip(sums["key"], sums["n_sum"], strict=True):
                 if key is not None:
@@ -139,11 +142,38 @@ class BucketSlices(SliceSource):
                 for key, model in zip(pairs["key"], pairs["model"], strict=True):
                     if key is not None:
                         models_of.setdefault(key, set()).add(model)
+        orders = pl.concat(shown).group_by("key", "model_a", "model_b").agg(pl.col("n").sum()) if shown else None
         for value, members in _label_members(list(battles_of)).items():
             battles = int(sum(battles_of[k] for k in members))
             models = len(set().union(*(models_of[k] for k in members)))
             part = _FilteredBuckets(self.buckets, dim, tuple(members))
-            yield SlicePart(value, battles, models, _streamed(part), streamed=True)
+            order = None if orders is None else orders.filter(pl.col("key").is_in(members)).drop("key").to_arrow()
+            yield SlicePart(
+                value,
+                battles,
+                models,
+                _streamed(part),
+                streamed=True,
+                both_orders=None if order is None else both_orders_share(order),
+                first_shares=None if order is None else first_share_range(order),
+            )
+
+
+def _shown_pairs(table: pa.Table, key: pa.ChunkedArray) -> pl.DataFrame:
+    """A bucket's battles of known order summed by (cell key, model shown first, model shown second): what
+    :func:`both_orders_share` and :func:`first_share_range` of a streamed slice read, summed over its buckets."""
+    frame = pl.from_arrow(
+        pa.table(
+            {
+                "key": key,
+                "model_a": _as_strings(table.column("model_a")),
+                "model_b": _as_strings(table.column("model_b")),
+                "n": table.column("n").cast(pa.float64()),
+            }
+        )
+    )
+    assert isinstance(frame, pl.DataFrame)
+    return frame.filter(pl.Series(_known_order(table))).group_by("key", "model_a", "model_b").agg(pl.col("n").sum())
 
 
 class _FilteredBuckets:
@@ -304,6 +334,8 @@ def first_share_range(cells: pa.Table) -> tuple[float, float] | None:
 
 def _known_battles(cells: pa.Table) -> pl.DataFrame | None:
     """The cells of known presentation order as (model_a shown first, model_b, n); None when they hold no battle."""
+    if cells.num_rows == 0:
+        return None
     known = pl.from_arrow(
         pa.table({k: _as_strings(cells.column(k)) for k in ("model_a", "model_b")}).append_column(
             "n", cells.column("n").cast(pa.float64())
