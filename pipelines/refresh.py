@@ -61,6 +61,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from biasboard.pipelines import validation
 from biasboard.pipelines.code_fingerprint import code_fingerprint
 from biasboard.pipelines.options import beam_options, defaults_from, options_from
+from biasboard.plan.acquisition import POPULATION_JUDGE
 from biasboard.ranking import ModelConfig
 from biasboard.ranking.reference import Reference, ReferenceSettings
 from biasboard.report.text import ORDINAL_TITLES, PAIRWISE_TITLES, fmt, side_by_side_text
@@ -175,7 +176,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plan-budget",
         type=int,
-        help="also plan this many next comparisons (top-k-aware) from the new snapshot (default %(default)s: no plan)",
+        help="also plan this many next comparisons (top-k-aware) from the new snapshot, for every judge of the fit, or "
+        "for '*' (a new judge of the population: the next crowd voter) on a board of voter-judges too many to weigh "
+        "each (default %(default)s: no plan)",
     )
     parser.add_argument(
         "--slices",
@@ -506,9 +509,17 @@ def _with_plan(outcome: Outcome, out_dir: str, options: RefreshOptions) -> Outco
             return outcome
         try:
             plan = make_plan(out_dir, options.plan_budget, snapshot_id=outcome.published.snapshot_id)
-        except PlanTooLarge as err:  # the snapshot is published; refresh has no --judge: say how to plan instead
-            _LOG.warning("--plan-budget: no plan written: %s (run `biasboard plan --judge ...`)", err)
-            return outcome
+        except PlanTooLarge as err:
+            # Voter-judges, too many to weigh each for every pair (and none can be asked again by name): refresh has no
+            # --judge, so it plans what an arena asks next — pairs for a new judge of the population — and says so.
+            _LOG.warning(
+                "--plan-budget: %s; planned for %r instead (`biasboard plan --judge ...` plans for named judges)",
+                err,
+                POPULATION_JUDGE,
+            )
+            plan = make_plan(
+                out_dir, options.plan_budget, snapshot_id=outcome.published.snapshot_id, judges=[POPULATION_JUDGE]
+            )
     outcome.plan_path = plan.paths[0] if plan.paths else None
     return outcome
 

@@ -68,6 +68,11 @@ STOP_NO_REPEAT, STOP_PAIR_CAP, STOP_JUDGE_CAP = "no_repeat", "pair_cap", "judge_
 
 #: Name used for "any judge" (the global position effect, a = 1) when no judge is chosen.
 ANY_JUDGE = ""
+#: The judge a plan names for "a new judge of the population" — the next crowd voter of an arena, whose verdicts
+#: carry the population's effects (the fit's global judge ``'*'``: its position effect, a = 1, the judges' median
+#: tie propensity), as :data:`ANY_JUDGE` does; the one judge to plan for on a board of voter-judges, none of whom
+#: can be asked again by name.
+POPULATION_JUDGE = "*"
 
 #: Prior SD of one rating (logits): the bias-aware fit's θ prior, all that is known of the level of a comparison
 #: component against another (:meth:`Posterior.level_cov`).
@@ -263,19 +268,26 @@ class Posterior:
 
     def judge_index(self, judges: Sequence[str] | None) -> tuple[tuple[str, ...], np.ndarray]:
         """(names, index into :attr:`judges`) of the judges to plan for: None → every judge, or ANY_JUDGE (-1) if
-        there are none; a ``KeyError`` naming a judge the fit does not hold."""
+        there are none; :data:`POPULATION_JUDGE` (unless a judge of the fit has that name) is -1 too; a ``KeyError``
+        naming a judge the fit does not hold."""
         if judges is None or len(judges) == 0:
             judges = self.judges or (ANY_JUDGE,)
         index = []
         for name in judges:
-            if name == ANY_JUDGE:
-                index.append(-1)
-            elif name in self.judges:
+            if name in self.judges:
                 index.append(self.judges.index(name))
+            elif name in (ANY_JUDGE, POPULATION_JUDGE):
+                index.append(-1)
             else:
-                known = ", ".join(self.judges) or "none"
-                raise KeyError(f"judge {name!r} is not in the fit (judges: {known})")
+                raise KeyError(f"judge {name!r} is not in the fit ({self._judges_said()})")
         return tuple(judges), np.array(index, dtype=np.int64)
+
+    def _judges_said(self, listed: int = 10) -> str:
+        """The fit's judges for an error message: the first ``listed`` by name and how many (a board of voter-judges
+        named all 50,000 in one line), and :data:`POPULATION_JUDGE`, which is always there to plan for."""
+        names = ", ".join(self.judges[:listed]) or "none"
+        more = f", ... ({len(self.judges):,} in all)" if len(self.judges) > listed else ""
+        return f"judges: {names}{more}; or {POPULATION_JUDGE!r}, a new judge of the population"
 
     def past_counts(self, judges: Sequence[str] | None) -> np.ndarray | None:
         """``counts[i, a, b]``: battles the data held between a and b by the i-th judge planned for (ANY_JUDGE: by

@@ -556,6 +556,34 @@ def test_bench_acquisition_study_smoke(tmp_path):
     assert any(tmp_path.iterdir())
 
 
+def test_the_population_judge_carries_the_global_effects_and_an_unknown_judge_is_named_briefly():
+    """``'*'`` plans for a new judge of the population: the fit's global position effect, a = 1 and the global tie
+    propensity, whatever the named judges' own are.  A judge the fit does not hold is refused with the first ten
+    judges and their number (a board of voter-judges listed all 50,000 in one line), and ``'*'``."""
+    judges = tuple(f"pool/v{i}" for i in range(50))
+    post = Posterior(
+        ("a", "b", "c"),
+        np.array([1.0, 0.0, -1.0]),
+        np.eye(3) * 0.1,
+        1,
+        judges,
+        np.full(50, 0.9),
+        np.full(50, 2.0),
+        np.full(50, 0.7),
+        global_position=0.25,
+        global_tie=0.3,
+    )
+    names, gamma, disc, nu = post.judge_effects(["*", "pool/v3"])
+    assert names == ("*", "pool/v3")
+    np.testing.assert_array_equal(gamma, [0.25, 0.9])
+    np.testing.assert_array_equal(disc, [1.0, 2.0])
+    np.testing.assert_array_equal(nu, [0.3, 0.7])
+    with pytest.raises(KeyError) as err:
+        post.judge_index(["nobody"])
+    said = err.value.args[0]
+    assert "pool/v9, ... (50 in all)" in said and "pool/v10" not in said and "'*', a new judge" in said
+
+
 def test_planning_for_more_judges_than_memory_holds_is_refused_naming_judge():
     """Every judge planned for is weighed for every pair (~72 B per judge and ordered pair): the default, every judge
     of the fit, is ~580 GB with 50,000 voter-judges over 400 models.  Refused in one line; a few named judges plan."""
@@ -568,20 +596,27 @@ def test_planning_for_more_judges_than_memory_holds_is_refused_naming_judge():
     check_plan_size(post, judges[:10])  # the judges that can be asked: well within
 
 
-def test_a_refresh_whose_plan_would_not_fit_publishes_and_says_how_to_plan(tmp_path, monkeypatch, caplog):
-    """refresh --plan-budget has no --judge: past the planner's memory it publishes, writes no plan and says to run
-    ``biasboard plan --judge``, which then plans (the limit lowered so that two judges exceed it)."""
+def test_a_refresh_whose_plan_would_not_fit_plans_for_a_new_judge_of_the_population(
+    tmp_path, monkeypatch, caplog, capsys
+):
+    """refresh --plan-budget has no --judge: past the planner's memory (voter-judges; the limit lowered so that two
+    judges exceed it) it publishes and plans for ``'*'``, a new judge of the population — what an arena asks next —
+    and says so (it wrote no plan before); ``biasboard plan`` without --judge is refused naming ``--judge '*'``, and
+    plans with it or with a named judge."""
     write_simulation(SimulationConfig(battles=2000, models=6, judges=2, days=1, seed=3), tmp_path / "sim")
     logs = str(tmp_path / "sim" / "battles")
     out = str(tmp_path / "site")
     monkeypatch.setattr(plan_module, "PLAN_MEMORY_LIMIT", 6 * 6 * PLAN_BYTES_PER_JUDGE_PAIR * 3 // 2)
     args = ["refresh", "--input", logs, "--state", str(tmp_path / "state"), "--out", out, "--plan-budget", "4"]
     assert cli.main(args) == 0
-    assert (Path(out) / "LATEST").exists() and not (Path(out) / "plans").exists()
-    assert "no plan written: planning for 2 judges over 6 models" in caplog.text
-    judge = json.loads(
-        (Path(out) / "snapshots" / (Path(out) / "LATEST").read_text().strip() / "summary.json").read_text()
-    )
+    snapshot_id = (Path(out) / "LATEST").read_text().strip()
+    assert "planning for 2 judges over 6 models" in caplog.text and "planned for '*' instead" in caplog.text
+    planned = json.loads((Path(out) / "plans" / snapshot_id / "plan.json").read_text())
+    assert planned["judges"] == ["*"] and planned["planned"] == 4
+    assert set(pl.read_parquet(Path(out) / "plans" / snapshot_id / "plan.parquet")["judge"]) == {"*"}
+    judge = json.loads((Path(out) / "snapshots" / snapshot_id / "summary.json").read_text())
     one = judge["judges"][0]["judge"]
     assert cli.main(["plan", "--out", out, "--budget", "4"]) == 2
+    assert "--judge '*' for a new judge of the population" in capsys.readouterr().err
     assert cli.main(["plan", "--out", out, "--budget", "4", "--judge", one]) == 0
+    assert cli.main(["plan", "--out", out, "--budget", "4", "--judge", "*"]) == 0

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import polars as pl
 from biasboard.plan import Posterior, Selection, posterior_from_fit, select_comparisons
-from biasboard.plan.acquisition import STOP_JUDGE_CAP, STOP_NO_REPEAT, STOP_PAIR_CAP
+from biasboard.plan.acquisition import POPULATION_JUDGE, STOP_JUDGE_CAP, STOP_NO_REPEAT, STOP_PAIR_CAP
 from biasboard.schemas.errors import InputError, StateError
 from biasboard.transforms import publish, storage
 
@@ -132,7 +132,8 @@ def check_plan_size(posterior: Posterior, judges: Sequence[str] | None) -> None:
     raise PlanTooLarge(
         f"planning for {len(names):,} judges over {m} models needs ~{need / 2**30:,.0f} GiB (every judge is weighed "
         f"for every pair; at most {most:,} judges fit in {PLAN_MEMORY_LIMIT / 2**30:.0f} GiB): name the judges that "
-        "can be asked with --judge (repeatable), e.g. the LLM judges, not each voter"
+        f"can be asked with --judge (repeatable), e.g. the LLM judges, not each voter, and --judge "
+        f"'{POPULATION_JUDGE}' for a new judge of the population (the next crowd voter)"
     )
 
 
