@@ -49,9 +49,10 @@ def _with_se(value: Any, se: Any) -> str:
 
 #: What the ± on the page means (the audit's CONVENTIONS["se"] in fewer words).
 SE_NOTE = (
-    "± is one standard error. The flip rate's SE takes the prompt and pair as the unit; the longer-wins, "
-    "own-family and gold accuracy SEs are cluster-robust, a judge's verdicts on one prompt within a day (both "
-    "orders, repeats, every pair) one cluster (a gold case judged in both orders counts once, not twice)."
+    "± is one standard error. The flip rate, longer-wins, own-family, gold accuracy and consistent win rate SEs "
+    "are cluster-robust, a judge's verdicts on one prompt within a day (both orders, repeats, every pair) one "
+    "cluster (a gold case judged in both orders counts once, not twice; a flip on a prompt whose answer meets "
+    "several opponents is not counted as independent of the prompt's other flips)."
 )
 
 

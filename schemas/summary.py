@@ -306,7 +306,8 @@ class JudgeAudit:
     first, second and tie shares add up to 1 (``slot_bothbad_share_of_ties`` splits it); ``identical_*``: the
     same over self-battles (identical answers);
     ``order_*``: over prompt-pairs judged in both orders, the 3×3 cross-tab (``order_c_uv``), flips and
-    consistency (``order_flip_rate_se``: one standard error with the prompt-pair as the unit); ``pba_*``:
+    consistency (``order_flip_rate_se``: one standard error clustered on its pairs on one prompt within a day,
+    as ``len_*``'s below); ``pba_*``:
     consistency under the Position-Bias-Analyzer convention; ``len_*``: the length
     profile of its picks (``len_longer_win_rate_se`` clustered on its verdicts on one prompt within a day,
     every pair); ``gold_*``: accuracy against trusted labels and its baselines (``gold_accuracy_se``
@@ -387,7 +388,9 @@ class ModelConsistency:
 
     Order-consistent: the judge saw the same prompt and pair in both orders and gave the same verdict
     both times, so position bias cannot have decided it (“Position bias in pairwise judging”).  ``consistent``
-    is a count with weights, shown to two decimals (see :class:`JudgeAudit`).
+    is a count with weights, shown to two decimals (see :class:`JudgeAudit`).  ``consistent_win_rate_se`` is
+    clustered on a judge's consistent pairs of the model on one prompt within a day (every opponent it met there;
+    judges' verdicts taken as independent).
     """
 
     model: str

@@ -25,6 +25,7 @@ from biasboard.audit import (
     order_shard,
     reduce_order_rows,
 )
+from biasboard.audit.measures import judge_order_sums
 from biasboard.schemas.errors import InputError
 
 FIRST, SECOND, TIE, BOTHBAD = "model_a", "model_b", "tie", "tie (bothbad)"
@@ -206,9 +207,9 @@ def test_clustered_standard_errors_by_hand() -> None:
     assert fam["self_preference_se"] == pytest.approx(math.sqrt(8 / 3 / 36 + 1 / 18))
 
 
-def test_flip_rate_standard_error_takes_the_pair_as_the_unit() -> None:
-    """One verdict per order: the binomial over pairs (seed001: 27% of 400). A prompt judged twice in one order
-    is one pair of consistent share ½, not two pairs: its SE comes from the shares' spread."""
+def test_flip_rate_standard_error_with_one_pair_a_prompt() -> None:
+    """One pair a prompt, one verdict per order: the binomial over pairs (seed001: 27% of 400). A prompt judged
+    twice in one order is one pair of consistent share ½, not two pairs: its SE comes from the shares' spread."""
     judge = audit(seed001_battles()).judges.row(0, named=True)
     assert judge["order_flip_rate_se"] == pytest.approx(math.sqrt(0.27 * 0.73 / 400))
     rows = [
@@ -226,6 +227,69 @@ def test_flip_rate_standard_error_takes_the_pair_as_the_unit() -> None:
     assert judge["order_flip_rate_se"] == pytest.approx(math.sqrt(0.5 / 9))  # 0.236; binomial: 0.289
 
 
+def test_flip_rate_and_consistent_win_rate_standard_errors_take_the_prompt_as_the_cluster() -> None:
+    """A judge's verdicts on one prompt are one cluster across the pairs: baseline b meets m1 and m2 on p1..p3, each
+    pair in both orders.  p1: both pairs flip; p2: both consistent, b wins; p3: (b, m1) consistent, m1 wins,
+    (b, m2) flips.  The per-pair rates keep the prompt-pair as the unit (the cluster restricted to the pair)."""
+    outcome = {  # (prompt, opponent): winner with b shown first, winner with the opponent shown first
+        ("p1", "m1"): ("b", "m1"),
+        ("p1", "m2"): ("b", "m2"),
+        ("p2", "m1"): ("b", "b"),
+        ("p2", "m2"): ("b", "b"),
+        ("p3", "m1"): ("m1", "m1"),
+        ("p3", "m2"): ("b", "m2"),
+    }
+    rows = []
+    for (prompt, m), (b_first, m_first) in outcome.items():
+        rows.append(("j", prompt, "b", m, FIRST if b_first == "b" else SECOND))
+        rows.append(("j", prompt, m, "b", FIRST if m_first == m else SECOND))
+    result = audit(battles(rows))
+    judge = result.judges.row(0, named=True)
+    assert judge["order_flip_rate"] == pytest.approx(0.5)
+    # Clusters (N_c, C_c) = (2, 0), (2, 2), (2, 1); consistency ½: Σ (C_c − ½ N_c)² = 2.  The prompt-pair as the
+    # unit (before): six pairs, consistent 0, 0, 1, 1, 1, 0 → sqrt(1.5)/6 = 0.204.
+    assert judge["order_flip_rate_se"] == pytest.approx(math.sqrt(2) / 6)  # 0.236
+    base = result.order_models.filter(pl.col("model") == "b").row(0, named=True)
+    # b among its consistent pairs: clusters (n, s) = (2, 2) on p2 and (1, 0) on p3, p̂ = 2/3: Σ (s − p̂ n)² = 8/9.
+    # Pair as the unit (before): scores 1, 1, 0 → sqrt((2/9)/3) = 0.272.
+    assert base["consistent_win_rate"] == pytest.approx(2 / 3)
+    assert base["consistent_win_rate_se"] == pytest.approx(math.sqrt(8 / 9) / 3)  # 0.314
+    m1 = result.order_models.filter(pl.col("model") == "m1").row(0, named=True)
+    assert m1["consistent_win_rate_se"] == pytest.approx(0.5 / math.sqrt(2))  # m1 meets b once a prompt: var/n
+    pair = result.order_pairs.filter(pl.col("model_y") == "m1").row(0, named=True)
+    assert pair["flip_rate"] == pytest.approx(1 / 3)
+    assert pair["flip_rate_se"] == pytest.approx(math.sqrt((2 / 9) / 3))
+    assert pair["consistent_win_rate_x_se"] == pytest.approx(0.5 / math.sqrt(2))
+
+
+def test_consistent_win_rate_standard_error_weighs_a_repeated_prompt_pair_as_one_unit() -> None:
+    """Judged twice in one order, a prompt-pair is one unit of weight its consistent share (here ½), not ½ of a
+    unit's variance spread over verdict combinations.  p1: x first → x and → y, y first → x (share ½, all of it
+    x's); p2: consistent, x wins; p3: flipped; p4: consistent, y wins."""
+    rows = [
+        ("j", "p1", "x", "y", FIRST),
+        ("j", "p1", "x", "y", SECOND),
+        ("j", "p1", "y", "x", SECOND),
+        ("j", "p2", "x", "y", FIRST),
+        ("j", "p2", "y", "x", SECOND),
+        ("j", "p3", "x", "y", FIRST),
+        ("j", "p3", "y", "x", FIRST),
+        ("j", "p4", "x", "y", SECOND),
+        ("j", "p4", "y", "x", FIRST),
+    ]
+    result = audit(battles(rows))
+    pair = result.order_pairs.row(0, named=True)
+    assert pair["consistent_win_rate_x"] == pytest.approx(1.5 / 2.5)
+    # Units (n, s) = (½, ½), (1, 1), (0, 0), (1, 0): Σ (s − 0.6 n)² = 0.56.  Before: var/n over the expected
+    # verdict combinations, sqrt((1.5/2.5 − 0.36)/2.5) = 0.310.
+    assert pair["consistent_win_rate_x_se"] == pytest.approx(math.sqrt(0.56) / 2.5)  # 0.299
+    x = result.order_models.filter(pl.col("model") == "x").row(0, named=True)
+    assert x["consistent_win_rate_se"] == pytest.approx(math.sqrt(0.56) / 2.5)  # one pair: its clusters are the units
+    judge = result.judges.row(0, named=True)
+    # Flip rate over 4 pairs, consistent 0.5 + 1 + 0 + 1 = 2.5: Σ C² = 2.25, p̂ = 0.625: (2.25 − 2·0.625·2.5 + 0.625²·4)
+    assert judge["order_flip_rate_se"] == pytest.approx(math.sqrt(2.25 - 3.125 + 1.5625) / 4)
+
+
 def test_audit_page_shows_rates_with_one_standard_error() -> None:
     """The page showed bare percentages although the SEs were computed; now x% ± y%, and the note says what ± is."""
     from biasboard.report.audit import render_audit_section
@@ -233,7 +297,10 @@ def test_audit_page_shows_rates_with_one_standard_error() -> None:
     page = render_audit_section(audit(seed001_battles()))
     assert "27.0% ± 2.2%" in page  # flip rate 108 / 400, SE sqrt(0.27 · 0.73 / 400)
     assert "± is one standard error" in page
-    assert "gold accuracy SEs are cluster-robust, a judge&#x27;s verdicts on one prompt within a day" in page
+    assert (
+        "The flip rate, longer-wins, own-family, gold accuracy and consistent win rate SEs are cluster-robust, a "
+        "judge&#x27;s verdicts on one prompt within a day" in page
+    )
     cols = ("judge", "prompt_id", "model_a", "model_b", "winner", "len_a", "len_b", "gold")
     rows = [("j", f"p{i}", "x", "y", w, 300, 100, FIRST) for i, w in enumerate([FIRST, FIRST, SECOND, TIE])]
     page = render_audit_section(audit(battles(rows, cols)).to_json())  # as audit.json holds it
@@ -366,6 +433,75 @@ def test_a_cluster_is_the_prompt_when_its_answers_meet_several_opponents() -> No
     assert judges.height == 400
     covered = coverage(judges["len_longer_win_rate"], judges["len_longer_win_rate_se"], 0.5)
     assert 0.92 <= covered <= 0.975, covered
+
+
+def shared_baseline_both_orders(seed: int, replicates: int = 400, prompts: int = 80, models: int = 8) -> pl.DataFrame:
+    """Independent datasets of known truth in AlpacaEval's design, every pair judged in both orders: replicate r has
+    one judge j{r}, a baseline b{r} and ``models`` models, each meeting the baseline on every prompt.  The judge is
+    position-biased by prompt: on a prompt it picks the first-shown answer in both orders (a flip) with
+    probability q_p, 0.1 or 0.9 with ½ each — shared by the prompt's pairs, so the flip rate is ½ and its flips are
+    correlated across a prompt's pairs.  Otherwise it gives one verdict in both orders: the baseline wins with
+    probability σ(u_p), u_p ~ N(0, 1.5²) also shared by the prompt's pairs, so the baseline's win rate among
+    consistent pairs is ½ (q_p and u_p are independent), with correlated verdicts across a prompt's pairs."""
+    rng = np.random.default_rng(seed)
+    n_prompts = replicates * prompts
+    prompt = np.repeat(np.arange(n_prompts), models)  # one entry per prompt-pair
+    q = np.where(rng.random(n_prompts) < 0.5, 0.1, 0.9)[prompt]
+    u = rng.normal(0.0, 1.5, n_prompts)[prompt]
+    pairs = pl.DataFrame(
+        {
+            "rep": prompt // prompts,
+            "prompt": prompt,
+            "k": np.tile(np.arange(models), n_prompts),
+            "positional": rng.random(prompt.size) < q,
+            "base_wins": rng.random(prompt.size) < 1.0 / (1.0 + np.exp(-u)),
+        }
+    )
+    base, model = pl.format("b{}", "rep"), pl.format("m{}_{}", "rep", "k")
+    frames = []
+    for base_first in (True, False):
+        first_won = pl.col("positional") | (pl.col("base_wins") == base_first)
+        frames.append(
+            pairs.select(
+                pl.format("j{}", "rep").alias("judge"),
+                pl.format("p{}", "prompt").alias("prompt_id"),
+                (base if base_first else model).alias("model_a"),
+                (model if base_first else base).alias("model_b"),
+                pl.when(first_won).then(pl.lit(FIRST)).otherwise(pl.lit(SECOND)).alias("winner"),
+            )
+        )
+    return pl.concat(frames)
+
+
+def test_flip_rate_and_consistent_win_rate_cover_the_truth_when_a_prompt_meets_several_opponents() -> None:
+    """400 simulated judges, each position-biased by prompt, a baseline meeting 8 models on 80 prompts in both
+    orders: clustered by (judge, prompt), the flip rate's and the baseline's consistent win rate's ±1.96 SE
+    intervals cover the truth about 95% of the time (measured 0.948 and 0.943; seeds 2, 3: 0.940 / 0.945, 0.940
+    / 0.953).  With the prompt-pair as the unit, as before, they covered 0.570 and 0.800 (mean flip SE 0.020
+    against a spread of 0.047 across the datasets; the clustered SE's mean is 0.046)."""
+    result = audit(shared_baseline_both_orders(1))
+    judges = result.judges.sort("judge")
+    assert judges.height == 400
+    flips = coverage(judges["order_flip_rate"], judges["order_flip_rate_se"], 0.5)
+    sums = judge_order_sums(result.order_pairs).sort("judge")  # the prompt-pair as the unit: Σ C_p², the binomial
+    consistent, n = sums["c_xx"] + sums["c_yy"] + sums["c_tt"], sums["pairs"]
+    p = consistent / n
+    by_pair = ((sums["consistent_sq"] - 2 * p * consistent + p * p * n).clip(lower_bound=0.0).sqrt()) / n
+    flips_by_pair = coverage(judges["order_flip_rate"], by_pair, 0.5)
+    base = result.order_models.filter(pl.col("model").str.starts_with("b"))
+    assert base.height == 400
+    rate, k = base["consistent_win_rate"], base["consistent"]
+    plain = ((base["consistent_wins"] + 0.25 * base["consistent_ties"]) / k - rate * rate).clip(lower_bound=0.0)
+    baseline = coverage(rate, base["consistent_win_rate_se"], 0.5)
+    baseline_by_pair = coverage(rate, (plain / k).sqrt(), 0.5)
+    print(f"flip rate {flips:.3f} (by pair {flips_by_pair:.3f}); baseline {baseline:.3f} ({baseline_by_pair:.3f})")
+    assert 0.92 <= flips <= 0.975
+    assert flips_by_pair < 0.7
+    assert 0.92 <= baseline <= 0.975
+    assert baseline_by_pair < 0.85
+    # Each model meets the baseline once a prompt: its clusters are its prompt-pairs, and its SE covers as well.
+    models = result.order_models.filter(pl.col("model").str.starts_with("m"))
+    assert 0.92 <= coverage(models["consistent_win_rate"], models["consistent_win_rate_se"], 0.5) <= 0.975
 
 
 @pytest.mark.parametrize(("kind", "old_coverage"), [("agree", (0.0, 0.88)), ("flip", (0.975, 1.0))])
@@ -546,6 +682,81 @@ def test_partials_are_a_monoid_and_shards_give_the_same_audit(seed: int) -> None
         slots=merged.slots, identical=merged.identical, length=merged.length, family=merged.family, gold=merged.gold
     )
     assert_same_result(whole, finish_audit(merge_partials([counts_only, *reduced])))
+
+
+def clustered_order_ses(data: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A reference computed straight from the battles: per judge the flip rate ± SE and per (judge, model) the
+    consistent win rate ± SE, clustered by (judge, prompt) — a prompt-pair judged in both orders counts its
+    consistent share C (the chance two verdicts drawn one from each order agree) and its model_x's score s in it."""
+    b = data.filter((pl.col("model_a") != pl.col("model_b")) & pl.col("prompt_id").is_not_null())
+    x, y = pl.min_horizontal("model_a", "model_b"), pl.max_horizontal("model_a", "model_b")
+    b = b.with_columns(x.alias("x"), y.alias("y"), (pl.col("model_a") == x).alias("x_first"))
+    won = pl.when(pl.col("winner") == FIRST).then(pl.col("model_a")).when(pl.col("winner") == SECOND)
+    b = b.with_columns(won.then(pl.col("model_b")).otherwise(None).alias("won")).with_columns(
+        pl.when(pl.col("won").is_null())
+        .then(pl.lit("t"))
+        .when(pl.col("won") == pl.col("x"))
+        .then(pl.lit("x"))
+        .otherwise(pl.lit("y"))
+        .alias("verdict")
+    )
+    counts = b.group_by("judge", "prompt_id", "x", "y").agg(
+        *[
+            ((pl.col("x_first") == first) & (pl.col("verdict") == v)).sum().cast(pl.Float64).alias(f"{o}{v}")
+            for first, o in ((True, "a"), (False, "b"))
+            for v in "xyt"
+        ]
+    )
+    n1, n2 = pl.col("ax") + pl.col("ay") + pl.col("at"), pl.col("bx") + pl.col("by") + pl.col("bt")
+    paired = counts.filter((n1 > 0) & (n2 > 0)).with_columns(
+        ((pl.col("ax") * pl.col("bx") + pl.col("ay") * pl.col("by") + pl.col("at") * pl.col("bt")) / (n1 * n2)).alias(
+            "C"
+        ),
+        ((pl.col("ax") * pl.col("bx") + 0.5 * pl.col("at") * pl.col("bt")) / (n1 * n2)).alias("s"),
+    )
+
+    def clustered(frame: pl.DataFrame, keys: list[str], n: str, s: str) -> pl.DataFrame:
+        sums = frame.group_by(*keys, "prompt_id").agg(pl.col(n).sum().alias("n"), pl.col(s).sum().alias("s"))
+        p = pl.col("s").sum() / pl.col("n").sum()
+        spread = ((pl.col("s") - p * pl.col("n")) ** 2).sum().sqrt() / pl.col("n").sum()
+        return sums.group_by(keys).agg(p.alias("rate"), spread.alias("se")).sort(keys)
+
+    judges = clustered(paired.with_columns(pl.lit(1.0).alias("N")), ["judge"], "N", "C")
+    sides = pl.concat(
+        [
+            paired.select("judge", "prompt_id", pl.col("x").alias("model"), "C", "s"),
+            paired.select(
+                "judge", "prompt_id", pl.col("y").alias("model"), "C", (pl.col("C") - pl.col("s")).alias("s")
+            ),
+        ]
+    )
+    return judges, clustered(sides.filter(pl.col("C") > 0), ["judge", "model"], "C", "s")
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_days_audited_apart_add_up_to_the_flip_rate_clustered_by_prompt(seed: int) -> None:
+    """Each prompt's battles on one day: the days audited apart (each day's (judge, prompt) groups reduced within
+    it, as the jobs do) and summed give the audit of all the battles together, and its flip rate and per-model
+    consistent win rate SEs are the (judge, prompt) clusters' of a direct computation — with repeats, orphans and
+    several pairs a prompt (Σ_c N_c² > Σ_c N_c: the clusters are not the prompt-pairs)."""
+    data = random_battles(seed)
+    day = data["prompt_id"].str.slice(1).cast(pl.Int64) % 3
+    days = [reduce_order_rows(audit_partials(data.filter(day == d))) for d in range(3)]
+    assert all(d.order_rows.height == 0 and d.order_pairs.height > 0 for d in days)
+    together = audit(data)
+    assert_same_result(together, finish_audit(merge_partials(days[::-1])))
+    sums = judge_order_sums(merge_partials(days).order_pairs)
+    assert (sums["cl_pairs_sq"] > sums["pairs"]).all()
+    consistent = sums["c_xx"] + sums["c_yy"] + sums["c_tt"]
+    assert (sums["consistent_sq"] < consistent).all()  # repeats: fractional consistent shares
+    judges, models = clustered_order_ses(data)
+    ours = together.judges.sort("judge")
+    np.testing.assert_allclose(1 - ours["order_flip_rate"].to_numpy(), judges["rate"].to_numpy(), rtol=1e-5)
+    np.testing.assert_allclose(ours["order_flip_rate_se"].to_numpy(), judges["se"].to_numpy(), rtol=1e-5)
+    ours_m = together.order_models.filter(pl.col("consistent") > 0).sort("judge", "model")
+    assert ours_m.select("judge", "model").equals(models.select("judge", "model"))
+    np.testing.assert_allclose(ours_m["consistent_win_rate"].to_numpy(), models["rate"].to_numpy(), rtol=1e-5)
+    np.testing.assert_allclose(ours_m["consistent_win_rate_se"].to_numpy(), models["se"].to_numpy(), rtol=1e-5)
 
 
 def _save(result, path: str) -> None:

@@ -13,6 +13,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from biasboard.audit import anchor_gold, finish_audit, merge_partials
+from biasboard.audit.measures import judge_order_sums
 from biasboard.importers.registry import import_path
 from biasboard.schemas.errors import StateError
 from biasboard.simulate import SimulationConfig, write_simulation
@@ -123,6 +124,10 @@ def test_the_cached_sum_reads_only_new_days_and_writes_the_full_sums_bytes(tmp_p
         assert_frame_equal(getattr(cache.partials, name).sort(keys_of), getattr(full, name).sort(keys_of))
     assert (full.length["n_decisive_diff_sq"] > full.length["n_decisive_diff"]).any()
     assert (full.gold["n_disc_sq"] > full.gold["n_disc"]).all()  # every judge's gold cases in both orders
+    # The flip rate's sums over (judge, prompt) clusters ride on the order pairs, whose cached sum the files above
+    # match byte for byte; a judge's prompts hold several pairs, so its clusters are not its prompt-pairs.
+    judge_sums = judge_order_sums(full.order_pairs)
+    assert (judge_sums["cl_pairs_sq"] > judge_sums["pairs"]).all()
     whole = finish_audit(full)
     for name in ("judges", "family"):
         assert pl.read_parquet(tmp_path / "cached" / taudit.table_file(name)).equals(whole.tables()[name]), name

@@ -537,22 +537,27 @@ def write_audit(
 CONVENTIONS: dict[str, str] = {
     "order_pairs": "prompt-pairs judged in both orders by the same judge (same prompt_id, the two models swapped)",
     "order_flip_rate": "share of those pairs whose two verdicts disagree (ties are a verdict class of their own); "
-    "SE (order_flip_rate_se) with the pair as the unit",
+    "SE (order_flip_rate_se) cluster-robust, one cluster = the judge's pairs judged in both orders on one prompt_id "
+    "within a day (a position-biased judge's flips on one prompt are correlated across its pairs); per pair of "
+    "models (audit_order_pairs) the unit is the prompt-pair",
     "order_prefers_first_rate": "share of pairs where the first-shown answer won in both orders",
     "pba_consistency_rate": "Position-Bias-Analyzer convention: consistent verdicts over all verdicts with a "
     "prompt_id, where a verdict whose swapped partner is absent counts as consistent; null when no pair was "
     "judged in both orders (every verdict would count as consistent)",
-    "consistent_win_rate": "win rate (tie = half) among order-consistent pairs; SE = sqrt(var(score)/n) over those "
-    "pairs, each prompt-pair (its two orders) one unit",
+    "consistent_win_rate": "win rate (tie = half) among order-consistent pairs; SE cluster-robust, one cluster = "
+    "the judge's consistent pairs of the model on one prompt_id within a day (every opponent it met there); per "
+    "pair of models (consistent_win_rate_x_se) the unit is the prompt-pair; a prompt-pair judged more than once "
+    "in one order weighs its consistent share",
     "identical": "self-battles (model_a == model_b) are taken as identical answers",
     "len_agreement_pick_longer": "share of battles with different lengths where the judge picked the longer answer",
     "gold_accuracy": "on the discriminative subset (the label names a winner); a judge tie scores 1/2; SE "
     "(gold_accuracy_se) cluster-robust: a gold case judged in both orders is one cluster, not two cases",
     "family": "cross-family battles only; other judges = judges of other families",
-    "se": "every *_se is one standard error (the ± of the report). order_flip_rate_se and consistent_win_rate_se "
-    "take the prompt-pair as the unit; len_longer_win_rate_se, self_preference_se and gold_accuracy_se are "
-    "cluster-robust, one cluster = one judge's verdicts on one prompt_id within a day (both orders, repeats, "
-    "every model pair; a battle without a prompt_id is a cluster of its own)",
+    "se": "every *_se is one standard error (the ± of the report). len_longer_win_rate_se, self_preference_se, "
+    "gold_accuracy_se, order_flip_rate_se and consistent_win_rate_se are cluster-robust, one cluster = one "
+    "judge's verdicts on one prompt_id within a day (both orders, repeats, every model pair; a battle without a "
+    "prompt_id is a cluster of its own); the per-pair-of-models SEs of audit_order_pairs (flip_rate_se, "
+    "consistent_win_rate_x_se) take the prompt-pair as the unit, the cluster restricted to that pair",
 }
 
 
