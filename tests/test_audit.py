@@ -510,8 +510,8 @@ def test_gold_and_consistent_win_rate_standard_errors_cover_the_truth(kind: str,
     ±1.96 SE intervals of the clustered gold-accuracy SE cover the truth about 95% of the time (measured: 0.940
     agree, 0.955 flip).  The per-battle SE it replaces covered 0.836 when both orders agree (two verdicts
     counted as two cases) and 0.996 when the judge flips with the order (a hit and a miss are one case
-    scoring ½).  The order-consistent win rate, whose unit is already the prompt-pair, covers too (0.940,
-    0.940: g's win rate among the pairs the judge did not flip)."""
+    scoring ½).  The order-consistent win rate (clustered by prompt: here one pair a prompt, so by prompt-pair)
+    covers too (0.940, 0.940: g's win rate among the pairs the judge did not flip)."""
     result = audit(two_order_replicates(11 if kind == "agree" else 12, kind, prompts=120))
     judges = result.judges
     assert judges.height == 800 and judges["gold_judge_ties"].sum() == 0
