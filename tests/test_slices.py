@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -378,6 +379,23 @@ def test_a_slice_threshold_without_slices_is_refused(run):
         run("out-threshold", slice_min_battles=50)
 
 
+def _two_category_snapshot(
+    tmp_path: Path, models: int, rewrite: Callable[[pl.DataFrame, pl.Expr], pl.DataFrame]
+) -> Path:
+    """The snapshot of ``refresh --slices category`` over simulated battles in two categories, each day's file first
+    rewritten by ``rewrite(table, in the first category)``."""
+    config = SimulationConfig(battles=8_000, models=models, judges=2, days=1, categories=2, seed=5)
+    logs = write_simulation(config, tmp_path / "logs")
+    for path in (logs / "battles").glob("day=*/*.parquet"):
+        rewrite(pl.read_parquet(path), pl.col("category") == CATEGORY_NAMES[0]).write_parquet(path)
+    options = RefreshOptions(k=2, audit=False, slices="category")
+    outcome = refresh(
+        str(logs / "battles" / "day=*" / "*.parquet"), str(tmp_path / "state"), str(tmp_path / "out"), [], options
+    )
+    assert outcome.published is not None
+    return Path(outcome.published.path)
+
+
 @pytest.mark.parametrize(
     ("shown", "says"),
     [
@@ -394,12 +412,9 @@ def test_a_slice_shown_in_one_order_says_how_its_position_effect_was_told(tmp_pa
     against the next three) shows every model first in half its pairs: that balance, not transitivity, tells
     position from quality, and the note says so.  The note now says which; the slice in both orders says nothing of
     it."""
-    config = SimulationConfig(battles=8_000, models=7, judges=2, days=1, categories=2, seed=5)
-    logs = write_simulation(config, tmp_path / "logs")
     one, both = (f"category={c}" for c in CATEGORY_NAMES[:2])
-    for path in (logs / "battles").glob("day=*/*.parquet"):
-        table = pl.read_parquet(path)
-        in_one = pl.col("category") == CATEGORY_NAMES[0]
+
+    def keep(table: pl.DataFrame, in_one: pl.Expr) -> pl.DataFrame:
         names = sorted(set(table["model_a"]) | set(table["model_b"]))
         index = {m: i for i, m in enumerate(names)}
         step = (pl.col("model_b").replace_strict(index) - pl.col("model_a").replace_strict(index)) % len(names)
@@ -408,15 +423,9 @@ def test_a_slice_shown_in_one_order_says_how_its_position_effect_was_told(tmp_pa
             "hub-first": pl.col("model_a") == pl.col("model_a").min(),
             "cyclic": step.is_between(1, len(names) // 2),
         }[shown]
-        table.filter(~in_one | first).write_parquet(path)
-    outcome = refresh(
-        str(logs / "battles" / "day=*" / "*.parquet"),
-        str(tmp_path / "state"),
-        str(tmp_path / "out"),
-        [],
-        RefreshOptions(k=2, audit=False, slices="category"),
-    )
-    snapshot = Path(outcome.published.path)
+        return table.filter(~in_one | first)
+
+    snapshot = _two_category_snapshot(tmp_path, 7, keep)
     info = {i.slice: i for i in _summary(snapshot).slices}
     assert info[one].fitted and says in info[one].note and "0% of its battles" in info[one].note, info[one].note
     assert "both orders" not in info[both].note, info[both].note
@@ -451,23 +460,12 @@ def test_a_slice_whose_battles_do_not_identify_a_correction_names_it(tmp_path):
     prior-selected and left off its board.  The overall board's warnings name only its own prior-selected corrections,
     so the slice was published without it and without a word; its note now names the effect.  The other slice (its
     lengths as drawn) says nothing of it."""
-    config = SimulationConfig(battles=8_000, models=6, judges=2, days=1, categories=2, seed=5)
-    logs = write_simulation(config, tmp_path / "logs")
     flat, drawn = (f"category={c}" for c in CATEGORY_NAMES[:2])
-    for path in (logs / "battles").glob("day=*/*.parquet"):
-        table = pl.read_parquet(path)
-        in_flat = pl.col("category") == CATEGORY_NAMES[0]
-        table.with_columns(
-            pl.when(in_flat).then(pl.col("len_a")).otherwise(pl.col("len_b")).alias("len_b")
-        ).write_parquet(path)
-    outcome = refresh(
-        str(logs / "battles" / "day=*" / "*.parquet"),
-        str(tmp_path / "state"),
-        str(tmp_path / "out"),
-        [],
-        RefreshOptions(k=2, audit=False, slices="category"),
-    )
-    info = {i.slice: i for i in _summary(Path(outcome.published.path)).slices}
+
+    def equal_lengths(table: pl.DataFrame, in_flat: pl.Expr) -> pl.DataFrame:
+        return table.with_columns(pl.when(in_flat).then(pl.col("len_a")).otherwise(pl.col("len_b")).alias("len_b"))
+
+    info = {i.slice: i for i in _summary(_two_category_snapshot(tmp_path, 6, equal_lengths)).slices}
     assert info[flat].fitted and "not corrected in this slice" in info[flat].note, info[flat].note
     assert "length (every judge)" in info[flat].note, info[flat].note
     assert "not corrected" not in info[drawn].note, info[drawn].note
