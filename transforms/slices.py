@@ -313,7 +313,9 @@ def first_share_range(cells: pa.Table) -> tuple[float, float] | None:
     each model's quality is measured as often in the first slot as in the second: the position effect's column is
     then orthogonal to every model's, and a slice showing each pair in one order still tells position from quality
     by that balance, not by the Bradley–Terry model's transitivity (which a fixed rule — first by name — leaves it
-    to).  None when no battle's order is known."""
+    to).  Measured (7 simulated models, 2 judges, 6 seeds, each pair kept in one order: ~3,000 battles): the judges'
+    position estimates off the truth by 0.066 rms under a balanced (cyclic) rule, 0.109 first-by-name; 0.051 with
+    every pair in both orders at twice the battles.  None when no battle's order is known."""
     known = _known_battles(cells)
     if known is None:
         return None
