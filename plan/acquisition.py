@@ -547,7 +547,8 @@ def select_comparisons(
     least compared (by the judges planned for) first.  With ``repeat=False`` no judge is given a pair it has
     already judged, in the past or earlier in this batch — the frozen-judge protocol, where re-asking a judge
     the same pair returns the cached verdict (prompts are not planned, so a pair judged on any prompt counts);
-    another judge's verdict on it is new.  Deterministic for a given ``seed``.
+    another judge's verdict on it is new; :data:`POPULATION_JUDGE` is a new judge for every verdict, never held
+    back by it.  Deterministic for a given ``seed``.
 
     The batch is spread: no pair gets more than its share of the ⌊budget/2⌋ units — an equal split over
     the pairs that may be planned, rounded up — and no judge more than an equal split over the judges,
@@ -576,6 +577,10 @@ def select_comparisons(
 
     w_all = unit_information(mean, gamma, disc, nu)  # (J, M, M)
     pair_counts, fresh = _past(counts, len(names), m, repeat)
+    # A new judge of the population is a new judge for every verdict: nothing it could repeat, before or in the batch.
+    new_judge = np.array([n == POPULATION_JUDGE and n not in posterior.judges for n in names], dtype=bool)
+    if not repeat:
+        fresh[new_judge] = True
     allowed = ~np.eye(m, dtype=bool) & fresh.any(axis=0)
     upper = np.triu(np.ones((m, m), dtype=bool), 1)
     units = budget // 2
@@ -648,7 +653,7 @@ def select_comparisons(
         pair_counts[b, a] += 2
         batch_pairs[min(a, b), max(a, b)] += 1
         judge_units[judge[-1]] += 1
-        if not repeat:  # that judge has now judged the pair: it may still go to another
+        if not repeat and not new_judge[judge[-1]]:  # that judge has now judged the pair: it may still go to another
             fresh[judge[-1], a, b] = fresh[judge[-1], b, a] = False
             allowed[a, b] = allowed[b, a] = bool(fresh[:, a, b].any())
         if judge_units[judge[-1]] == judge_cap:  # that judge's share is spent: the rest go to the others

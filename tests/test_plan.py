@@ -522,6 +522,20 @@ def test_no_repeat_is_per_judge_and_round_robin_sums_the_judges():
     np.testing.assert_array_equal(back.past_counts(["j2"]), post.past_counts(["j2"]))
 
 
+def test_no_repeat_never_holds_back_a_new_judge_of_the_population():
+    """``'*'`` is a new judge for every verdict: with ``--no-repeat`` it is given pairs the data holds (by any judge)
+    and a pair again within the batch, where "any judge" (the pseudo-judge of a board without named judges) is not."""
+    post = _three_judge_posterior()
+    judged = JudgedPairs(judge=np.array([0, 1]), first=np.array([2, 2]), second=np.array([3, 3]), n=np.array([4, 1]))
+    post = dataclasses.replace(post, judged=judged)
+    spread = {"max_judge_share": 1.0, "max_pair_share": 1.0}
+    new = select_comparisons(post, 200, "topk", judges=["*"], counts=post.past_counts(["*"]), repeat=False, **spread)
+    assert new.n_units == 100 and not new.stopped  # every unit planned, pairs again and the judged one among them
+    assert frozenset((2, 3)) in _units(new) and len(set(_units(new))) < new.n_units
+    anyone = select_comparisons(post, 200, "topk", judges=[""], counts=post.past_counts([""]), repeat=False, **spread)
+    assert anyone.n_units == 14 and frozenset((2, 3)) not in _units(anyone)  # each pair once, the judged one never
+
+
 def test_a_posterior_written_before_the_counts_still_plans_and_says_what_no_repeat_covers(tmp_path, fitted, capsys):
     out = str(tmp_path / "out")
     _snapshot(out, fitted)  # plan_inputs without the judged pairs: the posterior.npz of an older refresh
