@@ -42,6 +42,18 @@ the cluster restricted to that pair; a prompt-pair judged more than once in one 
 its consistent share.  A battle without a ``prompt_id`` is a cluster of its own; verdicts of different
 judges are taken as independent.
 
+Clusters are closed *per day* (so days add up and a refresh reads only new days): a prompt judged on several
+days — a scheduled evaluation on a fixed prompt set, new models judged against the same baseline answers day
+after day — is a cluster per day, taken as independent.  When its verdicts correlate across days the SEs are
+too small: one model a day against a baseline on the same 40 prompts (400 simulated datasets,
+``tests/test_audit.py``'s ``shared_baseline_replicates``), the longer-wins 95% interval covers 0.955 with all
+8 models on one day, 0.875 over 2 days and 0.745 over 8 (mean SE 0.028 against a spread of 0.047).  Keeping
+per-(judge, prompt) totals across days would fix it but grows with the history (every arena prompt is unique),
+so the recurrence is *measured* instead: each day's reduction sketches its distinct (judge, prompt_id) keys
+(:func:`cluster_sketch`, 4 KB a day, mergeable), and :class:`ClusterRecurrence` reports the share of the
+day-clusters that repeat a key of another day — in ``audit.json`` always, in a note beside the SEs from
+:data:`RECURRING_NOTE_SHARE` on.
+
 Measurements (“Position bias in pairwise judging” and “Judge bias in best-of-N”):
 
 * **Order** — per judge: the first/second/tie split of all its verdicts; over
@@ -71,6 +83,7 @@ tie at random); strict hits are reported beside it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -214,6 +227,21 @@ GOLD_MEASURES: tuple[str, ...] = (
 )
 #: Gold measures that are sums of half or quarter points (floats; exact in float64).
 _GOLD_FLOATS: tuple[str, ...] = ("longest_score", "score_sq", "score_x_n")
+
+#: The clusters' recurrence across days, kept beside the partials because the clusters are closed within a day
+#: (:func:`reduce_order_rows`): a day's reduced partials carry ``recurrence``, one row — ``day_keys`` (the day's
+#: distinct (judge, prompt_id) keys, additive over days), ``days`` (the slices whose clusters were closed apart)
+#: and ``registers`` (a HyperLogLog sketch of the keys, :data:`SKETCH_REGISTERS` bytes, merged by elementwise max).
+#: Their union's size against the sum of the days' sizes says how many clusters recur on other days
+#: (:class:`ClusterRecurrence`) at a fixed 4 KB a day, where an exact count would keep every key of the history.
+RECURRENCE_SCHEMA: dict[str, type[pl.DataType]] = {"day_keys": pl.Int64, "days": pl.Int64, "registers": pl.Binary}
+#: Register index bits of the sketch: 2¹² registers, a union size estimated within about 1.04/√4096 = 1.6% (one SE).
+SKETCH_BITS = 12
+SKETCH_REGISTERS = 1 << SKETCH_BITS
+#: Seed of the keys' hash (polars ``Expr.hash``: stable within a polars version only).
+SKETCH_SEED = 0x62696173
+#: Recurring share (:class:`ClusterRecurrence`) from which the audit says, in a note, that its SEs miss it.
+RECURRING_NOTE_SHARE = 0.05
 
 
 def _empty(keys: tuple[str, ...], measures: tuple[str, ...], float_measures: bool = False) -> pl.DataFrame:
@@ -1011,6 +1039,8 @@ _PARTIAL_SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 
 def _empty_partial(name: str) -> pl.DataFrame:
+    if name == "recurrence":
+        return pl.DataFrame(schema=RECURRENCE_SCHEMA)
     keys, measures = _PARTIAL_SPECS[name]
     floats = name == "order_pairs"
     frame = _empty(keys, measures, float_measures=floats)
@@ -1030,7 +1060,9 @@ class AuditPartials:
     them only across slices whose (judge, prompt) groups are disjoint).
     ``cluster_rows`` (:func:`cluster_rows`) wait likewise for their cluster to be
     complete; :func:`reduce_order_rows` turns them into the clustered squares of
-    ``length`` and ``family``.
+    ``length`` and ``family``, and sketches the (judge, prompt) keys it closed into
+    ``recurrence`` (:data:`RECURRENCE_SCHEMA`; empty until then, so the partials of
+    a day's batches carry none and merging them counts nothing twice).
     """
 
     order_rows: pl.DataFrame = field(default_factory=lambda: _empty_partial("order_rows"))
@@ -1041,6 +1073,7 @@ class AuditPartials:
     length: pl.DataFrame = field(default_factory=lambda: _empty_partial("length"))
     family: pl.DataFrame = field(default_factory=lambda: _empty_partial("family"))
     gold: pl.DataFrame = field(default_factory=lambda: _empty_partial("gold"))
+    recurrence: pl.DataFrame = field(default_factory=lambda: _empty_partial("recurrence"))
 
 
 def audit_partials(
@@ -1063,6 +1096,8 @@ def audit_partials(
 
 
 def _sum_by(frames: list[pl.DataFrame], name: str) -> pl.DataFrame:
+    if name == "recurrence":
+        return merge_sketches(frames)
     keys, measures = _PARTIAL_SPECS[name]
     frames = [f for f in frames if f.height]
     if not frames:
@@ -1081,12 +1116,21 @@ def merge_partials(parts: list[AuditPartials]) -> AuditPartials:
     return AuditPartials(**{name: _sum_by([getattr(p, name) for p in parts], name) for name in names})
 
 
-def reduce_order_rows(partials: AuditPartials) -> AuditPartials:
+def reduce_order_rows(partials: AuditPartials, *, whole_slice: bool = True) -> AuditPartials:
     """Move complete compact order rows into per-pair stats, and complete cluster rows into the clustered
-    squares of the length, family and gold partials (call once a slice holds whole (judge, prompt) groups)."""
+    squares of the length, family and gold partials (call once a slice holds whole (judge, prompt) groups).
+
+    The (judge, prompt) keys it closes are sketched into ``recurrence`` (:func:`cluster_sketch`), counted as
+    one slice — a day, in the jobs.  ``whole_slice=False``: the rows are one shard of a slice (split by
+    (judge, prompt), :func:`order_shard`), whose keys add up but which is not a day of its own
+    (:meth:`ClusterRecurrence.of` counts a sum of such shards as one slice).
+    """
     if partials.order_rows.height == 0 and partials.cluster_rows.height == 0:
         return partials
     values = {f.name: getattr(partials, f.name) for f in fields(AuditPartials)}
+    keys = [frame.select("judge", "prompt_id") for frame in (partials.order_rows, partials.cluster_rows)]
+    sketch = cluster_sketch(pl.concat(keys), days=1 if whole_slice else 0)
+    values["recurrence"] = merge_sketches([partials.recurrence, sketch])
     if partials.order_rows.height:
         pairs = _sum_by([partials.order_pairs, pair_order_stats(partials.order_rows)], "order_pairs")
         values.update(order_rows=_empty_partial("order_rows"), order_pairs=pairs)
@@ -1097,6 +1141,141 @@ def reduce_order_rows(partials: AuditPartials) -> AuditPartials:
             cluster_rows=_empty_partial("cluster_rows"),
         )
     return AuditPartials(**values)
+
+
+def cluster_sketch(keys: pl.DataFrame, *, days: int = 1) -> pl.DataFrame:
+    """A ``recurrence`` partial (:data:`RECURRENCE_SCHEMA`) of (judge, prompt_id) ``keys`` that close together.
+
+    ``day_keys`` is the exact number of distinct keys (null prompt_ids left out: such a battle is a cluster of
+    its own and never recurs), ``registers`` their HyperLogLog sketch: a key's 64-bit hash picks a register by
+    its top :data:`SKETCH_BITS` bits, and the register keeps the largest rank (leading zeros + 1) of the other
+    52 bits.  Vectorised: one hash, one group-by over the distinct keys, no loop per battle.
+
+    The hash is polars' ``Expr.hash`` with a fixed seed (:data:`SKETCH_SEED`), which polars keeps stable within
+    a version only: after a polars upgrade that changes it, the days audited before it hash their keys apart
+    from the days audited after, so a key on both sides counts twice in the union — the recurring share can
+    only be under-stated, never invented (re-auditing the days, as an ``AUDIT_DAYS_VERSION`` bump does, mends it).
+    """
+    distinct = keys.lazy().filter(pl.col("prompt_id").is_not_null()).select("judge", "prompt_id").unique()
+    hashed = distinct.select(pl.struct("judge", "prompt_id").hash(seed=SKETCH_SEED).alias("h"))
+    low = pl.col("h") % (1 << (64 - SKETCH_BITS))
+    ranks = (
+        hashed.select(
+            (pl.col("h") // (1 << (64 - SKETCH_BITS))).cast(pl.Int64).alias("register"),
+            (low.bitwise_leading_zeros().cast(pl.Int64) - (SKETCH_BITS - 1)).alias("rank"),
+        )
+        .group_by("register")
+        .agg(pl.col("rank").max(), pl.len().alias("keys"))
+        .collect()
+    )
+    registers = np.zeros(SKETCH_REGISTERS, np.uint8)
+    registers[ranks["register"].to_numpy()] = ranks["rank"].to_numpy().astype(np.uint8)
+    return _sketch_frame(int(ranks["keys"].sum()), days, registers)
+
+
+def _sketch_frame(day_keys: int, days: int, registers: np.ndarray) -> pl.DataFrame:
+    return pl.DataFrame(
+        {"day_keys": [day_keys], "days": [days], "registers": [registers.tobytes()]}, schema=RECURRENCE_SCHEMA
+    )
+
+
+def merge_sketches(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """``recurrence`` partials merged: keys and days summed, registers by elementwise max (the empty frame is the
+    identity; the result does not depend on the order, so summed days' caches keep their bytes)."""
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return _empty_partial("recurrence")
+    if len(frames) == 1:
+        return frames[0].select(list(RECURRENCE_SCHEMA)).cast(pl.Schema(RECURRENCE_SCHEMA))
+    day_keys = sum(int(f["day_keys"].sum()) for f in frames)
+    days = sum(int(f["days"].sum()) for f in frames)
+    registers = np.maximum.reduce([_registers(value) for f in frames for value in f["registers"]])
+    return _sketch_frame(day_keys, days, registers)
+
+
+def _registers(value: bytes) -> np.ndarray:
+    registers = np.frombuffer(value, np.uint8)
+    if registers.size != SKETCH_REGISTERS:
+        raise ValueError(f"a cluster sketch of {registers.size} registers, expected {SKETCH_REGISTERS}")
+    return registers
+
+
+def sketch_cardinality(registers: np.ndarray) -> float:
+    """The number of distinct keys a HyperLogLog sketch holds: the standard estimator (Flajolet et al. 2007),
+    with the small-range correction (linear counting over the empty registers) below 2.5 m; 64-bit hashes need
+    no large-range one."""
+    m = registers.size
+    alpha = 0.7213 / (1.0 + 1.079 / m)
+    estimate = alpha * m * m / float(np.sum(np.ldexp(1.0, -registers.astype(np.int64))))
+    empty = int(np.count_nonzero(registers == 0))
+    if estimate <= 2.5 * m and empty:
+        return m * math.log(m / empty)
+    return estimate
+
+
+@dataclass(frozen=True)
+class ClusterRecurrence:
+    """How many (judge, prompt) clusters recur on other days — what the per-day clusters of the SEs miss.
+
+    The clustered SEs close a cluster within a day (so days add up and a refresh reads only new days); verdicts
+    on one prompt on several days are counted as independent clusters.  ``day_keys`` (S) is Σ over days of each
+    day's distinct (judge, prompt_id) keys, ``distinct_keys`` (U) the estimated size of their union, and
+    ``recurring_share`` 1 − U/S, clamped to [0, 1]: the share of the day-clusters whose key another day also
+    has (0 with one day; 1 − 1/d when every key is on each of d days).  Estimated within about 1.6% of S.
+    """
+
+    day_keys: int = 0
+    distinct_keys: float = 0.0
+    days: int = 0
+    recurring_share: float = 0.0
+
+    @classmethod
+    def of(cls, recurrence: pl.DataFrame) -> ClusterRecurrence:
+        """From a summed ``recurrence`` partial; its shards' keys with no day counted are one slice."""
+        merged = merge_sketches([recurrence])
+        if merged.height == 0 or int(merged["day_keys"][0]) == 0:
+            return cls()
+        day_keys, days = int(merged["day_keys"][0]), max(1, int(merged["days"][0]))
+        union = sketch_cardinality(_registers(merged["registers"][0]))
+        share = 0.0 if days == 1 else min(1.0, max(0.0, 1.0 - union / day_keys))
+        return cls(day_keys=day_keys, distinct_keys=union, days=days, recurring_share=share)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "day_keys": self.day_keys,
+            "distinct_keys": round(self.distinct_keys),
+            "days": self.days,
+            "recurring_share": round(self.recurring_share, 4),
+        }
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any] | None) -> ClusterRecurrence:
+        """Back from :meth:`to_json` (``audit.json``'s ``clusters``); absent (an older audit.json): nothing measured."""
+        if not document:
+            return cls()
+        return cls(
+            day_keys=int(document.get("day_keys") or 0),
+            distinct_keys=float(document.get("distinct_keys") or 0),
+            days=int(document.get("days") or 0),
+            recurring_share=float(document.get("recurring_share") or 0.0),
+        )
+
+    def note(self) -> str | None:
+        """One plain sentence for where the SEs are explained (``audit.json``'s notes, the report's audit section)
+        when at least :data:`RECURRING_NOTE_SHARE` of the clusters recur; None below it.
+
+        A note, not a warning: a scheduled evaluation on a fixed prompt set recurs by design (the demo data's
+        500 prompts do), and the SEs are still right for what varies within a day.
+        """
+        if self.recurring_share < RECURRING_NOTE_SHARE:
+            return None
+        return (
+            f"{self.recurring_share:.0%} of the (judge, prompt) clusters repeat one judged on another day "
+            f"({self.day_keys:,} clusters over {self.days:,} days, about {round(self.distinct_keys):,} distinct): the "
+            "clustered standard errors count each day's verdicts on a prompt as a cluster of its own, so they are "
+            "too small when verdicts on a prompt correlate across days (one model a day against a baseline on the "
+            "same 40 prompts, 8 days: 95% intervals covered 0.745, not 0.955)"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -1119,13 +1298,16 @@ class AuditResult:
     order_pairs: pl.DataFrame
     order_models: pl.DataFrame
     family: pl.DataFrame
+    #: Not a table: how many clusters recur on other days (what the clustered SEs treat as independent).
+    clusters: ClusterRecurrence = field(default_factory=ClusterRecurrence)
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "clusters"}
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-able dict: every table as a list of :func:`records` (NaN/None → null, weighted counts rounded)."""
-        return {name: records(frame) for name, frame in self.tables().items()}
+        """JSON-able dict: every table as a list of :func:`records` (NaN/None → null, weighted counts rounded),
+        and ``clusters`` (:meth:`ClusterRecurrence.to_json`)."""
+        return {**{name: records(frame) for name, frame in self.tables().items()}, "clusters": self.clusters.to_json()}
 
 
 def records(frame: pl.DataFrame) -> list[dict[str, Any]]:
@@ -1341,6 +1523,7 @@ def finish_with_pairs(
         order_pairs=pairs,
         order_models=models,
         family=family_table(p.family),
+        clusters=ClusterRecurrence.of(p.recurrence),
     )
 
 

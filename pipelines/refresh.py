@@ -598,8 +598,9 @@ def _anchors_fingerprint(options: RefreshOptions) -> list[dict] | None:
 #: Bumped when the stored per-day audit partials change form (every day is then audited again).
 # 3: cluster rows and the clustered squares (standard errors); 4: gold accuracy's squares; 5: a cluster is the judge's
 # verdicts on a prompt (every pair), not on a prompt and pair; 6: the order pairs carry the flip rate's and the
-# consistent win rates' sums over (judge, prompt) clusters
-AUDIT_DAYS_VERSION = 6
+# consistent win rates' sums over (judge, prompt) clusters; 7: a day's partials carry the sketch of its (judge, prompt)
+# keys (``recurrence``: how many clusters recur on other days)
+AUDIT_DAYS_VERSION = 7
 
 
 #: The state's note of the last fit: its fit-inputs digest and the snapshot it made (or found it made again).

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from biasboard.audit import COUNT_DECIMALS, AuditResult, records
+from biasboard.audit.measures import ClusterRecurrence
 from biasboard.report.judges import keep, left_out_note, shown_judges
 from biasboard.report.svg import esc
 
@@ -72,6 +73,13 @@ def _records(audit: AuditResult | Mapping[str, Any], name: str) -> list[dict[str
     return list(tables.get(name, []))
 
 
+def _clusters(audit: AuditResult | Mapping[str, Any]) -> ClusterRecurrence:
+    """How many clusters recur across days, from the result or audit.json's ``clusters``."""
+    if isinstance(audit, AuditResult):
+        return audit.clusters
+    return ClusterRecurrence.from_json(audit.get("clusters"))
+
+
 def render_audit_section(audit: AuditResult | Mapping[str, Any]) -> str:
     """The audit as an HTML fragment (``<section>``) for the report; every name from the data is escaped.
 
@@ -86,7 +94,9 @@ def render_audit_section(audit: AuditResult | Mapping[str, Any]) -> str:
     shown = shown_judges({str(r.get("judge")): r.get("slot_n") or 0 for r in everyone})
     judges = keep(everyone, lambda r: r.get("judge"), shown)
     parts.append(left_out_note(len(everyone), len(judges), "audit_judges.parquet and audit_family.parquet"))
-    parts.append(f'<p class="note">{esc(SE_NOTE)}</p>')
+    recurring = _clusters(audit).note()  # said where the ± is explained: it qualifies the ±
+    recurring_text = f" {esc(recurring[0].upper() + recurring[1:])}." if recurring else ""
+    parts.append(f'<p class="note">{esc(SE_NOTE)}{recurring_text}</p>')
     parts.append(
         _table(
             "Position: verdict split and order consistency (pairs judged in both orders)",

@@ -20,10 +20,11 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 import polars as pl
+from biasboard.audit.measures import ClusterRecurrence
 from biasboard.ranking.result import ELO_CENTER, ELO_PER_LOGIT
 from biasboard.report.audit import count_text
 from biasboard.report.judges import keep, left_out_note, shown_judges
@@ -875,6 +876,10 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
         '<p class="note">What each judge does, measured on the battles themselves before any model is '
         "fitted: where the answers were shown, how long they were, whose family they came from.</p>"
     ]
+    if diag.audit_clusters is not None:  # what the ± below do not cover, said beside them (a note, not a warning)
+        recurring = ClusterRecurrence(**asdict(diag.audit_clusters)).note()
+        if recurring:
+            body.append(f'<p class="note">± is one standard error. {esc(recurring[0].upper() + recurring[1:])}.</p>')
     shown = shown_judges(_judge_battles(summary))
     order = sorted(keep(diag.order, lambda a: a.judge, shown), key=lambda a: a.judge)
     if len(order) < len(diag.order):

@@ -416,6 +416,19 @@ class FamilyPreference:
 
 
 @dataclass
+class AuditClusters:
+    """How many of the audit's (judge, prompt) clusters recur on other days (``audit.json``'s ``clusters``,
+    :class:`biasboard.audit.measures.ClusterRecurrence`): the clustered SEs close a cluster within a day, so a
+    prompt judged on several days is several clusters.  A measurement, not a warning (the report says it beside
+    the SEs from :data:`~biasboard.audit.measures.RECURRING_NOTE_SHARE` on)."""
+
+    day_keys: int
+    distinct_keys: int
+    days: int
+    recurring_share: float
+
+
+@dataclass
 class Gate:
     """The trusted-anchor gate's decisions (written by :meth:`biasboard.ranking.gate.GateResult.to_json`)."""
 
@@ -469,6 +482,7 @@ class Diagnostics:
     order_models: list[ModelConsistency] = field(default_factory=list)
     family: list[FamilyPreference] = field(default_factory=list)
     gate: Gate | None = None
+    audit_clusters: AuditClusters | None = None
 
 
 @dataclass

@@ -435,6 +435,79 @@ def test_a_cluster_is_the_prompt_when_its_answers_meet_several_opponents() -> No
     assert 0.92 <= covered <= 0.975, covered
 
 
+def test_the_cluster_sketch_estimates_the_union_of_days() -> None:
+    """3 days of 5,000 (judge, prompt) keys, 40% of each day's keys on every day: the HyperLogLog union of the days'
+    sketches is within a few % of the truth (2,000 + 3 × 3,000 = 11,000 keys; S = 15,000, so 27% recur), the days'
+    distinct keys are exact, and a small set (linear counting) is near exact."""
+    from biasboard.audit.measures import ClusterRecurrence, cluster_sketch, merge_sketches
+
+    def keys(names: list[str]) -> pl.DataFrame:
+        return pl.DataFrame({"judge": [f"j{i % 7}" for i in range(len(names))], "prompt_id": names})
+
+    shared = [f"shared-{i}" for i in range(2000)]
+    days = [keys(shared + [f"day{d}-{i}" for i in range(3000)]) for d in range(3)]
+    sketches = [cluster_sketch(pl.concat([d, d.head(500)])) for d in days]  # repeats in a day count once
+    assert [s["day_keys"].item() for s in sketches] == [5000] * 3
+    recurrence = ClusterRecurrence.of(merge_sketches(sketches))
+    truth = 11_000
+    print(f"union {recurrence.distinct_keys:,.0f} (truth {truth:,}); share {recurrence.recurring_share:.4f}")
+    assert recurrence.day_keys == 15_000 and recurrence.days == 3
+    assert abs(recurrence.distinct_keys / truth - 1) < 0.05  # measured +3.1%
+    assert abs(recurrence.recurring_share - (1 - truth / 15_000)) < 0.03
+    small = ClusterRecurrence.of(merge_sketches([cluster_sketch(keys([f"p{i}" for i in range(300)]), days=0)]))
+    assert abs(small.distinct_keys - 300) < 5 and small.days == 1 and small.recurring_share == 0.0
+    # Null prompt_ids are left out: such a battle is a cluster of its own and never recurs.
+    with_nulls = pl.concat([days[0], pl.DataFrame({"judge": ["j0"] * 10, "prompt_id": [None] * 10})])
+    assert cluster_sketch(with_nulls).equals(sketches[0])
+
+
+def by_day(frame: pl.DataFrame, day: pl.Expr, days: int) -> list[AuditPartials]:
+    """Each day's partials, reduced within the day as the jobs reduce them."""
+    frame = frame.with_columns(day.alias("_day"))
+    return [reduce_order_rows(audit_partials(frame.filter(pl.col("_day") == d).drop("_day"))) for d in range(days)]
+
+
+def test_an_audit_says_how_many_clusters_recur_on_other_days() -> None:
+    """AlpacaEval's design judged one model a day against the baseline's answers on the same 40 prompts: the clusters
+    are closed within a day, so the same (judge, prompt) on 8 days is 8 clusters (95% intervals then covered 0.745,
+    not 0.955).  The audit measures the recurring share (1 − 1/8 = 0.875 here, 0.5 over 2 days), puts it in
+    audit.json, and says it in a note and on the audit page; prompts unique to a day say ~0 and no note; battles
+    without a prompt_id are not counted."""
+    from biasboard.report.audit import render_audit_section
+    from biasboard.transforms.audit import AUDIT_HTML, AUDIT_JSON, audit_files
+
+    data = shared_baseline_replicates(5, replicates=100)
+    model = pl.when(pl.col("model_a").str.starts_with("m")).then(pl.col("model_a")).otherwise(pl.col("model_b"))
+    index = model.str.split("_").list.get(1).cast(pl.Int64)
+    no_prompt = data.head(400).with_columns(pl.lit(None, pl.String).alias("prompt_id"))
+    counts = {"read": data.height + no_prompt.height, "counted": data.height + no_prompt.height}
+    for days, truth in ((8, 0.875), (2, 0.5)):
+        parts = by_day(pl.concat([data, no_prompt]), index % days, days)
+        result = finish_audit(merge_partials(parts))
+        clusters = result.clusters
+        print(f"{days} days: recurring share {clusters.recurring_share:.4f} (truth {truth})")
+        assert clusters.days == days and clusters.day_keys == 100 * 40 * days  # the null prompt_ids not counted
+        assert abs(clusters.recurring_share - truth) < 0.02
+        files = audit_files(result, counts)
+        document = json.loads(files[AUDIT_JSON])
+        assert document["clusters"] == clusters.to_json()
+        note = [n for n in document["notes"] if "clusters repeat one judged on another day" in n]
+        assert len(note) == 1 and f"{clusters.recurring_share:.0%}" in note[0] and f"over {days} days" in note[0]
+        assert "covered 0.745, not 0.955" in note[0]
+        page = files[AUDIT_HTML].decode()
+        assert "clusters repeat one judged on another day" in page
+        assert render_audit_section(document) == page  # from audit.json as from the result
+    unique = by_day(data, pl.col("prompt_id").str.slice(1).cast(pl.Int64) % 4, 4)  # each prompt on one day
+    result = finish_audit(merge_partials(unique))
+    assert result.clusters.days == 4 and result.clusters.day_keys == 100 * 40
+    assert result.clusters.recurring_share < 0.02
+    files = audit_files(result, counts)
+    document = json.loads(files[AUDIT_JSON])
+    assert document["clusters"]["recurring_share"] == result.clusters.to_json()["recurring_share"]
+    assert not [n for n in document["notes"] if "clusters repeat" in n]
+    assert "clusters repeat" not in files[AUDIT_HTML].decode()
+
+
 def shared_baseline_both_orders(seed: int, replicates: int = 400, prompts: int = 80, models: int = 8) -> pl.DataFrame:
     """Independent datasets of known truth in AlpacaEval's design, every pair judged in both orders: replicate r has
     one judge j{r}, a baseline b{r} and ``models`` models, each meeting the baseline on every prompt.  The judge is
@@ -674,14 +747,25 @@ def test_partials_are_a_monoid_and_shards_give_the_same_audit(seed: int) -> None
             AuditPartials(
                 order_rows=rows.filter(pl.col("shard") == s).drop("shard"),
                 cluster_rows=clusters.filter(pl.col("shard") == s).drop("shard"),
-            )
+            ),
+            whole_slice=False,  # shards of one slice, as FinishAudit reduces them
         )
         for s in range(4)
     ]
     counts_only = AuditPartials(
         slots=merged.slots, identical=merged.identical, length=merged.length, family=merged.family, gold=merged.gold
     )
-    assert_same_result(whole, finish_audit(merge_partials([counts_only, *reduced])))
+    sharded = finish_audit(merge_partials([counts_only, *reduced]))
+    assert_same_result(whole, sharded)
+    # The (judge, prompt) keys' sketch: the shards' keys add up to the slice's (they split it by key), its registers
+    # are the whole slice's, and the shards are one slice, not four days: nothing recurs.
+    keys = data.filter(pl.col("model_a") != pl.col("model_b")).select("judge", "prompt_id").n_unique()
+    assert whole.clusters == sharded.clusters
+    assert whole.clusters.day_keys == keys and whole.clusters.days == 1 and whole.clusters.recurring_share == 0.0
+    one = reduce_order_rows(merged).recurrence
+    assert (
+        merge_partials(reduced).recurrence.select("day_keys", "registers").equals(one.select("day_keys", "registers"))
+    )
 
 
 def clustered_order_ses(data: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -745,6 +829,15 @@ def test_days_audited_apart_add_up_to_the_flip_rate_clustered_by_prompt(seed: in
     assert all(d.order_rows.height == 0 and d.order_pairs.height > 0 for d in days)
     together = audit(data)
     assert_same_result(together, finish_audit(merge_partials(days[::-1])))
+    # The keys' sketch adds up too: days' distinct keys summed, registers merged by max are the registers of all the
+    # keys sketched together (in any order); each prompt on one day, so no cluster recurs.
+    apart = merge_partials(days[::-1]).recurrence
+    assert apart.equals(merge_partials(days).recurrence)
+    whole = reduce_order_rows(audit_partials(data)).recurrence
+    assert apart["registers"].equals(whole["registers"]) and apart["day_keys"].equals(whole["day_keys"])
+    assert apart["days"].item() == 3 and whole["days"].item() == 1
+    recurrence = finish_audit(merge_partials(days)).clusters
+    assert recurrence.days == 3 and recurrence.recurring_share < 0.02 and recurrence.note() is None
     sums = judge_order_sums(merge_partials(days).order_pairs)
     assert (sums["cl_pairs_sq"] > sums["pairs"]).all()
     consistent = sums["c_xx"] + sums["c_yy"] + sums["c_tt"]
@@ -775,6 +868,8 @@ def test_beam_transform_matches_in_memory_audit(tmp_path: Path) -> None:
     result = pickle.loads(Path(target).read_bytes())
     assert result.judges.height == 3
     assert_same_result(audit(data), result)
+    assert result.clusters == audit(data).clusters  # its shards are one slice: their keys counted once, one day
+    assert result.clusters.days == 1 and result.clusters.day_keys > 0
 
 
 def _write_battles(frame: pl.DataFrame, path: Path) -> None:

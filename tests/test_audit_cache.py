@@ -80,7 +80,9 @@ def first_judge_as_anchors(inputs: dict[str, list[read.InputFile]]) -> pl.DataFr
     return anchor_gold(battles.filter(pl.col("judge") == battles["judge"].min()))
 
 
-def test_the_cached_sum_reads_only_new_days_and_writes_the_full_sums_bytes(tmp_path, inputs, sums, monkeypatch):
+def test_the_cached_sum_reads_only_new_days_and_writes_the_full_sums_bytes(
+    tmp_path, inputs, sums, monkeypatch, request
+):
     days = sorted(inputs)
     days_dir = tmp_path / "audit_days"
     gold = first_judge_as_anchors(inputs)
@@ -122,6 +124,18 @@ def test_the_cached_sum_reads_only_new_days_and_writes_the_full_sums_bytes(tmp_p
     full = merge_partials([taudit.audit_day((day, inputs[day]), read.load_family_map(None), gold)[0] for day in days])
     for name, keys_of in (("length", ["judge"]), ("family", ["judge", "judge_family", "family"]), ("gold", ["judge"])):
         assert_frame_equal(getattr(cache.partials, name).sort(keys_of), getattr(full, name).sort(keys_of))
+    # The days' (judge, prompt) sketch too: its keys, days and registers (audit.json's ``clusters``, in the files
+    # compared byte for byte above).  The simulated days reuse their 40 prompts (most clusters recur: a note); the
+    # real judgments are spread over the days by prompt (none recurs).
+    assert_frame_equal(cache.partials.recurrence, full.recurrence)
+    assert full.recurrence["days"].item() == len(days)
+    document = json.loads((tmp_path / "cached" / taudit.AUDIT_JSON).read_text())
+    share = document["clusters"]["recurring_share"]
+    recurring = [note for note in document["notes"] if "clusters repeat one judged on another day" in note]
+    if request.node.callspec.params["inputs"] == "simulated":
+        assert share > 0.5 and len(recurring) == 1
+    else:
+        assert share < 0.02 and not recurring
     assert (full.length["n_decisive_diff_sq"] > full.length["n_decisive_diff"]).any()
     assert (full.gold["n_disc_sq"] > full.gold["n_disc"]).all()  # every judge's gold cases in both orders
     # The flip rate's sums over (judge, prompt) clusters ride on the order pairs, whose cached sum the files above

@@ -433,6 +433,28 @@ def test_judge_audit_comes_from_the_summary_not_an_html_fragment(published):
     assert (published.snapshot / "audit_section.html").read_text(encoding="utf-8") not in published.page
 
 
+def test_recurring_clusters_are_said_beside_the_standard_errors_not_warned(published):
+    """The simulated days reuse their prompts, so many of the audit's (judge, prompt) clusters recur on other days,
+    which the per-day clustered SEs count as independent: the summary carries the measured share and the judge
+    audit says it in a note — not in the warnings (the quick start's demo must not print an alarm); below the
+    threshold it says nothing."""
+    clusters = published.summary.diagnostics.audit_clusters
+    audit_json = json.loads((published.snapshot / "audit.json").read_text())
+    assert clusters is not None and dataclasses.asdict(clusters) == audit_json["clusters"]
+    assert clusters.days == SIM.days and clusters.recurring_share > 0.1  # measured 0.25
+    assert "clusters repeat one judged on another day" in text_of(published.page)
+    assert not [w for w in published.summary.warnings if "another day" in w]
+    quiet = dataclasses.replace(clusters, recurring_share=0.04)
+    page = render_report(
+        published.leaderboard,
+        published.bias,
+        dataclasses.replace(
+            published.summary, diagnostics=dataclasses.replace(published.summary.diagnostics, audit_clusters=quiet)
+        ),
+    )
+    assert "clusters repeat one judged on another day" not in text_of(page)
+
+
 def test_conservation_mismatch_is_called_out(published):
     counts = dataclasses.replace(published.summary.counts, read=published.summary.counts.read + 50)
     page = render_report(published.leaderboard, published.bias, dataclasses.replace(published.summary, counts=counts))

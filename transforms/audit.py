@@ -70,6 +70,7 @@ from biasboard.audit import (
 )
 from biasboard.audit.measures import (
     PAIR_KEYS,
+    ClusterRecurrence,
     finish_with_pairs,
     judge_order_sums,
     order_models_table,
@@ -154,7 +155,7 @@ def _shard_order_rows(partials: AuditPartials, n_shards: int):
 def _reduce_shard(keyed: tuple[int, AuditPartials]) -> AuditPartials:
     """A shard's complete order rows → additive per-pair stats; its complete cluster rows → clustered squares."""
     _, partials = keyed
-    return reduce_order_rows(partials)
+    return reduce_order_rows(partials, whole_slice=False)  # the shards of one slice: counted once, not per shard
 
 
 def _without_order_rows(partials: AuditPartials) -> AuditPartials:
@@ -441,22 +442,28 @@ def audit_files(
         "judge_tables": judge_tables,
         "files": {name: table_file(name) for name in tables},
         "conventions": CONVENTIONS,
-        "notes": audit_notes(result.judges, counts or {}),
+        "clusters": result.clusters.to_json(),
+        "notes": audit_notes(result.judges, counts or {}, result.clusters),
     }
     files[AUDIT_JSON] = publish.json_bytes(document)
     return files
 
 
-def audit_notes(judges: pl.DataFrame, counts: Mapping[str, Any]) -> list[str]:
+def audit_notes(
+    judges: pl.DataFrame, counts: Mapping[str, Any], clusters: ClusterRecurrence | None = None
+) -> list[str]:
     """What the audit could not measure, and why, in plain words (``audit.json``'s ``notes``; the CLI prints them).
 
     Why: an input whose every row was rejected, or whose battles carry no ``prompt_id``, gave an audit
     with empty or dashed columns and exit code 0, and nothing said which of the input's properties made them
-    empty.
+    empty.  And what its SEs do not cover: clusters that recur across days (:meth:`ClusterRecurrence.note`).
     """
     notes = _row_notes(counts)
     if judges.height:
         notes += _order_notes(judges)
+    recurring = clusters.note() if clusters is not None else None
+    if recurring:
+        notes.append(recurring)
     return notes
 
 
@@ -558,6 +565,11 @@ CONVENTIONS: dict[str, str] = {
     "judge's verdicts on one prompt_id within a day (both orders, repeats, every model pair; a battle without a "
     "prompt_id is a cluster of its own); the per-pair-of-models SEs of audit_order_pairs (flip_rate_se, "
     "consistent_win_rate_x_se) take the prompt-pair as the unit, the cluster restricted to that pair",
+    "clusters": "the clusters are closed within a day, so verdicts on one prompt_id on several days are counted as "
+    "independent clusters; clusters.day_keys sums each day's distinct (judge, prompt_id) keys, "
+    "clusters.distinct_keys estimates their union (a HyperLogLog sketch, about 1.6% error) and "
+    "clusters.recurring_share = 1 - distinct_keys/day_keys is the share of day-clusters repeating a key of another "
+    "day (0 with one day); from 5% a note says the SEs are too small if verdicts on a prompt correlate across days",
 }
 
 

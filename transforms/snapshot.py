@@ -11,11 +11,12 @@ aggregated in, on which worker fits them, or on the runner.
 from __future__ import annotations
 
 import io
+import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import polars as pl
 import pyarrow as pa
@@ -36,7 +37,7 @@ from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.summary import Summary
 from biasboard.transforms import publish, state, storage
 from biasboard.transforms.anchors import read_anchors
-from biasboard.transforms.audit import JSON_TABLES, table_file
+from biasboard.transforms.audit import AUDIT_JSON, JSON_TABLES, table_file
 from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
 from biasboard.transforms.day_warnings import off_day_warnings, rejected_days_warnings
 from biasboard.transforms.judge_pool import pool_buckets, pool_table
@@ -230,8 +231,10 @@ def _fit_snapshot(
     naive, corrected = fitted.naive, fitted.corrected
     leaderboard = side_by_side(naive, corrected)
     audit_files = dict(audit_files or {})
-    audit_tables, order_pairs = None, None
+    audit_tables, order_pairs, audit_clusters = None, None, None
     if audit_files:
+        if AUDIT_JSON in audit_files:  # how many clusters recur across days: measured on the days' sketches only
+            audit_clusters = json.loads(audit_files[AUDIT_JSON]).get("clusters")
         # Every judge's rows, from Parquet: audit.json keeps only the busiest judges (transforms.audit).
         audit_tables = {
             name: records(pl.read_parquet(io.BytesIO(audit_files[table_file(name)])))
@@ -251,6 +254,7 @@ def _fit_snapshot(
         reference=fitted,
         audit_tables=audit_tables,
         order_pairs=order_pairs,
+        audit_clusters=audit_clusters,
         seed=spec.config.seed,
         without_input=without_input,
     )
@@ -463,6 +467,7 @@ def build_summary(
     reference: ReferenceFit | None = None,
     audit_tables: Mapping[str, list] | None = None,
     order_pairs: pl.DataFrame | None = None,
+    audit_clusters: Mapping[str, Any] | None = None,
     seed: int = 0,
     without_input: DaysWithoutInput = ALL_DAYS_HAVE_INPUT,
 ) -> Summary:
@@ -471,7 +476,8 @@ def build_summary(
     τ and ρ naive vs corrected, counts by reason, judges, the fit's diagnostics, the audit's per-judge
     and per-model order tables (when the audit ran), rank intervals of both boards and the head-to-head
     matrices of the top models, warnings.  ``audit_tables``: audit.json's per-judge tables;
-    ``order_pairs``: audit_order_pairs.parquet, pooled over judges into the per-model order table.
+    ``order_pairs``: audit_order_pairs.parquet, pooled over judges into the per-model order table;
+    ``audit_clusters``: audit.json's ``clusters`` (how many (judge, prompt) clusters recur on other days).
     """
     manifests = [state.read_day_manifest(state_dir, day) or {} for day in days]
     counts = sum((IngestCounts.from_dict(m["counts"]) for m in manifests if "counts" in m), IngestCounts())
@@ -517,6 +523,9 @@ def build_summary(
         order_models=_pooled_order_models(order_pairs if order_pairs is not None else audit.get("order_pairs", [])),
         family=[_record(S.FamilyPreference, row) for row in audit.get("family", [])],
         gate=S.from_jsonable(S.Gate, gate.to_json(), "gate") if gate is not None else None,
+        audit_clusters=S.from_jsonable(S.AuditClusters, dict(audit_clusters), "audit clusters")
+        if audit_clusters
+        else None,
     )
     board = fit_diag.get("board", S.PAIRWISE)
     # Once each: both boards report the same split comparison graph.
