@@ -15,7 +15,9 @@ other parameter held at the MAP:
   the θ prior included (the fit's identifiability constraint; every comparison component is centred on its own
   afterwards, as the published ratings are).  The exact answer is :func:`exact_theta_response` (two steps are
   within 0.1–1.1% of it on the tests' boards, one step was 5.8–10.5%); a refit with e fixed at 0 lets the other
-  judge effects move too (:func:`refit_without`); docs/design-notes.md gives the measured gaps.
+  judge effects move too (:func:`refit_without`); docs/design-notes.md gives the measured gaps.  When the first
+  chord step does not decrease the objective as the MAP's quadratic model predicts (a correction so large the
+  verdicts saturate without it), θ is re-minimised exactly instead (:func:`_chord_step_trusted`).
 
 Both solvers give the same Δθ: the gradient is the objective's own (dense or judge-blocked, in memory or
 streamed) and H_θθ is the M × M block both keep (the dense Hessian's θ rows, the arrowhead's globals), so memory
@@ -120,13 +122,48 @@ def attribute_moves(problem: Problem, solution: Solution, shards: int = 1) -> di
         removed = core.copy()
         removed[entries] = 0.0
         delta = np.zeros(m)
-        for _ in range(CHORD_STEPS):
-            g = objective.evaluate(removed, diag, hessian=False).g[lay.theta]
-            step = -_cho_solve(factor, g - g_map)
+        trusted = True
+        f_before, predicted = 0.0, 0.0
+        for step_no in range(CHORD_STEPS):
+            at = objective.evaluate(removed, diag, hessian=False)
+            if step_no == 1:
+                trusted = _chord_step_trusted(f_before - at.f, predicted)
+                if not trusted:
+                    break
+            g = at.g[lay.theta] - g_map
+            step = -_cho_solve(factor, g)
+            f_before, predicted = at.f, -0.5 * float(g @ step)
             delta += step
             removed[lay.theta] += step
+        if not trusted:
+            t = next(t for t in attributable_blocks(problem) if block_name(t) == name)
+            delta = exact_theta_response(problem, solution, t, shards)
         effects[name] = delta.tolist()
     return {"effects": effects, "left_out": left_out}
+
+
+#: The first chord step's actual decrease of the objective over the quadratic model's prediction must lie in this
+#: range for the chord steps to be kept (else θ is re-minimised exactly, :func:`exact_theta_response`).
+TRUST_RATIO = (0.5, 2.0)
+
+
+def _chord_step_trusted(actual: float, predicted: float) -> bool:
+    """Whether the first chord step behaved as the MAP's quadratic model says (its trust-region ratio in
+    :data:`TRUST_RATIO`; a step predicted to change nothing is trusted).
+
+    Why: the chord steps use the MAP's θθ Hessian, the curvature of the verdicts as the fit explains them.  When the
+    removed correction is large enough that, without it, the verdicts are near certain (AlpacaEval's gamed entry:
+    68-character answers, a length correction of ~10 logits), that curvature is far too high: the first step
+    overshoots into the flat tails — the objective rose there (-210 nats against 4,432 predicted) — and the next
+    steps crawl back ~1% each, so two steps published 1,873 points where θ re-minimised gives 290.  The ratio costs
+    no pass: the objective's value comes with the gradient the second step computes anyway.  Measured on the
+    tests' boards where two steps are within 0.1-1.1% of the exact answer, the ratio was 0.91-1.02 (the gamed
+    entry's -0.04).
+    """
+    if predicted <= 1e-12:
+        return True
+    ratio = actual / predicted
+    return TRUST_RATIO[0] <= ratio <= TRUST_RATIO[1]
 
 
 #: Newton steps on θ per correction, each with the MAP's θθ factorisation (chord steps: one gradient pass each).

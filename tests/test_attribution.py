@@ -178,3 +178,28 @@ def test_on_a_grades_board_severity_is_named_as_what_moved_the_models_of_the_har
     exact = centre_within(exact_theta_response(problem, solution, SEV))
     # Measured (seed 1): one chord step was 10.5% of the largest move from θ re-minimised, two are 1.1%.
     assert np.abs(linear - exact).max() < 0.03 * np.abs(exact).max()
+
+
+def test_a_length_correction_large_enough_to_saturate_the_verdicts_is_attributed_as_the_exact_solve_gives_it() -> None:
+    """AlpacaEval's gamed entry (68-character answers against GPT-4 Turbo's, tests/data extract): the length
+    correction is ~10 logits there, the MAP's θθ curvature is that of balanced verdicts, so a chord step from the
+    MAP overshoots into the flat tails (the objective goes *up*: -210 nats against 4,432 predicted) and crawls
+    back by ~1% a step.  Measured on the full real-layout folder before the fix: 1,873 points for gpt4_gamed's
+    length share, against 290 for θ re-minimised with the rest held (274 for a cold refit); the report said "1873
+    points lower without it"."""
+    from biasboard.importers.registry import import_path
+    from biasboard.transforms.cells import merge_batches, partial_cells
+
+    from tests.conftest import real_data
+
+    path = real_data("alpacaeval", "real-layout", "results", "gpt4_gamed")
+    rows = import_path("alpacaeval", path).rows
+    cells = merge_batches([partial_cells(rows, FAMILIES)]).cells
+    data = build_dataset(cells)
+    problem = bias_aware_problem(data, FAST)
+    solution = solve_bias_aware(problem, FAST)
+    linear = centre_within(np.asarray(attribute_moves(problem, solution)["effects"]["length"]))
+    exact = centre_within(exact_theta_response(problem, solution, LEN))
+    i = data.models.index("gpt4_gamed")
+    assert abs(exact[i]) > 0.5  # a large move: length is what separates the two
+    assert abs(linear[i] - exact[i]) < 0.01 * abs(exact[i]), (linear[i], exact[i])
