@@ -27,7 +27,7 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import polars as pl
@@ -49,6 +49,37 @@ def default_answers_dir(judgment_files: Sequence[Path], depth: int = 1) -> Path 
             if candidate.is_dir():
                 return candidate
     return None
+
+
+#: The judgment file a length row belongs to (its ``read_records`` source file), when lengths are read per run.
+FILE_KEY = "__file"
+
+
+def lengths_by_run(
+    judgment_files: Sequence[Path], answers_dir: Path | None, read: Callable[[Path], pl.DataFrame], depth: int = 1
+) -> tuple[pl.DataFrame | None, list[Path]]:
+    """The answer lengths for ``judgment_files`` and the folders they came from.
+
+    With ``--answers`` (``answers_dir``) every file takes that folder's lengths.  Otherwise each file takes the
+    ``model_answer/`` beside its own ``model_judgment/`` (:func:`default_answers_dir`), and the lengths carry
+    :data:`FILE_KEY` (the judgment file) so the join matches a row only to its own run's answers.
+
+    Why per file: a glob over several runs (``samples/*/mt_bench/model_judgment/gpt-4_pair.jsonl``) used to read
+    the first file's folder alone, and the other runs' rows came out without lengths, silently (measured: 155 of
+    302 pair battles, 1,599 of 1,759 single grades); two runs may also answer under one model name with
+    different answers, so the folders are not merged into one table.
+    """
+    if answers_dir is not None:
+        return read(answers_dir), [answers_dir]
+    folders = {path: default_answers_dir([path], depth) for path in judgment_files}
+    found = sorted({folder for folder in folders.values() if folder is not None})
+    if not found:
+        return None, []
+    frames = []
+    for folder in found:
+        files = [str(path) for path, f in folders.items() if f == folder]
+        frames.append(read(folder).join(pl.DataFrame({FILE_KEY: files}), how="cross"))
+    return pl.concat(frames), found
 
 
 def _answer_files(answers_dir: Path) -> list[Path]:

@@ -167,7 +167,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         f"no time stamps in arena-hard-auto judgments: every battle dated {options.default_date.isoformat()} 00:00 UTC",
         "game 1 shows the baseline first, game 2 the model; '>>' and '>' are both a win (strength 2 / 1)",
     ]
-    answers_dir = options.answers_dir or default_answers_dir(paths, depth=2)
+    answers_dir = options.answers_dir or _one_answers_dir(paths)
     lengths = None
     if answers_dir is not None:
         lengths, unit = arena_hard_answer_lengths(answers_dir)
@@ -176,3 +176,21 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         notes.append("no model_answer folder found (--answers): battles without lengths")
     mapped = attach_answer_lengths(mapped, lengths, (("model_a", "len_a"), ("model_b", "len_b")))
     return finalize_battles(raw, mapped, sources=paths, source_rows=lines.height, notes=notes)
+
+
+def _one_answers_dir(paths: Sequence[Path]) -> Path | None:
+    """The ``model_answer/`` folder beside the judgments; an error when they sit beside more than one.
+
+    Why: the first file's folder used to serve every file, so a glob over two benches gave the other bench's rows
+    no lengths (or another run's answers' lengths) without a word.  Each folder's lengths may be in its own unit
+    (token counts where every answer has one, else characters) and one import has one unit, so rather than mix
+    them the import asks for one run at a time or one ``--answers`` folder.
+    """
+    found = sorted({f for f in (default_answers_dir([p], depth=2) for p in paths) if f is not None})
+    if len(found) > 1:
+        shown = ", ".join(map(str, found[:3])) + (f" … ({len(found)} in all)" if len(found) > 3 else "")
+        raise InputError(
+            f"the judgments sit beside {len(found)} model_answer folders ({shown}): their lengths may be in "
+            "different units; import one run at a time, or name one folder with --answers"
+        )
+    return found[0] if found else None

@@ -40,10 +40,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
-from biasboard.importers.answers import answer_lengths, default_answers_dir
+from biasboard.importers.answers import FILE_KEY, answer_lengths, lengths_by_run
 from biasboard.importers.common import (
     REASON,
     REASON_NO_VERDICT,
+    SOURCE_FILE,
     ImportOptions,
     ImportResult,
     as_text,
@@ -90,7 +91,8 @@ def attach_answer_lengths(
             frame = frame.with_columns(pl.lit(None, dtype=pl.Int64).alias(length_column))
             continue
         keyed = lengths.rename({"model": model_column, "question_id": "__qid", "turn": "__turn", "len": length_column})
-        frame = frame.join(keyed, on=[model_column, "__qid", "__turn"], how="left", maintain_order="left")
+        on = [model_column, "__qid", "__turn", *([FILE_KEY] if FILE_KEY in keyed.columns else [])]
+        frame = frame.join(keyed, on=on, how="left", maintain_order="left")
     return frame
 
 
@@ -131,10 +133,10 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         .alias(REASON),
         qid.alias("__qid"),
         turn.alias("__turn"),
+        pl.col(SOURCE_FILE).alias(FILE_KEY),
     )
-    answers_dir = options.answers_dir or default_answers_dir(paths)
-    lengths = answer_lengths(answers_dir) if answers_dir else None
+    lengths, folders = lengths_by_run(paths, options.answers_dir, answer_lengths)
     if lengths is not None:
-        notes.append(f"lengths: characters of the judged answer turns, from {answers_dir}")
+        notes.append(f"lengths: characters of the judged answer turns, from {', '.join(map(str, folders))}")
     mapped = attach_answer_lengths(mapped, lengths, (("model_a", "len_a"), ("model_b", "len_b")))
     return finalize_battles(raw, mapped, sources=paths, source_rows=lines.height, notes=notes)

@@ -32,10 +32,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
-from biasboard.importers.answers import answer_lengths, default_answers_dir
+from biasboard.importers.answers import FILE_KEY, answer_lengths, lengths_by_run
 from biasboard.importers.common import (
     REASON,
     REASON_NO_VERDICT,
+    SOURCE_FILE,
     ImportOptions,
     ImportResult,
     as_text,
@@ -106,14 +107,13 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         .alias(REASON),
         qid.alias("__qid"),
         turn.alias("__turn"),
+        pl.col(SOURCE_FILE).alias(FILE_KEY),
     )
-    answers_dir = options.answers_dir or default_answers_dir(paths)
-    lengths: pl.DataFrame | None
-    origin: Path | None
-    if answers_dir is not None:
-        lengths, origin = answer_lengths(answers_dir), answers_dir
-    else:
-        lengths, origin = _sidecar_lengths(paths)
+    lengths, folders = lengths_by_run(paths, options.answers_dir, answer_lengths)
+    origin = ", ".join(map(str, folders))
+    if lengths is None:
+        lengths, sidecar = _sidecar_lengths(paths)
+        origin = str(sidecar)
     if lengths is not None:
         notes.append(f"lengths: characters of the judged answer, from {origin}")
     mapped = attach_answer_lengths(mapped, lengths, (("model", "len"),))

@@ -171,6 +171,29 @@ def test_mtbench_pair_error_games_become_dead_letters_with_their_line():
     assert dead["source_row"].min() >= 0 and dead["source_row"].max() < 80
 
 
+@pytest.mark.parametrize(
+    ("fmt", "runs", "length"),
+    [
+        ("mtbench-pair", (STEFAN_PAIR, FRANKLIN_PAIR), "len_a"),
+        ("mtbench-single", (DON_SINGLE, ALVARO_SINGLE), "len"),
+    ],
+)
+def test_a_glob_over_several_runs_takes_each_files_lengths_from_its_own_model_answer_folder(fmt, runs, length):
+    """``--in 'samples/*/mt_bench/model_judgment/gpt-4_pair.jsonl.gz'``: every run's judgments sit beside their own
+    ``model_answer/``.  Before, only the first file's folder was read: the other runs' rows came out without
+    lengths and the note named one folder (measured on ../shared: 155 of 302 pair battles, 1,599 of 1,759 single
+    grades without a length, no word of it)."""
+    pattern = str(real_data(*FASTCHAT)) + "/*/mt_bench/model_judgment/" + runs[0][-1]
+    together = import_path(fmt, pattern)
+    rows = check_contract(together)
+    assert rows[length].null_count() == 0
+    alone = pl.concat([check_contract(import_path(fmt, real_data(*run))) for run in runs])
+    key = "battle_id" if fmt == "mtbench-pair" else "score_id"
+    assert rows.select(key, length).sort(key).equals(alone.select(key, length).sort(key))
+    noted = [n for n in together.notes if n.startswith("lengths:")]
+    assert len(noted) == 1 and all(str(Path(*run[:2])) in noted[0] for run in runs), noted
+
+
 def _first_lines(path: Path, count: int) -> list[dict]:
     """The first ``count`` records of a (gzipped) JSON-lines fixture, to be edited into a hostile variant."""
     with gzip.open(path, "rt", encoding="utf-8") as handle:
@@ -551,6 +574,19 @@ def test_arena_hard_lengths_come_from_the_answers_beside_the_judgments(tmp_path)
                 expected = None
             assert row[f"len_{side}"] == expected, row
     assert rows["len_a"].null_count() + rows["len_b"].null_count() > 0  # the unanswered question
+
+
+def test_arena_hard_judgments_of_two_runs_without_answers_flag_are_refused_in_one_line(tmp_path):
+    """Two benches' judgments in one glob, each beside its own ``model_answer/``: their lengths may be in different
+    units (tokens in one, characters in the other) and one import has one unit, so the import names the folders and
+    asks for one run at a time or ``--answers``.  Before, the first folder's lengths were joined to every run's rows
+    (the others' silently without lengths, or with another run's answers' lengths)."""
+    for bench in ("v0.1-a", "v0.1-b"):
+        shutil.copytree(real_data(*ARENA_HARD, "v0.1", "model_judgment"), tmp_path / bench / "model_judgment")
+        _jsonl(tmp_path / bench / "model_answer" / "gpt-4-0314.jsonl", [{"question_id": "q", "choices": []}])
+    pattern = str(tmp_path / "*" / "model_judgment" / "gpt-4-1106-preview" / "*.jsonl*")
+    with pytest.raises(InputError, match=r"2 model_answer folders .*v0\.1-a.*v0\.1-b.*--answers"):
+        import_path("arena-hard", pattern, ImportOptions(baseline="gpt-4-0314"))
 
 
 #: The models of the vendored v0.1 judgments and their baseline.
