@@ -506,3 +506,18 @@ def test_the_gate_and_the_bias_table_differ_only_where_a_correction_is_off() -> 
     fit = fit_with_reference(cells, reference=Reference("judges", humans))
     assert {effect for _, effect in fit.gate.disabled} == {"length"}
     assert _gate_minus_bias_table(fit) > 1e-3
+
+
+def test_a_prior_selected_global_correction_is_named_for_every_judge_not_by_its_star() -> None:
+    """The global effect's judge is ``*`` in the fit's tables; the warning a user reads (console, summary, report)
+    said "affinity correction of * is prior-selected" (AlpacaEval's real-layout folder), where the report's bias
+    table calls the same row "all judges (global)"."""
+    from types import SimpleNamespace
+
+    from biasboard.transforms.snapshot import reference_warnings
+
+    entry = {"applied": False, "effect": "affinity", "judge": "*", "if_applied": {"kendall_tau": 1.0}}
+    named = {**entry, "judge": "gpt-4"}
+    lines = reference_warnings(SimpleNamespace(gate=None, unidentified=[entry, named]))  # type: ignore[arg-type]
+    assert lines[0].startswith("affinity correction of all judges (global) is prior-selected"), lines
+    assert lines[1].startswith("affinity correction of gpt-4 is prior-selected"), lines

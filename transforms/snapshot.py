@@ -351,8 +351,10 @@ def reference_warnings(fitted: ReferenceFit) -> list[str]:
     for entry in fitted.unidentified:
         if not entry["applied"]:
             tau = entry["if_applied"].get("kendall_tau")
+            # The fit's global effect has judge "*"; a reader is told what it is, as the report's bias table does.
+            judge = "all judges (global)" if entry["judge"] == "*" else entry["judge"]
             out.append(
-                f"{entry['effect']} correction of {entry['judge']} is prior-selected and was not applied "
+                f"{entry['effect']} correction of {judge} is prior-selected and was not applied "
                 f"(applying it: Kendall tau {tau if tau is None else round(tau, 3)} against the published board; "
                 "--apply-unidentified forces it)"
             )
