@@ -88,6 +88,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _local_only(*flags: tuple[str, str | None]) -> None:
+    """Refuse a bucket (or any ``scheme://``) path: import reads and writes local files only.
+
+    Why: the converters read with local paths and the output is written through :class:`pathlib.Path`, so
+    ``--out gs://bucket/imp`` made a stray ``./gs:/bucket/imp/battles/`` folder in the working directory and
+    ended in a pyarrow traceback (after a bucket probe that, without network, waits ~35 s), and ``--in gs://…``
+    was reported as "input file not found".
+    """
+    for flag, value in flags:
+        if value and "://" in value:
+            raise InputError(
+                f"{flag} {value}: import reads and writes local files only; copy the files here first (or the "
+                "imported folder to the bucket afterwards: refresh --input reads gs://)"
+            )
+
+
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     if beam_args:
         raise InputError(f"unrecognised arguments: {' '.join(beam_args)} (import runs no Beam pipeline)")
@@ -101,6 +117,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             f"--length-unit {args.length_unit}: the {fmt.name} format has one length unit (formats with characters "
             f"and words: {with_units})"
         )
+    _local_only(("--in", args.input), ("--out", args.out), ("--answers", args.answers))
     validation.writable_folder(args.out, "--out")
     paths = resolve_inputs(args.input, fmt.patterns)
     answers = Path(args.answers) if args.answers else None

@@ -959,3 +959,19 @@ def test_input_fields_named_like_the_provenance_columns_are_kept_apart(tmp_path)
     assert dead.select("reason", "source_file", "source_row", "input__reason").rows() == [
         (REASON_NO_VERDICT, str(path), 1, "fake")
     ]
+
+
+@pytest.mark.parametrize("flag", ["--out", "--in"])
+def test_import_refuses_a_bucket_path_in_one_line_and_writes_nothing_locally(tmp_path, monkeypatch, capsys, flag):
+    """``import`` converts local files into a local folder.  Before, ``--out gs://bucket/imp`` (bucket reachable:
+    measured against tests/gcs_emulator.py) probed the bucket, then wrote a stray ``./gs:/bucket/imp/battles/``
+    folder under the working directory and died in a pyarrow traceback ("Missing bucket name in GCS URI"); with no
+    network it waited ~35 s for the probe.  ``--in gs://…`` said "input file not found"."""
+    monkeypatch.chdir(tmp_path)
+    local = {"--in": str(real_data("llmfao", "crowd-comparisons.csv")), "--out": str(tmp_path / "out")}
+    local[flag] = "gs://some-bucket/imp"
+    code = cli.main(["import", "--format", "llmfao", "--in", local["--in"], "--out", local["--out"]])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert f"{flag} gs://some-bucket/imp" in err[0] and "local" in err[0], err
+    assert not (tmp_path / "gs:").exists() and not (tmp_path / "out").exists()
