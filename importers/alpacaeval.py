@@ -280,7 +280,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.when(first.is_null()).then(False).otherwise(None).cast(pl.Boolean).alias("order_known"),
     )
     result = finalize_battles(raw, mapped, sources=paths, source_rows=raw.height)
-    return replace(result, notes=_notes(result, options, unit))
+    return replace(result, notes=(*_notes(result, options, unit), *result.notes))  # keep finalize's duplicate note
 
 
 def _notes(result: ImportResult, options: ImportOptions, unit: str) -> tuple[str, ...]:
@@ -288,7 +288,8 @@ def _notes(result: ImportResult, options: ImportOptions, unit: str) -> tuple[str
 
     Counted after :func:`~biasboard.importers.common.finalize_battles`: a row it
     rejects (``no_verdict``, a ``duplicate_battle_id`` copy) is no battle, known
-    order or not.
+    order or not.  The caller appends finalize's own notes (whether the duplicate ids repeat their kept row
+    exactly): replacing them silenced that line for AlpacaEval alone.
     """
     unknown = int(pc.sum(pc.invert(pc.fill_null(result.rows.column("order_known"), True))).as_py() or 0)
     return (

@@ -975,3 +975,15 @@ def test_import_refuses_a_bucket_path_in_one_line_and_writes_nothing_locally(tmp
     assert code == 2 and len(err) == 1, err
     assert f"{flag} gs://some-bucket/imp" in err[0] and "local" in err[0], err
     assert not (tmp_path / "gs:").exists() and not (tmp_path / "out").exists()
+
+
+def test_alpacaeval_keeps_the_note_on_whether_its_duplicate_ids_repeat_their_kept_row():
+    """Importing the AlpacaEval folder (the compact annotations and the real-layout copies of some of them, and the
+    second annotations file nested in some results folders) dead-letters thousands of ``duplicate_battle_id`` rows
+    (5,631 on ../shared, 4,826 on the extract).  Every other format's manifest then says whether they repeat the kept
+    row exactly (harmless) or differ (look at them); AlpacaEval's own notes replaced that line, so its import said
+    nothing of it."""
+    result = import_path("alpacaeval", real_data("alpacaeval"))
+    assert result.dead_by_reason()[REASON_DUPLICATE_ID] > 0
+    repeated = [n for n in result.notes if n.startswith(f"{REASON_DUPLICATE_ID}:")]
+    assert len(repeated) == 1 and "repeat the row kept under their id exactly" in repeated[0], result.notes
