@@ -45,6 +45,7 @@ from biasboard.report.svg import (
 )
 from biasboard.schemas.summary import (
     AGREEMENT_BOARDS,
+    GLOBAL_JUDGE,
     ORDINAL_ONLY,
     ORDINAL_ONLY_BOARDS,
     TIED_TO_REFERENCE,
@@ -53,6 +54,7 @@ from biasboard.schemas.summary import (
     ModelMove,
     RankInterval,
     Summary,
+    judge_label,
     zero_reference_effect,
 )
 
@@ -63,7 +65,6 @@ MOVERS = 10
 #: How many moved models the "what moved each model" list names (the largest rank changes; summary.json has all).
 MOVES_LISTED = 15
 
-GLOBAL_JUDGE = "*"
 #: Drawn widths of the wide charts: the desktop page, and a phone (about 400 px less the page margins).
 WIDE = 860
 NARROW = 370
@@ -198,10 +199,6 @@ def _pm(value: Any, se: Any, digits: int = 3) -> str:
     if finite(value) is None:
         return "—"
     return f"{fmt(value, digits)} ± {fmt(se, digits)}" if finite(se) is not None else fmt(value, digits)
-
-
-def _judge_label(judge: Any) -> str:
-    return "all judges (global)" if judge == GLOBAL_JUDGE else str(judge)
 
 
 def _int_or_zero(value: Any) -> int:
@@ -768,7 +765,7 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
         for r in rows:
             if r["enabled"] is False:
                 gated = str(r.get("note") or "").startswith(TIED_TO_REFERENCE)
-                (tied if gated else disabled).append(f"{effect} ({_judge_label(r['judge'])})")
+                (tied if gated else disabled).append(f"{effect} ({judge_label(r['judge'])})")
         rows = [r for r in rows if r["enabled"] is not False]
         if not rows or (effect == "tie_bothbad_share" and not any(r["estimate"] for r in rows)):
             continue  # (a source without both-bad ties: a panel of zeros)
@@ -777,7 +774,7 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
         ordered = [by_judge[j] for j in order]
         desc, ref = EFFECTS.get(effect, ("", 0.0))
         desc = desc.format(clip=_clip_text(summary))
-        labels = [_judge_label(r["judge"]) for r in ordered]
+        labels = [judge_label(r["judge"]) for r in ordered]
         tips = [f"{label} · {effect}" for label in labels]  # a dot's tooltip names the panel's effect with the judge
         series = [
             Series(
@@ -842,7 +839,7 @@ def _bias_table(bias: list[dict[str, Any]]) -> str:
 
     body = "".join(
         "<tr>"
-        f'<td class="name">{esc(_judge_label(r["judge"]))}</td><td class="l">{esc(r["effect"])}</td>'
+        f'<td class="name">{esc(judge_label(r["judge"]))}</td><td class="l">{esc(r["effect"])}</td>'
         f"<td>{fmt(r['estimate'], 3)}</td>"
         f'<td class="ci">[{fmt(r["ci_low"], 3)}, {fmt(r["ci_high"], 3)}]</td>{boot_cell(r)}'
         f"<td>{flag(r['identified'], 'identified', 'prior-selected')}</td>"
@@ -885,7 +882,7 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
     if len(order) < len(diag.order):
         body.append(left_out_note(len(diag.order), len(order), "summary.json (diagnostics) and the audit files"))
     if order:
-        labels = [_judge_label(a.judge) for a in order]
+        labels = [judge_label(a.judge) for a in order]
         parts = [
             Part(name, colour, values)
             for name, colour, values in (
@@ -911,7 +908,7 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
             "<th>Second won both</th></tr>"
         )
         rows = [
-            f'<tr><td class="name">{esc(_judge_label(a.judge))}</td><td>{_int(a.slot_n)}</td>'
+            f'<tr><td class="name">{esc(judge_label(a.judge))}</td><td>{_int(a.slot_n)}</td>'
             f"<td>{fmt(a.slot_first_share, 3)}</td><td>{fmt(a.slot_second_share, 3)}</td>"
             f"<td>{fmt(a.slot_tie_share, 3)}</td><td>{_int(a.order_pairs)}</td>"
             f"<td>{esc(_pct_pm(a.order_flip_rate, a.order_flip_rate_se))}</td>"
@@ -969,7 +966,7 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
             "<th>Agrees with pick-the-longer</th></tr>"
         )
         rows = [
-            f'<tr><td class="name">{esc(_judge_label(a.judge))}</td><td>{_int(a.len_n)}</td>'
+            f'<tr><td class="name">{esc(judge_label(a.judge))}</td><td>{_int(a.len_n)}</td>'
             f"<td>{fmt(a.len_mean_chosen)}</td><td>{fmt(a.len_mean_rejected)}</td>"
             f"<td>{esc(_pm(a.len_longer_win_rate, a.len_longer_win_rate_se))}</td>"
             f"<td>{_pct(a.len_agreement_pick_longer)}</td></tr>"
@@ -1178,7 +1175,7 @@ def _anchor_results(summary: Summary) -> str:
             "<th>Log loss, uncorrected</th><th>Log loss, corrected</th></tr>"
         )
         rows = [
-            f'<tr><td class="name">{esc(_judge_label(a.get("judge")))}</td>'
+            f'<tr><td class="name">{esc(judge_label(a.get("judge")))}</td>'
             f"<td>{_pct(a.get('accuracy_uncorrected'))}</td><td>{_pct(a.get('accuracy_corrected'))}</td>"
             f"<td>{fmt(a.get('log_loss_uncorrected'), 3)}</td><td>{fmt(a.get('log_loss_corrected'), 3)}</td></tr>"
             for a in agreement
@@ -1203,7 +1200,7 @@ def _anchor_results(summary: Summary) -> str:
             "<th>Random pick</th><th>Longest pick</th></tr>"
         )
         rows = [
-            f'<tr><td class="name">{esc(_judge_label(a.judge))}</td><td>{_int(a.gold_n_labeled)}</td>'
+            f'<tr><td class="name">{esc(judge_label(a.judge))}</td><td>{_int(a.gold_n_labeled)}</td>'
             f"<td>{esc(_pm(a.gold_accuracy, a.gold_accuracy_se))}</td><td>{fmt(a.gold_random_pick_baseline, 3)}</td>"
             f"<td>{fmt(a.gold_longest_pick_baseline, 3)}</td></tr>"
             for a in gold

@@ -41,6 +41,16 @@ ORDINAL_ONLY_BOARDS = (
     "or tie effects, and no judge audit"
 )
 
+#: Judge name of the global (population) effects in the fit and the bias table: no judge of the input carries it.
+GLOBAL_JUDGE = "*"
+
+
+def judge_label(judge: object) -> str:
+    """A judge as a reader is told it: the global rows are "all judges (global)" (the report's bias table, the
+    warnings and the slices' notes say it alike), any other judge by its name."""
+    return "all judges (global)" if judge == GLOBAL_JUDGE else str(judge)
+
+
 #: ``ReferenceInfo.agreement`` rows of the boards' own ratings (beside one row per judge), in this order.
 AGREEMENT_BOARDS = ("naive board", "published board")
 #: How a bias-table note begins for a judge's effect the reference ties (the gate found no excess to correct).

@@ -467,5 +467,5 @@ def test_a_slice_whose_battles_do_not_identify_a_correction_names_it(tmp_path):
 
     info = {i.slice: i for i in _summary(_two_category_snapshot(tmp_path, 6, equal_lengths)).slices}
     assert info[flat].fitted and "not corrected in this slice" in info[flat].note, info[flat].note
-    assert "length (every judge)" in info[flat].note, info[flat].note
+    assert "length of all judges (global)" in info[flat].note, info[flat].note
     assert "not corrected" not in info[drawn].note, info[drawn].note

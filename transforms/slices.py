@@ -394,8 +394,7 @@ def left_off_note(fitted: ReferenceFit, position_said: bool) -> str:
     parts = []
     if judges:
         listed = "; ".join(
-            f"{effect} ({'every judge' if names == ['*'] else ', '.join(names)})"
-            for effect, names in sorted(judges.items())
+            f"{effect} of {', '.join(S.judge_label(n) for n in names)}" for effect, names in sorted(judges.items())
         )
         parts.append(
             f"not corrected in this slice, as prior-selected (its battles do not identify them; --apply-unidentified "

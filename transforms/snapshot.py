@@ -350,9 +350,7 @@ def reference_warnings(fitted: ReferenceFit) -> list[str]:
         )
     for entry in fitted.unidentified:
         if not entry["applied"]:
-            tau = entry["if_applied"].get("kendall_tau")
-            # The fit's global effect has judge "*"; a reader is told what it is, as the report's bias table does.
-            judge = "all judges (global)" if entry["judge"] == "*" else entry["judge"]
+            tau, judge = entry["if_applied"].get("kendall_tau"), S.judge_label(entry["judge"])
             out.append(
                 f"{entry['effect']} correction of {judge} is prior-selected and was not applied "
                 f"(applying it: Kendall tau {tau if tau is None else round(tau, 3)} against the published board; "
@@ -644,8 +642,6 @@ def _config_dict(config) -> dict:
 
 #: Every judge's battles and shares, when summary.json keeps only the busiest (:func:`keep_busiest_judges`).
 JUDGES_FILE = "judges.parquet"
-#: Judge name of the global (population) rows of the bias table.
-GLOBAL_JUDGE = "*"
 
 
 def keep_busiest_judges(summary: Summary, audit_files: Mapping[str, bytes]) -> dict[str, bytes]:
@@ -682,7 +678,7 @@ def json_bias(parts: SnapshotParts) -> pl.DataFrame:
     """bias.json's rows: every row, or the global ones and the kept judges' when summary.json cut the judges."""
     if parts.summary.judge_tables is None or parts.bias.is_empty():
         return parts.bias
-    kept = [GLOBAL_JUDGE, *(j.judge for j in parts.summary.judges)]
+    kept = [S.GLOBAL_JUDGE, *(j.judge for j in parts.summary.judges)]
     return parts.bias.filter(pl.col("judge").is_in(kept))
 
 
