@@ -596,6 +596,7 @@ def select_comparisons(
     schedule = circle_schedule(m)
 
     first, second, judge, score, info, reasons = [], [], [], [], [], []
+    component = np.asarray(posterior.component) if posterior.n_components > 1 else np.zeros(0, np.int64)
     stopped = ""
     for pick in range(units):
         room = allowed & upper & (batch_pairs < pair_cap)
@@ -639,6 +640,8 @@ def select_comparisons(
             a, b = _stronger_first(mean, int(ia[c]), int(ib[c]))
             crit = np.zeros((m, m))
             reason = "uniform random pair"
+        if component.size and component[a] != component[b]:  # what the pair is for, whatever the strategy's own words
+            reason = f"links comparison components {component[a]} and {component[b]}; {reason}"
         first.append(a)
         second.append(b)
         judge.append(int(best_judge[a, b]))

@@ -407,7 +407,8 @@ def test_roundrobin_says_when_it_does_not_know_the_past_counts():
 def test_a_board_of_two_components_is_planned_to_link_them(tmp_path):
     """Each component is centred on its own, so the posterior made a pair across two of them look as well
     measured as one within (0.005 logits²): the plan never aimed at linking them, and its P(top k) mixed the
-    components' arbitrary levels.  With the prior's uncertainty on each level, linking pairs come first."""
+    components' arbitrary levels.  With the prior's uncertainty on each level, linking pairs come first, and each
+    such row's reason says it links them (it said "top-k boundary" alone)."""
     table = _battles()
     group = lambda c: pl.col(c).str.slice(-2).cast(pl.Int64) < M // 2  # noqa: E731
     split = pl.from_arrow(table).filter(group("model_a") == group("model_b")).to_arrow().cast(table.schema)
@@ -419,6 +420,7 @@ def test_a_board_of_two_components_is_planned_to_link_them(tmp_path):
     for strategy in ("topk", "dopt"):
         sel = select_comparisons(post, 8, strategy, seed=0)
         assert all(side[a] != side[b] for a, b in zip(sel.first, sel.second, strict=True)), strategy
+        assert all(r.startswith("links comparison components") for r in sel.reasons), sel.reasons
     out = str(tmp_path / "out")
     _snapshot(out, fit)
     assert any("2 comparison components" in n for n in make_plan(out, 8, to=str(tmp_path / "p")).notes)
