@@ -18,9 +18,10 @@ from biasboard.audit import audit
 from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.report.judges import MAX_JUDGES_SHOWN, shown_judges
 from biasboard.schemas import summary as S
+from biasboard.schemas.summary import GLOBAL_JUDGE
 from biasboard.simulate import SimulationConfig, simulate_days, write_simulation
 from biasboard.transforms.audit import AUDIT_JSON, JSON_TABLES, audit_files, table_file
-from biasboard.transforms.snapshot import GLOBAL_JUDGE, JUDGES_FILE
+from biasboard.transforms.snapshot import JUDGES_FILE
 
 JUDGES = MAX_JUDGES_SHOWN + 25
 
