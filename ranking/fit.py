@@ -28,9 +28,15 @@ from biasboard.ranking.diagnostics import (
     profile_ranges,
 )
 from biasboard.ranking.graph import comparison_components, mle_exists, model_components
-from biasboard.ranking.model import DISC
+from biasboard.ranking.model import DISC, LEN
 from biasboard.ranking.pages import base_pages
-from biasboard.ranking.problem import Problem, bias_aware_problem, naive_ordinal_problem, naive_problem
+from biasboard.ranking.problem import (
+    NO_LENGTHS_NOTE,
+    Problem,
+    bias_aware_problem,
+    naive_ordinal_problem,
+    naive_problem,
+)
 from biasboard.ranking.reference_rating import reference_replicates
 from biasboard.ranking.result import Z95, FitResult, SolverState, empty_bias_table
 from biasboard.ranking.solver import (
@@ -440,6 +446,14 @@ def fit_bias_aware(
     return publish_bias_aware(problem, solution, config, shards=shards, naive=naive)
 
 
+#: Said when no battle carries both answers' lengths: the length correction is then off for every judge, which the
+#: bias table's notes said row by row and nothing said aloud (a file without ``len_a``/``len_b`` looks like any other).
+NO_LENGTHS_WARNING = (
+    "no battle carries both answers' lengths (len_a, len_b): the corrected board is not corrected for verbosity "
+    "(length preference), only for the other judge biases"
+)
+
+
 def publish_bias_aware(
     problem: Problem,
     solution: Solution,
@@ -495,6 +509,8 @@ def publish_bias_aware(
     diagnostics["length_clip"] = config.length_clip
     if not solution.converged:
         warnings.append(f"bias-aware fit did not converge (relative gradient {solution.rel_grad:.2e})")
+    if not data.ordinal_only and problem.notes.noted(LEN, NO_LENGTHS_NOTE).all():
+        warnings.append(NO_LENGTHS_WARNING)
     diagnostics["warnings"] = warnings
     return _assemble(
         problem,

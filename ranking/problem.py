@@ -32,6 +32,8 @@ from biasboard.schemas.summary import TIED_TO_REFERENCE
 
 #: Why a pair effect is off on an ordinal-only board.
 ORDINAL_ONLY_NOTE = "ordinal-only board: no battles, so no position, length, affinity, tie or discrimination"
+#: Why a judge has no length effect: none of its battles carries both answers' lengths (``len_a``, ``len_b``).
+NO_LENGTHS_NOTE = "no battles with both lengths known"
 
 #: Why a judge's effect is off when ``ModelConfig.disabled`` (the user, or a reference's gate) switched it off.
 DISABLED_NOTE = "disabled by configuration"
@@ -287,7 +289,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
             masks[t] = 0.0
             notes.set(t, slice(None), ORDINAL_ONLY_NOTE)
     checks = [
-        (LEN, has_len, "no battles with both lengths known"),
+        (LEN, has_len, NO_LENGTHS_NOTE),
         (AFF, has_aff, "no battle involves a model of the judge's own family"),
         (SEV, has_scores, "no ordinal scores from this judge"),
     ]

@@ -142,6 +142,27 @@ def test_bias_table_rows_and_switched_off_effects():
         ModelConfig(disabled=frozenset({("j1", "colour")}))
 
 
+def test_a_board_without_lengths_says_it_is_not_corrected_for_verbosity():
+    """Cells whose battles carry no lengths (a file without len_a/len_b) switch the length correction off for every
+    judge: the bias table's notes said so row by row and the summary's warnings said nothing.  Now they do; a board
+    where one judge has lengths does not warn."""
+    from biasboard.ranking.fit import NO_LENGTHS_WARNING
+
+    cells = _league(np.random.default_rng(4))
+
+    def without_lengths(table: pa.Table) -> pa.Table:
+        for name in ("n_len", "sum_x", "sum_x2"):
+            zeros = pa.array(np.zeros(table.num_rows)).cast(table.schema.field(name).type)
+            table = table.set_column(table.schema.get_field_index(name), name, zeros)
+        return table.cast(cells.schema)
+
+    assert NO_LENGTHS_WARNING in fit_bias_aware(without_lengths(cells), config=SMALL).diagnostics["warnings"]
+    assert NO_LENGTHS_WARNING not in fit_bias_aware(cells, config=SMALL).diagnostics["warnings"]
+    j1 = pa.compute.equal(cells.column("judge"), "j1")
+    mixed = pa.concat_tables([without_lengths(cells.filter(j1)), cells.filter(pa.compute.invert(j1))])
+    assert NO_LENGTHS_WARNING not in fit_bias_aware(mixed, config=SMALL).diagnostics["warnings"]
+
+
 def test_unidentified_affinity_widens_theta_intervals_honestly():
     """Both judges are of the "meta" family, so s_m is the same for a model in every battle: the affinity
     covariate is constant within each model, so its split from θ is prior-selected and θ's CIs say so."""
