@@ -34,7 +34,7 @@ from biasboard.ranking.reference import ANCHOR_JUDGE, Reference, fit_with_refere
 from biasboard.ranking.solver import newton_factor, refit_nearby
 from biasboard.ranking.stream import STORED, TableBuckets, stream_dataset
 from biasboard.schemas.families import FamilyMap
-from biasboard.schemas.summary import to_jsonable
+from biasboard.schemas.summary import GLOBAL_JUDGE, to_jsonable
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import snapshot
 from biasboard.transforms.anchors import as_anchor_rows
@@ -435,7 +435,7 @@ def test_fit_state_streams_judges_pooled_by_prefix(tmp_path, monkeypatch, caplog
     for column, values in _numbers(mem.leaderboard).items():
         _close(values, streamed.leaderboard[column].to_numpy(), column)
     assert mem.bias is not None and streamed.bias is not None
-    assert set(mem.bias["judge"]) == set(streamed.bias["judge"]) == {snapshot.GLOBAL_JUDGE, *_sim_judges(state)}
+    assert set(mem.bias["judge"]) == set(streamed.bias["judge"]) == {GLOBAL_JUDGE, *_sim_judges(state)}
     a, b = to_jsonable(mem.summary), to_jsonable(streamed.summary)
     assert a["judges"] == b["judges"] and all("/" in judge["judge"] for judge in a["judges"])  # voters, as stored
     # what plan --no-repeat reads: each pool has judged what any of its voters judged, in both paths
