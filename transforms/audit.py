@@ -16,8 +16,10 @@ consistency rate, as consistent; see :data:`CONVENTIONS`).
    pair) with verdict counts per presentation order — already far fewer rows
    than battles — and *cluster rows*, the length and family counts of the same
    groups, for the clustered standard errors);
-2. the compact order and cluster rows are keyed by a hash shard of (judge, prompt),
-   so every group lands whole in one shard, summed there, and reduced by
+2. the compact order and cluster rows are keyed by a hash shard of the prompt
+   (every judge's rows of a prompt together: the pooled per-model SE clusters by
+   prompt across judges), so every (judge, prompt) group, and every prompt, lands
+   whole in one shard, summed there, and reduced by
    :func:`~biasboard.audit.reduce_order_rows` to additive per-(judge,
    model pair) counts and per-judge sums over clusters;
 3. everything else is per-judge counts; all of it is summed by one global
@@ -134,7 +136,8 @@ def _batch_partials(batch: pa.Table | pl.DataFrame, gold_lookup: pl.DataFrame | 
     return audit_partials(batch, gold_lookup)
 
 
-#: The partials that wait for whole (judge, prompt) groups: sharded by (judge, prompt) and reduced per shard.
+#: The partials that wait for whole (judge, prompt) groups: sharded by prompt (every judge's rows of a prompt in one
+#: shard, as the pooled per-model SE's prompt clusters need; :func:`~biasboard.audit.order_shard`), reduced per shard.
 _GROUPED = ("order_rows", "cluster_rows")
 
 
@@ -183,8 +186,9 @@ class AuditBattles(beam.PTransform):
 class FinishAudit(beam.PTransform):
     """PCollection of :class:`AuditPartials` (of batches, or of whole days) → one :class:`AuditResult`.
 
-    Order rows are paired within hash shards of (judge, prompt), so a group
-    lands whole in one shard whichever day or batch its rows came from.
+    Order rows are paired within hash shards of the prompt, so a (judge, prompt)
+    group — and a prompt across judges, the pooled per-model SE's cluster — lands
+    whole in one shard whichever day or batch its rows came from.
     """
 
     def __init__(self, n_shards: int = DEFAULT_ORDER_SHARDS) -> None:
@@ -552,9 +556,11 @@ CONVENTIONS: dict[str, str] = {
     "prompt_id, where a verdict whose swapped partner is absent counts as consistent; null when no pair was "
     "judged in both orders (every verdict would count as consistent)",
     "consistent_win_rate": "win rate (tie = half) among order-consistent pairs; SE cluster-robust, one cluster = "
-    "the judge's consistent pairs of the model on one prompt_id within a day (every opponent it met there); per "
-    "pair of models (consistent_win_rate_x_se) the unit is the prompt-pair; a prompt-pair judged more than once "
-    "in one order weighs its consistent share",
+    "the judge's consistent pairs of the model on one prompt_id within a day (every opponent it met there); pooled "
+    "over judges (the summary's order_models) one cluster = every judge's consistent pairs of the model on one "
+    "prompt_id within a day, as the judges of a prompt judge the same answers; per pair of models "
+    "(consistent_win_rate_x_se) the unit is the prompt-pair; a prompt-pair judged more than once in one order "
+    "weighs its consistent share",
     "identical": "self-battles (model_a == model_b) are taken as identical answers",
     "len_agreement_pick_longer": "share of battles with different lengths where the judge picked the longer answer",
     "gold_accuracy": "on the discriminative subset (the label names a winner); a judge tie scores 1/2; SE "
@@ -563,7 +569,8 @@ CONVENTIONS: dict[str, str] = {
     "se": "every *_se is one standard error (the ± of the report). len_longer_win_rate_se, self_preference_se, "
     "gold_accuracy_se, order_flip_rate_se and consistent_win_rate_se are cluster-robust, one cluster = one "
     "judge's verdicts on one prompt_id within a day (both orders, repeats, every model pair; a battle without a "
-    "prompt_id is a cluster of its own); the per-pair-of-models SEs of audit_order_pairs (flip_rate_se, "
+    "prompt_id is a cluster of its own); the consistent win rate pooled over judges (the summary's) clusters by "
+    "prompt_id across judges within a day; the per-pair-of-models SEs of audit_order_pairs (flip_rate_se, "
     "consistent_win_rate_x_se) take the prompt-pair as the unit, the cluster restricted to that pair",
     "clusters": "the clusters are closed within a day, so verdicts on one prompt_id on several days are counted as "
     "independent clusters; clusters.day_keys sums each day's distinct (judge, prompt_id) keys, "

@@ -48,9 +48,10 @@ ORDER_PAIRS_SCHEMA = pa.schema(
 #: Under the days' folder: ``manifest.json`` and the tagged Parquet files it names.
 SUM_CACHE = "merged"
 SUM_MANIFEST = "manifest.json"
-SUM_CACHE_VERSION = 5  # 3: the gold partial carries sums over clusters (its clustered SE); 4: the order pairs
+SUM_CACHE_VERSION = 6  # 3: the gold partial carries sums over clusters (its clustered SE); 4: the order pairs
 # carry the flip rate's and the consistent win rates' sums over (judge, prompt) clusters (more columns); 5: the
-# summed days' ``recurrence`` sketch (a table more: an older manifest names no file for it)
+# summed days' ``recurrence`` sketch (a table more: an older manifest names no file for it); 6: the order pairs
+# carry the per-model sums over prompt clusters across judges (``pcl_*``, more columns)
 #: The per-judge partial tables (everything but the order and cluster rows, reduced within a day, and the order pairs).
 SMALL_TABLES = tuple(
     f.name for f in dataclasses.fields(AuditPartials) if f.name not in ("order_rows", "cluster_rows", "order_pairs")

@@ -589,7 +589,8 @@ def _record(cls: type[T], row: Mapping) -> T:
 
 
 def _pairs_over_judges(parquet: bytes) -> pl.DataFrame:
-    """audit_order_pairs.parquet's measures summed over judges per model pair (under judge ``*``).
+    """audit_order_pairs.parquet's measures summed over judges per model pair (under judge ``*``): every judge's
+    rows, as the prompt-cluster sums (``pcl_*``) of the pooled per-model SE need.
 
     Read a row group at a time, only the columns summed: the file has a row per (judge, model pair), about
     as many rows as the cells with voter-judges, and reading it whole with its strings and rate columns
@@ -613,7 +614,9 @@ def _pairs_over_judges(parquet: bytes) -> pl.DataFrame:
 def _pooled_order_models(order_pairs: pl.DataFrame | list) -> list:
     """Per model, over every judge: win rate among order-consistent pairs ± SE (the audit's formula).
 
-    ``order_pairs``: the audit's per-(judge, pair) table (audit_order_pairs.parquet), or its records.
+    ``order_pairs``: the audit's per-(judge, pair) table (audit_order_pairs.parquet), or its records — every
+    judge's rows, so the SE clusters by prompt across judges (``across_judges``: the judges of a prompt judge the
+    same answers; each judge's verdicts taken as a cluster of their own made it too small).
     """
     if len(order_pairs) == 0:
         return []
@@ -621,7 +624,8 @@ def _pooled_order_models(order_pairs: pl.DataFrame | list) -> list:
         *PAIR_KEYS, *PAIR_MEASURES
     )
     pooled = pairs.with_columns(pl.lit("*").alias("judge")).group_by(PAIR_KEYS).agg(pl.all().sum())
-    return [_record(S.ModelConsistency, row) for row in records(order_models_table(pooled).sort("model"))]
+    table = order_models_table(pooled, across_judges=True).sort("model")
+    return [_record(S.ModelConsistency, row) for row in records(table)]
 
 
 def _config_dict(config) -> dict:
