@@ -532,20 +532,7 @@ def shared_baseline_both_orders(seed: int, replicates: int = 400, prompts: int =
             "base_wins": rng.random(prompt.size) < 1.0 / (1.0 + np.exp(-u)),
         }
     )
-    base, model = pl.format("b{}", "rep"), pl.format("m{}_{}", "rep", "k")
-    frames = []
-    for base_first in (True, False):
-        first_won = pl.col("positional") | (pl.col("base_wins") == base_first)
-        frames.append(
-            pairs.select(
-                pl.format("j{}", "rep").alias("judge"),
-                pl.format("p{}", "prompt").alias("prompt_id"),
-                (base if base_first else model).alias("model_a"),
-                (model if base_first else base).alias("model_b"),
-                pl.when(first_won).then(pl.lit(FIRST)).otherwise(pl.lit(SECOND)).alias("winner"),
-            )
-        )
-    return pl.concat(frames)
+    return _in_both_orders(pairs, pl.format("j{}", "rep"))
 
 
 def test_flip_rate_and_consistent_win_rate_cover_the_truth_when_a_prompt_meets_several_opponents() -> None:
@@ -604,13 +591,20 @@ def several_judges_shared_prompts(
             "base_wins": rng.random(n) < 1.0 / (1.0 + np.exp(-u)),
         }
     )
+    return _in_both_orders(pairs, pl.format("j{}", "j"))
+
+
+def _in_both_orders(pairs: pl.DataFrame, judge: pl.Expr) -> pl.DataFrame:
+    """Each simulated baseline-vs-model verdict of ``pairs`` (rep, prompt, k, positional, base_wins) as two battles,
+    the baseline shown first then second: a positional verdict goes to the first-shown answer, else the baseline
+    wins as drawn; ``judge`` names the row's judge."""
     base, model = pl.format("b{}", "rep"), pl.format("m{}_{}", "rep", "k")
     frames = []
     for base_first in (True, False):
         first_won = pl.col("positional") | (pl.col("base_wins") == base_first)
         frames.append(
             pairs.select(
-                pl.format("j{}", "j").alias("judge"),
+                judge.alias("judge"),
                 pl.format("p{}", "prompt").alias("prompt_id"),
                 (base if base_first else model).alias("model_a"),
                 (model if base_first else base).alias("model_b"),
