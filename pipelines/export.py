@@ -5,8 +5,9 @@
 Reads the snapshot ``LATEST`` names (or ``--snapshot ID``) from ``OUT`` — local
 or ``gs://`` — and writes ``leaderboard.<fmt>`` and ``bias.<fmt>`` under ``--to`` (``--tables`` may add
 ``moves``: which correction moved each model, one row per model and correction, from ``summary.json``'s
-``attribution``), then ``snapshot.json`` (which snapshot, when, which files) last, so a dashboard
-polling ``snapshot.json`` never reads a table older than the one it announces.
+``attribution``; and ``slices``: a ``refresh --slices`` snapshot's per-slice boards, column ``slice`` first),
+then ``snapshot.json`` (which snapshot, when, which files) last, so a dashboard polling ``snapshot.json`` never
+reads a table older than the one it announces.
 Each file is replaced atomically (temp + rename locally, one object upload on
 a bucket).  Tables are serialised by the same function the snapshot uses, so an
 export in a snapshot's own format is byte-identical to the snapshot's file.
@@ -46,8 +47,9 @@ _LOG = logging.getLogger(__name__)
 FORMATS = ("csv", "json", "parquet")
 #: The tables export writes unless ``--tables`` says otherwise.
 TABLES = ("leaderboard", "bias")
-#: Every table ``--tables`` may name: ``moves`` is the summary's attribution as rows (:func:`moves_table`).
-ALL_TABLES = (*TABLES, "moves")
+#: Every table ``--tables`` may name: ``moves`` is the summary's attribution as rows (:func:`moves_table`),
+#: ``slices`` the per-slice side-by-side boards of a ``refresh --slices`` snapshot (``slices.parquet``).
+ALL_TABLES = (*TABLES, "moves", "slices")
 #: The export's own note in the destination: which snapshot, which files (with their SHA-256), written last.
 STAMP = "snapshot.json"
 #: Every file name an export writes besides its stamp: the only names it ever removes.
@@ -208,6 +210,11 @@ def read_table(snapshot_path: str, table: str) -> pl.DataFrame:
         path = storage.join(snapshot_path, "summary.json")
         return moves_table(json.loads(storage.read_text(path)), path)
     path = storage.join(snapshot_path, f"{table}.parquet")
+    if table == "slices" and not storage.exists(path):  # an empty table would read as "no slice has a board"
+        raise StateError(
+            f"{snapshot_path}: this snapshot has no slices.parquet (published without refresh --slices), so there is "
+            "no slices table to export"
+        )
     try:
         return pl.read_parquet(io.BytesIO(storage.read_bytes(path)))
     except StateError:

@@ -182,3 +182,28 @@ def test_export_moves_is_the_published_attribution_as_rows(tmp_path, capsys):
     assert cli.main([*argv, "--tables", "moves"]) == 2
     err = capsys.readouterr().err.strip()
     assert "has no attribution" in err and older.snapshot_id in err and "\n" not in err
+
+
+def test_export_slices_writes_the_per_slice_boards_and_refuses_a_snapshot_without_them(tmp_path, capsys):
+    """``--tables slices``: a ``refresh --slices`` snapshot's per-slice boards (slices.parquet) where dashboards read;
+    a snapshot published without slices is refused in one line, not exported as an empty table (export had no
+    slices table: found by a QA pass)."""
+    from biasboard.simulate import SimulationConfig, write_simulation
+
+    config = SimulationConfig(battles=3000, models=6, judges=2, days=1, categories=2, seed=4)
+    sim = write_simulation(config, tmp_path / "sim")
+    out, dest = str(tmp_path / "site"), tmp_path / "dash"
+    refresh = ["refresh", "--no-audit", "--input", str(sim / "battles"), "--state", str(tmp_path / "state")]
+    assert cli.main([*refresh, "--out", out, "--slices", "category"]) == 0
+    argv = ["export", "--out", out, "--to", str(dest), "--format", "csv", "--tables", "leaderboard,slices"]
+    assert cli.main(argv) == 0
+    exported = pl.read_csv(dest / "slices.csv")
+    published = pl.read_parquet(Path(publish.resolve_snapshot(out)) / "slices.parquet")
+    assert exported.height == published.height > 0 and exported.columns == published.columns
+    assert exported["slice"].n_unique() == 2
+
+    older = _publish(str(tmp_path / "older"))
+    argv = ["export", "--out", str(tmp_path / "older"), "--to", str(tmp_path / "d2"), "--format", "csv"]
+    assert cli.main([*argv, "--tables", "slices"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no slices.parquet" in err and older.snapshot_id in err and "\n" not in err
