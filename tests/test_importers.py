@@ -800,6 +800,23 @@ def test_a_refresh_of_an_import_folder_reports_what_the_import_rejected(tmp_path
     assert read.import_dead_letters(str(out / "battles" / "day=*" / "*.parquet")) is None
 
 
+def test_an_audit_of_an_import_folder_says_what_the_import_rejected(tmp_path, capsys):
+    """``biasboard audit`` reads an import's folder without its dead letters too: its notes said nothing of the 3 of
+    150 games the import rejected (the refresh's summary did).  audit.json now carries them, by reason, with a note
+    the CLI prints."""
+    out = tmp_path / "imported"
+    assert (
+        cli.main(["import", "--format", "mtbench-pair", "--in", str(real_data(*STEFAN_PAIR)), "--out", str(out)]) == 0
+    )
+    capsys.readouterr()
+    assert cli.main(["audit", "--input", str(out), "--out", str(tmp_path / "audit")]) == 0
+    printed = capsys.readouterr().out
+    document = json.loads((tmp_path / "audit" / "audit.json").read_text())
+    assert document["import_rejected"][0]["rejected"] == {"no_verdict": 3}
+    said = [n for n in document["notes"] if "the import behind --input rejected 3 row(s)" in n]
+    assert len(said) == 1 and "no_verdict 3" in said[0] and f"note: {said[0]}" in printed
+
+
 def test_imported_battles_feed_the_backfill_job(tmp_path, capsys):
     """The real ingest (Beam, FnApiRunner) reads an import's day partitions and rejects nothing."""
     source = real_data("arena-clean-battle-samples", "mteb-arena", "clean_battle_clustering.json")

@@ -276,7 +276,26 @@ def run_audit(
     with storage.if_unreachable(left_writing(out)):
         storage.delete([marker])
         run_to_completion(build_audit(options, *inputs, aliases=aliases))
+        _add_import_rejections(marker, read.import_rejections([("--input", input_glob)]))
     return marker
+
+
+def _add_import_rejections(marker: str, rejections: Sequence[S.ImportRejections]) -> None:
+    """``audit.json`` at ``marker`` with what the import behind ``--input`` rejected: its ``import_rejected`` and a
+    note each.  Why: an import's folder is read without its dead letters, so the audit's counts start after the
+    import and its notes said nothing of the rows that never became battles (the refresh's summary said it); written
+    again, atomically, after the tables it describes (still last)."""
+    if not rejections:
+        return
+    document = json.loads(storage.read_text(marker))
+    document["import_rejected"] = S.to_jsonable(list(rejections))
+    for rejected in rejections:
+        reasons = ", ".join(f"{reason} {n:,}" for reason, n in sorted(rejected.rejected.items()))
+        document["notes"].append(
+            f"the import behind {rejected.option} rejected {rejected.rejected_total:,} row(s) of its source before "
+            f"they became battles ({reasons}; see {rejected.path}): not audited"
+        )
+    storage.atomic_write_bytes(marker, publish.json_bytes(document))
 
 
 #: What an audit that lost its storage before writing leaves (:func:`storage.if_unreachable`): it only read.
