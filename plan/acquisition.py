@@ -49,6 +49,7 @@ ones will remove and the batch spreads out instead of repeating one pair.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 from collections.abc import Sequence
@@ -272,15 +273,22 @@ class Posterior:
         naming a judge the fit does not hold."""
         if judges is None or len(judges) == 0:
             judges = self.judges or (ANY_JUDGE,)
+        position = self._judge_position
         index = []
         for name in judges:
-            if name in self.judges:
-                index.append(self.judges.index(name))
+            if name in position:
+                index.append(position[name])
             elif name in (ANY_JUDGE, POPULATION_JUDGE):
                 index.append(-1)
             else:
                 raise KeyError(f"judge {name!r} is not in the fit ({self._judges_said()})")
         return tuple(judges), np.array(index, dtype=np.int64)
+
+    @functools.cached_property
+    def _judge_position(self) -> dict[str, int]:
+        """Each judge's index in :attr:`judges`: a lookup per name planned for, where ``tuple.index`` scanned the
+        judges for each (every judge of 20,000 voter-judges: 3.3 s; 50,000: ~20 s, before the plan's size check)."""
+        return {name: i for i, name in enumerate(self.judges)}
 
     def _judges_said(self, listed: int = 10) -> str:
         """The fit's judges for an error message: the first ``listed`` by name and how many (a board of voter-judges
