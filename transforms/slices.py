@@ -162,18 +162,7 @@ class BucketSlices(SliceSource):
 def _shown_pairs(table: pa.Table, key: pa.ChunkedArray) -> pl.DataFrame:
     """A bucket's battles of known order summed by (cell key, model shown first, model shown second): what
     :func:`both_orders_share` and :func:`first_share_range` of a streamed slice read, summed over its buckets."""
-    frame = pl.from_arrow(
-        pa.table(
-            {
-                "key": key,
-                "model_a": _as_strings(table.column("model_a")),
-                "model_b": _as_strings(table.column("model_b")),
-                "n": table.column("n").cast(pa.float64()),
-            }
-        )
-    )
-    assert isinstance(frame, pl.DataFrame)
-    return frame.filter(pl.Series(_known_order(table))).group_by("key", "model_a", "model_b").agg(pl.col("n").sum())
+    return _known_rows(table, key=key).group_by("key", "model_a", "model_b").agg(pl.col("n").sum())
 
 
 class _FilteredBuckets:
@@ -338,14 +327,16 @@ def _known_battles(cells: pa.Table) -> pl.DataFrame | None:
     """The cells of known presentation order as (model_a shown first, model_b, n); None when they hold no battle."""
     if cells.num_rows == 0:
         return None
-    known = pl.from_arrow(
-        pa.table({k: _as_strings(cells.column(k)) for k in ("model_a", "model_b")}).append_column(
-            "n", cells.column("n").cast(pa.float64())
-        )
-    )
-    assert isinstance(known, pl.DataFrame)
-    known = known.filter(pl.Series(_known_order(cells)))
+    known = _known_rows(cells)
     return None if known.is_empty() or known["n"].sum() <= 0 else known
+
+
+def _known_rows(cells: pa.Table, **extra: pa.ChunkedArray) -> pl.DataFrame:
+    """``extra`` columns beside (model_a shown first, model_b, n) of the cells whose presentation order is known."""
+    columns = {**extra, **{k: _as_strings(cells.column(k)) for k in ("model_a", "model_b")}}
+    frame = pl.from_arrow(pa.table({**columns, "n": cells.column("n").cast(pa.float64())}))
+    assert isinstance(frame, pl.DataFrame)
+    return frame.filter(pl.Series(_known_order(cells)))
 
 
 def _known_order(cells: pa.Table) -> list[bool] | np.ndarray:
