@@ -16,7 +16,8 @@ ingest's job, by ``prompt_id`` and the model pair.
 MT-Bench (turn 2 rows: the judge saw the whole two-turn dialogue), ``<question>``
 for DevBench.  The question's ``category`` is kept as the battle's slice label
 (``refresh --slices category``).  Lengths: ``len_chars_*`` (default; both turns for MT-Bench) or
-``len_words_*``.
+``len_words_*``.  One import holds one benchmark: files of several (the repository's folder holds MT-Bench and
+DevBench) are refused, naming each benchmark's glob (:func:`refuse_mixed_benchmarks`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from biasboard.importers.common import (
     require_columns,
 )
 from biasboard.schemas.battle import SLICE_COLUMNS
+from biasboard.schemas.errors import InputError
 
 PATTERNS = ("*judgments*.jsonl", "*judgments*.jsonl.gz")
 REQUIRED = ("question_id", "model_a", "model_b", "winner")
@@ -52,6 +54,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     unit = pick_length_unit(options)
     raw = read_all(paths, scalar=SCALAR)
     require_columns(raw, REQUIRED, paths, "Position-Bias-Analyzer judgment")
+    refuse_mixed_benchmarks(raw, paths)
     judge, _ = judge_parts(raw, options, paths)
     position = column_or_null(raw, "position_a").cast(pl.String).fill_null("first")
     second = position == "second"
@@ -98,3 +101,43 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         f"lengths: {unit}",
     ]
     return finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)
+
+
+def refuse_mixed_benchmarks(raw: pl.DataFrame, paths: Sequence[Path]) -> None:
+    """Refuse, in one line, judgments of more than one benchmark in one import.
+
+    Why: the repository publishes MT-Bench's and DevBench's judgments side by side, so importing its folder gave
+    one battle log — one leaderboard — over two benchmarks' models, prompts and judges (MT-Bench's 31 models and
+    DevBench's 11 ranked together, their prompts' difficulty one scale).  A board ranks models on one benchmark;
+    the message names the benchmarks with their rows and, where the files are named after them (``mtbench_*``,
+    ``devbench_*``), the glob that imports each.
+    """
+    if "benchmark" not in raw.columns:
+        return
+    counts = (
+        raw.select(pl.col("benchmark").cast(pl.String))
+        .filter(pl.col("benchmark").is_not_null() & (pl.col("benchmark") != ""))
+        .group_by("benchmark")
+        .len()
+        .sort("benchmark")
+    )
+    if counts.height < 2:
+        return
+    held = ", ".join(f"{name}: {rows:,} rows" for name, rows in counts.iter_rows())
+    globs = [_benchmark_glob(name, paths) for name in counts["benchmark"]]
+    how = (
+        "import each on its own (" + ", ".join(f"--in '{g}'" for g in globs) + ")"
+        if all(globs)
+        else "import each benchmark's files on their own"
+    )
+    raise InputError(
+        f"these Position-Bias-Analyzer files hold {counts.height} benchmarks ({held}); one leaderboard ranks the "
+        f"models of one benchmark: {how}"
+    )
+
+
+def _benchmark_glob(benchmark: str, paths: Sequence[Path]) -> str | None:
+    """``<folder>/<benchmark>_*judgments*`` when the files named after ``benchmark`` (lower case) share a folder."""
+    prefix = benchmark.lower() + "_"
+    folders = {p.parent for p in paths if p.name.lower().startswith(prefix)}
+    return str(folders.pop() / f"{prefix}*judgments*") if len(folders) == 1 else None

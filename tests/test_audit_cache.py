@@ -38,7 +38,11 @@ def real_days(folder: Path, days: int = 6) -> Path:
     """The vendored Position-Bias-Analyzer judgments (every pair judged in both orders; MT-Bench and DevBench,
     5 judges), spread over ``days`` days by prompt so that each pair's two orders share a day (the audit pairs
     them within a day), written as a day-partitioned battle log."""
-    rows = pl.from_arrow(import_path("pba", real_data("mtbench-position-bias-analyzer")).rows)
+    pba = real_data("mtbench-position-bias-analyzer")
+    # One benchmark an import (a folder of both is refused); the audit is per judge and prompt, so both fit in one log.
+    rows = pl.concat(
+        [pl.from_arrow(import_path("pba", pba / f"{bench}_*judgments*").rows) for bench in ("mtbench", "devbench")]
+    )
     prompts = sorted(set(rows["prompt_id"].to_list()))
     day_of = {prompt: i % days for i, prompt in enumerate(prompts)}
     rows = rows.with_columns(pl.col("prompt_id").replace_strict(day_of, return_dtype=pl.Int64).alias("_day"))

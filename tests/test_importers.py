@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -737,6 +738,20 @@ def test_pba_reproduces_published_order_consistency():
     assert set(pairs["len"]) == {2}  # both orders of every pair
     # published/MTBench_gpt-4-0613_3.log.txt: "3914 out of 4800 answers are consistent"
     assert pairs.filter(pl.col("distinct") == 1)["len"].sum() == 3914
+
+
+def test_pba_folder_of_two_benchmarks_is_refused_naming_each_ones_files():
+    """The repository's folder holds MT-Bench's and DevBench's judgments: one import of it ranked 31 + 11 models
+    of two benchmarks on one board (found by the QA pass).  Each benchmark's glob imports alone."""
+    folder = real_data(*PBA)
+    with pytest.raises(InputError) as refused:
+        import_path("pba", folder)
+    message = str(refused.value)
+    assert "2 benchmarks (DevBench: 11,200 rows, MTBench: 14,400 rows)" in message, message
+    globs = re.findall(r"--in '([^']+)'", message)
+    assert globs == [str(folder / "devbench_*judgments*"), str(folder / "mtbench_*judgments*")]
+    ids = [pl.from_arrow(import_path("pba", Path(g)).rows)["battle_id"] for g in globs]
+    assert [set(i.str.split(":").list.get(1)) for i in ids] == [{"DevBench"}, {"MTBench"}]
 
 
 def test_pba_null_verdicts_are_dead_letters():
