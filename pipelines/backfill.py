@@ -99,18 +99,32 @@ def format_counts(counts: IngestCounts, what: str = "battles") -> str:
     return line
 
 
+def _share(value: float | None) -> str:
+    """A share for the judges table, 7 wide; a dash where it is not defined (no battle of known order)."""
+    return f"{'—':>7}" if value is None else f"{value:>7.1%}"
+
+
 def format_summary(cells: pa.Table) -> str:
-    """``backfill_summary``: per-judge totals of the cells as an aligned text table."""
+    """``backfill_summary``: per-judge totals of the cells as an aligned text table.
+
+    win_a / win_b are over the battles whose shown order is known (a dash when none is); a line under the table
+    says so when some battles' order is unknown.  tie is over all battles.
+    """
     summary = judge_summary(cells).to_pylist()
     header = f"{'judge':<28} {'family':<14} {'battles':>10} {'models':>6} {'win_a':>7} {'win_b':>7} {'tie':>7}"
     lines = [header, "-" * len(header)]
     for row in summary:
         lines.append(
             f"{row['judge'][:28]:<28} {row['judge_family'][:14]:<14} {row['n']:>10} {row['models']:>6} "
-            f"{row['win_a_share']:>7.1%} {row['win_b_share']:>7.1%} {row['tie_share']:>7.1%}"
+            f"{_share(row['win_a_share'])} {_share(row['win_b_share'])} {row['tie_share']:>7.1%}"
         )
     if not summary:
         lines.append("(no counted battles)")
+    unknown = sum(row["n"] - row["order_known"] for row in summary)
+    if unknown:
+        lines.append(
+            f"win_a/win_b: of the battles whose shown order is known ({unknown} battle(s) without it); tie: of all"
+        )
     return "\n".join(lines)
 
 

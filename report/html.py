@@ -51,6 +51,7 @@ from biasboard.schemas.summary import (
     TIED_TO_REFERENCE,
     Attribution,
     HeadToHead,
+    JudgeCounts,
     ModelMove,
     RankInterval,
     Summary,
@@ -1298,7 +1299,25 @@ def _judges(summary: Summary) -> str:
     tables = summary.judge_tables
     where = tables.files.get("judges", "summary.json") if tables is not None else "summary.json"
     note = left_out_note(summary.n_judges, len(judges), where)
-    return _section("judges", "Judges", note + _table("judges", head, rows))
+    return _section("judges", "Judges", note + _table("judges", head, rows) + _order_unknown_note(judges))
+
+
+def _order_unknown_note(judges: list[JudgeCounts]) -> str:
+    """Under the judges table, when some battles' shown order is unknown: what the first/second shares are of.
+
+    Why: such a battle's ``model_a`` is only the listed answer (AlpacaEval's baseline), so its wins are no
+    first-shown wins; the shares leave those battles out, and the reader must know the ties do not.
+    """
+    unknown = [(j, j.n - j.order_known) for j in judges if j.order_known is not None and j.order_known < j.n]
+    if not unknown:
+        return ""
+    named = ", ".join(f"{esc(j.judge)} {_int(k)} of {_int(j.n)}" for j, k in unknown[:5])
+    more = f" and {len(unknown) - 5} more judges" if len(unknown) > 5 else ""
+    return (
+        f'<p class="note">First and second shown wins are shares of the battles whose shown order the log records; '
+        f"ties are shares of all battles. Shown order unknown (listed order only, so no first-shown answer): "
+        f"{named}{more}. A dash: no battle of that judge has a known order.</p>"
+    )
 
 
 # --------------------------------------------------------------------------- the page

@@ -208,17 +208,23 @@ class ImportRejections:
 
 @dataclass
 class JudgeCounts:
-    """Per judge, from the cells: battles and the shares of first-shown wins, second-shown wins and ties."""
+    """Per judge, from the cells: battles and the shares of first-shown wins, second-shown wins and ties.
+
+    The first- and second-shown shares are of the ``order_known`` battles, null when the judge has none (a
+    battle whose shown order the log does not record has no first-shown answer); the tie shares are of all ``n``.
+    """
 
     judge: str
     judge_family: str
     n: int
-    win_a_share: float
-    win_b_share: float
+    win_a_share: float | None
+    win_b_share: float | None
     tie_share: float
     bothbad_share: float
     self_battles: int
     models: int
+    #: Battles whose shown order is known (None in a summary written before it was counted).
+    order_known: int | None = None
 
 
 #: Judges whose per-judge rows ``summary.json`` (``judges``, ``diagnostics.order``, ``diagnostics.family``) and

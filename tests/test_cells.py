@@ -236,6 +236,29 @@ def test_judge_summary_shares():
     assert (s["win_a_share"], s["win_b_share"], s["tie_share"], s["bothbad_share"]) == (0.5, 0.25, 0.25, 0.25)
 
 
+def test_judge_summary_first_and_second_shares_leave_out_battles_of_unknown_order():
+    """A battle whose shown order is unknown (AlpacaEval: model_a is the listed baseline) has no first-shown answer:
+    the first/second shares are of the battles of known order, ties of all; a judge with none gets null shares.
+    Before, AlpacaEval 1's judge (no order known) read 'first shown wins 20.5%, second 79.0%'."""
+    listed = [("j1", "base", "m", "model_a", False)] * 3 + [("j1", "base", "m", "tie", False)]
+    known = [("j1", "m", "base", "model_a", True), ("j1", "base", "m", "model_b", True)]
+    only_listed = [("j2", "base", "m", "model_a", False)] * 2
+    rows = [
+        {"battle_id": str(i), "judge": j, "model_a": a, "model_b": b, "winner": w, "order_known": k}
+        for i, (j, a, b, w, k) in enumerate(listed + known + only_listed)
+    ]
+    by_judge = {row["judge"]: row for row in judge_summary(cells_of(rows)).to_pylist()}
+    j1, j2 = by_judge["j1"], by_judge["j2"]
+    assert (j1["n"], j1["order_known"], j1["win_a_share"], j1["win_b_share"], j1["tie_share"]) == (
+        6,
+        2,
+        0.5,
+        0.5,
+        1 / 6,
+    )
+    assert (j2["n"], j2["order_known"], j2["win_a_share"], j2["win_b_share"], j2["tie_share"]) == (2, 0, None, None, 0)
+
+
 def test_judge_summary_counts_each_judges_own_models_plain_or_dictionary_encoded():
     """``models`` is per judge (model_a ∪ model_b within the judge's cells), whether the keys are text or the
     merged history's dictionary-encoded columns."""

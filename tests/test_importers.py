@@ -815,6 +815,24 @@ def test_a_refresh_of_an_import_folder_reports_what_the_import_rejected(tmp_path
     assert read.import_dead_letters(str(out / "battles" / "day=*" / "*.parquet")) is None
 
 
+def test_alpacaeval_1_judges_table_shows_no_shown_order_split(tmp_path):
+    """AlpacaEval 1 stores no shown order: every battle is order_known = false, model_a the listed baseline.  The
+    report's Judges table read 'first shown wins' as the baseline's wins (on the shared 52-model file: 20.5%
+    against 79.0% second, a position preference no battle can show); the summary's shares are now null there,
+    the table shows dashes and a note says what the shares are of."""
+    out = tmp_path / "imported"
+    folder = real_data("alpacaeval", "real-layout", "results", "alpaca-7b")
+    assert cli.main(["import", "--format", "alpacaeval", "--in", str(folder), "--out", str(out)]) == 0
+    outcome = refresh(str(out), str(tmp_path / "state"), str(tmp_path / "site"), [], RefreshOptions(audit=False))
+    assert outcome.published is not None and outcome.summary is not None
+    (judge,) = outcome.summary.judges
+    assert (judge.n, judge.order_known, judge.win_a_share, judge.win_b_share) == (805, 0, None, None)
+    page = (Path(outcome.published.path) / "report.html").read_text(encoding="utf-8")
+    judges = page[page.index('<section id="judges">') :]
+    assert "<td>805</td><td>2</td><td>—</td><td>—</td>" in judges
+    assert "Shown order unknown (listed order only, so no first-shown answer): alpaca_eval_gpt4 805 of 805" in judges
+
+
 def test_an_audit_of_an_import_folder_says_what_the_import_rejected(tmp_path, capsys):
     """``biasboard audit`` reads an import's folder without its dead letters too: its notes said nothing of the 3 of
     150 games the import rejected (the refresh's summary did).  audit.json now carries them, by reason, with a note

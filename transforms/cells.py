@@ -420,22 +420,33 @@ def merge_batches(
 def judge_summary(cells: pa.Table) -> pa.Table:
     """Per-judge totals of pair cells: battles, shares of first-shown wins, second-shown wins, ties.
 
-    ``tie_share`` counts both kinds of tie; ``bothbad_share`` is the part that
-    was ``tie (bothbad)``.  ``self_battles`` counts battles of a model against itself.
+    ``win_a_share`` / ``win_b_share`` are shares of the ``order_known`` battles (null when the judge has none):
+    in a battle whose shown order the log does not record, ``model_a`` is only the listed one (AlpacaEval's
+    baseline), so counting its wins as first-shown wins read as a position preference the data cannot show
+    (AlpacaEval 1: "first shown wins 20.5%, second 79.0%" with no order known).  ``tie_share`` (both kinds of
+    tie; ``bothbad_share`` the ``tie (bothbad)`` part) is of every battle, the order not mattering to a tie.
+    ``self_battles`` counts battles of a model against itself.
     """
     # Only the columns it reads, string keys as they come (a dictionary column is a polars Categorical): casting
     # a merged history's dictionary-encoded keys to strings cost ~100 bytes a cell (bench/scale.py).
-    used = ["judge", "judge_family", "model_a", "model_b", "n", "win_a", "win_b", "tie", "tie_bothbad"]
+    used = ["judge", "judge_family", "model_a", "model_b", "order_known", "n", "win_a", "win_b", "tie", "tie_bothbad"]
     frame = pl.from_arrow(cells.select(used) if cells.num_rows else PAIR_CELLS_SCHEMA.empty_table().select(used))
     assert isinstance(frame, pl.DataFrame)
-    frame = frame.with_columns(pl.col(c).cast(pl.Int64) for c in used[4:])
+    frame = frame.with_columns(pl.col(c).cast(pl.Int64) for c in used[5:])
     n = pl.col("n").sum()
+    known = pl.col("order_known")
+    n_known = pl.col("n").filter(known).sum()
+
+    def known_share(column: str) -> pl.Expr:
+        return pl.when(n_known > 0).then(pl.col(column).filter(known).sum() / n_known).otherwise(None)
+
     summary = (
         frame.group_by("judge", "judge_family")
         .agg(
             n.alias("n"),
-            (pl.col("win_a").sum() / n).alias("win_a_share"),
-            (pl.col("win_b").sum() / n).alias("win_b_share"),
+            n_known.alias("order_known"),
+            known_share("win_a").alias("win_a_share"),
+            known_share("win_b").alias("win_b_share"),
             ((pl.col("tie").sum() + pl.col("tie_bothbad").sum()) / n).alias("tie_share"),
             (pl.col("tie_bothbad").sum() / n).alias("bothbad_share"),
             pl.col("n").filter(pl.col("model_a") == pl.col("model_b")).sum().alias("self_battles"),
