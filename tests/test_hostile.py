@@ -143,6 +143,30 @@ def test_a_folder_flag_given_a_file_says_so(tmp_path, capsys):
     assert "--from: the date '2024-13-01' given is not a calendar day" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("winner", "rows", "says"),
+    [
+        (pl.lit(1), 40, "all 40 rows read were rejected (bad_winner 40); each day's dead letters are under "),
+        (pl.lit("model_a"), 0, "their input files hold no battle row (1 empty file(s) skipped)"),
+    ],
+)
+def test_a_refresh_with_no_valid_battle_says_what_it_read_and_why_it_rejected_it(tmp_path, capsys, winner, rows, says):
+    """A day whose every row is rejected (an integer ``winner``), or whose file holds no row, leaves nothing to fit.
+    The refresh said "every row was rejected" in both cases and nothing of why; it now says how many rows it read
+    and the reasons, or that the files hold no row, in one line."""
+    day = tmp_path / "logs" / "day=2024-01-01"
+    day.mkdir(parents=True)
+    frame = pl.DataFrame({"battle_id": [f"b{i}" for i in range(rows)], "ts": ["2024-01-01T03:00:00Z"] * rows})
+    frame = frame.with_columns(judge=pl.lit("j"), model_a=pl.lit("a"), model_b=pl.lit("b"), winner=winner)
+    frame.write_parquet(day / "part-0.parquet")
+    state = tmp_path / "s"
+    argv = ["refresh", "--input", str(tmp_path / "logs"), "--state", str(state), "--out", str(tmp_path / "o")]
+    assert cli.main([*argv, "--no-audit"]) == 2
+    err = capsys.readouterr().err
+    assert f"{state}: no valid battle to fit in the 1 stored day(s): {says}" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_a_worker_error_is_one_line_without_the_runner_traceback(tmp_path):
     """A file whose footer is fine but whose data pages are corrupt fails inside the Beam worker."""
     day = tmp_path / "logs" / "day=2024-01-01"

@@ -271,4 +271,5 @@ def test_battles_all_rejected_stay_an_error_with_grades(tmp_path, capsys):
             "--scores", str(sim / "scores" / "day=*" / "*.parquet"), "--state", str(tmp_path / "st"),
             "--out", str(tmp_path / "out"), "--runner=FnApiRunner"]  # fmt: skip
     assert cli.main(argv) == 2
-    assert "no valid battle (every row was rejected)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no valid battle to fit in the 1 stored day(s): all 300 rows read were rejected (bad_winner 300)" in err

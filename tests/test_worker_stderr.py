@@ -41,7 +41,8 @@ def test_worker_process_prints_no_traceback_for_bad_input(tmp_path):
         timeout=300,
     )
     assert result.returncode == 2, result.stderr
-    assert "hold no valid battle" in result.stderr.splitlines()[-1]
+    assert "no valid battle to fit" in result.stderr.splitlines()[-1]
+    assert "all 10 rows read were rejected (bad_winner 10)" in result.stderr.splitlines()[-1]
     assert "Traceback" not in result.stderr, result.stderr
 
 

@@ -23,20 +23,43 @@ def _day_counts(days: list[str], manifests: list[dict], key: str = "counts") -> 
     return [(day, IngestCounts.from_dict(m[key])) for day, m in zip(days, manifests, strict=True) if key in m]
 
 
+def _reasons(counts: IngestCounts) -> str:
+    """``bad_winner 267, duplicate_battle_id 3``: the rejection reasons, the commonest first."""
+    return ", ".join(f"{reason} {n:,}" for reason, n in sorted(counts.rejected.items(), key=lambda kv: -kv[1]))
+
+
 def rejected_days_warnings(days: list[str], manifests: list[dict]) -> list[str]:
     """The days that rejected most of what they read: every row is still accounted for, but a nightly operator should
     hear that a day's file came with (say) an integer ``winner`` column or was copied twice into its day (measured:
     5,100 of 5,100 rows ``bad_winner``, published with exit 0 and no warning)."""
-    out = []
-    for day, counts in _day_counts(days, manifests):
-        if counts.read and counts.rejected_total > REJECTED_DAY_SHARE * counts.read:
-            by_count = sorted(counts.rejected.items(), key=lambda kv: -kv[1])
-            reasons = ", ".join(f"{reason} {n:,}" for reason, n in by_count)
-            out.append(
-                f"day {day} rejected {counts.rejected_total:,} of the {counts.read:,} rows it read ({reasons}): "
-                "see its dead letters"
-            )
-    return out
+    return [
+        f"day {day} rejected {counts.rejected_total:,} of the {counts.read:,} rows it read ({_reasons(counts)}): "
+        "see its dead letters"
+        for day, counts in _day_counts(days, manifests)
+        if counts.read and counts.rejected_total > REJECTED_DAY_SHARE * counts.read
+    ]
+
+
+def battle_rows_read(days: list[str], manifests: list[dict]) -> int:
+    """Battle rows the stored days read (0 on an ordinal-only state: score files alone)."""
+    return sum(counts.read for _, counts in _day_counts(days, manifests))
+
+
+def no_battle_message(state_dir: str, days: list[str], manifests: list[dict]) -> str:
+    """Why the stored days hold no battle to fit, in one line: what was read and, by reason, why it was rejected.
+
+    Why: the refresh said only "every row was rejected", also of a day file that holds no row at all, and a user
+    had to open the dead letters to learn that (say) all 267 rows had an integer ``winner``.
+    """
+    counts = sum((c for _, c in _day_counts(days, manifests)), IngestCounts())
+    where = f"{state_dir}: no valid battle to fit in the {len(days):,} stored day(s)"
+    if counts.read == 0:
+        empty = f" ({counts.empty_files:,} empty file(s) skipped)" if counts.empty_files else ""
+        return f"{where}: their input files hold no battle row{empty}"
+    return (
+        f"{where}: all {counts.read:,} rows read were rejected ({_reasons(counts)}); "
+        f"each day's dead letters are under {state_dir.rstrip('/')}/deadletters/"
+    )
 
 
 def off_day_warnings(days: list[str], manifests: list[dict]) -> list[str]:

@@ -39,7 +39,12 @@ from biasboard.transforms import publish, state, storage
 from biasboard.transforms.anchors import read_anchors
 from biasboard.transforms.audit import AUDIT_JSON, JSON_TABLES, table_file
 from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
-from biasboard.transforms.day_warnings import off_day_warnings, rejected_days_warnings
+from biasboard.transforms.day_warnings import (
+    battle_rows_read,
+    no_battle_message,
+    off_day_warnings,
+    rejected_days_warnings,
+)
 from biasboard.transforms.judge_pool import pool_buckets, pool_table
 from biasboard.transforms.plan import plan_inputs
 from biasboard.transforms.ranks import rank_intervals
@@ -148,9 +153,11 @@ def fit_state(
         cells = state.load_cells(state_dir, dictionary=True, cache=True)  # key order, dictionary-encoded keys
         n_rows = cells.num_rows
     merge_s = time.perf_counter() - started
-    if n_rows == 0 and (score_cells is None or _battle_rows_read(state_dir, days)):
-        # Grades alone make an ordinal-only board; battles that were all rejected are an error, not that board.
-        raise InputError(f"{state_dir}: the stored days hold no valid battle (every row was rejected)")
+    if n_rows == 0:
+        manifests = [state.read_day_manifest(state_dir, day) or {} for day in days]
+        if score_cells is None or battle_rows_read(days, manifests):
+            # Grades alone make an ordinal-only board; battles that were all rejected are an error, not that board.
+            raise InputError(no_battle_message(state_dir, days, manifests))
     _LOG.info(
         "fit: merged %d pair cells%s from %d day(s) in %.1f s",
         n_rows,
@@ -295,12 +302,6 @@ def _fit_snapshot(
         slices=boards,
         merge_s=merge_s,
     )
-
-
-def _battle_rows_read(state_dir: str, days: list[str]) -> int:
-    """Battle rows the stored days read (0 on an ordinal-only state: score files alone)."""
-    manifests = (state.read_day_manifest(state_dir, day) or {} for day in days)
-    return sum(IngestCounts.from_dict(m["counts"]).read for m in manifests if "counts" in m)
 
 
 def _slice_fit(spec: FitSpec):
