@@ -462,8 +462,28 @@ def _move_line(row: ModelMove) -> str:
     return f"<strong>{esc(row.model)}</strong> {arrow} ({ranks}): {', '.join(parts) or 'no single correction'}"
 
 
+#: What the two boards of single grades are and what their scale means: the partial-credit model's θ is on the
+#: adjacent-category logit scale (P(k)/P(k−1) = exp(φ − τ_k)), so a rating difference is a factor in the odds of a
+#: grade one step higher, not in odds of winning; nothing there is a Bradley–Terry fit or a tie.
+ORDINAL_MEANING = (
+    "Corrected: each model's quality with each judge's severity and each prompt's difficulty taken out (the "
+    "partial-credit many-facet model of the grades). Naive: the same model with every grade pooled over judges and "
+    "prompts, so it ranks the models as their mean grade does. On the Elo-like scale 400 points are a factor 10 in "
+    "the odds of a grade one step higher rather than one step lower (100 points: a factor 1.78); no battle is "
+    "fitted. The corrected points usually spread wider: pooling leaves the prompts' differences in difficulty in "
+    "the noise, which pulls the naive ratings toward the centre, so compare ranks, not points, across the two "
+    "columns."
+)
+
+
 def _corrected_meaning(summary: Summary) -> str:
-    """What the corrected rating is, and why its points spread wider than the naive ones."""
+    """What the corrected rating is, and why its points spread wider than the naive ones.
+
+    An ordinal-only board gets :data:`ORDINAL_MEANING`: the pairwise text (position, length, ties as half wins,
+    odds of winning) described models the board does not fit.
+    """
+    if _ordinal_only(summary):
+        return ORDINAL_MEANING
     if summary.reference is not None and summary.reference.kind != "none":
         meaning = f"Corrected: {summary.reference.corrected_rating.rstrip('.')}."
     else:

@@ -149,6 +149,10 @@ def test_arena_bench_grades_alone_make_both_boards(arena_bench_scores, tmp_path,
     assert bias["judge"].to_list() == ["gpt-4"]
     report = (snapshot / "report.html").read_text()
     assert "Ordinal-only board" in report and "Judge audit" not in report
+    # The leaderboard's note says what these two boards are: it described the pairwise ones (position, length,
+    # ties as half wins, odds of winning), none of which an ordinal-only board fits.
+    assert "the odds of a grade one step higher rather than one step lower" in report
+    assert "half a win" not in report and "half wins" not in report and "odds of winning" not in report
 
 
 def test_mtbench_single_grades_alone(tmp_path):
