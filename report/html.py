@@ -20,7 +20,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import polars as pl
@@ -315,6 +315,42 @@ def _plot_subset(lb: list[dict[str, Any]], top_n: int, movers: int) -> list[dict
     return [r for r in ordered if id(r) in picked]
 
 
+@dataclass(frozen=True)
+class PlotGroups:
+    """The forest plot's rows in drawing order, where its dashed rules go, and what the scope note adds."""
+
+    rows: list[dict[str, Any]]
+    breaks: list[int]
+    grouped: bool
+    note: str = ""
+
+    def prefix(self, row: Mapping[str, Any]) -> str:
+        """``G2 `` before a row's rank when the board has several comparison groups, else nothing."""
+        return f"G{_int_or_zero(row.get('component')) + 1} " if self.grouped else ""
+
+
+def _plot_groups(subset: list[dict[str, Any]], top_n: int | None) -> PlotGroups:
+    """The plotted rows grouped by comparison component, as the full table groups them.
+
+    Why: ranks restart in each group and the groups' ratings are not comparable (no battle links them), yet the
+    plot interleaved them on one axis in rank order (1, 1, 2, 2, ...: GenAI-Arena's editing and generation models),
+    which reads as ties, and an order, across groups.  One group: rank order, with the rule under the top
+    ``top_n`` when the plot shows only some models (``top_n`` None: all shown).
+    """
+    components = {_int_or_zero(r.get("component")) for r in subset}
+    if len(components) <= 1:
+        return PlotGroups(subset, [top_n] if top_n is not None else [], grouped=False)
+    rows = sorted(subset, key=lambda r: _int_or_zero(r.get("component")))  # stable: rank order within a group
+    comps = [_int_or_zero(r.get("component")) for r in rows]
+    breaks = [i for i in range(1, len(rows)) if comps[i] != comps[i - 1]]
+    note = (
+        f" Rows are grouped by comparison group (G1 the largest; a dashed rule between groups), each in corrected "
+        f"rank order: no battle links two groups, so ratings and ranks compare only within a group "
+        f"({len(components)} groups here)."
+    )
+    return PlotGroups(rows, breaks, grouped=True, note=note)
+
+
 def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers: int) -> str:
     if not lb:
         return _section("leaderboard", "Leaderboards", '<p class="empty">No models in this snapshot.</p>')
@@ -323,14 +359,18 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers:
     ordered = sorted(lb, key=lambda r: _rank_key(r, "rank_corrected"))
     subset = _plot_subset(lb, top_n, movers)
     shown = len(subset)
+    plotted = _plot_groups(subset, top_n if shown < len(lb) else None)
+    subset = plotted.rows
     if shown < len(lb):
+        rule = "" if plotted.grouped else " (below the dashed rule)"
         scope = (
             f"Showing {shown} of {len(lb)} models: the top {top_n} by corrected rating and the "
-            f"largest rank changes among the rest (below the dashed rule). Every model is in the table below."
+            f"largest rank changes among the rest{rule}. Every model is in the table below."
         )
     else:
-        scope = f"All {len(lb)} models, ordered by corrected rank."
-    labels = [f"{_int(r['rank_corrected'])}. {r['model']}" for r in subset]
+        scope = f"All {len(lb)} models." if plotted.grouped else f"All {len(lb)} models, ordered by corrected rank."
+    scope += plotted.note
+    labels = [f"{plotted.prefix(r)}{_int(r['rank_corrected'])}. {r['model']}" for r in subset]
     tips = [f"{r['model']} — corrected #{_int(r['rank_corrected'])}, naive #{_int(r['rank_naive'])}" for r in subset]
     forest = _responsive(
         lambda width: forest_plot(
@@ -354,7 +394,7 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers:
             title="Ratings with confidence intervals, naive and corrected",
             x_label=f"rating (Elo-like scale) with {ci_name}",
             tooltips=tips,
-            breaks=[top_n] if shown < len(lb) else [],
+            breaks=plotted.breaks,
             width=width,
             label_px=None if width > NARROW else min(150, width // 3),
         )

@@ -933,12 +933,10 @@ def test_slice_tabs_show_one_panel_and_fit_a_phone(sliced, browser, width, tmp_p
     assert tabs == {"before": [True, False, False, False], "after": [False, False, True, False]}
 
 
-def test_the_full_table_groups_models_by_comparison_component(published):
-    """A board of two groups no battle links (GenAI-Arena's): each group's ranks restart at 1. Sorted by rank alone
-    the table interleaved them (1, 1, 2, 2, ...), reading as ties across groups; now each group is listed apart,
-    under a row that says what its ranks mean."""
-    board = published.leaderboard.sort("rank_corrected")
-    second = board.tail(3)["model"].to_list()  # made a group of its own, ranked 1..3 within it
+def _two_groups(board: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """``board`` (in corrected rank order) with its last 3 models made a comparison group of their own, ranked 1..3
+    within it, as a board of two groups no battle links (GenAI-Arena's) is published; and those 3 models."""
+    second = board.tail(3)["model"].to_list()
     split = board.with_columns(
         pl.when(pl.col("model").is_in(second)).then(1).otherwise(0).cast(pl.Int64).alias("component"),
         pl.when(pl.col("model").is_in(second))
@@ -946,6 +944,15 @@ def test_the_full_table_groups_models_by_comparison_component(published):
         .otherwise(pl.col("rank_corrected"))
         .alias("rank_corrected"),
     )
+    return split, second
+
+
+def test_the_full_table_groups_models_by_comparison_component(published):
+    """A board of two groups no battle links (GenAI-Arena's): each group's ranks restart at 1. Sorted by rank alone
+    the table interleaved them (1, 1, 2, 2, ...), reading as ties across groups; now each group is listed apart,
+    under a row that says what its ranks mean."""
+    board = published.leaderboard.sort("rank_corrected")
+    split, second = _two_groups(board)
     page = render_report(split, published.bias, published.summary)
     table = page[page.index("<h3>Full table</h3>") :]
     first = [m for m in board["model"].to_list() if m not in second]
@@ -953,3 +960,24 @@ def test_the_full_table_groups_models_by_comparison_component(published):
     group_1, group_2 = table.index("Group 1 of 2: "), table.index("Group 2 of 2: 3 models no battle links")
     assert group_1 < min(at[m] for m in first) and max(at[m] for m in first) < group_2 < min(at[m] for m in second)
     assert "Group 1 of" not in published.page  # a connected board has no group rows
+
+
+def test_the_forest_plot_groups_models_by_comparison_component(published):
+    """The ratings plot interleaved two groups no battle links in rank order (GenAI-Arena: '1. Prompt2prompt_edition,
+    1. PlayGroundV2_generation, 2. ...' on one axis), reading as ties and an order across groups, as the full table
+    did before it was grouped.  Now each group's rows come together, labelled G1/G2, a dashed rule between them, and
+    the note says ratings compare only within a group."""
+    board = published.leaderboard.sort("rank_corrected")
+    split, second = _two_groups(board)
+    page = render_report(split, published.bias, published.summary)
+    plot = page[page.index("Ratings with confidence intervals, naive and corrected") :]
+    plot = plot[: plot.index("</svg>")]
+    labels = re.findall(r"</title>(G[12] \d+\. [^<]*)</text>", plot)
+    assert len(labels) == board.height
+    assert [label[:2] for label in labels] == ["G1"] * (board.height - 3) + ["G2"] * 3
+    assert [label.split(" ", 2)[1:] for label in labels[-3:]] == [
+        [f"{i}.", html.escape(m)] for i, m in enumerate(second, 1)
+    ]
+    assert plot.count('stroke-dasharray="6 4"') == 1  # the rule between the groups
+    assert "Rows are grouped by comparison group (G1 the largest; a dashed rule between groups)" in page
+    assert "G1 1. " not in published.page  # a connected board's labels carry no group
