@@ -274,7 +274,7 @@ def test_up_front_errors_name_the_file_and_column(tmp_path: Path, capsys):
     garbage = tmp_path / "c" / f"day={D1}" / "junk.parquet"
     garbage.parent.mkdir(parents=True)
     garbage.write_bytes(b"this is not parquet at all")
-    with pytest.raises(InputError, match=r"junk\.parquet: cannot read as Parquet"):
+    with pytest.raises(InputError, match=r"junk\.parquet: the file is text, not Parquet"):
         list_input_days(str(tmp_path / "c"))
 
     with pytest.raises(InputError, match="no input files match"):
@@ -285,6 +285,43 @@ def test_up_front_errors_name_the_file_and_column(tmp_path: Path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "required column 'winner'" in err and "Traceback" not in err
     assert not (tmp_path / "s").exists()  # nothing written before the checks passed
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b'[\n  {"model_a": "x", "model_b": "y", "winner": "model_a"}\n]', "the file is JSON, not Parquet: "),
+        (b'{"generator_1": "x"}\n', "the file is JSON, not Parquet: "),
+        (b"\x1f\x8b\x08\x00" + bytes(20), "the file is gzip, not Parquet: "),
+        (b"id,model_x,model_y,winner\n1,a,b,left\n", "the file is text, not Parquet: "),
+    ],
+)
+def test_another_tools_file_given_as_input_is_told_to_import_it_first(tmp_path: Path, capsys, content, says):
+    """A new user's first try: ``--input clean_battle.json`` (FastChat's JSON, AlpacaEval's JSON lines, LLMFAO's CSV).
+    The error was pyarrow's "Parquet magic bytes not found in footer. Either the file is corrupted or this is not a
+    parquet file"; it now says what the file looks like and that ``biasboard import`` converts it, in one line."""
+    path = tmp_path / "clean_battle.json"
+    path.write_bytes(content)
+    code = cli.main(["backfill", "--input", str(path), "--state", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"{path}: {says}battle and score logs are read as Parquet; convert another tool's file first with " in err
+    assert "`biasboard import --format F --in PATH --out DIR`" in err
+
+
+def test_an_empty_or_broken_parquet_file_is_told_apart_from_another_format(tmp_path: Path):
+    """A 0-byte file is said to be empty (not told to be imported); a file that starts as Parquet but is broken keeps
+    pyarrow's own reason."""
+    empty = tmp_path / "e" / f"day={D1}" / "part-0.parquet"
+    empty.parent.mkdir(parents=True)
+    empty.write_bytes(b"")
+    with pytest.raises(InputError, match=r"part-0\.parquet: the file is empty \(0 bytes\), not Parquet"):
+        list_input_days(str(tmp_path / "e"))
+    broken = tmp_path / "b" / f"day={D1}" / "part-0.parquet"
+    broken.parent.mkdir(parents=True)
+    broken.write_bytes(b"PAR1" + bytes(40))
+    with pytest.raises(InputError, match=r"part-0\.parquet: cannot read as Parquet: "):
+        list_input_days(str(tmp_path / "b"))
 
 
 def _tasks(days: int, size: int) -> list[dict]:

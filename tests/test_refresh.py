@@ -459,7 +459,7 @@ def test_an_input_refused_inside_the_run_leaves_the_stored_audit_as_it_was(sim, 
     junk = logs / "battles" / "day=2024-01-04" / "part-00000.parquet"
     junk.parent.mkdir()
     junk.write_bytes(b"junk\n")
-    with pytest.raises(InputError, match="cannot read as Parquet"):
+    with pytest.raises(InputError, match="the file is text, not Parquet"):
         refresh(_glob(logs), str(state), out, [])
     assert {p.name: p.read_bytes() for p in (state / "audit").iterdir()} == stored
     shutil.rmtree(junk.parent)

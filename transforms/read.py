@@ -216,13 +216,48 @@ def _is_folder(path: str) -> bool:
     return path.endswith("/")
 
 
+#: The first bytes of every Parquet file.
+PARQUET_MAGIC = b"PAR1"
+#: What a non-Parquet input file looks like, by its first bytes (after leading whitespace), in the error.
+_LOOKS_LIKE: tuple[tuple[bytes, str], ...] = ((b"{", "JSON"), (b"[", "JSON"), (b"\x1f\x8b", "gzip"))
+
+
+def not_parquet_error(path: str, err: BaseException) -> InputError:
+    """The one-line error for a file Parquet cannot read, saying what it looks like when it is not Parquet at all.
+
+    Why: a new user's first try is ``refresh --input clean_battle.json`` (another tool's file), and the answer was
+    pyarrow's "Parquet magic bytes not found in footer. Either the file is corrupted or this is not a parquet
+    file": it did not say the file is JSON, nor that ``biasboard import`` converts it.  Only the first bytes are
+    read, and only once the Parquet read has failed; a file that starts as Parquet keeps pyarrow's reason.
+    """
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as handle:
+            head = handle.read(64)
+    except Exception:  # the file could not be read at all: pyarrow's reason is the one to give
+        head = PARQUET_MAGIC
+    if head.startswith(PARQUET_MAGIC):
+        return InputError(f"{path}: cannot read as Parquet: {err}")
+    if not head:
+        return InputError(
+            f"{path}: the file is empty (0 bytes), not Parquet (an empty part file is a Parquet file of no rows, which "
+            "is skipped): rewrite or remove it"
+        )
+    stripped = head.lstrip()
+    kind = "text, not Parquet" if stripped[:1].isascii() else "not Parquet"
+    kind = next((f"{name}, not Parquet" for magic, name in _LOOKS_LIKE if stripped.startswith(magic)), kind)
+    return InputError(
+        f"{path}: the file is {kind}: battle and score logs are read as Parquet; convert another tool's file "
+        "first with `biasboard import --format F --in PATH --out DIR` (`biasboard import --help` lists the formats)"
+    )
+
+
 def open_parquet(path: str) -> pq.ParquetFile:
-    """A Parquet reader over Beam's FileSystems; InputError when unreadable."""
+    """A Parquet reader over Beam's FileSystems; InputError when unreadable (:func:`not_parquet_error`)."""
     try:
         handle = FileSystems.open(path, compression_type="uncompressed")
         return pq.ParquetFile(handle)
     except Exception as err:
-        raise InputError(f"{path}: cannot read as Parquet: {err}") from err
+        raise not_parquet_error(path, err) from err
 
 
 def required_columns(kind: str) -> tuple[str, ...]:
@@ -406,7 +441,7 @@ def iter_batches(
     except InputError:
         raise
     except Exception as err:
-        raise InputError(f"{path}: cannot read as Parquet: {err}") from err
+        raise not_parquet_error(path, err) from err
 
 
 def _ts_days(path: str, kind: str) -> pl.Series:
