@@ -815,6 +815,30 @@ def test_a_refresh_of_an_import_folder_reports_what_the_import_rejected(tmp_path
     assert read.import_dead_letters(str(out / "battles" / "day=*" / "*.parquet")) is None
 
 
+def test_grades_given_as_battles_or_battles_as_grades_are_told_which_flag_reads_them(tmp_path, capsys):
+    """``import --format mtbench-single --out DIR`` writes DIR/scores; ``refresh --input DIR``, as an import's battles
+    are read, said only "required column 'battle_id' is missing" of a score file.  The line now says what the file
+    is and which flag reads it, either way round."""
+    grades, battles = tmp_path / "grades", tmp_path / "battles"
+    assert (
+        cli.main(["import", "--format", "mtbench-single", "--in", str(real_data(*DON_SINGLE)), "--out", str(grades)])
+        == 0
+    )
+    assert (
+        cli.main(["import", "--format", "mtbench-pair", "--in", str(real_data(*STEFAN_PAIR)), "--out", str(battles)])
+        == 0
+    )
+    capsys.readouterr()
+    for flag, folder, says in (
+        ("--input", grades, "it is a score file (single grades): refresh and backfill read those with --scores"),
+        ("--scores", battles, "it is a battle file: refresh and backfill read those with --input"),
+    ):
+        argv = ["refresh", flag, str(folder), "--state", str(tmp_path / "s"), "--out", str(tmp_path / "o")]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert "is missing (has: " in err and err.rstrip().endswith(says) and len(err.strip().splitlines()) == 1
+
+
 def test_alpacaeval_1_judges_table_shows_no_shown_order_split(tmp_path):
     """AlpacaEval 1 stores no shown order: every battle is order_known = false, model_a the listed baseline.  The
     report's Judges table read 'first shown wins' as the baseline's wins (on the shared 52-model file: 20.5%

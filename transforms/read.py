@@ -290,8 +290,27 @@ def check_file(path: str, kind: str = "battle") -> pq.FileMetaData:
     renamed = [rules.apply_column_aliases(names).get(n, n) for n in names]
     for column in required_columns(kind):
         if column not in renamed:
-            raise InputError(f"{path}: required column '{column}' is missing (has: {', '.join(names)})")
+            raise InputError(
+                f"{path}: required column '{column}' is missing (has: {', '.join(names)}){_other_kind(renamed, kind)}"
+            )
     return meta
+
+
+#: What to say of a file that has every column of the other kind: single grades given as battles, or the reverse.
+_OTHER_KIND: dict[str, str] = {
+    "battle": "; it is a score file (single grades): refresh and backfill read those with --scores",
+    "score": "; it is a battle file: refresh and backfill read those with --input",
+}
+
+
+def _other_kind(columns: list[str], kind: str) -> str:
+    """:data:`_OTHER_KIND`'s hint when ``columns`` hold every required column of the other kind of file, else ''.
+
+    Why: ``biasboard import --format mtbench-single --out DIR`` writes DIR/scores, and ``refresh --input DIR`` (the
+    way an import's battles are read) then said only that 'battle_id' is missing from a score file.
+    """
+    other = "score" if kind == "battle" else "battle"
+    return _OTHER_KIND[kind] if set(required_columns(other)) <= set(columns) else ""
 
 
 #: Bytes of a file's head hashed into its content fingerprint (besides its size and Parquet footer).
