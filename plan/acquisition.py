@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 from biasboard.ranking.config import Priors
+from biasboard.ranking.result import ELO_CENTER, ELO_PER_LOGIT
 
 STRATEGIES: tuple[str, ...] = ("topk", "dopt", "thompson", "roundrobin", "random")
 
@@ -90,10 +91,19 @@ PLAN_COLUMNS: dict[str, type[pl.DataType]] = {
     "info_nats": pl.Float64,
     "p_top_k_a": pl.Float64,
     "p_top_k_b": pl.Float64,
-    "rating_a": pl.Float64,
+    "rating_a": pl.Float64,  # the posterior mean θ on the leaderboard's Elo-like scale (rating_elo)
     "rating_b": pl.Float64,
     "reason": pl.String,
 }
+
+
+def rating_elo(theta: np.ndarray) -> np.ndarray:
+    """θ (logits, centred within each comparison component) on the leaderboard's Elo-like scale: 1000 + 400/ln 10 · θ.
+
+    Why: the plan's ``rating_a``/``rating_b`` were θ in logits (0.78) beside the leaderboard's ``rating_corrected``
+    of the same model (1135.1, AlpacaEval 2's gpt-3.5-turbo-1106_concise): one column name, two units.
+    """
+    return ELO_CENTER + ELO_PER_LOGIT * np.asarray(theta, dtype=float)
 
 
 @dataclass(frozen=True, eq=False)
@@ -524,8 +534,8 @@ class Selection:
                 "info_nats": rep(self.info, 2),
                 "p_top_k_a": self.p_top_k[a],
                 "p_top_k_b": self.p_top_k[b],
-                "rating_a": np.asarray(posterior.mean)[a],
-                "rating_b": np.asarray(posterior.mean)[b],
+                "rating_a": rating_elo(posterior.mean)[a],
+                "rating_b": rating_elo(posterior.mean)[b],
                 "reason": list(rep(np.array(self.reasons, dtype=object), 2)) if a.size else [],
             },
             schema=PLAN_COLUMNS,

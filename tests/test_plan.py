@@ -506,6 +506,16 @@ def test_no_repeat_plans_nothing_the_refreshed_data_already_holds(tmp_path, caps
     rr = pl.read_parquet(tmp_path / "r" / "plan.parquet")
     assert rr["reason"][0] == "least compared pair (0 before by these judges)"  # 56 > 40: some pair was never run
 
+    # The plan's ratings are the leaderboard's corrected ratings, on its Elo-like scale: they were θ in logits
+    # (0.78 beside the leaderboard's 1135.1 for one AlpacaEval 2 model), one column name, two units.
+    board = pl.read_parquet(Path(publish.resolve_snapshot(out, None)) / "leaderboard.parquet")
+    corrected = dict(zip(board["model"], board["rating_corrected"], strict=True))
+    for model, rating in (
+        *zip(rr["model_a"], rr["rating_a"], strict=True),
+        *zip(rr["model_b"], rr["rating_b"], strict=True),
+    ):
+        assert rating == pytest.approx(corrected[model], abs=1e-6)
+
 
 def test_no_repeat_is_per_judge_and_round_robin_sums_the_judges():
     """A pair judged by j1 is not given to j1 again, but j2's verdict on it is new; round-robin counts both judges'."""
