@@ -8,7 +8,8 @@ searched recursively) — or the compact JSON lines with ``instruction_id`` and
 instruction.  ``preference`` is AlpacaEval's encoding: 1 = output_1 wins,
 2 = output_2 wins, 1.5 or 0 = draw (0 is AlpacaEval's legacy draw value;
 ``metrics/helpers.py`` treats both as draws), and in AlpacaEval 2 a probability
-``2 - P(m)`` anywhere in [1, 2].
+``2 - P(m)`` anywhere in [1, 2].  A generator's output against its own identical output is no verdict:
+AlpacaEval sets it to a draw without asking the judge, so it is dead-lettered as ``identical_outputs``.
 
 **Verdict.** AlpacaEval's own discrete count (``n_wins``: preference - 1 > 0.5)
 is the threshold: the sign of preference - 1.5 decides (> → generator_2 wins,
@@ -90,6 +91,10 @@ ANNOTATOR_FAMILIES: tuple[tuple[str, str], ...] = (
 )
 DRAW = 1.5
 LEGACY_DRAW = 0.0
+#: Dead-letter reason of a generator's output against its own identical output: AlpacaEval fills such a row in as a
+#: draw itself (its annotator's "deals with equality" step sets the preference to 1.5, 0 in old files), without
+#: asking the judge (see :func:`unjudged_self_battle`).
+REASON_IDENTICAL_OUTPUTS = "identical_outputs"
 #: How close ``preference`` must sit to ``2 - P(m)`` (or ``1 + P(m)``) to name the shown order (AlpacaEval
 #: rounds preferences to 10 decimals; the log-probabilities are rounded to about 7 significant digits).
 ORDER_TOLERANCE = 1e-6
@@ -119,6 +124,26 @@ def listed_winner(preference: pl.Expr, tie_band: float) -> pl.Expr:
         .then(pl.lit("output_2"))
         .otherwise(pl.lit("output_1"))
     )
+
+
+def unjudged_self_battle(frame: pl.DataFrame, preference: pl.Expr) -> pl.Expr:
+    """Whether a row compares a generator's output with its own identical output, set to a draw by AlpacaEval.
+
+    AlpacaEval's annotator gives identical outputs a draw (1.5, or 0 in old files) without asking the judge, so
+    such a row is no verdict of it.  The baseline's own results folder is 805 of them
+    (``gpt4_1106_preview`` against itself in AlpacaEval 2): kept as self-battles, they were the judge's only ties
+    but ~150, raising its fitted tie propensity from 0.015 to 0.100 and moving corrected ratings up to 58 points
+    (position -0.89 → -0.97, length 1.44 → 1.55).  Identical means the same text when the file has the outputs,
+    else the same length in each unit it gives.
+    """
+    same = pl.col("generator_1").cast(pl.String) == pl.col("generator_2").cast(pl.String)
+    if "output_1" in frame.columns and "output_2" in frame.columns:
+        identical = pl.col("output_1").cast(pl.String) == pl.col("output_2").cast(pl.String)
+    else:
+        lengths = [u for u in ("chars", "words") if f"len_{u}_1" in frame.columns and f"len_{u}_2" in frame.columns]
+        identical = pl.all_horizontal([pl.col(f"len_{u}_1") == pl.col(f"len_{u}_2") for u in lengths] or [same])
+    draw = (preference == DRAW) | (preference == LEGACY_DRAW)
+    return (same & identical & draw).fill_null(False)
 
 
 def annotator_family(annotator: pl.Expr) -> pl.Expr:
@@ -263,7 +288,13 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         .then(pl.lit("model_a"))
         .otherwise(pl.lit("model_b"))
     )
-    reason = pl.when(pl.col("preference").is_null()).then(pl.lit(REASON_NO_VERDICT)).otherwise(None)
+    reason = (
+        pl.when(pl.col("preference").is_null())
+        .then(pl.lit(REASON_NO_VERDICT))
+        .when(unjudged_self_battle(raw, preference))
+        .then(pl.lit(REASON_IDENTICAL_OUTPUTS))
+        .otherwise(None)
+    )
     prompt = prompt_ids(raw, paths)
     mapped = raw.select(
         stable_id("alpacaeval", judge, prompt, g1, g2).alias("battle_id"),
@@ -292,11 +323,21 @@ def _notes(result: ImportResult, options: ImportOptions, unit: str) -> tuple[str
     exactly): replacing them silenced that line for AlpacaEval alone.
     """
     unknown = int(pc.sum(pc.invert(pc.fill_null(result.rows.column("order_known"), True))).as_py() or 0)
+    identical = result.dead_by_reason().get(REASON_IDENTICAL_OUTPUTS, 0)
+    unjudged = (
+        (
+            f"{REASON_IDENTICAL_OUTPUTS}: {identical} rows compare a generator's output with its own identical "
+            "output, which AlpacaEval sets to a draw without asking the judge: no verdict, so no battle",
+        )
+        if identical
+        else ()
+    )
     return (
         f"no time stamps in AlpacaEval annotations: every battle dated {options.default_date.isoformat()} 00:00 UTC",
         f"verdict threshold: preference > 1.5 → generator_2, < 1.5 → generator_1, |p - 1.5| <= {options.tie_band} "
         "or p == 0 → tie",
         f"shown order: recovered for {result.rows_converted - unknown} battles; {unknown} battles kept with "
         "order_known = false (listed order; no position information)",
+        *unjudged,
         f"lengths: {unit}",
     )

@@ -19,7 +19,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from biasboard.importers.alpacaeval import annotator_family, listed_winner
+from biasboard.importers.alpacaeval import REASON_IDENTICAL_OUTPUTS, annotator_family, listed_winner
 from biasboard.importers.common import REASON_NO_VERDICT, ImportOptions, ImportResult
 from biasboard.importers.registry import import_path
 from biasboard.pipelines import cli
@@ -297,10 +297,13 @@ def test_alpacaeval_shown_order_from_recovered_rows():
     # duplicates, and they are the only rows not converted.
     raw_all = pl.read_ndjson(path, infer_schema_length=None)
     nested = raw_all.filter(pl.col("source_path").str.count_matches("/") > 3)
-    assert result.dead_by_reason() == {REASON_DUPLICATE_ID: nested.height}
+    # The baseline's own results folder: its outputs against themselves, which AlpacaEval sets to a draw itself.
+    unjudged = raw_all.filter(pl.col("generator_1") == pl.col("generator_2"))
+    assert unjudged.height == 805 and (unjudged["preference"] == 1.5).all()
+    assert result.dead_by_reason() == {REASON_DUPLICATE_ID: nested.height, REASON_IDENTICAL_OUTPUTS: 805}
     # SOURCE: 43,320 of 48,290 rows carry shown_first; the rest are counted with the order unknown.
     unknown = rows.filter(pl.col("order_known") == False)  # noqa: E712
-    assert unknown.height == 48290 - 43320 - nested["shown_first"].null_count()
+    assert unknown.height == 48290 - 43320 - nested["shown_first"].null_count() - unjudged["shown_first"].null_count()
     assert rows["order_known"].null_count() == rows.height - unknown.height
     # Independent check of the order mapping: the judge's own probability for the first-shown output.
     raw = raw_all.filter(pl.col("shown_first").is_not_null())
@@ -332,6 +335,33 @@ def test_alpacaeval_judge_family_comes_from_the_annotator_config():
     names = pl.Series(["alpaca_eval_gpt4", "bedrock_claude", "alpaca_eval_llama3_70b_fn", "my_annotator"])
     families = pl.select(annotator_family(pl.lit(names))).to_series().to_list()
     assert families == ["openai", "anthropic", "meta", None]
+
+
+def test_alpacaeval_identical_outputs_are_no_verdict_of_the_judge(tmp_path):
+    """AlpacaEval sets a pair of identical outputs to a draw without asking the judge.  The baseline's own folder is
+    805 such rows (gpt4_1106_preview against itself); kept as self-battles they were counted as the judge's ties and
+    raised its fitted tie propensity from 0.015 to 0.100 on the shared AlpacaEval 2 file (corrected ratings moved
+    by up to 58 points).  They are dead-lettered now, with a note; a generator against a different output of its
+    own, and two generators' identical outputs (a draw AlpacaEval's win rate counts), stay battles."""
+    rows = [
+        ("g", "g", "same text", "same text", 1.5),  # AlpacaEval's fill-in: dead letter
+        ("g", "g", "one answer", "another one", 1.8),  # a real verdict on two samples of one model: kept
+        ("base", "m", "same text", "same text", 1.5),  # two models, one answer: a draw, kept
+        ("base", "m", "short", "a longer answer", 2.0),
+    ]
+    records = [
+        {"instruction": f"q{i}", "output_1": o1, "output_2": o2, "generator_1": g1, "generator_2": g2,
+         "annotator": "weighted_alpaca_eval_gpt4_turbo", "preference": p}
+        for i, (g1, g2, o1, o2, p) in enumerate(rows)
+    ]  # fmt: skip
+    path = tmp_path / "annotations.json"
+    path.write_text(json.dumps(records))
+    result = import_path("alpacaeval", path)
+    assert result.dead_by_reason() == {REASON_IDENTICAL_OUTPUTS: 1} and result.rows_converted == 3
+    assert result.dead_letters.column("source_row").to_pylist() == [0]
+    assert any(n.startswith(f"{REASON_IDENTICAL_OUTPUTS}: 1 rows compare a generator's output") for n in result.notes)
+    kept = pl.from_arrow(result.rows)
+    assert kept.filter(pl.col("model_a") == pl.col("model_b")).height == 1 and kept["winner"].to_list()[1] == "tie"
 
 
 def test_alpacaeval_1_has_no_recoverable_order_and_is_counted():
