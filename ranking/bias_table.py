@@ -24,6 +24,7 @@ from biasboard.ranking.problem import BLOCK_EFFECT, Problem, prior_sd_of_effect
 from biasboard.ranking.result import BIAS_COLUMNS, Z95
 from biasboard.ranking.solver import Solution, covariance_block
 from biasboard.ranking.uncertainty import percentile_interval
+from biasboard.schemas.summary import GLOBAL_JUDGE
 
 IDENTIFIED_NATS: float = 2.0
 #: Notes of per-judge rows (the same in the dense loop and the vectorised judge-blocked rows).
@@ -150,7 +151,7 @@ def bias_table(
         # No bootstrap interval: the replicates redraw battles, not judges, so they measure the mean of these judges'
         # effects, not the population mean γ₀ the Laplace interval is for (12 seeds, B = 200: position 0.06 wide
         # against 0.95, covering γ₀ 0 of 12 times).
-        rows.add("*", name, v, identified=identified and any_on, enabled=any_on, note=note, boot=False)
+        rows.add(GLOBAL_JUDGE, name, v, identified=identified and any_on, enabled=any_on, note=note, boot=False)
         on = np.flatnonzero(spec.deviation_mask(t))
         if on.size >= 2:
             devs = solution.core[lay.block(t)][on] * unit.get(t, 1.0)

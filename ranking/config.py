@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from biasboard.schemas.cells import LEN_BIN_EDGES
+from biasboard.schemas.summary import GLOBAL_JUDGE
 
 #: Effects of the bias-aware model, as named in the bias table and in ``disabled``.
 EFFECTS: tuple[str, ...] = ("position", "length", "affinity", "tie", "discrimination", "severity")
@@ -202,7 +203,7 @@ class ModelConfig:
         return judge in self.reference
 
     def is_enabled(self, judge: str, effect: str) -> bool:
-        return (judge, effect) not in self.disabled and ("*", effect) not in self.disabled
+        return (judge, effect) not in self.disabled and (GLOBAL_JUDGE, effect) not in self.disabled
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from biasboard.schemas.cells import (
     conform_pair_cells,
 )
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.summary import GLOBAL_JUDGE
 
 if TYPE_CHECKING:
     from biasboard.ranking.stream import PairStore
@@ -527,6 +528,16 @@ class Dataset:
     #: the naive fit, the comparison graph, the battle counts and the covariate report read (its judge index
     #: is −1, so a per-judge sum of it fails loudly: per-judge sums come from :meth:`judge_sums`).
     stream: PairStore | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse a judge named :data:`~biasboard.schemas.summary.GLOBAL_JUDGE` (``*``): the fit's global effects
+        go by that name in the bias table, in switched-off (judge, effect) pairs, in ``--reference``'s patterns
+        and in ``plan --judge``, so an input judge of that name would be read as all judges."""
+        if GLOBAL_JUDGE in self.judges:
+            raise InputError(
+                f"a judge is named {GLOBAL_JUDGE!r}, the name of the global effects (all judges together) in the "
+                "bias table, --reference and plan --judge; rename it (e.g. with --aliases)"
+            )
 
     def judge_sums(self, what: str) -> np.ndarray:
         """Per judge: the sum over its pair cells of ``what`` — ``n``, ``n_len``, ``n_style``, ``tie``,

@@ -28,7 +28,7 @@ from biasboard.ranking.model import (
     Spec,
 )
 from biasboard.ranking.solver import Objective, Prior
-from biasboard.schemas.summary import TIED_TO_REFERENCE
+from biasboard.schemas.summary import GLOBAL_JUDGE, TIED_TO_REFERENCE
 
 #: Why a pair effect is off on an ordinal-only board.
 ORDINAL_ONLY_NOTE = "ordinal-only board: no battles, so no position, length, affinity, tie or discrimination"
@@ -371,7 +371,7 @@ def _disabled_judges(config: ModelConfig, judges: Sequence[str], n_blocks: int) 
     One pass over the switched-off entries, each set once per block: a reference fit on voter-judges switches
     off tens of thousands (the gate's decisions), and a mask and a note per entry took 0.17 s at 50k voters.
     """
-    named = any(judge != "*" for judge, _ in config.disabled)
+    named = any(judge != GLOBAL_JUDGE for judge, _ in config.disabled)
     index = {name: j for j, name in enumerate(judges)} if named else {}  # made only when some judge is named
     block_of = {effect: t for t, effect in BLOCK_EFFECT.items()}
     out: dict[int, np.ndarray] = {}
@@ -382,7 +382,7 @@ def _disabled_judges(config: ModelConfig, judges: Sequence[str], n_blocks: int) 
         which = out.get(t)
         if which is None:
             which = out[t] = np.zeros(len(judges), bool)
-        if judge == "*":
+        if judge == GLOBAL_JUDGE:
             which[:] = True
         elif judge in index:
             which[index[judge]] = True

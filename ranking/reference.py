@@ -84,7 +84,7 @@ from biasboard.ranking.result import Z95, FitResult
 from biasboard.ranking.solver import Solution
 from biasboard.ranking.uncertainty import centre_within, centring_matrix, percentile_interval, top_k_probabilities
 from biasboard.schemas.errors import InputError
-from biasboard.schemas.summary import AGREEMENT_BOARDS, TIED_TO_REFERENCE, zero_reference_effect
+from biasboard.schemas.summary import AGREEMENT_BOARDS, GLOBAL_JUDGE, TIED_TO_REFERENCE, zero_reference_effect
 
 #: The note of a bias-table row that holds a judge's excess over the reference (:func:`relative_bias`).
 EXCESS_ROW_NOTE = "excess over the reference (the judge's bias relative to it)"
@@ -366,7 +366,7 @@ def zero_reference_notes(
         note = (
             pl.when(here & pl.col("judge").is_in(list(raters)))
             .then(pl.lit(f"reference: {source}"))
-            .when(here & (pl.col("judge") == "*"))
+            .when(here & (pl.col("judge") == GLOBAL_JUDGE))
             .then(pl.lit(f"the judges' mean, not the reference's (the reference's own: {source})"))
             .when(here & unnoted)
             .then(pl.lit(ZERO_REFERENCE_EXCESS_NOTE))
@@ -552,7 +552,7 @@ def unidentified_effects(
     if not reference:
         for effect, info in fit.diagnostics.get("profile_likelihood", {}).items():
             if info.get("warning") and effect in GATED:
-                out.add(("*", effect))
+                out.add((GLOBAL_JUDGE, effect))
         return out
     cov = fit.state.cov_core
     gated = gated_effects(problem.layout)
@@ -569,7 +569,7 @@ def unidentified_effects(
     info = fit.diagnostics.get("profile_likelihood", {})
     for effect, t in gated.items():
         if (problem.spec.tied is None or not problem.spec.tied[t].any()) and info.get(effect, {}).get("warning"):
-            out.add(("*", effect))
+            out.add((GLOBAL_JUDGE, effect))
     return out
 
 

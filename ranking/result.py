@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from biasboard.schemas.summary import GLOBAL_JUDGE
 
 #: Elo-like points per logit: 400 / ln 10, so 400 points is a 10:1 odds ratio.
 ELO_PER_LOGIT: float = 400.0 / math.log(10.0)
@@ -263,7 +264,7 @@ class FitResult:
     def summary(self, alpha: float = 0.05) -> str:
         """A text table a person reads: the fit, every rating, every judge effect, with (1 − alpha) intervals."""
         level = f"{1 - alpha:.0%}"
-        judges = sum(1 for j in self.judges if j != "*")
+        judges = sum(1 for j in self.judges if j != GLOBAL_JUDGE)
         lines = [
             f"{self.method} fit: {self.n_models} models" + (f", {judges} judges" if judges else "") + ", "
             f"{'converged' if self.converged else 'NOT converged'} in {self.iterations} iterations, "
@@ -284,7 +285,7 @@ class FitResult:
                 "",
                 f"{'judge':<{width}}  {'effect':<14}  {'estimate':>8}  {'se':>7}  {level + ' interval':>20}  note",
             ]
-            for judge in sorted(self.judges, key=lambda j: (j != "*", j)):
+            for judge in sorted(self.judges, key=lambda j: (j != GLOBAL_JUDGE, j)):
                 for e in self.judges[judge].effects():
                     lo, hi = e.conf_int(alpha)
                     flag = "" if e.enabled else "off"

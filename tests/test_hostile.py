@@ -320,3 +320,19 @@ def test_worker_tracebacks_of_user_errors_are_filtered_also_when_relayed_as_text
     bug = "Original traceback is\nTraceback ...\nKeyError: 'x'"
     assert _hide_user_error_tracebacks(record("apache_beam.runners.portability.local_job_service", bug))
     assert _hide_user_error_tracebacks(record("biasboard.pipelines.refresh", relayed))  # only the runner's own logs
+
+
+def test_a_judge_named_like_the_global_effects_is_refused_in_one_line(tmp_path, capsys):
+    """``*`` names the global effects (the bias table's row, a switched-off pair, ``--reference``, ``plan
+    --judge``): an input judge of that name was fitted as a judge and its rows read as all judges' (the QA pass
+    found it).  The refresh refuses it in one line naming the way out."""
+    root = tmp_path / "logs"
+    write_simulation(SIM, root)
+    for path in sorted((root / "battles").glob("day=*/*.parquet")):
+        frame = pl.read_parquet(path)
+        first = frame["judge"].min()
+        frame.with_columns(pl.col("judge").replace({first: "*"})).write_parquet(path)
+    assert _refresh(root, tmp_path / "s", tmp_path / "o") == 2
+    err = capsys.readouterr().err
+    assert "a judge is named '*', the name of the global effects" in err and "--aliases" in err, err
+    assert len(err.strip().splitlines()) == 1
