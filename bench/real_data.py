@@ -41,6 +41,7 @@ from biasboard.ranking import FitResult, ModelConfig, NaiveConfig, fit_bias_awar
 from biasboard.ranking.rank_stats import kendall_tau_b, spearman
 from biasboard.ranking.reference import Reference, fit_with_reference
 from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.summary import GLOBAL_JUDGE
 from biasboard.transforms.anchors import as_anchor_rows
 from biasboard.transforms.cells import partial_cells
 from evidence_sections import fmt, markdown_table, replace_section, revision
@@ -107,7 +108,7 @@ def fit_both(label: str, battles: pa.Table, config: ModelConfig) -> BothFits:
     )
     dropped = unidentified_effects(corrected) if config.profile else ()
     if dropped:
-        only = replace(config, disabled=config.disabled | {("*", e) for e in dropped})
+        only = replace(config, disabled=config.disabled | {(GLOBAL_JUDGE, e) for e in dropped})
         fitted.identified_only = fit_bias_aware(cells, config=only, naive=naive)
         fitted.dropped = dropped
     return fitted

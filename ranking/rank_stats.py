@@ -1,4 +1,7 @@
-"""Rank agreement: Kendall τ-b and Spearman ρ, vectorised (ties handled as in scipy).
+"""Rank agreement: Kendall τ-b and Spearman ρ, vectorised (ties handled as in scipy), and competition ranks.
+
+Scores that differ by float noise only are ties (:func:`snap_ties`): a fit gives two models with the same record
+ratings a few ulps apart, which ranked them one above the other and counted the pair as ordered in τ.
 
 Plain numpy on purpose, not ``scipy.stats``: importing it costs 0.5–0.7 s and ~40 MB in every refresh (measured
 on this machine), which paid for two τ values per board; the tests check these against ``scipy.stats``.
@@ -11,6 +14,27 @@ import numpy as np
 #: Rows of the pairwise sign matrix per block of :func:`kendall_tau_b` (block × n int8 values at a time).
 _TAU_BLOCK = 1024
 
+#: Scores closer than this, relative to the largest magnitude (at least 1), are one value (:func:`snap_ties`).
+#: Far above a solve's round-off (AlpacaEval 2's naive board: four pairs of models with the same record
+#: 5.6e-17 to 7.2e-16 logits apart, ranked 16th and 17th and so on), far below any difference a board shows
+#: (its ratings are printed to 0.01 Elo points, 2.3e-5 logits).
+TIE_TOLERANCE = 1e-9
+
+
+def snap_ties(values: np.ndarray) -> np.ndarray:
+    """``values`` with every run of scores each within :data:`TIE_TOLERANCE` of the next set to the run's lowest,
+    so that ranks and rank correlations see them as the tie they are (non-finite scores are left as they are)."""
+    v = np.asarray(values, float)
+    if v.size < 2 or not np.isfinite(v).all():
+        return v
+    order = np.argsort(v, kind="stable")
+    ascending = v[order]
+    tolerance = TIE_TOLERANCE * max(1.0, float(np.abs(ascending).max()))
+    starts = np.concatenate([[True], np.diff(ascending) > tolerance])
+    snapped = np.empty_like(v)
+    snapped[order] = ascending[starts][np.cumsum(starts) - 1]
+    return snapped
+
 
 def kendall_tau_b(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> float:
     """Kendall's τ-b between two score vectors (ties in either get the τ-b correction).
@@ -20,7 +44,7 @@ def kendall_tau_b(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None
     components) only the pairs within a group count — scores of different components are each centred on their
     own, so a pair across them compares two arbitrary centres.  NaN when no counted pair is untied in x or in y.
     """
-    x, y = np.asarray(x, float), np.asarray(y, float)
+    x, y = snap_ties(x), snap_ties(y)
     if x.shape != y.shape:
         raise ValueError(f"kendall_tau_b: shapes differ {x.shape} vs {y.shape}")
     if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
@@ -45,7 +69,7 @@ def kendall_tau_b(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None
 def spearman(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> float:
     """Spearman's ρ (Pearson correlation of average ranks); with ``groups``, of the ranks within each group (the
     comparison components: see :func:`kendall_tau_b`), which no shift of one group's scores changes."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
+    x, y = snap_ties(x), snap_ties(y)
     if x.shape != y.shape:
         raise ValueError(f"spearman: shapes differ {x.shape} vs {y.shape}")
     if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
@@ -60,8 +84,8 @@ def spearman(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> 
 
 
 def ranks_desc(scores: np.ndarray) -> np.ndarray:
-    """Competition ranks, 1 = best (highest score); ties share the best rank."""
-    return _ranks(-np.asarray(scores, float), "min").astype(np.int64)
+    """Competition ranks, 1 = best (highest score); ties (:func:`snap_ties`) share the best rank."""
+    return _ranks(-snap_ties(scores), "min").astype(np.int64)
 
 
 def _ranks(values: np.ndarray, ties: str) -> np.ndarray:

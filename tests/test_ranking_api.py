@@ -334,3 +334,22 @@ def test_rank_statistics_match_scipy_with_heavy_ties_and_blocks(monkeypatch):
     assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic, rel=1e-12)
     assert (rank_stats.ranks_desc(y) == stats.rankdata(-y, method="min")).all()
     assert math.isnan(spearman(x, np.full(50, 2.0)))
+
+
+def test_scores_a_few_ulps_apart_are_ties_in_ranks_and_rank_correlations():
+    """A fit rates two models with the same record a few ulps apart (AlpacaEval 2's naive board: four such pairs,
+    5.6e-17 to 7.2e-16 logits apart), which ranked them 16th and 17th and counted the pair as ordered in τ
+    (0.725348 against 0.725401 on the ties).  They are one value now, as scipy sees exact ties."""
+    from biasboard.ranking import rank_stats
+    from biasboard.ranking.leaderboard import ranks_within
+
+    exact = np.array([0.18701347831793463, 0.18701347831793463, -0.05236286373871902, 0.9, -0.4])
+    noisy = exact + np.array([5.551115123125783e-17, 0.0, 2.42861286636753e-16, 0.0, 0.0])
+    other = np.array([0.3, 0.1, 0.2, 0.8, -0.2])
+    assert (rank_stats.ranks_desc(noisy) == [2, 2, 4, 1, 5]).all()
+    assert (ranks_within(noisy, np.array([0, 0, 0, 0, 1])) == [2, 2, 4, 1, 1]).all()
+    assert kendall_tau_b(noisy, other) == pytest.approx(stats.kendalltau(exact, other).statistic, rel=1e-12)
+    assert spearman(noisy, other) == pytest.approx(stats.spearmanr(exact, other).statistic, rel=1e-12)
+    assert kendall_tau_b(noisy, other) != pytest.approx(stats.kendalltau(noisy, other).statistic, rel=1e-9)
+    apart = np.array([0.1, 0.1 + 1e-6, 0.3])  # 1e-6 logits: a difference, however small
+    assert (rank_stats.ranks_desc(apart) == [3, 2, 1]).all()
