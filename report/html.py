@@ -408,6 +408,7 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers:
             left_title="naive rank" if width > NARROW else "naive",
             right_title="corrected rank" if width > NARROW else "corrected",
             width=width,
+            groups=[_int_or_zero(r.get("component")) for r in subset] if plotted.grouped else None,
         )
     )
     moved = [m for m in (_rank_move(r) for r in lb) if m is not None]

@@ -347,24 +347,32 @@ def slope_chart(
     left_title: str = "naive",
     right_title: str = "corrected",
     width: int = 720,
+    groups: Sequence[int] | None = None,
 ) -> str:
     """Rank-change (slope) chart: each item's position on the left and on the right, joined by a line.
 
     Items are stacked by their order on each side (not by raw rank), so a plotted subset of a large
     leaderboard stays evenly spaced; the true rank is printed in each label.  Green lines move up,
-    red lines move down, grey lines stay.  Items without both ranks are left out.
+    red lines move down, grey lines stay.  Items without both ranks are left out.  ``groups`` (a comparison
+    component per item, several of them): each side stacks group after group, its labels ``G2 #1``, since ranks
+    restart in each group (interleaved, ranks 1, 1, 2, 2 read as ties across groups no battle links).
     """
+    group = list(groups) if groups is not None and len(set(groups)) > 1 else None
     items = [
-        (str(lab), int(fa), int(fb))
-        for lab, a, b in zip(labels, left_ranks, right_ranks, strict=True)
+        (str(lab), int(fa), int(fb), 0 if group is None else int(group[k]))
+        for k, (lab, a, b) in enumerate(zip(labels, left_ranks, right_ranks, strict=True))
         if (fa := finite(a)) is not None and (fb := finite(b)) is not None
     ]
     if not items:
         return _empty(title)
     n = len(items)
-    left_pos = {i: p for p, i in enumerate(sorted(range(n), key=lambda i: (items[i][1], items[i][0])))}
-    right_pos = {i: p for p, i in enumerate(sorted(range(n), key=lambda i: (items[i][2], items[i][0])))}
-    label_px = math.ceil(min(240, max(80, max(text_width(f"#{r} {lab}") for lab, r, _ in items) + 4)))
+    left_pos = {i: p for p, i in enumerate(sorted(range(n), key=lambda i: (items[i][3], items[i][1], items[i][0])))}
+    right_pos = {i: p for p, i in enumerate(sorted(range(n), key=lambda i: (items[i][3], items[i][2], items[i][0])))}
+
+    def rank_label(rank: int, g: int) -> str:
+        return f"#{rank}" if group is None else f"G{g + 1} #{rank}"
+
+    label_px = math.ceil(min(240, max(80, max(text_width(f"{rank_label(r, g)} {lab}") for lab, r, _, g in items) + 4)))
     # Labels on both sides leave the lines at least SLOPE_GAP px (a phone's 370 px with long names put the left
     # column right of the right one, labels overprinting): longer names are truncated instead.
     label_px = max(24, min(label_px, (width - 24 - SLOPE_GAP) // 2))
@@ -387,11 +395,11 @@ def slope_chart(
     # unchanged first so that movers are drawn on top
     order = sorted(range(n), key=lambda i: abs(items[i][1] - items[i][2]))
     for i in order:
-        lab, a, b = items[i]
+        lab, a, b, g = items[i]
         colour = UP_COLOUR if b < a else DOWN_COLOUR if b > a else FLAT_COLOUR
         width_px = 2.2 if a != b else 1.2
         y1, y2 = y(left_pos[i]), y(right_pos[i])
-        tip = f"{lab}: #{a} → #{b}"
+        tip = f"{lab}: {rank_label(a, g)} → {rank_label(b, g)}"
         parts.append(
             f"<g><title>{esc(tip)}</title>"
             f'<line x1="{x_left}" y1="{y1:.1f}" x2="{x_right}" y2="{y2:.1f}" stroke="{colour}" '
@@ -399,9 +407,9 @@ def slope_chart(
             f'<circle cx="{x_left}" cy="{y1:.1f}" r="3.5" fill="{colour}"/>'
             f'<circle cx="{x_right}" cy="{y2:.1f}" r="3.5" fill="{colour}"/>'
             f'<text x="{x_left - 8}" y="{y1 + 4:.1f}" text-anchor="end" fill="{TEXT_COLOUR}">'
-            f"{esc(truncate(f'#{a} {lab}', label_px))}</text>"
+            f"{esc(truncate(f'{rank_label(a, g)} {lab}', label_px))}</text>"
             f'<text x="{x_right + 8}" y="{y2 + 4:.1f}" fill="{TEXT_COLOUR}">'
-            f"{esc(truncate(f'#{b} {lab}', label_px))}</text></g>"
+            f"{esc(truncate(f'{rank_label(b, g)} {lab}', label_px))}</text></g>"
         )
     parts.append("</svg>")
     return "".join(parts)

@@ -981,3 +981,25 @@ def test_the_forest_plot_groups_models_by_comparison_component(published):
     assert plot.count('stroke-dasharray="6 4"') == 1  # the rule between the groups
     assert "Rows are grouped by comparison group (G1 the largest; a dashed rule between groups)" in page
     assert "G1 1. " not in published.page  # a connected board's labels carry no group
+
+
+def test_the_slope_chart_groups_models_by_comparison_component(published):
+    """The rank-change chart stacked two groups no battle links by rank alone, interleaved (#1, #1, #2, #2 ...: the
+    QA pass on GenAI-Arena), after the ratings plot was grouped.  Each side now stacks group after group, labelled
+    G1 #r / G2 #r."""
+    board = published.leaderboard.sort("rank_corrected")
+    split, second = _two_groups(board)
+    in_second = pl.col("model").is_in(second)
+    split = split.with_columns(
+        pl.when(in_second).then(pl.col("rank_naive").rank("ordinal").over("component")).otherwise(pl.col("rank_naive"))
+    )
+    page = render_report(split, published.bias, published.summary)
+    chart = page[page.index("Rank change from the naive to the corrected leaderboard") :]
+    chart = chart[: chart.index("</svg>")]
+    rows = re.findall(r'<text x="([\d.]+)" y="([\d.]+)"[^>]*>(G[12]) #(\d+) ([^<]*)</text>', chart)
+    assert len(rows) == 2 * board.height
+    for side in {x for x, *_ in rows}:
+        stacked = sorted((float(y), g) for x, y, g, _, _ in rows if x == side)
+        assert [g for _, g in stacked] == ["G1"] * (board.height - 3) + ["G2"] * 3
+    assert {html.unescape(name) for _, _, g, _, name in rows if g == "G2"} == set(second)
+    assert "G1 #1" not in published.page  # a connected board's labels carry no group
