@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 from biasboard.ranking.arrowhead import BlockCovariance, centring, deviation_masks
 from biasboard.ranking.model import AFF, DISC, LEN, POS, SEV, STYLE_BLOCKS, TIE
-from biasboard.ranking.problem import BLOCK_EFFECT, Problem, prior_sd_of_effect
+from biasboard.ranking.problem import BLOCK_EFFECT, ONE_GRADER_NOTE, Problem, prior_sd_of_effect
 from biasboard.ranking.result import BIAS_COLUMNS, Z95
 from biasboard.ranking.solver import Solution, covariance_block
 from biasboard.ranking.uncertainty import percentile_interval
@@ -156,7 +156,7 @@ def bias_table(
         if on.size >= 2:
             devs = solution.core[lay.block(t)][on] * unit.get(t, 1.0)
             rows.add_plain(
-                "*",
+                GLOBAL_JUDGE,
                 f"{name}_sd",
                 float(np.std(devs, ddof=1)),
                 float("nan"),
@@ -169,7 +169,7 @@ def bias_table(
     ties = float(pairs.tie.sum())
     share, lo, hi = _wilson(float(pairs.bothbad.sum()), ties)
     rows.add_plain(
-        "*",
+        GLOBAL_JUDGE,
         "tie_bothbad_share",
         share,
         lo,
@@ -186,7 +186,8 @@ def bias_table(
             problem, solution, cov_core, boot_core, global_identified, tie_by_judge, bothbad_by_judge
         )
         # Not rechunked: a copy of the judges' rows (~30 MB of fresh memory at 50k voter-judges) for nothing.
-        return pl.concat([pl.DataFrame(rows.rows, schema=BIAS_COLUMNS), judges], rechunk=False)
+        table = pl.concat([pl.DataFrame(rows.rows, schema=BIAS_COLUMNS), judges], rechunk=False)
+        return _lone_grader(table)
     E = spec.effective_map().toarray()
     for j, judge in enumerate(data.judges):
         for t in (POS, LEN, AFF, DISC, TIE, SEV, *STYLE_BLOCKS[: lay.n_style]):
@@ -219,7 +220,16 @@ def bias_table(
             enabled=True,
             note=BOTHBAD_NOTE,
         )
-    return pl.DataFrame(rows.rows, schema=BIAS_COLUMNS)
+    return _lone_grader(pl.DataFrame(rows.rows, schema=BIAS_COLUMNS))
+
+
+def _lone_grader(table: pl.DataFrame) -> pl.DataFrame:
+    """``table`` with a lone grader's severity row (:data:`~biasboard.ranking.problem.ONE_GRADER_NOTE`) not identified.
+
+    Why: that estimate is 0 with a zero-width interval by construction, which the table called identified and the
+    report drew as a filled dot at 0 — a measured "neither harsh nor lenient" (MT-Bench's single grades, GPT-4 the
+    only grader), its note notwithstanding."""
+    return table.with_columns(pl.col("identified") & (pl.col("note").fill_null("") != ONE_GRADER_NOTE))
 
 
 def _judge_rows_blocked(

@@ -28,6 +28,7 @@ from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.ranking import ModelConfig
 from biasboard.ranking.data import build_dataset
 from biasboard.ranking.fit import fit_leaderboards
+from biasboard.ranking.problem import ONE_GRADER_NOTE
 from biasboard.ranking.rank_stats import kendall_tau_b
 from biasboard.schemas.battle import SCORE_SCHEMA
 from biasboard.schemas.errors import InputError
@@ -173,6 +174,10 @@ def test_mtbench_single_grades_alone(tmp_path):
     # points (8.5, 9.5: categories of their own) make slightly uneven; >= 0.94 allows one swapped pair of 36.
     assert _tau(board, "rating_naive", mean) >= 0.94
     assert _tau(board, "rating_corrected", mean) >= 0.94
+    # GPT-4 the only grader: its severity is 0 by definition (measured from the graders' mean), as its note says, not
+    # an estimate of "neither harsh nor lenient"; it was marked identified, a filled dot at 0 in the report.
+    bias = pl.read_parquet(_snapshot(tmp_path / "site") / "bias.parquet").filter(pl.col("effect") == "severity")
+    assert bias.select("judge", "estimate", "identified", "note").rows() == [("gpt-4", 0.0, False, ONE_GRADER_NOTE)]
 
 
 def test_refresh_needs_battles_or_grades(tmp_path, capsys, arena_bench_scores):
