@@ -69,10 +69,11 @@ def top_k_warnings(k: int, leaderboard: pl.DataFrame) -> list[str]:
     if k < largest:
         return []
     group = "the board ranks" if largest == leaderboard.height else "the board's largest group ranks"
-    return [
-        f"--k {k}: {group} only {largest} models together, so every P(top {k}) is 1; "
-        f"a k below {largest} tells the models apart"
-    ]
+    remedy = {1: "no k tells one model apart", 2: "--k 1 tells the two apart"}.get(
+        largest, f"a k below {largest} tells the models apart"
+    )
+    together = "1 model" if largest == 1 else f"{largest} models together"
+    return [f"--k {k}: {group} only {together}, so every P(top {k}) is 1; {remedy}"]
 
 
 def _components(fit: FitResult) -> np.ndarray:

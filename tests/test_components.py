@@ -167,3 +167,6 @@ def test_a_k_as_large_as_the_ranked_group_is_published_with_a_warning():
     assert top_k_warnings(5, board) == []
     connected = side_by_side(*fit_leaderboards(_split_cells().slice(0, 400), config=ModelConfig(profile=False, k=9)))
     assert top_k_warnings(9, connected)[0].startswith("--k 9: the board ranks only 6 models together")
+    two = board.filter(pl.col("component") == 0).head(2)  # (read 'a k below 2 tells the models apart')
+    assert top_k_warnings(2, two) == ["--k 2: the board ranks only 2 models together, so every P(top 2) is 1; --k 1 "
+                                      "tells the two apart"]  # fmt: skip
