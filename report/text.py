@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import polars as pl
 from biasboard.report.svg import fmt
 
@@ -20,6 +22,17 @@ ORDINAL_TITLES = ("naive (mean grade, pooled)", "corrected for judge severity")
 PRINTED_COMPONENTS = 5
 
 
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes: East Asian wide and full-width characters two, combining marks none (a
+    CJK model name padded by its length in characters pushed its row's numbers out of their column)."""
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pad(text: str, width: int) -> str:
+    """``text`` padded with spaces to ``width`` terminal columns (:func:`display_width`)."""
+    return text + " " * max(0, width - display_width(text))
+
+
 def side_by_side_text(board: pl.DataFrame, top: int, titles: tuple[str, str] = PAIRWISE_TITLES) -> str:
     """The two top-``top`` lists as aligned text: naive on the left, corrected (with its move) on the right.
 
@@ -29,7 +42,7 @@ def side_by_side_text(board: pl.DataFrame, top: int, titles: tuple[str, str] = P
     component, so each of the first :data:`PRINTED_COMPONENTS` is its own block with its own ranks: one list
     mixing them would put two number-1 models under ranks 1 and 2.
     """
-    width = max(12, *(len(m) for m in board["model"].to_list())) if board.height else 12
+    width = max(12, *(display_width(m) for m in board["model"].to_list())) if board.height else 12
     column = width + 8
     head = f"{'#':>3}  {titles[0]:<{column}}    {titles[1]:<{column}}  move"
     components = board["component"].unique().sort().to_list() if "component" in board.columns else []
@@ -58,8 +71,8 @@ def _rows(board: pl.DataFrame, top: int, width: int) -> list[str]:
         left = " " * (width + 8)
         if i < naive.height:
             n = naive.row(i, named=True)
-            left = f"{n['model']:<{width}} {fmt(n['rating_naive'], 0):>7}"
+            left = f"{_pad(n['model'], width)} {fmt(n['rating_naive'], 0):>7}"
         change = c["rank_change"]
         move = "new" if change is None else "=" if not change else (f"+{change}" if change > 0 else str(change))
-        lines.append(f"{i + 1:>3}  {left}    {c['model']:<{width}} {fmt(c['rating_corrected'], 0):>7}  {move:>4}")
+        lines.append(f"{i + 1:>3}  {left}    {_pad(c['model'], width)} {fmt(c['rating_corrected'], 0):>7}  {move:>4}")
     return lines

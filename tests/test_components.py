@@ -7,6 +7,8 @@ groups and every P(top-k) was 1.  Here the offset is not identified and is not p
 
 from __future__ import annotations
 
+import unicodedata
+
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -170,3 +172,27 @@ def test_a_k_as_large_as_the_ranked_group_is_published_with_a_warning():
     two = board.filter(pl.col("component") == 0).head(2)  # (read 'a k below 2 tells the models apart')
     assert top_k_warnings(2, two) == ["--k 2: the board ranks only 2 models together, so every P(top 2) is 1; --k 1 "
                                       "tells the two apart"]  # fmt: skip
+
+
+def test_terminal_view_keeps_its_columns_with_wide_model_names():
+    """A CJK model name is two terminal columns a character: padded by its length in characters it pushed its row's
+    ratings out of their column (the QA pass).  Each column now ends at the same terminal column on every row."""
+
+    def columns(text: str) -> int:  # terminal columns: East Asian wide / full-width characters take two
+        return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+    board = pl.DataFrame(
+        {
+            "model": ["通义千问-72B", "gpt-4", "Llama-2-70b-chat-hf-long-name"],
+            "rating_naive": [1100.0, 1050.0, 1000.0],
+            "rating_corrected": [1090.0, 1060.0, 1000.0],
+            "rank_naive": [1, 2, 3],
+            "rank_corrected": [1, 2, 3],
+            "rank_change": [0, 0, 0],
+        }
+    )
+    rows = side_by_side_text(board, top=3).splitlines()[2:]
+    assert len(rows) == 3
+    naive = [str(int(r)) for r in board["rating_naive"]]
+    assert len({columns(row[: row.index(r) + len(r)]) for row, r in zip(rows, naive, strict=True)}) == 1, rows
+    assert len({columns(row) for row in rows}) == 1, rows
