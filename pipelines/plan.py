@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import polars as pl
 from apache_beam.options.pipeline_options import GoogleCloudOptions
+from biasboard.pipelines import validation
 from biasboard.pipelines.options import beam_options, defaults_from, options_from
 from biasboard.plan import STRATEGIES
 from biasboard.transforms import storage
@@ -91,6 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     job = options_from(PlanOptions, args)
     storage.configure_gcs(no_auth=beam_options(beam_args).view_as(GoogleCloudOptions).no_auth)
+    validation.input_buckets(("--out", args.out), ("--to", job.to))  # storage gone from the start: the probe's 12 s
     result = make_plan(
         args.out,
         args.budget,

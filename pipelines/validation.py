@@ -17,8 +17,11 @@ whose message the CLI prints as one line (exit code 2):
 
 The bucket probe is bounded (:data:`BUCKET_PROBE_DEADLINE_S`): Google's client
 retries a refused connection for two minutes by default, which on a
-misconfigured endpoint looks like a hang.  Storage lost in the middle of a job
-is bounded too, more loosely (a blip there is retried for up to 30 s):
+misconfigured endpoint looks like a hang.  It is the first request of every job
+that names a bucket, so storage unreachable from the start costs the probe's 12 s,
+not a job's 30 s (nothing has been done, so there is nothing to ride out), and
+its line says how long nothing answered, as measured.  Storage lost in the middle
+of a job is bounded too, more loosely (a blip there is retried for up to 30 s):
 :mod:`biasboard.transforms.gcs_requests`.
 """
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 
 from biasboard.schemas.errors import InputError, StateError, StorageUnreachable
@@ -94,7 +98,8 @@ def _first_missing(path: str) -> str | None:
 
 def input_buckets(*inputs: tuple[str, str | None]) -> None:
     """Each given input's ``gs://`` bucket exists and answers (``inputs``: (flag, path or glob) pairs): a missing
-    one was a 369-character dump of Beam's listing error instead of "bucket X does not exist"."""
+    one was a 369-character dump of Beam's listing error instead of "bucket X does not exist".  Also for a job's
+    folders that :func:`writable_folder` does not check (plan's ``--out`` and ``--to``)."""
     for flag, path in inputs:
         if path:
             reachable_bucket(path, flag)
@@ -117,23 +122,31 @@ def reachable_bucket(path: str, flag: str) -> None:
     from google.cloud.storage.retry import DEFAULT_RETRY
 
     bounded = DEFAULT_RETRY.with_timeout(BUCKET_PROBE_DEADLINE_S)
+    started = time.monotonic()
     try:
         client = create_storage_client(PipelineOptions([]))
         with gcs_requests.patience(BUCKET_PROBE_DEADLINE_S):
             found = client.lookup_bucket(bucket, retry=bounded, timeout=BUCKET_PROBE_TIMEOUT_S)
-    except (exceptions.RetryError, StorageUnreachable) as err:
-        reason = err.reason if isinstance(err, StorageUnreachable) else gcs_requests.first_line(err.cause or err)
-        raise StateError(
-            f"{flag} {path}: cannot reach bucket {bucket} (no answer within {BUCKET_PROBE_DEADLINE_S:.0f} s: {reason})"
-        ) from err
+    except (StorageUnreachable, exceptions.RetryError) as err:
+        raise StateError(f"{flag} {path}: cannot reach bucket {bucket} ({_unanswered(err, started)})") from err
     except (exceptions.Forbidden, exceptions.Unauthorized) as err:
         raise StateError(f"{flag} {path}: no access to bucket {bucket} ({gcs_requests.first_line(err)})") from err
     except exceptions.GoogleAPIError as err:
         raise StateError(f"{flag} {path}: bucket {bucket} cannot be checked ({gcs_requests.first_line(err)})") from err
-    except Exception as err:  # a transport error that is not retried (DNS failure, bad endpoint URL)
+    except Exception as err:  # a transport error that is not retried (an endpoint URL without http://)
         raise StateError(f"{flag} {path}: cannot reach bucket {bucket} ({gcs_requests.first_line(err)})") from err
     if found is None:
         raise StateError(f"{flag} {path}: bucket {bucket} does not exist")
+
+
+def _unanswered(err: Exception, started: float) -> str:
+    """Why the probe begun at ``started`` got no answer, and for how long as measured (not the deadline it had: the
+    line is read as the time the job waited): the bounded adapter's account (which says no time for a host name
+    that does not exist: that is not waited out), else the library's last error when its retries gave up first."""
+    if isinstance(err, StorageUnreachable):
+        return err.why
+    cause = getattr(err, "cause", None) or err
+    return f"{gcs_requests.first_line(cause)}; no answer for {time.monotonic() - started:.0f} s"
 
 
 def family_map(path: str | None, flag: str = "--family-map") -> FamilyMap:

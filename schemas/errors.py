@@ -22,21 +22,29 @@ class StorageUnreachable(StateError):
     """Storage stopped answering: nothing is known to be wrong with what it holds, it could not be reached.
 
     Says where (``endpoint``, the ``path`` being read or written), why (``reason``: ``Connection refused``, ``no
-    answer within 20 s``) and for how long (``seconds``), as :mod:`biasboard.transforms.gcs_requests` found;
+    answer within 20 s``, ``cannot resolve host H: ...``) and for how long (``seconds`` since the first request that
+    got no answer; None when nothing was waited out: a host name that does not exist is not retried), as
+    :mod:`biasboard.transforms.gcs_requests` found;
     ``consequence``: what the job left behind (``nothing was published ...``), added by the job step that met it
     (:func:`biasboard.transforms.storage.if_unreachable`).  Every reader that would take a failed read for a
     missing or broken file lets this through (:func:`raise_if_unreachable`), so the one line a job prints says
     "unreachable", never "corrupt".
     """
 
-    def __init__(self, endpoint: str, path: str, reason: str, seconds: float, consequence: str = "") -> None:
+    def __init__(self, endpoint: str, path: str, reason: str, seconds: float | None, consequence: str = "") -> None:
         self.endpoint, self.path, self.reason, self.seconds = endpoint, path, reason, seconds
         self.consequence = consequence
-        plain = re.sub(r"[();\s]+", " ", reason).strip() or "no answer"
-        reach = f"cannot reach storage at {endpoint} for {path} ({plain}; no answer for {seconds:.0f} s)"
+        reach = f"cannot reach storage at {endpoint} for {path} ({self.why})"
         # One argument, the message, as Beam expects of an error it re-raises with the step's name appended
         # (it then cannot rebuild this one, and hands on its text, which storage_unreachable reads back).
         super().__init__(f"{reach}: {consequence}" if consequence else reach)
+
+    @property
+    def why(self) -> str:
+        """The reason, and how long nothing answered when that was waited out: ``Connection refused; no answer for
+        31 s`` (the text between the message's parentheses, which :func:`storage_unreachable` reads back)."""
+        plain = re.sub(r"[();\s]+", " ", self.reason).strip() or "no answer"
+        return plain if self.seconds is None else f"{plain}; no answer for {self.seconds:.0f} s"
 
     def __reduce__(self):  # pickled (a worker's error) by its fields, not by its one message argument
         return StorageUnreachable, (self.endpoint, self.path, self.reason, self.seconds, self.consequence)
@@ -64,7 +72,7 @@ class StorageUnreachable(StateError):
 #: How :class:`StorageUnreachable` reads in a runner's text of a worker's traceback (or a wrapper's message).
 _UNREACHABLE_TEXT = re.compile(
     r"cannot reach storage at (?P<endpoint>\S+) for (?P<path>.+?) "
-    r"\((?P<reason>[^()]*); no answer for (?P<seconds>\d+) s\)"
+    r"\((?P<reason>[^()]*?)(?:; no answer for (?P<seconds>\d+) s)?\)"
 )
 
 
@@ -79,7 +87,8 @@ def storage_unreachable(err: BaseException) -> StorageUnreachable | None:
         found = _UNREACHABLE_TEXT.search(str(seen))
         if found:
             parts = found.groupdict()
-            return StorageUnreachable(parts["endpoint"], parts["path"], parts["reason"], float(parts["seconds"]))
+            seconds = None if parts["seconds"] is None else float(parts["seconds"])
+            return StorageUnreachable(parts["endpoint"], parts["path"], parts["reason"], seconds)
     return None
 
 

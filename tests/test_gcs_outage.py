@@ -21,8 +21,13 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import socket
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -31,13 +36,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from biasboard.pipelines import backfill as backfill_job
 from biasboard.pipelines import cli, validation
 from biasboard.pipelines import refresh as refresh_job
-from biasboard.schemas.errors import StorageUnreachable
+from biasboard.schemas.errors import StateError, StorageUnreachable, storage_unreachable
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import audit as audit_step
 from biasboard.transforms import gcs_requests, publish, storage
 from biasboard.transforms import plan as plan_step
-from gcs_emulator import EmulatorProcess, using_emulator
-from requests.adapters import BaseAdapter
+from gcs_emulator import EmulatorProcess, free_port, using_emulator
+from requests.adapters import BaseAdapter, HTTPAdapter
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 BUCKET = "outage"
@@ -254,6 +259,11 @@ class _Refusing(BaseAdapter):
     def close(self) -> None:
         pass
 
+    @staticmethod
+    def lookup(*args, **kwargs) -> list:
+        """The name lookup of the network this transport stands in for: every host resolves (to nowhere)."""
+        return []
+
 
 def _beam_client_with(transport: _Refusing):
     """The client Beam's GCS file system makes (anonymous), its bounded adapter sending through ``transport``."""
@@ -261,13 +271,13 @@ def _beam_client_with(transport: _Refusing):
     client = gcsio.create_storage_client(PipelineOptions([]), use_credentials=False)
     adapter = client._http.get_adapter("https://storage.googleapis.com/")
     assert isinstance(adapter, gcs_requests.BoundedAdapter)
-    adapter.inner = transport
+    adapter.inner, adapter.lookup = transport, transport.lookup
     return client
 
 
 def test_the_client_beam_makes_is_bounded_and_declares_an_outage(no_emulator, monkeypatch):
-    """Every request goes out with the bounded timeouts (the library asks for 60 s, and retries for 120 s); a
-    refused endpoint is declared unreachable after the budget, naming the bucket, and then fails at once."""
+    """Every request goes out with the bounded timeouts (the library asks for 60 s, and retries for 120 s), within
+    the budget; a refused endpoint is declared unreachable after the budget, naming the bucket, then fails at once."""
     monkeypatch.setattr(gcs_requests, "UNREACHABLE_AFTER_S", 1.5)
     transport = _Refusing(refusals=10**6)
     client = _beam_client_with(transport)
@@ -275,7 +285,9 @@ def test_the_client_beam_makes_is_bounded_and_declares_an_outage(no_emulator, mo
     with pytest.raises(StorageUnreachable) as caught:
         client.lookup_bucket("some-bucket")
     elapsed = time.monotonic() - started
-    assert set(transport.timeouts) == {(gcs_requests.CONNECT_TIMEOUT_S, gcs_requests.READ_TIMEOUT_S)} == {(10, 20)}
+    first, *later = transport.timeouts
+    assert first == pytest.approx((1.5, 1.5), abs=0.05), "60 s asked, bounded to (10, 20) and to the 1.5 s budget"
+    assert all(gcs_requests.ATTEMPT_FLOOR_S <= c == r <= 1.5 for c, r in later), "and to what is left of it"
     assert len(transport.timeouts) >= 3, "refusals are retried until the budget is spent"
     assert 1.5 <= elapsed < FAILS_WITHIN_S
     assert str(caught.value).startswith(
@@ -298,6 +310,7 @@ def test_a_blip_is_retried_not_failed(no_emulator):
     assert random.getstate() == before
     assert bucket is not None and bucket.name == "some-bucket"
     assert len(transport.timeouts) == 3
+    assert set(transport.timeouts) == {(gcs_requests.CONNECT_TIMEOUT_S, gcs_requests.READ_TIMEOUT_S)} == {(10, 20)}
 
 
 def test_the_bounds_cap_what_the_library_asks():
@@ -363,3 +376,157 @@ def test_a_refresh_that_lost_storage_planning_says_it_published_then_what_the_pl
             "cannot reach storage at http://h for gs://b/site/plans/s/plan.csv (Connection refused; no answer for "
             "31 s): the snapshot was published (LATEST names it); " + left
         ), caught.value
+
+
+# --------------------------------------------------------------------------- storage unreachable from the start
+#
+# Measured before (the CLI as a subprocess; tables in docs/running.md): a job whose endpoint could not be reached at
+# all said "no answer within 12 s" after 14-42 s (a resolver that does not answer holds each attempt 10-20 s, past
+# any timeout, and the last attempt ran its whole timeout past the deadline), plan took the job's 30 s (it had no
+# probe), and a host name that does not exist was ridden out like a refused connection ("Name or service not known").
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """A request as it left for storage: when (``time.monotonic``), the (connect, read) bounds it had, its URL."""
+
+    at: float
+    timeout: tuple[float, float]
+    url: str
+
+
+@pytest.fixture
+def attempts(monkeypatch) -> list[_Attempt]:
+    """Every request the real transport sends (recorded on the way: it is sent, and fails or answers, for real)."""
+    sent: list[_Attempt] = []
+    send = HTTPAdapter.send
+
+    def recorded(self, request, stream=False, timeout=None, **kwargs):
+        sent.append(_Attempt(time.monotonic(), timeout, request.url))
+        return send(self, request, stream=stream, timeout=timeout, **kwargs)
+
+    monkeypatch.setattr(HTTPAdapter, "send", recorded)
+    return sent
+
+
+def _to(endpoint: str, attempts: list[_Attempt]) -> list[_Attempt]:
+    """The attempts sent to ``endpoint`` (not, say, an earlier test's upload its writer's finaliser completes now)."""
+    return [sent for sent in attempts if sent.url.startswith(f"{endpoint}/")]
+
+
+@pytest.fixture
+def deaf_endpoint():
+    """A real server that takes no connection: it listens with a backlog of one, which one connection fills, so a
+    connection to it is never made (what a frozen emulator becomes once its backlog is full)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(0)
+        with socket.create_connection(server.getsockname()):
+            yield f"http://127.0.0.1:{server.getsockname()[1]}"
+
+
+def _job(name: str, root: str, tmp_path: Path) -> list[str]:
+    """A job's command line with every folder on the bucket ``root`` (export's --to local: its --out is probed)."""
+    return {
+        "refresh": [
+            "refresh",
+            "--input",
+            f"{root}/logs/*.parquet",
+            "--state",
+            f"{root}/state",
+            "--out",
+            f"{root}/site",
+        ],
+        "export": ["export", "--out", f"{root}/site", "--to", str(tmp_path / "export"), "--format", "csv"],
+        "plan": ["plan", "--out", f"{root}/site", "--budget", "4"],
+    }[name]
+
+
+@pytest.mark.parametrize("job", ["refresh", "export", "plan"])
+def test_a_host_name_that_does_not_exist_is_said_at_once_not_ridden_out(job, fresh_breaker, attempts, tmp_path, capsys):
+    """A typo in STORAGE_EMULATOR_HOST (or a wrong endpoint): the DNS answers that the name does not exist, which
+    waiting does not mend, so the job says so at once; nothing is sent, and the clean-up is not waited out either.
+    Before: ``Name or service not known; no answer for 12 s`` (refresh, export) or ``30 s`` (plan), as long
+    ridden out as a refused connection.  (``.invalid`` never resolves: RFC 6761.)"""
+    with using_emulator("http://nonexistent.invalid:9", BUCKET) as root:
+        err = _failed(_job(job, root, tmp_path), capsys)
+    assert "(cannot resolve host nonexistent.invalid: " in err and "no answer for" not in err, err
+    assert _to("http://nonexistent.invalid:9", attempts) == [], "nothing left: the name was looked up, and is none"
+    with pytest.raises(StorageUnreachable) as declared:
+        gcs_requests.BREAKER.check("http://nonexistent.invalid:9", f"gs://{BUCKET}/")
+    assert declared.value.seconds is None and declared.value.reason.startswith(
+        "cannot resolve host nonexistent.invalid"
+    )
+
+
+def test_a_name_that_stops_resolving_mid_job_is_ridden_out(quick_bounds, attempts):
+    """An endpoint that has answered in this process is no typo: its name failing now is a DNS blip, retried like a
+    refused connection until the budget is spent (the last request's line says so, and for how long)."""
+    host = "http://nonexistent.invalid:9"
+    gcs_requests.BREAKER.answered(host)  # it answered before the DNS failed
+    with using_emulator(host, BUCKET):
+        client = gcsio.create_storage_client(PipelineOptions([]))
+        with pytest.raises(StorageUnreachable) as caught:
+            client.lookup_bucket(BUCKET)
+    assert caught.value.reason.startswith("cannot resolve host nonexistent.invalid: "), caught.value
+    assert caught.value.seconds is not None and len(_to(host, attempts)) == 1, "sent (a known name), then looked up"
+
+
+def test_a_job_whose_first_contact_fails_gives_up_within_the_probe_patience(
+    fresh_breaker, attempts, monkeypatch, tmp_path, capsys
+):
+    """plan's first request was its read of LATEST, with the job's 30 s of patience (measured: 31.7 s refused, 41 s
+    frozen) for storage that was never reached: it now probes the bucket first, like every other job, and nothing
+    else is sent."""
+    monkeypatch.setattr(validation, "BUCKET_PROBE_DEADLINE_S", 1.0)
+    host = f"http://127.0.0.1:{free_port()}"
+    with using_emulator(host, BUCKET) as root:
+        err = _failed(_job("plan", root, tmp_path), capsys)
+    assert err.startswith(
+        f"biasboard plan: error: --out {root}/site: cannot reach bucket {BUCKET} (Connection refused; no answer for "
+    ), err
+    assert {urlsplit(sent.url).path for sent in _to(host, attempts)} == {f"/storage/v1/b/{BUCKET}"}, "the probe's"
+
+
+def test_no_attempt_outlasts_the_patience_and_the_probe_says_how_long_it_waited(
+    deaf_endpoint, fresh_breaker, attempts, monkeypatch
+):
+    """A request sent late in the budget is bounded by what is left of it (at least ATTEMPT_FLOOR_S), so the outage
+    is declared when the budget is spent, not a whole timeout later; and the probe's line says the time measured,
+    not its deadline.  Before: the last attempt got the probe's whole 4 s (14.4 s for a frozen emulator, 20-42 s for
+    a resolver that does not answer) and the line said "no answer within 12 s"."""
+    patience, bound = 1.0, 0.9
+    monkeypatch.setattr(validation, "BUCKET_PROBE_DEADLINE_S", patience)
+    monkeypatch.setattr(validation, "BUCKET_PROBE_TIMEOUT_S", bound)
+    with using_emulator(deaf_endpoint, BUCKET) as root, pytest.raises(StateError) as caught:
+        validation.reachable_bucket(f"{root}/site", "--out")
+    lost, attempts = storage_unreachable(caught.value), _to(deaf_endpoint, attempts)
+    assert lost is not None and lost.reason.startswith("no connection within "), caught.value
+    assert str(caught.value).endswith(f"({lost.reason}; no answer for {lost.seconds:.0f} s)"), "the time measured"
+    assert len(attempts) >= 2, "the outage is declared after two attempts at least"
+    budget_ends = attempts[0].at + patience
+    for sent in attempts:  # each attempt's bound: what was left of the budget when it left (the floor at least)
+        allowed = max(budget_ends - sent.at, gcs_requests.ATTEMPT_FLOOR_S)
+        assert sent.timeout[0] <= allowed + 0.2, (sent, allowed)
+
+
+def test_the_bounds_shrink_to_what_is_left_of_the_budget():
+    assert gcs_requests.bounded_timeout(60, within=7.5) == (7.5, 7.5)
+    assert gcs_requests.bounded_timeout((3, 5), within=4) == (3, 4)
+    assert gcs_requests.bounded_timeout(None, within=0.0) == (gcs_requests.ATTEMPT_FLOOR_S,) * 2
+
+
+def test_a_dns_lookup_that_gets_no_answer_is_bounded_and_ridden_out():
+    """A resolver that does not answer held the connection's own lookup 10-20 s (glibc: 5 s a server, twice), past
+    every timeout (measured in a mount namespace whose resolv.conf names a server that never answers: the probe
+    failed after 20-42 s).  The adapter's own lookup gives up within the attempt's bound, as a blip (not "no such
+    name").  The tests cannot make a resolver that does not answer without root, so a lookup that blocks stands in."""
+    never = threading.Event()
+    with pytest.raises(gcs_requests.Unresolved) as caught:
+        gcs_requests.resolve("storage.example.com", within=0.2, lookup=lambda *args, **kwargs: never.wait(5))
+    never.set()
+    assert str(caught.value) == "cannot resolve host storage.example.com: no answer from DNS within 0.2 s"
+    assert not caught.value.no_such_name and gcs_requests.never_sent(caught.value)
+    gcs_requests.resolve(
+        "127.0.0.1", within=0.0, lookup=lambda *args, **kwargs: pytest.fail("an address is not looked up")
+    )
