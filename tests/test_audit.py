@@ -1109,3 +1109,17 @@ def test_cli_says_what_the_audit_could_not_measure(tmp_path: Path, capsys, rows,
     assert cli.main(["audit", "--input", str(tmp_path / "in"), "--out", str(tmp_path / "out")]) == 0
     assert note in capsys.readouterr().out
     assert any(note in n for n in json.loads((tmp_path / "out" / "audit.json").read_text())["notes"])
+
+
+def test_the_note_does_not_claim_the_first_second_split_when_no_shown_order_is_known(tmp_path: Path, capsys) -> None:
+    """AlpacaEval 1 records no shown order: the note said flip rates were not measured "(the first/second split is)",
+    but that split is null there too (QA finding); it now says so."""
+    from biasboard.pipelines import cli
+
+    columns = ("judge", "prompt_id", "model_a", "model_b", "winner", "order_known", "len_a", "len_b")
+    rows = [("j", "p1", "x", "y", FIRST, False, 10, 20), ("j", "p2", "y", "x", SECOND, False, 30, 5)]
+    _write_battles(battles(rows, columns), tmp_path / "in" / "day=2024-01-01" / "part-0.parquet")
+    assert cli.main(["audit", "--input", str(tmp_path / "in"), "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "nor is the first/second split: no battle's shown order is known" in printed, printed
+    assert "(the first/second split is)" not in printed

@@ -504,7 +504,15 @@ def _row_notes(counts: Mapping[str, Any]) -> list[str]:
 
 
 def _order_notes(judges: pl.DataFrame) -> list[str]:
+    """Why the order measures are missing, if they are.  The first/second split needs only battles of known shown
+    order between two models (``slot_n``): none has one in AlpacaEval 1's files, of which the note had said the
+    split was measured."""
     pairs = judges.get_column("order_pairs").fill_null(0.0)
+    split = (
+        "the first/second split is"
+        if "slot_n" in judges.columns and judges.get_column("slot_n").fill_null(0).sum() > 0
+        else "nor is the first/second split: no battle's shown order is known"
+    )
     if pairs.sum() > 0:
         unpaired = judges.filter(pairs == 0).get_column("judge").to_list()
         if not unpaired:
@@ -516,12 +524,11 @@ def _order_notes(judges: pl.DataFrame) -> list[str]:
     if judges.get_column("pba_judgments").fill_null(0.0).sum() == 0:
         return [
             "no battle between two different models has a prompt_id (and a known shown order), so none can be "
-            "paired with its swapped-order partner: flip rates and order consistency are not measured (the "
-            "first/second split is)"
+            f"paired with its swapped-order partner: flip rates and order consistency are not measured ({split})"
         ]
     return [
         "no judge saw the same prompt and model pair in both orders on the same day: flip rates and order "
-        "consistency are not measured (the first/second split is; a swapped partner on another day is not paired)"
+        f"consistency are not measured ({split}; a swapped partner on another day is not paired)"
     ]
 
 
