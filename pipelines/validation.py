@@ -31,6 +31,7 @@ import os
 import shutil
 import time
 import uuid
+from urllib.parse import urlsplit
 
 from biasboard.schemas.errors import InputError, StateError, StorageUnreachable
 from biasboard.schemas.families import FamilyMap
@@ -116,6 +117,7 @@ def reachable_bucket(path: str, flag: str) -> None:
     bucket = path[len("gs://") :].split("/", 1)[0]
     if not bucket:
         raise InputError(f"{flag} {path}: no bucket name")
+    emulator_url()
     from apache_beam.io.gcp.gcsio import create_storage_client
     from apache_beam.options.pipeline_options import PipelineOptions
     from google.api_core import exceptions
@@ -137,6 +139,17 @@ def reachable_bucket(path: str, flag: str) -> None:
         raise StateError(f"{flag} {path}: cannot reach bucket {bucket} ({gcs_requests.first_line(err)})") from err
     if found is None:
         raise StateError(f"{flag} {path}: bucket {bucket} does not exist")
+
+
+def emulator_url() -> None:
+    """Refuse a ``STORAGE_EMULATOR_HOST`` without ``http://`` or ``https://``: google-cloud-storage sends requests to it
+    as given, so ``127.0.0.1:4443`` ended every job in requests' "No connection adapters were found for
+    '127.0.0.1:4443/storage/v1/b/...'", which names neither the variable nor the fix."""
+    value = os.environ.get(storage.EMULATOR_ENV)
+    if value and urlsplit(value).scheme not in ("http", "https"):
+        raise InputError(
+            f"{storage.EMULATOR_ENV}={value}: not a URL; name the scheme, e.g. http://{value.split('://')[-1]}"
+        )
 
 
 def _unanswered(err: Exception, started: float) -> str:

@@ -338,3 +338,16 @@ def test_a_judge_named_like_the_global_effects_is_refused_in_one_line(tmp_path, 
     err = capsys.readouterr().err
     assert "a judge is named '*', the name of the global effects" in err and "--aliases" in err, err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1:9", "localhost:9"])
+def test_an_emulator_host_without_its_scheme_is_named_with_the_fix(tmp_path, capsys, monkeypatch, value):
+    """``STORAGE_EMULATOR_HOST=127.0.0.1:9`` (no ``http://``) ended the job in requests' "No connection adapters were
+    found for '127.0.0.1:9/storage/v1/b/dash...'" (the storage QA pass); the line now names the variable and the fix."""
+    _published_with_names(tmp_path / "out", ["a", "b"])
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", value)
+    argv = ["export", "--out", str(tmp_path / "out"), "--to", "gs://dash/bb", "--format", "csv"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"STORAGE_EMULATOR_HOST={value}: not a URL; name the scheme, e.g. http://{value}"), err
+    assert len(err.splitlines()) == 1
