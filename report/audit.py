@@ -4,7 +4,7 @@ Renders an :class:`~biasboard.audit.AuditResult` or the document of
 ``audit.json`` (the same numbers); every name that comes from the data is
 escaped.  The flip rate, the longer-wins rate, the own-family difference and the
 gold accuracy are shown as ``x% ± y%``: one standard error, clustered on a
-judge's verdicts on one prompt within a day (:data:`SE_NOTE`).
+judge's verdicts on one prompt over every day, or within a day where a note says so (:data:`SE_NOTE`).
 The audit job writes the fragment as ``audit_section.html`` and the report
 embeds it.
 """
@@ -51,9 +51,10 @@ def _with_se(value: Any, se: Any) -> str:
 #: What the ± on the page means (the audit's CONVENTIONS["se"] in fewer words).
 SE_NOTE = (
     "± is one standard error. The flip rate, longer-wins, own-family, gold accuracy and consistent win rate SEs "
-    "are cluster-robust, a judge's verdicts on one prompt within a day (both orders, repeats, every pair) one "
-    "cluster (a gold case judged in both orders counts once, not twice; a flip on a prompt whose answer meets "
-    "several opponents is not counted as independent of the prompt's other flips)."
+    "are cluster-robust, a judge's verdicts on one prompt (both orders, repeats, every pair, every day unless a note "
+    "says within a day) one cluster, with the small-sample factor G/(G − 1) (a gold case judged in both orders "
+    "counts once, not twice; a flip on a prompt whose answer meets several opponents is not counted as independent "
+    "of the prompt's other flips)."
 )
 
 

@@ -437,14 +437,18 @@ class FamilyPreference:
 @dataclass
 class AuditClusters:
     """How many of the audit's (judge, prompt) clusters recur on other days (``audit.json``'s ``clusters``,
-    :class:`biasboard.audit.measures.ClusterRecurrence`): the clustered SEs close a cluster within a day, so a
-    prompt judged on several days is several clusters.  A measurement, not a warning (the report says it beside
-    the SEs from :data:`~biasboard.audit.measures.RECURRING_NOTE_SHARE` on)."""
+    :class:`biasboard.audit.measures.ClusterRecurrence`): the clustered SEs close a cluster over the whole history
+    when its distinct keys are few, else within a day, where a prompt judged on several days is several clusters.
+    A measurement, not a warning (the report says it beside the SEs from
+    :data:`~biasboard.audit.measures.RECURRING_NOTE_SHARE` on, when they were closed within a day)."""
 
     day_keys: int
     distinct_keys: int
     days: int
     recurring_share: float
+    #: ``history``: the clusters were closed over every day (few distinct keys), so a prompt on several days is one
+    #: cluster and no note is due; ``day``: within each day (an older audit.json has no field: ``day``).
+    closed_over: str = "day"
 
 
 @dataclass

@@ -33,6 +33,11 @@ from biasboard.transforms.snapshot import _pooled_order_models
 FIRST, SECOND, TIE, BOTHBAD = "model_a", "model_b", "tie", "tie (bothbad)"
 
 
+def cr1(clusters: int) -> float:
+    """The CR1 small-sample factor G/(G − 1) on a clustered variance (Stata's and statsmodels' default)."""
+    return clusters / (clusters - 1)
+
+
 def battles(rows: list[tuple], columns: tuple[str, ...] = ("judge", "prompt_id", "model_a", "model_b", "winner")):
     return pl.DataFrame(rows, schema=list(columns), orient="row")
 
@@ -64,7 +69,7 @@ def test_seed001_cross_tab_flip_rate_and_consistent_win_rate() -> None:
     pair = result.order_pairs.row(0, named=True)
     assert pair["averaged_win_rate_x"] == pytest.approx(416 / 800)  # the seed's 52%
     assert pair["consistent_win_rate_x"] == pytest.approx(154 / 292)  # 52.7%
-    assert pair["consistent_win_rate_x_se"] == pytest.approx(math.sqrt((154 / 292) * (138 / 292) / 292))  # 2.9 pts
+    assert pair["consistent_win_rate_x_se"] == pytest.approx(math.sqrt((154 / 292) * (138 / 292) / 292 * cr1(292)))
     assert round(100 * pair["consistent_win_rate_x_se"], 1) == 2.9
     models = result.order_models.filter(pl.col("model") == "B").row(0, named=True)
     assert models["consistent_win_rate"] == pytest.approx(138 / 292)
@@ -164,8 +169,8 @@ def test_own_family_preference() -> None:
     assert o["win_rate_other_judges"] == pytest.approx(1.5 / 4)
     assert o["self_preference"] == pytest.approx(0.75 - 0.375)
     # Every (judge, prompt, pair) holds one battle: clusters of one, so each side's variance is var(score)/n,
-    # ties scoring ½ (1, 1, 1, 0: 0.1875; 1, ½, 0, 0: 0.171875), not the binomial p(1 − p).
-    expected_se = math.sqrt(0.1875 / 4 + 0.171875 / 4)
+    # ties scoring ½ (1, 1, 1, 0: 0.1875; 1, ½, 0, 0: 0.171875), not the binomial p(1 − p); 4 clusters a side.
+    expected_se = math.sqrt((0.1875 / 4 + 0.171875 / 4) * cr1(4))
     assert o["self_preference_se"] == pytest.approx(expected_se)
     a = fam.filter(pl.col("judge") == "a").row(0, named=True)
     assert a["win_rate_self"] == pytest.approx(2.5 / 4)  # claude under its own family's judge
@@ -202,18 +207,18 @@ def test_clustered_standard_errors_by_hand() -> None:
     o = result.judges.filter(pl.col("judge") == "o").row(0, named=True)
     # Longer wins 4 of 6; clusters (n, s) = (2, 2), (2, 2), (2, 0): Σ(s − p n)² = 2·(2/3)² + (4/3)² = 8/3.
     assert o["len_longer_win_rate"] == pytest.approx(4 / 6)
-    assert o["len_longer_win_rate_se"] == pytest.approx(math.sqrt(8 / 3) / 6)  # 0.272; binomial over 6: 0.192
+    assert o["len_longer_win_rate_se"] == pytest.approx(math.sqrt(8 / 3 * cr1(3)) / 6)  # 0.333; binomial: 0.192
     fam = result.family.filter(pl.col("judge") == "o").row(0, named=True)
     # Self side as above (0.272); other side: judge a's gpt scores 1, 0, ½ as clusters of one: var = (1/6)/3.
     assert fam["self_preference"] == pytest.approx(4 / 6 - 0.5)
-    assert fam["self_preference_se"] == pytest.approx(math.sqrt(8 / 3 / 36 + 1 / 18))
+    assert fam["self_preference_se"] == pytest.approx(math.sqrt(8 / 3 / 36 * cr1(3) + 1 / 18 * cr1(3)))
 
 
 def test_flip_rate_standard_error_with_one_pair_a_prompt() -> None:
     """One pair a prompt, one verdict per order: the binomial over pairs (seed001: 27% of 400). A prompt judged
     twice in one order is one pair of consistent share ½, not two pairs: its SE comes from the shares' spread."""
     judge = audit(seed001_battles()).judges.row(0, named=True)
-    assert judge["order_flip_rate_se"] == pytest.approx(math.sqrt(0.27 * 0.73 / 400))
+    assert judge["order_flip_rate_se"] == pytest.approx(math.sqrt(0.27 * 0.73 / 400 * cr1(400)))
     rows = [
         ("j", "p1", "x", "y", FIRST),  # p1: x first → x, x first → y, y first → x: consistent share ½
         ("j", "p1", "x", "y", SECOND),
@@ -226,7 +231,7 @@ def test_flip_rate_standard_error_with_one_pair_a_prompt() -> None:
     judge = audit(battles(rows)).judges.row(0, named=True)
     assert judge["order_flip_rate"] == pytest.approx(0.5)
     # Σ c² = ¼ + 1 + 0 over 3 pairs, mean ½: var = (1.25 − 3/4)/9.
-    assert judge["order_flip_rate_se"] == pytest.approx(math.sqrt(0.5 / 9))  # 0.236; binomial: 0.289
+    assert judge["order_flip_rate_se"] == pytest.approx(math.sqrt(0.5 / 9 * cr1(3)))  # 0.289
 
 
 def test_flip_rate_and_consistent_win_rate_standard_errors_take_the_prompt_as_the_cluster() -> None:
@@ -250,18 +255,18 @@ def test_flip_rate_and_consistent_win_rate_standard_errors_take_the_prompt_as_th
     assert judge["order_flip_rate"] == pytest.approx(0.5)
     # Clusters (N_c, C_c) = (2, 0), (2, 2), (2, 1); consistency ½: Σ (C_c − ½ N_c)² = 2.  The prompt-pair as the
     # unit (before): six pairs, consistent 0, 0, 1, 1, 1, 0 → sqrt(1.5)/6 = 0.204.
-    assert judge["order_flip_rate_se"] == pytest.approx(math.sqrt(2) / 6)  # 0.236
+    assert judge["order_flip_rate_se"] == pytest.approx(math.sqrt(2 * cr1(3)) / 6)  # 0.289
     base = result.order_models.filter(pl.col("model") == "b").row(0, named=True)
     # b among its consistent pairs: clusters (n, s) = (2, 2) on p2 and (1, 0) on p3, p̂ = 2/3: Σ (s − p̂ n)² = 8/9.
     # Pair as the unit (before): scores 1, 1, 0 → sqrt((2/9)/3) = 0.272.
     assert base["consistent_win_rate"] == pytest.approx(2 / 3)
-    assert base["consistent_win_rate_se"] == pytest.approx(math.sqrt(8 / 9) / 3)  # 0.314
+    assert base["consistent_win_rate_se"] == pytest.approx(math.sqrt(8 / 9 * cr1(2)) / 3)  # 0.444
     m1 = result.order_models.filter(pl.col("model") == "m1").row(0, named=True)
-    assert m1["consistent_win_rate_se"] == pytest.approx(0.5 / math.sqrt(2))  # m1 meets b once a prompt: var/n
+    assert m1["consistent_win_rate_se"] == pytest.approx(0.5 / math.sqrt(2) * math.sqrt(cr1(2)))  # once a prompt
     pair = result.order_pairs.filter(pl.col("model_y") == "m1").row(0, named=True)
     assert pair["flip_rate"] == pytest.approx(1 / 3)
-    assert pair["flip_rate_se"] == pytest.approx(math.sqrt((2 / 9) / 3))
-    assert pair["consistent_win_rate_x_se"] == pytest.approx(0.5 / math.sqrt(2))
+    assert pair["flip_rate_se"] == pytest.approx(math.sqrt((2 / 9) / 3 * cr1(3)))
+    assert pair["consistent_win_rate_x_se"] == pytest.approx(0.5 / math.sqrt(2) * math.sqrt(cr1(2)))
 
 
 def test_consistent_win_rate_standard_error_weighs_a_repeated_prompt_pair_as_one_unit() -> None:
@@ -284,12 +289,12 @@ def test_consistent_win_rate_standard_error_weighs_a_repeated_prompt_pair_as_one
     assert pair["consistent_win_rate_x"] == pytest.approx(1.5 / 2.5)
     # Units (n, s) = (½, ½), (1, 1), (0, 0), (1, 0): Σ (s − 0.6 n)² = 0.56.  Before: var/n over the expected
     # verdict combinations, sqrt((1.5/2.5 − 0.36)/2.5) = 0.310.
-    assert pair["consistent_win_rate_x_se"] == pytest.approx(math.sqrt(0.56) / 2.5)  # 0.299
+    assert pair["consistent_win_rate_x_se"] == pytest.approx(math.sqrt(0.56 * cr1(3)) / 2.5)  # 0.367
     x = result.order_models.filter(pl.col("model") == "x").row(0, named=True)
-    assert x["consistent_win_rate_se"] == pytest.approx(math.sqrt(0.56) / 2.5)  # one pair: its clusters are the units
+    assert x["consistent_win_rate_se"] == pytest.approx(math.sqrt(0.56 * cr1(3)) / 2.5)  # one pair: its units
     judge = result.judges.row(0, named=True)
     # Flip rate over 4 pairs, consistent 0.5 + 1 + 0 + 1 = 2.5: Σ C² = 2.25, p̂ = 0.625: (2.25 − 2·0.625·2.5 + 0.625²·4)
-    assert judge["order_flip_rate_se"] == pytest.approx(math.sqrt(2.25 - 3.125 + 1.5625) / 4)
+    assert judge["order_flip_rate_se"] == pytest.approx(math.sqrt((2.25 - 3.125 + 1.5625) * cr1(4)) / 4)
 
 
 def test_audit_page_shows_rates_with_one_standard_error() -> None:
@@ -301,13 +306,14 @@ def test_audit_page_shows_rates_with_one_standard_error() -> None:
     assert "± is one standard error" in page
     assert (
         "The flip rate, longer-wins, own-family, gold accuracy and consistent win rate SEs are cluster-robust, a "
-        "judge&#x27;s verdicts on one prompt within a day" in page
+        "judge&#x27;s verdicts on one prompt (both orders, repeats, every pair, every day unless a note says within a "
+        "day) one cluster, with the small-sample factor G/(G − 1)" in page
     )
     cols = ("judge", "prompt_id", "model_a", "model_b", "winner", "len_a", "len_b", "gold")
     rows = [("j", f"p{i}", "x", "y", w, 300, 100, FIRST) for i, w in enumerate([FIRST, FIRST, SECOND, TIE])]
     page = render_audit_section(audit(battles(rows, cols)).to_json())  # as audit.json holds it
-    assert "66.7% ± 27.2%" in page  # longer wins 2 of 3 decisive, prompts apart: sqrt((2/3)(1/3)/3)
-    assert "62.5% ± 20.7%" in page  # gold accuracy 1, 1, 0, ½: sqrt(0.171875 / 4)
+    assert "66.7% ± 33.3%" in page  # longer wins 2 of 3 decisive, prompts apart: sqrt((2/3)(1/3)/3 · 3/2)
+    assert "62.5% ± 23.9%" in page  # gold accuracy 1, 1, 0, ½: sqrt(0.171875 / 4 · 4/3)
     assert "± –" not in page  # no pair in both orders: the flip rate is a dash, not "– ± –"
 
 
@@ -469,12 +475,14 @@ def by_day(frame: pl.DataFrame, day: pl.Expr, days: int) -> list[AuditPartials]:
     return [reduce_order_rows(audit_partials(frame.filter(pl.col("_day") == d).drop("_day"))) for d in range(days)]
 
 
-def test_an_audit_says_how_many_clusters_recur_on_other_days() -> None:
-    """AlpacaEval's design judged one model a day against the baseline's answers on the same 40 prompts: the clusters
-    are closed within a day, so the same (judge, prompt) on 8 days is 8 clusters (95% intervals then covered 0.745,
-    not 0.955).  The audit measures the recurring share (1 − 1/8 = 0.875 here, 0.5 over 2 days), puts it in
-    audit.json, and says it in a note and on the audit page; prompts unique to a day say ~0 and no note; battles
-    without a prompt_id are not counted."""
+def test_an_audit_says_how_many_clusters_recur_on_other_days(monkeypatch) -> None:
+    """AlpacaEval's design judged one model a day against the baseline's answers on the same 40 prompts.  Above
+    the history closure's bound (set tiny here) the clusters are closed within a day, so the same (judge, prompt)
+    on 8 days is 8 clusters (95% intervals then covered 0.745, not 0.955).  The audit measures the recurring share
+    (1 − 1/8 = 0.875 here, 0.5 over 2 days), puts it in audit.json with ``closed_over: day``, and says it in a
+    note and on the audit page; prompts unique to a day say ~0 and no note; battles without a prompt_id are not
+    counted.  Under the bound (the default: 4,000 keys) the clusters are closed over the history: no note."""
+    from biasboard.audit import measures
     from biasboard.report.audit import render_audit_section
     from biasboard.transforms.audit import AUDIT_HTML, AUDIT_JSON, audit_files
 
@@ -483,16 +491,23 @@ def test_an_audit_says_how_many_clusters_recur_on_other_days() -> None:
     index = model.str.split("_").list.get(1).cast(pl.Int64)
     no_prompt = data.head(400).with_columns(pl.lit(None, pl.String).alias("prompt_id"))
     counts = {"read": data.height + no_prompt.height, "counted": data.height + no_prompt.height}
+    history = finish_audit(merge_partials(by_day(pl.concat([data, no_prompt]), index % 8, 8)))
+    assert history.clusters.closed_over == "history" and history.clusters.note() is None
+    document = json.loads(audit_files(history, counts)[AUDIT_JSON])
+    assert document["clusters"]["closed_over"] == "history"
+    assert not [n for n in document["notes"] if "clusters repeat" in n]
+    monkeypatch.setattr(measures, "HISTORY_CLOSURE_MAX_KEYS", 100)
     for days, truth in ((8, 0.875), (2, 0.5)):
         parts = by_day(pl.concat([data, no_prompt]), index % days, days)
         result = finish_audit(merge_partials(parts))
         clusters = result.clusters
+        assert clusters.closed_over == "day"
         print(f"{days} days: recurring share {clusters.recurring_share:.4f} (truth {truth})")
         assert clusters.days == days and clusters.day_keys == 100 * 40 * days  # the null prompt_ids not counted
         assert abs(clusters.recurring_share - truth) < 0.02
         files = audit_files(result, counts)
         document = json.loads(files[AUDIT_JSON])
-        assert document["clusters"] == clusters.to_json()
+        assert document["clusters"] == clusters.to_json() and document["clusters"]["closed_over"] == "day"
         note = [n for n in document["notes"] if "clusters repeat one judged on another day" in n]
         assert len(note) == 1 and f"{clusters.recurring_share:.0%}" in note[0] and f"over {days} days" in note[0]
         assert "covered 0.745, not 0.955" in note[0]
@@ -508,6 +523,107 @@ def test_an_audit_says_how_many_clusters_recur_on_other_days() -> None:
     assert document["clusters"]["recurring_share"] == result.clusters.to_json()["recurring_share"]
     assert not [n for n in document["notes"] if "clusters repeat" in n]
     assert "clusters repeat" not in files[AUDIT_HTML].decode()
+
+
+def baseline_model_index() -> pl.Expr:
+    """The model's number k in ``shared_baseline_replicates``' m{r}_{k}: one model a day, in the tests below."""
+    model = pl.when(pl.col("model_a").str.starts_with("m")).then(pl.col("model_a")).otherwise(pl.col("model_b"))
+    return model.str.split("_").list.get(1).cast(pl.Int64)
+
+
+def test_clusters_closed_over_the_history_cover_the_truth_when_prompts_recur_across_days(monkeypatch) -> None:
+    """One model a day against the baseline on the same 40 prompts, 8 days, 400 simulated datasets: the clusters
+    closed over the history (the default: 16,000 keys, far under the bound) make a prompt's verdicts of every day
+    one cluster, and the longer-wins 95% interval covers the truth as the audit of one day does (measured 0.958,
+    with the CR1 factor); closed within each day (the bound set tiny), as every audit was, it covered 0.745."""
+    from biasboard.audit import measures
+
+    parts = by_day(shared_baseline_replicates(5), baseline_model_index() % 8, 8)
+    history = finish_audit(merge_partials(parts))
+    assert history.clusters.closed_over == "history" and history.clusters.days == 8
+    judges = history.judges
+    covered = coverage(judges["len_longer_win_rate"], judges["len_longer_win_rate_se"], 0.5)
+    monkeypatch.setattr(measures, "HISTORY_CLOSURE_MAX_KEYS", 1000)
+    apart = finish_audit(merge_partials(parts))
+    assert apart.clusters.closed_over == "day"
+    covered_apart = coverage(apart.judges["len_longer_win_rate"], apart.judges["len_longer_win_rate_se"], 0.5)
+    print(f"longer wins over 8 days: closed over the history {covered:.3f}, within each day {covered_apart:.3f}")
+    assert 0.92 <= covered <= 0.975
+    assert covered_apart < 0.8
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_clusters_closed_over_the_history_equal_one_audit_of_every_day(seed: int, monkeypatch) -> None:
+    """The incremental equals the full: 3 days sharing their 40 prompts and 3 judges (each model pair on one day,
+    so every (judge, prompt, pair) group — its both orders, its repeats — is whole in a day while its (judge,
+    prompt) cluster spans the days) audited apart, summed and closed over the history, give the audit of all the
+    battles as one day, every table and SE to 1e-12: length, family, gold, the flip rate per judge and per pair,
+    the consistent win rates per (judge, model), per pair and pooled over judges.  Closed within each day (the
+    bound set tiny) they do not."""
+    from biasboard.audit import measures
+
+    data = random_battles(seed)
+    pair = pl.concat_str(pl.min_horizontal("model_a", "model_b"), pl.max_horizontal("model_a", "model_b"))
+    day = pair.hash(seed=3) % 3
+    days = by_day(data, day, 3)
+    history = finish_audit(merge_partials(days[::-1]))
+    together = audit(data)
+    assert history.clusters.closed_over == "history" and history.clusters.recurring_share > 0.3
+    assert_same_result(together, history, rtol=0.0)
+    assert_frames_close(pooled_models(history.order_pairs), pooled_models(together.order_pairs), rtol=0.0)
+    monkeypatch.setattr(measures, "HISTORY_CLOSURE_MAX_KEYS", 10)
+    apart = finish_audit(merge_partials(days))
+    assert apart.clusters.closed_over == "day"
+    for column in ("len_longer_win_rate_se", "gold_accuracy_se", "order_flip_rate_se"):
+        assert (apart.judges[column] - together.judges[column]).abs().max() > 1e-4, column
+    assert (apart.family["self_preference_se"] - together.family["self_preference_se"]).abs().max() > 1e-4
+    ours = apart.order_models["consistent_win_rate_se"] - together.order_models["consistent_win_rate_se"]
+    assert ours.abs().max() > 1e-4
+
+
+def test_history_closure_of_a_prompt_pair_judged_on_several_days() -> None:
+    """A prompt-pair judged in both orders on two days is one unit of the per-pair rates (N_u = 2 days, its
+    consistent shares summed), and one (judge, prompt) cluster: by hand.  p1 consistent (x wins) on day 1 and
+    flipped on day 2; p2 consistent (x wins) on both; p3 consistent (y wins) on day 1 only."""
+    day1 = [("j", "p1", "x", "y", FIRST), ("j", "p1", "y", "x", SECOND)]
+    day1 += [("j", "p2", "x", "y", FIRST), ("j", "p2", "y", "x", SECOND)]
+    day1 += [("j", "p3", "x", "y", SECOND), ("j", "p3", "y", "x", FIRST)]
+    day2 = [("j", "p1", "x", "y", FIRST), ("j", "p1", "y", "x", FIRST)]
+    day2 += [("j", "p2", "x", "y", FIRST), ("j", "p2", "y", "x", SECOND)]
+    days = [reduce_order_rows(audit_partials(battles(rows))) for rows in (day1, day2)]
+    result = finish_audit(merge_partials(days))
+    assert result.clusters.closed_over == "history"
+    pair = result.order_pairs.row(0, named=True)
+    # Units (N, C, s): p1 (2, 1, 1), p2 (2, 2, 2), p3 (1, 1, 0); flip: 5 pairs, 4 consistent, p̂ = 0.8:
+    # Σ (C − p̂ N)² = 0.36 + 0.16 + 0.04 = 0.56, G = 3.
+    assert pair["flip_rate"] == pytest.approx(0.2)
+    assert pair["flip_rate_se"] == pytest.approx(math.sqrt(0.56 * cr1(3)) / 5)
+    # Consistent win rate of x: n = C, s = s: (1, 1), (2, 2), (1, 0); p̂ = 3/4: Σ (s − p̂ n)² = 1/16 + 1/4 + 9/16.
+    assert pair["consistent_win_rate_x"] == pytest.approx(0.75)
+    assert pair["consistent_win_rate_x_se"] == pytest.approx(math.sqrt(0.875 * cr1(3)) / 4)
+    judge = result.judges.row(0, named=True)  # one pair a prompt: the (judge, prompt) clusters are the units
+    assert judge["order_flip_rate_se"] == pytest.approx(pair["flip_rate_se"])
+    x = result.order_models.filter(pl.col("model") == "x").row(0, named=True)
+    assert x["consistent_win_rate_se"] == pytest.approx(pair["consistent_win_rate_x_se"])
+
+
+def test_the_cr1_factor_against_the_raw_clusters() -> None:
+    """Every clustered SE carries G/(G − 1), G the clusters with n_c > 0, as Stata and statsmodels do by default:
+    the longer-wins SE of 20 judges computed by hand with numpy from the raw (judge, prompt) clusters; one cluster
+    (G = 1) gives no SE (null), where it gave 0."""
+    data = shared_baseline_replicates(3, replicates=20, prompts=5, models=3)
+    judges = audit(data).judges.sort("judge")
+    longer = (pl.col("len_a") > pl.col("len_b")) == (pl.col("winner") == FIRST)
+    clusters = data.group_by("judge", "prompt_id").agg(pl.len().alias("n"), longer.sum().alias("s")).sort("judge")
+    for judge, rows in clusters.group_by("judge", maintain_order=True):
+        n, s = rows["n"].to_numpy().astype(float), rows["s"].to_numpy().astype(float)
+        p, g = s.sum() / n.sum(), len(n)
+        se = np.sqrt(g / (g - 1) * np.sum((s - p * n) ** 2)) / n.sum()
+        row = judges.filter(pl.col("judge") == judge[0]).row(0, named=True)
+        assert row["len_longer_win_rate"] == pytest.approx(p)
+        assert row["len_longer_win_rate_se"] == pytest.approx(se, rel=1e-12)
+    one = audit(data.filter(pl.col("prompt_id") == data["prompt_id"][0])).judges.row(0, named=True)
+    assert one["len_n_decisive_diff"] == 3 and one["len_longer_win_rate_se"] is None
 
 
 def shared_baseline_both_orders(seed: int, replicates: int = 400, prompts: int = 80, models: int = 8) -> pl.DataFrame:
@@ -663,13 +779,13 @@ def test_the_pooled_consistent_win_rate_clusters_by_prompt_across_judges() -> No
         order_models_table(result.order_pairs, across_judges=True)
 
 
-def assert_frames_close(frame: pl.DataFrame, expected: pl.DataFrame) -> None:
-    """``frame`` (with or without a ``judge`` column) equals ``expected`` column by column, floats to 1e-9."""
+def assert_frames_close(frame: pl.DataFrame, expected: pl.DataFrame, rtol: float = 1e-9) -> None:
+    """``frame`` (with or without a ``judge`` column) equals ``expected`` column by column, floats to ``rtol``."""
     frame = frame.drop("judge", strict=False)
     assert frame.columns == expected.columns
     for column in frame.columns:
         if frame.schema[column].is_numeric():
-            np.testing.assert_allclose(frame[column].to_numpy(), expected[column].to_numpy(), rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(frame[column].to_numpy(), expected[column].to_numpy(), rtol=rtol, atol=1e-12)
         else:
             assert frame[column].to_list() == expected[column].to_list(), column
 
@@ -720,14 +836,14 @@ def test_gold_accuracy_standard_error_by_hand() -> None:
     assert judge["gold_n_discriminative"] == 9
     assert judge["gold_accuracy"] == pytest.approx(5.5 / 9)
     # Clusters (n, s): (2, 2), (2, 2), (2, 0), (2, ½), (1, 1); p̂ = 11/18: Σ (s − p̂ n)² = 273.5/81.
-    assert judge["gold_accuracy_se"] == pytest.approx(math.sqrt(273.5 / 81) / 9)  # 0.204
+    assert judge["gold_accuracy_se"] == pytest.approx(math.sqrt(273.5 / 81 * cr1(5)) / 9)  # 0.228
     # Every battle a case of its own (prompts apart): the per-case spread, as before clustering (0.153).
     apart = battles(rows, cols).with_columns(pl.col("prompt_id") + pl.col("model_a"))
     anchors_apart = pl.concat([anchors.with_columns(pl.col("prompt_id") + m) for m in ("x", "y")])
     judge = audit(apart, anchors_apart).judges.row(0, named=True)
     scores = [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.5, 0.0, 1.0]
     assert judge["gold_accuracy"] == pytest.approx(5.5 / 9)
-    assert judge["gold_accuracy_se"] == pytest.approx(math.sqrt(statistics.pvariance(scores) / 9))
+    assert judge["gold_accuracy_se"] == pytest.approx(math.sqrt(statistics.pvariance(scores) / 9 * cr1(9)))
 
 
 def test_gold_labels_column_and_anchor_table() -> None:
@@ -745,7 +861,7 @@ def test_gold_labels_column_and_anchor_table() -> None:
     assert judge["gold_accuracy"] == pytest.approx(2.5 / 4)
     # The scores 1, 0, ½, 1: their (population) variance over n, not the binomial 0.625 · 0.375 / 4.
     scores = [1.0, 0.0, 0.5, 1.0]
-    assert judge["gold_accuracy_se"] == pytest.approx(math.sqrt(statistics.pvariance(scores) / 4))
+    assert judge["gold_accuracy_se"] == pytest.approx(math.sqrt(statistics.pvariance(scores) / 4 * cr1(4)))
     assert judge["gold_strict_accuracy"] == pytest.approx(2 / 4)
     assert judge["gold_random_pick_baseline"] == 0.5
     assert judge["gold_longest_pick_baseline"] == pytest.approx(2.5 / 4)
@@ -807,7 +923,7 @@ def random_battles(seed: int, n: int = 3000) -> pl.DataFrame:
     )
 
 
-def assert_same_result(left, right) -> None:
+def assert_same_result(left, right, rtol: float = 1e-9) -> None:
     for name, frame in left.tables().items():
         other = right.tables()[name]
         keys = [c for c in ("judge", "model", "model_x", "model_y") if c in frame.columns]
@@ -818,7 +934,7 @@ def assert_same_result(left, right) -> None:
                 np.testing.assert_allclose(
                     a[column].cast(pl.Float64).to_numpy(),
                     b[column].cast(pl.Float64).to_numpy(),
-                    rtol=1e-9,
+                    rtol=rtol,
                     atol=1e-12,
                     err_msg=f"{name}.{column}",
                 )
@@ -906,7 +1022,8 @@ def clustered_order_ses(data: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame,
     def clustered(frame: pl.DataFrame, keys: list[str], n: str, s: str) -> pl.DataFrame:
         sums = frame.group_by(*keys, "prompt_id").agg(pl.col(n).sum().alias("n"), pl.col(s).sum().alias("s"))
         p = pl.col("s").sum() / pl.col("n").sum()
-        spread = ((pl.col("s") - p * pl.col("n")) ** 2).sum().sqrt() / pl.col("n").sum()
+        g = pl.len().cast(pl.Float64)  # the clusters (every one has n > 0 here): CR1's G/(G − 1)
+        spread = (((pl.col("s") - p * pl.col("n")) ** 2).sum() * g / (g - 1)).sqrt() / pl.col("n").sum()
         return sums.group_by(keys).agg(p.alias("rate"), spread.alias("se")).sort(keys)
 
     judges = clustered(paired.with_columns(pl.lit(1.0).alias("N")), ["judge"], "N", "C")

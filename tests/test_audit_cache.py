@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from biasboard.audit import anchor_gold, finish_audit, merge_partials
+from biasboard.audit import anchor_gold, finish_audit, measures, merge_partials
 from biasboard.audit.measures import judge_order_sums
 from biasboard.importers.registry import import_path
 from biasboard.schemas.errors import StateError
@@ -99,7 +99,7 @@ def test_the_cached_sum_reads_only_new_days_and_writes_the_full_sums_bytes(
 
     read_days: list[str] = []
     real_read = taudit.read_day_partials
-    monkeypatch.setattr(taudit, "read_day_partials", lambda day, d: (read_days.append(day), real_read(day, d))[1])
+    monkeypatch.setattr(taudit, "read_day_partials", lambda day, *a: (read_days.append(day), real_read(day, *a))[1])
 
     folds: set[str] = set()
     real_fold = taudit._order_pairs_fold
@@ -130,16 +130,20 @@ def test_the_cached_sum_reads_only_new_days_and_writes_the_full_sums_bytes(
         assert_frame_equal(getattr(cache.partials, name).sort(keys_of), getattr(full, name).sort(keys_of))
     # The days' (judge, prompt) sketch too: its keys, days and registers (audit.json's ``clusters``, in the files
     # compared byte for byte above).  The simulated days reuse their 40 prompts (most clusters recur: a note); the
-    # real judgments are spread over the days by prompt (none recurs).
+    # real judgments are spread over the days by prompt (none recurs).  Their keys are few: the clusters are closed
+    # over the history, the cache keeping the clusters' sums by key (summed over its days), so no note.
     assert_frame_equal(cache.partials.recurrence, full.recurrence)
+    for name, keys_of in (("closed_clusters", measures.CLOSED_CLUSTER_KEYS), ("closed_pairs", measures.ORDER_ROW_KEYS)):
+        assert_frame_equal(getattr(cache.partials, name).sort(keys_of), getattr(full, name).sort(keys_of))
     assert full.recurrence["days"].item() == len(days)
     document = json.loads((tmp_path / "cached" / taudit.AUDIT_JSON).read_text())
     share = document["clusters"]["recurring_share"]
     recurring = [note for note in document["notes"] if "clusters repeat one judged on another day" in note]
+    assert document["clusters"]["closed_over"] == "history" and not recurring
     if request.node.callspec.params["inputs"] == "simulated":
-        assert share > 0.5 and len(recurring) == 1
+        assert share > 0.5
     else:
-        assert share < 0.02 and not recurring
+        assert share < 0.02
     assert (full.length["n_decisive_diff_sq"] > full.length["n_decisive_diff"]).any()
     assert (full.gold["n_disc_sq"] > full.gold["n_disc"]).all()  # every judge's gold cases in both orders
     # The flip rate's sums over (judge, prompt) clusters ride on the order pairs, whose cached sum the files above
@@ -203,3 +207,78 @@ def test_a_broken_cache_file_is_said_and_a_broken_day_is_a_state_error(tmp_path,
         with pytest.raises(StateError, match=f"day={days[-1]}"):
             taudit.write_stored_sum(days, str(days_dir), str(tmp_path / "bad"), keys)
         day_file.write_bytes(saved)
+
+
+def test_above_the_bound_the_days_close_their_own_clusters_and_no_keyed_sums_are_read(tmp_path, inputs, monkeypatch):
+    """With more distinct (judge, prompt) keys than ``HISTORY_CLOSURE_MAX_KEYS`` (set tiny here: an arena's unique
+    prompts) a day keeps no keyed cluster sums when it alone has that many, the sum reads none (only the days'
+    4 KB sketches decide it), closes each day's clusters within it and says so (``closed_over: day``, the note
+    where clusters recur) — the files those of the in-memory audit under the same bound, and other SEs than the
+    history closure's when clusters recur."""
+    days = sorted(inputs)
+    days_dir = tmp_path / "audit_days"
+    audit_fn = taudit.AuditDayFn(str(days_dir), read.load_family_map(None), None)
+    keys = {day: f"k-{day}" for day in days}
+    for day in days:
+        list(audit_fn.process((day, inputs[day], keys[day])))
+    taudit.write_stored_sum(days, str(days_dir), str(tmp_path / "history"), keys)
+    stored = pl.read_parquet(days_dir / f"day={days[0]}" / "closed_pairs.parquet")
+    assert stored.height > 0  # under the bound a day keeps its prompt-pair units
+    monkeypatch.setattr(measures, "HISTORY_CLOSURE_MAX_KEYS", 10)
+    list(audit_fn.process((days[0], inputs[days[0]], keys[days[0]])))  # stored again, above the bound alone
+    for name in measures.KEYED_PARTIALS:
+        assert pl.read_parquet(days_dir / f"day={days[0]}" / f"{name}.parquet").height == 0, name
+    reads: list[bool] = []
+    real_read = taudit.read_day_partials
+    monkeypatch.setattr(
+        taudit, "read_day_partials", lambda day, d, keyed=True: (reads.append(keyed), real_read(day, d, keyed))[1]
+    )
+    taudit.write_stored_sum(days, str(days_dir), str(tmp_path / "day"))  # (no cache: every day read)
+    assert reads == [False] * len(days)
+    document = json.loads((tmp_path / "day" / taudit.AUDIT_JSON).read_text())
+    assert document["clusters"]["closed_over"] == "day"
+    whole = finish_audit(
+        merge_partials([taudit.audit_day((day, inputs[day]), read.load_family_map(None))[0] for day in days])
+    )
+    assert whole.clusters.closed_over == "day"
+    for name in ("judges", "family"):
+        assert pl.read_parquet(tmp_path / "day" / taudit.table_file(name)).equals(whole.tables()[name]), name
+    history = pl.read_parquet(tmp_path / "history" / taudit.table_file("judges"))
+    recurring = [note for note in document["notes"] if "clusters repeat one judged on another day" in note]
+    if document["clusters"]["recurring_share"] > 0.5:  # the simulated days reuse their prompts
+        assert len(recurring) == 1
+        assert (history["len_longer_win_rate_se"] != whole.judges["len_longer_win_rate_se"]).any()
+    else:  # the real judgments' prompts are on one day each: the two closures agree
+        assert not recurring
+        assert_frame_equal(history.select("len_longer_win_rate_se"), whole.judges.select("len_longer_win_rate_se"))
+
+
+def test_a_day_stored_beside_a_history_past_the_bound_keeps_no_keyed_sums(tmp_path, inputs, monkeypatch):
+    """An arena's history passes the bound within days; after that a new day's keyed cluster sums would only be
+    stored, never read: a day audited beside such a history (its keys' sketch: the cache's, or the stored days')
+    keeps none and says so (``unkeyed``), and a sum holding it is closed within each day even under the bound
+    (it lacks what the history closure needs) — never closed over the history with some days' clusters missing."""
+    days = sorted(inputs)
+    days_dir = tmp_path / "audit_days"
+    keys = {day: f"k-{day}" for day in days}
+    families = read.load_family_map(None)
+    for day in days[:-1]:
+        list(taudit.AuditDayFn(str(days_dir), families, None).process((day, inputs[day], keys[day])))
+    history = taudit.stored_history_sketch(str(days_dir), days[:-1])
+    assert history is not None and history["day_keys"].item() > 0
+    last = (days[-1], inputs[days[-1]], keys[days[-1]])
+    list(taudit.AuditDayFn(str(days_dir), families, None, history=history).process(last))  # under the bound: kept
+    stored = days_dir / f"day={days[-1]}"
+    assert pl.read_parquet(stored / "closed_clusters.parquet").height > 0
+    bound = int(measures.ClusterRecurrence.of(history).distinct_keys)  # the stored days' keys reach it
+    monkeypatch.setattr(measures, "HISTORY_CLOSURE_MAX_KEYS", bound)
+    assert taudit.stored_history_sketch(str(days_dir), days[:-1]) is not None
+    list(taudit.AuditDayFn(str(days_dir), families, None, history=history).process(last))  # beside it: dropped
+    assert pl.read_parquet(stored / "closed_clusters.parquet").height == 0
+    assert pl.read_parquet(stored / "recurrence.parquet")["unkeyed"].item() == 1
+    monkeypatch.undo()
+    taudit.write_stored_sum(days, str(days_dir), str(tmp_path / "out"), keys)
+    document = json.loads((tmp_path / "out" / taudit.AUDIT_JSON).read_text())
+    assert document["clusters"]["closed_over"] == "day"
+    taudit.write_stored_sum(days[:-1], str(days_dir), str(tmp_path / "kept"), keys)  # the days with their sums
+    assert json.loads((tmp_path / "kept" / taudit.AUDIT_JSON).read_text())["clusters"]["closed_over"] == "history"

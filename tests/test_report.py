@@ -434,25 +434,29 @@ def test_judge_audit_comes_from_the_summary_not_an_html_fragment(published):
 
 
 def test_recurring_clusters_are_said_beside_the_standard_errors_not_warned(published):
-    """The simulated days reuse their prompts, so many of the audit's (judge, prompt) clusters recur on other days,
-    which the per-day clustered SEs count as independent: the summary carries the measured share and the judge
-    audit says it in a note — not in the warnings (the quick start's demo must not print an alarm); below the
-    threshold it says nothing."""
+    """The simulated days reuse their prompts, so many of the audit's (judge, prompt) clusters recur on other days.
+    Their keys are few, so the audit closes the clusters over the history (``closed_over: history``) and the
+    page says nothing of it; an audit that closed them within each day (more keys than the bound) counts them
+    as independent: the summary carries the measured share and the judge audit says it in a note — not in the
+    warnings (the quick start's demo must not print an alarm); below the threshold it says nothing."""
     clusters = published.summary.diagnostics.audit_clusters
     audit_json = json.loads((published.snapshot / "audit.json").read_text())
     assert clusters is not None and dataclasses.asdict(clusters) == audit_json["clusters"]
     assert clusters.days == SIM.days and clusters.recurring_share > 0.1  # measured 0.25
-    assert "clusters repeat one judged on another day" in text_of(published.page)
+    assert clusters.closed_over == "history"
+    assert "clusters repeat one judged on another day" not in text_of(published.page)
     assert not [w for w in published.summary.warnings if "another day" in w]
-    quiet = dataclasses.replace(clusters, recurring_share=0.04)
-    page = render_report(
-        published.leaderboard,
-        published.bias,
-        dataclasses.replace(
-            published.summary, diagnostics=dataclasses.replace(published.summary.diagnostics, audit_clusters=quiet)
-        ),
+
+    def page_with(audit_clusters) -> str:
+        diagnostics = dataclasses.replace(published.summary.diagnostics, audit_clusters=audit_clusters)
+        summary = dataclasses.replace(published.summary, diagnostics=diagnostics)
+        return text_of(render_report(published.leaderboard, published.bias, summary))
+
+    by_day = dataclasses.replace(clusters, closed_over="day")
+    assert "clusters repeat one judged on another day" in page_with(by_day)
+    assert "clusters repeat one judged on another day" not in page_with(
+        dataclasses.replace(by_day, recurring_share=0.04)
     )
-    assert "clusters repeat one judged on another day" not in text_of(page)
 
 
 def test_conservation_mismatch_is_called_out(published):

@@ -71,12 +71,20 @@ from biasboard.audit import (
     reduce_order_rows,
 )
 from biasboard.audit.measures import (
+    HISTORY_CLOSURE_MAX_KEYS,
+    KEYED_PARTIALS,
     PAIR_KEYS,
     ClusterRecurrence,
+    close_over_history,
+    closes_over_history,
+    drop_keyed_sums,
     finish_with_pairs,
     judge_order_sums,
+    merge_sketches,
     order_models_table,
     order_pairs_table,
+    with_history_units,
+    without_keyed_sums,
 )
 from biasboard.ranking.allocator import release_freed_memory
 from biasboard.ranking.data import CodedFold
@@ -388,13 +396,16 @@ def audit_day(
     gold_lookup: pl.DataFrame | None = None,
     aliases: AliasMap | None = None,
     judge_column: str | None = None,
+    history: pl.DataFrame | None = None,
 ) -> tuple[AuditPartials, IngestCounts]:
     """One day's files → the day's audit partials with its both orders paired, and its row counts.
 
     Pairing within the day makes the result additive over days (a day is
     audited once and kept; memory is bounded by the day).  A prompt judged in
     one order on one day and in the other on another day is two unpaired
-    verdicts — as when a partner's verdict is missing.
+    verdicts — as when a partner's verdict is missing.  The day keeps its clusters' sums by key for the history
+    closure unless it, with the ``history`` of the days stored beside it (their keys' sketch,
+    :func:`stored_history_sketch`), has too many keys for it (:func:`~biasboard.audit.measures.drop_keyed_sums`).
     """
     parts: list[AuditPartials] = []
     counts = IngestCounts()
@@ -403,7 +414,7 @@ def audit_day(
             counts = counts + out.value
         else:
             parts.append(audit_partials(out, gold_lookup))
-    return reduce_order_rows(merge_partials(parts)), counts
+    return drop_keyed_sums(reduce_order_rows(merge_partials(parts)), history), counts
 
 
 def load_anchors(glob: str) -> pl.DataFrame:
@@ -575,16 +586,16 @@ CONVENTIONS: dict[str, str] = {
     "order_pairs": "prompt-pairs judged in both orders by the same judge (same prompt_id, the two models swapped)",
     "order_flip_rate": "share of those pairs whose two verdicts disagree (ties are a verdict class of their own); "
     "SE (order_flip_rate_se) cluster-robust, one cluster = the judge's pairs judged in both orders on one prompt_id "
-    "within a day (a position-biased judge's flips on one prompt are correlated across its pairs); per pair of "
-    "models (audit_order_pairs) the unit is the prompt-pair",
+    "(a position-biased judge's flips on one prompt are correlated across its pairs; see clusters for the days); "
+    "per pair of models (audit_order_pairs) the unit is the prompt-pair",
     "order_prefers_first_rate": "share of pairs where the first-shown answer won in both orders",
     "pba_consistency_rate": "Position-Bias-Analyzer convention: consistent verdicts over all verdicts with a "
     "prompt_id, where a verdict whose swapped partner is absent counts as consistent; null when no pair was "
     "judged in both orders (every verdict would count as consistent)",
     "consistent_win_rate": "win rate (tie = half) among order-consistent pairs; SE cluster-robust, one cluster = "
-    "the judge's consistent pairs of the model on one prompt_id within a day (every opponent it met there); pooled "
+    "the judge's consistent pairs of the model on one prompt_id (every opponent it met there); pooled "
     "over judges (the summary's order_models) one cluster = every judge's consistent pairs of the model on one "
-    "prompt_id within a day, as the judges of a prompt judge the same answers; per pair of models "
+    "prompt_id, as the judges of a prompt judge the same answers; per pair of models "
     "(consistent_win_rate_x_se) the unit is the prompt-pair; a prompt-pair judged more than once in one order "
     "weighs its consistent share",
     "identical": "self-battles (model_a == model_b) are taken as identical answers",
@@ -594,15 +605,21 @@ CONVENTIONS: dict[str, str] = {
     "family": "cross-family battles only; other judges = judges of other families",
     "se": "every *_se is one standard error (the ± of the report). len_longer_win_rate_se, self_preference_se, "
     "gold_accuracy_se, order_flip_rate_se and consistent_win_rate_se are cluster-robust, one cluster = one "
-    "judge's verdicts on one prompt_id within a day (both orders, repeats, every model pair; a battle without a "
+    "judge's verdicts on one prompt_id (both orders, repeats, every model pair; a battle without a "
     "prompt_id is a cluster of its own); the consistent win rate pooled over judges (the summary's) clusters by "
-    "prompt_id across judges within a day; the per-pair-of-models SEs of audit_order_pairs (flip_rate_se, "
-    "consistent_win_rate_x_se) take the prompt-pair as the unit, the cluster restricted to that pair",
-    "clusters": "the clusters are closed within a day, so verdicts on one prompt_id on several days are counted as "
-    "independent clusters; clusters.day_keys sums each day's distinct (judge, prompt_id) keys, "
+    "prompt_id across judges; the per-pair-of-models SEs of audit_order_pairs (flip_rate_se, "
+    "consistent_win_rate_x_se) take the prompt-pair as the unit, the cluster restricted to that pair. Each "
+    "variance carries the CR1 small-sample factor G/(G - 1), G = the clusters with a case (Stata's and "
+    "statsmodels' default); with one cluster the SE is null",
+    "clusters": "clusters.closed_over says where the clusters were closed: 'history' = over every day audited "
+    f"(a prompt_id judged on several days is one cluster), while the days hold fewer than "
+    f"{HISTORY_CLOSURE_MAX_KEYS:,} distinct (judge, prompt_id) keys; 'day' = within each day, past that bound "
+    "(an arena's unique prompts), so verdicts on one prompt_id on several days are counted as independent "
+    "clusters; clusters.day_keys sums each day's distinct (judge, prompt_id) keys, "
     "clusters.distinct_keys estimates their union (a HyperLogLog sketch, about 1.6% error) and "
     "clusters.recurring_share = 1 - distinct_keys/day_keys is the share of day-clusters repeating a key of another "
-    "day (0 with one day); from 5% a note says the SEs are too small if verdicts on a prompt correlate across days",
+    "day (0 with one day); closed within a day, from 5% a note says the SEs are too small if verdicts on a prompt "
+    "correlate across days",
 }
 
 
@@ -633,8 +650,10 @@ class AuditDayFn(beam.DoFn):
     """
 
     def __init__(self, days_dir: str, family_map: FamilyMap, gold_lookup: pl.DataFrame | None,
-                 aliases: AliasMap | None = None, judge_column: str | None = None):  # fmt: skip
+                 aliases: AliasMap | None = None, judge_column: str | None = None,
+                 history: pl.DataFrame | None = None):  # fmt: skip
         self.days_dir = days_dir
+        self.history = history
         self.family_map = family_map
         self.gold_lookup = gold_lookup
         self.aliases = aliases
@@ -643,7 +662,9 @@ class AuditDayFn(beam.DoFn):
     def process(self, task: tuple[str, list[read.InputFile], str]):
         day, files, key = task
         started = time.perf_counter()
-        merged, counts = audit_day((day, files), self.family_map, self.gold_lookup, self.aliases, self.judge_column)
+        merged, counts = audit_day(
+            (day, files), self.family_map, self.gold_lookup, self.aliases, self.judge_column, self.history
+        )
         folder = day_partials_dir(self.days_dir, day)
         storage.ensure_dir(folder)
         for f in dataclasses.fields(AuditPartials):
@@ -659,13 +680,16 @@ def _day_partial_path(days_dir: str, day: str, name: str) -> str:
     return storage.join(day_partials_dir(days_dir, day), f"{name}.parquet")
 
 
-def read_day_partials(day: str, days_dir: str) -> tuple[AuditPartials, IngestCounts]:
+def read_day_partials(day: str, days_dir: str, keyed: bool = True) -> tuple[AuditPartials, IngestCounts]:
     """A stored day's partials and row counts (see :class:`AuditDayFn`); a file that cannot be read is a
-    :class:`StateError` naming it (the stored days are the truth: nothing to fall back to)."""
+    :class:`StateError` naming it (the stored days are the truth: nothing to fall back to).  ``keyed`` false:
+    without the clusters' keyed sums (not read: a sum closed within each day has no use for them)."""
     frames = {}
     path = storage.join(day_partials_dir(days_dir, day), _DAY_DONE)
     try:
         for f in dataclasses.fields(AuditPartials):
+            if not keyed and f.name in KEYED_PARTIALS:
+                continue
             path = _day_partial_path(days_dir, day, f.name)
             frames[f.name] = pl.read_parquet(io.BytesIO(storage.read_bytes(path)))
         path = storage.join(day_partials_dir(days_dir, day), _DAY_DONE)
@@ -698,17 +722,37 @@ def audit_days_incremental(
     paths (what a later stage waits for).
     """
     tasks = [(day, files, key) for day, (files, key) in sorted(todo.items())]
+    history = stored_history_sketch(days_dir, [day for day in all_days if day not in todo])
     audited = (
         pipeline
         | "AuditDays" >> beam.Create(tasks)
         | "SpreadAuditDays" >> beam.Reshuffle()
-        | "AuditDay" >> beam.ParDo(AuditDayFn(days_dir, family_map, gold_lookup, aliases, judge_column))
+        | "AuditDay" >> beam.ParDo(AuditDayFn(days_dir, family_map, gold_lookup, aliases, judge_column, history))
     )
     return (
         audited
         | "AllDaysAudited" >> beam.combiners.Count.Globally()
         | "SumStoredDays" >> beam.FlatMap(_sum_and_write, sorted(all_days), days_dir, out, scratch, keys)
     )
+
+
+def stored_history_sketch(days_dir: str, days: Sequence[str]) -> pl.DataFrame | None:
+    """The (judge, prompt) keys' sketch of the stored ``days`` the new days will be summed with, for
+    :func:`~biasboard.audit.measures.drop_keyed_sums`: the summed-days cache's when there is one (one read),
+    else the days' own, read until they pass ``HISTORY_CLOSURE_MAX_KEYS`` (an arena's, after a few days).
+    A guess that may only drop keyed sums too early, never keep too few: a day stored without them is counted
+    ``unkeyed`` and its sums closed within each day."""
+    cached = audit_cache.cached_recurrence(days_dir)
+    if cached is not None:
+        return cached
+    sketches: list[pl.DataFrame] = []
+    for day in days:
+        path = _day_partial_path(days_dir, day, "recurrence")
+        if storage.exists(path):
+            sketches.append(pl.read_parquet(io.BytesIO(storage.read_bytes(path))))
+            if not closes_over_history(merge_sketches(sketches)):
+                break
+    return merge_sketches(sketches) if sketches else None
 
 
 def _sum_and_write(
@@ -778,8 +822,13 @@ def sum_stored_days(
     The sums are exact whatever the grouping (every measure is a count or sits on a 2⁻²⁰ grid), so they
     equal the combine's, and starting from ``cached`` (the sum of some of ``days``) and reading only the
     days it lacks gives the same sums as reading every day.
+
+    The clusters' keyed sums (for the history closure) are read and summed only when the days' distinct
+    (judge, prompt) keys are few enough (:func:`_keyed_sums_needed`): an arena's history of unique prompts is
+    summed without them, as before.
     """
     todo = [day for day in days if cached is None or day not in cached.days]
+    keyed = _keyed_sums_needed(todo, days_dir, cached)
     judges = state.judge_rows([_day_partial_path(days_dir, day, "order_pairs") for day in todo])
     if cached is not None:
         judges = audit_cache.add_judge_rows(cached.judge_rows, judges)
@@ -787,10 +836,10 @@ def sum_stored_days(
     total, counts, pending = AuditPartials(), IngestCounts(), []
     if cached is not None:
         cached.add_pairs(pairs, _fold_when_due)
-        total, counts = cached.partials, cached.counts
+        total, counts = cached.partials if keyed else without_keyed_sums(cached.partials), cached.counts
     empty = AuditPartials().order_pairs
     for day in todo:
-        partials, day_counts = read_day_partials(day, days_dir)
+        partials, day_counts = read_day_partials(day, days_dir, keyed)
         partials = reduce_order_rows(partials)  # (stored days are paired already: a no-op)
         pairs.add(partials.order_pairs.to_arrow(), what=f"audit partials of day {day}")
         pending.append(dataclasses.replace(partials, order_pairs=empty))
@@ -799,6 +848,20 @@ def sum_stored_days(
             total, pending = merge_partials([total, *pending]), []
         _fold_when_due(pairs)
     return merge_partials([total, *pending]), _summed_tables(pairs), counts
+
+
+def _keyed_sums_needed(todo: Sequence[str], days_dir: str, cached: audit_cache.CachedSum | None) -> bool:
+    """Whether the sum of ``todo``'s stored days and ``cached`` will close its clusters over the history
+    (:func:`~biasboard.audit.measures.closes_over_history`), from their (judge, prompt) keys' sketches alone
+    (a 4 KB file a day), before any day's keyed sums are read."""
+    sketches = [] if cached is None else [cached.partials.recurrence]
+    for day in todo:
+        path = _day_partial_path(days_dir, day, "recurrence")
+        try:
+            sketches.append(pl.read_parquet(io.BytesIO(storage.read_bytes(path))))
+        except Exception as err:
+            raise StateError(f"{path}: unreadable audit partials: {state.failure_reason(err)}") from err
+    return closes_over_history(merge_sketches(sketches))
 
 
 def _judge_slices(tables: Iterable[pa.Table]) -> Iterator[pl.DataFrame]:
@@ -908,8 +971,10 @@ def _write_stored_sum(
     if keys is not None and todo:
         writer = audit_cache.SumCacheWriter(days_dir)
         pairs = writer.tee(pairs)
+    closed, unit_sums = close_over_history(partials)  # (``partials`` stay the additive sums the cache keeps)
     sums, pair_rows, model_rows = [], _ParquetRowGroups(), _ParquetRowGroups()
     for frame in _judge_slices(pairs):
+        frame = with_history_units(frame, unit_sums)
         sums.append(judge_order_sums(frame))
         pair_rows.write(order_pairs_table(frame))
         model_rows.write(order_models_table(frame))
@@ -919,7 +984,9 @@ def _write_stored_sum(
         writer.commit(keys, partials, counts)
     empty = AuditPartials().order_pairs
     judge_sums = pl.concat(sums) if sums else judge_order_sums(empty)
-    result = finish_with_pairs(partials, judge_sums, order_pairs_table(empty), order_models_table(empty))
+    result = finish_with_pairs(
+        closed, judge_sums, order_pairs_table(empty), order_models_table(empty), history=unit_sums is not None
+    )
     streamed = {}
     if sums:
         streamed = {table_file("order_pairs"): pair_rows.bytes(), table_file("order_models"): model_rows.bytes()}

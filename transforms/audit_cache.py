@@ -48,11 +48,14 @@ ORDER_PAIRS_SCHEMA = pa.schema(
 #: Under the days' folder: ``manifest.json`` and the tagged Parquet files it names.
 SUM_CACHE = "merged"
 SUM_MANIFEST = "manifest.json"
-SUM_CACHE_VERSION = 6  # 3: the gold partial carries sums over clusters (its clustered SE); 4: the order pairs
+SUM_CACHE_VERSION = 7  # 3: the gold partial carries sums over clusters (its clustered SE); 4: the order pairs
 # carry the flip rate's and the consistent win rates' sums over (judge, prompt) clusters (more columns); 5: the
 # summed days' ``recurrence`` sketch (a table more: an older manifest names no file for it); 6: the order pairs
-# carry the per-model sums over prompt clusters across judges (``pcl_*``, more columns)
-#: The per-judge partial tables (everything but the order and cluster rows, reduced within a day, and the order pairs).
+# carry the per-model sums over prompt clusters across judges (``pcl_*``, more columns); 7: the clusters' keyed
+# sums summed over the cached days (``closed_clusters``, ``closed_pairs``: empty when the history is closed within
+# each day) and the clusters' counts (CR1's G, more columns)
+#: The per-judge partial tables (everything but the order and cluster rows, reduced within a day, and the order pairs),
+#: and the clusters' keyed sums: small when kept (few distinct keys, the history closure), else empty.
 SMALL_TABLES = tuple(
     f.name for f in dataclasses.fields(AuditPartials) if f.name not in ("order_rows", "cluster_rows", "order_pairs")
 )
@@ -134,6 +137,22 @@ def read_cache(days_dir: str, keys: Mapping[str, str]) -> CachedSum | None:
         return None
     judge_rows = (judges["judge"].to_list(), judges["rows"].to_numpy())
     return CachedSum(covered, AuditPartials(**frames), counts, files["order_pairs"], pairs_rows, judge_rows)
+
+
+def cached_recurrence(days_dir: str) -> pl.DataFrame | None:
+    """The cached sum's (judge, prompt) keys' sketch alone (its manifest and one 4 KB file), whatever days it
+    sums; None without a readable cache of this version.  For a guess at the history's size before the new days
+    are audited (:func:`biasboard.transforms.audit.stored_history_sketch`), not for the sum itself."""
+    path = manifest_path(days_dir)
+    try:
+        if not storage.exists(path):
+            return None
+        cache = json.loads(storage.read_text(path))
+        if cache.get("version") != SUM_CACHE_VERSION or "recurrence" not in cache.get("files", {}):
+            return None
+        return _frame(storage.join(days_dir, str(cache["files"]["recurrence"])), AuditPartials().recurrence)
+    except (state.BrokenCache, ValueError, OSError, TypeError, AttributeError):
+        return None  # the sum says what is broken (read_cache)
 
 
 def add_judge_rows(*parts: tuple[list[str], np.ndarray]) -> tuple[list[str], np.ndarray]:
