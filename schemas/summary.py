@@ -322,11 +322,11 @@ class JudgeAudit:
     first, second and tie shares add up to 1 (``slot_bothbad_share_of_ties`` splits it); ``identical_*``: the
     same over self-battles (identical answers);
     ``order_*``: over prompt-pairs judged in both orders, the 3×3 cross-tab (``order_c_uv``), flips and
-    consistency (``order_flip_rate_se``: one standard error clustered on its pairs on one prompt within a day,
-    as ``len_*``'s below); ``pba_*``:
+    consistency (``order_flip_rate_se``: one standard error clustered on its pairs on one prompt — over the
+    history, or within a day per ``audit_clusters.closed_over`` — as ``len_*``'s below); ``pba_*``:
     consistency under the Position-Bias-Analyzer convention; ``len_*``: the length
-    profile of its picks (``len_longer_win_rate_se`` clustered on its verdicts on one prompt within a day,
-    every pair); ``gold_*``: accuracy against trusted labels and its baselines (``gold_accuracy_se``
+    profile of its picks (``len_longer_win_rate_se`` clustered on its verdicts on one prompt, every pair);
+    ``gold_*``: accuracy against trusted labels and its baselines (``gold_accuracy_se``
     clustered the same way: a gold case judged in both orders is one cluster).  None where the
     data hold nothing to measure (no pair in both orders, no gold label).  ``order_c_uv``, ``order_consistent``
     and ``pba_consistent`` are counts with weights (a prompt judged more than once in one order is one pair
