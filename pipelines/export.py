@@ -103,8 +103,10 @@ def export_snapshot(
     manifest = publish.read_snapshot_manifest(source)
     earlier = _earlier_export(to)
     written, digests = [], {}
-    for table in tables:
-        frame = read_table(source, table)
+    # Every table read before any is written: a table the snapshot lacks (slices of a board made without them) had
+    # ended the export after the tables before it were written, a scheduled folder left half new, half stale.
+    frames = {table: read_table(source, table) for table in tables}
+    for table, frame in frames.items():
         target = storage.join(to, f"{table}.{fmt}")
         data = publish.table_bytes(frame, fmt)
         storage.atomic_write_bytes(target, data)

@@ -207,3 +207,14 @@ def test_export_slices_writes_the_per_slice_boards_and_refuses_a_snapshot_withou
     assert cli.main([*argv, "--tables", "slices"]) == 2
     err = capsys.readouterr().err.strip()
     assert "no slices.parquet" in err and older.snapshot_id in err and "\n" not in err
+
+
+def test_an_export_refused_for_a_missing_table_writes_nothing(tmp_path, capsys):
+    """``--tables leaderboard,slices`` of a snapshot without slices wrote leaderboard.csv, then failed: a folder a
+    scheduled export fills was left half new, half stale (QA finding).  Every table is read before any is written."""
+    _publish(str(tmp_path / "site"))
+    dest = tmp_path / "dash"
+    argv = ["export", "--out", str(tmp_path / "site"), "--to", str(dest), "--format", "csv"]
+    assert cli.main([*argv, "--tables", "leaderboard,bias,slices"]) == 2
+    assert "no slices.parquet" in capsys.readouterr().err
+    assert not dest.exists() or not any(dest.iterdir()), sorted(p.name for p in dest.iterdir())
