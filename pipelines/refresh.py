@@ -64,7 +64,7 @@ from biasboard.pipelines.options import beam_options, defaults_from, options_fro
 from biasboard.plan.acquisition import POPULATION_JUDGE
 from biasboard.ranking import ModelConfig
 from biasboard.ranking.reference import Reference, ReferenceSettings
-from biasboard.report.text import ORDINAL_TITLES, PAIRWISE_TITLES, fmt, side_by_side_text
+from biasboard.report.text import ORDINAL_TITLES, PAIRWISE_TITLES, agreement_text, fmt, side_by_side_text
 from biasboard.schemas import summary as S
 from biasboard.schemas.errors import InputError, StateError, raise_if_unreachable
 from biasboard.schemas.families import FamilyMap
@@ -245,6 +245,9 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             print(f"ordinal-only board (single grades, no battles): {S.ORDINAL_ONLY_BOARDS}")
         print(side_by_side_text(outcome.leaderboard, TOP_PRINTED, ORDINAL_TITLES if ordinal else PAIRWISE_TITLES))
         print(f"Kendall tau naive vs corrected: {fmt(outcome.summary.kendall_tau, 3)}")
+        agreement = agreement_text(outcome.summary.reference)
+        if agreement:
+            print(agreement)
         for line in warning_lines(outcome.summary):
             print(line)
     print(f"report: {storage.join(outcome.published.path, 'report.html')}")

@@ -546,11 +546,12 @@ class Dataset:
             return self.stream.judge_sums(what)
         return judge_totals(self.pairs, len(self.judges), what)
 
-    def judge_pairs(self, judge: int) -> PairArrays:
-        """Judge ``judge``'s own pair cells (read from disk for a streamed data set, whose ``pairs`` are totals)."""
+    def judge_pairs(self, judges: np.ndarray) -> PairArrays:
+        """The pair cells of the judges ``judges`` selects (bool over the judges): the anchors, or a reference's
+        thousands of voter-judges in one pass (read from disk for a streamed data set, whose ``pairs`` are totals)."""
         if self.stream is not None:
-            return self.stream.judge_pairs(judge)
-        return self.pairs.take(np.flatnonzero(self.pairs.j == judge))
+            return self.stream.judge_pairs(judges)
+        return self.pairs.take(np.flatnonzero(judges[self.pairs.j]))
 
     @property
     def n_categories(self) -> int:

@@ -84,7 +84,13 @@ from biasboard.ranking.result import Z95, FitResult
 from biasboard.ranking.solver import Solution
 from biasboard.ranking.uncertainty import centre_within, centring_matrix, percentile_interval, top_k_probabilities
 from biasboard.schemas.errors import InputError
-from biasboard.schemas.summary import AGREEMENT_BOARDS, GLOBAL_JUDGE, TIED_TO_REFERENCE, zero_reference_effect
+from biasboard.schemas.summary import (
+    AGREEMENT_BOARDS,
+    GLOBAL_JUDGE,
+    TIED_TO_REFERENCE,
+    agreement_listed_note,
+    zero_reference_effect,
+)
 
 #: The note of a bias-table row that holds a judge's excess over the reference (:func:`relative_bias`).
 EXCESS_ROW_NOTE = "excess over the reference (the judge's bias relative to it)"
@@ -460,7 +466,7 @@ def _bias_updates(
     return frame.select(list(_UPDATES))
 
 
-# --------------------------------------------------------------------------- agreement with the anchors
+# --------------------------------------------------------------------------- agreement with the reference
 
 
 def _scores(p: np.ndarray, win_a: np.ndarray, win_b: np.ndarray) -> tuple[float, float]:
@@ -474,38 +480,61 @@ def _scores(p: np.ndarray, win_a: np.ndarray, win_b: np.ndarray) -> tuple[float,
     return float(correct.sum() / n), float(loss.sum() / n)
 
 
-def anchor_agreement(problem: Problem, fit: FitResult, naive: FitResult, corrected: FitResult) -> list[dict[str, Any]]:
-    """How well each judge's verdicts, as fitted, predict the anchors' — with its own effects (uncorrected)
-    and with its excess removed (the reference's effects in its place, corrected); plus the naive and the
-    published boards (σ of the rating difference).  Accuracy on decided anchors and mean log loss.
+def reference_effects(problem: Problem, core: np.ndarray) -> np.ndarray:
+    """The reference's own effect of every block (fitted units; 0 for blocks without a global coefficient).
 
-    Per anchor cell of judge j: uncorrected η = a_j(θ_a − θ_b) + γ_j + β_j·x (+ Σ_k δ_jk·d_k with style counts);
-    corrected η = a_j(θ_a − θ_b) + γ_r + β_r·x (+ Σ_k δ_rk·d_k).  The affinity term is left out (anchors carry no
-    judge family to score it against).  Vectorised over anchor cells; O(anchor cells) memory per judge.
+    The convention of the gate's excess (:func:`~biasboard.ranking.gate.excess_vectors`) and of the rating
+    (:func:`~biasboard.ranking.reference_rating.rated_terms`): where the reference has an effect its judges are tied
+    to the global coefficient, which *is* the reference's — one value for a pool of voter-judges, whatever each
+    voter's own discrimination — and where it has none (no data, or taken as zero) the reference is zero."""
+    lay, spec = problem.layout, problem.spec
+    out = np.zeros(lay.n_blocks)
+    if spec.tied is None:
+        return out
+    for t in lay.global_effects:
+        if spec.tied[t].any():
+            out[t] = core[lay.glob(t)]
+    return out
+
+
+def reference_agreement(
+    problem: Problem, fit: FitResult, naive: FitResult, corrected: FitResult, reference: frozenset[str]
+) -> list[dict[str, Any]]:
+    """How well each judge's verdicts, as fitted, predict the reference's — with its own effects (uncorrected)
+    and with its excess removed (the reference's effects in its place, corrected); plus the naive and the
+    published boards (σ of the rating difference).  Accuracy on the reference's decided verdicts and mean log loss.
+
+    What is predicted is every verdict of the reference (the anchors, or all the cells of the reference's judges:
+    a pattern's thousands of voters pooled), self-battles left out; the reference's judges are not scored.
+    Per reference cell and judge j: uncorrected η = a_j(θ_a − θ_b) + γ_j·pos + β_j·x (+ Σ_k δ_jk·d_k with style
+    counts); corrected η = a_j(θ_a − θ_b) + γ_r·pos + β_r·x (+ Σ_k δ_rk·d_k), r's effects as the gate and the
+    rating take them (:func:`reference_effects`); pos is 0 where the shown order is unknown, as in the fit.  The
+    affinity term is left out: s_a − s_b of a reference cell is read against the reference's family (anchors have
+    none), not j's.  Vectorised over the reference's cells; O(reference cells) memory per listed judge.
     """
     data, lay, spec = problem.data, problem.layout, problem.spec
-    if ANCHOR_JUDGE not in data.judges:
+    ref = reference_mask(problem, reference)
+    if not ref.any():
         return []
-    r = data.judges.index(ANCHOR_JUDGE)
-    own = data.judge_pairs(r)
+    own = data.judge_pairs(ref)
     pairs = own.take(np.flatnonzero(own.a != own.b))
     eff = effective_core(problem, fit.state.core)
+    yardstick = reference_effects(problem, fit.state.core)
     theta = eff[lay.theta]
-    # Each covariate in fitted units, with its effective block (a judge's whole effect: global + deviation).
-    covariates = [(LEN, pairs.x / spec.x_scale)]
+    # Each covariate in fitted units, with its block (a judge's effective block: its whole effect).
+    covariates = [(POS, pairs.pos), (LEN, pairs.x / spec.x_scale)]
     if lay.n_style and pairs.style is not None and spec.style_scale is not None:
         covariates += [(t, pairs.style[:, k] / spec.style_scale[k]) for k, t in enumerate(STYLE_BLOCKS)]
-    position, discrimination = eff[lay.eff_block(POS)], eff[lay.eff_block(DISC)]
+    discrimination = eff[lay.eff_block(DISC)]
     effect = {t: eff[lay.eff_block(t)] for t, _ in covariates}
     dtheta = theta[pairs.a] - theta[pairs.b]
+    corrected_terms = sum(yardstick[t] * z for t, z in covariates)  # the same for every judge
     out = []
-    for j in agreement_judges(data, r):
-        judge = data.judges[j]
+    for j in agreement_judges(data, ref):
         base = np.exp(discrimination[j]) * dtheta
-        uncorrected = base + position[j] + sum(effect[t][j] * z for t, z in covariates)
-        corrected_eta = base + position[r] + sum(effect[t][r] * z for t, z in covariates)
-        row: dict[str, Any] = {"judge": judge}
-        for label, eta in (("uncorrected", uncorrected), ("corrected", corrected_eta)):
+        uncorrected = base + sum(effect[t][j] * z for t, z in covariates)
+        row: dict[str, Any] = {"judge": data.judges[j]}
+        for label, eta in (("uncorrected", uncorrected), ("corrected", base + corrected_terms)):
             acc, loss = _scores(1.0 / (1.0 + np.exp(-eta)), pairs.win_a, pairs.win_b)
             row[f"accuracy_{label}"], row[f"log_loss_{label}"] = acc, loss
         out.append(row)
@@ -526,10 +555,10 @@ def anchor_agreement(problem: Problem, fit: FitResult, naive: FitResult, correct
     return out
 
 
-def agreement_judges(data: Dataset, anchor: int) -> np.ndarray:
-    """The judges scored against the anchors: every one but the anchors, or with voter-judges the
-    :data:`LISTED_JUDGES` with the most battles (in the input's order)."""
-    others = np.flatnonzero(np.arange(len(data.judges)) != anchor)
+def agreement_judges(data: Dataset, reference: np.ndarray) -> np.ndarray:
+    """The judges scored against the reference (``reference``: bool over the judges): every other one, or with
+    voter-judges the :data:`LISTED_JUDGES` with the most battles (in the input's order)."""
+    others = np.flatnonzero(~reference)
     if others.size <= LISTED_JUDGES:
         return others
     battles = data.judge_sums("n")[others]
@@ -751,11 +780,10 @@ def fit_with_reference(
             }
     if raters:
         corrected = replace(corrected, bias=zero_reference_notes(corrected.bias, effects, raters))
-    agreement = anchor_agreement(problem_pub, corrected_fit, naive, corrected) if reference.kind == "anchors" else []
-    if reference.kind == "anchors" and len(data.judges) - 1 > LISTED_JUDGES:
-        notes.append(
-            f"agreement with the anchors: the {LISTED_JUDGES} judges with the most battles of {len(data.judges) - 1}"
-        )
+    agreement = reference_agreement(problem_pub, corrected_fit, naive, corrected, raters) if raters else []
+    scored = len(data.judges) - int(reference_mask(problem_pub, raters).sum())
+    if raters and scored > LISTED_JUDGES:
+        notes.append(agreement_listed_note(reference.kind, LISTED_JUDGES, scored))
     return ReferenceFit(
         reference=reference,
         naive=naive,

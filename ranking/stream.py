@@ -291,11 +291,12 @@ class PairStore:
             stream=store,
         )
 
-    def judge_pairs(self, judge: int) -> PairArrays:
-        """Judge ``judge``'s cells, every column, read back from the shards that hold them (in judge order)."""
+    def judge_pairs(self, judges: np.ndarray) -> PairArrays:
+        """The cells of the judges ``judges`` selects (bool over the judges), every column, read back from the
+        shards that hold them (in judge order)."""
         parts = []
         for number, stored in enumerate(self.files.shards):
-            own = np.flatnonzero(stored.read(("j",))["j"] == judge)  # only the judge column of the other shards
+            own = np.flatnonzero(judges[stored.read(("j",))["j"]])  # only the judge column of the other shards
             if own.size:
                 parts.append(self._shard_pairs(stored, STORED, number).take(own))
         return PairArrays.concat(parts) if parts else self.totals().take(slice(0, 0))

@@ -40,6 +40,7 @@ from biasboard.report.svg import (
     fmt,
     forest_plot,
     hbar_chart,
+    pct,
     slope_chart,
     split_bars,
 )
@@ -55,6 +56,8 @@ from biasboard.schemas.summary import (
     ModelMove,
     RankInterval,
     Summary,
+    agreement_listed_in,
+    agreement_yardstick,
     judge_label,
     zero_reference_effect,
 )
@@ -183,16 +186,11 @@ def _count(value: Any) -> str:
     return "—" if f is None else count_text(f)
 
 
-def _pct(value: Any, digits: int = 1) -> str:
-    f = finite(value)
-    return "—" if f is None else f"{f:.{digits}%}"
-
-
 def _pct_pm(value: Any, se: Any, digits: int = 1) -> str:
     """``27.0% ± 2.2%`` (or the percentage alone, or an em dash): a rate with one standard error."""
     if finite(value) is None:
         return "—"
-    return f"{_pct(value, digits)} ± {_pct(se, digits)}" if finite(se) is not None else _pct(value, digits)
+    return f"{pct(value, digits)} ± {pct(se, digits)}" if finite(se) is not None else pct(value, digits)
 
 
 def _pm(value: Any, se: Any, digits: int = 3) -> str:
@@ -954,7 +952,7 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
             )
         ]
         notes = [
-            f"flip rate {_pct(a.order_flip_rate)}"
+            f"flip rate {pct(a.order_flip_rate)}"
             if finite(a.order_flip_rate) is not None
             else "not seen in both orders"
             for a in order
@@ -974,7 +972,7 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
             f"<td>{fmt(a.slot_first_share, 3)}</td><td>{fmt(a.slot_second_share, 3)}</td>"
             f"<td>{fmt(a.slot_tie_share, 3)}</td><td>{_int(a.order_pairs)}</td>"
             f"<td>{esc(_pct_pm(a.order_flip_rate, a.order_flip_rate_se))}</td>"
-            f"<td>{_pct(a.order_prefers_first_rate)}</td><td>{_pct(a.order_prefers_second_rate)}</td></tr>"
+            f"<td>{pct(a.order_prefers_first_rate)}</td><td>{pct(a.order_prefers_second_rate)}</td></tr>"
             for a in order
         ]
         body += [
@@ -1031,7 +1029,7 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
             f'<tr><td class="name">{esc(judge_label(a.judge))}</td><td>{_int(a.len_n)}</td>'
             f"<td>{fmt(a.len_mean_chosen)}</td><td>{fmt(a.len_mean_rejected)}</td>"
             f"<td>{esc(_pm(a.len_longer_win_rate, a.len_longer_win_rate_se))}</td>"
-            f"<td>{_pct(a.len_agreement_pick_longer)}</td></tr>"
+            f"<td>{pct(a.len_agreement_pick_longer)}</td></tr>"
             for a in lengths
         ]
         body += ["<h3>Length profile of picks</h3>", _table("length", head, rows)]
@@ -1042,7 +1040,7 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
         )
         rows = [
             f'<tr><td class="name">{esc(f.judge)}</td><td class="l">{esc(f.judge_family)}</td>'
-            f"<td>{_pct(f.win_rate_self)}</td><td>{_pct(f.win_rate_other_judges)}</td>"
+            f"<td>{pct(f.win_rate_self)}</td><td>{pct(f.win_rate_other_judges)}</td>"
             f"<td>{esc(_pm(f.self_preference, f.self_preference_se))}</td></tr>"
             for f in sorted(keep(diag.family, lambda f: f.judge, shown), key=lambda f: f.judge)
         ]
@@ -1223,12 +1221,20 @@ def _gate_excess_meaning(summary: Summary) -> str:
     )
 
 
+def _listed_note(reference: Any) -> str:
+    """`` Listed: …`` when the agreement table lists some of the judges only (voter-judges), else empty."""
+    listed = agreement_listed_in(reference.kind, reference.notes)
+    return f" Listed: {listed}." if listed else ""
+
+
 def _anchor_results(summary: Summary) -> str:
-    """How the judges fare against the trusted verdicts: each judge's fitted verdicts predicting the anchors with and
-    without its correction, and the audit's gold-label accuracy beside the random- and longest-pick baselines (both
-    were in summary.json only)."""
+    """How the judges fare against the trusted verdicts — the anchors', or the reference judges' with
+    ``--reference JUDGE`` — each judge's fitted verdicts predicting them with and without its correction, and the
+    audit's gold-label accuracy beside the random- and longest-pick baselines (both were in summary.json only)."""
     out = []
-    agreement = summary.reference.agreement if summary.reference is not None else []
+    reference = summary.reference
+    agreement = reference.agreement if reference is not None else []
+    whose = agreement_yardstick(reference.kind) if reference is not None else ""
     boards = {a["judge"]: a for a in agreement if a.get("judge") in AGREEMENT_BOARDS}
     agreement = [a for a in agreement if a.get("judge") not in boards]
     if agreement:
@@ -1238,23 +1244,24 @@ def _anchor_results(summary: Summary) -> str:
         )
         rows = [
             f'<tr><td class="name">{esc(judge_label(a.get("judge")))}</td>'
-            f"<td>{_pct(a.get('accuracy_uncorrected'))}</td><td>{_pct(a.get('accuracy_corrected'))}</td>"
+            f"<td>{pct(a.get('accuracy_uncorrected'))}</td><td>{pct(a.get('accuracy_corrected'))}</td>"
             f"<td>{fmt(a.get('log_loss_uncorrected'), 3)}</td><td>{fmt(a.get('log_loss_corrected'), 3)}</td></tr>"
             for a in agreement
         ]
         out += [
-            "<h3>Agreement with the anchors</h3>",
-            "<p class=\"note\">How well each judge's fitted verdicts predict the trusted ones on the anchors' pairs "
-            "(decided verdicts; lower log loss is better): with its own effects, and with its corrections applied.</p>",
+            f"<h3>Agreement with {esc(whose)}</h3>",
+            f"<p class=\"note\">How well each judge's fitted verdicts predict the trusted ones on {esc(whose)}' pairs "
+            "(decided verdicts; lower log loss is better): with its own effects, and with the reference's effects in "
+            f"their place (its corrections applied).{esc(_listed_note(reference))}</p>",
             _table("agreement", head, rows),
         ]
     if boards:
         said = "; ".join(
-            f"the {name}: accuracy {_pct(b.get('accuracy_uncorrected'))}, "
+            f"the {name}: accuracy {pct(b.get('accuracy_uncorrected'))}, "
             f"log loss {fmt(b.get('log_loss_uncorrected'), 3)}"
             for name, b in sorted(boards.items(), key=lambda kv: kv[0] != AGREEMENT_BOARDS[1])
         )
-        out.append(f"<p class=\"note\">The boards' ratings alone predicting the anchors' verdicts: {esc(said)}.</p>")
+        out.append(f"<p class=\"note\">The boards' ratings alone predicting {esc(whose)}' verdicts: {esc(said)}.</p>")
     gold = [a for a in summary.diagnostics.order if a.gold_n_labeled]
     if gold:
         head = (
@@ -1353,8 +1360,8 @@ def _judges(summary: Summary) -> str:
     judges = keep(summary.judges, lambda j: j.judge, shown_judges(_judge_battles(summary)))
     rows = [
         f'<tr><td class="name">{esc(j.judge)}</td><td class="l">{esc(j.judge_family)}</td><td>{_int(j.n)}</td>'
-        f"<td>{_int(j.models)}</td><td>{_pct(j.win_a_share)}</td><td>{_pct(j.win_b_share)}</td>"
-        f"<td>{_pct(j.tie_share)}</td><td>{_int(j.self_battles)}</td></tr>"
+        f"<td>{_int(j.models)}</td><td>{pct(j.win_a_share)}</td><td>{pct(j.win_b_share)}</td>"
+        f"<td>{pct(j.tie_share)}</td><td>{_int(j.self_battles)}</td></tr>"
         for j in judges
     ]
     tables = summary.judge_tables

@@ -90,6 +90,12 @@ def fmt(value: object, digits: int = 1) -> str:
     return "—" if f is None else f"{f:.{digits}f}"
 
 
+def pct(value: object, digits: int = 1) -> str:
+    """A share as a percentage with ``digits`` decimals, or an em dash when it is missing or not finite."""
+    f = finite(value)
+    return "—" if f is None else f"{f:.{digits}%}"
+
+
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     """Round tick values covering [lo, hi] with a 1/2/5 × 10^k step (the usual axis labelling).
 

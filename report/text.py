@@ -8,9 +8,16 @@ from __future__ import annotations
 import unicodedata
 
 import polars as pl
-from biasboard.report.svg import fmt
+from biasboard.report.svg import fmt, pct
+from biasboard.schemas.summary import (
+    AGREEMENT_BOARDS,
+    ReferenceInfo,
+    agreement_listed_in,
+    agreement_yardstick,
+    judge_label,
+)
 
-__all__ = ["ORDINAL_TITLES", "PAIRWISE_TITLES", "fmt", "side_by_side_text"]
+__all__ = ["ORDINAL_TITLES", "PAIRWISE_TITLES", "agreement_text", "fmt", "side_by_side_text"]
 
 
 #: Column titles of the two boards: battles (the default) and single grades alone (ordinal-only).
@@ -20,6 +27,8 @@ ORDINAL_TITLES = ("naive (mean grade, pooled)", "corrected for judge severity")
 
 #: At most this many of a disconnected board's components are printed (the largest first); the rest are counted.
 PRINTED_COMPONENTS = 5
+#: At most this many judges of the agreement with the reference are printed (the report lists them all).
+PRINTED_AGREEMENT = 10
 
 
 def display_width(text: str) -> int:
@@ -76,3 +85,38 @@ def _rows(board: pl.DataFrame, top: int, width: int) -> list[str]:
         move = "new" if change is None else "=" if not change else (f"+{change}" if change > 0 else str(change))
         lines.append(f"{i + 1:>3}  {left}    {_pad(c['model'], width)} {fmt(c['rating_corrected'], 0):>7}  {move:>4}")
     return lines
+
+
+def agreement_text(reference: ReferenceInfo | None) -> str:
+    """The agreement with the reference (``ReferenceInfo.agreement``) as aligned text, or "" without one: each
+    judge's accuracy and log loss on the reference's decided verdicts, uncorrected → corrected, then the boards'.
+
+    Printed after the boards: whether the correction moved the judges toward the reference is the question a
+    reference is named to answer, and a scheduled refresh's log is often all anyone reads.  The first
+    :data:`PRINTED_AGREEMENT` judges (in the summary's order); the rest are counted."""
+    rows = reference.agreement if reference is not None else []
+    if reference is None or not rows:
+        return ""
+    judges = [r for r in rows if r.get("judge") not in AGREEMENT_BOARDS]
+    boards = [r for r in rows if r.get("judge") in AGREEMENT_BOARDS]
+    names = [judge_label(r.get("judge")) for r in rows]
+    width = max(12, *(display_width(n) for n in names))
+    whose = agreement_yardstick(reference.kind)
+    lines = [
+        f"Agreement with {whose} (their decided verdicts; uncorrected -> corrected):",
+        f"  {_pad('judge', width)}  {'accuracy':<17}  log loss",
+    ]
+    for r in judges[:PRINTED_AGREEMENT]:
+        accuracy = f"{pct(r.get('accuracy_uncorrected'))} -> {pct(r.get('accuracy_corrected'))}"
+        loss = f"{fmt(r.get('log_loss_uncorrected'), 3)} -> {fmt(r.get('log_loss_corrected'), 3)}"
+        lines.append(f"  {_pad(judge_label(r.get('judge')), width)}  {accuracy:<17}  {loss}")
+    more = len(judges) - PRINTED_AGREEMENT
+    if more > 0:
+        lines.append(f"  ... {more} more judges in the report and summary.json")
+    for r in boards:
+        accuracy, loss = pct(r.get("accuracy_uncorrected")), fmt(r.get("log_loss_uncorrected"), 3)
+        lines.append(f"  {_pad(str(r.get('judge')), width)}  {accuracy:<17}  {loss}")
+    listed = agreement_listed_in(reference.kind, reference.notes)
+    if listed:
+        lines.append(f"  (listed: {listed})")
+    return "\n".join(lines)

@@ -26,6 +26,7 @@ import functools
 import math
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, Union
 
@@ -53,6 +54,29 @@ def judge_label(judge: object) -> str:
 
 #: ``ReferenceInfo.agreement`` rows of the boards' own ratings (beside one row per judge), in this order.
 AGREEMENT_BOARDS = ("naive board", "published board")
+
+
+def agreement_yardstick(kind: str) -> str:
+    """Whose verdicts ``ReferenceInfo.agreement`` predicts, as a reader is told it (``kind``: the reference's)."""
+    return "the anchors" if kind == "anchors" else "the reference judges"
+
+
+def agreement_listed_note(kind: str, listed: int, judges: int) -> str:
+    """The reference's note (``ReferenceInfo.notes``) when its agreement lists only the ``listed`` judges with the
+    most battles (voter-judges); the report repeats it under the table (:func:`agreement_listed_in`)."""
+    return f"{_agreement_head(kind)}the {listed} judges with the most battles of {judges}"
+
+
+def agreement_listed_in(kind: str, notes: Sequence[str]) -> str | None:
+    """What :func:`agreement_listed_note` says in ``notes`` (without its head), or None."""
+    head = _agreement_head(kind)
+    return next((note.removeprefix(head) for note in notes if note.startswith(head)), None)
+
+
+def _agreement_head(kind: str) -> str:
+    return f"agreement with {agreement_yardstick(kind)}: "
+
+
 #: How a bias-table note begins for a judge's effect the reference ties (the gate found no excess to correct).
 TIED_TO_REFERENCE = "tied to the reference"
 
@@ -469,7 +493,12 @@ class ReferenceInfo:
     ``own_effects`` maps position/length/affinity/discrimination to estimate and 95% CI; ``unidentified``
     lists prior-selected corrections with what applying them would change; ``all_corrections_on``
     compares the published board with every correction on; ``agreement`` scores each judge (and both
-    boards) against the anchors: accuracy and log loss, with and without correction.
+    boards) against the reference's verdicts — the anchors', or every verdict of the reference judges (all the
+    voters a pattern names) — as accuracy and mean log loss on the decided ones: ``*_uncorrected`` with the
+    judge's own fitted effects, ``*_corrected`` with the reference's effects in their place (the yardstick the
+    gate and the rating use: for a pattern, the pool's shared coefficients).  One row per judge that is not a
+    reference judge (with voter-judges, the ``LISTED_JUDGES`` with the most battles, said in ``notes``), then
+    the ``AGREEMENT_BOARDS`` rows (the ratings alone; ``*_corrected`` null).  Empty without a reference.
     """
 
     kind: str

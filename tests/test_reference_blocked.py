@@ -18,6 +18,7 @@ import polars as pl
 import pytest
 import scipy.sparse as sp
 import scipy.stats  # noqa: F401  (imported before tracing: the gate imports it on first use)
+from biasboard.ranking import reference as ref_module
 from biasboard.ranking.arrowhead import row_covariance
 from biasboard.ranking.config import ModelConfig
 from biasboard.ranking.data import build_dataset
@@ -37,7 +38,15 @@ from biasboard.schemas.errors import InputError
 from biasboard.simulate import SimulationConfig, simulate_days
 from biasboard.transforms.cells import partial_cells
 
-from tests.test_reference import ANCHORS, FAMILIES, anchor_cells, anchor_rows, simulated, styled_humans_and_llms
+from tests.test_reference import (
+    ANCHORS,
+    FAMILIES,
+    anchor_cells,
+    anchor_rows,
+    biased_battles,
+    simulated,
+    styled_humans_and_llms,
+)
 
 REL = 1e-8
 
@@ -304,6 +313,38 @@ def test_the_summary_lists_the_largest_excesses_of_a_large_group():
     assert listed[-1]["excess"] is None and listed[-1]["enabled"] is False
     assert [r["judge"] for r in out["decisions"] if r["effect"] == "position"] == ["v0", "v1", "v2"]
     assert {judge for judge, _ in out["disabled"]} == top and "of 153 (judge, effect) decisions" in out["method"]
+
+
+def test_agreement_with_a_pool_of_voters_as_reference(monkeypatch):
+    """``--reference 'human-pool-1/*'``: every verdict of the pool's voters is what the other judges predict, with
+    the pool's shared coefficients (its length preference 0.4 here) as the corrected rows' effects; its voters are
+    not scored, and of the 102 other judges the 50 with the most battles are (the LLM judges among them).
+    Measured (seed 5): LLM judges 0.670/0.694 → 0.573/0.576 nats; the other pool's voters (no bias relative to the
+    reference, but the gate corrects the group they share with the LLMs) 0.604 → 0.575 on average; with a zero
+    yardstick instead of the pool's, the corrected rows read 0.588/0.590 and 0.590."""
+    battles, params = biased_battles(seed=5, human_length=0.4, judges=4, humans=2)
+    rng = np.random.default_rng(5)
+    cells = [partial_cells(_split_voters(b, 100, rng), FAMILIES).cells for b in battles]
+    fit = fit_with_reference(cells, reference=Reference.parse("human-pool-1/*", False))
+    assert fit.n_raters == 100 and fit.own_effects["length"].get("applied") is None  # the pool's 0.4: applied
+    rows = {row["judge"]: row for row in fit.agreement}
+    judges = [name for name in rows if name not in ("naive board", "published board")]
+    assert len(judges) == LISTED_JUDGES and not any(name.startswith("human-pool-1/") for name in judges)
+    assert any(note.startswith("agreement with the reference judges: the 50 judges") for note in fit.notes)
+    llms = params.judge_names[~params.judge_human].tolist()
+    for llm in llms:
+        assert rows[llm]["log_loss_corrected"] < rows[llm]["log_loss_uncorrected"] - 0.04, rows[llm]
+    voters = [name for name in judges if name.startswith("human-pool-2/")]
+    assert voters
+    mean = {key: np.mean([rows[v][f"log_loss_{key}"] for v in voters]) for key in ("corrected", "uncorrected")}
+    assert mean["corrected"] < mean["uncorrected"], mean
+    assert rows["published board"]["log_loss_uncorrected"] < rows["naive board"]["log_loss_uncorrected"]
+    # The yardstick is the pool's: a zero reference in its place predicts the pool's verdicts worse.
+    real = ref_module.reference_effects
+    monkeypatch.setattr(ref_module, "reference_effects", lambda problem, core: 0.0 * real(problem, core))
+    zero = {row["judge"]: row for row in fit_with_reference(cells, reference=fit.reference).agreement}
+    for judge in (*llms, *voters):
+        assert rows[judge]["log_loss_corrected"] < zero[judge]["log_loss_corrected"], judge
 
 
 def test_reference_patterns_select_voters():

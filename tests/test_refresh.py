@@ -156,6 +156,33 @@ def test_refresh_cli_prints_the_summarys_warnings(sim, tmp_path, capsys):
     assert printed == warnings, out
 
 
+def test_refresh_with_a_reference_judge_shows_each_judges_agreement_with_it(sim, tmp_path, capsys):
+    """``--reference JUDGE``: how well each other judge (and each board) predicts the reference judge's verdicts,
+    with its own effects and with the reference's — in summary.json, the report and on the console, as for anchors
+    (it was made for anchors only: with a named judge the table was empty)."""
+    judges = sorted(j["judge"] for j in json.loads((sim / "truth.json").read_text())["judges"])
+    argv = ["refresh", "--input", _glob(sim), "--state", str(tmp_path / "s"), "--out", str(tmp_path / "o")]
+    assert cli.main([*argv, "--no-audit", "--reference", judges[0]]) == 0
+    out = capsys.readouterr().out
+    snapshot = _snapshot(tmp_path / "o")
+    reference = Summary.from_json(json.loads((snapshot / "summary.json").read_text())).reference
+    rows = {row["judge"]: row for row in reference.agreement}
+    assert set(rows) == {*judges[1:], "naive board", "published board"}, rows
+    for judge in judges[1:]:
+        assert all(0.0 <= rows[judge][f"accuracy_{k}"] <= 1.0 for k in ("uncorrected", "corrected")), rows[judge]
+    page = html.unescape((snapshot / "report.html").read_text(encoding="utf-8"))
+    assert "<h3>Agreement with the reference judges</h3>" in page
+    assert "predicting the reference judges' verdicts: the published board: accuracy" in page
+    head = out.index("Agreement with the reference judges")
+    printed = out[head:].splitlines()
+    row = next(line for line in printed if line.split()[:1] == [judges[1]])
+    first = rows[judges[1]]
+    accuracy = [f"{first['accuracy_uncorrected']:.1%}", "->", f"{first['accuracy_corrected']:.1%}"]
+    loss = [f"{first['log_loss_uncorrected']:.3f}", "->", f"{first['log_loss_corrected']:.3f}"]
+    assert row.split()[1:] == accuracy + loss, row
+    assert any(line.split()[:2] == ["published", "board"] for line in printed), out
+
+
 def test_refresh_cli_prints_the_snapshot_and_fails_in_one_line(sim, tmp_path, capsys):
     argv = ["refresh", "--input", _glob(sim), "--state", str(tmp_path / "s"), "--out", str(tmp_path / "o")]
     assert cli.main([*argv, "--no-audit"]) == 0

@@ -25,7 +25,8 @@ import pytest
 from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.report.html import render_report
 from biasboard.report.svg import Part, Series, esc, forest_plot, nice_ticks, slope_chart, split_bars, text_width
-from biasboard.schemas.summary import Summary
+from biasboard.report.text import PRINTED_AGREEMENT, agreement_text
+from biasboard.schemas.summary import ReferenceInfo, Summary, agreement_listed_note
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import publish, state
 
@@ -1007,3 +1008,23 @@ def test_the_slope_chart_groups_models_by_comparison_component(published):
         assert [g for _, g in stacked] == ["G1"] * (board.height - 3) + ["G2"] * 3
     assert {html.unescape(name) for _, _, g, _, name in rows if g == "G2"} == set(second)
     assert "G1 #1" not in published.page  # a connected board's labels carry no group
+
+
+def test_the_console_agreement_lists_the_first_judges_counts_the_rest_and_says_which_are_listed():
+    """A voter pool as reference scores 50 judges; the console prints the first :data:`PRINTED_AGREEMENT` and the
+    boards, counts the rest, and repeats which judges the summary lists; without a reference it prints nothing."""
+    judges = [f"voter-{i:02d}" for i in range(PRINTED_AGREEMENT + 3)]
+    scores = {"accuracy_uncorrected": 0.6, "accuracy_corrected": 0.7, "log_loss_uncorrected": 0.65}
+    rows = [{"judge": judge, **scores, "log_loss_corrected": 0.6} for judge in judges]
+    boards = [{"judge": b, **scores, "accuracy_corrected": None, "log_loss_corrected": None} for b in ("naive board",)]
+    note = agreement_listed_note("judges", len(judges), 400)
+    reference = ReferenceInfo("judges", ["pool/*"], "", "", 10, agreement=rows + boards, notes=[note])
+    lines = agreement_text(reference).splitlines()
+    assert lines[0].startswith("Agreement with the reference judges")
+    listed = [line.split() for line in lines if line.split()[:1] and line.split()[0].startswith("voter-")]
+    assert [r[0] for r in listed] == judges[:PRINTED_AGREEMENT]
+    assert listed[0][1:] == ["60.0%", "->", "70.0%", "0.650", "->", "0.600"]
+    assert "... 3 more judges in the report and summary.json" in lines[-3]
+    assert lines[-2].split() == ["naive", "board", "60.0%", "0.650"]
+    assert lines[-1] == f"  (listed: the {len(judges)} judges with the most battles of 400)"
+    assert agreement_text(None) == "" == agreement_text(dataclasses.replace(reference, agreement=[]))
