@@ -14,7 +14,7 @@ Two fits of the same cells, each in a fresh process, run as ``refresh`` runs the
   as one table first, then coded bucket by bucket): its ratings must equal the in-memory ones.
 
 Printed side by side: wall and CPU time, peak RSS, the gate's groups and the size of the summary's reference
-section.  Usage::
+section, and the time the agreement with the reference's verdicts takes inside the fit.  Usage::
 
     .venv/bin/python bench/reference_voters.py --voters 25000     # issue 11's size (a few minutes)
     .venv/bin/python bench/reference_voters.py --smoke            # 50k battles, 500 voters per pool
@@ -42,6 +42,7 @@ def worker(kind: str, cells_path: Path) -> dict:
     from biasboard.ranking.reference import Reference, fit_with_reference
     from biasboard.ranking.stream import TableBuckets, stream_dataset
 
+    agreement_s = _timed_agreement()
     t0, c0 = time.perf_counter(), time.process_time()
     reference = Reference.parse("none" if kind == "none" else REFERENCE, False)
     cells = list(read_cells(cells_path))
@@ -67,6 +68,8 @@ def worker(kind: str, cells_path: Path) -> dict:
         "unidentified": sum(e.get("n_judges", 1) for e in fit.unidentified),
         "models": list(fit.corrected.models),
         "rating": fit.corrected.rating.tolist(),
+        "agreement_s": sum(agreement_s),
+        "agreement_rows": len(fit.agreement),
     }
     if fit.gate is not None:
         groups = fit.gate.decisions.group_by("effect", maintain_order=True).first()
@@ -76,6 +79,25 @@ def worker(kind: str, cells_path: Path) -> dict:
             for row in groups.to_dicts()
         ]
     return out
+
+
+def _timed_agreement() -> list[float]:
+    """The wall seconds of each ``reference_agreement`` of the fit (the agreement with the reference's verdicts,
+    scored over all its voters' cells), appended to the list returned."""
+    from biasboard.ranking import reference as ref_module
+
+    seconds: list[float] = []
+    real = ref_module.reference_agreement
+
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - t0)
+
+    ref_module.reference_agreement = timed
+    return seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{group['group_df']:6} df, Holm p {group['group_p_holm']:.3g}"
         )
     print(f"prior-selected (judge, effect) corrections: {pool['unidentified']:,}")
+    for kind in ("pool", "pool_streamed"):
+        r = rows[kind]
+        print(
+            f"agreement with the reference ({kind}): {r['agreement_s']:.2f} s of the fit's {r['wall_s']:.2f} s, "
+            f"{r['agreement_rows']} rows"
+        )
     print(
         f"summary's reference section: {pool['summary_bytes'] / 1e6:.2f} MB "
         f"(none: {base['summary_bytes'] / 1e6:.2f} MB)"
