@@ -701,7 +701,7 @@ def build_refresh(
             if stored_day_key(days_dir, day) != keys[day]:
                 todo_audit[day] = (files, keys[day])
         _LOG.info("audit: %d of %d day(s) to audit; the others' partials are stored", len(todo_audit), len(input_days))
-        stored = list(input_days)
+        stored = list(input_days) + _kept_days_audited(state_dir, without_input.kept, settings, keys)
         after.append(
             audit_days_incremental(
                 pipeline,
@@ -727,6 +727,35 @@ def build_refresh(
         without_input=without_input,
     )
     return pipeline
+
+
+def _kept_days_audited(state_dir: str, kept: tuple[str, ...], settings: str, keys: dict[str, str]) -> list[str]:
+    """The days kept in the fit without input whose stored audit partials are current, their keys put in ``keys``.
+
+    Why: the board keeps such a day (``--drop-missing-days`` not given), so the snapshot's audit must sum it
+    too, from the partials stored when it still had input; else audit.json and summary.json of one snapshot
+    count different battles.  The partials count only when made from the input the day's manifest records
+    under these audit ``settings`` (the key an audit of that input would have now); a kept day without such
+    partials (audited under other settings or with ``--no-audit``) cannot be audited any more: it is logged.
+    """
+    days_dir = storage.join(state_dir, DAY_PARTIALS)
+    current = {}
+    for day in kept:
+        manifest = state.read_day_manifest(state_dir, day) or {}
+        digest = day_digest(manifest.get("inputs"), manifest.get("score_inputs"), manifest.get("settings"))
+        key = _digest({"day": digest, "settings": settings})
+        if stored_day_key(days_dir, day) == key:
+            current[day] = key
+    keys.update(current)
+    missing = sorted(set(kept) - set(current))
+    if missing:
+        _LOG.warning(
+            "audit: %d day(s) kept in the fit have no input and no audit partials stored under these settings, "
+            "so the audit leaves them out: %s",
+            len(missing),
+            ", ".join(missing),
+        )
+    return list(current)
 
 
 def drop_days_without_input(state_dir: str, changes: InputChanges, drop: bool) -> DaysWithoutInput:
@@ -947,6 +976,9 @@ class AuditPlan:
             "anchors": options.anchors or None,
             "family_map": family_map.digest(),
             "audit_version": AUDIT_DAYS_VERSION,
+            # Days kept in the fit without input are audited from their stored partials: a day kept or dropped
+            # changes the audit as it changes the board, with the same input.
+            "kept_without_input": [] if options.drop_missing_days else sorted(changes.without_input),
         }
         if not options.audit:
             return cls(state_dir, stamp, rerun=False)

@@ -439,8 +439,10 @@ def test_incremental_audit_equals_a_full_audit(sim, tmp_path, caplog):
     assert _numbers(Path(incremental.published.path)) == _numbers(Path(full.published.path))
     assert "audit: 1 stored day(s) read onto the cached sum of 2 day(s)" in caplog.text  # not the history
 
-    # A changed day (its file rewritten with fewer battles), then a removed one: the cached sum names both, so
-    # each is a miss and every day is summed again: the same audit files as a fresh refresh of the same input.
+    # A changed day (its file rewritten with fewer battles), then a removed one dropped from the state: the cached
+    # sum names both, so each is a miss and every day is summed again: the same audit files as a fresh refresh of
+    # the same input.  (A removed day kept in the fit stays in the audit:
+    # test_the_audit_of_a_kept_day_without_input_covers_the_days_the_board_does.)
     day_file = next((logs / "battles" / "day=2024-01-02").glob("*.parquet"))
     pl.read_parquet(day_file).head(500).write_parquet(day_file)
     for step in ("changed", "removed"):
@@ -448,7 +450,7 @@ def test_incremental_audit_equals_a_full_audit(sim, tmp_path, caplog):
             shutil.rmtree(logs / "battles" / "day=2024-01-01")
         caplog.clear()
         with caplog.at_level("INFO", logger="biasboard.transforms.audit"):
-            again = refresh(_glob(logs), state, out, [])
+            again = refresh(_glob(logs), state, out, [], RefreshOptions(drop_missing_days=step == "removed"))
         assert f"audit: {3 if step == 'changed' else 2} stored day(s) read\n" in caplog.text + "\n"  # no cache
         fresh = refresh(_glob(logs), str(tmp_path / f"state-{step}"), str(tmp_path / f"out-{step}"), [])
         for name in names:
@@ -533,6 +535,49 @@ def test_a_stored_day_whose_input_has_gone_is_kept_and_reported(sim, tmp_path, c
     manifest = json.loads((Path(second.published.path) / "manifest.json").read_text())
     assert manifest["days_without_input"] == {"kept": ["2024-01-02"], "dropped": []}
     assert (tmp_path / "state" / "manifests" / "day=2024-01-02.json").exists()
+
+
+def test_the_audit_of_a_kept_day_without_input_covers_the_days_the_board_does(sim, tmp_path):
+    """A day kept in the fit after its input went (the default) stays in the snapshot's audit too.
+
+    Before, the board kept the day while the audit, re-run because its input changed, summed only the days
+    still matched: in one snapshot, summary.json counted every day and audit.json one day fewer (real
+    GenAI-Arena split by day: 2,032 against 1,944 counted), each judge's audit tables short of the day's verdicts.
+    """
+    logs = tmp_path / "logs"
+    shutil.copytree(sim / "battles", logs / "battles")
+    state, out = str(tmp_path / "state"), str(tmp_path / "out")
+    refresh(_glob(logs), state, out, [])
+    before = json.loads((_snapshot(tmp_path / "out") / "audit.json").read_text())
+    judges_before = pl.read_parquet(_snapshot(tmp_path / "out") / "audit_judges.parquet")
+
+    shutil.rmtree(logs / "battles" / "day=2024-01-02")
+    kept = refresh(_glob(logs), state, out, [])
+    assert kept.summary.days.without_input == ["2024-01-02"]
+    after = json.loads((Path(kept.published.path) / "audit.json").read_text())
+    assert after["counts"] == before["counts"]
+    assert after["counts"]["counted"] == kept.summary.counts.counted
+    assert pl.read_parquet(Path(kept.published.path) / "audit_judges.parquet").equals(judges_before)
+
+    # then dropped, with the same input: the audit is re-run without the day, as the board is fit without it
+    dropped = refresh(_glob(logs), state, out, [], RefreshOptions(drop_missing_days=True))
+    audited = json.loads((Path(dropped.published.path) / "audit.json").read_text())["counts"]
+    assert audited["counted"] == dropped.summary.counts.counted < kept.summary.counts.counted
+
+
+def test_a_kept_day_never_audited_is_left_out_of_the_audit_in_a_logged_line(sim, tmp_path, caplog):
+    """Aggregated with --no-audit, then its input gone: nothing to audit it from, and the log says so."""
+    logs = tmp_path / "logs"
+    shutil.copytree(sim / "battles", logs / "battles")
+    state, out = str(tmp_path / "state"), str(tmp_path / "out")
+    first = refresh(_glob(logs), state, out, [], NO_AUDIT)
+    gone = json.loads((tmp_path / "state" / "manifests" / "day=2024-01-02.json").read_text())["counts"]
+    shutil.rmtree(logs / "battles" / "day=2024-01-02")
+    with caplog.at_level("WARNING", logger="biasboard.pipelines.refresh"):
+        kept = refresh(_glob(logs), state, out, [])
+    assert any("so the audit leaves them out: 2024-01-02" in r.getMessage() for r in caplog.records)
+    audited = json.loads((Path(kept.published.path) / "audit.json").read_text())["counts"]
+    assert audited["counted"] == first.summary.counts.counted - gone["counted"]
 
 
 def test_drop_missing_days_removes_the_day_from_the_state_and_the_board(sim, tmp_path):
