@@ -43,6 +43,9 @@ v0.1 lines name no baseline (it is ``baseline_model`` in the run's
 ``--baseline``.  v2 lines carry ``baseline`` (per category), which wins over
 ``--baseline``.  ``prompt_id`` is ``question_id`` (v0.1) or ``uid`` (v2);
 ``battle_id`` = ``arena-hard:<judge>:<prompt>:<model>:<baseline>:g<game>``.
+v2's ``category`` (``hard_prompt``, ``creative_writing``) is kept as the battle's
+slice label: arena-hard-auto publishes a board per category, each against its
+own baseline, and ``refresh --slices category`` fits the same boards.
 The files are undated (default day) and carry no lengths: those come from the
 run's answers, ``model_answer/<model>.jsonl`` beside ``model_judgment/``
 (found there, or given with ``--answers``), in tokens when every answer
@@ -73,6 +76,7 @@ from biasboard.importers.common import (
     read_all,
     require_columns,
     stable_id,
+    text_slice_labels,
 )
 from biasboard.importers.mtbench import attach_answer_lengths
 from biasboard.schemas.errors import InputError
@@ -162,6 +166,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         label.replace_strict({k: s for k, (_, s) in LABELS.items()}, default=None, return_dtype=pl.Int8).alias(
             "strength"
         ),
+        *text_slice_labels(raw),  # v2's category (hard_prompt, creative_writing): its own board, its own baseline
     )
     notes = [
         f"no time stamps in arena-hard-auto judgments: every battle dated {options.default_date.isoformat()} 00:00 UTC",

@@ -40,7 +40,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
-from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA, STYLE_COUNT_COLUMNS
+from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA, SLICE_COLUMNS, STYLE_COUNT_COLUMNS
 from biasboard.schemas.coerce import FLAG_PREFIX, REASON_BAD_TYPE_PREFIX, coerce_types, flag_reasons
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
 from biasboard.schemas.errors import InputError
@@ -486,6 +486,16 @@ def _dead_letters(raw: pl.DataFrame, reasons: pl.Series, mask: pl.Series) -> pa.
     # An original column named like a meta field is left out above: the contract's meta wins.
     schema = dead_letter_schema(pa.schema([pa.field(c, pa.string()) for c in original]))
     return dead.select(schema.names).to_arrow().cast(schema)
+
+
+def text_slice_labels(raw: pl.DataFrame) -> list[pl.Expr]:
+    """The source's text ``category``/``language`` columns, kept as the battles' slice labels.
+
+    Why here: every importer whose source labels its prompts (FastChat's language, Position-Bias-Analyzer's
+    question category, arena-hard-auto v2's category) must carry the label the same way, or ``refresh --slices``
+    finds no label in a file that has one.  A non-text column (FastChat's tags) is the importer's to read.
+    """
+    return [pl.col(c) for c in SLICE_COLUMNS if raw.schema.get(c) == pl.String]
 
 
 def _optional_text(mapped: pl.DataFrame, column: str) -> pl.Expr:

@@ -46,8 +46,9 @@ from biasboard.importers.common import (
     judge_expr,
     read_all,
     require_columns,
+    text_slice_labels,
 )
-from biasboard.schemas.battle import SLICE_COLUMNS, STYLE_COUNT_COLUMNS
+from biasboard.schemas.battle import STYLE_COUNT_COLUMNS
 
 PATTERNS = ("*.json", "*.json.gz", "*.jsonl", "*.jsonl.gz")
 TOKEN_FIELDS = ("sum_assistant_a_tokens", "sum_assistant_b_tokens")
@@ -67,7 +68,7 @@ def _token_lengths(frame: pl.DataFrame) -> tuple[pl.Expr, pl.Expr]:
 
 def _slice_labels(raw: pl.DataFrame, notes: list[str]) -> list[pl.Expr]:
     """The slice label columns: text ``language``/``category`` as given, else the arena's categories."""
-    labels = [pl.col(c) for c in SLICE_COLUMNS if raw.schema.get(c) == pl.String]
+    labels = text_slice_labels(raw)
     if raw.schema.get("category") != pl.String:
         category, boards = arena_category(raw)
         if category is not None:

@@ -38,8 +38,8 @@ from biasboard.importers.common import (
     pick_length_unit,
     read_all,
     require_columns,
+    text_slice_labels,
 )
-from biasboard.schemas.battle import SLICE_COLUMNS
 from biasboard.schemas.errors import InputError
 
 PATTERNS = ("*judgments*.jsonl", "*judgments*.jsonl.gz")
@@ -93,7 +93,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.when(second).then(len_a).otherwise(len_b).alias("len_b"),
         pl.when(winner.is_null()).then(pl.lit(REASON_NO_VERDICT)).otherwise(None).cast(pl.String).alias(REASON),
         pl.when(position.is_in(["first", "second"])).then(None).otherwise(False).cast(pl.Boolean).alias("order_known"),
-        *(pl.col(c) for c in SLICE_COLUMNS if raw.schema.get(c) == pl.String),  # PBA's category: a slice label
+        *text_slice_labels(raw),  # PBA's category: a slice label
     )
     notes = [
         f"no time stamps in Position-Bias-Analyzer files: every battle dated {options.default_date.isoformat()} "

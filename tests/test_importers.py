@@ -538,6 +538,23 @@ def test_arena_hard_v2_names_its_baseline_and_skips_a_failed_game(tmp_path):
     assert table.schema.equals(BATTLE_SCHEMA) and table.num_rows == 5
 
 
+def test_arena_hard_v2_category_is_each_battles_slice_label(tmp_path):
+    """arena-hard-auto v2 publishes a board per category (hard_prompt against o3-mini, creative_writing against
+    gemini-2.0-flash); the line's ``category`` was dropped, so ``refresh --slices category`` found no label."""
+    folder = real_data(*ARENA_HARD, "v2.0", "model_judgment")
+    rows = check_contract(import_path("arena-hard", folder))
+    labels = rows.group_by("category", "prompt_id").len().sort("prompt_id").rows()
+    assert labels == [
+        ("hard_prompt", "0f3a5c7e9b1d2f46", 2),
+        ("creative_writing", "2b4d6f8a0c1e3579", 2),
+        ("hard_prompt", "7c1e9a3b5d0f2468", 1),
+    ]
+    # v0.1 lines carry no category: no label, as before
+    v01_folder = real_data(*ARENA_HARD, "v0.1", "model_judgment", "gpt-4-1106-preview")
+    v01 = check_contract(import_path("arena-hard", v01_folder, ImportOptions(baseline="b")))
+    assert v01["category"].null_count() == v01.height
+
+
 def _jsonl(path: Path, records: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
