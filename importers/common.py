@@ -94,6 +94,7 @@ class ImportOptions:
     answers_dir: Path | None = None  # model_answer folder for MT-Bench and arena-hard-auto lengths
     baseline: str | None = None  # arena-hard-auto v0.1: the baseline model the files do not name
     voters: bool = False  # each vote's judge named <judge>/<voter> where the source records the voter
+    anony_only: bool = False  # FastChat: only the arena's anonymous battles (its leaderboard's), the rest dead letters
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,20 @@ class ImportFormat:
     voters: bool = False
     #: The source gives lengths in characters and in words, so ``--length-unit`` chooses (else it has one unit).
     length_units: bool = False
+    #: The source records whether the voter saw the models' names, so ``--anony-only`` can keep the blind votes.
+    anony: bool = False
 
 
 FORMATS: dict[str, ImportFormat] = {
     f.name: f
     for f in (
         ImportFormat(
-            "fastchat", fastchat.convert, fastchat.PATTERNS, "FastChat/arena clean_battle JSON", fastchat.REQUIRED
+            "fastchat",
+            fastchat.convert,
+            fastchat.PATTERNS,
+            "FastChat/arena clean_battle JSON",
+            fastchat.REQUIRED,
+            anony=True,
         ),
         ImportFormat(
             "mtbench-pair",

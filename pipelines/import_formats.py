@@ -64,6 +64,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--judge-pool prefix:/ pools them back into one judge",
     )
     parser.add_argument(
+        "--anony-only",
+        action="store_true",
+        help="fastchat: import only the anonymous battles (anony true), the ones the arena's leaderboard is fit on; "
+        "the others become dead letters (not_anonymous). Default: every battle, with a note counting those "
+        "not anonymous",
+    )
+    parser.add_argument(
         "--length-unit",
         choices=("chars", "words"),
         default="chars",
@@ -111,6 +118,9 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     if args.voters and not fmt.voters:
         with_voters = ", ".join(name for name, f in FORMATS.items() if f.voters)
         raise InputError(f"--voters: the {fmt.name} format records no voter (formats that do: {with_voters})")
+    if args.anony_only and not fmt.anony:
+        with_anony = ", ".join(name for name, f in FORMATS.items() if f.anony)
+        raise InputError(f"--anony-only: the {fmt.name} format records no anonymity (formats that do: {with_anony})")
     if args.length_unit != "chars" and not fmt.length_units:
         with_units = ", ".join(name for name, f in FORMATS.items() if f.length_units)
         raise InputError(
@@ -131,6 +141,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         answers_dir=answers,
         baseline=args.baseline,
         voters=args.voters,
+        anony_only=args.anony_only,
     )
     result = convert(fmt, paths, options)
     if result.rows_converted == 0:
@@ -150,6 +161,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             "answers": args.answers,
             "baseline": args.baseline,
             "voters": args.voters,
+            "anony_only": args.anony_only,
         },
     )
     for line in summary_lines(manifest, Path(args.out)):

@@ -121,6 +121,34 @@ def test_fastchat_gzip_array_dates_and_disconnected_groups():
     assert bothbad_self["model_a"].to_list() == ["imagenhub_SDXLTurbo_generation"]
 
 
+def test_fastchat_anony_only_keeps_the_battles_the_arena_fits(tmp_path):
+    """The arena's leaderboard is fit on its anonymous battles; GenAI-Arena's file holds 546 that are not.
+
+    Before, they were imported with no word, and the board (the published "full" column's) differed from the
+    arena's headline "anony" column by 18 points on its generation models.  Now a note counts them, and
+    ``--anony-only`` dead-letters them with a reason, every row still counted.
+    """
+    folder = real_data("arena-clean-battle-samples", "genai-arena")
+    every = import_path("fastchat", folder)
+    assert every.rows_converted == 2061 and every.dead_by_reason() == {}
+    assert any(n.startswith("546 of 2061 battles are not anonymous") for n in every.notes), every.notes
+    blind = import_path("fastchat", folder, ImportOptions(anony_only=True))
+    rows = check_contract(blind)
+    assert blind.rows_read == 2061 and blind.rows_converted == 1515
+    assert blind.dead_by_reason() == {"not_anonymous": 546}
+    raw = json.loads(gzip.decompress(next(folder.glob("*.json.gz")).read_bytes()))
+    blind_ids = {f"fastchat:{r['judge']}:{r['tstamp']}:{r['model_a']}:{r['model_b']}" for r in raw if r["anony"]}
+    assert len(blind_ids) == 1515 and set(rows["battle_id"]) == blind_ids
+    # through the CLI: a format that records no anonymity refuses the flag in one line
+    source = real_data("arena-clean-battle-samples", "mteb-arena", "clean_battle_clustering.json")
+    args = ["import", "--format", "llmfao", "--in", str(source), "--out", str(tmp_path / "x"), "--anony-only"]
+    assert cli.main(args) == 2
+    out = tmp_path / "blind"
+    assert cli.main(["import", "--format", "fastchat", "--in", str(folder), "--out", str(out), "--anony-only"]) == 0
+    manifest = json.loads((out / "import_manifest.json").read_text())
+    assert manifest["options"]["anony_only"] is True and manifest["rows_dead_lettered"] == 546
+
+
 # ---------------------------------------------------------------------------------------------- MT-Bench pairs
 
 
