@@ -71,6 +71,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     options = beam_options(beam_args)
     storage.configure_gcs(no_auth=options.view_as(GoogleCloudOptions).no_auth)
     families = validation.family_map(job.family_map)
+    validation.outside_input((("--input", args.input), ("--anchors", job.anchors)), out=args.out)
     validation.writable_folder(args.out, "--out")
     validation.input_buckets(("--input", args.input), ("--anchors", job.anchors))
     aliases = load_aliases(job.aliases)

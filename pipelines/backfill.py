@@ -172,6 +172,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         raise InputError(f"--from {low} is after --to {high}")
     family_map = validation.family_map(job.family_map)
     aliases = load_aliases(job.aliases)
+    validation.outside_input((("--input", args.input), ("--scores", job.scores)), state=args.state)
     validation.writable_folder(args.state, "--state")
     validation.input_buckets(("--input", args.input), ("--scores", job.scores))
     result = run_backfill(

@@ -349,7 +349,9 @@ def refresh(
     pipeline_options = beam_options(beam_args)
     storage.configure_gcs(no_auth=pipeline_options.view_as(GoogleCloudOptions).no_auth)
     family_map = check_options(state_dir, out_dir, options)
-    validation.input_buckets(("--input", input_glob), ("--scores", options.scores_glob), ("--anchors", options.anchors))
+    inputs = (("--input", input_glob), ("--scores", options.scores_glob))
+    validation.outside_input(inputs, state=state_dir, out=out_dir)
+    validation.input_buckets(*inputs, ("--anchors", options.anchors))
     aliases = read.load_aliases(options.aliases)
     import_rejected = read.import_rejections([("--input", input_glob), ("--scores", options.scores_glob)])
     spec = FitSpec(
@@ -368,6 +370,10 @@ def refresh(
     with timings.stage("read"):
         settings = ingest_settings(family_map, aliases, JudgePool.parse(options.judge_pool).column)
         changes = input_changes(input_glob, state_dir, options.scores_glob, settings)
+    for flag, given, kind in (("--input", input_glob, "files"), ("--scores", options.scores_glob, "score_files")):
+        if given:
+            matched = [f["path"] for fp in changes.fingerprints.values() for f in fp[kind] or []]
+            validation.files_outside(flag, given, matched, state=state_dir, out=out_dir)
     _LOG.info(
         "read: %d input file(s) over %d day(s): %d new, %d changed, %d unchanged",
         changes.n_files,

@@ -59,6 +59,43 @@ def distinct_folders(**folders: str) -> None:
         seen[key] = flag
 
 
+def _inside(path: str, folder: str) -> bool:
+    """``path`` is ``folder`` or lies under it (both normalised: same spelling locally and on a bucket)."""
+    path, folder = storage.normalise(path), storage.normalise(folder)
+    sep = "/" if storage.is_remote(folder) else os.sep
+    return path == folder or path.startswith(folder.rstrip(sep) + sep)
+
+
+def outside_input(inputs: tuple[tuple[str, str | None], ...], **folders: str) -> None:
+    """Refuse a folder the job writes (``--state``, ``--out``) that is an input folder or lies inside one.
+
+    Why: an input folder is read whole, so the job's own Parquet files (cells, dead letters, snapshots) would
+    be read back as battle files by the next run: with ``--input logs --state logs/state`` the first refresh
+    worked and the next failed naming a cells file's missing ``battle_id``.  A glob input is checked against
+    the files it matches (:func:`files_outside`), since only those are read.
+    """
+    for input_flag, given in inputs:
+        if not given or any(c in given for c in "*?["):
+            continue
+        for flag, path in folders.items():
+            if _inside(path, given):
+                raise InputError(
+                    f"--{flag} {path} is inside {input_flag} {given}: the next run would read its own Parquet files "
+                    f"as input; give --{flag} a folder outside it"
+                )
+
+
+def files_outside(input_flag: str, given: str, files: list[str], **folders: str) -> None:
+    """Refuse an input glob that matches files inside a folder the job writes (read back as battles)."""
+    for flag, path in folders.items():
+        inside = next((f for f in files if _inside(f, path)), None)
+        if inside is not None:
+            raise InputError(
+                f"{input_flag} {given} matches files inside --{flag} {path} ({inside}): they are the job's own "
+                "files, not battles; narrow the glob or move the folder"
+            )
+
+
 def writable_folder(path: str, flag: str) -> None:
     """``path`` can be written: probed locally (and left as found); on a bucket, the bucket exists.
 

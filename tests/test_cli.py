@@ -41,6 +41,33 @@ def test_unwritable_or_shared_folders_fail_in_one_line_before_any_work(tmp_path,
     assert not (tmp_path / "o").exists() and not (tmp_path / "site").exists()
 
 
+def test_a_state_or_out_folder_inside_the_input_is_refused_in_one_line(tmp_path, capsys):
+    """``--input logs --state logs/state``: the first refresh worked, the next read the state's own cells as battle
+    files ("9 input file(s) over 3 day(s): 3 changed", then "pair_cells.parquet: required column 'battle_id' is
+    missing"); the same with ``--state`` the import folder itself.  Refused before anything is written."""
+    from biasboard.simulate import SimulationConfig, write_simulation
+
+    write_simulation(SimulationConfig(battles=300, models=4, judges=2, days=2, seed=3), tmp_path / "logs")
+    logs = tmp_path / "logs"
+    for flag, argv in [
+        ("--state", ["--state", str(logs / "state"), "--out", str(tmp_path / "o")]),
+        ("--state", ["--state", str(logs) + "/", "--out", str(tmp_path / "o")]),
+        ("--out", ["--state", str(tmp_path / "s"), "--out", str(logs / "battles" / "site")]),
+    ]:
+        assert cli.main(["refresh", "--input", str(logs), *argv]) == 2
+        err = capsys.readouterr().err
+        assert f"{flag} " in err and f"is inside --input {logs}" in err and "Traceback" not in err
+    # a glob that matches the state's files once they exist (here: every Parquet file under logs/)
+    glob = str(logs / "**" / "*.parquet")
+    assert cli.main(["backfill", "--input", glob, "--state", str(logs / "state")]) == 0
+    assert cli.main(["refresh", "--input", glob, "--state", str(logs / "state"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"--input {glob} matches files inside --state {logs / 'state'}" in err, err
+    assert cli.main(["backfill", "--input", str(logs), "--state", str(logs / "state2")]) == 2
+    assert cli.main(["audit", "--input", str(logs), "--out", str(logs / "audit")]) == 2
+    assert not (tmp_path / "o").exists() and not (logs / "state2").exists() and not (logs / "audit").exists()
+
+
 def test_plan_refuses_a_budget_it_could_not_plan_in_reasonable_time(tmp_path, capsys):
     assert cli.main(["plan", "--out", str(tmp_path), "--budget", "1000000000"]) == 2
     assert "at most 100000 comparisons per plan" in capsys.readouterr().err
