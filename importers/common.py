@@ -95,6 +95,7 @@ class ImportOptions:
     baseline: str | None = None  # arena-hard-auto v0.1: the baseline model the files do not name
     voters: bool = False  # each vote's judge named <judge>/<voter> where the source records the voter
     anony_only: bool = False  # FastChat: only the arena's anonymous battles (its leaderboard's), the rest dead letters
+    sampled_only: bool = False  # FastChat: only battles the arena's prompt de-duplication sampled (dedup_tag)
 
 
 @dataclass(frozen=True)

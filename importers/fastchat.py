@@ -20,12 +20,16 @@ answer shown first (left), ``winner`` holds the four FastChat verdicts,
   a text ``category``, the arena's tags (``category_tag``, ``is_code``, ``turn``,
   ``conv_metadata.sum_user_tokens``) give it: the arena's category boards the
   battle is in (:mod:`biasboard.importers.arena_categories`).
-* ``anony`` (the models were hidden until the vote): the arena's leaderboard is
-  fit on anonymous battles only (FastChat's ``elo_analysis``; the published
-  tables' "anony" column), the others only enter its "full" column.  Every
-  battle is imported by default, with a note counting those not anonymous;
-  ``--anony-only`` dead-letters them (``not_anonymous``, also a null ``anony``)
-  so that the board is the one the arena publishes.  On GenAI-Arena's file
+* ``anony`` (the models were hidden until the vote) and ``dedup_tag.sampled``
+  (the prompt survived the arena's de-duplication of its top 0.1% most
+  repeated prompts, in LMArena's public files): the arena's leaderboard is fit
+  on anonymous, sampled battles only (FastChat's ``elo_analysis``, the public
+  notebook; the published tables' "anony" column), the others only enter its
+  "full" column.  Every battle is imported by default, with a note counting
+  those the arena leaves out; ``--anony-only`` and ``--sampled-only``
+  dead-letter them (``not_anonymous``, ``not_sampled``; a null value too, as
+  the arena's code reads it) so that the board is the one the arena publishes
+  (:class:`ArenaFilter`).  On GenAI-Arena's file
   (546 of 2,061 battles not anonymous) the naive ratings of its 6 generation
   models differ from the published anony column by up to 18.3 points with every
   battle, 0.18 with ``--anony-only`` (the rest is the arena's L2 penalty).
@@ -40,6 +44,7 @@ converted like any other battle: the ingest's rules keep them.  A missing
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -53,6 +58,7 @@ from biasboard.importers.common import (
     finalize_battles,
     fixed_day,
     judge_expr,
+    nested_field,
     read_all,
     require_columns,
     text_slice_labels,
@@ -68,6 +74,8 @@ REQUIRED = ("model_a", "model_b", "winner")
 SCALAR = ("question_id", *REQUIRED, "tstamp", "ts", "judge", "anony")
 #: A battle whose models the voter could see (``anony`` false or null), dead-lettered by ``--anony-only``.
 REASON_NOT_ANONYMOUS = "not_anonymous"
+#: A battle the arena's prompt de-duplication did not sample (``dedup_tag.sampled`` false), by ``--sampled-only``.
+REASON_NOT_SAMPLED = "not_sampled"
 
 
 def _token_lengths(frame: pl.DataFrame) -> tuple[pl.Expr, pl.Expr]:
@@ -109,30 +117,65 @@ def _style_counts(frame: pl.DataFrame) -> list[pl.Expr]:
     return out
 
 
-def _anonymous(raw: pl.DataFrame, options: ImportOptions, notes: list[str]) -> pl.Expr:
-    """The dead-letter reason of a battle ``--anony-only`` leaves out (null when kept), and a note of the count.
+@dataclass(frozen=True)
+class ArenaFilter:
+    """One of the arena's own filters before its leaderboard's fit, and the import flag that applies it.
 
-    Why: the arena publishes the board of its anonymous battles; a vote cast with the models' names shown
-    is not the same measurement, and mixing them in silently gave a board that is not the arena's.
+    Why: the arena fits its published board on anonymous battles (``anony``) whose prompt survived its
+    de-duplication of the top 0.1% most repeated prompts (``dedup_tag.sampled``; the public notebook keeps a
+    battle only when it is true).  A board of every battle is not the arena's, so each filter is counted in a
+    note when the file carries its field, and applied (the others dead-lettered with ``reason``) with ``flag``.
     """
-    if "anony" not in raw.columns:
-        if options.anony_only:
-            raise InputError("--anony-only: the file has no anony column (it records no anonymity)")
-        return pl.lit(None, dtype=pl.String)
-    anonymous = pl.col("anony").cast(pl.String).str.strip_chars().str.to_lowercase() == "true"
-    shown = raw.select((~anonymous.fill_null(False)).sum()).item()
-    if shown and options.anony_only:
-        notes.append(f"--anony-only: {shown} of {raw.height} battles not anonymous (anony false or null) left out")
-    elif shown:
-        notes.append(
-            f"{shown} of {raw.height} battles are not anonymous (anony false or null): the arena's leaderboard is "
-            "fit on its anonymous battles only; --anony-only imports those alone"
-        )
-    return (
-        pl.when(anonymous.fill_null(False) | (not options.anony_only))
-        .then(None)
-        .otherwise(pl.lit(REASON_NOT_ANONYMOUS))
-    )
+
+    flag: str
+    option: str
+    reason: str
+    field: tuple[str, ...]
+    what: str
+
+    def kept(self, raw: pl.DataFrame) -> pl.Expr | None:
+        """True for a battle the arena keeps (null or absent counts as not kept, as the arena's code reads it)."""
+        found = nested_field(raw, *self.field)
+        if found is None:
+            return None
+        value = found[0].cast(pl.String).str.strip_chars().str.to_lowercase() == "true"
+        return value.fill_null(False)
+
+    def reason_expr(self, raw: pl.DataFrame, options: ImportOptions, notes: list[str]) -> pl.Expr:
+        """The dead-letter reason of a battle this filter leaves out (null when kept), and a note of the count."""
+        applied = getattr(options, self.option)
+        kept = self.kept(raw)
+        if kept is None:
+            if applied:
+                raise InputError(f"{self.flag}: the file has no {'.'.join(self.field)} field, so nothing to filter on")
+            return pl.lit(None, dtype=pl.String)
+        left = raw.select((~kept).sum()).item()
+        if left and applied:
+            notes.append(f"{self.flag}: {left} of {raw.height} battles {self.what} left out")
+        elif left:
+            notes.append(
+                f"{left} of {raw.height} battles {self.what}: the arena's leaderboard leaves them out; "
+                f"{self.flag} does too"
+            )
+        return pl.when(kept | (not applied)).then(None).otherwise(pl.lit(self.reason))
+
+
+#: The arena's filters, in the order a battle's reason is given.
+ARENA_FILTERS = (
+    ArenaFilter("--anony-only", "anony_only", REASON_NOT_ANONYMOUS, ("anony",), "are not anonymous (anony false)"),
+    ArenaFilter(
+        "--sampled-only",
+        "sampled_only",
+        REASON_NOT_SAMPLED,
+        ("dedup_tag", "sampled"),
+        "are not sampled by the arena's de-duplication (dedup_tag.sampled false)",
+    ),
+)
+
+
+def _arena_filters(raw: pl.DataFrame, options: ImportOptions, notes: list[str]) -> pl.Expr:
+    """The first arena filter that leaves a battle out, as its dead-letter reason; null when every one keeps it."""
+    return pl.coalesce(f.reason_expr(raw, options, notes) for f in ARENA_FILTERS)
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
@@ -176,6 +219,6 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         len_b.alias("len_b"),
         *_style_counts(raw),  # header/list/bold counts (conv_metadata), when the log has them
         *labels,
-        _anonymous(raw, options, notes).alias(REASON),
+        _arena_filters(raw, options, notes).alias(REASON),
     )
     return finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)

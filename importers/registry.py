@@ -23,8 +23,8 @@ class ImportFormat:
     voters: bool = False
     #: The source gives lengths in characters and in words, so ``--length-unit`` chooses (else it has one unit).
     length_units: bool = False
-    #: The source records whether the voter saw the models' names, so ``--anony-only`` can keep the blind votes.
-    anony: bool = False
+    #: The source records the arena's own filters (``anony``, ``dedup_tag``): ``--anony-only``/``--sampled-only``.
+    arena_filters: bool = False
 
 
 FORMATS: dict[str, ImportFormat] = {
@@ -36,7 +36,7 @@ FORMATS: dict[str, ImportFormat] = {
             fastchat.PATTERNS,
             "FastChat/arena clean_battle JSON",
             fastchat.REQUIRED,
-            anony=True,
+            arena_filters=True,
         ),
         ImportFormat(
             "mtbench-pair",

@@ -71,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "not anonymous",
     )
     parser.add_argument(
+        "--sampled-only",
+        action="store_true",
+        help="fastchat: import only the battles the arena's prompt de-duplication sampled (dedup_tag.sampled "
+        "true, in LMArena's public files), as its leaderboard does; the others become dead letters (not_sampled)",
+    )
+    parser.add_argument(
         "--length-unit",
         choices=("chars", "words"),
         default="chars",
@@ -118,9 +124,10 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     if args.voters and not fmt.voters:
         with_voters = ", ".join(name for name, f in FORMATS.items() if f.voters)
         raise InputError(f"--voters: the {fmt.name} format records no voter (formats that do: {with_voters})")
-    if args.anony_only and not fmt.anony:
-        with_anony = ", ".join(name for name, f in FORMATS.items() if f.anony)
-        raise InputError(f"--anony-only: the {fmt.name} format records no anonymity (formats that do: {with_anony})")
+    for flag, given in (("--anony-only", args.anony_only), ("--sampled-only", args.sampled_only)):
+        if given and not fmt.arena_filters:
+            with_filters = ", ".join(name for name, f in FORMATS.items() if f.arena_filters)
+            raise InputError(f"{flag}: the {fmt.name} format is no arena log (formats that are: {with_filters})")
     if args.length_unit != "chars" and not fmt.length_units:
         with_units = ", ".join(name for name, f in FORMATS.items() if f.length_units)
         raise InputError(
@@ -142,6 +149,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         baseline=args.baseline,
         voters=args.voters,
         anony_only=args.anony_only,
+        sampled_only=args.sampled_only,
     )
     result = convert(fmt, paths, options)
     if result.rows_converted == 0:
@@ -162,6 +170,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             "baseline": args.baseline,
             "voters": args.voters,
             "anony_only": args.anony_only,
+            "sampled_only": args.sampled_only,
         },
     )
     for line in summary_lines(manifest, Path(args.out)):

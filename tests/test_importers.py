@@ -149,6 +149,29 @@ def test_fastchat_anony_only_keeps_the_battles_the_arena_fits(tmp_path):
     assert manifest["options"]["anony_only"] is True and manifest["rows_dead_lettered"] == 546
 
 
+def test_fastchat_sampled_only_keeps_the_prompts_the_arenas_dedup_sampled(tmp_path):
+    """LMArena's public clean_battle files tag each battle ``dedup_tag: {high_freq, sampled}``; its leaderboard
+    (and its public notebook) keeps ``anony`` and ``sampled`` battles only, a missing ``sampled`` counting as
+    false.  Every battle is counted: converted, or dead-lettered by the first filter that leaves it out."""
+    tags = [{"high_freq": False, "sampled": True}, {"high_freq": True, "sampled": False}, {"high_freq": False}]
+    rows = [
+        {"model_a": "x", "model_b": "y", "winner": "model_a", "judge": "u", "tstamp": 1.7e9 + i, "anony": anony,
+         "dedup_tag": tag}
+        for i, (anony, tag) in enumerate((a, t) for a in (True, False) for t in tags)
+    ]  # fmt: skip
+    path = tmp_path / "clean_battle.json"
+    path.write_text(json.dumps(rows))
+    every = import_path("fastchat", path)
+    assert every.rows_converted == 6
+    assert "4 of 6 battles are not sampled by the arena's de-duplication" in " ".join(every.notes), every.notes
+    arena = import_path("fastchat", path, ImportOptions(anony_only=True, sampled_only=True))
+    assert arena.rows_converted == 1 and arena.dead_by_reason() == {"not_anonymous": 3, "not_sampled": 2}
+    no_tags = tmp_path / "no_tags.json"
+    no_tags.write_text(json.dumps([{k: v for k, v in r.items() if k != "dedup_tag"} for r in rows]))
+    with pytest.raises(InputError, match=r"^--sampled-only: the file has no dedup_tag.sampled field"):
+        import_path("fastchat", no_tags, ImportOptions(sampled_only=True))
+
+
 # ---------------------------------------------------------------------------------------------- MT-Bench pairs
 
 
