@@ -148,6 +148,11 @@ def _is_gzip(path: Path) -> bool:
         return handle.read(2) == b"\x1f\x8b"
 
 
+def _is_parquet(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(4) == b"PAR1"
+
+
 def _first_byte(path: Path) -> bytes:
     """The first non-blank byte of the (decompressed) file, or b'' when it is empty."""
     opener = gzip.open if _is_gzip(path) else open
@@ -193,6 +198,11 @@ def read_records(path: Path) -> pl.DataFrame:
                 frame = pl.from_arrow(table)
             except pa.ArrowInvalid:  # a field whose type changes between lines: read them one by one instead
                 frame, marks = _frame_from_records(path, _json_lines(path))
+        elif _is_parquet(path):  # a battle (or score) file already: the usual slip is import for refresh
+            raise InputError(
+                f"{path}: the file is Parquet, which needs no import: give it to refresh --input (battles) or "
+                "--scores (grades); import converts other tools' JSON and CSV"
+            )
         else:
             raise InputError(f"{path}: not JSON (array or lines) or CSV: starts with {first!r}")
     except InputError:

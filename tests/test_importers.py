@@ -995,6 +995,8 @@ def test_imported_battles_feed_the_backfill_job(tmp_path, capsys):
         (b'{"model_a": "x"}\n\n{"model_a": "y", "model_b": ', "line 3 is not JSON"),  # the file's line
         (b"\x1f\x8b\x08garbage", "cannot be parsed"),
         (b"hello world\n", "not JSON"),
+        # biasboard's own battle Parquet (what an import writes) given back to import: it needs no import
+        (b"PAR1" + bytes(16) + b"PAR1", "is Parquet, which needs no import: give it to refresh --input"),
     ],
 )
 def test_missing_or_garbled_input_is_one_line_error(tmp_path, capsys, content, expected):
