@@ -78,10 +78,12 @@ REASON_NOT_ANONYMOUS = "not_anonymous"
 REASON_NOT_SAMPLED = "not_sampled"
 
 
-def _token_lengths(frame: pl.DataFrame) -> tuple[pl.Expr, pl.Expr]:
+def _token_lengths(frame: pl.DataFrame, notes: list[str]) -> tuple[pl.Expr, pl.Expr]:
+    """The answers' token counts, noted as the import's length unit (the note a refresh compares across imports)."""
     meta = frame.schema.get("conv_metadata")
     if isinstance(meta, pl.Struct) and all(name in {f.name for f in meta.fields} for name in TOKEN_FIELDS):
         len_a, len_b = (pl.col("conv_metadata").struct.field(name) for name in TOKEN_FIELDS)
+        notes.append(f"lengths: tokens ({', '.join(TOKEN_FIELDS)})")
         return len_a, len_b
     return pl.lit(None, dtype=pl.Int64), pl.lit(None, dtype=pl.Int64)
 
@@ -205,7 +207,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     battle_id = (
         pl.coalesce(pl.col("question_id").cast(pl.String), composite) if "question_id" in raw.columns else composite
     )
-    len_a, len_b = _token_lengths(raw)
+    len_a, len_b = _token_lengths(raw, notes)
     labels = _slice_labels(raw, notes)
     mapped = raw.select(
         battle_id.alias("battle_id"),

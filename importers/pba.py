@@ -54,7 +54,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     unit = pick_length_unit(options)
     raw = read_all(paths, scalar=SCALAR)
     require_columns(raw, REQUIRED, paths, "Position-Bias-Analyzer judgment")
-    refuse_mixed_benchmarks(raw, paths)
+    named = refuse_mixed_benchmarks(raw, paths)
     judge, _ = judge_parts(raw, options, paths)
     position = column_or_null(raw, "position_a").cast(pl.String).fill_null("first")
     second = position == "second"
@@ -99,12 +99,13 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         f"no time stamps in Position-Bias-Analyzer files: every battle dated {options.default_date.isoformat()} "
         "00:00 UTC",
         f"lengths: {unit}",
+        *([f"benchmark: {named}"] if named else []),  # what a refresh of several imports checks they agree on
     ]
     return finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)
 
 
-def refuse_mixed_benchmarks(raw: pl.DataFrame, paths: Sequence[Path]) -> None:
-    """Refuse, in one line, judgments of more than one benchmark in one import.
+def refuse_mixed_benchmarks(raw: pl.DataFrame, paths: Sequence[Path]) -> str | None:
+    """The one benchmark the judgments hold (None when they name none); refused, in one line, when more than one.
 
     Why: the repository publishes MT-Bench's and DevBench's judgments side by side, so importing its folder gave
     one battle log — one leaderboard — over two benchmarks' models, prompts and judges (MT-Bench's 31 models and
@@ -113,7 +114,7 @@ def refuse_mixed_benchmarks(raw: pl.DataFrame, paths: Sequence[Path]) -> None:
     ``devbench_*``), the glob that imports each.
     """
     if "benchmark" not in raw.columns:
-        return
+        return None
     counts = (
         raw.select(pl.col("benchmark").cast(pl.String))
         .filter(pl.col("benchmark").is_not_null() & (pl.col("benchmark") != ""))
@@ -122,7 +123,7 @@ def refuse_mixed_benchmarks(raw: pl.DataFrame, paths: Sequence[Path]) -> None:
         .sort("benchmark")
     )
     if counts.height < 2:
-        return
+        return counts["benchmark"][0] if counts.height else None
     held = ", ".join(f"{name}: {rows:,} rows" for name, rows in counts.iter_rows())
     globs = [_benchmark_glob(name, paths) for name in counts["benchmark"]]
     how = (

@@ -101,8 +101,9 @@ _LOG = logging.getLogger(__name__)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--input",
-        help="battle Parquet files: a glob or a folder (local or gs://; a `biasboard import --out` folder is read "
-        "without its dead letters, which the summary and report count as rejected at import); optional with --scores",
+        help="battle Parquet files: a glob or a folder (local or gs://; a `biasboard import --out` folder, or its "
+        "battles/, is read without its dead letters, which the summary and report count as rejected at import; a glob "
+        "of such folders, e.g. 'imp/*/battles', reads each as if given alone); optional with --scores",
     )
     parser.add_argument("--state", required=True, help="state folder: per-day cells, dead letters, manifests")
     parser.add_argument("--out", required=True, help="output folder: snapshots/ and LATEST (local or gs://)")

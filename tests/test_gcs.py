@@ -167,3 +167,29 @@ def test_an_input_on_a_missing_bucket_says_so_in_one_line(emulator, tmp_path, ca
         assert cli.main(argv) == 2, job
         err = capsys.readouterr().err.strip()
         assert err == f"biasboard {job}: error: --input {glob}: bucket no-such-bucket does not exist", err
+
+
+def test_a_glob_of_import_folders_on_a_bucket(emulator, tmp_path):
+    """A bucket has no folders, only objects named by path: ``gs://…/imp/*/battles`` matches no object, and is read
+    as the folders below which objects lie, as locally (tests/test_import_folders.py), with each import's rejections
+    and its benchmark checked."""
+    from biasboard.schemas.errors import InputError
+    from biasboard.transforms.read import import_rejections, match_files
+    from test_import_folders import pba_import
+
+    pba_import(tmp_path / "imp" / "judge-a", "judge-a", unjudged=2)
+    pba_import(tmp_path / "imp" / "judge-b", "judge-b")
+    storage.copy_tree(str(tmp_path / "imp"), f"{emulator}/imp")
+    imp = f"{emulator}/imp"
+    for glob in (f"{imp}/*/battles", f"{imp}/*"):
+        assert [f.path for f in match_files(glob)] == [
+            f"{imp}/judge-{j}/battles/day=2000-01-01/part-00000.parquet" for j in "ab"
+        ], glob
+        assert [(r.path, r.rejected_total) for r in import_rejections([("--input", glob)])] == [
+            (f"{imp}/judge-a/import_dead_letters.parquet", 2),
+            (f"{imp}/judge-b/import_dead_letters.parquet", 0),
+        ], glob
+    pba_import(tmp_path / "dev" / "judge-a", "judge-a", "DevBench")
+    storage.copy_tree(str(tmp_path / "dev" / "judge-a"), f"{imp}/judge-dev")
+    with pytest.raises(InputError, match=f"2 benchmarks .*{imp}/judge-dev/battles"):
+        match_files(f"{imp}/*/battles")

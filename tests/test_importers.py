@@ -910,7 +910,7 @@ def test_a_refresh_of_an_import_folder_reports_what_the_import_rejected(tmp_path
     summary, page = refreshed()
     assert summary.import_rejected[0].rejected == {"no_verdict": 1} and summary.counts.read == 147
     assert "1 row of the source never became input" in page
-    assert read.import_dead_letters(str(out / "battles" / "day=*" / "*.parquet")) is None
+    assert read.resolve_input(str(out / "battles" / "day=*" / "*.parquet")).imports == []
 
 
 def test_grades_given_as_battles_or_battles_as_grades_are_told_which_flag_reads_them(tmp_path, capsys):

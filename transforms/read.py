@@ -21,7 +21,10 @@ that cannot be opened or parsed, or lacks a required column, fails with an
 file with no rows (an empty part file, as Spark and Beam leave) is not an
 error: it is read as nothing and counted in the day's ``empty_files`` (an
 undated one has no day and is skipped with a log line).  An empty ``--input``
-and a folder without Parquet files are refused in one line.  Row-level faults
+and a folder without Parquet files are refused in one line.  A glob that matches
+no file but folders (``'imp/*/battles'``: several imports side by side) is read
+as if each folder were given (:func:`resolve_input`,
+:mod:`biasboard.transforms.import_folders`).  Row-level faults
 are never errors: they become dead letters.
 
 The same file under two days
@@ -39,6 +42,7 @@ duplicate rule dead-letters them.
 
 from __future__ import annotations
 
+import glob as pyglob
 import hashlib
 import io
 import logging
@@ -50,15 +54,15 @@ from dataclasses import asdict, dataclass, replace
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import FileSystems
-from biasboard.importers.output import DEAD_LETTERS as IMPORT_DEAD_LETTERS
-from biasboard.importers.output import MANIFEST as IMPORT_MANIFEST
 from biasboard.schemas import rules
 from biasboard.schemas.battle import BATTLE_REQUIRED, BATTLE_SCHEMA, SCORE_REQUIRED, SCORE_SCHEMA
 from biasboard.schemas.errors import InputError, raise_if_unreachable
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.schemas.summary import ImportRejections
+from biasboard.transforms.import_folders import ImportFolder, check_agreement, find_import, folder_of
 from biasboard.transforms.validate import SOURCE_ROW
 
 _LOG = logging.getLogger(__name__)
@@ -135,33 +139,9 @@ def validate_day(day: str, option: str) -> str:
 
 
 def match_files(glob: str) -> list[InputFile]:
-    """Files matching ``glob`` (a folder means every ``*.parquet`` below it), sorted by path.
-
-    An empty glob (an unset shell variable) is refused rather than read as the
-    root folder, and a folder without Parquet files says so.
-    """
-    if not glob.strip():
-        raise InputError("the input path is empty (an unset shell variable?): give a folder or a glob of Parquet files")
-    patterns = [glob]
-    if not _WILDCARD.search(glob):
-        patterns.insert(0, glob.rstrip("/") + "/**.parquet")
-    for pattern in patterns:
-        try:
-            metadata = FileSystems.match([pattern])[0].metadata_list
-        except Exception as err:  # Beam raises BeamIOError with nested causes
-            raise InputError(f"{glob}: cannot list input files: {err}") from err
-        files = [m for m in metadata if not m.path.rstrip("/").endswith("/_SUCCESS") and not _is_folder(m.path)]
-        rejected = import_dead_letters(glob) if pattern != glob else None
-        if rejected is not None:  # an import's folder: its dead letters are not battles
-            files = [m for m in files if _normal(m.path) != _normal(rejected)]
-        if files:
-            break
-    else:
-        if not _WILDCARD.search(glob) and _is_folder(glob):
-            raise InputError(f"{glob}: the folder holds no .parquet files")
-        raise InputError(f"{glob}: no input files match")
+    """Files matching ``glob`` (see :func:`resolve_input`), sorted by path, with their fingerprints."""
     out = []
-    for m in sorted(files, key=lambda m: m.path):
+    for m in sorted(resolve_input(glob).files, key=lambda m: m.path):
         try:
             checksum = str(FileSystems.checksum(m.path))
         except Exception as err:  # some file systems have no checksum; size + mtime still fingerprint
@@ -171,37 +151,89 @@ def match_files(glob: str) -> list[InputFile]:
     return out
 
 
-def import_dead_letters(glob: str) -> str | None:
-    """``GLOB/import_dead_letters.parquet`` when ``glob`` is a ``biasboard import --out`` folder, else None.
+@dataclass(frozen=True)
+class ResolvedInput:
+    """What an input names: its files (Beam's metadata) and the imports among the folders it names."""
 
-    Those are the rows that import rejected: never read as battles (:func:`match_files`), and counted for the
-    summary (:func:`import_rejections`).  A glob names no import: it may select only some of the folder's days.
+    files: list[FileMetadata]
+    imports: list[ImportFolder]
+
+
+def resolve_input(glob: str) -> ResolvedInput:
+    """The files and imports ``glob`` names: a folder (every ``*.parquet`` below it), a file, a glob of files, or
+    a glob that matches no file but folders (``'imp/*/battles'``), read as if each folder were given.
+
+    A folder that is an import's (:func:`~biasboard.transforms.import_folders.find_import`) is read without the
+    rows the import rejected, and the imports of one input must agree
+    (:func:`~biasboard.transforms.import_folders.check_agreement`).  A glob that matches files reads those files
+    only (``day=*/*`` never reaches into a ``_temporary/`` folder beside them) and names no import: it may select
+    only some of a folder's days.  An empty glob (an unset shell variable) is refused rather than read as the
+    root folder, and a folder without Parquet files says so.
     """
-    if _WILDCARD.search(glob) or not _is_import_output(glob):
-        return None
-    return f"{glob.rstrip('/')}/{IMPORT_DEAD_LETTERS}"
+    if not glob.strip():
+        raise InputError("the input path is empty (an unset shell variable?): give a folder or a glob of Parquet files")
+    wildcard = bool(_WILDCARD.search(glob))
+    if wildcard and (files := _listed(glob, glob)):
+        return ResolvedInput(files, [])
+    if not wildcard or "**" not in glob:
+        folders = _folders_input(glob)
+        if folders.files:
+            return folders
+    if not wildcard and (files := _listed(glob, glob)):
+        return ResolvedInput(files, [])
+    if not wildcard and _is_folder(glob):
+        raise InputError(f"{glob}: the folder holds no .parquet files")
+    raise InputError(f"{glob}: no input files match")
+
+
+def _folders_input(glob: str) -> ResolvedInput:
+    """Every ``*.parquet`` below each folder ``glob`` names (one folder, or a glob's matches), without the imports'
+    rejected rows; the imports among the folders checked to agree."""
+    if FileSystems.get_scheme(glob) is None and _WILDCARD.search(glob):
+        files = [m for name in _local_folders(glob) for m in _listed(f"{name}/**.parquet", glob)]
+    else:
+        files = _listed(glob.rstrip("/") + "/**.parquet", glob)
+    folder = folder_of(glob)
+    imports = [found for name in sorted({folder(m.path) for m in files}) if (found := find_import(name)) is not None]
+    check_agreement(imports, glob)
+    rejected = {_normal(found.dead_letters) for found in imports}
+    return ResolvedInput([m for m in files if _normal(m.path) not in rejected], imports)
+
+
+def _local_folders(glob: str) -> list[str]:
+    """The local folders ``glob`` matches, symbolic links to folders included.
+
+    Why not Beam's listing below the glob: it walks from the glob's fixed prefix without following links, so an
+    import folder linked in beside others (``imp/b -> /elsewhere/b``) was left out without a word.
+    """
+    return sorted(name.rstrip("/") for name in pyglob.glob(glob) if os.path.isdir(name))
+
+
+def _listed(pattern: str, glob: str) -> list[FileMetadata]:
+    """The files (not folders, not Spark's ``_SUCCESS`` markers) Beam lists for ``pattern``; InputError naming
+    ``glob`` when the listing fails."""
+    try:
+        metadata = FileSystems.match([pattern])[0].metadata_list
+    except Exception as err:  # Beam raises BeamIOError with nested causes
+        raise InputError(f"{glob}: cannot list input files: {err}") from err
+    return [m for m in metadata if not m.path.rstrip("/").endswith("/_SUCCESS") and not _is_folder(m.path)]
 
 
 def import_rejections(inputs: Iterable[tuple[str, str | None]]) -> list[ImportRejections]:
-    """What the imports behind the ``(option, glob)`` inputs rejected, by reason (an input that is no import's
-    folder adds nothing).  Reads each dead-letters file's ``reason`` column only: cheap whatever the rows hold."""
+    """What the imports behind the ``(option, glob)`` inputs rejected, by reason, one entry per import folder
+    (:func:`resolve_input`: an input that names no import's folder adds nothing).  Reads each dead-letters file's
+    ``reason`` column only: cheap whatever the rows hold."""
     out = []
     for option, glob in inputs:
-        path = import_dead_letters(glob) if glob else None
-        if path is None or not FileSystems.exists(path):
-            continue
-        with open_parquet(path) as reader:
-            reasons = pl.Series("reason", reader.read(columns=["reason"]).column("reason"))
-        counts = reasons.fill_null("(no reason)").value_counts().sort("reason")
-        rejected = dict(zip(counts["reason"].to_list(), counts["count"].to_list(), strict=True))
-        out.append(ImportRejections(option, path, rejected, sum(rejected.values())))
+        for found in resolve_input(glob).imports if glob else ():
+            if not FileSystems.exists(found.dead_letters):
+                continue
+            with open_parquet(found.dead_letters) as reader:
+                reasons = pl.Series("reason", reader.read(columns=["reason"]).column("reason"))
+            counts = reasons.fill_null("(no reason)").value_counts().sort("reason")
+            rejected = dict(zip(counts["reason"].to_list(), counts["count"].to_list(), strict=True))
+            out.append(ImportRejections(option, found.dead_letters, rejected, sum(rejected.values())))
     return out
-
-
-def _is_import_output(folder: str) -> bool:
-    """Whether ``folder`` was written by ``biasboard import --out`` (it has the import's manifest): beside the
-    battles it holds the rows the import rejected (:data:`IMPORT_DEAD_LETTERS`, another schema), never to be read."""
-    return FileSystems.exists(f"{folder.rstrip('/')}/{IMPORT_MANIFEST}")
 
 
 def _normal(path: str) -> str:
