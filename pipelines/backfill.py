@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from biasboard.pipelines import validation
-from biasboard.pipelines.options import beam_options, defaults_from, options_from
+from biasboard.pipelines.options import GivenOnce, beam_options, defaults_from, options_from
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
@@ -151,11 +151,15 @@ class BackfillOptions:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--input", required=True, help="battle Parquet files: a glob or folder, local or gs://")
+    parser.add_argument(
+        "--input", action=GivenOnce, required=True, help="battle Parquet files: a glob or folder, local or gs://"
+    )
     parser.add_argument("--state", required=True, help="state folder for per-day cells (local or gs://)")
     parser.add_argument("--from", dest="day_from", metavar="YYYY-MM-DD", help="first day to aggregate (inclusive)")
     parser.add_argument("--to", dest="day_to", metavar="YYYY-MM-DD", help="last day to aggregate (inclusive)")
-    parser.add_argument("--scores", metavar="GLOB", help="ordinal score Parquet files to aggregate too")
+    parser.add_argument(
+        "--scores", action=GivenOnce, metavar="GLOB", help="ordinal score Parquet files to aggregate too"
+    )
     parser.add_argument("--family-map", metavar="PATH", help="JSON family rules tried before the defaults")
     parser.add_argument("--aliases", metavar="PATH", help="JSON object: judge/model name -> canonical name")
     parser.add_argument("--batch-rows", type=int, help=argparse.SUPPRESS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, fields
 from typing import Any, TypeVar
 
@@ -28,6 +29,35 @@ def beam_options(beam_args: list[str] | None) -> PipelineOptions:
 
 
 Options = TypeVar("Options")
+
+
+#: What an input flag given twice says: the glob that reads several folders in one input.
+SEVERAL_INPUTS = (
+    "one input per flag: to read several folders give one glob that matches them all (e.g. 'imp/*/battles')"
+)
+
+
+class GivenOnce(argparse.Action):
+    """Store an input flag's value, and refuse it given twice in one line (exit 2, as every user error).
+
+    Why: argparse keeps the last of a repeated flag, so ``--input imp/a --input imp/b`` read imp/b alone and
+    published a board without imp/a's rows, without a word.  Folders side by side are one glob
+    (:func:`biasboard.transforms.read.resolve_input`).
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        given: dict[str, object] = vars(namespace).setdefault("_given_once", {})
+        if self.dest in given:
+            twice = f"{option_string} given twice ({given[self.dest]}, then {values})"
+            parser.exit(2, f"{parser.prog}: error: {twice}: {SEVERAL_INPUTS}\n")
+        given[self.dest] = values
+        setattr(namespace, self.dest, values)
 
 
 def defaults_from(parser: argparse.ArgumentParser, options: Any) -> None:

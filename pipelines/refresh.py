@@ -60,7 +60,7 @@ import polars as pl
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 from biasboard.pipelines import validation
 from biasboard.pipelines.code_fingerprint import code_fingerprint
-from biasboard.pipelines.options import beam_options, defaults_from, options_from
+from biasboard.pipelines.options import GivenOnce, beam_options, defaults_from, options_from
 from biasboard.plan.acquisition import POPULATION_JUDGE
 from biasboard.ranking import ModelConfig
 from biasboard.ranking.reference import Reference, ReferenceSettings
@@ -101,6 +101,7 @@ _LOG = logging.getLogger(__name__)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--input",
+        action=GivenOnce,
         help="battle Parquet files: a glob or a folder (local or gs://; a `biasboard import --out` folder, or its "
         "battles/, is read without its dead letters, which the summary and report count as rejected at import; a glob "
         "of such folders, e.g. 'imp/*/battles', reads each as if given alone); optional with --scores",
@@ -109,6 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder: snapshots/ and LATEST (local or gs://)")
     parser.add_argument(
         "--scores",
+        action=GivenOnce,
         dest="scores_glob",
         help="ordinal score Parquet files (glob or folder), e.g. from 'biasboard import --format mtbench-single'; "
         "alone (no --input) they make an ordinal-only board",
@@ -129,6 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--anchors",
+        action=GivenOnce,
         help="trusted verdicts (battle-shaped Parquet glob): correct a judge's bias only where these anchors "
         "support it (the trusted-anchor gate), and score each judge's gold-label accuracy",
     )

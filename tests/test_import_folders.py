@@ -145,3 +145,26 @@ def test_imports_with_lengths_in_different_units_are_refused(tmp_path):
     assert import_folders.length_unit(manifest) == "tokens"
     with pytest.raises(InputError, match="2 length units"):
         match_files(f"{arena}/*/battles")
+
+
+@pytest.mark.parametrize(
+    ("command", "flags"),
+    [
+        ("refresh", ["--input", "A", "--input", "B", "--state", "s", "--out", "o"]),
+        ("refresh", ["--scores", "A", "--scores", "B", "--state", "s", "--out", "o"]),
+        ("backfill", ["--input", "A", "--state", "s", "--input", "B"]),
+        ("audit", ["--input", "A", "--out", "o", "--anchors", "x", "--anchors", "y"]),
+    ],
+)
+def test_an_input_flag_given_twice_is_refused_in_one_line(tmp_path, monkeypatch, capsys, command, flags):
+    """argparse keeps the last of a repeated flag: ``--input imp/a --input imp/b`` published imp/b's board alone.
+    Refused, naming both values and the glob that reads several folders; nothing is read or written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        cli.main([command, *flags])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"biasboard {command}: error: --") and "given twice" in err
+    assert "(A, then B)" in err or "(x, then y)" in err
+    assert "'imp/*/battles'" in err
+    assert list(tmp_path.iterdir()) == []
