@@ -972,6 +972,22 @@ def test_an_audit_of_an_import_folder_says_what_the_import_rejected(tmp_path, ca
     assert len(said) == 1 and "no_verdict 3" in said[0] and f"note: {said[0]}" in printed
 
 
+def test_an_audit_of_an_import_that_rejected_nothing_notes_nothing(tmp_path, capsys):
+    """An import that rejected no row is still named in audit.json's ``import_rejected`` (0 by reason, as the
+    refresh's summary names it), but gets no note: the CLI printed "the import behind --input rejected 0 row(s) of
+    its source before they became battles (; see …): not audited", a warning with nothing to warn of."""
+    source = real_data("arena-clean-battle-samples", "mteb-arena", "clean_battle_clustering.json")
+    out = tmp_path / "imported"
+    assert cli.main(["import", "--format", "fastchat", "--in", str(source), "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert cli.main(["audit", "--input", str(out), "--out", str(tmp_path / "audit")]) == 0
+    printed = capsys.readouterr().out
+    document = json.loads((tmp_path / "audit" / "audit.json").read_text())
+    assert [r["rejected_total"] for r in document["import_rejected"]] == [0]
+    assert not [n for n in document["notes"] if "the import behind" in n]
+    assert "the import behind" not in printed
+
+
 def test_imported_battles_feed_the_backfill_job(tmp_path, capsys):
     """The real ingest (Beam, FnApiRunner) reads an import's day partitions and rejects nothing."""
     source = real_data("arena-clean-battle-samples", "mteb-arena", "clean_battle_clustering.json")

@@ -292,12 +292,13 @@ def _add_import_rejections(marker: str, rejections: Sequence[S.ImportRejections]
     """``audit.json`` at ``marker`` with what the import behind ``--input`` rejected: its ``import_rejected`` and a
     note each.  Why: an import's folder is read without its dead letters, so the audit's counts start after the
     import and its notes said nothing of the rows that never became battles (the refresh's summary said it); written
-    again, atomically, after the tables it describes (still last)."""
+    again, atomically, after the tables it describes (still last).  An import that rejected nothing is listed (0,
+    as the refresh's summary lists it) without a note: a note is a warning, and there is nothing to warn of."""
     if not rejections:
         return
     document = json.loads(storage.read_text(marker))
     document["import_rejected"] = S.to_jsonable(list(rejections))
-    for rejected in rejections:
+    for rejected in (r for r in rejections if r.rejected_total):
         reasons = ", ".join(f"{reason} {n:,}" for reason, n in sorted(rejected.rejected.items()))
         document["notes"].append(
             f"the import behind {rejected.option} rejected {rejected.rejected_total:,} row(s) of its source before "
