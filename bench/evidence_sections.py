@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -67,6 +68,22 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]], digi
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(fmt(v, digits) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def study_outputs(root: Path, smoke: bool, out_dir: Path | None, evidence: Path | None, name: str) -> tuple[Path, Path]:
+    """The folder a study writes its tables and figures to, and the page whose sections it rewrites.
+
+    Unless told otherwise, the committed ones (``docs/evidence/``, ``docs/evidence.md``) — except in a smoke run,
+    whose numbers check that the script runs and are not evidence: it writes into a new temporary folder, said on
+    stdout, so that running the smoke mode never replaces the page's numbers with its own (it did, for the
+    simulation study and the real-data validation; the reference and acquisition studies already kept off it).
+    """
+    if smoke:
+        scratch = Path(tempfile.mkdtemp(prefix=f"{name}-smoke-"))
+        out_dir = out_dir or scratch / "evidence"
+        evidence = evidence or scratch / "evidence.md"
+        print(f"smoke run: page {evidence}, files under {out_dir}")
+    return out_dir or root / "docs" / "evidence", evidence or root / "docs" / "evidence.md"
 
 
 def revision(root: Path) -> str:

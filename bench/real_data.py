@@ -17,6 +17,7 @@ fit by the ranking core (:func:`biasboard.ranking.fit_leaderboards`).  Writes
 
     python bench/real_data.py                      # all three (well under a minute)
     python bench/real_data.py --only llmfao        # one data set (the smoke test's mode)
+    python bench/real_data.py --smoke              # llmfao, no profiles, no gate: into a temp folder, not docs/
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.summary import GLOBAL_JUDGE
 from biasboard.transforms.anchors import as_anchor_rows
 from biasboard.transforms.cells import partial_cells
-from evidence_sections import fmt, markdown_table, replace_section, revision
+from evidence_sections import fmt, markdown_table, replace_section, revision, study_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / ".." / "shared" / "data"
@@ -629,9 +630,12 @@ def main(argv: list[str] | None = None) -> int:
         default=DATA,
         help="real data folder (../shared/data; the tests pass their stripped extracts)",
     )
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "docs" / "evidence", help="CSV folder")
-    parser.add_argument("--evidence", type=Path, default=ROOT / "docs" / "evidence.md", help="page to update")
+    parser.add_argument("--out-dir", type=Path, help="CSV folder (default docs/evidence; --smoke: a temp folder)")
+    parser.add_argument(
+        "--evidence", type=Path, help="page to update (default docs/evidence.md; --smoke: a temp folder's)"
+    )
     args = parser.parse_args(argv)
+    args.out_dir, args.evidence = study_outputs(ROOT, args.smoke, args.out_dir, args.evidence, "real-data")
     if args.smoke:
         args.only, args.no_profile, args.no_gate = ["llmfao"], True, True
     if not args.data.exists():

@@ -25,7 +25,7 @@ Writes ``docs/evidence/simulation_*.csv`` (summaries), ``simulation_trials.parqu
 ``simulation-*`` sections of ``docs/evidence.md``.
 
     python bench/simulation_study.py                 # full study (≈10 CPU-minutes: ≈5-8 min on 2 cores)
-    python bench/simulation_study.py --smoke         # seconds: a few trials, for CI-like checks
+    python bench/simulation_study.py --smoke         # seconds: a few trials, for CI-like checks (temp folder)
     python bench/simulation_study.py --trials 10     # a quicker full-grid pass
 """
 
@@ -58,7 +58,7 @@ from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA  # noq
 from biasboard.schemas.families import FamilyMap  # noqa: E402
 from biasboard.simulate import DESIGNS, SimulationConfig, simulate_days, truth  # noqa: E402
 from biasboard.transforms.cells import merge_batches, partial_cells, partial_score_cells  # noqa: E402
-from evidence_sections import markdown_table, replace_section, revision  # noqa: E402
+from evidence_sections import markdown_table, replace_section, revision, study_outputs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MIXES: tuple[float, ...] = (0.1, 0.5, 0.9)
@@ -656,9 +656,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep-trials", type=int, default=30, help="trials per β₀ × corr × length setting")
     parser.add_argument("--sweep-observations", type=int, default=3000, help="battles per sweep trial")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "docs" / "evidence", help="CSV/PNG folder")
-    parser.add_argument("--evidence", type=Path, default=ROOT / "docs" / "evidence.md", help="page to update")
+    parser.add_argument("--out-dir", type=Path, help="CSV/PNG folder (default docs/evidence; --smoke: a temp folder)")
+    parser.add_argument(
+        "--evidence", type=Path, help="page to update (default docs/evidence.md; --smoke: a temp folder's)"
+    )
     args = parser.parse_args(argv)
+    args.out_dir, args.evidence = study_outputs(ROOT, args.smoke, args.out_dir, args.evidence, "simulation-study")
 
     designs, mixes, corrs = DESIGNS, MIXES, SWEEP_CORRS
     if args.smoke:

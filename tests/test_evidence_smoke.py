@@ -12,12 +12,14 @@ can fail on a real regression of the bias-aware fit:
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pytest
 from conftest import PROJECT_ROOT, real_data
 
 BENCH = PROJECT_ROOT / "bench"
@@ -103,6 +105,33 @@ def test_real_data_smoke(tmp_path):
     assert f"{tau_corr - tau_naive:+.3f}" in body
     assert np.isfinite(tau_naive) and 0.0 < tau_naive < 1.0
     assert "LLMFAO move toward crowd" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "section"),
+    [
+        ("real_data", ["--smoke", "--data", str(real_data())], "real-llmfao"),
+        ("simulation_study", ["--smoke", "--workers", "1"], "simulation-grid"),
+    ],
+)
+def test_a_smoke_run_leaves_the_committed_page_alone(script, args, section, tmp_path):
+    """``--smoke`` without ``--evidence``/``--out-dir`` rewrote the committed ``docs/evidence.md`` (and
+    ``docs/evidence/``) with a smoke run's numbers: running the smoke mode as docs/performance.md suggests
+    replaced LLMFAO's real-data section (34 lines changed).  It now writes into a new temporary folder and says
+    where, as ``reference_study.py`` and ``acquisition_study.py`` already did.  The script runs in its own process
+    (its imports set thread variables) with its repository root pointed at ``tmp_path``, so the check cannot
+    touch the real page either way."""
+    code = (
+        f"import sys; from pathlib import Path; sys.path.insert(0, {str(BENCH)!r}); import {script} as m; "
+        f"m.ROOT = Path({str(tmp_path)!r}); raise SystemExit(m.main({args!r}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT, check=False
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert not (tmp_path / "docs").exists()
+    (page,) = re.findall(r"smoke run: page (\S+evidence\.md)", out.stdout)
+    assert read_section(Path(page), section)
 
 
 def test_sections_replace_in_place(tmp_path):
