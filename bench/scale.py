@@ -45,6 +45,9 @@ among its globals, the prompts eliminated into them).
     .venv/bin/python bench/scale.py              # 20M then 40M battles (needs ~3 GB of disk under --work)
     .venv/bin/python bench/scale.py --scale 0.25
     .venv/bin/python bench/scale.py --smoke
+
+Flags it does not know are given to each refresh as they are (``--help`` lists only its own): the docs' runs
+use ``--diagnostics fast``, ``--judge-pool prefix:/``, ``--bootstrap 10`` and ``--reference 'human-pool-1/*'``.
 """
 
 from __future__ import annotations
