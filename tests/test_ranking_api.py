@@ -219,6 +219,35 @@ def test_rank_statistics_match_scipy():
     assert math.isnan(kendall_tau_b(x, np.ones(30)))
 
 
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 9, 40])
+def test_rank_correlations_of_a_perfect_agreement_are_exactly_one(n):
+    """Two boards in the same (or the reverse) order: τ-b and ρ are exactly ±1, never one ulp off (a two-model slice
+    published τ = 0.9999999999999999 and three models 1.0000000000000002), also with ties and within groups."""
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=n)
+    tied = np.where(np.arange(n) % 3 == 0, x[0], x)  # a third of the scores one tie (when n > 3)
+    for a, b in ((x, 2 * x + 1), (tied, tied**3 + 1)):
+        assert (kendall_tau_b(a, b), spearman(a, b)) == (1.0, 1.0)
+        assert (kendall_tau_b(a, -b), spearman(a, -b)) == (-1.0, -1.0)
+    groups = np.arange(n) % 2
+    if n >= 4:
+        assert (kendall_tau_b(x, x, groups), spearman(x, x, groups)) == (1.0, 1.0)
+
+
+def test_rank_correlations_stay_inside_minus_one_to_one_and_match_scipy():
+    """Random boards with many ties: every τ-b and ρ is within [-1, 1] and equals scipy's to 1e-12."""
+    rng = np.random.default_rng(12)
+    for _ in range(200):
+        n = int(rng.integers(2, 30))
+        x, y = rng.integers(0, 5, size=n).astype(float), rng.integers(0, 5, size=n).astype(float)
+        if np.ptp(x) == 0 or np.ptp(y) == 0:
+            continue
+        tau, rho = kendall_tau_b(x, y), spearman(x, y)
+        assert -1.0 <= tau <= 1.0 and -1.0 <= rho <= 1.0
+        assert tau == pytest.approx(stats.kendalltau(x, y).statistic, rel=1e-12, abs=1e-12)
+        assert rho == pytest.approx(stats.spearmanr(x, y).statistic, rel=1e-12, abs=1e-12)
+
+
 def test_bad_cells_raise_input_errors_naming_the_column():
     good = _league(np.random.default_rng(8))
     with pytest.raises(InputError, match="missing column"):
