@@ -22,8 +22,9 @@ On Dataflow (the package ships to workers with ``--setup_file``)::
         --runner DataflowRunner --project P --region R --temp_location gs://B/tmp --setup_file ./setup.py
 
 Every run prints (and stores per day in the manifest) the conservation
-identity ``read = counted + rejected`` with the rejections by reason, the
-days with counted rows dated outside their day folder
+identity ``read = counted + rejected`` with the rejections by reason, a warning when
+the rows rejected reach 5% of those read or a day rejected most of its rows
+(:mod:`biasboard.transforms.day_warnings`), the days with counted rows dated outside their day folder
 (:mod:`biasboard.schemas.folder_day`), and a per-judge summary of the cells it wrote.
 """
 
@@ -41,7 +42,7 @@ from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.transforms import storage
 from biasboard.transforms.cells import IngestCounts, judge_summary
-from biasboard.transforms.day_warnings import off_day_warnings
+from biasboard.transforms.day_warnings import off_day_warnings, rejected_days_warnings, rejected_share_warnings
 from biasboard.transforms.ingest import IngestResult, run_ingest
 from biasboard.transforms.read import DEFAULT_BATCH_ROWS, load_aliases, validate_day
 from biasboard.transforms.state import load_cells
@@ -133,7 +134,12 @@ def backfill_summary(result: IngestResult) -> str:
     parts = [f"backfill: {len(result.days)} day(s) written to {result.state_dir}", format_counts(result.counts)]
     if result.score_counts is not None:
         parts.append(format_counts(result.score_counts, "scores"))
-    parts += [f"warning: {w}" for w in off_day_warnings(result.days, [result.manifests[d] for d in result.days])]
+    manifests = [result.manifests[d] for d in result.days]
+    warnings = rejected_share_warnings(result.counts, result.state_dir)
+    if result.score_counts is not None:
+        warnings += rejected_share_warnings(result.score_counts, result.state_dir, "score rows")
+    warnings += rejected_days_warnings(result.days, manifests) + off_day_warnings(result.days, manifests)
+    parts += [f"warning: {w}" for w in warnings]
     parts.append(format_summary(load_cells(result.state_dir, result.days)))
     return "\n".join(parts)
 

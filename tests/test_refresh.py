@@ -21,7 +21,8 @@ from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.summary import Summary, zero_reference_effect
 from biasboard.simulate import SimulationConfig, write_simulation
-from biasboard.transforms import publish
+from biasboard.transforms import day_warnings, publish
+from biasboard.transforms.cells import IngestCounts
 
 from tests.conftest import next_second
 
@@ -511,6 +512,59 @@ def test_a_day_that_rejects_most_of_its_rows_is_named_in_the_warnings(sim, tmp_p
     warned = [w for w in outcome.summary.warnings if w.startswith("day ")]
     assert len(warned) == 1, warned  # (the simulated days' 2% of bad rows are no news)
     assert warned[0].startswith("day 2024-01-04 rejected 300 of the 300 rows it read (bad_winner 297, ")
+
+
+def test_a_run_that_rejects_a_notable_share_of_its_rows_prints_one_warning(sim, tmp_path, capsys):
+    """30% of every day's rows broken (no day near the half that names a day) published with exit 0 and not a word
+    on the terminal; now one line says how many, the share, the commonest reasons and where the dead letters are."""
+    logs = tmp_path / "logs"
+    for source in sorted((sim / "battles").glob("day=*/*.parquet")):
+        rows = pl.read_parquet(source).with_row_index("i")
+        broken = rows.with_columns(
+            winner=pl.when(pl.col("i") % 10 < 2).then(pl.lit("the first one")).otherwise(pl.col("winner")),
+            judge=pl.when(pl.col("i") % 10 == 2).then(None).otherwise(pl.col("judge")),
+        ).drop("i")
+        target = logs / "battles" / source.parent.name / source.name
+        target.parent.mkdir(parents=True)
+        broken.write_parquet(target)
+    state = tmp_path / "state"
+    argv = ["refresh", "--input", _glob(logs), "--state", str(state), "--out", str(tmp_path / "o"), "--no-audit"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    counts = Summary.from_json(json.loads((_snapshot(tmp_path / "o") / "summary.json").read_text())).counts
+    share = counts.rejected_total / counts.read
+    assert 0.3 <= share < 0.5, counts  # the simulation's own 2% of bad rows come on top
+    warned = [line for line in out.splitlines() if "were rejected" in line]
+    assert len(warned) == 1, out
+    assert warned[0].startswith(
+        f"warning: {counts.rejected_total:,} of the {counts.read:,} rows read ({share:.1%}, warned at 5% or more) "
+        f"were rejected (bad_winner {counts.rejected['bad_winner']:,}, "
+        f"missing:judge {counts.rejected['missing:judge']:,}"
+    ), warned
+    assert warned[0].endswith(
+        f": the dead letters, each row with its reason, are in {state}/deadletters/day=*/dead_letters.parquet"
+    )
+    assert not [line for line in out.splitlines() if line.startswith("warning: day ")]  # no day lost half
+
+
+@pytest.mark.parametrize(
+    ("rejected", "warned"),
+    [({}, False), ({"bad_winner": 49}, False), ({"bad_winner": 50}, True), ({"bad_winner": 300}, True)],
+)
+def test_the_rejected_share_warning_starts_at_five_percent(rejected, warned):
+    """At 5% of the rows read or more, not below (the simulator's 2% of bad rows is a healthy log's background)."""
+    counts = IngestCounts(1000, 1000 - sum(rejected.values()), rejected)
+    assert bool(day_warnings.rejected_share_warnings(counts, "gs://b/state")) is warned
+
+
+def test_the_rejected_share_warning_names_the_three_commonest_reasons_and_counts_the_rest():
+    reasons = {"bad_winner": 40, "missing:judge": 30, "bad_timestamp": 20, "missing:ts": 5, "absurd_length": 5}
+    (line,) = day_warnings.rejected_share_warnings(IngestCounts(1000, 900, reasons), "gs://b/state/", "score rows")
+    assert line == (
+        "100 of the 1,000 score rows read (10.0%, warned at 5% or more) were rejected (bad_winner 40, "
+        "missing:judge 30, bad_timestamp 20 and 2 more reasons): the dead letters, each row with its reason, are in "
+        "gs://b/state/deadletters/day=*/score_dead_letters.parquet"
+    )
 
 
 def test_a_stored_day_whose_input_has_gone_is_kept_and_reported(sim, tmp_path, caplog):

@@ -1,18 +1,27 @@
-"""Warnings about single stored days, read from their manifests: what a nightly operator must hear about a day.
+"""Warnings about the rows a run rejected and about single stored days, read from their counts and manifests: what a
+nightly operator must hear about the data.
 
 Every row of a day is accounted for (counted or dead-lettered with its reason), yet a day can still be wrong in a
 way no total shows: most of its rows rejected (a file with an integer ``winner`` column), or rows filed under a
 day they are not dated on (a file in the wrong ``day=`` folder).  These functions read the stored days' manifests,
 so the summary of a refresh that aggregated only the new day still names the older days; ``backfill`` prints
-the same lines for the days it wrote.
+the same lines for the days it wrote.  Over all days, a notable share of rejected rows is one line
+(:func:`rejected_share_warnings`), printed by refresh (from the summary) and backfill alike.
 """
 
 from __future__ import annotations
 
 from biasboard.transforms.cells import IngestCounts
+from biasboard.transforms.state import DEAD_LETTERS_FILE, SCORE_DEAD_LETTERS_FILE
 
 #: A day that rejected more than this share of the rows it read is named in the summary's warnings.
 REJECTED_DAY_SHARE: float = 0.5
+#: Rows rejected over all days at or above this share of the rows read warn once (:func:`rejected_share_warnings`).
+#: 5%: above the background of a healthy log (the simulator's 2% of bad rows; a repeated battle here and there), well
+#: below the 30% of a half-broken export that used to publish without a word because no single day lost half.
+REJECTED_SHARE_WARNING: float = 0.05
+#: The share warning names at most this many reasons, the commonest; the others are counted (all are in the summary).
+REASONS_NAMED = 3
 #: The warning about rows dated outside their day names at most this many days (those with the most such rows);
 #: the rest are summed in one line.  A history misfiled wholesale (every file a day off) is one problem, not 3,000.
 OFF_DAY_DAYS_NAMED = 10
@@ -23,9 +32,31 @@ def _day_counts(days: list[str], manifests: list[dict], key: str = "counts") -> 
     return [(day, IngestCounts.from_dict(m[key])) for day, m in zip(days, manifests, strict=True) if key in m]
 
 
-def _reasons(counts: IngestCounts) -> str:
-    """``bad_winner 267, duplicate_battle_id 3``: the rejection reasons, the commonest first."""
-    return ", ".join(f"{reason} {n:,}" for reason, n in sorted(counts.rejected.items(), key=lambda kv: -kv[1]))
+def _reasons(counts: IngestCounts, named: int | None = None) -> str:
+    """``bad_winner 267, duplicate_battle_id 3``: the rejection reasons, the commonest first; with ``named``, only
+    that many and a count of the rest."""
+    ranked = sorted(counts.rejected.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{reason} {n:,}" for reason, n in ranked[:named])
+    rest = len(ranked) - len(ranked[:named])
+    return text + (f" and {rest} more reason{'s' if rest > 1 else ''}" if rest else "")
+
+
+def rejected_share_warnings(counts: IngestCounts, state_dir: str, noun: str = "rows") -> list[str]:
+    """One line when the rows rejected reach :data:`REJECTED_SHARE_WARNING` of those read: how many, the share, the
+    commonest reasons and where the dead letters are.
+
+    Why: the only warning was a day that rejected most of its rows, so 1,530 of 5,100 rows rejected (30%, spread
+    over days) published with no word on the terminal.  ``noun``: ``rows`` (battles) or ``score rows``.
+    """
+    if not counts.read or counts.rejected_total < REJECTED_SHARE_WARNING * counts.read:
+        return []
+    file = SCORE_DEAD_LETTERS_FILE if noun.startswith("score") else DEAD_LETTERS_FILE
+    where = f"{state_dir.rstrip('/')}/deadletters/day=*/{file}"
+    return [
+        f"{counts.rejected_total:,} of the {counts.read:,} {noun} read "
+        f"({counts.rejected_total / counts.read:.1%}, warned at {REJECTED_SHARE_WARNING:.0%} or more) were rejected "
+        f"({_reasons(counts, REASONS_NAMED)}): the dead letters, each row with its reason, are in {where}"
+    ]
 
 
 def rejected_days_warnings(days: list[str], manifests: list[dict]) -> list[str]:

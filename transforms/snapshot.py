@@ -44,6 +44,7 @@ from biasboard.transforms.day_warnings import (
     no_battle_message,
     off_day_warnings,
     rejected_days_warnings,
+    rejected_share_warnings,
 )
 from biasboard.transforms.judge_pool import pool_buckets, pool_table
 from biasboard.transforms.plan import plan_inputs
@@ -483,6 +484,7 @@ def build_summary(
     manifests = [state.read_day_manifest(state_dir, day) or {} for day in days]
     counts = sum((IngestCounts.from_dict(m["counts"]) for m in manifests if "counts" in m), IngestCounts())
     score_manifests = [m["score_counts"] for m in manifests if "score_counts" in m]
+    score_counts = sum((IngestCounts.from_dict(c) for c in score_manifests), IngestCounts())
     fit_diag = corrected.diagnostics
     comparison = fit_diag.get("naive_vs_corrected")
     profiles = {name: _record(S.Profile, info) for name, info in fit_diag.get("profile_likelihood", {}).items()}
@@ -536,6 +538,8 @@ def build_summary(
             f"row accounting does not add up: read {counts.read} != counted {counts.counted} + "
             f"rejected {counts.rejected_total}"
         )
+    warnings.extend(rejected_share_warnings(counts, state_dir))
+    warnings.extend(rejected_share_warnings(score_counts, state_dir, "score rows"))
     warnings.extend(rejected_days_warnings(days, manifests))
     warnings.extend(off_day_warnings(days, manifests))
     if reference is not None:
@@ -559,11 +563,7 @@ def build_summary(
         judges=[_record(S.JudgeCounts, row) for row in totals.judges.to_pylist()],
         diagnostics=diagnostics,
         warnings=warnings,
-        score_counts=S.from_jsonable(
-            S.Counts, sum((IngestCounts.from_dict(c) for c in score_manifests), IngestCounts()).to_dict(), "counts"
-        )
-        if score_manifests
-        else None,
+        score_counts=S.from_jsonable(S.Counts, score_counts.to_dict(), "counts") if score_manifests else None,
         uncertainty=corrected.uncertainty,
         ranks=rank_intervals(naive, corrected, seed),
         head_to_head=S.HeadToHead(models=top, **head_to_head(totals.model_pairs, top)),
