@@ -37,6 +37,7 @@ import pyarrow as pa
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from biasboard.pipelines import validation
 from biasboard.pipelines.options import GivenOnce, beam_options, defaults_from, options_from
+from biasboard.pipelines.validation import NumberRule
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
@@ -168,7 +169,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--family-map", metavar="PATH", help="JSON family rules tried before the defaults")
     parser.add_argument("--aliases", metavar="PATH", help="JSON object: judge/model name -> canonical name")
-    parser.add_argument("--batch-rows", type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--batch-rows", type=NumberRule(integer=True, low=1).flag_type("--batch-rows"), help=argparse.SUPPRESS
+    )
     defaults_from(parser, BackfillOptions())
 
 

@@ -72,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if a in COMMANDS), None)
     parser = build_parser(command)
-    args, beam_args = parser.parse_known_args(argv)
+    try:
+        args, beam_args = parser.parse_known_args(argv)
+    except BiasboardError as err:  # a flag's value refused as it is read (validation.NumberRule)
+        return _refused(command, err)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -88,14 +91,18 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"unrecognised option(s) {flags}: neither a {args.command} flag nor a Beam option")
         return int(_load(args.command).run(args, beam_args) or 0)
     except BiasboardError as err:
-        print(f"biasboard {args.command}: error: {err}", file=sys.stderr)
-        return 2
+        return _refused(args.command, err)
     except Exception as err:  # storage lost where no job step said what it left: still one line, not a traceback
         unreachable = storage_unreachable(err)
         if unreachable is None:
             raise
-        print(f"biasboard {args.command}: error: {unreachable}", file=sys.stderr)
-        return 2
+        return _refused(args.command, unreachable)
+
+
+def _refused(command: str | None, error: object) -> int:
+    """Say why ``command`` refused to run, in one line on stderr; exit code 2 (every user error)."""
+    print(f"biasboard {command}: error: {error}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

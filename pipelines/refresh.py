@@ -54,6 +54,7 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
+from typing import Any
 
 import apache_beam as beam
 import polars as pl
@@ -61,8 +62,10 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from biasboard.pipelines import validation
 from biasboard.pipelines.code_fingerprint import code_fingerprint
 from biasboard.pipelines.options import GivenOnce, beam_options, defaults_from, options_from
+from biasboard.pipelines.validation import NumberRule
 from biasboard.plan.acquisition import POPULATION_JUDGE
 from biasboard.ranking import ModelConfig
+from biasboard.ranking.config import LENGTH_CLIP_EDGES
 from biasboard.ranking.reference import Reference, ReferenceSettings
 from biasboard.report.text import ORDINAL_TITLES, PAIRWISE_TITLES, agreement_text, fmt, side_by_side_text
 from biasboard.schemas import summary as S
@@ -122,9 +125,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="family map file (model/judge name → family), tried before the defaults; as in backfill and audit",
     )
     parser.add_argument("--aliases", help="JSON object: judge/model name -> canonical name (e.g. case variants)")
-    parser.add_argument("--k", type=int, help="top-k for the membership probabilities (default %(default)s)")
-    parser.add_argument("--bootstrap", type=int, help="Poisson-bootstrap replicates (default %(default)s: Laplace)")
-    parser.add_argument("--seed", type=int, help="seed of the Monte Carlo parts (default %(default)s)")
+    parser.add_argument("--k", **_number("--k"), help="top-k for the membership probabilities (default %(default)s)")
+    parser.add_argument(
+        "--bootstrap", **_number("--bootstrap"), help="Poisson-bootstrap replicates (default %(default)s: Laplace)"
+    )
+    parser.add_argument("--seed", **_number("--seed"), help="seed of the Monte Carlo parts (default %(default)s)")
     parser.add_argument("--title", help="title of report.html (default %(default)r)")
     parser.add_argument(
         "--no-audit", dest="audit", action="store_false", help="skip the judge audit (order, length, family)"
@@ -145,7 +150,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--gate-level",
-        type=float,
+        **_number("--gate-level"),
         help="family-wise level of the trusted-anchor gate (default %(default)s): an effect is corrected only where "
         "the judges' excesses over the reference are jointly significant at this level (Holm over effects)",
     )
@@ -157,7 +162,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--length-clip",
-        type=_length_clip,
+        **_number("--length-clip"),
         help="bound of the length covariate |ln(len_a/len_b)| (a length-bin edge, 0.25..2.5; 'none' = unbounded; "
         "default %(default)s, a 4.5x length ratio): past it a judge's verbosity preference is taken to saturate",
     )
@@ -179,7 +184,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--plan-budget",
-        type=int,
+        **_number("--plan-budget"),
         help="also plan this many next comparisons (top-k-aware) from the new snapshot, for every judge of the fit, or "
         "for '*' (a new judge of the population: the next crowd voter) on a board of voter-judges too many to weigh "
         "each (default %(default)s: no plan)",
@@ -192,7 +197,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--slice-min-battles",
-        type=int,
+        **_number("--slice-min-battles"),
         help="battles a slice needs to be fit (default %(default)s); smaller slices are listed, not fit",
     )
     parser.add_argument(
@@ -213,9 +218,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults_from(parser, RefreshOptions())
 
 
-def _length_clip(text: str) -> float | None:
-    """``--length-clip`` value: a number, or 'none' for the unbounded covariate (checked by ModelConfig)."""
-    return None if text.strip().lower() == "none" else float(text)
+#: The numeric flags and what each accepts: one rule reads the command line (``type=``) and checks the
+#: options a caller of :func:`refresh` passed (:func:`check_options`), naming the flag either way.
+NUMBER_FLAGS: dict[str, tuple[str, NumberRule]] = {
+    "--k": ("k", NumberRule(integer=True, low=1)),
+    "--bootstrap": ("bootstrap", NumberRule(integer=True, low=0)),
+    "--seed": ("seed", NumberRule(integer=True, low=0)),
+    "--gate-level": ("gate_level", NumberRule(above=0.0, below=1.0)),
+    "--length-clip": ("length_clip", NumberRule(edges=LENGTH_CLIP_EDGES, none="none")),
+    "--plan-budget": ("plan_budget", NumberRule(integer=True, low=0)),
+    "--slice-min-battles": ("slice_min_battles", NumberRule(integer=True, low=1)),
+}
+
+
+def _number(flag: str) -> dict[str, Any]:
+    """``add_argument`` keywords of a numeric flag: read and checked by its :data:`NUMBER_FLAGS` rule."""
+    return {"type": NUMBER_FLAGS[flag][1].flag_type(flag)}
 
 
 #: Rows of each leaderboard ``refresh`` prints when it is done.
@@ -813,15 +831,13 @@ def check_options(state_dir: str, out_dir: str, options: RefreshOptions) -> Fami
     fail here in one line, so a refused run has aggregated, fitted and
     published nothing.
     """
-    validation.at_least(options.k, 1, "--k")
-    validation.at_least(options.bootstrap, 0, "--bootstrap")
-    validation.at_least(options.seed, 0, "--seed")
-    validation.at_least(options.plan_budget, 0, "--plan-budget")
+    for flag, (name, rule) in NUMBER_FLAGS.items():
+        rule.check(getattr(options, name), flag)
+    validation.memory_amount(options.fit_min_ram, "--fit-min-ram")
     if options.plan_budget:
         validation.at_least(options.plan_budget, 2, "--plan-budget (when given)")
         if options.plan_budget > MAX_BUDGET:
             raise InputError(f"--plan-budget {options.plan_budget}: at most {MAX_BUDGET} comparisons per plan")
-    validation.at_least(options.slice_min_battles, 1, "--slice-min-battles")
     if not parse_slices(options.slices) and options.slice_min_battles != DEFAULT_MIN_BATTLES:
         # a threshold for slices that are not made: a --slices left out of the command, not silently ignored
         raise InputError(f"--slice-min-battles {options.slice_min_battles} is given without --slices: no slice is made")

@@ -84,6 +84,10 @@ JUDGE_SOLVERS: tuple[str, ...] = ("auto", "dense", "blocked")
 #: :func:`biasboard.ranking.diagnostics.profile_ranges`),
 #: ``fast`` (the quadratic (Wald) approximation from one factorisation per effect) or ``off``.
 DIAGNOSTICS: tuple[str, ...] = ("full", "fast", "off")
+
+#: The values ``length_clip`` may take besides None: the positive length-bin edges, so the clipped covariate is exact
+#: from the cells (``ModelConfig``); ``refresh --length-clip`` names them when it refuses another.
+LENGTH_CLIP_EDGES: tuple[float, ...] = tuple(float(e) for e in LEN_BIN_EDGES[LEN_BIN_EDGES > 0])
 #: From how many judges ``judge_solver='auto'`` takes the judge-blocked solver, by the profile likelihoods
 #: the fit computes (:attr:`ModelConfig.profiles`): where the two solvers' CPU times cross, measured by
 #: ``bench/judge_solver.py`` (dense vs blocked, the same MAP to 1e-15) on LLMFAO's crowd with its J most
@@ -175,13 +179,11 @@ class ModelConfig:
                 raise ValueError(f"disabled effect {effect!r} for judge {judge!r} is not one of {sorted(SWITCHABLE)}")
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
-        if self.length_clip is not None:
-            edges = LEN_BIN_EDGES[LEN_BIN_EDGES > 0]
-            if not any(float(self.length_clip) == float(e) for e in edges):
-                raise ValueError(
-                    f"length_clip must be None or a positive length-bin edge (one of {edges.tolist()}) so the "
-                    f"clipped covariate is exact from the cells, got {self.length_clip!r}"
-                )
+        if self.length_clip is not None and not any(float(self.length_clip) == e for e in LENGTH_CLIP_EDGES):
+            raise ValueError(
+                f"length_clip must be None or a positive length-bin edge (one of {list(LENGTH_CLIP_EDGES)}) so the "
+                f"clipped covariate is exact from the cells, got {self.length_clip!r}"
+            )
 
     @property
     def profiles(self) -> str:

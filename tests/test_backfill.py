@@ -265,6 +265,13 @@ def test_scores_and_family_map_and_range_through_the_cli(logs: Path, tmp_path: P
     assert [(c["model"], c["family"], c["score"], c["n"]) for c in score_cells] == [("claude-2", "acme", 7, 2)]
 
 
+def test_a_bad_batch_size_is_refused_in_one_line_naming_the_flag(logs: Path, tmp_path: Path, capsys):
+    """``--batch-rows 0`` failed while reading, as ``cannot read as Parquet: range() arg 3 must not be zero``."""
+    assert cli.main(["backfill", "--input", str(logs), "--state", str(tmp_path / "state"), "--batch-rows", "0"]) == 2
+    assert capsys.readouterr().err == "biasboard backfill: error: --batch-rows must be at least 1, got 0\n"
+    assert not (tmp_path / "state").exists()
+
+
 def test_day_of_path():
     assert day_of_path("gs://b/logs/day=2024-05-01/part-0.parquet") == "2024-05-01"
     assert day_of_path("/x/dt=2024-05-01/y/part.parquet") == "2024-05-01"

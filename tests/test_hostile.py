@@ -97,6 +97,15 @@ def test_a_missing_or_invalid_family_map_is_refused_even_when_nothing_is_new(log
         ("--plan-budget", "-1", "--plan-budget must be at least 0, got -1"),
         ("--plan-budget", "1000000000", "--plan-budget 1000000000: at most"),
         ("--k", "0", "--k must be at least 1, got 0"),
+        # the flag, what it accepts, in one line: not the model's field (length_clip), nor argparse's usage block
+        ("--length-clip", "5", "--length-clip must be one of 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.25, 2.5 or "),
+        ("--length-clip", "abc", "--length-clip must be one of 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.25, 2.5 or "),
+        ("--gate-level", "2", "--gate-level must be a number in (0, 1), got 2"),
+        ("--gate-level", "nan", "--gate-level must be a number in (0, 1), got nan"),
+        ("--k", "1.5", "--k must be a whole number, at least 1, got '1.5'"),
+        ("--bootstrap", "many", "--bootstrap must be a whole number, at least 0, got 'many'"),
+        ("--slice-min-battles", "0", "--slice-min-battles must be at least 1, got 0"),
+        ("--fit-min-ram", "abc", "--fit-min-ram must be an amount of memory with its unit (e.g. 4GB, 512MiB), got"),
     ],
 )
 def test_numbers_out_of_range_are_refused_before_anything_is_published(tmp_path, capsys, flag, value, message):

@@ -313,14 +313,30 @@ def test_refresh_with_anchors_gates_corrections_and_plans_the_next_battles(sim, 
 def test_bad_length_clip_fails_before_any_work(sim, tmp_path, capsys):
     argv = ["refresh", "--input", _glob(sim), "--state", str(tmp_path / "state"), "--out", str(tmp_path / "out")]
     assert cli.main([*argv, "--length-clip", "1.3"]) == 2
-    assert "length_clip must be None or a positive length-bin edge" in capsys.readouterr().err
+    assert "--length-clip must be one of 0.25, 0.5, 0.75, 1, 1.25, 1.5, " in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()  # nothing was aggregated
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"length_clip": 5.0}, "--length-clip must be one of 0.25, "),
+        ({"gate_level": 1.0}, "--gate-level must be a number in (0, 1), got 1"),
+        ({"k": 0}, "--k must be at least 1, got 0"),
+        ({"fit_min_ram": "lots"}, "--fit-min-ram must be an amount of memory with its unit"),
+    ],
+)
+def test_bad_numbers_a_caller_passes_are_refused_naming_the_flag(sim, tmp_path, options, message):
+    """The same rule as the command line's checks the options a caller of refresh() passes (no argparse there)."""
+    with pytest.raises(InputError, match=re.escape(message)):
+        refresh(_glob(sim), str(tmp_path / "state"), str(tmp_path / "out"), [], RefreshOptions(**options))
     assert not (tmp_path / "state").exists()  # nothing was aggregated
 
 
 def test_bad_reference_options_fail_before_any_work(sim, tmp_path, capsys):
     argv = ["refresh", "--input", _glob(sim), "--state", str(tmp_path / "state"), "--out", str(tmp_path / "out")]
     assert cli.main([*argv, "--gate-level", "1.5"]) == 2
-    assert "gate level must be in (0, 1)" in capsys.readouterr().err
+    assert "--gate-level must be a number in (0, 1), got 1.5" in capsys.readouterr().err
     assert cli.main([*argv, "--reference", "anchors"]) == 2
     assert "no --anchors given" in capsys.readouterr().err
     assert not (tmp_path / "state").exists()  # nothing was aggregated
