@@ -144,9 +144,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reference",
         help="what 'unbiased' means: 'none' (each judge's effects against zero, style control), 'anchors' (the "
         "--anchors raters; the default when --anchors is given) or JUDGE[,JUDGE...] (judges of the input, e.g. "
-        "human pools, pooled; a glob such as 'human-pool-1/*' selects a pool of voter-judges): judges are corrected "
-        "only for their excess over the reference, and the corrected rating is what the reference concludes on "
-        "each model's typical answers",
+        "human pools, pooled; a glob such as 'human-pool-1/*' selects a pool of voter-judges, and a name that is "
+        "a judge's exact name, such as 'judge[1]', is that judge, a glob only when no judge has it): judges are "
+        "corrected only for their excess over the reference, and the corrected rating is what the reference "
+        "concludes on each model's typical answers",
     )
     parser.add_argument(
         "--gate-level",

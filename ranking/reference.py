@@ -113,7 +113,9 @@ class Reference:
 
     A name with a glob character (``*``, ``?``, ``[``) is a pattern over the input's judges: arena logs name
     each voter as a judge (``human-pool-1/v17``), and ``human-pool-1/*`` makes the whole pool the reference
-    without listing 25,000 voters.  Its voters are one rater for position, length and affinity (those are
+    without listing 25,000 voters.  A judge whose exact name it is comes first (:meth:`resolve`): ``judge[1]``
+    names the judge called ``judge[1]``, which as a pattern would match ``judge1`` and never itself; it is a
+    pattern only when no judge has that name.  Its voters are one rater for position, length and affinity (those are
     the model's global coefficients, every voter tied to them) and keep their own discrimination and tie
     propensity, shrunk to the population as without a reference.
     """
@@ -148,18 +150,20 @@ class Reference:
         return any(_is_pattern(name) for name in self.judges)
 
     def resolve(self, judges: Sequence[str]) -> frozenset[str]:
-        """The input's judges that the names and patterns select; InputError naming any that selects none."""
+        """The input's judges that the names and patterns select; InputError naming any that selects none.
+
+        A name is first a judge's exact name, then (with a glob character and no judge of that name) a pattern."""
         if self.kind != "judges":
             return self.raters
         known = set(judges)
         chosen: set[str] = set()
         missing = []
         for name in self.judges:
-            if _is_pattern(name):
+            if name in known or not _is_pattern(name):
+                found = [name] if name in known else []  # an exact judge name is that judge, even 'judge[1]'
+            else:
                 match = re.compile(fnmatch.translate(name)).match  # case-sensitive, as judge names are
                 found = [judge for judge in judges if match(judge)]
-            else:
-                found = [name] if name in known else []
             if not found:
                 missing.append(name)
             chosen.update(found)

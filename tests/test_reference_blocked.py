@@ -362,6 +362,19 @@ def test_reference_patterns_select_voters():
     assert "3 judges" in ref.describe(3)
 
 
+def test_a_judge_named_with_glob_characters_is_named_literally_first():
+    """``--reference 'judge[1]'`` was always a pattern, which matches ``judge1`` and never the judge ``judge[1]``
+    itself: a judge of that exact name is that judge; with no such judge the name is still a pattern."""
+    judges = ("judge[1]", "judge1", "judge*", "judge2", "human-pool-1/v0")
+    assert Reference.parse("judge[1]", False).resolve(judges) == {"judge[1]"}
+    assert Reference.parse("judge*", False).resolve(judges) == {"judge*"}
+    assert Reference.parse("judge[1],judge?", False).resolve(judges) == {"judge[1]", "judge1", "judge2", "judge*"}
+    assert Reference.parse("judge[12]", False).resolve(judges) == {"judge1", "judge2"}  # no such judge: a pattern
+    assert Reference.parse("judge[1]", False).resolve(("judge1", "judge2")) == {"judge1"}
+    with pytest.raises(InputError, match=re.escape("no judge matches judge[3]")):
+        Reference.parse("judge[3]", False).resolve(judges)
+
+
 def test_refresh_with_a_voter_pool_as_reference(tmp_path):
     """End to end: a log whose human pools are split into voters (≥ 256 judges: the blocked solver), refreshed
     with ``--reference 'human-pool-1/*'``: the gate decides over the other pool's voters and the LLM judges."""
