@@ -188,7 +188,7 @@ def writable_folder(path: str, flag: str) -> None:
     if not path:
         raise InputError(f"{flag} is empty")
     if storage.is_remote(path):
-        reachable_bucket(path, flag)
+        reachable_bucket(path, flag, write=True)
         return
     if os.path.exists(path) and not os.path.isdir(path):
         raise InputError(f"{flag} {path}: exists and is a file, not a folder")
@@ -226,11 +226,13 @@ def input_buckets(*inputs: tuple[str, str | None]) -> None:
             reachable_bucket(path, flag)
 
 
-def reachable_bucket(path: str, flag: str) -> None:
-    """The ``gs://`` bucket of ``path`` exists and answers within :data:`BUCKET_PROBE_DEADLINE_S`.
+def reachable_bucket(path: str, flag: str, write: bool = False) -> None:
+    """The ``gs://`` bucket of ``path`` exists and answers within :data:`BUCKET_PROBE_DEADLINE_S`; to ``write`` there,
+    Google Cloud credentials were found (:func:`~biasboard.transforms.storage.gcs_credentials_missing`).
 
     Uses the same client (and credentials, or the anonymous emulator client)
-    Beam's GCS file system uses.  Other remote schemes are left to Beam.
+    Beam's GCS file system uses.  Other remote schemes are left to Beam.  A read may be anonymous (a public
+    bucket); a write never is, so without credentials it is refused at once, saying how to give them.
     """
     if not path.startswith("gs://"):
         return
@@ -238,6 +240,11 @@ def reachable_bucket(path: str, flag: str) -> None:
     if not bucket:
         raise InputError(f"{flag} {path}: no bucket name")
     emulator_url()
+    missing = storage.gcs_credentials_missing()
+    if missing and write:
+        raise InputError(
+            f"{flag} {path}: no Google Cloud credentials to write with ({missing}): {storage.CREDENTIALS_HOW}"
+        )
     from apache_beam.io.gcp.gcsio import create_storage_client
     from apache_beam.options.pipeline_options import PipelineOptions
     from google.api_core import exceptions
@@ -252,7 +259,12 @@ def reachable_bucket(path: str, flag: str) -> None:
     except (StorageUnreachable, exceptions.RetryError) as err:
         raise StateError(f"{flag} {path}: cannot reach bucket {bucket} ({_unanswered(err, started)})") from err
     except (exceptions.Forbidden, exceptions.Unauthorized) as err:
-        raise StateError(f"{flag} {path}: no access to bucket {bucket} ({gcs_requests.first_line(err)})") from err
+        anonymous = (
+            f"; anonymous, as no Google Cloud credentials were found: {storage.CREDENTIALS_HOW}" if missing else ""
+        )
+        raise StateError(
+            f"{flag} {path}: no access to bucket {bucket} ({gcs_requests.first_line(err)}{anonymous})"
+        ) from err
     except exceptions.GoogleAPIError as err:
         raise StateError(f"{flag} {path}: bucket {bucket} cannot be checked ({gcs_requests.first_line(err)})") from err
     except Exception as err:  # a transport error that is not retried (an endpoint URL without http://)

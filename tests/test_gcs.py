@@ -110,6 +110,72 @@ def test_anonymous_access_only_for_an_emulator_or_no_auth(monkeypatch):
     assert auth._Credentials._credentials_init is True and auth._Credentials._credentials is None
 
 
+@pytest.fixture
+def no_credentials(monkeypatch):
+    """A machine without Google Cloud credentials and no emulator: Beam has not looked yet; google-auth's lookup
+    (counted) finds nothing, as on a laptop without ``gcloud auth application-default login``."""
+    import google.auth
+    from apache_beam.internal.gcp import auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    monkeypatch.delenv(storage.EMULATOR_ENV, raising=False)
+    monkeypatch.setattr(auth._Credentials, "_credentials_init", False)
+    monkeypatch.setattr(auth._Credentials, "_credentials", None)
+    monkeypatch.setattr(storage, "_GCS_AUTH", storage._GcsAuth())
+    lookups: list[int] = []
+
+    def default(*args, **kwargs):
+        lookups.append(1)
+        raise DefaultCredentialsError("Your default credentials were not found. To set up ADC, see https://…")
+
+    monkeypatch.setattr(google.auth, "default", default)
+    return lookups
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["export", "--out", "OUT", "--to", "gs://dashboards/lb", "--format", "csv"],
+        ["refresh", "--input", "OUT/none/*.parquet", "--state", "OUT/state", "--out", "gs://site/boards"],
+    ],
+)
+def test_writing_to_a_bucket_without_credentials_is_refused_at_once(no_credentials, tmp_path, capsys, argv):
+    """``export --to gs://…`` without credentials took 28 s (Beam retried google-auth 5 times, then went on
+    anonymously) to fail on the bucket probe; now one lookup, then one line naming what is missing and how to give
+    it.  Nothing is sent to the bucket (there is no endpoint here that would answer)."""
+    out = tmp_path / "out"
+    published = _publish(str(out), 0.0, 1)
+    assert published.snapshot_id
+    assert cli.main([str(out) if a == "OUT" else a.replace("OUT", str(tmp_path)) for a in argv]) == 2
+    err = capsys.readouterr().err
+    flag, path = argv[3:5] if argv[0] == "export" else argv[-2:]
+    assert err.strip().splitlines() == [
+        f"biasboard {argv[0]}: error: {flag} {path}: no Google Cloud credentials to write with (Your default "
+        "credentials were not found): set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file or run "
+        "'gcloud auth application-default login' (an emulator: set STORAGE_EMULATOR_HOST=http://HOST:PORT)"
+    ], err
+    assert no_credentials == [1], "one lookup, not Beam's five"
+
+
+def test_credentials_found_are_left_to_beam_and_none_found_is_anonymous_at_once(no_credentials, monkeypatch):
+    """Found: Beam's cache is untouched, so Beam looks them up itself (impersonation, scopes) as before.  None found:
+    Beam's cache says anonymous (its answer after the retries, without them), and a read may still go ahead."""
+    import google.auth
+    from apache_beam.internal.gcp import auth
+
+    assert storage.gcs_credentials_missing() == "Your default credentials were not found"
+    assert auth._Credentials._credentials_init is True and auth._Credentials._credentials is None
+    assert storage.gcs_credentials_missing() == "Your default credentials were not found" and no_credentials == [1]
+
+    monkeypatch.setattr(auth._Credentials, "_credentials_init", False)
+    monkeypatch.setattr(google.auth, "default", lambda *args, **kwargs: (object(), "a-project"))
+    assert storage.gcs_credentials_missing() is None
+    assert auth._Credentials._credentials_init is False  # Beam will look them up, as without this check
+    monkeypatch.setenv(storage.EMULATOR_ENV, "http://127.0.0.1:9")
+    monkeypatch.setattr(google.auth, "default", lambda *args, **kwargs: pytest.fail("no lookup for an emulator"))
+    assert storage.gcs_credentials_missing() is None
+
+
 def test_the_audit_sum_and_its_cache_on_a_bucket(emulator, tmp_path):
     """The audit's stored days and their cached sum on gs:// (the cache's order pairs are streamed to and
     read back from the bucket): the +1 day sum reads the cache and the new day, and writes a full sum's files."""
