@@ -46,7 +46,8 @@ from biasboard.transforms.cells import IngestCounts, judge_summary
 from biasboard.transforms.day_warnings import off_day_warnings, rejected_days_warnings, rejected_share_warnings
 from biasboard.transforms.ingest import IngestResult, run_ingest
 from biasboard.transforms.read import DEFAULT_BATCH_ROWS, load_aliases, validate_day
-from biasboard.transforms.state import load_cells
+from biasboard.transforms.repeated_ids import repeated_ids
+from biasboard.transforms.state import list_state_days, load_cells, read_committed_manifests
 
 #: What a backfill that lost its storage leaves (:func:`storage.if_unreachable`): a day counts once its manifest,
 #: written last, is there.
@@ -140,6 +141,9 @@ def backfill_summary(result: IngestResult) -> str:
     if result.score_counts is not None:
         warnings += rejected_share_warnings(result.score_counts, result.state_dir, "score rows")
     warnings += rejected_days_warnings(result.days, manifests) + off_day_warnings(result.days, manifests)
+    stored = list_state_days(result.state_dir)  # the days written may repeat ids of days stored before them
+    every = read_committed_manifests(result.state_dir, stored, "lost its manifest during the backfill")
+    warnings += repeated_ids(result.state_dir, stored, [every[d] for d in stored]).warnings()
     parts += [f"warning: {w}" for w in warnings]
     parts.append(format_summary(load_cells(result.state_dir, result.days)))
     return "\n".join(parts)

@@ -206,6 +206,9 @@ class Counts:
     #: Counted rows dated outside the day their folder names (:mod:`biasboard.schemas.folder_day`): still counted
     #: under the folder's day; ``warnings`` names the days.  Days aggregated before the check was made count none.
     off_day: int = 0
+    #: Counted rows whose ``battle_id`` an earlier day counted too (:mod:`biasboard.transforms.repeated_ids`): those
+    #: battles are counted twice; ``warnings`` names the days.  Days stored before ids were kept are not checked.
+    repeated_ids: int = 0
 
     @property
     def conserved(self) -> bool:

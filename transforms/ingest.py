@@ -46,8 +46,10 @@ from biasboard.transforms.read import (
     list_input_days,
     load_family_map,
 )
+from biasboard.transforms.repeated_ids import ids_table
 from biasboard.transforms.runner import counters, run_to_completion
 from biasboard.transforms.state import (
+    BATTLE_IDS_FILE,
     DEAD_LETTERS_FILE,
     PAIR_CELLS_FILE,
     SCORE_CELLS_FILE,
@@ -184,7 +186,7 @@ class AggregateDayFn(beam.DoFn):
         self.judge_column = judge_column
         self.workers = workers
 
-    def _aggregate(self, day: str, files: list[dict], kind: str) -> BatchCells:
+    def _aggregate(self, day: str, files: list[dict], kind: str) -> tuple[BatchCells, SeenIds]:
         partial = partial_cells if kind == "battle" else partial_score_cells
         schema = PAIR_CELLS_SCHEMA if kind == "battle" else SCORE_CELLS_SCHEMA
         seen = SeenIds()
@@ -205,7 +207,7 @@ class AggregateDayFn(beam.DoFn):
         # no sort: rows of a stored partition are in no particular order (load_cells sorts what it merges)
         out = merge_batches([merged, *pending] if merged.counts.read else pending, schema, sort=False)
         out.counts.empty_files += sum(1 for f in inputs if f.path not in read_from and not f.undated)
-        return out
+        return out, seen
 
     def _count(self, counts: IngestCounts, prefix: str) -> None:
         Metrics.counter(METRICS_NAMESPACE, f"{prefix}_read").inc(counts.read)
@@ -224,8 +226,12 @@ class AggregateDayFn(beam.DoFn):
     def write_day(self, task: dict) -> tuple[dict, IngestCounts, IngestCounts | None]:
         """Aggregate and write one day; its manifest and its battle (and score) counts."""
         day = task["day"]
-        battles = self._aggregate(day, task["files"], "battle")
-        tables = {PAIR_CELLS_FILE: battles.cells, DEAD_LETTERS_FILE: battles.dead_letters}
+        battles, ids = self._aggregate(day, task["files"], "battle")
+        tables = {
+            PAIR_CELLS_FILE: battles.cells,
+            DEAD_LETTERS_FILE: battles.dead_letters,
+            BATTLE_IDS_FILE: ids_table(ids.kept_hashes()),  # to find its battles counted on other days
+        }
         manifest = {
             "inputs": [InputFile(**f).fingerprint() for f in task["files"]],
             "counts": battles.counts.to_dict(),
@@ -233,7 +239,7 @@ class AggregateDayFn(beam.DoFn):
         }
         scores = None
         if task["score_files"] is not None:
-            scores = self._aggregate(day, task["score_files"], "score")
+            scores, _ = self._aggregate(day, task["score_files"], "score")
             tables[SCORE_CELLS_FILE] = scores.cells
             tables[SCORE_DEAD_LETTERS_FILE] = scores.dead_letters
             manifest["score_inputs"] = [InputFile(**f).fingerprint() for f in task["score_files"]]

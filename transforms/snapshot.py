@@ -49,6 +49,7 @@ from biasboard.transforms.day_warnings import (
 from biasboard.transforms.judge_pool import pool_buckets, pool_table
 from biasboard.transforms.plan import plan_inputs
 from biasboard.transforms.ranks import rank_intervals
+from biasboard.transforms.repeated_ids import repeated_ids
 from biasboard.transforms.slices import (
     DEFAULT_MIN_BATTLES,
     SLICES_FILE,
@@ -542,6 +543,8 @@ def build_summary(
     warnings.extend(rejected_share_warnings(score_counts, state_dir, "score rows"))
     warnings.extend(rejected_days_warnings(days, manifests))
     warnings.extend(off_day_warnings(days, manifests))
+    repeats = repeated_ids(state_dir, days, manifests)
+    warnings.extend(repeats.warnings())
     if reference is not None:
         warnings.extend(reference_warnings(reference))
     warnings.extend(top_k_warnings(corrected.k, leaderboard))
@@ -559,7 +562,7 @@ def build_summary(
             without_input=list(without_input.kept),
             dropped=list(without_input.dropped),
         ),
-        counts=S.from_jsonable(S.Counts, counts.to_dict(), "counts"),
+        counts=S.from_jsonable(S.Counts, {**counts.to_dict(), "repeated_ids": repeats.total}, "counts"),
         judges=[_record(S.JudgeCounts, row) for row in totals.judges.to_pylist()],
         diagnostics=diagnostics,
         warnings=warnings,

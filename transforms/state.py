@@ -59,6 +59,8 @@ PAIR_CELLS_FILE = "pair_cells.parquet"
 SCORE_CELLS_FILE = "score_cells.parquet"
 DEAD_LETTERS_FILE = "dead_letters.parquet"
 SCORE_DEAD_LETTERS_FILE = "score_dead_letters.parquet"
+#: The sorted hashes of the battle ids a day counted (:mod:`biasboard.transforms.repeated_ids`).
+BATTLE_IDS_FILE = "battle_ids.parquet"
 MANIFEST_VERSION = 1
 
 _LOG = logging.getLogger(__name__)
@@ -169,7 +171,7 @@ def write_day(
         FileSystems.delete([manifest_file])
     for final, temp in temps.items():
         _replace(temp, final)
-    every = [PAIR_CELLS_FILE, SCORE_CELLS_FILE, DEAD_LETTERS_FILE, SCORE_DEAD_LETTERS_FILE]
+    every = [PAIR_CELLS_FILE, SCORE_CELLS_FILE, DEAD_LETTERS_FILE, SCORE_DEAD_LETTERS_FILE, BATTLE_IDS_FILE]
     for name in every:
         folder = deadletters_dir(state_dir, day) if "dead_letters" in name else cells_dir(state_dir, day)
         stale = _join(folder, name)
@@ -265,6 +267,11 @@ def _day_table(state_dir: str, day: str, manifest: dict, name: str, schema: pa.S
     """Day ``day``'s stored ``name`` table, or None when its committed manifest names no such file."""
     path = _committed_file(state_dir, day, manifest, name)
     return None if path is None else _read_table(path, schema)
+
+
+def read_day_table(state_dir: str, day: str, manifest: dict, name: str) -> pa.Table | None:
+    """Day ``day``'s stored ``name`` table as written, or None when its committed manifest names no such file."""
+    return _day_table(state_dir, day, manifest, name, None)
 
 
 def _tables(state_dir: str, name: str, schema: pa.Schema | None, days: Iterable[str] | None) -> Iterator[pa.Table]:

@@ -50,6 +50,8 @@ SCORE_DEAD_LETTER_SCHEMA = dead_letter_schema(SCORE_SCHEMA)
 #: Two independently seeded 64-bit hashes of an id: a false "duplicate" needs both
 #: to collide at once (~2^-128 per pair), far below any other failure rate.
 _HASH_SEEDS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F)
+#: The hash :meth:`SeenIds.kept_hashes` gives (a day's stored ids are compared only with ids hashed the same way).
+ID_HASH_SCHEME = f"polars {pl.__version__} hash seed {_HASH_SEEDS[0]:#x}"  # polars' hash is stable within a version
 
 
 def first_occurrences(ids: pl.Series, h1: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
@@ -161,6 +163,12 @@ class SeenIds:
             h2 = h2() if callable(h2) else h2
             order = np.argsort(h1, kind="stable")
             self._add_sorted(h1[order], h2[order])
+
+    def kept_hashes(self) -> np.ndarray:
+        """The first hashes (``h1``) of every id kept, unsorted: what a day stores to find its ids on other days
+        (:mod:`~biasboard.transforms.repeated_ids`)."""
+        parts = [h1 for h1, _ in self.runs] + ([self.pending[0]] if self.pending is not None else [])
+        return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
     def admit(self, h1: np.ndarray, h2: np.ndarray | Callable[[], np.ndarray]) -> np.ndarray:
         """Mask of rows whose id was not kept before; those ids are added to the set.

@@ -1,0 +1,108 @@
+"""Benchmark: the check for battle ids counted on two days (:mod:`biasboard.transforms.repeated_ids`) as history grows.
+
+What it runs: a state holding only what the check reads — each day's manifest and its sorted id hashes, written
+by the state's own writer — for H and 2H days of ``--per-day`` battles, then in one run, for both histories:
+
+* **full**: every day counted (a backfill, or the first refresh after an upgrade);
+* **+1 day**: one new day counted against every stored day (a daily refresh);
+* **nothing new**: the kept counts reused (a refresh with nothing new, or only later days);
+
+time (fastest of ``--repeat``) and the bytes of hashes read, and the ratios 2H / H.  The new day repeats
+``--repeat-share`` of an earlier day's ids so the count is checked too.  Defaults: 60 days of 333,334 battles
+(bench/scale.py's N: 20M battles); ``--smoke`` is 6 days of 20,000.
+
+    .venv/bin/python bench/repeated_ids.py
+    .venv/bin/python bench/repeated_ids.py --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from biasboard.transforms import state
+from biasboard.transforms.repeated_ids import CACHE_FILE, IDS_FILE, ids_table, repeated_ids
+from biasboard.transforms.validate import _HASH_SEEDS
+
+
+def day_name(i: int) -> str:
+    return (dt.date(2024, 1, 1) + dt.timedelta(days=i)).isoformat()
+
+
+def day_hashes(i: int, per_day: int) -> np.ndarray:
+    """Day i's battle ids hashed as the ingest hashes them (distinct ids: ``d{i}-{k}``)."""
+    ids = pl.Series([f"d{i}-{k}" for k in range(per_day)])
+    return ids.hash(_HASH_SEEDS[0]).to_numpy().copy()
+
+
+def write_days(state_dir: str, first: int, last: int, per_day: int) -> None:
+    for i in range(first, last):
+        state.write_day(state_dir, day_name(i), {}, {IDS_FILE: ids_table(day_hashes(i, per_day))})
+
+
+def check(state_dir: str) -> tuple[float, int]:
+    days = state.list_state_days(state_dir)
+    manifests = [state.read_day_manifest(state_dir, d) or {} for d in days]
+    started = time.perf_counter()
+    found = repeated_ids(state_dir, days, manifests)
+    return time.perf_counter() - started, found.total
+
+
+def measure(state_dir: str, history: int, per_day: int, share: float, repeat: int) -> dict[str, tuple[float, int]]:
+    """The three checks on a state of ``history`` days (already written) plus one new day repeating ids."""
+    cache = Path(state_dir) / CACHE_FILE
+    out: dict[str, tuple[float, int]] = {}
+    runs = []
+    for _ in range(repeat):
+        cache.unlink(missing_ok=True)
+        runs.append(check(state_dir))
+    out["full"] = min(runs)
+    new = day_hashes(history, per_day)
+    new[: int(share * per_day)] = day_hashes(0, per_day)[: int(share * per_day)]  # the first day's ids again
+    kept = cache.read_text()  # the history's counts, put back before each +1 day run
+    runs = []
+    state.write_day(state_dir, day_name(history), {}, {IDS_FILE: ids_table(np.unique(new))})
+    for _ in range(repeat):
+        cache.write_text(kept)
+        runs.append(check(state_dir))  # recounts the new day only (the kept counts cover the rest)
+    state.delete_day(state_dir, day_name(history))
+    out["+1 day"] = min(runs)
+    out["nothing new"] = min(check(state_dir) for _ in range(repeat))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--days", type=int, default=60, help="H (the run also does 2H)")
+    parser.add_argument("--per-day", type=int, default=333_334)
+    parser.add_argument("--repeat-share", type=float, default=0.01)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="6 days of 20,000 battles")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.days, args.per_day, args.repeat = 6, 20_000, 1
+    with tempfile.TemporaryDirectory() as work:
+        state_dir = str(Path(work) / "state")
+        results = {}
+        write_days(state_dir, 0, args.days, args.per_day)
+        results["H"] = measure(state_dir, args.days, args.per_day, args.repeat_share, args.repeat)
+        write_days(state_dir, args.days, 2 * args.days, args.per_day)
+        results["2H"] = measure(state_dir, 2 * args.days, args.per_day, args.repeat_share, args.repeat)
+    expected = int(args.repeat_share * args.per_day)
+    battles = args.days * args.per_day
+    print(f"history H = {args.days} days of {args.per_day:,} battles ({battles:,}), 2H = twice the days")
+    print(f"{'check':14} {'H s':>8} {'2H s':>8} {'2H / H':>7}  repeats found (expected: +1 day {expected:,})")
+    for name in ("full", "+1 day", "nothing new"):
+        (t1, n1), (t2, n2) = results["H"][name], results["2H"][name]
+        print(f"{name:14} {t1:8.3f} {t2:8.3f} {t2 / t1:6.2f}x  {n1:,} / {n2:,}")
+    print(f"hashes stored: 8 bytes a battle ({8 * battles / 2**20:,.0f} MB at H)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,157 @@
+"""A battle_id counted on two days is found, counted and said (it was counted twice without a word).
+
+Real Parquet day folders, the real backfill and refresh on the local runner: the counts are checked exactly,
+incrementally (a new day read against the stored days' hashes), and against an older state whose days keep no
+ids (not checked, and said so by not counting them).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from biasboard.pipelines.backfill import backfill_summary, run_backfill
+from biasboard.pipelines.refresh import refresh
+from biasboard.transforms import state
+from biasboard.transforms.repeated_ids import CACHE_FILE, IDS_FILE, repeated_ids
+
+RUNNER = ["--runner=FnApiRunner"]
+
+
+def _battles(ids: list[str], day: str) -> pl.DataFrame:
+    n = len(ids)
+    ts = dt.datetime.fromisoformat(day).replace(hour=12, tzinfo=dt.timezone.utc)
+    return pl.DataFrame(
+        {
+            "battle_id": ids,
+            "ts": [ts] * n,
+            "judge": ["judge-1"] * n,
+            "model_a": ["abc"[i % 3] for i in range(n)],
+            "model_b": ["bca"[i % 3] for i in range(n)],
+            "winner": [("model_a", "model_b", "tie")[i % 3] for i in range(n)],
+            "len_a": [100 + i % 7 for i in range(n)],
+            "len_b": [120] * n,
+        },
+        schema_overrides={"ts": pl.Datetime("us", "UTC")},
+    )
+
+
+def _write(root: Path, day: str, ids: list[str]) -> None:
+    folder = root / "battles" / f"day={day}"
+    folder.mkdir(parents=True, exist_ok=True)
+    _battles(ids, day).write_parquet(folder / "part-0.parquet")
+
+
+def _ids(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+def _repeats(state_dir: Path):
+    days = state.list_state_days(str(state_dir))
+    manifests = [state.read_day_manifest(str(state_dir), d) or {} for d in days]
+    return repeated_ids(str(state_dir), days, manifests)
+
+
+def test_ids_counted_on_an_earlier_day_are_counted_and_named(tmp_path: Path) -> None:
+    logs, state_dir, out = tmp_path / "logs", tmp_path / "state", tmp_path / "out"
+    _write(logs, "2024-05-01", _ids("a", 90))
+    _write(logs, "2024-05-02", _ids("b", 60) + _ids("a", 7))  # 7 of day 1's battles again
+    _write(logs, "2024-05-03", _ids("c", 60))
+    glob = str(logs / "battles")
+    first = refresh(glob, str(state_dir), str(out), RUNNER)
+    summary = first.summary
+    assert summary is not None and summary.counts.conserved
+    assert (summary.counts.read, summary.counts.counted, summary.counts.repeated_ids) == (217, 217, 7)
+    said = [w for w in summary.warnings if "battle_id an earlier day counted" in w]
+    assert said == [
+        "7 counted rows repeat a battle_id an earlier day counted, so those battles are counted twice: "
+        "day=2024-05-02: 7 (first counted on 2024-05-01). Remove the repeated rows from the later day's input "
+        "(same battle_id on two days) and refresh"
+    ]
+
+    # A new day repeating ids of two stored days (one of them a repeat already) and of itself is not: read against
+    # the stored days' hashes; the stored days' counts come from the kept counts, not recounted.
+    kept = json.loads((state_dir / CACHE_FILE).read_text())
+    assert [e["day"] for e in kept["days"]] == ["2024-05-01", "2024-05-02", "2024-05-03"]
+    _write(logs, "2024-05-04", _ids("d", 30) + _ids("a", 3) + _ids("c", 5))
+    again = refresh(glob, str(state_dir), str(out), RUNNER)
+    assert again.aggregated_days == ["2024-05-04"]
+    assert again.summary is not None and again.summary.counts.repeated_ids == 7 + 8
+    found = _repeats(state_dir)
+    assert {d: r.rows for d, r in found.days.items()} == {
+        "2024-05-01": 0,
+        "2024-05-02": 7,
+        "2024-05-03": 0,
+        "2024-05-04": 8,
+    }
+    assert found.days["2024-05-04"].earlier == ("2024-05-01", "2024-05-03")
+
+    # An earlier day changed: the days after it are recounted (day 2's repeats of day 1 are gone).
+    _write(logs, "2024-05-01", _ids("z", 90))
+    third = refresh(glob, str(state_dir), str(out), RUNNER)
+    assert third.aggregated_days == ["2024-05-01"]
+    assert third.summary is not None and third.summary.counts.repeated_ids == 8
+    found = _repeats(state_dir)
+    assert {d: r.rows for d, r in found.days.items()} == {
+        "2024-05-01": 0,
+        "2024-05-02": 0,
+        "2024-05-03": 0,
+        "2024-05-04": 8,
+    }
+    assert found.days["2024-05-04"].earlier == ("2024-05-02", "2024-05-03")  # a0-a2 are day 2's now
+
+
+def test_backfill_says_it_and_a_clean_history_says_nothing(tmp_path: Path) -> None:
+    logs, state_dir = tmp_path / "logs", tmp_path / "state"
+    _write(logs, "2024-05-01", _ids("a", 40))
+    _write(logs, "2024-05-02", _ids("b", 40))
+    result = run_backfill(str(logs / "battles"), str(state_dir), RUNNER)
+    assert "battle_id an earlier day counted" not in backfill_summary(result)
+    assert _repeats(state_dir).total == 0
+
+    _write(logs, "2024-05-03", _ids("b", 40)[:11] + _ids("c", 20))
+    result = run_backfill(str(logs / "battles"), str(state_dir), [*RUNNER])
+    printed = backfill_summary(result)
+    assert (
+        "warning: 11 counted rows repeat a battle_id an earlier day counted, so those battles are counted twice: "
+        "day=2024-05-03: 11 (first counted on 2024-05-02)" in printed
+    )
+
+
+def test_days_stored_without_ids_are_not_checked(tmp_path: Path) -> None:
+    logs, state_dir = tmp_path / "logs", tmp_path / "state"
+    _write(logs, "2024-05-01", _ids("a", 40))
+    _write(logs, "2024-05-02", _ids("a", 40))
+    run_backfill(str(logs / "battles"), str(state_dir), RUNNER)
+    assert {d: r.rows for d, r in _repeats(state_dir).days.items()} == {"2024-05-01": 0, "2024-05-02": 40}
+    # As a state written before ids were kept: day 1's manifest names no ids file.
+    manifest_path = Path(state.manifest_path(str(state_dir), "2024-05-01"))
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"] = [f for f in manifest["files"] if not f.endswith(IDS_FILE)]
+    manifest["sha256"] = {k: v for k, v in manifest["sha256"].items() if not k.endswith(IDS_FILE)}
+    manifest_path.write_text(json.dumps(manifest))
+    found = _repeats(state_dir)
+    assert found.unchecked == ("2024-05-01",)
+    assert found.total == 0  # day 2 has no earlier day it can be compared with
+
+
+def test_the_stored_hashes_are_the_counted_ids(tmp_path: Path) -> None:
+    logs, state_dir = tmp_path / "logs", tmp_path / "state"
+    ids = _ids("a", 50)
+    frame = pl.concat([_battles(ids, "2024-05-01"), _battles(ids[:4], "2024-05-01")])  # 4 repeats within the day
+    frame = frame.with_columns(
+        pl.when(pl.int_range(pl.len()) == 9).then(pl.lit("X")).otherwise("winner").alias("winner")
+    )
+    folder = logs / "battles" / "day=2024-05-01"
+    folder.mkdir(parents=True)
+    frame.write_parquet(folder / "part-0.parquet")
+    run_backfill(str(logs / "battles"), str(state_dir), RUNNER)
+    manifest = state.read_day_manifest(str(state_dir), "2024-05-01") or {}
+    stored = state.read_day_table(str(state_dir), "2024-05-01", manifest, IDS_FILE)
+    assert stored is not None
+    hashes = stored.column("h1").to_numpy()
+    counted = pl.Series([i for k, i in enumerate(ids) if k != 9]).hash(0x9E3779B97F4A7C15).to_numpy()
+    assert np.array_equal(hashes, np.sort(counted))  # sorted, one per counted id: no duplicate, no rejected row

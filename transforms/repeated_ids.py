@@ -1,0 +1,231 @@
+"""Battle ids counted on more than one day: found and said, never counted twice without a word.
+
+Within a day a repeated ``battle_id`` is dead-lettered (:class:`~biasboard.transforms.validate.SeenIds`) and a
+whole file stored under two days is refused (:func:`~biasboard.transforms.read.check_copies`), but a row that
+comes back on another day — an export that re-emits yesterday's rows in today's file, a backfill folder and a
+live folder that overlap — was counted on both days without a sound.
+
+Each day's aggregation stores the sorted 64-bit hashes of the battle ids it counted (:data:`IDS_FILE`, 8 bytes
+a battle, beside its cells).  :func:`repeated_ids` counts, for every day, its counted rows whose id was counted
+on an earlier day, and the summary sums them (``counts.repeated_ids``) and names the days in a warning.
+
+The copies stay counted: dropping them would make a day's cells depend on every earlier day, so a late or
+corrected earlier day would change later days' cells (and a backfill could no longer aggregate days
+independently).  The warning says which days to clean upstream.
+
+Incremental like the cells: the counts are kept in the state (:data:`CACHE_FILE`) with the days' ids-file
+digests; a refresh recounts only the days from the first one that is new, changed or gone, each against the
+days before it, reading each earlier day's hashes once, one day at a time, and holding only the recounted
+days' hashes (a daily refresh: the new day's).  Days aggregated before ids were kept, or hashed by another
+polars version (its hash is not stable across versions), are counted as not checked.  Hashes, not ids: two
+different ids collide with probability ~2⁻⁶⁴ a pair (about 10⁻⁷ for a new day of 10⁵ ids against 10⁸).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+from biasboard.transforms import state, storage
+from biasboard.transforms.validate import ID_HASH_SCHEME
+
+_LOG = logging.getLogger(__name__)
+
+#: A day's counted battle ids as sorted 64-bit hashes (one column, ``h1``), stored beside its cells.
+IDS_FILE = state.BATTLE_IDS_FILE
+#: The per-day counts of the last check, and the ids-file digests they were made from.
+CACHE_FILE = "repeated_ids.json"
+CACHE_VERSION = 1
+#: The hash an ids file holds, in its schema metadata: files of another scheme are not compared.
+SCHEME_KEY = b"biasboard.ids_hash"
+#: Ids recounted at once (a block of days): bounds the recount's memory (~40 bytes an id) on a backfilled history.
+BLOCK_IDS = 1 << 22
+#: Days a warning names (the ones with the most repeats), then a count of the rest.
+DAYS_NAMED = 3
+
+
+def ids_table(hashes: np.ndarray, scheme: str = ID_HASH_SCHEME) -> pa.Table:
+    """A day's :data:`IDS_FILE`: the hashes of the ids it counted, sorted, with their scheme in the metadata."""
+    column = pa.array(np.sort(np.asarray(hashes, np.uint64)), pa.uint64())
+    return pa.table({"h1": column}).replace_schema_metadata({SCHEME_KEY: scheme.encode()})
+
+
+@dataclass(frozen=True)
+class DayRepeats:
+    """One day's counted rows whose id an earlier day counted, and (the first few of) those earlier days."""
+
+    rows: int
+    earlier: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RepeatedIds:
+    """The check over every stored day: each day's repeats, and the days that could not be checked."""
+
+    days: dict[str, DayRepeats] = field(default_factory=dict)
+    unchecked: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return sum(r.rows for r in self.days.values())
+
+    def warnings(self) -> list[str]:
+        """One line naming the days with the most repeats (none when there are none)."""
+        if not self.total:
+            return []
+        busiest = sorted((d for d, r in self.days.items() if r.rows), key=lambda d: (-self.days[d].rows, d))
+        named = [
+            f"day={day}: {self.days[day].rows:,} (first counted on {', '.join(self.days[day].earlier)})"
+            for day in sorted(busiest[:DAYS_NAMED])
+        ]
+        more = busiest[DAYS_NAMED:]
+        rest = f"; {sum(self.days[d].rows for d in more):,} more on {len(more)} other day(s)" if more else ""
+        return [
+            f"{self.total:,} counted rows repeat a battle_id an earlier day counted, so those battles are counted "
+            f"twice: {'; '.join(named)}{rest}. Remove the repeated rows from the later day's input (same battle_id "
+            "on two days) and refresh"
+        ]
+
+
+def _digest(manifest: dict) -> str | None:
+    """The stored ids file's digest from the day's manifest (None: the day keeps no ids file)."""
+    for path, digest in manifest.get("sha256", {}).items():
+        if path.endswith("/" + IDS_FILE):
+            return str(digest)
+    return None
+
+
+def _read_ids(state_dir: str, day: str, manifest: dict) -> tuple[np.ndarray, str]:
+    table = state.read_day_table(state_dir, day, manifest, IDS_FILE)
+    assert table is not None  # only days whose manifest names the file are read
+    scheme = (table.schema.metadata or {}).get(SCHEME_KEY, b"").decode()
+    return table.column("h1").to_numpy(), scheme
+
+
+def _read_cache(path: str) -> dict:
+    try:
+        cache = json.loads(storage.read_text(path))
+    except Exception:  # none yet, or unreadable: everything is recounted (and the cache written again)
+        return {}
+    return cache if isinstance(cache, dict) and cache.get("version") == CACHE_VERSION else {}
+
+
+def repeated_ids(state_dir: str, days: list[str], manifests: list[dict], scheme: str = ID_HASH_SCHEME) -> RepeatedIds:
+    """Every stored day's counted rows whose battle id an earlier day counted (see the module docstring).
+
+    ``days`` sorted, ``manifests`` theirs; ``scheme``: how this installation hashes ids (files hashed otherwise
+    are not compared).
+    """
+    digests = {day: _digest(m) for day, m in zip(days, manifests, strict=True)}
+    checked = [day for day in days if digests[day] is not None]
+    cache_path = storage.join(state_dir, CACHE_FILE)
+    cached = _read_cache(cache_path).get("days", [])
+    # Counts stay valid up to the first day that is new, changed or gone (a day's count depends on the days before it).
+    keep = 0
+    for day, entry in zip(checked, cached, strict=False):
+        if entry.get("day") != day or entry.get("digest") != digests[day] or entry.get("scheme") != scheme:
+            break
+        keep += 1
+    entries = cached[:keep]
+    if keep < len(checked):
+        started = time.perf_counter()
+        by_day = dict(zip(days, manifests, strict=True))
+        for day, (rows, earlier) in _recount(state_dir, checked, keep, by_day, scheme).items():
+            foreign = rows is None
+            entries.append(
+                {"day": day, "digest": digests[day], "scheme": scheme, "rows": rows or 0, "earlier": earlier}
+                | ({"foreign": True} if foreign else {})
+            )
+        _LOG.info(
+            "repeated ids: %d day(s) recounted against the %d before them in %.2f s",
+            len(checked) - keep,
+            keep,
+            time.perf_counter() - started,
+        )
+        try:
+            storage.atomic_write_text(cache_path, json.dumps({"version": CACHE_VERSION, "days": entries}, indent=1))
+        except Exception as err:  # the counts are right either way; the next refresh recounts
+            _LOG.warning("repeated ids: could not keep the counts in %s (%s); the next run recounts", cache_path, err)
+    unchecked = sorted([d for d in days if digests[d] is None] + [e["day"] for e in entries if e.get("foreign")])
+    repeats = {e["day"]: DayRepeats(int(e["rows"]), tuple(e["earlier"])) for e in entries if not e.get("foreign")}
+    if unchecked:
+        _LOG.info(
+            "repeated ids: %d stored day(s) keep no battle-id hashes of this polars version (%s …), not checked "
+            "until re-aggregated",
+            len(unchecked),
+            unchecked[0],
+        )
+    return RepeatedIds(repeats, tuple(unchecked))
+
+
+def _recount(
+    state_dir: str, checked: list[str], keep: int, manifests: dict[str, dict], scheme: str
+) -> dict[str, tuple[int | None, list[str]]]:
+    """:func:`_count` of ``checked[keep:]`` in blocks of about :data:`BLOCK_IDS` ids, in day order: memory is a
+    block's hashes (a backfilled history is counted a block at a time), and each block reads the days before it."""
+    out: dict[str, tuple[int | None, list[str]]] = {}
+    lo = keep
+    while lo < len(checked):
+        hi, ids = lo + 1, _counted(manifests[checked[lo]])
+        while hi < len(checked) and ids + _counted(manifests[checked[hi]]) <= BLOCK_IDS:
+            ids += _counted(manifests[checked[hi]])
+            hi += 1
+        out.update(_count(state_dir, checked[:lo], checked[lo:hi], manifests, scheme))
+        lo = hi
+    return out
+
+
+def _counted(manifest: dict) -> int:
+    """The battles a day counted: its ids file's length."""
+    return int(manifest.get("counts", {}).get("counted", 0))
+
+
+def _count(
+    state_dir: str, before: list[str], recount: list[str], manifests: dict[str, dict], scheme: str
+) -> dict[str, tuple[int | None, list[str]]]:
+    """Each day of ``recount``: its rows whose id a day before it counted, and those days (the first few);
+    rows None: hashed by another scheme, not compared.  ``before``: the stored days before the first of them.
+
+    The recounted days' hashes are held, sorted by hash then day, so a repeated id is a run of entries whose
+    first is its earliest recounted day; each day of ``before`` is then read once and marks the runs it holds.
+    """
+    out: dict[str, tuple[int | None, list[str]]] = {}
+    hashes, owner = [], []
+    for i, day in enumerate(recount):
+        h, day_scheme = _read_ids(state_dir, day, manifests[day])
+        if day_scheme != scheme:
+            out[day] = (None, [])
+            continue
+        hashes.append(h)
+        owner.append(np.full(h.size, i, np.int32))
+    h_all = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
+    day_of = np.concatenate(owner) if owner else np.zeros(0, np.int32)
+    order = np.lexsort((day_of, h_all))
+    h_all, day_of = h_all[order], day_of[order]
+    later = np.zeros(h_all.size, bool)
+    later[1:] = h_all[1:] == h_all[:-1]  # not its run's first entry: a recounted day before it counted the id
+    start = np.maximum.accumulate(np.where(later, 0, np.arange(h_all.size)))  # each entry's run's first entry
+    origin = np.full(h_all.size, -1, np.int32)  # at a run's first entry: the earliest day of ``before`` holding it
+    for k, day in enumerate(before if h_all.size else []):
+        h, day_scheme = _read_ids(state_dir, day, manifests[day])
+        if day_scheme != scheme:
+            continue
+        at = np.minimum(np.searchsorted(h_all, h), h_all.size - 1)
+        hit = at[h_all[at] == h]  # run starts (searchsorted finds a run's first entry)
+        origin[hit[origin[hit] < 0]] = k
+    repeated = later | (origin[start] >= 0)
+    counts = np.bincount(day_of[repeated], minlength=len(recount))
+    # Which days first counted them: each (repeating day, first day) pair once, its first day as an index into
+    # ``before`` + ``recount`` (a whole re-emitted day repeats 10⁵ rows: no loop per row).
+    first = np.where(origin[start] >= 0, origin[start], len(before) + day_of[start])[repeated]
+    names = [*before, *recount]
+    firsts: dict[int, list[str]] = {}
+    for code in np.unique(day_of[repeated].astype(np.int64) * len(names) + first).tolist():
+        firsts.setdefault(code // len(names), []).append(names[code % len(names)])
+    for i, day in enumerate(recount):
+        out.setdefault(day, (int(counts[i]), firsts.get(i, [])[:DAYS_NAMED]))
+    return {day: out[day] for day in recount}
