@@ -26,9 +26,9 @@ import polars as pl
 from biasboard.pipelines import validation
 from biasboard.pipelines.options import defaults_from, options_from
 from biasboard.pipelines.refresh import RefreshOptions, refresh, warning_lines
+from biasboard.pipelines.validation import NumberRule
 from biasboard.ranking.rank_stats import kendall_tau_b
 from biasboard.report.text import fmt, side_by_side_text
-from biasboard.schemas.errors import InputError
 from biasboard.schemas.summary import Summary
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import storage
@@ -56,23 +56,29 @@ class DemoOptions:
     audit: bool = True
 
 
+#: The demo's numeric flags: whole numbers, their least value, and what they set.
+NUMBER_FLAGS: dict[str, tuple[int, str]] = {
+    "--battles": (1, "battles to simulate"),
+    "--models": (3, "models"),
+    "--judges": (1, "judges"),
+    "--days": (1, "day partitions"),
+    "--seed": (0, "random seed"),
+    "--top": (1, "rows of each leaderboard to print"),
+    "--k": (1, "top-k for the membership probabilities"),
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", help="folder for logs/, state/, out/ (default: a new temp folder)")
-    parser.add_argument("--battles", type=int, help="battles to simulate (default %(default)s)")
-    parser.add_argument("--models", type=int, help="models (default %(default)s)")
-    parser.add_argument("--judges", type=int, help="judges (default %(default)s)")
-    parser.add_argument("--days", type=int, help="day partitions (default %(default)s)")
-    parser.add_argument("--seed", type=int, help="random seed (default %(default)s)")
-    parser.add_argument("--top", type=int, help="rows of each leaderboard to print (default %(default)s)")
-    parser.add_argument("--k", type=int, help="top-k for the membership probabilities (default %(default)s)")
+    for flag, (low, what) in NUMBER_FLAGS.items():
+        rule = NumberRule(integer=True, low=low)
+        parser.add_argument(flag, type=rule.flag_type(flag), help=f"{what} (default %(default)s)")
     parser.add_argument("--no-audit", dest="audit", action="store_false", help="skip the judge audit")
     defaults_from(parser, DemoOptions())
 
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     job = options_from(DemoOptions, args)
-    if job.top < 1:
-        raise InputError(f"--top must be at least 1, got {job.top}")
     workdir = Path(job.workdir) if job.workdir else Path(tempfile.mkdtemp(prefix="biasboard-demo-"))
     validation.writable_folder(str(workdir), "--workdir")
     config = SimulationConfig(

@@ -26,9 +26,13 @@ import polars as pl
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from biasboard.pipelines import validation
 from biasboard.pipelines.options import beam_options, defaults_from, options_from
+from biasboard.pipelines.validation import NumberRule
 from biasboard.plan import STRATEGIES
 from biasboard.transforms import storage
 from biasboard.transforms.plan import make_plan
+
+#: A cap's share of the batch as the command line reads it (plan checks the bound (0, 1] and says why).
+SHARE = NumberRule(above=0.0)
 
 
 @dataclass(frozen=True)
@@ -48,8 +52,17 @@ class PlanOptions:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder holding snapshots/ and LATEST (local or gs://)")
-    parser.add_argument("--budget", required=True, type=int, help="comparisons to plan (pairs x 2 orders)")
-    parser.add_argument("--k", type=int, help="size of the top set to target (default: the fit's k)")
+    parser.add_argument(
+        "--budget",
+        required=True,
+        type=NumberRule(integer=True, low=2).flag_type("--budget"),
+        help="comparisons to plan (pairs x 2 orders)",
+    )
+    parser.add_argument(
+        "--k",
+        type=NumberRule(integer=True, low=1).flag_type("--k"),
+        help="size of the top set to target (default: the fit's k)",
+    )
     parser.add_argument(
         "--judge",
         action="append",
@@ -64,7 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--snapshot", help="snapshot id (default: the one LATEST names)")
     parser.add_argument("--to", help="where to write the plan (default: OUT/plans/<snapshot id>)")
     parser.add_argument(
-        "--seed", type=int, help="seed of the Monte Carlo draws (plans are deterministic; default %(default)s)"
+        "--seed",
+        type=NumberRule(integer=True, low=0).flag_type("--seed"),
+        help="seed of the Monte Carlo draws (plans are deterministic; default %(default)s)",
     )
     parser.add_argument(
         "--no-repeat",
@@ -76,13 +91,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-pair-share",
-        type=float,
+        type=SHARE.flag_type("--max-pair-share"),
         help="most of the batch one pair may take, a fraction in (0, 1] (default: an equal split "
         "over the pairs, rounded up); a limit: a plan that fills it stops short of the budget, with a note",
     )
     parser.add_argument(
         "--max-judge-share",
-        type=float,
+        type=SHARE.flag_type("--max-judge-share"),
         help="most of the batch one judge may take, a fraction in (0, 1] (default: an equal split "
         "over the judges, rounded up); a limit: a plan that fills it stops short of the budget, with a note",
     )

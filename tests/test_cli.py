@@ -86,3 +86,24 @@ def test_plan_refuses_a_budget_it_could_not_plan_in_reasonable_time(tmp_path, ca
 def test_every_job_takes_its_flag_defaults_from_its_options_dataclass(command, required, options):
     args, rest = cli.build_parser(command).parse_known_args([command, *required])
     assert rest == [] and options_from(options, args) == options()
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["demo", "--battles", "abc"], "--battles must be a whole number, at least 1, got 'abc'"),
+        (["demo", "--k", "0"], "--k must be at least 1, got 0"),  # was refused only after simulating the battles
+        (["demo", "--seed", "1.5"], "--seed must be a whole number, at least 0, got '1.5'"),
+        (["demo", "--top", "0"], "--top must be at least 1, got 0"),
+        (["plan", "--out", "OUT", "--budget", "abc"], "--budget must be a whole number, at least 2, got 'abc'"),
+        (["plan", "--out", "OUT", "--budget", "10", "--k", "0"], "--k must be at least 1, got 0"),
+        (["plan", "--out", "OUT", "--budget", "10", "--max-pair-share", "x"], "--max-pair-share must be above 0"),
+    ],
+)
+def test_demo_and_plan_numbers_are_refused_in_one_line_naming_the_flag(argv, said, tmp_path, capsys):
+    """argparse said ``argument --battles: invalid int value: 'abc'`` under its usage block; now as refresh does."""
+    argv = [str(tmp_path / a) if a == "OUT" else a for a in argv]
+    assert cli.main([*argv, "--workdir", str(tmp_path / "w")] if argv[0] == "demo" else argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"biasboard {argv[0]}: error: {said}") and err.count("\n") == 1
+    assert not (tmp_path / "w").exists() and not (tmp_path / "OUT").exists()
