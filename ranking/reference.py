@@ -178,10 +178,13 @@ class Reference:
             return "none: each judge's effects are measured against zero (style control)"
         if self.kind == "anchors":
             return "anchors: the trusted verdicts given with --anchors, fitted as one rater and not counted in battles"
+        names = ", ".join(self.judges)
+        if n_raters == 1 or (n_raters is None and len(self.judges) == 1 and not self.has_patterns):
+            return f"judge: {names}"  # one rater, nothing pooled ('judge[1]' named exactly, or a pattern matching one)
         if self.has_patterns and n_raters is not None:
             pooled = "pooled as one rater for position, length and affinity"
-            return f"judges: {', '.join(self.judges)} ({n_raters} judges, {pooled})"
-        return f"judges: {', '.join(self.judges)} (pooled as one rater)"
+            return f"judges: {names} ({n_raters} judges, {pooled})"
+        return f"judges: {names} (pooled as one rater)"
 
 
 def _is_pattern(name: str) -> bool:

@@ -373,6 +373,11 @@ def test_a_judge_named_with_glob_characters_is_named_literally_first():
     assert Reference.parse("judge[1]", False).resolve(("judge1", "judge2")) == {"judge1"}
     with pytest.raises(InputError, match=re.escape("no judge matches judge[3]")):
         Reference.parse("judge[3]", False).resolve(judges)
+    # The summary's description: one rater is not "pooled" ("judges: judge[1] (1 judges, pooled as one rater ...)")
+    assert Reference.parse("judge[1]", False).describe(1) == "judge: judge[1]"
+    assert Reference.parse("gpt-judge", False).describe() == "judge: gpt-judge"
+    assert Reference.parse("judge?", False).describe(3).startswith("judges: judge? (3 judges, pooled as one rater")
+    assert Reference.parse("a,b", False).describe(2) == "judges: a, b (pooled as one rater)"
 
 
 def test_refresh_with_a_voter_pool_as_reference(tmp_path):
