@@ -43,7 +43,7 @@ from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.transforms import storage
 from biasboard.transforms.cells import IngestCounts, judge_summary
-from biasboard.transforms.day_warnings import off_day_warnings, rejected_days_warnings, rejected_share_warnings
+from biasboard.transforms.day_warnings import off_day_warnings, rejected_share_warnings, rejection_warnings
 from biasboard.transforms.ingest import IngestResult, run_ingest
 from biasboard.transforms.read import DEFAULT_BATCH_ROWS, load_aliases, validate_day
 from biasboard.transforms.repeated_ids import repeated_ids
@@ -137,10 +137,10 @@ def backfill_summary(result: IngestResult) -> str:
     if result.score_counts is not None:
         parts.append(format_counts(result.score_counts, "scores"))
     manifests = [result.manifests[d] for d in result.days]
-    warnings = rejected_share_warnings(result.counts, result.state_dir)
+    warnings = rejection_warnings(result.counts, result.days, manifests, result.state_dir)
     if result.score_counts is not None:
         warnings += rejected_share_warnings(result.score_counts, result.state_dir, "score rows")
-    warnings += rejected_days_warnings(result.days, manifests) + off_day_warnings(result.days, manifests)
+    warnings += off_day_warnings(result.days, manifests)
     stored = list_state_days(result.state_dir)  # the days written may repeat ids of days stored before them
     every = read_committed_manifests(result.state_dir, stored, "lost its manifest during the backfill")
     warnings += repeated_ids(result.state_dir, stored, [every[d] for d in stored]).warnings()

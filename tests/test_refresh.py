@@ -691,3 +691,19 @@ def test_drop_missing_days_with_an_input_that_matches_nothing_drops_nothing(sim,
     assert cli.main([*argv, "--drop-missing-days"]) == 2
     assert len(list((state / "manifests").glob("day=*.json"))) == SIM.days  # nothing dropped
     assert capsys.readouterr().err.strip().endswith("empty/*.parquet: no input files match")
+
+
+def test_a_day_that_holds_every_rejection_is_said_once():
+    """One day's broken file was said twice: 'day … rejected 1,800 of the 1,800 rows it read' and '1,800 of the 6,000
+    rows read (30.0%) were rejected'; the share line stays when other days rejected rows too (it adds them)."""
+    broken, clean, some = IngestCounts(1800, 0, {"bad_winner": 1800}), IngestCounts(4200, 4200, {}), None
+    days = ["2024-05-01", "2024-05-02"]
+    lines = day_warnings.rejection_warnings(
+        broken + clean, days, [{"counts": broken.to_dict()}, {"counts": clean.to_dict()}], "st"
+    )
+    assert lines == ["day 2024-05-01 rejected 1,800 of the 1,800 rows it read (bad_winner 1,800): see its dead letters"]
+    some = IngestCounts(4200, 4000, {"missing:judge": 200})
+    lines = day_warnings.rejection_warnings(
+        broken + some, days, [{"counts": broken.to_dict()}, {"counts": some.to_dict()}], "st"
+    )
+    assert len(lines) == 2 and lines[1].startswith("2,000 of the 6,000 rows read (33.3%")

@@ -66,9 +66,28 @@ def rejected_days_warnings(days: list[str], manifests: list[dict]) -> list[str]:
     return [
         f"day {day} rejected {counts.rejected_total:,} of the {counts.read:,} rows it read ({_reasons(counts)}): "
         "see its dead letters"
+        for day, counts in _rejecting_days(days, manifests)
+    ]
+
+
+def _rejecting_days(days: list[str], manifests: list[dict]) -> list[tuple[str, IngestCounts]]:
+    """The days :func:`rejected_days_warnings` names, with their counts."""
+    return [
+        (day, counts)
         for day, counts in _day_counts(days, manifests)
         if counts.read and counts.rejected_total > REJECTED_DAY_SHARE * counts.read
     ]
+
+
+def rejection_warnings(counts: IngestCounts, days: list[str], manifests: list[dict], state_dir: str) -> list[str]:
+    """The battle rows' rejection warnings: the days that rejected most of their rows, then the share over all days
+    unless those days' lines already hold every rejected row (one day's broken file said twice, measured: 'day
+    2024-05-02 rejected 1,800 of the 1,800 rows ...' and '1,800 of the 6,000 rows read (30.0%) were rejected ...')."""
+    named = _rejecting_days(days, manifests)
+    share = rejected_share_warnings(counts, state_dir)
+    if named and sum(c.rejected_total for _, c in named) == counts.rejected_total:
+        share = []
+    return [*rejected_days_warnings(days, manifests), *share]
 
 
 def battle_rows_read(days: list[str], manifests: list[dict]) -> int:

@@ -43,8 +43,8 @@ from biasboard.transforms.day_warnings import (
     battle_rows_read,
     no_battle_message,
     off_day_warnings,
-    rejected_days_warnings,
     rejected_share_warnings,
+    rejection_warnings,
 )
 from biasboard.transforms.judge_pool import pool_buckets, pool_table
 from biasboard.transforms.plan import plan_inputs
@@ -539,9 +539,8 @@ def build_summary(
             f"row accounting does not add up: read {counts.read} != counted {counts.counted} + "
             f"rejected {counts.rejected_total}"
         )
-    warnings.extend(rejected_share_warnings(counts, state_dir))
+    warnings.extend(rejection_warnings(counts, days, manifests, state_dir))
     warnings.extend(rejected_share_warnings(score_counts, state_dir, "score rows"))
-    warnings.extend(rejected_days_warnings(days, manifests))
     warnings.extend(off_day_warnings(days, manifests))
     repeats = repeated_ids(state_dir, days, manifests)
     warnings.extend(repeats.warnings())
