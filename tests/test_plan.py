@@ -394,7 +394,7 @@ def test_a_plan_held_by_the_pair_share_says_so_not_that_repeats_are_off(tmp_path
 def test_a_negative_seed_is_a_one_line_error(tmp_path, fitted, capsys):
     _snapshot(str(tmp_path / "out"), fitted)
     assert cli.main(["plan", "--out", str(tmp_path / "out"), "--budget", "10", "--seed", "-1"]) == 2
-    assert "--seed -1" in capsys.readouterr().err
+    assert "--seed must be at least 0, got -1" in capsys.readouterr().err  # the rule refresh and demo use
 
 
 def test_roundrobin_says_when_it_does_not_know_the_past_counts():
