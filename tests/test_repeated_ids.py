@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -155,3 +157,12 @@ def test_the_stored_hashes_are_the_counted_ids(tmp_path: Path) -> None:
     hashes = stored.column("h1").to_numpy()
     counted = pl.Series([i for k, i in enumerate(ids) if k != 9]).hash(0x9E3779B97F4A7C15).to_numpy()
     assert np.array_equal(hashes, np.sort(counted))  # sorted, one per counted id: no duplicate, no rejected row
+
+
+def test_the_benchmark_smoke_run_finds_the_planted_repeats():
+    """bench/repeated_ids.py --smoke: the +1 day repeats 1% of the first day's 20,000 ids, at H and 2H."""
+    bench = Path(__file__).resolve().parents[1] / "bench" / "repeated_ids.py"
+    done = subprocess.run([sys.executable, str(bench), "--smoke"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (line,) = [row for row in done.stdout.splitlines() if row.startswith("+1 day")]
+    assert line.endswith("200 / 200"), done.stdout
