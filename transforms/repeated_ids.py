@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+from biasboard.ranking.allocator import release_freed_memory
 from biasboard.transforms import state, storage
 from biasboard.transforms.validate import ID_HASH_SCHEME
 
@@ -42,8 +43,9 @@ CACHE_FILE = "repeated_ids.json"
 CACHE_VERSION = 1
 #: The hash an ids file holds, in its schema metadata: files of another scheme are not compared.
 SCHEME_KEY = b"biasboard.ids_hash"
-#: Ids recounted at once (a block of days): bounds the recount's memory (~40 bytes an id) on a backfilled history.
-BLOCK_IDS = 1 << 22
+#: Ids recounted at once (a block of days): bounds the recount's memory (~50 bytes an id: ~100 MB) on a backfilled
+#: history, whose every block reads the days before it.
+BLOCK_IDS = 1 << 21
 #: Days a warning names (the ones with the most repeats), then a count of the rest.
 DAYS_NAMED = 3
 
@@ -134,7 +136,9 @@ def repeated_ids(state_dir: str, days: list[str], manifests: list[dict], scheme:
     if keep < len(checked):
         started = time.perf_counter()
         by_day = dict(zip(days, manifests, strict=True))
-        for day, (rows, earlier) in _recount(state_dir, checked, keep, by_day, scheme).items():
+        recounted = _recount(state_dir, checked, keep, by_day, scheme)
+        release_freed_memory()  # the recount's hashes: back to the system before the summary and report
+        for day, (rows, earlier) in recounted.items():
             foreign = rows is None
             entries.append(
                 {"day": day, "digest": digests[day], "scheme": scheme, "rows": rows or 0, "earlier": earlier}
@@ -204,8 +208,9 @@ def _count(
         owner.append(np.full(h.size, i, np.int32))
     h_all = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
     day_of = np.concatenate(owner) if owner else np.zeros(0, np.int32)
-    order = np.lexsort((day_of, h_all))
+    order = np.argsort(h_all, kind="stable")  # by hash, then day: the days' sorted runs come in day order
     h_all, day_of = h_all[order], day_of[order]
+    del order
     later = np.zeros(h_all.size, bool)
     later[1:] = h_all[1:] == h_all[:-1]  # not its run's first entry: a recounted day before it counted the id
     start = np.maximum.accumulate(np.where(later, 0, np.arange(h_all.size)))  # each entry's run's first entry
