@@ -63,6 +63,7 @@ import pyarrow.compute as pc
 from biasboard.importers.common import (
     REASON,
     REASON_NO_VERDICT,
+    TIE_BAND,
     ImportOptions,
     ImportResult,
     column_or_null,
@@ -74,7 +75,6 @@ from biasboard.importers.common import (
     require_columns,
     stable_id,
 )
-from biasboard.schemas.errors import InputError
 from biasboard.schemas.rules import first_reason
 
 #: Searched recursively, so a model folder or the whole ``results/`` tree works as ``--in``.
@@ -267,8 +267,7 @@ def prompt_ids(frame: pl.DataFrame, paths: Sequence[Path]) -> pl.Expr:
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
-    if not 0.0 <= options.tie_band < 0.5:
-        raise InputError(f"--tie-band must be in [0, 0.5), not {options.tie_band}")
+    TIE_BAND.check(options.tie_band, "--tie-band")
     unit = pick_length_unit(options)
     raw = read_all(paths, scalar=SCALAR)
     require_columns(raw, REQUIRED, paths, "AlpacaEval annotation")

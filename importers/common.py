@@ -44,6 +44,7 @@ from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA, SLICE_COLUMNS,
 from biasboard.schemas.coerce import FLAG_PREFIX, REASON_BAD_TYPE_PREFIX, coerce_types, flag_reasons
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.numbers import NumberRule
 from biasboard.schemas.rules import (
     REASON_DUPLICATE_SCORE_ID,
     battle_reason_expr,
@@ -81,6 +82,10 @@ BATTLE_MAPPED = ("battle_id", "ts", "judge", "model_a", "model_b", "winner", "pr
 
 #: JSON reader block size: large enough that type inference sees a whole fixture file at once.
 _JSON_BLOCK_SIZE = 64 << 20
+
+
+#: ``--tie-band``: how far from 1.5 an AlpacaEval preference is still a tie (0.5 would make every verdict one).
+TIE_BAND = NumberRule(low=0.0, below=0.5)
 
 
 @dataclass(frozen=True)

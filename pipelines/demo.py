@@ -25,12 +25,14 @@ import numpy as np
 import polars as pl
 from biasboard.pipelines import validation
 from biasboard.pipelines.options import defaults_from, options_from
+from biasboard.pipelines.refresh import NUMBER_FLAGS as REFRESH_NUMBER_FLAGS
 from biasboard.pipelines.refresh import RefreshOptions, refresh, warning_lines
 from biasboard.pipelines.validation import NumberRule
 from biasboard.ranking.rank_stats import kendall_tau_b
 from biasboard.report.text import fmt, side_by_side_text
 from biasboard.schemas.summary import Summary
 from biasboard.simulate import SimulationConfig, write_simulation
+from biasboard.simulate.simulator import FLAG_RULES
 from biasboard.transforms import storage
 
 _LOG = logging.getLogger(__name__)
@@ -56,22 +58,22 @@ class DemoOptions:
     audit: bool = True
 
 
-#: The demo's numeric flags: whole numbers, their least value, and what they set.
-NUMBER_FLAGS: dict[str, tuple[int, str]] = {
-    "--battles": (1, "battles to simulate"),
-    "--models": (3, "models"),
-    "--judges": (1, "judges"),
-    "--days": (1, "day partitions"),
-    "--seed": (0, "random seed"),
-    "--top": (1, "rows of each leaderboard to print"),
-    "--k": (1, "top-k for the membership probabilities"),
+#: The demo's numeric flags, what each accepts and what it sets: the simulation's flags by the simulator's own
+#: rules (:data:`~biasboard.simulate.simulator.FLAG_RULES`), the board's by refresh's.
+NUMBER_FLAGS: dict[str, tuple[NumberRule, str]] = {
+    "--battles": (FLAG_RULES["battles"][1], "battles to simulate"),
+    "--models": (FLAG_RULES["models"][1], "models"),
+    "--judges": (FLAG_RULES["judges"][1], "judges"),
+    "--days": (FLAG_RULES["days"][1], "day partitions"),
+    "--seed": (FLAG_RULES["seed"][1], "random seed"),
+    "--top": (NumberRule(integer=True, low=1), "rows of each leaderboard to print"),
+    "--k": (REFRESH_NUMBER_FLAGS["--k"][1], "top-k for the membership probabilities"),
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", help="folder for logs/, state/, out/ (default: a new temp folder)")
-    for flag, (low, what) in NUMBER_FLAGS.items():
-        rule = NumberRule(integer=True, low=low)
+    for flag, (rule, what) in NUMBER_FLAGS.items():
         parser.add_argument(flag, type=rule.flag_type(flag), help=f"{what} (default %(default)s)")
     parser.add_argument("--no-audit", dest="audit", action="store_false", help="skip the judge audit")
     defaults_from(parser, DemoOptions())

@@ -28,7 +28,7 @@ import argparse
 import datetime as dt
 from pathlib import Path
 
-from biasboard.importers.common import DEFAULT_DATE, ImportOptions, resolve_inputs
+from biasboard.importers.common import DEFAULT_DATE, TIE_BAND, ImportOptions, resolve_inputs
 from biasboard.importers.output import summary_lines, write_import
 from biasboard.importers.registry import FORMATS, convert
 from biasboard.pipelines import validation
@@ -84,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--tie-band",
-        type=float,
+        type=TIE_BAND.flag_type("--tie-band"),
         default=0.0,
         metavar="W",
         help="alpacaeval: a preference within W of 1.5 is a tie (default 0: only exactly 1.5)",

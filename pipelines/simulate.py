@@ -15,10 +15,12 @@ import argparse
 import datetime as dt
 import logging
 import time
+from typing import Any
 
 from biasboard.pipelines import validation
 from biasboard.schemas.errors import InputError
 from biasboard.simulate import DESIGNS, SimulationConfig, truth, write_simulation
+from biasboard.simulate.simulator import FLAG_RULES
 
 log = logging.getLogger(__name__)
 
@@ -32,45 +34,50 @@ def _date(text: str) -> dt.date:
         raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {text!r}") from err
 
 
+def _number(field: str) -> dict[str, Any]:
+    """``add_argument`` keywords of the flag that sets ``field``: its default, read and checked by its rule."""
+    flag, rule = FLAG_RULES[field]
+    return {"type": rule.flag_type(flag), "default": getattr(_DEFAULTS, field)}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = _DEFAULTS
     parser.add_argument("--out", required=True, help="output folder (battles/, scores/, truth.json)")
-    parser.add_argument("--battles", type=int, default=d.battles, help="valid battle rows (default %(default)s)")
-    parser.add_argument("--models", type=int, default=d.models, help="models (default %(default)s)")
-    parser.add_argument("--judges", type=int, default=d.judges, help="judges, humans included (default %(default)s)")
-    parser.add_argument("--human-judges", type=int, default=d.human_judges, help="of which human pools")
-    parser.add_argument("--days", type=int, default=d.days, help="day partitions (default %(default)s)")
+    parser.add_argument("--battles", **_number("battles"), help="valid battle rows (default %(default)s)")
+    parser.add_argument("--models", **_number("models"), help="models (default %(default)s)")
+    parser.add_argument("--judges", **_number("judges"), help="judges, humans included (default %(default)s)")
+    parser.add_argument("--human-judges", **_number("human_judges"), help="of which human pools")
+    parser.add_argument("--days", **_number("days"), help="day partitions (default %(default)s)")
     parser.add_argument("--start-date", type=_date, default=d.start_date, help="first day (default %(default)s)")
     parser.add_argument("--design", choices=DESIGNS, default=d.design, help="tournament design (Katoch et al. 2026)")
     parser.add_argument("--both-orders", action="store_true", help="judge every sampled unit in both orders")
-    parser.add_argument("--bad-rows", type=float, default=d.bad_rows, help="injected bad rows per valid row")
-    parser.add_argument("--scores", type=float, default=d.scores, help="ordinal score rows per battle row")
-    parser.add_argument("--grades", type=int, default=d.grades, help="scores are 1..K (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=d.seed, help="random seed (default %(default)s)")
-    parser.add_argument("--corr-length", type=float, default=d.corr_length, help="corr(θ, mean log length)")
-    parser.add_argument("--self-battles", type=float, default=d.self_battles, help="share of model_a == model_b")
-    parser.add_argument("--self-identical", type=float, default=d.self_identical, help="of self-battles: same answer")
-    parser.add_argument("--hubs", type=int, default=d.hubs, help="multihub hubs (0: max(2, min(5, M/8)))")
-    parser.add_argument("--strata", type=int, default=d.strata, help="stratified strata (0: max(2, min(5, M/5)))")
-    parser.add_argument("--prompts", type=int, default=d.prompts, help="distinct prompts (default %(default)s)")
-    parser.add_argument("--families", type=int, default=d.families, help="model families (default %(default)s)")
-    parser.add_argument("--position-skew", type=float, default=d.position_skew, help="SD of per-model first-slot")
-    parser.add_argument("--gamma0", type=float, default=d.gamma0, help="global position effect γ₀")
-    parser.add_argument("--beta0", type=float, default=d.beta0, help="global length effect β₀ per ln ratio")
-    parser.add_argument("--lambda0", type=float, default=d.lambda0, help="global same-family affinity λ₀")
-    parser.add_argument("--sd-u", type=float, default=d.sd_u, help="SD of per-judge position deviations")
-    parser.add_argument("--theta-sd", type=float, default=d.theta_sd, help="SD of model quality θ")
+    parser.add_argument("--bad-rows", **_number("bad_rows"), help="injected bad rows per valid row")
+    parser.add_argument("--scores", **_number("scores"), help="ordinal score rows per battle row")
+    parser.add_argument("--grades", **_number("grades"), help="scores are 1..K (default %(default)s)")
+    parser.add_argument("--seed", **_number("seed"), help="random seed (default %(default)s)")
+    parser.add_argument("--corr-length", **_number("corr_length"), help="corr(θ, mean log length)")
+    parser.add_argument("--self-battles", **_number("self_battles"), help="share of model_a == model_b")
+    parser.add_argument("--self-identical", **_number("self_identical"), help="of self-battles: same answer")
+    parser.add_argument("--hubs", **_number("hubs"), help="multihub hubs (0: max(2, min(5, M/8)))")
+    parser.add_argument("--strata", **_number("strata"), help="stratified strata (0: max(2, min(5, M/5)))")
+    parser.add_argument("--prompts", **_number("prompts"), help="distinct prompts (default %(default)s)")
+    parser.add_argument("--families", **_number("families"), help="model families (default %(default)s)")
+    parser.add_argument("--position-skew", **_number("position_skew"), help="SD of per-model first-slot")
+    parser.add_argument("--gamma0", **_number("gamma0"), help="global position effect γ₀")
+    parser.add_argument("--beta0", **_number("beta0"), help="global length effect β₀ per ln ratio")
+    parser.add_argument("--lambda0", **_number("lambda0"), help="global same-family affinity λ₀")
+    parser.add_argument("--sd-u", **_number("sd_u"), help="SD of per-judge position deviations")
+    parser.add_argument("--theta-sd", **_number("theta_sd"), help="SD of model quality θ")
     parser.add_argument("--style", action="store_true", help="write style counts (headers, lists, bold) with effects")
-    parser.add_argument("--corr-style", type=float, default=d.corr_style, help="corr(θ, mean log header count)")
+    parser.add_argument("--corr-style", **_number("corr_style"), help="corr(θ, mean log header count)")
     parser.add_argument(
         "--categories",
-        type=int,
-        default=d.categories,
+        **_number("categories"),
         help="label each battle with one of N categories, each shifting every model's quality (refresh --slices "
         "category recovers their boards; default %(default)s: no category)",
     )
     parser.add_argument(
-        "--category-sd", type=float, default=d.category_sd, help="SD of a model's quality shift within a category"
+        "--category-sd", **_number("category_sd"), help="SD of a model's quality shift within a category"
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier simulation in --out")
 

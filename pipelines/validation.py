@@ -32,87 +32,18 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-from functools import partial
 from urllib.parse import urlsplit
 
 from apache_beam.transforms.resources import parse_resource_hints
 from biasboard.schemas.errors import InputError, StateError, StorageUnreachable
 from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.numbers import NumberRule
 from biasboard.transforms import gcs_requests, storage
 
 #: Total time the up-front bucket probe may spend retrying (seconds).
 BUCKET_PROBE_DEADLINE_S = 12.0
 #: Time one probe request may take (seconds).
 BUCKET_PROBE_TIMEOUT_S = 4.0
-
-
-@dataclass(frozen=True)
-class NumberRule:
-    """What a numeric flag accepts, said in the flag's own words: ``--k must be at least 1, got 0``.
-
-    One rule both reads the command line's text (:meth:`flag_type`: ``--k abc`` is refused in one line rather than
-    argparse's usage block) and checks a value a caller of the job's function passed (:meth:`check`).  Why:
-    ``--length-clip 5`` was refused by the model's own check, naming its field (``length_clip must be None or ...``)
-    and not the flag, ``--gate-level 2`` said "gate level", ``--length-clip abc`` named a private parser function.
-    ``low``: inclusive; ``above``/``below``: exclusive; ``edges``: the only
-    values allowed; ``none``: a word that stands for None (no bound).
-    """
-
-    integer: bool = False
-    low: float | None = None
-    above: float | None = None
-    below: float | None = None
-    edges: tuple[float, ...] = ()
-    none: str | None = None
-
-    def allowed(self) -> str:
-        """``at least 1``, ``a number in (0, 1)``, ``one of 0.25, 0.5 or 'none'``: what the message says is allowed."""
-        if self.edges:
-            text = "one of " + ", ".join(f"{e:g}" for e in self.edges)
-        elif self.above is not None and self.below is not None:
-            text = f"a number in ({self.above:g}, {self.below:g})"
-        else:
-            bounds = [f"at least {self.low:g}"] if self.low is not None else []
-            bounds += [f"above {self.above:g}"] if self.above is not None else []
-            text = " and ".join(bounds) or "a number"
-        return text + (f" or '{self.none}'" if self.none else "")
-
-    def holds(self, value: float) -> bool:
-        """``value`` is allowed (NaN never is: every comparison with it is False)."""
-        if self.edges:
-            return any(float(value) == e for e in self.edges)
-        return (
-            (not self.integer or float(value).is_integer())
-            and (self.low is None or value >= self.low)
-            and (self.above is None or value > self.above)
-            and (self.below is None or value < self.below)
-        )
-
-    def check(self, value: float | None, flag: str) -> None:
-        """Refuse a value outside the rule for ``flag`` in one line (None means "not given" or the ``none`` word)."""
-        if value is not None and not self.holds(value):
-            shown = value if isinstance(value, int) else f"{value:g}"  # 5, not 5.0; 1000000000, not 1e+09
-            raise InputError(f"{flag} must be {self.allowed()}, got {shown}")
-
-    def read(self, text: str, flag: str) -> int | float | None:
-        """The command line's ``text`` for ``flag`` as the rule's number (or None for the ``none`` word), checked."""
-        if self.none and text.strip().lower() == self.none:
-            return None
-        try:
-            value: int | float = int(text) if self.integer else float(text)
-        except ValueError:
-            kind = "a whole number, " if self.integer else ""
-            raise InputError(f"{flag} must be {kind}{self.allowed()}, got {text!r}") from None
-        self.check(value, flag)
-        return value
-
-    def flag_type(self, flag: str) -> Callable[[str], int | float | None]:
-        """The ``type=`` of ``flag``'s ``add_argument``: :meth:`read`.  Its :class:`InputError` is no ``ValueError``,
-        so argparse (which turns those into its usage block and ``invalid <function> value``) lets it through to the
-        CLI's one-line refusal, exit code 2."""
-        return partial(self.read, flag=flag)
 
 
 def at_least(value: int | float | None, low: int | float, flag: str) -> None:

@@ -112,6 +112,7 @@ from biasboard.schemas.deadletter import (
     REASON_NEGATIVE_LENGTH,
 )
 from biasboard.schemas.errors import InputError, StateError
+from biasboard.schemas.numbers import NumberRule
 
 DESIGNS: tuple[str, ...] = ("uniform", "swiss", "stratified", "hubspoke", "multihub", "popularity")
 
@@ -154,6 +155,45 @@ _BAD_TIMESTAMPS = ("not-a-timestamp", "2024-13-45T99:99:99Z", "yesterday")
 _WINNER_ARRAY = pa.array(list(WINNER_VALUES), pa.string())
 _US_PER_DAY = 86_400_000_000
 _EPOCH = dt.date(1970, 1, 1)
+
+
+_WHOLE = NumberRule(integer=True, low=0)
+_COUNT = NumberRule(integer=True, low=1)
+_SD = NumberRule(low=0.0)
+_SHARE = NumberRule(low=0.0, high=1.0)
+_CORRELATION = NumberRule(above=-1.0, below=1.0)
+_EFFECT = NumberRule()
+
+#: The config's fields a ``biasboard simulate`` flag sets, with the flag and what it accepts: the CLI reads each
+#: flag with its rule (``--seed -1`` and ``--sd-u -1`` were tracebacks from numpy, ``--gamma0 inf`` NaN verdicts)
+#: and :meth:`SimulationConfig.validate` checks a caller's config with the same rules, naming the flag.
+FLAG_RULES: dict[str, tuple[str, NumberRule]] = {
+    "battles": ("--battles", _COUNT),
+    "models": ("--models", NumberRule(integer=True, low=3)),
+    "judges": ("--judges", _COUNT),
+    "human_judges": ("--human-judges", _WHOLE),
+    "days": ("--days", _COUNT),
+    "bad_rows": ("--bad-rows", NumberRule(low=0.0, below=1.0)),
+    "scores": ("--scores", NumberRule(low=0.0)),
+    "grades": ("--grades", NumberRule(integer=True, low=2)),
+    "seed": ("--seed", _WHOLE),
+    "corr_length": ("--corr-length", _CORRELATION),
+    "self_battles": ("--self-battles", _SHARE),
+    "self_identical": ("--self-identical", _SHARE),
+    "hubs": ("--hubs", _WHOLE),
+    "strata": ("--strata", _WHOLE),
+    "prompts": ("--prompts", _COUNT),
+    "families": ("--families", NumberRule(integer=True, low=1, high=len(FAMILY_PREFIXES))),
+    "position_skew": ("--position-skew", _SD),
+    "gamma0": ("--gamma0", _EFFECT),
+    "beta0": ("--beta0", _EFFECT),
+    "lambda0": ("--lambda0", _EFFECT),
+    "sd_u": ("--sd-u", _SD),
+    "theta_sd": ("--theta-sd", _SD),
+    "corr_style": ("--corr-style", _CORRELATION),
+    "categories": ("--categories", NumberRule(integer=True, low=0, high=len(CATEGORY_NAMES))),
+    "category_sd": ("--category-sd", _SD),
+}
 
 
 @dataclass(frozen=True)
@@ -217,33 +257,26 @@ class SimulationConfig:
 
     def validate(self) -> None:
         """Raise :class:`InputError` naming the option that is out of range."""
+        for name, (flag, rule) in FLAG_RULES.items():
+            rule.check(getattr(self, name), flag)
         checks = [
-            (self.battles >= 1, "--battles must be at least 1"),
-            (self.models >= 3, "--models must be at least 3"),
-            (self.judges >= 1, "--judges must be at least 1"),
-            (0 <= self.human_judges <= self.judges, "--human-judges must be between 0 and --judges"),
-            (self.days >= 1, "--days must be at least 1"),
+            (
+                self.human_judges <= self.judges,
+                f"--human-judges must be at most --judges ({self.judges}), got {self.human_judges}",
+            ),
             (self.design in DESIGNS, f"--design must be one of {', '.join(DESIGNS)}"),
-            (0 <= self.bad_rows < 1, "--bad-rows must be in [0, 1)"),
-            (self.scores >= 0, "--scores must be non-negative"),
-            (self.grades >= 2, "--grades must be at least 2"),
-            (-1 < self.corr_length < 1, "--corr-length must be strictly between -1 and 1"),
-            (0 <= self.self_battles <= 1, "--self-battles must be in [0, 1]"),
-            (0 <= self.self_identical <= 1, "self_identical must be in [0, 1]"),
-            (self.prompts >= 1, "--prompts must be at least 1"),
-            (1 <= self.families <= len(FAMILY_PREFIXES), f"--families must be in 1..{len(FAMILY_PREFIXES)}"),
             (0 < self.bothbad_share < 1, "bothbad_share must be in (0, 1)"),
             (self.tie_nu > 0, "tie_nu must be positive"),
             (self.len_mean >= 1, "len_mean must be at least 1"),
             (0 <= self.cross_stratum <= 1, "cross_stratum must be in [0, 1]"),
-            (self.hubs >= 0 and self.hubs < self.models, "hubs must be in [0, models)"),
-            (self.strata == 0 or 2 <= self.strata <= self.models // 2, "strata must be 0 or in 2..models/2"),
+            (self.hubs < self.models, f"--hubs must be below --models ({self.models}), got {self.hubs}"),
+            (
+                self.strata == 0 or 2 <= self.strata <= self.models // 2,
+                f"--strata must be 0 or from 2 to half of --models ({self.models // 2}), got {self.strata}",
+            ),
             (self.chunk_rows >= 1000, "chunk_rows must be at least 1000"),
-            (0 <= self.categories <= len(CATEGORY_NAMES), f"categories must be in 0..{len(CATEGORY_NAMES)}"),
-            (self.category_sd >= 0, "category_sd must be non-negative"),
             (len(self.style_effects) == 3 and len(self.style_means) == 3, "style_effects/style_means: 3 values"),
             (min(self.style_means) > 0 and self.sd_style >= 0, "style_means must be positive, sd_style >= 0"),
-            (-1 < self.corr_style < 1, "corr_style must be strictly between -1 and 1"),
         ]
         for ok, message in checks:
             if not ok:

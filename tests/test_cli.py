@@ -107,3 +107,34 @@ def test_demo_and_plan_numbers_are_refused_in_one_line_naming_the_flag(argv, sai
     err = capsys.readouterr().err
     assert err.startswith(f"biasboard {argv[0]}: error: {said}") and err.count("\n") == 1
     assert not (tmp_path / "w").exists() and not (tmp_path / "OUT").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["simulate", "--battles", "abc"], "--battles must be a whole number, at least 1, got 'abc'"),
+        (["simulate", "--seed", "-1"], "--seed must be at least 0, got -1"),  # was numpy's traceback
+        (["simulate", "--sd-u", "-1"], "--sd-u must be at least 0, got -1"),  # was numpy's traceback
+        (["simulate", "--gamma0", "inf"], "--gamma0 must be a finite number, got inf"),  # was NaN verdicts, exit 0
+        (["simulate", "--theta-sd", "nan"], "--theta-sd must be at least 0, got nan"),
+        (["simulate", "--hubs", "1.5"], "--hubs must be a whole number, at least 0, got '1.5'"),
+        (["simulate", "--self-identical", "2"], "--self-identical must be a number in [0, 1], got 2"),
+        (["simulate", "--categories", "9"], "--categories must be from 0 to 6, got 9"),
+        (["simulate", "--bad-rows", "1"], "--bad-rows must be a number in [0, 1), got 1"),
+        (
+            ["import", "--format", "alpacaeval", "--in", "IN", "--tie-band", "x"],
+            "--tie-band must be a number in [0, 0.5)",
+        ),
+        (
+            ["import", "--format", "alpacaeval", "--in", "IN", "--tie-band", "0.5"],
+            "--tie-band must be a number in [0, 0.5), got 0.5",
+        ),
+    ],
+)
+def test_simulate_and_import_numbers_are_refused_in_one_line_naming_the_flag(argv, said, tmp_path, capsys):
+    """As refresh's, demo's and plan's: argparse's usage block, numpy's tracebacks or nothing at all before."""
+    argv = [str(tmp_path / a) if a == "IN" else a for a in argv]
+    assert cli.main([*argv, "--out", str(tmp_path / "OUT")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"biasboard {argv[0]}: error: {said}") and err.count("\n") == 1
+    assert not (tmp_path / "OUT").exists()

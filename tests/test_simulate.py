@@ -385,3 +385,13 @@ def test_days_without_battles_get_no_empty_files(tmp_path):
     assert sorted(_read_days(tmp_path, "battles")) == ["2024-01-01", "2024-01-02", "2024-01-03"]
     assert all(t.num_rows == 1 for t in _read_days(tmp_path, "scores").values())
     assert [d["rows"] for d in truth(config)["counts"]["per_day"].values()] == [1, 1, 1, 0, 0]
+
+
+def test_a_config_is_checked_by_the_rules_its_flags_are_read_with():
+    """A caller's config is refused naming the flag and what it got, as the command line is (one rule each)."""
+    with pytest.raises(InputError, match=r"^--seed must be at least 0, got -1$"):
+        SimulationConfig(seed=-1)
+    with pytest.raises(InputError, match=r"^--hubs must be below --models \(5\), got 5$"):
+        SimulationConfig(models=5, hubs=5)
+    with pytest.raises(InputError, match=r"^--families must be from 1 to 10, got 11$"):
+        SimulationConfig(families=11)
