@@ -7,7 +7,8 @@ subtracting every length effect removes quality the humans see.  Three reference
   is θ_m.
 * ``anchors`` — trusted verdicts given apart from the battles, fitted as one more rater
   (:data:`ANCHOR_JUDGE`, no family of its own) and not counted in the leaderboard's battles;
-* named judges of the input (e.g. human pools), pooled as one rater; a glob pattern names a pool of
+* named judges of the input (e.g. human pools): several are one rater for position, length, affinity and
+  style, each keeping its own discrimination and tie propensity; a glob pattern names a pool of
   voter-judges (``human-pool-1/*``, see :class:`Reference`).
 
 With a reference r the model's global position, length, affinity (and style) coefficients *are* r's own effects,
@@ -105,6 +106,8 @@ BOOT_COLUMNS: tuple[str, ...] = ("boot_ci_low", "boot_ci_high")
 #: The judge name trusted anchors are fitted under (not a valid model or judge name of any import).
 ANCHOR_JUDGE = "(anchors)"
 REFERENCE_KINDS = ("none", "anchors")
+#: A pattern's matches are named in the reference's description when there are at most this many (not 25,000 voters).
+NAMED_RATERS = 5
 
 
 @dataclass(frozen=True)
@@ -173,18 +176,37 @@ class Reference:
             raise InputError(f"--reference: {what} {', '.join(missing)} in the input (judges: {shown})")
         return frozenset(chosen)
 
-    def describe(self, n_raters: int | None = None) -> str:
+    def describe(self, raters: Sequence[str], effects: Sequence[str] = ()) -> str:
+        """The reference in words, as the fit used it: ``raters`` are the judges :meth:`resolve` selected, ``effects``
+        the ones they share (default position, length and affinity).
+
+        Several judges are one rater for those effects (the model's global coefficients, none of them deviating)
+        and keep their own discrimination and tie propensity; one judge is simply that judge.  Why: the text said
+        "pooled as one rater" of a single judge, and of a pattern only "g* (2 judges, ...)", never which."""
         if self.kind == "none":
             return "none: each judge's effects are measured against zero (style control)"
         if self.kind == "anchors":
             return "anchors: the trusted verdicts given with --anchors, fitted as one rater and not counted in battles"
-        names = ", ".join(self.judges)
-        if n_raters == 1 or (n_raters is None and len(self.judges) == 1 and not self.has_patterns):
-            return f"judge: {names}"  # one rater, nothing pooled ('judge[1]' named exactly, or a pattern matching one)
-        if self.has_patterns and n_raters is not None:
-            pooled = "pooled as one rater for position, length and affinity"
-            return f"judges: {names} ({n_raters} judges, {pooled})"
-        return f"judges: {names} (pooled as one rater)"
+        given = ", ".join(self.judges)
+        names = sorted(raters) or list(self.judges)  # (a fit always has them: resolve refuses a name matching none)
+        patterned = any(_is_pattern(name) and name not in names for name in self.judges)  # 'judge[1]' is a name
+        shown = f", {_in_words(names)}," if patterned and len(names) <= NAMED_RATERS else ""
+        if len(names) == 1:  # one rater, nothing pooled ('judge[1]' named exactly, or a pattern matching one)
+            return f"judge: {names[0]}" + (f" (the one judge matching {given!r})" if patterned else "")
+        shared = _in_words(list(effects) or ["position", "length", "affinity"])
+        if patterned:
+            what = f"the {len(names)} judges {'matching' if len(self.judges) == 1 else 'selected by'} {given!r}{shown}"
+        else:
+            what = f"the {len(names)} judges"
+        return (
+            f"judges: {given} ({what} together: one rater for {shared}, each judge with its own "
+            "discrimination (the reference's: their geometric mean) and tie propensity)"
+        )
+
+
+def _in_words(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return ", ".join(items[:-1]) + f" and {items[-1]}" if len(items) > 1 else items[0]
 
 
 def _is_pattern(name: str) -> bool:
@@ -224,8 +246,13 @@ class ReferenceFit:
     k: int = 0
     notes: list[str] = field(default_factory=list)
     agreement: list[dict[str, Any]] = field(default_factory=list)
-    #: How many of the input's judges the reference selects (its names, or its patterns' matches).
-    n_raters: int = 0
+    #: The input's judges the reference selects (its names, or its patterns' matches).
+    raters: tuple[str, ...] = ()
+
+    @property
+    def n_raters(self) -> int:
+        """How many of the input's judges the reference selects."""
+        return len(self.raters)
 
     @property
     def bias(self) -> pl.DataFrame:
@@ -236,7 +263,9 @@ class ReferenceFit:
         return {
             "kind": self.reference.kind,
             "judges": list(self.reference.judges),
-            "description": self.reference.describe(self.n_raters),
+            "description": self.reference.describe(
+                self.raters, [effect for effect in self.own_effects if effect != "discrimination"]
+            ),
             "corrected_rating": "theta"
             if self.reference.kind == "none"
             else "theta_m + (beta_r / a_r) * clip(mean log length_m - pool mean, -clip, clip) [+ sum_k (delta_rk / "
@@ -804,7 +833,7 @@ def fit_with_reference(
         k=k,
         notes=notes,
         agreement=agreement,
-        n_raters=len(raters),
+        raters=tuple(sorted(raters)),
     )
 
 

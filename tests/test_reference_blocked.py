@@ -359,7 +359,7 @@ def test_reference_patterns_select_voters():
     }
     with pytest.raises(InputError, match="no judge matches human-pool-3/"):
         Reference.parse("human-pool-3/*", False).resolve(judges)
-    assert "3 judges" in ref.describe(3)
+    assert "the 3 judges matching 'human-pool-1/*'" in ref.describe(["human-pool-1/v0", "human-pool-1/v1", "v2"])
 
 
 def test_a_judge_named_with_glob_characters_is_named_literally_first():
@@ -374,10 +374,18 @@ def test_a_judge_named_with_glob_characters_is_named_literally_first():
     with pytest.raises(InputError, match=re.escape("no judge matches judge[3]")):
         Reference.parse("judge[3]", False).resolve(judges)
     # The summary's description: one rater is not "pooled" ("judges: judge[1] (1 judges, pooled as one rater ...)")
-    assert Reference.parse("judge[1]", False).describe(1) == "judge: judge[1]"
-    assert Reference.parse("gpt-judge", False).describe() == "judge: gpt-judge"
-    assert Reference.parse("judge?", False).describe(3).startswith("judges: judge? (3 judges, pooled as one rater")
-    assert Reference.parse("a,b", False).describe(2) == "judges: a, b (pooled as one rater)"
+    assert Reference.parse("judge[1]", False).describe(["judge[1]"]) == "judge: judge[1]"
+    assert Reference.parse("gpt-judge", False).describe(["gpt-judge"]) == "judge: gpt-judge"
+    one = Reference.parse("judge[13]", False).describe(["judge1"])
+    assert one == "judge: judge1 (the one judge matching 'judge[13]')"
+    assert (
+        Reference.parse("judge?", False)
+        .describe(["judge1", "judge2", "judge*"])
+        .startswith(
+            "judges: judge? (the 3 judges matching 'judge?', judge*, judge1 and judge2, together: one rater for "
+        )
+    )
+    assert Reference.parse("a,b", False).describe(["a", "b"]).startswith("judges: a, b (the 2 judges together: ")
 
 
 def test_refresh_with_a_voter_pool_as_reference(tmp_path):
@@ -399,7 +407,7 @@ def test_refresh_with_a_voter_pool_as_reference(tmp_path):
     )
     reference = outcome.summary.reference
     assert reference is not None and reference.gate is not None
-    n_reference = int(re.search(r"\((\d+) judges, pooled", reference.description).group(1))
+    n_reference = int(re.search(r"\(the (\d+) judges matching 'human-pool-1/\*' together", reference.description)[1])
     snapshot = Path(outcome.published.path) if outcome.published is not None else None
     assert snapshot is not None
     bias = pl.read_parquet(snapshot / "bias.parquet").filter(pl.col("effect") == "position", pl.col("judge") != "*")
