@@ -701,9 +701,62 @@ def test_a_day_that_holds_every_rejection_is_said_once():
     lines = day_warnings.rejection_warnings(
         broken + clean, days, [{"counts": broken.to_dict()}, {"counts": clean.to_dict()}], "st"
     )
-    assert lines == ["day 2024-05-01 rejected 1,800 of the 1,800 rows it read (bad_winner 1,800): see its dead letters"]
+    assert lines == [
+        "day 2024-05-01 rejected 1,800 of the 1,800 rows it read (bad_winner 1,800), every row the run rejected: "
+        "30.0% of the 6,000 rows read (warned at 5% or more): the dead letters, each row with its reason, are in "
+        "st/deadletters/day=2024-05-01/dead_letters.parquet"
+    ]
     some = IngestCounts(4200, 4000, {"missing:judge": 200})
     lines = day_warnings.rejection_warnings(
         broken + some, days, [{"counts": broken.to_dict()}, {"counts": some.to_dict()}], "st"
     )
     assert len(lines) == 2 and lines[1].startswith("2,000 of the 6,000 rows read (33.3%")
+
+
+@pytest.mark.parametrize(
+    ("days", "broken", "said"),
+    [
+        # One day holds every rejection: its line and the run's share line said the same count with the same reasons.
+        (
+            1,
+            (0,),
+            ["day 2024-01-01 rejected 1,200 of the 2,000 rows it read (60.0%, warned at 5% or more; "
+             "bad_winner 1,200): the dead letters, each row with its reason, are in "
+             "STATE/deadletters/day=2024-01-01/dead_letters.parquet"],
+        ),
+        (
+            2,
+            (1,),
+            ["day 2024-01-02 rejected 600 of the 1,000 rows it read (bad_winner 600), every row the run rejected: "
+             "30.0% of the 2,000 rows read (warned at 5% or more): the dead letters, each row with its reason, are in "
+             "STATE/deadletters/day=2024-01-02/dead_letters.parquet"],
+        ),
+        # Two days: each day line says its day, the share line the run's total; all three stay.
+        (
+            3,
+            (0, 2),
+            ["day 2024-01-01 rejected 401 of the 667 rows it read (bad_winner 401): see its dead letters",
+             "day 2024-01-03 rejected 400 of the 666 rows it read (bad_winner 400): see its dead letters",
+             "801 of the 2,000 rows read (40.1%, warned at 5% or more) were rejected (bad_winner 801): the dead "
+             "letters, each row with its reason, are in STATE/deadletters/day=*/dead_letters.parquet"],
+        ),
+    ],
+)  # fmt: skip
+def test_a_day_holding_every_rejection_is_warned_of_once(days, broken, said, tmp_path, capsys):
+    """Measured before, one day of two with 60% bad winners: '600 of the 2,000 rows read (30.0%, ...) were rejected
+    (bad_winner 600): ...' and 'day 2024-01-02 rejected 600 of the 1,000 rows it read (bad_winner 600)': one fact
+    twice.  Now one line naming the day, the run's share and that day's dead letters."""
+    sim = write_simulation(SimulationConfig(battles=2000, models=5, judges=3, days=days, seed=4), tmp_path / "sim")
+    for i, source in enumerate(sorted((sim / "battles").glob("day=*/*.parquet"))):
+        if i in broken:
+            rows = pl.read_parquet(source).with_row_index("i")
+            bad = pl.col("i") % 5 < 3  # 60% of the day's rows
+            rows.with_columns(winner=pl.when(bad).then(pl.lit("xyz")).otherwise("winner")).drop("i").write_parquet(
+                source
+            )
+    state = tmp_path / "state"
+    argv = ["refresh", "--input", _glob(sim), "--state", str(state), "--out", str(tmp_path / "o"), "--no-audit"]
+    assert cli.main([*argv, "--k", "2"]) == 0
+    out = capsys.readouterr().out
+    warned = [line for line in out.splitlines() if "rejected" in line and line.startswith("warning: ")]
+    assert warned == [f"warning: {line.replace('STATE', str(state))}" for line in said], out

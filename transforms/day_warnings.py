@@ -6,7 +6,8 @@ way no total shows: most of its rows rejected (a file with an integer ``winner``
 day they are not dated on (a file in the wrong ``day=`` folder).  These functions read the stored days' manifests,
 so the summary of a refresh that aggregated only the new day still names the older days; ``backfill`` prints
 the same lines for the days it wrote.  Over all days, a notable share of rejected rows is one line
-(:func:`rejected_share_warnings`), printed by refresh (from the summary) and backfill alike.
+(:func:`rejected_share_warnings`), printed by refresh (from the summary) and backfill alike; when one day holds
+every rejected row, it and that day's line are one (:func:`rejection_warnings`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,38 @@ def _reasons(counts: IngestCounts, named: int | None = None) -> str:
     return text + (f" and {rest} more reason{'s' if rest > 1 else ''}" if rest else "")
 
 
+def rejection_warnings(counts: IngestCounts, days: list[str], manifests: list[dict], state_dir: str) -> list[str]:
+    """The battle rows' rejection warnings: the days that rejected most of what they read (one line each), then the
+    run's share (:func:`rejected_share_warnings`), each said once.
+
+    When one day holds every row the run rejected, both lines told the same count with the same reasons (a
+    one-day run: "1,800 of the 3,000 rows read (60.0%) were rejected (bad_winner 1,800)" and "day 2024-01-01
+    rejected 1,800 of the 3,000 rows it read (bad_winner 1,800)"): they become one line that names the day, the
+    share of the run's rows and that day's dead-letter file.  With rejections on other days too, or several days
+    that lost most of their rows, each line says something the other does not, and both stay.
+    """
+    share = rejected_share_warnings(counts, state_dir)
+    worst = _days_rejecting_most(days, manifests)
+    if share and len(worst) == 1 and worst[0][1].rejected_total == counts.rejected_total:
+        return [_one_day_holds_every_rejection(*worst[0], counts, state_dir)]
+    return [*(_day_line(day, day_counts) for day, day_counts in worst), *share]
+
+
+def _dead_letters(state_dir: str, day: str = "*", noun: str = "rows") -> str:
+    """Where the dead letters of ``day`` (``*``: every day) are, each row with its reason."""
+    file = SCORE_DEAD_LETTERS_FILE if noun.startswith("score") else DEAD_LETTERS_FILE
+    return f"the dead letters, each row with its reason, are in {state_dir.rstrip('/')}/deadletters/day={day}/{file}"
+
+
+def _share(counts: IngestCounts) -> str:
+    """``60.0%``: the rejected share of the rows read."""
+    return f"{counts.rejected_total / counts.read:.1%}"
+
+
+#: Said beside the rejected share: the threshold it is warned at.
+_WARNED_AT = f"warned at {REJECTED_SHARE_WARNING:.0%} or more"
+
+
 def rejected_share_warnings(counts: IngestCounts, state_dir: str, noun: str = "rows") -> list[str]:
     """One line when the rows rejected reach :data:`REJECTED_SHARE_WARNING` of those read: how many, the share, the
     commonest reasons and where the dead letters are.
@@ -50,28 +83,18 @@ def rejected_share_warnings(counts: IngestCounts, state_dir: str, noun: str = "r
     """
     if not counts.read or counts.rejected_total < REJECTED_SHARE_WARNING * counts.read:
         return []
-    file = SCORE_DEAD_LETTERS_FILE if noun.startswith("score") else DEAD_LETTERS_FILE
-    where = f"{state_dir.rstrip('/')}/deadletters/day=*/{file}"
     return [
-        f"{counts.rejected_total:,} of the {counts.read:,} {noun} read "
-        f"({counts.rejected_total / counts.read:.1%}, warned at {REJECTED_SHARE_WARNING:.0%} or more) were rejected "
-        f"({_reasons(counts, REASONS_NAMED)}): the dead letters, each row with its reason, are in {where}"
+        f"{counts.rejected_total:,} of the {counts.read:,} {noun} read ({_share(counts)}, {_WARNED_AT}) were rejected "
+        f"({_reasons(counts, REASONS_NAMED)}): {_dead_letters(state_dir, noun=noun)}"
     ]
 
 
-def rejected_days_warnings(days: list[str], manifests: list[dict]) -> list[str]:
-    """The days that rejected most of what they read: every row is still accounted for, but a nightly operator should
-    hear that a day's file came with (say) an integer ``winner`` column or was copied twice into its day (measured:
-    5,100 of 5,100 rows ``bad_winner``, published with exit 0 and no warning)."""
-    return [
-        f"day {day} rejected {counts.rejected_total:,} of the {counts.read:,} rows it read ({_reasons(counts)}): "
-        "see its dead letters"
-        for day, counts in _rejecting_days(days, manifests)
-    ]
+def _days_rejecting_most(days: list[str], manifests: list[dict]) -> list[tuple[str, IngestCounts]]:
+    """(day, counts) of the days that rejected more than :data:`REJECTED_DAY_SHARE` of the rows they read.
 
-
-def _rejecting_days(days: list[str], manifests: list[dict]) -> list[tuple[str, IngestCounts]]:
-    """The days :func:`rejected_days_warnings` names, with their counts."""
+    Every row is still accounted for, but a nightly operator should hear that a day's file came with (say) an
+    integer ``winner`` column or was copied twice into its day (measured: 5,100 of 5,100 rows ``bad_winner``,
+    published with exit 0 and no warning)."""
     return [
         (day, counts)
         for day, counts in _day_counts(days, manifests)
@@ -79,15 +102,23 @@ def _rejecting_days(days: list[str], manifests: list[dict]) -> list[tuple[str, I
     ]
 
 
-def rejection_warnings(counts: IngestCounts, days: list[str], manifests: list[dict], state_dir: str) -> list[str]:
-    """The battle rows' rejection warnings: the days that rejected most of their rows, then the share over all days
-    unless those days' lines already hold every rejected row (one day's broken file said twice, measured: 'day
-    2024-05-02 rejected 1,800 of the 1,800 rows ...' and '1,800 of the 6,000 rows read (30.0%) were rejected ...')."""
-    named = _rejecting_days(days, manifests)
-    share = rejected_share_warnings(counts, state_dir)
-    if named and sum(c.rejected_total for _, c in named) == counts.rejected_total:
-        share = []
-    return [*rejected_days_warnings(days, manifests), *share]
+def _day_line(day: str, counts: IngestCounts) -> str:
+    """``day D rejected N of the M rows it read (reasons): see its dead letters``."""
+    head = f"day {day} rejected {counts.rejected_total:,} of the {counts.read:,} rows it read"
+    return f"{head} ({_reasons(counts)}): see its dead letters"
+
+
+def _one_day_holds_every_rejection(day: str, day_counts: IngestCounts, counts: IngestCounts, state_dir: str) -> str:
+    """:func:`rejection_warnings`' one line for a day that holds every row the run rejected."""
+    head = f"day {day} rejected {day_counts.rejected_total:,} of the {day_counts.read:,} rows it read"
+    if day_counts.read == counts.read:  # the run's only day that read rows
+        middle = f" ({_share(counts)}, {_WARNED_AT}; {_reasons(counts, REASONS_NAMED)})"
+    else:
+        middle = (
+            f" ({_reasons(counts, REASONS_NAMED)}), every row the run rejected: {_share(counts)} of the "
+            f"{counts.read:,} rows read ({_WARNED_AT})"
+        )
+    return f"{head}{middle}: {_dead_letters(state_dir, day)}"
 
 
 def battle_rows_read(days: list[str], manifests: list[dict]) -> int:
