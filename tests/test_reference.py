@@ -581,6 +581,11 @@ def test_the_reference_is_described_as_the_fit_used_it() -> None:
     one = fit_with_reference(cells, reference=Reference.parse(pools[0], False), config=ModelConfig(k=3))
     assert one.summary()["description"] == "judge: human-pool-1"
     assert "pooled" not in one.summary()["description"]
+    # The gate's warning names them too (it said "reference judges (N verdicts)", plural for one judge, no name).
+    from biasboard.transforms.snapshot import reference_warnings
+
+    assert reference_warnings(one)[0].startswith(f"reference judge human-pool-1 ({one.k:,} verdicts): the gate")
+    assert reference_warnings(both)[0].startswith(f"reference judges human-pool-* ({both.k:,} verdicts): the gate")
     matched = Reference.parse("human-pool-1*", False)
     assert matched.describe(matched.resolve(params.judge_names.tolist()), ["position"]) == (
         "judge: human-pool-1 (the one judge matching 'human-pool-1*')"

@@ -347,8 +347,12 @@ def reference_warnings(fitted: ReferenceFit) -> list[str]:
         decisions = fitted.gate.decisions
         enabled = decisions.filter(pl.col("enabled")).height
         others = "; the others are tied to the reference" if enabled < decisions.height else ""
+        ref = fitted.reference
+        who = ref.kind  # anchors; named judges by their names (one judge: singular)
+        if ref.kind == "judges":
+            who = f"{'judge' if fitted.n_raters == 1 else 'judges'} {', '.join(ref.judges)}"
         out.append(
-            f"reference {fitted.reference.kind} ({fitted.k} verdicts): the gate corrected {enabled} of "
+            f"reference {who} ({fitted.k:,} verdicts): the gate corrected {enabled} of "
             f"{decisions.height} (judge, effect) excesses at level {fitted.gate.level}{others}"
         )
     for entry in fitted.unidentified:
