@@ -110,6 +110,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.string_hash import pair_hash
 
 #: Columns every audit input needs; the rest (prompt_id, lengths, families, gold) are optional.
 AUDIT_REQUIRED: tuple[str, ...] = ("judge", "model_a", "model_b", "winner")
@@ -303,7 +304,7 @@ RECURRENCE_SCHEMA: dict[str, type[pl.DataType]] = {
 #: Register index bits of the sketch: 2¹² registers, a union size estimated within about 1.04/√4096 = 1.6% (one SE).
 SKETCH_BITS = 12
 SKETCH_REGISTERS = 1 << SKETCH_BITS
-#: Seed of the keys' hash (polars ``Expr.hash``: stable within a polars version only).
+#: Seed of the keys' hash (:func:`~biasboard.schemas.string_hash.pair_hash`: the same with every library version).
 SKETCH_SEED = 0x62696173
 #: Recurring share (:class:`ClusterRecurrence`) from which the audit says, in a note, that its SEs miss it.
 RECURRING_NOTE_SHARE = 0.05
@@ -1455,13 +1456,14 @@ def cluster_sketch(keys: pl.DataFrame, *, days: int = 1) -> pl.DataFrame:
     its top :data:`SKETCH_BITS` bits, and the register keeps the largest rank (leading zeros + 1) of the other
     52 bits.  Vectorised: one hash, one group-by over the distinct keys, no loop per battle.
 
-    The hash is polars' ``Expr.hash`` with a fixed seed (:data:`SKETCH_SEED`), which polars keeps stable within
-    a version only: after a polars upgrade that changes it, the days audited before it hash their keys apart
-    from the days audited after, so a key on both sides counts twice in the union — the recurring share can
-    only be under-stated, never invented (re-auditing the days, as an ``AUDIT_DAYS_VERSION`` bump does, mends it).
+    The hash is :func:`~biasboard.schemas.string_hash.pair_hash` with a fixed seed (:data:`SKETCH_SEED`), defined
+    in this package: a day's sketch is kept in the audit's cache and merged with the sketches of days audited years
+    later.  (It was polars' ``Expr.hash``, stable within a polars version only: after an upgrade the days audited
+    before it hashed their keys apart from the days after, and a key on both sides counted twice in the union.)
     """
-    distinct = keys.lazy().filter(pl.col("prompt_id").is_not_null()).select("judge", "prompt_id").unique()
-    hashed = distinct.select(pl.struct("judge", "prompt_id").hash(seed=SKETCH_SEED).alias("h"))
+    distinct = keys.lazy().filter(pl.col("prompt_id").is_not_null()).select("judge", "prompt_id").unique().collect()
+    h = pair_hash(distinct.get_column("judge"), distinct.get_column("prompt_id"), SKETCH_SEED)
+    hashed = pl.LazyFrame({"h": h}, schema={"h": pl.UInt64})
     low = pl.col("h") % (1 << (64 - SKETCH_BITS))
     ranks = (
         hashed.select(

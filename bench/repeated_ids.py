@@ -7,9 +7,11 @@ by the state's own writer — for H and 2H days of ``--per-day`` battles, then i
 * **+1 day**: one new day counted against every stored day (a daily refresh);
 * **nothing new**: the kept counts reused (a refresh with nothing new, or only later days);
 
-time (fastest of ``--repeat``) and the bytes of hashes read, and the ratios 2H / H.  The new day repeats
-``--repeat-share`` of an earlier day's ids so the count is checked too.  Defaults: 60 days of 333,334 battles
-(bench/scale.py's N: 20M battles); ``--smoke`` is 6 days of 20,000.
+time (fastest of ``--repeat``) and the bytes of hashes read, and the ratios 2H / H.  Then what the ingest pays to
+hash a day's ids with the stored hash (:func:`~biasboard.schemas.string_hash.string_hash`, stable across library
+versions) against polars' own hash (stable within a polars version only), side by side on the same ids.  The new
+day repeats ``--repeat-share`` of an earlier day's ids so the count is checked too.  Defaults: 60 days of 333,334
+battles (bench/scale.py's N: 20M battles); ``--smoke`` is 6 days of 20,000.
 
     .venv/bin/python bench/repeated_ids.py
     .venv/bin/python bench/repeated_ids.py --smoke
@@ -27,7 +29,7 @@ import numpy as np
 import polars as pl
 from biasboard.transforms import state
 from biasboard.transforms.repeated_ids import CACHE_FILE, IDS_FILE, ids_table, repeated_ids
-from biasboard.transforms.validate import _HASH_SEEDS
+from biasboard.transforms.validate import _HASH_SEEDS, first_hash
 
 
 def day_name(i: int) -> str:
@@ -36,8 +38,31 @@ def day_name(i: int) -> str:
 
 def day_hashes(i: int, per_day: int) -> np.ndarray:
     """Day i's battle ids hashed as the ingest hashes them (distinct ids: ``d{i}-{k}``)."""
-    ids = pl.Series([f"d{i}-{k}" for k in range(per_day)])
-    return ids.hash(_HASH_SEEDS[0]).to_numpy().copy()
+    return first_hash(pl.Series([f"d{i}-{k}" for k in range(per_day)]))
+
+
+def hash_cost(per_day: int, repeat: int) -> list[tuple[str, float, float]]:
+    """ms per million ids of the stored hash and of polars' hash, fastest of ``repeat`` interleaved runs each, on
+    uuid-style ids (one length: the strided path) and on the bench's ``d{i}-{k}`` ids (lengths vary)."""
+    rng = np.random.default_rng(0)
+    kinds = {
+        "uuid-style (36 chars)": pl.Series(
+            [f"{x:032x}"[:8] + f"-{x:032x}"[8:35] for x in rng.integers(0, 2**62, per_day)]
+        ),
+        "d{i}-{k} (5-10 chars)": pl.Series([f"d{per_day % 97}-{k}" for k in range(per_day)]),
+    }
+    rows = []
+    for name, ids in kinds.items():
+        ours, theirs = [], []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            first_hash(ids)
+            ours.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            ids.hash(_HASH_SEEDS[0]).to_numpy()
+            theirs.append(time.perf_counter() - started)
+        rows.append((name, 1e9 * min(ours) / len(ids), 1e9 * min(theirs) / len(ids)))
+    return rows
 
 
 def write_days(state_dir: str, first: int, last: int, per_day: int) -> None:
@@ -101,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         (t1, n1), (t2, n2) = results["H"][name], results["2H"][name]
         print(f"{name:14} {t1:8.3f} {t2:8.3f} {t2 / t1:6.2f}x  {n1:,} / {n2:,}")
     print(f"hashes stored: 8 bytes a battle ({8 * battles / 2**20:,.0f} MB at H)")
+    print(f"\nhashing a day's ids ({args.per_day:,}; fastest of {max(args.repeat, 3)}), ms per million ids:")
+    print(f"{'ids':24} {'stored hash':>12} {'polars hash':>12} {'ratio':>7}")
+    for name, ours, theirs in hash_cost(args.per_day, max(args.repeat, 3)):
+        print(f"{name:24} {ours:12.1f} {theirs:12.1f} {ours / theirs:6.1f}x")
     return 0
 
 

@@ -633,8 +633,9 @@ def _anchors_fingerprint(options: RefreshOptions) -> list[dict] | None:
 # consistent win rates' sums over (judge, prompt) clusters; 7: a day's partials carry the sketch of its (judge, prompt)
 # keys (``recurrence``: how many clusters recur on other days); 8: the order pairs carry the per-model sums over prompt
 # clusters across judges (``pcl_*``: the pooled consistent win rate's SE); 9: a day's partials keep its clusters' sums
-# by key (``closed_clusters``, ``closed_pairs``: the history closure) and each SE's cluster count (CR1's G)
-AUDIT_DAYS_VERSION = 9
+# by key (``closed_clusters``, ``closed_pairs``: the history closure) and each SE's cluster count (CR1's G); 10: the
+# sketch's keys hashed by biasboard's own hash (``pair_hash``), not polars' (stable within a polars version only)
+AUDIT_DAYS_VERSION = 10
 
 
 #: The state's note of the last fit: its fit-inputs digest and the snapshot it made (or found it made again).

@@ -460,7 +460,7 @@ def test_the_cluster_sketch_estimates_the_union_of_days() -> None:
     truth = 11_000
     print(f"union {recurrence.distinct_keys:,.0f} (truth {truth:,}); share {recurrence.recurring_share:.4f}")
     assert recurrence.day_keys == 15_000 and recurrence.days == 3
-    assert abs(recurrence.distinct_keys / truth - 1) < 0.05  # measured +3.1%
+    assert abs(recurrence.distinct_keys / truth - 1) < 0.05  # measured +2.1% (+3.1% with the polars hash it replaced)
     assert abs(recurrence.recurring_share - (1 - truth / 15_000)) < 0.03
     small = ClusterRecurrence.of(merge_sketches([cluster_sketch(keys([f"p{i}" for i in range(300)]), days=0)]))
     assert abs(small.distinct_keys - 300) < 5 and small.days == 1 and small.recurring_share == 0.0
@@ -517,7 +517,9 @@ def test_an_audit_says_how_many_clusters_recur_on_other_days(monkeypatch) -> Non
     unique = by_day(data, pl.col("prompt_id").str.slice(1).cast(pl.Int64) % 4, 4)  # each prompt on one day
     result = finish_audit(merge_partials(unique))
     assert result.clusters.days == 4 and result.clusters.day_keys == 100 * 40
-    assert result.clusters.recurring_share < 0.02
+    # Truth 0: within three of the sketch's standard errors (1.04/√4096 = 1.6%) of it.  Measured 0.025 (4,000 keys
+    # read 3,899); it read under 0.02 with polars' hash, this test's bound then — 1.25 SEs, a coin flip of the hash.
+    assert result.clusters.recurring_share < 3 * 1.04 / measures.SKETCH_REGISTERS**0.5
     files = audit_files(result, counts)
     document = json.loads(files[AUDIT_JSON])
     assert document["clusters"]["recurring_share"] == result.clusters.to_json()["recurring_share"]

@@ -2,7 +2,7 @@
 
 Real Parquet day folders, the real backfill and refresh on the local runner: the counts are checked exactly,
 incrementally (a new day read against the stored days' hashes), and against an older state whose days keep no
-ids (not checked, and said so by not counting them).
+ids or keep them hashed otherwise (not checked, and a warning names them with the backfill that mends it).
 """
 
 from __future__ import annotations
@@ -15,10 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from biasboard.pipelines import cli
 from biasboard.pipelines.backfill import backfill_summary, run_backfill
 from biasboard.pipelines.refresh import refresh
+from biasboard.schemas.string_hash import string_hash
 from biasboard.transforms import state
 from biasboard.transforms.repeated_ids import CACHE_FILE, IDS_FILE, repeated_ids
+from biasboard.transforms.validate import ID_HASH_SCHEME
 
 RUNNER = ["--runner=FnApiRunner"]
 
@@ -51,10 +54,10 @@ def _ids(prefix: str, n: int) -> list[str]:
     return [f"{prefix}{i}" for i in range(n)]
 
 
-def _repeats(state_dir: Path):
+def _repeats(state_dir: Path, scheme: str = ID_HASH_SCHEME):
     days = state.list_state_days(str(state_dir))
     manifests = [state.read_day_manifest(str(state_dir), d) or {} for d in days]
-    return repeated_ids(str(state_dir), days, manifests)
+    return repeated_ids(str(state_dir), days, manifests, scheme)
 
 
 def test_ids_counted_on_an_earlier_day_are_counted_and_named(tmp_path: Path) -> None:
@@ -129,6 +132,30 @@ def test_days_stored_without_ids_are_not_checked(tmp_path: Path) -> None:
     found = _repeats(state_dir)
     assert found.unchecked == ("2024-05-01",)
     assert found.total == 0  # day 2 has no earlier day it can be compared with
+    assert found.warnings() == [
+        "battle ids not checked for repeats across days on 1 stored day(s) (day=2024-05-01): they were aggregated "
+        "before this version of biasboard kept their ids' hashes (or with the former, polars-version-bound hash). "
+        "`biasboard backfill --from 2024-05-01 --to 2024-05-01` over the same input and state re-aggregates them "
+        "(their cells come out the same) and the next refresh checks them"
+    ]
+    # The backfill it names mends it: day 1 keeps its ids again, and its 40 battles are found on day 2.
+    args = ["--input", str(logs / "battles"), "--state", str(state_dir), "--from", "2024-05-01", "--to", "2024-05-01"]
+    assert cli.main(["backfill", *args, *RUNNER]) == 0
+    found = _repeats(state_dir)
+    assert (found.unchecked, found.total) == ((), 40)
+
+
+def test_days_hashed_otherwise_are_not_checked(tmp_path: Path) -> None:
+    """A state whose ids were hashed by another scheme (polars' hash, before :func:`string_hash`) is not compared
+    with this one's hashes: not a false repeat, not a silent pass either."""
+    logs, state_dir = tmp_path / "logs", tmp_path / "state"
+    _write(logs, "2024-05-01", _ids("a", 40))
+    _write(logs, "2024-05-02", _ids("a", 40))
+    run_backfill(str(logs / "battles"), str(state_dir), RUNNER)
+    found = _repeats(state_dir, scheme="polars 1.0.0 hash seed 0x9e3779b97f4a7c15")
+    assert (found.unchecked, found.total) == (("2024-05-01", "2024-05-02"), 0)
+    (said,) = found.warnings()
+    assert said.startswith("battle ids not checked for repeats across days on 2 stored day(s) (days 2024-05-01 …")
 
 
 def test_the_stored_hashes_are_the_counted_ids(tmp_path: Path) -> None:
@@ -146,7 +173,7 @@ def test_the_stored_hashes_are_the_counted_ids(tmp_path: Path) -> None:
     stored = state.read_day_table(str(state_dir), "2024-05-01", manifest, IDS_FILE)
     assert stored is not None
     hashes = stored.column("h1").to_numpy()
-    counted = pl.Series([i for k, i in enumerate(ids) if k != 9]).hash(0x9E3779B97F4A7C15).to_numpy()
+    counted = string_hash(pl.Series([i for k, i in enumerate(ids) if k != 9]), 0x9E3779B97F4A7C15)
     assert np.array_equal(hashes, np.sort(counted))  # sorted, one per counted id: no duplicate, no rejected row
 
 

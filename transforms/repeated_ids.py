@@ -16,8 +16,9 @@ independently).  The warning says which days to clean upstream.
 Incremental like the cells: the counts are kept in the state (:data:`CACHE_FILE`) with the days' ids-file
 digests; a refresh recounts only the days from the first one that is new, changed or gone, each against the
 days before it, reading each earlier day's hashes once, one day at a time, and holding only the recounted
-days' hashes (a daily refresh: the new day's).  Days aggregated before ids were kept, or hashed by another
-polars version (its hash is not stable across versions), are counted as not checked.  Hashes, not ids: two
+days' hashes (a daily refresh: the new day's).  Days aggregated before ids were kept, or hashed otherwise (before
+:func:`~biasboard.schemas.string_hash.string_hash`, with polars' hash, which is stable within a polars version
+only), are not checked, and a warning names them with the backfill that re-aggregates them.  Hashes, not ids: two
 different ids collide with probability ~2⁻⁶⁴ a pair (about 10⁻⁷ for a new day of 10⁵ ids against 10⁸).
 """
 
@@ -76,7 +77,11 @@ class RepeatedIds:
         return sum(r.rows for r in self.days.values())
 
     def warnings(self) -> list[str]:
-        """One line naming the days with the most repeats (none when there are none)."""
+        """One line naming the days with the most repeats (none when there are none), and one naming the days that
+        could not be checked (when there is another day to check them against)."""
+        return self._repeat_warnings() + self._unchecked_warnings()
+
+    def _repeat_warnings(self) -> list[str]:
         if not self.total:
             return []
         busiest = sorted((d for d, r in self.days.items() if r.rows), key=lambda d: (-self.days[d].rows, d))
@@ -90,6 +95,18 @@ class RepeatedIds:
             f"{self.total:,} counted rows repeat a battle_id an earlier day counted, so those battles are counted "
             f"twice: {'; '.join(named)}{rest}. Remove the repeated rows from the later day's input (same battle_id "
             "on two days) and refresh"
+        ]
+
+    def _unchecked_warnings(self) -> list[str]:
+        if not self.unchecked or len(self.days) + len(self.unchecked) < 2:
+            return []
+        first, last = self.unchecked[0], self.unchecked[-1]
+        which = f"day={first}" if first == last else f"days {first} … {last}"
+        return [
+            f"battle ids not checked for repeats across days on {len(self.unchecked):,} stored day(s) ({which}): "
+            "they were aggregated before this version of biasboard kept their ids' hashes (or with the former, "
+            f"polars-version-bound hash). `biasboard backfill --from {first} --to {last}` over the same input and "
+            "state re-aggregates them (their cells come out the same) and the next refresh checks them"
         ]
 
 
@@ -156,13 +173,6 @@ def repeated_ids(state_dir: str, days: list[str], manifests: list[dict], scheme:
             _LOG.warning("repeated ids: could not keep the counts in %s (%s); the next run recounts", cache_path, err)
     unchecked = sorted([d for d in days if digests[d] is None] + [e["day"] for e in entries if e.get("foreign")])
     repeats = {e["day"]: DayRepeats(int(e["rows"]), tuple(e["earlier"])) for e in entries if not e.get("foreign")}
-    if unchecked:
-        _LOG.info(
-            "repeated ids: %d stored day(s) keep no battle-id hashes of this polars version (%s …), not checked "
-            "until re-aggregated",
-            len(unchecked),
-            unchecked[0],
-        )
     return RepeatedIds(repeats, tuple(unchecked))
 
 

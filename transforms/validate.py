@@ -31,6 +31,7 @@ from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.folder_day import OffDay, dated_outside
 from biasboard.schemas.names import BATTLE_NAME_COLUMNS, SCORE_NAME_COLUMNS, AliasMap, NameFixes, clean_names
+from biasboard.schemas.string_hash import string_hash
 
 REASON = "_reason"
 ROW = "_row"
@@ -48,10 +49,22 @@ BATTLE_DEAD_LETTER_SCHEMA = dead_letter_schema(BATTLE_SCHEMA)
 SCORE_DEAD_LETTER_SCHEMA = dead_letter_schema(SCORE_SCHEMA)
 
 #: Two independently seeded 64-bit hashes of an id: a false "duplicate" needs both
-#: to collide at once (~2^-128 per pair), far below any other failure rate.
+#: to collide at once (~2^-128 per pair), far below any other failure rate.  The first is
+#: :func:`~biasboard.schemas.string_hash.string_hash` (the one a day stores, so it must not change with a library
+#: version), the second polars' own (faster; it never leaves the day's process).
 _HASH_SEEDS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F)
 #: The hash :meth:`SeenIds.kept_hashes` gives (a day's stored ids are compared only with ids hashed the same way).
-ID_HASH_SCHEME = f"polars {pl.__version__} hash seed {_HASH_SEEDS[0]:#x}"  # polars' hash is stable within a version
+ID_HASH_SCHEME = f"biasboard string_hash v1 seed {_HASH_SEEDS[0]:#x}"
+
+
+def first_hash(ids: pl.Series) -> np.ndarray:
+    """The first of an id's two hashes (the stored one), of every row."""
+    return string_hash(ids, _HASH_SEEDS[0])
+
+
+def second_hash(ids: pl.Series) -> np.ndarray:
+    """The second of an id's two hashes, of every row."""
+    return ids.hash(_HASH_SEEDS[1]).to_numpy()
 
 
 def first_occurrences(ids: pl.Series, h1: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
@@ -60,12 +73,12 @@ def first_occurrences(ids: pl.Series, h1: np.ndarray | None = None, rows: np.nda
     Integer hashes find candidates fast (one sort of the hashes finds the
     repeated ones; numpy sorts 500k of them in a few ms); only
     rows whose hash repeats (true repeats, or the rare collision) are compared
-    as strings.  ``h1`` is ``ids.hash(_HASH_SEEDS[0])`` of every row when the
+    as strings.  ``h1`` is :func:`first_hash` of every row when the
     caller has it already (see :func:`_split`); ``rows`` picks the candidates
     without gathering their strings.
     """
     if h1 is None:
-        h1 = ids.hash(_HASH_SEEDS[0]).to_numpy()
+        h1 = first_hash(ids)
     hashes = h1 if rows is None else h1[rows]
     first = np.ones(len(hashes), dtype=bool)
     ordered = np.sort(hashes)
@@ -80,8 +93,7 @@ def first_occurrences(ids: pl.Series, h1: np.ndarray | None = None, rows: np.nda
 def hash_ids(ids: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     """Two independent 64-bit hashes of each id (uint64 arrays)."""
     ids = ids.cast(pl.String)
-    h1, h2 = (ids.hash(seed).to_numpy() for seed in _HASH_SEEDS)
-    return h1, h2
+    return first_hash(ids), second_hash(ids)
 
 
 #: Blank checks the screen in :func:`_split` may skip: a blank ``ts`` never parses and a blank
@@ -325,11 +337,11 @@ def _split(
     good = np.flatnonzero(~bad)
     # every row's id hashed once, the rows that pass picked from the hashes (no id string gathered)
     ids = df.get_column(id_column).cast(pl.String)
-    h1 = ids.hash(_HASH_SEEDS[0]).to_numpy()
+    h1 = first_hash(ids)
     admitted = first_occurrences(ids, h1, good if len(good) < df.height else None)
     if seen is not None:  # the same two hashes as hash_ids, h1 computed once (h2 when needed)
         first = good[admitted]
-        admitted[np.flatnonzero(admitted)] = seen.admit(h1[first], lambda: ids.hash(_HASH_SEEDS[1]).to_numpy()[first])
+        admitted[np.flatnonzero(admitted)] = seen.admit(h1[first], lambda: second_hash(ids)[first])
     kept = None
     if len(good) < df.height or not admitted.all():
         kept = np.zeros(df.height, dtype=bool)

@@ -1,0 +1,108 @@
+"""The battle-id hash a day stores is the one its definition states, for every way a column can arrive.
+
+A day's ids are stored as these hashes for years and compared with the hashes of days aggregated later, by later
+versions of every library: the vectorised hash is checked against a plain-Python rendering of the definition in
+:mod:`biasboard.schemas.string_hash`, and a few values are pinned, so a change to it fails here rather than making
+every stored day silently unmatchable.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
+from biasboard.schemas.string_hash import NULL_TAG, pair_hash, string_hash
+from biasboard.transforms.validate import first_hash
+
+MASK = (1 << 64) - 1
+SEED = 0x9E3779B97F4A7C15
+
+
+def _mix(z: int) -> int:
+    z ^= z >> 30
+    z = (z * 0xBF58476D1CE4E5B9) & MASK
+    z ^= z >> 27
+    z = (z * 0x94D049BB133111EB) & MASK
+    return z ^ (z >> 31)
+
+
+def _definition(value: str | None, seed: int) -> int:
+    """The module docstring's definition, one byte string at a time."""
+    if value is None:
+        return _mix(seed ^ NULL_TAG)
+    data = value.encode()
+    h = _mix(seed ^ ((len(data) * 0x9E3779B97F4A7C15) & MASK))
+    for k in range(0, len(data), 8):
+        h = _mix(h ^ int.from_bytes(data[k : k + 8].ljust(8, b"\0"), "little"))
+    return h
+
+
+def _values(n: int, seed: int) -> list[str | None]:
+    rng = random.Random(seed)
+    alphabet = "ab-_0123456789é✓"
+    return [
+        None if rng.random() < 0.05 else "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 41)))
+        for _ in range(n)
+    ]
+
+
+@pytest.mark.parametrize("seed", [0, SEED, MASK])
+def test_the_vectorised_hash_is_the_definition(seed: int) -> None:
+    values = _values(2000, seed=1)
+    expected = [_definition(v, seed) for v in values]
+    assert string_hash(pa.array(values), seed).tolist() == expected
+    assert string_hash(pa.array(values, pa.large_string()), seed).tolist() == expected
+    assert string_hash(pa.array(values).cast(pa.string_view()), seed).tolist() == expected
+    assert string_hash(pl.Series(values), seed).tolist() == expected
+    assert string_hash(pa.array(values)[37:1501], seed).tolist() == expected[37:1501]  # a slice: offsets not at 0
+    chunked = pa.chunked_array([values[:10], values[10:10], values[10:]], pa.string())
+    assert string_hash(chunked, seed).tolist() == expected
+
+
+def test_a_pair_of_columns_hashes_as_the_chain_of_its_strings() -> None:
+    """The audit's (judge, prompt) keys: the second string's hash seeded by the first's, row by row (chunked too)."""
+    judges, prompts = _values(500, seed=2), _values(500, seed=3)
+    expected = [_definition(p, _definition(j, SEED)) for j, p in zip(judges, prompts, strict=True)]
+    assert pair_hash(pl.Series(judges), pl.Series(prompts), SEED).tolist() == expected
+    chunked = pa.chunked_array([prompts[:123], prompts[123:]], pa.string())
+    assert pair_hash(pa.array(judges), chunked, SEED).tolist() == expected
+    swapped = pair_hash(pl.Series(prompts), pl.Series(judges), SEED)
+    assert not np.array_equal(swapped, np.array(expected, np.uint64))  # ordered: (a, b) is not (b, a)
+
+
+def test_values_of_one_length_take_the_strided_path_to_the_same_hashes() -> None:
+    """Every value as long (an id format): the words are read with a stride, not gathered; the same hashes as
+    among values of other lengths, at every length around a word's edge."""
+    for length in (0, 1, 7, 8, 9, 16, 36):
+        ids = [f"{i:0{length}d}"[-length:] if length else "" for i in range(300)]
+        alone = string_hash(pa.array(ids), SEED)
+        mixed = string_hash(pa.array([*ids, "x" * (length + 3)]), SEED)[:-1]
+        assert np.array_equal(alone, mixed), length
+        assert alone.tolist() == [_definition(v, SEED) for v in ids]
+
+
+def test_pinned_values() -> None:
+    """The hashes of a few ids, as stored by every day aggregated since the definition was fixed."""
+    values = ["", "a", "battle-0001", "é✓ unicode id 12345678", None]
+    assert [hex(h) for h in string_hash(pa.array(values), SEED).tolist()] == [
+        "0xe220a8397b1dcdaf",
+        "0xaeff7d4b5b72ec99",
+        "0x45c4bc62271516e8",
+        "0x961f0a0d971c8d63",
+        "0xde0a564cbcd060c4",
+    ]
+
+
+def test_a_day_stores_this_hash_of_its_ids() -> None:
+    ids = pl.Series(["x1", "x2", "a-much-longer-battle-identifier"])
+    assert np.array_equal(first_hash(ids), string_hash(ids, SEED))
+
+
+def test_distinct_ids_get_distinct_hashes() -> None:
+    """A million sequential ids (the likeliest to collide in a weak hash): no two alike."""
+    ids = pa.array([f"battle-{i:08d}" for i in range(1_000_000)])
+    assert np.unique(string_hash(ids, SEED)).size == 1_000_000
+    assert string_hash(pa.array([], pa.string()), SEED).size == 0
