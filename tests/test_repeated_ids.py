@@ -73,8 +73,8 @@ def test_ids_counted_on_an_earlier_day_are_counted_and_named(tmp_path: Path) -> 
     said = [w for w in summary.warnings if "battle_id an earlier day counted" in w]
     assert said == [
         "7 counted rows repeat a battle_id an earlier day counted, so those battles are counted twice: "
-        "day=2024-05-02: 7 (first counted on 2024-05-01). Remove the repeated rows from the later day's input "
-        "(same battle_id on two days) and refresh"
+        "day=2024-05-02: 7 (first counted on 2024-05-01; battle_id a3, a4, a5, …). Remove the repeated rows from "
+        "the later day's input (same battle_id on two days) and refresh"
     ]
 
     # A new day repeating ids of two stored days (one of them a repeat already) and of itself is not: read against
@@ -98,6 +98,26 @@ def test_ids_counted_on_an_earlier_day_are_counted_and_named(tmp_path: Path) -> 
     found = _repeats(state_dir)
     assert [r.rows for r in found.days.values()] == [0, 0, 0, 8]
     assert found.days["2024-05-04"].earlier == ("2024-05-02", "2024-05-03")  # a0-a2 are day 2's now
+    examples = found.days["2024-05-04"].examples  # three of the 8, read back from day 4's file
+    assert len(examples) == 3 and set(examples) <= {"a0", "a1", "a2", "c0", "c1", "c2", "c3", "c4"}
+
+
+def test_the_warning_quotes_ids_from_the_input_when_it_can(tmp_path: Path) -> None:
+    """The ids are read back from the later day's file, under FastChat's column name too; a file gone since (its
+    counts kept in the state) leaves the warning without them, not without the warning."""
+    logs, state_dir = tmp_path / "logs", tmp_path / "state"
+    _write(logs, "2024-05-01", _ids("a", 40))
+    folder = logs / "battles" / "day=2024-05-02"
+    folder.mkdir(parents=True)
+    _battles([*_ids("b", 10), "a7", "a8"], "2024-05-02").rename({"battle_id": "question_id"}).write_parquet(
+        folder / "part-0.parquet"
+    )
+    run_backfill(str(logs / "battles"), str(state_dir), RUNNER)
+    (said,) = _repeats(state_dir).warnings()
+    assert "day=2024-05-02: 2 (first counted on 2024-05-01; battle_id a7, a8). Remove" in said
+    (folder / "part-0.parquet").unlink()
+    (said,) = _repeats(state_dir).warnings()
+    assert "day=2024-05-02: 2 (first counted on 2024-05-01). Remove" in said
 
 
 def test_backfill_says_it_and_a_clean_history_says_nothing(tmp_path: Path) -> None:
@@ -113,7 +133,7 @@ def test_backfill_says_it_and_a_clean_history_says_nothing(tmp_path: Path) -> No
     printed = backfill_summary(result)
     assert (
         "warning: 11 counted rows repeat a battle_id an earlier day counted, so those battles are counted twice: "
-        "day=2024-05-03: 11 (first counted on 2024-05-02)" in printed
+        "day=2024-05-03: 11 (first counted on 2024-05-02; battle_id " in printed
     )
 
 

@@ -19,7 +19,9 @@ days before it, reading each earlier day's hashes once, one day at a time, and h
 days' hashes (a daily refresh: the new day's).  Days aggregated before ids were kept, or hashed otherwise (before
 :func:`~biasboard.schemas.string_hash.string_hash`, with polars' hash, which is stable within a polars version
 only), are not checked, and a warning names them with the backfill that re-aggregates them.  Hashes, not ids: two
-different ids collide with probability ~2⁻⁶⁴ a pair (about 10⁻⁷ for a new day of 10⁵ ids against 10⁸).
+different ids collide with probability ~2⁻⁶⁴ a pair (about 10⁻⁷ for a new day of 10⁵ ids against 10⁸).  The
+warning quotes a few of the repeated ids (:data:`EXAMPLES` a named day): the counts keep their hashes (the
+smallest), and the ids are found again by reading the id column of that day's input, when it is still there.
 """
 
 from __future__ import annotations
@@ -27,13 +29,16 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 from biasboard.ranking.allocator import release_freed_memory
-from biasboard.transforms import state, storage
-from biasboard.transforms.validate import ID_HASH_SCHEME
+from biasboard.schemas import rules
+from biasboard.transforms import read, state, storage
+from biasboard.transforms.validate import ID_HASH_SCHEME, first_hash
 
 _LOG = logging.getLogger(__name__)
 
@@ -41,7 +46,7 @@ _LOG = logging.getLogger(__name__)
 IDS_FILE = state.BATTLE_IDS_FILE
 #: The per-day counts of the last check, and the ids-file digests they were made from.
 CACHE_FILE = "repeated_ids.json"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: each day's example hashes
 #: The hash an ids file holds, in its schema metadata: files of another scheme are not compared.
 SCHEME_KEY = b"biasboard.ids_hash"
 #: Ids recounted at once (a block of days): bounds the recount's memory (~50 bytes an id: ~100 MB) on a backfilled
@@ -49,6 +54,8 @@ SCHEME_KEY = b"biasboard.ids_hash"
 BLOCK_IDS = 1 << 21
 #: Days a warning names (the ones with the most repeats), then a count of the rest.
 DAYS_NAMED = 3
+#: Repeated battle ids a warning quotes per named day (read back from the day's input: the state keeps hashes).
+EXAMPLES = 3
 
 
 def ids_table(hashes: np.ndarray, scheme: str = ID_HASH_SCHEME) -> pa.Table:
@@ -59,10 +66,21 @@ def ids_table(hashes: np.ndarray, scheme: str = ID_HASH_SCHEME) -> pa.Table:
 
 @dataclass(frozen=True)
 class DayRepeats:
-    """One day's counted rows whose id an earlier day counted, and (the first few of) those earlier days."""
+    """One day's counted rows whose id an earlier day counted, (the first few of) those earlier days, the hashes
+    of a few of those ids (the smallest), and those ids when the warning names the day and its input is readable."""
 
     rows: int
     earlier: tuple[str, ...] = ()
+    example_hashes: tuple[int, ...] = ()
+    examples: tuple[str, ...] = ()
+
+    def said(self) -> str:
+        """What the warning says of the day: the earlier days, and the ids it quotes."""
+        text = f"first counted on {', '.join(self.earlier)}"
+        if self.examples:
+            more = ", …" if self.rows > len(self.examples) else ""
+            text += f"; battle_id {', '.join(sorted(self.examples))}{more}"
+        return text
 
 
 @dataclass(frozen=True)
@@ -86,8 +104,7 @@ class RepeatedIds:
             return []
         busiest = sorted((d for d, r in self.days.items() if r.rows), key=lambda d: (-self.days[d].rows, d))
         named = [
-            f"day={day}: {self.days[day].rows:,} (first counted on {', '.join(self.days[day].earlier)})"
-            for day in sorted(busiest[:DAYS_NAMED])
+            f"day={day}: {self.days[day].rows:,} ({self.days[day].said()})" for day in sorted(busiest[:DAYS_NAMED])
         ]
         more = busiest[DAYS_NAMED:]
         rest = f"; {sum(self.days[d].rows for d in more):,} more on {len(more)} other day(s)" if more else ""
@@ -155,10 +172,11 @@ def repeated_ids(state_dir: str, days: list[str], manifests: list[dict], scheme:
         by_day = dict(zip(days, manifests, strict=True))
         recounted = _recount(state_dir, checked, keep, by_day, scheme)
         release_freed_memory()  # the recount's hashes: back to the system before the summary and report
-        for day, (rows, earlier) in recounted.items():
+        for day, (rows, earlier, examples) in recounted.items():
             foreign = rows is None
             entries.append(
                 {"day": day, "digest": digests[day], "scheme": scheme, "rows": rows or 0, "earlier": earlier}
+                | ({"examples": examples} if examples else {})
                 | ({"foreign": True} if foreign else {})
             )
         _LOG.info(
@@ -172,16 +190,65 @@ def repeated_ids(state_dir: str, days: list[str], manifests: list[dict], scheme:
         except Exception as err:  # the counts are right either way; the next refresh recounts
             _LOG.warning("repeated ids: could not keep the counts in %s (%s); the next run recounts", cache_path, err)
     unchecked = sorted([d for d in days if digests[d] is None] + [e["day"] for e in entries if e.get("foreign")])
-    repeats = {e["day"]: DayRepeats(int(e["rows"]), tuple(e["earlier"])) for e in entries if not e.get("foreign")}
+    repeats = {
+        e["day"]: DayRepeats(int(e["rows"]), tuple(e["earlier"]), tuple(e.get("examples", ())))
+        for e in entries
+        if not e.get("foreign")
+    }
+    busiest = sorted((d for d, r in repeats.items() if r.rows), key=lambda d: (-repeats[d].rows, d))[:DAYS_NAMED]
+    by_day = dict(zip(days, manifests, strict=True))
+    for day in busiest:
+        repeats[day] = replace(repeats[day], examples=example_ids(by_day[day], repeats[day].example_hashes))
     return RepeatedIds(repeats, tuple(unchecked))
+
+
+def example_ids(manifest: dict, hashes: tuple[int, ...]) -> tuple[str, ...]:
+    """The battle ids with these hashes, read back from the day's input files (their id column only), in the
+    hashes' order; none when the files are gone or unreadable (the warning then names the day only)."""
+    if not hashes:
+        return ()
+    wanted = np.array(hashes, np.uint64)
+    found: dict[int, str] = {}
+    for entry in manifest.get("inputs", []):
+        try:
+            ids = _id_column(str(entry["path"]))
+        except Exception as err:  # the check's counts stand without the examples
+            _LOG.info("repeated ids: no example ids from %s (%s)", entry.get("path"), err)
+            continue
+        hashed = first_hash(ids)
+        hit = np.flatnonzero(np.isin(hashed, wanted))
+        for h, value in zip(hashed[hit].tolist(), ids.gather(hit).to_list(), strict=True):
+            found.setdefault(h, value)
+        if len(found) == len(hashes):
+            break
+    return tuple(found[h] for h in hashes if h in found)
+
+
+def _id_column(path: str) -> pl.Series:
+    """A battle file's ``battle_id`` column (or its FastChat alias) as text."""
+    reader = read.open_parquet(path)
+    names = reader.schema_arrow.names
+    renamed = {rules.apply_column_aliases(names).get(n, n): n for n in names}
+    column = pl.from_arrow(reader.read(columns=[renamed["battle_id"]]).column(0))
+    assert isinstance(column, pl.Series)
+    return column.cast(pl.String)
+
+
+class Recount(NamedTuple):
+    """One recounted day: its repeated rows (None: hashed otherwise, not compared), the first days that counted
+    them, and a few of their hashes (the smallest: the warning's examples, found again in the day's input)."""
+
+    rows: int | None
+    earlier: list[str]
+    examples: list[int]
 
 
 def _recount(
     state_dir: str, checked: list[str], keep: int, manifests: dict[str, dict], scheme: str
-) -> dict[str, tuple[int | None, list[str]]]:
+) -> dict[str, Recount]:
     """:func:`_count` of ``checked[keep:]`` in blocks of about :data:`BLOCK_IDS` ids, in day order: memory is a
     block's hashes (a backfilled history is counted a block at a time), and each block reads the days before it."""
-    out: dict[str, tuple[int | None, list[str]]] = {}
+    out: dict[str, Recount] = {}
     lo = keep
     while lo < len(checked):
         hi, ids = lo + 1, _counted(manifests[checked[lo]])
@@ -200,19 +267,20 @@ def _counted(manifest: dict) -> int:
 
 def _count(
     state_dir: str, before: list[str], recount: list[str], manifests: dict[str, dict], scheme: str
-) -> dict[str, tuple[int | None, list[str]]]:
-    """Each day of ``recount``: its rows whose id a day before it counted, and those days (the first few);
-    rows None: hashed by another scheme, not compared.  ``before``: the stored days before the first of them.
+) -> dict[str, Recount]:
+    """Each day of ``recount``: its rows whose id a day before it counted, those days (the first few) and the
+    smallest :data:`EXAMPLES` hashes of those ids; rows None: hashed by another scheme, not compared.  ``before``:
+    the stored days before the first of them.
 
     The recounted days' hashes are held, sorted by hash then day, so a repeated id is a run of entries whose
     first is its earliest recounted day; each day of ``before`` is then read once and marks the runs it holds.
     """
-    out: dict[str, tuple[int | None, list[str]]] = {}
+    out: dict[str, Recount] = {}
     hashes, owner = [], []
     for i, day in enumerate(recount):
         h, day_scheme = _read_ids(state_dir, day, manifests[day])
         if day_scheme != scheme:
-            out[day] = (None, [])
+            out[day] = Recount(None, [], [])
             continue
         hashes.append(h)
         owner.append(np.full(h.size, i, np.int32))
@@ -241,6 +309,12 @@ def _count(
     firsts: dict[int, list[str]] = {}
     for code in np.unique(day_of[repeated].astype(np.int64) * len(names) + first).tolist():
         firsts.setdefault(code // len(names), []).append(names[code % len(names)])
+    # Each day's smallest repeated hashes: the repeated entries are in hash order, so a stable sort by day keeps them
+    # in hash order within each day.
+    by_day = np.argsort(day_of[repeated], kind="stable")
+    rep_hashes = h_all[repeated][by_day]
+    starts = np.searchsorted(day_of[repeated][by_day], np.arange(len(recount)))
     for i, day in enumerate(recount):
-        out.setdefault(day, (int(counts[i]), firsts.get(i, [])[:DAYS_NAMED]))
+        examples = rep_hashes[starts[i] : starts[i] + min(EXAMPLES, int(counts[i]))].tolist()
+        out.setdefault(day, Recount(int(counts[i]), firsts.get(i, [])[:DAYS_NAMED], examples))
     return {day: out[day] for day in recount}
