@@ -646,3 +646,45 @@ def test_a_refresh_whose_plan_would_not_fit_plans_for_a_new_judge_of_the_populat
     assert "--judge '*' for a new judge of the population" in capsys.readouterr().err
     assert cli.main(["plan", "--out", out, "--budget", "4", "--judge", one]) == 0
     assert cli.main(["plan", "--out", out, "--budget", "4", "--judge", "*"]) == 0
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_judged_pairs_are_coded_and_summed_as_by_name(monkeypatch, named: bool) -> None:
+    """:meth:`JudgedPairs.of_frame` (names coded through a dict, a slice of rows at a time, summed in numpy) against
+    the sums by name in polars: unknown judges and models dropped, self-battles dropped, both orders of a pair
+    summed, rows sorted by (judge, first, second); slices smaller than the frame, so rows of a key meet across them."""
+    from biasboard.plan import acquisition
+
+    monkeypatch.setattr(acquisition, "CODE_ROWS", 1000)
+    rng = np.random.default_rng(5)
+    models, judges = [f"m{i}" for i in range(30)], [f"j{i}" for i in range(40)]
+    rows = 5_000
+    frame = pl.DataFrame(
+        {
+            "judge": rng.choice([*judges, "stranger"], rows),
+            "model_a": rng.choice([*models, "unrated"], rows),
+            "model_b": rng.choice(models, rows),
+            "n": rng.integers(1, 9, rows),
+        }
+    )
+    got = JudgedPairs.of_frame(frame, models, judges if named else [])
+    index = {name: i for i, name in enumerate(models)}
+    judge_index = {name: i for i, name in enumerate(judges)}
+    expected = (
+        frame.filter(pl.col("model_a").is_in(models), pl.col("model_a") != pl.col("model_b"))
+        .filter(pl.col("judge").is_in(judges) if named else pl.lit(True))
+        .with_columns(
+            (pl.col("judge").replace_strict(judge_index, default=-1) if named else pl.lit(-1)).alias("j"),
+            pl.min_horizontal(pl.col("model_a").replace_strict(index), pl.col("model_b").replace_strict(index)).alias(
+                "first"
+            ),
+            pl.max_horizontal(pl.col("model_a").replace_strict(index), pl.col("model_b").replace_strict(index)).alias(
+                "second"
+            ),
+        )
+        .group_by("j", "first", "second")
+        .agg(pl.col("n").sum())
+        .sort("j", "first", "second")
+    )
+    for field, column in (("judge", "j"), ("first", "first"), ("second", "second"), ("n", "n")):
+        assert np.asarray(getattr(got, field)).tolist() == expected.get_column(column).to_list(), field
