@@ -78,6 +78,7 @@ def pair_hash(first: Strings, second: Strings, seed: int) -> np.ndarray:
 
 
 def _hash_array(array: pa.Array, seed: Seed) -> np.ndarray:
+    """:func:`string_hash` of one Arrow array (any string type: read as large_string's offsets and bytes)."""
     if array.type != pa.large_string():
         array = array.cast(pa.large_string())
     n = len(array)
