@@ -216,6 +216,29 @@ class Counts:
 
 
 @dataclass
+class RepeatedDay:
+    """A stored day whose counted rows repeat battle ids an earlier day counted (those battles count twice)."""
+
+    day: str
+    rows: int
+    #: The earlier days that counted them first (the first few).
+    first_counted_on: list[str]
+    #: A few of the repeated ids, read back from the day's input: for the days the warning names, while the input
+    #: is there (empty otherwise).
+    examples: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RepeatedIdsInfo:
+    """Battle ids counted on more than one day (:mod:`biasboard.transforms.repeated_ids`; ``counts.repeated_ids`` is
+    the total of ``days``): the days with repeats, the most first, and the stored days that could not be checked
+    (aggregated before their ids' hashes were kept, or with another hash; a backfill of them mends it)."""
+
+    days: list[RepeatedDay] = field(default_factory=list)
+    unchecked_days: list[str] = field(default_factory=list)
+
+
+@dataclass
 class ImportRejections:
     """The rows a ``biasboard import`` rejected, when the refresh reads that import's ``--out`` folder.
 
@@ -717,6 +740,9 @@ class Summary:
     judge_tables: JudgeTables | None = None
     #: Which correction moved each model (None: a board fit without diagnostics).
     attribution: Attribution | None = None
+    #: The days whose battle ids repeat an earlier day's, and the days not checked (None: neither; the check over
+    #: the stored days, in ``counts.repeated_ids`` and the warnings too).
+    repeated_ids: RepeatedIdsInfo | None = None
     version: int = SUMMARY_VERSION
 
     @property
@@ -765,6 +791,8 @@ __all__ = [
     "Profile",
     "RankInterval",
     "Ranks",
+    "RepeatedDay",
+    "RepeatedIdsInfo",
     "SliceInfo",
     "StyleEffect",
     "StyleInfo",

@@ -18,6 +18,7 @@ import polars as pl
 from biasboard.pipelines import cli
 from biasboard.pipelines.backfill import backfill_summary, run_backfill
 from biasboard.pipelines.refresh import refresh
+from biasboard.schemas import summary as S
 from biasboard.schemas.string_hash import string_hash
 from biasboard.transforms import state
 from biasboard.transforms.repeated_ids import CACHE_FILE, IDS_FILE, repeated_ids
@@ -76,6 +77,16 @@ def test_ids_counted_on_an_earlier_day_are_counted_and_named(tmp_path: Path) -> 
         "day=2024-05-02: 7 (first counted on 2024-05-01; battle_id a3, a4, a5, …). Remove the repeated rows from "
         "the later day's input (same battle_id on two days) and refresh"
     ]
+    # The same in summary.json's own field, for a reader that does not parse warnings.
+    assert summary.repeated_ids == S.RepeatedIdsInfo(
+        [S.RepeatedDay("2024-05-02", 7, ["2024-05-01"], ["a3", "a4", "a5"])]
+    )
+    document = json.loads((Path(first.published.path) / "summary.json").read_text())
+    assert document["repeated_ids"] == {
+        "days": [{"day": "2024-05-02", "rows": 7, "first_counted_on": ["2024-05-01"], "examples": ["a3", "a4", "a5"]}],
+        "unchecked_days": [],
+    }
+    assert S.Summary.from_json(document).repeated_ids == summary.repeated_ids
 
     # A new day repeating ids of two stored days (one of them a repeat already) and of itself is not: read against
     # the stored days' hashes; the stored days' counts come from the kept counts, not recounted.
@@ -152,6 +163,7 @@ def test_days_stored_without_ids_are_not_checked(tmp_path: Path) -> None:
     found = _repeats(state_dir)
     assert found.unchecked == ("2024-05-01",)
     assert found.total == 0  # day 2 has no earlier day it can be compared with
+    assert found.info() == S.RepeatedIdsInfo([], ["2024-05-01"])
     assert found.warnings() == [
         "battle ids not checked for repeats across days on 1 stored day(s) (day=2024-05-01): they were aggregated "
         "before this version of biasboard kept their ids' hashes (or with the former, polars-version-bound hash). "

@@ -37,6 +37,7 @@ import polars as pl
 import pyarrow as pa
 from biasboard.ranking.allocator import release_freed_memory
 from biasboard.schemas import rules
+from biasboard.schemas import summary as S
 from biasboard.transforms import read, state, storage
 from biasboard.transforms.validate import ID_HASH_SCHEME, first_hash
 
@@ -99,10 +100,21 @@ class RepeatedIds:
         could not be checked (when there is another day to check them against)."""
         return self._repeat_warnings() + self._unchecked_warnings()
 
+    def info(self) -> S.RepeatedIdsInfo | None:
+        """``summary.repeated_ids``: the days with repeats (the most first) and the unchecked days; None without
+        either."""
+        if not self.total and not self.unchecked:
+            return None
+        days = [
+            S.RepeatedDay(day, self.days[day].rows, list(self.days[day].earlier), sorted(self.days[day].examples))
+            for day in _busiest(self.days)
+        ]
+        return S.RepeatedIdsInfo(days, list(self.unchecked))
+
     def _repeat_warnings(self) -> list[str]:
         if not self.total:
             return []
-        busiest = sorted((d for d, r in self.days.items() if r.rows), key=lambda d: (-self.days[d].rows, d))
+        busiest = _busiest(self.days)
         named = [
             f"day={day}: {self.days[day].rows:,} ({self.days[day].said()})" for day in sorted(busiest[:DAYS_NAMED])
         ]
@@ -125,6 +137,11 @@ class RepeatedIds:
             f"polars-version-bound hash). `biasboard backfill --from {first} --to {last}` over the same input and "
             "state re-aggregates them (their cells come out the same) and the next refresh checks them"
         ]
+
+
+def _busiest(days: dict[str, DayRepeats]) -> list[str]:
+    """The days with repeats, the most first (ties by date)."""
+    return sorted((d for d, r in days.items() if r.rows), key=lambda d: (-days[d].rows, d))
 
 
 def _digest(manifest: dict) -> str | None:
@@ -195,9 +212,8 @@ def repeated_ids(state_dir: str, days: list[str], manifests: list[dict], scheme:
         for e in entries
         if not e.get("foreign")
     }
-    busiest = sorted((d for d, r in repeats.items() if r.rows), key=lambda d: (-repeats[d].rows, d))[:DAYS_NAMED]
     by_day = dict(zip(days, manifests, strict=True))
-    for day in busiest:
+    for day in _busiest(repeats)[:DAYS_NAMED]:  # the days the warning names
         repeats[day] = replace(repeats[day], examples=example_ids(by_day[day], repeats[day].example_hashes))
     return RepeatedIds(repeats, tuple(unchecked))
 

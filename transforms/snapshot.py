@@ -566,6 +566,7 @@ def build_summary(
             dropped=list(without_input.dropped),
         ),
         counts=S.from_jsonable(S.Counts, {**counts.to_dict(), "repeated_ids": repeats.total}, "counts"),
+        repeated_ids=repeats.info(),
         judges=[_record(S.JudgeCounts, row) for row in totals.judges.to_pylist()],
         diagnostics=diagnostics,
         warnings=warnings,
