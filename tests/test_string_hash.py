@@ -84,6 +84,17 @@ def test_values_of_one_length_take_the_strided_path_to_the_same_hashes() -> None
         assert alone.tolist() == [_definition(v, SEED) for v in ids]
 
 
+def test_rows_hashed_a_block_at_a_time_hash_as_one(monkeypatch) -> None:
+    """Blocks of rows (the cache-sized pieces the hash works in) of 7 rows: the same hashes, strided and not."""
+    from biasboard.schemas import string_hash as module
+
+    monkeypatch.setattr(module, "_BLOCK", 7)
+    values = _values(500, seed=4)
+    assert string_hash(pa.array(values), SEED).tolist() == [_definition(v, SEED) for v in values]
+    ids = [f"battle-{i:05d}" for i in range(500)]
+    assert string_hash(pa.array(ids)[3:], SEED).tolist() == [_definition(v, SEED) for v in ids[3:]]
+
+
 def test_pinned_values() -> None:
     """The hashes of a few ids, as stored by every day aggregated since the definition was fixed."""
     values = ["", "a", "battle-0001", "é✓ unicode id 12345678", None]
