@@ -80,7 +80,7 @@ class DayRepeats:
         text = f"first counted on {', '.join(self.earlier)}"
         if self.examples:
             more = ", …" if self.rows > len(self.examples) else ""
-            text += f"; battle_id {', '.join(sorted(self.examples))}{more}"
+            text += f"; battle_id {', '.join(self.examples)}{more}"
         return text
 
 
@@ -106,7 +106,7 @@ class RepeatedIds:
         if not self.total and not self.unchecked:
             return None
         days = [
-            S.RepeatedDay(day, self.days[day].rows, list(self.days[day].earlier), sorted(self.days[day].examples))
+            S.RepeatedDay(day, self.days[day].rows, list(self.days[day].earlier), list(self.days[day].examples))
             for day in _busiest(self.days)
         ]
         return S.RepeatedIdsInfo(days, list(self.unchecked))
@@ -219,8 +219,8 @@ def repeated_ids(state_dir: str, days: list[str], manifests: list[dict], scheme:
 
 
 def example_ids(manifest: dict, hashes: tuple[int, ...]) -> tuple[str, ...]:
-    """The battle ids with these hashes, read back from the day's input files (their id column only), in the
-    hashes' order; none when the files are gone or unreadable (the warning then names the day only)."""
+    """The battle ids with these hashes, read back from the day's input files (their id column only), sorted; none
+    when the files are gone or unreadable (the warning then names the day only)."""
     if not hashes:
         return ()
     wanted = np.array(hashes, np.uint64)
@@ -237,7 +237,7 @@ def example_ids(manifest: dict, hashes: tuple[int, ...]) -> tuple[str, ...]:
             found.setdefault(h, value)
         if len(found) == len(hashes):
             break
-    return tuple(found[h] for h in hashes if h in found)
+    return tuple(sorted(found.values()))
 
 
 def _id_column(path: str) -> pl.Series:
