@@ -107,6 +107,14 @@ def apply_column_aliases(names: list[str]) -> dict[str, str]:
     return {src: dst for src, dst in FASTCHAT_COLUMN_MAP.items() if src in present and dst not in present}
 
 
+def source_column(names: list[str], ours: str) -> str | None:
+    """The column of a file with ``names`` that the reader takes as ``ours``: ours itself, else its FastChat alias
+    (:func:`apply_column_aliases`, so a file with both ``ts`` and ``tstamp`` has its ``ts`` read); None if neither."""
+    if ours in names:
+        return ours
+    return next((src for src, dst in apply_column_aliases(names).items() if dst == ours), None)
+
+
 def _in_window(parsed: pl.Expr) -> pl.Expr:
     return pl.when(parsed.is_between(pl.lit(TS_MIN), pl.lit(TS_MAX), closed="left")).then(parsed).otherwise(None)
 

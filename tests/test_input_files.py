@@ -72,6 +72,19 @@ def test_nested_day_folders_file_rows_under_the_innermost_day(tmp_path: Path):
     assert result.counts.conserved
 
 
+def test_an_undated_file_with_ts_and_its_alias_is_filed_by_the_ts_the_rows_are_read_with(tmp_path: Path):
+    """A file holding both ``ts`` and FastChat's ``tstamp`` (another day): the reader keeps ``ts`` and leaves the
+    alias alone, so the day the file is filed under comes from ``ts`` too, whatever the columns' order."""
+    table = battles(4, D1)
+    other_day = dt.datetime.fromisoformat(D2).replace(hour=12, tzinfo=dt.timezone.utc).timestamp()
+    table = pa.table({"tstamp": pa.array([other_day] * 4), **{name: table[name] for name in table.column_names}})
+    write(tmp_path / "logs" / "undated.parquet", table)
+    assert sorted(list_input_days(str(tmp_path / "logs"))) == [D1]
+    result = run_backfill(str(tmp_path / "logs"), str(tmp_path / "state"))
+    assert sorted(result.manifests) == [D1] and result.manifests[D1]["counts"]["counted"] == 4
+    assert result.counts.conserved
+
+
 @pytest.mark.parametrize("glob", ["", "   "])
 def test_an_empty_input_is_refused_not_read_as_the_root(glob: str, tmp_path: Path, capsys):
     with pytest.raises(InputError, match="input path is empty"):

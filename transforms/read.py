@@ -501,7 +501,7 @@ def _ts_days(path: str, kind: str) -> pl.Series:
     if reader.metadata.num_rows == 0:
         return pl.Series("ts", [], dtype=pl.String)
     names = reader.schema_arrow.names
-    ts_name = next((n for n in names if rules.apply_column_aliases([n]).get(n, n) == "ts"), None)
+    ts_name = rules.source_column(names, "ts")
     if ts_name is None:  # refresh lists files without the up-front check: say what backfill's check says
         raise InputError(f"{path}: required column 'ts' is missing (has: {', '.join(names)})")
     column = reader.read(columns=[ts_name]).rename_columns(["ts"])
@@ -531,7 +531,8 @@ def rows_of_day(batch: pl.DataFrame, offset: int, day: str, home_day: str | None
     that dead letters still point at the right row after filtering.
     """
     batch = batch.with_columns(pl.int_range(offset, offset + batch.height, dtype=pl.Int64).alias(SOURCE_ROW))
-    name = next(c for c in batch.columns if rules.apply_column_aliases([c]).get(c, c) == "ts")
+    name = rules.source_column(batch.columns, "ts")
+    assert name is not None, "undated files are checked for a ts column before they are read"
     days = rules.parse_timestamps(batch, name).dt.date().cast(pl.String)
     return batch.filter((days == day).fill_null(day == home_day))
 

@@ -38,6 +38,7 @@ import pyarrow as pa
 from biasboard.ranking.allocator import release_freed_memory
 from biasboard.schemas import rules
 from biasboard.schemas import summary as S
+from biasboard.schemas.errors import InputError
 from biasboard.transforms import read, state, storage
 from biasboard.transforms.validate import ID_HASH_SCHEME, first_hash
 
@@ -244,8 +245,10 @@ def _id_column(path: str) -> pl.Series:
     """A battle file's ``battle_id`` column (or its FastChat alias) as text."""
     reader = read.open_parquet(path)
     names = reader.schema_arrow.names
-    renamed = {rules.apply_column_aliases(names).get(n, n): n for n in names}
-    column = pl.from_arrow(reader.read(columns=[renamed["battle_id"]]).column(0))
+    name = rules.source_column(names, "battle_id")
+    if name is None:
+        raise InputError(f"{path}: no battle_id column")
+    column = pl.from_arrow(reader.read(columns=[name]).column(0))
     assert isinstance(column, pl.Series)
     return column.cast(pl.String)
 
