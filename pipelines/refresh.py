@@ -1001,7 +1001,7 @@ class AuditPlan:
         # upgrade over an unchanged input read audit_order_pairs.parquet without its new column and failed).
         stamp = {
             "input_digest": changes.digest,
-            "anchors": options.anchors or None,
+            "anchors": _anchors_fingerprint(options),
             "family_map": family_map.digest(),
             "audit_version": AUDIT_DAYS_VERSION,
             # Days kept in the fit without input are audited from their stored partials: a day kept or dropped

@@ -310,6 +310,36 @@ def test_refresh_with_anchors_gates_corrections_and_plans_the_next_battles(sim, 
     assert plan.height == 6
 
 
+def test_anchors_changed_in_place_redo_the_stored_audit(sim, tmp_path):
+    """The audit's gold labels come from the anchors: an anchors file edited in place (same glob) refit the board but
+    reused the stored audit, so the snapshot's gold accuracies were the old anchors'.  The audit's stamp holds the
+    anchor files' fingerprints, as the fit's inputs do: the audit is redone and equals a fresh state's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # Trusted verdicts on some of the battles' own prompts (gold labels need the prompts matched).
+    (day,) = list(sorted((sim / "battles").glob("day=*")))[:1]
+    table = pq.read_table(next(day.glob("*.parquet"))).slice(0, 300)
+    table = table.set_column(0, "battle_id", pa.array([f"anchor-{i}" for i in range(table.num_rows)]))
+    table = table.set_column(table.schema.get_field_index("judge"), "judge", pa.array(["gold"] * table.num_rows))
+    path = tmp_path / "anchors.parquet"
+    pq.write_table(table, path)
+    options = RefreshOptions(anchors=str(path))
+    state, out = str(tmp_path / "state"), str(tmp_path / "out")
+    refresh(_glob(sim), state, out, [], options)
+    flipped = ["model_b" if w == "model_a" else "model_a" for w in table["winner"].to_pylist()]
+    pq.write_table(table.set_column(table.schema.get_field_index("winner"), "winner", pa.array(flipped)), path)
+    again = refresh(_glob(sim), state, out, [], options)
+    fresh = refresh(_glob(sim), str(tmp_path / "fresh"), str(tmp_path / "fresh_out"), [], options)
+
+    def gold(outcome) -> list:
+        judges = json.loads((Path(outcome.published.path) / "audit.json").read_text())["tables"]["judges"]
+        return [(j["judge"], j["gold_accuracy"]) for j in judges]
+
+    assert any(accuracy is not None for _, accuracy in gold(fresh))
+    assert gold(again) == gold(fresh)
+
+
 def test_bad_length_clip_fails_before_any_work(sim, tmp_path, capsys):
     argv = ["refresh", "--input", _glob(sim), "--state", str(tmp_path / "state"), "--out", str(tmp_path / "out")]
     assert cli.main([*argv, "--length-clip", "1.3"]) == 2
