@@ -1787,7 +1787,7 @@ def family_table(family: pl.DataFrame) -> pl.DataFrame:
         )
         .select(list(schema))
         .cast(pl.Schema(schema))
-        .sort("judge")
+        .sort("judge", "judge_family")
     )
 
 

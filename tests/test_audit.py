@@ -177,6 +177,16 @@ def test_own_family_preference() -> None:
     assert a["win_rate_other_judges"] == pytest.approx(1 / 4)
 
 
+def test_family_table_orders_the_families_of_one_judge_name() -> None:
+    """One judge name under several families (a pool of judges of different families): a row per family, in the
+    families' order, not polars' group order (which changes from run to run)."""
+    cols = ("judge", "prompt_id", "model_a", "model_b", "winner", "family_a", "family_b", "judge_family")
+    families = ["qwen", "openai", "meta", "anthropic", "mistral", "google"]
+    rows = [("pool", f"p{i}", f"m-{f}", "other", FIRST, f, "zz", f) for i, f in enumerate(families)]
+    fam = audit(battles(rows, cols)).family
+    assert fam.select("judge", "judge_family").rows() == [("pool", f) for f in sorted(families)]
+
+
 def test_clustered_standard_errors_by_hand() -> None:
     """Both orders of a prompt agreeing are one cluster, not two battles: hand-checked sandwich SEs."""
     cols = (

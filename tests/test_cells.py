@@ -236,6 +236,22 @@ def test_judge_summary_shares():
     assert (s["win_a_share"], s["win_b_share"], s["tie_share"], s["bothbad_share"]) == (0.5, 0.25, 0.25, 0.25)
 
 
+def test_judge_summary_orders_the_families_of_one_judge_name():
+    """A judge name under several families (a ``--judge-pool column:`` pool of judges of different families) has a
+    row per family; sorted by name alone they came in polars' group order, which changes from run to run, so a
+    refit of the same cells published a snapshot of another content hash."""
+    families = ["qwen", "openai", "meta", "anthropic", "mistral", "google"]
+    rows = [
+        {"battle_id": str(i), "judge": "pool", "model_a": "m1", "model_b": f"m{i + 2}", "winner": "model_a",
+         "len_a": 10, "len_b": 20, "family_a": None}
+        for i in range(len(families))
+    ]  # fmt: skip
+    cells = cells_of(rows).sort_by("model_b")
+    cells = cells.set_column(cells.schema.get_field_index("judge_family"), "judge_family", pa.array(families))
+    summary = judge_summary(cells).select(["judge", "judge_family"]).to_pylist()
+    assert summary == [{"judge": "pool", "judge_family": f} for f in sorted(families)]
+
+
 def test_judge_summary_first_and_second_shares_leave_out_battles_of_unknown_order():
     """A battle whose shown order is unknown (AlpacaEval: model_a is the listed baseline) has no first-shown answer:
     the first/second shares are of the battles of known order, ties of all; a judge with none gets null shares.

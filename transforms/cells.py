@@ -454,7 +454,7 @@ def judge_summary(cells: pa.Table) -> pa.Table:
             pl.col("model_a").append(pl.col("model_b")).n_unique().alias("models"),
         )
         .with_columns(pl.col("judge", "judge_family").cast(pl.String))
-        .sort("judge")
+        .sort("judge", "judge_family")
     )
     return summary.to_arrow()
 

@@ -408,7 +408,12 @@ class CellTotals:
             style += part.style_battles
         if pairs is None:
             return cls.of(PAIR_CELLS_SCHEMA.empty_table())
-        return cls(pl.concat(judges).sort("judge").to_arrow(), pairs.to_arrow(), style, pa.concat_tables(judged))
+        return cls(
+            pl.concat(judges).sort("judge", "judge_family").to_arrow(),
+            pairs.to_arrow(),
+            style,
+            pa.concat_tables(judged),
+        )
 
 
 def _summed_pairs(total: pl.DataFrame, part: pl.DataFrame) -> pl.DataFrame:
