@@ -441,7 +441,7 @@ def refresh(
         return Outcome(None, aggregated_days=todo, reason=build_only, job=job)
     failpoint("after-read")
 
-    without_input = drop_days_without_input(state_dir, changes, options.drop_missing_days)
+    without_input = drop_days_without_input(state_dir, changes, options.drop_missing_days, settings)
     fit_key = _fit_inputs_digest(state_dir, changes, options, family_map, aliases, spec.import_rejected)
     if not todo and not audit.rerun and not options.refit and not without_input.dropped:
         reused = _reuse_latest(out_dir, state_dir, fit_key)
@@ -731,7 +731,8 @@ def build_refresh(
             if stored_day_key(days_dir, day) != keys[day]:
                 todo_audit[day] = (files, keys[day])
         _LOG.info("audit: %d of %d day(s) to audit; the others' partials are stored", len(todo_audit), len(input_days))
-        stored = list(input_days) + _kept_days_audited(state_dir, without_input.kept, settings, keys)
+        kept_audited = _kept_days_audited(state_dir, without_input.kept, settings, keys)
+        stored = list(input_days) + kept_audited
         after.append(
             audit_days_incremental(
                 pipeline,
@@ -744,6 +745,7 @@ def build_refresh(
                 aliases,
                 JudgePool.parse(options.judge_pool).column,
                 keys=keys,
+                left_out=sorted(set(without_input.kept) - set(kept_audited)),
             )
         )
     _ = written | "FitModels" >> FitModels(
@@ -788,22 +790,43 @@ def _kept_days_audited(state_dir: str, kept: tuple[str, ...], settings: str, key
     return list(current)
 
 
-def drop_days_without_input(state_dir: str, changes: InputChanges, drop: bool) -> DaysWithoutInput:
+def drop_days_without_input(
+    state_dir: str, changes: InputChanges, drop: bool, settings: Mapping[str, str] | None = None
+) -> DaysWithoutInput:
     """The stored days no input file matches: kept, or (``drop``) removed from the state, one day at a time.
 
     An input that matches no file at all never gets here (listing it is an
     error), so a mistyped glob cannot empty the state.  Each day goes through
     :func:`~biasboard.transforms.state.delete_day` (manifest first), so a run
-    killed midway leaves every day either whole or gone.
+    killed midway leaves every day either whole or gone.  A kept day whose manifest records other ingest
+    ``settings`` than this run's (:func:`~biasboard.transforms.ingest.ingest_settings`) is named: the other days
+    are aggregated again under the new settings, it cannot be.
     """
     days = tuple(changes.without_input)
     if not drop or not days:
-        return DaysWithoutInput(kept=days)
+        return _kept(state_dir, days, settings)
     for day in days:
         state.delete_day(state_dir, day)
         storage.delete_tree(day_partials_dir(storage.join(state_dir, DAY_PARTIALS), day))  # its audit partials
     _LOG.info("read: dropped %d stored day(s) from %s: %s", len(days), state_dir, ", ".join(days))
     return DaysWithoutInput(dropped=days)
+
+
+def _kept(state_dir: str, days: tuple[str, ...], settings: Mapping[str, str] | None) -> DaysWithoutInput:
+    """``days`` kept in the fit, with those aggregated under other ingest ``settings`` than these (and which)."""
+    if settings is None:
+        return DaysWithoutInput(kept=days)
+    other: list[str] = []
+    differing: set[str] = set()
+    for day in days:
+        recorded = (state.read_day_manifest(state_dir, day) or {}).get("settings")
+        if recorded is None:  # stored before manifests kept their settings: nothing to compare
+            continue
+        names = {name for name in {*recorded, *settings} if recorded.get(name) != settings.get(name)}
+        if names:
+            other.append(day)
+            differing |= names
+    return DaysWithoutInput(kept=days, other_settings=tuple(other), settings_differing=tuple(sorted(differing)))
 
 
 #: Options that need battles, refused on an ordinal-only refresh (flag, the option's default).

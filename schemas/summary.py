@@ -187,6 +187,10 @@ class Days:
     without_input: list[str] = field(default_factory=list)
     #: Stored days no input file matched, removed from the state before this fit (refresh --drop-missing-days).
     dropped: list[str] = field(default_factory=list)
+    #: Of ``without_input``, the days whose cells were aggregated under other ingest settings than this run's (another
+    #: family map, aliases or ``--judge-pool column:``): with no input they cannot be aggregated again, so the board
+    #: mixes two settings (a warning says which).
+    other_settings: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -637,6 +637,36 @@ def test_a_stored_day_whose_input_has_gone_is_kept_and_reported(sim, tmp_path, c
     assert (tmp_path / "state" / "manifests" / "day=2024-01-02.json").exists()
 
 
+def test_a_kept_day_aggregated_under_other_aliases_is_named_in_a_warning(sim, tmp_path):
+    """Aliases given after a day's input has gone: every other day is aggregated again under them, the kept day
+    cannot be, so one judge was fit as two (its old name on that day's cells) without a word.  The summary names
+    the day and the setting it was aggregated under, and the warning says how to make the board whole."""
+    logs = tmp_path / "logs"
+    shutil.copytree(sim / "battles", logs / "battles")
+    state, out = str(tmp_path / "state"), str(tmp_path / "out")
+    refresh(_glob(logs), state, out, [], NO_AUDIT)
+    shutil.rmtree(logs / "battles" / "day=2024-01-02")
+    kept = refresh(_glob(logs), state, out, [], NO_AUDIT)
+    assert kept.summary.days.other_settings == []  # the same settings: nothing said
+    assert not [w for w in kept.summary.warnings if "other ingest settings" in w]
+    judge = json.loads((sim / "truth.json").read_text())["judges"][0]["judge"]
+    aliases = tmp_path / "aliases.json"
+    aliases.write_text(json.dumps({judge: "renamed-judge"}))
+    options = RefreshOptions(audit=False, aliases=str(aliases))
+    renamed = refresh(_glob(logs), state, out, [], options)
+    assert {judge, "renamed-judge"} <= {j.judge for j in renamed.summary.judges}  # the board mixes both names
+    assert renamed.summary.days.other_settings == ["2024-01-02"]
+    assert [w for w in renamed.summary.warnings if "other ingest settings" in w] == [
+        "1 day(s) kept in the fit without input were aggregated under other ingest settings (aliases) than this "
+        "run's: 2024-01-02; their cells keep the names and families of those settings, so the board mixes the two. "
+        "Restore their input files to aggregate them again, or drop them (refresh --drop-missing-days)"
+    ]
+    dropped = refresh(
+        _glob(logs), state, out, [], RefreshOptions(audit=False, aliases=str(aliases), drop_missing_days=True)
+    )
+    assert judge not in {j.judge for j in dropped.summary.judges} and dropped.summary.days.other_settings == []
+
+
 def test_the_audit_of_a_kept_day_without_input_covers_the_days_the_board_does(sim, tmp_path):
     """A day kept in the fit after its input went (the default) stays in the snapshot's audit too.
 
@@ -676,8 +706,13 @@ def test_a_kept_day_never_audited_is_left_out_of_the_audit_in_a_logged_line(sim,
     with caplog.at_level("WARNING", logger="biasboard.pipelines.refresh"):
         kept = refresh(_glob(logs), state, out, [])
     assert any("so the audit leaves them out: 2024-01-02" in r.getMessage() for r in caplog.records)
-    audited = json.loads((Path(kept.published.path) / "audit.json").read_text())["counts"]
-    assert audited["counted"] == first.summary.counts.counted - gone["counted"]
+    audited = json.loads((Path(kept.published.path) / "audit.json").read_text())
+    assert audited["counts"]["counted"] == first.summary.counts.counted - gone["counted"]
+    # and the snapshot says so, not only the run's log: the audit's notes name the day it left out
+    assert [n for n in audited["notes"] if "the board keeps" in n] == [
+        "1 day(s) the board keeps without input have no audit partials stored under these settings (aggregated "
+        "with --no-audit): not audited, so this audit counts fewer battles than the board (2024-01-02)"
+    ]
 
 
 def test_drop_missing_days_removes_the_day_from_the_state_and_the_board(sim, tmp_path):

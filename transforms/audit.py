@@ -307,6 +307,23 @@ def _add_import_rejections(marker: str, rejections: Sequence[S.ImportRejections]
     storage.atomic_write_bytes(marker, publish.json_bytes(document))
 
 
+def _add_left_out_days(marker: str, days: Sequence[str]) -> None:
+    """``audit.json`` at ``marker`` with a note naming the ``days`` it could not audit: kept in the fit without input
+    files and with no audit partials stored under the current settings (aggregated with ``--no-audit``).  Why: the
+    board counts their battles and the audit does not, and only the run that found them logged it; the note stays
+    with the audit (which is redone when the kept days change).  Written again, atomically, as
+    :func:`_add_import_rejections` does."""
+    if not days:
+        return
+    document = json.loads(storage.read_text(marker))
+    document["notes"].append(
+        f"{len(days)} day(s) the board keeps without input have no audit partials stored under these settings "
+        f"(aggregated with --no-audit): not audited, so this audit counts fewer battles than the board "
+        f"({', '.join(sorted(days))})"
+    )
+    storage.atomic_write_bytes(marker, publish.json_bytes(document))
+
+
 #: What an audit that lost its storage before writing leaves (:func:`storage.if_unreachable`): it only read.
 LEFT_BEFORE_WRITING = "no audit file was written (an audit.json there is the previous audit's, with its files)"
 
@@ -712,11 +729,14 @@ def audit_days_incremental(
     judge_column: str | None = None,
     scratch: bool = False,
     keys: Mapping[str, str] | None = None,
+    left_out: Sequence[str] = (),
 ) -> beam.PCollection:
     """Add the incremental audit to ``pipeline``: audit the ``todo`` days (day → (files, key)) into
     ``days_dir``, then sum the stored partials of ``all_days`` and write the audit files under ``out``
     (``scratch``: then delete ``days_dir``).  ``keys``: every day's key (of ``all_days``), for the summed
-    days' cache (:mod:`~biasboard.transforms.audit_cache`): the refresh's; None, no cache.
+    days' cache (:mod:`~biasboard.transforms.audit_cache`): the refresh's; None, no cache.  ``left_out``: days
+    the board has that the audit cannot read (kept without input, never audited), named in a note of
+    ``audit.json`` (:func:`_add_left_out_days`).
 
     The result equals a full audit of every day (:func:`audit_days`): both
     audit each day by :func:`audit_day` and sum the days.  Returns the written
@@ -733,7 +753,7 @@ def audit_days_incremental(
     return (
         audited
         | "AllDaysAudited" >> beam.combiners.Count.Globally()
-        | "SumStoredDays" >> beam.FlatMap(_sum_and_write, sorted(all_days), days_dir, out, scratch, keys)
+        | "SumStoredDays" >> beam.FlatMap(_sum_and_write, sorted(all_days), days_dir, out, scratch, keys, left_out)
     )
 
 
@@ -757,10 +777,17 @@ def stored_history_sketch(days_dir: str, days: Sequence[str]) -> pl.DataFrame | 
 
 
 def _sum_and_write(
-    _: int, days: list[str], days_dir: str, out: str, scratch: bool, keys: Mapping[str, str] | None
+    _: int,
+    days: list[str],
+    days_dir: str,
+    out: str,
+    scratch: bool,
+    keys: Mapping[str, str] | None,
+    left_out: Sequence[str] = (),
 ) -> list[str]:
     started = time.perf_counter()
     written = write_stored_sum(days, days_dir, out, keys)
+    _add_left_out_days(storage.join(out, AUDIT_JSON), left_out)
     if scratch:
         storage.delete_tree(days_dir)
     Metrics.counter(METRICS_NAMESPACE, "sum_ms").inc(round(1000 * (time.perf_counter() - started)))

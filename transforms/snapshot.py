@@ -118,7 +118,26 @@ class DaysWithoutInput:
 
     kept: tuple[str, ...] = ()
     dropped: tuple[str, ...] = ()
+    #: Of ``kept``, the days aggregated under other ingest settings than this run's, and which settings differ.
+    other_settings: tuple[str, ...] = ()
+    settings_differing: tuple[str, ...] = ()
 
+    def warnings(self) -> list[str]:
+        """What the board mixes when a kept day's cells were made under other ingest settings (none otherwise)."""
+        if not self.other_settings:
+            return []
+        days = self.other_settings
+        named = ", ".join(days[:DAYS_NAMED]) + (f" and {len(days) - DAYS_NAMED} more" if len(days) > DAYS_NAMED else "")
+        return [
+            f"{len(days)} day(s) kept in the fit without input were aggregated under other ingest settings "
+            f"({', '.join(self.settings_differing)}) than this run's: {named}; their cells keep the names and "
+            "families of those settings, so the board mixes the two. Restore their input files to aggregate them "
+            "again, or drop them (refresh --drop-missing-days)"
+        ]
+
+
+#: A warning about kept days names at most this many of them (the rest are counted).
+DAYS_NAMED = 10
 
 #: Every stored day has input files (the default of the fit's callers).
 ALL_DAYS_HAVE_INPUT = DaysWithoutInput()
@@ -551,6 +570,7 @@ def build_summary(
     warnings.extend(rejection_warnings(counts, days, manifests, state_dir))
     warnings.extend(rejected_share_warnings(score_counts, state_dir, "score rows"))
     warnings.extend(off_day_warnings(days, manifests))
+    warnings.extend(without_input.warnings())
     repeats = repeated_ids(state_dir, days, manifests)
     warnings.extend(repeats.warnings())
     if reference is not None:
@@ -569,6 +589,7 @@ def build_summary(
             last=days[-1],
             without_input=list(without_input.kept),
             dropped=list(without_input.dropped),
+            other_settings=list(without_input.other_settings),
         ),
         counts=S.from_jsonable(S.Counts, {**counts.to_dict(), "repeated_ids": repeats.total}, "counts"),
         repeated_ids=repeats.info(),
