@@ -33,13 +33,18 @@ from biasboard.importers.output import summary_lines, write_import
 from biasboard.importers.registry import FORMATS, convert
 from biasboard.pipelines import validation
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.rules import undatable_day
 
 
 def _date(text: str) -> dt.date:
     try:
-        return dt.date.fromisoformat(text)
+        day = dt.date.fromisoformat(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(f"not a YYYY-MM-DD date: {text!r}") from err
+    why = undatable_day(day)  # else every undated row is dead-lettered bad_timestamp, the option unnamed
+    if why:
+        raise argparse.ArgumentTypeError(f"{text!r} is {why}")
+    return day
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,6 +15,7 @@ from dataclasses import asdict, fields
 from typing import Any, TypeVar
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from biasboard.schemas.errors import InputError
 
 DEFAULT_LOCAL_RUNNER = "FnApiRunner"
 
@@ -25,7 +26,19 @@ def beam_options(beam_args: list[str] | None) -> PipelineOptions:
     standard = options.view_as(StandardOptions)
     if not standard.runner:
         standard.runner = DEFAULT_LOCAL_RUNNER
+    _check_runner(standard.runner)
     return options
+
+
+def _check_runner(name: str) -> None:
+    """Refuse a runner Beam does not know (or cannot load here) in one line, before any work: Beam says so from
+    inside ``Pipeline()``, in a traceback (``--runner NoSuchRunner``)."""
+    from apache_beam.runners.runner import create_runner
+
+    try:
+        create_runner(name)
+    except (ValueError, ImportError) as err:
+        raise InputError(f"--runner {name}: {err}") from None
 
 
 Options = TypeVar("Options")

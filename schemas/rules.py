@@ -85,6 +85,17 @@ REASON_DUPLICATE_SCORE_ID = "duplicate_score_id"
 #: Plausible instants: judge logs cannot predate 1990 or postdate 2100.
 TS_MIN = dt.datetime(1990, 1, 1, tzinfo=dt.timezone.utc)
 TS_MAX = dt.datetime(2100, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def undatable_day(day: dt.date) -> str | None:
+    """Why no battle can be dated on ``day`` (outside [:data:`TS_MIN`, :data:`TS_MAX`), where every ``ts`` is
+    rejected), or None when one can: for days given by a folder name or an option rather than by rows."""
+    if TS_MIN.date() <= day < TS_MAX.date():
+        return None
+    last = TS_MAX.date() - dt.timedelta(days=1)
+    return f"outside the days a battle can be dated on ({TS_MIN.date().isoformat()} to {last.isoformat()})"
+
+
 #: Ordinal grades accepted in score rows: 1..MAX_SCORE on a half-point grid (8.5 is a grade; 8.25 is not).
 MAX_SCORE = 100
 

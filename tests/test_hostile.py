@@ -92,7 +92,7 @@ def test_a_missing_or_invalid_family_map_is_refused_even_when_nothing_is_new(log
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [
-        ("--bootstrap", "-1", "--bootstrap must be at least 0, got -1"),
+        ("--bootstrap", "-1", "--bootstrap must be from 0 to 10000, got -1"),
         ("--seed", "-1", "--seed must be at least 0, got -1"),
         ("--plan-budget", "-1", "--plan-budget must be at least 0, got -1"),
         ("--plan-budget", "1000000000", "--plan-budget 1000000000: at most"),
@@ -103,7 +103,7 @@ def test_a_missing_or_invalid_family_map_is_refused_even_when_nothing_is_new(log
         ("--gate-level", "2", "--gate-level must be a number in (0, 1), got 2"),
         ("--gate-level", "nan", "--gate-level must be a number in (0, 1), got nan"),
         ("--k", "1.5", "--k must be a whole number, at least 1, got '1.5'"),
-        ("--bootstrap", "many", "--bootstrap must be a whole number, at least 0, got 'many'"),
+        ("--bootstrap", "many", "--bootstrap must be a whole number, from 0 to 10000, got 'many'"),
         ("--slice-min-battles", "0", "--slice-min-battles must be at least 1, got 0"),
         ("--fit-min-ram", "abc", "--fit-min-ram must be an amount of memory with its unit (e.g. 4GB, 512MiB), got"),
     ],
@@ -151,6 +151,38 @@ def test_a_folder_flag_given_a_file_says_so(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
     assert cli.main(["backfill", "--input", "x/*.parquet", "--state", str(tmp_path / "s"), "--from", "2024-13-01"]) == 2
     assert "--from: the date '2024-13-01' given is not a calendar day" in capsys.readouterr().err
+
+
+def test_a_runner_beam_does_not_know_is_refused_in_one_line_before_any_work(tmp_path, capsys):
+    """``--runner NoSuchRunner`` failed inside ``Pipeline()`` in a Beam traceback."""
+    argv = ["backfill", "--input", str(tmp_path / "x.parquet"), "--state", str(tmp_path / "s"), "--runner", "Nope"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--runner Nope: Unexpected pipeline runner: Nope. Valid values are " in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("day", ["9999-12-31", "0001-01-01", "1980-06-01"])
+def test_a_day_no_battle_can_be_dated_on_is_refused_in_one_line_by_path_and_by_option(day, tmp_path, capsys):
+    """A ``day=`` folder at the calendar's ends failed inside the ingest (OverflowError from the day's window, in
+    a Beam traceback); one outside 1990-2099 held rows that were all off their day; ``import --date 1980-01-01``
+    dead-lettered every undated row as bad_timestamp without naming the option.  A range's bound may be any day."""
+    folder = tmp_path / "logs" / f"day={day}"
+    folder.mkdir(parents=True)
+    pl.DataFrame({"battle_id": ["b"], "ts": ["2024-01-01"], "judge": ["j"], "model_a": ["a"], "model_b": ["b"],
+                  "winner": ["model_a"]}).write_parquet(folder / "p.parquet")  # fmt: skip
+    why = "is outside the days a battle can be dated on (1990-01-01 to 2099-12-31)"
+    for job in (["backfill", "--state", str(tmp_path / "s")], ["audit", "--out", str(tmp_path / "a")]):
+        assert cli.main([job[0], "--input", str(tmp_path / "logs"), *job[1:]]) == 2
+        err = capsys.readouterr().err
+        assert f"the date '{day}' in the path {why}" in err and len(err.strip().splitlines()) == 1
+    source = tmp_path / "battles.json"
+    source.write_text(json.dumps([{"model_a": "a", "model_b": "b", "winner": "model_a", "judge": "u"}]))
+    with pytest.raises(SystemExit):
+        cli.main(["import", "--format", "fastchat", "--in", str(source), "--out", str(tmp_path / "i"), "--date", day])
+    assert f"argument --date: '{day}' {why}" in capsys.readouterr().err
+    assert cli.main(["backfill", "--input", str(tmp_path / "none"), "--state", str(tmp_path / "s"), "--from", day]) == 2
+    assert "--from" not in capsys.readouterr().err  # refused for the empty input, not for the bound
 
 
 @pytest.mark.parametrize(

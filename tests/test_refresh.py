@@ -353,6 +353,7 @@ def test_bad_length_clip_fails_before_any_work(sim, tmp_path, capsys):
         ({"length_clip": 5.0}, "--length-clip must be one of 0.25, "),
         ({"gate_level": 1.0}, "--gate-level must be a number in (0, 1), got 1"),
         ({"k": 0}, "--k must be at least 1, got 0"),
+        ({"bootstrap": 10**9}, "--bootstrap must be from 0 to 10000, got 1000000000"),  # was killed for its memory
         ({"fit_min_ram": "lots"}, "--fit-min-ram must be an amount of memory with its unit"),
     ],
 )

@@ -120,14 +120,19 @@ def day_of_path(path: str) -> str | None:
     return _checked_day(found[-1], path) if found else None
 
 
-def _checked_day(day: str, where: str, what: str = "in the path") -> str:
-    """``day`` if it is a calendar day, else an InputError naming ``where`` it was given."""
+def _checked_day(day: str, where: str, what: str = "in the path", datable: bool = True) -> str:
+    """``day`` if it is a calendar day (and, ``datable``, one a battle can be dated on), else an InputError naming
+    ``where`` it was given.  A day folder outside the datable days held rows that were all off their day, and one at
+    the calendar's ends failed deep inside the ingest (``OverflowError`` from the day's window)."""
     try:
         import datetime as dt
 
-        dt.date.fromisoformat(day)
+        date = dt.date.fromisoformat(day)
     except ValueError as err:
         raise InputError(f"{where}: the date {day!r} {what} is not a calendar day") from err
+    why = rules.undatable_day(date) if datable else None
+    if why:
+        raise InputError(f"{where}: the date {day!r} {what} is {why}")
     return day
 
 
@@ -135,7 +140,7 @@ def validate_day(day: str, option: str) -> str:
     """``YYYY-MM-DD`` or an InputError naming the option."""
     if not _DAY.match(day or ""):
         raise InputError(f"{option}: expected a day as YYYY-MM-DD, got {day!r}")
-    return _checked_day(day, option, "given")
+    return _checked_day(day, option, "given", datable=False)  # a range's bound: any day
 
 
 def match_files(glob: str) -> list[InputFile]:
