@@ -545,17 +545,21 @@ def _duplicate_note(
     duplicate = reasons == dup_reason
     if not duplicate.any():
         return None
-    fields = checked.select(pl.col(id_column), pl.struct(*content).hash().alias("__content"))
+    fields = checked.select(pl.col(id_column), *(pl.col(c).cast(pl.String) for c in content))
     kept = fields.filter(checked[REASON].is_null()).unique(id_column, keep="first")
     dups = fields.filter(duplicate).join(kept, on=id_column, how="left", suffix="_kept", maintain_order="left")
-    same = int((dups["__content"] == dups["__content_kept"]).sum())
-    different = dups.height - same
+    differs = dups.select(pl.col(c).ne_missing(pl.col(f"{c}_kept")).alias(c) for c in content)
+    different = int(differs.select(pl.any_horizontal(pl.all())).to_series().sum())
+    same = dups.height - different
     what = ", ".join(content)
     if not different:
         return f"{dup_reason}: all {same} repeat the row kept under their id exactly ({what})"
+    # Only the fields that do differ: "differ from it in judge, model_a, model_b, winner, prompt_id" when only the
+    # winner did read as if everything had.
+    changed = ", ".join(f"{c} {n}" for c, n in zip(content, differs.sum().row(0), strict=True) if n)
     return (
-        f"{dup_reason}: {same} repeat the row kept under their id exactly; {different} differ from it in "
-        f"{what} (see the dead letters)"
+        f"{dup_reason}: {same} repeat the row kept under their id exactly ({what}); {different} differ from it "
+        f"(rows by field: {changed}; see the dead letters)"
     )
 
 

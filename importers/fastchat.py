@@ -6,7 +6,8 @@ answer shown first (left), ``winner`` holds the four FastChat verdicts,
 
 * ``question_id`` (when present) is the arena's per-conversation id, so it is
   the ``battle_id`` (FastChat's own dedupe key); without it the id is the
-  composite ``fastchat:<judge>:<tstamp>:<model_a>:<model_b>``.  No prompt
+  composite ``fastchat:<judge>:<tstamp>:<model_a>:<model_b>`` (with no ``tstamp``
+  column, ``row<N>``, the battle's row, in its place).  No prompt
   identity exists in these logs, so ``prompt_id`` stays null.
 * Token counts, when the log has ``conv_metadata``, give the lengths
   (``sum_assistant_a_tokens`` / ``_b``: tokens, FastChat's style-control unit).
@@ -180,6 +181,14 @@ def _arena_filters(raw: pl.DataFrame, options: ImportOptions, notes: list[str]) 
     return pl.coalesce(f.reason_expr(raw, options, notes) for f in ARENA_FILTERS)
 
 
+def _row_key() -> pl.Expr:
+    """``row<N>``, the row's position in the input (files in the order read): the id's part that tells battles
+    apart when the log has no time stamp.  Why: the composite id without it is the same for every vote of one voter
+    on one ordered pair, so different votes were dead-lettered as ``duplicate_battle_id`` (33 of 124 battles of
+    MTEB-Arena's clustering file with its ``tstamp`` removed, 23 of them with another winner)."""
+    return pl.concat_str([pl.lit("row"), pl.int_range(pl.len()).cast(pl.String)])
+
+
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     raw = read_all(paths, scalar=SCALAR)
     require_columns(raw, REQUIRED, paths, "FastChat battle")
@@ -198,7 +207,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         [
             pl.lit("fastchat"),
             judge.fill_null(""),
-            as_text(raw, time_column) if time_column else pl.lit(""),
+            as_text(raw, time_column) if time_column else _row_key(),
             pl.col("model_a").cast(pl.String).fill_null(""),
             pl.col("model_b").cast(pl.String).fill_null(""),
         ],
@@ -207,6 +216,13 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     battle_id = (
         pl.coalesce(pl.col("question_id").cast(pl.String), composite) if "question_id" in raw.columns else composite
     )
+    if time_column is None:
+        by_row = raw.height if "question_id" not in raw.columns else int(raw["question_id"].null_count())
+        if by_row:
+            notes.append(
+                f"{by_row} battle(s) have neither question_id nor tstamp: each is its own battle, its id made from its "
+                "row in the input (fastchat:<judge>:row<N>:<model_a>:<model_b>), so a battle listed twice counts twice"
+            )
     len_a, len_b = _token_lengths(raw, notes)
     labels = _slice_labels(raw, notes)
     mapped = raw.select(

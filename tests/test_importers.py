@@ -813,7 +813,22 @@ def test_duplicate_ids_that_differ_from_the_kept_row_are_told_apart_from_repeats
     result = import_path("llmfao", path)
     assert result.dead_by_reason() == {REASON_DUPLICATE_ID: 3}
     note = next(n for n in result.notes if n.startswith(REASON_DUPLICATE_ID))
-    assert "2 repeat the row kept under their id exactly; 1 differ from it" in note, note
+    assert note.startswith(f"{REASON_DUPLICATE_ID}: 2 repeat the row kept under their id exactly ("), note
+    assert note.endswith("; 1 differ from it (rows by field: winner 1; see the dead letters)"), note
+
+
+def test_fastchat_votes_without_tstamp_or_question_id_are_each_a_battle(tmp_path):
+    """Without a time stamp the made-up id was one per (voter, ordered pair): four different votes became one battle
+    and three duplicate_battle_id dead letters, the note saying they differed in every field it compared."""
+    votes = [
+        {"model_a": "a", "model_b": "b", "winner": w, "judge": "arena_user"} for w in ("model_a", "model_b", "tie")
+    ]
+    path = tmp_path / "clean_battle.json"
+    path.write_text(json.dumps([*votes, votes[0]]))
+    result = import_path("fastchat", path)
+    assert result.dead_by_reason() == {} and result.rows_converted == 4
+    assert result.rows["battle_id"].to_pylist() == [f"fastchat:arena_user:row{i}:a:b" for i in range(4)]
+    assert any("4 battle(s) have neither question_id nor tstamp" in n for n in result.notes)
 
 
 def test_pba_reproduces_published_order_consistency():
