@@ -85,6 +85,24 @@ def test_an_undated_file_with_ts_and_its_alias_is_filed_by_the_ts_the_rows_are_r
     assert result.counts.conserved
 
 
+def test_a_glob_of_files_says_which_folders_beside_them_it_does_not_read(tmp_path: Path, caplog):
+    """``day=*/*`` reads the files it matches only (a writer's ``_temporary/`` stays out); a day whose file sat in
+    ``day=D/sub/`` was left out without a word.  Said once a run, naming the folder; a writer's ``_…`` folder not."""
+    logs = tmp_path / "logs"
+    write(logs / f"day={D1}" / "sub" / "p.parquet", battles(4, D1))
+    write(logs / f"day={D2}" / "p.parquet", battles(3, D2, "c"))
+    write(logs / f"day={D2}" / "_temporary" / "p.parquet", battles(2, D2, "t"))
+    glob = str(logs / "day=*" / "*")
+    with caplog.at_level("WARNING", logger="biasboard.transforms.read"):
+        assert sorted(list_input_days(glob)) == [D2]
+        list_input_days(glob)
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        f"{glob}: matches files, so it reads those files only; 1 folder(s) it also matches hold Parquet files that "
+        f"are not read: {logs / f'day={D1}' / 'sub'} (give a glob that reaches into them, or the folder itself)"
+    ]
+
+
 @pytest.mark.parametrize("glob", ["", "   "])
 def test_an_empty_input_is_refused_not_read_as_the_root(glob: str, tmp_path: Path, capsys):
     with pytest.raises(InputError, match="input path is empty"):

@@ -179,6 +179,7 @@ def resolve_input(glob: str) -> ResolvedInput:
         raise InputError("the input path is empty (an unset shell variable?): give a folder or a glob of Parquet files")
     wildcard = bool(_WILDCARD.search(glob))
     if wildcard and (files := _listed(glob, glob)):
+        _warn_skipped_folders(glob)
         return ResolvedInput(files, [])
     if not wildcard or "**" not in glob:
         folders = _folders_input(glob)
@@ -203,6 +204,33 @@ def _folders_input(glob: str) -> ResolvedInput:
     check_agreement(imports, glob)
     rejected = {_normal(found.dead_letters) for found in imports}
     return ResolvedInput([m for m in files if _normal(m.path) not in rejected], imports)
+
+
+def _warn_skipped_folders(glob: str) -> None:
+    """Log the folders a glob of files matched beside them that hold Parquet files, which it does not read.
+
+    Why: ``'day=*/*'`` over a day whose file sits in ``day=D/sub/`` left the whole day out without a word.  Folders
+    named ``_…`` or ``.…`` (Spark's ``_temporary``, ``.spark-staging``) are a writer's leftovers, not said."""
+    if FileSystems.get_scheme(glob) is None:
+        folders = _local_folders(glob)
+    else:
+        folders = [m.path.rstrip("/") for m in FileSystems.match([glob])[0].metadata_list if _is_folder(m.path)]
+    visible = [f for f in folders if not f.rsplit("/", 1)[-1].startswith(("_", "."))]
+    skipped = [f for f in visible if _listed(f"{f}/**.parquet", glob)]
+    if not skipped:
+        return
+    named = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+    message = (
+        f"{glob}: matches files, so it reads those files only; {len(skipped)} folder(s) it also matches hold Parquet "
+        f"files that are not read: {named} (give a glob that reaches into them, or the folder itself)"
+    )
+    if message not in _SAID:  # a run resolves its input more than once: said once
+        _SAID.add(message)
+        _LOG.warning(message)
+
+
+#: The warnings :func:`_warn_skipped_folders` has given in this process.
+_SAID: set[str] = set()
 
 
 def _local_folders(glob: str) -> list[str]:
