@@ -69,6 +69,7 @@ from biasboard.importers.common import (
     column_or_null,
     finalize_battles,
     fixed_day,
+    json_number,
     judge_expr,
     pick_length_unit,
     read_all,
@@ -272,7 +273,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     raw = read_all(paths, scalar=SCALAR)
     require_columns(raw, REQUIRED, paths, "AlpacaEval annotation")
     judge = judge_expr(raw, options, paths, column="annotator")
-    preference = pl.col("preference").cast(pl.Float64, strict=False)
+    preference = json_number(raw, "preference")
     listed = listed_winner(preference, options.tie_band)
     first = shown_first(raw, preference)
     first_is_2 = (first == "output_2").fill_null(False)

@@ -248,6 +248,23 @@ def _kind(value: object) -> str:
     return type(value).__name__
 
 
+def _booleans_among_numbers(frame: pl.DataFrame, records: list[dict]) -> bool:
+    """Whether a numeric column of ``frame`` took a JSON ``true``/``false`` as 1/0: polars types booleans mixed with
+    numbers as numbers, so a grade ``true`` was imported as the grade 1 (and an AlpacaEval preference ``true`` as a
+    win of output_1).  Then the fields' kinds are compared and such a field is read as text, for the rules to judge.
+    One pass over the records per numeric column (JSON arrays only: they are parsed record by record anyway)."""
+    numeric = [name for name, dtype in frame.schema.items() if dtype.is_numeric()]
+    return any(type(record.get(name)) is bool for name in numeric for record in records)
+
+
+def json_number(frame: pl.DataFrame, column: str) -> pl.Expr:
+    """``column`` as Float64: numbers, and numbers as text, as they are; other text and a JSON boolean NaN (a value
+    that is no number: the format's range check rejects it), null as null.  Why: polars casts ``true`` to 1.0."""
+    if frame.schema[column] == pl.Boolean:
+        return pl.when(pl.col(column).is_not_null()).then(float("nan")).otherwise(None).cast(pl.Float64)
+    return pl.col(column).cast(pl.Float64, strict=False)
+
+
 def _as_text(value: object) -> str | None:
     return value if value is None or isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
@@ -265,9 +282,11 @@ def _frame_from_records(path: Path, records: object) -> tuple[pl.DataFrame, dict
     if not all(isinstance(r, dict) for r in records):
         raise InputError(f"{path}: JSON records must be objects (one per row)")
     try:
-        return pl.from_dicts(records, infer_schema_length=None), {}
+        typed = pl.from_dicts(records, infer_schema_length=None)
     except (pl.exceptions.PolarsError, TypeError, OverflowError, ValueError):
-        pass
+        typed = None
+    if typed is not None and not _booleans_among_numbers(typed, records):
+        return typed, {}
     kinds: dict[str, set[str]] = {}
     for record in records:
         for key, value in record.items():

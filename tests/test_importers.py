@@ -817,6 +817,23 @@ def test_duplicate_ids_that_differ_from_the_kept_row_are_told_apart_from_repeats
     assert note.endswith("; 1 differ from it (rows by field: winner 1; see the dead letters)"), note
 
 
+def test_json_booleans_are_no_grades_nor_preferences(tmp_path):
+    """polars types ``true`` among numbers as 1: a grade ``true`` was imported as the grade 1, an AlpacaEval
+    preference ``true`` (a column of booleans, cast to a number) as a win of output_1.  Both are dead letters now."""
+    grades = tmp_path / "gpt-4_single.jsonl"
+    lines = [{"question_id": f"q{i}", "model": "m", "judge": ["gpt-4", "single-v1"], "score": score, "turn": 1,
+              "tstamp": 1717245894.0} for i, score in enumerate([True, 7, 8])]  # fmt: skip
+    grades.write_text("\n".join(json.dumps(line) for line in lines))
+    single = import_path("mtbench-single", grades)
+    assert single.dead_by_reason() == {"bad_score": 1} and sorted(single.rows["score"].to_pylist()) == [7, 8]
+    annotations = tmp_path / "annotations.json"
+    rows = [{"instruction": f"i{i}", "generator_1": "a", "generator_2": "b", "preference": True, "annotator": "gpt4"}
+            for i in range(2)]  # fmt: skip
+    annotations.write_text(json.dumps(rows))
+    preferred = import_path("alpacaeval", annotations)
+    assert preferred.dead_by_reason() == {"bad_winner": 2} and preferred.rows_converted == 0
+
+
 def test_fastchat_votes_without_tstamp_or_question_id_are_each_a_battle(tmp_path):
     """Without a time stamp the made-up id was one per (voter, ordered pair): four different votes became one battle
     and three duplicate_battle_id dead letters, the note saying they differed in every field it compared."""
