@@ -100,8 +100,27 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         "00:00 UTC",
         f"lengths: {unit}",
         *([f"benchmark: {named}"] if named else []),  # what a refresh of several imports checks they agree on
+        *_position_notes(raw),
     ]
     return finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)
+
+
+def _position_notes(raw: pl.DataFrame) -> list[str]:
+    """What the import assumed of rows whose ``position_a`` is missing or neither "first" nor "second" (the published
+    files have "first" on every row): counted in a note, since the position effect reads the order they were given."""
+    if "position_a" not in raw.columns:
+        return []
+    position = raw["position_a"].cast(pl.String)
+    missing = position.null_count()
+    other = position.drop_nulls().filter(~position.drop_nulls().is_in(["first", "second"]))
+    notes = [f"position_a missing on {missing} row(s): read as shown first (model_a)"] if missing else []
+    if other.len():
+        seen = ", ".join(repr(v) for v in other.unique().sort().head(3).to_list())
+        notes.append(
+            f"position_a neither 'first' nor 'second' on {other.len()} row(s) ({seen}): kept in the listed order with "
+            "order_known false (counted, not used for the position effect)"
+        )
+    return notes
 
 
 def refuse_mixed_benchmarks(raw: pl.DataFrame, paths: Sequence[Path]) -> str | None:

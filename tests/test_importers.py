@@ -817,6 +817,27 @@ def test_duplicate_ids_that_differ_from_the_kept_row_are_told_apart_from_repeats
     assert note.endswith("; 1 differ from it (rows by field: winner 1; see the dead letters)"), note
 
 
+def test_pba_rows_without_a_known_position_are_counted_in_notes(tmp_path):
+    """A missing position_a is read as shown first, another value keeps the listed order with the order unknown:
+    both were silent (the published files say "first" on every row)."""
+    source = real_data(*PBA, "mtbench_judgments_gemini-pro.jsonl.gz")
+    with gzip.open(source, "rt") as handle:
+        rows = [json.loads(line) for line in handle.read().splitlines()[:40]]
+    for row in rows[:3]:
+        row["position_a"] = "middle"
+    for row in rows[3:5]:
+        row["position_a"] = None
+    path = tmp_path / "mtbench_judgments_gemini-pro.jsonl"
+    path.write_text("\n".join(json.dumps(row) for row in rows))
+    result = import_path("pba", path)
+    assert "position_a missing on 2 row(s): read as shown first (model_a)" in result.notes
+    assert (
+        "position_a neither 'first' nor 'second' on 3 row(s) ('middle'): kept in the listed order with order_known "
+        "false (counted, not used for the position effect)"
+    ) in result.notes
+    assert result.rows["order_known"].to_pylist().count(False) == 3
+
+
 def test_json_booleans_are_no_grades_nor_preferences(tmp_path):
     """polars types ``true`` among numbers as 1: a grade ``true`` was imported as the grade 1, an AlpacaEval
     preference ``true`` (a column of booleans, cast to a number) as a win of output_1.  Both are dead letters now."""
