@@ -158,12 +158,16 @@ def _is_parquet(path: Path) -> bool:
         return handle.read(4) == b"PAR1"
 
 
+#: The byte-order mark some Windows tools write at the start of UTF-8 text (JSON forbids it; readers skip it).
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def _first_byte(path: Path) -> bytes:
     """The first non-blank byte of the (decompressed) file, or b'' when it is empty."""
     opener = gzip.open if _is_gzip(path) else open
     with opener(path, "rb") as handle:
         while chunk := handle.read(4096):
-            stripped = chunk.lstrip()
+            stripped = chunk.removeprefix(UTF8_BOM).lstrip()  # a BOM only ever opens the file: its first chunk
             if stripped:
                 return stripped[:1]
     return b""
@@ -191,7 +195,7 @@ def read_records(path: Path) -> pl.DataFrame:
             frame = pl.from_arrow(table)
         elif first == b"[":
             opener = gzip.open if _is_gzip(path) else open
-            with opener(path, "rt", encoding="utf-8") as handle:
+            with opener(path, "rt", encoding="utf-8-sig") as handle:  # -sig: a byte-order mark skipped
                 records = json.load(handle)
             if not records:
                 raise InputError(f"{path}: input file holds an empty JSON array")
@@ -226,7 +230,7 @@ def _json_lines(path: Path) -> list[object]:
     """The records of a JSON-lines file parsed one by one (the fallback when the columnar reader refuses it)."""
     opener = gzip.open if _is_gzip(path) else open
     records = []
-    with opener(path, "rt", encoding="utf-8") as handle:
+    with opener(path, "rt", encoding="utf-8-sig") as handle:  # -sig: a byte-order mark skipped
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue

@@ -838,6 +838,17 @@ def test_pba_rows_without_a_known_position_are_counted_in_notes(tmp_path):
     assert result.rows["order_known"].to_pylist().count(False) == 3
 
 
+@pytest.mark.parametrize("name", ["clean_battle.json", "clean_battle.jsonl"])
+def test_json_with_a_byte_order_mark_is_read(tmp_path, name):
+    """A UTF-8 byte-order mark (Windows tools write one) was refused: "not JSON ... starts with b'\\xef'"."""
+    votes = [{"model_a": "a", "model_b": "b", "winner": "model_a", "judge": "u", "tstamp": 1.7e9 + i} for i in range(3)]
+    text = json.dumps(votes) if name.endswith(".json") else "\n".join(json.dumps(vote) for vote in votes)
+    (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + text.encode())
+    result = import_path("fastchat", tmp_path / name)
+    assert result.rows_converted == 3 and result.dead_by_reason() == {}
+    assert result.rows["model_a"].to_pylist() == ["a"] * 3
+
+
 def test_json_booleans_are_no_grades_nor_preferences(tmp_path):
     """polars types ``true`` among numbers as 1: a grade ``true`` was imported as the grade 1, an AlpacaEval
     preference ``true`` (a column of booleans, cast to a number) as a win of output_1.  Both are dead letters now."""
