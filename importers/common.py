@@ -55,6 +55,7 @@ from biasboard.schemas.rules import (
     timestamp_expr,
     winner_expr,
 )
+from biasboard.schemas.summary import GLOBAL_JUDGE
 from polars.datatypes import DataTypeClass
 
 #: The judge gave no usable verdict (FastChat ``error``, a null PBA verdict, a null AlpacaEval preference, score -1).
@@ -640,8 +641,20 @@ def finalize_battles(
         rows_read=raw.height,
         source_rows=source_rows,
         sources=tuple(str(p) for p in sources),
-        notes=(*notes, *([repeated] if repeated else [])),
+        notes=(*notes, *([repeated] if repeated else []), *_global_judge_note(valid)),
     )
+
+
+def _global_judge_note(valid: pl.DataFrame) -> list[str]:
+    """A note when converted rows name their judge ``*``, which refresh refuses (the name of the global effects,
+    :class:`~biasboard.ranking.data.Dataset`): said here, where the judge's name came from, not first at the fit."""
+    n = int((valid["judge"] == GLOBAL_JUDGE).sum())
+    if not n:
+        return []
+    return [
+        f"{n} battle(s) name their judge {GLOBAL_JUDGE!r}, the name of the global effects, which refresh refuses: "
+        'rename it with refresh --aliases FILE (a JSON map such as {"*": "crowd"})'
+    ]
 
 
 def finalize_scores(

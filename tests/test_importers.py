@@ -849,6 +849,15 @@ def test_json_with_a_byte_order_mark_is_read(tmp_path, name):
     assert result.rows["model_a"].to_pylist() == ["a"] * 3
 
 
+def test_a_judge_named_like_the_global_effects_is_said_at_import(tmp_path):
+    """Refresh refuses a judge named ``*`` (the global effects' name); the import said nothing of it."""
+    path = tmp_path / "clean_battle.json"
+    path.write_text(json.dumps([{"model_a": "a", "model_b": "b", "winner": "model_a", "judge": "*", "tstamp": 1.7e9}]))
+    result = import_path("fastchat", path)
+    assert result.rows_converted == 1
+    assert any(n.startswith("1 battle(s) name their judge '*'") and "--aliases" in n for n in result.notes)
+
+
 def test_json_booleans_are_no_grades_nor_preferences(tmp_path):
     """polars types ``true`` among numbers as 1: a grade ``true`` was imported as the grade 1, an AlpacaEval
     preference ``true`` (a column of booleans, cast to a number) as a win of output_1.  Both are dead letters now."""
