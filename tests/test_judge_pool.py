@@ -86,8 +86,24 @@ def test_missing_or_mistyped_pool_column_fails_up_front(tmp_path):
     glob = str(logs / "battles" / "day=*" / "*.parquet")
     with pytest.raises(InputError, match=r"column:voter_group: .*no column 'voter_group'"):
         refresh(glob, str(tmp_path / "s"), str(tmp_path / "o"), [], RefreshOptions(judge_pool="column:voter_group"))
-    with pytest.raises(InputError, match=r"holds 'ts' as timestamp"):
-        refresh(glob, str(tmp_path / "s"), str(tmp_path / "o"), [], RefreshOptions(judge_pool="column:ts"))
+    day = next((logs / "battles").glob("day=*"))
+    mistyped = tmp_path / "mistyped" / day.name
+    mistyped.mkdir(parents=True)
+    pl.read_parquet(next(day.glob("*.parquet"))).with_columns(pl.lit(0.5).alias("weight")).write_parquet(
+        mistyped / "p.parquet"
+    )
+    with pytest.raises(InputError, match=r"holds 'weight' as double; expected text or integers"):
+        refresh(
+            str(mistyped.parent),
+            str(tmp_path / "s"),
+            str(tmp_path / "o"),
+            [],
+            RefreshOptions(judge_pool="column:weight"),
+        )
+    # the battle's own columns are no pools (column:winner made the verdict the judge, without a word)
+    for column in ("ts", "winner", "model_a"):
+        with pytest.raises(InputError, match=rf"--judge-pool 'column:{column}': {column} is part of the battle itself"):
+            refresh(glob, str(tmp_path / "s"), str(tmp_path / "o"), [], RefreshOptions(judge_pool=f"column:{column}"))
     with pytest.raises(InputError, match="--judge-pool 'group': expected 'prefix:SEP'"):
         refresh(glob, str(tmp_path / "s"), str(tmp_path / "o"), [], RefreshOptions(judge_pool="group"))
     assert not (tmp_path / "o" / "LATEST").exists()

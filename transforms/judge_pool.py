@@ -29,12 +29,21 @@ import polars as pl
 import pyarrow as pa
 from biasboard.ranking.data import CellsFold, pool_judge_names
 from biasboard.ranking.spill import BucketedFold, JudgeBuckets, bucket_bounds, scratch_folder
+from biasboard.schemas.battle import STYLE_COUNT_COLUMNS
 from biasboard.schemas.errors import InputError
 from biasboard.transforms.read import open_parquet
 from biasboard.transforms.state import merge_due
 
 #: The rule kinds ``--judge-pool`` takes, with an example each (for messages).
 KINDS = {"prefix": "prefix:/", "column": "column:voter_group"}
+
+
+#: Battle columns no ``column:`` pool may be: they describe the battle, so pooling by them would make the verdict
+#: (``column:winner``), the models or the time the judge.  ``judge_family`` and the slice labels may be pools.
+NOT_A_POOL = frozenset(
+    {"battle_id", "ts", "model_a", "model_b", "winner", "prompt_id", "len_a", "len_b", "family_a", "family_b",
+     "order_known", "strength", *STYLE_COUNT_COLUMNS}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,12 @@ class JudgePool:
         if kind not in KINDS or not arg:
             examples = " or ".join(f"'{k}:{'SEP' if k == 'prefix' else 'NAME'}' (e.g. {e!r})" for k, e in KINDS.items())
             raise InputError(f"--judge-pool {text!r}: expected {examples}")
+        if kind == "column" and arg in NOT_A_POOL:
+            raise InputError(
+                f"--judge-pool {text!r}: {arg} is part of the battle itself (who met whom, the verdict, when, its "
+                "answers), not a group of judges: pool by a column the log carries beside the judge (e.g. "
+                f"{KINDS['column']!r}, or judge_family)"
+            )
         return cls(kind, arg)
 
     @property
