@@ -907,13 +907,19 @@ def _digest(document: object) -> str:
 
 
 def _entries(fingerprints: object) -> list[dict] | None:
-    """File fingerprints (path, size, mtime, checksum) in path order; None when absent."""
+    """File fingerprints (path, size, mtime, checksum) in path order; None when absent.
+
+    A local path is compared made absolute and normal (:func:`~biasboard.transforms.read.normal_path`), stored and
+    listed alike: ``--input in``, ``./in`` and ``/abs/in`` name the same files, and re-spelling the input re-read and
+    re-aggregated every day (the board the same)."""
     if not isinstance(fingerprints, list):
         return None
     keys = ("path", "size", "mtime", "checksum")
-    return sorted(
-        ({k: e.get(k) for k in keys} for e in fingerprints if isinstance(e, Mapping)), key=lambda e: str(e["path"])
-    )
+    entries = [{k: e.get(k) for k in keys} for e in fingerprints if isinstance(e, Mapping)]
+    for entry in entries:
+        if isinstance(entry["path"], str):
+            entry["path"] = read.normal_path(entry["path"])
+    return sorted(entries, key=lambda e: str(e["path"]))
 
 
 def day_digest(inputs: object, score_inputs: object = None, settings: object = None) -> str:

@@ -463,6 +463,20 @@ def test_the_same_files_given_as_a_folder_or_a_glob_change_nothing(sim, tmp_path
     assert refresh(_glob(sim), state, out, [], empty).published.snapshot_id == first.published.snapshot_id
 
 
+def test_the_same_files_spelled_relative_or_absolute_are_not_read_again(sim, tmp_path, monkeypatch, caplog):
+    """``--input logs``, ``./logs`` and the absolute path name the same files: every day was re-aggregated (and
+    re-audited) when the spelling changed, the board the same."""
+    monkeypatch.chdir(sim.parent)
+    state, out = str(tmp_path / "state"), str(tmp_path / "out")
+    first = refresh(f"{sim.name}/battles", state, out, [])
+    for spelled in (f"./{sim.name}/battles", str(sim / "battles")):
+        caplog.clear()
+        with caplog.at_level("INFO", logger="biasboard.pipelines.refresh"):
+            again = refresh(spelled, state, out, [])
+        assert again.aggregated_days == [] and "audit: input unchanged" in caplog.text, spelled
+        assert again.published.snapshot_id == first.published.snapshot_id
+
+
 def test_incremental_audit_equals_a_full_audit(sim, tmp_path, caplog):
     """Days 1-2 refreshed, then day 3 arrives: only day 3 is audited, and the audit equals a fresh one of all days.
 

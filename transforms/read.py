@@ -202,8 +202,8 @@ def _folders_input(glob: str) -> ResolvedInput:
     folder = folder_of(glob)
     imports = [found for name in sorted({folder(m.path) for m in files}) if (found := find_import(name)) is not None]
     check_agreement(imports, glob)
-    rejected = {_normal(found.dead_letters) for found in imports}
-    return ResolvedInput([m for m in files if _normal(m.path) not in rejected], imports)
+    rejected = {normal_path(found.dead_letters) for found in imports}
+    return ResolvedInput([m for m in files if normal_path(m.path) not in rejected], imports)
 
 
 def _warn_skipped_folders(glob: str) -> None:
@@ -269,7 +269,7 @@ def import_rejections(inputs: Iterable[tuple[str, str | None]]) -> list[ImportRe
     return out
 
 
-def _normal(path: str) -> str:
+def normal_path(path: str) -> str:
     """A local path made absolute and normal (as Beam's listing may spell it either way); a bucket's as it is."""
     return path if FileSystems.get_scheme(path) not in (None, "file") else os.path.abspath(path.removeprefix("file://"))
 
