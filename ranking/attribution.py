@@ -33,9 +33,9 @@ import numpy as np
 import polars as pl
 from biasboard.ranking.arrowhead import ArrowHessian
 from biasboard.ranking.config import ModelConfig
-from biasboard.ranking.leaderboard import ranks_within
 from biasboard.ranking.model import SEV, block_name
 from biasboard.ranking.problem import DISABLED_NOTE, Problem
+from biasboard.ranking.rank_stats import ranks_within
 from biasboard.ranking.result import ELO_PER_LOGIT, FitResult
 from biasboard.ranking.solver import Evaluation, Objective, Solution, minimize
 from biasboard.ranking.uncertainty import centre_within

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 from biasboard.ranking.graph import unranked_components
-from biasboard.ranking.rank_stats import ranks_desc
+from biasboard.ranking.rank_stats import ranks_within
 from biasboard.ranking.result import FitResult
 
 LEADERBOARD_COLUMNS: tuple[str, ...] = (
@@ -78,14 +78,3 @@ def top_k_warnings(k: int, leaderboard: pl.DataFrame) -> list[str]:
 
 def _components(fit: FitResult) -> np.ndarray:
     return fit.component.astype(np.int64) if fit.component.size else np.zeros(fit.n_models, np.int64)
-
-
-def ranks_within(rating: np.ndarray, component: np.ndarray) -> np.ndarray:
-    """Competition ranks (1 = best; ties share the best rank) within each comparison component."""
-    if component.size == 0 or component.max() == 0:
-        return ranks_desc(rating)
-    out = np.empty(rating.size, np.int64)
-    for c in np.unique(component):
-        members = component == c
-        out[members] = ranks_desc(rating[members])
-    return out

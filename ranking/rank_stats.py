@@ -118,6 +118,17 @@ def ranks_desc(scores: np.ndarray) -> np.ndarray:
     return _ranks(-snap_ties(scores), "min").astype(np.int64)
 
 
+def ranks_within(rating: np.ndarray, component: np.ndarray) -> np.ndarray:
+    """Competition ranks (1 = best; ties share the best rank) within each comparison component."""
+    if component.size == 0 or component.max() == 0:
+        return ranks_desc(rating)
+    out = np.empty(rating.size, np.int64)
+    for c in np.unique(component):
+        members = component == c
+        out[members] = ranks_desc(rating[members])
+    return out
+
+
 def _ranks(values: np.ndarray, ties: str) -> np.ndarray:
     """1-based ranks of ``values`` (ascending); tied values share their group's ``"min"`` or ``"average"`` rank."""
     _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)

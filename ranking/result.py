@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from biasboard.ranking.rank_stats import ranks_within
 from biasboard.schemas.summary import GLOBAL_JUDGE
 
 #: Elo-like points per logit: 400 / ln 10, so 400 points is a 10:1 odds ratio.
@@ -346,8 +347,10 @@ class FitResult:
         return self.rating[None, :] + z @ root.T
 
     def ranks(self) -> np.ndarray:
-        """Rank of each model (1 = best) by rating, within its comparison component."""
-        return rank_draws(self.rating[None, :], self.component)[0]
+        """Competition rank of each model (1 = best; ties share the best rank) by rating, within its comparison
+        component: the leaderboard's.  (Ranked as one posterior draw, two models of the same rating took consecutive
+        ranks by their index: summary.json's ranks then disagreed with the leaderboard's.)"""
+        return ranks_within(self.rating, self.component)
 
     def rank_interval(self, level: float = 0.95, *, draws: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """Central ``level`` interval of each model's rank over ``draws`` posterior draws (within components).

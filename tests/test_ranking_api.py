@@ -370,7 +370,7 @@ def test_scores_a_few_ulps_apart_are_ties_in_ranks_and_rank_correlations():
     5.6e-17 to 7.2e-16 logits apart), which ranked them 16th and 17th and counted the pair as ordered in τ
     (0.725348 against 0.725401 on the ties).  They are one value now, as scipy sees exact ties."""
     from biasboard.ranking import rank_stats
-    from biasboard.ranking.leaderboard import ranks_within
+    from biasboard.ranking.rank_stats import ranks_within
 
     exact = np.array([0.18701347831793463, 0.18701347831793463, -0.05236286373871902, 0.9, -0.4])
     noisy = exact + np.array([5.551115123125783e-17, 0.0, 2.42861286636753e-16, 0.0, 0.0])

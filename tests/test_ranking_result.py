@@ -6,12 +6,14 @@ judge effects at close to their nominal rate, at α = 0.05 and at α = 0.5, so `
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import polars as pl
 import pytest
 from biasboard.ranking import ModelConfig, fit_bias_aware, fit_naive
+from biasboard.ranking.rank_stats import ranks_within
 from biasboard.ranking.result import Z95, z_value
 from biasboard.schemas.families import FamilyMap
 from biasboard.simulate import SimulationConfig, simulate_days, truth
@@ -99,6 +101,19 @@ def test_naive_fit_has_ratings_and_no_judges(fits):
     assert naive.judges == {}
     assert set(naive.params) == {f"rating[{m}]" for m in naive.models}
     assert "effect" not in naive.summary() and "judges" not in naive.summary()
+
+
+def test_models_of_the_same_rating_share_their_rank_as_on_the_leaderboard(fits):
+    """Two models with mirror-identical records get the same rating: the leaderboard gave both rank 2, summary.json's
+    ranks (``FitResult.ranks``) 2 and 3 by index, in opposite orders on the two boards."""
+    fit, _ = fits[0]
+    rating = fit.rating.copy()
+    order = np.argsort(-rating)
+    rating[order[2]] = rating[order[1]]  # the second and third best tied
+    tied = dataclasses.replace(fit, rating=rating)
+    ranks = tied.ranks()
+    assert ranks[order[1]] == ranks[order[2]] == 2 and ranks[order[3]] == 4
+    assert (ranks == ranks_within(rating, fit.component)).all()
 
 
 def test_rank_interval_holds_the_rank(fits):

@@ -18,8 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from biasboard.ranking.config import STYLE_EFFECTS, ModelConfig
-from biasboard.ranking.leaderboard import ranks_within
-from biasboard.ranking.rank_stats import kendall_tau_b
+from biasboard.ranking.rank_stats import kendall_tau_b, ranks_within
 from biasboard.ranking.result import FitResult
 from biasboard.schemas import summary as S
 
