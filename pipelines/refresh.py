@@ -515,7 +515,10 @@ def refresh(
             "beam": _beam_options_for_manifest(pipeline_options),
         },
         "metrics": {"this_run": metrics, "source": "Beam counters of this run's aggregation (empty: nothing new)"},
-        "counts": S.to_jsonable(counts),
+        # As in summary.json: ``counts`` the battle rows, ``score_counts`` the grade rows (it held the grades' under
+        # ``counts`` on an ordinal-only board, and left them out beside battles).
+        "counts": S.to_jsonable(summary.counts),
+        "score_counts": S.to_jsonable(summary.score_counts) if summary.score_counts is not None else None,
         "timings_s": timings.stages,
         "fit_inputs_sha256": fit_key,
     }

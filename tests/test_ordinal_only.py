@@ -124,6 +124,9 @@ def test_arena_bench_grades_alone_make_both_boards(arena_bench_scores, tmp_path,
     summary = json.loads((snapshot / "summary.json").read_text())
     assert summary["board"] == ORDINAL_ONLY
     assert summary["score_counts"]["counted"] == 4760 and summary["counts"]["read"] == 0
+    # the manifest's counts mean what the summary's do (it held the grades' under "counts")
+    manifest = json.loads((snapshot / "manifest.json").read_text())
+    assert (manifest["counts"], manifest["score_counts"]) == (summary["counts"], summary["score_counts"])
     board = _board(out)
     assert board.height == 16
     # The battles column counts each model's valid grades (SOURCE.md: e.g. 297 of 300 for gpt-4-1106-preview).
