@@ -633,8 +633,11 @@ def select_comparisons(
         if strategy == "topk":
             u = p * (1.0 - p)
             crit = (u[:, None] + u[None, :]) * gain
-            a, b = _stronger_first(mean, *_argmax_pair(crit, cand))
-            reason = f"top-k boundary: P(top {k}) {p[a]:.2f} / {p[b]:.2f}, info {gain[a, b]:.3f} nats"
+            if (crit[cand] > 0).any():
+                a, b = _stronger_first(mean, *_argmax_pair(crit, cand))
+                reason = f"top-k boundary: P(top {k}) {p[a]:.2f} / {p[b]:.2f}, info {gain[a, b]:.3f} nats"
+            else:
+                a, b, reason = _settled_boundary_pair(mean, gain, cand, k)
         elif strategy == "dopt":
             crit = gain
             a, b = _stronger_first(mean, *_argmax_pair(crit, cand))
@@ -777,6 +780,22 @@ def _rejudge_pair(
     best[a, b] = best[b, a] = j
     w[a, b] = w[b, a] = w_all[j, a, b]
     assignable[a, b] = assignable[b, a] = bool(eligible.any())
+
+
+def _settled_boundary_pair(mean: np.ndarray, gain: np.ndarray, cand: np.ndarray, k: int) -> tuple[int, int, str]:
+    """The top-k rule's pick when every P(top k) is 0 or 1 in the draws (every score 0): the closest pair across the
+    boundary of the top k by rating (the k-th against the (k+1)-th, when allowed), else the most informative pair.
+
+    Why: with every score 0 the argmax took the first candidate pair, the two lowest-rated models on a settled
+    board, labelled "top-k boundary" with the least information of any pair."""
+    top = np.zeros(mean.size, dtype=bool)
+    top[np.argsort(-mean, kind="stable")[:k]] = True
+    crossing = cand & (top[:, None] ^ top[None, :])
+    if crossing.any():
+        a, b = _stronger_first(mean, *_argmax_pair(-np.abs(mean[:, None] - mean[None, :]), crossing))
+        return a, b, f"top-{k} settled in every draw: the closest pair across it, info {gain[a, b]:.3f} nats"
+    a, b = _stronger_first(mean, *_argmax_pair(gain, cand))
+    return a, b, f"top-{k} settled in every draw, no pair across it: max log-det gain {gain[a, b]:.3f} nats"
 
 
 def _stronger_first(mean: np.ndarray, a: int, b: int) -> tuple[int, int]:

@@ -110,6 +110,16 @@ def test_without_repeats_a_small_pool_runs_out_of_pairs_not_over_budget():
     assert frozenset((0, 1)) not in _units(sel) and sel.n_units == 5
 
 
+def test_topk_on_a_settled_board_plans_across_the_boundary_not_the_first_pair():
+    """Every P(top k) 0 or 1 in the draws makes every top-k score 0: the argmax took the first pair, the two models
+    at the bottom of the board, reasoned "top-k boundary".  Now the closest pair across the top k by rating."""
+    mean = np.array([3.0, 2.0, 1.0, 0.0, -1.0, -2.0])
+    post = Posterior(models=tuple("abcdef"), mean=mean, cov=np.eye(6) * 1e-6, k=3)
+    frame = select_comparisons(post, 2, "topk").to_frame(post)
+    assert sorted(frame["model_a"].to_list()) == ["c", "d"] and sorted(frame["model_b"].to_list()) == ["c", "d"]
+    assert frame["reason"][0].startswith("top-3 settled in every draw: the closest pair across it")
+
+
 def test_plans_are_deterministic_by_seed():
     post = _constructed_posterior()
     for strategy in STRATEGIES:
