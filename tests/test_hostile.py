@@ -186,19 +186,30 @@ def test_a_day_no_battle_can_be_dated_on_is_refused_in_one_line_by_path_and_by_o
 
 
 @pytest.mark.parametrize(
-    ("winner", "rows", "says"),
+    ("winner", "ts", "rows", "says"),
     [
-        (pl.lit(1), 40, "all 40 rows read were rejected (bad_winner 40); each day's dead letters are under "),
-        (pl.lit("model_a"), 0, "their input files hold no battle row (1 empty file(s) skipped)"),
+        (pl.lit(1), None, 40, "all 40 rows read were rejected (bad_winner 40); each day's dead letters are under "),
+        (pl.lit("model_a"), None, 0, "their input files hold no battle row (1 empty file(s) skipped)"),
+        # epoch milliseconds (their seconds fall past 2100): the line says what they look like
+        (
+            pl.lit("model_a"),
+            1704078000000,
+            40,
+            "all 40 rows read were rejected (bad_timestamp 40) (the rejected ts are numbers near 1.7e+12: epoch "
+            "milliseconds? numbers are read as epoch seconds); each day's dead letters are under ",
+        ),
     ],
 )
-def test_a_refresh_with_no_valid_battle_says_what_it_read_and_why_it_rejected_it(tmp_path, capsys, winner, rows, says):
+def test_a_refresh_with_no_valid_battle_says_what_it_read_and_why_it_rejected_it(
+    tmp_path, capsys, winner, ts, rows, says
+):
     """A day whose every row is rejected (an integer ``winner``), or whose file holds no row, leaves nothing to fit.
     The refresh said "every row was rejected" in both cases and nothing of why; it now says how many rows it read
     and the reasons, or that the files hold no row, in one line."""
     day = tmp_path / "logs" / "day=2024-01-01"
     day.mkdir(parents=True)
-    frame = pl.DataFrame({"battle_id": [f"b{i}" for i in range(rows)], "ts": ["2024-01-01T03:00:00Z"] * rows})
+    stamps = ["2024-01-01T03:00:00Z"] * rows if ts is None else [ts] * rows
+    frame = pl.DataFrame({"battle_id": [f"b{i}" for i in range(rows)], "ts": stamps})
     frame = frame.with_columns(judge=pl.lit("j"), model_a=pl.lit("a"), model_b=pl.lit("b"), winner=winner)
     frame.write_parquet(day / "part-0.parquet")
     state = tmp_path / "s"

@@ -12,6 +12,12 @@ every rejected row, it and that day's line are one (:func:`rejection_warnings`).
 
 from __future__ import annotations
 
+import io
+
+import numpy as np
+import polars as pl
+from biasboard.schemas.deadletter import REASON_BAD_TIMESTAMP
+from biasboard.transforms import storage
 from biasboard.transforms.cells import IngestCounts
 from biasboard.transforms.state import DEAD_LETTERS_FILE, SCORE_DEAD_LETTERS_FILE
 
@@ -137,10 +143,44 @@ def no_battle_message(state_dir: str, days: list[str], manifests: list[dict]) ->
     if counts.read == 0:
         empty = f" ({counts.empty_files:,} empty file(s) skipped)" if counts.empty_files else ""
         return f"{where}: their input files hold no battle row{empty}"
+    hint = epoch_unit_hint(state_dir, days) if counts.rejected.get(REASON_BAD_TIMESTAMP) else ""
     return (
-        f"{where}: all {counts.read:,} rows read were rejected ({_reasons(counts)}); "
+        f"{where}: all {counts.read:,} rows read were rejected ({_reasons(counts)}){hint}; "
         f"each day's dead letters are under {state_dir.rstrip('/')}/deadletters/"
     )
+
+
+#: Magnitudes of a number read as epoch seconds that are another unit's epoch of a plausible day (1973 to 5138 in
+#: that unit), for :func:`epoch_unit_hint`.
+_EPOCH_UNITS = ((1e11, 1e14, "milliseconds"), (1e14, 1e17, "microseconds"), (1e17, 1e20, "nanoseconds"))
+#: Days and rows :func:`epoch_unit_hint` reads at most: a hint needs a sample, not the history.
+_HINT_DAYS, _HINT_ROWS = 3, 1000
+
+
+def epoch_unit_hint(state_dir: str, days: list[str]) -> str:
+    """``" (the rejected ts are numbers near 1.7e+12: epoch milliseconds? numbers are read as epoch seconds)"``, or
+    "" when the ``bad_timestamp`` dead letters of the first few ``days`` are not numbers of another epoch unit.
+
+    Why: logs stamped in epoch milliseconds (JavaScript's ``Date.now()``, Kafka) are rejected row by row as
+    ``bad_timestamp`` (their seconds fall past 2100), and the refresh only said that every row was rejected."""
+    values: list[float] = []
+    for day in days[:_HINT_DAYS]:
+        path = storage.join(state_dir, "deadletters", f"day={day}", DEAD_LETTERS_FILE)
+        if not storage.exists(path):
+            continue
+        frame = pl.read_parquet(io.BytesIO(storage.read_bytes(path)))
+        column = next((c for c in ("ts", "tstamp") if c in frame.columns), None)
+        if column is None:
+            continue
+        stamps = frame.filter(pl.col("reason") == REASON_BAD_TIMESTAMP)[column].head(_HINT_ROWS)
+        values += stamps.str.strip_chars().cast(pl.Float64, strict=False).drop_nulls().drop_nans().to_list()
+    if not values:
+        return ""
+    typical = float(np.median(np.abs(values)))
+    unit = next((name for low, high, name in _EPOCH_UNITS if low <= typical < high), None)
+    if unit is None:
+        return ""
+    return f" (the rejected ts are numbers near {typical:.2g}: epoch {unit}? numbers are read as epoch seconds)"
 
 
 def off_day_warnings(days: list[str], manifests: list[dict]) -> list[str]:
