@@ -427,13 +427,39 @@ def stable_id(prefix: str, *parts: pl.Expr) -> pl.Expr:
 
 
 def judge_expr(frame: pl.DataFrame, options: ImportOptions, paths: Sequence[Path], column: str = "judge") -> pl.Expr:
-    """Each row's judge: ``--judge`` when given, else the file's ``column``; a file with neither needs ``--judge``."""
+    """Each row's judge: ``--judge`` when given, else the file's ``column``; a file with neither needs ``--judge``.
+
+    ``--judge`` renames a file's one judge, but is refused over a file that names several
+    (:func:`_one_judge_or_refuse`)."""
     if options.judge:
+        _one_judge_or_refuse(frame, column, options.judge, paths)
         return pl.lit(options.judge)
     if column not in frame.columns:
         names = ", ".join(str(p) for p in paths)
         raise InputError(f"{names}: no '{column}' field in the file; name the judge with --judge")
     return pl.col(column).cast(pl.String)
+
+
+def _one_judge_or_refuse(frame: pl.DataFrame, column: str, judge: str, paths: Sequence[Path]) -> None:
+    """InputError when ``--judge`` would give one name to the verdicts of several judges the file names.
+
+    Why: ``import --format pba --in 'mtbench_judgments_*' --judge gpt4`` made gemini-pro's, gpt-3.5's and gpt-4's
+    verdicts one judge's, so two thirds of them became duplicate ids (9,568 dead letters) and the rest carried the
+    wrong judge, with exit 0."""
+    if column not in frame.columns:
+        return
+    names = frame[column]
+    if isinstance(names.dtype, pl.List):  # FastChat's [model, prompt]
+        names = names.list.get(0, null_on_oob=True)
+    named = names.cast(pl.String).drop_nulls().unique().sort()
+    if named.len() > 1:
+        shown = ", ".join(named.head(3).to_list()) + (f" and {named.len() - 3} more" if named.len() > 3 else "")
+        files = ", ".join(str(p) for p in paths[:2]) + (" …" if len(paths) > 2 else "")
+        raise InputError(
+            f"{files}: --judge {judge} would name every row's judge, but the input names {named.len()} judges "
+            f"({shown}): their verdicts would become one judge's. Leave --judge out (refresh --aliases renames "
+            "judges)"
+        )
 
 
 def judge_parts(frame: pl.DataFrame, options: ImportOptions, paths: Sequence[Path]) -> tuple[pl.Expr, pl.Expr]:

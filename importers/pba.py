@@ -101,6 +101,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         f"lengths: {unit}",
         *([f"benchmark: {named}"] if named else []),  # what a refresh of several imports checks they agree on
         *_position_notes(raw),
+        *_repetition_notes(raw),
     ]
     return finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)
 
@@ -121,6 +122,21 @@ def _position_notes(raw: pl.DataFrame) -> list[str]:
             "order_known false (counted, not used for the position effect)"
         )
     return notes
+
+
+def _repetition_notes(raw: pl.DataFrame) -> list[str]:
+    """A note when rows re-judge a pair (``repetition`` above 0: the 9-judge repetition subset), each a battle of its
+    own: the board and the audit then count those prompts several times, and the published consistency rates
+    (one judgment per pair and order) are not what the audit reproduces."""
+    if "repetition" not in raw.columns:
+        return []
+    repeated = int((raw["repetition"].cast(pl.Int64, strict=False).fill_null(0) > 0).sum())
+    if not repeated:
+        return []
+    return [
+        f"{repeated} row(s) are repeated judgments (repetition > 0, the repetition subset): each is a battle of its "
+        "own, so their prompts count several times; the main files alone are '<benchmark>_judgments_*'"
+    ]
 
 
 def refuse_mixed_benchmarks(raw: pl.DataFrame, paths: Sequence[Path]) -> str | None:
@@ -157,7 +173,9 @@ def refuse_mixed_benchmarks(raw: pl.DataFrame, paths: Sequence[Path]) -> str | N
 
 
 def _benchmark_glob(benchmark: str, paths: Sequence[Path]) -> str | None:
-    """``<folder>/<benchmark>_*judgments*`` when the files named after ``benchmark`` (lower case) share a folder."""
+    """``<folder>/<benchmark>_judgments_*`` when the files named after ``benchmark`` (lower case) share a folder: the
+    main judgment files, not the repetition subset beside them (``mtbench_repetition_judgments_9judges``, which
+    ``mtbench_*judgments*`` also took: six more judges on three questions, re-judged three times)."""
     prefix = benchmark.lower() + "_"
     folders = {p.parent for p in paths if p.name.lower().startswith(prefix)}
-    return str(folders.pop() / f"{prefix}*judgments*") if len(folders) == 1 else None
+    return str(folders.pop() / f"{prefix}judgments_*") if len(folders) == 1 else None

@@ -41,7 +41,7 @@ def real_days(folder: Path, days: int = 6) -> Path:
     pba = real_data("mtbench-position-bias-analyzer")
     # One benchmark an import (a folder of both is refused); the audit is per judge and prompt, so both fit in one log.
     rows = pl.concat(
-        [pl.from_arrow(import_path("pba", pba / f"{bench}_*judgments*").rows) for bench in ("mtbench", "devbench")]
+        [pl.from_arrow(import_path("pba", pba / f"{bench}_judgments_*").rows) for bench in ("mtbench", "devbench")]
     )
     prompts = sorted(set(rows["prompt_id"].to_list()))
     day_of = {prompt: i % days for i, prompt in enumerate(prompts)}

@@ -858,6 +858,26 @@ def test_a_judge_named_like_the_global_effects_is_said_at_import(tmp_path):
     assert any(n.startswith("1 battle(s) name their judge '*'") and "--aliases" in n for n in result.notes)
 
 
+def test_judge_flag_over_a_file_of_several_judges_is_refused(tmp_path):
+    """``--judge`` made the verdicts of the three MT-Bench judges one judge's: two thirds became duplicate ids (9,568
+    dead letters), the rest carried the wrong judge, exit 0.  Over a file of one judge it still renames it."""
+    several = real_data(*PBA) / "mtbench_judgments_*"
+    with pytest.raises(InputError, match=r"--judge gpt4 would name every row's judge, but the input names 3 judges"):
+        import_path("pba", several, ImportOptions(judge="gpt4"))
+    one = import_path("pba", real_data(*PBA, "mtbench_judgments_gpt-4-0613.jsonl.gz"), ImportOptions(judge="g"))
+    assert set(one.rows["judge"].to_pylist()) == {"g"} and one.rows_converted == 4800
+
+
+def test_pba_repeated_judgments_are_said_in_a_note(tmp_path):
+    source = real_data(*PBA, "mtbench_judgments_gpt-4-0613.jsonl.gz")
+    with gzip.open(source, "rt") as handle:
+        rows = [json.loads(line) for line in handle.read().splitlines()[:20]]
+    path = tmp_path / "mtbench_repetition_judgments_9judges.jsonl"
+    path.write_text("\n".join(json.dumps({**row, "repetition": 1 + i % 3}) for i, row in enumerate(rows)))
+    notes = import_path("pba", path).notes
+    assert any(n.startswith("20 row(s) are repeated judgments (repetition > 0") for n in notes), notes
+
+
 def test_json_booleans_are_no_grades_nor_preferences(tmp_path):
     """polars types ``true`` among numbers as 1: a grade ``true`` was imported as the grade 1, an AlpacaEval
     preference ``true`` (a column of booleans, cast to a number) as a win of output_1.  Both are dead letters now."""
@@ -920,7 +940,7 @@ def test_pba_folder_of_two_benchmarks_is_refused_naming_each_ones_files():
     message = str(refused.value)
     assert "2 benchmarks (DevBench: 11,200 rows, MTBench: 14,400 rows)" in message, message
     globs = re.findall(r"--in '([^']+)'", message)
-    assert globs == [str(folder / "devbench_*judgments*"), str(folder / "mtbench_*judgments*")]
+    assert globs == [str(folder / "devbench_judgments_*"), str(folder / "mtbench_judgments_*")]
     ids = [pl.from_arrow(import_path("pba", Path(g)).rows)["battle_id"] for g in globs]
     assert [set(i.str.split(":").list.get(1)) for i in ids] == [{"DevBench"}, {"MTBench"}]
 
