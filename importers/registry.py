@@ -25,6 +25,8 @@ class ImportFormat:
     length_units: bool = False
     #: The source records the arena's own filters (``anony``, ``dedup_tag``): ``--anony-only``/``--sampled-only``.
     arena_filters: bool = False
+    #: The format's own flags among ``--tie-band``, ``--baseline`` and ``--answers`` (given to another, refused).
+    flags: frozenset[str] = frozenset()
 
 
 FORMATS: dict[str, ImportFormat] = {
@@ -44,9 +46,15 @@ FORMATS: dict[str, ImportFormat] = {
             mtbench.PATTERNS,
             "FastChat llm_judge pair judgments (2 games)",
             mtbench.REQUIRED,
+            flags=frozenset({"--answers"}),
         ),
         ImportFormat(
-            "mtbench-single", scores.convert, scores.PATTERNS, "single-answer 1-10 grades → score rows", scores.REQUIRED
+            "mtbench-single",
+            scores.convert,
+            scores.PATTERNS,
+            "single-answer 1-10 grades → score rows",
+            scores.REQUIRED,
+            flags=frozenset({"--answers"}),
         ),
         ImportFormat(
             "alpacaeval",
@@ -55,6 +63,7 @@ FORMATS: dict[str, ImportFormat] = {
             "AlpacaEval annotations",
             alpacaeval.REQUIRED,
             length_units=True,
+            flags=frozenset({"--tie-band"}),
         ),
         ImportFormat(
             "llmfao",
@@ -79,6 +88,7 @@ FORMATS: dict[str, ImportFormat] = {
             arenahard.PATTERNS,
             "arena-hard-auto model_judgment (2 games)",
             arenahard.REQUIRED,
+            flags=frozenset({"--baseline", "--answers"}),
         ),
     )
 }
@@ -93,7 +103,10 @@ def convert(fmt: ImportFormat, paths: Sequence[Path], options: ImportOptions) ->
     try:
         return fmt.convert(paths, options)
     except MissingColumn as err:
-        fitting = [f.name for f in FORMATS.values() if f is not fmt and set(f.required) <= set(err.present)]
+        # The most specific first (the most required columns): a Position-Bias-Analyzer file fits fastchat too, whose
+        # ids (question_id) then collided on 98% of its rows.
+        fits = [f for f in FORMATS.values() if f is not fmt and set(f.required) <= set(err.present)]
+        fitting = [f.name for f in sorted(fits, key=lambda f: -len(f.required))]
         if not fitting:
             raise
         names = " or ".join(f"--format {name}" for name in fitting)

@@ -133,6 +133,11 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         if given and not fmt.arena_filters:
             with_filters = ", ".join(name for name, f in FORMATS.items() if f.arena_filters)
             raise InputError(f"{flag}: the {fmt.name} format is no arena log (formats that are: {with_filters})")
+    own = (("--tie-band", args.tie_band != 0.0), ("--baseline", args.baseline is not None))
+    for flag, given in (*own, ("--answers", args.answers is not None)):
+        if given and flag not in fmt.flags:  # it was accepted, kept in the manifest, and did nothing
+            with_flag = ", ".join(name for name, f in FORMATS.items() if flag in f.flags)
+            raise InputError(f"{flag}: the {fmt.name} format has no use for it (formats that do: {with_flag})")
     if args.length_unit != "chars" and not fmt.length_units:
         with_units = ", ".join(name for name, f in FORMATS.items() if f.length_units)
         raise InputError(

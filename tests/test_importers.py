@@ -89,6 +89,8 @@ def test_fastchat_clean_battle_counts_and_self_battle():
         ("llmfao", ("arena-clean-battle-samples", "mteb-arena", "clean_battle_clustering.json"), "fastchat"),
         ("fastchat", ("alpacaeval", "annotations_alpaca_eval_gpt4.jsonl.gz"), "alpacaeval"),
         ("mtbench-pair", ("alpacaeval", "annotations_alpaca_eval_gpt4.jsonl.gz"), "alpacaeval"),
+        # both fit: the more specific first (as fastchat 98% of its rows became duplicate question_ids)
+        ("mtbench-pair", (*PBA, "mtbench_judgments_gpt-4-0613.jsonl.gz"), "pba or --format fastchat"),
     ],
 )
 def test_a_file_given_the_wrong_format_is_told_the_format_its_columns_fit(wrong, source, fits):
@@ -876,6 +878,29 @@ def test_pba_repeated_judgments_are_said_in_a_note(tmp_path):
     path.write_text("\n".join(json.dumps({**row, "repetition": 1 + i % 3}) for i, row in enumerate(rows)))
     notes = import_path("pba", path).notes
     assert any(n.startswith("20 row(s) are repeated judgments (repetition > 0") for n in notes), notes
+
+
+@pytest.mark.parametrize(
+    ("fmt", "flag", "says"),
+    [
+        (
+            "llmfao",
+            ["--tie-band", "0.2"],
+            "--tie-band: the llmfao format has no use for it (formats that do: alpacaeval)",
+        ),
+        (
+            "fastchat",
+            ["--baseline", "x"],
+            "--baseline: the fastchat format has no use for it (formats that do: arena-hard)",
+        ),
+    ],
+)
+def test_a_flag_of_another_format_is_refused(tmp_path, capsys, fmt, flag, says):
+    """``--tie-band`` with llmfao, ``--baseline`` with fastchat: accepted, written into the manifest, and no effect."""
+    source = tmp_path / "in.json"
+    source.write_text(json.dumps([{"model_a": "a", "model_b": "b", "winner": "model_a", "judge": "u"}]))
+    assert cli.main(["import", "--format", fmt, "--in", str(source), "--out", str(tmp_path / "o"), *flag]) == 2
+    assert says in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
 def test_json_booleans_are_no_grades_nor_preferences(tmp_path):
