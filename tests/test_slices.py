@@ -469,3 +469,26 @@ def test_a_slice_whose_battles_do_not_identify_a_correction_names_it(tmp_path):
     assert info[flat].fitted and "not corrected in this slice" in info[flat].note, info[flat].note
     assert "length of all judges (global)" in info[flat].note, info[flat].note
     assert "not corrected" not in info[drawn].note, info[drawn].note
+
+
+def test_a_slice_whose_naive_ratings_do_not_exist_says_so(tmp_path):
+    """A model that loses every battle of a slice has no maximum-likelihood rating there: the slice's naive fit uses
+    a prior, as the overall board does and warns of; the slice said nothing (its naive CI ±1,270 points as if fit
+    as asked).  Its note carries the naive fit's warning; the other slice's does not."""
+    losing, other = (f"category={c}" for c in CATEGORY_NAMES[:2])
+
+    def always_loses(table: pl.DataFrame, in_first: pl.Expr) -> pl.DataFrame:
+        loser = table["model_a"].min()
+        winner = (
+            pl.when(in_first & (pl.col("model_a") == loser))
+            .then(pl.lit("model_b"))
+            .when(in_first & (pl.col("model_b") == loser))
+            .then(pl.lit("model_a"))
+            .otherwise(pl.col("winner"))
+        )
+        return table.with_columns(winner.alias("winner"))
+
+    info = {i.slice: i for i in _summary(_two_category_snapshot(tmp_path, 6, always_loses)).slices}
+    said = "naive Bradley-Terry: the maximum-likelihood ratings do not exist"
+    assert info[losing].fitted and said in info[losing].note, info[losing].note
+    assert said not in info[other].note, info[other].note

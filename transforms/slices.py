@@ -252,7 +252,12 @@ def fit_slices(
                     info.top_k = fitted.corrected.k
                     info.ranks = rank_intervals(fitted.naive, fitted.corrected, fitted.config.seed)
                     said = order_note(part.both_orders, fitted, part.first_shares)
-                    notes = (split_note(board), said, left_off_note(fitted, position_said=bool(said)))
+                    notes = (
+                        split_note(board),
+                        naive_note(fitted),
+                        said,
+                        left_off_note(fitted, position_said=bool(said)),
+                    )
                     info.note = "; ".join(n for n in notes if n)
             done = ("fit, streamed" if part.streamed else "fit") if info.fitted else info.note
             done += f"; {info.note}" if info.fitted and info.note else ""
@@ -371,6 +376,14 @@ def order_note(share: float | None, fitted: ReferenceFit, first_shares: tuple[fl
         f"its position correction rests on the Bradley-Terry model's transitivity alone: {why}, and a quality "
         "difference peculiar to its matchups would read as position bias"
     )
+
+
+def naive_note(fitted: ReferenceFit) -> str:
+    """What the slice's naive fit says of itself (its ``naive …`` warnings): a slice where a model never wins or never
+    loses has no maximum-likelihood ratings and is fit with a prior, which the overall board warns of on its own
+    battles but a slice said nothing of (its naive CI [−1269, 1278] published as if fit as asked)."""
+    warnings = fitted.naive.diagnostics.get("warnings", [])
+    return "; ".join(w for w in warnings if w.startswith("naive "))
 
 
 def left_off_note(fitted: ReferenceFit, position_said: bool) -> str:
