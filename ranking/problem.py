@@ -34,6 +34,7 @@ from biasboard.schemas.summary import GLOBAL_JUDGE, TIED_TO_REFERENCE
 ORDINAL_ONLY_NOTE = "ordinal-only board: no battles, so no position, length, affinity, tie or discrimination"
 #: Why a judge has no length effect: none of its battles carries both answers' lengths (``len_a``, ``len_b``).
 NO_LENGTHS_NOTE = "no battles with both lengths known"
+NO_ORDER_NOTE = "no battle with a known shown order"
 
 #: Why a judge's effect is off when ``ModelConfig.disabled`` (the user, or a reference's gate) switched it off.
 DISABLED_NOTE = "disabled by configuration"
@@ -289,6 +290,9 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
             masks[t] = 0.0
             notes.set(t, slice(None), ORDINAL_ONLY_NOTE)
     checks = [
+        # A judge none of whose battles has a known shown order (AlpacaEval 1's annotators) has no position effect:
+        # it was estimated at the population's and marked identified, from the other judges' data alone.
+        (POS, data.judge_sums("n_pos") > 0, NO_ORDER_NOTE),
         (LEN, has_len, NO_LENGTHS_NOTE),
         (AFF, has_aff, "no battle involves a model of the judge's own family"),
         (SEV, has_scores, "no ordinal scores from this judge"),
@@ -296,8 +300,8 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     if with_style:
         has_style = data.judge_sums("n_style") > 0
         checks += [(t, has_style, "no battles with style counts") for t in STYLE_BLOCKS]
-    # Which judges have data for each effect with a global coefficient (every judge has positions).
-    has_data = {POS: np.ones(jn, bool), **{t: has for t, has, _ in checks if t in lay.global_effects}}
+    # Which judges have data for each effect with a global coefficient.
+    has_data = {t: has for t, has, _ in checks if t in lay.global_effects}
     for t, has, why in checks:
         masks[t, ~has] = 0.0
         notes.set_default(t, ~has, why)

@@ -105,6 +105,20 @@ def test_half_unknown_order_recovers_theta_and_position_from_the_known_half(seed
     assert face_error > 3 * mixed_error and face_error > 0.2, (face_error, mixed_error)
 
 
+def test_a_judge_with_no_battle_of_known_order_has_no_position_effect():
+    """AlpacaEval 1's annotators record no shown order, the weighted annotator does: the others' position rows were
+    the population's estimate, marked identified (the global level is learned from the judge that has data).  A
+    judge none of whose battles has a known order has no position effect: off, with the reason."""
+    frame, _ = _battles(3)
+    unknown = frame["judge"].unique().sort()[0]
+    relisted = frame.with_columns(order_known=pl.when(pl.col("judge") == unknown).then(False).otherwise(None))
+    rows = fit_bias_aware(_cells(relisted), config=FAST).bias.filter(pl.col("effect") == "position")
+    off = rows.filter(pl.col("judge") == unknown).row(0, named=True)
+    assert (off["enabled"], off["identified"], off["note"]) == (False, False, "no battle with a known shown order")
+    others = rows.filter(~pl.col("judge").is_in([unknown, "*"]))
+    assert others["enabled"].all() and others["identified"].all() and others.height == 2
+
+
 def test_cells_without_the_column_read_as_known_order():
     frame, _ = _battles(5)
     cells = _cells(frame.head(3000))
