@@ -314,6 +314,9 @@ ALPACA_LEADERBOARD = (
     "weighted_alpaca_eval_gpt4_turbo_leaderboard.csv",
 )
 ALPACA_BASELINE = "gpt4_1106_preview"
+#: Leaderboard rows whose results folder (the annotations' generator name) has another name: the constant-answer
+#: attack ``NullModel`` is ``results/example`` (SOURCE.md).  Without it the LC comparisons left out its row.
+ALPACA_ROW_OF_RESULTS = {"NullModel": "example"}
 #: Length clips compared on AlpacaEval (None: unbounded); each must be a positive length-bin edge.
 CLIP_GRID: tuple[float | None, ...] = (None, 2.5, 2.0, 1.5, 1.0, 0.5)
 GAMED = "gpt4_gamed"
@@ -376,7 +379,9 @@ def alpacaeval(config: ModelConfig, data: Path = DATA) -> dict:
     imported = import_path("alpacaeval", data / "alpacaeval" / ALPACA_JUDGE_FILE)
     fit = fit_both("AlpacaEval 2", imported.rows, config)
     board = pl.read_csv(data / "alpacaeval" / Path(*ALPACA_LEADERBOARD)).rename({"": "model"})
-    board = board.filter(pl.col("model") != ALPACA_BASELINE)
+    board = board.filter(pl.col("model") != ALPACA_BASELINE).with_columns(
+        pl.col("model").replace(ALPACA_ROW_OF_RESULTS)
+    )
     lc = dict(zip(board["model"].to_list(), board["length_controlled_winrate"].to_list(), strict=True))
     raw = dict(zip(board["model"].to_list(), board["win_rate"].to_list(), strict=True))
     naive = {m: v for m, v in ratings(fit.naive).items() if m != ALPACA_BASELINE}
