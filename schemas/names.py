@@ -68,6 +68,15 @@ class AliasMap:
             raise InputError(
                 f"{source}: canonical name {unusable[0][:40]!r} is not a usable name ({name_fault(unusable[0])})"
             )
+        # Names are renamed once, not along a chain: {"a": "b", "b": "c"} split a's rows (→ b) from b's (→ c), and
+        # {"a": "b", "b": "a"} swapped two judges, without a word.  Each name must map straight to its final name.
+        chained = sorted(old for old, new in aliases.items() if new in aliases and aliases[new] != new)
+        if chained:
+            old = chained[0]
+            raise InputError(
+                f"{source}: {old!r} is renamed to {aliases[old]!r}, which is itself renamed to "
+                f"{aliases[aliases[old]]!r}: names are renamed once, so map each name straight to its final name"
+            )
         return cls(aliases, source)
 
 

@@ -96,6 +96,9 @@ def test_aliases_rename_case_variants_and_are_counted():
         ('{"a": 3}', "non-empty name"),
         ('{"a": "  "}', "non-empty name"),
         ('{"a": "b\\u0000c"}', "control character"),
+        # renamed once, not along a chain: a chain split a's rows from b's, a cycle swapped two judges
+        ('{"a": "b", "b": "c"}', "'a' is renamed to 'b', which is itself renamed to 'c'"),
+        ('{"a": "b", "b": "a"}', "'a' is renamed to 'b', which is itself renamed to 'a'"),
     ],
 )
 def test_bad_alias_maps_name_the_file(text: str, message: str):
