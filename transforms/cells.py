@@ -78,7 +78,7 @@ class IngestCounts:
         return IngestCounts(
             self.read + other.read,
             self.counted + other.counted,
-            rejected,
+            dict(sorted(rejected.items())),  # one order whatever the days' (the sums are shown and hashed)
             self.self_battles + other.self_battles,
             self.empty_files + other.empty_files,
             self.trimmed + other.trimmed,

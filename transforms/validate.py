@@ -356,6 +356,9 @@ def _split(
     for part in parts:
         for reason, n in part.get_column(REASON).value_counts().iter_rows():
             rejected[str(reason)] = rejected.get(str(reason), 0) + int(n)
+    # In reason order: value_counts' order changes from run to run, and a dict shown as it is (the anchors' note)
+    # then changed the snapshot's content, so an unchanged board was published again on every refit.
+    rejected = dict(sorted(rejected.items()))
     dead = _dead_letters(pl.concat(parts) if parts else None, dead_schema, source_file, row_offset)
     trimmed, renamed = fixes.counts(good[admitted])
     return Validated(df.select(*keep), kept, dead, df.height, rejected, trimmed, renamed)
