@@ -75,6 +75,7 @@ from biasboard.schemas.names import AliasMap
 from biasboard.schemas.summary import Summary
 from biasboard.transforms import publish, read, state, storage
 from biasboard.transforms.audit import (
+    AUDIT_JSON,
     DAY_PARTIALS,
     audit_days_incremental,
     audit_inputs,
@@ -1050,6 +1051,9 @@ class AuditPlan:
             return cls(state_dir, stamp, rerun=False)
         stamp_path = storage.join(state_dir, AUDIT_DIR, AUDIT_INPUTS)
         current = storage.exists(stamp_path) and json.loads(storage.read_text(stamp_path)) == stamp
+        # The stamp without the audit it stamps (two runs overlapping on one state, or a partly deleted folder) was
+        # "unchanged": every later snapshot came out without an audit, without a word.
+        current = current and storage.exists(storage.join(state_dir, AUDIT_DIR, AUDIT_JSON))
         if current:
             _LOG.info("audit: input unchanged; reusing %s", storage.join(state_dir, AUDIT_DIR))
         digests = {day: fingerprint["digest"] for day, fingerprint in changes.fingerprints.items()}

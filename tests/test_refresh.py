@@ -563,6 +563,18 @@ def test_a_stored_audit_of_an_older_version_is_redone_on_an_unchanged_input(sim,
     assert "consistent_sq" in pl.read_parquet(Path(again.published.path) / "audit_order_pairs.parquet").columns
 
 
+def test_a_stored_audit_stamp_without_its_audit_is_redone(sim, tmp_path):
+    """Two overlapping runs left ``state/audit`` holding only its stamp: the audit counted as unchanged and every
+    later snapshot came out without one, without a word."""
+    state, out = tmp_path / "state", str(tmp_path / "out")
+    refresh(_glob(sim), str(state), out, [])
+    for path in (state / "audit").iterdir():
+        if path.name != "inputs.json":
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    again = refresh(_glob(sim), str(state), out, [], RefreshOptions(refit=True))
+    assert (Path(again.published.path) / "audit.json").exists() and (state / "audit" / "audit.json").exists()
+
+
 def test_an_input_refused_inside_the_run_leaves_the_stored_audit_as_it_was(sim, tmp_path):
     """A file that is not Parquet is refused inside the pipeline, after the audit was due to re-run: the stored audit
     stays (it was deleted before the pipeline ran), so once the file is gone nothing is new and LATEST is reused."""
