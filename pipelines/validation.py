@@ -110,6 +110,10 @@ def files_outside(input_flag: str, given: str, files: list[str], **folders: str)
             )
 
 
+#: Characters Beam's file systems read as a pattern in a path (``FileSystems.match``, ``delete``).
+GLOB_CHARACTERS = ("*", "?", "[", "]")
+
+
 def writable_folder(path: str, flag: str) -> None:
     """``path`` can be written: probed locally (and left as found); on a bucket, the bucket exists.
 
@@ -118,6 +122,13 @@ def writable_folder(path: str, flag: str) -> None:
     """
     if not path:
         raise InputError(f"{flag} is empty")
+    if any(c in path for c in GLOB_CHARACTERS):
+        # Beam's file system lists and deletes by pattern: a folder named "site[1]" matched nothing, so a run wrote
+        # its state and then found no day in it, or failed deleting its own staging (a traceback).
+        raise InputError(
+            f"{flag} {path}: a folder written to may not hold the glob characters {' '.join(GLOB_CHARACTERS)} "
+            "(its files are listed by pattern); rename it"
+        )
     if storage.is_remote(path):
         reachable_bucket(path, flag, write=True)
         return

@@ -103,6 +103,25 @@ def test_a_glob_of_files_says_which_folders_beside_them_it_does_not_read(tmp_pat
     ]
 
 
+def test_folders_with_glob_characters_are_refused_in_one_line(tmp_path: Path, capsys):
+    """Beam lists and deletes by pattern: ``--state 'st[1]'`` wrote its state, then found no day in it; ``--out
+    'site[1]'`` failed deleting its own staging in a traceback; ``--input 'in[v2]'`` said only "no input files"."""
+    logs = tmp_path / "in[v2]"
+    write(logs / f"day={D1}" / "p.parquet", battles(4))
+    argv = ["backfill", "--input", str(tmp_path / "in?v2?"), "--state", str(tmp_path / "st[1]")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--state {tmp_path / 'st[1]'}: a folder written to may not hold the glob characters" in err
+    assert not (tmp_path / "st[1]").exists()
+    assert cli.main(["backfill", "--input", str(logs), "--state", str(tmp_path / "st")]) == 2
+    assert "'[' starts a character class in a glob" in capsys.readouterr().err
+    # matched through a pattern, its files are still read as patterns (polars found none, deep in the ingest)
+    assert cli.main(["backfill", "--input", str(tmp_path / "in?v2?"), "--state", str(tmp_path / "st")]) == 2
+    err = capsys.readouterr().err
+    assert "the path holds a glob character (* ? [ ]), and the readers take paths as patterns" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("glob", ["", "   "])
 def test_an_empty_input_is_refused_not_read_as_the_root(glob: str, tmp_path: Path, capsys):
     with pytest.raises(InputError, match="input path is empty"):

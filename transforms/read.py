@@ -180,15 +180,20 @@ def resolve_input(glob: str) -> ResolvedInput:
     wildcard = bool(_WILDCARD.search(glob))
     if wildcard and (files := _listed(glob, glob)):
         _warn_skipped_folders(glob)
-        return ResolvedInput(files, [])
+        return ResolvedInput(_literal_paths(files, glob), [])
     if not wildcard or "**" not in glob:
         folders = _folders_input(glob)
         if folders.files:
-            return folders
+            return replace(folders, files=_literal_paths(folders.files, glob))
     if not wildcard and (files := _listed(glob, glob)):
-        return ResolvedInput(files, [])
+        return ResolvedInput(_literal_paths(files, glob), [])
     if not wildcard and _is_folder(glob):
         raise InputError(f"{glob}: the folder holds no .parquet files")
+    if "[" in glob and _is_folder(glob):  # a folder named "in[v2]": the brackets are a character class
+        raise InputError(
+            f"{glob}: no input files match: '[' starts a character class in a glob, and the readers take paths as "
+            "patterns, so a folder of that name cannot be read; rename it"
+        )
     raise InputError(f"{glob}: no input files match")
 
 
@@ -196,7 +201,9 @@ def _folders_input(glob: str) -> ResolvedInput:
     """Every ``*.parquet`` below each folder ``glob`` names (one folder, or a glob's matches), without the imports'
     rejected rows; the imports among the folders checked to agree."""
     if FileSystems.get_scheme(glob) is None and _WILDCARD.search(glob):
-        files = [m for name in _local_folders(glob) for m in _listed(f"{name}/**.parquet", glob)]
+        names = _local_folders(glob)
+        _literal_paths([FileMetadata(name, 0) for name in names], glob)  # a folder of such a name lists nothing
+        files = [m for name in names for m in _listed(f"{name}/**.parquet", glob)]
     else:
         files = _listed(glob.rstrip("/") + "/**.parquet", glob)
     folder = folder_of(glob)
@@ -204,6 +211,19 @@ def _folders_input(glob: str) -> ResolvedInput:
     check_agreement(imports, glob)
     rejected = {normal_path(found.dead_letters) for found in imports}
     return ResolvedInput([m for m in files if normal_path(m.path) not in rejected], imports)
+
+
+def _literal_paths(files: list[FileMetadata], glob: str) -> list[FileMetadata]:
+    """``files`` (or folders), refused in one line when a path holds a glob character: Beam and polars read every path
+    as a pattern, so such a file matched was then not found (``expanded paths were empty``, deep inside the ingest)
+    and such a folder listed no file."""
+    odd = next((m.path for m in files if _WILDCARD.search(m.path) or "]" in m.path), None)
+    if odd is not None:
+        raise InputError(
+            f"{glob}: {odd}: the path holds a glob character (* ? [ ]), and the readers take paths as patterns; "
+            "rename the file or its folder"
+        )
+    return files
 
 
 def _warn_skipped_folders(glob: str) -> None:
