@@ -57,6 +57,10 @@ def test_publish_and_export_on_a_bucket(emulator, tmp_path):
     # a copy cut short on a bucket (no manifest) is ignored
     storage.write_bytes(f"{out}/snapshots/20991231T000000Z-000000000000/leaderboard.csv", b"half")
     assert "20991231T000000Z-000000000000" not in publish.list_snapshots(out)
+    # and removed by the next run before it stages (it stayed under snapshots/ for good)
+    publish.clean_staging(out)
+    assert storage.list_files(f"{out}/snapshots/20991231T000000Z-000000000000") == []
+    assert publish.list_snapshots(out)[-1] == newest.snapshot_id
 
     to = f"{emulator}/dash"
     assert cli.main(["export", "--out", out, "--to", to, "--format", "parquet"]) == 0

@@ -22,7 +22,7 @@ The protocol, whatever the storage:
 A reader follows ``LATEST`` and only ever sees complete snapshots; a snapshot
 folder without its ``manifest.json`` (a bucket copy cut short) is ignored by
 :func:`list_snapshots`.  A killed run therefore leaves at worst an orphan in
-``staging/`` (removed by the next publish) and the previous ``LATEST`` intact.
+``staging/`` or such a folder (both removed by the next publish) and the previous ``LATEST`` intact.
 One refresh at a time per ``OUT`` is assumed (the scheduler's job).
 
 The snapshot id is the UTC time plus a hash of the content, so ids sort in
@@ -411,10 +411,17 @@ def _point_latest(out_dir: str, snapshot_id: str) -> None:
 
 
 def clean_staging(out_dir: str) -> None:
-    """Remove what killed runs left in staging (never visible, never needed); call before staging anew."""
+    """Remove what killed runs left in staging, and a snapshot folder a bucket copy cut short (no manifest: never
+    listed, never read); call before staging anew.  The cut-short copies stayed under ``snapshots/`` for good."""
     root = storage.join(out_dir, STAGING)
     leftovers = storage.list_children(root)
     for name in leftovers:
         storage.delete_tree(storage.join(root, name))
     if leftovers:
         _LOG.info("publish: removed %d unfinished staging folder(s) left by an interrupted run", len(leftovers))
+    snapshots = storage.join(out_dir, SNAPSHOTS)
+    cut_short = [sid for sid in storage.list_children(snapshots) if not _is_complete(storage.join(snapshots, sid))]
+    for sid in cut_short:
+        storage.delete_tree(storage.join(snapshots, sid))
+    if cut_short:
+        _LOG.info("publish: removed %d snapshot folder(s) whose copy an interrupted run cut short", len(cut_short))
