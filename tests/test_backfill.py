@@ -197,6 +197,11 @@ def test_rerun_replaces_a_day_and_never_adds(logs: Path, tmp_path: Path):
     assert again.counts == first.counts
     assert sorted(Path(state).rglob("*.parquet")) == files  # no temp or extra files left behind
     assert not list(Path(state).rglob(".tmp-*"))
+    # a killed write's temporary file (its random name no later write looks for) goes with the day's next write
+    leftover = Path(state) / "cells" / f"day={D2}" / ".tmp-0123abcd-pair_cells.parquet"
+    leftover.write_bytes(b"half a file")
+    run_backfill(str(logs), state, days=[D2])
+    assert not leftover.exists()
 
     # the day's input changes (one file dropped): re-aggregating replaces the partition
     (logs / f"day={D2}" / "part-1.parquet").unlink()
