@@ -28,6 +28,7 @@ of a job is bounded too, more loosely (a blip there is retried for up to 30 s):
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import time
@@ -89,14 +90,29 @@ def outside_input(inputs: tuple[tuple[str, str | None], ...], **folders: str) ->
     the files it matches (:func:`files_outside`), since only those are read.
     """
     for input_flag, given in inputs:
-        if not given or any(c in given for c in "*?["):
+        if not given:
             continue
+        glob = any(c in given for c in "*?[")
         for flag, path in folders.items():
-            if _inside(path, given):
+            if _glob_reaches(given, path) if glob else _inside(path, given):
                 raise InputError(
                     f"--{flag} {path} is inside {input_flag} {given}: the next run would read its own Parquet files "
                     f"as input; give --{flag} a folder outside it"
                 )
+
+
+def _glob_reaches(glob: str, folder: str) -> bool:
+    """Whether input ``glob`` would read what a job writes below ``folder``: it holds ``**`` and the folder lies below
+    its fixed part, or it names the folder or one of its parents (a glob matching folders reads each one whole).
+
+    Why: ``--input 'gs://b/nest/**' --state gs://b/nest/state`` passed, as the state was empty on the first run;
+    the second read the state's files as battles and failed on one of them."""
+    parts = storage.normalise(glob).rstrip("/").split("/")
+    under = storage.normalise(folder).rstrip("/").split("/")
+    if "**" in glob:
+        fixed = next(i for i, part in enumerate(parts) if any(c in part for c in "*?["))
+        return under[:fixed] == parts[:fixed]
+    return len(under) >= len(parts) and all(fnmatch.fnmatchcase(u, p) for u, p in zip(under, parts, strict=False))
 
 
 def files_outside(input_flag: str, given: str, files: list[str], **folders: str) -> None:

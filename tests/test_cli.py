@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from biasboard.pipelines import cli
 from biasboard.pipelines.audit import AuditOptions
@@ -57,8 +59,14 @@ def test_a_state_or_out_folder_inside_the_input_is_refused_in_one_line(tmp_path,
         assert cli.main(["refresh", "--input", str(logs), *argv]) == 2
         err = capsys.readouterr().err
         assert f"{flag} " in err and f"is inside --input {logs}" in err and "Traceback" not in err
-    # a glob that matches the state's files once they exist (here: every Parquet file under logs/)
-    glob = str(logs / "**" / "*.parquet")
+    # a glob that reaches below the state's folder (``**`` from above it, or naming a parent): refused at once, as
+    # the state is empty on the first run and read back on the next
+    for glob in (str(logs / "**" / "*.parquet"), str(logs / "*")):
+        assert cli.main(["backfill", "--input", glob, "--state", str(logs / "state")]) == 2
+        assert f"--state {logs / 'state'} is inside --input {glob}" in capsys.readouterr().err
+    # a glob that matches the state's files once they exist, without reaching its folder by name
+    shutil.copytree(logs / "battles", logs / "src" / "cells")
+    glob = str(logs / "*" / "cells" / "day=*" / "*.parquet")
     assert cli.main(["backfill", "--input", glob, "--state", str(logs / "state")]) == 0
     assert cli.main(["refresh", "--input", glob, "--state", str(logs / "state"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
