@@ -118,8 +118,25 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         notes.append(f"lengths: characters of the judged answer, from {origin}")
     mapped = attach_answer_lengths(mapped, lengths, (("model", "len"),))
     result = finalize_scores(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)
-    repeated = _repeat_note(result, lengths is not None)
-    return replace(result, notes=(*result.notes, repeated)) if repeated else result
+    said = [n for n in (_repeat_note(result, lengths is not None), _off_scale_note(result)) if n]
+    return replace(result, notes=(*result.notes, *said)) if said else result
+
+
+#: The top of FastChat's single-grading scale (its prompt asks for a rating from 1 to 10).
+SINGLE_SCALE_TOP = 10
+
+
+def _off_scale_note(result: ImportResult) -> str | None:
+    """A note counting kept grades above FastChat's 1-10 scale (the ingest accepts 1..100, for other scales): a judge
+    prompt of another scale, or a misparsed ``[[n]]``, imported without a word (an 11 among 1-10 grades)."""
+    scores = result.rows.column("score").to_numpy()
+    above = int((scores > SINGLE_SCALE_TOP).sum())
+    if not above:
+        return None
+    return (
+        f"{above} grade(s) above {SINGLE_SCALE_TOP}, the top of FastChat's single-grading scale (highest "
+        f"{scores.max():g}): kept, as the ingest accepts grades up to 100; check the judge prompt's scale"
+    )
 
 
 def _repeat_note(result: ImportResult, with_lengths: bool) -> str | None:

@@ -903,6 +903,18 @@ def test_a_flag_of_another_format_is_refused(tmp_path, capsys, fmt, flag, says):
     assert says in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
+def test_single_grades_above_ten_are_kept_and_noted(tmp_path):
+    """FastChat's single grading asks for 1-10; the ingest accepts 1..100 (other scales), so an 11 passed in silence."""
+    grades = tmp_path / "gpt-4_single.jsonl"
+    lines = [{"question_id": f"q{i}", "model": "m", "judge": ["gpt-4", "single-v1"], "score": score, "turn": 1,
+              "tstamp": 1717245894.0} for i, score in enumerate([7, 11, 9, 10.5])]  # fmt: skip
+    grades.write_text("\n".join(json.dumps(line) for line in lines))
+    result = import_path("mtbench-single", grades)
+    assert result.rows_converted == 4
+    assert any(n.startswith("2 grade(s) above 10, the top of FastChat's single-grading scale (highest 11)")
+               for n in result.notes), result.notes  # fmt: skip
+
+
 def test_json_booleans_are_no_grades_nor_preferences(tmp_path):
     """polars types ``true`` among numbers as 1: a grade ``true`` was imported as the grade 1, an AlpacaEval
     preference ``true`` (a column of booleans, cast to a number) as a win of output_1.  Both are dead letters now."""
