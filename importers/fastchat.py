@@ -55,7 +55,6 @@ from biasboard.importers.common import (
     ImportOptions,
     ImportResult,
     as_text,
-    epoch_seconds,
     finalize_battles,
     fixed_day,
     judge_expr,
@@ -66,6 +65,7 @@ from biasboard.importers.common import (
 )
 from biasboard.schemas.battle import STYLE_COUNT_COLUMNS
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.rules import TS_MAX, TS_MIN
 
 PATTERNS = ("*.json", "*.json.gz", "*.jsonl", "*.jsonl.gz")
 TOKEN_FIELDS = ("sum_assistant_a_tokens", "sum_assistant_b_tokens")
@@ -181,6 +181,18 @@ def _arena_filters(raw: pl.DataFrame, options: ImportOptions, notes: list[str]) 
     return pl.coalesce(f.reason_expr(raw, options, notes) for f in ARENA_FILTERS)
 
 
+def _stamp_text(stamp: pl.Expr) -> pl.Expr:
+    """A text ``tstamp`` (the field's JSON type varies, so every value arrives as text) for the ingest's rules: epoch
+    seconds in the datable range as ISO text to the microsecond (what the rules make of the number), anything else
+    as written — an ISO date is then read as one (as refresh reads ``ts``), other text is ``bad_timestamp``.
+    Why: every non-number was NaN, so an ISO ``tstamp`` was rejected here and accepted by refresh."""
+    seconds = stamp.str.strip_chars().cast(pl.Float64, strict=False)
+    datable = seconds.is_between(TS_MIN.timestamp(), TS_MAX.timestamp(), closed="left")
+    micros = (seconds * 1e6).round().cast(pl.Int64)
+    iso = pl.from_epoch(micros, time_unit="us").dt.strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+    return pl.when(datable).then(iso).otherwise(stamp)
+
+
 def _row_key() -> pl.Expr:
     """``row<N>``, the row's position in the input (files in the order read): the id's part that tells battles
     apart when the log has no time stamp.  Why: the composite id without it is the same for every vote of one voter
@@ -199,8 +211,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         ts = fixed_day(options)
         notes.append(f"no tstamp column: every battle dated {options.default_date.isoformat()} 00:00 UTC")
     elif time_column == "tstamp" and raw.schema["tstamp"] == pl.String:
-        # Epoch seconds as text (the field's JSON type varies): numbers count, anything else is NaN → bad_timestamp.
-        ts = epoch_seconds(pl.col("tstamp"))
+        ts = _stamp_text(pl.col("tstamp"))
     else:
         ts = pl.col(time_column)
     composite = pl.concat_str(

@@ -8,6 +8,7 @@ must accept every one of them.
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
 import json
 import re
@@ -930,6 +931,23 @@ def test_json_booleans_are_no_grades_nor_preferences(tmp_path):
     annotations.write_text(json.dumps(rows))
     preferred = import_path("alpacaeval", annotations)
     assert preferred.dead_by_reason() == {"bad_winner": 2} and preferred.rows_converted == 0
+
+
+def test_fastchat_text_tstamps_are_read_as_numbers_or_iso_dates(tmp_path):
+    """A ``tstamp`` field of mixed JSON types arrives as text: an ISO date there was rejected (every non-number was
+    NaN), while refresh reads an ISO ``ts``.  Numbers keep their microseconds; other text stays bad_timestamp."""
+    stamps = [1717245894.5, "2024-08-01T00:00:00Z", "garbage", "1717245895", 1.7e12]
+    path = tmp_path / "clean_battle.json"
+    path.write_text(json.dumps([{"model_a": "a", "model_b": "b", "winner": "model_a", "judge": "u", "tstamp": t}
+                                for t in stamps]))  # fmt: skip
+    result = import_path("fastchat", path)
+    assert result.dead_by_reason() == {"bad_timestamp": 2}  # the garbage and the epoch milliseconds
+    utc = dt.timezone.utc
+    assert sorted(result.rows["ts"].to_pylist()) == [
+        dt.datetime(2024, 6, 1, 12, 44, 54, 500000, tzinfo=utc),
+        dt.datetime(2024, 6, 1, 12, 44, 55, tzinfo=utc),
+        dt.datetime(2024, 8, 1, tzinfo=utc),
+    ]
 
 
 def test_fastchat_votes_without_tstamp_or_question_id_are_each_a_battle(tmp_path):
