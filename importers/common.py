@@ -56,6 +56,7 @@ from biasboard.schemas.rules import (
     winner_expr,
 )
 from biasboard.schemas.summary import GLOBAL_JUDGE
+from biasboard.schemas.wording import first_few
 from polars.datatypes import DataTypeClass
 
 #: The judge gave no usable verdict (FastChat ``error``, a null PBA verdict, a null AlpacaEval preference, score -1).
@@ -453,7 +454,7 @@ def _one_judge_or_refuse(frame: pl.DataFrame, column: str, judge: str, paths: Se
         names = names.list.get(0, null_on_oob=True)
     named = names.cast(pl.String).drop_nulls().unique().sort()
     if named.len() > 1:
-        shown = ", ".join(named.head(3).to_list()) + (f" and {named.len() - 3} more" if named.len() > 3 else "")
+        shown = first_few(named.to_list(), 3)
         files = ", ".join(str(p) for p in paths[:2]) + (" …" if len(paths) > 2 else "")
         raise InputError(
             f"{files}: --judge {judge} would name every row's judge, but the input names {named.len()} judges "

@@ -92,7 +92,7 @@ def outside_input(inputs: tuple[tuple[str, str | None], ...], **folders: str) ->
     for input_flag, given in inputs:
         if not given:
             continue
-        glob = any(c in given for c in "*?[")
+        glob = storage.is_pattern(given)
         for flag, path in folders.items():
             if _glob_reaches(given, path) if glob else _inside(path, given):
                 raise InputError(
@@ -110,7 +110,7 @@ def _glob_reaches(glob: str, folder: str) -> bool:
     parts = storage.normalise(glob).rstrip("/").split("/")
     under = storage.normalise(folder).rstrip("/").split("/")
     if "**" in glob:
-        fixed = next(i for i, part in enumerate(parts) if any(c in part for c in "*?["))
+        fixed = next(i for i, part in enumerate(parts) if storage.is_pattern(part))
         return under[:fixed] == parts[:fixed]
     return len(under) >= len(parts) and all(fnmatch.fnmatchcase(u, p) for u, p in zip(under, parts, strict=False))
 
@@ -126,10 +126,6 @@ def files_outside(input_flag: str, given: str, files: list[str], **folders: str)
             )
 
 
-#: Characters Beam's file systems read as a pattern in a path (``FileSystems.match``, ``delete``).
-GLOB_CHARACTERS = ("*", "?", "[", "]")
-
-
 def writable_folder(path: str, flag: str) -> None:
     """``path`` can be written: probed locally (and left as found); on a bucket, the bucket exists.
 
@@ -138,11 +134,11 @@ def writable_folder(path: str, flag: str) -> None:
     """
     if not path:
         raise InputError(f"{flag} is empty")
-    if any(c in path for c in GLOB_CHARACTERS):
+    if storage.holds_glob_characters(path):
         # Beam's file system lists and deletes by pattern: a folder named "site[1]" matched nothing, so a run wrote
         # its state and then found no day in it, or failed deleting its own staging (a traceback).
         raise InputError(
-            f"{flag} {path}: a folder written to may not hold the glob characters {' '.join(GLOB_CHARACTERS)} "
+            f"{flag} {path}: a folder written to may not hold the glob characters {' '.join(storage.GLOB_CHARACTERS)} "
             "(its files are listed by pattern); rename it"
         )
     if storage.is_remote(path):

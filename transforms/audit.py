@@ -95,6 +95,7 @@ from biasboard.schemas.battle import WINNER_VALUES
 from biasboard.schemas.errors import InputError, StateError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
+from biasboard.schemas.wording import first_few
 from biasboard.transforms import audit_cache, publish, read, state, storage
 from biasboard.transforms.cells import IngestCounts
 from biasboard.transforms.covariates import resolve_families
@@ -296,14 +297,22 @@ def _add_import_rejections(marker: str, rejections: Sequence[S.ImportRejections]
     as the refresh's summary lists it) without a note: a note is a warning, and there is nothing to warn of."""
     if not rejections:
         return
-    document = json.loads(storage.read_text(marker))
-    document["import_rejected"] = S.to_jsonable(list(rejections))
+    notes = []
     for rejected in (r for r in rejections if r.rejected_total):
         reasons = ", ".join(f"{reason} {n:,}" for reason, n in sorted(rejected.rejected.items()))
-        document["notes"].append(
+        notes.append(
             f"the import behind {rejected.option} rejected {rejected.rejected_total:,} row(s) of its source before "
             f"they became battles ({reasons}; see {rejected.path}): not audited"
         )
+    _amend_audit(marker, notes, import_rejected=S.to_jsonable(list(rejections)))
+
+
+def _amend_audit(marker: str, notes: Sequence[str], **fields: object) -> None:
+    """``audit.json`` at ``marker`` written again, atomically, with ``notes`` added and ``fields`` set: what only the
+    job that wrote it knows, after the tables it describes (so still last)."""
+    document = json.loads(storage.read_text(marker))
+    document.update(fields)
+    document["notes"].extend(notes)
     storage.atomic_write_bytes(marker, publish.json_bytes(document))
 
 
@@ -311,17 +320,15 @@ def _add_left_out_days(marker: str, days: Sequence[str]) -> None:
     """``audit.json`` at ``marker`` with a note naming the ``days`` it could not audit: kept in the fit without input
     files and with no audit partials stored under the current settings (aggregated with ``--no-audit``).  Why: the
     board counts their battles and the audit does not, and only the run that found them logged it; the note stays
-    with the audit (which is redone when the kept days change).  Written again, atomically, as
-    :func:`_add_import_rejections` does."""
+    with the audit (which is redone when the kept days change)."""
     if not days:
         return
-    document = json.loads(storage.read_text(marker))
-    document["notes"].append(
+    note = (
         f"{len(days)} day(s) the board keeps without input have no audit partials stored under these settings "
         f"(aggregated with --no-audit): not audited, so this audit counts fewer battles than the board "
         f"({', '.join(sorted(days))})"
     )
-    storage.atomic_write_bytes(marker, publish.json_bytes(document))
+    _amend_audit(marker, [note])
 
 
 #: What an audit that lost its storage before writing leaves (:func:`storage.if_unreachable`): it only read.
@@ -546,7 +553,7 @@ def _order_notes(judges: pl.DataFrame) -> list[str]:
         unpaired = judges.filter(pairs == 0).get_column("judge").to_list()
         if not unpaired:
             return []
-        shown = ", ".join(unpaired[:10]) + (f" and {len(unpaired) - 10:,} more" if len(unpaired) > 10 else "")
+        shown = first_few(unpaired, 10)
         return [
             f"no pair judged in both orders for {len(unpaired):,} judge(s) ({shown}): their flip rates are not measured"
         ]

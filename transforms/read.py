@@ -62,13 +62,14 @@ from biasboard.schemas.errors import InputError, raise_if_unreachable
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.schemas.summary import ImportRejections
+from biasboard.schemas.wording import first_few
+from biasboard.transforms import storage
 from biasboard.transforms.import_folders import ImportFolder, check_agreement, find_import, folder_of
 from biasboard.transforms.validate import SOURCE_ROW
 
 _LOG = logging.getLogger(__name__)
 _HIVE_DAY = re.compile(r"(?:^|/)(?:day|date|dt)=(\d{4}-\d{2}-\d{2})(?=/|$)")
 _NAME_DAY = re.compile(r"(?<!\d)(\d{4}-\d{2}-\d{2})(?!\d)")
-_WILDCARD = re.compile(r"[*?\[]")
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 #: Rows per batch streamed from a file: large enough that per-batch overhead
@@ -177,7 +178,7 @@ def resolve_input(glob: str) -> ResolvedInput:
     """
     if not glob.strip():
         raise InputError("the input path is empty (an unset shell variable?): give a folder or a glob of Parquet files")
-    wildcard = bool(_WILDCARD.search(glob))
+    wildcard = storage.is_pattern(glob)
     if wildcard and (files := _listed(glob, glob)):
         _warn_skipped_folders(glob)
         return ResolvedInput(_literal_paths(files, glob), [])
@@ -200,9 +201,9 @@ def resolve_input(glob: str) -> ResolvedInput:
 def _folders_input(glob: str) -> ResolvedInput:
     """Every ``*.parquet`` below each folder ``glob`` names (one folder, or a glob's matches), without the imports'
     rejected rows; the imports among the folders checked to agree."""
-    if FileSystems.get_scheme(glob) is None and _WILDCARD.search(glob):
+    if FileSystems.get_scheme(glob) is None and storage.is_pattern(glob):
         names = _local_folders(glob)
-        _literal_paths([FileMetadata(name, 0) for name in names], glob)  # a folder of such a name lists nothing
+        _refuse_glob_characters(names, glob)  # a folder of such a name lists nothing
         files = [m for name in names for m in _listed(f"{name}/**.parquet", glob)]
     else:
         files = _listed(glob.rstrip("/") + "/**.parquet", glob)
@@ -214,16 +215,21 @@ def _folders_input(glob: str) -> ResolvedInput:
 
 
 def _literal_paths(files: list[FileMetadata], glob: str) -> list[FileMetadata]:
-    """``files`` (or folders), refused in one line when a path holds a glob character: Beam and polars read every path
-    as a pattern, so such a file matched was then not found (``expanded paths were empty``, deep inside the ingest)
-    and such a folder listed no file."""
-    odd = next((m.path for m in files if _WILDCARD.search(m.path) or "]" in m.path), None)
+    """``files``, refused in one line when a path holds a glob character (:func:`_refuse_glob_characters`)."""
+    _refuse_glob_characters([m.path for m in files], glob)
+    return files
+
+
+def _refuse_glob_characters(paths: list[str], glob: str) -> None:
+    """An InputError naming the first of ``paths`` (files or folders) that holds a glob character: Beam and polars read
+    every path as a pattern, so such a file matched was then not found (``expanded paths were empty``, deep inside
+    the ingest) and such a folder listed no file."""
+    odd = next((path for path in paths if storage.holds_glob_characters(path)), None)
     if odd is not None:
         raise InputError(
-            f"{glob}: {odd}: the path holds a glob character (* ? [ ]), and the readers take paths as patterns; "
-            "rename the file or its folder"
+            f"{glob}: {odd}: the path holds a glob character ({' '.join(storage.GLOB_CHARACTERS)}), and the readers "
+            "take paths as patterns; rename the file or its folder"
         )
-    return files
 
 
 def _warn_skipped_folders(glob: str) -> None:
@@ -239,7 +245,7 @@ def _warn_skipped_folders(glob: str) -> None:
     skipped = [f for f in visible if _listed(f"{f}/**.parquet", glob)]
     if not skipped:
         return
-    named = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+    named = first_few(skipped, 5)
     message = (
         f"{glob}: matches files, so it reads those files only; {len(skipped)} folder(s) it also matches hold Parquet "
         f"files that are not read: {named} (give a glob that reaches into them, or the folder itself)"

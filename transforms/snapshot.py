@@ -35,6 +35,7 @@ from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELL_KEYS
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.summary import Summary
+from biasboard.schemas.wording import first_few
 from biasboard.transforms import publish, state, storage
 from biasboard.transforms.anchors import read_anchors
 from biasboard.transforms.audit import AUDIT_JSON, JSON_TABLES, table_file
@@ -127,7 +128,7 @@ class DaysWithoutInput:
         if not self.other_settings:
             return []
         days = self.other_settings
-        named = ", ".join(days[:DAYS_NAMED]) + (f" and {len(days) - DAYS_NAMED} more" if len(days) > DAYS_NAMED else "")
+        named = first_few(days, DAYS_NAMED)
         return [
             f"{len(days)} day(s) kept in the fit without input were aggregated under other ingest settings "
             f"({', '.join(self.settings_differing)}) than this run's: {named}; their cells keep the names and "

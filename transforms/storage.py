@@ -57,6 +57,22 @@ def is_remote(path: str) -> bool:
     return scheme is not None and scheme != "file"
 
 
+#: Characters Beam's file systems and polars read as a pattern in a path (``FileSystems.match``, ``delete``, scans);
+#: the first three make a path a glob.
+GLOB_CHARACTERS = "*?[]"
+
+
+def is_pattern(path: str) -> bool:
+    """Whether ``path`` is a glob (holds ``*``, ``?`` or ``[``) rather than one file or folder."""
+    return any(c in path for c in GLOB_CHARACTERS[:3])
+
+
+def holds_glob_characters(path: str) -> bool:
+    """Whether ``path`` holds any character a reader takes as a pattern (``]`` too): such a file or folder, named
+    literally, is matched as a pattern and not found."""
+    return any(c in path for c in GLOB_CHARACTERS)
+
+
 def normalise(path: str) -> str:
     """A path in one spelling (absolute locally, no trailing slash), to tell whether two name the same folder."""
     return path.rstrip("/") if is_remote(path) else os.path.abspath(path)
