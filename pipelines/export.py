@@ -20,7 +20,11 @@ announced.  Export knows what it wrote from the earlier ``snapshot.json``, which
 names each file with its SHA-256: a file it did not write, or one changed since
 (a hand-edited CSV), is left alone and named in a warning.  The new
 ``snapshot.json`` lists what it is removing (``removed``), so a run killed
-before the removal is finished by the next export.
+before the removal is finished by the next export.  Before its first table, an
+export names the files it is about to write, with their SHA-256, in
+``.export-pending.json`` (removed once ``snapshot.json`` is written): a run
+killed among its tables left new files no stamp named, which no later export
+knew to remove (csv killed midway, then json: the half-written CSV stayed).
 
 Export is a copy of a few small tables, so it runs no Beam pipeline; it uses
 Beam's file systems for ``gs://`` all the same.
@@ -52,6 +56,9 @@ TABLES = ("leaderboard", "bias")
 ALL_TABLES = (*TABLES, "moves", "slices")
 #: The export's own note in the destination: which snapshot, which files (with their SHA-256), written last.
 STAMP = "snapshot.json"
+#: The files an export is about to write (name → SHA-256), written before its first table and removed after its
+#: stamp: what a run killed among its tables wrote, for the next export to find.
+PENDING = ".export-pending.json"
 #: Every file name an export writes besides its stamp: the only names it ever removes.
 _EXPORT_NAMES = frozenset(f"{table}.{fmt}" for table in ALL_TABLES for fmt in FORMATS)
 
@@ -102,18 +109,20 @@ def export_snapshot(
     source = publish.resolve_snapshot(out_dir, snapshot_id)
     manifest = publish.read_snapshot_manifest(source)
     earlier = _earlier_export(to)
-    written, digests = [], {}
-    # Every table read before any is written: a table the snapshot lacks (slices of a board made without them) had
-    # ended the export after the tables before it were written, a scheduled folder left half new, half stale.
+    # Every table read and serialised before any is written: a table the snapshot lacks (slices of a board made
+    # without them) had ended the export after the tables before it were written, a folder left half new, half stale.
     frames = {table: read_table(source, table) for table in tables}
-    for table, frame in frames.items():
-        target = storage.join(to, f"{table}.{fmt}")
-        data = publish.table_bytes(frame, fmt)
+    payloads = {f"{table}.{fmt}": publish.table_bytes(frame, fmt) for table, frame in frames.items()}
+    digests = {name: _sha256(data) for name, data in payloads.items()}
+    pending = storage.join(to, PENDING)
+    storage.atomic_write_bytes(pending, publish.json_bytes({"files": digests}))
+    written = []
+    for (table, frame), (name, data) in zip(frames.items(), payloads.items(), strict=True):
+        target = storage.join(to, name)
         storage.atomic_write_bytes(target, data)
         _LOG.info("export: %s (%d rows) → %s", table, frame.height, target)
         written.append(target)
-        digests[f"{table}.{fmt}"] = _sha256(data)
-    stale = _stale_files(to, {name: sha for name, sha in earlier.items() if name not in digests})
+    stale = _stale_files(to, {name: shas for name, shas in earlier.items() if name not in digests})
     stamp = {
         "snapshot_id": manifest["snapshot_id"],
         "source": source,
@@ -129,6 +138,7 @@ def export_snapshot(
     storage.delete([storage.join(to, name) for name in stale])
     for name in stale:
         _LOG.info("export: removed %s, written by an earlier export and not part of this one", storage.join(to, name))
+    storage.delete([pending])
     return written
 
 
@@ -136,36 +146,53 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _earlier_export(to: str) -> dict[str, str | None]:
-    """The files an earlier export wrote in ``to`` (its stamp's files and those it was removing), with their SHA-256.
+def _earlier_export(to: str) -> dict[str, set[str | None]]:
+    """The files earlier exports wrote in ``to``, each with the SHA-256s it may have as they wrote it.
 
-    None for a digest the stamp does not hold (an export from before stamps had them: the name alone is trusted).
+    Named by the stamp (its files and those it was removing) and by a killed export's :data:`PENDING` list, whose
+    tables may stand beside the stamp's: a name may so have two digests, the stamp's and the killed run's.  None
+    for a digest the stamp does not hold (an export from before stamps had them: the name alone is trusted).
     Only export's own file names count, so a stamp, however written, can never name another file to remove.
     """
-    path = storage.join(to, STAMP)
-    if not storage.exists(path):
-        return {}
-    try:
-        stamp = json.loads(storage.read_text(path))
-        named = {name: stamp.get("sha256", {}).get(name) for name in stamp["files"]}
-        named.update(stamp.get("removed", {}))
-    except (OSError, ValueError, StateError, KeyError, TypeError, AttributeError) as err:
-        _LOG.warning("export: %s is not an export's stamp (%s); no earlier export's files are removed", path, err)
-        return {}
-    return {name: sha for name, sha in named.items() if name in _EXPORT_NAMES}
+    named: dict[str, set[str | None]] = {}
+    for note, read in ((STAMP, _stamp_files), (PENDING, _pending_files)):
+        path = storage.join(to, note)
+        if not storage.exists(path):
+            continue
+        try:
+            files = read(json.loads(storage.read_text(path)))
+        except (OSError, ValueError, StateError, KeyError, TypeError, AttributeError) as err:
+            _LOG.warning("export: %s is not an export's own note (%s); the files it names are not removed", path, err)
+            continue
+        for name, sha in files.items():
+            if name in _EXPORT_NAMES:
+                named.setdefault(name, set()).add(sha)
+    return named
 
 
-def _stale_files(to: str, candidates: dict[str, str | None]) -> dict[str, str | None]:
-    """Of the files an earlier export wrote and this one does not, those still there as export wrote them.
+def _stamp_files(stamp: dict) -> dict[str, str | None]:
+    named = {name: stamp.get("sha256", {}).get(name) for name in stamp["files"]}
+    named.update(stamp.get("removed", {}))
+    return named
 
-    A file changed since (its SHA-256 is not the stamp's) is not export's any more: it is left alone, with a warning.
+
+def _pending_files(pending: dict) -> dict[str, str | None]:
+    return {name: str(sha) for name, sha in pending["files"].items()}
+
+
+def _stale_files(to: str, candidates: dict[str, set[str | None]]) -> dict[str, str | None]:
+    """Of the files earlier exports wrote and this one does not, those still there as an export wrote them.
+
+    A file changed since (its SHA-256 none an export recorded) is not export's any more: it is left alone, with a
+    warning.
     """
     stale = {}
-    for name, sha in sorted(candidates.items()):
+    for name, shas in sorted(candidates.items()):
         path = storage.join(to, name)
         if not storage.exists(path):
             continue
-        if sha is not None and _sha256(storage.read_bytes(path)) != sha:
+        sha = None if None in shas else _sha256(storage.read_bytes(path))
+        if sha is not None and sha not in shas:
             _LOG.warning("export: %s changed since an earlier export wrote it; left alone", path)
             continue
         stale[name] = sha

@@ -218,3 +218,28 @@ def test_an_export_refused_for_a_missing_table_writes_nothing(tmp_path, capsys):
     assert cli.main([*argv, "--tables", "leaderboard,bias,slices"]) == 2
     assert "no slices.parquet" in capsys.readouterr().err
     assert not dest.exists() or not any(dest.iterdir()), sorted(p.name for p in dest.iterdir())
+
+
+def test_an_export_killed_among_its_tables_has_its_files_removed_by_the_next(tmp_path, monkeypatch):
+    """An export killed after its first table and before its stamp left that table beside the earlier export's files,
+    named by no stamp: the next export (back in the earlier format) kept it for ever, an older board than the one
+    announced.  The killed run's pending list names it, so the next export removes it, and leaves no list behind."""
+    out, dest = str(tmp_path / "out"), tmp_path / "dash"
+    _publish(out)
+    export_snapshot(out, str(dest), "json")
+    real_write = storage.atomic_write_bytes
+
+    def killed_after_the_first_table(path: str, data: bytes) -> None:
+        real_write(path, data)
+        if path.endswith("leaderboard.csv"):
+            raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(storage, "atomic_write_bytes", killed_after_the_first_table)
+    with pytest.raises(KeyboardInterrupt):
+        export_snapshot(out, str(dest), "csv")
+    monkeypatch.setattr(storage, "atomic_write_bytes", real_write)
+    assert "leaderboard.csv" in os.listdir(dest)
+    assert json.loads((dest / "snapshot.json").read_text())["format"] == "json"
+
+    export_snapshot(out, str(dest), "json")
+    assert sorted(os.listdir(dest)) == ["bias.json", "leaderboard.json", "snapshot.json"]

@@ -67,6 +67,7 @@ def test_publish_and_export_on_a_bucket(emulator, tmp_path):
     back = pl.read_parquet(io.BytesIO(storage.read_bytes(f"{to}/leaderboard.parquet")))
     assert back["rating_corrected"].to_list() == [2.0, -1.0]
     assert json.loads(storage.read_text(f"{to}/snapshot.json"))["snapshot_id"] == newest.snapshot_id
+    assert not storage.exists(f"{to}/.export-pending.json")  # the pending list goes once the stamp is written
     # bucket → local works too
     assert cli.main(["export", "--out", out, "--to", str(tmp_path / "d"), "--format", "json"]) == 0
     assert json.loads((tmp_path / "d" / "bias.json").read_text())[0]["judge"] == "j"
