@@ -14,7 +14,7 @@ import json
 import polars as pl
 import pytest
 from biasboard.pipelines import cli
-from biasboard.transforms import publish, storage
+from biasboard.transforms import publish, read, storage
 from gcs_emulator import emulated_gcs
 
 BUCKET = "biasboard-test"
@@ -264,3 +264,21 @@ def test_a_glob_of_import_folders_on_a_bucket(emulator, tmp_path):
     storage.copy_tree(str(tmp_path / "dev" / "judge-a"), f"{imp}/judge-dev")
     with pytest.raises(InputError, match=f"2 benchmarks .*{imp}/judge-dev/battles"):
         match_files(f"{imp}/*/battles")
+
+
+def test_a_glob_of_files_on_a_bucket_names_the_folders_beside_them_it_does_not_read(emulator, caplog):
+    """A bucket's listing has no folders, so the warning that a glob of files leaves ``day=D/sub/`` out never fired
+    there; the folders are now found from the files below the glob's prefix, on every file system alike."""
+    logs = f"{emulator}/skipped/logs"
+    for path, rows in ((f"{logs}/day=2024-01-01/sub/p.parquet", 4), (f"{logs}/day=2024-01-02/p.parquet", 3)):
+        buffer = io.BytesIO()
+        pl.DataFrame({"battle_id": [str(i) for i in range(rows)]}).write_parquet(buffer)
+        storage.write_bytes(path, buffer.getvalue())
+    with caplog.at_level("WARNING", logger="biasboard.transforms.read"):
+        assert [m.path for m in read.resolve_input(f"{logs}/day=*/*").files] == [f"{logs}/day=2024-01-02/p.parquet"]
+        assert len(read.resolve_input(f"{logs}/**").files) == 2
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and said[0].endswith(
+        f"1 folder(s) it also matches hold Parquet files that are not read: {logs}/day=2024-01-01/sub (give a glob "
+        "that reaches into them, or the folder itself)"
+    )

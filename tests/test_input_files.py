@@ -103,6 +103,17 @@ def test_a_glob_of_files_says_which_folders_beside_them_it_does_not_read(tmp_pat
     ]
 
 
+def test_a_recursive_glob_reads_below_every_folder_and_says_nothing(tmp_path: Path, caplog):
+    """``'logs/**'`` reads the Parquet files at every depth (Beam's ``**``), yet a folder it matched was named as "not
+    read": the warning listed folders one level down, whether or not the glob had read their files."""
+    logs = tmp_path / "logs"
+    write(logs / f"day={D1}" / "sub" / "p.parquet", battles(4, D1))
+    write(logs / f"day={D2}" / "p.parquet", battles(3, D2, "c"))
+    with caplog.at_level("WARNING", logger="biasboard.transforms.read"):
+        assert sorted(list_input_days(str(logs / "**"))) == [D1, D2]
+    assert caplog.records == []
+
+
 def test_folders_with_glob_characters_are_refused_in_one_line(tmp_path: Path, capsys):
     """Beam lists and deletes by pattern: ``--state 'st[1]'`` wrote its state, then found no day in it; ``--out
     'site[1]'`` failed deleting its own staging in a traceback; ``--input 'in[v2]'`` said only "no input files"."""

@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass, replace
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystem import FileMetadata
+from apache_beam.io.filesystem import FileMetadata, FileSystem
 from apache_beam.io.filesystems import FileSystems
 from biasboard.schemas import rules
 from biasboard.schemas.battle import BATTLE_REQUIRED, BATTLE_SCHEMA, SCORE_REQUIRED, SCORE_SCHEMA
@@ -180,7 +180,7 @@ def resolve_input(glob: str) -> ResolvedInput:
         raise InputError("the input path is empty (an unset shell variable?): give a folder or a glob of Parquet files")
     wildcard = storage.is_pattern(glob)
     if wildcard and (files := _listed(glob, glob)):
-        _warn_skipped_folders(glob)
+        _warn_skipped_folders(glob, files)
         return ResolvedInput(_literal_paths(files, glob), [])
     if not wildcard or "**" not in glob:
         folders = _folders_input(glob)
@@ -232,22 +232,34 @@ def _refuse_glob_characters(paths: list[str], glob: str) -> None:
         )
 
 
-def _warn_skipped_folders(glob: str) -> None:
-    """Log the folders a glob of files matched beside them that hold Parquet files, which it does not read.
+def _warn_skipped_folders(glob: str, matched: list[FileMetadata]) -> None:
+    """Log the folders a glob of files matched beside them whose Parquet files it does not read.
 
-    Why: ``'day=*/*'`` over a day whose file sits in ``day=D/sub/`` left the whole day out without a word.  Folders
-    named ``_…`` or ``.…`` (Spark's ``_temporary``, ``.spark-staging``) are a writer's leftovers, not said."""
-    if FileSystems.get_scheme(glob) is None:
-        folders = _local_folders(glob)
-    else:
-        folders = [m.path.rstrip("/") for m in FileSystems.match([glob])[0].metadata_list if _is_folder(m.path)]
-    visible = [f for f in folders if not f.rsplit("/", 1)[-1].startswith(("_", "."))]
-    skipped = [f for f in visible if _listed(f"{f}/**.parquet", glob)]
-    if not skipped:
+    Why: ``'day=*/*'`` over a day whose file sits in ``day=D/sub/`` left the whole day out without a word.  Found the
+    same way on every file system, by Beam's own reading of the pattern: each Parquet file below the glob's fixed
+    prefix that it did not match, under a folder it does match (a local listing by folder had also named the folders
+    ``in/**`` reads, and a bucket's listing knows no folders, so there it never warned).  Folders named ``_…`` or
+    ``.…`` (Spark's ``_temporary``, ``.spark-staging``) are a writer's leftovers, not said."""
+    read_paths = {normal_path(m.path) for m in matched}
+    fixed = re.match(r"^[^[*?]*", glob)
+    prefix = fixed.group(0) if fixed else ""
+    folder_pattern = re.compile(FileSystem.translate_pattern(glob.rstrip("/")))
+    skipped: set[str] = set()
+    for m in _listed(f"{prefix}**.parquet", glob):
+        if normal_path(m.path) in read_paths:
+            continue
+        parts = m.path[len(prefix) :].split("/")
+        for depth in range(1, len(parts)):
+            folder = prefix + "/".join(parts[:depth])
+            if folder_pattern.match(folder):
+                skipped.add(folder)
+                break
+    visible = sorted(f for f in skipped if not f.rsplit("/", 1)[-1].startswith(("_", ".")))
+    if not visible:
         return
-    named = first_few(skipped, 5)
+    named = first_few(visible, 5)
     message = (
-        f"{glob}: matches files, so it reads those files only; {len(skipped)} folder(s) it also matches hold Parquet "
+        f"{glob}: matches files, so it reads those files only; {len(visible)} folder(s) it also matches hold Parquet "
         f"files that are not read: {named} (give a glob that reaches into them, or the folder itself)"
     )
     if message not in _SAID:  # a run resolves its input more than once: said once
