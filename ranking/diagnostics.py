@@ -38,6 +38,7 @@ from biasboard.ranking.solver import (
     minimize,
     newton_factor,
 )
+from biasboard.schemas.wording import first_few
 
 #: Xu et al. (2026): correction's benefit reverses somewhere in this range of corr(θ, covariate).
 CROSSING_LOW: float = 0.22
@@ -49,6 +50,9 @@ PROFILED = {"position": POS, "length": LEN, "affinity": AFF}
 
 #: Models named in a warning at most (the rest are counted).
 MAX_NAMED: int = 20
+#: A model with at least this share of its length-known battles beyond the length clip has a length correction set
+#: by the clip, not by its verdicts (:func:`clip_bound_models`).
+CLIP_BOUND_SHARE: float = 0.9
 
 
 def connectivity_report(data: Dataset) -> dict:
@@ -128,6 +132,28 @@ def signed_model_means(pairs: PairArrays, value: np.ndarray, weight: np.ndarray,
     return np.divide(total, count, out=np.full(n_models, np.nan), where=count > 0)
 
 
+def clip_bound_models(data: Dataset, length_clip: float) -> dict[str, float]:
+    """The models with :data:`CLIP_BOUND_SHARE` or more of their length-known battles beyond the length clip, with that
+    share, largest first.
+
+    Why: beyond the clip every battle's covariate is ±c, so such a model's correction is c·β with β measured on
+    the other battles, inside the clip: it rests on the ``--length-clip`` setting, not on how length moved its own
+    verdicts (on AlpacaEval 2, ``gpt4_gamed`` has 4.5% of its battles inside ±1.5).  ``data`` is a clipped problem's
+    (its beyond cells at exactly ±c); self-battles are skipped."""
+    pairs, n_models = data.pairs, len(data.models)
+    weight = np.where(pairs.a != pairs.b, pairs.n_len, 0.0)
+    beyond = np.where(np.abs(pairs.x) >= length_clip, weight, 0.0)
+    count = np.bincount(pairs.a, weights=weight, minlength=n_models) + np.bincount(
+        pairs.b, weights=weight, minlength=n_models
+    )
+    at_clip = np.bincount(pairs.a, weights=beyond, minlength=n_models) + np.bincount(
+        pairs.b, weights=beyond, minlength=n_models
+    )
+    share = np.divide(at_clip, count, out=np.zeros(n_models), where=count > 0)
+    bound = np.flatnonzero(share >= CLIP_BOUND_SHARE)
+    return {data.models[i]: round(float(share[i]), 4) for i in bound[np.argsort(-share[bound], kind="stable")]}
+
+
 def _corr(x: np.ndarray, y: np.ndarray) -> float:
     ok = np.isfinite(x) & np.isfinite(y)
     if ok.sum() < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
@@ -141,8 +167,10 @@ def covariate_report(
     naive_rating: np.ndarray | None,
     length_clip: float | None = None,
     reference: bool = False,
+    length_effect: bool = True,
 ) -> dict:
-    """corr(θ̂, per-model length profile) for the corrected (and naive) ratings, with the crossing warning.
+    """corr(θ̂, per-model length profile) for the corrected (and naive) ratings, with the crossing warning; with a
+    length effect under a clip, the models whose correction the clip sets (:func:`clip_bound_models`).
 
     With a ``reference`` the warning's advice is what the reference already does: the published ratings keep its
     own length preference (the warning said "check with trusted anchors" to a run that had them).
@@ -178,6 +206,15 @@ def covariate_report(
                 if reference
                 else "(check with trusted anchors)"
             )
+        )
+    if length_effect and length_clip is not None and (bound := clip_bound_models(data, length_clip)):
+        report["clip_bound_models"] = bound
+        named = first_few([f"{model} ({share:.0%})" for model, share in bound.items()], MAX_NAMED)
+        report["warnings"].append(
+            f"{len(bound)} model(s) have {CLIP_BOUND_SHARE:.0%} or more of their battles beyond the length clip "
+            f"(|log length ratio| >= {length_clip:g}): {named}; their length correction is the clip's cap "
+            f"({length_clip:g} x the length effect, measured on other battles), so their corrected ratings rest on "
+            "--length-clip more than on their own verdicts"
         )
     return report
 

@@ -494,7 +494,14 @@ def publish_bias_aware(
     rating = solution.core[problem.layout.theta]
     if not data.ordinal_only:  # the length covariate lives on battles
         naive_rating = None if naive is None else naive.rating
-        cov_rep = covariate_report(problem.data, rating, naive_rating, config.length_clip, bool(config.reference))
+        cov_rep = covariate_report(
+            problem.data,
+            rating,
+            naive_rating,
+            config.length_clip,
+            bool(config.reference),
+            length_effect=bool(problem.spec.masks[LEN].any()),
+        )
         warnings.extend(cov_rep.pop("warnings"))
         diagnostics["covariates"] = cov_rep
     if naive is not None:

@@ -176,3 +176,39 @@ def test_length_clip_must_be_a_positive_bin_edge(bad):
 def test_length_clip_accepts_every_positive_edge_and_none():
     for clip in (0.25, 1.0, 1.5, 2.5, None):
         assert ModelConfig(length_clip=clip).length_clip == clip
+
+
+def test_models_whose_correction_the_clip_sets_are_named_as_the_battles_give_them() -> None:
+    """AlpacaEval 2's ``gpt4_gamed`` (68-character answers against GPT-4 Turbo's ~2,000) has 36 of its 805 battles
+    inside ±1.5: its correction is the clip's cap, 1.5·β, with β measured on other models' battles, and nothing said
+    so.  The fit names the models with 90% or more of their battles beyond the clip, with shares counted from the
+    cells that equal the battles' own (tests/data extract); none without a clip or with the length effect off."""
+    from biasboard.importers.registry import import_path
+    from biasboard.transforms.cells import merge_batches
+
+    from tests.conftest import real_data
+
+    rows = import_path(
+        "alpacaeval", real_data("alpacaeval", "annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz")
+    ).rows
+    battles = pl.from_arrow(rows).filter(pl.col("model_a") != pl.col("model_b"))
+    x = (pl.col("len_a") / pl.col("len_b")).log().abs()
+    share = (
+        pl.concat([battles.select(model=name, beyond=x >= 1.5) for name in ("model_a", "model_b")])
+        .group_by("model")
+        .agg(pl.col("beyond").mean())
+        .filter(pl.col("beyond") >= 0.9)
+    )
+    expected = dict(zip(share["model"], share["beyond"], strict=True))
+    assert list(expected) == ["gpt4_gamed"] and 0.95 < expected["gpt4_gamed"] < 0.96
+
+    cells = merge_batches([partial_cells(rows, FamilyMap.with_user_rules())]).cells
+    _, corrected = fit_leaderboards(cells, config=FAST)
+    named = corrected.diagnostics["covariates"]["clip_bound_models"]
+    assert named == {model: round(value, 4) for model, value in expected.items()}
+    warned = corrected.diagnostics["warnings"]
+    assert any(w.startswith("1 model(s) have 90% or more of their battles beyond the length clip") for w in warned)
+    for config in (replace(FAST, length_clip=None), replace(FAST, disabled=frozenset({("*", "length")}))):
+        _, other = fit_leaderboards(cells, config=config)
+        assert "clip_bound_models" not in other.diagnostics["covariates"]
+        assert not any("beyond the length clip" in w for w in other.diagnostics["warnings"])
