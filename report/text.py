@@ -53,7 +53,7 @@ def side_by_side_text(board: pl.DataFrame, top: int, titles: tuple[str, str] = P
     """
     width = max(12, *(display_width(m) for m in board["model"].to_list())) if board.height else 12
     column = width + 8
-    head = f"{'#':>3}  {titles[0]:<{column}}    {titles[1]:<{column}}  move"
+    head = f"{'#':>3}  {titles[0]:<{column}}  {'#':>3}  {titles[1]:<{column}}  move"
     components = board["component"].unique().sort().to_list() if "component" in board.columns else []
     if len(components) <= 1:
         return "\n".join([head, "-" * len(head), *_rows(board, top, width)])
@@ -71,19 +71,22 @@ def side_by_side_text(board: pl.DataFrame, top: int, titles: tuple[str, str] = P
 
 
 def _rows(board: pl.DataFrame, top: int, width: int) -> list[str]:
-    """The aligned rows of one board (or one component of it): its top ``top`` by each fit's rank."""
+    """The aligned rows of one board (or one component of it): its top ``top`` by each fit's rank, each side with
+    its own published rank (tied ratings share one, as in the leaderboard: a row number gave two tied models 1
+    and 2, and the two sides may tie differently)."""
     naive = board.filter(pl.col("rank_naive").is_not_null()).sort("rank_naive", "model").head(top)
     corrected = board.sort("rank_corrected", "model").head(top)
     lines = []
     for i in range(min(top, board.height)):
         c = corrected.row(i, named=True)
-        left = " " * (width + 8)
+        left = " " * (width + 13)
         if i < naive.height:
             n = naive.row(i, named=True)
-            left = f"{_pad(n['model'], width)} {fmt(n['rating_naive'], 0):>7}"
+            left = f"{n['rank_naive']:>3}  {_pad(n['model'], width)} {fmt(n['rating_naive'], 0):>7}"
         change = c["rank_change"]
         move = "new" if change is None else "=" if not change else (f"+{change}" if change > 0 else str(change))
-        lines.append(f"{i + 1:>3}  {left}    {_pad(c['model'], width)} {fmt(c['rating_corrected'], 0):>7}  {move:>4}")
+        right = f"{c['rank_corrected']:>3}  {_pad(c['model'], width)} {fmt(c['rating_corrected'], 0):>7}"
+        lines.append(f"{left}  {right}  {move:>4}")
     return lines
 
 

@@ -122,6 +122,24 @@ def test_terminal_view_prints_each_component_with_its_own_ranks():
     assert "component" not in side_by_side_text(one, top=10)
 
 
+def test_terminal_view_prints_the_published_ranks_of_tied_models():
+    """Two models with one rating share a rank in the leaderboard; the printed board numbered its rows, so they read 1
+    and 2, and a side whose ties differ from the other's showed ranks that were neither side's."""
+    board = pl.DataFrame(
+        {
+            "model": ["mx", "my", "mz", "mw"],
+            "rating_naive": [1100.0, 1100.0, 1000.0, 900.0],
+            "rating_corrected": [1090.0, 1080.0, 1000.0, 1000.0],
+            "rank_naive": [1, 1, 3, 4],
+            "rank_corrected": [1, 2, 3, 3],
+            "rank_change": [0, -1, 0, 1],
+        }
+    )
+    rows = [line.split() for line in side_by_side_text(board, top=4).splitlines()[2:]]
+    assert [(r[0], r[1]) for r in rows] == [("1", "mx"), ("1", "my"), ("3", "mz"), ("4", "mw")]
+    assert [(r[3], r[4]) for r in rows] == [("1", "mx"), ("2", "my"), ("3", "mw"), ("3", "mz")]
+
+
 def test_a_model_seen_only_in_self_battles_is_left_off_the_board_and_named():
     """A model whose only battles are against itself links to no other model: its rating is its own component's
     centre by definition.  It used to be published as rank 1 with a zero-width CI and P(top-k) = 1."""

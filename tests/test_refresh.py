@@ -192,8 +192,8 @@ def test_refresh_cli_prints_the_snapshot_and_fails_in_one_line(sim, tmp_path, ca
     assert re.search(r"^Kendall tau naive vs corrected: -?\d\.\d{3}$", out, re.M), out  # τ to 3 digits
     board = pl.read_parquet(_snapshot(tmp_path / "o") / "leaderboard.parquet")
     rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+\s", line)]
-    assert len(rows) == board.height  # both boards, side by side: #, naive model, rating, corrected model, ...
-    assert [r[3] for r in rows] == board.sort("rank_corrected")["model"].to_list()
+    assert len(rows) == board.height  # both boards, side by side: #, naive model, rating, #, corrected model, ...
+    assert [r[4] for r in rows] == board.sort("rank_corrected")["model"].to_list()
     assert [r[1] for r in rows] == board.sort("rank_naive")["model"].to_list()
     bad = ["refresh", "--input", str(tmp_path / "nothing" / "*.parquet"), "--state", "s", "--out", "o"]
     assert cli.main(bad) == 2
