@@ -100,6 +100,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from biasboard.importers.output import DEAD_LETTERS as IMPORT_DEAD_LETTERS
+from biasboard.importers.output import MANIFEST as IMPORT_MANIFEST
 from biasboard.schemas.battle import BATTLE_REQUIRED, BATTLE_SCHEMA, SCORE_SCHEMA, STYLE_COLUMNS, WINNER_VALUES
 from biasboard.schemas.deadletter import (
     MAX_RESPONSE_LENGTH,
@@ -1081,6 +1083,9 @@ def write_simulation(
     means the data is complete.
     """
     out = Path(out_dir)
+    imported = [name for name in (IMPORT_MANIFEST, IMPORT_DEAD_LETTERS) if (out / name).exists()]
+    if imported:  # --overwrite replaced its battles and kept its manifest: a refresh reported the import's rejections
+        raise StateError(f"{out} holds a biasboard import ({imported[0]}), not a simulation; use a new folder")
     existing = [out / name for name in _OUTPUTS if (out / name).exists()]
     if existing and not overwrite:
         raise StateError(f"{out} already holds a simulation ({existing[0].name}); pass --overwrite to replace it")

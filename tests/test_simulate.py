@@ -379,6 +379,28 @@ def test_cli_writes_refuses_to_overwrite_and_rejects_bad_flags(tmp_path, capsys)
     assert json.loads((out / "truth.json").read_text())["settings"]["categories"] == 3
 
 
+def test_a_simulation_is_refused_into_an_import_folder_even_with_overwrite(tmp_path, capsys):
+    """An import's folder was called "a simulation", and --overwrite replaced its battles but kept its manifest and
+    dead letters: the next refresh reported the import's rejected rows against the simulated battles."""
+    imported = tmp_path / "imp"
+    (imported / "battles").mkdir(parents=True)
+    (imported / "import_manifest.json").write_text("{}")
+    (imported / "import_dead_letters.parquet").write_bytes(b"")
+    argv = ["simulate", "--out", str(imported), "--battles", "200", "--days", "1"]
+    for flags in ([], ["--overwrite"]):
+        assert cli_main([*argv, *flags]) == 2
+        assert (
+            capsys.readouterr()
+            .err.strip()
+            .endswith(f"{imported} holds a biasboard import (import_manifest.json), not a simulation; use a new folder")
+        )
+    assert sorted(p.name for p in imported.iterdir()) == [
+        "battles",
+        "import_dead_letters.parquet",
+        "import_manifest.json",
+    ]
+
+
 def test_days_without_battles_get_no_empty_files(tmp_path):
     config = SimulationConfig(battles=3, days=5, models=3, scores=1.0)
     write_simulation(config, tmp_path)
