@@ -7,9 +7,11 @@ import tracemalloc
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pytest
 from biasboard.ranking.config import STYLE_EFFECTS, ModelConfig
 from biasboard.ranking.data import build_dataset, with_judge
+from biasboard.ranking.diagnostics import is_model_difference
 from biasboard.ranking.fit import bootstrap_replicates, fit_bias_aware, solve_bias_aware
 from biasboard.ranking.gate import holm, run_gate
 from biasboard.ranking.problem import bias_aware_problem
@@ -590,3 +592,27 @@ def test_the_reference_is_described_as_the_fit_used_it() -> None:
     assert matched.describe(matched.resolve(params.judge_names.tolist()), ["position"]) == (
         "judge: human-pool-1 (the one judge matching 'human-pool-1*')"
     )
+
+
+def test_an_affinity_that_is_each_models_own_property_is_not_applied_whatever_the_number_of_judges() -> None:
+    """One judge's battles split among voter-judges of its family: the affinity covariate is then the same function of
+    the model for every judge, collinear with θ.  At 1–10 judges its profile was flat and it was left off; at 100 and
+    1,000 the judges' discriminations (which multiply θ's differences, not the covariate) made the profile rise 6.8
+    and 63.5 nats, and +6.0 (true 0.41) was applied: gpt models moved 900 points.  Now it is prior-selected, not
+    applied, at every count; judges of two families (whose own-family models differ) still identify it."""
+    config = SimulationConfig(battles=6000, models=30, judges=1, days=1, seed=21)
+    battles = pa.concat_tables([b for _, b, _ in simulate_days(config)])
+    for voters in (3, 300):
+        judge = pa.array([f"crowd/v{i % voters}" for i in range(battles.num_rows)])
+        split = battles.set_column(battles.schema.get_field_index("judge"), "judge", judge)
+        cells = partial_cells(split, FAMILIES).cells
+        data = build_dataset(cells)
+        assert is_model_difference(data.pairs, data.pairs.ds, np.ones(len(data.pairs), bool))
+        fit = fit_with_reference(cells, reference=Reference())
+        assert ("*", "affinity") in fit.config.disabled, voters
+        (entry,) = [u for u in fit.unidentified if u["effect"] == "affinity"]
+        assert not entry["applied"]
+    cells, _ = simulated(seed=5, judges=4)  # judges of several families
+    data = build_dataset(cells)
+    assert len(set(data.judge_families)) > 1
+    assert not is_model_difference(data.pairs, data.pairs.ds, np.ones(len(data.pairs), bool))
