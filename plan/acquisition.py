@@ -635,7 +635,10 @@ def select_comparisons(
             crit = (u[:, None] + u[None, :]) * gain
             if (crit[cand] > 0).any():
                 a, b = _stronger_first(mean, *_argmax_pair(crit, cand))
-                reason = f"top-k boundary: P(top {k}) {p[a]:.2f} / {p[b]:.2f}, info {gain[a, b]:.3f} nats"
+                # P(top k) as the earlier picks' verdicts would leave it (the believer update), which chose this
+                # pick; the plan's p_top_k columns are the snapshot's, before any pick, and said otherwise unlabelled.
+                after = "" if pick == 0 else " after the plan's earlier picks"
+                reason = f"top-k boundary: P(top {k}){after} {p[a]:.2f} / {p[b]:.2f}, info {gain[a, b]:.3f} nats"
             else:
                 a, b, reason = _settled_boundary_pair(mean, gain, cand, k)
         elif strategy == "dopt":

@@ -38,6 +38,7 @@ from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.simulate.simulator import sample_grades
 from biasboard.transforms import publish
 from biasboard.transforms.cells import partial_score_cells
+from biasboard.transforms.plan import make_plan
 
 DATA = Path(__file__).parent / "data"
 ARENA_BENCH = DATA / "arena-bench-v1-single"
@@ -181,6 +182,9 @@ def test_mtbench_single_grades_alone(tmp_path):
     # an estimate of "neither harsh nor lenient"; it was marked identified, a filled dot at 0 in the report.
     bias = pl.read_parquet(_snapshot(tmp_path / "site") / "bias.parquet").filter(pl.col("effect") == "severity")
     assert bias.select("judge", "estimate", "identified", "note").rows() == [("gpt-4", 0.0, False, ONE_GRADER_NOTE)]
+    # A plan of pairwise comparisons from it was written ("info 0.000 nats" each) where refresh --plan-budget refuses.
+    with pytest.raises(InputError, match=r"an ordinal-only board \(single grades, no battles\) has no pairwise"):
+        make_plan(str(tmp_path / "site"), 10)
 
 
 def test_refresh_needs_battles_or_grades(tmp_path, capsys, arena_bench_scores):

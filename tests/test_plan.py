@@ -38,6 +38,7 @@ from biasboard.transforms.plan import (
     PLAN_BYTES_PER_JUDGE_PAIR,
     POSTERIOR_FILE,
     PlanTooLarge,
+    _shortfall_notes,
     check_plan_size,
     make_plan,
     plan_inputs,
@@ -698,3 +699,27 @@ def test_judged_pairs_are_coded_and_summed_as_by_name(monkeypatch, named: bool) 
     )
     for field, column in (("judge", "j"), ("first", "first"), ("second", "second"), ("n", "n")):
         assert np.asarray(getattr(got, field)).tolist() == expected.get_column(column).to_list(), field
+
+
+def test_later_picks_say_their_p_top_k_is_after_the_earlier_picks():
+    """A pick after the first is chosen on P(top k) as the earlier picks' verdicts would leave it; its reason gave
+    those numbers as if they were the row's p_top_k columns (the snapshot's), e.g. 0.53 beside a column of 0.5355 on
+    a different model.  The first pick's reason keeps the columns' numbers; the later ones say what theirs are."""
+    frame = select_comparisons(_three_judge_posterior(), 8, "topk", seed=0).to_frame(_three_judge_posterior())
+    reasons = frame["reason"].unique(maintain_order=True).to_list()
+    assert "after the plan's earlier picks" not in reasons[0]
+    assert all("P(top 3) after the plan's earlier picks" in r for r in reasons[1:] if r.startswith("top-k"))
+
+
+def test_a_judge_short_of_its_share_for_want_of_unjudged_pairs_is_named():
+    """With --no-repeat a judge that had judged all but 29 pairs got 29 units while the others got their 34, and the
+    note said every judge held its share (34 units each)."""
+    post = _three_judge_posterior()
+    counts = np.zeros((3, 6, 6))
+    counts[0] = 1 - np.eye(6)  # j1 has judged every pair but one
+    counts[0, 0, 5] = counts[0, 5, 0] = 0
+    sel = select_comparisons(post, 60, "topk", counts=counts, repeat=False, max_judge_share=0.2)
+    given = np.bincount(sel.judge, minlength=3)
+    assert sel.stopped == "judge_cap" and given[0] == 1 and list(given[1:]) == [sel.judge_cap] * 2
+    (note,) = _shortfall_notes(sel, 30)
+    assert f"holds its share of the batch ({sel.judge_cap} units each), but j1 (1), which has no other" in note

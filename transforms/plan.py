@@ -16,14 +16,18 @@ lost mid-run leaves one line saying so (:data:`LEFT_BEFORE_WRITING`, :func:`left
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 from biasboard.plan import Posterior, Selection, posterior_from_fit, select_comparisons
 from biasboard.plan.acquisition import POPULATION_JUDGE, STOP_JUDGE_CAP, STOP_NO_REPEAT, STOP_PAIR_CAP
 from biasboard.schemas.errors import InputError, StateError
+from biasboard.schemas.summary import ORDINAL_ONLY
+from biasboard.schemas.wording import first_few
 from biasboard.transforms import publish, storage
 
 _LOG = logging.getLogger(__name__)
@@ -62,9 +66,16 @@ def _shortfall_notes(selection: Selection, units: int) -> list[str]:
         return []
     what, flag = held[selection.stopped]
     cap = selection.pair_cap if selection.stopped == STOP_PAIR_CAP else selection.judge_cap
+    short = ""
+    if selection.stopped == STOP_JUDGE_CAP:  # a judge below its share had no pair left it may be given (--no-repeat)
+        given = np.bincount(selection.judge, minlength=len(selection.judges))
+        below = [f"{name} ({int(n)})" for name, n in zip(selection.judges, given, strict=True) if n < cap]
+        if below:
+            has = "has" if len(below) == 1 else "have"
+            short = f", but {first_few(below, 5)}, which {has} no other pair left it may be given"
     return [
         f"planned {selection.n_units} of the {units} units (a pair in both orders) the budget allows: every {what} "
-        f"holds its share of the batch ({cap} unit{'s' if cap != 1 else ''} each); raise {flag} to plan more"
+        f"holds its share of the batch ({cap} unit{'s' if cap != 1 else ''} each){short}; raise {flag} to plan more"
     ]
 
 
@@ -90,6 +101,18 @@ class PlanResult:
 def has_posterior(out_dir: str, snapshot_id: str) -> bool:
     """Whether the snapshot holds a posterior to plan from (not when its fit rated fewer than two models)."""
     return storage.exists(storage.join(publish.resolve_snapshot(out_dir, snapshot_id), POSTERIOR_FILE))
+
+
+def _refuse_ordinal_only(snapshot_path: str) -> None:
+    """An InputError for a snapshot fit on single grades alone, as ``refresh --plan-budget`` refuses one: its judges'
+    pairwise effects were never estimated, so a plan of pairwise comparisons (written before, with "info 0.000
+    nats") weighed parameters the fit does not have."""
+    path = storage.join(snapshot_path, "summary.json")
+    if storage.exists(path) and json.loads(storage.read_text(path)).get("board") == ORDINAL_ONLY:
+        raise InputError(
+            f"{snapshot_path}: an ordinal-only board (single grades, no battles) has no pairwise verdicts to plan "
+            "comparisons from"
+        )
 
 
 def read_posterior(snapshot_path: str) -> Posterior:
@@ -215,6 +238,7 @@ def make_plan(
     with storage.if_unreachable(LEFT_BEFORE_WRITING):
         source = publish.resolve_snapshot(out_dir, snapshot_id)
         chosen = publish.read_snapshot_manifest(source).get("snapshot_id") or source.rstrip("/").rsplit("/", 1)[-1]
+        _refuse_ordinal_only(source)
         posterior = read_posterior(source)
     notes: list[str] = []
     if k is not None and k >= posterior.n_models:
