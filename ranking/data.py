@@ -549,6 +549,16 @@ class Dataset:
             return self.stream.judge_sums(what)
         return judge_totals(self.pairs, len(self.judges), what)
 
+    def cell_parts(self, columns: Sequence[str]) -> Iterator[PairArrays]:
+        """The pair cells, judge by judge as stored: ``pairs`` itself in memory, each shard (``columns`` read, the
+        length covariate clipped as the stream is) when streamed, whose ``pairs`` are per-pair totals without a
+        judge or an affinity covariate — what a diagnostic that needs the cells themselves must not read."""
+        if self.stream is None:
+            yield self.pairs
+            return
+        for shard in self.stream.shards(columns):
+            yield shard.pairs
+
     def judge_pairs(self, judges: np.ndarray) -> PairArrays:
         """The pair cells of the judges ``judges`` selects (bool over the judges): the anchors, or a reference's
         thousands of voter-judges in one pass (read from disk for a streamed data set, whose ``pairs`` are totals)."""

@@ -141,16 +141,16 @@ def clip_bound_models(data: Dataset, length_clip: float) -> dict[str, float]:
     Why: beyond the clip every battle's covariate is ±c, so such a model's correction is c·β with β measured on
     the other battles, inside the clip: it rests on the ``--length-clip`` setting, not on how length moved its own
     verdicts (on AlpacaEval 2, ``gpt4_gamed`` has 4.5% of its battles inside ±1.5).  ``data`` is a clipped problem's
-    (its beyond cells at exactly ±c); self-battles are skipped."""
-    pairs, n_models = data.pairs, len(data.models)
-    weight = np.where(pairs.a != pairs.b, pairs.n_len, 0.0)
-    beyond = np.where(np.abs(pairs.x) >= length_clip, weight, 0.0)
-    count = np.bincount(pairs.a, weights=weight, minlength=n_models) + np.bincount(
-        pairs.b, weights=weight, minlength=n_models
-    )
-    at_clip = np.bincount(pairs.a, weights=beyond, minlength=n_models) + np.bincount(
-        pairs.b, weights=beyond, minlength=n_models
-    )
+    (its beyond cells at exactly ±c); read cell by cell (a streamed set's totals mix a pair's cells); self-battles
+    are skipped."""
+    n_models = len(data.models)
+    count, at_clip = np.zeros(n_models), np.zeros(n_models)
+    for pairs in data.cell_parts(("a", "b", "x", "n_len")):
+        weight = np.where(pairs.a != pairs.b, pairs.n_len, 0.0)
+        beyond = np.where(np.abs(pairs.x) >= length_clip, weight, 0.0)
+        for side in (pairs.a, pairs.b):
+            count += np.bincount(side, weights=weight, minlength=n_models)
+            at_clip += np.bincount(side, weights=beyond, minlength=n_models)
     share = np.divide(at_clip, count, out=np.zeros(n_models), where=count > 0)
     bound = np.flatnonzero(share >= CLIP_BOUND_SHARE)
     return {data.models[i]: round(float(share[i]), 4) for i in bound[np.argsort(-share[bound], kind="stable")]}
@@ -336,31 +336,42 @@ def _profile_fast_effect(
     return [float(v) for v in logliks], unconverged
 
 
-def is_model_difference(pairs: PairArrays, value: np.ndarray, cells: np.ndarray) -> bool:
-    """Whether a pair covariate (oriented first model minus second) is f_a − f_b for one per-model f over ``cells``
-    (bool over the cells; self-battles and empty cells aside): then its coefficient is collinear with θ.
+def is_model_difference(data: Dataset, judges: np.ndarray) -> bool:
+    """Whether the same-family affinity covariate s_a − s_b of the cells of ``judges`` (bool over the judges) is
+    f_a − f_b for one per-model f: then its coefficient is collinear with θ.
 
     Why not the profile alone: the judges' discriminations multiply θ's differences but not the covariate, so with
     many judges — voter-judges of one family — the profile of a same-family affinity that is a model's own
     property rose by 6.8 nats at 100 judges and 63.5 at 1,000 (the coefficient fit their discriminations' noise:
-    +6.0 against a true 0.41), where at 1–10 judges it was flat.  Exact: the covariate's values are walked along a
-    spanning forest of the model graph (one pass over the models) and then checked on every cell."""
-    use = cells & (pairs.a != pairs.b) & (pairs.n > 0)
-    lo, hi = np.minimum(pairs.a[use], pairs.b[use]), np.maximum(pairs.a[use], pairs.b[use])
-    d = np.where(pairs.a[use] < pairs.b[use], value[use], -value[use])  # f_lo − f_hi
-    if lo.size == 0:
+    +6.0 against a true 0.41), where at 1–10 judges it was flat.  Exact: the distinct (pair, value)s of the cells,
+    read cell by cell (self-battles and empty cells aside), must give each model pair one value, and the values
+    walked along a spanning forest of the model graph (one step per model) must hold on every pair."""
+    n = len(data.models)
+    seen = np.zeros(0, np.int64)
+    for pairs in data.cell_parts(("a", "b", "j", "ds", "n")):
+        use = judges[pairs.j] & (pairs.a != pairs.b) & (pairs.n > 0)
+        lo, hi = np.minimum(pairs.a[use], pairs.b[use]), np.maximum(pairs.a[use], pairs.b[use])
+        d = np.rint(np.where(pairs.a[use] < pairs.b[use], pairs.ds[use], -pairs.ds[use])).astype(
+            np.int64
+        )  # f_lo − f_hi
+        seen = np.union1d(seen, (lo * n + hi) * 3 + d + 1)
+    pair, d = np.divmod(seen, 3)
+    if pair.size == 0:
         return True
-    n = int(hi.max()) + 1
-    _, first = np.unique(lo * n + hi, return_index=True)  # one cell per model pair walks the forest
-    ends, step = (lo[first], hi[first]), d[first] + 3.0  # + 3: a difference of 0 stays a stored entry
-    steps = (sp.csr_matrix((step, ends), shape=(n, n)) + sp.csr_matrix((6.0 - step, ends[::-1]), shape=(n, n))).tocsr()
+    if np.unique(pair).size < pair.size:  # a pair the judges see with two values
+        return False
+    lo, hi = np.divmod(pair, n)
+    step = (d - 1 + 3).astype(float)  # f_lo − f_hi, + 3 so that a difference of 0 stays a stored entry
+    steps = (
+        sp.csr_matrix((step, (lo, hi)), shape=(n, n)) + sp.csr_matrix((6.0 - step, (hi, lo)), shape=(n, n))
+    ).tocsr()
     f = np.zeros(n)
     _, component = csgraph.connected_components(steps, directed=False)
     for root in np.unique(component, return_index=True)[1]:
         order, parent = csgraph.breadth_first_order(steps, root, directed=False)
         for node in order[1:]:
             f[node] = f[parent[node]] - (steps[parent[node], node] - 3.0)  # f_node = f_parent − (f_parent − f_node)
-    return bool(np.allclose(f[lo] - f[hi], d, rtol=0.0, atol=1e-9))
+    return bool(np.array_equal(f[lo] - f[hi], d - 1.0))
 
 
 def _profile_info(
@@ -381,8 +392,7 @@ def _profile_info(
         "grid": [(centre - delta) * unit, centre * unit, (centre + delta) * unit],
         "loglik": logliks,
     }
-    pairs = problem.data.pairs
-    if t == AFF and span >= FLAT_NATS and is_model_difference(pairs, pairs.ds, problem.spec.masks[AFF][pairs.j] > 0):
+    if t == AFF and span >= FLAT_NATS and is_model_difference(problem.data, problem.spec.masks[AFF] > 0):
         info["note"] = (
             f"prior-selected: {name} is a property of each model alone here (every judge that weighs it sees the same "
             f"models as its own family), so the comparisons cannot split quality from {name}; the profile's "

@@ -29,10 +29,13 @@ probabilities and rank intervals are read from φ at each replicate
 (:func:`~biasboard.ranking.reference_rating.reference_replicates`), which are made for the published board only:
 the all-on board is fit without them and gets them only if the gate publishes it.
 
-Which excesses are corrected is decided by the trusted-anchor gate (:mod:`biasboard.ranking.gate`); an
-excess the gate does not support is *tied* to the reference (the judge is taken to do what r does).  The
-reference's own length and style effects are tested too, at the same level (:func:`reference_effect_supported`):
-they enter every rating, and one the reference's verdicts cannot tell from zero is taken as zero.  An
+Which excesses are corrected is decided by the trusted-anchor gate (:mod:`biasboard.ranking.gate`), on the fit
+with every correction on, where the reference's effects are estimated with their uncertainty; an excess the gate
+does not support is *tied* to the reference (the judge is taken to do what r does, and its verdicts then estimate
+the shared effect too).  The reference's own length and style effects are tested after the gate, at the same level
+(:func:`reference_effect_supported`), as the published fit estimates them: they enter every rating, and one that
+cannot be told from zero is taken as zero.  (Taken as zero before the gate, an undetermined reference effect made
+the gate test the judges against an exact 0 and correct what the reference may well share.)  An
 effect the identifiability check reports as prior-selected is not applied to the published board unless
 ``apply_unidentified``: with a reference, a judge whose excess the data barely move from its prior; with
 ``none``, an effect whose profile likelihood is flat.  The summary lists each with what applying it would
@@ -369,6 +372,7 @@ def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> 
     if not rows:
         return out
     sds = np.sqrt(np.clip(row_covariance(cov, sp.csr_matrix(np.array(list(rows.values())))).diagonal(), 0.0, None))
+    others = np.array([judge not in reference for judge in problem.data.judges], bool)
     for (effect, v), sd in zip(rows.items(), sds, strict=True):
         est = float(v @ core)
         if effect == "discrimination":
@@ -379,11 +383,16 @@ def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> 
                 "source": "the reference's scale on quality differences (a_r)",
             }
         else:
+            # A judge tied to the reference (its excess not supported, or switched off) shares this coefficient, so its
+            # verdicts estimate it too: said, since its CI is then the pool's, far narrower than the reference's own
+            # (8 anchors: ±0.04 where the gate's excess SE was 0.62).
+            tied = int(np.count_nonzero(spec.tied[gated[effect]] * others)) if spec.tied is not None else 0
             out[effect] = {
                 "estimate": est,
                 "ci_low": est - Z95 * float(sd),
                 "ci_high": est + Z95 * float(sd),
-                "source": "estimated from the reference's verdicts",
+                "source": "estimated from the reference's verdicts"
+                + (f" and those of the {tied} judge(s) tied to it (no excess over it corrected)" if tied else ""),
             }
     return {effect: out[effect] for effect in (*gated, "discrimination") if effect in out}
 
@@ -759,21 +768,12 @@ def fit_with_reference(
         return replace(out, diagnostics=diagnostics)
 
     problem_all, solution_all, fit_all = unpublished_board(config)
-    rated: dict[str, dict[str, Any]] = {}  # the reference's own effects in its rating, as first estimated
-    if raters:
-        own = own_effects(problem_all, fit_all, raters)
-        # Only effects the reference has data for: one it has none of is zero already (no refit to say so, e.g.
-        # anchors without style counts beside battles with them).
-        rated = {e: own[e] for e in rated_effects(problem_all.layout) if own[e]["ci_low"] is not None}
-        unsupported = [e for e, value in rated.items() if not reference_effect_supported(value, settings.gate_level)]
-        if unsupported:
-            # A preference of the reference not distinguishable from zero: zero it is, so K noisy verdicts do
-            # not move every rating by an unsupported β_r·x̄ (that effect's reference is then zero).
-            off = {(r, effect) for r in raters for effect in unsupported}
-            config = replace(config, disabled=frozenset(config.disabled) | off)
-            del solution_all  # (a judge-blocked Hessian: not held through the next fit)
-            problem_all, solution_all, fit_all = unpublished_board(config)
     all_on = published_rating(problem_all, fit_all)
+    # The gate tests each excess over the reference as the reference's verdicts estimate it, with their uncertainty.
+    # (The reference's effect was zeroed first where its verdicts could not tell it from zero: the gate then tested
+    # the judges against an exact 0, and 300 human verdicts whose length preference (true 0.3, the judges' too) was
+    # "taken as zero" enabled every judge's length correction at Holm p 1.5e-13, removing a preference the
+    # reference has.)
     gate = run_gate(problem_all, fit_all, raters, k, settings.gate_level) if raters else None
     gated_off = set(gate.disabled) if gate is not None else set()
     unidentified = unidentified_effects(problem_all, fit_all, raters, frozenset(gated_off))
@@ -783,12 +783,32 @@ def fit_with_reference(
         del solution_all
         fit_all, all_on = _lean(fit_all), _lean(all_on)
         problem_pub, corrected_fit = board(published_config)
-        corrected = published_rating(problem_pub, corrected_fit)
     else:  # the all-on board is the published one: its replicates now
-        fit_all = with_replicates(problem_all, solution_all, fit_all, config)
+        fit_all = corrected_fit = with_replicates(problem_all, solution_all, fit_all, config)
         del solution_all
-        problem_pub, corrected_fit = problem_all, fit_all
-        corrected = all_on = published_rating(problem_all, fit_all)
+        problem_pub = problem_all
+    rated: dict[str, dict[str, Any]] = {}  # the reference's own effects taken as zero, as the published fit had them
+    if raters:
+        own = own_effects(problem_pub, corrected_fit, raters)
+        # Only effects the reference has data for: one it has none of is zero already (no refit to say so, e.g.
+        # anchors without style counts beside battles with them).
+        rated = {
+            effect: value
+            for effect, value in own.items()
+            if effect in rated_effects(problem_pub.layout)
+            and value["ci_low"] is not None
+            and not reference_effect_supported(value, settings.gate_level)
+        }
+        if rated:
+            # A preference of the reference (with the judges tied to it) not distinguishable from zero: zero it is,
+            # so K noisy verdicts do not move every rating by an unsupported β_r·x̄.  (Rare: the board is fit again.)
+            zeroed = {(r, effect) for r in raters for effect in rated}
+            published_config = replace(published_config, disabled=published_config.disabled | zeroed)
+            corrected_fit = _lean(corrected_fit)
+            problem_pub, corrected_fit = board(published_config)
+    corrected = published_rating(problem_pub, corrected_fit)
+    if not off and not rated:
+        all_on = corrected
     if raters:
         corrected = replace(corrected, bias=relative_bias(problem_pub, corrected, raters))
     effects = own_effects(problem_pub, corrected, raters) if raters else {}
@@ -811,8 +831,8 @@ def fit_with_reference(
             effects[effect] = {
                 **first,
                 "applied": 0.0,
-                "source": "estimated from the reference's verdicts; not distinguishable from zero at "
-                f"the gate level {settings.gate_level:g}, so taken as zero",
+                "source": f"{first['source']}; not distinguishable from zero at the gate level "
+                f"{settings.gate_level:g}, so taken as zero",
             }
     if raters:
         corrected = replace(corrected, bias=zero_reference_notes(corrected.bias, effects, raters))

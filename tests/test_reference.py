@@ -537,12 +537,19 @@ def _gate_minus_bias_table(fit) -> float:
 def test_the_gate_and_the_bias_table_differ_only_where_a_correction_is_off() -> None:
     """Why one excess had two values in a report (QA: −0.111 in the gate table, −0.108 in the bias table): the gate
     tests in the fit with every correction on, the bias table is the published fit's.  With nothing switched off
-    they are one fit and agree to the last digit; with the judges' length excesses tied to the reference (a human
-    pool), the position and affinity excesses the board corrects move, though the data are the same."""
+    they are one fit and agree to the last digit (anchors with a length preference of their own, which the board
+    keeps); with the judges' length excesses tied to the reference (a human pool), the position and affinity excesses
+    the board corrects move, though the data are the same, and so they do where the anchors' own length, which their
+    verdicts cannot tell from zero, is taken as zero after the gate (the gate tests against the anchors' estimate)."""
     cells, params = simulated(seed=21, gamma0=-0.3, sd_u=0.1, battles=6000, models=8, judges=3)
-    fit = fit_with_reference(cells, reference=ANCHORS, anchor_cells=anchor_cells(anchor_rows(params, 2000, 1)))
-    assert not fit.gate.disabled and not fit.unidentified  # (only the anchors' own length is zero, in both fits)
+    fit = fit_with_reference(
+        cells, reference=ANCHORS, anchor_cells=anchor_cells(anchor_rows(params, 2000, 1, beta=-0.4))
+    )
+    assert not fit.gate.disabled and not fit.unidentified and fit.own_effects["length"].get("applied") is None
     assert _gate_minus_bias_table(fit) < 1e-12
+    fit = fit_with_reference(cells, reference=ANCHORS, anchor_cells=anchor_cells(anchor_rows(params, 2000, 1)))
+    assert not fit.gate.disabled and fit.own_effects["length"]["applied"] == 0.0
+    assert _gate_minus_bias_table(fit) > 1e-3
     cells, params = simulated(seed=61, battles=6000, models=8, judges=4, human_judges=1)
     humans = tuple(name for name, human in zip(params.judge_names, params.judge_human, strict=True) if human)
     fit = fit_with_reference(cells, reference=Reference("judges", humans))
@@ -607,7 +614,7 @@ def test_an_affinity_that_is_each_models_own_property_is_not_applied_whatever_th
         split = battles.set_column(battles.schema.get_field_index("judge"), "judge", judge)
         cells = partial_cells(split, FAMILIES).cells
         data = build_dataset(cells)
-        assert is_model_difference(data.pairs, data.pairs.ds, np.ones(len(data.pairs), bool))
+        assert is_model_difference(data, np.ones(len(data.judges), bool))
         fit = fit_with_reference(cells, reference=Reference())
         assert ("*", "affinity") in fit.config.disabled, voters
         (entry,) = [u for u in fit.unidentified if u["effect"] == "affinity"]
@@ -615,4 +622,24 @@ def test_an_affinity_that_is_each_models_own_property_is_not_applied_whatever_th
     cells, _ = simulated(seed=5, judges=4)  # judges of several families
     data = build_dataset(cells)
     assert len(set(data.judge_families)) > 1
-    assert not is_model_difference(data.pairs, data.pairs.ds, np.ones(len(data.pairs), bool))
+    assert not is_model_difference(data, np.ones(len(data.judges), bool))
+
+
+def test_a_reference_whose_own_effect_is_undetermined_does_not_make_the_gate_correct_the_judges() -> None:
+    """Every judge, the human pool too, prefers length alike (β 0.3); 300 of the pool's verdicts leave its own length
+    undetermined (0.28 [−0.06, 0.62]).  It was taken as zero *before* the gate, which then tested the judges against
+    an exact 0 and enabled every length correction at Holm p 1.5e-13, removing the preference the reference has.
+    The gate now tests the excesses over the reference's estimate with its uncertainty: nothing differs, the judges
+    are tied to the reference, and the length effect they share stays in the ratings, said to be the pool's."""
+    config = SimulationConfig(battles=20_000, models=8, judges=4, human_judges=1, days=1, seed=2, sd_u=0.0,
+                              sd_beta=0.0, lambda0=0.0, sd_lambda=0.0)  # fmt: skip
+    params = draw_parameters(config)
+    battles = pl.concat([pl.from_arrow(b) for _, b, _ in simulate_days(config)])
+    (human,) = [name for name, h in zip(params.judge_names, params.judge_human, strict=True) if h]
+    few = pl.concat([battles.filter(pl.col("judge") != human), battles.filter(pl.col("judge") == human).head(300)])
+    fit = fit_with_reference(partial_cells(few.to_arrow(), FAMILIES).cells, reference=Reference("judges", (human,)))
+    length = fit.gate.decisions.filter(pl.col("effect") == "length")
+    assert length.height == 3 and not length["enabled"].any(), length
+    own = fit.own_effects["length"]
+    assert own.get("applied") is None and own["ci_low"] > 0.15 and own["ci_high"] < 0.45, own
+    assert own["source"].endswith("and those of the 3 judge(s) tied to it (no excess over it corrected)")

@@ -328,7 +328,12 @@ def test_a_slice_of_few_models_lists_only_them_and_names_its_groups(tmp_path):
     assert sorted(iv.model for iv in info["Pair"].ranks.corrected) == [a, b]
     assert sorted(iv.model for iv in info["Pair"].ranks.naive) == [a, b]
     assert sorted(iv.model for iv in info["Split"].ranks.corrected) == [a, b, c, d]
-    assert info["Pair"].note == "" and info["Rest"].note == ""
+    assert info["Rest"].note == ""
+    # Two models: an affinity the judges each see one way is θ_a − θ_b's own difference (prior-selected, not applied).
+    assert (
+        info["Pair"].note.startswith("not corrected in this slice, as prior-selected")
+        and "affinity" in info["Pair"].note
+    )
     assert info["Split"].note.startswith("its battles fall into 2 groups no battle in the slice links")
     assert f"{a}, {b}" in info["Split"].note or f"{b}, {a}" in info["Split"].note
     assert "fall into 2 groups" in (snapshot / "report.html").read_text()
