@@ -30,12 +30,13 @@ probabilities and rank intervals are read from φ at each replicate
 the all-on board is fit without them and gets them only if the gate publishes it.
 
 Which excesses are corrected is decided by the trusted-anchor gate (:mod:`biasboard.ranking.gate`), on the fit
-with every correction on, where the reference's effects are estimated with their uncertainty; an excess the gate
-does not support is *tied* to the reference (the judge is taken to do what r does, and its verdicts then estimate
-the shared effect too).  The reference's own length and style effects are tested after the gate, at the same level
-(:func:`reference_effect_supported`), as the published fit estimates them: they enter every rating, and one that
-cannot be told from zero is taken as zero.  (Taken as zero before the gate, an undetermined reference effect made
-the gate test the judges against an exact 0 and correct what the reference may well share.)  An
+with every correction on, where each excess is over the reference's own estimate, with that estimate's
+uncertainty; an excess the gate does not support is *tied* to the reference (the judge is taken to do what r
+does).  The reference's own length and style effects are tested too, at the same level, as its verdicts estimate
+them in that fit (:func:`reference_effect_supported`): they enter every rating, and one the reference's verdicts
+cannot tell from zero is taken as zero (a judge tied to it then keeps its own preference in θ).  The gate used to
+run after that zeroing, so it tested the judges against an exact 0 and corrected what the reference may well
+share.  An
 effect the identifiability check reports as prior-selected is not applied to the published board unless
 ``apply_unidentified``: with a reference, a judge whose excess the data barely move from its prior; with
 ``none``, an effect whose profile likelihood is flat.  The summary lists each with what applying it would
@@ -769,46 +770,40 @@ def fit_with_reference(
 
     problem_all, solution_all, fit_all = unpublished_board(config)
     all_on = published_rating(problem_all, fit_all)
-    # The gate tests each excess over the reference as the reference's verdicts estimate it, with their uncertainty.
-    # (The reference's effect was zeroed first where its verdicts could not tell it from zero: the gate then tested
-    # the judges against an exact 0, and 300 human verdicts whose length preference (true 0.3, the judges' too) was
-    # "taken as zero" enabled every judge's length correction at Holm p 1.5e-13, removing a preference the
-    # reference has.)
+    # The gate tests each excess over the reference's own estimate, with its uncertainty, in this fit.  (It tested
+    # them in a refit where a reference effect its verdicts could not tell from zero was already zero: against an
+    # exact 0, so 300 human verdicts sharing the judges' length preference (0.3) enabled every length correction at
+    # Holm p 1.5e-13 and the board lost a preference the reference has.)
     gate = run_gate(problem_all, fit_all, raters, k, settings.gate_level) if raters else None
     gated_off = set(gate.disabled) if gate is not None else set()
     unidentified = unidentified_effects(problem_all, fit_all, raters, frozenset(gated_off))
     off = set(gated_off) if settings.apply_unidentified else gated_off | unidentified
-    published_config = replace(config, disabled=frozenset(config.disabled) | frozenset(off))
-    if off:  # every joint covariance of the all-on fit has been taken: its factorisation goes before the next fit
-        del solution_all
-        fit_all, all_on = _lean(fit_all), _lean(all_on)
-        problem_pub, corrected_fit = board(published_config)
-    else:  # the all-on board is the published one: its replicates now
-        fit_all = corrected_fit = with_replicates(problem_all, solution_all, fit_all, config)
-        del solution_all
-        problem_pub = problem_all
-    rated: dict[str, dict[str, Any]] = {}  # the reference's own effects taken as zero, as the published fit had them
+    rated: dict[str, dict[str, Any]] = {}  # the reference's own effects in its rating, as its verdicts estimate them
     if raters:
-        own = own_effects(problem_pub, corrected_fit, raters)
+        own = own_effects(problem_all, fit_all, raters)
         # Only effects the reference has data for: one it has none of is zero already (no refit to say so, e.g.
-        # anchors without style counts beside battles with them).
+        # anchors without style counts beside battles with them).  One its verdicts cannot tell from zero is taken
+        # as zero, so K noisy verdicts do not move every rating by an unsupported β_r·x̄; a judge tied to it then
+        # keeps its own preference in θ, as it would beside a reference that has none.
         rated = {
             effect: value
             for effect, value in own.items()
-            if effect in rated_effects(problem_pub.layout)
+            if effect in rated_effects(problem_all.layout)
             and value["ci_low"] is not None
             and not reference_effect_supported(value, settings.gate_level)
         }
-        if rated:
-            # A preference of the reference (with the judges tied to it) not distinguishable from zero: zero it is,
-            # so K noisy verdicts do not move every rating by an unsupported β_r·x̄.  (Rare: the board is fit again.)
-            zeroed = {(r, effect) for r in raters for effect in rated}
-            published_config = replace(published_config, disabled=published_config.disabled | zeroed)
-            corrected_fit = _lean(corrected_fit)
-            problem_pub, corrected_fit = board(published_config)
-    corrected = published_rating(problem_pub, corrected_fit)
-    if not off and not rated:
-        all_on = corrected
+    config = replace(config, disabled=frozenset(config.disabled) | {(r, e) for r in raters for e in rated})
+    published_config = replace(config, disabled=config.disabled | frozenset(off))
+    if off or rated:  # every joint covariance of the all-on fit has been taken: its factorisation goes first
+        del solution_all
+        fit_all, all_on = _lean(fit_all), _lean(all_on)
+        problem_pub, corrected_fit = board(published_config)
+        corrected = published_rating(problem_pub, corrected_fit)
+    else:  # the all-on board is the published one: its replicates now
+        fit_all = with_replicates(problem_all, solution_all, fit_all, config)
+        del solution_all
+        problem_pub, corrected_fit = problem_all, fit_all
+        corrected = all_on = published_rating(problem_all, fit_all)
     if raters:
         corrected = replace(corrected, bias=relative_bias(problem_pub, corrected, raters))
     effects = own_effects(problem_pub, corrected, raters) if raters else {}

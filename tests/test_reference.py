@@ -627,10 +627,12 @@ def test_an_affinity_that_is_each_models_own_property_is_not_applied_whatever_th
 
 def test_a_reference_whose_own_effect_is_undetermined_does_not_make_the_gate_correct_the_judges() -> None:
     """Every judge, the human pool too, prefers length alike (β 0.3); 300 of the pool's verdicts leave its own length
-    undetermined (0.28 [−0.06, 0.62]).  It was taken as zero *before* the gate, which then tested the judges against
-    an exact 0 and enabled every length correction at Holm p 1.5e-13, removing the preference the reference has.
-    The gate now tests the excesses over the reference's estimate with its uncertainty: nothing differs, the judges
-    are tied to the reference, and the length effect they share stays in the ratings, said to be the pool's."""
+    undetermined.  It was taken as zero *before* the gate, which then tested the judges against an exact 0 and
+    enabled every length correction at Holm p 1.5e-13: the board lost the length preference the reference has
+    (its coefficient on the models' mean log length −0.001).  The gate now tests the excesses over the reference's
+    estimate with its uncertainty: none is supported, the reference's undetermined length is still taken as zero in
+    its rating, and the judges' shared preference stays in the ratings (coefficient 0.31, as with all the pool's
+    verdicts)."""
     config = SimulationConfig(battles=20_000, models=8, judges=4, human_judges=1, days=1, seed=2, sd_u=0.0,
                               sd_beta=0.0, lambda0=0.0, sd_lambda=0.0)  # fmt: skip
     params = draw_parameters(config)
@@ -640,6 +642,11 @@ def test_a_reference_whose_own_effect_is_undetermined_does_not_make_the_gate_cor
     fit = fit_with_reference(partial_cells(few.to_arrow(), FAMILIES).cells, reference=Reference("judges", (human,)))
     length = fit.gate.decisions.filter(pl.col("effect") == "length")
     assert length.height == 3 and not length["enabled"].any(), length
-    own = fit.own_effects["length"]
-    assert own.get("applied") is None and own["ci_low"] > 0.15 and own["ci_high"] < 0.45, own
-    assert own["source"].endswith("and those of the 3 judge(s) tied to it (no excess over it corrected)")
+    assert fit.own_effects["length"]["applied"] == 0.0
+    sides = [few.select(model=f"model_{s}", log_length=pl.col(f"len_{s}").log()) for s in "ab"]
+    mean_log_length = dict(pl.concat(sides).group_by("model").agg(pl.col("log_length").mean()).iter_rows())
+    theta = dict(zip(params.model_names, params.theta, strict=True))
+    models = list(fit.corrected.models)
+    design = np.column_stack([[theta[m] for m in models], [mean_log_length[m] for m in models], np.ones(len(models))])
+    kept = np.linalg.lstsq(design, fit.corrected.rating, rcond=None)[0][1]
+    assert 0.2 < kept < 0.45, kept
