@@ -99,6 +99,11 @@ from biasboard.schemas.summary import (
 
 #: The note of a bias-table row that holds a judge's excess over the reference (:func:`relative_bias`).
 EXCESS_ROW_NOTE = "excess over the reference (the judge's bias relative to it)"
+#: A judge's row of an effect the gate left uncorrected where the reference's own is taken as zero.
+GATED_OFF_ZERO_REFERENCE_NOTE = (
+    "not corrected: the gate does not support an excess over the reference, whose own effect is taken as zero, so "
+    "this judge's preference stays in the ratings"
+)
 #: A judge's row of an effect the reference's own is taken as zero for (:func:`zero_reference_notes`).
 ZERO_REFERENCE_EXCESS_NOTE = (
     "the judge's own effect: the reference's is taken as zero, so this is also its excess over the reference"
@@ -399,7 +404,10 @@ def own_effects(problem: Problem, fit: FitResult, reference: frozenset[str]) -> 
 
 
 def zero_reference_notes(
-    bias: pl.DataFrame, effects: dict[str, dict[str, Any]], raters: frozenset[str]
+    bias: pl.DataFrame,
+    effects: dict[str, dict[str, Any]],
+    raters: frozenset[str],
+    gated_off: frozenset[tuple[str, str]] = frozenset(),
 ) -> pl.DataFrame:
     """``bias`` with the notes said plainly where the reference's own effect is taken as zero (it has no data for
     it, or its estimate is not distinguishable from zero): the reference's rows carry that reason (they read
@@ -407,7 +415,9 @@ def zero_reference_notes(
     wherever the reference has one — says it is the judges' mean there, not the reference's (it read as the
     reference's, identified, while the rating applied zero).  The other judges' rows of such an effect are their
     own effects, i.e. their excess over a zero, and say so: they carried no note while the same judges' position rows
-    read "excess over the reference" (LLMFAO with ``--reference crowd``: GPT-4's length −0.228, blank)."""
+    read "excess over the reference" (LLMFAO with ``--reference crowd``: GPT-4's length −0.228, blank).  A judge
+    whose excess the gate left uncorrected (``gated_off``) keeps its preference in the ratings and says so: it read
+    "disabled by configuration" (8 anchors, under the gate's floor: no flag had disabled anything)."""
     zero = {e: v["source"] for e, v in effects.items() if zero_reference_effect(v)}
     if not zero:
         return bias
@@ -420,6 +430,8 @@ def zero_reference_notes(
             .then(pl.lit(f"reference: {source}"))
             .when(here & (pl.col("judge") == GLOBAL_JUDGE))
             .then(pl.lit(f"the judges' mean, not the reference's (the reference's own: {source})"))
+            .when(here & pl.col("judge").is_in([judge for judge, e in gated_off if e == effect]))
+            .then(pl.lit(GATED_OFF_ZERO_REFERENCE_NOTE))
             .when(here & unnoted)
             .then(pl.lit(ZERO_REFERENCE_EXCESS_NOTE))
             .otherwise(note)
@@ -830,7 +842,7 @@ def fit_with_reference(
                 f"{settings.gate_level:g}, so taken as zero",
             }
     if raters:
-        corrected = replace(corrected, bias=zero_reference_notes(corrected.bias, effects, raters))
+        corrected = replace(corrected, bias=zero_reference_notes(corrected.bias, effects, raters, frozenset(gated_off)))
     agreement = reference_agreement(problem_pub, corrected_fit, naive, corrected, raters) if raters else []
     scored = len(data.judges) - int(reference_mask(problem_pub, raters).sum())
     if raters and scored > LISTED_JUDGES:

@@ -18,6 +18,7 @@ from biasboard.ranking.problem import bias_aware_problem
 from biasboard.ranking.rank_stats import kendall_tau_b
 from biasboard.ranking.reference import (
     ANCHOR_JUDGE,
+    GATED_OFF_ZERO_REFERENCE_NOTE,
     ZERO_REFERENCE_EXCESS_NOTE,
     Reference,
     ReferenceSettings,
@@ -643,6 +644,8 @@ def test_a_reference_whose_own_effect_is_undetermined_does_not_make_the_gate_cor
     length = fit.gate.decisions.filter(pl.col("effect") == "length")
     assert length.height == 3 and not length["enabled"].any(), length
     assert fit.own_effects["length"]["applied"] == 0.0
+    judges = fit.corrected.bias.filter((pl.col("effect") == "length") & ~pl.col("judge").is_in([human, "*"]))
+    assert judges.height == 3 and (judges["note"] == GATED_OFF_ZERO_REFERENCE_NOTE).all()  # not "by configuration"
     sides = [few.select(model=f"model_{s}", log_length=pl.col(f"len_{s}").log()) for s in "ab"]
     mean_log_length = dict(pl.concat(sides).group_by("model").agg(pl.col("log_length").mean()).iter_rows())
     theta = dict(zip(params.model_names, params.theta, strict=True))
