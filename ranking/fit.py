@@ -448,6 +448,11 @@ def fit_bias_aware(
 
 #: Said when no battle carries both answers' lengths: the length correction is then off for every judge, which the
 #: bias table's notes said row by row and nothing said aloud (a file without ``len_a``/``len_b`` looks like any other).
+#: Why the summary's Kendall τ and Spearman ρ are null on a board of two or more models.
+TAU_UNDEFINED_WARNING = (
+    "Kendall tau and Spearman rho naive vs corrected are undefined: a board rates every model the same (every "
+    "battle a tie, say), so it has no order to compare"
+)
 NO_LENGTHS_WARNING = (
     "no battle carries both answers' lengths (len_a, len_b): the corrected board is not corrected for verbosity "
     "(length preference), only for the other judge biases"
@@ -506,6 +511,8 @@ def publish_bias_aware(
         diagnostics["covariates"] = cov_rep
     if naive is not None:
         diagnostics["naive_vs_corrected"] = compare_rankings(naive, rating, data.models)
+        if not np.isfinite(diagnostics["naive_vs_corrected"]["kendall_tau"]) and len(data.models) >= 2:
+            warnings.append(TAU_UNDEFINED_WARNING)
     # (A ratings-only board, compared by its points, and a slice's do without: nothing publishes theirs.)
     if config.diagnostics != "off" and config.attribution:
         diagnostics["attribution"] = attribute_moves(problem, solution, shards)

@@ -1090,7 +1090,9 @@ def _diagnostics(summary: Summary) -> str:
     tau, rho = finite(summary.kendall_tau), finite(summary.spearman)
     if tau is not None:
         agree = (
-            "almost the same order"
+            "the same order"
+            if tau == 1.0
+            else "almost the same order"
             if tau >= 0.9
             else "a similar order"
             if tau >= 0.7
@@ -1100,6 +1102,11 @@ def _diagnostics(summary: Summary) -> str:
         if rho is not None:
             s += f" Spearman ρ is {rho:.3f}."
         sentences.append(s)
+    elif summary.models >= 2:  # the header's "—" needs its reason
+        sentences.append(
+            "Kendall τ and Spearman ρ between the naive and the corrected rankings are undefined: a leaderboard that "
+            "rates every model the same (every battle a tie, say) has no order to compare."
+        )
     sentences += _identifiability_sentences(summary) + _connectivity_sentences(summary)
     body = "".join(f"<p>{esc(s)}</p>" for s in sentences)
     head = '<tr><th class="l">Fit</th><th>Converged</th><th>Iterations</th><th>Gradient norm</th></tr>'

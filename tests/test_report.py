@@ -1028,3 +1028,24 @@ def test_the_console_agreement_lists_the_first_judges_counts_the_rest_and_says_w
     assert lines[-2].split() == ["naive", "board", "60.0%", "0.650"]
     assert lines[-1] == f"  (listed: the {len(judges)} judges with the most battles of 400)"
     assert agreement_text(None) == "" == agreement_text(dataclasses.replace(reference, agreement=[]))
+
+
+def test_a_board_of_ties_says_why_its_rank_correlations_are_undefined(tmp_path):
+    """Every battle a tie: every model rates 1000 on both boards, the summary's τ and ρ are null and the report's
+    header shows "—", with no word of why (the diagnostics left the τ sentence out); now a warning and a sentence
+    say it."""
+    write_simulation(SimulationConfig(battles=3000, models=5, judges=2, days=1, seed=6), tmp_path / "sim")
+    folder = tmp_path / "ties" / "day=2024-01-01"
+    folder.mkdir(parents=True)
+    battles = pl.read_parquet(tmp_path / "sim" / "battles" / "*" / "*.parquet")
+    battles.with_columns(winner=pl.lit("tie")).write_parquet(folder / "part-0.parquet")
+    outcome = refresh(
+        str(tmp_path / "ties"), str(tmp_path / "st"), str(tmp_path / "out"), [], RefreshOptions(audit=False)
+    )
+    assert outcome.published is not None and outcome.summary is not None
+    assert outcome.summary.kendall_tau is None
+    assert any(
+        w.startswith("Kendall tau and Spearman rho naive vs corrected are undefined") for w in outcome.summary.warnings
+    )
+    page = (Path(outcome.published.path) / "report.html").read_text()
+    assert "Kendall τ and Spearman ρ between the naive and the corrected rankings are undefined" in page
