@@ -445,10 +445,16 @@ def style_differences(count_a: np.ndarray, count_b: np.ndarray) -> np.ndarray:
 
 
 def _category_shifts(config: SimulationConfig) -> np.ndarray:
-    """Per category, each model's centred quality shift, from a stream of its own (the rest never moves)."""
+    """Per category, each model's quality shift, from a stream of its own (the rest never moves), centred both ways:
+    over the models in each category (a slice board is centred so) and over the categories for each model, so a
+    model's mean over its (equally likely) categories is its ``theta``.  Centred over models alone, the overall
+    board, which sees every category, sat 0.22 logits RMS from ``truth.json``'s theta (0.04 from the category
+    means), and its true order ``standing`` put a model first that the board ranked fourth."""
     rng = np.random.default_rng(np.random.SeedSequence([config.seed, 5]))
     shifts = rng.normal(0.0, config.category_sd, (config.categories, config.models))
-    return shifts - shifts.mean(axis=1, keepdims=True)
+    if not config.categories:
+        return shifts
+    return shifts - shifts.mean(axis=1, keepdims=True) - shifts.mean(axis=0, keepdims=True) + shifts.mean()
 
 
 # ---------------------------------------------------------------------------
