@@ -497,3 +497,20 @@ def test_a_slice_whose_naive_ratings_do_not_exist_says_so(tmp_path):
     said = "naive Bradley-Terry: the maximum-likelihood ratings do not exist"
     assert info[losing].fitted and said in info[losing].note, info[losing].note
     assert said not in info[other].note, info[other].note
+
+
+def test_slices_beside_grades_say_their_points_are_on_another_scale(tmp_path):
+    """With --scores the overall board's θ is set by the grades as well as the battles; a slice is fit on its battles
+    alone, on the judges' average discrimination's scale.  A slice holding every battle rated the models with a slope
+    of 0.83 against the true θ (4 of 8 CIs covering it; the overall board 1.00, 8 of 8), and nothing said so."""
+    from biasboard.transforms.snapshot import SLICES_BESIDE_GRADES_WARNING
+
+    sim = tmp_path / "sim"
+    write_simulation(SimulationConfig(battles=4000, models=6, judges=3, days=1, categories=1, scores=1.0, seed=9), sim)
+    options = RefreshOptions(k=3, audit=False, slices="category", scores_glob=str(sim / "scores"))
+    outcome = refresh(str(sim / "battles"), str(tmp_path / "st"), str(tmp_path / "out"), [], options)
+    assert outcome.summary is not None and any(info.fitted for info in outcome.summary.slices)
+    assert SLICES_BESIDE_GRADES_WARNING in outcome.summary.warnings
+    without = refresh(str(sim / "battles"), str(tmp_path / "st2"), str(tmp_path / "out2"), [], RefreshOptions(
+        k=3, audit=False, slices="category"))  # fmt: skip
+    assert without.summary is not None and SLICES_BESIDE_GRADES_WARNING not in without.summary.warnings
