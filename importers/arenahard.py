@@ -73,6 +73,7 @@ from biasboard.importers.common import (
     finalize_battles,
     fixed_day,
     judge_expr,
+    non_text_slice_notes,
     read_all,
     require_columns,
     stable_id,
@@ -171,6 +172,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     notes = [
         f"no time stamps in arena-hard-auto judgments: every battle dated {options.default_date.isoformat()} 00:00 UTC",
         "game 1 shows the baseline first, game 2 the model; '>>' and '>' are both a win (strength 2 / 1)",
+        *non_text_slice_notes(raw),
     ]
     answers_dir = options.answers_dir or _one_answers_dir(paths)
     lengths = None

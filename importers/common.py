@@ -566,6 +566,21 @@ def text_slice_labels(raw: pl.DataFrame) -> list[pl.Expr]:
     return [pl.col(c) for c in SLICE_COLUMNS if raw.schema.get(c) == pl.String]
 
 
+def non_text_slice_notes(raw: pl.DataFrame, columns: Sequence[str] = SLICE_COLUMNS) -> list[str]:
+    """A note for each of ``columns`` the source has that holds no text (numbers, lists): it is not kept as a slice
+    label, and saying so here is the only place the user can learn why ``refresh --slices`` then finds no label (a
+    FastChat file whose ``category`` was 7 on every row imported with no word, every category null)."""
+    notes = []
+    for column in columns:
+        kind = raw.schema.get(column)
+        if kind is not None and kind not in (pl.String, pl.Null):
+            notes.append(
+                f"{column}: the source's {column} column holds {kind} values, not text labels, so it is not kept "
+                f"(refresh --slices {column} finds no label in this import)"
+            )
+    return notes
+
+
 def _optional_text(mapped: pl.DataFrame, column: str) -> pl.Expr:
     """A family column the mapping chose to fill (the source names it), else null for the ingest's family map."""
     return (pl.col(column).cast(pl.String) if column in mapped.columns else pl.lit(None, dtype=pl.String)).alias(column)

@@ -59,6 +59,7 @@ from biasboard.importers.common import (
     fixed_day,
     judge_expr,
     nested_field,
+    non_text_slice_notes,
     read_all,
     require_columns,
     text_slice_labels,
@@ -92,11 +93,14 @@ def _token_lengths(frame: pl.DataFrame, notes: list[str]) -> tuple[pl.Expr, pl.E
 def _slice_labels(raw: pl.DataFrame, notes: list[str]) -> list[pl.Expr]:
     """The slice label columns: text ``language``/``category`` as given, else the arena's categories."""
     labels = text_slice_labels(raw)
+    notes.extend(non_text_slice_notes(raw, ["language"]))
     if raw.schema.get("category") != pl.String:
         category, boards = arena_category(raw)
         if category is not None:
             labels.append(category.alias("category"))
             notes.append(f"category: the arena's category boards from its tags ({', '.join(boards)})")
+        else:
+            notes.extend(non_text_slice_notes(raw, ["category"]))
     return labels
 
 

@@ -35,6 +35,7 @@ from biasboard.importers.common import (
     finalize_battles,
     fixed_day,
     judge_parts,
+    non_text_slice_notes,
     pick_length_unit,
     read_all,
     require_columns,
@@ -102,6 +103,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         *([f"benchmark: {named}"] if named else []),  # what a refresh of several imports checks they agree on
         *_position_notes(raw),
         *_repetition_notes(raw),
+        *non_text_slice_notes(raw),
     ]
     return finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)
 

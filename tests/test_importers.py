@@ -1325,3 +1325,20 @@ def test_alpacaeval_keeps_the_note_on_whether_its_duplicate_ids_repeat_their_kep
     assert result.dead_by_reason()[REASON_DUPLICATE_ID] > 0
     repeated = [n for n in result.notes if n.startswith(f"{REASON_DUPLICATE_ID}:")]
     assert len(repeated) == 1 and "repeat the row kept under their id exactly" in repeated[0], result.notes
+
+
+def test_a_non_text_slice_column_is_named_as_not_kept(tmp_path):
+    """A FastChat file whose ``category`` is a number on every row imported with no word and every category null, so
+    ``refresh --slices category`` said only that no battle carries a label.  The import now says why; a text column
+    is kept as before, with no such note."""
+    records = json.loads(
+        real_data("arena-clean-battle-samples", "mteb-arena", "clean_battle_clustering.json").read_text()
+    )
+    for numbered, value in ((True, 7), (False, "clustering")):
+        path = tmp_path / f"{numbered}.json"
+        path.write_text(json.dumps([{**r, "category": value} for r in records]))
+        result = import_path("fastchat", path)
+        said = [n for n in result.notes if n.startswith("category: the source's category column holds")]
+        assert bool(said) == numbered, result.notes
+        kept = pl.from_arrow(result.rows)["category"]
+        assert kept.null_count() == (kept.len() if numbered else 0)
