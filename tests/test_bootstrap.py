@@ -301,3 +301,27 @@ def test_the_log_says_what_the_replicates_cost(monkeypatch, caplog):
         reps = boot.run(engine, 3, workers=2)
     steps = sum(rep.steps for rep in reps)
     assert f"3 handed to damped Newton ({steps} steps, " in caplog.text
+
+
+def test_a_bootstrap_interval_far_wider_than_the_laplace_one_is_named() -> None:
+    """A model with 2 wins in 60 battles has none in some replicates, where its naive rating has no maximum and runs
+    off: on MT-Bench PBA's stem slice llama-13b's bootstrap interval was [-1931, 803] against a Laplace [318, 794],
+    with no word.  Models whose bootstrap interval is 3 or more times their Laplace one are now named."""
+    from biasboard.ranking.config import NaiveConfig
+    from biasboard.ranking.fit import fit_naive
+
+    from tests.test_ranking_api import _cells as cells_of_rows
+
+    def battles(a: str, b: str, wins: int, losses: int) -> tuple:
+        return ("j1", "google", a, b, "meta", "meta", wins, losses, 0, 0, 0.0)
+
+    # a balanced round robin of m0-m3, and m4, which won 2 of its 60 battles against m0
+    rows = [battles(f"m{a}", f"m{b}", 12, 8) for a in range(4) for b in range(4) if a != b]
+    rows += [battles("m4", "m0", 1, 29), battles("m0", "m4", 29, 1)]
+    cells = cells_of_rows(rows)
+    plain = fit_naive(cells, config=NaiveConfig(k=2))
+    boot = fit_naive(cells, config=NaiveConfig(k=2, bootstrap=200))
+    assert not any("bootstrap intervals of" in w for w in plain.diagnostics["warnings"])
+    (said,) = [w for w in boot.diagnostics["warnings"] if "bootstrap intervals of" in w]
+    assert said.startswith("naive board: the bootstrap intervals of m4 (")
+    assert (boot.ci_high - boot.ci_low)[4] >= 3 * (plain.ci_high - plain.ci_low)[4]
