@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 from biasboard.ranking.rank_stats import ranks_within
+from biasboard.ranking.uncertainty import percentile_interval
 from biasboard.schemas.summary import GLOBAL_JUDGE
 
 #: Elo-like points per logit: 400 / ln 10, so 400 points is a 10:1 odds ratio.
@@ -321,7 +322,7 @@ class FitResult:
         sd = np.sqrt(np.clip(var, 0.0, None))
         low, high = centre - Z95 * sd, centre + Z95 * sd
         if boot is not None:  # the published CIs are the replicates' percentile intervals
-            low, high = np.percentile(boot, 2.5, axis=0), np.percentile(boot, 97.5, axis=0)
+            low, high = percentile_interval(boot)
         return pl.DataFrame(
             {
                 "model": list(self.models),

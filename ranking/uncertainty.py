@@ -67,5 +67,14 @@ def poisson_scores(scores: ScoreArrays | None, rng: np.random.Generator) -> Scor
 
 
 def percentile_interval(samples: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """The ``level`` percentile interval of replicates (rows), at order statistics p·(B + 1) (``weibull``).
+
+    Why not numpy's default (linear, order statistic p·(B − 1) + 1): over B replicates the mass between its two
+    ends is on average (B − 1)(1 − 2p)/(B + 1), 0.931 at B = 100, and the published "95%" intervals covered 0.93 in
+    simulation (0.937 ± 0.010 against the Laplace 0.953 on the same fits).  At p·(B + 1) it is ``level`` at every B
+    (the expected coverage of the order statistics, whatever the distribution)."""
     tail = 100 * (1 - level) / 2
-    return np.percentile(samples, tail, axis=0), np.percentile(samples, 100 - tail, axis=0)
+    return (
+        np.percentile(samples, tail, axis=0, method="weibull"),
+        np.percentile(samples, 100 - tail, axis=0, method="weibull"),
+    )

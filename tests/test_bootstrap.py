@@ -325,3 +325,16 @@ def test_a_bootstrap_interval_far_wider_than_the_laplace_one_is_named() -> None:
     (said,) = [w for w in boot.diagnostics["warnings"] if "bootstrap intervals of" in w]
     assert said.startswith("naive board: the bootstrap intervals of m4 (")
     assert (boot.ci_high - boot.ci_low)[4] >= 3 * (plain.ci_high - plain.ci_low)[4]
+
+
+def test_a_95_percent_percentile_interval_of_100_replicates_holds_95_percent() -> None:
+    """numpy's default percentile put the ends at order statistics 3.475 and 97.525 of 100, which hold 0.931 of the
+    mass on average: the published "95%" bootstrap intervals covered 0.937 ± 0.010 in simulation where the Laplace
+    ones covered 0.953.  At p·(B + 1) the mass is 0.95 whatever the distribution; checked here on 20,000 intervals
+    of 100 normal replicates each, against a fresh draw (SE 0.0015)."""
+    from biasboard.ranking.uncertainty import percentile_interval
+
+    rng = np.random.default_rng(0)
+    low, high = percentile_interval(rng.standard_normal((100, 20_000)))
+    fresh = rng.standard_normal(20_000)
+    assert abs(np.mean((low < fresh) & (fresh < high)) - 0.95) < 0.005

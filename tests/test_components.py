@@ -92,7 +92,7 @@ def test_bootstrap_intervals_are_the_published_ones():
         np.testing.assert_allclose(result.p_top_k, expected)
     board = side_by_side(naive, fit)
     elo = fit.elo()
-    expected_low = 1000 + 400 / np.log(10) * np.percentile(fit.boot_theta, 2.5, axis=0)
+    expected_low = 1000 + 400 / np.log(10) * np.percentile(fit.boot_theta, 2.5, axis=0, method="weibull")
     np.testing.assert_allclose(elo["ci_low"].to_numpy(), expected_low)
     row = board.filter(board["model"] == fit.models[0]).row(0, named=True)
     assert abs(row["ci_low_corrected"] - expected_low[0]) < 1e-9
