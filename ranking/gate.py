@@ -17,7 +17,9 @@ asks, per effect, whether the excesses are zero:
   correction is on.  Testing one (judge, effect) at a time with the others off (the previous gate) divides
   a shared gain among the judges and let no single correction pass; a group test keeps the whole gain,
   and a judge whose own excess is small is corrected by its (shrunk, identified) estimate, which is then
-  close to zero anyway.
+  close to zero anyway.  The test weighs the excesses the judges' own battles inform (:func:`informed_excesses`):
+  thousands of few-battle voters' prior-dominated excesses added degrees of freedom and no χ², and drowned the
+  LLM judges' clear ones.
 * **multiple testing** — Holm's step-down correction over the effects tested, so the probability of
   enabling any correction when no judge has an excess is at most ``level`` (the family-wise rate).
 * **never below ``MIN_ANCHORS_FLOOR`` reference verdicts** (Xu et al. 2026 saw false enables at K = 5 and none at
@@ -43,8 +45,9 @@ import polars as pl
 import scipy.sparse as sp
 from biasboard.ranking.arrowhead import BlockCovariance, RowCovariance
 from biasboard.ranking.arrowhead import row_covariance as blocked_rows
+from biasboard.ranking.bias_table import VARIANCE_SHRINK
 from biasboard.ranking.model import AFF, LEN, POS, STYLE_BLOCKS, Layout, block_name
-from biasboard.ranking.problem import Problem
+from biasboard.ranking.problem import Problem, prior_sd_of_effect
 from biasboard.ranking.result import FitResult
 
 #: Below this many reference verdicts the gate never enables anything (Xu et al. 2026).
@@ -235,6 +238,20 @@ def wald_group(d: np.ndarray, cov: np.ndarray) -> tuple[float, int]:
     return float(np.sum(proj**2 / vals[keep])), int(keep.sum())
 
 
+def informed_excesses(posterior_var: np.ndarray, prior_sd: float) -> np.ndarray:
+    """Which excesses the joint test weighs: those the judges' own battles inform, their posterior variance below
+    :data:`~biasboard.ranking.bias_table.VARIANCE_SHRINK` of the prior's (the bias table's "identified"); all of them
+    when none is.
+
+    Why: a few-battle voter's excess is its prior's, shrunk to 0 with a variance near the prior's, and adds a degree
+    of freedom and almost no χ².  With a voter pool as the reference and the other pool split into 2,500 voters, the
+    four LLM judges' position excesses (z 3.8 to 8.4) were tested on 2,503 df (χ² 2,377, p = 1) and not corrected,
+    where the same battles with the other pool as one judge corrected them.  A prior-dominated excess is not applied
+    anyway (identified-only), so leaving it out of the test loses nothing the board would use."""
+    informed = posterior_var < VARIANCE_SHRINK * prior_sd**2
+    return informed if informed.any() else np.ones_like(informed)
+
+
 def run_gate(
     problem: Problem, fit: FitResult, reference: frozenset[str], k: int, level: float = DEFAULT_LEVEL
 ) -> GateResult:
@@ -250,19 +267,23 @@ def run_gate(
     core, cov = fit.state.core, fit.state.cov_core
     groups = []
     for effect, t in gated_effects(problem.layout).items():
-        judges, rows, _ = excess_vectors(problem, t, reference)
+        judges, rows, unit = excess_vectors(problem, t, reference)
         if judges.size == 0:
             continue
         d = rows @ core
         c = row_covariance(cov, rows)
-        chi2, df = joint_wald(c, d)
+        var = np.clip(c.diagonal(), 0.0, None)
+        tested = informed_excesses(var / unit**2, prior_sd_of_effect(problem, t)[1])
+        if not tested.all():
+            c = row_covariance(cov, rows[np.flatnonzero(tested)])
+        chi2, df = joint_wald(c, d[tested])
         p = float(chdtrc(df, chi2)) if df else 1.0
-        groups.append((effect, judges, d, np.sqrt(np.clip(c.diagonal(), 0.0, None)), chi2, df, p))
-    p_holm = holm(np.array([g[-1] for g in groups])) if groups else np.zeros(0)
+        groups.append((effect, judges, d, np.sqrt(var), chi2, df, p, int(judges.size - df)))
+    p_holm = holm(np.array([g[6] for g in groups])) if groups else np.zeros(0)
     names = np.asarray(problem.data.judges, dtype=object)
     frames: list[pl.DataFrame] = []
     disabled: set[tuple[str, str]] = set()
-    for (effect, judges, d, se, chi2, df, p), ph in zip(groups, p_holm, strict=True):
+    for (effect, judges, d, se, chi2, df, p, untested), ph in zip(groups, p_holm, strict=True):
         enough = k >= MIN_ANCHORS_FLOOR
         on = enough and ph <= level
         if not enough:
@@ -277,6 +298,8 @@ def run_gate(
                 f"{effect}: no excess over the reference supported (chi2 {chi2:.1f} on {df} df, "
                 f"Holm p = {ph:.3g} > {level}): tied to the reference"
             )
+        if untested and enough:
+            reason += f"; {untested} excess(es) their judges' battles barely inform left out of the test"
         # One group's rows as columns (a voter pool's group holds tens of thousands of judges).
         with np.errstate(divide="ignore", invalid="ignore"):
             z = np.where(se > 0, d / se, np.nan)

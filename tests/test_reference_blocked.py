@@ -425,3 +425,29 @@ def test_refresh_with_a_voter_pool_as_reference(tmp_path):
     assert set(others["note"]) <= {excess, tied}  # every judge of the group, listed or not
     summary = json.loads((snapshot / "summary.json").read_text())
     assert summary["reference"]["kind"] == "judges" and summary["reference"]["judges"] == ["human-pool-1/*"]
+
+
+def test_voters_of_another_pool_do_not_drown_the_llm_judges_excesses_in_the_gate() -> None:
+    """A voter pool as the reference, the other pool split into voters too: each of those few-battle voters' excess is
+    its prior's, and the joint test over thousands of them (χ² 2,377 on 2,503 df, p = 1) left the LLM judges' clear
+    position and length excesses (z up to 8.4) uncorrected, where the same battles with the other pool as one judge
+    corrected them.  The test now weighs the excesses the judges' battles inform; the LLM judges are corrected with
+    the other pool split or not, and the gate's reason counts the excesses it left out."""
+    config = SimulationConfig(battles=30_000, models=10, judges=5, human_judges=2, days=1, seed=3)
+    battles = [b for _, b, _ in simulate_days(config)]
+    pool = Reference.parse("human-pool-1/*", False)
+    decisions = {}
+    for split_other in (False, True):
+        rng = np.random.default_rng(0)
+        relabelled = []
+        for b in battles:
+            frame = pl.from_arrow(_split_voters(b, 600, rng))
+            if not split_other:  # the other pool back to one judge
+                frame = frame.with_columns(pl.col("judge").str.replace(r"^human-pool-2/v\\d+$", "human-pool-2"))
+            relabelled.append(partial_cells(frame.to_arrow(), FAMILIES).cells)
+        fit = fit_with_reference(build_dataset(relabelled), reference=pool, config=ModelConfig(profile=False))
+        llm = fit.gate.decisions.filter(~pl.col("judge").str.starts_with("human-pool"))
+        decisions[split_other] = sorted(set(llm.filter(pl.col("enabled"))["effect"].to_list()))
+        if split_other:
+            assert llm.filter(pl.col("effect") == "position")["reason"][0].endswith("left out of the test")
+    assert "position" in decisions[False] and decisions[True] == decisions[False], decisions
