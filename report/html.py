@@ -814,7 +814,7 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
     parts = [
         '<p class="note">Each panel is one effect; rows are judges (the global term first). Filled dots are '
         f"identified by the data; hollow dots are not identified, so their value comes from the prior. {line}</p>",
-        left_out_note(len(judges), len(shown) - 1, "bias.parquet and bias.json"),
+        left_out_note(*_judges_where(summary, len(judges), len(shown) - 1, "bias.parquet and bias.json")),
     ]
     bias = keep(bias, lambda r: r["judge"], shown)
     disabled: list[str] = []
@@ -940,7 +940,11 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
     shown = shown_judges(_judge_battles(summary))
     order = sorted(keep(diag.order, lambda a: a.judge, shown), key=lambda a: a.judge)
     if len(order) < len(diag.order):
-        body.append(left_out_note(len(diag.order), len(order), "summary.json (diagnostics) and the audit files"))
+        body.append(
+            left_out_note(
+                *_judges_where(summary, len(diag.order), len(order), "summary.json (diagnostics) and the audit files")
+            )
+        )
     if order:
         labels = [judge_label(a.judge) for a in order]
         parts = [
@@ -1082,6 +1086,17 @@ def _connectivity_sentences(summary: Summary) -> list[str]:
         names = ", ".join(comp[:8]) + (", …" if len(comp) > 8 else "")
         groups.append(f"group {i} ({len(comp)} models): {names}")
     return [s + " " + "; ".join(groups) + "."]
+
+
+def _judges_where(summary: Summary, listed: int, shown: int, files: str) -> tuple[int, int, str]:
+    """(judges in all, judges shown, where every one is) for :func:`~biasboard.report.judges.left_out_note`: past
+    :data:`SUMMARY_JUDGES_MAX` judges the JSON files keep the busiest only, so the note names the Parquet files that
+    hold them all (it said bias.json and summary.json held every judge, which held 201 and 200 of 4,999)."""
+    tables = summary.judge_tables
+    if tables is None:
+        return listed, shown, files
+    every = ", ".join(sorted(set(tables.files.values())))
+    return tables.total, shown, f"{every} (the JSON files keep the {tables.kept:,} with the most battles)"
 
 
 def _diagnostics(summary: Summary) -> str:

@@ -109,3 +109,19 @@ def test_manifest_model_options_stay_bounded_in_the_judges(monkeypatch) -> None:
     assert options["disabled"] == [[v, "position"] for v in voters[:3]] and options["disabled_count"] == 5
     small = _config_dict(ModelConfig(reference=frozenset(voters[:2])))
     assert small["reference"] == voters[:2] and small["reference_count"] == 2 and small["disabled_count"] == 0
+
+
+def test_the_reports_left_out_notes_name_the_files_that_hold_every_judge() -> None:
+    """Past SUMMARY_JUDGES_MAX judges the report said "every judge is in bias.parquet and bias.json" and "in
+    summary.json (diagnostics)", which held 201 and 200 of 4,999; it now names the Parquet files and says the JSON
+    files keep the busiest.  Under the cut it names the files as before."""
+    from types import SimpleNamespace
+
+    from biasboard.report.html import _judges_where
+
+    cut = SimpleNamespace(judge_tables=S.JudgeTables(4999, 200, {"judges": JUDGES_FILE, "bias": "bias.parquet"}))
+    total, shown, where = _judges_where(cut, 200, 40, "summary.json (diagnostics) and the audit files")  # type: ignore[arg-type]
+    assert (total, shown) == (4999, 40)
+    assert where == f"bias.parquet, {JUDGES_FILE} (the JSON files keep the 200 with the most battles)"
+    whole = SimpleNamespace(judge_tables=None)
+    assert _judges_where(whole, 60, 40, "bias.parquet and bias.json") == (60, 40, "bias.parquet and bias.json")  # type: ignore[arg-type]
