@@ -128,6 +128,11 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     fmt = FORMATS[args.format]
     if args.voters and not fmt.voters:
         with_voters = ", ".join(name for name, f in FORMATS.items() if f.voters)
+        if fmt.name == "fastchat":  # its "judge" field is the voter already (LMArena's arena_user_<id>)
+            raise InputError(
+                "--voters: a FastChat log's judge field is its voter already, so each voter is imported as a judge "
+                "without the flag; refresh --judge-pool prefix:SEP pools them back (prefix:_ for arena_user_<id>)"
+            )
         raise InputError(f"--voters: the {fmt.name} format records no voter (formats that do: {with_voters})")
     for flag, given in (("--anony-only", args.anony_only), ("--sampled-only", args.sampled_only)):
         if given and not fmt.arena_filters:

@@ -216,3 +216,11 @@ def test_voter_replicates_clip_each_judges_step_and_land_on_cold_refits(crowd, m
     assert with_clip["factorisations"] < without["factorisations"], (with_clip, without)
     _, cold = bootstrap_replicates(problem, solution, 8, 1, 0, config.tol, config.max_iter, mode="cold")
     assert np.max(np.abs(clipped_cores - cold)) < 1e-8
+
+
+def test_voters_on_a_fastchat_log_says_its_judge_is_the_voter_already(tmp_path, capsys):
+    """FastChat's judge field is the voter (LMArena's arena_user_<id>): "the fastchat format records no voter" sent
+    an operator looking for a flag that does not exist, where each voter is a judge already."""
+    code = cli.main(["import", "--format", "fastchat", "--voters", "--in", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert "judge field is its voter already" in capsys.readouterr().err
