@@ -17,9 +17,10 @@ asks, per effect, whether the excesses are zero:
   correction is on.  Testing one (judge, effect) at a time with the others off (the previous gate) divides
   a shared gain among the judges and let no single correction pass; a group test keeps the whole gain,
   and a judge whose own excess is small is corrected by its (shrunk, identified) estimate, which is then
-  close to zero anyway.  The test weighs the excesses the judges' own battles inform (:func:`informed_excesses`):
-  thousands of few-battle voters' prior-dominated excesses added degrees of freedom and no χ², and drowned the
-  LLM judges' clear ones.
+  close to zero anyway.  A voter pool is a test group of its own (:func:`judge_pools`; Holm then runs over
+  effects × groups), and a group's test weighs the excesses the judges' own battles inform
+  (:func:`informed_excesses`): thousands of voters' near-zero excesses in one test with the LLM judges added
+  degrees of freedom and almost no χ², and drowned the LLM judges' clear ones.
 * **multiple testing** — Holm's step-down correction over the effects tested, so the probability of
   enabling any correction when no judge has an excess is at most ``level`` (the family-wise rate).
 * **never below ``MIN_ANCHORS_FLOOR`` reference verdicts** (Xu et al. 2026 saw false enables at K = 5 and none at
@@ -113,10 +114,11 @@ class GateResult:
         }
 
     def listed(self) -> pl.DataFrame:
-        """The decisions the summary lists: all, or per effect the :data:`LISTED_JUDGES` with the largest |z|
-        and a row ``(N more judges)`` carrying the group's decision for the rest."""
+        """The decisions the summary lists: all, or per effect and test group (a voter pool, or the other judges:
+        :func:`judge_pools`; their reasons differ) the :data:`LISTED_JUDGES` with the largest |z| and a row ``(N more
+        judges)`` carrying the group's decision for the rest."""
         parts = []
-        for _, group in self.decisions.group_by("effect", maintain_order=True):
+        for _, group in self.decisions.group_by("effect", "reason", maintain_order=True):
             if group.height <= LISTED_JUDGES:
                 parts.append(group)
                 continue
@@ -252,6 +254,24 @@ def informed_excesses(posterior_var: np.ndarray, prior_sd: float) -> np.ndarray:
     return informed if informed.any() else np.ones_like(informed)
 
 
+def judge_pools(names: np.ndarray) -> list[tuple[str | None, np.ndarray]]:
+    """The judges' test groups, as positions in ``names``: one per voter pool (judges ``pool/…`` whose ``pool`` at
+    least two share, as ``--judge-pool prefix:/`` and ``--reference 'pool/*'`` read them), then the rest together
+    (``None``).
+
+    Why: one joint test over thousands of voters of another pool and four LLM judges let the voters' near-zero
+    excesses outweigh the LLM judges' clear ones (z 3.8 to 8.4 on 2,295 df: χ² 2,293, p = 1), where the same
+    battles with that pool as one judge corrected all four; a pool is tested as one unit, as it would be pooled."""
+    prefix = np.array([name.split("/", 1)[0] if "/" in name else "" for name in names], dtype=object)
+    pools, counts = np.unique(prefix[prefix != ""], return_counts=True)
+    pooled = {str(pool) for pool, n in zip(pools, counts, strict=True) if n >= 2}
+    out: list[tuple[str | None, np.ndarray]] = [(pool, np.flatnonzero(prefix == pool)) for pool in sorted(pooled)]
+    rest = np.flatnonzero(~np.isin(prefix, list(pooled)))
+    if rest.size:
+        out.append((None, rest))
+    return out
+
+
 def run_gate(
     problem: Problem, fit: FitResult, reference: frozenset[str], k: int, level: float = DEFAULT_LEVEL
 ) -> GateResult:
@@ -265,37 +285,38 @@ def run_gate(
     if not 0.0 < level < 1.0:
         raise ValueError(f"gate level must be in (0, 1), got {level}")
     core, cov = fit.state.core, fit.state.cov_core
+    names = np.asarray(problem.data.judges, dtype=object)
     groups = []
     for effect, t in gated_effects(problem.layout).items():
-        judges, rows, unit = excess_vectors(problem, t, reference)
-        if judges.size == 0:
-            continue
-        d = rows @ core
-        c = row_covariance(cov, rows)
-        var = np.clip(c.diagonal(), 0.0, None)
-        tested = informed_excesses(var / unit**2, prior_sd_of_effect(problem, t)[1])
-        if not tested.all():
-            c = row_covariance(cov, rows[np.flatnonzero(tested)])
-        chi2, df = joint_wald(c, d[tested])
-        p = float(chdtrc(df, chi2)) if df else 1.0
-        groups.append((effect, judges, d, np.sqrt(var), chi2, df, p, int(judges.size - df)))
-    p_holm = holm(np.array([g[6] for g in groups])) if groups else np.zeros(0)
-    names = np.asarray(problem.data.judges, dtype=object)
+        judges_all, rows_all, unit = excess_vectors(problem, t, reference)
+        for pool, members in judge_pools(names[judges_all]):
+            judges, rows = judges_all[members], rows_all[members]
+            d = rows @ core
+            c = row_covariance(cov, rows)
+            var = np.clip(c.diagonal(), 0.0, None)
+            tested = informed_excesses(var / unit**2, prior_sd_of_effect(problem, t)[1])
+            if not tested.all():
+                c = row_covariance(cov, rows[np.flatnonzero(tested)])
+            chi2, df = joint_wald(c, d[tested])
+            p = float(chdtrc(df, chi2)) if df else 1.0
+            label = effect if pool is None else f"{effect} ({pool}/*)"
+            groups.append((label, effect, judges, d, np.sqrt(var), chi2, df, p, int(judges.size - df)))
+    p_holm = holm(np.array([g[7] for g in groups])) if groups else np.zeros(0)
     frames: list[pl.DataFrame] = []
     disabled: set[tuple[str, str]] = set()
-    for (effect, judges, d, se, chi2, df, p, untested), ph in zip(groups, p_holm, strict=True):
+    for (label, effect, judges, d, se, chi2, df, p, untested), ph in zip(groups, p_holm, strict=True):
         enough = k >= MIN_ANCHORS_FLOOR
         on = enough and ph <= level
         if not enough:
             reason = f"only {k} reference verdicts (< {MIN_ANCHORS_FLOOR}): tied to the reference"
         elif on:
             reason = (
-                f"{effect}: excesses over the reference jointly significant (chi2 {chi2:.1f} on {df} df, "
+                f"{label}: excesses over the reference jointly significant (chi2 {chi2:.1f} on {df} df, "
                 f"Holm p = {ph:.3g} <= {level})"
             )
         else:
             reason = (
-                f"{effect}: no excess over the reference supported (chi2 {chi2:.1f} on {df} df, "
+                f"{label}: no excess over the reference supported (chi2 {chi2:.1f} on {df} df, "
                 f"Holm p = {ph:.3g} > {level}): tied to the reference"
             )
         if untested and enough:
