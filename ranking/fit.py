@@ -217,7 +217,7 @@ def _off_centre_bootstrap_warnings(
     outside = np.flatnonzero((rating < low) | (rating > high))
     if not outside.size:
         return []
-    named = first_few([models[i] for i in outside], 5)
+    named = first_few([models[int(i)] for i in outside], 5)
     return [
         f"{_BOARD.get(method, method)} board: {outside.size} of {len(models)} published ratings lie outside their "
         f"own bootstrap intervals ({named}): the replicates' ratings are spread away from the fit's (as on boards of "
