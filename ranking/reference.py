@@ -790,7 +790,7 @@ def fit_with_reference(
     gated_off = set(gate.disabled) if gate is not None else set()
     unidentified = unidentified_effects(problem_all, fit_all, raters, frozenset(gated_off))
     off = set(gated_off) if settings.apply_unidentified else gated_off | unidentified
-    rated: dict[str, dict[str, Any]] = {}  # the reference's own effects in its rating, as its verdicts estimate them
+    rated: dict[str, dict[str, Any]] = {}  # its own rated effects taken as zero, as its verdicts estimate them
     if raters:
         own = own_effects(problem_all, fit_all, raters)
         # Only effects the reference has data for: one it has none of is zero already (no refit to say so, e.g.
