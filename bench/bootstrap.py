@@ -123,10 +123,10 @@ def main(argv: list[str] | None = None) -> int:
 
     rows, runs = {}, {}
     old_label = "old: model objective, sequential"
-    (old_theta, old_core), *rows[old_label] = timed(replicates("refit"))
+    (old_theta, old_core, _), *rows[old_label] = timed(replicates("refit"))
     for n in sorted({1, workers}):
         runs[n], *rows[f"new: lean chord engine, {n} process{'es' if n > 1 else ''}"] = timed(replicates("fast", n))
-    new_theta, new_core = runs[workers]
+    new_theta, new_core, _ = runs[workers]
     same = all(np.array_equal(new_core, other[1]) and np.array_equal(new_theta, other[0]) for other in runs.values())
 
     old_wall, old_cpu = rows[old_label]
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             workers,
         )
     if args.cold:
-        (_, cold_core), wall, _ = timed(
+        (_, cold_core, _), wall, _ = timed(
             lambda: bootstrap_replicates(problem, solution, args.cold, 1, seed, tol, max_iter, mode="cold")
         )
         print(
@@ -193,7 +193,7 @@ def streamed_study(args, config, in_memory: tuple[float, float], theta: np.ndarr
         problem = bias_aware_problem(data, config)
         solution = solve_bias_aware(problem, config)
         b = args.replicates
-        (theta_s, _), wall, cpu = timed(
+        (theta_s, _, _), wall, cpu = timed(
             lambda: bootstrap_replicates(
                 problem, solution, b, 1, config.seed, config.tol, config.max_iter, workers=workers
             )
@@ -257,18 +257,18 @@ def voters_study(args) -> int:
     ):
         bootstrap.JUDGE_STEP, polish["unevaluated"] = limit, unevaluated
         counts.update(factorisations=0, fallbacks=0)
-        (_, cores), wall, cpu = timed(
+        (_, cores, _), wall, cpu = timed(
             lambda: bootstrap_replicates(problem, solution, b, 1, seed, tol, max_iter, workers=1)
         )
         rows[label] = (cores, wall, cpu, dict(counts))
     bootstrap.JUDGE_STEP, polish["unevaluated"] = clip, True
-    (_, forked_cores), forked_wall, forked_cpu = timed(
+    (_, forked_cores, _), forked_wall, forked_cpu = timed(
         lambda: bootstrap_replicates(problem, solution, b, 1, seed, tol, max_iter, workers=2)
     )
     same = np.array_equal(forked_cores, rows[engine][0])
     cold = None
     if args.cold:
-        _, cold = bootstrap_replicates(problem, solution, args.cold, 1, seed, tol, max_iter, mode="cold")
+        cold = bootstrap_replicates(problem, solution, args.cold, 1, seed, tol, max_iter, mode="cold").cores
     base = rows["not clipped"][1]
     print(
         f"\n{b} replicates, 1 process{'':22} {'wall s':>7} {'CPU s':>7} {'vs not':>7} {'factor.':>8} {'fallbacks':>9}"

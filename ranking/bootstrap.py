@@ -380,6 +380,7 @@ class Replicate:
     core: np.ndarray
     steps: int  # chord steps (each one gradient evaluation), plus the damped Newton's iterations after a hand-over
     newton: bool  # handed over to damped Newton (a step did not contract, or no factorisation)
+    converged: bool = True  # False: the damped Newton it handed over to ran out of iterations short of the tolerance
     seconds: float = 0.0  # wall time of the refit (redraw included), for the log line of :func:`run`
 
 
@@ -474,7 +475,7 @@ class Engine:
             judge_step=step,
             polish_unevaluated=True,
         )
-        return Replicate(full.core, steps + full.iterations, True)
+        return Replicate(full.core, steps + full.iterations, True, full.converged)
 
 
 def chord(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -107,6 +108,14 @@ def centred_draws(
     return rating + centre_within(z, component)
 
 
+class BootstrapDraws(NamedTuple):
+    """A bootstrap's replicates, in replicate order."""
+
+    theta: np.ndarray  # centred ratings (replicates × models)
+    cores: np.ndarray  # raw core parameters (replicates × core), for the bias table and the reference's φ
+    unconverged: int  # replicates whose refit ran out of iterations short of the fit's tolerance (kept: see below)
+
+
 def bootstrap_replicates(
     problem: Problem,
     solution: Solution,
@@ -118,8 +127,9 @@ def bootstrap_replicates(
     *,
     mode: str = "fast",
     workers: int | None = None,
-):
-    """Poisson bootstrap: refit on redrawn cell counts; returns (centred θ draws, raw core draws).
+) -> BootstrapDraws:
+    """Poisson bootstrap: refit on redrawn cell counts; returns the centred θ draws, the raw core draws and how
+    many replicates stopped short of the tolerance (:class:`BootstrapDraws`).
 
     Replicate r's counts come from :func:`~biasboard.ranking.bootstrap.replicate_rng` (seed, r) in every
     mode, so the modes refit the same replicates:
@@ -144,17 +154,19 @@ def bootstrap_replicates(
         engine = Engine(problem, solution, shards, tol, max_iter, seed)
         cells = len(problem.data.pairs) if stream is None else stream.n_cells
         n_workers = default_workers(replicates, cells) if workers is None else workers
-        cores = np.array([rep.core for rep in run_replicates(engine, replicates, n_workers)])
+        reps = run_replicates(engine, replicates, n_workers)
+        cores, converged = np.array([rep.core for rep in reps]), [rep.converged for rep in reps]
     elif mode in ("refit", "cold"):
         redraws = Redraws(problem, seed)
         newton = None if mode == "cold" else newton_factor(solution.evaluation, solution.free)
-        cores = np.array(
-            [_slow_replicate(redraws.problem_of(r), solution, shards, newton, tol, max_iter) for r in range(replicates)]
-        )
+        solved = [
+            _slow_replicate(redraws.problem_of(r), solution, shards, newton, tol, max_iter) for r in range(replicates)
+        ]
+        cores, converged = np.array([sol.core for sol in solved]), [sol.converged for sol in solved]
     else:
         raise ValueError(f"bootstrap mode must be fast, refit or cold, got {mode!r}")
     cores = cores.reshape(replicates, lay.n_core)
-    return centre_within(cores[:, lay.theta], component), cores
+    return BootstrapDraws(centre_within(cores[:, lay.theta], component), cores, converged.count(False))
 
 
 def _slow_replicate(
@@ -164,14 +176,14 @@ def _slow_replicate(
     newton: NewtonFactor | ArrowFactor | None,
     tol: float,
     max_iter: int,
-) -> np.ndarray:
+) -> Solution:
     """One replicate (its problem: the redrawn counts) refit by the model's objective: warm chord with
     ``newton``, or from a cold start (``newton`` None)."""
     if newton is None:
         if replicate.naive:
-            return minimize(replicate.objective(shards), *replicate.zeros(), tol=tol, max_iter=max_iter).core
-        return solve_bias_aware(replicate, ModelConfig(tol=tol, max_iter=max_iter), shards).core
-    return refit_nearby(replicate.objective(shards), solution, newton, tol=tol, max_iter=max_iter).core
+            return minimize(replicate.objective(shards), *replicate.zeros(), tol=tol, max_iter=max_iter)
+        return solve_bias_aware(replicate, ModelConfig(tol=tol, max_iter=max_iter), shards)
+    return refit_nearby(replicate.objective(shards), solution, newton, tol=tol, max_iter=max_iter)
 
 
 #: Fewer bootstrap replicates than this get a warning: their 2.5% and 97.5% points are interpolated between the
@@ -206,6 +218,19 @@ def _wide_bootstrap_warnings(method: str, models: Sequence[str], boot_width: np.
     ]
 
 
+def _unconverged_bootstrap_warning(method: str, unconverged: int, replicates: int) -> str:
+    """A warning counting the replicates whose refit stopped at the iteration limit short of the tolerance.
+
+    They are kept where they stopped: a replicate fails to converge where its redraw leaves a rating with little
+    to pin it (a model or judge with no wins or no losses in it), so dropping them would keep only the tamer
+    redraws and narrow the intervals; kept, the intervals are if anything wide on that side."""
+    return (
+        f"{_BOARD.get(method, method)} board: {unconverged} of {replicates} bootstrap replicate(s) did not converge "
+        "within the iteration limit and are used where their refit stopped (dropping them would keep only the tamer "
+        "redraws); their ratings are the least settled, so the bootstrap intervals may be wide"
+    )
+
+
 def _off_centre_bootstrap_warnings(
     method: str, models: Sequence[str], rating: np.ndarray, low: np.ndarray, high: np.ndarray
 ) -> list[str]:
@@ -237,6 +262,7 @@ def _assemble(
     draws: int,
     seed: int,
     boot_theta: np.ndarray | None,
+    boot_unconverged: int = 0,
     bias,
     diagnostics: dict,
     boot_reference: np.ndarray | None = None,
@@ -258,6 +284,8 @@ def _assemble(
         models = problem.data.models
         diagnostics["warnings"].extend(_wide_bootstrap_warnings(method, models, boot_hi - boot_lo, se))
         diagnostics["warnings"].extend(_off_centre_bootstrap_warnings(method, models, rating, boot_lo, boot_hi))
+        if boot_unconverged:
+            diagnostics["warnings"].append(_unconverged_bootstrap_warning(method, boot_unconverged, len(boot_theta)))
         if len(boot_theta) < FEW_REPLICATES:
             diagnostics["warnings"].append(
                 f"the 95% intervals, P(top-k) and rank intervals are percentiles of only {len(boot_theta)} bootstrap "
@@ -293,10 +321,12 @@ def _assemble(
     )
 
 
-def _replicates_of(config: NaiveConfig | ModelConfig, problem: Problem, solution: Solution, shards: int):
-    """The Poisson-bootstrap replicates a config asks for (streams of its seed), or ``(None, None)`` for none."""
+def _replicates_of(
+    config: NaiveConfig | ModelConfig, problem: Problem, solution: Solution, shards: int
+) -> BootstrapDraws | None:
+    """The Poisson-bootstrap replicates a config asks for (streams of its seed), or None for none."""
     if not config.bootstrap:
-        return None, None
+        return None
     return bootstrap_replicates(problem, solution, config.bootstrap, shards, config.seed, config.tol, config.max_iter)
 
 
@@ -393,7 +423,7 @@ def _naive_result(
     config: NaiveConfig, problem: Problem, solution: Solution, shards: int, data: Dataset, notes: _NaiveNotes
 ) -> FitResult:
     """A solved naive problem → its published result (pairwise and ordinal naive boards alike)."""
-    boot, _ = _replicates_of(config, problem, solution, shards)
+    boot = _replicates_of(config, problem, solution, shards)
     diagnostics = connectivity_report(data)
     diagnostics["warnings"] = notes.warnings + diagnostics.pop("warnings")
     diagnostics["tie_convention"] = notes.tie_convention
@@ -408,7 +438,8 @@ def _naive_result(
         k=config.k,
         draws=config.posterior_draws,
         seed=config.seed,
-        boot_theta=boot,
+        boot_theta=None if boot is None else boot.theta,
+        boot_unconverged=0 if boot is None else boot.unconverged,
         bias=empty_bias_table(),
         diagnostics=diagnostics,
     )
@@ -533,7 +564,10 @@ def publish_bias_aware(
     """
     data = problem.data
     cov_core = laplace_covariance(solution) if cov_core is None else cov_core
-    boot_theta, boot_core = _replicates_of(config, problem, solution, shards)
+    boot = _replicates_of(config, problem, solution, shards)
+    boot_theta, boot_core = (None, None) if boot is None else (boot.theta, boot.cores)
+    unconverged = 0 if boot is None else boot.unconverged
+    del boot  # (the cores are freed below, once the bias table has read them)
     boot_reference = None
     if boot_core is not None and config.reference:
         boot_reference = reference_replicates(problem, boot_core, config.reference, config.length_clip)
@@ -588,6 +622,7 @@ def publish_bias_aware(
         draws=config.posterior_draws,
         seed=config.seed,
         boot_theta=boot_theta,
+        boot_unconverged=unconverged,
         bias=bias,
         diagnostics=diagnostics,
         boot_reference=boot_reference,

@@ -97,11 +97,11 @@ def test_fast_replicates_are_full_refits(name):
     assert all(1 <= rep.steps <= 20 for rep in fast)
     assert name == "scores" or not any(rep.newton for rep in fast)
     cores = np.array([rep.core for rep in fast])
-    _, refit = bootstrap_replicates(problem, solution, 5, 1, 3, TOL, MAX_ITER, mode="refit")
+    refit = bootstrap_replicates(problem, solution, 5, 1, 3, TOL, MAX_ITER, mode="refit").cores
     assert np.ptp(cores[:, problem.layout.theta], axis=0).min() > 1e-3  # the replicates differ
     assert np.max(np.abs(cores - refit)) < 1e-9
     if name == "dense":
-        _, cold = bootstrap_replicates(problem, solution, 5, 1, 3, TOL, MAX_ITER, mode="cold")
+        cold = bootstrap_replicates(problem, solution, 5, 1, 3, TOL, MAX_ITER, mode="cold").cores
         assert np.max(np.abs(cores - cold)) < 1e-7
 
 
@@ -353,3 +353,26 @@ def test_ratings_outside_their_own_bootstrap_intervals_are_named() -> None:
     assert inside == [] and said.startswith(
         "corrected board: 2 of 3 published ratings lie outside their own bootstrap intervals (a, c)"
     )
+
+
+def test_replicates_that_stop_short_of_the_tolerance_are_counted_and_warned_about(monkeypatch):
+    """A replicate whose refit runs out of iterations was used silently, where it stopped.  It is still used (dropping
+    the least settled redraws would narrow the intervals), but counted, by every engine, and the board says so."""
+    from biasboard.ranking import fit as fit_module
+
+    problem, solution = _dense()
+    assert bootstrap_replicates(problem, solution, 4, 1, 2, TOL, MAX_ITER).unconverged == 0
+    monkeypatch.setattr(boot, "CHORD_RATE", 1e-12)  # every replicate hands over to the damped Newton ...
+    short = bootstrap_replicates(problem, solution, 4, 1, 2, TOL, 2)  # ... with a budget of one step
+    assert short.unconverged == 4 and short.cores.shape[0] == 4
+    assert bootstrap_replicates(problem, solution, 4, 1, 2, TOL, 2, mode="cold").unconverged == 4
+    assert bootstrap_replicates(problem, solution, 4, 1, 2, TOL, MAX_ITER).unconverged == 0
+
+    real = fit_module.bootstrap_replicates
+    monkeypatch.setattr(fit_module, "bootstrap_replicates", lambda *a, **kw: real(*a[:-1], 2, **kw))
+    naive, corrected = fit_module.fit_leaderboards(
+        problem.data, config=ModelConfig(profile=False, bootstrap=4, judge_solver="dense")
+    )
+    for board, result in (("naive", naive), ("corrected", corrected)):
+        warned = [w for w in result.diagnostics["warnings"] if "did not converge within" in w]
+        assert warned and warned[0].startswith(f"{board} board: 4 of 4 bootstrap replicate(s)"), warned

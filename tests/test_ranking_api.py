@@ -272,7 +272,7 @@ def test_warm_chord_bootstrap_matches_cold_refits():
         bootstrap_replicates(problem, solution, 8, 1, 2, config.tol, config.max_iter, mode=mode)
         for mode in ("fast", "cold")
     ]
-    (warm_theta, warm_core), (cold_theta, cold_core) = runs
+    (warm_theta, warm_core, _), (cold_theta, cold_core, _) = runs
     assert np.ptp(warm_theta, axis=0).min() > 1e-3  # the replicates differ: the comparison is not vacuous
     assert np.max(np.abs(warm_core - cold_core)) < 1e-7
     for warm, cold in zip(percentile_interval(warm_theta), percentile_interval(cold_theta), strict=True):

@@ -209,12 +209,12 @@ def test_voter_replicates_clip_each_judges_step_and_land_on_cold_refits(crowd, m
     for clipped in (True, False):
         monkeypatch.setattr(boot, "JUDGE_STEP", 1.0 if clipped else float("inf"))
         counts.update(factorisations=0, clipped=0)
-        _, cores = bootstrap_replicates(problem, solution, 8, 1, 0, config.tol, config.max_iter, workers=1)
+        cores = bootstrap_replicates(problem, solution, 8, 1, 0, config.tol, config.max_iter, workers=1).cores
         runs[clipped] = (cores, dict(counts))
     (clipped_cores, with_clip), (_, without) = runs[True], runs[False]
     assert with_clip["clipped"] > 0 and without["clipped"] == 0
     assert with_clip["factorisations"] < without["factorisations"], (with_clip, without)
-    _, cold = bootstrap_replicates(problem, solution, 8, 1, 0, config.tol, config.max_iter, mode="cold")
+    cold = bootstrap_replicates(problem, solution, 8, 1, 0, config.tol, config.max_iter, mode="cold").cores
     assert np.max(np.abs(clipped_cores - cold)) < 1e-8
 
 

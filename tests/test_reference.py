@@ -307,7 +307,7 @@ def test_reference_rating_intervals_come_from_its_replicates_with_bootstrap() ->
     config = fit.config
     problem = bias_aware_problem(data, config)
     solution = solve_bias_aware(problem, config)
-    _, cores = bootstrap_replicates(problem, solution, 12, 1, config.seed, config.tol, config.max_iter)
+    cores = bootstrap_replicates(problem, solution, 12, 1, config.seed, config.tol, config.max_iter).cores
     phis = np.array([reference_map(problem, core, config.reference, config.length_clip)[0] for core in cores])
     expected = centre_within(phis)
     np.testing.assert_allclose(board.boot_theta, expected, rtol=0, atol=1e-9)
@@ -363,9 +363,9 @@ def test_a_board_the_gate_keeps_whole_gets_its_replicates_after_the_gate(monkeyp
     np.testing.assert_array_equal(fit.corrected.ci_low, fit.all_on.ci_low)  # one board, published and all on
     config = fit.config
     problem = bias_aware_problem(build_dataset(cells), config)
-    _, cores = bootstrap_replicates(
+    cores = bootstrap_replicates(
         problem, solve_bias_aware(problem, config), 6, 1, config.seed, config.tol, config.max_iter
-    )
+    ).cores
     phis = np.array([reference_map(problem, core, config.reference, config.length_clip)[0] for core in cores])
     np.testing.assert_allclose(fit.corrected.boot_theta, centre_within(phis), rtol=0, atol=1e-9)
     own = fit.bias.filter((pl.col("judge") == human) & (pl.col("effect") == "length"))
