@@ -554,13 +554,18 @@ def _with_plan(outcome: Outcome, out_dir: str, options: RefreshOptions) -> Outco
         except PlanTooLarge as err:
             # Voter-judges, too many to weigh each for every pair (and none can be asked again by name): refresh has no
             # --judge, so it plans what an arena asks next — pairs for a new judge of the population — and says so.
-            _LOG.warning(
-                "--plan-budget: %s; planned for %r instead (`biasboard plan --judge ...` plans for named judges)",
-                err,
-                POPULATION_JUDGE,
+            # The plan's own notes say so too: the log is gone by the time someone reads plan.json.
+            fallback = (
+                f"--plan-budget: {err}; planned for {POPULATION_JUDGE!r} instead (`biasboard plan --judge ...` plans "
+                "for named judges)"
             )
+            _LOG.warning("%s", fallback)
             plan = make_plan(
-                out_dir, options.plan_budget, snapshot_id=outcome.published.snapshot_id, judges=[POPULATION_JUDGE]
+                out_dir,
+                options.plan_budget,
+                snapshot_id=outcome.published.snapshot_id,
+                judges=[POPULATION_JUDGE],
+                notes=[fallback],
             )
     outcome.plan_path = plan.paths[0] if plan.paths else None
     return outcome

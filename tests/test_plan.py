@@ -650,6 +650,8 @@ def test_a_refresh_whose_plan_would_not_fit_plans_for_a_new_judge_of_the_populat
     assert "planning for 2 judges over 6 models" in caplog.text and "planned for '*' instead" in caplog.text
     planned = json.loads((Path(out) / "plans" / snapshot_id / "plan.json").read_text())
     assert planned["judges"] == ["*"] and planned["planned"] == 4
+    assert "planning for 2 judges over 6 models" in planned["notes"][0]  # the plan says why, not only the log
+    assert "planned for '*' instead" in planned["notes"][0]
     assert set(pl.read_parquet(Path(out) / "plans" / snapshot_id / "plan.parquet")["judge"]) == {"*"}
     judge = json.loads((Path(out) / "snapshots" / snapshot_id / "summary.json").read_text())
     one = judge["judges"][0]["judge"]

@@ -219,8 +219,11 @@ def make_plan(
     repeat: bool = True,
     max_pair_share: float | None = None,
     max_judge_share: float | None = None,
+    notes: Sequence[str] = (),
 ) -> PlanResult:
-    """Plan ``budget`` comparisons from a snapshot and write them; refresh may call this after publishing."""
+    """Plan ``budget`` comparisons from a snapshot and write them; refresh may call this after publishing.
+
+    ``notes`` are the caller's, kept first in the plan's ``notes`` (refresh's: why it planned for whom it did)."""
     if budget < 2:
         raise InputError(f"--budget {budget}: at least 2 comparisons (one pair in both orders) are needed")
     if budget > MAX_BUDGET:
@@ -240,7 +243,7 @@ def make_plan(
         chosen = publish.read_snapshot_manifest(source).get("snapshot_id") or source.rstrip("/").rsplit("/", 1)[-1]
         _refuse_ordinal_only(source)
         posterior = read_posterior(source)
-    notes: list[str] = []
+    notes = list(notes)
     if k is not None and k >= posterior.n_models:
         raise InputError(f"--k {k}: the snapshot has only {posterior.n_models} models, so every model is in the top k")
     if k is None and posterior.k >= posterior.n_models and strategy in TOP_K_STRATEGIES:
