@@ -354,7 +354,22 @@ def read_all(paths: Sequence[Path], scalar: Iterable[str] = ()) -> pl.DataFrame:
         for c in marked
         if c.removeprefix(NESTED_PREFIX) in scalar
     ]
-    return coerce_types(frame.with_columns(flags).drop(marked), scalar)
+    # A slice label that is a list or object on some rows (text on others): those rows get no label, not the JSON
+    # text as one (a board named '["coding","math"]'); the mark stays for :func:`non_text_slice_notes` to count.
+    labels = [
+        c
+        for c in marked
+        if c.removeprefix(NESTED_PREFIX) in SLICE_COLUMNS and c.removeprefix(NESTED_PREFIX) not in scalar
+    ]
+    unlabel = [
+        pl.when(pl.col(c).fill_null(False))
+        .then(None)
+        .otherwise(pl.col(c.removeprefix(NESTED_PREFIX)))
+        .alias(c.removeprefix(NESTED_PREFIX))
+        for c in labels
+    ]
+    dropped = [c for c in marked if c not in labels]
+    return coerce_types(frame.with_columns(flags).with_columns(unlabel).drop(dropped), scalar)
 
 
 def _flag_reason(raw: pl.DataFrame) -> pl.Expr:
@@ -531,7 +546,7 @@ def pick_length_unit(options: ImportOptions) -> str:
 def _dead_letters(raw: pl.DataFrame, reasons: pl.Series, mask: pl.Series) -> pa.Table:
     """Rejected rows: every original field as text, then reason, source file and row (the dead-letter contract)."""
     original = [c for c in raw.columns if c not in (SOURCE_FILE, SOURCE_ROW) and c not in META_FIELDS]
-    original = [c for c in original if not c.startswith(FLAG_PREFIX)]
+    original = [c for c in original if not c.startswith((FLAG_PREFIX, NESTED_PREFIX))]
     texts = []
     for column in original:
         dtype = raw.schema[column]
@@ -577,6 +592,11 @@ def non_text_slice_notes(raw: pl.DataFrame, columns: Sequence[str] = SLICE_COLUM
             notes.append(
                 f"{column}: the source's {column} column holds {kind} values, not text labels, so it is not kept "
                 f"(refresh --slices {column} finds no label in this import)"
+            )
+        elif NESTED_PREFIX + column in raw.columns and (nested := int(raw[NESTED_PREFIX + column].sum())):
+            notes.append(
+                f"{column}: {nested} row(s) hold a list or object, not a text label, so they have no {column} "
+                f"(refresh --slices {column} leaves them off every {column} board)"
             )
     return notes
 

@@ -94,13 +94,12 @@ def _slice_labels(raw: pl.DataFrame, notes: list[str]) -> list[pl.Expr]:
     """The slice label columns: text ``language``/``category`` as given, else the arena's categories."""
     labels = text_slice_labels(raw)
     notes.extend(non_text_slice_notes(raw, ["language"]))
-    if raw.schema.get("category") != pl.String:
-        category, boards = arena_category(raw)
-        if category is not None:
-            labels.append(category.alias("category"))
-            notes.append(f"category: the arena's category boards from its tags ({', '.join(boards)})")
-        else:
-            notes.extend(non_text_slice_notes(raw, ["category"]))
+    category, boards = (None, ()) if raw.schema.get("category") == pl.String else arena_category(raw)
+    if category is not None:
+        labels.append(category.alias("category"))
+        notes.append(f"category: the arena's category boards from its tags ({', '.join(boards)})")
+    else:  # (text categories: the rows that held a list instead, if any)
+        notes.extend(non_text_slice_notes(raw, ["category"]))
     return labels
 
 

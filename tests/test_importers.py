@@ -1342,3 +1342,21 @@ def test_a_non_text_slice_column_is_named_as_not_kept(tmp_path):
         assert bool(said) == numbered, result.notes
         kept = pl.from_arrow(result.rows)["category"]
         assert kept.null_count() == (kept.len() if numbered else 0)
+
+
+def test_a_slice_label_that_is_a_list_on_some_rows_gives_those_rows_no_label(tmp_path):
+    """A category that is text on most rows and a list on some was read as text with the lists as JSON, and each list
+    became a slice board of its own ('["coding","math"]').  Those rows now have no category, and the import counts
+    them; the text rows keep theirs."""
+    records = json.loads(
+        real_data("arena-clean-battle-samples", "mteb-arena", "clean_battle_clustering.json").read_text()
+    )
+    listed = {1, 4}
+    mixed = [{**r, "category": ["coding", "math"] if i in listed else "coding"} for i, r in enumerate(records)]
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps(mixed))
+    result = import_path("fastchat", path)
+    kept = pl.from_arrow(result.rows)["category"]
+    assert set(kept.drop_nulls().unique()) == {"coding"}
+    assert kept.null_count() == len(listed) and result.rows_converted == len(records)
+    assert [n for n in result.notes if n.startswith("category: 2 row(s) hold a list or object")], result.notes
