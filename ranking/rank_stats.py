@@ -38,6 +38,28 @@ def snap_ties(values: np.ndarray) -> np.ndarray:
     return snapped
 
 
+def tie_runs(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row of ``draws`` (draws × models) sorted best first, in runs of ties as :func:`snap_ties` sees them.
+
+    Returns (order, start, size), each draws × models: ``order`` the models best first; for the model at each
+    sorted position, ``start`` the 0-based position where its run of ties begins and ``size`` the run's length.
+    Why: bootstrap replicates can rate models exactly equal (a board of ties; models with the same record), and
+    breaking those ties by index made the first model by name "certainly best"."""
+    draws = np.atleast_2d(np.asarray(draws, float))
+    n = draws.shape[1]
+    order = np.argsort(-draws, axis=1, kind="stable")
+    desc = np.take_along_axis(draws, order, axis=1)
+    tolerance = TIE_TOLERANCE * np.maximum(1.0, np.abs(desc).max(axis=1, initial=0.0, keepdims=True))
+    starts = np.ones(desc.shape, bool)
+    starts[:, 1:] = desc[:, :-1] - desc[:, 1:] > tolerance
+    positions = np.arange(n)
+    start = np.maximum.accumulate(np.where(starts, positions, 0), axis=1)
+    ends = np.ones(desc.shape, bool)
+    ends[:, :-1] = starts[:, 1:]
+    end = np.minimum.accumulate(np.where(ends, positions, n)[:, ::-1], axis=1)[:, ::-1]
+    return order, start, end - start + 1
+
+
 def kendall_tau_b(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> float:
     """Kendall's τ-b between two score vectors (ties in either get the τ-b correction).
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from biasboard.ranking.rank_stats import ranks_within
+from biasboard.ranking.rank_stats import ranks_within, tie_runs
 from biasboard.ranking.uncertainty import percentile_interval
 from biasboard.schemas.summary import GLOBAL_JUDGE
 
@@ -40,7 +40,8 @@ def empty_bias_table() -> pl.DataFrame:
 def rank_draws(draws: np.ndarray, component: np.ndarray | None = None) -> np.ndarray:
     """Ranks (1 = best) of each row of ``draws`` (draws × models), within each comparison component.
 
-    A model is ranked only against models it can be compared with; ties in a draw are broken by index.
+    A model is ranked only against models it can be compared with; models tied in a draw share the best rank of
+    their run (competition ranks, as the published ranks: :func:`~biasboard.ranking.rank_stats.tie_runs`).
     """
     draws = np.atleast_2d(draws)
     ranks = np.empty(draws.shape, np.int64)
@@ -50,8 +51,10 @@ def rank_draws(draws: np.ndarray, component: np.ndarray | None = None) -> np.nda
         else [np.flatnonzero(component == c) for c in np.unique(component)]
     )
     for members in groups:
-        order = np.argsort(-draws[:, members], axis=1, kind="stable")
-        ranks[:, members] = np.argsort(order, axis=1, kind="stable") + 1
+        order, start, _ = tie_runs(draws[:, members])
+        block = np.empty(order.shape, np.int64)
+        np.put_along_axis(block, order, start + 1, axis=1)
+        ranks[:, members] = block
     return ranks
 
 

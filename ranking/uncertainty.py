@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 from biasboard.ranking.data import ScoreArrays
+from biasboard.ranking.rank_stats import tie_runs
 
 
 def centre_within(values: np.ndarray, component: np.ndarray | None = None) -> np.ndarray:
@@ -38,10 +39,12 @@ def centring_matrix(component: np.ndarray, m: int) -> np.ndarray:
 
 
 def top_k_probabilities(draws: np.ndarray, k: int, component: np.ndarray | None = None) -> np.ndarray:
-    """P(model in top k) from posterior draws (rows = draws).  Ties in a draw are broken by index.
+    """P(model in top k) from posterior draws or bootstrap replicates (rows = draws).
 
-    With several comparison components, membership is computed within each component (a model is
-    never ranked against models it cannot be compared with).
+    Models tied in a draw across the k-th place share the places left: each of s tied models for r places counts
+    r/s (:func:`~biasboard.ranking.rank_stats.tie_runs`; breaking the tie by index made the first model by name
+    "certainly best" on a board of ties).  With several comparison components, membership is computed within
+    each component (a model is never ranked against models it cannot be compared with).
     """
     n_draws, n_models = draws.shape
     out = np.zeros(n_models)
@@ -54,9 +57,11 @@ def top_k_probabilities(draws: np.ndarray, k: int, component: np.ndarray | None 
         if kk == members.size:
             out[members] = 1.0
             continue
-        sub = draws[:, members]
-        top = np.argpartition(-sub, kk - 1, axis=1)[:, :kk]
-        out[members] = np.bincount(top.ravel(), minlength=members.size) / n_draws
+        order, start, size = tie_runs(draws[:, members])
+        share = np.clip((kk - start) / size, 0.0, 1.0)
+        inside = np.empty(order.shape)
+        np.put_along_axis(inside, order, share, axis=1)
+        out[members] = inside.sum(axis=0) / n_draws
     return out
 
 

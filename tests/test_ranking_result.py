@@ -125,3 +125,27 @@ def test_rank_interval_holds_the_rank(fits):
     assert np.all(narrow_low >= low) and np.all(narrow_high <= high)
     with pytest.raises(ValueError, match="level"):
         fit.rank_interval(1.0)
+
+
+def test_draws_that_tie_share_ranks_and_top_k_places():
+    """Bootstrap replicates can rate models exactly equal (every battle a tie): the ties were broken by index, so the
+    first model by name had P(top 1) = 1 and rank interval [1, 1], the others [2, 2] … [4, 4] against a published
+    rank 1 each.  Tied models now share the best rank of their run and the top-k places left (r places, s models:
+    r/s each), as scipy's "min" ranks; untied draws are ranked as before."""
+    from biasboard.ranking.result import rank_draws
+    from biasboard.ranking.uncertainty import top_k_probabilities
+    from scipy.stats import rankdata
+
+    ties = np.zeros((50, 4)) + 1e-15 * np.arange(4)  # equal up to a solve's round-off
+    assert (rank_draws(ties) == 1).all()
+    assert np.allclose(top_k_probabilities(ties, 1), 0.25) and np.allclose(top_k_probabilities(ties, 3), 0.75)
+    rng = np.random.default_rng(0)
+    draws = rng.integers(0, 4, (300, 7)).astype(float)  # many ties at every place
+    want = rankdata(-draws, method="min", axis=1)
+    assert np.array_equal(rank_draws(draws), want)
+    for k in (1, 2, 5):
+        expected = np.clip((k - (want - 1)) / np.array([np.sum(row == row[:, None], axis=1) for row in draws]), 0, 1)
+        assert np.allclose(top_k_probabilities(draws, k), expected.mean(axis=0))
+        assert math.isclose(top_k_probabilities(draws, k).sum(), k)
+    continuous = rng.standard_normal((200, 6))
+    assert np.array_equal(rank_draws(continuous), rankdata(-continuous, method="ordinal", axis=1))
