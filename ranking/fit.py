@@ -29,7 +29,7 @@ from biasboard.ranking.diagnostics import (
     covariate_report,
     profile_ranges,
 )
-from biasboard.ranking.graph import comparison_components, mle_exists, model_components
+from biasboard.ranking.graph import comparison_components, mle_exists, model_components, one_sided_models
 from biasboard.ranking.model import DISC, LEN
 from biasboard.ranking.pages import base_pages
 from biasboard.ranking.problem import (
@@ -533,6 +533,25 @@ def fit_bias_aware(
 #: Said when no battle carries both answers' lengths: the length correction is then off for every judge, which the
 #: bias table's notes said row by row and nothing said aloud (a file without ``len_a``/``len_b`` looks like any other).
 #: Why the summary's Kendall τ and Spearman ρ are null on a board of two or more models.
+def _prior_bound_warning(data: Dataset, theta_sd: float | None) -> list[str]:
+    """A warning when the verdicts alone put no bound on some rating (complete separation: a model that never wins
+    or never loses against the rest of its component), so the corrected board's rating and interval for it are the
+    prior's.  Why: the naive board said so and fell back to a prior, while the corrected board, whose prior makes its
+    ratings finite anyway, published 1195 [883, 1507] for a model that won its two battles, with no word."""
+    if data.ordinal_only or theta_sd is None or mle_exists(data.pairs, len(data.models), within_components=True):
+        return []
+    named = [data.models[int(i)] for i in one_sided_models(data.pairs, len(data.models))]
+    if len(named) == 1:
+        which = f"{named[0]} never wins or never loses"
+    else:
+        which = f"{first_few(named, 5)} each never win or never lose" if named else "a group of models never loses"
+    return [
+        f"corrected board: {which} against the rest of the comparison component, so the verdicts put no bound on "
+        f"some ratings: those ratings and their intervals come from the N(0, {theta_sd:g}^2) prior on ratings, not "
+        "from the data (battles that such a model loses, or wins, bound it)"
+    ]
+
+
 TAU_UNDEFINED_WARNING = (
     "Kendall tau and Spearman rho naive vs corrected are undefined: a board rates every model the same (every "
     "battle a tie, say), so it has no order to compare"
@@ -608,6 +627,7 @@ def publish_bias_aware(
         diagnostics["board"] = ORDINAL_ONLY
     diagnostics["length_scale"] = problem.spec.x_scale
     diagnostics["length_clip"] = config.length_clip
+    warnings.extend(_prior_bound_warning(data, config.priors.theta_sd))
     if not solution.converged:
         warnings.append(f"bias-aware fit did not converge (relative gradient {solution.rel_grad:.2e})")
     if not data.ordinal_only and problem.notes.noted(LEN, NO_LENGTHS_NOTE).all():

@@ -111,5 +111,18 @@ def mle_exists(pairs: PairArrays, n_models: int, within_components: bool = False
     return n_comp == 1
 
 
+def one_sided_models(pairs: PairArrays, n_models: int) -> np.ndarray:
+    """The models (indices) that earned no point, or gave none away, against another model (ties as half wins):
+    the plainest case of a maximum-likelihood rating that does not exist (:func:`mle_exists` finds the rest: a
+    group that never loses to the models outside it)."""
+    keep = pairs.a != pairs.b
+    a, b = pairs.a[keep], pairs.b[keep]
+    a_pts, b_pts = (pairs.win_a + 0.5 * pairs.tie)[keep], (pairs.win_b + 0.5 * pairs.tie)[keep]
+    earned = np.bincount(a, a_pts, n_models) + np.bincount(b, b_pts, n_models)
+    conceded = np.bincount(a, b_pts, n_models) + np.bincount(b, a_pts, n_models)
+    played = np.bincount(a, minlength=n_models) + np.bincount(b, minlength=n_models)
+    return np.flatnonzero((played > 0) & ((earned == 0) | (conceded == 0)))
+
+
 def component_names(component: np.ndarray, models: tuple[str, ...]) -> list[list[str]]:
     return [[models[i] for i in np.flatnonzero(component == c)] for c in range(int(component.max()) + 1)]

@@ -214,3 +214,24 @@ def test_terminal_view_keeps_its_columns_with_wide_model_names():
     naive = [str(int(r)) for r in board["rating_naive"]]
     assert len({columns(row[: row.index(r) + len(r)]) for row, r in zip(rows, naive, strict=True)}) == 1, rows
     assert len({columns(row) for row in rows}) == 1, rows
+
+
+def test_a_rating_the_verdicts_do_not_bound_is_named_on_the_corrected_board():
+    """A model that never loses has no maximum-likelihood rating.  The naive board said so and fell back to a prior;
+    the corrected board, whose N(0, 2²) prior keeps it finite, published its rating and interval with no word (a
+    model winning its two battles: 1195 [883, 1507]).  It now names the model; a board where every model wins and
+    loses says nothing."""
+    cells = pl.from_arrow(_cells(np.random.default_rng(2), models=6, judges=3, cells=400))
+    assert not any("put no bound" in w for w in fit_leaderboards(cells.to_arrow())[1].diagnostics["warnings"])
+    other = pl.col("model_a") != pl.col("model_b")
+    as_a, as_b = (pl.col("model_a") == "m5") & other, (pl.col("model_b") == "m5") & other  # m5 always loses
+    given = pl.col("win_a") + pl.col("win_b") + pl.col("tie") + pl.col("tie_bothbad")
+    unbeaten = cells.with_columns(
+        pl.when(as_a).then(0).when(as_b).then(given).otherwise(pl.col("win_a")).alias("win_a"),
+        pl.when(as_b).then(0).when(as_a).then(given).otherwise(pl.col("win_b")).alias("win_b"),
+        *(pl.when(as_a | as_b).then(0).otherwise(pl.col(c)).alias(c) for c in ("tie", "tie_bothbad")),
+    )
+    naive, corrected = fit_leaderboards(unbeaten.to_arrow(), config=ModelConfig(profile=False))
+    (said,) = [w for w in corrected.diagnostics["warnings"] if "put no bound" in w]
+    assert said.startswith("corrected board: m5 never wins or never loses") and "N(0, 2^2) prior" in said, said
+    assert any("maximum-likelihood ratings do not exist" in w for w in naive.diagnostics["warnings"])
