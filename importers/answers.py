@@ -101,7 +101,13 @@ def answer_lengths(answers_dir: Path) -> pl.DataFrame:
         frame = read_records(path)
         if "question_id" not in frame.columns or "choices" not in frame.columns:
             raise InputError(f"{path}: FastChat answer file lacks 'question_id' or 'choices'")
-        turn_chars = pl.col("choices").list.first().struct.field("turns").list.eval(pl.element().str.len_chars())
+        turns = _first_choice_turns(frame)
+        if turns is None or turns[1] != pl.String:  # (a line's choices as text, or turns that are not text)
+            raise InputError(
+                f"{path}: FastChat answer file: 'choices' must hold [{{\"turns\": [text, ...]}}] on every line "
+                f"(read as {frame.schema['choices']})"
+            )
+        turn_chars = turns[0].list.eval(pl.element().str.len_chars())
         per_answer = frame.select(
             pl.lit(_stem(path)).alias("model"),
             pl.col("question_id").cast(pl.String),
@@ -130,7 +136,10 @@ def _token_count(frame: pl.DataFrame) -> pl.Expr:
     found = [f[0] for f in nested if f is not None]
     turns = _first_choice_turns(frame)
     if turns is not None and isinstance(turns[1], pl.Struct) and "token_len" in {f.name for f in turns[1].fields}:
-        found.append(turns[0].list.eval(pl.element().struct.field("token_len")).list.sum())
+        per_turn = turns[0].list.eval(pl.element().struct.field("token_len"))
+        # A turn without a count makes the answer's count unknown (a sum would read it as 0 tokens: an empty answer).
+        complete = (per_turn.list.drop_nulls().list.len() == per_turn.list.len()) & (per_turn.list.len() > 0)
+        found.append(pl.when(complete).then(per_turn.list.sum()))
     counts = [e.cast(pl.Float64, strict=False) for e in found]
     return pl.coalesce(counts) if counts else pl.lit(None, dtype=pl.Float64)
 

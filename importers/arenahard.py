@@ -113,7 +113,13 @@ def _games(lines: pl.DataFrame) -> pl.DataFrame:
     games = pl.col("games")
     count = games.list.len().fill_null(0)
     numbers = pl.int_ranges(1, pl.max_horizontal(count, GAMES_PER_LINE) + 1, dtype=pl.Int64)
-    score = games.list.get(pl.col("game") - 1, null_on_oob=True).struct.field("score").cast(pl.String)
+    listed = lines.schema["games"]  # (a list of structs: checked by the caller)
+    inner = listed.inner if isinstance(listed, pl.List) else None
+    score = (
+        games.list.get(pl.col("game") - 1, null_on_oob=True).struct.field("score").cast(pl.String)
+        if isinstance(inner, pl.Struct) and "score" in {f.name for f in inner.fields}
+        else pl.lit(None, dtype=pl.String)  # games with no score at all: each a no-verdict dead letter
+    )
     keep = [c for c in lines.columns if c != "games"]
     exploded = lines.with_columns(numbers.alias("game"), count.alias("games_in_line")).explode("game")
     return exploded.select(*keep, "game", "games_in_line", score.alias("score"))

@@ -49,19 +49,40 @@ def judge_from_file(path: str) -> str:
     return Path(path).name.split("-")[0]
 
 
-def _lengths(paths: Sequence[Path], unit: str) -> tuple[pl.DataFrame | None, Path | None]:
+def _lengths(paths: Sequence[Path], unit: str) -> tuple[pl.DataFrame | None, Path | None, list[str]]:
+    """The sidecar's lengths by (model, prompt), the sidecar, and a note on the lengths it could not read.
+
+    A length that is no whole number (``about 40``, a value past int64) is left unknown: those battles are kept
+    without that answer's length, and the note counts them (it was a polars traceback)."""
     for path in paths:
         sidecar = path.parent / LENGTHS_SIDECAR
         if sidecar.is_file():
             table = read_records(sidecar)
-            if {"model_id", "prompt_id", f"len_{unit}"} <= set(table.columns):
+            column = f"len_{unit}"
+            if {"model_id", "prompt_id", column} <= set(table.columns):
+                given = pl.col(column)
+                length = given.cast(pl.Int64, strict=False)
+                if table.schema[column] in (pl.String, pl.Float64, pl.Float32):
+                    # Text or float: whole numbers only (a float 12.5 is not a length in characters or words).
+                    number = given.cast(pl.Float64, strict=False)
+                    length = pl.when(number == number.floor()).then(number.cast(pl.Int64, strict=False))
                 lengths = table.select(
                     pl.col("model_id").cast(pl.String).alias("__model"),
                     pl.col("prompt_id").cast(pl.String).alias("__prompt"),
-                    pl.col(f"len_{unit}").cast(pl.Int64).alias("__len"),
+                    length.alias("__len"),
+                    (given.is_not_null() & length.is_null()).alias("__unread"),
                 ).unique(subset=["__model", "__prompt"], keep="last", maintain_order=True)
-                return lengths, sidecar
-    return None, None
+                unread = int(lengths["__unread"].sum())
+                notes = (
+                    [
+                        f"{sidecar}: {unread} {column} value(s) are not whole numbers; those answers' lengths are left "
+                        "unknown (their battles are kept, without the length covariate)"
+                    ]
+                    if unread
+                    else []
+                )
+                return lengths.drop("__unread"), sidecar, notes
+    return None, None, []
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
@@ -103,13 +124,13 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     notes = [f"no time stamps in LLMFAO: every battle dated {options.default_date.isoformat()} 00:00 UTC"]
     if options.voters and "worker" not in raw.columns:
         notes.append("--voters: these files have no worker column: every vote keeps its file's judge")
-    lengths, origin = _lengths(paths, unit)
+    lengths, origin, length_notes = _lengths(paths, unit)
     if lengths is None:
         mapped = mapped.with_columns(
             pl.lit(None, dtype=pl.Int64).alias("len_a"), pl.lit(None, dtype=pl.Int64).alias("len_b")
         )
     else:
-        notes.append(f"lengths: {unit} from {origin}")
+        notes.extend([f"lengths: {unit} from {origin}", *length_notes])
         for model_column, length_column in (("__x", "len_a"), ("__y", "len_b")):
             keyed = lengths.rename({"__model": model_column, "__prompt": "prompt_id", "__len": length_column})
             mapped = mapped.join(keyed, on=[model_column, "prompt_id"], how="left", maintain_order="left")

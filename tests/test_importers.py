@@ -1360,3 +1360,55 @@ def test_a_slice_label_that_is_a_list_on_some_rows_gives_those_rows_no_label(tmp
     assert set(kept.drop_nulls().unique()) == {"coding"}
     assert kept.null_count() == len(listed) and result.rows_converted == len(records)
     assert [n for n in result.notes if n.startswith("category: 2 row(s) hold a list or object")], result.notes
+
+
+def test_importer_sidecars_with_a_bad_field_give_an_error_or_an_unknown_length_not_a_traceback(tmp_path):
+    """Files beside the judgments, as users bring them (the QA pass; each was a polars traceback or a wrong length):
+
+    - arena-hard v0.1 answers whose turns carry ``token_len`` but one answer's turn none: that answer's count was 0
+      (a sum of nulls) under "lengths: tokens", an empty answer to the length effect; now the count is unknown, so
+      the import measures characters (one unit, never a mix);
+    - arena-hard games without a ``score``: each game a ``no_verdict`` dead letter;
+    - an LLMFAO ``response_lengths.csv`` length that is no whole number: that answer's length unknown, counted;
+    - an MT-Bench answer line whose ``choices`` is text: one line naming the file and the shape it needs."""
+    bench = tmp_path / "ah"
+    _jsonl(
+        bench / "model_judgment" / "j" / "m1.jsonl",
+        [{"question_id": q, "model": "m1", "judge": "j", "games": [{"score": "A>B"}, {"score": "B>A"}]} for q in "12"],
+    )
+    turn = {"content": "abc", "token_len": 3}
+    answer = {"question_id": "1", "model_id": "m1", "choices": [{"index": 0, "turns": [turn]}]}
+    _jsonl(bench / "model_answer" / "m1.jsonl", [answer, {**answer, "question_id": "2"}])
+    no_count = [{"index": 0, "turns": [{"content": "a much longer answer with no count"}]}]
+    _jsonl(bench / "model_answer" / "base.jsonl", [answer, {**answer, "question_id": "2", "choices": no_count}])
+    result = import_path("arena-hard", bench / "model_judgment" / "j", ImportOptions(baseline="base"))
+    rows = check_contract(result)
+    assert any(note.startswith("lengths: chars") for note in result.notes), result.notes
+    assert 34 in rows["len_a"].to_list() + rows["len_b"].to_list() and 0 not in rows["len_a"].to_list()
+
+    _jsonl(tmp_path / "scoreless.jsonl", [{"question_id": "1", "model": "m1", "judge": "j", "games": [{"x": 1}] * 2}])
+    scoreless = import_path("arena-hard", tmp_path / "scoreless.jsonl", ImportOptions(baseline="base"))
+    assert scoreless.rows_converted == 0 and scoreless.dead_by_reason() == {REASON_NO_VERDICT: 2}
+
+    llmfao = tmp_path / "llmfao"
+    llmfao.mkdir()
+    (llmfao / "gpt4-comparisons.csv").write_text(
+        "id,prompt,model_x,model_y,winner,left,right\n0,8,97,98,left,A,B\n1,8,29,98,right,C,B\n"
+    )
+    (llmfao / "response_lengths.csv").write_text(
+        "result_id,model_id,prompt_id,len_chars,len_words\n0,97,8,79,14\n1,98,8,100,20\n2,29,8,about 40,3\n"
+    )
+    result = import_path("llmfao", llmfao / "gpt4-comparisons.csv")
+    assert result.rows_converted == 2
+    assert any("1 len_chars value(s) are not whole numbers" in note for note in result.notes), result.notes
+    lengths = pl.from_arrow(result.rows).sort("battle_id").select("len_a", "len_b").rows()
+    assert sorted(lengths, key=str) == sorted([(79, 100), (None, 100)], key=str)
+
+    mt = tmp_path / "mt"
+    judgment = {"question_id": 81, "model_1": "a", "model_2": "b", "g1_winner": "model_1", "g2_winner": "model_2",
+                "judge": ["gpt-4", "pair-v2"], "turn": 1, "tstamp": 1717231244.69}  # fmt: skip
+    _jsonl(mt / "model_judgment" / "gpt-4_pair.jsonl", [judgment])
+    _jsonl(mt / "model_answer" / "a.jsonl", [{"question_id": 81, "choices": [{"index": 0, "turns": ["hi", "x"]}]}])
+    _jsonl(mt / "model_answer" / "b.jsonl", [{"question_id": 81, "choices": "generation failed"}])
+    with pytest.raises(InputError, match=r"b\.jsonl: FastChat answer file: 'choices' must hold"):
+        import_path("mtbench-pair", mt / "model_judgment" / "gpt-4_pair.jsonl")
