@@ -3,8 +3,9 @@
 Names are the leaderboard's keys, so two spellings of one model become two
 models.  Before any rule runs, every judge and model name is
 
-* **trimmed** of surrounding whitespace (``" gpt-4 "`` is ``gpt-4``; the counted
-  rows this changed are reported as ``trimmed``);
+* **trimmed** of surrounding whitespace and invisible characters (``" gpt-4 "`` and
+  ``"gpt-4\u200b"`` are ``gpt-4``: :data:`INVISIBLE`; the counted rows this changed
+  are reported as ``trimmed``);
 * **renamed** by the optional alias map (``--aliases FILE``: a JSON object
   ``{"name as written": "canonical name"}``, e.g. for case variants; applied
   once, after trimming, to judges and models alike; reported as ``renamed``);
@@ -34,6 +35,11 @@ from biasboard.schemas.errors import InputError
 MAX_NAME_CHARS = 256
 REASON_CONTROL_CHARS_PREFIX = "control_chars:"
 REASON_NAME_TOO_LONG_PREFIX = "name_too_long:"
+
+#: Characters trimmed from a name's ends with its whitespace: zero-width space, non-joiner and joiner, word joiner,
+#: the byte-order mark, and the left-to-right / right-to-left marks.  Invisible where a name is shown, they made
+#: ``"m2\u200b"`` a model beside ``m2`` with no word (a trailing no-break space, which is whitespace, was trimmed).
+INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u200e\u200f"
 
 BATTLE_NAME_COLUMNS = ("judge", "model_a", "model_b")
 SCORE_NAME_COLUMNS = ("judge", "model")
@@ -78,6 +84,12 @@ class AliasMap:
                 f"{aliases[aliases[old]]!r}: names are renamed once, so map each name straight to its final name"
             )
         return cls(aliases, source)
+
+
+def _trimmed(names: pl.Series | pl.Expr):
+    """``names`` without whitespace or :data:`INVISIBLE` characters at either end (in any mix of the two)."""
+    edges = f"[\\s{INVISIBLE}]+"
+    return names.str.replace(f"^{edges}", "").str.replace(f"{edges}$", "")
 
 
 def name_fault(name: str) -> str | None:
@@ -132,14 +144,14 @@ def clean_names(
         # nulls dropped first: polars' unique() of a Categorical holding nulls takes twice as long
         distinct = (raw if raw.dtype == pl.Categorical else raw.cast(pl.String)).drop_nulls().unique()
         distinct = distinct.cast(pl.String)
-        stripped = distinct.str.strip_chars()
+        stripped = _trimmed(distinct)
         blanks[name] = distinct.filter(stripped == "")
         canonical = stripped.replace(mapping) if mapping else stripped
         faults = pl.DataFrame({"name": distinct, "clean": canonical}).with_columns(
             (pl.col("clean").str.len_chars() > MAX_NAME_CHARS).alias("long"),
             pl.col("clean").str.contains(r"\p{Cc}").alias("ctrl"),
             (pl.col("name") != pl.col("clean")).alias("changed"),
-            (pl.col("name").str.strip_chars() != pl.col("clean")).alias("aliased"),
+            (_trimmed(pl.col("name")) != pl.col("clean")).alias("aliased"),
         )
         if not faults.select(pl.any_horizontal("long", "ctrl", "changed").any()).item():
             continue  # every name is usable as written (the usual case)

@@ -9,7 +9,7 @@ row with several faults is counted once and the conservation identity
 What is accepted
 ----------------
 * **Required fields** (:data:`~biasboard.schemas.battle.BATTLE_REQUIRED`): null,
-  empty, or whitespace-only → ``missing:<column>``.
+  empty, or nothing but whitespace and invisible characters → ``missing:<column>``.
 * **Timestamp** ``ts`` (or FastChat's ``tstamp``) may be an Arrow timestamp
   (tz-naive is read as UTC), a date, numeric epoch **seconds** (FastChat's
   float ``tstamp``), or an ISO-8601 string in one of the forms
@@ -71,6 +71,7 @@ from biasboard.schemas.deadletter import (
     REASON_MISSING_PREFIX,
     REASON_NEGATIVE_LENGTH,
 )
+from biasboard.schemas.names import INVISIBLE
 
 if TYPE_CHECKING:
     from polars.expr.whenthen import ChainedThen, Then
@@ -306,10 +307,11 @@ def is_text(dtype: pl.DataType | type[pl.DataType]) -> bool:
 
 
 def is_blank(column: str, dtype: pl.DataType | type[pl.DataType]) -> pl.Expr:
-    """Null, or (for text) empty or whitespace-only."""
+    """Null, or (for text) empty or nothing but whitespace and invisible characters (``"\u200b"``: a name that shows
+    as nothing, :data:`~biasboard.schemas.names.INVISIBLE`)."""
     col = pl.col(column)
     if is_text(dtype):
-        return col.is_null() | (col.cast(pl.String).str.strip_chars() == "")
+        return col.is_null() | col.cast(pl.String).str.contains(f"^[\\s{INVISIBLE}]*$")
     return col.is_null()
 
 

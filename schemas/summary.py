@@ -204,7 +204,8 @@ class Counts:
     self_battles: int = 0
     #: Input files with no rows (empty part files), skipped.
     empty_files: int = 0
-    #: Counted rows whose judge or model name lost surrounding whitespace / was renamed by ``--aliases``.
+    #: Counted rows whose judge or model name lost surrounding whitespace (or invisible characters) / was renamed
+    #: by ``--aliases``.
     trimmed: int = 0
     renamed: int = 0
     #: Counted rows dated outside the day their folder names (:mod:`biasboard.schemas.folder_day`): still counted

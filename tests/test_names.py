@@ -64,6 +64,24 @@ def test_names_are_trimmed_and_unusable_names_rejected_with_reasons():
     assert dead[6]["judge"] == "   " and dead[3]["judge"] == "gpt\x00-4"  # dead letters keep what was written
 
 
+def test_invisible_characters_at_a_names_ends_are_trimmed_like_whitespace():
+    """``"m2\u200b"`` (a zero-width space after the name) was a model of its own beside ``m2``, with no word, where a
+    trailing no-break space is trimmed and counted.  Zero-width and byte-order characters at the ends are trimmed
+    with the whitespace now; inside a name they stay (a name is not rewritten)."""
+    batch = table(
+        ["j", "\ufeffj", "j"],
+        ["m1", "m1 \u200b", "m\u200b1"],
+        ["m2\u200b", "\u200e m2", "m2"],
+    )
+    out = validate_battles(batch)
+    assert out.read == 3 == out.valid.height and out.trimmed == 2
+    assert out.valid.get_column("judge").to_list() == ["j", "j", "j"]
+    assert out.valid.get_column("model_a").to_list() == ["m1", "m1", "m\u200b1"]
+    assert out.valid.get_column("model_b").to_list() == ["m2", "m2", "m2"]
+    blank = validate_battles(table(["\u200b"], ["m1"], ["m2"]))
+    assert blank.rejected == {"missing:judge": 1}
+
+
 def test_aliases_rename_case_variants_and_are_counted():
     aliases = AliasMap({"GPT-4": "gpt-4", "Claude-3": "claude-3"}, "a.json")
     batch = table(["GPT-4", " GPT-4 ", "gpt-4", "human"], ["Claude-3", "claude-3", "x", "y"], ["m", "m", "m", "m"])
