@@ -31,7 +31,24 @@ IDENTIFIED_NATS: float = 2.0
 PRIOR_SELECTED = "prior-selected: the data barely move this coefficient from its prior"
 LEVEL_PRIOR_SELECTED = "differences between judges are identified; their common level is prior-selected"
 BOTHBAD_NOTE = "share of this judge's ties that were 'tie (bothbad)'"
+#: A judge that never ties, or ties every time: the tie propensity's maximum-likelihood value is 0 or infinite, so the
+#: estimate (and one end of the interval) is the prior's, however many verdicts (:func:`tie_boundary`).
+NO_TIES_NOTE = (
+    "no tie among this judge's verdicts: the data bound its tie propensity from above only (estimate prior-set)"
+)
+ALL_TIES_NOTE = (
+    "every verdict of this judge a tie: the data bound its tie propensity from below only (estimate prior-set)"
+)
 VARIANCE_SHRINK: float = 0.5
+
+
+def tie_boundary(ties: np.ndarray, verdicts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(never ties, always ties) per judge with pair verdicts: the judges whose tie propensity is at a boundary.
+
+    Why: a judge that never tied got 0.0056 [0.0012, 0.027] marked identified (its posterior is narrow beside the
+    prior's), and one that always tied 656 [156, 2764], where the data put the value at 0 and at infinity."""
+    judged = verdicts > 0
+    return judged & (ties == 0), judged & (ties >= verdicts)
 
 
 def _wilson(successes: float, trials: float) -> tuple[float, float, float]:
@@ -181,6 +198,7 @@ def bias_table(
 
     tie_by_judge = data.judge_sums("tie")
     bothbad_by_judge = data.judge_sums("bothbad")
+    never_ties, always_ties = tie_boundary(tie_by_judge, data.judge_sums("n"))
     if isinstance(cov_core, BlockCovariance):
         judges = _judge_rows_blocked(
             problem, solution, cov_core, boot_core, global_identified, tie_by_judge, bothbad_by_judge
@@ -206,6 +224,8 @@ def bias_table(
             note = problem.notes.get((t, j), "")
             if enabled and t in global_identified and identified and not global_identified[t]:
                 note = LEVEL_PRIOR_SELECTED
+            if t == TIE and (never_ties[j] or always_ties[j]):
+                identified, note = False, NO_TIES_NOTE if never_ties[j] else ALL_TIES_NOTE
             if enabled and not identified and not note:
                 note = PRIOR_SELECTED
             rows.add(judge, name, v, fn=fn, identified=identified, enabled=enabled, note=note)
@@ -292,7 +312,7 @@ def _judge_rows_blocked(
         for name, dtype in BIAS_COLUMNS.items()
         if name not in ("judge", "effect", "note", "boot_ci_low", "boot_ci_high") or boot is not None
     }
-    texts = [*problem.notes.texts, "", PRIOR_SELECTED, LEVEL_PRIOR_SELECTED, BOTHBAD_NOTE]
+    texts = [*problem.notes.texts, "", PRIOR_SELECTED, LEVEL_PRIOR_SELECTED, BOTHBAD_NOTE, NO_TIES_NOTE, ALL_TIES_NOTE]
     scale = np.array([unit.get(t, 1.0) for t in blocks])[:, None]
     exp_rows = [t for t in blocks if t in (DISC, TIE)]
     enabled = masks[: len(blocks)] > 0
@@ -309,6 +329,10 @@ def _judge_rows_blocked(
     level = np.array([t in global_identified and not global_identified[t] for t in blocks])[:, None]
     code[blank & identified & level] = texts.index(LEVEL_PRIOR_SELECTED)
     code[blank & ~identified] = texts.index(PRIOR_SELECTED)
+    never_ties, always_ties = tie_boundary(ties, problem.data.judge_sums("n"))
+    for boundary, text in ((never_ties, NO_TIES_NOTE), (always_ties, ALL_TIES_NOTE)):
+        identified[TIE, boundary] = False
+        code[TIE, boundary] = texts.index(text)
     codes = np.empty((jn, rows), np.uint32)  # gather indices as polars' own (u32): no conversion of 350k
     codes[:, :-1] = code.T
     for key, values in (("estimate", mean), ("ci_low", lo), ("ci_high", hi)):

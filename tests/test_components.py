@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from biasboard.ranking import ModelConfig, fit_leaderboards
 from biasboard.ranking.leaderboard import side_by_side, top_k_warnings
 from biasboard.ranking.rank_stats import kendall_tau_b
@@ -235,3 +236,26 @@ def test_a_rating_the_verdicts_do_not_bound_is_named_on_the_corrected_board():
     (said,) = [w for w in corrected.diagnostics["warnings"] if "put no bound" in w]
     assert said.startswith("corrected board: m5 never wins or never loses") and "N(0, 2^2) prior" in said, said
     assert any("maximum-likelihood ratings do not exist" in w for w in naive.diagnostics["warnings"])
+
+
+@pytest.mark.parametrize("solver", ["dense", "blocked"])
+def test_a_judge_that_never_ties_or_always_ties_has_a_prior_set_tie_propensity(solver):
+    """Never tying, judge-1's tie propensity has its maximum-likelihood value at 0 (and always tying, judge-2's at
+    infinity): 0.0056 [0.0012, 0.027] and 656 [156, 2764] were published as identified.  They are not, and say why;
+    judge-0, which ties sometimes, is identified as before.  Both solvers' tables agree."""
+    cells = pl.from_arrow(_cells(np.random.default_rng(4), models=6, judges=3, cells=600))
+    never, always = pl.col("judge") == "judge-1", pl.col("judge") == "judge-2"
+    every = pl.col("win_a") + pl.col("win_b") + pl.col("tie") + pl.col("tie_bothbad")
+    bounded = cells.with_columns(
+        pl.when(never).then(pl.col("win_a") + pl.col("tie") + pl.col("tie_bothbad")).when(always).then(0)
+        .otherwise(pl.col("win_a")).alias("win_a"),
+        pl.when(always).then(0).otherwise(pl.col("win_b")).alias("win_b"),
+        pl.when(never).then(0).when(always).then(every).otherwise(pl.col("tie")).alias("tie"),
+        pl.when(never | always).then(0).otherwise(pl.col("tie_bothbad")).alias("tie_bothbad"),
+    )  # fmt: skip
+    fit = fit_leaderboards(bounded.to_arrow(), config=ModelConfig(profile=False, judge_solver=solver))[1]
+    tie = fit.bias.filter(pl.col("effect") == "tie").sort("judge")
+    assert tie["identified"].to_list() == [True, False, False]
+    notes = tie["note"].to_list()
+    assert notes[1].startswith("no tie among this judge's verdicts") and notes[2].startswith("every verdict")
+    assert tie["estimate"][1] < 0.05 and tie["estimate"][2] > 20
