@@ -213,8 +213,12 @@ def naive_ordinal_problem(data: Dataset, theta_sd: float | None, priors: Priors 
     what a mean-score leaderboard such as MT-Bench's assumes.  θ_m's sufficient statistic is then its grades'
     mean category, so this board ranks models exactly as their mean category (the mean grade when the
     grades are evenly spaced) does, on the same logit scale and with the same CIs as the corrected board.
-    ``theta_sd=None`` is maximum likelihood (one location gauge); it exists when no model's grades are all
-    the lowest or all the highest used.
+    ``theta_sd=None`` is maximum likelihood; it exists when no model's grades are all the lowest or all the
+    highest used.  θ's common location (which the likelihood leaves free, with the thresholds' and the pooled
+    difficulty's) is set by those two priors alone, so each θ_m's equation stays exactly "expected category = mean
+    category".  A soft gauge on Σθ (κ/2 (Σθ)², as the pair boards have) was pulled against those priors, and its
+    gradient, the same for every model, moved each θ_m by ~1/n_m: two models of mean 7.0 over 20 and 2,000 grades
+    were ranked 1st and 2nd, 7e-5 logits apart.  (The published ratings are centred either way.)
     """
     priors = priors or Priors()
     scores = data.scores
@@ -237,8 +241,7 @@ def naive_ordinal_problem(data: Dataset, theta_sd: float | None, priors: Priors 
     precision = np.ones(lay.n_core)  # the pair and judge parameters have no data: kept at 0 by their prior
     precision[lay.theta] = 0.0 if theta_sd is None else 1.0 / theta_sd**2
     precision[lay.tau] = 1.0 / priors.threshold_sd**2
-    gauges = ((np.arange(m), 1.0),) if theta_sd is None else ()
-    prior = Prior(np.zeros(lay.n_core), precision, np.zeros(1), np.full(1, 1.0 / priors.difficulty_sd**2), gauges)
+    prior = Prior(np.zeros(lay.n_core), precision, np.zeros(1), np.full(1, 1.0 / priors.difficulty_sd**2))
     return Problem(pooled, lay, spec, prior)
 
 

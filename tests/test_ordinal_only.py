@@ -29,7 +29,7 @@ from biasboard.ranking import ModelConfig
 from biasboard.ranking.data import build_dataset
 from biasboard.ranking.fit import fit_leaderboards
 from biasboard.ranking.problem import ONE_GRADER_NOTE
-from biasboard.ranking.rank_stats import kendall_tau_b
+from biasboard.ranking.rank_stats import kendall_tau_b, ranks_desc
 from biasboard.schemas.battle import SCORE_SCHEMA
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
@@ -255,6 +255,27 @@ def test_naive_ordinal_board_is_the_mean_grade_order_and_severity_helps(seed):
     assert kendall_tau_b(corrected.rating, true) - kendall_tau_b(naive.rating, true) >= 0.25
     assert corrected.diagnostics["board"] == ORDINAL_ONLY
     assert naive.converged and corrected.converged
+
+
+def test_models_of_one_mean_grade_share_their_naive_rank_whatever_their_number_of_grades():
+    """The naive grades board ranks by mean grade, exactly: two models of mean 7.0 over 20 and over 2,000 grades were
+    1st and 2nd, 7e-5 logits apart, a soft gauge on Σθ pulled against the thresholds' prior moving each rating by
+    ~1/n.  They now share rank and rating (to round-off, which the published ranks treat as a tie)."""
+    rng = np.random.default_rng(0)
+    grades = {f"m{i}": rng.choice(np.arange(1, 11), 300).tolist() for i in range(5)}
+    grades |= {"few": [7.0] * 20, "many": [6.0, 8.0] * 1000}
+    rows = pl.DataFrame(
+        [
+            {"judge": "gpt-4", "model": model, "prompt_id": f"p{i % 80:03d}", "score": float(g)}
+            for model, given in grades.items()
+            for i, g in enumerate(given)
+        ]
+    )
+    naive, _ = fit_leaderboards(None, _score_cells(rows), config=ModelConfig(diagnostics="off"))
+    few, many = naive.models.index("few"), naive.models.index("many")
+    assert abs(naive.rating[few] - naive.rating[many]) < 1e-9
+    ranks = ranks_desc(naive.rating)
+    assert ranks[few] == ranks[many]
 
 
 def test_no_battles_and_no_grades_is_an_input_error():
