@@ -143,3 +143,12 @@ def test_sections_replace_in_place(tmp_path):
     text = page.read_text()
     assert read_section(page, name) == "second" and "first" not in text
     assert read_section(page, "other") == "kept"
+
+
+def test_grades_study_smoke(capsys):
+    """``bench/grades_study.py --smoke``: a grades board's interval coverage, Laplace and bootstrap, in one table."""
+    import grades_study
+
+    assert grades_study.main(["--smoke"]) == 0
+    printed = capsys.readouterr().out
+    assert "θ bootstrap" in printed and "severity Laplace" in printed and "bootstrap B = 20" in printed
