@@ -15,8 +15,9 @@ import importlib
 import logging
 import sys
 
-from biasboard.pipelines.options import unknown_options
+from biasboard.pipelines.options import stray_arguments, unknown_options
 from biasboard.schemas.errors import BiasboardError, InputError, recover_user_error, storage_unreachable
+from biasboard.schemas.wording import first_few
 
 #: command name → (module under biasboard.pipelines, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -89,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             flags = " ".join(unknown)
             raise InputError(f"unrecognised option(s) {flags}: neither a {args.command} flag nor a Beam option")
+        stray = stray_arguments(beam_args)
+        if stray:
+            raise InputError(
+                f"unexpected argument(s) {first_few(stray, 3)}: each flag takes one value (an unquoted glob is "
+                "expanded by the shell into many: quote it, e.g. --input 'logs/day=*/*.parquet')"
+            )
         return int(_load(args.command).run(args, beam_args) or 0)
     except BiasboardError as err:
         return _refused(args.command, err)

@@ -105,3 +105,26 @@ def unknown_options(beam_args: list[str] | None) -> list[str]:
         beam_log.setLevel(level)
     flags = [a for a in beam_args if a.startswith("--")]
     return [f for f in flags if f[2:].split("=", 1)[0].replace("-", "_") in unknown]
+
+
+def stray_arguments(beam_args: list[str] | None) -> list[str]:
+    """The words in ``beam_args`` that are no flag and no value of the Beam flag before them.
+
+    Why: an unquoted glob (``--input logs/day=*/*.parquet``) is expanded by the shell, ``--input`` takes the first
+    file and the others were left over, unread and unsaid (with ``--drop-missing-days`` the refresh then dropped
+    every other stored day).  A word is a value when Beam reads it as the preceding flag's (``--runner
+    DataflowRunner``, ``--experiments a``), not after a switch (``--save_main_session x``)."""
+    if not beam_args:
+        return []
+    stray = []
+    for i, word in enumerate(beam_args):
+        if word.startswith("-"):
+            continue
+        flag = beam_args[i - 1] if i else ""
+        if flag.startswith("--") and "=" not in flag:
+            name = flag[2:].replace("-", "_")
+            value = PipelineOptions([flag, word]).get_all_options(retain_unknown_options=True).get(name)
+            if value == word or (isinstance(value, list) and word in value):
+                continue
+        stray.append(word)
+    return stray

@@ -29,6 +29,26 @@ def test_a_misspelt_flag_fails_before_the_job_runs(tmp_path, capsys):
     assert "Traceback" not in err
 
 
+def test_words_left_over_are_refused_not_ignored(tmp_path, capsys):
+    """An unquoted glob is expanded by the shell: ``--input`` took the first file and the rest were ignored without a
+    word (with ``--drop-missing-days`` the refresh dropped every other stored day).  Words that are no flag's value
+    are refused in one line; a Beam flag's value (``--runner X``, ``--experiments a``) is not a stray word."""
+    from biasboard.pipelines.options import stray_arguments
+
+    beam = ["--runner", "DataflowRunner", "--experiments", "a", "--region=eu", "--save_main_session"]
+    assert stray_arguments(beam) == []
+    assert stray_arguments(["--save_main_session", "x", "--region=eu", "y"]) == ["x", "y"]
+    days = [tmp_path / f"day=2024-01-0{d}" / "part.parquet" for d in (1, 2, 3)]
+    argv = ["refresh", "--input", *map(str, days), "--state", str(tmp_path / "s"), "--out", str(tmp_path / "o")]
+    assert cli.main([*argv, "--drop-missing-days"]) == 2
+    err = capsys.readouterr().err
+    assert f"unexpected argument(s) {days[1]}, {days[2]}" in err and "quote it" in err and "Traceback" not in err
+    assert not (tmp_path / "s").exists()
+    export = ["export", "--out", str(tmp_path / "o"), "--to", str(tmp_path / "x"), "--format", "csv"]
+    assert cli.main([*export, "not-an-option"]) == 2
+    assert "unexpected argument(s) not-an-option" in capsys.readouterr().err
+
+
 def test_unwritable_or_shared_folders_fail_in_one_line_before_any_work(tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
