@@ -594,6 +594,7 @@ def _fit_inputs_digest(
         {
             "state": state_dir,
             "inputs": changes.digest,
+            "kept_without_input": changes.kept(options),
             "family_map": family_map.digest(),
             "aliases": aliases.digest() if aliases is not None else None,
             "anchors": _anchors_fingerprint(options),
@@ -895,7 +896,8 @@ def check_options(state_dir: str, out_dir: str, options: RefreshOptions) -> Fami
 class InputChanges:
     """Per day: its input fingerprint, and which days are new, changed or unchanged against the state.
 
-    ``without_input``: days the state has committed that no input file matches any more.
+    ``without_input``: days the state has committed that no input file matches any more; ``kept_digests`` the
+    digest of each one's stored files (its manifest's hashes), which only the state can change.
     """
 
     fingerprints: dict[str, dict]
@@ -904,6 +906,15 @@ class InputChanges:
     unchanged: list[str]
     n_files: int
     without_input: list[str] = field(default_factory=list)
+    kept_digests: dict[str, str] = field(default_factory=dict)
+
+    def kept(self, options: RefreshOptions) -> dict[str, str]:
+        """The days without input a run keeps in its board (none with ``--drop-missing-days``), with their digests.
+
+        Part of the fit's and the audit's input: a kept day re-aggregated from an archive (``backfill``), or
+        dropped by a refresh into another out folder, changes the board with the same ``--input``; without them the
+        next refresh reused a LATEST that counted the old day."""
+        return {} if options.drop_missing_days else dict(self.kept_digests)
 
     @property
     def digest(self) -> str:
@@ -976,7 +987,8 @@ def input_changes(
             unchanged.append(day)
     n_files = len({f.path for files in (*battles.values(), *scores.values()) for f in files})
     without_input = [day for day in state.list_state_days(state_dir) if day not in fingerprints]
-    return InputChanges(fingerprints, new, changed, unchanged, n_files, without_input)
+    kept = {day: _digest((state.read_day_manifest(state_dir, day) or {}).get("sha256")) for day in without_input}
+    return InputChanges(fingerprints, new, changed, unchanged, n_files, without_input, kept)
 
 
 # --------------------------------------------------------------------------- build only
@@ -1048,9 +1060,9 @@ class AuditPlan:
             "anchors": _anchors_fingerprint(options),
             "family_map": family_map.digest(),
             "audit_version": AUDIT_DAYS_VERSION,
-            # Days kept in the fit without input are audited from their stored partials: a day kept or dropped
-            # changes the audit as it changes the board, with the same input.
-            "kept_without_input": [] if options.drop_missing_days else sorted(changes.without_input),
+            # Days kept in the fit without input are audited from their stored partials: a day kept, dropped or
+            # re-aggregated in the state changes the audit as it changes the board, with the same input.
+            "kept_without_input": changes.kept(options),
         }
         if not options.audit:
             return cls(state_dir, stamp, rerun=False)

@@ -689,6 +689,37 @@ def test_a_stored_day_whose_input_has_gone_is_kept_and_reported(sim, tmp_path, c
     assert (tmp_path / "state" / "manifests" / "day=2024-01-02.json").exists()
 
 
+def test_a_kept_day_changed_in_the_state_is_refitted_not_reused(sim, tmp_path):
+    """A day kept without input is the state's alone to change: re-aggregated by ``backfill`` from an archive, or
+    dropped by a refresh into another out folder.  Both changed the board under the same ``--input``, and the next
+    refresh said "nothing new" and kept a LATEST counting the old day.  Its stored files are now part of what the
+    fit (and the audit) depend on."""
+    import pyarrow.parquet as pq
+
+    live, archive = tmp_path / "live", tmp_path / "archive"
+    shutil.copytree(sim / "battles", live / "battles")
+    state, out, other = str(tmp_path / "state"), str(tmp_path / "out"), str(tmp_path / "other")
+    first = refresh(_glob(live), state, out, [], NO_AUDIT)
+    (archive / "battles").mkdir(parents=True)
+    shutil.move(live / "battles" / "day=2024-01-02", archive / "battles" / "day=2024-01-02")
+    kept = refresh(_glob(live), state, out, [], NO_AUDIT)
+    assert kept.summary.days.without_input == ["2024-01-02"] and kept.summary.counts == first.summary.counts
+
+    part = next((archive / "battles" / "day=2024-01-02").glob("*.parquet"))
+    table = pq.read_table(part)
+    pq.write_table(table.slice(100), part)  # the archived day corrected: 100 rows fewer
+    backfill = ["backfill", "--input", _glob(archive), "--state", state, "--from", "2024-01-02", "--to", "2024-01-02"]
+    assert cli.main(backfill) == 0
+    corrected = refresh(_glob(live), state, out, [], NO_AUDIT)
+    assert not corrected.published.reused
+    assert corrected.summary.counts.read == first.summary.counts.read - 100
+
+    refresh(_glob(live), state, other, [], RefreshOptions(audit=False, drop_missing_days=True))  # another board
+    after_drop = refresh(_glob(live), state, out, [], NO_AUDIT)
+    assert not after_drop.published.reused and after_drop.summary.days.count == SIM.days - 1
+    assert refresh(_glob(live), state, out, [], NO_AUDIT).published.reused  # and then nothing new, as before
+
+
 def test_a_kept_day_aggregated_under_other_aliases_is_named_in_a_warning(sim, tmp_path):
     """Aliases given after a day's input has gone: every other day is aggregated again under them, the kept day
     cannot be, so one judge was fit as two (its old name on that day's cells) without a word.  The summary names
