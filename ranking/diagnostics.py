@@ -57,10 +57,13 @@ MAX_NAMED: int = 20
 CLIP_BOUND_SHARE: float = 0.9
 
 
-def connectivity_report(data: Dataset) -> dict:
+def connectivity_report(data: Dataset, grades: bool = True) -> dict:
     """The comparison graph's components, with a warning when it is split, and the models no comparison links to
-    any other (``unranked``: left off the leaderboard, :func:`~biasboard.ranking.leaderboard.side_by_side`)."""
-    component = model_components(data)
+    any other (``unranked``: left off the leaderboard, :func:`~biasboard.ranking.leaderboard.side_by_side`).
+
+    ``grades=False``: the naive pair board's graph, of battles alone; a model with grades but no battle is then not
+    rated by it, and named as such (the corrected board rates it from its grades), not as left off."""
+    component = model_components(data, grades)
     n_comp = int(component.max()) + 1 if component.size else 0
     report: dict = {"n_components": n_comp, "warnings": []}
     link = "battle" if not data.ordinal_only else "same-judge same-prompt grade"
@@ -85,6 +88,17 @@ def connectivity_report(data: Dataset) -> dict:
             "each component is centred on its own, and ranks, CIs and top-k are computed within it (leaderboard "
             "column 'component')"
         )
+    graded = set()
+    if not grades and data.scores is not None and not data.ordinal_only:
+        graded = {data.models[int(i)] for i in np.unique(data.scores.m)}
+    rated_elsewhere = [name for name in unranked if name in graded]
+    unranked = [name for name in unranked if name not in graded]
+    if rated_elsewhere:
+        report["warnings"].append(
+            f"{len(rated_elsewhere)} model(s) have grades but no battle against another model, so this board of "
+            "battles does not rate them (the corrected board rates them from their grades): "
+            + first_few(rated_elsewhere, MAX_NAMED)
+        )
     if unranked:
         report["unranked"] = unranked
         what = (
@@ -94,8 +108,7 @@ def connectivity_report(data: Dataset) -> dict:
         )
         report["warnings"].append(
             f"{len(unranked)} model(s) {what}, so they cannot be ranked and are left off the leaderboard: "
-            f"{', '.join(unranked[:MAX_NAMED])}"
-            + (f" and {len(unranked) - MAX_NAMED} more" if len(unranked) > MAX_NAMED else "")
+            f"{first_few(unranked, MAX_NAMED)}"
         )
     return report
 

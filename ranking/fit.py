@@ -142,7 +142,7 @@ def bootstrap_replicates(
     - ``"cold"``: every replicate solved from a cold start, exactly as the fit itself is solved.
     """
     lay = problem.layout
-    component = model_components(problem.data)
+    component = model_components(problem.data, grades=not problem.naive)
     stream = problem.data.stream
     if stream is not None and problem.naive:
         # The naive likelihood sees only the per-pair totals, and a total's Poisson redraw is the sum of its cells'
@@ -269,7 +269,7 @@ def _assemble(
 ) -> FitResult:
     """The published result.  With bootstrap replicates the CIs (percentile), P(top-k) and the rank
     intervals come from the replicates (``uncertainty="bootstrap"``); otherwise from the Laplace posterior."""
-    component = model_components(problem.data)
+    component = model_components(problem.data, grades=not problem.naive)
     rating, cov, se = _theta_posterior(problem, solution, cov_core, component)
     rng = np.random.default_rng(seed)
     chol = theta_cholesky(problem, cov_core)
@@ -424,7 +424,7 @@ def _naive_result(
 ) -> FitResult:
     """A solved naive problem → its published result (pairwise and ordinal naive boards alike)."""
     boot = _replicates_of(config, problem, solution, shards)
-    diagnostics = connectivity_report(data)
+    diagnostics = connectivity_report(data, grades=not problem.naive)
     diagnostics["warnings"] = notes.warnings + diagnostics.pop("warnings")
     diagnostics["tie_convention"] = notes.tie_convention
     diagnostics["prior_theta_sd"] = notes.theta_sd

@@ -58,19 +58,33 @@ def grade_components(scores: ScoreArrays, n_models: int) -> np.ndarray:
     A sufficient condition for the many-facet model to compare two models without leaning on its
     priors; a model never graded is a component of its own.
     """
+    return _linked_components(np.zeros(0, np.int64), np.zeros(0, np.int64), scores, n_models)
+
+
+def _linked_components(a: np.ndarray, b: np.ndarray, scores: ScoreArrays, n_models: int) -> np.ndarray:
+    """Components of the models linked by battles ``a``–``b`` and by being graded by one judge on one prompt."""
     n_judges = int(scores.j.max()) + 1 if len(scores) else 0
     _, cell = np.unique(scores.p * n_judges + scores.j, return_inverse=True)
-    nodes = n_models + int(cell.max()) + 1 if len(scores) else n_models
-    graph = sp.csr_matrix((np.ones(len(scores)), (scores.m, n_models + cell)), shape=(nodes, nodes))
+    nodes = n_models + (int(cell.max()) + 1 if len(scores) else 0)
+    rows, cols = np.concatenate([a, scores.m]), np.concatenate([b, n_models + cell])
+    graph = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(nodes, nodes))
     _, labels = connected_components(graph, directed=False)
     return _by_size(np.unique(labels[:n_models], return_inverse=True)[1])
 
 
-def model_components(data: Dataset) -> np.ndarray:
-    """Component label per model: of the battles, or of the grades when the data set is ordinal-only."""
-    if data.ordinal_only and data.scores is not None:
-        return grade_components(data.scores, len(data.models))
-    return comparison_components(data.pairs, len(data.models))
+def model_components(data: Dataset, grades: bool = True) -> np.ndarray:
+    """Component label per model: of the battles and the grades together — what a fit of both can compare — of the
+    grades alone on an ordinal-only data set, of the battles alone with ``grades=False`` (the naive pair board).
+
+    Why together: a model graded but never in a battle was its own component on a board of both, so it was left
+    off the leaderboard (named as having "only self-battles") though the corrected fit rates it from its grades;
+    and two groups linked only by grades were ranked apart."""
+    m = len(data.models)
+    scores = data.scores if grades or data.ordinal_only else None
+    if scores is None or not len(scores):
+        return comparison_components(data.pairs, m)
+    keep = data.pairs.n > 0
+    return _linked_components(data.pairs.a[keep], data.pairs.b[keep], scores, m)
 
 
 def _by_size(labels: np.ndarray) -> np.ndarray:

@@ -42,6 +42,10 @@ def side_by_side(naive: FitResult, corrected: FitResult, anchor: str | None = No
     nv = naive.elo(anchor if anchor in naive.models else None).with_columns(
         pl.Series("rank_naive", ranks_within(naive.rating, naive.component))
     )
+    # A model the naive fit has no battle for (graded only) is its own component there, rated at that component's
+    # centre by definition: not a naive rating, so its naive columns are left empty (it read rank 1, 1000 points).
+    unrated = [naive.models[i] for i in np.flatnonzero(np.isin(naive.component, unranked_components(naive.component)))]
+    nv = nv.filter(~pl.col("model").is_in(unrated))
     cr = corrected.elo(anchor).with_columns(
         pl.Series("rank_corrected", ranks_within(corrected.rating, corrected.component)),
         pl.Series("p_top_k", corrected.p_top_k),

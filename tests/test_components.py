@@ -259,3 +259,24 @@ def test_a_judge_that_never_ties_or_always_ties_has_a_prior_set_tie_propensity(s
     notes = tie["note"].to_list()
     assert notes[1].startswith("no tie among this judge's verdicts") and notes[2].startswith("every verdict")
     assert tie["estimate"][1] < 0.05 and tie["estimate"][2] > 20
+
+
+def test_a_model_with_grades_but_no_battle_is_ranked_by_the_corrected_board_with_empty_naive_columns():
+    """m6 and m7 have grades and no battle.  Their component was taken from the battles alone, so they were left off
+    the leaderboard as having "only self-battles" (they have none), though the corrected fit rates them from their
+    grades.  They are ranked now, their naive columns empty (the naive board of battles does not rate them), and the
+    naive board says why; two groups linked by grades alone are one group."""
+    from tests.test_ranking_model import _score_cells
+
+    rng = np.random.default_rng(3)
+    battles, grades = _cells(rng, models=6, judges=3, cells=400), _score_cells(rng, models=8, rows=400)
+    naive, corrected = fit_leaderboards(battles, grades, config=ModelConfig(profile=False))
+    board = side_by_side(naive, corrected)
+    graded_only = board.filter(pl.col("model").is_in(["m6", "m7"]))
+    assert graded_only.height == 2 and (graded_only["component"] == 0).all()
+    assert graded_only["rank_naive"].null_count() == 2 and graded_only["rating_naive"].null_count() == 2
+    assert graded_only["rank_corrected"].null_count() == 0 and board.height == 8
+    assert not any("only self-battles" in w for w in naive.diagnostics["warnings"] + corrected.diagnostics["warnings"])
+    (said,) = [w for w in naive.diagnostics["warnings"] if "have grades but no battle" in w]
+    assert said.endswith("m6, m7")
+    assert "m6" in side_by_side_text(board, 10)
