@@ -89,10 +89,15 @@ def table_bytes(frame: pl.DataFrame, fmt: str) -> bytes:
     """One table serialised as ``parquet``, ``csv`` or ``json`` (a list of row objects).
 
     The single place that decides the on-disk form of a table, so a snapshot and
-    an export of it are byte-identical.  In JSON a missing or non-finite number is
-    ``null`` (JSON has no NaN); the Parquet form keeps what the frame holds, the CSV
-    form neutralises text that a spreadsheet would run as a formula (:func:`csv_safe`).
+    an export of it are byte-identical.  A number that is not there (NaN: no bootstrap
+    interval without ``--bootstrap``, no bothbad share without ties) is null in every
+    format — it was null in JSON, NaN in Parquet and the text ``NaN`` in CSV, one table
+    three ways; in JSON a non-finite number is ``null`` too (JSON has none).  The CSV form
+    neutralises text that a spreadsheet would run as a formula (:func:`csv_safe`).
     """
+    floats = [name for name, dtype in frame.schema.items() if dtype.is_float()]
+    if floats:
+        frame = frame.with_columns(pl.col(floats).fill_nan(None))
     if fmt == "parquet":
         buffer = io.BytesIO()
         frame.write_parquet(buffer, compression="zstd", statistics=False)
