@@ -217,18 +217,22 @@ MOVES_COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
 
 def moves_table(summary: dict, source: str) -> pl.DataFrame:
     """``summary.json``'s ``attribution`` as rows (:data:`MOVES_COLUMNS`): what a dashboard joins to the leaderboard
-    by ``model`` to say why a model moved.  A snapshot without one (published before it existed, or a ratings-only
-    board) is a :class:`StateError` naming it: an empty table would read as "no correction moved anything"."""
+    by ``model`` to say why a model moved; one row per model and correction, one with no effect where none applies.
+    A snapshot without one (published before it existed, or a ratings-only board) is a :class:`StateError` naming
+    it: an empty table would read as "no correction moved anything"."""
     attribution = summary.get("attribution")
     if not attribution:
         raise StateError(
             f"{source}: this snapshot's summary.json has no attribution (published before biasboard wrote one, or "
             "fit without diagnostics), so there is no moves table to export"
         )
+    # A board with no correction applied (every judge tied to the reference) still has models that moved (the
+    # reference's own rating, ties): each is one row with an empty effect, so its rank change and the unexplained
+    # part reach the dashboard (the table was a header alone).
     rows = [
         {**{k: model[k] for k in MOVES_COLUMNS if k in model}, **move}
         for model in attribution["models"]
-        for move in model["corrections"]
+        for move in (model["corrections"] or [{}])
     ]
     return pl.DataFrame(rows, schema=MOVES_COLUMNS, orient="row") if rows else pl.DataFrame(schema=MOVES_COLUMNS)
 

@@ -187,6 +187,22 @@ def test_export_moves_is_the_published_attribution_as_rows(tmp_path, capsys):
     assert "has no attribution" in err and older.snapshot_id in err and "\n" not in err
 
 
+def test_moves_of_a_board_that_applies_no_correction_are_a_row_per_model():
+    """Every judge tied to the reference: no correction applies, yet models move (the reference's own rating, ties);
+    the moves table was a header alone, and dashboards lost the rank changes summary.json has.  Each model is now
+    one row with an empty effect; a model with corrections keeps one row per correction."""
+    from biasboard.pipelines.export import moves_table
+
+    still = {"model": "a", "component": 0, "rank_naive": 2, "rank_corrected": 1, "rank_change": 1}
+    moved = {**still, "model": "b", "rank_naive": 1, "rank_corrected": 2, "rank_change": -1}
+    none = {"attribution": {"models": [{**still, "corrections": [], "rank_without_all": 1, "unexplained": 1}]}}
+    table = moves_table(none, "summary.json")
+    assert table.height == 1 and table["effect"][0] is None and table["unexplained"][0] == 1
+    two = {"effect": "position", "delta_rating": 3.0, "rank_without": 1, "places": -1}
+    some = {"attribution": {"models": [{**moved, "corrections": [two, {**two, "effect": "length"}]}]}}
+    assert moves_table(some, "summary.json")["effect"].to_list() == ["position", "length"]
+
+
 def test_export_slices_writes_the_per_slice_boards_and_refuses_a_snapshot_without_them(tmp_path, capsys):
     """``--tables slices``: a ``refresh --slices`` snapshot's per-slice boards (slices.parquet) where dashboards read;
     a snapshot published without slices is refused in one line, not exported as an empty table (export had no
