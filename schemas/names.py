@@ -9,7 +9,7 @@ models.  Before any rule runs, every judge and model name is
 * **renamed** by the optional alias map (``--aliases FILE``: a JSON object
   ``{"name as written": "canonical name"}``, e.g. for case variants; applied
   once, after trimming, to judges and models alike; reported as ``renamed``);
-* **rejected** when it holds a control character (``control_chars:<col>``) or
+* **rejected** when it holds a control character or a bidirectional override (``control_chars:<col>``) or
   is longer than :data:`MAX_NAME_CHARS` characters (``name_too_long:<col>``):
   such a name is a broken writer, not a model, and a megabyte name would be
   carried through every table and plot.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -40,6 +41,11 @@ REASON_NAME_TOO_LONG_PREFIX = "name_too_long:"
 #: the byte-order mark, and the left-to-right / right-to-left marks.  Invisible where a name is shown, they made
 #: ``"m2\u200b"`` a model beside ``m2`` with no word (a trailing no-break space, which is whitespace, was trimmed).
 INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u200e\u200f"
+
+#: Characters a name may not hold (rejected ``control_chars:<col>``): control characters, and the bidirectional
+#: embedding, override and isolate controls, with which one name displays as another (``"rlo\u202eevil"`` shows as
+#: "rlolive" in the report, the console and a spreadsheet).
+UNUSABLE_CHARS = r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
 
 BATTLE_NAME_COLUMNS = ("judge", "model_a", "model_b")
 SCORE_NAME_COLUMNS = ("judge", "model")
@@ -96,7 +102,7 @@ def name_fault(name: str) -> str | None:
     """Why a (trimmed) name is unusable, or None (the scalar form of the rule, for option checks)."""
     if len(name) > MAX_NAME_CHARS:
         return f"longer than {MAX_NAME_CHARS} characters"
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in name):
+    if re.search(UNUSABLE_CHARS, name):
         return "holds a control character"
     return None
 
@@ -149,7 +155,7 @@ def clean_names(
         canonical = stripped.replace(mapping) if mapping else stripped
         faults = pl.DataFrame({"name": distinct, "clean": canonical}).with_columns(
             (pl.col("clean").str.len_chars() > MAX_NAME_CHARS).alias("long"),
-            pl.col("clean").str.contains(r"\p{Cc}").alias("ctrl"),
+            pl.col("clean").str.contains(UNUSABLE_CHARS).alias("ctrl"),
             (pl.col("name") != pl.col("clean")).alias("changed"),
             (_trimmed(pl.col("name")) != pl.col("clean")).alias("aliased"),
         )

@@ -80,6 +80,9 @@ def test_invisible_characters_at_a_names_ends_are_trimmed_like_whitespace():
     assert out.valid.get_column("model_b").to_list() == ["m2", "m2", "m2"]
     blank = validate_battles(table(["\u200b"], ["m1"], ["m2"]))
     assert blank.rejected == {"missing:judge": 1}
+    # A bidirectional override makes one name display as another ("rlo\u202eevil" shows as "rlolive"): rejected.
+    spoof = validate_battles(table(["j", "j"], ["rlo\u202eevil", "m\u20661"], ["m2", "m2"]))
+    assert spoof.rejected == {"control_chars:model_a": 2} and name_fault("rlo\u202eevil") == "holds a control character"
 
 
 def test_aliases_rename_case_variants_and_are_counted():
