@@ -59,16 +59,27 @@ def finite(value: object) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def text_width(text: str, size: float = FONT_SIZE) -> float:
-    """Rough rendered width of ``text`` in pixels: wide (CJK) characters count a full em, others ~0.6 em.
+#: Advance widths in em, rounded up from DejaVu Sans (the sans-serif of a Debian Chromium; Arial's are narrower):
+#: the widest letters, the narrow ones, capitals, and everything else.
+_WIDEST, _NARROW = frozenset("MWmw@%"), frozenset("fijlrtI.,:;'!|()[] ")
+_EM_WIDEST, _EM_NARROW, _EM_CAPITAL, _EM_OTHER = 1.0, 0.4, 0.76, 0.63
 
-    No font metrics are available offline; this only has to be good enough to size margins.
-    """
+
+def text_width(text: str, size: float = FONT_SIZE) -> float:
+    """Rough rendered width of ``text`` in pixels, by character class (no font metrics are available offline).
+
+    It only has to size margins and truncate labels, so it errs wide: at 0.6 em for every character, a capitalised
+    name (``MEGA-WIDE-MODEL-NAME-…``) was kept whole and ran off the chart's edge."""
     total = 0.0
     for ch in text:
         if unicodedata.combining(ch):
             continue
-        total += 1.0 if unicodedata.east_asian_width(ch) in ("W", "F") else 0.6
+        if unicodedata.east_asian_width(ch) in ("W", "F") or ch in _WIDEST:
+            total += _EM_WIDEST
+        elif ch in _NARROW:
+            total += _EM_NARROW
+        else:
+            total += _EM_CAPITAL if ch.isupper() else _EM_OTHER
     return total * size
 
 

@@ -38,6 +38,7 @@ HOSTILE = [
     "a&amp;b",  # an already-escaped-looking name must come back literally
     "https://evil.example/x.js",
     "</style><img src=x onerror=alert(2)>",
+    "MEGA-WIDE-MODEL-NAME-OMEGA-MAXIMUM-WWMM-2025",  # capitals: wider than 0.6 em a letter, it ran off the charts
 ]
 HOSTILE_JUDGES = ["<script>judge</script>", 'J & "K"', "审判官"]
 VOID = {"area", "br", "col", "hr", "img", "input", "link", "meta", "wbr", "source", "track", "embed", "base"}
