@@ -77,6 +77,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     families = validation.family_map(job.family_map)
     validation.outside_input((("--input", args.input), ("--anchors", job.anchors)), out=args.out)
     validation.writable_folder(args.out, "--out")
+    validation.not_owned(args.out, "--out")
     validation.input_buckets(("--input", args.input), ("--anchors", job.anchors))
     aliases = load_aliases(job.aliases)
     path = run_audit(args.input, args.out, options, job.anchors, families, aliases)

@@ -191,6 +191,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     aliases = load_aliases(job.aliases)
     validation.outside_input((("--input", args.input), ("--scores", job.scores)), state=args.state)
     validation.writable_folder(args.state, "--state")
+    validation.not_owned(args.state, "--state", state=False)
     validation.input_buckets(("--input", args.input), ("--scores", job.scores))
     result = run_backfill(
         args.input,

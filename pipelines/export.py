@@ -85,6 +85,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     storage.configure_gcs(no_auth=beam_options(beam_args).view_as(GoogleCloudOptions).no_auth)
     validation.reachable_bucket(args.out, "--out")
     validation.writable_folder(args.to, "--to")
+    validation.not_owned(args.to, "--to")
     written = export_snapshot(args.out, args.to, args.format, snapshot_id=args.snapshot, tables=tables)
     for path in written:
         print(path)

@@ -151,6 +151,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         )
     _local_only(("--in", args.input), ("--out", args.out), ("--answers", args.answers))
     validation.writable_folder(args.out, "--out")
+    validation.not_owned(args.out, "--out")
     paths = resolve_inputs(args.input, fmt.patterns)
     answers = Path(args.answers) if args.answers else None
     if answers is not None and not answers.is_dir():

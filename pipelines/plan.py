@@ -108,6 +108,8 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     job = options_from(PlanOptions, args)
     storage.configure_gcs(no_auth=beam_options(beam_args).view_as(GoogleCloudOptions).no_auth)
     validation.input_buckets(("--out", args.out), ("--to", job.to))  # storage gone from the start: the probe's 12 s
+    if job.to:
+        validation.not_owned(job.to, "--to", allow=("plans",))
     result = make_plan(
         args.out,
         args.budget,

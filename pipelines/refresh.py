@@ -886,6 +886,8 @@ def check_options(state_dir: str, out_dir: str, options: RefreshOptions) -> Fami
     validation.distinct_folders(state=state_dir, out=out_dir)
     validation.writable_folder(state_dir, "--state")
     validation.writable_folder(out_dir, "--out")
+    validation.not_owned(state_dir, "--state", state=False)  # (a state is its own; a site is not one)
+    validation.not_owned(out_dir, "--out", site=False)
     return validation.family_map(options.families)
 
 

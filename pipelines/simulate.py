@@ -122,6 +122,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         raise InputError(f"simulate runs no Beam pipeline; unknown options: {' '.join(beam_args)}")
     config = config_from_args(args)
     validation.writable_folder(args.out, "--out")
+    validation.not_owned(args.out, "--out")
     start = time.perf_counter()
     out = write_simulation(config, args.out, overwrite=args.overwrite)
     counts = truth(config)["counts"]

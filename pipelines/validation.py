@@ -39,7 +39,7 @@ from apache_beam.transforms.resources import parse_resource_hints
 from biasboard.schemas.errors import InputError, StateError, StorageUnreachable
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.numbers import NumberRule
-from biasboard.transforms import gcs_requests, storage
+from biasboard.transforms import gcs_requests, publish, storage
 
 #: Total time the up-front bucket probe may spend retrying (seconds).
 BUCKET_PROBE_DEADLINE_S = 12.0
@@ -158,6 +158,45 @@ def writable_folder(path: str, flag: str) -> None:
     finally:
         if created is not None:  # a checked run leaves no trace; the job creates the folder when it writes
             shutil.rmtree(created, ignore_errors=True)
+
+
+#: What a refresh owns, by the mark each leaves: a published site (its ``LATEST``) and a state (its day manifests).
+SITE, STATE = "the published site", "the refresh state"
+#: The parts of a site its jobs write: a folder given to another job there had its files replaced or removed.
+SITE_PARTS = (publish.SNAPSHOTS, publish.STAGING, "plans")
+
+
+def not_owned(path: str, flag: str, *, site: bool = True, state: bool = True, allow: tuple[str, ...] = ()) -> None:
+    """Refuse a folder a job writes that is (or lies inside) a site's or a state's own files (``site``/``state``: which
+    owners to look for, up to :data:`OWNER_LEVELS` folders up; ``allow``: a site part the job itself writes).
+
+    Why: ``export --to site/snapshots/<id>`` was accepted, and exporting there again in another format removed the
+    snapshot's own leaderboard.parquet and bias.parquet; ``audit --out state/audit`` replaced the audit a refresh
+    reuses (a new snapshot then published another input's audit); ``refresh`` with ``--state`` and ``--out``
+    swapped published the state's cells and raw dead letters in the site."""
+    levels = [path]
+    for _ in range(OWNER_LEVELS):
+        parent = storage.parent(levels[-1])
+        if parent == levels[-1]:
+            break
+        levels.append(parent)
+    for depth, folder in enumerate(levels):
+        inside = levels[depth - 1].rstrip("/").rsplit("/", 1)[-1] if depth else ""
+        if site and storage.exists(storage.join(folder, publish.LATEST)) and (not depth or inside in SITE_PARTS):
+            if inside in allow:
+                return
+            where = "is" if not depth else "is inside"
+            raise InputError(
+                f"{flag} {path} {where} {SITE} {folder} (its snapshots are never rewritten): give {flag} a folder "
+                "of its own"
+            )
+        if state and storage.list_files(storage.join(folder, "manifests", "")):
+            where = "is" if not depth else "is inside"
+            raise InputError(f"{flag} {path} {where} {STATE} {folder}: give {flag} a folder of its own")
+
+
+#: How many folders up :func:`not_owned` looks for a site or a state (a snapshot is two below its site).
+OWNER_LEVELS = 3
 
 
 def _first_missing(path: str) -> str | None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 from biasboard.pipelines import cli
@@ -47,6 +50,37 @@ def test_words_left_over_are_refused_not_ignored(tmp_path, capsys):
     export = ["export", "--out", str(tmp_path / "o"), "--to", str(tmp_path / "x"), "--format", "csv"]
     assert cli.main([*export, "not-an-option"]) == 2
     assert "unexpected argument(s) not-an-option" in capsys.readouterr().err
+
+
+def test_a_folder_a_refresh_owns_is_refused_to_every_other_job(tmp_path, capsys):
+    """``export --to site/snapshots/<id>`` was accepted (and a second export there in another format removed the
+    snapshot's own tables), ``audit --out state/audit`` replaced the audit the next refresh reused, and ``refresh``
+    with ``--state`` and ``--out`` swapped published the state's cells and dead letters.  Each is refused in one
+    line; a plan written among the site's plans, and an export beside the site, are not."""
+    from biasboard.simulate import SimulationConfig, write_simulation
+
+    logs = write_simulation(SimulationConfig(battles=1500, models=4, judges=2, days=1, seed=2), tmp_path / "logs")
+    state, site = str(tmp_path / "state"), str(tmp_path / "site")
+    base = ["--input", str(logs / "battles")]
+    assert cli.main(["refresh", *base, "--no-audit", "--state", state, "--out", site]) == 0
+    snapshot = str(Path(site) / "snapshots" / (Path(site) / "LATEST").read_text().strip())
+    capsys.readouterr()
+    refused = {
+        "export --to a snapshot": ["export", "--out", site, "--format", "csv", "--to", snapshot],
+        "export --to the site": ["export", "--out", site, "--format", "csv", "--to", site],
+        "audit --out the state's audit": ["audit", *base, "--out", str(Path(state) / "audit")],
+        "refresh, folders swapped": ["refresh", *base, "--state", site, "--out", state],
+        "plan --to a snapshot": ["plan", "--out", site, "--budget", "4", "--to", snapshot],
+    }
+    for what, argv in refused.items():
+        assert cli.main(argv) == 2, what
+        err = capsys.readouterr().err.strip()
+        assert "give --" in err and "a folder of its own" in err and "\n" not in err, (what, err)
+        assert ("published site" in err) or ("refresh state" in err), err
+    files = json.loads((Path(snapshot) / "manifest.json").read_text())["files"]
+    assert sorted(os.listdir(snapshot)) == sorted([*files, "manifest.json"])  # the snapshot as published
+    assert cli.main(["plan", "--out", site, "--budget", "4", "--to", str(Path(site) / "plans" / "mine")]) == 0
+    assert cli.main(["export", "--out", site, "--format", "csv", "--to", str(tmp_path / "dash")]) == 0
 
 
 def test_unwritable_or_shared_folders_fail_in_one_line_before_any_work(tmp_path, capsys):

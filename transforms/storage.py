@@ -78,6 +78,15 @@ def normalise(path: str) -> str:
     return path.rstrip("/") if is_remote(path) else os.path.abspath(path)
 
 
+def parent(path: str) -> str:
+    """The folder holding ``path`` (normalised); a bucket's root, or ``/``, is its own parent."""
+    path = normalise(path)
+    if is_remote(path):
+        scheme, _, rest = path.partition("://")
+        return f"{scheme}://{rest.rsplit('/', 1)[0]}" if "/" in rest else path
+    return os.path.dirname(path)
+
+
 def join(base: str, *parts: str) -> str:
     """Join path parts with ``/`` for URLs and the OS separator for local paths."""
     if is_remote(base):
