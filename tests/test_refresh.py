@@ -236,6 +236,12 @@ def test_demo_prints_both_leaderboards_tau_and_the_report(tmp_path, capsys):
     assert report.is_file() and report.stat().st_size > 1000
     table = [line for line in out.splitlines() if line[:3].strip().isdigit()]
     assert len(table) == 5
+    # A second, smaller demo in the same workdir is that demo alone: the first one's second day, no longer
+    # simulated, was kept in the state, with its two extra models on the board and in the tau against the truth.
+    smaller = ["demo", "--workdir", str(tmp_path), "--battles", "2000", "--models", "4", "--judges", "2", "--days", "1"]
+    assert cli.main(smaller) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line[:3].strip().isdigit()]
+    assert len(rows) == 4
 
 
 def _write_anchors(sim: Path, folder: Path, pairs: int = 15, prompt_ids: bool = True) -> str:
