@@ -134,6 +134,8 @@ class ImportResult:
 def resolve_inputs(spec: str | Path, patterns: Sequence[str]) -> list[Path]:
     """The files named by ``spec``: a file, a folder (files matching ``patterns``) or a glob; sorted, never empty."""
     text = str(spec)
+    if not text.strip():  # Path("") is the current folder: an unset shell variable imported whatever lay there
+        raise InputError("the input path is empty (an unset shell variable?): give a file, a folder or a glob")
     path = Path(text)
     if path.is_file():
         return [path]

@@ -28,6 +28,7 @@ from biasboard.pipelines import validation
 from biasboard.pipelines.options import beam_options, defaults_from, options_from
 from biasboard.pipelines.validation import NumberRule
 from biasboard.plan import STRATEGIES
+from biasboard.schemas.errors import InputError
 from biasboard.transforms import storage
 from biasboard.transforms.plan import make_plan
 
@@ -108,6 +109,9 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     job = options_from(PlanOptions, args)
     storage.configure_gcs(no_auth=beam_options(beam_args).view_as(GoogleCloudOptions).no_auth)
     validation.input_buckets(("--out", args.out), ("--to", job.to))  # storage gone from the start: the probe's 12 s
+    if job.judge and any(not name.strip() for name in job.judge):
+        # '' is the planner's own stand-in for "no judge" (a board without judges): given, it planned for no judge
+        raise InputError("--judge '': a judge name is empty (name a judge of the fit, or '*' for a new judge)")
     if job.to:
         validation.not_owned(job.to, "--to", allow=("plans",))
     result = make_plan(

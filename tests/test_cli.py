@@ -160,10 +160,14 @@ def test_every_job_takes_its_flag_defaults_from_its_options_dataclass(command, r
         (["plan", "--out", "OUT", "--budget", "abc"], "--budget must be a whole number, at least 2, got 'abc'"),
         (["plan", "--out", "OUT", "--budget", "10", "--k", "0"], "--k must be at least 1, got 0"),
         (["plan", "--out", "OUT", "--budget", "10", "--max-pair-share", "x"], "--max-pair-share must be above 0"),
+        # '' is the planner's stand-in for "no judge": given, it was planned for as a judge of its own
+        (["plan", "--out", "OUT", "--budget", "10", "--judge", ""], "--judge '': a judge name is empty"),
+        # Path('') is the current folder: whatever lay there was imported
+        (["import", "--format", "fastchat", "--in", "", "--out", "OUT"], "the input path is empty"),
     ],
 )
 def test_demo_and_plan_numbers_are_refused_in_one_line_naming_the_flag(argv, said, tmp_path, capsys):
-    """argparse said ``argument --battles: invalid int value: 'abc'`` under its usage block; now as refresh does."""
+    """(And two empty values.)  argparse said ``argument --battles: invalid int value: 'abc'`` under its usage block; now as refresh does."""
     argv = [str(tmp_path / a) if a == "OUT" else a for a in argv]
     assert cli.main([*argv, "--workdir", str(tmp_path / "w")] if argv[0] == "demo" else argv) == 2
     err = capsys.readouterr().err
