@@ -167,7 +167,8 @@ def test_every_job_takes_its_flag_defaults_from_its_options_dataclass(command, r
     ],
 )
 def test_demo_and_plan_numbers_are_refused_in_one_line_naming_the_flag(argv, said, tmp_path, capsys):
-    """(And two empty values.)  argparse said ``argument --battles: invalid int value: 'abc'`` under its usage block; now as refresh does."""
+    """(And two empty values.)  argparse said ``argument --battles: invalid int value: 'abc'`` under its usage block;
+    now as refresh does."""
     argv = [str(tmp_path / a) if a == "OUT" else a for a in argv]
     assert cli.main([*argv, "--workdir", str(tmp_path / "w")] if argv[0] == "demo" else argv) == 2
     err = capsys.readouterr().err
