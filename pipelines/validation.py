@@ -95,9 +95,10 @@ def outside_input(inputs: tuple[tuple[str, str | None], ...], **folders: str) ->
         glob = storage.is_pattern(given)
         for flag, path in folders.items():
             if _glob_reaches(given, path) if glob else _inside(path, given):
+                reach = f"lies where {input_flag} {given} reads" if glob else f"is inside {input_flag} {given}"
                 raise InputError(
-                    f"--{flag} {path} is inside {input_flag} {given}: the next run would read its own Parquet files "
-                    f"as input; give --{flag} a folder outside it"
+                    f"--{flag} {path} {reach}: the next run would read its own Parquet files as input; "
+                    f"give --{flag} a folder outside it"
                 )
 
 
@@ -112,7 +113,32 @@ def _glob_reaches(glob: str, folder: str) -> bool:
     if "**" in glob:
         fixed = next(i for i, part in enumerate(parts) if storage.is_pattern(part))
         return under[:fixed] == parts[:fixed]
-    return len(under) >= len(parts) and all(fnmatch.fnmatchcase(u, p) for u, p in zip(under, parts, strict=False))
+    if not all(fnmatch.fnmatchcase(u, p) for u, p in zip(under, parts, strict=False)):
+        return False
+    if len(under) >= len(parts):
+        return True
+    # The glob goes deeper than the folder: it reads the job's files if its rest matches where they lie
+    # (``--input 'gl/*/*/day=*/*.parquet' --state gl/state`` matched state/cells/day=…/pair_cells.parquet once
+    # the first run had written it: the first run passed, every later one failed).
+    rest = parts[len(under) :]
+    return any(
+        len(written) == len(rest) and all(fnmatch.fnmatchcase(w, p) for w, p in zip(written, rest, strict=True))
+        for written in (path.split("/") for path in WRITTEN_FILES)
+    )
+
+
+#: Where a state's and a site's files lie below them, one of each shape (:func:`_glob_reaches`).
+WRITTEN_FILES = (
+    "cells/day=2024-01-01/pair_cells.parquet",
+    "cells/day=2024-01-01/battle_ids.parquet",
+    "deadletters/day=2024-01-01/dead_letters.parquet",
+    "audit_days/day=2024-01-01/order_pairs.parquet",
+    "audit_days/merged/order_pairs-0123456789abcdef.parquet",
+    "audit/audit_judges.parquet",
+    "manifests/day=2024-01-01.json",
+    "snapshots/20240101T000000Z-0123456789ab/leaderboard.parquet",
+    "plans/20240101T000000Z-0123456789ab/plan.parquet",
+)
 
 
 def files_outside(input_flag: str, given: str, files: list[str], **folders: str) -> None:

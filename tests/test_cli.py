@@ -117,14 +117,19 @@ def test_a_state_or_out_folder_inside_the_input_is_refused_in_one_line(tmp_path,
     # the state is empty on the first run and read back on the next
     for glob in (str(logs / "**" / "*.parquet"), str(logs / "*")):
         assert cli.main(["backfill", "--input", glob, "--state", str(logs / "state")]) == 2
-        assert f"--state {logs / 'state'} is inside --input {glob}" in capsys.readouterr().err
-    # a glob that matches the state's files once they exist, without reaching its folder by name
+        assert f"--state {logs / 'state'} lies where --input {glob} reads" in capsys.readouterr().err
+    # a glob that will match the state's files once they exist, without reaching its folder by name: refused before
+    # the first run too (it worked once, then every later run failed; the QA pass), as is one that matches them now
     shutil.copytree(logs / "battles", logs / "src" / "cells")
     glob = str(logs / "*" / "cells" / "day=*" / "*.parquet")
-    assert cli.main(["backfill", "--input", glob, "--state", str(logs / "state")]) == 0
-    assert cli.main(["refresh", "--input", glob, "--state", str(logs / "state"), "--out", str(tmp_path / "o")]) == 2
+    assert cli.main(["backfill", "--input", glob, "--state", str(logs / "state")]) == 2
+    assert f"--state {logs / 'state'} lies where --input {glob} reads" in capsys.readouterr().err
+    other = str(tmp_path / "elsewhere" / "state")
+    assert cli.main(["backfill", "--input", glob, "--state", other]) == 0
+    assert cli.main(["refresh", "--input", str(tmp_path / "*" / "*" / "cells" / "day=*" / "*.parquet"),
+                     "--state", other, "--out", str(tmp_path / "o")]) == 2  # fmt: skip
     err = capsys.readouterr().err
-    assert f"--input {glob} matches files inside --state {logs / 'state'}" in err, err
+    assert f"--state {other} lies where --input" in err, err
     assert cli.main(["backfill", "--input", str(logs), "--state", str(logs / "state2")]) == 2
     assert cli.main(["audit", "--input", str(logs), "--out", str(logs / "audit")]) == 2
     assert not (tmp_path / "o").exists() and not (logs / "state2").exists() and not (logs / "audit").exists()
