@@ -115,6 +115,7 @@ from biasboard.schemas.deadletter import (
 )
 from biasboard.schemas.errors import InputError, StateError
 from biasboard.schemas.numbers import NumberRule
+from biasboard.schemas.rules import MAX_SCORE
 
 DESIGNS: tuple[str, ...] = ("uniform", "swiss", "stratified", "hubspoke", "multihub", "popularity")
 
@@ -177,7 +178,8 @@ FLAG_RULES: dict[str, tuple[str, NumberRule]] = {
     "days": ("--days", _COUNT),
     "bad_rows": ("--bad-rows", NumberRule(low=0.0, below=1.0)),
     "scores": ("--scores", NumberRule(low=0.0)),
-    "grades": ("--grades", NumberRule(integer=True, low=2)),
+    # (the ingest takes grades 1..MAX_SCORE: more simulated categories than that were all rejected as bad_score)
+    "grades": ("--grades", NumberRule(integer=True, low=2, high=MAX_SCORE)),
     "seed": ("--seed", _WHOLE),
     "corr_length": ("--corr-length", _CORRELATION),
     "self_battles": ("--self-battles", _SHARE),
