@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from biasboard.pipelines import validation
-from biasboard.pipelines.options import GivenOnce, beam_options, defaults_from, options_from
+from biasboard.pipelines.options import GivenOnce, OneFolder, beam_options, defaults_from, options_from
 from biasboard.transforms import storage
 from biasboard.transforms.audit import run_audit
 from biasboard.transforms.read import load_aliases
@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--input", action=GivenOnce, required=True, help="battle Parquet: a glob or folder, local or gs://"
     )
-    parser.add_argument("--out", required=True, help="folder for the audit files (local or gs://)")
+    parser.add_argument("--out", action=OneFolder, required=True, help="folder for the audit files (local or gs://)")
     parser.add_argument(
         "--anchors",
         action=GivenOnce,

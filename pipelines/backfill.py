@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from biasboard.pipelines import validation
-from biasboard.pipelines.options import GivenOnce, beam_options, defaults_from, options_from
+from biasboard.pipelines.options import GivenOnce, OneFolder, beam_options, defaults_from, options_from
 from biasboard.pipelines.validation import NumberRule
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
@@ -165,7 +165,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--input", action=GivenOnce, required=True, help="battle Parquet files: a glob or folder, local or gs://"
     )
-    parser.add_argument("--state", required=True, help="state folder for per-day cells (local or gs://)")
+    parser.add_argument(
+        "--state", action=OneFolder, required=True, help="state folder for per-day cells (local or gs://)"
+    )
     parser.add_argument("--from", dest="day_from", metavar="YYYY-MM-DD", help="first day to aggregate (inclusive)")
     parser.add_argument("--to", dest="day_to", metavar="YYYY-MM-DD", help="last day to aggregate (inclusive)")
     parser.add_argument(

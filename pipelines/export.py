@@ -42,7 +42,7 @@ import logging
 import polars as pl
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from biasboard.pipelines import validation
-from biasboard.pipelines.options import beam_options
+from biasboard.pipelines.options import OneFolder, beam_options
 from biasboard.schemas.errors import InputError, StateError
 from biasboard.transforms import publish, storage
 
@@ -64,9 +64,13 @@ _EXPORT_NAMES = frozenset(f"{table}.{fmt}" for table in ALL_TABLES for fmt in FO
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, help="output folder holding snapshots/ and LATEST (local or gs://)")
+    parser.add_argument(
+        "--out", action=OneFolder, required=True, help="output folder holding snapshots/ and LATEST (local or gs://)"
+    )
     parser.add_argument("--snapshot", default=None, help="snapshot id to export (default: the one LATEST names)")
-    parser.add_argument("--to", required=True, dest="to", help="destination folder or gs://bucket/prefix")
+    parser.add_argument(
+        "--to", action=OneFolder, required=True, dest="to", help="destination folder or gs://bucket/prefix"
+    )
     parser.add_argument("--format", required=True, choices=FORMATS, help="file format of the exported tables")
     parser.add_argument(
         "--tables",

@@ -32,6 +32,7 @@ from biasboard.importers.common import DEFAULT_DATE, TIE_BAND, ImportOptions, re
 from biasboard.importers.output import summary_lines, write_import
 from biasboard.importers.registry import FORMATS, convert
 from biasboard.pipelines import validation
+from biasboard.pipelines.options import OneFolder
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.rules import undatable_day
 
@@ -51,7 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     formats = "; ".join(f"{f.name}: {f.summary}" for f in FORMATS.values())
     parser.add_argument("--format", required=True, choices=sorted(FORMATS), help=f"input format ({formats})")
     parser.add_argument("--in", dest="input", required=True, metavar="PATH", help="input file, folder or glob")
-    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (one import per folder)")
+    parser.add_argument(
+        "--out", action=OneFolder, required=True, metavar="DIR", help="output folder (one import per folder)"
+    )
     parser.add_argument(
         "--date",
         type=_date,

@@ -58,6 +58,9 @@ class GivenOnce(argparse.Action):
     (:func:`biasboard.transforms.read.resolve_input`).
     """
 
+    #: What the refusal advises.
+    advice = SEVERAL_INPUTS
+
     def __call__(
         self,
         parser: argparse.ArgumentParser,
@@ -68,9 +71,16 @@ class GivenOnce(argparse.Action):
         given: dict[str, object] = vars(namespace).setdefault("_given_once", {})
         if self.dest in given:
             twice = f"{option_string} given twice ({given[self.dest]}, then {values})"
-            parser.exit(2, f"{parser.prog}: error: {twice}: {SEVERAL_INPUTS}\n")
+            parser.exit(2, f"{parser.prog}: error: {twice}: {self.advice}\n")
         given[self.dest] = values
         setattr(namespace, self.dest, values)
+
+
+class OneFolder(GivenOnce):
+    """A folder a job writes (``--state``, ``--out``, ``--to``), refused given twice as an input flag is: argparse kept
+    the last, so a command line that named two wrote to one of them without a word."""
+
+    advice = "a job writes one folder per flag: give it once"
 
 
 def defaults_from(parser: argparse.ArgumentParser, options: Any) -> None:

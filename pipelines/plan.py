@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import polars as pl
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from biasboard.pipelines import validation
-from biasboard.pipelines.options import beam_options, defaults_from, options_from
+from biasboard.pipelines.options import OneFolder, beam_options, defaults_from, options_from
 from biasboard.pipelines.validation import NumberRule
 from biasboard.plan import STRATEGIES
 from biasboard.schemas.errors import InputError
@@ -52,7 +52,9 @@ class PlanOptions:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, help="output folder holding snapshots/ and LATEST (local or gs://)")
+    parser.add_argument(
+        "--out", action=OneFolder, required=True, help="output folder holding snapshots/ and LATEST (local or gs://)"
+    )
     parser.add_argument(
         "--budget",
         required=True,
@@ -76,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="topk (Xu et al.'s rule), dopt, thompson, roundrobin or random (default %(default)s)",
     )
     parser.add_argument("--snapshot", help="snapshot id (default: the one LATEST names)")
-    parser.add_argument("--to", help="where to write the plan (default: OUT/plans/<snapshot id>)")
+    parser.add_argument("--to", action=OneFolder, help="where to write the plan (default: OUT/plans/<snapshot id>)")
     parser.add_argument(
         "--seed",
         type=NumberRule(integer=True, low=0).flag_type("--seed"),

@@ -61,7 +61,7 @@ import polars as pl
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 from biasboard.pipelines import validation
 from biasboard.pipelines.code_fingerprint import code_fingerprint
-from biasboard.pipelines.options import GivenOnce, beam_options, defaults_from, options_from
+from biasboard.pipelines.options import GivenOnce, OneFolder, beam_options, defaults_from, options_from
 from biasboard.pipelines.validation import NumberRule
 from biasboard.plan.acquisition import POPULATION_JUDGE
 from biasboard.ranking import ModelConfig
@@ -110,8 +110,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "battles/, is read without its dead letters, which the summary and report count as rejected at import; a glob "
         "of such folders, e.g. 'imp/*/battles', reads each as if given alone); optional with --scores",
     )
-    parser.add_argument("--state", required=True, help="state folder: per-day cells, dead letters, manifests")
-    parser.add_argument("--out", required=True, help="output folder: snapshots/ and LATEST (local or gs://)")
+    parser.add_argument(
+        "--state", action=OneFolder, required=True, help="state folder: per-day cells, dead letters, manifests"
+    )
+    parser.add_argument(
+        "--out", action=OneFolder, required=True, help="output folder: snapshots/ and LATEST (local or gs://)"
+    )
     parser.add_argument(
         "--scores",
         action=GivenOnce,

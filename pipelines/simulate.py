@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from biasboard.pipelines import validation
+from biasboard.pipelines.options import OneFolder
 from biasboard.schemas.errors import InputError
 from biasboard.simulate import DESIGNS, SimulationConfig, truth, write_simulation
 from biasboard.simulate.simulator import FLAG_RULES
@@ -42,7 +43,7 @@ def _number(field: str) -> dict[str, Any]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = _DEFAULTS
-    parser.add_argument("--out", required=True, help="output folder (battles/, scores/, truth.json)")
+    parser.add_argument("--out", action=OneFolder, required=True, help="output folder (battles/, scores/, truth.json)")
     parser.add_argument("--battles", **_number("battles"), help="valid battle rows (default %(default)s)")
     parser.add_argument("--models", **_number("models"), help="models (default %(default)s)")
     parser.add_argument("--judges", **_number("judges"), help="judges, humans included (default %(default)s)")

@@ -168,3 +168,23 @@ def test_an_input_flag_given_twice_is_refused_in_one_line(tmp_path, monkeypatch,
     assert "(A, then B)" in err or "(x, then y)" in err
     assert "'imp/*/battles'" in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("command", "flags"),
+    [
+        ("refresh", ["--input", "i", "--state", "A", "--out", "o", "--state", "B"]),
+        ("refresh", ["--input", "i", "--state", "s", "--out", "A", "--out", "B"]),
+        ("export", ["--out", "o", "--format", "csv", "--to", "A", "--to", "B"]),
+        ("simulate", ["--out", "A", "--out", "B"]),
+    ],
+)
+def test_a_folder_flag_given_twice_is_refused_in_one_line(tmp_path, monkeypatch, capsys, command, flags):
+    """``--state a --state b`` wrote to b alone, without a word (the QA pass): refused as a repeated input is."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        cli.main([command, *flags])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "given twice (A, then B): a job writes one folder per flag" in err
+    assert list(tmp_path.iterdir()) == []
