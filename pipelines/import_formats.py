@@ -34,6 +34,7 @@ from biasboard.importers.registry import FORMATS, convert
 from biasboard.pipelines import validation
 from biasboard.pipelines.options import OneFolder
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.names import name_fault
 from biasboard.schemas.rules import undatable_day
 
 
@@ -152,6 +153,11 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             f"--length-unit {args.length_unit}: the {fmt.name} format has one length unit (formats with characters "
             f"and words: {with_units})"
         )
+    for flag, name in (("--judge", args.judge), ("--baseline", args.baseline)):
+        # a name the ingest would reject on every row it is written into: refused here, where it is given
+        fault = None if name is None else ("is empty" if not name.strip() else name_fault(name.strip()))
+        if fault:
+            raise InputError(f"{flag} {name[:40]!r}: not a usable name ({fault})")
     _local_only(("--in", args.input), ("--out", args.out), ("--answers", args.answers))
     validation.writable_folder(args.out, "--out")
     validation.not_owned(args.out, "--out")

@@ -169,6 +169,8 @@ def test_every_job_takes_its_flag_defaults_from_its_options_dataclass(command, r
         (["plan", "--out", "OUT", "--budget", "10", "--judge", ""], "--judge '': a judge name is empty"),
         # Path('') is the current folder: whatever lay there was imported
         (["import", "--format", "fastchat", "--in", "", "--out", "OUT"], "the input path is empty"),
+        # a judge name the ingest rejects on every row it is written into
+        (["import", "--format", "fastchat", "--in", "x", "--out", "OUT", "--judge", "a\x01b"], "--judge 'a\\x01b'"),
     ],
 )
 def test_demo_and_plan_numbers_are_refused_in_one_line_naming_the_flag(argv, said, tmp_path, capsys):
