@@ -115,7 +115,7 @@ from biasboard.schemas.deadletter import (
 )
 from biasboard.schemas.errors import InputError, StateError
 from biasboard.schemas.numbers import NumberRule
-from biasboard.schemas.rules import MAX_SCORE
+from biasboard.schemas.rules import MAX_SCORE, TS_MAX, TS_MIN
 
 DESIGNS: tuple[str, ...] = ("uniform", "swiss", "stratified", "hubspoke", "multihub", "popularity")
 
@@ -281,6 +281,12 @@ class SimulationConfig:
             (self.chunk_rows >= 1000, "chunk_rows must be at least 1000"),
             (len(self.style_effects) == 3 and len(self.style_means) == 3, "style_effects/style_means: 3 values"),
             (min(self.style_means) > 0 and self.sd_style >= 0, "style_means must be positive, sd_style >= 0"),
+            (
+                # the ingest rejects instants outside [TS_MIN, TS_MAX): a simulation past them was all bad_timestamp
+                TS_MIN.date() <= self.start_date and day_of(self, self.days - 1) < TS_MAX.date(),
+                f"--start-date {self.start_date} with --days {self.days}: the days must lie from "
+                f"{TS_MIN.date()} to before {TS_MAX.date()}, where the ingest takes time stamps",
+            ),
         ]
         for ok, message in checks:
             if not ok:

@@ -191,6 +191,7 @@ def test_demo_and_plan_numbers_are_refused_in_one_line_naming_the_flag(argv, sai
         (["simulate", "--sd-u", "-1"], "--sd-u must be at least 0, got -1"),  # was numpy's traceback
         (["simulate", "--gamma0", "inf"], "--gamma0 must be a finite number, got inf"),  # was NaN verdicts, exit 0
         (["simulate", "--grades", "1000"], "--grades must be from 2 to 100, got 1000"),  # the ingest rejected them all
+        (["simulate", "--start-date", "2099-12-30", "--days", "5"], "--start-date 2099-12-30 with --days 5: the days"),
         (["simulate", "--theta-sd", "nan"], "--theta-sd must be at least 0, got nan"),
         (["simulate", "--hubs", "1.5"], "--hubs must be a whole number, at least 0, got '1.5'"),
         (["simulate", "--self-identical", "2"], "--self-identical must be a number in [0, 1], got 2"),
