@@ -14,6 +14,7 @@ import argparse
 import importlib
 import logging
 import sys
+from typing import NoReturn
 
 from biasboard.pipelines.options import stray_arguments, unknown_options
 from biasboard.schemas.errors import BiasboardError, InputError, recover_user_error, storage_unreachable
@@ -37,9 +38,17 @@ def _load(command: str):
     return importlib.import_module(f"biasboard.pipelines.{module_name}")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser, whose errors (a missing required flag, a value not among the choices) are one line, as
+    every other refusal is: argparse printed its usage block (3 to 17 lines) above the message."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The top-level parser; only ``command``'s module is imported to add its flags."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="biasboard",
         description="Bias-corrected leaderboards from LLM-judge battle logs, on Apache Beam.",
         epilog="Standard Beam pipeline options (--runner, --project, --region, ...) may follow a job's own.",

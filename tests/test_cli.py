@@ -214,3 +214,18 @@ def test_simulate_and_import_numbers_are_refused_in_one_line_naming_the_flag(arg
     err = capsys.readouterr().err
     assert err.startswith(f"biasboard {argv[0]}: error: {said}") and err.count("\n") == 1
     assert not (tmp_path / "OUT").exists()
+
+
+def test_argparse_errors_are_one_line_too(capsys):
+    """A missing required flag or a value not among the choices printed argparse's usage block above the message
+    (3 to 17 lines, the QA pass), where every other refusal is one line: now one line, pointing at --help."""
+    for argv, said in (
+        (["refresh", "--input", "x"], "the following arguments are required: --state, --out"),
+        (["refresh", "--input", "x", "--state", "s", "--out", "o", "--diagnostics", "xyz"], "invalid choice: 'xyz'"),
+        ([], "the following arguments are required: COMMAND"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(argv)
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err and "--help)" in err, err
