@@ -115,6 +115,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         # '' is the planner's own stand-in for "no judge" (a board without judges): given, it planned for no judge
         raise InputError("--judge '': a judge name is empty (name a judge of the fit, or '*' for a new judge)")
     if job.to:
+        validation.writable_folder(job.to, "--to")  # (a file there was "[Errno 17] File exists")
         validation.not_owned(job.to, "--to", allow=("plans",))
     result = make_plan(
         args.out,

@@ -80,6 +80,9 @@ def test_a_folder_a_refresh_owns_is_refused_to_every_other_job(tmp_path, capsys)
     files = json.loads((Path(snapshot) / "manifest.json").read_text())["files"]
     assert sorted(os.listdir(snapshot)) == sorted([*files, "manifest.json"])  # the snapshot as published
     assert cli.main(["plan", "--out", site, "--budget", "4", "--to", str(Path(site) / "plans" / "mine")]) == 0
+    (tmp_path / "a-file").write_text("")
+    assert cli.main(["plan", "--out", site, "--budget", "4", "--to", str(tmp_path / "a-file")]) == 2
+    assert "exists and is a file, not a folder" in capsys.readouterr().err  # (it was "[Errno 17] File exists")
     assert cli.main(["export", "--out", site, "--format", "csv", "--to", str(tmp_path / "dash")]) == 0
 
 
