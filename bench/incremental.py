@@ -143,7 +143,8 @@ def print_table(steps: dict[str, dict], history: int, per_day: int) -> None:
     print(header)
     print("-" * len(header))
     for name, s in steps.items():
-        stage_cols = " ".join(f"{s['stages'].get(n, float('nan')):>9.2f}" for n in names)
+        # a stage the step did not run is "-" (the "nothing new" step runs none: it printed nan in every column)
+        stage_cols = " ".join(f"{s['stages'][n]:>9.2f}" if n in s["stages"] else f"{'-':>9}" for n in names)
         print(f"{name:<12} {s['aggregated_days']:>7} {s['seconds']:>7.1f} {s['peak_rss_mb']:>7.0f} | {stage_cols}")
     full, inc, inc2 = steps["full"], steps["+1 day"], steps["+1 day @2H"]
     print(f"(+1 day) / (full) wall: {inc['seconds'] / full['seconds']:.2f}   (target ≤ 0.5)")
