@@ -201,7 +201,14 @@ def bias_table(
     never_ties, always_ties = tie_boundary(tie_by_judge, data.judge_sums("n"))
     if isinstance(cov_core, BlockCovariance):
         judges = _judge_rows_blocked(
-            problem, solution, cov_core, boot_core, global_identified, tie_by_judge, bothbad_by_judge
+            problem,
+            solution,
+            cov_core,
+            boot_core,
+            global_identified,
+            tie_by_judge,
+            bothbad_by_judge,
+            (never_ties, always_ties),
         )
         # Not rechunked: a copy of the judges' rows (~30 MB of fresh memory at 50k voter-judges) for nothing.
         table = pl.concat([pl.DataFrame(rows.rows, schema=BIAS_COLUMNS), judges], rechunk=False)
@@ -260,6 +267,7 @@ def _judge_rows_blocked(
     global_identified: dict[int, bool],
     ties: np.ndarray,
     bothbad: np.ndarray,
+    tie_bounds: tuple[np.ndarray, np.ndarray],
 ) -> pl.DataFrame:
     """The per-judge rows of a judge-blocked fit, vectorised over judges (the same rules as the loop above).
 
@@ -329,8 +337,7 @@ def _judge_rows_blocked(
     level = np.array([t in global_identified and not global_identified[t] for t in blocks])[:, None]
     code[blank & identified & level] = texts.index(LEVEL_PRIOR_SELECTED)
     code[blank & ~identified] = texts.index(PRIOR_SELECTED)
-    never_ties, always_ties = tie_boundary(ties, problem.data.judge_sums("n"))
-    for boundary, text in ((never_ties, NO_TIES_NOTE), (always_ties, ALL_TIES_NOTE)):
+    for boundary, text in zip(tie_bounds, (NO_TIES_NOTE, ALL_TIES_NOTE), strict=True):  # (:func:`tie_boundary`)
         identified[TIE, boundary] = False
         code[TIE, boundary] = texts.index(text)
     codes = np.empty((jn, rows), np.uint32)  # gather indices as polars' own (u32): no conversion of 350k

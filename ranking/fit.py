@@ -530,9 +530,6 @@ def fit_bias_aware(
     return publish_bias_aware(problem, solution, config, shards=shards, naive=naive)
 
 
-#: Said when no battle carries both answers' lengths: the length correction is then off for every judge, which the
-#: bias table's notes said row by row and nothing said aloud (a file without ``len_a``/``len_b`` looks like any other).
-#: Why the summary's Kendall τ and Spearman ρ are null on a board of two or more models.
 def _prior_bound_warning(data: Dataset, theta_sd: float | None) -> list[str]:
     """A warning when the verdicts alone put no bound on some rating (complete separation: a model that never wins
     or never loses against the rest of its component), so the corrected board's rating and interval for it are the
@@ -552,10 +549,13 @@ def _prior_bound_warning(data: Dataset, theta_sd: float | None) -> list[str]:
     ]
 
 
+#: Why the summary's Kendall τ and Spearman ρ are null on a board of two or more models.
 TAU_UNDEFINED_WARNING = (
     "Kendall tau and Spearman rho naive vs corrected are undefined: a board rates every model the same (every "
     "battle a tie, say), so it has no order to compare"
 )
+#: Said when no battle carries both answers' lengths: the length correction is then off for every judge, which the
+#: bias table's notes said row by row and nothing said aloud (a file without ``len_a``/``len_b`` looks like any other).
 NO_LENGTHS_WARNING = (
     "no battle carries both answers' lengths (len_a, len_b): the corrected board is not corrected for verbosity "
     "(length preference), only for the other judge biases"

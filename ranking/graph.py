@@ -106,16 +106,20 @@ def unranked_components(component: np.ndarray) -> list[int]:
     return np.flatnonzero(sizes == 1).tolist() if sizes.max() > 1 else []
 
 
+def _points(pairs: PairArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(a, b, points of a, points of b) over the cells of two different models, a tie half a point each."""
+    keep = pairs.a != pairs.b
+    return pairs.a[keep], pairs.b[keep], (pairs.win_a + 0.5 * pairs.tie)[keep], (pairs.win_b + 0.5 * pairs.tie)[keep]
+
+
 def mle_exists(pairs: PairArrays, n_models: int, within_components: bool = False) -> bool:
     """True when the ties-as-half-wins BT likelihood has a finite maximiser (strongly connected).
 
     ``within_components``: the maximiser of each comparison component's ratings (one gauge each) —
     every weakly connected component strongly connected.
     """
-    keep = pairs.a != pairs.b
-    a, b = pairs.a[keep], pairs.b[keep]
-    a_pts = (pairs.win_a + 0.5 * pairs.tie)[keep] > 0
-    b_pts = (pairs.win_b + 0.5 * pairs.tie)[keep] > 0
+    a, b, a_pts, b_pts = _points(pairs)
+    a_pts, b_pts = a_pts > 0, b_pts > 0
     # Edge u → v when u earned points against v.
     rows = np.concatenate([a[a_pts], b[b_pts]])
     cols = np.concatenate([b[a_pts], a[b_pts]])
@@ -129,9 +133,7 @@ def one_sided_models(pairs: PairArrays, n_models: int) -> np.ndarray:
     """The models (indices) that earned no point, or gave none away, against another model (ties as half wins):
     the plainest case of a maximum-likelihood rating that does not exist (:func:`mle_exists` finds the rest: a
     group that never loses to the models outside it)."""
-    keep = pairs.a != pairs.b
-    a, b = pairs.a[keep], pairs.b[keep]
-    a_pts, b_pts = (pairs.win_a + 0.5 * pairs.tie)[keep], (pairs.win_b + 0.5 * pairs.tie)[keep]
+    a, b, a_pts, b_pts = _points(pairs)
     earned = np.bincount(a, a_pts, n_models) + np.bincount(b, b_pts, n_models)
     conceded = np.bincount(a, b_pts, n_models) + np.bincount(b, a_pts, n_models)
     played = np.bincount(a, minlength=n_models) + np.bincount(b, minlength=n_models)
