@@ -7,7 +7,9 @@ own cell function, fit as ``refresh --scores`` fits them (``fit_leaderboards`` o
 side by side from one run, per board size and difficulty spread: the share of the corrected board's 95%
 intervals that hold the true (centred) θ and severity — the Laplace intervals, and with ``--bootstrap B`` the
 percentile intervals of B replicates on the same fits — with their binomial standard errors, and the slope of the
-fitted θ on the true θ (1: no shrinkage).
+fitted θ on the true θ (1: no shrinkage).  Beside the published percentile interval, two other readings of the same
+replicates (the basic interval and the bias-shifted percentiles, :func:`other_intervals`) and what sets them apart:
+the slope of the replicates' mean minus the fit on the fit, and the replicates' SD over the Laplace SE.
 
 What it measures (``docs/design-notes.md``, ordinal-only boards): the bootstrap's coverage on small boards, and
 the reach of the prompt-difficulty prior (``Priors.difficulty_sd``) when difficulties vary more than it allows.
@@ -30,6 +32,7 @@ import polars as pl
 from biasboard.ranking import ModelConfig
 from biasboard.ranking.config import Priors
 from biasboard.ranking.fit import fit_leaderboards
+from biasboard.ranking.uncertainty import percentile_interval
 from biasboard.schemas.battle import SCORE_SCHEMA
 from biasboard.schemas.families import FamilyMap
 from biasboard.simulate.simulator import sample_grades
@@ -79,8 +82,19 @@ def share(hits: list[np.ndarray]) -> str:
     return f"{p:.3f} ± {np.sqrt(p * (1 - p) / flat.size):.3f}"
 
 
+def other_intervals(rating: np.ndarray, replicates: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """Two other readings of the same replicates, beside the published percentile interval: the *basic* interval
+    (the percentiles reflected about the fit, 2θ̂ − q) and the percentiles of the replicates shifted so that their
+    mean is the fit (the bootstrap's estimate of the bias taken out).  Both are what one would switch to were the
+    percentile interval's shortfall only the replicates' outward bias."""
+    low, high = percentile_interval(replicates)
+    shifted = percentile_interval(replicates - (replicates.mean(axis=0) - rating))
+    return (2 * rating - high, 2 * rating - low), shifted
+
+
 def study(seeds: int, n: int, difficulty_sd: float, prior_sd: float, bootstrap: int) -> dict[str, str]:
     laplace, boot, sev_laplace, sev_boot, fitted, true = [], [], [], [], [], []
+    basic, shifted, boot_bias, boot_sd, laplace_sd = [], [], [], [], []
     for seed in range(seeds):
         rows, theta = simulate_grades(seed, n, difficulty_sd)
         cells = partial_score_cells(rows.select(SCORE_SCHEMA.names), FamilyMap.with_user_rules()).cells
@@ -91,6 +105,12 @@ def study(seeds: int, n: int, difficulty_sd: float, prior_sd: float, bootstrap: 
         laplace.append(covered(board.rating - 1.959964 * board.se, board.rating + 1.959964 * board.se, truth))
         if bootstrap:
             boot.append(covered(board.ci_low, board.ci_high, truth))
+            replicates = board.boot_theta
+            for hits, (low, high) in zip((basic, shifted), other_intervals(board.rating, replicates), strict=True):
+                hits.append(covered(low, high, truth))
+            boot_bias.append(replicates.mean(axis=0) - board.rating)
+            boot_sd.append(replicates.std(axis=0, ddof=1))
+            laplace_sd.append(board.se)
         fitted.append(board.rating)
         true.append(truth)
         severity = board.bias.filter(pl.col("effect") == "severity").sort("judge")
@@ -109,7 +129,21 @@ def study(seeds: int, n: int, difficulty_sd: float, prior_sd: float, bootstrap: 
         "severity Laplace": share(sev_laplace),
         "severity bootstrap": share(sev_boot),
         "θ slope": f"{slope:.3f}",
+        "θ basic": share(basic),
+        "θ bias-shifted": share(shifted),
+        "replicates' bias slope": _slope(fitted, boot_bias) if bootstrap else "-",
+        "replicates' SD / Laplace SE": _ratio(boot_sd, laplace_sd) if bootstrap else "-",
     }
+
+
+def _slope(fitted: list[np.ndarray], bias: list[np.ndarray]) -> str:
+    """The slope of the replicates' mean minus the fit on the fit: 0 when the replicates are centred on it."""
+    return f"{float(np.polyfit(np.concatenate(fitted), np.concatenate(bias), 1)[0]):.3f}"
+
+
+def _ratio(num: list[np.ndarray], den: list[np.ndarray]) -> str:
+    """The median ratio of the replicates' SD to the Laplace SE over every model of every seed."""
+    return f"{float(np.median(np.concatenate(num) / np.concatenate(den))):.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -96,13 +96,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-pair-share",
         type=SHARE.flag_type("--max-pair-share"),
         help="most of the batch one pair may take, a fraction in (0, 1] (default: an equal split "
-        "over the pairs, rounded up); a limit: a plan that fills it stops short of the budget, with a note",
+        "over the pairs, rounded up); a limit, rounded down to whole units: a plan that fills it stops short of "
+        "the budget, with a note",
     )
     parser.add_argument(
         "--max-judge-share",
         type=SHARE.flag_type("--max-judge-share"),
         help="most of the batch one judge may take, a fraction in (0, 1] (default: an equal split "
-        "over the judges, rounded up); a limit: a plan that fills it stops short of the budget, with a note",
+        "over the judges, rounded up); a limit, rounded down to whole units: a plan that fills it stops short of "
+        "the budget, with a note",
     )
     defaults_from(parser, PlanOptions())
 

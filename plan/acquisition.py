@@ -288,6 +288,9 @@ class Posterior:
         naming a judge the fit does not hold."""
         if judges is None or len(judges) == 0:
             judges = self.judges or (ANY_JUDGE,)
+        # A judge named twice is one judge: two slots of it would each be "fresh" for the same pair (--no-repeat gave
+        # it a pair twice) and JudgedPairs.dense fills only one of them with its past.
+        judges = tuple(dict.fromkeys(judges))
         position = self._judge_position
         index = []
         for name in judges:
@@ -579,7 +582,8 @@ def select_comparisons(
     the greedy rule spends most of a batch on the single most uncertain boundary pair and all of it on
     the single most discriminating judge, so a round's verdicts rest on one pair and one judge's biases.
     ``max_pair_share`` / ``max_judge_share`` (a fraction of the units, in (0, 1]) replace those caps
-    when asked, e.g. 1.0 to let one pair or one judge take the whole batch.
+    when asked, e.g. 1.0 to let one pair or one judge take the whole batch; they are limits, rounded down (at
+    least one unit): 0.5 of 15 units is 7, not 8.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
@@ -727,8 +731,8 @@ def _stop_reason(plannable: np.ndarray, room: np.ndarray, candidates: np.ndarray
 
 def _cap(units: int, slots: int, share: float | None) -> int:
     """Most units one pair (or judge) may take: ``share`` of the units if given, else an equal split."""
-    if share is not None:
-        return max(1, math.ceil(share * units))
+    if share is not None:  # a limit: never more than that share of the batch (rounded down; at least one unit)
+        return max(1, math.floor(share * units + 1e-9))
     return max(1, math.ceil(units / max(slots, 1)))
 
 

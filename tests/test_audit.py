@@ -1252,3 +1252,35 @@ def test_the_note_does_not_claim_the_first_second_split_when_no_shown_order_is_k
     printed = capsys.readouterr().out
     assert "nor is the first/second split: no battle's shown order is known" in printed, printed
     assert "(the first/second split is)" not in printed
+
+
+def test_a_note_says_the_length_measures_are_not_measured_without_lengths(tmp_path: Path, capsys) -> None:
+    """Battles without len_a/len_b gave null length columns and no note (the notes said only what order could not
+    measure)."""
+    from biasboard.pipelines import cli
+
+    columns = ("judge", "prompt_id", "model_a", "model_b", "winner")
+    rows = [("j", "p1", "x", "y", FIRST), ("j", "p1", "y", "x", SECOND)]
+    _write_battles(battles(rows, columns), tmp_path / "in" / "day=2024-01-01" / "part-0.parquet")
+    assert cli.main(["audit", "--input", str(tmp_path / "in"), "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "the length measures" in printed, printed
+    notes = json.loads((tmp_path / "out" / "audit.json").read_text())["notes"]
+    assert any("the length measures" in n for n in notes)
+
+
+def test_a_note_says_self_preference_is_not_measured_without_another_family_judging() -> None:
+    """One judge (openai) judging its own family's model: no judge of another family scores that family, so the
+    family table has no self-preference, and the notes said nothing of it; with a judge of another family, no note."""
+    from biasboard.transforms.audit import audit_notes
+
+    cols = ("judge", "prompt_id", "model_a", "model_b", "winner", "family_a", "family_b", "judge_family")
+    alone = [("o", f"p{i}", "gpt", "claude", w, "openai", "anthropic", "openai") for i, w in enumerate([FIRST, SECOND])]
+    result = audit(battles(alone, cols))
+    notes = audit_notes(result.judges, {"read": 2, "counted": 2}, family=result.family)
+    assert any("self-preference is not measured" in n for n in notes), notes
+    other = [("a", f"p{i}", "gpt", "claude", w, "openai", "anthropic", "anthropic") for i, w in enumerate([TIE, FIRST])]
+    result = audit(battles(alone + other, cols))
+    assert result.family.get_column("self_preference").is_not_null().any()
+    notes = audit_notes(result.judges, {"read": 4, "counted": 4}, family=result.family)
+    assert not any("self-preference" in n for n in notes), notes

@@ -342,7 +342,17 @@ def test_a_batch_is_spread_over_pairs_and_judges_unless_asked(strategy):
         )
         assert most > 4 and top == frozenset({2, 3}) and judges[0] > 20
         most, _, _ = _spread(select_comparisons(post, 2 * units, strategy, seed=1, max_pair_share=0.1))
-        assert most <= 6  # ceil(0.1 × 60)
+        assert most <= 6  # 0.1 × 60
+
+
+def test_a_share_is_never_exceeded_by_rounding():
+    """--max-judge-share 0.5 on 15 units let a judge take 8 (53%), --max-pair-share 0.1 a pair 2 (13%): rounded up."""
+    post = _three_judge_posterior()
+    sel = select_comparisons(post, 30, "topk", seed=1, max_pair_share=0.1, max_judge_share=0.5)
+    most, judges, _ = _spread(sel)
+    assert most <= 0.1 * 15 and max(judges.values()) <= 0.5 * 15
+    one = select_comparisons(post, 30, "topk", seed=1, max_pair_share=0.01)  # below one unit: still one a pair
+    assert one.n_units == 15 and _spread(one)[0] == 1
 
 
 def test_spread_keeps_the_top_k_focus():
@@ -543,6 +553,18 @@ def test_no_repeat_is_per_judge_and_round_robin_sums_the_judges():
     assert _units(rr)[-1] == frozenset((2, 3))  # compared 5 times: last
     back = Posterior.from_bytes(post.to_bytes())
     np.testing.assert_array_equal(back.past_counts(["j2"]), post.past_counts(["j2"]))
+
+
+def test_a_judge_named_twice_is_one_judge_for_no_repeat():
+    """``--judge j1 --judge j1 --no-repeat``: j1 was given the pair it had judged and every pair twice."""
+    post = _three_judge_posterior()
+    judged = JudgedPairs(judge=np.array([0]), first=np.array([2]), second=np.array([3]), n=np.array([4]))
+    post = dataclasses.replace(post, judged=judged)
+    twice = ["j1", "j1"]
+    sel = select_comparisons(post, 200, "roundrobin", judges=twice, counts=post.past_counts(twice), repeat=False)
+    assert sel.judges == ("j1",)
+    assert sel.n_units == 15 - 1 and len(set(_units(sel))) == sel.n_units
+    assert frozenset((2, 3)) not in _units(sel)
 
 
 def test_no_repeat_never_holds_back_a_new_judge_of_the_population():

@@ -502,14 +502,17 @@ def audit_files(
         "files": {name: table_file(name) for name in tables},
         "conventions": CONVENTIONS,
         "clusters": result.clusters.to_json(),
-        "notes": audit_notes(result.judges, counts or {}, result.clusters),
+        "notes": audit_notes(result.judges, counts or {}, result.clusters, result.family),
     }
     files[AUDIT_JSON] = publish.json_bytes(document)
     return files
 
 
 def audit_notes(
-    judges: pl.DataFrame, counts: Mapping[str, Any], clusters: ClusterRecurrence | None = None
+    judges: pl.DataFrame,
+    counts: Mapping[str, Any],
+    clusters: ClusterRecurrence | None = None,
+    family: pl.DataFrame | None = None,
 ) -> list[str]:
     """What the audit could not measure, and why, in plain words (``audit.json``'s ``notes``; the CLI prints them).
 
@@ -520,6 +523,9 @@ def audit_notes(
     notes = _row_notes(counts)
     if judges.height:
         notes += _order_notes(judges)
+        notes += _length_notes(judges)
+        if family is not None:
+            notes += _family_notes(family)
     recurring = clusters.note() if clusters is not None else None
     if recurring:
         notes.append(recurring)
@@ -537,6 +543,28 @@ def _row_notes(counts: Mapping[str, Any]) -> list[str]:
     if rejected:
         return [f"{read - counted:,} of the {read:,} rows read were rejected and not audited ({reasons})"]
     return []
+
+
+def _length_notes(judges: pl.DataFrame) -> list[str]:
+    """Why the length measures are missing, if they are: no battle between two models has both lengths."""
+    if "len_n" in judges.columns and judges.get_column("len_n").fill_null(0).sum() > 0:
+        return []
+    return [
+        "no battle between two different models has both lengths (len_a and len_b): the length measures (longer-wins "
+        "rate, chosen vs rejected length, agreement with pick-the-longer) are not measured"
+    ]
+
+
+def _family_notes(family: pl.DataFrame) -> list[str]:
+    """Why no judge's self-preference is measured, if none is: it needs a judge's verdicts on models of its own
+    family and verdicts on that family by judges of another family (a single judge, or judges all of one family,
+    have none to compare with)."""
+    if family.height and family.get_column("self_preference").is_not_null().any():
+        return []
+    return [
+        "no judge judged models of its own family with judges of another family judging that family too: "
+        "self-preference is not measured (families: the --family-map rules, then the built-in ones)"
+    ]
 
 
 def _order_notes(judges: pl.DataFrame) -> list[str]:
