@@ -58,6 +58,9 @@ GATED: dict[str, int] = {"position": POS, "length": LEN, "affinity": AFF}
 #: Judges listed per effect in the summary's gate (and per effect among the prior-selected corrections): an
 #: effect of 25,000 voter-judges is decided by one group test, and its evidence per voter is in the bias table.
 LISTED_JUDGES = 50
+#: Judges a name prefix (``pool/…``) must group to be a voter pool, a test group of its own (:func:`judge_pools`):
+#: two or three LLM judges named by vendor (``openai/gpt-4o``, ``openai/gpt-4o-mini``) are not a crowd of voters.
+MIN_POOL_JUDGES = 20
 #: Default family-wise level of the gate (``--gate-level``).
 DEFAULT_LEVEL = 0.05
 
@@ -256,15 +259,15 @@ def informed_excesses(posterior_var: np.ndarray, prior_sd: float) -> np.ndarray:
 
 def judge_pools(names: np.ndarray) -> list[tuple[str | None, np.ndarray]]:
     """The judges' test groups, as positions in ``names``: one per voter pool (judges ``pool/…`` whose ``pool`` at
-    least two share, as ``--judge-pool prefix:/`` and ``--reference 'pool/*'`` read them), then the rest together
-    (``None``).
+    least :data:`MIN_POOL_JUDGES` share, as ``--judge-pool prefix:/`` and ``--reference 'pool/*'`` read them), then
+    the rest together (``None``).
 
     Why: one joint test over thousands of voters of another pool and four LLM judges let the voters' near-zero
     excesses outweigh the LLM judges' clear ones (z 3.8 to 8.4 on 2,295 df: χ² 2,293, p = 1), where the same
     battles with that pool as one judge corrected all four; a pool is tested as one unit, as it would be pooled."""
     prefix = np.array([name.split("/", 1)[0] if "/" in name else "" for name in names], dtype=object)
     pools, counts = np.unique(prefix[prefix != ""], return_counts=True)
-    pooled = {str(pool) for pool, n in zip(pools, counts, strict=True) if n >= 2}
+    pooled = {str(pool) for pool, n in zip(pools, counts, strict=True) if n >= MIN_POOL_JUDGES}
     out: list[tuple[str | None, np.ndarray]] = [(pool, np.flatnonzero(prefix == pool)) for pool in sorted(pooled)]
     rest = np.flatnonzero(~np.isin(prefix, list(pooled)))
     if rest.size:

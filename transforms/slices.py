@@ -221,13 +221,14 @@ def fit_slices(
     cells: SliceSource,
     dimensions: Sequence[str],
     min_battles: int,
-    fit: Callable[[pa.Table | Dataset, int], ReferenceFit],
+    fit: Callable[[pa.Table | Dataset, int, str, str], ReferenceFit],
 ) -> tuple[pl.DataFrame, list[S.SliceInfo]]:
     """Every slice's side-by-side board (column ``slice`` first) and its summary entry.
 
     ``cells``: the merged pair cells (:class:`TableSlices` in memory, :class:`BucketSlices` on disk);
-    ``fit(cells, models)``: both fits of a slice's cells with the snapshot's own reference and model options
-    (``models``: how many the slice has).  Slices come in dimension order, then label order.
+    ``fit(cells, models, dim, label)``: both fits of a slice's cells with the snapshot's own reference and model
+    options (``models``: how many the slice has; ``dim``/``label``: which slice, for the anchors of that slice).
+    Slices come in dimension order, then label order.
     """
     boards: list[pl.DataFrame] = []
     infos: list[S.SliceInfo] = []
@@ -240,7 +241,7 @@ def fit_slices(
             else:
                 try:
                     with part.cells() as slice_cells:
-                        fitted = fit(slice_cells, part.models)
+                        fitted = fit(slice_cells, part.models, dim, part.label)
                 except InputError as err:
                     info.note = f"not fit: {err}"
                 else:

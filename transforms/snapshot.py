@@ -31,6 +31,7 @@ from biasboard.ranking.reference import Reference, ReferenceFit, ReferenceSettin
 from biasboard.ranking.stream import stream_dataset, streaming_wanted
 from biasboard.report.html import render_report
 from biasboard.schemas import summary as S
+from biasboard.schemas.battle import SLICE_LABEL_SEPARATOR
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELL_KEYS
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
@@ -339,15 +340,16 @@ def _fit_snapshot(
 
 
 def _slice_fit(spec: FitSpec):
-    """Both fits of one slice's cells: the snapshot's reference and options, top-k within the slice."""
+    """Both fits of one slice's cells: the snapshot's reference and options, top-k within the slice, and the
+    anchors of that slice only (:func:`fit_with_anchors`)."""
 
-    def fit(cells: pa.Table | Dataset, models: int) -> ReferenceFit:
-        return fit_with_anchors(cells, replace(spec, config=slice_config(spec.config, models)))
+    def fit(cells: pa.Table | Dataset, models: int, dim: str, label: str) -> ReferenceFit:
+        return fit_with_anchors(cells, replace(spec, config=slice_config(spec.config, models)), only=(dim, label))
 
     return fit
 
 
-def fit_with_anchors(cells: pa.Table | Dataset, spec: FitSpec) -> ReferenceFit:
+def fit_with_anchors(cells: pa.Table | Dataset, spec: FitSpec, only: tuple[str, str] | None = None) -> ReferenceFit:
     """Both boards, corrected toward the reference ``spec`` names (anchors read and aggregated here).
 
     ``cells``: a slice's pair cells, or the snapshot's coded data set (its grades in it; in memory or streamed); the
@@ -357,10 +359,18 @@ def fit_with_anchors(cells: pa.Table | Dataset, spec: FitSpec) -> ReferenceFit:
     anchors = read_anchors(spec.anchors, spec.family_map or FamilyMap.with_user_rules()) if spec.anchors else None
     if anchors is not None:
         _LOG.info("fit: %d trusted anchor verdict(s) from %d rater name(s)", anchors.k, len(anchors.raters))
+    anchor_cells = anchors.cells if anchors is not None and reference.kind == "anchors" else None
+    if anchor_cells is not None and only is not None and anchor_cells.get_column(only[0]).drop_nulls().len():
+        # A slice's fit takes the anchors labelled with the slice's label, as it takes its battles: anchors judged
+        # on other categories' prompts compare the models on those categories' quality.  (Anchors without any
+        # label in that column are all taken, as before.)
+        dim, label = only
+        labels = pl.col(dim).cast(pl.String).str.split(SLICE_LABEL_SEPARATOR).list.eval(pl.element().str.strip_chars())
+        anchor_cells = anchor_cells.filter(labels.list.contains(label).fill_null(False))
     fitted = fit_with_reference(
         cells,
         reference=reference,
-        anchor_cells=anchors.cells if anchors is not None and reference.kind == "anchors" else None,
+        anchor_cells=anchor_cells,
         config=spec.config,
         settings=spec.settings,
     )
