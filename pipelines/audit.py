@@ -41,7 +41,7 @@ from biasboard.pipelines import validation
 from biasboard.pipelines.options import GivenOnce, OneFolder, beam_options, defaults_from, options_from
 from biasboard.transforms import storage
 from biasboard.transforms.audit import run_audit
-from biasboard.transforms.read import load_aliases
+from biasboard.transforms.read import load_aliases, resolve_input
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     job = options_from(AuditOptions, args)
-    options = beam_options(beam_args)
+    options = beam_options(beam_args, validate=True)
     storage.configure_gcs(no_auth=options.view_as(GoogleCloudOptions).no_auth)
     families = validation.family_map(job.family_map)
     validation.outside_input((("--input", args.input), ("--anchors", job.anchors)), out=args.out)
@@ -80,7 +80,14 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     validation.not_owned(args.out, "--out")
     validation.input_buckets(("--input", args.input), ("--anchors", job.anchors))
     aliases = load_aliases(job.aliases)
-    path = run_audit(args.input, args.out, options, job.anchors, families, aliases)
+    # A glob checked against the files it matches, as refresh does: ``--out`` a day folder of ``day=*/*.parquet``
+    # was accepted, and the next audit read its own audit_*.parquet as battles (a missing battle_id).
+    if storage.is_pattern(args.input):
+        matched = [m.path for m in resolve_input(args.input).files]
+        validation.files_outside("--input", args.input, matched, out=args.out)
+    # the workers read and write these: never relative to a worker's own working directory
+    glob, anchors = storage.launcher_path(args.input), storage.launcher_path(job.anchors)
+    path = run_audit(glob, storage.launcher_path(args.out), options, anchors, families, aliases)
     with storage.if_unreachable(f"the audit is complete ({path} was written last); only its notes were not printed"):
         notes = json.loads(storage.read_text(path)).get("notes", [])
     for note in notes:

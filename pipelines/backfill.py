@@ -73,7 +73,7 @@ def run_backfill(
     (``--direct_running_mode``, ``--direct_num_workers``), a big input runs its
     days in one worker thread per core (:func:`~biasboard.transforms.ingest.use_worker_threads`).
     """
-    options = beam_options(beam_args)
+    options = beam_options(beam_args, validate=True)
     # As every job: bounded GCS requests, and anonymous at once on an emulator or with --no_auth (Beam's
     # credential lookup retried ~25 s).
     storage.configure_gcs(no_auth=options.view_as(GoogleCloudOptions).no_auth)

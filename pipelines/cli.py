@@ -57,6 +57,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (_, help_text) in COMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        # ``biasboard refresh ... -v`` as well as ``biasboard -v refresh ...`` (it was dropped after the command)
+        sub_parser.add_argument(
+            "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log debug detail"
+        )
         if name == command:
             _load(name).add_arguments(sub_parser)
     return parser

@@ -9,6 +9,8 @@ command line (Dataflow, Flink, Spark, Portable) wins.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, fields
@@ -20,25 +22,46 @@ from biasboard.schemas.errors import InputError
 DEFAULT_LOCAL_RUNNER = "FnApiRunner"
 
 
-def beam_options(beam_args: list[str] | None) -> PipelineOptions:
-    """``PipelineOptions`` from the leftover CLI args, with the local default runner."""
+def beam_options(beam_args: list[str] | None, validate: bool = False) -> PipelineOptions:
+    """``PipelineOptions`` from the leftover CLI args, with the local default runner.
+
+    ``validate``: a job that builds a pipeline also checks the options its runner requires (Beam's validator, run
+    again by ``Pipeline()``), so that they are refused in one line before any work rather than in a traceback."""
     options = PipelineOptions(list(beam_args or []))
     standard = options.view_as(StandardOptions)
     if not standard.runner:
         standard.runner = DEFAULT_LOCAL_RUNNER
-    _check_runner(standard.runner)
+    _check_runner(standard.runner, options if validate else None)
     return options
 
 
-def _check_runner(name: str) -> None:
+def _check_runner(name: str, options: PipelineOptions | None = None) -> None:
     """Refuse a runner Beam does not know (or cannot load here) in one line, before any work: Beam says so from
-    inside ``Pipeline()``, in a traceback (``--runner NoSuchRunner``)."""
+    inside ``Pipeline()``, in a traceback (``--runner NoSuchRunner``); likewise the options that runner requires
+    and lacks (``--runner DataflowRunner`` without ``--project``), which Beam's validator finds there too."""
+    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
     from apache_beam.runners.runner import create_runner
 
     try:
-        create_runner(name)
+        runner = create_runner(name)
     except (ValueError, ImportError) as err:
         raise InputError(f"--runner {name}: {err}") from None
+    if options is not None:
+        errors = [e.strip() for e in PipelineOptionsValidator(options, runner).validate() if e.strip()]
+        if errors:
+            raise InputError(f"--runner {name}: {'; '.join(errors)}")
+
+
+def _beam_parse(beam_args: list[str], retain_unknown: bool) -> dict[str, Any]:
+    """Beam's reading of ``beam_args``; a value its parser refuses (``--direct_running_mode=multiprocessing``) is an
+    InputError in one line, not argparse's usage of every Beam option and an exit."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return PipelineOptions(list(beam_args)).get_all_options(retain_unknown_options=retain_unknown)
+    except SystemExit:
+        lines = [line for line in err.getvalue().splitlines() if line.strip()]
+        raise InputError(lines[-1].split("error: ", 1)[-1] if lines else "invalid Beam option") from None
 
 
 Options = TypeVar("Options")
@@ -105,16 +128,21 @@ def unknown_options(beam_args: list[str] | None) -> list[str]:
     """
     if not beam_args:
         return []
-    options = PipelineOptions(list(beam_args))
     beam_log = logging.getLogger("apache_beam.options.pipeline_options")
     level = beam_log.level
     beam_log.setLevel(logging.ERROR)  # Beam warns "Discarding unparseable args"; we say it better below
     try:
-        unknown = set(options.get_all_options(retain_unknown_options=True)) - set(options.get_all_options())
+        unknown = set(_beam_parse(beam_args, True)) - set(_beam_parse(beam_args, False))
     finally:
         beam_log.setLevel(level)
-    flags = [a for a in beam_args if a.startswith("--")]
-    return [f for f in flags if f[2:].split("=", 1)[0].replace("-", "_") in unknown]
+    # Beam has no one-dash options: ``-x`` after the job's flags was dropped without a word (Beam's parser keeps it
+    # as an unknown ``x`` only when no value follows it).
+    return [
+        f
+        for f in beam_args
+        if (f.startswith("--") and f[2:].split("=", 1)[0].replace("-", "_") in unknown)
+        or (len(f) > 1 and f[0] == "-" and f[1].isalpha())
+    ]
 
 
 def stray_arguments(beam_args: list[str] | None) -> list[str]:
@@ -134,7 +162,18 @@ def stray_arguments(beam_args: list[str] | None) -> list[str]:
         if flag.startswith("--") and "=" not in flag:
             name = flag[2:].replace("-", "_")
             value = PipelineOptions([flag, word]).get_all_options(retain_unknown_options=True).get(name)
-            if value == word or (isinstance(value, list) and word in value):
+            if value == word or (isinstance(value, list) and word in value) or _typed_value(value, word):
                 continue
         stray.append(word)
     return stray
+
+
+def _typed_value(value: object, word: str) -> bool:
+    """Whether ``value`` is ``word`` read by a typed Beam flag (``--direct_num_workers 2`` gives the int 2): a switch's
+    True is never its next word's value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return float(word) == value
+    except ValueError:
+        return False

@@ -377,10 +377,16 @@ def refresh(
     """
     options = options or RefreshOptions()
     check_inputs(input_glob, options)
+    # the workers write these folders: a relative path would be taken from each worker's own working directory
+    state_dir, out_dir = storage.launcher_path(state_dir), storage.launcher_path(out_dir)
+    input_glob = storage.launcher_path(input_glob)
+    options = replace(
+        options, scores_glob=storage.launcher_path(options.scores_glob), anchors=storage.launcher_path(options.anchors)
+    )
     if input_glob is None:  # the audit reads battles: there are none
         options = replace(options, audit=False)
     beam_args = list(beam_args or [])
-    pipeline_options = beam_options(beam_args)
+    pipeline_options = beam_options(beam_args, validate=True)
     storage.configure_gcs(no_auth=pipeline_options.view_as(GoogleCloudOptions).no_auth)
     family_map = check_options(state_dir, out_dir, options)
     inputs = (("--input", input_glob), ("--scores", options.scores_glob))

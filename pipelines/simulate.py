@@ -47,30 +47,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--battles", **_number("battles"), help="valid battle rows (default %(default)s)")
     parser.add_argument("--models", **_number("models"), help="models (default %(default)s)")
     parser.add_argument("--judges", **_number("judges"), help="judges, humans included (default %(default)s)")
-    parser.add_argument("--human-judges", **_number("human_judges"), help="of which human pools")
+    parser.add_argument("--human-judges", **_number("human_judges"), help="of which human pools (default %(default)s)")
     parser.add_argument("--days", **_number("days"), help="day partitions (default %(default)s)")
     parser.add_argument("--start-date", type=_date, default=d.start_date, help="first day (default %(default)s)")
     parser.add_argument("--design", choices=DESIGNS, default=d.design, help="tournament design (Katoch et al. 2026)")
     parser.add_argument("--both-orders", action="store_true", help="judge every sampled unit in both orders")
-    parser.add_argument("--bad-rows", **_number("bad_rows"), help="injected bad rows per valid row")
-    parser.add_argument("--scores", **_number("scores"), help="ordinal score rows per battle row")
+    parser.add_argument(
+        "--bad-rows", **_number("bad_rows"), help="injected bad rows per valid row (default %(default)s)"
+    )
+    parser.add_argument("--scores", **_number("scores"), help="ordinal score rows per battle row (default %(default)s)")
     parser.add_argument("--grades", **_number("grades"), help="scores are 1..K (default %(default)s)")
     parser.add_argument("--seed", **_number("seed"), help="random seed (default %(default)s)")
-    parser.add_argument("--corr-length", **_number("corr_length"), help="corr(θ, mean log length)")
-    parser.add_argument("--self-battles", **_number("self_battles"), help="share of model_a == model_b")
-    parser.add_argument("--self-identical", **_number("self_identical"), help="of self-battles: same answer")
+    parser.add_argument(
+        "--corr-length", **_number("corr_length"), help="corr(θ, mean log length) (default %(default)s)"
+    )
+    parser.add_argument(
+        "--self-battles", **_number("self_battles"), help="share of model_a == model_b (default %(default)s)"
+    )
+    parser.add_argument(
+        "--self-identical", **_number("self_identical"), help="of self-battles: same answer (default %(default)s)"
+    )
     parser.add_argument("--hubs", **_number("hubs"), help="multihub hubs (0: max(2, min(5, M/8)))")
     parser.add_argument("--strata", **_number("strata"), help="stratified strata (0: max(2, min(5, M/5)))")
     parser.add_argument("--prompts", **_number("prompts"), help="distinct prompts (default %(default)s)")
     parser.add_argument("--families", **_number("families"), help="model families (default %(default)s)")
-    parser.add_argument("--position-skew", **_number("position_skew"), help="SD of per-model first-slot")
-    parser.add_argument("--gamma0", **_number("gamma0"), help="global position effect γ₀")
-    parser.add_argument("--beta0", **_number("beta0"), help="global length effect β₀ per ln ratio")
-    parser.add_argument("--lambda0", **_number("lambda0"), help="global same-family affinity λ₀")
-    parser.add_argument("--sd-u", **_number("sd_u"), help="SD of per-judge position deviations")
-    parser.add_argument("--theta-sd", **_number("theta_sd"), help="SD of model quality θ")
+    parser.add_argument(
+        "--position-skew",
+        **_number("position_skew"),
+        help="SD of each model's first-slot propensity ρ_m (default %(default)s: a fair coin)",
+    )
+    parser.add_argument("--gamma0", **_number("gamma0"), help="global position effect γ₀ (default %(default)s)")
+    parser.add_argument(
+        "--beta0", **_number("beta0"), help="global length effect β₀ per ln ratio (default %(default)s)"
+    )
+    parser.add_argument("--lambda0", **_number("lambda0"), help="global same-family affinity λ₀ (default %(default)s)")
+    parser.add_argument("--sd-u", **_number("sd_u"), help="SD of per-judge position deviations (default %(default)s)")
+    parser.add_argument("--theta-sd", **_number("theta_sd"), help="SD of model quality θ (default %(default)s)")
     parser.add_argument("--style", action="store_true", help="write style counts (headers, lists, bold) with effects")
-    parser.add_argument("--corr-style", **_number("corr_style"), help="corr(θ, mean log header count)")
+    parser.add_argument(
+        "--corr-style", **_number("corr_style"), help="corr(θ, mean log header count) (default %(default)s)"
+    )
     parser.add_argument(
         "--categories",
         **_number("categories"),
@@ -78,7 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "category recovers their boards; default %(default)s: no category)",
     )
     parser.add_argument(
-        "--category-sd", **_number("category_sd"), help="SD of a model's quality shift within a category"
+        "--category-sd",
+        **_number("category_sd"),
+        help="SD of a model's quality shift within a category (default %(default)s)",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier simulation in --out")
 

@@ -36,7 +36,7 @@ import uuid
 from urllib.parse import urlsplit
 
 from apache_beam.transforms.resources import parse_resource_hints
-from biasboard.schemas.errors import InputError, StateError, StorageUnreachable
+from biasboard.schemas.errors import BucketUnreachable, InputError, StateError, StorageUnreachable
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.numbers import NumberRule
 from biasboard.transforms import gcs_requests, publish, storage
@@ -276,7 +276,7 @@ def reachable_bucket(path: str, flag: str, write: bool = False) -> None:
         with gcs_requests.patience(BUCKET_PROBE_DEADLINE_S):
             found = client.lookup_bucket(bucket, retry=bounded, timeout=BUCKET_PROBE_TIMEOUT_S)
     except (StorageUnreachable, exceptions.RetryError) as err:
-        raise StateError(f"{flag} {path}: cannot reach bucket {bucket} ({_unanswered(err, started)})") from err
+        raise BucketUnreachable(f"{flag} {path}: cannot reach bucket {bucket} ({_unanswered(err, started)})") from err
     except (exceptions.Forbidden, exceptions.Unauthorized) as err:
         anonymous = (
             f"; anonymous, as no Google Cloud credentials were found: {storage.CREDENTIALS_HOW}" if missing else ""

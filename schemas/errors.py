@@ -18,6 +18,11 @@ class StateError(BiasboardError):
     """The state or output folder is not what a job expects (missing snapshot, foreign files)."""
 
 
+class BucketUnreachable(StateError):
+    """A job's bucket probe found no answer: refused before any work, in the probe's own line (which flag, which
+    bucket), not rewritten as storage lost mid-run with what the run left."""
+
+
 class StorageUnreachable(StateError):
     """Storage stopped answering: nothing is known to be wrong with what it holds, it could not be reached.
 

@@ -41,6 +41,9 @@ def test_words_left_over_are_refused_not_ignored(tmp_path, capsys):
     beam = ["--runner", "DataflowRunner", "--experiments", "a", "--region=eu", "--save_main_session"]
     assert stray_arguments(beam) == []
     assert stray_arguments(["--save_main_session", "x", "--region=eu", "y"]) == ["x", "y"]
+    typed = ["--direct_num_workers", "2", "--max_num_workers", "20", "--parallelism", "16", "--disk_size_gb", "50"]
+    assert stray_arguments(typed) == []  # a typed Beam flag's value, as docs/running.md spells --max_num_workers 20
+    assert stray_arguments(["--save_main_session", "True"]) == ["True"]
     days = [tmp_path / f"day=2024-01-0{d}" / "part.parquet" for d in (1, 2, 3)]
     argv = ["refresh", "--input", *map(str, days), "--state", str(tmp_path / "s"), "--out", str(tmp_path / "o")]
     assert cli.main([*argv, "--drop-missing-days"]) == 2
@@ -232,3 +235,46 @@ def test_argparse_errors_are_one_line_too(capsys):
         assert exited.value.code == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and said in err and "--help)" in err, err
+
+
+def test_a_beam_option_beam_refuses_is_one_line(tmp_path, capsys):
+    """A Beam option with a value Beam's parser refuses printed Beam's whole usage (137 lines, ``cli.py: error``), and
+    a runner without the options it requires (``--runner DataflowRunner`` alone) ended in a traceback from
+    ``Pipeline()``: each is refused in one line, before any work."""
+    export = ["export", "--out", str(tmp_path / "o"), "--to", str(tmp_path / "x"), "--format", "csv"]
+    backfill = ["backfill", "--input", str(tmp_path / "in"), "--state", str(tmp_path / "s")]
+    for job, bad, said in [
+        (export, "--direct_running_mode=multiprocessing", "invalid choice: 'multiprocessing'"),
+        (export, "--direct_num_workers=two", "invalid int value: 'two'"),
+        (backfill, "--runner=DataflowRunner", "Missing required option: project"),
+    ]:
+        assert cli.main([*job, bad]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "usage:" not in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_a_one_dash_word_after_the_command_is_refused_and_v_is_verbose_there_too(tmp_path, capsys):
+    """``biasboard refresh … -x`` (or ``-q``) was dropped without a word, and ``-v`` after the command too (no debug
+    line), while ``--verbose`` there was refused: Beam has no one-dash options, so one is refused by name, and
+    ``-v``/``--verbose`` mean the same after the command as before it."""
+    assert unknown_options(["-x"]) == ["-x"]
+    assert unknown_options(["--region", "-1"]) == []  # a negative number is a value, not a flag
+    export = ["export", "--out", str(tmp_path / "o"), "--to", str(tmp_path / "x"), "--format", "csv"]
+    assert cli.main([*export, "-q"]) == 2
+    assert "unrecognised option(s) -q" in capsys.readouterr().err
+    assert cli.build_parser("export").parse_known_args([*export, "-v"])[0].verbose is True
+    assert cli.build_parser("export").parse_known_args(["-v", *export])[0].verbose is True
+    assert cli.build_parser("export").parse_known_args(export)[0].verbose is False
+
+
+def test_audit_out_inside_what_its_input_glob_reads_is_refused(tmp_path, capsys):
+    """``audit --input 'logs/day=*/*.parquet' --out logs/day=2024-01-01`` was accepted, and the next audit read its
+    own audit_*.parquet as battles (required column 'battle_id' is missing): refused in one line, as refresh does."""
+    assert cli.main(["simulate", "--out", str(tmp_path / "logs"), "--battles", "200", "--days", "1"]) == 0
+    (day,) = (tmp_path / "logs" / "battles").glob("day=*")
+    capsys.readouterr()
+    code = cli.main(["audit", "--input", str(day.parent / "day=*" / "*.parquet"), "--out", str(day)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "matches files inside --out" in err, err

@@ -154,3 +154,42 @@ def test_dataflow_template_stages_the_package_on_the_bucket(sim, tmp_path, bucke
     assert len(tarballs) == 1
     assert _sdist_members(storage.read_bytes(tarballs[0])) >= SHIPPED
     assert not storage.exists(f"{bucket}/state/manifests/day=2024-01-01.json")  # nothing ran
+
+
+@pytest.mark.slow
+def test_relative_state_and_out_are_the_launchers_not_each_workers(sim, tmp_path, monkeypatch):
+    """Relative ``--input``/``--state``/``--out`` went to the workers as given (a worker could not find the files the
+    launcher had listed), so each SDK worker wrote the day cells under its
+    own working directory and the launcher then said ``state: day … was not committed by the pipeline``.  The
+    folders are the launcher's: resolved before the graph is built."""
+    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "NO_GCE_CHECK": "true"}
+    elsewhere, here = tmp_path / "worker-cwd", tmp_path / "launcher-cwd"
+    elsewhere.mkdir()
+    here.mkdir()
+    job_port, worker_port = free_port(), free_port()
+    py = sys.executable
+    job_cmd = [py, "-m", "apache_beam.runners.portability.local_job_service_main", f"--port={job_port}"]
+    pool_cmd = [py, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={worker_port}"]
+    with open(tmp_path / "cluster.log", "wb") as sink:
+        job = subprocess.Popen(job_cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        pool = subprocess.Popen(
+            pool_cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=elsewhere
+        )
+    try:
+        wait_for_port(job_port, job)
+        wait_for_port(worker_port, pool)
+        monkeypatch.chdir(here)
+        portable = [
+            "--runner=PortableRunner",
+            f"--job_endpoint=localhost:{job_port}",
+            "--environment_type=EXTERNAL",
+            f"--environment_config=localhost:{worker_port}",
+        ]
+        glob = os.path.relpath(_glob(sim), here)
+        outcome = refresh(glob, "state", "out", portable, NO_AUDIT)
+    finally:
+        _stop(pool)
+        _stop(job)
+    assert outcome.aggregated_days == ["2024-01-01", "2024-01-02"]
+    assert (here / "out" / "LATEST").exists() and (here / "state" / "manifests").is_dir()
+    assert list(elsewhere.iterdir()) == []

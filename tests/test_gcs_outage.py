@@ -470,6 +470,8 @@ def test_a_host_name_that_does_not_exist_is_said_at_once_not_ridden_out(job, fre
     with using_emulator("http://nonexistent.invalid:9", BUCKET) as root:
         err = _failed(_job(job, root, tmp_path), capsys)
     assert "(cannot resolve host nonexistent.invalid: " in err and "no answer for" not in err, err
+    # every job says it in the probe's own line, naming the bucket (refresh rewrote it as storage lost mid-run)
+    assert f"cannot reach bucket {BUCKET} (" in err and "nothing was published" not in err, err
     assert _to("http://nonexistent.invalid:9", attempts) == [], "nothing left: the name was looked up, and is none"
     with pytest.raises(StorageUnreachable) as declared:
         gcs_requests.BREAKER.check("http://nonexistent.invalid:9", f"gs://{BUCKET}/")

@@ -373,7 +373,9 @@ def run_ingest(
     """
     if not isinstance(family_map, FamilyMap):
         family_map = load_family_map(family_map)
+    input_glob, scores_glob = storage.launcher_path(input_glob), storage.launcher_path(scores_glob)
     tasks = day_tasks(input_glob, days, day_range, scores_glob)
+    state_dir = storage.launcher_path(state_dir)  # the workers write it: never relative to their working directory
     storage.ensure_dir(state_dir)  # an unwritable state folder fails here, in one line, not inside a worker
     # Decided before the graph is built: Beam copies the options into it.
     parallel = worker_threads and use_worker_threads(options, tasks)

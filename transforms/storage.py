@@ -30,10 +30,17 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import overload
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from biasboard.schemas.errors import StateError, StorageUnreachable, raise_if_unreachable, storage_unreachable
+from biasboard.schemas.errors import (
+    BucketUnreachable,
+    StateError,
+    StorageUnreachable,
+    raise_if_unreachable,
+    storage_unreachable,
+)
 
 _LOG = logging.getLogger(__name__)
 
@@ -71,6 +78,21 @@ def holds_glob_characters(path: str) -> bool:
     """Whether ``path`` holds any character a reader takes as a pattern (``]`` too): such a file or folder, named
     literally, is matched as a pattern and not found."""
     return any(c in path for c in GLOB_CHARACTERS)
+
+
+@overload
+def launcher_path(path: str) -> str: ...
+
+
+@overload
+def launcher_path(path: None) -> None: ...
+
+
+def launcher_path(path: str | None) -> str | None:
+    """``path`` as the launching process means it (absolute locally; None stays None): a path a worker opens or
+    writes must not depend on that worker's working directory.  A remote or empty path is left as given (an empty
+    one is refused by name where it is checked, not read as this folder)."""
+    return path if path is None or not path.strip() or is_remote(path) else os.path.abspath(path)
 
 
 def normalise(path: str) -> str:
@@ -289,6 +311,8 @@ def _unreachable_as(say: Callable[[StorageUnreachable], StorageUnreachable]) -> 
     """Re-raise storage not reached in the block, however wrapped, as ``say`` of it; other errors as they are."""
     try:
         yield
+    except BucketUnreachable:
+        raise  # the probe's refusal, before any work: its own line names the flag and the bucket
     except Exception as err:
         found = storage_unreachable(err)
         if found is None:
