@@ -158,7 +158,9 @@ def bias_table(
         v[lay.glob(t)] = unit.get(t, 1.0)
         sd_glob, _ = prior_sd_of_effect(problem, t)
         if info is not None:
-            identified = info["range_nats"] >= IDENTIFIED_NATS
+            # a warning is a prior-selected verdict, as the summary and the gate read it (an affinity that is each
+            # model's own property has a wide profile from the judges' discriminations, and is not identified)
+            identified = info["range_nats"] >= IDENTIFIED_NATS and not info.get("warning")
             note = info["note"]
         else:
             post = covariance_block(cov_core, lay.glob(t))

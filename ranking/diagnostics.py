@@ -353,6 +353,13 @@ def is_model_difference(data: Dataset, judges: np.ndarray) -> bool:
     """Whether the same-family affinity covariate s_a − s_b of the cells of ``judges`` (bool over the judges) is
     f_a − f_b for one per-model f: then its coefficient is collinear with θ.
 
+    Every judge's cells count, since θ is shared by all of them: a judge that does not weigh the effect (not in
+    ``judges``: no model of its family, or the effect off for it) contributes its pairs with the value 0.  Why:
+    with only the weighing judges' cells read, an LLM judge's affinity beside a crowd judging the same pairs
+    (LLMFAO: crowd, GPT-4, GPT-3.5) was called a model's own property and left off, though the crowd pins θ and
+    the judge's excess on its own family's models is measured (simulated: true +1.0, estimate +1.09, 150 nats;
+    its family's models then rated 0.53 logits too high).
+
     Why not the profile alone: the judges' discriminations multiply θ's differences but not the covariate, so with
     many judges — voter-judges of one family — the profile of a same-family affinity that is a model's own
     property rose by 6.8 nats at 100 judges and 63.5 at 1,000 (the coefficient fit their discriminations' noise:
@@ -362,11 +369,11 @@ def is_model_difference(data: Dataset, judges: np.ndarray) -> bool:
     n = len(data.models)
     seen = np.zeros(0, np.int64)
     for pairs in data.cell_parts(("a", "b", "j", "ds", "n")):
-        use = judges[pairs.j] & (pairs.a != pairs.b) & (pairs.n > 0)
+        use = (pairs.a != pairs.b) & (pairs.n > 0)
+        weighs = judges[pairs.j][use]
+        ds = np.where(weighs, pairs.ds[use], 0.0)  # a judge that does not weigh it: the covariate is 0 for it
         lo, hi = np.minimum(pairs.a[use], pairs.b[use]), np.maximum(pairs.a[use], pairs.b[use])
-        d = np.rint(np.where(pairs.a[use] < pairs.b[use], pairs.ds[use], -pairs.ds[use])).astype(
-            np.int64
-        )  # f_lo − f_hi
+        d = np.rint(np.where(pairs.a[use] < pairs.b[use], ds, -ds)).astype(np.int64)  # f_lo − f_hi
         seen = np.union1d(seen, (lo * n + hi) * 3 + d + 1)
     pair, d = np.divmod(seen, 3)
     if pair.size == 0:

@@ -112,11 +112,7 @@ def _column_filter(column: str, benchmark: str) -> pl.Expr:
     return pl.col("category") == column
 
 
-@pytest.mark.parametrize(
-    ("benchmark", "judge", "folder"),
-    [j for j in JUDGES if j[0] == "mtbench"] + [JUDGES[3]],
-    ids=[j[2] for j in JUDGES if j[0] == "mtbench"] + [JUDGES[3][2]],
-)
+@pytest.mark.parametrize(("benchmark", "judge", "folder"), JUDGES, ids=[j[2] for j in JUDGES])
 def test_win_halfdraw_among_consistent_reproduces_published_csv(
     root: Path, benchmark: str, judge: str, folder: str
 ) -> None:
@@ -134,7 +130,12 @@ def test_win_halfdraw_among_consistent_reproduces_published_csv(
             if model == reference:
                 continue
             expected = float(text)
-            assert ours[model] is not None, f"{folder} {column} {model}: no consistent verdicts"
+            if ours[model] is None:
+                # PBA prints 0.0 for a (model, column) with no consistent verdict (claude-3-haiku on DevBench:
+                # 16 cells); the audit leaves the rate null there, so only that 0.0 may stand for it.
+                assert expected == 0.0, f"{folder} {column} {model}: no consistent verdicts, published {expected}"
+                checked += 1
+                continue
             assert abs(ours[model] - expected) <= 0.5e-4 + 1e-12, (folder, column, model, ours[model], expected)
             checked += 1
     listed = sum(1 for m in published["model"] if m != reference)

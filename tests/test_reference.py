@@ -620,6 +620,10 @@ def test_an_affinity_that_is_each_models_own_property_is_not_applied_whatever_th
         assert ("*", "affinity") in fit.config.disabled, voters
         (entry,) = [u for u in fit.unidentified if u["effect"] == "affinity"]
         assert not entry["applied"]
+        # the all-on board's bias table agrees (it said identified=True beside its "prior-selected" note at 300
+        # voters: the profile's range is wide there, from the judges' discriminations)
+        row = fit.all_on.bias.filter((pl.col("judge") == "*") & (pl.col("effect") == "affinity")).row(0, named=True)
+        assert row["note"].startswith("prior-selected") and row["identified"] is False, row
     cells, _ = simulated(seed=5, judges=4)  # judges of several families
     data = build_dataset(cells)
     assert len(set(data.judge_families)) > 1
@@ -653,3 +657,45 @@ def test_a_reference_whose_own_effect_is_undetermined_does_not_make_the_gate_cor
     design = np.column_stack([[theta[m] for m in models], [mean_log_length[m] for m in models], np.ones(len(models))])
     kept = np.linalg.lstsq(design, fit.corrected.rating, rcond=None)[0][1]
     assert 0.2 < kept < 0.45, kept
+
+
+def test_an_llm_judges_affinity_beside_a_judge_of_no_family_on_the_same_pairs_is_identified_and_applied() -> None:
+    """A crowd (family human: no model of its own family) and an OpenAI judge on the same pairs: θ is pinned by the
+    crowd, so the judge's excess on OpenAI models is its affinity, measurable.  is_model_difference read only the
+    weighing judge's cells, called it a model's own property and left it off: the OpenAI models were rated 0.53
+    logits too high (true affinity +1.0, estimated +1.09 with a 150-nat profile), and LLMFAO's crowd + GPT-4 +
+    GPT-3.5 board lost its affinity correction the same way."""
+    import datetime as dt
+
+    rng = np.random.default_rng(0)
+    models = [f"gpt-{i}" for i in range(5)] + [f"llama-{i}" for i in range(5)] + [f"mistral-{i}" for i in range(5)]
+    theta = dict(zip(models, rng.normal(0, 1, len(models)), strict=True))
+    rows = []
+    for judge, lam in (("crowd", 0.0), ("gpt-4", 1.0)):
+        for k in range(6000):
+            a, b = rng.choice(models, 2, replace=False)
+            p = 1 / (1 + np.exp(-(theta[a] - theta[b] + lam * (a.startswith("gpt") - b.startswith("gpt")))))
+            rows.append((f"{judge}:{k}", judge, a, b, "model_a" if rng.random() < p else "model_b"))
+    ts = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    battles = pa.table(
+        {
+            "battle_id": [r[0] for r in rows],
+            "ts": pa.array([ts] * len(rows), pa.timestamp("us", "UTC")),
+            "judge": [r[1] for r in rows],
+            "model_a": [r[2] for r in rows],
+            "model_b": [r[3] for r in rows],
+            "winner": [r[4] for r in rows],
+            "judge_family": ["human" if r[1] == "crowd" else "openai" for r in rows],
+        }
+    )
+    cells = partial_cells(battles, FAMILIES).cells
+    problem = bias_aware_problem(build_dataset(cells), ModelConfig())
+    from biasboard.ranking.model import AFF
+
+    assert not is_model_difference(problem.data, problem.spec.masks[AFF] > 0)
+    fit = fit_with_reference(cells, reference=Reference())
+    assert ("*", "affinity") not in fit.config.disabled
+    rating = dict(zip(fit.corrected.models, fit.corrected.rating, strict=True))
+    error = [rating[m] - theta[m] for m in models]
+    gpt_excess = np.mean(error[:5]) - np.mean(error[5:])
+    assert abs(gpt_excess) < 0.15, gpt_excess  # measured: +0.533 before, -0.031 after
