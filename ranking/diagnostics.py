@@ -350,15 +350,19 @@ def _profile_fast_effect(
 
 
 def is_model_difference(data: Dataset, judges: np.ndarray) -> bool:
-    """Whether the same-family affinity covariate s_a − s_b of the cells of ``judges`` (bool over the judges) is
-    f_a − f_b for one per-model f: then its coefficient is collinear with θ.
+    """Whether the same-family affinity covariate s_a − s_b of the cells of ``judges`` (bool over the judges) cannot
+    be told from the models' quality: it is f_a − f_b for one per-model f over every judge's cells (collinear with θ),
+    or no judge that weighs it sees two different pairs of models (its own discrimination a_j, which scales θ's
+    differences on its cells, then absorbs it).
 
     Every judge's cells count, since θ is shared by all of them: a judge that does not weigh the effect (not in
     ``judges``: no model of its family, or the effect off for it) contributes its pairs with the value 0.  Why:
     with only the weighing judges' cells read, an LLM judge's affinity beside a crowd judging the same pairs
     (LLMFAO: crowd, GPT-4, GPT-3.5) was called a model's own property and left off, though the crowd pins θ and
     the judge's excess on its own family's models is measured (simulated: true +1.0, estimate +1.09, 150 nats;
-    its family's models then rated 0.53 logits too high).
+    its family's models then rated 0.53 logits too high).  But a judge that weighs it on one pair of models only
+    (a slice of two models) has one η there, a_j (θ_a − θ_b) + c: other judges pinning θ_a − θ_b leave a_j and c
+    one number.
 
     Why not the profile alone: the judges' discriminations multiply θ's differences but not the covariate, so with
     many judges — voter-judges of one family — the profile of a same-family affinity that is a model's own
@@ -368,6 +372,7 @@ def is_model_difference(data: Dataset, judges: np.ndarray) -> bool:
     walked along a spanning forest of the model graph (one step per model) must hold on every pair."""
     n = len(data.models)
     seen = np.zeros(0, np.int64)
+    weighed = np.zeros(0, np.int64)  # (judge, pair) keys of the weighing judges' cells, odd where the covariate acts
     for pairs in data.cell_parts(("a", "b", "j", "ds", "n")):
         use = (pairs.a != pairs.b) & (pairs.n > 0)
         weighs = judges[pairs.j][use]
@@ -375,6 +380,22 @@ def is_model_difference(data: Dataset, judges: np.ndarray) -> bool:
         lo, hi = np.minimum(pairs.a[use], pairs.b[use]), np.maximum(pairs.a[use], pairs.b[use])
         d = np.rint(np.where(pairs.a[use] < pairs.b[use], ds, -ds)).astype(np.int64)  # f_lo − f_hi
         seen = np.union1d(seen, (lo * n + hi) * 3 + d + 1)
+        key = (pairs.j[use].astype(np.int64) * n * n + lo * n + hi) * 2 + (d != 0)
+        weighed = np.union1d(weighed, key[weighs])
+    return _collinear_with_theta(seen, n) or not _seen_apart(weighed, n)
+
+
+def _seen_apart(weighed: np.ndarray, n: int) -> bool:
+    """Whether some weighing judge's cells hold two different model pairs, the covariate acting on one of them."""
+    judge_pair, acts = np.divmod(weighed, 2)
+    judge = judge_pair // (n * n)
+    pairs_of = np.bincount(np.unique(judge_pair) // (n * n)) if judge_pair.size else np.zeros(0, np.int64)
+    return bool(np.any(pairs_of[judge[acts == 1]] >= 2))
+
+
+def _collinear_with_theta(seen: np.ndarray, n: int) -> bool:
+    """Whether the distinct (pair, value + 1) codes ``seen`` (pair × 3 + value + 1, the value f_lo − f_hi) are
+    f_lo − f_hi for one per-model f."""
     pair, d = np.divmod(seen, 3)
     if pair.size == 0:
         return True
@@ -415,7 +436,8 @@ def _profile_info(
     if t == AFF and span >= FLAT_NATS and is_model_difference(problem.data, problem.spec.masks[AFF] > 0):
         info["note"] = (
             f"prior-selected: {name} is a property of each model alone here (every judge that weighs it sees the same "
-            f"models as its own family), so the comparisons cannot split quality from {name}; the profile's "
+            f"models as its own family, or sees one pair of models), so the comparisons cannot split quality from "
+            f"{name}; the profile's "
             f"{span:.1f} nats come from the judges' discriminations, not from the covariate, and the value shown is "
             "chosen by the prior"
         )

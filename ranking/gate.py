@@ -46,7 +46,7 @@ import polars as pl
 import scipy.sparse as sp
 from biasboard.ranking.arrowhead import BlockCovariance, RowCovariance
 from biasboard.ranking.arrowhead import row_covariance as blocked_rows
-from biasboard.ranking.bias_table import VARIANCE_SHRINK
+from biasboard.ranking.bias_table import informed_by_data
 from biasboard.ranking.model import AFF, LEN, POS, STYLE_BLOCKS, Layout, block_name
 from biasboard.ranking.problem import Problem, prior_sd_of_effect
 from biasboard.ranking.result import FitResult
@@ -243,17 +243,17 @@ def wald_group(d: np.ndarray, cov: np.ndarray) -> tuple[float, int]:
     return float(np.sum(proj**2 / vals[keep])), int(keep.sum())
 
 
-def informed_excesses(posterior_var: np.ndarray, prior_sd: float) -> np.ndarray:
-    """Which excesses the joint test weighs: those the judges' own battles inform, their posterior variance below
-    :data:`~biasboard.ranking.bias_table.VARIANCE_SHRINK` of the prior's (the bias table's "identified"); all of them
-    when none is.
+def informed_excesses(posterior_var: np.ndarray, excess: np.ndarray, prior_sd: float) -> np.ndarray:
+    """Which excesses the joint test weighs: those the judges' own battles inform
+    (:func:`~biasboard.ranking.bias_table.informed_by_data`: a posterior variance below half the prior's, or an
+    excess pushed two prior SDs or more from 0); all of them when none is.
 
     Why: a few-battle voter's excess is its prior's, shrunk to 0 with a variance near the prior's, and adds a degree
     of freedom and almost no χ².  With a voter pool as the reference and the other pool split into 2,500 voters, the
     four LLM judges' position excesses (z 3.8 to 8.4) were tested on 2,503 df (χ² 2,377, p = 1) and not corrected,
     where the same battles with the other pool as one judge corrected them.  A prior-dominated excess is not applied
     anyway (identified-only), so leaving it out of the test loses nothing the board would use."""
-    informed = posterior_var < VARIANCE_SHRINK * prior_sd**2
+    informed = informed_by_data(posterior_var, excess, prior_sd**2)
     return informed if informed.any() else np.ones_like(informed)
 
 
@@ -297,7 +297,7 @@ def run_gate(
             d = rows @ core
             c = row_covariance(cov, rows)
             var = np.clip(c.diagonal(), 0.0, None)
-            tested = informed_excesses(var / unit**2, prior_sd_of_effect(problem, t)[1])
+            tested = informed_excesses(var / unit**2, d / unit, prior_sd_of_effect(problem, t)[1])
             if not tested.all():
                 c = row_covariance(cov, rows[np.flatnonzero(tested)])
             chi2, df = joint_wald(c, d[tested])

@@ -60,7 +60,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 from biasboard.ranking.arrowhead import BlockCovariance, centring
-from biasboard.ranking.bias_table import VARIANCE_SHRINK
+from biasboard.ranking.bias_table import informed_by_data
 from biasboard.ranking.config import ModelConfig, NaiveConfig
 from biasboard.ranking.data import CellsInput, Dataset, build_dataset, with_judge
 from biasboard.ranking.diagnostics import compare_rankings
@@ -649,9 +649,10 @@ def unidentified_effects(
         judges, rows, unit = excess_vectors(problem, t, reference)
         _, sd_dev = prior_sd_of_effect(problem, t)
         post = row_covariance(cov, rows).diagonal() / unit**2
-        for j, v in zip(judges, post, strict=True):
+        informed = informed_by_data(post, (rows @ fit.state.core) / unit, sd_dev**2)
+        for j, known in zip(judges, informed, strict=True):
             pair = (problem.data.judges[j], effect)
-            if v >= VARIANCE_SHRINK * sd_dev**2 and pair not in already_off:
+            if not known and pair not in already_off:
                 out.add(pair)
     info = fit.diagnostics.get("profile_likelihood", {})
     for effect, t in gated.items():
