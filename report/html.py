@@ -433,7 +433,9 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers:
     body = [
         f'<p class="note">{esc(scope)} Dots are ratings, bars their {esc(ci_name)}s '
         f"({esc(_interval_source(summary))}). Intervals that overlap widely mean the data cannot order those models "
-        "with confidence.</p>",
+        "with confidence — though the ratings' scale is the judges' average discrimination, so a judge with few "
+        "verdicts widens the intervals at the board's ends without making the order less certain: the rank "
+        "intervals say how well the order is known.</p>",
         f'<p class="note">{esc(_corrected_meaning(summary))}</p>',
         forest,
         "<h3>Rank change</h3>",
