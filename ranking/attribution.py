@@ -19,6 +19,9 @@ other parameter held at the MAP:
   chord step does not decrease the objective as the MAP's quadratic model predicts (a correction so large the
   verdicts saturate without it), θ is re-minimised exactly instead (:func:`_chord_step_trusted`).
 
+On a board with grades the prompts' difficulty δ_p is a correction too (the naive board pools the prompts): removed,
+every δ_p is set to 0, and its exact answer is Newton on θ alone with δ held at 0.
+
 Both solvers give the same Δθ: the gradient is the objective's own (dense or judge-blocked, in memory or
 streamed) and H_θθ is the M × M block both keep (the dense Hessian's θ rows, the arrowhead's globals), so memory
 is O(J + M²) — never a per-judge dense matrix.  Effects the published fit does not apply (switched off by the
@@ -44,6 +47,18 @@ from biasboard.ranking.uncertainty import centre_within
 NOT_APPLIED = "not applied on the published board (switched off by the gate or the configuration)"
 TIED_NOT_APPLIED = "no judge's excess over the reference is corrected (the gate tied every judge to the reference)"
 NO_DATA = "no judge has data for this effect"
+
+
+#: The prompts' difficulty δ_p of a fit with grades: a correction of the corrected board (the naive one pools the
+#: prompts), held in the diagonal vector rather than a judge block.
+DIFFICULTY = "difficulty"
+#: ``t`` of :func:`exact_theta_response` for the prompts' difficulty (no judge block has this index).
+DIFFICULTY_BLOCK = -1
+
+
+def _has_difficulty(problem: Problem) -> bool:
+    """Whether the fit corrects for the prompts' difficulty (grades with prompts)."""
+    return problem.data.scores is not None and bool(problem.layout.n_tau) and problem.layout.n_prompts > 0
 
 
 def attributable_blocks(problem: Problem) -> list[int]:
@@ -100,7 +115,7 @@ def attribute_moves(problem: Problem, solution: Solution, shards: int = 1) -> di
     core, diag = solution.core, solution.diag
     effects: dict[str, list[float]] = {}
     left_out: dict[str, str] = {}
-    todo: list[tuple[str, np.ndarray]] = []
+    todo: list[tuple[str, np.ndarray | None]] = []  # None: the prompts' difficulty (in the diagonal vector)
     for t in attributable_blocks(problem):
         entries = correction_entries(problem, t)
         name = block_name(t)
@@ -110,6 +125,11 @@ def attribute_moves(problem: Problem, solution: Solution, shards: int = 1) -> di
             effects[name] = [0.0] * m  # applied, and estimated at exactly 0: removing it moves nothing
         else:
             todo.append((name, entries))
+    if _has_difficulty(problem):
+        if np.any(diag):
+            todo.append((DIFFICULTY, None))
+        else:
+            effects[DIFFICULTY] = [0.0] * m
     if not todo:
         return {"effects": effects, "left_out": left_out}
     ev = solution.evaluation
@@ -118,14 +138,18 @@ def attribute_moves(problem: Problem, solution: Solution, shards: int = 1) -> di
         ev = objective.evaluate(core, diag)
     factor = np.linalg.cholesky(theta_hessian(ev, m))
     g_map = ev.g[lay.theta] if ev.g.size else objective.evaluate(core, diag, hessian=False).g[lay.theta]
-    for name, entries in todo:
+    for name, at_entries in todo:
         removed = core.copy()
-        removed[entries] = 0.0
+        removed_diag = diag
+        if at_entries is None:  # prompt difficulty: every δ_p set to 0
+            removed_diag = np.zeros_like(diag)
+        else:
+            removed[at_entries] = 0.0
         delta = np.zeros(m)
         trusted = True
         f_before, predicted = 0.0, 0.0
         for step_no in range(CHORD_STEPS):
-            at = objective.evaluate(removed, diag, hessian=False)
+            at = objective.evaluate(removed, removed_diag, hessian=False)
             if step_no == 1:
                 trusted = _chord_step_trusted(f_before - at.f, predicted)
                 if not trusted:
@@ -136,7 +160,11 @@ def attribute_moves(problem: Problem, solution: Solution, shards: int = 1) -> di
             delta += step
             removed[lay.theta] += step
         if not trusted:
-            t = next(t for t in attributable_blocks(problem) if block_name(t) == name)
+            t = (
+                DIFFICULTY_BLOCK
+                if at_entries is None
+                else next(t for t in attributable_blocks(problem) if block_name(t) == name)
+            )
             delta = exact_theta_response(problem, solution, t, shards)
         effects[name] = delta.tolist()
     return {"effects": effects, "left_out": left_out}
@@ -185,11 +213,21 @@ def exact_theta_response(
     """The exact counterpart of :func:`attribute_moves`' Δθ for block ``t``: θ re-minimised (Newton to ``tol``) with
     correction ``t`` removed and every other parameter held at the MAP (uncentred)."""
     removed = solution.core.copy()
+    objective_: Objective = problem.objective(shards)
+    if t == DIFFICULTY_BLOCK:  # δ lives in the diagonal vector, which minimize() always frees: Newton on θ here
+        theta = problem.layout.theta
+        diag = np.zeros_like(solution.diag)
+        for _ in range(100):
+            ev = objective_.evaluate(removed, diag)
+            g = ev.g[theta]
+            if np.abs(g).max(initial=0.0) < tol:
+                break
+            removed[theta] -= np.linalg.solve(theta_hessian(ev, problem.layout.n_models), g)
+        return removed[theta] - solution.core[theta]
     removed[correction_entries(problem, t)] = 0.0
     free = np.zeros(removed.size, bool)
     free[problem.layout.theta] = True
-    objective: Objective = problem.objective(shards)
-    out = minimize(objective, removed, solution.diag, free=free, tol=tol)
+    out = minimize(objective_, removed, solution.diag, free=free, tol=tol)
     return out.core[problem.layout.theta] - solution.core[problem.layout.theta]
 
 

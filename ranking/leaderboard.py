@@ -39,13 +39,16 @@ def side_by_side(naive: FitResult, corrected: FitResult, anchor: str | None = No
     it would read as rank 1 with a zero-width CI and P(top-k) = 1.  The fit's diagnostics name it
     (:func:`~biasboard.ranking.diagnostics.connectivity_report`).
     """
-    nv = naive.elo(anchor if anchor in naive.models else None).with_columns(
-        pl.Series("rank_naive", ranks_within(naive.rating, naive.component))
-    )
     # A model the naive fit has no battle for (graded only) is its own component there, rated at that component's
     # centre by definition: not a naive rating, so its naive columns are left empty (it read rank 1, 1000 points).
     unrated = [naive.models[i] for i in np.flatnonzero(np.isin(naive.component, unranked_components(naive.component)))]
-    nv = nv.filter(~pl.col("model").is_in(unrated))
+    # A model the corrected board leaves off (alone in its component: on a grades board, no same-judge same-prompt
+    # grade links it, while the naive board pools every grade and ranks it) is not ranked on the naive side either:
+    # counted there, it pushed every naive rank down one and each model read "+1" for a move nobody made.
+    left_off = set(_left_off(corrected))
+    keep = np.array([name not in left_off and name not in unrated for name in naive.models], bool)
+    nv = naive.elo(anchor if anchor in naive.models else None).filter(pl.Series(keep))
+    nv = nv.with_columns(pl.Series("rank_naive", naive.ranks(among=keep)))
     cr = corrected.elo(anchor).with_columns(
         pl.Series("rank_corrected", ranks_within(corrected.rating, corrected.component)),
         pl.Series("p_top_k", corrected.p_top_k),
@@ -82,3 +85,9 @@ def top_k_warnings(k: int, leaderboard: pl.DataFrame) -> list[str]:
 
 def _components(fit: FitResult) -> np.ndarray:
     return fit.component.astype(np.int64) if fit.component.size else np.zeros(fit.n_models, np.int64)
+
+
+def _left_off(fit: FitResult) -> list[str]:
+    """The models :func:`side_by_side` leaves off the board: alone in their comparison component."""
+    component = _components(fit)
+    return [fit.models[i] for i in np.flatnonzero(np.isin(component, unranked_components(fit.component)))]

@@ -350,26 +350,35 @@ class FitResult:
         z = rng.standard_normal((n, self.n_models))
         return self.rating[None, :] + z @ root.T
 
-    def ranks(self) -> np.ndarray:
+    def ranks(self, among: np.ndarray | None = None) -> np.ndarray:
         """Competition rank of each model (1 = best; ties share the best rank) by rating, within its comparison
         component: the leaderboard's.  (Ranked as one posterior draw, two models of the same rating took consecutive
-        ranks by their index: summary.json's ranks then disagreed with the leaderboard's.)"""
-        return ranks_within(self.rating, self.component)
+        ranks by their index: summary.json's ranks then disagreed with the leaderboard's.)  ``among``: the models
+        ranked (bool over the models; the others are left out and take no rank), every model when None."""
+        keep = self._among(among)
+        return ranks_within(self.rating[keep], self.component[keep] if self.component.size else self.component)
 
-    def rank_interval(self, level: float = 0.95, *, draws: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """Central ``level`` interval of each model's rank over ``draws`` posterior draws (within components).
+    def rank_interval(
+        self, level: float = 0.95, *, draws: int = 2000, seed: int = 0, among: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Central ``level`` interval of each model's rank over ``draws`` posterior draws (within components), for
+        the models ``among`` selects (as :meth:`ranks`).
 
         Why: overlapping rating CIs say two models may swap, but not how far a model may fall; the rank
         interval answers "could this model be anywhere from 2nd to 9th?" directly.
         """
         if not 0.0 < level < 1.0:
             raise ValueError(f"level must be in (0, 1), got {level}")
+        keep = self._among(among)
         boot = self.boot_theta if self.uncertainty == "bootstrap" else None
         samples = boot if boot is not None else self.posterior_samples(draws, np.random.default_rng(seed))
-        ranks = rank_draws(samples, self.component)
+        ranks = rank_draws(samples[:, keep], self.component[keep] if self.component.size else None)
         tail = 50.0 * (1.0 - level)
         low, high = np.percentile(ranks, [tail, 100.0 - tail], axis=0, method="inverted_cdf")
         return low.astype(np.int64), high.astype(np.int64)
+
+    def _among(self, among: np.ndarray | None) -> np.ndarray:
+        return np.ones(self.n_models, bool) if among is None else np.asarray(among, bool)
 
     def table(self) -> pl.DataFrame:
         """One row per model: logit rating, SE, CI, battles, p_top_k."""

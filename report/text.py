@@ -22,7 +22,7 @@ __all__ = ["ORDINAL_TITLES", "PAIRWISE_TITLES", "agreement_text", "fmt", "side_b
 
 #: Column titles of the two boards: battles (the default) and single grades alone (ordinal-only).
 PAIRWISE_TITLES = ("naive (plain Bradley-Terry)", "corrected for judge biases")
-ORDINAL_TITLES = ("naive (mean grade, pooled)", "corrected for judge severity")
+ORDINAL_TITLES = ("naive (mean grade, pooled)", "corrected for severity, difficulty")
 
 
 #: At most this many of a disconnected board's components are printed (the largest first); the rest are counted.

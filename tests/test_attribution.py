@@ -166,7 +166,7 @@ def test_on_a_grades_board_severity_is_named_as_what_moved_the_models_of_the_har
     data = build_dataset(None, _score_cells(rows))
     naive, corrected = fit_leaderboards(data, config=FAST)
     table = move_table(corrected, side_by_side(naive, corrected))
-    assert table is not None and table["effects"] == ["severity"]
+    assert table is not None and table["effects"] == ["severity", "difficulty"]
     delta = {r["model"]: r["corrections"][0]["delta_rating"] for r in table["models"]}
     home = {name: int(name[1:]) % 3 for name in delta}  # m00, m03, ... graded mostly by judge-0 (severity -1)
     lenient = [delta[m] for m in delta if home[m] == 0]
@@ -203,3 +203,40 @@ def test_a_length_correction_large_enough_to_saturate_the_verdicts_is_attributed
     i = data.models.index("gpt4_gamed")
     assert abs(exact[i]) > 0.5  # a large move: length is what separates the two
     assert abs(linear[i] - exact[i]) < 0.01 * abs(exact[i]), (linear[i], exact[i])
+
+
+def test_a_move_made_by_the_prompts_difficulty_is_attributed_to_it_not_left_unexplained() -> None:
+    """A model graded only on hard prompts, by judges of one severity: its mean grade puts it last, the corrected
+    board (difficulty taken out) near the top.  The attribution named severity alone, so the whole move was
+    'unexplained' (rest +3) on a board whose only other correction is the prompts' difficulty."""
+    from biasboard.ranking.attribution import DIFFICULTY, DIFFICULTY_BLOCK
+
+    from tests.test_ordinal_only import _score_cells
+
+    rng = np.random.default_rng(0)
+    tau = np.linspace(-2.5, 2.5, 9)
+    theta = {"a": 0.5, "b": 0.3, "c": 0.0, "d": -0.3, "x": 0.2}
+    rows = []
+    for p in range(60):
+        dp = 1.5 if p < 20 else -0.5
+        for model, t in theta.items():
+            if model == "x" and dp < 1:
+                continue  # x is graded on the hard prompts only
+            for judge in ("j1", "j2", "j1", "j2"):
+                s = np.concatenate([[0.0], np.cumsum(t - dp - tau)])
+                prob = np.exp(s - s.max())
+                rows.append((judge, model, f"p{p:02d}", float(1 + rng.choice(10, p=prob / prob.sum()))))
+    frame = pl.DataFrame(rows, schema=["judge", "model", "prompt_id", "score"], orient="row")
+    data = build_dataset(None, _score_cells(frame))
+    naive, corrected = fit_leaderboards(data, config=FAST)
+    table = move_table(corrected, side_by_side(naive, corrected))
+    assert table is not None and DIFFICULTY in table["effects"]
+    x = next(r for r in table["models"] if r["model"] == "x")
+    assert x["rank_change"] >= 2
+    places = {c["effect"]: c["places"] for c in x["corrections"]}
+    assert places[DIFFICULTY] == x["rank_change"] and x["unexplained"] == 0
+    problem = bias_aware_problem(data, FAST)
+    solution = solve_bias_aware(problem, FAST)
+    linear = centre_within(np.asarray(attribute_moves(problem, solution)["effects"][DIFFICULTY]))
+    exact = centre_within(exact_theta_response(problem, solution, DIFFICULTY_BLOCK))
+    assert np.abs(linear - exact).max() < 0.05 * np.abs(exact).max()

@@ -118,7 +118,7 @@ def test_arena_bench_grades_alone_make_both_boards(arena_bench_scores, tmp_path,
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     assert "ordinal-only board" in printed
-    assert "naive (mean grade, pooled)" in printed and "corrected for judge severity" in printed
+    assert "naive (mean grade, pooled)" in printed and "corrected for severity, difficulty" in printed
     assert re.search(r"^Kendall tau naive vs corrected: \d\.\d{3}$", printed, re.MULTILINE)
 
     snapshot = _snapshot(out)
@@ -310,3 +310,33 @@ def test_battles_all_rejected_stay_an_error_with_grades(tmp_path, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "no valid battle to fit in the 1 stored day(s): all 300 rows read were rejected (bad_winner 300)" in err
+
+
+def test_a_model_left_off_the_corrected_grades_board_takes_no_naive_rank_from_the_others():
+    """A model graded only by a judge that grades nothing else shares no same-judge same-prompt grade with the
+    board: the corrected board leaves it off, but the naive board pools every grade and ranked it.  Counted in the
+    naive ranks (with a mean grade above everyone's it took rank 1, unseen), it pushed every naive rank down one, so
+    each listed model read rank_change +1 and summary.json's naive ranks started at 2."""
+    from biasboard.ranking.leaderboard import side_by_side
+    from biasboard.transforms.ranks import rank_intervals
+
+    rows, _ = _grades(seed=1, n=3000, models=6)
+    lonely = pl.DataFrame(
+        {
+            "judge": ["judge-lonely"] * 40,
+            "model": ["m-lonely"] * 40,
+            "prompt_id": [f"p{i:03d}" for i in range(40)],
+            "score": [10.0, 9.0] * 20,
+        }
+    )
+    cells = _score_cells(pl.concat([rows, lonely]))
+    naive, corrected = fit_leaderboards(None, cells, config=ModelConfig(diagnostics="off"))
+    board = side_by_side(naive, corrected)
+    assert "m-lonely" not in board["model"].to_list()
+    assert sorted(board["rank_naive"].to_list()) == list(range(1, board.height + 1))
+    mean = dict(rows.group_by("model").agg(pl.col("score").mean()).iter_rows())
+    by_mean = sorted(mean, key=lambda m: -mean[m])
+    assert board.sort("rank_naive")["model"].to_list() == by_mean
+    ranks = rank_intervals(naive, corrected, seed=0)
+    assert sorted(r.rank for r in ranks.naive) == list(range(1, board.height + 1))
+    assert all(1 <= r.low <= r.rank <= r.high <= board.height for r in ranks.naive)

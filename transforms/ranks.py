@@ -8,6 +8,7 @@ posterior draws (:meth:`biasboard.ranking.result.FitResult.rank_interval`).
 
 from __future__ import annotations
 
+import numpy as np
 from biasboard.ranking.graph import unranked_components
 from biasboard.ranking.result import FitResult
 from biasboard.schemas import summary as S
@@ -40,6 +41,11 @@ def rank_intervals(naive: FitResult, corrected: FitResult, seed: int) -> S.Ranks
 
 
 def _intervals(fit: FitResult, seed: int, shown: set[str]) -> list[S.RankInterval]:
-    low, high = fit.rank_interval(RANK_LEVEL, draws=RANK_DRAWS, seed=seed)
-    rows = zip(fit.models, fit.ranks(), low, high, strict=True)
-    return [S.RankInterval(m, int(r), int(lo), int(hi)) for m, r, lo, hi in rows if m in shown]
+    """The rank intervals of the models ``shown``, ranked among themselves: a model the corrected board leaves off
+    can share a component of the naive grades board (which pools every grade), where it took rank 1 and pushed
+    every other rank down one."""
+    keep = np.array([m in shown for m in fit.models], bool)
+    low, high = fit.rank_interval(RANK_LEVEL, draws=RANK_DRAWS, seed=seed, among=keep)
+    names = [m for m, k in zip(fit.models, keep, strict=True) if k]
+    rows = zip(names, fit.ranks(among=keep), low, high, strict=True)
+    return [S.RankInterval(m, int(r), int(lo), int(hi)) for m, r, lo, hi in rows]
