@@ -615,7 +615,13 @@ def select_comparisons(
     judge_cap = _cap(units, len(names), max_judge_share)
     batch_pairs = np.zeros((m, m), dtype=np.int64)  # units of this batch per pair (upper triangle)
     judge_units = np.zeros(len(names), dtype=np.int64)
-    best_judge, w, assignable = _best_judges(w_all, judge_units < judge_cap, fresh)
+
+    def has_room() -> np.ndarray:
+        # The judge cap spreads a batch over judges' biases; a new judge of the population is a new judge for each
+        # verdict, so it has none to spread (capped, --judge '*' --max-judge-share 0.5 planned half the budget).
+        return (judge_units < judge_cap) | new_judge
+
+    best_judge, w, assignable = _best_judges(w_all, has_room(), fresh)
 
     samples = mean + rng.standard_normal((draws, m)) @ _sqrt_factor(cov).T
     p0 = membership(samples, k)
@@ -692,10 +698,10 @@ def select_comparisons(
         if not repeat and not new_judge[judge[-1]]:  # that judge has now judged the pair: it may still go to another
             fresh[judge[-1], a, b] = fresh[judge[-1], b, a] = False
             allowed[a, b] = allowed[b, a] = bool(fresh[:, a, b].any())
-        if judge_units[judge[-1]] == judge_cap:  # that judge's share is spent: the rest go to the others
-            best_judge, w, assignable = _best_judges(w_all, judge_units < judge_cap, fresh)
+        if judge_units[judge[-1]] == judge_cap and not new_judge[judge[-1]]:  # its share is spent: to the others
+            best_judge, w, assignable = _best_judges(w_all, has_room(), fresh)
         elif not repeat:
-            _rejudge_pair((best_judge, w, assignable), w_all, judge_units < judge_cap, fresh, (a, b))
+            _rejudge_pair((best_judge, w, assignable), w_all, has_room(), fresh, (a, b))
     return Selection(
         strategy=strategy,
         first=np.array(first, dtype=np.int64),

@@ -49,6 +49,7 @@ from biasboard.schemas.summary import (
     GLOBAL_JUDGE,
     ORDINAL_ONLY,
     ORDINAL_ONLY_BOARDS,
+    SUMMARY_JUDGES_MAX,
     TIED_TO_REFERENCE,
     Attribution,
     HeadToHead,
@@ -816,7 +817,15 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
     parts = [
         '<p class="note">Each panel is one effect; rows are judges (the global term first). Filled dots are '
         f"identified by the data; hollow dots are not identified, so their value comes from the prior. {line}</p>",
-        left_out_note(*_judges_where(summary, len(judges), len(shown) - 1, "bias.parquet and bias.json")),
+        # (the log's voters, pooled by --judge-pool into a few fitted judges, are not the bias table's judges: those
+        # few are all in bias.json)
+        left_out_note(
+            *(
+                _judges_where(summary, len(judges), len(shown) - 1, "bias.parquet and bias.json")
+                if len(judges) > SUMMARY_JUDGES_MAX
+                else (len(judges), len(shown) - 1, "bias.parquet and bias.json")
+            )
+        ),
     ]
     bias = keep(bias, lambda r: r["judge"], shown)
     disabled: list[str] = []

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from biasboard.pipelines.refresh import RefreshOptions, refresh
+from biasboard.schemas import summary as S
 from biasboard.schemas.errors import InputError
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms.judge_pool import JudgePool, pool_by_column
@@ -126,3 +129,37 @@ def test_a_prefix_rule_that_pools_nothing_says_so(tmp_path):
         said = [w for w in outcome.summary.warnings if w.startswith("--judge-pool")]
         assert said == ([f"--judge-pool {rule}: no judge's name holds '#', so every judge is its own pool (nothing "
                          "pooled)"] if warned else []), said  # fmt: skip
+
+
+def _split(day, chunk, battles: pa.Table) -> pa.Table:
+    rng = np.random.default_rng(chunk)
+    judge = battles["judge"]
+    human = pc.starts_with(judge, "human-pool")
+    voter = pa.array(rng.integers(0, 8, battles.num_rows)).cast(pa.string())
+    named = pc.binary_join_element_wise(judge, pc.binary_join_element_wise("v", voter, ""), "/")
+    return battles.set_column(battles.schema.get_field_index("judge"), "judge", pc.if_else(human, named, judge))
+
+
+def test_bias_json_keeps_the_pooled_judges_rows(tmp_path, monkeypatch) -> None:
+    """--judge-pool prefix:/ on a log of more voters than summary.json keeps: bias.json still holds the fit's judges.
+
+    The JSON cut keeps the bias rows of summary.json's busiest judges, which are the log's judges (the voters); a
+    pooled fit's judges are the pools, so their rows were dropped from bias.json though the fit had only a few
+    judges."""
+    monkeypatch.setattr(S, "SUMMARY_JUDGES_MAX", 4)
+    config = SimulationConfig(battles=4_000, models=5, judges=3, human_judges=1, days=1, prompts=20, seed=4)
+    logs = write_simulation(config, tmp_path / "logs", relabel=_split)
+    outcome = refresh(
+        str(logs / "battles" / "day=*" / "*.parquet"), str(tmp_path / "state"), str(tmp_path / "out"), [],
+        RefreshOptions(k=2, diagnostics="off", judge_pool="prefix:/"),
+    )  # fmt: skip
+    snapshot = Path(outcome.published.path)
+    summary = json.loads((snapshot / "summary.json").read_text())
+    assert summary["judge_tables"] is not None  # 10 voters and LLM judges in the log, more than the 4 kept
+    bias_all = pl.read_parquet(snapshot / "bias.parquet")
+    assert "human-pool-1" in set(bias_all["judge"])  # 3 judges in the fit: the pool and two LLM judges
+    bias_json = pl.DataFrame(json.loads((snapshot / "bias.json").read_text()))
+    assert set(bias_json["judge"]) == set(bias_all["judge"])
+    assert bias_json.height == bias_all.height
+    html = (snapshot / "report.html").read_text()
+    assert "the JSON files keep the" not in html.split('id="bias"')[1].split("</section>")[0]

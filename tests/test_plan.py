@@ -27,6 +27,7 @@ from biasboard.plan.acquisition import (
     select_comparisons,
 )
 from biasboard.ranking import ModelConfig, fit_bias_aware
+from biasboard.schemas import summary as S
 from biasboard.schemas.battle import BATTLE_SCHEMA, STYLE_COUNT_COLUMNS
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
@@ -581,6 +582,16 @@ def test_no_repeat_never_holds_back_a_new_judge_of_the_population():
     assert anyone.n_units == 14 and frozenset((2, 3)) not in _units(anyone)  # each pair once, the judged one never
 
 
+def test_the_judge_share_does_not_cap_a_new_judge_of_the_population():
+    """``--judge '*' --max-judge-share 0.5`` stopped at half the budget ("every judge holds its share"): '*' is a new
+    judge for every verdict, with no single judge's biases to spread.  A named judge beside it keeps its cap."""
+    post = _three_judge_posterior()
+    alone = select_comparisons(post, 40, "topk", judges=["*"], max_judge_share=0.5)
+    assert alone.n_units == 20 and not alone.stopped
+    both = select_comparisons(post, 40, "topk", judges=["*", "j1"], max_judge_share=0.25)
+    assert both.n_units == 20 and _spread(both)[1][both.judges.index("j1")] <= 5
+
+
 def test_a_posterior_written_before_the_counts_still_plans_and_says_what_no_repeat_covers(tmp_path, fitted, capsys):
     out = str(tmp_path / "out")
     _snapshot(out, fitted)  # plan_inputs without the judged pairs: the posterior.npz of an older refresh
@@ -650,7 +661,7 @@ def test_planning_for_more_judges_than_memory_holds_is_refused_naming_judge():
     models = tuple(f"m{i}" for i in range(m))
     judges = tuple(f"voter/{i}" for i in range(j))
     post = Posterior(models, np.linspace(1, -1, m), np.eye(m) * 0.05, 10, judges, np.zeros(j), np.ones(j), np.zeros(j))
-    with pytest.raises(PlanTooLarge, match=r"planning for 400 judges over 400 models needs ~4 GiB .* --judge"):
+    with pytest.raises(PlanTooLarge, match=r"planning for 400 judges over 400 models needs ~4.3 GiB .* --judge"):
         check_plan_size(post, None)
     check_plan_size(post, judges[:10])  # the judges that can be asked: well within
 
@@ -747,3 +758,17 @@ def test_a_judge_short_of_its_share_for_want_of_unjudged_pairs_is_named():
     assert sel.stopped == "judge_cap" and given[0] == 1 and list(given[1:]) == [sel.judge_cap] * 2
     (note,) = _shortfall_notes(sel, 30)
     assert f"holds its share of the batch ({sel.judge_cap} units each), but j1 (1), which has no other" in note
+
+
+def test_plan_json_keeps_few_judge_names(tmp_path, monkeypatch) -> None:
+    """plan.json lists the judges a plan weighed as the snapshot's JSON files list judges: past SUMMARY_JUDGES_MAX
+    (a board of voter-judges, every voter weighed) the first of them and their count, not a name per voter (12,682
+    names, 329 kB for a 100-comparison plan)."""
+    write_simulation(SimulationConfig(battles=2000, models=6, judges=5, days=1, seed=3), tmp_path / "sim")
+    out = str(tmp_path / "site")
+    args = ["refresh", "--input", str(tmp_path / "sim" / "battles"), "--state", str(tmp_path / "state"), "--out", out]
+    assert cli.main([*args, "--diagnostics", "off", "--no-audit"]) == 0
+    monkeypatch.setattr(S, "SUMMARY_JUDGES_MAX", 2)
+    assert cli.main(["plan", "--out", out, "--budget", "4", "--to", str(tmp_path / "plan")]) == 0
+    planned = json.loads((Path(tmp_path) / "plan" / "plan.json").read_text())
+    assert len(planned["judges"]) == 2 and planned["judges_count"] == 5

@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 from biasboard.plan import Posterior, Selection, posterior_from_fit, select_comparisons
 from biasboard.plan.acquisition import POPULATION_JUDGE, STOP_JUDGE_CAP, STOP_NO_REPEAT, STOP_PAIR_CAP
+from biasboard.schemas import summary as S
 from biasboard.schemas.errors import InputError, StateError
 from biasboard.schemas.summary import ORDINAL_ONLY
 from biasboard.schemas.wording import first_few
@@ -153,7 +154,7 @@ def check_plan_size(posterior: Posterior, judges: Sequence[str] | None) -> None:
         return
     most = max(1, PLAN_MEMORY_LIMIT // (m * m * PLAN_BYTES_PER_JUDGE_PAIR))
     raise PlanTooLarge(
-        f"planning for {len(names):,} judges over {m} models needs ~{need / 2**30:,.0f} GiB (every judge is weighed "
+        f"planning for {len(names):,} judges over {m} models needs ~{need / 2**30:,.1f} GiB (every judge is weighed "
         f"for every pair; at most {most:,} judges fit in {PLAN_MEMORY_LIMIT / 2**30:.0f} GiB): name the judges that "
         f"can be asked with --judge (repeatable), e.g. the LLM judges, not each voter, and --judge "
         f"'{POPULATION_JUDGE}' for a new judge of the population (the next crowd voter)"
@@ -288,7 +289,10 @@ def make_plan(
         "budget": budget,
         "planned": frame.height,
         "k": k if k is not None else posterior.k,
-        "judges": list(selection.judges),
+        # the judges weighed, as the JSON files keep judges: past SUMMARY_JUDGES_MAX (a board of voter-judges) the
+        # first of them and the count; plan.parquet's judge column names the judges the plan asks
+        "judges": list(selection.judges)[: S.SUMMARY_JUDGES_MAX],
+        "judges_count": len(selection.judges),
         "seed": seed,
         "repeat": repeat,
         "past_counts": counts is not None,

@@ -739,6 +739,9 @@ def json_bias(parts: SnapshotParts) -> pl.DataFrame:
     """bias.json's rows: every row, or the global ones and the kept judges' when summary.json cut the judges."""
     if parts.summary.judge_tables is None or parts.bias.is_empty():
         return parts.bias
+    fitted = parts.bias.get_column("judge").unique()
+    if fitted.filter(fitted != S.GLOBAL_JUDGE).len() <= S.SUMMARY_JUDGES_MAX:
+        return parts.bias  # a pooled fit (--judge-pool prefix:SEP): few judges, however many voters the log names
     kept = [S.GLOBAL_JUDGE, *(j.judge for j in parts.summary.judges)]
     return parts.bias.filter(pl.col("judge").is_in(kept))
 
