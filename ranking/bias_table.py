@@ -40,30 +40,12 @@ ALL_TIES_NOTE = (
     "every verdict of this judge a tie: the data bound its tie propensity from below only (estimate prior-set)"
 )
 VARIANCE_SHRINK: float = 0.5
-#: An estimate this many prior SDs from its prior's centre is set by the verdicts, whatever its posterior variance
-#: (:func:`informed_by_data`).
-PRIOR_CONFLICT_SDS: float = 2.0
 
 
-def informed_by_data(posterior_var: np.ndarray, estimate: np.ndarray, prior_var: np.ndarray | float) -> np.ndarray:
-    """Whether the verdicts, not the prior, set each coefficient: its posterior variance below
-    :data:`VARIANCE_SHRINK` of the prior's, or its estimate :data:`PRIOR_CONFLICT_SDS` prior SDs or more from the
-    prior's centre (``estimate`` measured from it).
-
-    Why the second: a likelihood that still rises where the prior stops it (a judge that nearly always picks its own
-    family's models) adds almost no curvature at the MAP, so the variance stays the prior's while the estimate is
-    pushed far out — LLMFAO's GPT-4 own-family excess over the crowd, +1.34 with SE 0.25 against a prior SD of 0.25
-    (z 5.4, 14.6 nats), was called barely informed, left out of the gate's test and not corrected.  The prior alone
-    would leave a coefficient at its centre, and weak verdicts only a little way from it."""
-    prior_var = np.asarray(prior_var, dtype=float)
-    shrunk = np.asarray(posterior_var) < VARIANCE_SHRINK * prior_var
-    pushed = np.abs(np.asarray(estimate)) >= PRIOR_CONFLICT_SDS * np.sqrt(prior_var)
-    return shrunk | pushed
-
-
-def _prior_centre(problem: Problem, t: int) -> float:
-    """Where the prior centres judge effect ``t`` (the tie propensity's ``Priors.tie_mean``; 0 for the others)."""
-    return float(problem.prior.mean[problem.layout.block(t).start]) if problem.layout.n_judges else 0.0
+def informed_by_data(posterior_var: np.ndarray | float, prior_var: np.ndarray | float) -> np.ndarray:
+    """Whether the verdicts, not the prior, set each coefficient: its posterior variance below :data:`VARIANCE_SHRINK`
+    of its prior's (the bias table's "identified", the gate's informed excesses, the prior-selected corrections)."""
+    return np.asarray(posterior_var) < VARIANCE_SHRINK * np.asarray(prior_var, dtype=float)
 
 
 def tie_boundary(ties: np.ndarray, verdicts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -188,7 +170,7 @@ def bias_table(
             note = info["note"]
         else:
             post = covariance_block(cov_core, lay.glob(t))
-            identified = any_on and bool(informed_by_data(post, solution.core[lay.glob(t)], sd_glob**2))
+            identified = any_on and bool(informed_by_data(post, sd_glob**2))
             note = "" if any_on else "disabled for every judge"
         global_identified[t] = bool(identified)
         # No bootstrap interval: the replicates redraw battles, not judges, so they measure the mean of these judges'
@@ -253,8 +235,7 @@ def bias_table(
             sd_glob, sd_dev = prior_sd_of_effect(problem, t)
             prior_var = sd_glob**2 + sd_dev**2
             post_var = float(v @ cov_core @ v) / unit.get(t, 1.0) ** 2
-            from_centre = float(v @ solution.core) / unit.get(t, 1.0) - _prior_centre(problem, t)
-            identified = enabled and bool(informed_by_data(np.asarray(post_var), np.asarray(from_centre), prior_var))
+            identified = enabled and bool(informed_by_data(post_var, prior_var))
             note = problem.notes.get((t, j), "")
             if enabled and t in global_identified and identified and not global_identified[t]:
                 note = LEVEL_PRIOR_SELECTED
@@ -357,8 +338,7 @@ def _judge_rows_blocked(
     hi = np.where(enabled, mean + Z95 * sd, mean)
     prior_sds = [prior_sd_of_effect(problem, t) for t in blocks]
     prior_var = np.array([sd_glob**2 + sd_dev**2 for sd_glob, sd_dev in prior_sds])[:, None]
-    centre = np.array([_prior_centre(problem, t) for t in blocks])[:, None]
-    identified = enabled & informed_by_data(var, est - centre, prior_var)
+    identified = enabled & informed_by_data(var, prior_var)
     noted = problem.notes.codes[: len(blocks)]
     code = np.where(noted >= 0, noted, texts.index(""))
     blank = enabled & (noted < 0)

@@ -166,6 +166,15 @@ def excess_vectors(problem: Problem, t: int, reference: frozenset[str]) -> tuple
     return judges, rows, unit
 
 
+def excess_prior_var(problem: Problem, t: int) -> float:
+    """The prior variance of a judge's excess of effect block ``t`` (as :func:`excess_vectors` forms it): its
+    deviation's when the reference has the effect, else the judge's whole effect's (the global coefficient's and the
+    deviation's)."""
+    sd_glob, sd_dev = prior_sd_of_effect(problem, t)
+    tied = problem.spec.tied is not None and bool(problem.spec.tied[t].any())
+    return sd_dev**2 if tied else sd_glob**2 + sd_dev**2
+
+
 def reference_mask(problem: Problem, reference: frozenset[str]) -> np.ndarray:
     """Which judges of the problem are reference raters (bool over the judges; read-only)."""
     return _reference_mask(problem.data.judges, reference)
@@ -243,17 +252,21 @@ def wald_group(d: np.ndarray, cov: np.ndarray) -> tuple[float, int]:
     return float(np.sum(proj**2 / vals[keep])), int(keep.sum())
 
 
-def informed_excesses(posterior_var: np.ndarray, excess: np.ndarray, prior_sd: float) -> np.ndarray:
-    """Which excesses the joint test weighs: those the judges' own battles inform
-    (:func:`~biasboard.ranking.bias_table.informed_by_data`: a posterior variance below half the prior's, or an
-    excess pushed two prior SDs or more from 0); all of them when none is.
+def informed_excesses(posterior_var: np.ndarray, prior_var: float) -> np.ndarray:
+    """Which excesses the joint test weighs: those the judges' own battles inform, their posterior variance below
+    half their prior's (:func:`~biasboard.ranking.bias_table.informed_by_data`, the bias table's "identified"); all
+    of them when none is.  ``prior_var``: the excess's prior variance — its deviation's when the reference has the
+    effect, its deviation's and the global coefficient's when the excess is the judge's whole effect.
 
     Why: a few-battle voter's excess is its prior's, shrunk to 0 with a variance near the prior's, and adds a degree
     of freedom and almost no χ².  With a voter pool as the reference and the other pool split into 2,500 voters, the
     four LLM judges' position excesses (z 3.8 to 8.4) were tested on 2,503 df (χ² 2,377, p = 1) and not corrected,
     where the same battles with the other pool as one judge corrected them.  A prior-dominated excess is not applied
-    anyway (identified-only), so leaving it out of the test loses nothing the board would use."""
-    informed = informed_by_data(posterior_var, excess, prior_sd**2)
+    anyway (identified-only), so leaving it out of the test loses nothing the board would use.  (Its whole effect's
+    prior, not the deviation's alone, where the reference has none of the effect: LLMFAO's GPT-4 own-family excess
+    over the crowd, +1.34 with SE 0.25 — z 5.4 — was measured against the deviation's SD of 0.25, called barely
+    informed, and left uncorrected.)"""
+    informed = informed_by_data(posterior_var, prior_var)
     return informed if informed.any() else np.ones_like(informed)
 
 
@@ -297,7 +310,7 @@ def run_gate(
             d = rows @ core
             c = row_covariance(cov, rows)
             var = np.clip(c.diagonal(), 0.0, None)
-            tested = informed_excesses(var / unit**2, d / unit, prior_sd_of_effect(problem, t)[1])
+            tested = informed_excesses(var / unit**2, excess_prior_var(problem, t))
             if not tested.all():
                 c = row_covariance(cov, rows[np.flatnonzero(tested)])
             chi2, df = joint_wald(c, d[tested])

@@ -70,6 +70,7 @@ from biasboard.ranking.gate import (
     GATED,
     LISTED_JUDGES,
     GateResult,
+    excess_prior_var,
     excess_vectors,
     gated_effects,
     reference_mask,
@@ -77,7 +78,7 @@ from biasboard.ranking.gate import (
     run_gate,
 )
 from biasboard.ranking.model import DISC, LEN, POS, STYLE_BLOCKS
-from biasboard.ranking.problem import Problem, bias_aware_problem, prior_sd_of_effect
+from biasboard.ranking.problem import Problem, bias_aware_problem
 from biasboard.ranking.rank_stats import ranks_desc
 from biasboard.ranking.reference_rating import (
     RatingMap,
@@ -647,9 +648,8 @@ def unidentified_effects(
         if problem.spec.tied is None or not problem.spec.tied[t].any():
             continue  # zero reference for this effect: judged as without a reference
         judges, rows, unit = excess_vectors(problem, t, reference)
-        _, sd_dev = prior_sd_of_effect(problem, t)
         post = row_covariance(cov, rows).diagonal() / unit**2
-        informed = informed_by_data(post, (rows @ fit.state.core) / unit, sd_dev**2)
+        informed = informed_by_data(post, excess_prior_var(problem, t))
         for j, known in zip(judges, informed, strict=True):
             pair = (problem.data.judges[j], effect)
             if not known and pair not in already_off:

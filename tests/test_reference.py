@@ -659,20 +659,20 @@ def test_a_reference_whose_own_effect_is_undetermined_does_not_make_the_gate_cor
     assert 0.2 < kept < 0.45, kept
 
 
-def test_an_llm_judges_affinity_beside_a_judge_of_no_family_on_the_same_pairs_is_identified_and_applied() -> None:
-    """A crowd (family human: no model of its own family) and an OpenAI judge on the same pairs: θ is pinned by the
-    crowd, so the judge's excess on OpenAI models is its affinity, measurable.  is_model_difference read only the
-    weighing judge's cells, called it a model's own property and left it off: the OpenAI models were rated 0.53
-    logits too high (true affinity +1.0, estimated +1.09 with a 150-nat profile), and LLMFAO's crowd + GPT-4 +
-    GPT-3.5 board lost its affinity correction the same way."""
+def _crowd_and_openai_judges(
+    judges: tuple[tuple[str, float, int], ...] = (("gpt-4", 1.0, 6000),),
+) -> tuple[pa.Table, dict[str, float], list[str]]:
+    """Battles of a crowd (family human: no model of its own family; 6,000 verdicts) and OpenAI judges, each
+    (name, own-family preference, verdicts), on random pairs of 15 models, 5 of them OpenAI's: (battles, true θ,
+    models)."""
     import datetime as dt
 
     rng = np.random.default_rng(0)
     models = [f"gpt-{i}" for i in range(5)] + [f"llama-{i}" for i in range(5)] + [f"mistral-{i}" for i in range(5)]
     theta = dict(zip(models, rng.normal(0, 1, len(models)), strict=True))
     rows = []
-    for judge, lam in (("crowd", 0.0), ("gpt-4", 1.0)):
-        for k in range(6000):
+    for judge, lam, verdicts in (("crowd", 0.0, 6000), *judges):
+        for k in range(verdicts):
             a, b = rng.choice(models, 2, replace=False)
             p = 1 / (1 + np.exp(-(theta[a] - theta[b] + lam * (a.startswith("gpt") - b.startswith("gpt")))))
             rows.append((f"{judge}:{k}", judge, a, b, "model_a" if rng.random() < p else "model_b"))
@@ -688,6 +688,16 @@ def test_an_llm_judges_affinity_beside_a_judge_of_no_family_on_the_same_pairs_is
             "judge_family": ["human" if r[1] == "crowd" else "openai" for r in rows],
         }
     )
+    return battles, theta, models
+
+
+def test_an_llm_judges_affinity_beside_a_judge_of_no_family_on_the_same_pairs_is_identified_and_applied() -> None:
+    """A crowd (family human: no model of its own family) and an OpenAI judge on the same pairs: θ is pinned by the
+    crowd, so the judge's excess on OpenAI models is its affinity, measurable.  is_model_difference read only the
+    weighing judge's cells, called it a model's own property and left it off: the OpenAI models were rated 0.53
+    logits too high (true affinity +1.0, estimated +1.09 with a 150-nat profile), and LLMFAO's crowd + GPT-4 +
+    GPT-3.5 board lost its affinity correction the same way."""
+    battles, theta, models = _crowd_and_openai_judges()
     cells = partial_cells(battles, FAMILIES).cells
     problem = bias_aware_problem(build_dataset(cells), ModelConfig())
     from biasboard.ranking.model import AFF
@@ -699,3 +709,18 @@ def test_an_llm_judges_affinity_beside_a_judge_of_no_family_on_the_same_pairs_is
     error = [rating[m] - theta[m] for m in models]
     gpt_excess = np.mean(error[:5]) - np.mean(error[5:])
     assert abs(gpt_excess) < 0.15, gpt_excess  # measured: +0.533 before, -0.031 after
+
+
+def test_with_a_reference_of_no_family_a_judges_whole_affinity_is_weighed_against_its_whole_prior() -> None:
+    """With the crowd as reference (it has no affinity of its own), the OpenAI judge's excess is its whole affinity,
+    global coefficient and deviation: weighed against the deviation's prior alone (SD 0.25), a strong one whose
+    likelihood still rises where the prior stops it read as barely informed and was left out of the gate's test
+    (LLMFAO's GPT-4: +1.34, SE 0.25, z 5.4, uncorrected).  Against the whole effect's prior it is tested and
+    corrected.  (Beside a second OpenAI judge, informed: alone, an uninformed excess is tested anyway.)"""
+    battles, _, _ = _crowd_and_openai_judges((("gpt-4", 6.0, 300), ("gpt-3.5", 0.0, 6000)))
+    fit = fit_with_reference(partial_cells(battles, FAMILIES).cells, reference=Reference("judges", ("crowd",)))
+    decisions = fit.gate.decisions.filter(pl.col("effect") == "affinity")
+    gpt4 = decisions.filter(pl.col("judge") == "gpt-4").row(0, named=True)
+    assert gpt4["z"] > 5 and gpt4["group_df"] == 2, gpt4
+    assert gpt4["enabled"] and "barely inform" not in gpt4["reason"], gpt4
+    assert ("gpt-4", "affinity") not in fit.config.disabled
