@@ -52,13 +52,15 @@ def _check_runner(name: str, options: PipelineOptions | None = None) -> None:
             raise InputError(f"--runner {name}: {'; '.join(errors)}")
 
 
-def _beam_parse(beam_args: list[str], retain_unknown: bool) -> dict[str, Any]:
-    """Beam's reading of ``beam_args``; a value its parser refuses (``--direct_running_mode=multiprocessing``) is an
-    InputError in one line, not argparse's usage of every Beam option and an exit."""
+def _beam_parse(beam_args: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Beam's reading of ``beam_args``: (every option with the unknown ones kept, the known ones); a value its parser
+    refuses (``--direct_running_mode=multiprocessing``) is an InputError in one line, not argparse's usage of every
+    Beam option and an exit."""
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            return PipelineOptions(list(beam_args)).get_all_options(retain_unknown_options=retain_unknown)
+            options = PipelineOptions(list(beam_args))
+            return options.get_all_options(retain_unknown_options=True), options.get_all_options()
     except SystemExit:
         lines = [line for line in err.getvalue().splitlines() if line.strip()]
         raise InputError(lines[-1].split("error: ", 1)[-1] if lines else "invalid Beam option") from None
@@ -132,7 +134,8 @@ def unknown_options(beam_args: list[str] | None) -> list[str]:
     level = beam_log.level
     beam_log.setLevel(logging.ERROR)  # Beam warns "Discarding unparseable args"; we say it better below
     try:
-        unknown = set(_beam_parse(beam_args, True)) - set(_beam_parse(beam_args, False))
+        every, known = _beam_parse(beam_args)
+        unknown = set(every) - set(known)
     finally:
         beam_log.setLevel(level)
     # Beam has no one-dash options: ``-x`` after the job's flags was dropped without a word (Beam's parser keeps it

@@ -41,11 +41,11 @@ def side_by_side(naive: FitResult, corrected: FitResult, anchor: str | None = No
     """
     # A model the naive fit has no battle for (graded only) is its own component there, rated at that component's
     # centre by definition: not a naive rating, so its naive columns are left empty (it read rank 1, 1000 points).
-    unrated = [naive.models[i] for i in np.flatnonzero(np.isin(naive.component, unranked_components(naive.component)))]
+    unrated = left_off_models(naive)
     # A model the corrected board leaves off (alone in its component: on a grades board, no same-judge same-prompt
     # grade links it, while the naive board pools every grade and ranks it) is not ranked on the naive side either:
     # counted there, it pushed every naive rank down one and each model read "+1" for a move nobody made.
-    left_off = set(_left_off(corrected))
+    left_off = set(left_off_models(corrected))
     keep = np.array([name not in left_off and name not in unrated for name in naive.models], bool)
     nv = naive.elo(anchor if anchor in naive.models else None).filter(pl.Series(keep))
     nv = nv.with_columns(pl.Series("rank_naive", naive.ranks(among=keep)))
@@ -87,7 +87,8 @@ def _components(fit: FitResult) -> np.ndarray:
     return fit.component.astype(np.int64) if fit.component.size else np.zeros(fit.n_models, np.int64)
 
 
-def _left_off(fit: FitResult) -> list[str]:
-    """The models :func:`side_by_side` leaves off the board: alone in their comparison component."""
+def left_off_models(fit: FitResult) -> list[str]:
+    """The models a board leaves off (:func:`side_by_side`, the summary's rank intervals): alone in their comparison
+    component while other models are ranked."""
     component = _components(fit)
     return [fit.models[i] for i in np.flatnonzero(np.isin(component, unranked_components(fit.component)))]

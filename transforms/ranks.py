@@ -9,7 +9,7 @@ posterior draws (:meth:`biasboard.ranking.result.FitResult.rank_interval`).
 from __future__ import annotations
 
 import numpy as np
-from biasboard.ranking.graph import unranked_components
+from biasboard.ranking.leaderboard import left_off_models
 from biasboard.ranking.result import FitResult
 from biasboard.schemas import summary as S
 
@@ -25,12 +25,7 @@ def rank_intervals(naive: FitResult, corrected: FitResult, seed: int) -> S.Ranks
     overall board that has no battle in the slice) is left off, as :func:`~biasboard.ranking.leaderboard.side_by_side`
     leaves it off the board; its "rank 1 of 1" would read as a top model.
     """
-    alone = set(unranked_components(corrected.component))
-    shown = (
-        {m for m, c in zip(corrected.models, corrected.component, strict=True) if int(c) not in alone}
-        if alone
-        else set(corrected.models)
-    )
+    shown = set(corrected.models) - set(left_off_models(corrected))
     return S.Ranks(
         level=RANK_LEVEL,
         source="bootstrap replicates" if corrected.boot_theta is not None else "Laplace posterior draws",
