@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 from biasboard.ranking.arrowhead import BlockCovariance, centring, deviation_masks
 from biasboard.ranking.model import AFF, DISC, LEN, POS, SEV, STYLE_BLOCKS, TIE
-from biasboard.ranking.problem import BLOCK_EFFECT, ONE_GRADER_NOTE, Problem, prior_sd_of_effect
+from biasboard.ranking.problem import BLOCK_EFFECT, LONE_GRADER_NOTE, ONE_GRADER_NOTE, Problem, prior_sd_of_effect
 from biasboard.ranking.result import BIAS_COLUMNS, Z95
 from biasboard.ranking.solver import Solution, covariance_block
 from biasboard.ranking.uncertainty import percentile_interval
@@ -222,6 +222,7 @@ def bias_table(
         table = pl.concat([pl.DataFrame(rows.rows, schema=BIAS_COLUMNS), judges], rechunk=False)
         return _lone_grader(table)
     E = spec.effective_map().toarray()
+    peers = {int(j): group for group in severity_groups(problem) for j in group}
     for j, judge in enumerate(data.judges):
         for t in (POS, LEN, AFF, DISC, TIE, SEV, *STYLE_BLOCKS[: lay.n_style]):
             name = BLOCK_EFFECT[t]
@@ -230,8 +231,7 @@ def bias_table(
             v = E[row] * unit.get(t, 1.0)
             fn: Callable = np.exp if t in (DISC, TIE) else (lambda z: z)
             if t == SEV and enabled:
-                on = np.flatnonzero(masks[SEV])
-                v = E[row] - E[lay.eff_block(SEV).start + on].mean(axis=0)
+                v = E[row] - E[lay.eff_block(SEV).start + peers[j]].mean(axis=0)
             sd_glob, sd_dev = prior_sd_of_effect(problem, t)
             prior_var = sd_glob**2 + sd_dev**2
             post_var = float(v @ cov_core @ v) / unit.get(t, 1.0) ** 2
@@ -258,13 +258,25 @@ def bias_table(
     return _lone_grader(pl.DataFrame(rows.rows, schema=BIAS_COLUMNS))
 
 
+def severity_groups(problem: Problem) -> list[np.ndarray]:
+    """The graders (judge indices) whose mean each grader's severity is measured from, group by group
+    (:attr:`~biasboard.ranking.problem.Problem.severity_group`; every grader one group when it is None)."""
+    graders = np.flatnonzero(problem.spec.masks[SEV] > 0)
+    if problem.severity_group is None:
+        return [graders] if graders.size else []
+    group = problem.severity_group
+    return [np.flatnonzero(group == g) for g in range(int(group.max()) + 1)]
+
+
 def _lone_grader(table: pl.DataFrame) -> pl.DataFrame:
-    """``table`` with a lone grader's severity row (:data:`~biasboard.ranking.problem.ONE_GRADER_NOTE`) not identified.
+    """``table`` with a lone grader's severity row (:data:`~biasboard.ranking.problem.ONE_GRADER_NOTE`, or alone in
+    its group: :data:`~biasboard.ranking.problem.LONE_GRADER_NOTE`) not identified.
 
     Why: that estimate is 0 with a zero-width interval by construction, which the table called identified and the
     report drew as a filled dot at 0 — a measured "neither harsh nor lenient" (MT-Bench's single grades, GPT-4 the
     only grader), its note notwithstanding."""
-    return table.with_columns(pl.col("identified") & (pl.col("note").fill_null("") != ONE_GRADER_NOTE))
+    lone = pl.col("note").fill_null("").is_in([ONE_GRADER_NOTE, LONE_GRADER_NOTE])
+    return table.with_columns(pl.col("identified") & ~lone)
 
 
 def _judge_rows_blocked(
@@ -290,7 +302,7 @@ def _judge_rows_blocked(
     blocks = tuple(range(lay.n_blocks))  # the dense loop's order: the six, then the style blocks
     globs = lay.global_effects  # global coefficient c (at m + c among the globals) is block globs[c]
     centred = centring(spec)
-    graders = np.flatnonzero(masks[SEV] > 0)  # severities are reported from their mean over the graders
+    groups = severity_groups(problem)
 
     dev = deviation_masks(spec).T  # (K, J)
 
@@ -299,9 +311,9 @@ def _judge_rows_blocked(
         if centred is not None:
             raw[..., DISC, :] -= raw[..., DISC, centred].mean(axis=-1, keepdims=True)
             raw[..., DISC, :] *= masks[DISC]
-        if graders.size:
-            raw[..., SEV, :] -= raw[..., SEV, graders].mean(axis=-1, keepdims=True)
-            raw[..., SEV, :] *= masks[SEV]
+        for group in groups:
+            raw[..., SEV, group] -= raw[..., SEV, group].mean(axis=-1, keepdims=True)
+        raw[..., SEV, :] *= masks[SEV]
         for t in globs:
             raw[..., t, :] += core[..., lay.glob(t), None] * masks[t]
         return raw
@@ -310,11 +322,11 @@ def _judge_rows_blocked(
     var = cov.judge_var.T * dev
     for c, t in enumerate(globs):
         var[t] += masks[t] * cov.glob[m + c, m + c] + 2.0 * masks[t] * dev[t] * cov.judge_glob[:, t, c]
-    if graders.size:  # var(α_j − mean α) from the graders' block of the globals (their severities are globals)
-        pos = np.full(lay.n_core, -1)
-        pos[cov.glob_index] = np.arange(cov.glob_index.size)
-        sub = cov.glob[np.ix_(*[pos[lay.block(SEV).start + graders]] * 2)]
-        var[SEV, graders] = np.diag(sub) - 2.0 * sub.mean(axis=1) + sub.mean()
+    pos = np.full(lay.n_core, -1)
+    pos[cov.glob_index] = np.arange(cov.glob_index.size)
+    for group in groups:  # var(α_j − mean α) from the graders' block of the globals (their severities are globals)
+        sub = cov.glob[np.ix_(*[pos[lay.block(SEV).start + group]] * 2)]
+        var[SEV, group] = np.diag(sub) - 2.0 * sub.mean(axis=1) + sub.mean()
     var = np.clip(var, 0.0, None)
     boot = None if boot_core is None else effects(boot_core)
     # Columns laid out judge-major, as (J, K + 1) arrays — the K effects, then the bothbad share — (the dense

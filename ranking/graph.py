@@ -87,6 +87,26 @@ def model_components(data: Dataset, grades: bool = True) -> np.ndarray:
     return _linked_components(data.pairs.a[keep], data.pairs.b[keep], scores, m)
 
 
+def grader_groups(data: Dataset, graders: np.ndarray) -> np.ndarray:
+    """Group label per grader (judge indices ``graders``): two graders share a group when chains of "grades a model
+    of one comparison component" (:func:`model_components`) link them.
+
+    Why: a severity is measured against the other graders through the models they both rate; across groups it is
+    the prior's alone (a grader that alone grades its models has θ − α_j identified, never α_j).  Measured from the
+    mean over every grader, such a grader's prior-set severity moved every other grader's (+0.23 to +0.25, intervals
+    ~5× wider), so severities are measured from their group's mean (:mod:`~biasboard.ranking.bias_table`)."""
+    scores = data.scores
+    if scores is None or not len(scores) or graders.size < 2:
+        return np.zeros(graders.size, np.int64)
+    component = model_components(data)
+    jn, n_comp = len(data.judges), int(component.max()) + 1
+    edges = sp.csr_matrix(
+        (np.ones(len(scores)), (scores.j, jn + component[scores.m])), shape=(jn + n_comp, jn + n_comp)
+    )
+    _, labels = connected_components(edges, directed=False)
+    return np.unique(labels[graders], return_inverse=True)[1]
+
+
 def _by_size(labels: np.ndarray) -> np.ndarray:
     """Component labels renumbered by size, largest first (ties: first seen first)."""
     sizes = np.bincount(labels)

@@ -13,6 +13,7 @@ import numpy as np
 from biasboard.ranking.arrowhead import CrossIndex
 from biasboard.ranking.config import ModelConfig, Priors
 from biasboard.ranking.data import Dataset, PairArrays, ScoreArrays, clip_length, shard_indices
+from biasboard.ranking.graph import grader_groups
 from biasboard.ranking.model import (
     AFF,
     DISC,
@@ -41,6 +42,10 @@ DISABLED_NOTE = "disabled by configuration"
 
 #: The severity note of a judge who is the only one grading.
 ONE_GRADER_NOTE = "the only judge with grades: severity is measured from the graders' mean, so 0 by definition"
+LONE_GRADER_NOTE = (
+    "no other grader grades a model comparable with this judge's: severity is measured from the mean of the graders "
+    "of comparable models, so 0 by definition"
+)
 
 #: Config effect name of each judge block.
 BLOCK_EFFECT: dict[int, str] = {
@@ -120,6 +125,9 @@ class Problem:
     #: excess prior, ``Priors.excess_sd``, replaces it).  What a judge's battles must pin its deviation by for
     #: a profile to free it (:func:`~biasboard.ranking.diagnostics._informed`).
     untied_precision: dict[int, float] = field(default_factory=dict)
+    #: Per judge, the group of graders its severity is measured from the mean of (-1: not a grader; None: every
+    #: grader one group): :func:`~biasboard.ranking.graph.grader_groups`.
+    severity_group: np.ndarray | None = None
     _cross: dict[int, CrossIndex] = field(default_factory=dict, repr=False, compare=False)
 
     def objective(
@@ -310,6 +318,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         notes.set_default(t, ~has, why)
     if has_scores.sum() == 1:  # severities are reported from their mean over the graders (bias_table)
         notes.set_default(SEV, has_scores, ONE_GRADER_NOTE)
+    severity_group = _severity_groups(data, masks[SEV] > 0, notes)
     tied = _tie_to_reference(data, config, masks, notes, has_data)
     has_ord = scores is not None and config.omega < 1.0
     if masks[DISC].sum() < 2 and not has_ord:
@@ -369,7 +378,22 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     )
     if not has_ord and scores is not None:
         data = replace(data, scores=None)
-    return Problem(data, lay, spec, prior, notes, untied_precision=untied)
+    return Problem(data, lay, spec, prior, notes, untied_precision=untied, severity_group=severity_group)
+
+
+def _severity_groups(data: Dataset, graders: np.ndarray, notes: JudgeNotes) -> np.ndarray | None:
+    """Per judge, the group of graders its severity is measured from (-1: not a grader), or None for one group;
+    a grader alone in its group noted (:data:`LONE_GRADER_NOTE`): its severity is 0 by definition."""
+    which = np.flatnonzero(graders)
+    groups = grader_groups(data, which)
+    if which.size < 2 or groups.max() == 0:
+        return None
+    group = np.full(graders.size, -1, np.int64)
+    group[which] = groups
+    lone = which[np.bincount(groups)[groups] == 1]
+    if lone.size:
+        notes.set_default(SEV, lone, LONE_GRADER_NOTE)
+    return group
 
 
 def _disabled_judges(config: ModelConfig, judges: Sequence[str], n_blocks: int) -> dict[int, np.ndarray]:

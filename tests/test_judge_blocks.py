@@ -285,14 +285,19 @@ def test_assemble_masks_only_the_blocks_the_cells_added_to():
         assert np.array_equal(getattr(hessians[0], name), getattr(hessians[1], name)), name
 
 
-def _graded(seed: int, style: bool = False):
-    """Pair cells of 12 judges with single grades from four of them and from a judge with grades alone."""
+def _graded_tables(seed: int, style: bool = False) -> tuple[pa.Table, pa.Table]:
+    """Pair cells of 12 judges, and single grades from four of them and from a judge with grades alone."""
     rng = np.random.default_rng(seed)
     cells = _cells(rng, models=8, judges=12, cells=500)
     grades = _score_cells(rng, models=8, judges=4, prompts=6, rows=200)
     only = _score_cells(rng, models=8, judges=1, prompts=6, rows=60)
     only = only.set_column(0, grades.schema.field("judge"), pa.array(["grader"] * only.num_rows))
-    return build_dataset(_styled(cells, rng) if style else cells, pa.concat_tables([grades, only]))
+    return _styled(cells, rng) if style else cells, pa.concat_tables([grades, only])
+
+
+def _graded(seed: int, style: bool = False):
+    """:func:`_graded_tables` as a data set."""
+    return build_dataset(*_graded_tables(seed, style))
 
 
 @pytest.mark.parametrize("style", [False, True])
@@ -324,6 +329,22 @@ def test_blocked_fit_with_grades_publishes_the_dense_tables():
     b = _same_tables(_graded(6), lambda r: 1e-7 * max(r, 1.0))  # (the blocked profiles stop at |g| ~ 5e-6)
     severity = b.bias.filter((pl.col("effect") == "severity") & pl.col("enabled"))
     assert severity.height == 5 and abs(severity["estimate"].sum()) < 1e-9  # centred over the graders
+
+
+def test_blocked_fit_with_a_grader_linked_to_no_other_publishes_the_dense_tables():
+    """A grader that alone grades a model in no battle is a severity group of its own (its severity 0 by definition,
+    the others centred among themselves) on both paths alike."""
+    rng = np.random.default_rng(7)
+    solo = _score_cells(rng, models=1, judges=1, prompts=6, rows=40)
+    solo = solo.set_column(0, solo.schema.field("judge"), pa.array(["solo"] * solo.num_rows))
+    solo = solo.set_column(2, solo.schema.field("model"), pa.array(["m-solo"] * solo.num_rows))
+    rows = _graded_tables(7)
+    data = build_dataset(rows[0], pa.concat_tables([rows[1], solo]))
+    b = _same_tables(data, lambda r: 1e-7 * max(r, 1.0))
+    severity = b.bias.filter((pl.col("effect") == "severity") & pl.col("enabled"))
+    others = severity.filter(pl.col("judge") != "solo")
+    assert others.height == 5 and abs(others["estimate"].sum()) < 1e-9
+    assert severity.filter(pl.col("judge") == "solo").select("estimate", "identified").rows() == [(0.0, False)]
 
 
 def test_blocked_solver_refuses_grades_alone():

@@ -367,3 +367,36 @@ def test_bootstrap_intervals_on_few_grades_a_prompt_are_warned_about():
         assert bool(said) is warned, (prompts, board.diagnostics["warnings"])
     _, laplace = fit_leaderboards(None, _score_cells(_grades(5, n=2000, prompts=400)[0]), config=ModelConfig())
     assert not any("bootstrap replicate re-estimates" in w for w in laplace.diagnostics["warnings"])
+
+
+def test_a_grader_linked_to_no_other_moves_no_other_graders_severity():
+    """A grader whose grades link to no other grader's (it alone grades its model) has a severity only the prior
+    sets.  Measured from the mean over *every* grader, it moved each other grader's severity by +0.23 to +0.25 with
+    intervals ~5× wider.  Severities are measured within each group of graders whose models are comparable: the
+    others' stay where they are without it (measured: within 0.002, what its grades still move the shared
+    thresholds; checked within 0.01), and its
+    own is 0 by definition, not identified, with a note saying why."""
+    rows, _ = _grades(seed=1, n=3000, models=6)
+    lonely = pl.DataFrame(
+        {
+            "judge": ["judge-lonely"] * 40,
+            "model": ["m-lonely"] * 40,
+            "prompt_id": [f"p{i:03d}" for i in range(40)],
+            "score": [10.0, 9.0] * 20,
+        }
+    )
+    config = ModelConfig(diagnostics="off")
+
+    def severities(frame: pl.DataFrame) -> pl.DataFrame:
+        _, corrected = fit_leaderboards(None, _score_cells(frame), config=config)
+        return corrected.bias.filter(pl.col("effect") == "severity").sort("judge")
+
+    alone, with_it = severities(rows), severities(pl.concat([rows, lonely]))
+    others = with_it.filter(pl.col("judge") != "judge-lonely")
+    assert others["judge"].to_list() == alone["judge"].to_list()
+    assert np.abs(others["estimate"].to_numpy() - alone["estimate"].to_numpy()).max() < 0.01
+    width = lambda t: (t["ci_high"] - t["ci_low"]).to_numpy()  # noqa: E731
+    assert np.all(width(others) < 1.2 * width(alone))
+    assert others["identified"].to_list() == alone["identified"].to_list() == [True] * 3
+    (lone,) = with_it.filter(pl.col("judge") == "judge-lonely").select("estimate", "identified", "note").rows()
+    assert lone[:2] == (0.0, False) and "no other grader" in lone[2], lone
