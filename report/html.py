@@ -52,6 +52,7 @@ from biasboard.schemas.summary import (
     SUMMARY_JUDGES_MAX,
     TIED_TO_REFERENCE,
     Attribution,
+    Counts,
     HeadToHead,
     JudgeCounts,
     ModelMove,
@@ -751,10 +752,20 @@ def _matrix(cls: str, h2h: HeadToHead, cell) -> str:
     return _table(f"matrix {cls}", head, rows)
 
 
-def _head_to_head(summary: Summary) -> str:
+def _head_to_head(summary: Summary, component: Mapping[str, Any]) -> str:
+    """The win-rate and battle-count matrices of the summary's top models; ``component``: each model's comparison
+    group (the leaderboard's column), for the note to say where the listed models cross from one to the next."""
     h2h = summary.head_to_head
     if h2h is None or len(h2h.models) < 2 or _ordinal_only(summary):
         return ""
+    groups = [_int_or_zero(component.get(m)) for m in h2h.models]
+    crossing = [i + 1 for i in range(1, len(groups)) if groups[i] != groups[i - 1]]
+    grouped = (
+        f" Ranks restart in each comparison group (no battle links two groups): the largest group's models come "
+        f"first, the other groups' from row {crossing[0]} on."
+        if crossing
+        else ""
+    )
 
     def win(i: int, j: int) -> str:
         rate = h2h.win_rate[i][j]
@@ -766,8 +777,8 @@ def _head_to_head(summary: Summary) -> str:
         return f"<td>{_int(n) if n else '·'}</td>"
 
     body = (
-        f'<p class="note">The top {len(h2h.models)} models by corrected rank, numbered as in the rows. What the '
-        "judges said, before any correction: all judges and both orders pooled, a tie counted as half a win. "
+        f'<p class="note">The top {len(h2h.models)} models by corrected rank, numbered as in the rows.{esc(grouped)} '
+        "What the judges said, before any correction: all judges and both orders pooled, a tie counted as half a win. "
         f"A dot: the two never met. The colour fades with fewer battles (half strength at {SHADE_BATTLES}).</p>"
         "<h3>Win rate of the row model against the column model (%)</h3>"
         + _matrix("winrate", h2h, win)
@@ -1319,14 +1330,33 @@ def _anchor_results(summary: Summary) -> str:
 
 
 def _counts(summary: Summary) -> str:
-    counts = summary.score_counts if _ordinal_only(summary) and summary.score_counts is not None else summary.counts
+    """The rows read, counted and rejected, with the dead letters by reason: of the battles, and of the grades
+    (``--scores``) beside them.
+
+    Why the grades' own block: a board fit on battles and grades showed the battle rows alone, so the grade rows a
+    refresh read and rejected (``summary.json``'s ``score_counts``) were on no page, under "No row read was
+    rejected" — below the 5% that makes a warning, a reader of the report never learnt of them.
+    """
+    if _ordinal_only(summary) and summary.score_counts is not None:
+        body = _count_block(summary.score_counts, "reasons", grades=True)
+    elif summary.score_counts is not None:
+        body = "<h3>Battle rows</h3>" + _count_block(summary.counts, "reasons", grades=False)
+        body += "<h3>Grade rows (--scores)</h3>" + _count_block(summary.score_counts, "grade-reasons", grades=True)
+    else:
+        body = _count_block(summary.counts, "reasons", grades=False)
+    return _section("counts", "Counts", body + _import_rejections(summary))
+
+
+def _count_block(counts: Counts, cls: str, *, grades: bool) -> str:
+    """One kind of row's counts: cards, whether read = counted + rejected, and the rejected rows by reason.
+    ``grades``: single grades, which have no self-battles and whose dead letters are grade rows."""
     reasons = _by_count(counts.rejected)
     cards = _cards(
         [
             ("rows read", _int(counts.read)),
             ("counted", _int(counts.counted)),
             ("rejected", _int(counts.rejected_total)),
-            ("self-battles (same model on both sides)", _int(counts.self_battles)),
+            ("self-battles (same model on both sides)", None if grades else _int(counts.self_battles)),
         ]
     )
     body = cards
@@ -1339,16 +1369,20 @@ def _counts(summary: Summary) -> str:
             "rows are unaccounted for.</p>"
         )
     if reasons:
-        body += "<h3>Dead letters by reason</h3>"
+        kind = "grade " if grades else ""
+        body += f"<h3>Dead letters by reason{' (grades)' if grades else ''}</h3>"
         body += _figure(
             hbar_chart(
-                [k for k, _ in reasons], [v for _, v in reasons], title="Rejected rows by reason", colour=DOWN_COLOUR
+                [k for k, _ in reasons],
+                [v for _, v in reasons],
+                title=f"Rejected {kind}rows by reason",
+                colour=DOWN_COLOUR,
             )
         )
-        body += _reasons_table("reasons", reasons)
+        body += _reasons_table(cls, reasons)
     else:
-        body += '<p class="note">No row read was rejected.</p>'
-    return _section("counts", "Counts", body + _import_rejections(summary))
+        body += f'<p class="note">No {"grade " if grades else ""}row read was rejected.</p>'
+    return body
 
 
 def _by_count(rejected: Mapping[str, int]) -> list[tuple[str, int]]:
@@ -1448,7 +1482,7 @@ def render_report(
         _leaderboard(lb, summary, top_n, movers),
         _slices(slices, summary),
         _style(summary),
-        _head_to_head(summary),
+        _head_to_head(summary, {r["model"]: r.get("component") for r in lb}),
         _bias(bias.to_dicts(), summary),
         _judge_audit(summary, corrected_rank),
         _gate(summary),

@@ -280,3 +280,22 @@ def test_a_model_with_grades_but_no_battle_is_ranked_by_the_corrected_board_with
     (said,) = [w for w in naive.diagnostics["warnings"] if "have grades but no battle" in w]
     assert said.endswith("m6, m7")
     assert "m6" in side_by_side_text(board, 10)
+
+
+def test_a_model_with_grades_but_no_battle_has_no_naive_rank_interval():
+    """The leaderboard leaves a graded-only model's naive rank empty, but the summary's rank intervals ranked it on
+    the naive side alone in its component: "rank 1, interval 1" in summary.json, and the report's naive "Rank 95%
+    interval" read 1 beside an empty naive rank."""
+    from biasboard.transforms.ranks import rank_intervals
+
+    from tests.test_ranking_model import _score_cells
+
+    rng = np.random.default_rng(3)
+    battles, grades = _cells(rng, models=6, judges=3, cells=400), _score_cells(rng, models=8, rows=400)
+    naive, corrected = fit_leaderboards(battles, grades, config=ModelConfig(profile=False))
+    board = side_by_side(naive, corrected)
+    ranks = rank_intervals(naive, corrected, seed=0)
+    naive_ranked = board.filter(pl.col("rank_naive").is_not_null())
+    assert sorted(r.model for r in ranks.naive) == sorted(naive_ranked["model"].to_list())  # not m6, m7
+    assert {r.model: r.rank for r in ranks.naive} == dict(naive_ranked.select("model", "rank_naive").iter_rows())
+    assert sorted(r.model for r in ranks.corrected) == sorted(board["model"].to_list())  # m6, m7 ranked there

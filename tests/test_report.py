@@ -1050,3 +1050,58 @@ def test_a_board_of_ties_says_why_its_rank_correlations_are_undefined(tmp_path):
     )
     page = (Path(outcome.published.path) / "report.html").read_text()
     assert "Kendall τ and Spearman ρ between the naive and the corrected rankings are undefined" in page
+
+
+def test_head_to_head_lists_the_largest_comparison_group_first(tmp_path):
+    """Two groups no battle links: ranks restart in each, and the head-to-head's top models were sorted by rank
+    alone, so the small group's leader was row "1." above the largest group's, the two groups interleaved (1, 1,
+    2, 2, ...) and the matrices filled with pairs that never met.  Now the largest group comes first, in rank
+    order, and the note says where the next group starts."""
+    write_simulation(SimulationConfig(battles=3000, models=24, judges=2, days=1, seed=5), tmp_path / "sim")
+    folder = tmp_path / "split" / "day=2024-01-01"
+    folder.mkdir(parents=True)
+    small = [f"-{i:02d}" for i in range(4)]  # models ending -00 .. -03: a group of their own
+
+    def in_small(column: str) -> pl.Expr:
+        return pl.col(column).str.slice(-3).is_in(small)
+
+    battles = pl.read_parquet(tmp_path / "sim" / "battles" / "*" / "*.parquet")
+    battles.filter(in_small("model_a") == in_small("model_b")).write_parquet(folder / "part-0.parquet")
+    outcome = refresh(
+        str(tmp_path / "split"), str(tmp_path / "st"), str(tmp_path / "out"), [], RefreshOptions(audit=False)
+    )
+    assert outcome.published is not None and outcome.summary is not None
+    board = pl.read_parquet(Path(outcome.published.path) / "leaderboard.parquet")
+    assert board["component"].n_unique() == 2
+    h2h = outcome.summary.head_to_head
+    assert h2h is not None
+    expected = board.sort("component", "rank_corrected", "model")["model"].head(20).to_list()
+    assert h2h.models == expected  # the 20 largest group's top (20 of its 20 models), never the small group's
+    assert set(board.filter(pl.col("component") == 0)["model"]) >= set(h2h.models)
+    page = text_of((Path(outcome.published.path) / "report.html").read_text())
+    assert "Ranks restart in each comparison group" not in page  # one group listed: nothing to say
+    # a board whose listed models cross into the second group says from which row
+    two = board.with_columns(
+        pl.when(pl.col("model") == expected[-1]).then(1).otherwise(pl.col("component")).alias("component")
+    )
+    summary = dataclasses.replace(outcome.summary, head_to_head=h2h)
+    crossed = text_of(render_report(two, pl.read_parquet(Path(outcome.published.path) / "bias.parquet"), summary))
+    assert "the largest group's models come first, the other groups' from row 20 on." in crossed
+
+
+def test_the_counts_show_the_grade_rows_beside_the_battle_rows(published):
+    """A board of battles and grades (``--scores``): the Counts section showed the battle rows alone, so grade rows
+    the refresh rejected (``summary.json``'s ``score_counts``, 250 bad scores of 5,250 in a simulation: under the 5%
+    that warns) were on no page, below "No row read was rejected"."""
+    from biasboard.schemas.summary import Counts
+
+    grades = Counts(read=5250, counted=5000, rejected={"bad_score": 250}, rejected_total=250)
+    summary = dataclasses.replace(published.summary, score_counts=grades)
+    page = render_report(published.leaderboard, published.bias, summary)
+    counts = text_of(page[page.index('<section id="counts">') :])
+    assert "Battle rows" in counts and "Grade rows (--scores)" in counts
+    grade_part = counts[counts.index("Grade rows (--scores)") :]
+    assert "5,250 rows read" in grade_part and "250 rejected" in grade_part
+    assert table_rows(page, "grade-reasons") == [["bad_score", "250"]]
+    assert "self-battles" not in grade_part  # grades have none
+    assert "Grade rows" not in text_of(published.page)  # a board without --scores: the battle rows alone

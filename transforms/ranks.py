@@ -26,11 +26,14 @@ def rank_intervals(naive: FitResult, corrected: FitResult, seed: int) -> S.Ranks
     leaves it off the board; its "rank 1 of 1" would read as a top model.
     """
     shown = set(corrected.models) - set(left_off_models(corrected))
+    # A model the naive board of battles does not rate (graded only: alone in its naive component) has no naive rank
+    # on the leaderboard; ranked here, its naive interval read "1" (rank 1 of 1) beside the board's empty rank.
+    naive_shown = shown - set(left_off_models(naive))
     return S.Ranks(
         level=RANK_LEVEL,
         source="bootstrap replicates" if corrected.boot_theta is not None else "Laplace posterior draws",
         draws=len(corrected.boot_theta) if corrected.boot_theta is not None else RANK_DRAWS,
-        naive=_intervals(naive, seed, shown),
+        naive=_intervals(naive, seed, naive_shown),
         corrected=_intervals(corrected, seed, shown),
     )
 

@@ -599,7 +599,7 @@ def build_summary(
     if reference is not None:
         warnings.extend(reference_warnings(reference))
     warnings.extend(top_k_warnings(corrected.k, leaderboard))
-    top = leaderboard.sort("rank_corrected", "model")["model"].head(HEAD_TO_HEAD_TOP).to_list()
+    top = head_to_head_models(leaderboard)
     return S.Summary(
         kendall_tau=comparison.get("kendall_tau") if comparison else None,
         spearman=comparison.get("spearman") if comparison else None,
@@ -637,6 +637,20 @@ def _attribution(corrected, leaderboard: pl.DataFrame) -> S.Attribution | None:
 
 #: The head-to-head matrices cover this many models (the top by corrected rank).
 HEAD_TO_HEAD_TOP = 20
+
+
+def head_to_head_models(leaderboard: pl.DataFrame) -> list[str]:
+    """The models of the head-to-head matrices: the top :data:`HEAD_TO_HEAD_TOP` by corrected rank, the largest
+    comparison component's first (``component`` 0), then the next one's.
+
+    Why: ranks restart in each component, so sorted by rank alone the matrices interleaved two groups no battle
+    links (1, 1, 2, 2, ...), numbering a small group's leader "1." above the largest group's and filling half the
+    matrix with pairs that never met.
+    """
+    keys = (
+        ["component", "rank_corrected", "model"] if "component" in leaderboard.columns else ["rank_corrected", "model"]
+    )
+    return leaderboard.sort(keys, nulls_last=True)["model"].head(HEAD_TO_HEAD_TOP).to_list()
 
 
 def _record(cls: type[T], row: Mapping) -> T:
