@@ -37,7 +37,7 @@ import polars as pl
 from biasboard.ranking.arrowhead import ArrowHessian
 from biasboard.ranking.config import ModelConfig
 from biasboard.ranking.model import SEV, block_name
-from biasboard.ranking.problem import DISABLED_NOTE, Problem
+from biasboard.ranking.problem import DISABLED_NOTE, ORDINAL_ONLY_NOTE, Problem
 from biasboard.ranking.rank_stats import ranks_within
 from biasboard.ranking.result import ELO_PER_LOGIT, FitResult
 from biasboard.ranking.solver import Evaluation, Objective, Solution, minimize
@@ -92,6 +92,8 @@ def _left_out_reason(problem: Problem, t: int) -> str:
     spec = problem.spec
     if spec.tied is not None and t < len(spec.tied) and spec.tied[t].any():
         return TIED_NOT_APPLIED
+    if problem.data.ordinal_only:
+        return ORDINAL_ONLY_NOTE
     return NOT_APPLIED if problem.notes.noted(t, DISABLED_NOTE).any() else NO_DATA
 
 

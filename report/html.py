@@ -435,9 +435,7 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers:
     body = [
         f'<p class="note">{esc(scope)} Dots are ratings, bars their {esc(ci_name)}s '
         f"({esc(_interval_source(summary))}). Intervals that overlap widely mean the data cannot order those models "
-        "with confidence — though the ratings' scale is the judges' average discrimination, so a judge with few "
-        "verdicts widens the intervals at the board's ends without making the order less certain: the rank "
-        "intervals say how well the order is known.</p>",
+        f"with confidence{'' if _ordinal_only(summary) else SCALE_NOTE}.</p>",
         f'<p class="note">{esc(_corrected_meaning(summary))}</p>',
         forest,
         "<h3>Rank change</h3>",
@@ -1327,6 +1325,15 @@ def _anchor_results(summary: Summary) -> str:
             _table("gold", head, rows),
         ]
     return "".join(out)
+
+
+#: Why wide intervals at a pairwise board's ends need not mean an uncertain order (not said of an ordinal-only board,
+#: whose scale the grade thresholds set: no judge has a discrimination there).
+SCALE_NOTE = (
+    " — though the ratings' scale is the judges' average discrimination, so a judge with few verdicts widens the "
+    "intervals at the board's ends without making the order less certain: the rank intervals say how well the order "
+    "is known"
+)
 
 
 def _counts(summary: Summary) -> str:

@@ -28,7 +28,7 @@ from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.ranking import ModelConfig
 from biasboard.ranking.data import build_dataset
 from biasboard.ranking.fit import fit_leaderboards
-from biasboard.ranking.problem import ONE_GRADER_NOTE
+from biasboard.ranking.problem import ONE_GRADER_NOTE, ORDINAL_ONLY_NOTE
 from biasboard.ranking.rank_stats import kendall_tau_b, ranks_desc
 from biasboard.schemas.battle import SCORE_SCHEMA
 from biasboard.schemas.errors import InputError
@@ -158,6 +158,11 @@ def test_arena_bench_grades_alone_make_both_boards(arena_bench_scores, tmp_path,
     # ties as half wins, odds of winning), none of which an ordinal-only board fits.
     assert "the odds of a grade one step higher rather than one step lower" in report
     assert "half a win" not in report and "half wins" not in report and "odds of winning" not in report
+    # Nor the pairwise boards' scale (the judges' average discrimination: none here), nor "no judge has data" for
+    # position, length and affinity, which no grade could carry.
+    assert "average discrimination" not in report and "no judge has data" not in report
+    left_out = summary["attribution"]["left_out"]
+    assert left_out["position"] == ORDINAL_ONLY_NOTE and left_out["length"] == ORDINAL_ONLY_NOTE, left_out
 
 
 def test_mtbench_single_grades_alone(tmp_path):
