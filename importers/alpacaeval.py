@@ -138,11 +138,15 @@ def unjudged_self_battle(frame: pl.DataFrame, preference: pl.Expr) -> pl.Expr:
     else the same length in each unit it gives.
     """
     same = pl.col("generator_1").cast(pl.String) == pl.col("generator_2").cast(pl.String)
+    # Row by row (null where the row lacks the field): files of both layouts imported together hold the outputs on
+    # some rows and only lengths on others, and a test on the outputs alone kept the compact rows' self-battles.
+    tests = []
     if "output_1" in frame.columns and "output_2" in frame.columns:
-        identical = pl.col("output_1").cast(pl.String) == pl.col("output_2").cast(pl.String)
-    else:
-        lengths = [u for u in ("chars", "words") if f"len_{u}_1" in frame.columns and f"len_{u}_2" in frame.columns]
-        identical = pl.all_horizontal([pl.col(f"len_{u}_1") == pl.col(f"len_{u}_2") for u in lengths] or [same])
+        tests.append(pl.col("output_1").cast(pl.String) == pl.col("output_2").cast(pl.String))
+    lengths = [u for u in ("chars", "words") if f"len_{u}_1" in frame.columns and f"len_{u}_2" in frame.columns]
+    if lengths:
+        tests.append(pl.all_horizontal([pl.col(f"len_{u}_1") == pl.col(f"len_{u}_2") for u in lengths]))
+    identical = pl.coalesce(tests) if tests else same
     draw = (preference == DRAW) | (preference == LEGACY_DRAW)
     return (same & identical & draw).fill_null(False)
 
@@ -240,31 +244,41 @@ def shown_first(frame: pl.DataFrame, preference: pl.Expr) -> pl.Expr:
 
 
 def _lengths(frame: pl.DataFrame, unit: str) -> tuple[pl.Expr, pl.Expr]:
-    """(length of output_1, of output_2): the file's ``len_<unit>_*`` columns, else measured on the outputs."""
-    if f"len_{unit}_1" in frame.columns:
-        return pl.col(f"len_{unit}_1"), column_or_null(frame, f"len_{unit}_2", pl.Int64)
-    if "output_1" not in frame.columns or "output_2" not in frame.columns:
-        return pl.lit(None, dtype=pl.Int64), pl.lit(None, dtype=pl.Int64)
+    """(length of output_1, of output_2): the row's ``len_<unit>_*`` values, else measured on its outputs.
 
-    def measure(column: str) -> pl.Expr:
-        text = pl.col(column).cast(pl.String)
-        return text.str.len_chars() if unit == "chars" else text.str.count_matches(r"\S+")
+    Row by row: a compact file (lengths, no outputs) imported with AlpacaEval's ``annotations.json`` (outputs, no
+    lengths) left every annotations.json row without lengths when the file-wide choice took the length columns.
+    """
 
-    return measure("output_1"), measure("output_2")
+    def length(side: str) -> pl.Expr:
+        given, output = f"len_{unit}_{side}", f"output_{side}"
+        parts = [pl.col(given)] if given in frame.columns else []
+        if output in frame.columns:
+            text = pl.col(output).cast(pl.String)
+            measured = text.str.len_chars() if unit == "chars" else text.str.count_matches(r"\S+")
+            numeric = given not in frame.columns or frame.schema[given].is_numeric()
+            parts.append(measured.cast(pl.Int64 if numeric else pl.String))  # (a length read as text stays text)
+        return pl.coalesce(parts) if parts else pl.lit(None, dtype=pl.Int64)
+
+    return length("1"), length("2")
 
 
 def prompt_ids(frame: pl.DataFrame, paths: Sequence[Path]) -> pl.Expr:
-    """``instruction_id`` when the file has it, else 16 hex digits of SHA-1 of the instruction text.
+    """``instruction_id`` when the row has it, else 16 hex digits of SHA-1 of the instruction text.
 
-    The hash runs once per *distinct* instruction (805 in AlpacaEval), not per row.
+    The hash runs once per *distinct* instruction (805 in AlpacaEval), not per row.  Per row, because an AlpacaEval
+    ``annotations.json`` (no ``instruction_id``) imported with a file that has one gave every row of it a null
+    prompt: one battle id per annotator and pair of generators, all its other rows dead-lettered as duplicates.
     """
-    if "instruction_id" in frame.columns:
-        return pl.col("instruction_id").cast(pl.String)
+    given = pl.col("instruction_id").cast(pl.String) if "instruction_id" in frame.columns else None
+    if given is not None and ("instruction" not in frame.columns or frame["instruction_id"].null_count() == 0):
+        return given
     require_columns(frame, ("instruction",), paths, "AlpacaEval annotation")
     texts = frame.get_column("instruction").cast(pl.String).drop_nulls().unique()
     digests = [hashlib.sha1(t.encode("utf-8")).hexdigest()[:16] for t in texts.to_list()]
     lookup = dict(zip(texts.to_list(), digests, strict=True))
-    return pl.col("instruction").cast(pl.String).replace_strict(lookup, default=None, return_dtype=pl.String)
+    hashed = pl.col("instruction").cast(pl.String).replace_strict(lookup, default=None, return_dtype=pl.String)
+    return hashed if given is None else pl.coalesce(given, hashed)
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:

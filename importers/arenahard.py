@@ -155,7 +155,9 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     given = pl.col("baseline").cast(pl.String) if "baseline" in raw.columns else pl.lit(None, dtype=pl.String)
     baseline = given.fill_null(pl.lit(options.baseline, dtype=pl.String))
     model = pl.col("model").cast(pl.String)
-    qid = pl.col("uid" if "uid" in raw.columns else "question_id").cast(pl.String)
+    # Row by row: judgments written by v0.1's code (question_id) and v2's (uid) in one run's folder
+    # left the v0.1 rows' prompt null, so each model's games shared one id and were dead-lettered as duplicates.
+    qid = pl.coalesce(pl.col(c).cast(pl.String) for c in ("uid", "question_id") if c in raw.columns)
     label = pl.col("score").str.strip_chars().str.to_uppercase().str.replace_all(" ", "")
     first = pl.col("game") == 1
     winner = label.replace_strict({k: w for k, (w, _) in LABELS.items()}, default=pl.col("score"))

@@ -448,9 +448,9 @@ def judge_expr(frame: pl.DataFrame, options: ImportOptions, paths: Sequence[Path
     """Each row's judge: ``--judge`` when given, else the file's ``column``; a file with neither needs ``--judge``.
 
     ``--judge`` renames a file's one judge, but is refused over a file that names several
-    (:func:`_one_judge_or_refuse`)."""
+    (:func:`one_judge_or_refuse`)."""
     if options.judge:
-        _one_judge_or_refuse(frame, column, options.judge, paths)
+        one_judge_or_refuse(frame, column, options.judge, paths)
         return pl.lit(options.judge)
     if column not in frame.columns:
         names = ", ".join(str(p) for p in paths)
@@ -458,7 +458,7 @@ def judge_expr(frame: pl.DataFrame, options: ImportOptions, paths: Sequence[Path
     return pl.col(column).cast(pl.String)
 
 
-def _one_judge_or_refuse(frame: pl.DataFrame, column: str, judge: str, paths: Sequence[Path]) -> None:
+def one_judge_or_refuse(frame: pl.DataFrame, column: str, judge: str, paths: Sequence[Path]) -> None:
     """InputError when ``--judge`` would give one name to the verdicts of several judges the file names.
 
     Why: ``import --format pba --in 'mtbench_judgments_*' --judge gpt4`` made gemini-pro's, gpt-3.5's and gpt-4's

@@ -38,12 +38,14 @@ answer shown first (left), ``winner`` holds the four FastChat verdicts,
   that is dead-lettered keeps all of it as text.
 
 Self-battles (a model against itself, present in both public samples) are
-converted like any other battle: the ingest's rules keep them.  A missing
-``tstamp`` column means the whole file is undated and gets the default day.
+converted like any other battle: the ingest's rules keep them.  A file without
+``tstamp`` (no column, or null on every row) is undated and gets the default day,
+also when read with dated files; a null stamp among a file's dated battles rejects its row.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,11 +54,13 @@ import polars as pl
 from biasboard.importers.arena_categories import arena_category
 from biasboard.importers.common import (
     REASON,
+    SOURCE_FILE,
     ImportOptions,
     ImportResult,
     as_text,
     finalize_battles,
     fixed_day,
+    fixed_epoch_seconds,
     judge_expr,
     nested_field,
     non_text_slice_notes,
@@ -196,6 +200,29 @@ def _stamp_text(stamp: pl.Expr) -> pl.Expr:
     return pl.when(datable).then(iso).otherwise(stamp)
 
 
+def _undated_file(time_column: str | None) -> pl.Expr:
+    """Whether a battle's file has no time stamp at all: no time column, or one null on every row of that file.
+
+    Why per file: files read together share one set of columns, so a file without ``tstamp`` imported with one that
+    has it had every battle dead-lettered ``missing:ts`` (their ids, made from the stamp, colliding too), where alone
+    it gets the default day.  A null stamp in a file that dates its other battles stays an error of that row.
+    """
+    if time_column is None:
+        return pl.repeat(True, pl.len())  # (a column, not a literal: its sum counts the rows)
+    return pl.col(time_column).is_null().all().over(SOURCE_FILE)
+
+
+def _default_stamp(dtype: pl.DataType, options: ImportOptions) -> pl.Expr:
+    """The default day in the time column's own kind (epoch seconds, ISO text or a datetime), for undated files."""
+    if dtype == pl.String:
+        return pl.lit(f"{options.default_date.isoformat()}T00:00:00Z")
+    if dtype.is_numeric():
+        return pl.lit(fixed_epoch_seconds(options))
+    if isinstance(dtype, pl.Datetime) and dtype.time_zone is None:
+        return pl.lit(dt.datetime.combine(options.default_date, dt.time()), dtype=dtype)
+    return fixed_day(options)
+
+
 def _row_key() -> pl.Expr:
     """``row<N>``, the row's position in the input (files in the order read): the id's part that tells battles
     apart when the log has no time stamp.  Why: the composite id without it is the same for every vote of one voter
@@ -210,18 +237,25 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     notes: list[str] = []
     judge = judge_expr(raw, options, paths)
     time_column = next((c for c in ("tstamp", "ts") if c in raw.columns), None)
+    undated = _undated_file(time_column)
     if time_column is None:
         ts = fixed_day(options)
         notes.append(f"no tstamp column: every battle dated {options.default_date.isoformat()} 00:00 UTC")
-    elif time_column == "tstamp" and raw.schema["tstamp"] == pl.String:
-        ts = _stamp_text(pl.col("tstamp"))
     else:
-        ts = pl.col(time_column)
+        stamp = pl.col(time_column)
+        if time_column == "tstamp" and raw.schema["tstamp"] == pl.String:
+            stamp = _stamp_text(stamp)
+        ts = pl.when(undated).then(_default_stamp(raw.schema[time_column], options)).otherwise(stamp)
+        if files := raw.filter(undated)[SOURCE_FILE].unique().len():
+            notes.append(
+                f"{files} file(s) without {time_column}: their {raw.select(undated.sum()).item()} battles dated "
+                f"{options.default_date.isoformat()} 00:00 UTC"
+            )
     composite = pl.concat_str(
         [
             pl.lit("fastchat"),
             judge.fill_null(""),
-            as_text(raw, time_column) if time_column else _row_key(),
+            pl.when(undated).then(_row_key()).otherwise(as_text(raw, time_column)) if time_column else _row_key(),
             pl.col("model_a").cast(pl.String).fill_null(""),
             pl.col("model_b").cast(pl.String).fill_null(""),
         ],
@@ -230,8 +264,9 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     battle_id = (
         pl.coalesce(pl.col("question_id").cast(pl.String), composite) if "question_id" in raw.columns else composite
     )
-    if time_column is None:
-        by_row = raw.height if "question_id" not in raw.columns else int(raw["question_id"].null_count())
+    if time_column is None or raw.select(undated.any()).item():
+        no_id = undated if "question_id" not in raw.columns else undated & pl.col("question_id").is_null()
+        by_row = raw.select(no_id.sum()).item()
         if by_row:
             notes.append(
                 f"{by_row} battle(s) have neither question_id nor tstamp: each is its own battle, its id made from its "

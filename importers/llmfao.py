@@ -8,10 +8,10 @@ right → ``model_b``, tie → ``tie``.  Any other verdict reaches the rules as 
 (``bad_winner``).
 
 Judge: the file name's prefix (``crowd``, ``gpt4``, ``gpt3``: ``gpt4-crowd-
-comparisons.csv`` is GPT-4 on the crowd's subset), or ``--judge``.  With ``--voters`` each crowd row's
-judge is ``crowd/<worker>``: the 124 workers fit as voter-judges, shrunk to their population (and
-``--judge-pool prefix:/`` gives the crowd back as one judge: the cells add up); rows without a worker
-(the GPT files, or a blank ``worker`` value) keep their judge.
+comparisons.csv`` is GPT-4 on the crowd's subset), or ``--judge`` (refused over files of several judges).
+With ``--voters`` each crowd row's judge is ``crowd/<worker>``: the 124 workers fit as voter-judges, shrunk to
+their population (and ``--judge-pool prefix:/`` gives the crowd back as one judge: the cells add up); rows
+without a worker (the GPT files, or a blank ``worker`` value) keep their judge.
 ``battle_id`` = ``llmfao:<judge>:<id>`` (crowd rows add ``:<worker>``: one pair
 is voted on by several workers), so the GPT-4 rows repeated in
 ``gpt4-crowd-comparisons.csv`` carry the same ids as in ``gpt4-comparisons.csv``.
@@ -33,6 +33,7 @@ from biasboard.importers.common import (
     ImportResult,
     finalize_battles,
     fixed_day,
+    one_judge_or_refuse,
     pick_length_unit,
     read_all,
     read_records,
@@ -89,11 +90,13 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     unit = pick_length_unit(options)
     raw = read_all(paths, scalar=(*REQUIRED, "worker"))
     require_columns(raw, REQUIRED, paths, "LLMFAO comparison")
+    names = {str(p): judge_from_file(str(p)) for p in paths}
+    source_judge = pl.col(SOURCE_FILE).replace_strict(names, return_dtype=pl.String)
     if options.judge:
+        # Files of several judges (the folder: crowd, gpt3, gpt4) under one --judge made the crowd's votes and
+        # GPT-3.5's verdicts GPT-4's, and dead-lettered the real GPT-4 rows as duplicate ids (exit 0).
+        one_judge_or_refuse(raw.select(source_judge.alias("judge")), "judge", options.judge, paths)
         source_judge = pl.lit(options.judge)
-    else:
-        names = {str(p): judge_from_file(str(p)) for p in paths}
-        source_judge = pl.col(SOURCE_FILE).replace_strict(names, return_dtype=pl.String)
     judge = source_judge
     # A blank worker is no worker: as a judge name it would make one pseudo-voter ``crowd/`` of every such row.
     raw_worker = pl.col("worker").cast(pl.String)

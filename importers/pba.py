@@ -42,6 +42,7 @@ from biasboard.importers.common import (
     text_slice_labels,
 )
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.rules import winner_expr
 
 PATTERNS = ("*judgments*.jsonl", "*judgments*.jsonl.gz")
 REQUIRED = ("question_id", "model_a", "model_b", "winner")
@@ -67,7 +68,9 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     shown_a, shown_b = pl.when(second).then(b).otherwise(a), pl.when(second).then(a).otherwise(b)
     len_a = column_or_null(raw, f"len_{unit}_a", pl.Int64)
     len_b = column_or_null(raw, f"len_{unit}_b", pl.Int64)
-    winner = pl.col("winner").cast(pl.String)
+    # Normalised as the rules read it before the swap: "Model_A" on a row shown second was left unswapped, and the
+    # rules' own normalisation then credited the other model with the win.
+    winner = winner_expr("winner")
     battle_id = pl.concat_str(
         [
             pl.lit("pba"),

@@ -6,7 +6,7 @@ Examples::
     biasboard import --format mtbench-pair --in data/mt_bench/model_judgment/gpt-4_pair.jsonl --out imported/mtb
     biasboard import --format mtbench-single --in judgments.jsonl.gz --judge gpt-4 --out imported/arena-bench
     biasboard import --format alpacaeval --in alpacaeval/ --out imported/alpacaeval
-    biasboard import --format pba --in mtbench-position-bias-analyzer/ --out imported/pba
+    biasboard import --format pba --in 'mtbench-position-bias-analyzer/mtbench_judgments_*' --out imported/pba
     biasboard import --format arena-hard --in data/arena-hard-v0.1/model_judgment/gpt-4-1106-preview \
         --baseline gpt-4-0314 --out imported/arena-hard
     biasboard refresh --input 'imported/pba/battles/**/*.parquet' --state state --out site

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import hashlib
 import json
 import re
 import shutil
@@ -418,6 +419,34 @@ def test_alpacaeval_identical_outputs_are_no_verdict_of_the_judge(tmp_path):
     assert kept.filter(pl.col("model_a") == pl.col("model_b")).height == 1 and kept["winner"].to_list()[1] == "tie"
 
 
+def test_alpacaeval_annotations_of_both_layouts_imported_together_keep_each_rows_prompt_and_self_battles(tmp_path):
+    """A compact file (``instruction_id``, lengths) imported with AlpacaEval's ``annotations.json`` (instruction text,
+    outputs): the union's ``instruction_id`` was null on every annotations.json row, so its rows shared one battle id
+    and all but one were dead-lettered as duplicates (2,411 of the shared real-layout files' 2,414 battles, importing
+    the shared folder, as pipelines/import_formats.py's example does), and the identical-output test read the outputs
+    alone, so the compact rows' 1,610 unjudged self-battles were kept as the judges' ties; the annotations.json rows
+    had no lengths either (the length columns were taken file-wide)."""
+    compact = [
+        {"instruction_id": 0, "generator_1": "g", "generator_2": "g", "annotator": "a", "preference": 1.5,
+         "len_chars_1": 9, "len_chars_2": 9},  # AlpacaEval's fill-in: dead letter
+        {"instruction_id": 1, "generator_1": "base", "generator_2": "m", "annotator": "a", "preference": 2.0,
+         "len_chars_1": 5, "len_chars_2": 15},
+    ]  # fmt: skip
+    (tmp_path / "annotations_a.jsonl").write_text("\n".join(json.dumps(r) for r in compact) + "\n")
+    real = [
+        {"instruction": f"q{i}", "output_1": "short", "output_2": "a longer answer", "generator_1": "base",
+         "generator_2": "m", "annotator": "a", "preference": p}
+        for i, p in enumerate([1.0, 2.0, 1.5])
+    ]  # fmt: skip
+    (tmp_path / "annotations.json").write_text(json.dumps(real))
+    result = import_path("alpacaeval", tmp_path)
+    assert result.dead_by_reason() == {REASON_IDENTICAL_OUTPUTS: 1} and result.rows_converted == 4
+    rows = pl.from_arrow(result.rows)
+    prompts = rows["prompt_id"].to_list()
+    assert prompts[:3] == [hashlib.sha1(f"q{i}".encode()).hexdigest()[:16] for i in range(3)] and prompts[3] == "1"
+    assert rows["len_a"].to_list() == [5] * 4 and rows["len_b"].to_list() == [15] * 4  # each row's own lengths
+
+
 def test_alpacaeval_1_has_no_recoverable_order_and_is_counted():
     result = import_path("alpacaeval", real_data("alpacaeval", "annotations_alpaca_eval_gpt4.jsonl.gz"))
     rows = check_contract(result)
@@ -590,6 +619,23 @@ def test_arena_hard_v2_names_its_baseline_and_skips_a_failed_game(tmp_path):
     assert cli.main(["import", "--format", "arena-hard", "--in", str(folder), "--out", str(out)]) == 0
     table = pq.read_table(next(out.glob("battles/day=*/*.parquet")), partitioning=None)
     assert table.schema.equals(BATTLE_SCHEMA) and table.num_rows == 5
+
+
+def test_arena_hard_judgments_of_v01_and_v2_code_in_one_folder_keep_each_rows_question(tmp_path):
+    """A run continued with v2's code beside judgments written by v0.1's: the v2 file's ``uid`` column was taken for
+    every row, so the v0.1 rows' prompt was null, all games of a model in one order shared one id, and all but the
+    first were dead-lettered as duplicates (4 of the 6 battles below)."""
+    folder = tmp_path / "gpt-4.1"
+    folder.mkdir()
+    old = [{"question_id": f"q{i}", "model": "old", "judge": "gpt-4.1", "games": [{"score": s}, {"score": s}]}
+           for i, s in enumerate(["A>B", "B>A", "A=B"])]  # fmt: skip
+    new = {"uid": "q0", "model": "new", "baseline": "o3-mini", "judge": "gpt-4.1", "games": [{"score": "A>B"}] * 2}
+    (folder / "old.jsonl").write_text("\n".join(json.dumps(r) for r in old) + "\n")
+    (folder / "new.jsonl").write_text(json.dumps(new) + "\n")
+    result = import_path("arena-hard", folder, ImportOptions(baseline="o3-mini"))
+    assert result.dead_by_reason() == {} and result.rows_converted == 8
+    rows = pl.from_arrow(result.rows).filter(pl.col("model_b") == "old")  # game 1 of the v0.1 lines
+    assert rows.select("prompt_id", "winner").rows() == [("q0", "model_a"), ("q1", "model_b"), ("q2", "tie")]
 
 
 def test_arena_hard_v2_category_is_each_battles_slice_label(tmp_path):
@@ -871,6 +917,16 @@ def test_judge_flag_over_a_file_of_several_judges_is_refused(tmp_path):
     assert set(one.rows["judge"].to_pylist()) == {"g"} and one.rows_converted == 4800
 
 
+def test_judge_flag_over_llmfao_files_of_several_judges_is_refused():
+    """LLMFAO names its judges by file, so ``--judge`` over the folder skipped the refusal above: the crowd's 8,931
+    votes and GPT-3.5's verdicts became GPT-4's, and GPT-4's own 3,236 rows were dead-lettered as duplicate ids (exit
+    0).  Over the two files of one judge it still renames it."""
+    with pytest.raises(InputError, match=r"--judge gpt4 would name every row's judge, but the input names 3 judges"):
+        import_path("llmfao", real_data("llmfao"), ImportOptions(judge="gpt4"))
+    one = import_path("llmfao", real_data("llmfao") / "gpt4-*comparisons.csv", ImportOptions(judge="g"))
+    assert set(one.rows["judge"].to_pylist()) == {"g"} and one.rows_converted == 3236
+
+
 def test_pba_repeated_judgments_are_said_in_a_note(tmp_path):
     source = real_data(*PBA, "mtbench_judgments_gpt-4-0613.jsonl.gz")
     with gzip.open(source, "rt") as handle:
@@ -962,6 +1018,22 @@ def test_fastchat_votes_without_tstamp_or_question_id_are_each_a_battle(tmp_path
     assert result.dead_by_reason() == {} and result.rows_converted == 4
     assert result.rows["battle_id"].to_pylist() == [f"fastchat:arena_user:row{i}:a:b" for i in range(4)]
     assert any("4 battle(s) have neither question_id nor tstamp" in n for n in result.notes)
+
+
+def test_fastchat_a_file_without_tstamp_imported_with_a_dated_one_gets_the_default_day(tmp_path):
+    """Alone, a clean_battle file without ``tstamp`` is dated the default day; read with a file that has the column,
+    its battles were all dead-lettered ``missing:ts`` (3 of the 6 below), their ids (made from the stamp) colliding
+    too.  A null stamp among a file's dated battles is still that row's error."""
+    dated = [{"model_a": "a", "model_b": "b", "winner": "model_a", "judge": "u", "tstamp": 1.7e9 + i} for i in range(3)]
+    dated[2]["tstamp"] = None
+    (tmp_path / "clean_battle_1.json").write_text(json.dumps(dated))
+    undated = [{"model_a": "a", "model_b": "b", "winner": w, "judge": "u"} for w in ("model_a", "model_b", "tie")]
+    (tmp_path / "clean_battle_2.json").write_text(json.dumps(undated))
+    result = import_path("fastchat", tmp_path)
+    assert result.dead_by_reason() == {"missing:ts": 1} and result.rows_converted == 5
+    rows = pl.from_arrow(result.rows).filter(pl.col("ts").dt.date() == dt.date(2000, 1, 1))
+    assert rows["battle_id"].to_list() == [f"fastchat:u:row{i}:a:b" for i in (3, 4, 5)]
+    assert any(n.startswith("1 file(s) without tstamp: their 3 battles dated 2000-01-01") for n in result.notes)
 
 
 def test_pba_reproduces_published_order_consistency():
@@ -1241,6 +1313,18 @@ def test_pba_row_shown_second_is_swapped_into_shown_order(tmp_path):
         ("x", "y", "model_a", 10, 20, False),  # order unreadable: counted in the listed order
     ]
     assert result.dead_by_reason() == {}
+
+
+def test_pba_winner_in_another_case_is_swapped_like_any_other_on_a_row_shown_second(tmp_path):
+    """The rules accept ``Model_A`` as ``model_a``, but the swap into shown order matched the exact text only: on a
+    row shown second, ``Model_A`` (x won) stayed ``model_a``, which after the swap names y: the other model won."""
+    base = {"benchmark": "MTBench", "question_id": 81, "turn": 1, "judge": "j", "model_a": "x", "model_b": "y",
+            "position_a": "second"}  # fmt: skip
+    rows = [{**base, "question_id": 81 + i, "winner": w} for i, w in enumerate(["model_a", "Model_A", " MODEL_B "])]
+    path = tmp_path / "judgments.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = check_contract(import_path("pba", path))
+    assert out.select("model_a", "winner").rows() == [("y", "model_b"), ("y", "model_b"), ("y", "model_a")]
 
 
 def test_pba_list_question_id_is_a_bad_type_as_in_mtbench_pair(tmp_path):
