@@ -30,6 +30,11 @@ IDENTIFIED_NATS: float = 2.0
 #: Notes of per-judge rows (the same in the dense loop and the vectorised judge-blocked rows).
 PRIOR_SELECTED = "prior-selected: the data barely move this coefficient from its prior"
 LEVEL_PRIOR_SELECTED = "differences between judges are identified; their common level is prior-selected"
+#: A global effect's row without its profile likelihood (``--diagnostics off``): its "identified" is then the per-judge
+#: rows' test, which the row would otherwise not say (the module docstring's rule is the profile's).
+NO_PROFILE_NOTE = (
+    "no profile likelihood (diagnostics off): identified means its posterior variance is below half its prior's"
+)
 BOTHBAD_NOTE = "share of this judge's ties that were 'tie (bothbad)'"
 #: A judge that never ties, or ties every time: the tie propensity's maximum-likelihood value is 0 or infinite, so the
 #: estimate (and one end of the interval) is the prior's, however many verdicts (:func:`tie_boundary`).
@@ -164,14 +169,14 @@ def bias_table(
         v[lay.glob(t)] = unit.get(t, 1.0)
         sd_glob, _ = prior_sd_of_effect(problem, t)
         if info is not None:
-            # a warning is a prior-selected verdict, as the summary and the gate read it (an affinity that is each
+            # the profile's prior-selected verdict, as the summary and the gate read it (an affinity that is each
             # model's own property has a wide profile from the judges' discriminations, and is not identified)
-            identified = info["range_nats"] >= IDENTIFIED_NATS and not info.get("warning")
+            identified = info["range_nats"] >= IDENTIFIED_NATS and not info.get("prior_selected")
             note = info["note"]
         else:
             post = covariance_block(cov_core, lay.glob(t))
             identified = any_on and bool(informed_by_data(post, sd_glob**2))
-            note = "" if any_on else "disabled for every judge"
+            note = NO_PROFILE_NOTE if any_on else "disabled for every judge"
         global_identified[t] = bool(identified)
         # No bootstrap interval: the replicates redraw battles, not judges, so they measure the mean of these judges'
         # effects, not the population mean γ₀ the Laplace interval is for (12 seeds, B = 200: position 0.06 wide

@@ -47,6 +47,9 @@ CROSSING_LOW: float = 0.22
 CROSSING_HIGH: float = 0.60
 CROSSING_TYPICAL: float = 0.45
 FLAT_NATS: float = 0.01
+#: What a ``fast`` profile is, in its ``method`` and at the end of its note (the bias table's, the summary's and the
+#: report's): its range is the quadratic model's, not a solved profile's.
+FAST_METHOD: str = "fast: quadratic (Wald) approximation from the centre's factorisation"
 PROFILED = {"position": POS, "length": LEN, "affinity": AFF}
 
 
@@ -456,8 +459,13 @@ def _profile_info(
         )
     else:
         info["note"] = f"identified by the comparisons: profile likelihood range {span:.1f} nats over ±2 prior SD"
+    # The verdict, apart from the warning: a profile point that did not converge adds a warning too (its value is a
+    # lower bound), which made an effect identified by thousands of nats "prior-selected" in the summary and the bias
+    # table and left its correction off the board.
+    info["prior_selected"] = "warning" in info
     if config.diagnostics == "fast":
-        info["method"] = "fast: quadratic (Wald) approximation from the centre's factorisation"
+        info["method"] = FAST_METHOD
+        info["note"] += f" ({FAST_METHOD})"
     if unconverged:
         info["warning"] = _unconverged_warning(name, unconverged, unit, config.max_iter, info.get("warning"))
     return info

@@ -252,6 +252,18 @@ def _off_centre_bootstrap_warnings(
     ]
 
 
+def bootstrap_interval_warnings(
+    method: str, models: Sequence[str], rating: np.ndarray, se: np.ndarray, low: np.ndarray, high: np.ndarray
+) -> list[str]:
+    """The warnings about a board's bootstrap intervals that depend on the rating they are published for: the
+    intervals far wider than the Laplace ones (:func:`_wide_bootstrap_warnings`) and the ratings outside their own
+    intervals (:func:`_off_centre_bootstrap_warnings`).  One function for θ's board and for the reference rating's
+    (:func:`~biasboard.ranking.reference.with_rating`), which replaces θ's intervals by φ's and so these warnings."""
+    return _wide_bootstrap_warnings(method, models, high - low, se) + _off_centre_bootstrap_warnings(
+        method, models, rating, low, high
+    )
+
+
 def _assemble(
     problem: Problem,
     solution: Solution,
@@ -282,8 +294,7 @@ def _assemble(
         boot_lo, boot_hi = percentile_interval(boot_theta)
         ci_low, ci_high, samples, uncertainty = boot_lo, boot_hi, boot_theta, "bootstrap"
         models = problem.data.models
-        diagnostics["warnings"].extend(_wide_bootstrap_warnings(method, models, boot_hi - boot_lo, se))
-        diagnostics["warnings"].extend(_off_centre_bootstrap_warnings(method, models, rating, boot_lo, boot_hi))
+        diagnostics["warnings"].extend(bootstrap_interval_warnings(method, models, rating, se, boot_lo, boot_hi))
         if boot_unconverged:
             diagnostics["warnings"].append(_unconverged_bootstrap_warning(method, boot_unconverged, len(boot_theta)))
         if len(boot_theta) < FEW_REPLICATES:
@@ -674,6 +685,7 @@ def publish_bias_aware(
     diagnostics = connectivity_report(data)
     warnings: list[str] = diagnostics.pop("warnings")
     diagnostics["profile_likelihood"] = profiles
+    diagnostics["profiles"] = config.profiles  # off: no profile is the check not run, not an effect without one
     for info in profiles.values():
         if info.get("warning"):
             warnings.append(info["warning"])

@@ -64,7 +64,13 @@ from biasboard.ranking.bias_table import informed_by_data
 from biasboard.ranking.config import ModelConfig, NaiveConfig
 from biasboard.ranking.data import CellsInput, Dataset, build_dataset, with_judge
 from biasboard.ranking.diagnostics import compare_rankings
-from biasboard.ranking.fit import centred_draws, fit_naive, publish_bias_aware, solve_bias_aware
+from biasboard.ranking.fit import (
+    bootstrap_interval_warnings,
+    centred_draws,
+    fit_naive,
+    publish_bias_aware,
+    solve_bias_aware,
+)
 from biasboard.ranking.gate import (
     DEFAULT_LEVEL,
     GATED,
@@ -318,7 +324,10 @@ def with_rating(
 
     With ``replicates`` (the rating at each bootstrap replicate, uncentred) the CIs (percentile), P(top-k) and the
     rank intervals come from them, as for θ (``uncertainty="bootstrap"``); else from the Laplace posterior mapped
-    by ``jac`` (the delta method).  ``se`` is the delta method's either way.
+    by ``jac`` (the delta method).  ``se`` is the delta method's either way.  The warnings about θ's bootstrap
+    intervals (too wide, a rating outside its own) are replaced by the same checks of the published rating's: they
+    named θ's models while the board showed φ's intervals (a reference board of 4 replicates warned of 1 rating
+    outside its interval where 2 of the published ones were, and of none at 7 replicates where 1 was).
     """
     m = rating.size
     cov_u = jac.covariance(fit.state.cov_core)
@@ -338,8 +347,17 @@ def with_rating(
         ci_low, ci_high, samples = boot_lo, boot_hi, boot
     else:
         samples = centred_draws(centred, chol, draws, np.random.default_rng(seed), split)
+    warnings = list(fit.diagnostics.get("warnings", []))
+    if fit.boot_ci_low is not None and fit.boot_ci_high is not None:
+        theta_warnings = bootstrap_interval_warnings(
+            fit.method, fit.models, fit.rating, fit.se, fit.boot_ci_low, fit.boot_ci_high
+        )
+        warnings = [w for w in warnings if w not in theta_warnings]
+    if boot_lo is not None and boot_hi is not None:
+        warnings += bootstrap_interval_warnings(fit.method, fit.models, centred, se, boot_lo, boot_hi)
     return replace(
         fit,
+        diagnostics={**fit.diagnostics, "warnings": warnings},
         rating=centred,
         se=se,
         ci_low=ci_low,
@@ -639,7 +657,7 @@ def unidentified_effects(
     out: set[tuple[str, str]] = set()
     if not reference:
         for effect, info in fit.diagnostics.get("profile_likelihood", {}).items():
-            if info.get("warning") and effect in GATED:
+            if info.get("prior_selected") and effect in GATED:
                 out.add((GLOBAL_JUDGE, effect))
         return out
     cov = fit.state.cov_core
@@ -656,7 +674,7 @@ def unidentified_effects(
                 out.add(pair)
     info = fit.diagnostics.get("profile_likelihood", {})
     for effect, t in gated.items():
-        if (problem.spec.tied is None or not problem.spec.tied[t].any()) and info.get(effect, {}).get("warning"):
+        if (problem.spec.tied is None or not problem.spec.tied[t].any()) and info.get(effect, {}).get("prior_selected"):
             out.add((GLOBAL_JUDGE, effect))
     return out
 

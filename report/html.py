@@ -1078,10 +1078,20 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
 
 
 def _identifiability_sentences(summary: Summary) -> list[str]:
+    if summary.diagnostics.profiles == "off" and not _ordinal_only(summary):
+        return [
+            "The identifiability check was not run (--diagnostics off): no profile likelihood says whether these "
+            "comparisons can tell the position, length and affinity effects from quality, so none is reported "
+            "prior-selected; the bias table calls a global effect identified when its posterior variance is below "
+            "half its prior's."
+        ]
     out = []
+    profiles = summary.diagnostics.profile_likelihood
     for cov, info in summary.diagnostics.identifiability.items():
         rng = finite(info.profile_range_nats)
-        rng_text = f" (profile-likelihood range {rng:.3g} nats)" if rng is not None else ""
+        method = profiles[cov].method if cov in profiles else None
+        how = f"; {method}" if method else ""
+        rng_text = f" (profile-likelihood range {rng:.3g} nats{how})" if rng is not None else ""
         if info.prior_selected:
             s = f"The {cov} coefficient is prior-selected: these comparisons cannot tell it from quality{rng_text}."
         else:

@@ -336,6 +336,9 @@ class Profile:
     loglik: list[float]
     note: str = ""
     warning: str | None = None
+    #: How the values were had when not by solving each point (``--diagnostics full``, None): ``fast``'s quadratic
+    #: (Wald) approximation, whose range is within about 2x of the profile's, not the profile itself.
+    method: str | None = None
 
 
 @dataclass
@@ -555,6 +558,9 @@ class Diagnostics:
     naive: NaiveDiagnostics
     n_components: int
     profile_likelihood: dict[str, Profile] = field(default_factory=dict)
+    #: How the profile likelihoods were computed: ``full``, ``fast`` or ``off`` (``refresh --diagnostics``; None in
+    #: a summary written before the field).  ``off``: ``identifiability`` is empty because the check was not run.
+    profiles: str | None = None
     covariates: Covariates | None = None
     naive_vs_corrected: Comparison | None = None
     omega: float | None = None

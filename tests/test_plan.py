@@ -395,6 +395,24 @@ def test_a_snapshot_whose_k_covers_every_model_is_planned_for_the_whole_board(tm
     assert "by dopt from snapshot" in printed and "no top-k boundary" in printed
 
 
+def test_a_plan_from_a_bootstrap_snapshot_says_its_top_k_probabilities_are_not_the_leaderboards(tmp_path):
+    """With --bootstrap the leaderboard's P(top k) are the replicates', the plan's the Laplace posterior's it updates:
+    0.51 in the plan against 0.60 on the leaderboard for the same model of the same snapshot, with no word."""
+    from biasboard.pipelines.refresh import RefreshOptions, refresh
+
+    logs = write_simulation(SimulationConfig(battles=3000, models=6, judges=2, days=1, seed=5), tmp_path / "logs")
+    out = str(tmp_path / "out")
+    options = RefreshOptions(k=2, audit=False, diagnostics="off", bootstrap=20)
+    assert refresh(str(logs / "battles"), str(tmp_path / "state"), out, [], options).published is not None
+    plan = make_plan(out, 8, to=str(tmp_path / "p"))
+    assert plan_module.BOOTSTRAP_NOTE in plan.notes
+    assert plan_module.BOOTSTRAP_NOTE in json.loads((tmp_path / "p" / "plan.json").read_text())["notes"]
+    laplace = str(tmp_path / "laplace")
+    fit = fit_bias_aware(partial_cells(_battles(), FamilyMap.with_user_rules()).cells, config=ModelConfig(k=K))
+    _snapshot(laplace, fit)
+    assert plan_module.BOOTSTRAP_NOTE not in make_plan(laplace, 8, to=str(tmp_path / "q")).notes
+
+
 def test_the_judge_share_is_a_limit_even_when_every_judge_has_spent_it(tmp_path, fitted):
     """Once every judge held its share, the rest of the batch went to the first judge: with one judge and
     --max-judge-share 0.25 a 40-comparison plan gave it all 40.  Now the plan stops there and says why."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pytest
 from biasboard.ranking import ModelConfig, diagnostics
@@ -116,6 +117,24 @@ def test_a_profile_point_that_does_not_converge_is_said():
         assert "lower bound" in info["warning"], name
 
 
+def test_a_profile_point_that_does_not_converge_does_not_make_its_effect_prior_selected():
+    """The non-convergence warning shared the key of the prior-selected verdict, so an effect identified by thousands
+    of nats whose profile point stopped short was published prior-selected: not identified in the bias table (its
+    note still saying "identified by the comparisons") and listed as an unidentified correction, left off the board."""
+    from biasboard.ranking.fit import publish_bias_aware
+    from biasboard.ranking.reference import unidentified_effects
+
+    problem, solution, config = _problem("dense")
+    stopped = profile_ranges(problem, solution, replace(config, max_iter=1), cold=True)
+    for name, info in stopped.items():
+        assert "did not converge" in info["warning"] and info["range_nats"] > 100, name
+    fit = publish_bias_aware(problem, solution, config, profiles=stopped)
+    rows = fit.bias.filter(pl.col("judge") == "*", pl.col("effect").is_in(list(stopped)))
+    assert rows.height == len(stopped) and rows["identified"].all()
+    assert unidentified_effects(problem, fit, frozenset()) == set()
+    assert not any(info["prior_selected"] for info in stopped.values())
+
+
 @pytest.mark.parametrize("cold", [False, True])
 def test_profiles_in_forked_processes_equal_the_serial_ones(cold, monkeypatch):
     """The effects' profiles are independent pieces: run in two forked processes (and chosen by the environment)
@@ -179,6 +198,64 @@ def test_refresh_takes_diagnostics_and_judge_pool(tmp_path):
     bias = pl.read_parquet(tmp_path / "out" / "snapshots" / outcome.published.snapshot_id / "bias.parquet")
     judges = set(bias["judge"].to_list()) - {"*"}
     assert judges and not any("-sim" in judge for judge in judges)  # one judge per pool (family prefix)
+
+
+def test_diagnostics_off_is_said_not_left_as_an_empty_check(tmp_path):
+    """--diagnostics off: the summary says the check was not run, the bias table's global rows say what their
+    "identified" then means, and the report says so where the identifiability sentences would be (it said nothing,
+    and the global effects read "identified" with no note, as if their profiles had been measured)."""
+    import json
+
+    from biasboard.pipelines.refresh import RefreshOptions, refresh
+    from biasboard.ranking.bias_table import NO_PROFILE_NOTE
+    from biasboard.simulate import SimulationConfig, write_simulation
+
+    logs = write_simulation(SimulationConfig(battles=3000, models=6, judges=3, days=1, seed=3), tmp_path / "logs")
+    outcome = refresh(
+        str(logs / "battles" / "day=*" / "*.parquet"),
+        str(tmp_path / "state"),
+        str(tmp_path / "out"),
+        [],
+        RefreshOptions(k=3, audit=False, diagnostics="off"),
+    )
+    assert outcome.published is not None
+    snapshot = tmp_path / "out" / "snapshots" / outcome.published.snapshot_id
+    summary = json.loads((snapshot / "summary.json").read_text())
+    assert summary["diagnostics"]["profiles"] == "off" and summary["diagnostics"]["identifiability"] == {}
+    bias = pl.read_parquet(snapshot / "bias.parquet")
+    globals_ = bias.filter(pl.col("judge") == "*", pl.col("effect").is_in(["position", "length", "affinity"]))
+    assert globals_.height == 3 and (globals_["note"] == NO_PROFILE_NOTE).all()
+    assert "The identifiability check was not run (--diagnostics off)" in (snapshot / "report.html").read_text()
+
+
+def test_a_fast_profile_is_published_as_the_approximation_it_is(tmp_path):
+    """--diagnostics fast: summary.json, the bias table and the report say the ranges are the quadratic approximation's
+    (its ``method`` was dropped on the way into summary.json, so a fast range read as a solved profile's)."""
+    import json
+
+    from biasboard.pipelines.refresh import RefreshOptions, refresh
+    from biasboard.simulate import SimulationConfig, write_simulation
+
+    logs = write_simulation(SimulationConfig(battles=3000, models=6, judges=3, days=1, seed=3), tmp_path / "logs")
+    outcome = refresh(
+        str(logs / "battles" / "day=*" / "*.parquet"),
+        str(tmp_path / "state"),
+        str(tmp_path / "out"),
+        [],
+        RefreshOptions(k=3, audit=False, diagnostics="fast"),
+    )
+    assert outcome.published is not None
+    snapshot = tmp_path / "out" / "snapshots" / outcome.published.snapshot_id
+    summary = json.loads((snapshot / "summary.json").read_text())
+    profiles = summary["diagnostics"]["profile_likelihood"]
+    assert profiles
+    for name, info in profiles.items():
+        assert info["method"] == diagnostics.FAST_METHOD, name
+        assert diagnostics.FAST_METHOD in summary["diagnostics"]["identifiability"][name]["message"], name
+    bias = pl.read_parquet(snapshot / "bias.parquet").filter(pl.col("judge") == "*", pl.col("effect").is_in(profiles))
+    assert bias.height == len(profiles) and all(diagnostics.FAST_METHOD in note for note in bias["note"])
+    page = (snapshot / "report.html").read_text()
+    assert page.count("quadratic (Wald) approximation") >= 2 * len(profiles)  # the bias table and the sentences
 
 
 @pytest.mark.parametrize(("solver", "mode"), [("dense", "full"), ("dense", "fast"), ("blocked", "fast")])

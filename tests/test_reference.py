@@ -322,6 +322,22 @@ def test_reference_rating_intervals_come_from_its_replicates_with_bootstrap() ->
     assert 0.4 < float(np.median(ratio)) < 2.0, ratio
 
 
+def test_reference_rating_bootstrap_warnings_name_the_published_intervals() -> None:
+    # The warning of ratings outside their own bootstrap intervals was made on θ's intervals, and kept when the
+    # published board became φ's: it named 1 model where 2 of the published ratings were outside their intervals.
+    cells, params = simulated(seed=42, battles=6000, models=10, beta0=0.5, sd_beta=0.0, len_model_sd=0.6)
+    anchors = anchor_cells(anchor_rows(params, 3000, 8, beta=0.5))
+    config = ModelConfig(bootstrap=3, profile=False)
+    board = fit_with_reference(cells, reference=ANCHORS, config=config, anchor_cells=anchors).corrected
+    assert board.uncertainty == "bootstrap"
+    rows = zip(board.models, board.rating, board.ci_low, board.ci_high, strict=True)
+    outside = [m for m, r, lo, hi in rows if r < lo or r > hi]
+    assert len(outside) >= 2
+    (warning,) = [w for w in board.diagnostics["warnings"] if "outside their own bootstrap intervals" in w]
+    assert f"{len(outside)} of {len(board.models)} published ratings" in warning
+    assert f"({', '.join(outside)})" in warning
+
+
 def _count_replicate_runs(monkeypatch) -> list[int]:
     """Each bootstrap run of a reference fit (the naive board's included), as its number of replicates."""
     from biasboard.ranking import fit as fit_module

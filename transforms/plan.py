@@ -104,12 +104,31 @@ def has_posterior(out_dir: str, snapshot_id: str) -> bool:
     return storage.exists(storage.join(publish.resolve_snapshot(out_dir, snapshot_id), POSTERIOR_FILE))
 
 
-def _refuse_ordinal_only(snapshot_path: str) -> None:
+#: A plan's note when the snapshot's published uncertainty is the bootstrap's (:func:`_bootstrap_note`).
+BOOTSTRAP_NOTE = (
+    "p_top_k_a/_b are the Laplace posterior's, the one this plan updates after each pick; the leaderboard's P(top k) "
+    "are percentiles of the snapshot's bootstrap replicates (--bootstrap), so the two can differ"
+)
+
+
+def _snapshot_summary(snapshot_path: str) -> dict:
+    """The snapshot's summary.json as plain values ({} when it has none)."""
+    path = storage.join(snapshot_path, "summary.json")
+    return json.loads(storage.read_text(path)) if storage.exists(path) else {}
+
+
+def _bootstrap_note(summary: dict) -> list[str]:
+    """Why the plan's P(top k) are not the leaderboard's when the snapshot published bootstrap intervals: the
+    planner needs a posterior it can update (the Laplace one in posterior.npz), which the replicates are not
+    (measured: 0.51 / 0.48 in the plan against the leaderboard's 0.60 / 0.40 at the top-3 boundary, B = 100)."""
+    return [BOOTSTRAP_NOTE] if summary.get("uncertainty") == "bootstrap" else []
+
+
+def _refuse_ordinal_only(summary: dict, snapshot_path: str) -> None:
     """An InputError for a snapshot fit on single grades alone, as ``refresh --plan-budget`` refuses one: its judges'
     pairwise effects were never estimated, so a plan of pairwise comparisons (written before, with "info 0.000
     nats") weighed parameters the fit does not have."""
-    path = storage.join(snapshot_path, "summary.json")
-    if storage.exists(path) and json.loads(storage.read_text(path)).get("board") == ORDINAL_ONLY:
+    if summary.get("board") == ORDINAL_ONLY:
         raise InputError(
             f"{snapshot_path}: an ordinal-only board (single grades, no battles) has no pairwise verdicts to plan "
             "comparisons from"
@@ -242,7 +261,8 @@ def make_plan(
     with storage.if_unreachable(LEFT_BEFORE_WRITING):
         source = publish.resolve_snapshot(out_dir, snapshot_id)
         chosen = publish.read_snapshot_manifest(source).get("snapshot_id") or source.rstrip("/").rsplit("/", 1)[-1]
-        _refuse_ordinal_only(source)
+        summary = _snapshot_summary(source)
+        _refuse_ordinal_only(summary, source)
         posterior = read_posterior(source)
     notes = list(notes)
     if k is not None and k >= posterior.n_models:
@@ -280,6 +300,7 @@ def make_plan(
     notes.extend(_shortfall_notes(selection, budget // 2))
     if posterior.n_components > 1:
         notes.append(_components_note(posterior))
+    notes.extend(_bootstrap_note(summary))
     frame = selection.to_frame(posterior)
     dest = to or storage.join(out_dir, "plans", chosen)
     meta = {

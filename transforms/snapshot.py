@@ -539,9 +539,14 @@ def build_summary(
     score_counts = sum((IngestCounts.from_dict(c) for c in score_manifests), IngestCounts())
     fit_diag = corrected.diagnostics
     comparison = fit_diag.get("naive_vs_corrected")
-    profiles = {name: _record(S.Profile, info) for name, info in fit_diag.get("profile_likelihood", {}).items()}
-    identifiability = {
-        name: S.Identifiability(profile_range_nats=p.range_nats, prior_selected=bool(p.warning), message=p.note)
+    fit_profiles = fit_diag.get("profile_likelihood", {})
+    profiles = {name: _record(S.Profile, info) for name, info in fit_profiles.items()}
+    identifiability = {  # the profile's verdict, not its warning (which also says a point did not converge)
+        name: S.Identifiability(
+            profile_range_nats=p.range_nats,
+            prior_selected=bool(fit_profiles[name].get("prior_selected")),
+            message=p.note,
+        )
         for name, p in profiles.items()
     }
     covariates = _record(S.Covariates, fit_diag["covariates"]) if "covariates" in fit_diag else None
@@ -568,6 +573,7 @@ def build_summary(
         ),
         n_components=fit_diag.get("n_components", 1),
         profile_likelihood=profiles,
+        profiles=fit_diag.get("profiles"),
         covariates=covariates,
         naive_vs_corrected=_record(S.Comparison, comparison) if comparison else None,
         omega=fit_diag.get("omega"),
