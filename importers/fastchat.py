@@ -15,7 +15,9 @@ answer shown first (left), ``winner`` holds the four FastChat verdicts,
   summed as FastChat's ``clean_battle`` writes them: ``header_count_a`` over
   ``h1``..``h6``, ``list_count_a`` over ``ordered``/``unordered``,
   ``bold_count_a`` over ``**``/``__`` (likewise ``_b``); a plain number there
-  is taken as the count; a row without them has no style information.
+  is taken as the count, a sub-count written as text is read as a number (one
+  that is not a number dead-letters the row as ``bad_style_count``); a row
+  without them has no style information.
 * A text ``language`` column (the arena's) and a text ``category`` column, when
   present, are kept as the battle's slice labels (``refresh --slices``).  Without
   a text ``category``, the arena's tags (``category_tag``, ``is_code``, ``turn``,
@@ -55,6 +57,7 @@ from biasboard.importers.arena_categories import arena_category
 from biasboard.importers.common import (
     REASON,
     SOURCE_FILE,
+    DType,
     ImportOptions,
     ImportResult,
     as_text,
@@ -107,6 +110,21 @@ def _slice_labels(raw: pl.DataFrame, notes: list[str]) -> list[pl.Expr]:
     return labels
 
 
+def _sub_count(part: pl.Expr, dtype: DType) -> pl.Expr:
+    """One sub-count of a style count (``h1`` of ``header_count_a`` ...) as a number to sum.
+
+    Why: a sub-count written as text (``"4"``: a log whose JSON type varies) was summed as text, the sum
+    concatenating the digits (``"0" + "4" + "0"`` read as 40): a header count of 40,000 for an answer with four
+    headers, and no word.  Text is read as a number, as a plain count is; text that is not one is NaN, so the
+    ingest rejects the row as ``bad_style_count`` rather than sum around it.
+    """
+    if dtype.is_numeric() or dtype == pl.Null:
+        return part
+    text = part.cast(pl.String).str.strip_chars()
+    number = text.cast(pl.Float64, strict=False)
+    return pl.when(text.is_null() | (text == "")).then(None).otherwise(number.fill_null(float("nan")))
+
+
 def _style_counts(frame: pl.DataFrame) -> list[pl.Expr]:
     """The six style count columns from ``conv_metadata`` (each a struct of sub-counts, summed), when present."""
     meta = frame.schema.get("conv_metadata")
@@ -118,7 +136,7 @@ def _style_counts(frame: pl.DataFrame) -> list[pl.Expr]:
         kind = fields.get(name)
         value = pl.col("conv_metadata").struct.field(name)
         if isinstance(kind, pl.Struct) and kind.fields:
-            parts = [value.struct.field(f.name) for f in kind.fields]
+            parts = [_sub_count(value.struct.field(f.name), f.dtype) for f in kind.fields]
             # Every sub-count null (the row has no such field) is unknown, not zero.
             total = pl.when(pl.any_horizontal(p.is_not_null() for p in parts)).then(pl.sum_horizontal(parts))
             out.append(total.alias(name))

@@ -575,6 +575,8 @@ NO_LENGTHS_WARNING = (
 
 #: Below this share of battles with style counts, a board with style removed says how much it removed it from.
 STYLE_COVERAGE_WARNED: float = 0.95
+#: How that warning begins (a slice's note picks it out of its fit's warnings).
+STYLE_COVERAGE_PREFIX = "style: "
 
 
 def _partial_style_warning(problem: Problem) -> list[str]:
@@ -590,9 +592,9 @@ def _partial_style_warning(problem: Problem) -> list[str]:
     if battles <= 0 or with_counts <= 0 or with_counts >= STYLE_COVERAGE_WARNED * battles:
         return []
     return [
-        f"style: {with_counts:,.0f} of {battles:,.0f} battles ({with_counts / battles:.0%}) carry the header, list "
-        "and bold counts; style is removed from those alone, and the others' formatting advantage stays in the "
-        "ratings (log the counts for every battle, or read the style-kept board beside this one)"
+        f"{STYLE_COVERAGE_PREFIX}{with_counts:,.0f} of {battles:,.0f} battles ({with_counts / battles:.0%}) carry "
+        "the header, list and bold counts; style is removed from those alone, and the others' formatting advantage "
+        "stays in the ratings (log the counts for every battle, or read the style-kept board beside this one)"
     ]
 
 

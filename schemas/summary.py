@@ -618,7 +618,8 @@ class SliceInfo:
     prior-selected, or rests on each model's being shown first in about half its battles, or on the model's
     transitivity alone (:func:`~biasboard.transforms.slices.order_note`),
     and/or its battles do not identify some other correction, left off its board as prior-selected, or its fit did
-    not converge (:func:`~biasboard.transforms.slices.left_off_note`);
+    not converge (:func:`~biasboard.transforms.slices.left_off_note`), and/or they lack the lengths or style counts
+    (some or all) the overall board corrects with (:func:`~biasboard.transforms.slices.coverage_note`);
     ``kendall_tau``: naive vs corrected within the slice (None when not fit); ``ranks``: the slice's
     rank intervals, drawn as the overall board's are (None when not fit).
     """

@@ -22,6 +22,7 @@ import pytest
 from biasboard.importers.registry import import_path
 from biasboard.pipelines import cli
 from biasboard.pipelines.refresh import RefreshOptions, refresh
+from biasboard.schemas.battle import STYLE_COUNT_COLUMNS
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, conform_pair_cells
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.summary import Summary
@@ -385,11 +386,11 @@ def test_a_slice_threshold_without_slices_is_refused(run):
 
 
 def _two_category_snapshot(
-    tmp_path: Path, models: int, rewrite: Callable[[pl.DataFrame, pl.Expr], pl.DataFrame]
+    tmp_path: Path, models: int, rewrite: Callable[[pl.DataFrame, pl.Expr], pl.DataFrame], style: bool = False
 ) -> Path:
     """The snapshot of ``refresh --slices category`` over simulated battles in two categories, each day's file first
-    rewritten by ``rewrite(table, in the first category)``."""
-    config = SimulationConfig(battles=8_000, models=models, judges=2, days=1, categories=2, seed=5)
+    rewritten by ``rewrite(table, in the first category)`` (``style``: with style counts)."""
+    config = SimulationConfig(battles=8_000, models=models, judges=2, days=1, categories=2, seed=5, style=style)
     logs = write_simulation(config, tmp_path / "logs")
     for path in (logs / "battles").glob("day=*/*.parquet"):
         rewrite(pl.read_parquet(path), pl.col("category") == CATEGORY_NAMES[0]).write_parquet(path)
@@ -474,6 +475,43 @@ def test_a_slice_whose_battles_do_not_identify_a_correction_names_it(tmp_path):
     assert info[flat].fitted and "not corrected in this slice" in info[flat].note, info[flat].note
     assert "length of all judges (global)" in info[flat].note, info[flat].note
     assert "not corrected" not in info[drawn].note, info[drawn].note
+
+
+@pytest.mark.parametrize(
+    ("dropped", "says"),
+    [
+        (("len_a", "len_b"), "no battle carries both answers' lengths"),
+        (STYLE_COUNT_COLUMNS, "no battle of this slice carries the header, list and bold counts"),
+    ],
+)
+def test_a_slice_without_the_covariates_of_a_correction_says_so(tmp_path, dropped, says):
+    """A slice whose battles carry no lengths (or no style counts) cannot be corrected for verbosity (or style); its
+    fit warned so, but only its naive warnings reached its note, and the overall board, whose other battles carry
+    them, said nothing either: the slice was published as corrected with that advantage kept.  The other slice says
+    nothing of it."""
+    bare, other = (f"category={c}" for c in CATEGORY_NAMES[:2])
+
+    def without(table: pl.DataFrame, in_bare: pl.Expr) -> pl.DataFrame:
+        return table.with_columns(pl.when(in_bare).then(None).otherwise(pl.col(c)).alias(c) for c in dropped)
+
+    info = {i.slice: i for i in _summary(_two_category_snapshot(tmp_path, 6, without, style=True)).slices}
+    assert info[bare].fitted and says in info[bare].note, info[bare].note
+    assert says not in info[other].note, info[other].note
+
+
+def test_a_slice_with_style_counts_on_some_battles_says_how_many(tmp_path):
+    """The overall board says how many battles carry style counts below 95%; a slice where only half do (its battles
+    a small share of the whole) left half its formatting advantage in its "corrected" board without a word."""
+    half, other = (f"category={c}" for c in CATEGORY_NAMES[:2])
+
+    def halved(table: pl.DataFrame, in_half: pl.Expr) -> pl.DataFrame:
+        odd = in_half & (pl.int_range(pl.len()) % 2 == 1)
+        return table.with_columns(pl.when(odd).then(None).otherwise(pl.col(c)).alias(c) for c in STYLE_COUNT_COLUMNS)
+
+    info = {i.slice: i for i in _summary(_two_category_snapshot(tmp_path, 6, halved, style=True)).slices}
+    assert info[half].fitted and "carry the header, list and bold counts" in info[half].note, info[half].note
+    assert "battles (5" in info[half].note and "style-kept board" not in info[half].note, info[half].note
+    assert "carry the header" not in info[other].note, info[other].note
 
 
 def test_a_slice_whose_naive_ratings_do_not_exist_says_so(tmp_path):

@@ -71,6 +71,30 @@ def test_fastchat_conv_metadata_gives_the_style_counts(tmp_path):
     assert validate_battles(result.rows).rejected == {}
 
 
+def test_fastchat_sub_counts_written_as_text_are_read_as_numbers(tmp_path):
+    """A log whose sub-counts are text (``"h1": "2"``) had them summed as text: "1", "2", "0", ... made a header count
+    of 120,000 for an answer with three headers.  They are read as numbers, and one that is not a number
+    dead-letters its row as a bad style count (as a plain text count that is not a number does)."""
+    meta = {
+        **_meta(120, [1, 2, 0, 0, 0, 0], 3, 4, (5, 1), "a"),
+        **_meta(340, [0, 0, 0, 0, 0, 1], 0, 0, (0, 0), "b"),
+    }
+    as_text = {**meta, "header_count_a": {k: str(v) for k, v in meta["header_count_a"].items()}}
+    rows = [
+        {"question_id": "q1", "model_a": "a", "model_b": "b", "winner": "model_b", "judge": "u1", "tstamp": 1.72e9,
+         "conv_metadata": as_text},
+        {"question_id": "q2", "model_a": "b", "model_b": "a", "winner": "model_a", "judge": "u2", "tstamp": 1.72e9 + 9,
+         "conv_metadata": {**as_text, "header_count_a": {**as_text["header_count_a"], "h2": "two"}}},
+    ]  # fmt: skip
+    path = tmp_path / "clean_battle.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = import_path("fastchat", path)
+    out = pl.from_arrow(result.rows)
+    assert out["battle_id"].to_list() == ["q1"]
+    assert out.select("header_count_a", "header_count_b").rows() == [(3, 1)]
+    assert result.dead_by_reason() == {REASON_BAD_STYLE_COUNT: 1}
+
+
 def test_bad_style_counts_are_dead_lettered_and_null_is_unknown():
     rows = pl.DataFrame(
         {

@@ -36,7 +36,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+from biasboard.ranking.config import STYLE_EFFECTS
 from biasboard.ranking.data import Dataset
+from biasboard.ranking.fit import NO_LENGTHS_WARNING, STYLE_COVERAGE_PREFIX
 from biasboard.ranking.leaderboard import side_by_side
 from biasboard.ranking.reference import ReferenceFit
 from biasboard.ranking.stream import JudgeBuckets, stream_dataset
@@ -222,12 +224,16 @@ def fit_slices(
     dimensions: Sequence[str],
     min_battles: int,
     fit: Callable[[pa.Table | Dataset, int, str, str], ReferenceFit],
+    overall_warnings: Sequence[str] = (),
+    style_removed: bool = False,
 ) -> tuple[pl.DataFrame, list[S.SliceInfo]]:
     """Every slice's side-by-side board (column ``slice`` first) and its summary entry.
 
     ``cells``: the merged pair cells (:class:`TableSlices` in memory, :class:`BucketSlices` on disk);
     ``fit(cells, models, dim, label)``: both fits of a slice's cells with the snapshot's own reference and model
     options (``models``: how many the slice has; ``dim``/``label``: which slice, for the anchors of that slice).
+    ``overall_warnings``/``style_removed``: the overall board's warnings and whether it removes style, which a
+    slice's note measures its own covariates against (:func:`coverage_note`).
     Slices come in dimension order, then label order.
     """
     boards: list[pl.DataFrame] = []
@@ -258,6 +264,7 @@ def fit_slices(
                         naive_note(fitted),
                         said,
                         left_off_note(fitted, position_said=bool(said)),
+                        coverage_note(fitted, overall_warnings, style_removed),
                     )
                     info.note = "; ".join(n for n in notes if n)
             done = ("fit, streamed" if part.streamed else "fit") if info.fitted else info.note
@@ -385,6 +392,28 @@ def naive_note(fitted: ReferenceFit) -> str:
     battles but a slice said nothing of (its naive CI [−1269, 1278] published as if fit as asked)."""
     warnings = fitted.naive.diagnostics.get("warnings", [])
     return "; ".join(w for w in warnings if w.startswith("naive "))
+
+
+def coverage_note(fitted: ReferenceFit, overall_warnings: Sequence[str], style_removed: bool) -> str:
+    """What a slice's corrected board could not remove for want of the covariates in its own battles: no lengths
+    (:data:`~biasboard.ranking.fit.NO_LENGTHS_WARNING`), style counts on only some of its battles, or on none while
+    the overall board removes style.  The slice's fit warns of the first two, but only its naive warnings reached its
+    note: a slice from a source that logs no lengths or no style counts (its battles 4% of the history, under the
+    overall board's 95% threshold) was published as "corrected" with its verbosity or formatting advantage kept, and
+    not a word.  A warning the overall board gives itself (no lengths anywhere) is not repeated."""
+    corrected = fitted.corrected
+    said = [
+        w.split(" (log the counts")[0]  # (a slice has no style-kept board to read beside it)
+        for w in corrected.diagnostics.get("warnings", [])
+        if (w == NO_LENGTHS_WARNING or w.startswith(STYLE_COVERAGE_PREFIX)) and w not in overall_warnings
+    ]
+    glob = corrected.judges.get("*")
+    if style_removed and not any(getattr(glob, f, None) is not None for f in STYLE_EFFECTS):
+        said.append(
+            "no battle of this slice carries the header, list and bold counts: its corrected board is not "
+            "corrected for style, as the overall board is"
+        )
+    return "; ".join(said)
 
 
 def left_off_note(fitted: ReferenceFit, position_said: bool) -> str:

@@ -309,7 +309,14 @@ def _fit_snapshot(
     slice_files, boards = {}, None
     if spec.slices:
         assert cells is not None
-        boards, summary.slices = fit_slices(cells, spec.slices, spec.slice_min_battles, _slice_fit(spec))
+        boards, summary.slices = fit_slices(
+            cells,
+            spec.slices,
+            spec.slice_min_battles,
+            _slice_fit(spec),
+            overall_warnings=corrected.diagnostics.get("warnings", []),
+            style_removed=summary.style is not None and spec.config.style,
+        )
         if fit_input.scores is not None and any(info.fitted for info in summary.slices):
             summary.warnings.append(SLICES_BESIDE_GRADES_WARNING)
         unlabelled = [dim for dim in spec.slices if not any(info.dimension == dim for info in summary.slices)]
