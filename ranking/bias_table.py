@@ -30,6 +30,8 @@ IDENTIFIED_NATS: float = 2.0
 #: Notes of per-judge rows (the same in the dense loop and the vectorised judge-blocked rows).
 PRIOR_SELECTED = "prior-selected: the data barely move this coefficient from its prior"
 LEVEL_PRIOR_SELECTED = "differences between judges are identified; their common level is prior-selected"
+#: The global effects a full or fast diagnostics run profiles (:data:`~biasboard.ranking.diagnostics.PROFILED`).
+PROFILED = (POS, LEN, AFF)
 #: A global effect's row without its profile likelihood (``--diagnostics off``): its "identified" is then the per-judge
 #: rows' test, which the row would otherwise not say (the module docstring's rule is the profile's).
 NO_PROFILE_NOTE = (
@@ -176,7 +178,12 @@ def bias_table(
         else:
             post = covariance_block(cov_core, lay.glob(t))
             identified = any_on and bool(informed_by_data(post, sd_glob**2))
-            note = NO_PROFILE_NOTE if any_on else "disabled for every judge"
+            # (the style effects are never profiled: NO_PROFILE_NOTE is for the profiled three without diagnostics)
+            note = (
+                "disabled for every judge" if not any_on else NO_PROFILE_NOTE if not profiles and t in PROFILED else ""
+            )
+            if any_on and not identified and not note:
+                note = PRIOR_SELECTED  # (a style feature constant over the battles: its row was the prior's, no word)
         global_identified[t] = bool(identified)
         # No bootstrap interval: the replicates redraw battles, not judges, so they measure the mean of these judges'
         # effects, not the population mean γ₀ the Laplace interval is for (12 seeds, B = 200: position 0.06 wide

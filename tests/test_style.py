@@ -332,3 +332,24 @@ def test_a_board_whose_battles_carry_style_counts_only_in_part_says_so():
     assert warned["whole"] == []
     (said,) = warned["half"]
     assert "battles (50%) carry the header, list and bold counts" in said and "stays in the ratings" in said
+
+
+def test_a_style_feature_without_variation_is_prior_selected_and_no_profile_note_stays_off_style_rows():
+    """A style feature constant over the battles (no answer ever bold) is told nothing by the data: its global row was
+    the prior's (0 ± 0.98), enabled, with no note — read as a measured "no preference".  It is prior-selected, with
+    the note saying so.  And the note of a fit without profiles (``--diagnostics off``) is for the profiled effects:
+    the style rows, never profiled, carried it on every fit."""
+    from biasboard.ranking.bias_table import NO_PROFILE_NOTE, PRIOR_SELECTED
+
+    from tests.test_judge_blocks import _cells, _styled
+
+    rng = np.random.default_rng(3)
+    cells = _styled(_cells(rng, models=7, judges=6, cells=400), rng)
+    for name in (STYLE_SUMS[2], STYLE_SQUARES[2]):  # bold: no difference in any battle
+        cells = cells.set_column(cells.schema.get_field_index(name), name, pa.array(np.zeros(cells.num_rows)))
+    for diagnostics in ("full", "off"):
+        fit = fit_bias_aware(build_dataset(cells), config=ModelConfig(diagnostics=diagnostics))
+        rows = {r["effect"]: r for r in fit.bias.filter(pl.col("judge") == "*").to_dicts()}
+        assert rows["bold"]["enabled"] and not rows["bold"]["identified"] and rows["bold"]["note"] == PRIOR_SELECTED
+        assert rows["header"]["identified"] and rows["header"]["note"] == ""
+        assert (rows["position"]["note"] == NO_PROFILE_NOTE) == (diagnostics == "off")
