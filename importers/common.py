@@ -705,8 +705,21 @@ def finalize_battles(
         rows_read=raw.height,
         source_rows=source_rows,
         sources=tuple(str(p) for p in sources),
-        notes=(*notes, *([repeated] if repeated else []), *_global_judge_note(valid)),
+        notes=(*notes, *([repeated] if repeated else []), *_global_judge_note(valid), *_partial_style_note(styles)),
     )
+
+
+def _partial_style_note(styles: Sequence[str]) -> list[str]:
+    """A note when the source carries some of the six style counts but not all: a battle has style information only
+    with all six (``schemas.rules``), so none of these counts is used — which nothing said (a log of header counts
+    alone imported with a null ``summary.style`` and no word)."""
+    if not styles or len(styles) == len(STYLE_COUNT_COLUMNS):
+        return []
+    missing = [c for c in STYLE_COUNT_COLUMNS if c not in styles]
+    return [
+        f"style counts: the source has {', '.join(styles)} but not {', '.join(missing)}; a battle carries style only "
+        "with all six, so no battle has style information and no style correction is possible"
+    ]
 
 
 def _global_judge_note(valid: pl.DataFrame) -> list[str]:

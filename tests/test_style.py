@@ -71,6 +71,24 @@ def test_fastchat_conv_metadata_gives_the_style_counts(tmp_path):
     assert validate_battles(result.rows).rejected == {}
 
 
+def test_a_log_with_some_of_the_style_counts_says_none_is_used(tmp_path):
+    """Header counts without list and bold counts give no battle style information (the ingest needs all six): the
+    import said nothing, and the board came out with no style correction and no word of why."""
+    meta = {"header_count_a": {"h1": 1, "h2": 0}, "header_count_b": {"h1": 0, "h2": 2}}
+    rows = [
+        {"question_id": "q1", "model_a": "a", "model_b": "b", "winner": "model_b", "judge": "u1", "tstamp": 1.72e9,
+         "conv_metadata": meta},
+    ]  # fmt: skip
+    path = tmp_path / "clean_battle.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = import_path("fastchat", path)
+    (note,) = [n for n in result.notes if n.startswith("style counts:")]
+    assert "header_count_a, header_count_b but not list_count_a" in note and "no battle has style" in note, note
+    full = {**_meta(120, [1, 2, 0, 0, 0, 0], 3, 4, (5, 1), "a"), **_meta(340, [0, 0, 0, 0, 0, 1], 0, 0, (0, 0), "b")}
+    path.write_text(json.dumps({**rows[0], "conv_metadata": full}) + "\n")
+    assert not [n for n in import_path("fastchat", path).notes if n.startswith("style counts:")]
+
+
 def test_fastchat_sub_counts_written_as_text_are_read_as_numbers(tmp_path):
     """A log whose sub-counts are text (``"h1": "2"``) had them summed as text: "1", "2", "0", ... made a header count
     of 120,000 for an answer with three headers.  They are read as numbers, and one that is not a number
