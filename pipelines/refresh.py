@@ -458,7 +458,8 @@ def refresh(
         return Outcome(None, aggregated_days=todo, reason=build_only, job=job)
     failpoint("after-read")
 
-    without_input = drop_days_without_input(state_dir, changes, options.drop_missing_days, settings)
+    reads = tuple(flag for flag, given in inputs if given)
+    without_input = drop_days_without_input(state_dir, changes, options.drop_missing_days, settings, reads)
     fit_key = _fit_inputs_digest(state_dir, changes, options, family_map, aliases, spec.import_rejected)
     if not todo and not audit.rerun and not options.refit and not without_input.dropped:
         reused = _reuse_latest(out_dir, state_dir, fit_key)
@@ -817,7 +818,11 @@ def _kept_days_audited(state_dir: str, kept: tuple[str, ...], settings: str, key
 
 
 def drop_days_without_input(
-    state_dir: str, changes: InputChanges, drop: bool, settings: Mapping[str, str] | None = None
+    state_dir: str,
+    changes: InputChanges,
+    drop: bool,
+    settings: Mapping[str, str] | None = None,
+    reads: tuple[str, ...] | None = None,
 ) -> DaysWithoutInput:
     """The stored days no input file matches: kept, or (``drop``) removed from the state, one day at a time.
 
@@ -825,12 +830,13 @@ def drop_days_without_input(
     error), so a mistyped glob cannot empty the state.  Each day goes through
     :func:`~biasboard.transforms.state.delete_day` (manifest first), so a run
     killed midway leaves every day either whole or gone.  A kept day whose manifest records other ingest
-    ``settings`` than this run's (:func:`~biasboard.transforms.ingest.ingest_settings`) is named: the other days
+    ``settings`` than this run's (:func:`~biasboard.transforms.ingest.ingest_settings`), or files of an input
+    this run does not read (``reads``: the flags of the inputs it was given), is named: the other days
     are aggregated again under the new settings, it cannot be.
     """
     days = tuple(changes.without_input)
     if not drop or not days:
-        return _kept(state_dir, days, settings)
+        return _kept(state_dir, days, settings, reads)
     for day in days:
         state.delete_day(state_dir, day)
         storage.delete_tree(day_partials_dir(storage.join(state_dir, DAY_PARTIALS), day))  # its audit partials
@@ -838,17 +844,28 @@ def drop_days_without_input(
     return DaysWithoutInput(dropped=days)
 
 
-def _kept(state_dir: str, days: tuple[str, ...], settings: Mapping[str, str] | None) -> DaysWithoutInput:
-    """``days`` kept in the fit, with those aggregated under other ingest ``settings`` than these (and which)."""
+#: The inputs a day manifest records the files of, by flag: a kept day with files of an input the run does not read
+#: holds cells of it (grades after ``--scores`` was left out) that the days aggregated again have lost.
+_INPUT_FILES = (("--input", "inputs"), ("--scores", "score_inputs"))
+
+
+def _kept(
+    state_dir: str, days: tuple[str, ...], settings: Mapping[str, str] | None, reads: tuple[str, ...] | None = None
+) -> DaysWithoutInput:
+    """``days`` kept in the fit, with those aggregated under other ingest ``settings`` than these, or from an input
+    this run does not read (``reads``), and which."""
     if settings is None:
         return DaysWithoutInput(kept=days)
     other: list[str] = []
     differing: set[str] = set()
     for day in days:
-        recorded = (state.read_day_manifest(state_dir, day) or {}).get("settings")
-        if recorded is None:  # stored before manifests kept their settings: nothing to compare
-            continue
-        names = {name for name in {*recorded, *settings} if recorded.get(name) != settings.get(name)}
+        manifest = state.read_day_manifest(state_dir, day) or {}
+        recorded = manifest.get("settings")
+        names = set()
+        if recorded is not None:  # (stored before manifests kept their settings: nothing to compare)
+            names = {name for name in {*recorded, *settings} if recorded.get(name) != settings.get(name)}
+        if reads is not None:
+            names |= {flag for flag, key in _INPUT_FILES if manifest.get(key) and flag not in reads}
         if names:
             other.append(day)
             differing |= names

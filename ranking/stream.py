@@ -602,6 +602,50 @@ def _write_shard(folder: Path, number: int, pairs: PairArrays) -> _Shard:
     return shard
 
 
+class _ShardCutter:
+    """Writes the coded cells of the buckets, in order, as shards of :data:`SHARD_CELLS` cells (the last fewer).
+
+    Why not a bucket's own shards: the buckets' bounds depend on the state's history (the merged-cells cache keeps
+    the bounds it was made with, and new judges fall between them), while the concatenated buckets do not; a shard
+    is a unit of the objective's float sums and of a bootstrap replicate's redraw (:class:`~biasboard.ranking
+    .bootstrap.ShardRedraw`, drawn by shard number), so shards cut per bucket made a state that grew day by day
+    publish other bits, and other bootstrap intervals, than a fresh state of the same input.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.shards: list[_Shard] = []
+        self.carry: PairArrays | None = None  # the cells after the last full shard (fewer than SHARD_CELLS)
+
+    def add(self, pairs: PairArrays) -> None:
+        """The next cells in key order: every full shard written, the rest carried (copied: not a view of
+        ``pairs``, which the caller frees)."""
+        if self.carry is not None:
+            need = SHARD_CELLS - len(self.carry)
+            head = PairArrays.concat([self.carry, pairs.take(slice(0, need))])
+            pairs, self.carry = pairs.take(slice(need, None)), None
+            if len(head) < SHARD_CELLS:  # (a copy: concat joins two parts)
+                self.carry = head
+                return
+            self._write(head)
+        for begin in range(0, len(pairs), SHARD_CELLS):
+            piece = pairs.take(slice(begin, begin + SHARD_CELLS))
+            if len(piece) < SHARD_CELLS:
+                self.carry = piece.take(np.arange(len(piece)))
+                return
+            self._write(piece)
+
+    def _write(self, pairs: PairArrays) -> None:
+        self.shards.append(_write_shard(self.root, len(self.shards), pairs))
+
+    def finish(self) -> list[_Shard]:
+        """Every shard, the carried cells the last."""
+        if self.carry is not None and len(self.carry):
+            self._write(self.carry)
+        self.carry = None
+        return self.shards
+
+
 def stream_dataset(
     buckets: JudgeBuckets, folder: str | Path | None = None, score_cells: pa.Table | None = None
 ) -> Dataset:
@@ -644,7 +688,7 @@ def _stream_dataset(buckets: JudgeBuckets, root: Path, owned: bool, score_cells:
     jn = len(judges)
     fam_of_judge = np.full(jn, -1, np.int64)
     sums = {what: np.zeros(jn) for what in JUDGE_SUMS}
-    shards: list[_Shard] = []
+    cutter = _ShardCutter(root)
     has_style = False
     for number, table in enumerate(buckets.tables()):
         coded = _code_tables(table, _FIT_PAIR_SCHEMA, f"pair cells (bucket {number})", vocabs, _PAIR_COUNTS)
@@ -663,9 +707,9 @@ def _stream_dataset(buckets: JudgeBuckets, root: Path, owned: bool, score_cells:
         has_style = has_style or pairs.style is not None
         for what in JUDGE_SUMS:
             sums[what] += judge_totals(pairs, jn, what)
-        for start in range(0, len(pairs), SHARD_CELLS):
-            shards.append(_write_shard(root, len(shards), pairs.take(slice(start, start + SHARD_CELLS))))
+        cutter.add(pairs)
         del pairs
+    shards = cutter.finish()
     if not shards:
         raise InputError("pair cells: no battles (every cell has n = 0)")
     _add_score_judge_families(fam_of_judge, scores)

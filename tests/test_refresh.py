@@ -6,6 +6,7 @@ against what the simulator says it wrote (truth.json counts).
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import os
@@ -754,6 +755,27 @@ def test_a_kept_day_aggregated_under_other_aliases_is_named_in_a_warning(sim, tm
         _glob(logs), state, out, [], RefreshOptions(audit=False, aliases=str(aliases), drop_missing_days=True)
     )
     assert judge not in {j.judge for j in dropped.summary.judges} and dropped.summary.days.other_settings == []
+
+
+def test_a_kept_day_of_grades_a_refresh_without_scores_does_not_read_is_named_in_a_warning(tmp_path):
+    """``--scores`` left out after a refresh that had it: the days with battle files are aggregated again without
+    their grades, a day that had only grades is kept (no input file of this run matches it), so the board fit the
+    grades of that one day beside every day's battles, and the summary said nothing.  It names the day now."""
+    logs = write_simulation(dataclasses.replace(SIM, scores=0.3), tmp_path / "logs")
+    shutil.rmtree(logs / "battles" / "day=2024-01-03")  # that day has grades only
+    scores = str(logs / "scores" / "day=*" / "*.parquet")
+    state, out = str(tmp_path / "state"), str(tmp_path / "out")
+    refresh(_glob(logs), state, out, [], RefreshOptions(audit=False, scores_glob=scores))
+    battles_only = refresh(_glob(logs), state, out, [], NO_AUDIT)
+    days = battles_only.summary.days
+    assert days.without_input == ["2024-01-03"] and days.other_settings == ["2024-01-03"]
+    assert [w for w in battles_only.summary.warnings if "other ingest settings" in w] == [
+        "1 day(s) kept in the fit without input were aggregated under other ingest settings (--scores) than this "
+        "run's: 2024-01-03; their cells keep the grades of --scores, which this run does not read, so the board "
+        "mixes the two. Restore their input files to aggregate them again, or drop them (refresh --drop-missing-days)"
+    ]
+    dropped = refresh(_glob(logs), state, out, [], RefreshOptions(audit=False, drop_missing_days=True))
+    assert dropped.summary.score_counts is None and dropped.summary.days.other_settings == []
 
 
 def test_the_audit_of_a_kept_day_without_input_covers_the_days_the_board_does(sim, tmp_path):

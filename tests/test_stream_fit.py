@@ -37,6 +37,7 @@ from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.summary import GLOBAL_JUDGE, to_jsonable
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import snapshot
+from biasboard.transforms import state as state_module
 from biasboard.transforms.anchors import as_anchor_rows
 from biasboard.transforms.cells import partial_cells
 from biasboard.transforms.judge_pool import pool_buckets, pool_table
@@ -49,6 +50,13 @@ from tests.test_refresh import _write_anchors
 
 TOL = 1e-8
 ANCHORS = Reference("anchors", (ANCHOR_JUDGE,))
+
+
+@pytest.fixture(autouse=True)
+def small_shards(monkeypatch):
+    """Shards of 120 cells: these small data sets are then read in several shards, as a big history is (shards are
+    cut at every :data:`~biasboard.ranking.stream.SHARD_CELLS` cells of the concatenated buckets)."""
+    monkeypatch.setattr(stream, "SHARD_CELLS", 120)
 
 
 def _merged(seed: int, style: bool = False) -> pa.Table:
@@ -360,6 +368,58 @@ def test_fit_state_streams_above_the_size_and_publishes_the_same_snapshot(tmp_pa
         _close(values, streamed.leaderboard[column].to_numpy(), column)
     a, b = to_jsonable(mem.summary), to_jsonable(streamed.summary)
     assert a["judges"] == b["judges"] and a["head_to_head"] == b["head_to_head"]
+
+
+def test_streamed_shards_do_not_depend_on_the_buckets(monkeypatch):
+    """The same merged cells cut into other judge buckets (as a state's bucket cache keeps the bounds it was made
+    with) are coded into the same shards: the same fit and the same bootstrap replicates, bit for bit (shards cut
+    per bucket summed the objective in another order and redrew other counts, each replicate drawn by shard)."""
+    monkeypatch.setattr(stream, "SHARD_CELLS", 97)
+    table = _merged(3)
+    config = ModelConfig(judge_solver="blocked", diagnostics="off")
+    replicates, shards = [], []
+    for bucket_rows in (120, 350):
+        data = stream_dataset(TableBuckets(table, bucket_rows))
+        try:
+            shards.append([s.n for s in data.stream.files.shards])
+            problem = bias_aware_problem(data, config)
+            solution = solve_bias_aware(problem, config)
+            replicates.append(bootstrap_replicates(problem, solution, 3, 1, 7, TOL, 200, workers=1)[1])
+        finally:
+            data.stream.close()
+    assert shards[0] == shards[1] and set(shards[0][:-1]) == {97}
+    assert np.array_equal(replicates[0], replicates[1])
+
+
+def test_a_state_grown_day_by_day_streams_the_fresh_states_board(tmp_path, monkeypatch, caplog):
+    """A refresh that appends a day with a new judge starts from the bucket cache, whose bounds were cut before
+    that judge came (it joins the first bucket): its streamed board, bootstrap intervals included, is a fresh
+    state's bit for bit, where the judge has a bucket of its own.  It was not: the shards followed the buckets, so
+    the intervals moved by points with the order the days arrived in."""
+    monkeypatch.setattr(state_module, "MERGE_EVERY_ROWS", 500)  # a merge point (and so a cache) before the last day
+    monkeypatch.setenv("BIASBOARD_STREAM_CELLS", "0")
+    monkeypatch.setenv("BIASBOARD_BUCKET_ROWS", "100")  # a bucket per judge, when the bounds are cut
+    logs = write_simulation(SIM, tmp_path / "logs")
+    last = sorted((logs / "battles").glob("day=*/*.parquet"))[-1]
+    battles = pl.read_parquet(last)
+    battles.with_columns(judge=pl.col("judge").str.replace("^gpt", "aaa")).write_parquet(last)  # a new judge
+    glob = str(logs / "battles" / "day=*" / "*.parquet")
+    days = sorted(p.parent.name.removeprefix("day=") for p in (logs / "battles").glob("day=*/*.parquet"))
+    spec = FitSpec(ModelConfig(diagnostics="off", posterior_draws=300, k=3, bootstrap=10))
+    grown, fresh = str(tmp_path / "grown"), str(tmp_path / "fresh")
+    run_backfill(glob, grown, day_range=(days[0], days[-2]))
+    fit_state(grown, spec)  # writes the bucket cache
+    run_backfill(glob, grown, day_range=(days[-1], days[-1]))
+    run_backfill(glob, fresh)
+    boards, buckets = [], []
+    for st in (grown, fresh):
+        caplog.clear()
+        with caplog.at_level("INFO", logger=snapshot.__name__):
+            boards.append(fit_state(st, spec))
+        buckets += re.findall(r"\((\d+) judge buckets", caplog.text)
+    assert buckets == ["3", "4"]  # other buckets, the same cells
+    assert boards[0].leaderboard.equals(boards[1].leaderboard)
+    assert boards[0].bias.equals(boards[1].bias)
 
 
 def test_fit_state_streams_a_reference_of_judges(tmp_path, monkeypatch, caplog):

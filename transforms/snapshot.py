@@ -130,13 +130,23 @@ class DaysWithoutInput:
             return []
         days = self.other_settings
         named = first_few(days, DAYS_NAMED)
+        kept = ["the names and families of those settings"] if set(self.settings_differing) - set(UNREAD) else []
+        kept += [
+            f"the {UNREAD[flag]} of {flag}, which this run does not read"
+            for flag in self.settings_differing
+            if flag in UNREAD
+        ]
         return [
             f"{len(days)} day(s) kept in the fit without input were aggregated under other ingest settings "
-            f"({', '.join(self.settings_differing)}) than this run's: {named}; their cells keep the names and "
-            "families of those settings, so the board mixes the two. Restore their input files to aggregate them "
+            f"({', '.join(self.settings_differing)}) than this run's: {named}; their cells keep "
+            f"{' and '.join(kept)}, so the board mixes the two. Restore their input files to aggregate them "
             "again, or drop them (refresh --drop-missing-days)"
         ]
 
+
+#: The inputs a kept day may hold cells of that a run does not read (``DaysWithoutInput.settings_differing``
+#: names their flags), and what those cells are.
+UNREAD = {"--input": "battles", "--scores": "grades"}
 
 #: A warning about kept days names at most this many of them (the rest are counted).
 DAYS_NAMED = 10
