@@ -14,8 +14,8 @@ AlpacaEval sets it to a draw without asking the judge, so it is dead-lettered as
 **Verdict.** AlpacaEval's own discrete count (``n_wins``: preference - 1 > 0.5)
 is the threshold: the sign of preference - 1.5 decides (> → generator_2 wins,
 < → generator_1), exactly 1.5 (or 0) is a tie; ``--tie-band W`` widens the tie
-to |preference - 1.5| <= W.  Null → ``no_verdict``; any other value outside
-[1, 2] → ``bad_winner``.
+to |preference - 1.5| <= W.  Null (or ``NaN``, how a pandas round trip writes it)
+→ ``no_verdict``; any other value outside [1, 2] → ``bad_winner``.
 
 **Shown order.** AlpacaEval randomises which output the judge sees first and
 does not store the draw, but the judge's answer gives it away where the
@@ -125,6 +125,20 @@ def listed_winner(preference: pl.Expr, tie_band: float) -> pl.Expr:
         .then(pl.lit("output_2"))
         .otherwise(pl.lit("output_1"))
     )
+
+
+def no_preference(frame: pl.DataFrame, preference: pl.Expr) -> pl.Expr:
+    """Whether the row holds no verdict: a null ``preference``, or NaN (``NaN`` in the JSON, or its text).
+
+    Why NaN: AlpacaEval writes null where the judge gave no verdict, and a pandas round trip of its annotations
+    (``json.dump`` of a frame's records) writes that missing value as ``NaN``; read as a number out of [1, 2] it was
+    dead-lettered ``bad_winner``, as if the judge had answered something unreadable.  A JSON boolean, which
+    :func:`~biasboard.importers.common.json_number` also reads as NaN, stays a ``bad_winner``.
+    """
+    missing = pl.col("preference").is_null()
+    if frame.schema["preference"] == pl.Boolean:
+        return missing
+    return missing | preference.is_nan().fill_null(False)
 
 
 def unjudged_self_battle(frame: pl.DataFrame, preference: pl.Expr) -> pl.Expr:
@@ -303,7 +317,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         .otherwise(pl.lit("model_b"))
     )
     reason = (
-        pl.when(pl.col("preference").is_null())
+        pl.when(no_preference(raw, preference))
         .then(pl.lit(REASON_NO_VERDICT))
         .when(unjudged_self_battle(raw, preference))
         .then(pl.lit(REASON_IDENTICAL_OUTPUTS))

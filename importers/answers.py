@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import polars as pl
-from biasboard.importers.common import SOURCE_ROW, DType, nested_field, read_records
+from biasboard.importers.common import SOURCE_ROW, DType, ImportResult, nested_field, read_records
 from biasboard.schemas.errors import InputError
 
 ANSWER_PATTERNS = ("*.jsonl", "*.jsonl.gz")
@@ -80,6 +80,87 @@ def lengths_by_run(
         files = [str(path) for path, f in folders.items() if f == folder]
         frames.append(read(folder).join(pl.DataFrame({FILE_KEY: files}), how="cross"))
     return pl.concat(frames), found
+
+
+def sidecars_by_file(judgment_files: Sequence[Path], name: str) -> dict[Path, list[str]]:
+    """The files named ``name`` beside ``judgment_files``, each with the judgment files (as read: their
+    :data:`FILE_KEY`) that sit beside it; a judgment file with none beside it is in no list.
+
+    Why: a glob over two folders (``runs/*/gpt4-comparisons.csv``) used to take the first file's sidecar for every
+    file, so the other folder's rows got that folder's lengths where the keys matched (LLMFAO's model and prompt ids
+    are the same in every folder) and none elsewhere, and the note named one sidecar.
+    """
+    found: dict[Path, list[str]] = {}
+    for path in judgment_files:
+        sidecar = path.parent / name
+        if sidecar.is_file():
+            found.setdefault(sidecar, []).append(str(path))
+    return dict(sorted(found.items()))
+
+
+def for_files(lengths: pl.DataFrame, files: Sequence[str]) -> pl.DataFrame:
+    """``lengths`` once per judgment file in ``files``, keyed by :data:`FILE_KEY`, so a join matches a row to the
+    lengths of its own run or folder only."""
+    return lengths.join(pl.DataFrame({FILE_KEY: list(files)}, schema={FILE_KEY: pl.String}), how="cross")
+
+
+def missing_lengths_note(
+    result: ImportResult,
+    sides: Sequence[tuple[str, str]],
+    noun: str,
+    lacking: Sequence[str],
+    absent: str = "no answer file for",
+) -> str | None:
+    """A note counting the rows written without a length for one answer or more, naming the models in ``lacking``
+    (those without any length where their rows were judged: ``absent`` says why); None when every row has its
+    lengths.
+
+    ``sides``: (model column, length column) of the written rows.  Why: the "lengths: … from <folder>" note read as
+    if every row had one, while a model without an answer file (or a question its answers lack) left its battles
+    without lengths, so out of the length effect, without a word.
+    """
+    columns = [c for pair in sides for c in pair]
+    rows = pl.DataFrame(result.rows.select(columns))
+    gone = set(lacking)
+    missing = rows.filter(pl.any_horizontal(pl.col(length).is_null() for _, length in sides))
+    if missing.height == 0:
+        return None
+    unanswered = missing.filter(
+        pl.any_horizontal(pl.col(length).is_null() & ~pl.col(model).is_in(list(gone)) for model, length in sides)
+    ).height
+    why = []
+    if gone:
+        shown = ", ".join(sorted(gone)[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+        why.append(f"{absent} {shown}")
+    if unanswered:
+        why.append(
+            f"in {unanswered:,}, an answer's model has lengths but not for that question, or its judgment file "
+            "has no lengths beside it"
+        )
+    return (
+        f"{missing.height:,} of {result.rows_converted:,} {noun} have no length for "
+        f"{'one answer or both' if len(sides) > 1 else 'the answer'} (kept, without the length covariate): "
+        + "; ".join(why)
+    )
+
+
+def models_without_lengths(
+    mapped: pl.DataFrame, lengths: pl.DataFrame | None, sides: Sequence[tuple[str, str]]
+) -> list[str]:
+    """The models of ``mapped`` with no row at all in ``lengths`` (for their own run or folder, when both carry
+    :data:`FILE_KEY`; rows of a file with no lengths at all are left out), sorted.
+
+    ``sides``: (column joined on the lengths' ``model``, column naming the model)."""
+    on = [FILE_KEY] if lengths is not None and FILE_KEY in lengths.columns and FILE_KEY in mapped.columns else []
+    named = pl.concat(
+        [mapped.select(pl.col(key).alias("model"), pl.col(name).alias("__name"), *on) for key, name in sides],
+        how="vertical_relaxed",
+    ).drop_nulls("model")
+    if lengths is not None:
+        if on:  # a file with no lengths beside it at all says nothing of which models have answers
+            named = named.filter(pl.col(FILE_KEY).is_in(lengths[FILE_KEY].unique().to_list()))
+        named = named.join(lengths.select("model", *on).unique(), on=["model", *on], how="anti")
+    return sorted(named["__name"].drop_nulls().unique().to_list())
 
 
 def _answer_files(answers_dir: Path) -> list[Path]:

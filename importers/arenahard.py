@@ -62,7 +62,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
-from biasboard.importers.answers import arena_hard_answer_lengths, default_answers_dir
+from biasboard.importers.answers import FILE_KEY, arena_hard_answer_lengths, default_answers_dir, for_files
 from biasboard.importers.common import (
     REASON,
     REASON_NO_VERDICT,
@@ -79,7 +79,7 @@ from biasboard.importers.common import (
     stable_id,
     text_slice_labels,
 )
-from biasboard.importers.mtbench import attach_answer_lengths
+from biasboard.importers.mtbench import attach_answer_lengths, with_missing_lengths_note
 from biasboard.schemas.errors import InputError
 
 #: ``model_judgment/<judge>/<model>.jsonl``: a judge folder, the ``model_judgment`` folder or one file.
@@ -176,6 +176,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
             "strength"
         ),
         *text_slice_labels(raw),  # v2's category (hard_prompt, creative_writing): its own board, its own baseline
+        pl.col(SOURCE_FILE).alias(FILE_KEY),
     )
     notes = [
         f"no time stamps in arena-hard-auto judgments: every battle dated {options.default_date.isoformat()} 00:00 UTC",
@@ -187,10 +188,21 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     if answers_dir is not None:
         lengths, unit = arena_hard_answer_lengths(answers_dir)
         notes.append(f"lengths: {unit} of each model's answer, from {answers_dir}")
+        if options.answers_dir is None:
+            # Found beside some files only: the others (another bench's judgments, with no model_answer/ beside
+            # them) took this run's answers' lengths wherever their model and question ids matched.
+            beside = [str(p) for p in paths if default_answers_dir([p], depth=2) == answers_dir]
+            lengths = for_files(lengths, beside)
+            if len(beside) < len(paths):
+                notes.append(
+                    f"{len(paths) - len(beside)} judgment file(s) sit beside no model_answer folder: their battles "
+                    "have no lengths"
+                )
     else:
         notes.append("no model_answer folder found (--answers): battles without lengths")
     mapped = attach_answer_lengths(mapped, lengths, (("model_a", "len_a"), ("model_b", "len_b")))
-    return finalize_battles(raw, mapped, sources=paths, source_rows=lines.height, notes=notes)
+    result = finalize_battles(raw, mapped, sources=paths, source_rows=lines.height, notes=notes)
+    return with_missing_lengths_note(result, mapped, lengths)
 
 
 def _one_answers_dir(paths: Sequence[Path]) -> Path | None:

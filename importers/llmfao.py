@@ -16,16 +16,26 @@ without a worker (the GPT files, or a blank ``worker`` value) keep their judge.
 is voted on by several workers), so the GPT-4 rows repeated in
 ``gpt4-crowd-comparisons.csv`` carry the same ids as in ``gpt4-comparisons.csv``.
 ``prompt_id`` is LLMFAO's prompt id.  The files are undated: every battle gets
-the default day.  Lengths come from ``response_lengths.csv`` beside the input
-when present (joined on model id and prompt id; ``len_chars`` or ``len_words``).
+the default day.  Lengths come from the ``response_lengths.csv`` beside each
+input file when present (joined on model id and prompt id; ``len_chars`` or
+``len_words``): a file in another folder takes its own folder's, or none; the
+manifest counts the battles left without a length.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
+from biasboard.importers.answers import (
+    FILE_KEY,
+    for_files,
+    missing_lengths_note,
+    models_without_lengths,
+    sidecars_by_file,
+)
 from biasboard.importers.common import (
     REASON,
     SOURCE_FILE,
@@ -50,40 +60,41 @@ def judge_from_file(path: str) -> str:
     return Path(path).name.split("-")[0]
 
 
-def _lengths(paths: Sequence[Path], unit: str) -> tuple[pl.DataFrame | None, Path | None, list[str]]:
-    """The sidecar's lengths by (model, prompt), the sidecar, and a note on the lengths it could not read.
+def _lengths(paths: Sequence[Path], unit: str) -> tuple[pl.DataFrame | None, list[Path], list[str]]:
+    """Each folder's sidecar lengths by (model, prompt) and :data:`~biasboard.importers.answers.FILE_KEY` (the input
+    files beside it), the sidecars read, and notes on the lengths they could not read.
 
+    Per folder (:func:`~biasboard.importers.answers.sidecars_by_file`): a file joins only the sidecar beside it, not
+    the first one found.  A sidecar without ``model_id``, ``prompt_id`` and ``len_<unit>`` gives no lengths.
     A length that is no whole number (``about 40``, a value past int64) is left unknown: those battles are kept
     without that answer's length, and the note counts them (it was a polars traceback)."""
-    for path in paths:
-        sidecar = path.parent / LENGTHS_SIDECAR
-        if sidecar.is_file():
-            table = read_records(sidecar)
-            column = f"len_{unit}"
-            if {"model_id", "prompt_id", column} <= set(table.columns):
-                given = pl.col(column)
-                length = given.cast(pl.Int64, strict=False)
-                if table.schema[column] in (pl.String, pl.Float64, pl.Float32):
-                    # Text or float: whole numbers only (a float 12.5 is not a length in characters or words).
-                    number = given.cast(pl.Float64, strict=False)
-                    length = pl.when(number == number.floor()).then(number.cast(pl.Int64, strict=False))
-                lengths = table.select(
-                    pl.col("model_id").cast(pl.String).alias("__model"),
-                    pl.col("prompt_id").cast(pl.String).alias("__prompt"),
-                    length.alias("__len"),
-                    (given.is_not_null() & length.is_null()).alias("__unread"),
-                ).unique(subset=["__model", "__prompt"], keep="last", maintain_order=True)
-                unread = int(lengths["__unread"].sum())
-                notes = (
-                    [
-                        f"{sidecar}: {unread} {column} value(s) are not whole numbers; those answers' lengths are left "
-                        "unknown (their battles are kept, without the length covariate)"
-                    ]
-                    if unread
-                    else []
-                )
-                return lengths.drop("__unread"), sidecar, notes
-    return None, None, []
+    frames, read, notes = [], [], []
+    for sidecar, files in sidecars_by_file(paths, LENGTHS_SIDECAR).items():
+        table = read_records(sidecar)
+        column = f"len_{unit}"
+        if not {"model_id", "prompt_id", column} <= set(table.columns):
+            continue
+        given = pl.col(column)
+        length = given.cast(pl.Int64, strict=False)
+        if table.schema[column] in (pl.String, pl.Float64, pl.Float32):
+            # Text or float: whole numbers only (a float 12.5 is not a length in characters or words).
+            number = given.cast(pl.Float64, strict=False)
+            length = pl.when(number == number.floor()).then(number.cast(pl.Int64, strict=False))
+        lengths = table.select(
+            pl.col("model_id").cast(pl.String).alias("__model"),
+            pl.col("prompt_id").cast(pl.String).alias("__prompt"),
+            length.alias("__len"),
+            (given.is_not_null() & length.is_null()).alias("__unread"),
+        ).unique(subset=["__model", "__prompt"], keep="last", maintain_order=True)
+        unread = int(lengths["__unread"].sum())
+        if unread:
+            notes.append(
+                f"{sidecar}: {unread} {column} value(s) are not whole numbers; those answers' lengths are left "
+                "unknown (their battles are kept, without the length covariate)"
+            )
+        frames.append(for_files(lengths.drop("__unread"), files))
+        read.append(sidecar)
+    return (pl.concat(frames) if frames else None), read, notes
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
@@ -123,18 +134,27 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.col("model_x").cast(pl.String).alias("__x"),
         pl.col("model_y").cast(pl.String).alias("__y"),
         pl.lit(None, dtype=pl.String).alias(REASON),
+        pl.col(SOURCE_FILE).alias(FILE_KEY),
     )
     notes = [f"no time stamps in LLMFAO: every battle dated {options.default_date.isoformat()} 00:00 UTC"]
     if options.voters and "worker" not in raw.columns:
         notes.append("--voters: these files have no worker column: every vote keeps its file's judge")
-    lengths, origin, length_notes = _lengths(paths, unit)
+    lengths, origins, length_notes = _lengths(paths, unit)
     if lengths is None:
         mapped = mapped.with_columns(
             pl.lit(None, dtype=pl.Int64).alias("len_a"), pl.lit(None, dtype=pl.Int64).alias("len_b")
         )
     else:
-        notes.extend([f"lengths: {unit} from {origin}", *length_notes])
+        notes.extend([f"lengths: {unit} from {', '.join(map(str, origins))}", *length_notes])
         for model_column, length_column in (("__x", "len_a"), ("__y", "len_b")):
             keyed = lengths.rename({"__model": model_column, "__prompt": "prompt_id", "__len": length_column})
-            mapped = mapped.join(keyed, on=[model_column, "prompt_id"], how="left", maintain_order="left")
-    return finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)
+            mapped = mapped.join(keyed, on=[model_column, "prompt_id", FILE_KEY], how="left", maintain_order="left")
+    result = finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)
+    if lengths is None:
+        return result
+    sides = (("model_a", "len_a"), ("model_b", "len_b"))
+    lacking = models_without_lengths(
+        mapped, lengths.rename({"__model": "model"}), (("__x", "model_a"), ("__y", "model_b"))
+    )
+    said = missing_lengths_note(result, sides, "battles", lacking, f"no row in {LENGTHS_SIDECAR} for")
+    return replace(result, notes=(*result.notes, said)) if said else result

@@ -24,7 +24,8 @@ so both games of a match (and the same question in other MT-Bench sources)
 share it.  ``battle_id`` is
 ``mtbench-pair:<judge>:<prompt>:<question>:t<turn>:<model_1>:<model_2>:<tstamp>:g<game>``.
 Lengths come from the run's ``model_answer`` folder when present (see
-:mod:`biasboard.importers.answers`).
+:mod:`biasboard.importers.answers`); the manifest counts the battles left
+without one and names the models that have no answer file.
 
 ``ts`` from ``tstamp`` by the rule MT-Bench single grades follow
 (:func:`~biasboard.importers.common.tstamp_or_default_day`): epoch seconds,
@@ -37,10 +38,17 @@ as ``bad_timestamp``, and only those.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
-from biasboard.importers.answers import FILE_KEY, answer_lengths, lengths_by_run
+from biasboard.importers.answers import (
+    FILE_KEY,
+    answer_lengths,
+    lengths_by_run,
+    missing_lengths_note,
+    models_without_lengths,
+)
 from biasboard.importers.common import (
     REASON,
     REASON_NO_VERDICT,
@@ -139,4 +147,16 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     if lengths is not None:
         notes.append(f"lengths: characters of the judged answer turns, from {', '.join(map(str, folders))}")
     mapped = attach_answer_lengths(mapped, lengths, (("model_a", "len_a"), ("model_b", "len_b")))
-    return finalize_battles(raw, mapped, sources=paths, source_rows=lines.height, notes=notes)
+    result = finalize_battles(raw, mapped, sources=paths, source_rows=lines.height, notes=notes)
+    return with_missing_lengths_note(result, mapped, lengths)
+
+
+def with_missing_lengths_note(result: ImportResult, mapped: pl.DataFrame, lengths: pl.DataFrame | None) -> ImportResult:
+    """``result`` with a note counting its battles left without a length and naming the models that have no
+    answer file (:func:`~biasboard.importers.answers.missing_lengths_note`); as it was when no answers were read."""
+    if lengths is None:
+        return result
+    sides = (("model_a", "len_a"), ("model_b", "len_b"))
+    lacking = models_without_lengths(mapped, lengths, [(model, model) for model, _ in sides])
+    said = missing_lengths_note(result, sides, "battles", lacking)
+    return replace(result, notes=(*result.notes, said)) if said else result

@@ -9,7 +9,7 @@ judge gave none (FastChat's ``show_result.py`` drops those), ``judge`` is
 
 Mapping and decisions:
 
-* ``score`` null or ``-1`` → dead letter ``no_verdict``; a half point (8.5, 9.5:
+* ``score`` null, ``-1`` or ``NaN`` → dead letter ``no_verdict``; a half point (8.5, 9.5:
   the judge wrote ``[[8.5]]``) is kept: the ingest's rule accepts grades on the
   half-point grid, and the ordinal model gives each grade actually used its own
   category (8.5 sits between 8 and 9); ``10.0`` is the grade 10.
@@ -22,7 +22,8 @@ Mapping and decisions:
   counts them).
 * ``len``: characters of the judged answer turn(s) from a FastChat
   ``model_answer`` folder beside the judgments, or, for Arena-Bench-v1, the
-  ``answer_chars`` of a ``scores.csv`` beside the input (the judged text).
+  ``answer_chars`` of a ``scores.csv`` beside the input (the judged text); each
+  file its own folder's.  The manifest counts the grades left without a length.
 """
 
 from __future__ import annotations
@@ -32,7 +33,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
-from biasboard.importers.answers import FILE_KEY, answer_lengths, lengths_by_run
+from biasboard.importers.answers import (
+    FILE_KEY,
+    answer_lengths,
+    for_files,
+    lengths_by_run,
+    missing_lengths_note,
+    models_without_lengths,
+    sidecars_by_file,
+)
 from biasboard.importers.common import (
     REASON,
     REASON_NO_VERDICT,
@@ -58,21 +67,30 @@ SCALAR = (*REQUIRED, "turn", "tstamp")
 SCORES_SIDECAR = "scores.csv"
 
 
-def _sidecar_lengths(paths: Sequence[Path]) -> tuple[pl.DataFrame | None, Path | None]:
-    """Arena-Bench-v1's ``scores.csv`` (question_id, model, answer_chars) beside the input, keyed like answers."""
-    for path in paths:
-        sidecar = path.parent / SCORES_SIDECAR
-        if sidecar.is_file():
-            table = read_records(sidecar)
-            if {"question_id", "model", "answer_chars"} <= set(table.columns):
-                lengths = table.select(
-                    pl.col("model").cast(pl.String),
-                    pl.col("question_id").cast(pl.String),
-                    pl.lit(1, dtype=pl.Int64).alias("turn"),
-                    pl.col("answer_chars").cast(pl.Int64).alias("len"),
-                ).unique(subset=["model", "question_id", "turn"], keep="last", maintain_order=True)
-                return lengths, sidecar
-    return None, None
+def _sidecar_lengths(paths: Sequence[Path]) -> tuple[pl.DataFrame | None, list[Path]]:
+    """Arena-Bench-v1's ``scores.csv`` (question_id, model, answer_chars) beside each input, keyed like answers
+    and by :data:`~biasboard.importers.answers.FILE_KEY`: a file takes its own folder's, not the first one found."""
+    frames, read = [], []
+    for sidecar, files in sidecars_by_file(paths, SCORES_SIDECAR).items():
+        table = read_records(sidecar)
+        if {"question_id", "model", "answer_chars"} <= set(table.columns):
+            lengths = table.select(
+                pl.col("model").cast(pl.String),
+                pl.col("question_id").cast(pl.String),
+                pl.lit(1, dtype=pl.Int64).alias("turn"),
+                pl.col("answer_chars").cast(pl.Int64).alias("len"),
+            ).unique(subset=["model", "question_id", "turn"], keep="last", maintain_order=True)
+            frames.append(for_files(lengths, files))
+            read.append(sidecar)
+    return (pl.concat(frames) if frames else None), read
+
+
+def _no_grade(raw: pl.DataFrame, score: pl.Expr) -> pl.Expr:
+    """Whether the judge gave no grade: null, FastChat's ``-1``, or NaN (a pandas round trip writes a missing
+    rating as ``NaN``: it was dead-lettered ``bad_score``, as if the judge had graded off the scale).  A JSON
+    boolean is no grade of either kind and stays for the rules to reject."""
+    missing = pl.col("score").is_null() | (score == -1)
+    return missing if raw.schema["score"] == pl.Boolean else missing | score.is_nan().fill_null(False)
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
@@ -102,23 +120,36 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.col("model").cast(pl.String),
         pl.format("{}:t{}", qid, turn).alias("prompt_id"),
         pl.col("score"),
-        pl.coalesce(bad_turn, pl.when(pl.col("score").is_null() | (score == -1)).then(pl.lit(REASON_NO_VERDICT)))
+        pl.coalesce(bad_turn, pl.when(_no_grade(raw, score)).then(pl.lit(REASON_NO_VERDICT)))
         .cast(pl.String)
         .alias(REASON),
         qid.alias("__qid"),
         turn.alias("__turn"),
         pl.col(SOURCE_FILE).alias(FILE_KEY),
     )
-    lengths, folders = lengths_by_run(paths, options.answers_dir, answer_lengths)
-    origin = ", ".join(map(str, folders))
-    if lengths is None:
-        lengths, sidecar = _sidecar_lengths(paths)
-        origin = str(sidecar)
+    lengths, origins = lengths_by_run(paths, options.answers_dir, answer_lengths)
+    if options.answers_dir is None:  # a file beside no model_answer/ folder: the scores.csv beside it, if any
+        answered = set() if lengths is None else set(lengths[FILE_KEY].unique().to_list())
+        sidecar, sidecars = _sidecar_lengths([p for p in paths if str(p) not in answered])
+        if sidecar is not None:
+            lengths = sidecar if lengths is None else pl.concat([lengths, sidecar], how="vertical_relaxed")
+            origins = [*origins, *sidecars]
     if lengths is not None:
-        notes.append(f"lengths: characters of the judged answer, from {origin}")
+        notes.append(f"lengths: characters of the judged answer, from {', '.join(map(str, origins))}")
     mapped = attach_answer_lengths(mapped, lengths, (("model", "len"),))
     result = finalize_scores(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)
-    said = [n for n in (_repeat_note(result, lengths is not None), _off_scale_note(result)) if n]
+    missing = (
+        missing_lengths_note(
+            result,
+            (("model", "len"),),
+            "grades",
+            models_without_lengths(mapped, lengths, (("model", "model"),)),
+            "no answer file (or scores.csv row) for",
+        )
+        if lengths is not None
+        else None
+    )
+    said = [n for n in (missing, _repeat_note(result, lengths is not None), _off_scale_note(result)) if n]
     return replace(result, notes=(*result.notes, *said)) if said else result
 
 

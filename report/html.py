@@ -17,7 +17,6 @@ their own box, never the page.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
@@ -27,7 +26,7 @@ import polars as pl
 from biasboard.audit.measures import ClusterRecurrence
 from biasboard.ranking.result import ELO_CENTER, ELO_PER_LOGIT
 from biasboard.report.audit import count_text
-from biasboard.report.judges import keep, left_out_note, shown_judges
+from biasboard.report.judges import judge_key, keep, left_out_note, shown_judges
 from biasboard.report.svg import (
     CORRECTED_COLOUR,
     DOWN_COLOUR,
@@ -792,13 +791,8 @@ def _effect_order(effects: Iterable[str]) -> list[str]:
 
 
 def _judge_order(judges: Iterable[Any]) -> list[Any]:
-    """The global term first, then the judges in natural order (crowd/11 before crowd/107)."""
-    return sorted(set(judges), key=lambda j: (j != GLOBAL_JUDGE, _natural(str(j))))
-
-
-def _natural(name: str) -> list[tuple[int, int | str]]:
-    """A sort key reading the digit runs of ``name`` as numbers."""
-    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part]
+    """The global term first, then the judges in natural order (crowd/11 before crowd/107): :func:`judge_key`."""
+    return sorted(set(judges), key=judge_key)
 
 
 def _judge_battles(summary: Summary) -> dict[str, float]:
@@ -841,7 +835,7 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
     tied: list[str] = []
     panels: list[str] = []
     for effect in _effect_order(str(r["effect"]) for r in bias):
-        rows = [r for r in bias if str(r["effect"]) == effect]
+        rows = sorted((r for r in bias if str(r["effect"]) == effect), key=lambda r: judge_key(r["judge"]))
         for r in rows:
             if r["enabled"] is False:
                 gated = str(r.get("note") or "").startswith(TIED_TO_REFERENCE)
@@ -903,7 +897,7 @@ def _listed(items: list[str], most: int = 20) -> str:
 
 def _bias_table(bias: list[dict[str, Any]]) -> str:
     order = {e: i for i, e in enumerate(_effect_order(str(r["effect"]) for r in bias))}
-    rows = sorted(bias, key=lambda r: (order.get(str(r["effect"]), 0), r["judge"] != GLOBAL_JUDGE, str(r["judge"])))
+    rows = sorted(bias, key=lambda r: (order.get(str(r["effect"]), 0), judge_key(r["judge"])))
 
     def flag(value: Any, yes: str, no: str) -> str:
         if value is True:
@@ -958,7 +952,7 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
         if recurring:
             body.append(f'<p class="note">± is one standard error. {esc(recurring[0].upper() + recurring[1:])}.</p>')
     shown = shown_judges(_judge_battles(summary))
-    order = sorted(keep(diag.order, lambda a: a.judge, shown), key=lambda a: a.judge)
+    order = sorted(keep(diag.order, lambda a: a.judge, shown), key=lambda a: judge_key(a.judge))
     if len(order) < len(diag.order):
         body.append(
             left_out_note(
@@ -1066,7 +1060,7 @@ def _judge_audit(summary: Summary, corrected_rank: Mapping[str, Any]) -> str:
             f'<tr><td class="name">{esc(f.judge)}</td><td class="l">{esc(f.judge_family)}</td>'
             f"<td>{pct(f.win_rate_self)}</td><td>{pct(f.win_rate_other_judges)}</td>"
             f"<td>{esc(_pm(f.self_preference, f.self_preference_se))}</td></tr>"
-            for f in sorted(keep(diag.family, lambda f: f.judge, shown), key=lambda f: f.judge)
+            for f in sorted(keep(diag.family, lambda f: f.judge, shown), key=lambda f: judge_key(f.judge))
         ]
         body += [
             "<h3>Own-family preference</h3>",

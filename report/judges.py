@@ -10,9 +10,11 @@ many it left out and where they are.
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Iterable, Mapping
 
 from biasboard.report.svg import esc
+from biasboard.schemas.summary import GLOBAL_JUDGE
 
 #: Judges a per-judge table or chart shows at most (the ones with the most battles).
 MAX_JUDGES_SHOWN = 40
@@ -38,3 +40,14 @@ def left_out_note(total: int, shown: int, where: str) -> str:
 def keep(rows: Iterable, judge_of, shown: set[str]) -> list:
     """The rows whose judge (``judge_of(row)``) is shown, in their order."""
     return [r for r in rows if str(judge_of(r)) in shown]
+
+
+def judge_key(judge: object) -> tuple[bool, list[tuple[int, int | str]]]:
+    """The order every per-judge panel, table and list of the report shows judges in: the global term first, then
+    the judges in natural order, reading digit runs as numbers (crowd/17 before crowd/165).
+
+    Why one key: the bias panels read voters in this order while the bias table, its lists and the audit's tables
+    sorted them as text (crowd/165, crowd/17, crowd/170), so one judge sat at different places in each.
+    """
+    name = str(judge)
+    return judge != GLOBAL_JUDGE, [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p]

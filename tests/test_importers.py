@@ -722,6 +722,8 @@ def test_arena_hard_lengths_come_from_the_answers_beside_the_judgments(tmp_path)
                 expected = None
             assert row[f"len_{side}"] == expected, row
     assert rows["len_a"].null_count() + rows["len_b"].null_count() > 0  # the unanswered question
+    missing = rows.filter(pl.col("len_a").is_null() | pl.col("len_b").is_null()).height
+    assert f"{missing} of {rows.height} battles have no length for one answer or both" in " ".join(result.notes)
 
 
 def test_arena_hard_judgments_of_two_runs_without_answers_flag_are_refused_in_one_line(tmp_path):
@@ -735,6 +737,49 @@ def test_arena_hard_judgments_of_two_runs_without_answers_flag_are_refused_in_on
     pattern = str(tmp_path / "*" / "model_judgment" / "gpt-4-1106-preview" / "*.jsonl*")
     with pytest.raises(InputError, match=r"2 model_answer folders .*v0\.1-a.*v0\.1-b.*--answers"):
         import_path("arena-hard", pattern, ImportOptions(baseline="gpt-4-0314"))
+
+
+def test_arena_hard_judgments_beside_no_answers_take_none_from_another_benchs_folder(tmp_path):
+    """A glob over two benches of which one has ``model_answer/``: the other bench's rows took that folder's
+    lengths wherever model and question ids matched (they do for a re-judged copy), under a note naming one folder.
+    Now only the files beside the folder take its lengths; the note counts the rest."""
+    for bench in ("a", "b"):
+        line = {"question_id": "1", "model": "m1", "judge": f"j{bench}", "games": [{"score": "A>B"}, {"score": "B>A"}]}
+        _jsonl(tmp_path / bench / "model_judgment" / "j" / "m1.jsonl", [line])
+    for model, n in (("m1", 5), ("base", 7)):
+        turns = [{"content": "x" * n, "token_len": n}]
+        _jsonl(
+            tmp_path / "a" / "model_answer" / f"{model}.jsonl", [{"question_id": "1", "choices": [{"turns": turns}]}]
+        )
+    pattern = str(tmp_path / "*" / "model_judgment" / "j" / "*.jsonl")
+    result = import_path("arena-hard", pattern, ImportOptions(baseline="base"))
+    rows = check_contract(result).sort("judge", "model_a")
+    assert rows.select("judge", "len_a", "len_b").rows() == [
+        ("ja", 7, 5),
+        ("ja", 5, 7),
+        ("jb", None, None),
+        ("jb", None, None),
+    ]
+    assert "1 judgment file(s) sit beside no model_answer folder: their battles have no lengths" in result.notes
+    assert any(n.startswith("2 of 4 battles have no length for one answer or both") for n in result.notes)
+
+
+def test_battles_without_an_answer_file_are_counted_and_the_models_named(tmp_path):
+    """MT-Bench and arena-hard noted "lengths: … from <folder>" when a model had no answer file there: all 147
+    battles of a run without phi-3's answers came out without lengths (out of the length effect), unsaid."""
+    run = tmp_path / "run"
+    shutil.copytree(real_data(*STEFAN_PAIR[:3]), run)
+    (run / "model_answer" / "phi-3.jsonl.gz").unlink()
+    result = import_path("mtbench-pair", run / "model_judgment" / STEFAN_PAIR[-1])
+    rows = check_contract(result)
+    assert rows["len_a"].null_count() > 0 and rows.height == 147
+    said = [n for n in result.notes if "have no length" in n]
+    assert said == [
+        "147 of 147 battles have no length for one answer or both (kept, without the length covariate): "
+        "no answer file for phi-3"
+    ], result.notes
+    complete = import_path("mtbench-pair", real_data(*STEFAN_PAIR))
+    assert not [n for n in complete.notes if "have no length" in n]
 
 
 #: The models of the vendored v0.1 judgments and their baseline.
@@ -987,6 +1032,53 @@ def test_json_booleans_are_no_grades_nor_preferences(tmp_path):
     annotations.write_text(json.dumps(rows))
     preferred = import_path("alpacaeval", annotations)
     assert preferred.dead_by_reason() == {"bad_winner": 2} and preferred.rows_converted == 0
+
+
+def test_a_nan_preference_or_grade_is_no_verdict(tmp_path):
+    """AlpacaEval writes null for no verdict, and a pandas round trip writes it as ``NaN``: read as a number out of
+    [1, 2] it was dead-lettered ``bad_winner`` (a single grade NaN ``bad_score``), as if the judge had answered."""
+    rows = [{"instruction": f"i{i}", "generator_1": "a", "generator_2": "b", "output_1": "x", "output_2": "yy",
+             "preference": p, "annotator": "gpt4"} for i, p in enumerate([1.0, float("nan"), None, 2.0])]  # fmt: skip
+    for name, text in (
+        ("annotations.json", json.dumps(rows)),
+        ("annotations.jsonl", "\n".join(json.dumps(r) for r in rows)),
+        ("text/annotations.json", json.dumps([{**rows[0], "preference": "1.0"}, *rows[1:]])),  # a field of text
+    ):
+        path = tmp_path / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        result = import_path("alpacaeval", path)
+        assert result.dead_by_reason() == {REASON_NO_VERDICT: 2} and result.rows_converted == 2, name
+    grades = tmp_path / "gpt-4_single.jsonl"
+    grades.write_text("\n".join(json.dumps({"question_id": i, "model": "m", "score": s}) for i, s in enumerate(
+        [float("nan"), 5.0, None])))  # fmt: skip
+    single = import_path("mtbench-single", grades, ImportOptions(judge="gpt-4"))
+    assert single.dead_by_reason() == {REASON_NO_VERDICT: 2} and single.rows_converted == 1
+
+
+def test_sidecar_lengths_of_two_folders_each_serve_their_own_files(tmp_path):
+    """LLMFAO's ``response_lengths.csv`` and Arena-Bench-v1's ``scores.csv``: a glob over two folders took the first
+    folder's sidecar for every file (the other folder's battles got its lengths, or none, and the note named one
+    file), where MT-Bench's answer lengths are per run.  Each file now takes the sidecar beside it."""
+    for run, ids, la, lb in (("a", (0, 1), 10, 20), ("b", (2, 3), 1000, 2000)):
+        folder = tmp_path / "llmfao" / run
+        folder.mkdir(parents=True)
+        lines = "".join(f"{i},8,97,98,left,A,B\n" for i in ids)
+        (folder / "gpt4-comparisons.csv").write_text("id,prompt,model_x,model_y,winner,left,right\n" + lines)
+        (folder / "response_lengths.csv").write_text(f"model_id,prompt_id,len_chars\n97,8,{la}\n98,8,{lb}\n")
+    result = import_path("llmfao", str(tmp_path / "llmfao" / "*" / "gpt4-comparisons.csv"))
+    rows = check_contract(result).sort("battle_id")
+    assert rows.select("len_a", "len_b").rows() == [(10, 20), (10, 20), (1000, 2000), (1000, 2000)]
+    assert [n for n in result.notes if n.startswith("lengths:")] == [
+        f"lengths: chars from {tmp_path / 'llmfao' / 'a' / 'response_lengths.csv'}, "
+        f"{tmp_path / 'llmfao' / 'b' / 'response_lengths.csv'}"
+    ]
+    for run, qid, chars in (("a", 1, 11), ("b", 2, 999)):
+        folder = tmp_path / "bench" / run
+        _jsonl(folder / "judgments.jsonl", [{"question_id": qid, "model": "m", "score": 5.0}])
+        (folder / "scores.csv").write_text(f"question_id,model,answer_chars\n{qid},m,{chars}\n")
+    graded = import_path("mtbench-single", str(tmp_path / "bench" / "*" / "judgments.jsonl"), ImportOptions(judge="j"))
+    assert check_contract(graded).sort("prompt_id")["len"].to_list() == [11, 999]
 
 
 def test_fastchat_text_tstamps_are_read_as_numbers_or_iso_dates(tmp_path):

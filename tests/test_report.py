@@ -1105,3 +1105,35 @@ def test_the_counts_show_the_grade_rows_beside_the_battle_rows(published):
     assert table_rows(page, "grade-reasons") == [["bad_score", "250"]]
     assert "self-battles" not in grade_part  # grades have none
     assert "Grade rows" not in text_of(published.page)  # a board without --scores: the battle rows alone
+
+
+def test_voter_judges_are_in_natural_order_in_every_table_and_list(published):
+    """Voters read crowd/17 before crowd/165 in the bias table, its Not fitted list and the audit's tables, as in
+    the bias panels; they sorted as text there (crowd/165, crowd/17, crowd/170)."""
+    voters = dict(zip(HOSTILE_JUDGES, ["crowd/170", "crowd/17", "crowd/165"], strict=True))
+    natural = ["crowd/17", "crowd/165", "crowd/170"]
+    bias = published.bias.with_columns(
+        pl.col("judge").replace(voters),
+        pl.when(pl.col("effect") == "position").then(False).otherwise(pl.col("enabled")).alias("enabled"),
+    )
+    diagnostics = published.summary.diagnostics
+    renamed = dataclasses.replace(
+        published.summary,
+        judges=[dataclasses.replace(j, judge=voters.get(j.judge, j.judge)) for j in published.summary.judges],
+        diagnostics=dataclasses.replace(
+            diagnostics,
+            order=[dataclasses.replace(a, judge=voters.get(a.judge, a.judge)) for a in diagnostics.order],
+            family=[dataclasses.replace(f, judge=voters.get(f.judge, f.judge)) for f in diagnostics.family],
+        ),
+    )
+    page = render_report(published.leaderboard, bias, renamed)
+    table = [r[0] for r in table_rows(page, "bias") if r[1] == "length"]
+    assert table == ["all judges (global)", *natural], table
+    assert [r[0] for r in table_rows(page, "order")] == natural
+    assert [r[0] for r in table_rows(page, "length")] == natural
+    family = [r[0] for r in table_rows(page, "family")]
+    assert family == [j for j in natural if j in family] and family
+    listed = re.search(r"Not fitted \(disabled\): (.*?)\.</p>", page)
+    assert listed is not None
+    judges = [name for name in re.findall(r"position \(([^)]*)\)", html.unescape(listed.group(1))) if "crowd" in name]
+    assert judges == natural, listed.group(1)
