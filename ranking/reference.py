@@ -117,6 +117,11 @@ ZERO_REFERENCE_EXCESS_NOTE = (
 )
 #: The note of a bias-table row of a judge tied to the reference (:func:`relative_bias`).
 TIED_ROW_NOTE = f"{TIED_TO_REFERENCE}: no excess corrected"
+#: The note of a tied row whose excess the gate supports but the data do not identify (prior-selected, not applied).
+PRIOR_SELECTED_TIED_NOTE = (
+    f"{TIED_TO_REFERENCE}: prior-selected (the data do not identify its excess), so not corrected although the gate "
+    "supports the effect; --apply-unidentified applies it"
+)
 #: The bias table's bootstrap interval columns.
 BOOT_COLUMNS: tuple[str, ...] = ("boot_ci_low", "boot_ci_high")
 #: The judge name trusted anchors are fitted under (not a valid model or judge name of any import).
@@ -478,13 +483,22 @@ def reference_effect_supported(own: dict[str, Any], level: float) -> bool:
     return bool(2 * ndtr(-abs(own["estimate"]) / sd) <= level)
 
 
-def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -> pl.DataFrame:
+def relative_bias(
+    problem: Problem,
+    fit: FitResult,
+    reference: frozenset[str],
+    withheld: frozenset[tuple[str, str]] = frozenset(),
+) -> pl.DataFrame:
     """The bias table with each judge's position/length/affinity (and style) effect given as its excess over the
     reference.
 
     An excess row's bootstrap interval is left empty (NaN): the table's replicate intervals are of each judge's
     whole effect (the replicates' raw cores are not kept), which is not its excess — they did not even contain
-    the excess's estimate.  Its Laplace interval (``ci_low``/``ci_high``) is the excess's own."""
+    the excess's estimate.  Its Laplace interval (``ci_low``/``ci_high``) is the excess's own.
+
+    ``withheld``: (judge, effect) corrections the gate supports but left off as prior-selected; their tied rows say so
+    and are not identified.  Why: they read "tied to the reference: no excess corrected", identified, beside a gate
+    table saying "enabled" for the same excess, and the report listed them as tied by the gate."""
     table = fit.bias
     core, cov = fit.state.core, fit.state.cov_core
     names = np.asarray(problem.data.judges, dtype=object)
@@ -500,7 +514,11 @@ def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -
         )
         tied = names[np.flatnonzero((problem.spec.tied[t] > 0) & ~reference_mask(problem, reference))]
         zero = np.zeros(tied.size)
-        updates.append(_bias_updates(tied, effect, (zero, zero, zero), False, TIED_ROW_NOTE))
+        prior_selected = np.array([(judge, effect) in withheld for judge in tied], bool)
+        for which, note in ((~prior_selected, TIED_ROW_NOTE), (prior_selected, PRIOR_SELECTED_TIED_NOTE)):
+            if which.any():
+                values = (zero[which], zero[which], zero[which])
+                updates.append(_bias_updates(tied[which], effect, values, False, note))
     if not updates:
         return table
     upd = pl.concat(updates)
@@ -514,6 +532,7 @@ def relative_bias(problem: Problem, fit: FitResult, reference: frozenset[str]) -
             pl.coalesce("_hi", "ci_high").alias("ci_high"),
             pl.coalesce("_on", "enabled").alias("enabled"),
             pl.coalesce("_note", "note").alias("note"),
+            (pl.col("identified") & (pl.col("_note") != PRIOR_SELECTED_TIED_NOTE).fill_null(True)).alias("identified"),
             *no_replicates,
         )
         .drop("_e", "_lo", "_hi", "_on", "_note")
@@ -836,7 +855,8 @@ def fit_with_reference(
         problem_pub, corrected_fit = problem_all, fit_all
         corrected = all_on = published_rating(problem_all, fit_all)
     if raters:
-        corrected = replace(corrected, bias=relative_bias(problem_pub, corrected, raters))
+        withheld = frozenset() if settings.apply_unidentified else frozenset(unidentified)
+        corrected = replace(corrected, bias=relative_bias(problem_pub, corrected, raters, withheld))
     effects = own_effects(problem_pub, corrected, raters) if raters else {}
     # Every joint covariance is taken: the factorisations go before the board that applies the unidentified ones.
     corrected, corrected_fit, fit_all, all_on = (_lean(f) for f in (corrected, corrected_fit, fit_all, all_on))

@@ -833,13 +833,16 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
     bias = keep(bias, lambda r: r["judge"], shown)
     disabled: list[str] = []
     tied: list[str] = []
+    withheld: list[str] = []  # tied as prior-selected though the gate supports the excess (not "see the gate")
     panels: list[str] = []
     for effect in _effect_order(str(r["effect"]) for r in bias):
         rows = sorted((r for r in bias if str(r["effect"]) == effect), key=lambda r: judge_key(r["judge"]))
         for r in rows:
             if r["enabled"] is False:
-                gated = str(r.get("note") or "").startswith(TIED_TO_REFERENCE)
-                (tied if gated else disabled).append(f"{effect} ({judge_label(r['judge'])})")
+                note = str(r.get("note") or "")
+                gated = note.startswith(TIED_TO_REFERENCE)
+                listed = (withheld if "prior-selected" in note else tied) if gated else disabled
+                listed.append(f"{effect} ({judge_label(r['judge'])})")
         rows = [r for r in rows if r["enabled"] is not False]
         if not rows or (effect == "tie_bothbad_share" and not any(r["estimate"] for r in rows)):
             continue  # (a source without both-bad ties: a panel of zeros)
@@ -883,6 +886,11 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
         parts.append(
             f'<p class="note">Tied to the reference (fitted and tested; no excess corrected, see the gate): '
             f"{esc(_listed(tied))}.</p>"
+        )
+    if withheld:
+        parts.append(
+            '<p class="note">Tied to the reference as prior-selected (the gate supports the excess, the data do not '
+            f"identify it; --apply-unidentified applies it): {esc(_listed(withheld))}.</p>"
         )
     if disabled:
         parts.append(f'<p class="note">Not fitted (disabled): {esc(_listed(disabled))}.</p>')

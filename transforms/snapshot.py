@@ -395,8 +395,18 @@ def fit_with_anchors(cells: pa.Table | Dataset, spec: FitSpec, only: tuple[str, 
         fitted.notes.append(
             f"anchors: {anchors.counts.counted} verdict(s) kept of {anchors.counts.read} read "
             f"(rejected: {anchors.counts.rejected or 'none'})"
+            + ("" if reference.kind == "anchors" else ANCHORS_NOT_FITTED.format(reference=reference.kind))
         )
     return fitted
+
+
+#: Appended to the anchors' note when ``--reference`` is not ``anchors``.  Why: the note said "N verdict(s) kept"
+#: while the fit left every one of them out (the gate measured the judges against the named judges, or zero), so a
+#: reader took the board for one corrected toward the anchors.
+ANCHORS_NOT_FITTED = (
+    "; not in the fit: the reference is {reference} (--reference), so the anchors enter only the audit's "
+    "gold-label accuracy"
+)
 
 
 def reference_warnings(fitted: ReferenceFit) -> list[str]:
@@ -404,15 +414,25 @@ def reference_warnings(fitted: ReferenceFit) -> list[str]:
     out = []
     if fitted.gate is not None:
         decisions = fitted.gate.decisions
-        enabled = decisions.filter(pl.col("enabled")).height
-        others = "; the others are tied to the reference" if enabled < decisions.height else ""
+        supported = decisions.filter(pl.col("enabled")).select("judge", "effect")
+        # A correction the gate supports is still left off when it is prior-selected (without --apply-unidentified):
+        # counted apart, since "the gate corrected 12 of 12" was said of a board that applied 10 of them.
+        off = pl.DataFrame(list(fitted.config.disabled), schema={"judge": pl.String, "effect": pl.String}, orient="row")
+        withheld = supported.join(off, on=["judge", "effect"], how="semi").height
+        enabled = supported.height - withheld
+        others = "; the others are tied to the reference" if supported.height < decisions.height else ""
         ref = fitted.reference
         who = ref.kind  # anchors; named judges by their names (one judge: singular)
         if ref.kind == "judges":
             who = f"{'judge' if fitted.n_raters == 1 else 'judges'} {', '.join(ref.judges)}"
+        left = (
+            f" ({withheld} more it supports are prior-selected and not applied: tied to the reference)"
+            if withheld
+            else ""
+        )
         out.append(
             f"reference {who} ({fitted.k:,} verdicts): the gate corrected {enabled} of "
-            f"{decisions.height} (judge, effect) excesses at level {fitted.gate.level}{others}"
+            f"{decisions.height} (judge, effect) excesses at level {fitted.gate.level}{left}{others}"
         )
     for entry in fitted.unidentified:
         if not entry["applied"]:

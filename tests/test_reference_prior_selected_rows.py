@@ -1,0 +1,64 @@
+"""A correction the gate supports but the data do not identify (prior-selected) is said to be left off as such."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+from biasboard.ranking.reference import (
+    PRIOR_SELECTED_TIED_NOTE,
+    TIED_ROW_NOTE,
+    Reference,
+    ReferenceSettings,
+    fit_with_reference,
+)
+from biasboard.schemas.families import FamilyMap
+from biasboard.simulate import SimulationConfig, simulate_days
+from biasboard.transforms.cells import partial_cells
+from biasboard.transforms.snapshot import reference_warnings
+
+FAMILIES = FamilyMap.with_user_rules()
+HUMAN = Reference("judges", ("human-pool-1",))
+
+
+def cells_with_a_two_verdict_judge() -> list[pa.Table]:
+    """A simulation's battles with two of gpt-sim-judge-1's verdicts given by a judge of its own, 'tiny-judge'."""
+    config = SimulationConfig(battles=16_000, models=8, judges=4, human_judges=1, days=1, seed=2)
+    ((_, battles, _),) = list(simulate_days(config))
+    judge = np.array(battles.column("judge").to_pylist(), dtype=object)
+    judge[np.flatnonzero(judge == "gpt-sim-judge-1")[:2]] = "tiny-judge"
+    column = pa.array(judge.tolist(), pa.string())
+    battles = battles.set_column(battles.schema.get_field_index("judge"), "judge", column)
+    return [partial_cells(battles, FAMILIES).cells]
+
+
+def test_a_prior_selected_correction_the_gate_supports_is_not_counted_as_corrected_nor_noted_as_the_gates() -> None:
+    cells = cells_with_a_two_verdict_judge()
+    fit = fit_with_reference(cells, reference=HUMAN)
+    withheld = {(e["judge"], e["effect"]) for e in fit.unidentified if not e["applied"]}
+    assert withheld, "the two-verdict judge's excesses are prior-selected"
+    gate = fit.gate.decisions
+    supported = {(j, e) for j, e, on in gate.select("judge", "effect", "enabled").iter_rows() if on}
+    assert withheld <= supported  # the gate supports them; the identified-only rule leaves them off
+    bias = fit.bias
+    for judge, effect in withheld:
+        row = bias.filter((pl.col("judge") == judge) & (pl.col("effect") == effect)).row(0, named=True)
+        # It read "tied to the reference: no excess corrected", identified, beside the gate's "enabled".
+        assert row["note"] == PRIOR_SELECTED_TIED_NOTE and row["identified"] is False and row["enabled"] is False
+    others = bias.filter(pl.col("note") == TIED_ROW_NOTE)
+    assert not {(j, e) for j, e in others.select("judge", "effect").iter_rows()} & withheld
+    (warning,) = [w for w in reference_warnings(fit) if "the gate corrected" in w]
+    # It said "the gate corrected 12 of 12" of a board that applied 10.
+    assert f"corrected {len(supported) - len(withheld)} of {gate.height}" in warning
+    assert f"{len(withheld)} more it supports are prior-selected and not applied" in warning
+
+
+def test_applied_anyway_with_apply_unidentified_they_are_counted_and_read_as_excesses() -> None:
+    fit = fit_with_reference(
+        cells_with_a_two_verdict_judge(), reference=HUMAN, settings=ReferenceSettings(apply_unidentified=True)
+    )
+    assert fit.unidentified and all(e["applied"] for e in fit.unidentified)
+    assert not (fit.bias["note"] == PRIOR_SELECTED_TIED_NOTE).any()
+    supported = fit.gate.decisions["enabled"].sum()
+    (warning,) = [w for w in reference_warnings(fit) if "the gate corrected" in w]
+    assert f"corrected {supported} of" in warning and "prior-selected" not in warning
