@@ -62,3 +62,23 @@ def test_applied_anyway_with_apply_unidentified_they_are_counted_and_read_as_exc
     supported = fit.gate.decisions["enabled"].sum()
     (warning,) = [w for w in reference_warnings(fit) if "the gate corrected" in w]
     assert f"corrected {supported} of" in warning and "prior-selected" not in warning
+
+
+def test_a_reference_whose_verdicts_barely_follow_the_comparisons_is_warned_of() -> None:
+    """A reference that agrees with the comparisons by little more than chance (here: every verdict of the human pool
+    flipped) has a discrimination a_r near 0, and its rating divides its own preferences by a_r: the board was
+    reordered by ten times the reference's length preference with no warning.  Warned; the unflipped pool is not."""
+    config = SimulationConfig(battles=12_000, models=8, judges=3, human_judges=1, days=1, seed=5)
+    ((_, battles, _),) = list(simulate_days(config))
+    plain = fit_with_reference([partial_cells(battles, FAMILIES).cells], reference=HUMAN)
+    assert not [w for w in reference_warnings(plain) if "only weakly" in w]
+    human = pl.from_arrow(battles)["judge"] == "human-pool-1"
+    winner = pl.from_arrow(battles)["winner"]
+    flipped = winner.replace({"model_a": "model_b", "model_b": "model_a"})
+    column = pa.array(pl.select(pl.when(human).then(flipped).otherwise(winner)).to_series().to_list(), pa.string())
+    battles = battles.set_column(battles.schema.get_field_index("winner"), "winner", column)
+    fit = fit_with_reference([partial_cells(battles, FAMILIES).cells], reference=HUMAN)
+    disc = fit.own_effects["discrimination"]
+    assert disc["ci_high"] < 0.25, disc
+    (warning,) = [w for w in reference_warnings(fit) if "only weakly" in w]
+    assert warning.startswith("the reference's verdicts follow the comparisons' quality order only weakly"), warning

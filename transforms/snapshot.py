@@ -409,6 +409,30 @@ ANCHORS_NOT_FITTED = (
 )
 
 
+#: A reference discrimination a_r (on the judges' geometric-mean scale, 1) whose whole 95% interval lies below this
+#: is warned of: its verdicts follow the comparisons' quality order only weakly.
+WEAK_REFERENCE: float = 0.25
+
+
+def weak_reference_warning(fitted: ReferenceFit) -> list[str]:
+    """A warning when the reference's verdicts barely follow the quality order the comparisons show (a_r's 95%
+    interval below :data:`WEAK_REFERENCE`).
+
+    Why: its rating φ = θ + (β_r / a_r)·x̄ divides its own preferences by a_r, so a reference that agrees with the
+    comparisons by little more than chance (anchors with their verdicts flipped: a_r ≈ 0.1) reordered the board by
+    ten times its length preference (Kendall τ 0.11 against the naive board), and only the agreement table, well
+    down the report, gave it away."""
+    disc = fitted.own_effects.get("discrimination")
+    if not disc or disc.get("ci_high") is None or disc["ci_high"] >= WEAK_REFERENCE:
+        return []
+    return [
+        f"the reference's verdicts follow the comparisons' quality order only weakly: its discrimination a_r is "
+        f"{disc['estimate']:.2f} [{disc['ci_low']:.2f}, {disc['ci_high']:.2f}] (1 is the judges' geometric mean), "
+        f"so its own preferences enter its rating divided by it — ×{1 / disc['estimate']:.0f}; check that the "
+        "reference judges the same task in the same sense (flipped or mislabelled verdicts, another benchmark)"
+    ]
+
+
 def reference_warnings(fitted: ReferenceFit) -> list[str]:
     """Plain-words warnings of the reference fit: what the gate enabled, what was not applied and why."""
     out = []
@@ -434,6 +458,7 @@ def reference_warnings(fitted: ReferenceFit) -> list[str]:
             f"reference {who} ({fitted.k:,} verdicts): the gate corrected {enabled} of "
             f"{decisions.height} (judge, effect) excesses at level {fitted.gate.level}{left}{others}"
         )
+    out.extend(weak_reference_warning(fitted))
     for entry in fitted.unidentified:
         if not entry["applied"]:
             tau, judge = entry["if_applied"].get("kendall_tau"), S.judge_label(entry["judge"])
