@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--judge",
         action="append",
-        help="plan for this judge (repeatable; default: every judge of the fit); '*' is a new judge of the "
+        help="plan for this judge (repeatable; default: every judge of the fit's battles); '*' is a new judge of the "
         "population (the next crowd voter: the fit's global effects), what a board of voter-judges plans for",
     )
     parser.add_argument(

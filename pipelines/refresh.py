@@ -191,9 +191,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plan-budget",
         **_number("--plan-budget"),
-        help="also plan this many next comparisons (top-k-aware) from the new snapshot, for every judge of the fit, or "
-        "for '*' (a new judge of the population: the next crowd voter) on a board of voter-judges too many to weigh "
-        "each (default %(default)s: no plan)",
+        help="also plan this many next comparisons (top-k-aware) from the new snapshot, for every judge of the fit's "
+        "battles, or for '*' (a new judge of the population: the next crowd voter) on a board of voter-judges too "
+        "many to weigh each (default %(default)s: no plan)",
     )
     parser.add_argument(
         "--slices",
@@ -561,7 +561,8 @@ def _with_plan(outcome: Outcome, out_dir: str, options: RefreshOptions) -> Outco
             _LOG.warning("--plan-budget: the snapshot rates fewer than two models, so there is no comparison to plan")
             return outcome
         try:
-            plan = make_plan(out_dir, options.plan_budget, snapshot_id=outcome.published.snapshot_id)
+            # --seed seeds every Monte Carlo part, the plan's draws of P(top k) too (its plan.json said seed 0)
+            plan = make_plan(out_dir, options.plan_budget, snapshot_id=outcome.published.snapshot_id, seed=options.seed)
         except PlanTooLarge as err:
             # Voter-judges, too many to weigh each for every pair (and none can be asked again by name): refresh has no
             # --judge, so it plans what an arena asks next — pairs for a new judge of the population — and says so.
@@ -575,6 +576,7 @@ def _with_plan(outcome: Outcome, out_dir: str, options: RefreshOptions) -> Outco
                 out_dir,
                 options.plan_budget,
                 snapshot_id=outcome.published.snapshot_id,
+                seed=options.seed,
                 judges=[POPULATION_JUDGE],
                 notes=[fallback],
             )

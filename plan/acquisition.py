@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 from biasboard.ranking.config import Priors
+from biasboard.ranking.reference import ANCHOR_JUDGE, EXCESS_ROW_NOTE, TIED_ROW_NOTE
 from biasboard.ranking.result import ELO_CENTER, ELO_PER_LOGIT
 
 STRATEGIES: tuple[str, ...] = ("topk", "dopt", "thompson", "roundrobin", "random")
@@ -299,7 +300,7 @@ class Posterior:
             elif name in (ANY_JUDGE, POPULATION_JUDGE):
                 index.append(-1)
             else:
-                raise KeyError(f"judge {name!r} is not in the fit ({self._judges_said()})")
+                raise KeyError(f"judge {name!r} judged no battle of the fit ({self._judges_said()})")
         return tuple(judges), np.array(index, dtype=np.int64)
 
     @functools.cached_property
@@ -390,22 +391,40 @@ def posterior_from_fit(fit, judged: pl.DataFrame | None = None) -> Posterior:
     """The :class:`Posterior` of a :class:`~biasboard.ranking.result.FitResult`.
 
     Judge effects are the fit's named effects (:attr:`~biasboard.ranking.result.FitResult.judges`; judge
-    ``'*'`` is global): ``position`` → γ_j, ``discrimination`` → a_j, ``tie`` → ν_j.  A naive fit has no
-    judge effects: one pseudo-judge with no position effect, a = 1 and no ties (the naive model counts ties
-    as half wins).  ``judged``: rows (judge, model_a, model_b, n) of the battles the fit's data holds per judge and
-    pair (the refresh's :attr:`~biasboard.transforms.snapshot.CellTotals.judge_pairs`), kept as
-    :attr:`Posterior.judged` for the judges and models of the fit.
+    ``'*'`` is global; the trusted anchors' rater is left out, and with ``judged`` a judge of no battle):
+    ``position`` → γ_j (a judge's whole effect: its excess over a reference plus the reference's), ``discrimination``
+    → a_j, ``tie`` → ν_j.  A naive fit has no judge effects: one pseudo-judge with no position effect, a = 1 and no
+    ties (the naive model counts ties as half wins).  ``judged``: rows (judge, model_a, model_b, n) of the battles the
+    fit's data holds per judge and pair (the refresh's :attr:`~biasboard.transforms.snapshot.CellTotals.judge_pairs`),
+    kept as :attr:`Posterior.judged` for the judges and models of the fit.
     """
     named = fit.judges
     glob = named.get("*")
     g_pos = _finite(glob.position.estimate if glob is not None and glob.position else None, 0.0)
-    judges = sorted(j for j in named if j != "*")
+    # The trusted anchors are fitted as one more rater, under a name of the fit's own: not a judge of the battles, so
+    # none a plan can ask or whose judged pairs --no-repeat sees (planned for, it took an equal share of every plan,
+    # under --no-repeat pairs its anchors had already judged).
+    judges = sorted(j for j in named if j not in ("*", ANCHOR_JUDGE))
+    if judged is not None:
+        # A judge of single grades alone (a board of battles and grades) gave no pairwise verdict: its discrimination
+        # and tie propensity are the prior's, which a plan of pairwise comparisons weighed as measured (it took an equal
+        # share of every plan, "ν = 1, a = 1"), as an ordinal-only board's plan did before it was refused.
+        battled = set(judged.get_column("judge").cast(pl.String).unique().to_list())
+        judges = [j for j in judges if j in battled]
 
     def estimate(judge: str, effect: str, default: float) -> float:
         value = getattr(named[judge], effect)
         return _finite(value.estimate if value is not None else None, default)
 
-    pos = [estimate(j, "position", g_pos) for j in judges]
+    def position(judge: str) -> float:
+        # A fit toward a reference reports a judge's position effect as its excess over the reference's (0 when tied
+        # to it), the global coefficient; the judge's verdicts carry both.  Read as the whole effect, judges tied to
+        # a reference of γ = -0.54 were planned as if they had no position bias at all.
+        value = named[judge].position
+        over_reference = value is not None and value.note in (EXCESS_ROW_NOTE, TIED_ROW_NOTE)
+        return estimate(judge, "position", g_pos) + (g_pos if over_reference else 0.0)
+
+    pos = [position(j) for j in judges]
     disc = [estimate(j, "discrimination", 1.0) for j in judges]
     tie = [estimate(j, "tie", 0.0) for j in judges]
     g_tie = float(np.median(tie)) if tie else 0.0
@@ -745,8 +764,9 @@ def _cap(units: int, slots: int, share: float | None) -> int:
 def _past(counts: np.ndarray | None, n_judges: int, m: int, repeat: bool) -> tuple[np.ndarray, np.ndarray]:
     """(comparisons per pair so far, ``fresh[j, a, b]``: judge j may be given the pair) from ``counts``.
 
-    ``counts`` per planned judge (J × M × M) or by any judge (M × M); the pair counts round-robin reads are the
-    sum over the judges planned for.  Without ``repeat`` a judge is fresh for a pair it has not judged.
+    ``counts`` per planned judge (J × M × M) or by any judge (M × M), the comparisons between a and b in either order
+    (symmetric, as :meth:`Posterior.past_counts`; one triangle alone reads the same); the pair counts round-robin
+    reads are the sum over the judges planned for.  Without ``repeat`` a judge is fresh for a pair it has not judged.
     """
     if counts is None:
         per_judge = np.zeros((1, m, m))
@@ -755,7 +775,10 @@ def _past(counts: np.ndarray | None, n_judges: int, m: int, repeat: bool) -> tup
         per_judge = per_judge[None] if per_judge.ndim == 2 else per_judge
         if per_judge.shape[1:] != (m, m) or per_judge.shape[0] not in (1, n_judges) or per_judge.ndim != 3:
             raise ValueError(f"counts must be {m}×{m} or {n_judges}×{m}×{m}, got {np.shape(counts)}")
-    per_judge = per_judge + per_judge.transpose(0, 2, 1)
+    # The larger of the two halves, not their sum: the counts are symmetric already, and summed every past comparison
+    # counted twice (round-robin's "26 before" read 52) while a planned unit added its two once, so a pair judged 3
+    # times and planned once (5) still came before one judged 4 times.
+    per_judge = np.maximum(per_judge, per_judge.transpose(0, 2, 1))
     pair_counts = per_judge.sum(axis=0)
     if repeat:
         return pair_counts, np.broadcast_to(np.True_, (n_judges, m, m))  # read only, and no judges x models² bytes

@@ -27,13 +27,15 @@ from biasboard.plan.acquisition import (
     select_comparisons,
 )
 from biasboard.ranking import ModelConfig, fit_bias_aware
+from biasboard.ranking.reference import ANCHOR_JUDGE, Reference, fit_with_reference
 from biasboard.schemas import summary as S
 from biasboard.schemas.battle import BATTLE_SCHEMA, STYLE_COUNT_COLUMNS
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
-from biasboard.simulate import SimulationConfig, write_simulation
+from biasboard.simulate import SimulationConfig, draw_parameters, simulate_days, write_simulation
 from biasboard.transforms import plan as plan_module
 from biasboard.transforms import publish
+from biasboard.transforms.anchors import as_anchor_rows
 from biasboard.transforms.cells import partial_cells
 from biasboard.transforms.plan import (
     PLAN_BYTES_PER_JUDGE_PAIR,
@@ -441,7 +443,7 @@ def test_roundrobin_says_when_it_does_not_know_the_past_counts():
     sel = select_comparisons(_three_judge_posterior(), 4, "roundrobin")
     assert "past comparisons not known" in sel.reasons[0]
     known = select_comparisons(_three_judge_posterior(), 4, "roundrobin", counts=np.ones((6, 6)))
-    assert known.reasons[0] == "least compared pair (2 before)"
+    assert known.reasons[0] == "least compared pair (1 before)"
 
 
 def test_a_board_of_two_components_is_planned_to_link_them(tmp_path):
@@ -790,3 +792,82 @@ def test_plan_json_keeps_few_judge_names(tmp_path, monkeypatch) -> None:
     assert cli.main(["plan", "--out", out, "--budget", "4", "--to", str(tmp_path / "plan")]) == 0
     planned = json.loads((Path(tmp_path) / "plan" / "plan.json").read_text())
     assert len(planned["judges"]) == 2 and planned["judges_count"] == 5
+
+
+def _reference_board():
+    """Battles of five judges (two human pools) that all put the first-shown model ahead by ~0.5 logits."""
+    config = SimulationConfig(battles=8000, models=8, judges=5, human_judges=2, days=1, seed=61, gamma0=-0.5, sd_u=0.05)
+    battles = [battles for _, battles, _ in simulate_days(config)]
+    cells = [partial_cells(day, FamilyMap.with_user_rules()).cells for day in battles]
+    return battles, cells, draw_parameters(config)
+
+
+def test_a_fit_toward_a_reference_plans_with_each_judges_whole_position_effect():
+    # Toward the two human pools as reference, the bias table gives the LLM judges' position as their excess over
+    # the humans' (0: tied to them), and the plan read that as the whole effect: judges planned for as if they had
+    # no position bias at all.
+    _, cells, params = _reference_board()
+    humans = tuple(name for name, human in zip(params.judge_names, params.judge_human, strict=True) if human)
+    toward = posterior_from_fit(fit_with_reference(cells, reference=Reference("judges", humans)).corrected)
+    alone = posterior_from_fit(fit_with_reference(cells, reference=Reference()).corrected)
+    assert toward.judges == alone.judges
+    truth = params.gamma[[list(params.judge_names).index(j) for j in toward.judges]]
+    np.testing.assert_allclose(toward.position, truth, atol=0.15)
+    np.testing.assert_allclose(toward.position, alone.position, atol=0.15)
+
+
+def test_the_trusted_anchors_are_not_a_judge_to_plan_for():
+    # Fitted as one more rater named "(anchors)", they took an equal share of every plan, and with --no-repeat
+    # were given pairs they had already judged (their verdicts are not the battles' judged pairs).
+    battles, cells, params = _reference_board()
+    first = pl.from_arrow(battles[0]).filter(pl.col("judge") == params.judge_names[0]).head(400)
+    anchors = pl.from_arrow(partial_cells(as_anchor_rows(first), FamilyMap.with_user_rules()).cells)
+    fit = fit_with_reference(cells, reference=Reference("anchors", (ANCHOR_JUDGE,)), anchor_cells=anchors).corrected
+    assert ANCHOR_JUDGE in fit.judges
+    post = posterior_from_fit(fit)
+    assert ANCHOR_JUDGE not in post.judges and len(post.judges) == 5
+    truth = params.gamma[[list(params.judge_names).index(j) for j in post.judges]]
+    np.testing.assert_allclose(post.position, truth, atol=0.2)
+
+
+def test_roundrobin_counts_each_past_comparison_once():
+    # The past counts are symmetric; summed with their transpose each past comparison counted twice while a planned
+    # unit counted its two once: a pair compared 3 times, once planned (5), still came before one compared 4 times.
+    post = Posterior(models=tuple("abcd"), mean=np.zeros(4), cov=np.eye(4), k=2)
+    counts = 10 - 10 * np.eye(4, dtype=np.int64)
+    counts[0, 1] = counts[1, 0] = 3
+    counts[2, 3] = counts[3, 2] = 4
+    sel = select_comparisons(post, 4, "roundrobin", counts=counts, max_pair_share=1.0)
+    assert _units(sel) == [frozenset((0, 1)), frozenset((2, 3))]
+    assert sel.reasons == ("least compared pair (3 before)", "least compared pair (4 before)")
+
+
+def test_a_judge_of_grades_alone_is_not_planned_for(tmp_path):
+    # On a board of battles and grades, a judge that only grades gave no pairwise verdict: its discrimination and tie
+    # propensity are the prior's (a = 1, ν = 1), and the plan weighed them as measured, giving it a quarter of the plan.
+    sim = write_simulation(SimulationConfig(battles=600, models=5, judges=3, days=1, scores=0.5, seed=5), tmp_path)
+    grades = pl.read_parquet(sim / "scores" / "**" / "*.parquet").with_columns(pl.lit("grader").alias("judge"))
+    grades.write_parquet(tmp_path / "grades.parquet")
+    out = str(tmp_path / "out")
+    inputs = ["--input", str(sim / "battles"), "--scores", str(tmp_path / "grades.parquet")]
+    folders = ["--state", str(tmp_path / "st"), "--out", out]
+    assert cli.main(["refresh", "--no-audit", *inputs, *folders, "--k", "2", "--plan-budget", "40"]) == 0
+    bias = pl.read_parquet(Path(publish.resolve_snapshot(out, None)) / "bias.parquet")
+    assert "grader" in bias["judge"].to_list()  # a judge of the fit (its severity)
+    post = Posterior.from_bytes((Path(publish.resolve_snapshot(out, None)) / POSTERIOR_FILE).read_bytes())
+    assert "grader" not in post.judges and len(post.judges) == 3
+    plan = pl.read_parquet(next((tmp_path / "out" / "plans").glob("*/plan.parquet")))
+    assert plan.height == 40 and "grader" not in plan["judge"].to_list()
+
+
+def test_a_refresh_plans_with_its_own_seed(tmp_path):
+    # refresh --seed seeds every Monte Carlo part; its --plan-budget plan drew P(top k) with seed 0 whatever the
+    # seed, and its plan.json said "seed": 0 beside a snapshot made with another.
+    sim = write_simulation(SimulationConfig(battles=300, models=6, judges=2, days=1, seed=8), tmp_path / "sim")
+    out = str(tmp_path / "out")
+    refresh = ["refresh", "--no-audit", "--input", str(sim / "battles"), "--state", str(tmp_path / "state")]
+    assert cli.main([*refresh, "--out", out, "--k", "2", "--seed", "3", "--plan-budget", "20"]) == 0
+    made = next((tmp_path / "out" / "plans").glob("*"))
+    assert json.loads((made / "plan.json").read_text())["seed"] == 3
+    assert cli.main(["plan", "--out", out, "--budget", "20", "--seed", "3", "--to", str(tmp_path / "p")]) == 0
+    assert pl.read_parquet(made / "plan.parquet").equals(pl.read_parquet(tmp_path / "p" / "plan.parquet"))
