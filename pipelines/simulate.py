@@ -15,6 +15,7 @@ import argparse
 import datetime as dt
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from biasboard.pipelines import validation
@@ -101,8 +102,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier simulation in --out")
 
 
+#: Flags that act only with another, as (field, what it needs, whether the command has it, why).  Given without
+#: it, each was recorded in truth.json's settings and drew nothing (``--grades 5`` without ``--scores``: no
+#: grade; ``--hubs 3`` with the uniform design: no hub), so a run the user believed had them had not: refused,
+#: like refresh's ``--slice-min-battles`` without ``--slices``.
+_NEEDS: tuple[tuple[str, str, Callable[[argparse.Namespace], bool], str], ...] = (
+    ("grades", "--scores", lambda a: a.scores > 0, "no score is drawn"),
+    ("hubs", "--design multihub", lambda a: a.design == "multihub", "only the multihub design has hubs to count"),
+    ("strata", "--design stratified", lambda a: a.design == "stratified", "only the stratified design has strata"),
+    ("corr_style", "--style", lambda a: a.style, "no style count is drawn"),
+    ("category_sd", "--categories", lambda a: a.categories > 0, "no battle has a category"),
+    ("self_identical", "--self-battles", lambda a: a.self_battles > 0, "there is no self-battle"),
+)
+
+
+def _check_applies(args: argparse.Namespace) -> None:
+    """Refuse a flag set (to other than its default) where it changes nothing (InputError names it)."""
+    for name, needed, has, why in _NEEDS:
+        if getattr(args, name) != getattr(_DEFAULTS, name) and not has(args):
+            raise InputError(f"{FLAG_RULES[name][0]} {getattr(args, name)} is given without {needed}: {why}")
+    for name in ("corr_length", "corr_style"):  # (a correlation with a constant is none: it was dropped silently)
+        if args.theta_sd == 0 and getattr(args, name) != 0:
+            flag = FLAG_RULES[name][0]
+            raise InputError(
+                f"{flag} {getattr(args, name)} is given with --theta-sd 0: every θ is 0, nothing correlates"
+            )
+    if args.both_orders and args.position_skew != _DEFAULTS.position_skew:
+        raise InputError(
+            f"--position-skew {args.position_skew} is given with --both-orders: every unit is shown in both orders"
+        )
+
+
 def config_from_args(args: argparse.Namespace) -> SimulationConfig:
-    """The :class:`SimulationConfig` the flags describe (InputError names a bad flag)."""
+    """The :class:`SimulationConfig` the flags describe (InputError names a bad flag, or one that does not apply)."""
+    _check_applies(args)
     return SimulationConfig(
         battles=args.battles,
         models=args.models,

@@ -39,8 +39,10 @@ For judge *j*, model *a* shown first and *b* second::
   model's header propensity correlates ``corr_style`` with θ); η gains
   Σ_k δ_jk·d_k with d_k = (c_a − c_b)/(c_a + c_b) (0 when both are 0) and
   δ_jk = ``style_effects[k]`` + N(0, ``sd_style``).  Drawn from streams of
-  their own: a run without style is unchanged, and the other columns of a run
-  with style are those of the same run without.
+  their own: a run without style is unchanged, and the pairs, judges, prompts
+  and lengths of a run with style are those of the same run without (the
+  verdicts differ, as the style effects move η, and so do the time stamps,
+  drawn after the ties; likewise with ``categories``).
 
 Ordinal scores follow the partial-credit many-facet Rasch model
 P(X = k) ∝ exp(Σ_{h=2..k}(θ_m − δ_p − α_j − τ_h)), k = 1..K, with prompt
@@ -234,7 +236,7 @@ class SimulationConfig:
     bothbad_share: float = 0.3
     severity_sd: float = 0.5  # SD of α_j (scores)
     prompt_difficulty_sd: float = 0.5  # SD of δ_p (scores)
-    tau_span: float = 2.5  # thresholds evenly spaced in [−span, span]
+    tau_span: float = 2.5  # thresholds evenly spaced in [−span, span] (one threshold, for two grades: 0)
     len_mean: float = 300.0  # geometric mean response length, tokens
     len_model_sd: float = 0.35  # SD of μ_m
     len_prompt_sd: float = 0.3
@@ -345,10 +347,15 @@ def _centred(x: np.ndarray) -> np.ndarray:
 
 
 def _correlated(z: np.ndarray, rho: float, rng: np.random.Generator) -> np.ndarray:
-    """A standardised vector whose in-sample correlation with ``z`` is exactly ``rho``."""
+    """A standardised vector whose in-sample correlation with ``z`` is exactly ``rho`` (with ``z`` constant, as θ
+    with ``theta_sd`` 0, there is no correlation to set: the standardised noise alone; it was 0/0, NaN mean
+    lengths, every length written as −2⁶³ and every verdict a tie)."""
     zc = _centred(z)
-    zc = zc / np.sqrt(np.mean(zc**2))
     e = _centred(rng.standard_normal(z.size))
+    spread = np.sqrt(np.mean(zc**2))
+    if spread == 0:
+        return e / np.sqrt(np.mean(e**2))
+    zc = zc / spread
     e = e - zc * np.mean(e * zc)  # Gram–Schmidt: orthogonal to z in-sample
     e = e / np.sqrt(np.mean(e**2))
     return rho * zc + math.sqrt(1 - rho**2) * e
@@ -403,7 +410,9 @@ def draw_parameters(config: SimulationConfig) -> Parameters:
     alpha = _centred(rng.normal(0.0, config.severity_sd, n_judges))
     delta = _centred(rng.normal(0.0, config.prompt_difficulty_sd, config.prompts))
     prompt_len = rng.normal(0.0, config.len_prompt_sd, config.prompts)
-    tau = np.linspace(-config.tau_span, config.tau_span, config.grades - 1)
+    # (numpy puts a single point at the start: two grades had their threshold at −span, 90% of them the top grade,
+    # where every other K is symmetric about 0)
+    tau = np.linspace(-config.tau_span, config.tau_span, config.grades - 1) if config.grades > 2 else np.zeros(1)
     return Parameters(
         model_names=model_names,
         model_family=model_family,
@@ -963,8 +972,9 @@ def truth(config: SimulationConfig, params: Parameters | None = None) -> dict:
     valid = sum(c.rows for c in chunks)
     bad_total = sum(bad_counts.values())
     family = params.family_names
-    z = _centred(params.theta)
-    corr = float(np.sum(z * _centred(params.mu)) / np.sqrt(np.sum(z**2) * np.sum(_centred(params.mu) ** 2)))
+    z, mu = _centred(params.theta), _centred(params.mu)
+    spread = np.sqrt(np.sum(z**2) * np.sum(mu**2))
+    corr = float(np.sum(z * mu) / spread) if spread > 0 else None  # (no correlation with a constant: not NaN)
     ranks = np.empty(config.models, dtype=np.int64)
     ranks[params.standings] = np.arange(config.models)
     stratum = np.searchsorted(params.strata_bounds, ranks, side="right") - 1
@@ -972,7 +982,12 @@ def truth(config: SimulationConfig, params: Parameters | None = None) -> dict:
         "seed": config.seed,
         "settings": {k: _jsonable(v) for k, v in dataclasses.asdict(config).items()},
         "model": {
-            "eta": "a_j*(theta_a - theta_b) + gamma_j + beta_j*(ln len_a - ln len_b) + lambda_j*(s_aj - s_bj)",
+            # (the style and category terms, when drawn, are part of it: the formula without them misled)
+            "eta": (
+                ("a_j*(theta_by_category_a - theta_by_category_b)" if config.categories else "a_j*(theta_a - theta_b)")
+                + " + gamma_j + beta_j*(ln len_a - ln len_b) + lambda_j*(s_aj - s_bj)"
+                + (" + sum_k style_jk*(c_ak - c_bk)/(c_ak + c_bk) (0 when both are 0)" if config.style else "")
+            ),
             "ties": "Davidson: P(a)=e^{eta/2}/D, P(b)=e^{-eta/2}/D, P(tie)=nu_j/D, D=e^{eta/2}+e^{-eta/2}+nu_j",
             "bothbad": "P(tie (bothbad) | tie) = sigmoid(logit(bothbad_j) - (theta_a + theta_b)/2)",
             "length": "ln len = mu_m + prompt offset + N(0, len_noise_sd), rounded to a positive integer",

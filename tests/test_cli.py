@@ -222,6 +222,29 @@ def test_simulate_and_import_numbers_are_refused_in_one_line_naming_the_flag(arg
     assert not (tmp_path / "OUT").exists()
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--grades", "5"], "--grades 5 is given without --scores: no score is drawn"),
+        (["--hubs", "3"], "--hubs 3 is given without --design multihub"),
+        (["--design", "hubspoke", "--hubs", "3"], "--hubs 3 is given without --design multihub"),
+        (["--strata", "3"], "--strata 3 is given without --design stratified"),
+        (["--corr-style", "0.5"], "--corr-style 0.5 is given without --style"),
+        (["--category-sd", "1.0"], "--category-sd 1.0 is given without --categories"),
+        (["--self-identical", "0.9"], "--self-identical 0.9 is given without --self-battles"),
+        (["--both-orders", "--position-skew", "1"], "--position-skew 1.0 is given with --both-orders"),
+        (["--theta-sd", "0", "--corr-length", "0.5"], "--corr-length 0.5 is given with --theta-sd 0"),
+    ],
+)
+def test_simulate_refuses_a_flag_that_changes_nothing(argv, said, tmp_path, capsys):
+    """Each was recorded in truth.json's settings and drew nothing (no grade, hub, stratum, style count, category
+    or self-battle; no order left to skew), exit 0: a run the user believed had them had not."""
+    assert cli.main(["simulate", *argv, "--out", str(tmp_path / "OUT")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"biasboard simulate: error: {said}") and err.count("\n") == 1
+    assert not (tmp_path / "OUT").exists()
+
+
 def test_argparse_errors_are_one_line_too(capsys):
     """A missing required flag or a value not among the choices printed argparse's usage block above the message
     (3 to 17 lines, the QA pass), where every other refusal is one line: now one line, pointing at --help."""

@@ -179,3 +179,21 @@ def test_quality_length_correlation_past_the_crossing_point_warns(corr_length):
     referenced = fit_bias_aware(cells, config=dataclasses.replace(FAST, reference=frozenset({judge})))
     said = [w for w in referenced.diagnostics["warnings"] if "Xu et al. 2026" in w]
     assert said and all("keep the reference's own length preference" in w for w in said), said
+
+
+def test_the_oracle_fixes_each_judges_true_discrimination_and_style():
+    """The oracle fixed log a_j at the truth but the fit centred them, so θ came out scaled by the geometric mean
+    of the true a_j (1.16 here: 0.12 RMS from truth with pairs alone, 0.01 with grades); and it estimated the style
+    effects from the data instead of fixing them at truth.json's ``style``."""
+    cells, _, tr = simulated(battles=60_000, models=10, judges=4, seed=11, disc_sd=0.6)
+    assert np.exp(np.mean([np.log(j["a"]) for j in tr["judges"]])) > 1.1
+    models, oracle = fit_oracle(cells, {j["judge"]: j for j in tr["judges"]}, config=FAST)
+    theta = true_theta(models, tr, scale_by_discrimination=False)
+    assert np.sqrt(np.mean((oracle - theta) ** 2)) < 0.04
+    assert abs(np.polyfit(theta, oracle, 1)[0] - 1.0) < 0.03
+
+    cells, _, tr = simulated(battles=60_000, models=10, judges=4, seed=4, style=True, corr_style=0.9)
+    judges = {j["judge"]: j for j in tr["judges"]}
+    _, oracle = fit_oracle(cells, judges, config=FAST)
+    _, no_style = fit_oracle(cells, {name: {**j, "style": [0.0, 0.0, 0.0]} for name, j in judges.items()}, config=FAST)
+    assert np.sqrt(np.mean((oracle - no_style) ** 2)) > 0.05  # the style effects given are the ones used

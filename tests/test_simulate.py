@@ -358,6 +358,37 @@ def test_scores_follow_the_partial_credit_model():
     assert by_judge.sort("score")["judge"][0] == harshest
 
 
+def test_equal_models_get_lengths_and_verdicts(tmp_path):
+    """``theta_sd`` 0 (every model equal: what a judge's biases alone do) is a valid setting, but the length means
+    were correlated with θ by dividing by its spread: NaN means, every length written as −2⁶³, every verdict a tie
+    and NaN in truth.json (not JSON)."""
+    config = SimulationConfig(battles=4_000, models=5, judges=2, days=1, theta_sd=0.0, style=True, seed=2)
+    write_simulation(config, tmp_path)
+    battles = pl.read_parquet(tmp_path / "battles" / "*" / "*.parquet")
+    assert battles["len_a"].min() >= 1 and battles["len_b"].min() >= 1
+    assert battles["winner"].value_counts()["winner"].len() == 4
+    assert battles["header_count_a"].null_count() == 0
+
+    def no_nan(name):
+        raise AssertionError(f"truth.json holds {name}")
+
+    t = json.loads((tmp_path / "truth.json").read_text(), parse_constant=no_nan)
+    assert t["global"]["corr_theta_length"] is None
+    assert len({round(m["mean_log_length"], 6) for m in t["models"]}) == 5
+
+
+def test_two_grades_are_as_symmetric_as_more():
+    """np.linspace puts one point at the start of the span: two grades had their threshold at −tau_span, 90% top
+    grades, where every K ≥ 3 has thresholds symmetric about 0 (the middle grades most, the two ends alike)."""
+    for grades in (2, 3, 4):
+        config = SimulationConfig(battles=20_000, models=10, judges=2, days=1, scores=1.0, grades=grades, seed=3)
+        tau = np.array(truth(config)["scores"]["tau"])
+        np.testing.assert_allclose(tau, -tau[::-1], atol=1e-12)
+        scores = np.concatenate([s.column("score").to_numpy() for _, _, s in simulate_days(config)])
+        shares = np.bincount(scores.astype(np.int64), minlength=grades + 1)[1:] / scores.size
+        assert abs(shares[0] - shares[-1]) < 0.05, (grades, shares)
+
+
 def test_cli_writes_refuses_to_overwrite_and_rejects_bad_flags(tmp_path, capsys):
     out = tmp_path / "sim"
     argv = ["simulate", "--out", str(out), "--battles", "2000", "--days", "2", "--design", "multihub"]
@@ -430,3 +461,11 @@ def test_a_models_category_qualities_average_to_its_theta():
     np.testing.assert_allclose(by_category.mean(axis=1), theta, atol=1e-12)
     np.testing.assert_allclose(by_category.mean(axis=0), theta.mean(), atol=1e-12)
     assert np.std(by_category - theta[:, None]) > 0.2  # the categories still differ
+
+
+def test_truths_formula_names_the_terms_the_verdicts_were_drawn_with():
+    """truth.json's ``model.eta`` was the formula without style and categories, also when both were drawn."""
+    plain = truth(SimulationConfig(battles=10))["model"]["eta"]
+    assert "style" not in plain and "theta_by_category" not in plain
+    drawn = truth(SimulationConfig(battles=10, style=True, categories=2))["model"]["eta"]
+    assert "style_jk" in drawn and "theta_by_category_a" in drawn
