@@ -584,7 +584,7 @@ def test_a_prior_selected_global_correction_is_named_for_every_judge_not_by_its_
 
     entry = {"applied": False, "effect": "affinity", "judge": "*", "if_applied": {"kendall_tau": 1.0}}
     named = {**entry, "judge": "gpt-4"}
-    lines = reference_warnings(SimpleNamespace(gate=None, unidentified=[entry, named]))  # type: ignore[arg-type]
+    lines = reference_warnings(SimpleNamespace(gate=None, own_effects={}, unidentified=[entry, named]))  # type: ignore[arg-type]
     assert lines[0].startswith("affinity correction of all judges (global) is prior-selected"), lines
     assert lines[1].startswith("affinity correction of gpt-4 is prior-selected"), lines
 
