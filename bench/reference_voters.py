@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import polars as pl
 import pyarrow as pa
 from benchlib import CHILD_ENV, child_command, peak_rss_mb, run_child
 
@@ -72,13 +74,29 @@ def worker(kind: str, cells_path: Path) -> dict:
         "agreement_rows": len(fit.agreement),
     }
     if fit.gate is not None:
-        groups = fit.gate.decisions.group_by("effect", maintain_order=True).first()
         out["raters"] = fit.n_raters
-        out["gate"] = [
-            {k: row[k] for k in ("effect", "enabled", "group_chi2", "group_df", "group_p_holm")}
-            for row in groups.to_dicts()
-        ]
+        out["gate"] = gate_groups(fit.gate.decisions)
     return out
+
+
+def gate_groups(decisions: pl.DataFrame) -> list[dict]:
+    """The gate's test groups, one row each: an effect is tested in a group per voter pool and one for the other
+    judges (:func:`~biasboard.ranking.gate.judge_pools`, as ``run_gate`` splits them), each with its own χ² and
+    Holm p — one row per effect showed only its first group (the pool's) and left the LLM judges' decision out."""
+    from biasboard.ranking.gate import judge_pools
+
+    rows = []
+    for (effect,), part in decisions.group_by("effect", maintain_order=True):
+        for pool, members in judge_pools(np.asarray(part["judge"].to_list(), dtype=object)):
+            first = part.row(int(members[0]), named=True)
+            rows.append(
+                {
+                    "group": effect if pool is None else f"{effect} ({pool}/*)",
+                    "judges": int(members.size),
+                    **{k: first[k] for k in ("enabled", "group_chi2", "group_df", "group_p_holm")},
+                }
+            )
+    return rows
 
 
 def _timed_agreement() -> list[float]:
@@ -146,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\njudges {pool['judges']:,}, of which reference voters {pool['raters']:,}")
     for group in pool["gate"]:
         print(
-            f"  gate {group['effect']:9} enabled={group['enabled']!s:5} chi2 {group['group_chi2']:10.1f} on "
-            f"{group['group_df']:6} df, Holm p {group['group_p_holm']:.3g}"
+            f"  gate {group['group']:26} {group['judges']:7,} judges  enabled={group['enabled']!s:5} "
+            f"chi2 {group['group_chi2']:10.1f} on {group['group_df']:6} df, Holm p {group['group_p_holm']:.3g}"
         )
     print(f"prior-selected (judge, effect) corrections: {pool['unidentified']:,}")
     for kind in ("pool", "pool_streamed"):

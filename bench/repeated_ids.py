@@ -7,11 +7,12 @@ by the state's own writer — for H and 2H days of ``--per-day`` battles, then i
 * **+1 day**: one new day counted against every stored day (a daily refresh);
 * **nothing new**: the kept counts reused (a refresh with nothing new, or only later days);
 
-time (fastest of ``--repeat``) and the bytes of hashes read, and the ratios 2H / H.  Then what the ingest pays to
-hash a day's ids with the stored hash (:func:`~biasboard.schemas.string_hash.string_hash`, stable across library
-versions) against polars' own hash (stable within a polars version only), side by side on the same ids.  The new
-day repeats ``--repeat-share`` of an earlier day's ids so the count is checked too.  Defaults: 60 days of 333,334
-battles (bench/scale.py's N: 20M battles); ``--smoke`` is 6 days of 20,000.
+time (fastest of ``--repeat``) and the ratios 2H / H, and the bytes of hashes stored at H (the files as written).
+Then what the ingest pays to hash a day's ids with the stored hash
+(:func:`~biasboard.schemas.string_hash.string_hash`, stable across library versions) against polars' own hash (stable
+within a polars version only), side by side on the same ids.  The new day repeats ``--repeat-share`` of an earlier
+day's ids so the count is checked too.  Defaults: 60 days of 333,334 battles (bench/scale.py's N: 20M battles);
+``--smoke`` is 6 days of 20,000.
 
     .venv/bin/python bench/repeated_ids.py
     .venv/bin/python bench/repeated_ids.py --smoke
@@ -116,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         results = {}
         write_days(state_dir, 0, args.days, args.per_day)
         results["H"] = measure(state_dir, args.days, args.per_day, args.repeat_share, args.repeat)
+        # The H days' hash files as stored (the +1 day is gone again): measured, not the 8 bytes of a hash assumed.
+        stored = sum(path.stat().st_size for path in Path(state_dir).rglob(IDS_FILE))
         write_days(state_dir, args.days, 2 * args.days, args.per_day)
         results["2H"] = measure(state_dir, 2 * args.days, args.per_day, args.repeat_share, args.repeat)
     expected = int(args.repeat_share * args.per_day)
@@ -127,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         # under a millisecond both ("nothing new" reads nothing) the ratio is of timer noise: not printed
         ratio = f"{t2 / t1:6.2f}x" if min(t1, t2) >= 1e-3 else f"{'-':>7}"
         print(f"{name:14} {t1:8.3f} {t2:8.3f} {ratio}  {n1:,} / {n2:,}")
-    print(f"hashes stored: 8 bytes a battle ({8 * battles / 2**20:,.0f} MB at H)")
+    print(f"hashes stored: {stored / battles:.2f} bytes a battle ({stored / 2**20:,.1f} MB at H, as written)")
     print(f"\nhashing a day's ids ({args.per_day:,}; fastest of {max(args.repeat, 3)}), ms per million ids:")
     print(f"{'ids':24} {'stored hash':>12} {'polars hash':>12} {'ratio':>7}")
     for name, ours, theirs in hash_cost(args.per_day, max(args.repeat, 3)):

@@ -270,6 +270,25 @@ def test_bench_voters_smoke():
     assert all(reached == "True" and float(off) < 1e-3 for _, off, reached in rules), out.stdout
 
 
+def test_bench_smoke_says_which_way_its_ratios_go():
+    """``bench/bootstrap.py --smoke`` prints the old engine's time over each row's (a speed-up) under a header that says
+    so: it read "wall vs old", which the other benches use for this / other (``bench/fit.py``'s "vs arena BT"), so the
+    new engine 1.7× faster read as 1.7× slower."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "bootstrap.py"
+    out = subprocess.run([sys.executable, str(script), "--smoke"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"^10 replicates +wall s +CPU s +old/this wall +old/this CPU$", out.stdout, re.M), out.stdout
+    rows = re.findall(r"^(old|new): .*? ([\d.]+) +([\d.]+) +([\d.]+)x +([\d.]+)x$", out.stdout, re.M)
+    assert [kind for kind, *_ in rows] == ["old", "new", "new"], out.stdout
+    assert rows[0][3] == rows[0][4] == "1.0", out.stdout  # the old engine over itself
+    assert "old/this: the old engine's time over this row's (above 1: this row is faster)" in out.stdout
+
+
 def test_bench_streamed_smoke():
     """``bench/bootstrap.py --smoke --streamed`` runs end to end: the engine on the same cells streamed from disk,
     its θ intervals as wide as the in-memory replicates' (other draws: 0.5–2× at 10 replicates)."""

@@ -740,3 +740,24 @@ def test_with_a_reference_of_no_family_a_judges_whole_affinity_is_weighed_agains
     assert gpt4["z"] > 5 and gpt4["group_df"] == 2, gpt4
     assert gpt4["enabled"] and "barely inform" not in gpt4["reason"], gpt4
     assert ("gpt-4", "affinity") not in fit.config.disabled
+
+
+@pytest.mark.slow
+def test_bench_reference_voters_prints_every_gate_group(tmp_path):
+    """``bench/reference_voters.py --smoke`` prints each of the gate's test groups: the other pool's voters and the LLM
+    judges are tested apart for every effect (``gate.judge_pools``), and one row per effect showed the pool's group
+    alone — the LLM judges' position and length decisions were not printed."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "reference_voters.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--smoke", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    groups = re.findall(r"^  gate (\w+)( \(human-pool-2/\*\))? +([\d,]+) judges", done.stdout, re.M)
+    assert ("position", " (human-pool-2/*)", "500") in groups, done.stdout
+    assert ("position", "", "2") in groups, done.stdout  # the two LLM judges, a group of their own
+    assert ("affinity", "", "2") in groups, done.stdout
