@@ -162,12 +162,19 @@ class ArenaFilter:
     what: str
 
     def kept(self, raw: pl.DataFrame) -> pl.Expr | None:
-        """True for a battle the arena keeps (null or absent counts as not kept, as the arena's code reads it)."""
+        """True for a battle the arena keeps (null or absent counts as not kept, as the arena's code reads it).
+
+        A flag written as a number is true when not 0, as Python's truth test in the arena's code reads it.  Why: a
+        ``sampled`` of 1 (a log whose JSON types vary, or a database export's 0/1) made the reader type the whole
+        field as integers, ``true`` included, and every battle was dead-lettered as not sampled; an ``anony`` of 1
+        beside ``true`` ones was left out as "not anonymous (anony false)".
+        """
         found = nested_field(raw, *self.field)
         if found is None:
             return None
-        value = found[0].cast(pl.String).str.strip_chars().str.to_lowercase() == "true"
-        return value.fill_null(False)
+        text = found[0].cast(pl.String).str.strip_chars().str.to_lowercase()
+        number = text.cast(pl.Float64, strict=False)
+        return ((text == "true") | (number.is_not_null() & (number != 0.0))).fill_null(False)
 
     def reason_expr(self, raw: pl.DataFrame, options: ImportOptions, notes: list[str]) -> pl.Expr:
         """The dead-letter reason of a battle this filter leaves out (null when kept), and a note of the count."""

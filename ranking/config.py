@@ -212,7 +212,8 @@ class ModelConfig:
 class NaiveConfig:
     """Plain Bradley–Terry with ties as half wins.
 
-    ``theta_sd=None`` is the maximum-likelihood fit arena leaderboards publish.
+    ``theta_sd=None`` is the maximum-likelihood fit arena leaderboards publish, with their sandwich intervals
+    (:func:`~biasboard.ranking.fit.half_win_sandwich`); a fit under a prior keeps its Laplace posterior.
     When the MLE does not exist (a model never loses or never wins, or the
     comparison graph is split) the fit falls back to ``fallback_theta_sd`` and
     says so in the warnings, rather than letting ratings run to infinity.

@@ -237,22 +237,37 @@ def covariate_report(
     return report
 
 
-def compare_rankings(naive, corrected_rating: np.ndarray, corrected_models: tuple[str, ...] | None = None) -> dict:
-    """Kendall τ-b and Spearman ρ between the naive and the corrected ratings (aligned by model name).
+def compare_rankings(
+    naive,
+    corrected_rating: np.ndarray,
+    corrected_models: tuple[str, ...] | None = None,
+    corrected_component: np.ndarray | None = None,
+) -> dict:
+    """Kendall τ-b and Spearman ρ between the naive and the corrected ratings (aligned by model name), over the
+    models both boards rank.
 
-    On a split comparison graph both are taken within ``naive``'s components (pairs within one; ranks within one):
-    each component is centred on its own, so across them the ratings are not comparable, and a pooled τ moved
-    with the arbitrary offset between the centres (measured: 0.939 pooled against 0.871 within, on two groups of
-    5 and 7 models; +100 Elo on one group gave 0.909 pooled)."""
+    On a split comparison graph both are taken within components (pairs within one; ranks within one), ``naive``'s
+    and ``corrected_component`` together: each component is centred on its own, so across them the ratings are not
+    comparable, and a pooled τ moved with the arbitrary offset between the centres (measured: 0.939 pooled against
+    0.871 within, on two groups of 5 and 7 models; +100 Elo on one group gave 0.909 pooled).  A model either board
+    leaves off (alone in its component while others are ranked: its rating is that centre by definition) is not
+    compared.  Why the corrected components too: on a board of grades the naive board pools every grade into one
+    component while the corrected one can be split, and a model graded only by a judge grading nothing else (left
+    off the corrected board) was compared at its centre: τ 0.333 over 7 models where the 6 published read 0.067."""
     models = naive.models if corrected_models is None else corrected_models
     index = {m: i for i, m in enumerate(naive.models)}
-    common = [i for i, m in enumerate(models) if m in index]
+    component = np.asarray(getattr(naive, "component", np.zeros(0)), dtype=np.int64)
+    theirs = np.zeros(len(models), np.int64) if corrected_component is None else np.asarray(corrected_component)
+    left_off = {naive.models[i] for i in np.flatnonzero(np.isin(component, unranked_components(component)))}
+    left_off |= {models[i] for i in np.flatnonzero(np.isin(theirs, unranked_components(theirs)))}
+    common = [i for i, m in enumerate(models) if m in index and m not in left_off]
     x = np.array([naive.rating[index[models[i]]] for i in common])
     y = np.asarray(corrected_rating)[common]
-    component = np.asarray(getattr(naive, "component", np.zeros(0)))
+    ours = component[[index[models[i]] for i in common]] if component.size else np.zeros(len(common), np.int64)
     groups = None
-    if component.size and component.max() > 0:
-        groups = np.array([component[index[models[i]]] for i in common])
+    if common:
+        joint = np.unique(np.stack([ours, theirs[common]], axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+        groups = joint if joint.max() > 0 else None
     return {"kendall_tau": kendall_tau_b(x, y, groups), "spearman": spearman(x, y, groups), "n_models": len(common)}
 
 

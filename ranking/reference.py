@@ -815,7 +815,7 @@ def fit_with_reference(
             return replace(fit, n_battles=battles)
         out = with_rating(fit, phi, jac, battles, draws, seed, fit.boot_reference)
         diagnostics = dict(out.diagnostics)
-        diagnostics["naive_vs_corrected"] = compare_rankings(naive, out.rating, out.models)
+        diagnostics["naive_vs_corrected"] = compare_rankings(naive, out.rating, out.models, out.component)
         return replace(out, diagnostics=diagnostics)
 
     problem_all, solution_all, fit_all = unpublished_board(config)

@@ -541,10 +541,16 @@ def _corrected_meaning(summary: Summary) -> str:
 
 
 def _interval_source(summary: Summary) -> str:
+    """Where the plotted intervals come from.  A naive maximum-likelihood board of battles publishes the sandwich
+    (:func:`~biasboard.ranking.fit.half_win_sandwich`), which the note must not call the Laplace posterior."""
+    if summary.uncertainty == "bootstrap":
+        return "percentiles of the bootstrap replicates"
+    laplace = "from the Laplace approximation to the posterior"
+    if _ordinal_only(summary) or summary.diagnostics.naive.prior_theta_sd is not None:
+        return laplace
     return (
-        "percentiles of the bootstrap replicates"
-        if summary.uncertainty == "bootstrap"
-        else "from the Laplace approximation to the posterior"
+        f"corrected: {laplace}; naive: the sandwich covariance of its maximum-likelihood fit, as arena-rank "
+        "publishes, since a tie as half a win is no likelihood of the three outcomes"
     )
 
 

@@ -176,6 +176,23 @@ def test_fastchat_sampled_only_keeps_the_prompts_the_arenas_dedup_sampled(tmp_pa
         import_path("fastchat", no_tags, ImportOptions(sampled_only=True))
 
 
+def test_fastchat_arena_flags_written_as_numbers_are_read_as_python_does(tmp_path):
+    """A ``sampled`` of 1 among ``true`` ones made the reader type the field as integers (``true`` read as 1):
+    every battle was dead-lettered as not sampled.  An ``anony`` of 1 beside ``true`` was "not anonymous".  A flag
+    written as a number is kept when it is not 0 (the arena's code tests it for truth); 0 is still left out."""
+    flags = [(True, True), (1, 1), (True, 0), (0, True), (True, False)]
+    rows = [
+        {"model_a": "x", "model_b": "y", "winner": "model_a", "judge": "u", "tstamp": 1.7e9 + i, "anony": anony,
+         "dedup_tag": {"high_freq": False, "sampled": sampled}}
+        for i, (anony, sampled) in enumerate(flags)
+    ]  # fmt: skip
+    path = tmp_path / "clean_battle.json"
+    path.write_text(json.dumps(rows))
+    arena = import_path("fastchat", path, ImportOptions(anony_only=True, sampled_only=True))
+    assert arena.rows_converted == 2, arena.dead_by_reason()
+    assert arena.dead_by_reason() == {"not_anonymous": 1, "not_sampled": 2}
+
+
 # ---------------------------------------------------------------------------------------------- MT-Bench pairs
 
 

@@ -347,6 +347,32 @@ def test_a_model_left_off_the_corrected_grades_board_takes_no_naive_rank_from_th
     assert all(1 <= r.low <= r.rank <= r.high <= board.height for r in ranks.naive)
 
 
+def test_kendall_tau_naive_vs_corrected_is_over_the_models_both_boards_rank():
+    """The same lonely model: the corrected board leaves it off (its rating is its component's centre by
+    definition), yet summary.json's τ naive vs corrected compared it there: 0.333 over 7 models, where the 6
+    published read 0.067.  τ is now the published board's, over its models."""
+    from biasboard.ranking.leaderboard import side_by_side
+    from biasboard.ranking.rank_stats import kendall_tau_b
+
+    rows, _ = _grades(seed=1, n=3000, models=6)
+    lonely = pl.DataFrame(
+        {
+            "judge": ["judge-lonely"] * 40,
+            "model": ["m-lonely"] * 40,
+            "prompt_id": [f"p{i:03d}" for i in range(40)],
+            "score": [10.0, 9.0] * 20,
+        }
+    )
+    naive, corrected = fit_leaderboards(
+        None, _score_cells(pl.concat([rows, lonely])), config=ModelConfig(diagnostics="off")
+    )
+    board = side_by_side(naive, corrected)
+    published = kendall_tau_b(board["rating_naive"].to_numpy(), board["rating_corrected"].to_numpy())
+    summary = corrected.diagnostics["naive_vs_corrected"]
+    assert summary["n_models"] == board.height == 6
+    assert summary["kendall_tau"] == pytest.approx(published, abs=1e-12)
+
+
 def test_a_grader_that_gives_every_answer_one_grade_is_named():
     """A grader that gave 7 to every answer says nothing about the models, yet pulls the shared thresholds toward 7:
     the board was compressed (slope 1.11 → 0.77 on the truth) with no word.  It is named; the others are not."""

@@ -234,6 +234,25 @@ def test_rank_correlations_of_a_perfect_agreement_are_exactly_one(n):
         assert (kendall_tau_b(x, x, groups), spearman(x, x, groups)) == (1.0, 1.0)
 
 
+def test_spearman_within_groups_of_different_sizes_is_the_pooled_within_group_correlation():
+    """Ranks within a group of 7 average 4, within one of 5, 3: pooled around one mean, that difference agreed with
+    itself and two components each in exactly the reverse order read ρ = −0.857; singletons (a graded-only model,
+    alone on the naive board) pulled 20 reversed models to −0.477.  Centred within each group, ρ is −1, as τ is,
+    and with groups of one size it equals the mean-free pooled scipy value."""
+    x = np.r_[np.arange(7.0), np.arange(5.0) + 100]
+    groups = np.r_[np.zeros(7, int), np.ones(5, int)]
+    assert (kendall_tau_b(x, -x, groups), spearman(x, -x, groups)) == (-1.0, -1.0)
+    x, y = np.r_[np.arange(20.0), 0, 0, 0], np.r_[-np.arange(20.0), 5, 6, 7]
+    assert spearman(x, y, np.r_[np.zeros(20, int), 1, 2, 3]) == -1.0
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=12), rng.normal(size=12)
+    halves = np.arange(12) // 6
+    expected = stats.pearsonr(
+        np.r_[stats.rankdata(a[:6]), stats.rankdata(a[6:])], np.r_[stats.rankdata(b[:6]), stats.rankdata(b[6:])]
+    ).statistic
+    assert spearman(a, b, halves) == pytest.approx(expected, rel=1e-12)
+
+
 def test_rank_correlations_stay_inside_minus_one_to_one_and_match_scipy():
     """Random boards with many ties: every τ-b and ρ is within [-1, 1] and equals scipy's to 1e-12."""
     rng = np.random.default_rng(12)

@@ -125,3 +125,40 @@ def test_the_naive_fit_on_pair_totals_is_the_fit_on_every_cell(monkeypatch):
     np.testing.assert_allclose(pooled.rating, every.rating, rtol=0, atol=1e-12)
     np.testing.assert_allclose(pooled.se, every.se, rtol=1e-10)
     assert pooled.loglik == pytest.approx(every.loglik, rel=1e-13)
+
+
+def test_naive_intervals_are_the_half_win_sandwich_not_the_laplace():
+    """30 wins, 10 losses, 60 ties: p̂ = 0.6, H = n p(1 − p) = 24, and the battles' scores (1 − p, −p, ½ − p)
+    square to J = 30·0.16 + 10·0.36 + 60·0.01 = 9, so Var(θx − θy) = J / H² = 1/64 and each centred rating's SE
+    is 1/16.  The Laplace SE (1/√96 = 0.102: every tie taken for a coin flip) was 1.6 times too wide."""
+    fit = fit_naive(_two_model_cells(30, 10, 60))
+    assert fit.rating[0] - fit.rating[1] == pytest.approx(math.log(1.5), rel=1e-10)
+    np.testing.assert_allclose(fit.se, [1 / 16, 1 / 16], rtol=1e-8)
+
+
+def test_genai_arena_naive_board_matches_arena_rank_ratings_and_intervals():
+    """GenAI-Arena's anonymous battles among its generation models (one comparison component): the naive ratings
+    and 95% interval widths are arena-rank 0.1.1's ``BradleyTerry`` with ``ci_method="sandwich"`` on the same
+    battles (ties and both-bad ties as ½; numbers from that package, run outside this project)."""
+    from biasboard.importers.common import ImportOptions
+    from biasboard.importers.registry import import_path
+    from biasboard.schemas.families import FamilyMap
+    from biasboard.transforms.cells import partial_cells
+
+    arena_rank = {  # model: (rating, upper − lower)
+        "imagenhub_LCM_generation": (849.638, 46.151),
+        "imagenhub_OpenJourney_generation": (921.314, 44.675),
+        "imagenhub_PixArtAlpha_generation": (1078.404, 48.358),
+        "imagenhub_PlayGroundV2_generation": (1151.306, 53.959),
+        "imagenhub_SDXLTurbo_generation": (972.132, 44.154),
+        "imagenhub_SDXL_generation": (1027.206, 45.415),
+    }
+    path = real_data("arena-clean-battle-samples", "genai-arena", "clean_battle_20240220.json.gz")
+    battles = import_path("fastchat", path, ImportOptions(anony_only=True)).rows
+    battles = battles.filter(pa.compute.ends_with(battles["model_a"], "_generation"))
+    fit = fit_naive(partial_cells(battles, FamilyMap.with_user_rules()).cells)
+    board = {row["model"]: row for row in fit.elo().to_dicts()}
+    assert set(board) == set(arena_rank)
+    for model, (rating, width) in arena_rank.items():
+        assert board[model]["rating"] == pytest.approx(rating, abs=0.01), model
+        assert board[model]["ci_high"] - board[model]["ci_low"] == pytest.approx(width, abs=0.02), model
