@@ -133,7 +133,8 @@ def rank_agreement(a: dict[str, float], b: dict[str, float]) -> tuple[float, flo
 
 
 def tau_spread(fit: FitResult, reference: dict[str, float], seed: int = 0) -> float:
-    """SD of τ-b(θ draw, reference) over Laplace posterior draws of ``fit``: the τ's own uncertainty."""
+    """SD of τ-b(θ draw, reference) over posterior draws of ``fit`` (its published covariance: the naive board's
+    half-win sandwich, the bias-aware board's Laplace): the τ's own uncertainty."""
     common = [m for m in fit.models if m in reference]
     idx = np.array([fit.index(m) for m in common])
     ref = np.array([reference[m] for m in common])
@@ -430,7 +431,8 @@ def alpacaeval(config: ModelConfig, data: Path = DATA) -> dict:
         f"LC is AlpacaEval's own regression-based length correction, so agreement with it is a comparison "
         "with another correction, not with ground truth)\n\n"
         + markdown_table(["ranking", "models", "Kendall τ-b vs LC", "Spearman ρ vs LC"], rows)
-        + f"\n\nPosterior spread (SD over {TAU_DRAWS} Laplace draws) of τ vs LC: naive {spread_naive:.3f}, "
+        + f"\n\nPosterior spread (SD over {TAU_DRAWS} posterior draws: naive sandwich, bias-aware Laplace) of τ vs LC: "
+        f"naive {spread_naive:.3f}, "
         f"bias-aware {spread:.3f}. τ-b of our naive BT vs the published raw win rate (same models): "
         f"{tau_raw_naive:.3f} (our binary verdicts vs AlpacaEval's continuous preferences). "
         f"Naive vs corrected: τ-b {nvc:.3f}, Spearman {nvc_rho:.3f}."
