@@ -34,7 +34,7 @@ order at all).
 
 **Judge.** ``judge`` is the annotator config (``weighted_alpaca_eval_gpt4_turbo``
 ...), which names its judge model rather than a family the ingest's name rules
-know (``alpaca_eval_gpt4`` would read as Stanford's Alpaca).  So
+know (``alpaca_farm`` would read as Stanford's Alpaca).  So
 ``judge_family`` is set from the config's model token (:data:`ANNOTATOR_FAMILIES`:
 ``gpt4``/``gpt-4``/``chatgpt``/``gpt3``/``davinci`` → openai, ``claude`` →
 anthropic, ``llama`` → meta, ...), null when none matches.  Model families stay
@@ -83,7 +83,9 @@ PATTERNS = tuple(f"**/annotations*.{ext}" for ext in ("json", "json.gz", "jsonl"
 REQUIRED = ("generator_1", "generator_2", "preference")
 #: Model tokens in AlpacaEval annotator config names → judge family (first match, on the lower-cased name).
 ANNOTATOR_FAMILIES: tuple[tuple[str, str], ...] = (
-    (r"gpt-?4|gpt-?3|chatgpt|davinci|openai", "openai"),
+    # AlpacaFarm's pool (``alpaca_farm``) simulates annotators with GPT-4, ChatGPT and text-davinci-003 prompts; the
+    # family map read it as Stanford's Alpaca models
+    (r"gpt-?4|gpt-?3|chatgpt|davinci|openai|^alpaca_farm", "openai"),
     (r"claude|anthropic", "anthropic"),
     (r"llama", "meta"),
     (r"mistral|mixtral", "mistral"),

@@ -16,7 +16,7 @@ Rule file format (JSON)::
 A bare list of rules, or a ``{"prefix": "family"}`` object (prefixes in file
 order), is accepted too.  ``prefix`` matches at the start of the name or just
 after an org path (``meta-llama/llama-3`` matches ``llama``); ``regex`` is a
-Python regular expression searched anywhere in the name.
+Python regular expression searched anywhere in the name, ignoring case.
 
 Names are matched once per distinct name and cached, so applying the map to a
 batch costs one dictionary lookup per distinct name, never Python per row.
@@ -45,18 +45,32 @@ class FamilyRule:
     family: str
 
     def compiled(self) -> re.Pattern[str]:
-        return re.compile(self.pattern)
+        return re.compile(self.pattern, re.IGNORECASE)
+
+
+def _text(obj: dict, key: str, source: str, index: int) -> str:
+    """A rule's ``key`` as non-empty text, else a one-line error.
+
+    Why: ``str()`` of anything made ``"family": null`` the family ``"None"`` (shared by every rule so written:
+    a judge and the models so mapped were one family, an affinity from nothing), a list ``"['openai']"``, and an
+    empty ``prefix`` matched every name."""
+    value = obj[key]
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{source}: family rule #{index}: '{key}' must be a non-empty string, got {value!r}")
+    return value.strip() if key == "family" else value
 
 
 def _rule_from_obj(obj: object, source: str, index: int) -> FamilyRule:
     if not isinstance(obj, dict) or "family" not in obj or not ({"prefix", "regex"} & set(obj)):
         raise InputError(f"{source}: family rule #{index} must be an object with 'family' and 'prefix' or 'regex'")
-    family = str(obj["family"]).strip()
-    if not family:
-        raise InputError(f"{source}: family rule #{index} has an empty 'family'")
-    pattern = str(obj["regex"]).lower() if "regex" in obj else r"(^|/)" + re.escape(str(obj["prefix"]).lower())
+    family = _text(obj, "family", source, index)
+    # A regex is kept as written and matched case-insensitively: lower-casing its text turned \D, \W, \S, \B
+    # into \d, \w, \s, \b (another pattern, silently) and \Z into the bad escape \z.
+    key = "regex" if "regex" in obj else "prefix"
+    text = _text(obj, key, source, index)
+    pattern = text if key == "regex" else r"(^|/)" + re.escape(text.lower())
     try:
-        re.compile(pattern)
+        re.compile(pattern, re.IGNORECASE)
     except re.error as err:
         raise InputError(f"{source}: family rule #{index} has a bad regex {pattern!r}: {err}") from err
     return FamilyRule(pattern, family)

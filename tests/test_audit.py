@@ -1284,3 +1284,20 @@ def test_a_note_says_self_preference_is_not_measured_without_another_family_judg
     assert result.family.get_column("self_preference").is_not_null().any()
     notes = audit_notes(result.judges, {"read": 4, "counted": 4}, family=result.family)
     assert not any("self-preference" in n for n in notes), notes
+
+
+def test_lmarena_voters_are_the_other_judges_a_self_preference_is_measured_against(tmp_path: Path, capsys) -> None:
+    """LMArena names its voters ``arena_user_<id>``: the family map gave them "unknown" (not "human", as it gives the
+    LLMFAO crowd), and the audit counts no judge of unknown family, so GPT-4 judging the arena's battles beside the
+    arena's own voters had its self-preference "not measured" for want of another family's judge."""
+    from biasboard.pipelines import cli
+
+    rows = [(f"arena_user_{i}", f"p{i}", "gpt-4-0613", "claude-2", w) for i, w in enumerate([FIRST, SECOND] * 3)]
+    rows += [("gpt-4-1106-preview", f"p{i}", "gpt-4-0613", "claude-2", w) for i, w in enumerate([FIRST] * 5 + [TIE])]
+    _write_battles(battles(rows), tmp_path / "in" / "day=2024-01-01" / "part-0.parquet")
+    assert cli.main(["audit", "--input", str(tmp_path / "in"), "--out", str(tmp_path / "out")]) == 0
+    assert "self-preference is not measured" not in capsys.readouterr().out
+    family = pl.read_parquet(tmp_path / "out" / "audit_family.parquet")
+    gpt4 = family.filter(pl.col("judge") == "gpt-4-1106-preview").row(0, named=True)
+    assert (gpt4["n_self"], gpt4["n_other_judges"]) == (6, 6)
+    assert gpt4["self_preference"] == pytest.approx(5.5 / 6 - 3 / 6)

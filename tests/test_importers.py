@@ -404,9 +404,11 @@ def test_alpacaeval_judge_family_comes_from_the_annotator_config():
     rows = pl.from_arrow(result.rows)
     assert set(rows["judge"]) == {"weighted_alpaca_eval_gpt4_turbo"} and set(rows["judge_family"]) == {"openai"}
     assert rows["family_a"].null_count() == rows.height  # model families are left to the ingest's family map
-    names = pl.Series(["alpaca_eval_gpt4", "bedrock_claude", "alpaca_eval_llama3_70b_fn", "my_annotator"])
+    names = pl.Series(
+        ["alpaca_eval_gpt4", "bedrock_claude", "alpaca_eval_llama3_70b_fn", "my_annotator", "alpaca_farm"]
+    )
     families = pl.select(annotator_family(pl.lit(names))).to_series().to_list()
-    assert families == ["openai", "anthropic", "meta", None]
+    assert families == ["openai", "anthropic", "meta", None, "openai"]  # AlpacaFarm's GPT pool: not Stanford's
 
 
 def test_alpacaeval_identical_outputs_are_no_verdict_of_the_judge(tmp_path):
