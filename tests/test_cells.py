@@ -366,3 +366,20 @@ def _plain_rows(n: int) -> list[dict]:
         }
         for i in range(n)
     ]
+
+
+def test_families_given_in_the_data_are_read_as_the_maps_are_trimmed_and_lower_cased():
+    """``OpenAI`` given for a model never met the map's ``openai`` for the judge (its own family: no affinity measured),
+    and ``Unknown``/``Human`` were families of their own (two rows given ``Unknown`` made an affinity between
+    strangers).  Given families are trimmed and lower-cased, as the map's are; a family of spaces is none."""
+    rows = [
+        {"battle_id": "1", "judge": "gpt-4", "model_a": "gpt-4", "model_b": "acme", "winner": "model_a",
+         "family_a": " OpenAI "},
+        {"battle_id": "2", "judge": "human", "model_a": "acme", "model_b": "claude-2", "winner": "model_b",
+         "family_a": "Unknown"},
+        {"battle_id": "3", "judge": "human", "model_a": "vicuna-13b", "model_b": "acme", "winner": "model_b",
+         "family_a": "   "},
+    ]  # fmt: skip
+    cells = frame(cells_of(rows))
+    families = dict(zip(cells["model_a"].to_list(), cells["family_a"].to_list(), strict=True))
+    assert families == {"gpt-4": "openai", "acme": "unknown", "vicuna-13b": FMAP.family_of("vicuna-13b")}

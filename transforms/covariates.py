@@ -11,8 +11,8 @@
   0) and the signs' bin (see :mod:`biasboard.schemas.cells`); a battle lacking
   any of the six counts goes to :data:`~biasboard.schemas.cells.STYLE_BIN_MISSING`.
 * **Families**: a non-empty ``family_a``/``family_b``/``judge_family`` value in
-  the data wins (taken as written); otherwise the :class:`~biasboard.schemas.families.FamilyMap`
-  assigns one from the name (``unknown`` when no rule matches).
+  the data wins (trimmed and lower-cased, as the map's families are); otherwise the
+  :class:`~biasboard.schemas.families.FamilyMap` assigns one from the name (``unknown`` when no rule matches).
 """
 
 from __future__ import annotations
@@ -32,8 +32,13 @@ FAMILY_COLUMNS: tuple[tuple[str, str], ...] = (
 
 
 def given_family(column: str) -> pl.Expr:
-    """A family column as given in the data; empty → null (the map decides)."""
-    text = pl.col(column).cast(pl.String)
+    """A family column as given in the data, trimmed and lower-cased as the map's families are; empty → null (the map
+    decides).
+
+    Why: taken exactly as written, ``OpenAI`` never met the map's ``openai`` (a judge's own family missed, no affinity
+    measured), ``Unknown`` and ``Human`` were real families to the fit (two rows given ``Unknown`` were "one family",
+    an affinity corrected between strangers), and a family of spaces was a family."""
+    text = pl.col(column).cast(pl.String).str.strip_chars().str.to_lowercase()
     return pl.when(text.str.len_bytes() == 0).then(None).otherwise(text).alias(column)
 
 
@@ -45,9 +50,15 @@ def _distinct_text(column: pl.Series) -> pl.Series:
 
 
 def normalise_given(df: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
-    """Apply :func:`given_family` to ``columns``, skipping the pass when no value is empty (the usual case)."""
-    empty = [c for c in columns if (_distinct_text(df.get_column(c)).str.len_bytes() == 0).any()]
-    return df.with_columns(given_family(c) for c in empty) if empty else df
+    """Apply :func:`given_family` to ``columns``, skipping the pass when every value is already in its form (the usual
+    case: tested on the distinct values of a dictionary-coded column)."""
+
+    def needs(column: str) -> bool:
+        text = _distinct_text(df.get_column(column))
+        return bool((text.str.strip_chars().str.to_lowercase() != text).any() or (text.str.len_bytes() == 0).any())
+
+    changed = [c for c in columns if needs(c)]
+    return df.with_columns(given_family(c) for c in changed) if changed else df
 
 
 def resolve_families(df: pl.DataFrame, family_map: FamilyMap, pairs=FAMILY_COLUMNS) -> pl.DataFrame:
