@@ -235,6 +235,7 @@ def bias_table(
         return _lone_grader(table)
     E = spec.effective_map().toarray()
     peers = {int(j): group for group in severity_groups(problem) for j in group}
+    prior_var = judge_prior_var(problem)
     for j, judge in enumerate(data.judges):
         for t in (POS, LEN, AFF, DISC, TIE, SEV, *STYLE_BLOCKS[: lay.n_style]):
             name = BLOCK_EFFECT[t]
@@ -244,10 +245,8 @@ def bias_table(
             fn: Callable = np.exp if t in (DISC, TIE) else (lambda z: z)
             if t == SEV and enabled:
                 v = E[row] - E[lay.eff_block(SEV).start + peers[j]].mean(axis=0)
-            sd_glob, sd_dev = prior_sd_of_effect(problem, t)
-            prior_var = sd_glob**2 + sd_dev**2
             post_var = float(v @ cov_core @ v) / unit.get(t, 1.0) ** 2
-            identified = enabled and bool(informed_by_data(post_var, prior_var))
+            identified = enabled and bool(informed_by_data(post_var, prior_var[t, j]))
             note = problem.notes.get((t, j), "")
             if enabled and t in global_identified and identified and not global_identified[t]:
                 note = LEVEL_PRIOR_SELECTED
@@ -268,6 +267,31 @@ def bias_table(
             note=BOTHBAD_NOTE,
         )
     return _lone_grader(pl.DataFrame(rows.rows, schema=BIAS_COLUMNS))
+
+
+def judge_prior_var(problem: Problem) -> np.ndarray:
+    """(blocks, J): the prior variance, in fitted units, of each judge's effect as the table reports it — what its
+    posterior variance is measured against for "identified".
+
+    The effect with a global coefficient is mask·c_t + deviation_mask·dev_jt: a judge tied to the reference (a
+    reference judge, or a correction tied to it) has the global coefficient alone, whose prior is c_t's, not c_t's
+    and the excess's (SD 2): a reference judge's length was "identified" on two cells beside the global row, the
+    same number with the same interval, saying "not identified".  log a_j centred over n judges and a severity
+    measured from the mean of its G graders have prior variance σ²(1 − 1/n) and σ²(1 − 1/G): with two judges
+    σ²/2, so measured against σ² any data at all (35 battles of one of them) made both a_j "identified"."""
+    lay, spec = problem.layout, problem.spec
+    out = np.zeros((lay.n_blocks, lay.n_judges))
+    for t in range(lay.n_blocks):
+        sd_glob, sd_dev = prior_sd_of_effect(problem, t)
+        out[t] = (spec.masks[t] if t != TIE else 1.0) * sd_dev**2
+        if t in lay.global_effects:
+            out[t] = spec.deviation_mask(t) * sd_dev**2 + spec.masks[t] * sd_glob**2
+    centred = centring(spec)
+    if centred is not None:
+        out[DISC, centred] *= 1.0 - 1.0 / centred.size
+    for group in severity_groups(problem):
+        out[SEV, group] *= 1.0 - 1.0 / group.size
+    return out
 
 
 def severity_groups(problem: Problem) -> list[np.ndarray]:
@@ -360,9 +384,7 @@ def _judge_rows_blocked(
     mean, sd = est * scale, np.sqrt(var) * scale
     lo = np.where(enabled, mean - Z95 * sd, mean)
     hi = np.where(enabled, mean + Z95 * sd, mean)
-    prior_sds = [prior_sd_of_effect(problem, t) for t in blocks]
-    prior_var = np.array([sd_glob**2 + sd_dev**2 for sd_glob, sd_dev in prior_sds])[:, None]
-    identified = enabled & informed_by_data(var, prior_var)
+    identified = enabled & informed_by_data(var, judge_prior_var(problem))
     noted = problem.notes.codes[: len(blocks)]
     code = np.where(noted >= 0, noted, texts.index(""))
     blank = enabled & (noted < 0)

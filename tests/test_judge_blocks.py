@@ -397,3 +397,31 @@ def test_base_pages_restores_numpy_huge_page_setting():
             assert multiarray._get_madvise_hugepage() is setting
     finally:
         multiarray._set_madvise_hugepage(before)
+
+
+@pytest.mark.parametrize("solver", ["dense", "blocked"])
+def test_identified_measures_each_row_against_its_own_prior(solver):
+    """A judge's "identified" compares its posterior variance with the prior variance of the quantity the row reports.
+
+    A reference judge's length is the global coefficient alone (its prior SD 0.5, not the excess's SD 2 added): on
+    two cells it read "identified" beside the global row, the same estimate and interval, saying not identified.
+    With two judges log a_j = (ρ_1 − ρ_2)/2 has prior variance σ²/2, so against σ² any data made both a_j
+    "identified": 35 battles of one judge shrank it by a quarter."""
+    rng = np.random.default_rng(1)
+    cells = _cells(rng, models=8, judges=3, cells=900)
+    judge = cells.column("judge").to_numpy(zero_copy_only=False)
+    few = (judge != "judge-0") | (np.cumsum(judge == "judge-0") <= 2)
+    config = ModelConfig(judge_solver=solver, diagnostics="off", reference=frozenset({"judge-0"}))
+    fit = fit_bias_aware(build_dataset(cells.filter(pa.array(few))), config=config)
+    length = fit.bias.filter(pl.col("effect") == "length").select("judge", "estimate", "identified")
+    (glob,), (ref,) = (length.filter(pl.col("judge") == name).rows() for name in ("*", "judge-0"))
+    assert glob[1] == pytest.approx(ref[1]) and glob[2] is False and ref[2] is False
+
+    rng = np.random.default_rng(1)
+    cells = _cells(rng, models=8, judges=2, cells=600)
+    judge = cells.column("judge").to_numpy(zero_copy_only=False)
+    few = (judge == "judge-0") | (np.cumsum(judge == "judge-1") <= 2)
+    fit = fit_bias_aware(build_dataset(cells.filter(pa.array(few))), config=ModelConfig(judge_solver=solver))
+    disc = fit.bias.filter(pl.col("effect") == "discrimination")
+    assert disc["identified"].to_list() == [False, False]
+    assert disc["note"].str.starts_with("prior-selected").all()
