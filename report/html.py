@@ -1173,7 +1173,10 @@ def _diagnostics(summary: Summary) -> str:
         settings = ["ordinal-only: one likelihood, so ω and the length covariate do not apply"]
     else:
         settings = [
-            f"ω (weight of pairwise vs ordinal evidence) {fmt(diag.omega, 2)}" if diag.omega is not None else "",
+            # (ω weighs the grades against the battles: on a board without grades it does not apply)
+            f"ω (weight of pairwise vs ordinal evidence) {fmt(diag.omega, 2)}"
+            if diag.omega is not None and summary.score_counts is not None and summary.score_counts.counted
+            else "",
             f"length covariate clipped at ±{diag.length_clip:g}"
             if diag.length_clip is not None
             else "length covariate unbounded",

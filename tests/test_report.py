@@ -1105,6 +1105,9 @@ def test_the_counts_show_the_grade_rows_beside_the_battle_rows(published):
     assert table_rows(page, "grade-reasons") == [["bad_score", "250"]]
     assert "self-battles" not in grade_part  # grades have none
     assert "Grade rows" not in text_of(published.page)  # a board without --scores: the battle rows alone
+    # ω weighs the grades against the battles: said beside grades, not on a board without any (it read "ω 0.50")
+    assert "weight of pairwise vs ordinal evidence" in text_of(page)
+    assert "weight of pairwise vs ordinal evidence" not in text_of(published.page)
 
 
 def test_voter_judges_are_in_natural_order_in_every_table_and_list(published):
