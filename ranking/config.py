@@ -43,7 +43,8 @@ class Priors:
       lists, bold): the length prior's shrinkage, as the style features play length's part (LMArena's
       style-control coefficients on standardised features are ≤ 0.3 logits).
     - ``excess_sd = 2``: with a reference (``ModelConfig.reference``) the per-judge deviations are each
-      judge's excess over the reference, and their prior replaces the ``*_dev_sd`` (three; six with style counts).  Wide on purpose:
+      judge's excess over the reference, and their prior replaces the ``*_dev_sd`` (three; six with style
+      counts).  Wide on purpose:
       the reference's own effects must be estimated from *its* verdicts; a tight prior on the excesses makes
       every judge a pseudo-observation of the reference's level (measured: with 2,000 unbiased anchors and
       four judges at β ≈ 0.4, the anchors' β was pulled from 0 to ≈ 0.1 by the 0.25 prior).  The excesses stay
