@@ -886,6 +886,9 @@ def check_inputs(input_glob: str | None, options: RefreshOptions) -> None:
         given = [flag for flag, name in _NEED_BATTLES if getattr(options, name)]
         if options.reference not in (None, "none"):
             given.append("--reference")
+        if JudgePool.parse(options.judge_pool).column:
+            # score rows keep their judge (a column pools battles, at ingest): on grades alone it changed nothing
+            given.append(f"--judge-pool {options.judge_pool}")
         if given:
             raise InputError(
                 f"{', '.join(given)}: need battles (--input); an ordinal-only board (--scores alone) has no "

@@ -253,7 +253,8 @@ def compare_rankings(
     leaves off (alone in its component while others are ranked: its rating is that centre by definition) is not
     compared.  Why the corrected components too: on a board of grades the naive board pools every grade into one
     component while the corrected one can be split, and a model graded only by a judge grading nothing else (left
-    off the corrected board) was compared at its centre: τ 0.333 over 7 models where the 6 published read 0.067."""
+    off the corrected board) was compared at its centre: τ 0.333 over 7 models where the 6 published read 0.067; and
+    a model graded, never in a battle, was a perfect agreement of its own in ρ (0.857 -> 0.887 on a board of 8)."""
     models = naive.models if corrected_models is None else corrected_models
     index = {m: i for i, m in enumerate(naive.models)}
     component = np.asarray(getattr(naive, "component", np.zeros(0)), dtype=np.int64)

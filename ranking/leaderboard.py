@@ -27,7 +27,8 @@ LEADERBOARD_COLUMNS: tuple[str, ...] = (
 
 def side_by_side(naive: FitResult, corrected: FitResult, anchor: str | None = None) -> pl.DataFrame:
     """One row per model, sorted by component then corrected rank; ``rank_change`` = rank_naive −
-    rank_corrected (> 0: moved up).
+    rank_corrected (> 0: moved up), the corrected rank counted among the models the naive board ranks too (the
+    same unless the corrected board rates a model the naive one does not).
 
     Models the naive fit lacks (seen only in ordinal scores) get null naive columns.  ``p_top_k`` is the
     corrected posterior's top-k membership probability.  ``component`` numbers the comparison graph's
@@ -57,10 +58,24 @@ def side_by_side(naive: FitResult, corrected: FitResult, anchor: str | None = No
     )
     nv = nv.rename({"rating": "rating_naive", "ci_low": "ci_low_naive", "ci_high": "ci_high_naive"})
     cr = cr.rename({"rating": "rating_corrected", "ci_low": "ci_low_corrected", "ci_high": "ci_high_corrected"})
-    table = cr.join(nv, on="model", how="left").with_columns(
-        (pl.col("rank_naive").cast(pl.Int64) - pl.col("rank_corrected").cast(pl.Int64)).alias("rank_change"),
-        pl.col("rank_naive").cast(pl.Int64),
-        pl.col("rank_corrected").cast(pl.Int64),
+    # The move is counted among the models both boards rank: a model only the corrected board rates (graded, never
+    # in a battle) would otherwise push every corrected rank below it down one, and each model read "-1" for a move
+    # nobody made (one that passed a naive rival read "=").
+    ranked = set(nv.get_column("model").to_list())
+    both = np.array([name in ranked for name in corrected.models], bool)
+    common = pl.DataFrame(
+        {"model": [name for name, on in zip(corrected.models, both, strict=True) if on],
+         "_rank_common": corrected.ranks(among=both)},
+        schema={"model": pl.String, "_rank_common": pl.Int64},
+    )  # fmt: skip
+    table = (
+        cr.join(nv, on="model", how="left")
+        .join(common, on="model", how="left")
+        .with_columns(
+            (pl.col("rank_naive").cast(pl.Int64) - pl.col("_rank_common")).alias("rank_change"),
+            pl.col("rank_naive").cast(pl.Int64),
+            pl.col("rank_corrected").cast(pl.Int64),
+        )
     )
     table = table.filter(pl.col("component").is_in(unranked_components(corrected.component)).not_())
     return table.select(LEADERBOARD_COLUMNS).sort(["component", "rank_corrected", "model"])

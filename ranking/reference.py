@@ -652,13 +652,17 @@ def reference_agreement(
 
 
 def agreement_judges(data: Dataset, reference: np.ndarray) -> np.ndarray:
-    """The judges scored against the reference (``reference``: bool over the judges): every other one, or with
-    voter-judges the :data:`LISTED_JUDGES` with the most battles (in the input's order)."""
-    others = np.flatnonzero(~reference)
+    """The judges scored against the reference (``reference``: bool over the judges): every other one with a battle,
+    or with voter-judges the :data:`LISTED_JUDGES` with the most battles (in the input's order).
+
+    A judge of single grades alone (``--scores``) gave no pairwise verdict: its position, length and discrimination
+    are the prior's, so its "fitted verdicts" were the prior's guesses, listed as that judge's agreement (a grader
+    of no battle read 63.1% -> 66.5%, a correction that moved nothing of its own)."""
+    battles = data.judge_sums("n")
+    others = np.flatnonzero(~reference & (battles > 0))
     if others.size <= LISTED_JUDGES:
         return others
-    battles = data.judge_sums("n")[others]
-    return np.sort(others[np.argsort(-battles, kind="stable")[:LISTED_JUDGES]])
+    return np.sort(others[np.argsort(-battles[others], kind="stable")[:LISTED_JUDGES]])
 
 
 # --------------------------------------------------------------------------- identified-only
@@ -883,7 +887,8 @@ def fit_with_reference(
     if raters:
         corrected = replace(corrected, bias=zero_reference_notes(corrected.bias, effects, raters, frozenset(gated_off)))
     agreement = reference_agreement(problem_pub, corrected_fit, naive, corrected, raters) if raters else []
-    scored = len(data.judges) - int(reference_mask(problem_pub, raters).sum())
+    # (the judges the agreement could score: not the reference's, and with a battle: :func:`agreement_judges`)
+    scored = int((~reference_mask(problem_pub, raters) & (data.judge_sums("n") > 0)).sum())
     if raters and scored > LISTED_JUDGES:
         notes.append(agreement_listed_note(reference.kind, LISTED_JUDGES, scored))
     return ReferenceFit(

@@ -107,8 +107,20 @@ _EMPTY = np.zeros(0)
 
 
 def stream_min_cells() -> int:
-    """Merged cells above which the fit streams (:data:`STREAM_MIN_CELLS`, or ``BIASBOARD_STREAM_CELLS``)."""
-    return int(os.environ.get("BIASBOARD_STREAM_CELLS", STREAM_MIN_CELLS))
+    """Merged cells above which the fit streams (:data:`STREAM_MIN_CELLS`, or ``BIASBOARD_STREAM_CELLS``).
+
+    A value that is not a whole number >= 0 is refused in one line, as the other knobs are (``abc`` raised a
+    ValueError traceback from inside the fit stage, after every day had been aggregated)."""
+    env = os.environ.get("BIASBOARD_STREAM_CELLS", "").strip()
+    if not env:
+        return STREAM_MIN_CELLS
+    try:
+        cells = int(env)
+    except ValueError:
+        cells = -1
+    if cells < 0:
+        raise InputError(f"BIASBOARD_STREAM_CELLS must be a whole number of cells >= 0, got {env!r}")
+    return cells
 
 
 class JudgeBuckets(Protocol):

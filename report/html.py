@@ -262,6 +262,12 @@ def _ordinal_only(summary: Summary) -> bool:
     return summary.board == ORDINAL_ONLY
 
 
+def _graded(summary: Summary) -> bool:
+    """A board of battles fit with grades beside them (``--input`` and ``--scores``): the grades set the ratings'
+    scale there and the judges' discriminations are free, not centred on 1 (``docs/design-notes.md``, scale of θ)."""
+    return not _ordinal_only(summary) and summary.score_counts is not None and summary.score_counts.counted > 0
+
+
 def _header(title: str, lb: list[dict[str, Any]], summary: Summary) -> str:
     days = summary.days
     span = days.first if days.first == days.last else f"{days.first} to {days.last}"
@@ -434,7 +440,7 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers:
     body = [
         f'<p class="note">{esc(scope)} Dots are ratings, bars their {esc(ci_name)}s '
         f"({esc(_interval_source(summary))}). Intervals that overlap widely mean the data cannot order those models "
-        f"with confidence{'' if _ordinal_only(summary) else SCALE_NOTE}.</p>",
+        f"with confidence{_scale_note(summary)}.</p>",
         f'<p class="note">{esc(_corrected_meaning(summary))}</p>',
         forest,
         "<h3>Rank change</h3>",
@@ -538,6 +544,14 @@ def _corrected_meaning(summary: Summary) -> str:
         "wider: ties as half wins and judges' noise pull the naive ratings toward the centre, so compare ranks, not "
         "points, across the two columns."
     )
+
+
+def _scale_note(summary: Summary) -> str:
+    """What sets the ratings' scale, after the intervals' sentence: nothing on an ordinal-only board (the grades'
+    scale, said in its header), the grades on a board of battles and grades, else the judges' average."""
+    if _ordinal_only(summary):
+        return ""
+    return GRADED_SCALE_NOTE if _graded(summary) else SCALE_NOTE
 
 
 def _interval_source(summary: Summary) -> str:
@@ -857,6 +871,13 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
         ordered = [by_judge[j] for j in order]
         desc, ref = EFFECTS.get(effect, ("", 0.0))
         desc = desc.format(clip=_clip_text(summary))
+        if effect == "discrimination" and _graded(summary):
+            # (the judges the battles measure: a grader of no battle has the prior's a = 1)
+            logs = [
+                math.log(r["estimate"]) for r in ordered if r["identified"] is not False and (r["estimate"] or 0) > 0
+            ]
+            if logs:
+                desc = GRADED_DISCRIMINATION.format(mean=math.exp(sum(logs) / len(logs)))
         labels = [judge_label(r["judge"]) for r in ordered]
         tips = [f"{label} · {effect}" for label in labels]  # a dot's tooltip names the panel's effect with the judge
         series = [
@@ -1354,6 +1375,18 @@ SCALE_NOTE = (
     " — though the ratings' scale is the judges' average discrimination, so a judge with few verdicts widens the "
     "intervals at the board's ends without making the order less certain: the rank intervals say how well the order "
     "is known"
+)
+#: A board of battles and grades: the grades set the scale (each judge's discrimination is measured against it), so
+#: :data:`SCALE_NOTE`'s average judge is not the scale there.
+GRADED_SCALE_NOTE = (
+    "; the ratings' scale is the grades' (each judge's discrimination measured against it), not the judges' average"
+)
+#: The discrimination panel's text on a board of battles and grades, where 1 is the grades' scale, not the average
+#: judge's ("1 is average" beside judges all below 1 read as a board of lax judges).
+GRADED_DISCRIMINATION = (
+    "Discrimination (a): the judge's scale on quality differences; with grades beside the battles 1 is the grades' "
+    "scale, not the judges' average (their geometric mean here: {mean:.2f}), below 1 a judge that separates the "
+    "models less sharply than the grades do."
 )
 
 

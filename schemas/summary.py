@@ -619,7 +619,8 @@ class SliceInfo:
     transitivity alone (:func:`~biasboard.transforms.slices.order_note`),
     and/or its battles do not identify some other correction, left off its board as prior-selected, or its fit did
     not converge (:func:`~biasboard.transforms.slices.left_off_note`), and/or they lack the lengths or style counts
-    (some or all) the overall board corrects with (:func:`~biasboard.transforms.slices.coverage_note`);
+    (some or all) the overall board corrects with (:func:`~biasboard.transforms.slices.coverage_note`), and with a
+    reference what the slice's own gate corrected (:func:`~biasboard.transforms.slices.gate_note`);
     ``kendall_tau``: naive vs corrected within the slice (None when not fit); ``ranks``: the slice's
     rank intervals, drawn as the overall board's are (None when not fit).
     """
@@ -698,7 +699,7 @@ class ModelMove:
     component: int
     rank_naive: int | None
     rank_corrected: int
-    rank_change: int | None  # the leaderboard's: rank_naive − rank_corrected
+    rank_change: int | None  # the leaderboard's: rank_naive − rank_corrected (among the models both rank)
     corrections: list[CorrectionMove]
     rank_without_all: int  # the rank with every correction removed at once (the Δ ratings summed)
     unexplained: int | None  # rank_change − Σ places: ties, judge scale, the corrections' interplay

@@ -299,3 +299,44 @@ def test_a_model_with_grades_but_no_battle_has_no_naive_rank_interval():
     assert sorted(r.model for r in ranks.naive) == sorted(naive_ranked["model"].to_list())  # not m6, m7
     assert {r.model: r.rank for r in ranks.naive} == dict(naive_ranked.select("model", "rank_naive").iter_rows())
     assert sorted(r.model for r in ranks.corrected) == sorted(board["model"].to_list())  # m6, m7 ranked there
+
+
+def test_a_graded_only_model_does_not_move_the_models_it_outranks():
+    """A model graded but never in a battle is rated by the corrected board alone.  Counted in the move, it pushed
+    every corrected rank below it down one: each model read "-1" for a move nobody made, and one that passed a naive
+    rival read "=" (a refresh of battles and grades with one graded-only model: all eight moves off by one, beside
+    a Kendall tau of 1).  The move is counted among the models both boards rank."""
+    from tests.test_ranking_model import _score_cells
+
+    rng = np.random.default_rng(3)
+    battles, grades = _cells(rng, models=6, judges=3, cells=400), _score_cells(rng, models=8, rows=400)
+    naive, corrected = fit_leaderboards(battles, grades, config=ModelConfig(profile=False))
+    board = side_by_side(naive, corrected)
+    both = board.filter(pl.col("rank_naive").is_not_null())
+    assert both.height == 6 and board.height == 8
+    among_both = both.with_columns(pl.col("rating_corrected").rank("min", descending=True).cast(pl.Int64).alias("r"))
+    expected = dict(among_both.select("model", pl.col("rank_naive") - pl.col("r")).iter_rows())
+    assert dict(both.select("model", "rank_change").iter_rows()) == expected
+    graded_only = board.filter(pl.col("rank_naive").is_null())
+    assert graded_only["rank_change"].null_count() == 2
+    assert graded_only["rank_corrected"].min() < both["rank_corrected"].max()  # they sit among the others' ranks
+
+
+def test_the_naive_vs_corrected_comparison_leaves_out_the_models_the_naive_board_does_not_rate():
+    """A graded-only model is its own component on the naive side, rated at that component's centre by definition.
+    Kept in the comparison it was a group of one, ranked 1 within it on both sides: a perfect agreement added to ρ
+    (0.857 -> 0.887 on a refresh of 8 models and one graded-only model) and one model to ``n_models``."""
+    from biasboard.ranking.diagnostics import compare_rankings
+    from biasboard.ranking.rank_stats import spearman
+
+    from tests.test_ranking_model import _score_cells
+
+    rng = np.random.default_rng(3)
+    battles, grades = _cells(rng, models=6, judges=3, cells=400), _score_cells(rng, models=8, rows=400)
+    naive, corrected = fit_leaderboards(battles, grades, config=ModelConfig(profile=False))
+    board = side_by_side(naive, corrected).filter(pl.col("rank_naive").is_not_null())
+    compared = compare_rankings(naive, corrected.rating, corrected.models)
+    assert compared["n_models"] == board.height == 6
+    x, y = board["rating_naive"].to_numpy(), board["rating_corrected"].to_numpy()
+    assert compared["spearman"] == pytest.approx(spearman(x, y))
+    assert compared["kendall_tau"] == pytest.approx(kendall_tau_b(x, y))

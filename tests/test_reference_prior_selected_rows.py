@@ -82,3 +82,22 @@ def test_a_reference_whose_verdicts_barely_follow_the_comparisons_is_warned_of()
     assert disc["ci_high"] < 0.25, disc
     (warning,) = [w for w in reference_warnings(fit) if "only weakly" in w]
     assert warning.startswith("the reference's verdicts follow the comparisons' quality order only weakly"), warning
+
+
+def test_a_judge_of_grades_alone_is_not_scored_against_the_reference() -> None:
+    """A judge that only grades (``--scores``) gave no pairwise verdict, so its position, length and discrimination
+    are the prior's.  The agreement table scored those prior guesses as the judge's fitted verdicts ("grader-only
+    63.1% -> 66.5%" in a refresh: a correction of nothing it said)."""
+    from biasboard.transforms.cells import partial_score_cells
+
+    config = SimulationConfig(battles=8_000, models=6, judges=3, human_judges=1, days=1, seed=4, scores=0.3)
+    ((_, battles, scores),) = list(simulate_days(config))
+    grader = np.array(scores.column("judge").to_pylist(), dtype=object)
+    grader[grader == "gpt-sim-judge-1"] = "grader-only"
+    scores = scores.set_column(scores.schema.get_field_index("judge"), "judge", pa.array(grader.tolist(), pa.string()))
+    fit = fit_with_reference(
+        [partial_cells(battles, FAMILIES).cells], [partial_score_cells(scores, FAMILIES).cells], reference=HUMAN
+    )
+    scored = {row["judge"] for row in fit.agreement}
+    assert "grader-only" not in scored
+    assert {"gpt-sim-judge-1", "claude-sim-judge-1"} <= scored  # the judges of battles are scored

@@ -1140,3 +1140,29 @@ def test_voter_judges_are_in_natural_order_in_every_table_and_list(published):
     assert listed is not None
     judges = [name for name in re.findall(r"position \(([^)]*)\)", html.unescape(listed.group(1))) if "crowd" in name]
     assert judges == natural, listed.group(1)
+
+
+def test_a_board_of_battles_and_grades_says_the_grades_set_the_scale(tmp_path, published):
+    """With grades beside the battles the judges' discriminations are free (the grades set the ratings' scale), so
+    they need not average 1: on a simulation of 5 judges their geometric mean was 0.85, every judge below 1, beside
+    the page's "1 is average, below 1 a lax judge" and "the ratings' scale is the judges' average discrimination"."""
+    config = SimulationConfig(battles=6000, models=6, judges=4, human_judges=1, days=1, scores=0.3, grades=5, seed=5)
+    logs = write_simulation(config, tmp_path / "logs")
+    outcome = refresh(
+        str(logs / "battles" / "day=*" / "*.parquet"),
+        str(tmp_path / "state"),
+        str(tmp_path / "out"),
+        [],
+        RefreshOptions(k=3, scores_glob=str(logs / "scores" / "day=*" / "*.parquet")),
+    )
+    snap = Path(publish.resolve_snapshot(str(tmp_path / "out")))
+    bias = pl.read_parquet(snap / "bias.parquet").filter(pl.col("effect") == "discrimination")
+    mean = math.exp(float(np.log(bias["estimate"].to_numpy()).mean()))
+    assert abs(mean - 1.0) > 0.01  # not centred on 1: the grades set the scale
+    page = text_of(render_report(pl.read_parquet(snap / "leaderboard.parquet"), bias, outcome.summary))
+    assert "1 is average" not in page and "the ratings' scale is the judges' average discrimination" not in page
+    assert f"their geometric mean here: {mean:.2f}" in page
+    assert "the ratings' scale is the grades'" in page
+    # A board of battles alone keeps the average judge's wording.
+    assert "1 is average" in text_of(published.page)
+    assert "the ratings' scale is the judges' average discrimination" in text_of(published.page)

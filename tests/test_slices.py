@@ -378,6 +378,33 @@ def test_a_slice_the_reference_never_judged_is_listed_not_fit(tmp_path):
     )
 
 
+def test_a_slice_says_what_its_own_gate_corrected_toward_the_reference(tmp_path):
+    """Each slice's gate weighs the judges' excesses against the reference's verdicts in that slice.  A slice holding
+    5 of them had none of the 23 excesses corrected (its naive and corrected orders the same), and its note was empty:
+    only the overall board's warning said what a gate did.  Each slice's note says it now."""
+    logs = write_simulation(
+        SimulationConfig(battles=6_000, models=5, judges=3, human_judges=1, days=1, seed=7), tmp_path / "logs"
+    )
+    (path,) = (logs / "battles").glob("day=*/*.parquet")
+    battles = pl.read_parquet(path).with_row_index("row")
+    human = pl.col("judge") == "human-pool-1"
+    few = set(battles.filter(human)["row"].to_list()[:5])
+    labelled = battles.with_columns(
+        pl.when(pl.col("row").is_in(few) | ~human & (pl.col("row") % 2 == 0))
+        .then(pl.lit("Few"))
+        .otherwise(pl.lit("Main"))
+        .alias("language")
+    )
+    labelled.drop("row").write_parquet(path)
+    options = RefreshOptions(k=3, audit=False, slices="language", slice_min_battles=50, reference="human-pool-1")
+    outcome = refresh(str(path), str(tmp_path / "state"), str(tmp_path / "out"), [], options)
+    assert outcome.published is not None
+    info = {i.value: i for i in _summary(Path(outcome.published.path)).slices}
+    assert info["Few"].fitted and info["Main"].fitted
+    assert "the reference has 5 verdict(s) in this slice: its gate corrected 0 of " in info["Few"].note
+    assert "the reference has " in info["Main"].note and "its gate corrected" in info["Main"].note
+
+
 def test_a_slice_threshold_without_slices_is_refused(run):
     """``--slice-min-battles 50`` with no ``--slices`` was silently ignored (the run published a board without
     slices): the threshold says the user meant slices, so the run is refused in one line before any work."""

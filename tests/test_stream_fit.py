@@ -684,3 +684,18 @@ def test_spilled_couplings_are_removed_by_their_own_process_only(tmp_path):
     assert folder.exists()
     stream._remove_spilled(str(folder), os.getpid())
     assert not folder.exists()
+
+
+def test_the_stream_threshold_from_the_environment_is_a_whole_number_or_a_one_line_error(monkeypatch):
+    """``BIASBOARD_STREAM_CELLS=abc`` raised a ValueError traceback from inside the fit stage, after every day had
+    been aggregated; the other knobs (``BIASBOARD_BOOTSTRAP_WORKERS``, ``BIASBOARD_BUCKET_ROWS``) say it in one line."""
+    from biasboard.schemas.errors import InputError
+
+    monkeypatch.delenv("BIASBOARD_STREAM_CELLS", raising=False)
+    assert stream.stream_min_cells() == stream.STREAM_MIN_CELLS
+    monkeypatch.setenv("BIASBOARD_STREAM_CELLS", "0")
+    assert stream.stream_min_cells() == 0 and stream.streaming_wanted(1)
+    for bad in ("abc", "-5", "1e6"):
+        monkeypatch.setenv("BIASBOARD_STREAM_CELLS", bad)
+        with pytest.raises(InputError, match="BIASBOARD_STREAM_CELLS must be a whole number of cells >= 0"):
+            stream.stream_min_cells()

@@ -265,6 +265,7 @@ def fit_slices(
                         said,
                         left_off_note(fitted, position_said=bool(said)),
                         coverage_note(fitted, overall_warnings, style_removed),
+                        gate_note(fitted),
                     )
                     info.note = "; ".join(n for n in notes if n)
             done = ("fit, streamed" if part.streamed else "fit") if info.fitted else info.note
@@ -414,6 +415,25 @@ def coverage_note(fitted: ReferenceFit, overall_warnings: Sequence[str], style_r
             "corrected for style, as the overall board is"
         )
     return "; ".join(said)
+
+
+def gate_note(fitted: ReferenceFit) -> str:
+    """What a slice's own gate corrected, with the reference's verdicts in the slice, when the board has a reference.
+
+    The gate runs on each slice's battles and the reference's verdicts in that slice, so a slice's corrections need
+    not be the overall board's; the overall board's warning says what its gate did, and no word said a slice's:
+    a slice holding 5 of the reference's verdicts was published as "corrected" with none of the judges' excesses
+    over it corrected (0 of 23; its naive and corrected orders the same), its note empty.  Empty without a gate."""
+    gate = fitted.gate
+    if gate is None:
+        return ""
+    decisions = gate.decisions
+    supported = decisions.filter(pl.col("enabled")).select("judge", "effect").iter_rows()
+    corrected = sum(1 for pair in supported if pair not in fitted.config.disabled)  # (prior-selected: not applied)
+    return (
+        f"the reference has {fitted.k:,} verdict(s) in this slice: its gate corrected {corrected} of "
+        f"{decisions.height} (judge, effect) excesses over the reference at level {gate.level}, the others tied to it"
+    )
 
 
 def left_off_note(fitted: ReferenceFit, position_said: bool) -> str:
