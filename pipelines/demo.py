@@ -81,6 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     job = options_from(DemoOptions, args)
+    validation.local_only(job.workdir, "--workdir", "the demo runs in a local folder (default: a new temp folder)")
     workdir = Path(job.workdir) if job.workdir else Path(tempfile.mkdtemp(prefix="biasboard-demo-"))
     validation.writable_folder(str(workdir), "--workdir")
     config = SimulationConfig(

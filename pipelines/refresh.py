@@ -73,7 +73,7 @@ from biasboard.schemas.errors import InputError, StateError, raise_if_unreachabl
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.schemas.summary import Summary
-from biasboard.transforms import publish, read, state, storage
+from biasboard.transforms import publish, read, repeated_ids, state, storage
 from biasboard.transforms.audit import (
     AUDIT_JSON,
     DAY_PARTIALS,
@@ -598,7 +598,8 @@ def _fit_inputs_digest(
 ) -> str:
     """One digest of everything a snapshot's content depends on, kept in its manifest.
 
-    The input's per-day fingerprints (which fix the stored cells), the maps,
+    The input's per-day fingerprints (which fix the stored cells), the stored days whose battle ids cannot be
+    checked for repeats (a backfill that mends them changes no fingerprint, but the summary's check), the maps,
     the anchors' file fingerprints, every option that reaches the fit or the
     report, what the input's import rejected (the summary reports it), the library versions and the fingerprint
     of biasboard's code.  Equal digests mean a refit would publish the same files again.
@@ -608,6 +609,7 @@ def _fit_inputs_digest(
             "state": state_dir,
             "inputs": changes.digest,
             "kept_without_input": changes.kept(options),
+            "unchecked_ids": changes.unchecked_ids,
             "family_map": family_map.digest(),
             "aliases": aliases.digest() if aliases is not None else None,
             "anchors": _anchors_fingerprint(options),
@@ -941,6 +943,9 @@ class InputChanges:
     n_files: int
     without_input: list[str] = field(default_factory=list)
     kept_digests: dict[str, str] = field(default_factory=dict)
+    #: Unchanged days whose battle ids cannot be checked for repeats (:func:`~biasboard.transforms.repeated_ids.
+    #: unchecked_days`): a fit input, since the backfill that mends them changes no fingerprint.
+    unchecked_ids: list[str] = field(default_factory=list)
 
     def kept(self, options: RefreshOptions) -> dict[str, str]:
         """The days without input a run keeps in its board (none with ``--drop-missing-days``), with their digests.
@@ -1008,6 +1013,7 @@ def input_changes(
             "settings": settings,
         }
     new, changed, unchanged = [], [], []
+    stored: dict[str, dict] = {}
     for day, fingerprint in fingerprints.items():
         manifest = state.read_day_manifest(state_dir, day)
         if manifest is None:
@@ -1019,10 +1025,12 @@ def input_changes(
             changed.append(day)
         else:
             unchanged.append(day)
+            stored[day] = manifest
     n_files = len({f.path for files in (*battles.values(), *scores.values()) for f in files})
     without_input = [day for day in state.list_state_days(state_dir) if day not in fingerprints]
     kept = {day: _digest((state.read_day_manifest(state_dir, day) or {}).get("sha256")) for day in without_input}
-    return InputChanges(fingerprints, new, changed, unchanged, n_files, without_input, kept)
+    unchecked = repeated_ids.unchecked_days(state_dir, stored) if stored else []
+    return InputChanges(fingerprints, new, changed, unchanged, n_files, without_input, kept, unchecked)
 
 
 # --------------------------------------------------------------------------- build only

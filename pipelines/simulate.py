@@ -173,6 +173,11 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     if beam_args:
         raise InputError(f"simulate runs no Beam pipeline; unknown options: {' '.join(beam_args)}")
     config = config_from_args(args)
+    validation.local_only(
+        args.out,
+        "--out",
+        "simulate writes local files only; copy the folder to the bucket afterwards (refresh --input reads gs://)",
+    )
     validation.writable_folder(args.out, "--out")
     validation.not_owned(args.out, "--out")
     start = time.perf_counter()

@@ -152,6 +152,17 @@ def files_outside(input_flag: str, given: str, files: list[str], **folders: str)
             )
 
 
+def local_only(path: str | None, flag: str, says: str) -> None:
+    """Refuse a bucket (or any ``scheme://``) ``path`` for a job that writes local files only, ``says`` saying so.
+
+    Why: ``simulate --out gs://b/logs`` and ``demo --workdir gs://b/demo`` write through :class:`pathlib.Path`, which
+    made a stray ``./gs:/b/…`` folder in the working directory and ended in a pyarrow traceback ("Missing bucket
+    name in GCS URI"), simulate after a bucket probe that took 25-35 s (``import`` refuses such a path the same way).
+    """
+    if path and "://" in path:
+        raise InputError(f"{flag} {path}: {says}")
+
+
 def writable_folder(path: str, flag: str) -> None:
     """``path`` can be written: probed locally (and left as found); on a bucket, the bucket exists.
 

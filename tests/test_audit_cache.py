@@ -48,7 +48,7 @@ def real_days(folder: Path, days: int = 6) -> Path:
     rows = rows.with_columns(pl.col("prompt_id").replace_strict(day_of, return_dtype=pl.Int64).alias("_day"))
     for d in range(days):
         day = datetime.date(2024, 3, 1 + d)
-        stamp = datetime.datetime(day.year, day.month, day.day, 12, tzinfo=datetime.UTC)
+        stamp = datetime.datetime(day.year, day.month, day.day, 12, tzinfo=datetime.timezone.utc)
         part = (
             rows.filter(pl.col("_day") == d).drop("_day").with_columns(pl.lit(stamp).alias("ts").cast(rows["ts"].dtype))
         )

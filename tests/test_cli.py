@@ -301,3 +301,26 @@ def test_audit_out_inside_what_its_input_glob_reads_is_refused(tmp_path, capsys)
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "matches files inside --out" in err, err
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["simulate", "--out", "gs://some-bucket/logs", "--battles", "300", "--days", "2"], "--out"),
+        (["demo", "--workdir", "gs://some-bucket/demo", "--battles", "300", "--days", "2"], "--workdir"),
+    ],
+)
+def test_simulate_and_demo_refuse_a_bucket_path_in_one_line_and_write_nothing_locally(
+    argv, flag, tmp_path, monkeypatch, capsys
+):
+    """``simulate`` and ``demo`` write local files only.  Before, ``--out gs://b/logs`` (bucket reachable: measured
+    against the GCS emulator) probed the bucket for 25 s, then wrote a stray ``./gs:/b/logs/battles/`` folder and
+    died in a pyarrow traceback ("Missing bucket name in GCS URI"); ``demo --workdir gs://b/demo`` did the same
+    without the probe.  Now both say so in one line, before any request, as ``import`` does."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://nonexistent.invalid:9")  # no bucket probe can answer
+    code = cli.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert f"{flag} gs://some-bucket/" in err[0] and "local" in err[0], err
+    assert not (tmp_path / "gs:").exists()

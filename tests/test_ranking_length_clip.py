@@ -7,7 +7,7 @@ Battles are built per battle with known lengths and go through the real ingest f
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import numpy as np
 import polars as pl
@@ -31,7 +31,7 @@ def _battles(
     return pa.table(
         {
             "battle_id": [f"b{i}" for i in range(n)],
-            "ts": pa.array(np.full(n, datetime(2024, 5, 1, tzinfo=UTC)), pa.timestamp("us", tz="UTC")),
+            "ts": pa.array(np.full(n, datetime(2024, 5, 1, tzinfo=timezone.utc)), pa.timestamp("us", tz="UTC")),
             "judge": [judge] * n,
             "model_a": [f"m{k}" for k in a],
             "model_b": [f"m{k}" for k in b],

@@ -179,6 +179,33 @@ def test_days_stored_without_ids_are_not_checked(tmp_path: Path) -> None:
     assert (found.unchecked, found.total) == ((), 40)
 
 
+def test_the_refresh_after_the_mending_backfill_checks_the_days(tmp_path: Path) -> None:
+    """The unchecked-days warning says the backfill it names re-aggregates the days "and the next refresh checks
+    them".  It did not: the backfill leaves the input's fingerprints as they were, so the next refresh found "nothing
+    new since snapshot …", kept LATEST and printed its warning again, the 40 repeats still unreported."""
+    logs, state_dir, out = tmp_path / "logs", tmp_path / "state", tmp_path / "out"
+    _write(logs, "2024-05-01", _ids("a", 40))
+    _write(logs, "2024-05-02", _ids("a", 40))
+    run_backfill(str(logs / "battles"), str(state_dir), RUNNER)
+    manifest_path = Path(state.manifest_path(str(state_dir), "2024-05-01"))  # stored before ids were kept
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"] = [f for f in manifest["files"] if not f.endswith(IDS_FILE)]
+    manifest["sha256"] = {k: v for k, v in manifest["sha256"].items() if not k.endswith(IDS_FILE)}
+    manifest_path.write_text(json.dumps(manifest))
+    glob = str(logs / "battles")
+    first = refresh(glob, str(state_dir), str(out), RUNNER)
+    assert first.summary is not None and first.summary.repeated_ids == S.RepeatedIdsInfo([], ["2024-05-01"])
+    assert refresh(glob, str(state_dir), str(out), RUNNER).reason.startswith("nothing new")  # still nothing new
+
+    args = ["--input", glob, "--state", str(state_dir), "--from", "2024-05-01", "--to", "2024-05-01"]
+    assert cli.main(["backfill", *args, *RUNNER]) == 0
+    mended = refresh(glob, str(state_dir), str(out), RUNNER)
+    assert not mended.reason, mended.reason
+    assert mended.summary is not None and mended.summary.counts.repeated_ids == 40
+    assert mended.summary.repeated_ids is not None and mended.summary.repeated_ids.unchecked_days == []
+    assert refresh(glob, str(state_dir), str(out), RUNNER).reason.startswith("nothing new")  # and stays so
+
+
 def test_days_hashed_otherwise_are_not_checked(tmp_path: Path) -> None:
     """A state whose ids were hashed by another scheme (polars' hash, before :func:`string_hash`) is not compared
     with this one's hashes: not a false repeat, not a silent pass either."""

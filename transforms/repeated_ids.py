@@ -153,6 +153,21 @@ def _digest(manifest: dict) -> str | None:
     return None
 
 
+def unchecked_days(state_dir: str, manifests: dict[str, dict]) -> list[str]:
+    """The stored days (``manifests``: day → its manifest) whose battle ids the check cannot compare: no ids file,
+    or ids hashed otherwise (polars' hash) as the last count found that very file.
+
+    Part of refresh's fit inputs: the backfill that mends such a day leaves its input's fingerprint as it was, so
+    without this the next refresh found nothing new, kept ``LATEST`` and repeated its "not checked" warning.
+    """
+    foreign = {
+        e.get("day"): e.get("digest")
+        for e in _read_cache(storage.join(state_dir, CACHE_FILE)).get("days", [])
+        if isinstance(e, dict) and e.get("foreign")
+    }
+    return sorted(day for day, m in manifests.items() if (d := _digest(m)) is None or foreign.get(day) == d)
+
+
 def _read_ids(state_dir: str, day: str, manifest: dict) -> tuple[np.ndarray, str]:
     table = state.read_day_table(state_dir, day, manifest, IDS_FILE)
     assert table is not None  # only days whose manifest names the file are read
