@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from biasboard.pipelines import validation
-from biasboard.pipelines.options import GivenOnce, OneFolder, beam_options, defaults_from, options_from
+from biasboard.pipelines.options import GivenOnce, OneFile, OneFolder, beam_options, defaults_from, options_from
 from biasboard.transforms import storage
 from biasboard.transforms.audit import run_audit
 from biasboard.transforms.read import load_aliases, resolve_input
@@ -64,9 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="optional trusted verdicts (battle-shaped Parquet glob) for gold-label accuracy",
     )
     parser.add_argument(
-        "--family-map", help="optional JSON family rules (model/judge name → family), before the defaults"
+        "--family-map",
+        action=OneFile,
+        help="optional JSON family rules (model/judge name → family), before the defaults",
     )
-    parser.add_argument("--aliases", help="optional JSON object: judge/model name -> canonical name")
+    parser.add_argument("--aliases", action=OneFile, help="optional JSON object: judge/model name -> canonical name")
     defaults_from(parser, AuditOptions())
 
 

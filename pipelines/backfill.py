@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from biasboard.pipelines import validation
-from biasboard.pipelines.options import GivenOnce, OneFolder, beam_options, defaults_from, options_from
+from biasboard.pipelines.options import GivenOnce, OneFile, OneFolder, beam_options, defaults_from, options_from
 from biasboard.pipelines.validation import NumberRule
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
@@ -173,8 +173,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scores", action=GivenOnce, metavar="GLOB", help="ordinal score Parquet files to aggregate too"
     )
-    parser.add_argument("--family-map", metavar="PATH", help="JSON family rules tried before the defaults")
-    parser.add_argument("--aliases", metavar="PATH", help="JSON object: judge/model name -> canonical name")
+    parser.add_argument(
+        "--family-map", metavar="PATH", action=OneFile, help="JSON family rules tried before the defaults"
+    )
+    parser.add_argument(
+        "--aliases", metavar="PATH", action=OneFile, help="JSON object: judge/model name -> canonical name"
+    )
     parser.add_argument(
         "--batch-rows", type=NumberRule(integer=True, low=1).flag_type("--batch-rows"), help=argparse.SUPPRESS
     )

@@ -108,6 +108,13 @@ class OneFolder(GivenOnce):
     advice = "a job writes one folder per flag: give it once"
 
 
+class OneFile(GivenOnce):
+    """A rules file a job reads (``--family-map``, ``--aliases``), refused given twice: argparse kept the last, so
+    ``--family-map a.json --family-map b.json`` applied b's rules alone, a's dropped without a word."""
+
+    advice = "a job reads one rules file per flag: merge the rules into one file"
+
+
 def defaults_from(parser: argparse.ArgumentParser, options: Any) -> None:
     """Every flag's default from a job's options dataclass (one place): each flag's ``dest`` is its field.
 

@@ -61,7 +61,7 @@ import polars as pl
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 from biasboard.pipelines import validation
 from biasboard.pipelines.code_fingerprint import code_fingerprint
-from biasboard.pipelines.options import GivenOnce, OneFolder, beam_options, defaults_from, options_from
+from biasboard.pipelines.options import GivenOnce, OneFile, OneFolder, beam_options, defaults_from, options_from
 from biasboard.pipelines.validation import NumberRule
 from biasboard.plan.acquisition import POPULATION_JUDGE
 from biasboard.ranking import ModelConfig
@@ -127,9 +127,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--family-map",
         "--families",
         dest="families",
+        action=OneFile,
         help="family map file (model/judge name → family), tried before the defaults; as in backfill and audit",
     )
-    parser.add_argument("--aliases", help="JSON object: judge/model name -> canonical name (e.g. case variants)")
+    parser.add_argument(
+        "--aliases", action=OneFile, help="JSON object: judge/model name -> canonical name (e.g. case variants)"
+    )
     parser.add_argument("--k", **_number("--k"), help="top-k for the membership probabilities (default %(default)s)")
     parser.add_argument(
         "--bootstrap", **_number("--bootstrap"), help="Poisson-bootstrap replicates (default %(default)s: Laplace)"

@@ -188,3 +188,23 @@ def test_a_folder_flag_given_twice_is_refused_in_one_line(tmp_path, monkeypatch,
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "given twice (A, then B): a job writes one folder per flag" in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("command", "flags"),
+    [
+        ("refresh", ["--input", "i", "--state", "s", "--out", "o", "--family-map", "A", "--family-map", "B"]),
+        ("refresh", ["--input", "i", "--state", "s", "--out", "o", "--aliases", "A", "--aliases", "B"]),
+        ("backfill", ["--input", "i", "--state", "s", "--family-map", "A", "--family-map", "B"]),
+        ("audit", ["--input", "i", "--out", "o", "--aliases", "A", "--aliases", "B"]),
+    ],
+)
+def test_a_rules_file_flag_given_twice_is_refused_in_one_line(tmp_path, monkeypatch, capsys, command, flags):
+    """``--family-map a.json --family-map b.json`` applied b's rules alone, a's dropped without a word."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        cli.main([command, *flags])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "given twice (A, then B): a job reads one rules file per flag" in err
+    assert list(tmp_path.iterdir()) == []
