@@ -186,8 +186,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--judge-pool",
         default=None,
         help="fit one judge per pool: 'prefix:SEP' pools judges by their name up to SEP (e.g. 'prefix:/' fits all "
-        "'arena/<voter>' as 'arena'); 'column:NAME' makes each battle's judge the value of its column NAME (e.g. "
-        "'column:voter_group'; a null or blank value keeps the battle's own judge; applied while days are "
+        "'arena/<voter>' as 'arena'); 'column:NAME' makes each battle's (and grade's) judge the value of its column "
+        "NAME (e.g. 'column:voter_group'; a null or blank value keeps the row's own judge; applied while days are "
         "aggregated, so changing it re-aggregates every day); default: every judge its own effect, voters shrunk "
         "to their population",
     )
@@ -411,7 +411,9 @@ def refresh(
     started = dt.datetime.now(dt.timezone.utc)
 
     with timings.stage("read"):
-        settings = ingest_settings(family_map, aliases, JudgePool.parse(options.judge_pool).column)
+        settings = ingest_settings(
+            family_map, aliases, JudgePool.parse(options.judge_pool).column, grades=options.scores_glob is not None
+        )
         changes = input_changes(input_glob, state_dir, options.scores_glob, settings)
     for flag, given, kind in (("--input", input_glob, "files"), ("--scores", options.scores_glob, "score_files")):
         if given:
@@ -891,9 +893,6 @@ def check_inputs(input_glob: str | None, options: RefreshOptions) -> None:
         given = [flag for flag, name in _NEED_BATTLES if getattr(options, name)]
         if options.reference not in (None, "none"):
             given.append("--reference")
-        if JudgePool.parse(options.judge_pool).column:
-            # score rows keep their judge (a column pools battles, at ingest): on grades alone it changed nothing
-            given.append(f"--judge-pool {options.judge_pool}")
         if given:
             raise InputError(
                 f"{', '.join(given)}: need battles (--input); an ordinal-only board (--scores alone) has no "

@@ -254,27 +254,42 @@ METHOD = (
 )
 
 
+def _ranks_among(rating: np.ndarray, component: np.ndarray, among: np.ndarray) -> list[int | None]:
+    """Ranks within each component counted among the models ``among`` only (None for the others)."""
+    out: list[int | None] = [None] * rating.size
+    for i, rank in zip(np.flatnonzero(among), ranks_within(rating[among], component[among]), strict=True):
+        out[int(i)] = int(rank)
+    return out
+
+
 def move_table(corrected: FitResult, leaderboard: pl.DataFrame) -> dict[str, Any] | None:
     """Per model of ``leaderboard`` (the published side-by-side board), what each correction of ``corrected``'s
     fit accounts for: its Δrating (Elo-like points), the rank it would have without that correction alone and the
     places that makes, the rank without all of them, and the rank change left unexplained.
 
     The Δθ are added to the published rating (θ, or a reference's φ = θ + the reference's own terms, which are
-    held): ranks within each comparison component, as the leaderboard's.  None when the fit has no attribution
-    (a ratings-only board).  Vectorised over models; a loop over the (at most seven) corrections."""
+    held): ranks within each comparison component, as the leaderboard's.  A correction's places are counted among
+    the models both boards rank, as the leaderboard's ``rank_change`` is (a graded-only model, which the naive board
+    does not rate, is passed in neither), so the two add up to what is left unexplained; ``rank_without`` is the
+    model's rank on the published board.  None when the fit has no attribution (a ratings-only board).  Vectorised
+    over models; a loop over the (at most seven) corrections."""
     info = corrected.diagnostics.get("attribution")
     if info is None:
         return None
     component = corrected.component if corrected.component.size else np.zeros(corrected.n_models, np.int64)
     groups = component if component.max(initial=0) > 0 else None
     rating = corrected.rating
+    ranked_naive = set(leaderboard.filter(pl.col("rank_naive").is_not_null()).get_column("model").to_list())
+    both = np.array([name in ranked_naive for name in corrected.models], bool)
     corrected_rank = ranks_within(rating, component)
     deltas = {name: centre_within(np.asarray(d, float), groups) for name, d in info["effects"].items()}
     columns: dict[str, Any] = {"model": list(corrected.models), "_rank": corrected_rank}
+    columns["_common"] = _ranks_among(rating, component, both)
     total = np.zeros(rating.size)
     for name, d in deltas.items():
         columns[f"d:{name}"] = ELO_PER_LOGIT * d
         columns[f"r:{name}"] = ranks_within(rating + d, component)
+        columns[f"c:{name}"] = _ranks_among(rating + d, component, both)
         total += d
     columns["rank_without_all"] = ranks_within(rating + total, component)
     frame = pl.DataFrame(columns).join(
@@ -288,7 +303,9 @@ def move_table(corrected: FitResult, leaderboard: pl.DataFrame) -> dict[str, Any
                 "effect": name,
                 "delta_rating": r[f"d:{name}"],
                 "rank_without": r[f"r:{name}"],
-                "places": r[f"r:{name}"] - r["rank_corrected"],
+                "places": r[f"r:{name}"] - r["rank_corrected"]
+                if r["_common"] is None
+                else r[f"c:{name}"] - r["_common"],
             }
             for name in deltas
         ]

@@ -89,6 +89,7 @@ from biasboard.ranking.rank_stats import ranks_desc
 from biasboard.ranking.reference_rating import (
     RatingMap,
     discrimination_row,
+    lengthless_warnings,
     rated_effects,
     reference_map,
 )
@@ -820,6 +821,7 @@ def fit_with_reference(
         out = with_rating(fit, phi, jac, battles, draws, seed, fit.boot_reference)
         diagnostics = dict(out.diagnostics)
         diagnostics["naive_vs_corrected"] = compare_rankings(naive, out.rating, out.models, out.component)
+        diagnostics["warnings"] = [*diagnostics.get("warnings", []), *lengthless_warnings(problem, raters, clip)]
         return replace(out, diagnostics=diagnostics)
 
     problem_all, solution_all, fit_all = unpublished_board(config)

@@ -85,6 +85,7 @@ class RatedTerms:
     rows: np.ndarray  # (k, n_core)
     typical: list[np.ndarray]  # k × (M,)
     v_disc: np.ndarray  # (n_core,)
+    blocks: tuple[int, ...] = ()  # the rated effects' blocks, in the order of ``rows``
 
 
 def rated_terms(problem: Problem, reference: frozenset[str], clip: float | None) -> RatedTerms | None:
@@ -101,7 +102,36 @@ def rated_terms(problem: Problem, reference: frozenset[str], clip: float | None)
     rows = np.zeros((len(blocks), lay.n_core))  # each coefficient per raw covariate unit
     for i, t in enumerate(blocks):
         rows[i, lay.glob(t)] = spec.unit(t)
-    return RatedTerms(rows, typical, discrimination_row(problem, reference))
+    return RatedTerms(rows, typical, discrimination_row(problem, reference), tuple(blocks))
+
+
+#: The models a warning names before "N more".
+NAMED_MODELS = 5
+
+
+def lengthless_warnings(problem: Problem, reference: frozenset[str], clip: float | None) -> list[str]:
+    """A warning naming the models whose φ takes the reference's length preference at the pool's mean length
+    (x̄_m = 0, :func:`typical_length`) because no battle of theirs has a length: a model graded but never in a
+    battle (its grades' lengths are not stored in the score cells), or one whose battles carry no lengths.  Its
+    neighbours' φ take their own lengths, so beside a reference with a length preference the comparison is not
+    like for like; said rather than published silently.  Empty when φ has no length term or every model has one."""
+    terms = rated_terms(problem, reference, clip)
+    if terms is None or LEN not in terms.blocks:
+        return []
+    unknown = ~np.isfinite(mean_log_length(problem.data))
+    if not unknown.any() or unknown.all():
+        return []
+    names = [problem.data.models[i] for i in np.flatnonzero(unknown)]
+    listed = ", ".join(names[:NAMED_MODELS]) + (
+        f" ({len(names) - NAMED_MODELS} more)" if len(names) > NAMED_MODELS else ""
+    )
+    verb = "has" if len(names) == 1 else "have"
+    whose = "its" if len(names) == 1 else "their"
+    return [
+        f"reference rating: {listed} {verb} no answer length in any battle (graded only, or lengths missing), so "
+        f"{whose} rating takes the reference's length preference at the pool's mean length, not at {whose} own (a "
+        "grade's length is not stored)"
+    ]
 
 
 @dataclass(frozen=True)

@@ -505,6 +505,10 @@ def _move_line(row: ModelMove) -> str:
     if row.unexplained:
         parts.append(f"rest {_signed(row.unexplained)}")
     ranks = f"naive #{_int(row.rank_naive)} → #{_int(row.rank_corrected)}"
+    if row.rank_naive is not None and row.rank_change is not None and row.rank_naive - change != row.rank_corrected:
+        # (the move is counted among the models both boards rank: a graded-only model above it is not passed)
+        common = row.rank_naive - change
+        ranks = f"naive #{_int(row.rank_naive)} → #{_int(common)} of the models both rank, #{_int(row.rank_corrected)}"
     return f"<strong>{esc(row.model)}</strong> {arrow} ({ranks}): {', '.join(parts) or 'no single correction'}"
 
 

@@ -688,7 +688,9 @@ class CorrectionMove:
     effect: str  # "position", "length", "affinity", "header", "list", "bold", "severity"
     delta_rating: float  # Elo-like points the corrected rating would move with this correction removed
     rank_without: int  # the model's rank with this correction removed (every other one kept)
-    places: int  # rank_without − rank_corrected: places this correction moved the model up (< 0: down)
+    # places this correction moved the model up (< 0: down), counted among the models both boards rank, as
+    # rank_change is: rank_without − rank_corrected unless a graded-only model (no naive rank) was passed
+    places: int
 
 
 @dataclass

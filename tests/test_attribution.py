@@ -240,3 +240,37 @@ def test_a_move_made_by_the_prompts_difficulty_is_attributed_to_it_not_left_unex
     linear = centre_within(np.asarray(attribute_moves(problem, solution)["effects"][DIFFICULTY]))
     exact = centre_within(exact_theta_response(problem, solution, DIFFICULTY_BLOCK))
     assert np.abs(linear - exact).max() < 0.05 * np.abs(exact).max()
+
+
+def test_the_places_of_a_board_with_a_graded_only_model_count_among_the_models_both_boards_rank() -> None:
+    """A graded-only model mid-board: the leaderboard's move counts among the models both boards rank, so a
+    correction's places must too.  Counted among every model, a correction that carried a model past the graded-only
+    one added a place the move does not count, and "unexplained" took it back (one model's rest −3 read −5 on a
+    refresh of battles and grades)."""
+    from biasboard.ranking.rank_stats import ranks_within
+
+    from tests.test_ranking_model import _cells, _score_cells
+
+    rng = np.random.default_rng(2)  # the third correction carries m4 past m7, graded only: no place in the move
+    battles, grades = _cells(rng, models=6, judges=3, cells=400), _score_cells(rng, models=8, rows=400)
+    naive, corrected = fit_leaderboards(battles, grades, config=FAST)
+    board = side_by_side(naive, corrected)
+    table = move_table(corrected, board)
+    assert table is not None
+    both = np.array([m in set(board.filter(pl.col("rank_naive").is_not_null())["model"]) for m in corrected.models])
+    assert 0 < both.sum() < len(corrected.models)
+    component = corrected.component[both]
+    rank = dict(zip(np.array(corrected.models)[both], ranks_within(corrected.rating[both], component), strict=True))
+    checked = 0
+    for name, delta in corrected.diagnostics["attribution"]["effects"].items():
+        d = centre_within(np.asarray(delta, float), None)
+        without = ranks_within((corrected.rating + d)[both], component)
+        expected = dict(zip(np.array(corrected.models)[both], without, strict=True))
+        for row in table["models"]:
+            if row["rank_change"] is None:
+                assert row["unexplained"] is None
+                continue
+            (move,) = [m for m in row["corrections"] if m["effect"] == name]
+            assert move["places"] == expected[row["model"]] - rank[row["model"]], (name, row["model"])
+            checked += 1
+    assert checked

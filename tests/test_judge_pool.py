@@ -131,6 +131,26 @@ def test_a_prefix_rule_that_pools_nothing_says_so(tmp_path):
                          "pooled)"] if warned else []), said  # fmt: skip
 
 
+def test_a_prefix_rule_that_pools_no_grader_says_so(tmp_path):
+    """The "nothing pooled" warning reads the graders too: on a board of grades alone it read the (no) battle
+    judges and said nothing."""
+    config = SimulationConfig(battles=1500, models=5, judges=3, human_judges=1, days=1, seed=3, scores=0.5)
+    logs = write_simulation(config, tmp_path / "logs")
+    _split_grades_into_voters(logs, tmp_path / "voters", carry=False)  # graders 'voter-7', never '#'
+    grades = str(logs / "scores" / "day=*" / "*.parquet")
+    options = RefreshOptions(k=2, diagnostics="off", judge_pool="prefix:#", scores_glob=grades)
+    outcome = refresh(None, str(tmp_path / "s1"), str(tmp_path / "o1"), [], options)
+    assert outcome.summary is not None
+    said = [w for w in outcome.summary.warnings if w.startswith("--judge-pool")]
+    assert said == ["--judge-pool prefix:#: no judge's name holds '#', so every judge is its own pool (nothing "
+                    "pooled)"], said  # fmt: skip
+    voters = str(tmp_path / "voters" / "scores" / "day=*" / "*.parquet")
+    options = RefreshOptions(k=2, diagnostics="off", judge_pool="prefix:-", scores_glob=voters)
+    outcome = refresh(None, str(tmp_path / "s2"), str(tmp_path / "o2"), [], options)
+    assert outcome.summary is not None
+    assert not [w for w in outcome.summary.warnings if w.startswith("--judge-pool")]
+
+
 def _split(day, chunk, battles: pa.Table) -> pa.Table:
     rng = np.random.default_rng(chunk)
     judge = battles["judge"]
@@ -163,3 +183,48 @@ def test_bias_json_keeps_the_pooled_judges_rows(tmp_path, monkeypatch) -> None:
     assert bias_json.height == bias_all.height
     html = (snapshot / "report.html").read_text()
     assert "the JSON files keep the" not in html.split('id="bias"')[1].split("</section>")[0]
+
+
+def _split_grades_into_voters(pooled: Path, out: Path, carry: bool) -> None:
+    """Each grade file of ``pooled`` with the human pools' grades spread over voters, the pool in voter_group when
+    ``carry`` (null for the LLM judges)."""
+    rng = np.random.default_rng(1)
+    for path in sorted(pooled.glob("scores/day=*/*.parquet")):
+        frame = pl.read_parquet(path)
+        human = frame["judge"].str.starts_with("human-pool")
+        voter = pl.Series([f"voter-{k}" for k in rng.integers(0, VOTERS, frame.height)])
+        if carry:
+            group = pl.when(human).then(pl.col("judge")).otherwise(pl.lit(None, dtype=pl.String))
+            frame = frame.with_columns(group.alias("voter_group"))
+        frame = frame.with_columns(pl.when(human).then(voter).otherwise(pl.col("judge")).alias("judge"))
+        target = out / path.relative_to(pooled)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        frame.write_parquet(target)
+
+
+def test_pooling_by_column_pools_the_grades_too(tmp_path):
+    """Battles and grades of voters, the pool in both files' voter_group: pooled by the column, the board and bias
+    table are those of the pre-pooled log.  The grades kept their voters as judges (a grader voter-7 fitted apart
+    from its battles' pool: 20 more judges in the bias table, without a word); a grade file without the column
+    cannot be pooled and is refused, as a battle file is."""
+    config = SimulationConfig(battles=3000, models=6, judges=3, human_judges=1, days=1, seed=5, scores=0.5)
+    pooled = write_simulation(config, tmp_path / "pooled")
+    _split_into_voters(pooled, tmp_path / "voters")
+    _split_grades_into_voters(pooled, tmp_path / "voters", carry=True)
+    _split_grades_into_voters(pooled, tmp_path / "bare", carry=False)
+    pooled_in, voters_in = (str(root / "battles" / "day=*" / "*.parquet") for root in (pooled, tmp_path / "voters"))
+    pooled_scores, voter_scores, bare_scores = (
+        str(root / "scores" / "day=*" / "*.parquet") for root in (pooled, tmp_path / "voters", tmp_path / "bare")
+    )
+    plain = RefreshOptions(k=3, diagnostics="off", scores_glob=pooled_scores)
+    expected = refresh(pooled_in, str(tmp_path / "s1"), str(tmp_path / "o1"), [], plain)
+    by_column = RefreshOptions(k=3, diagnostics="off", judge_pool="column:voter_group", scores_glob=voter_scores)
+    got = refresh(voters_in, str(tmp_path / "s2"), str(tmp_path / "o2"), [], by_column)
+    bias = pl.read_parquet(_snapshot(tmp_path, got, "o2") / "bias.parquet")
+    assert not any(j.startswith("voter-") for j in bias["judge"])
+    for table in ("leaderboard.parquet", "bias.parquet"):
+        want = pl.read_parquet(_snapshot(tmp_path, expected, "o1") / table)
+        assert pl.read_parquet(_snapshot(tmp_path, got, "o2") / table).equals(want), table
+    with pytest.raises(InputError, match=r"column:voter_group: .*scores.*no column 'voter_group'"):
+        bare = RefreshOptions(k=3, diagnostics="off", judge_pool="column:voter_group", scores_glob=bare_scores)
+        refresh(voters_in, str(tmp_path / "s3"), str(tmp_path / "o3"), [], bare)

@@ -201,10 +201,9 @@ def test_refresh_needs_battles_or_grades(tmp_path, capsys, arena_bench_scores):
     for extra in (["--slices", "category"], ["--plan-budget", "10"], ["--reference", "gpt-4"]):
         assert cli.main([*base, *scores, *extra]) == 2
         assert f"{extra[0]}: need battles (--input)" in capsys.readouterr().err
-    # A column pool is applied to battles only (score rows keep their judge): on grades alone it was accepted and
-    # changed nothing.  A name prefix pools graders too, and stays accepted.
+    # A column pool pools grades too: grade files without the column are refused (they cannot be pooled by it).
     assert cli.main([*base, *scores, "--judge-pool", "column:voter_group"]) == 2
-    assert "--judge-pool column:voter_group: need battles (--input)" in capsys.readouterr().err
+    assert "--judge-pool column:voter_group: grade file" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 

@@ -761,3 +761,24 @@ def test_bench_reference_voters_prints_every_gate_group(tmp_path):
     assert ("position", " (human-pool-2/*)", "500") in groups, done.stdout
     assert ("position", "", "2") in groups, done.stdout  # the two LLM judges, a group of their own
     assert ("affinity", "", "2") in groups, done.stdout
+
+
+def test_a_graded_only_model_rated_at_the_pools_mean_length_is_said() -> None:
+    """Under a reference with a length preference, φ adds β_r·x̄_m, x̄_m read from the battles' lengths.  A model
+    graded but never in a battle has none (its grades' lengths are not stored), so its φ takes the pool's mean
+    length (x̄ = 0) while its neighbours take their own: published without a word.  Said now, naming the models."""
+    from tests.test_ranking_model import _cells, _score_cells
+
+    rng = np.random.default_rng(3)
+    battles, grades = _cells(rng, models=6, judges=3, cells=400), _score_cells(rng, models=8, rows=400)
+    config = ModelConfig(profile=False, posterior_draws=200)
+    fit = fit_with_reference(battles, grades, reference=Reference.parse("judge-0", False), config=config)
+    assert fit.own_effects["length"]["ci_low"] > 0  # a length preference φ keeps
+    said = [w for w in fit.corrected.diagnostics["warnings"] if "mean length" in w]
+    assert said == [
+        "reference rating: m6, m7 have no answer length in any battle (graded only, or lengths missing), so their "
+        "rating takes the reference's length preference at the pool's mean length, not at their own (a grade's "
+        "length is not stored)"
+    ], said
+    plain = fit_with_reference(battles, reference=Reference.parse("judge-0", False), config=config)
+    assert not [w for w in plain.corrected.diagnostics["warnings"] if "mean length" in w]

@@ -1166,3 +1166,16 @@ def test_a_board_of_battles_and_grades_says_the_grades_set_the_scale(tmp_path, p
     # A board of battles alone keeps the average judge's wording.
     assert "1 is average" in text_of(published.page)
     assert "the ratings' scale is the judges' average discrimination" in text_of(published.page)
+
+
+def test_a_move_past_a_graded_only_model_reads_in_the_ranks_it_is_counted_in():
+    """A move is counted among the models both boards rank; with a graded-only model above it a model's "▲ 1" read
+    "(naive #6 → #6)", its corrected rank counting the model it never passed."""
+    from biasboard.report.html import _move_line
+    from biasboard.schemas.summary import ModelMove
+
+    row = ModelMove("m", 0, rank_naive=6, rank_corrected=6, rank_change=1, corrections=[], rank_without_all=6,
+                    unexplained=1)  # fmt: skip
+    assert "(naive #6 → #5 of the models both rank, #6)" in _move_line(row)
+    plain = dataclasses.replace(row, rank_corrected=5)
+    assert "(naive #6 → #5)" in _move_line(plain)

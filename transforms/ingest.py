@@ -143,7 +143,7 @@ def check_stored_copies(tasks: list[dict], state_dir: str) -> None:
 
 
 def ingest_settings(
-    family_map: FamilyMap, aliases: AliasMap | None = None, judge_column: str | None = None
+    family_map: FamilyMap, aliases: AliasMap | None = None, judge_column: str | None = None, grades: bool = False
 ) -> dict[str, str]:
     """Everything besides its input files that a day's cells depend on; stored in the day's manifest.
 
@@ -152,13 +152,16 @@ def ingest_settings(
     a day is aggregated and written into its cells, so the maps' digests and the
     pool column are part of what refresh compares to decide whether a stored day
     is still current (each only when given, so states written without them stay
-    current).
+    current).  ``grades``: the run reads grades (``--scores``), which the column pools too; a day stored when
+    grades kept their graders under a column pool is therefore aggregated again.
     """
     settings = {"family_map": family_map.digest()}
     if aliases is not None and aliases.aliases:
         settings["aliases"] = aliases.digest()
     if judge_column:
         settings["judge_pool"] = f"column:{judge_column}"
+        if grades:
+            settings["judge_pool_grades"] = f"column:{judge_column}"
     return settings
 
 
@@ -195,7 +198,7 @@ class AggregateDayFn(beam.DoFn):
         pending_rows = 0
         inputs = [InputFile(**spec) for spec in files]
         read_from: set[str] = set()
-        column = self.judge_column if kind == "battle" else None  # score rows keep their judge
+        column = self.judge_column  # grades too: a grader's grades pool with its battles (one judge, not two)
         for f, offset, batch in day_batches(day, inputs, kind, self.batch_rows, carry(column), dictionary=True):
             read_from.add(f.path)
             batch = pool_by_column(batch, column)
@@ -235,7 +238,9 @@ class AggregateDayFn(beam.DoFn):
         manifest = {
             "inputs": [InputFile(**f).fingerprint() for f in task["files"]],
             "counts": battles.counts.to_dict(),
-            "settings": ingest_settings(self.family_map, self.aliases, self.judge_column),
+            "settings": ingest_settings(
+                self.family_map, self.aliases, self.judge_column, grades=task["score_files"] is not None
+            ),
         }
         scores = None
         if task["score_files"] is not None:
@@ -281,11 +286,12 @@ def ingest_days(
     """Add the ingest over ``tasks`` (see :func:`day_tasks`) to ``pipeline``; returns the committed days' manifests.
 
     A file already filed under another day (in ``tasks`` or in the state), or
-    a battle file without the ``judge_column`` to pool by, is refused here,
+    a battle or grade file without the ``judge_column`` to pool by, is refused here,
     while the graph is built, before anything runs.
     """
     check_stored_copies(tasks, state_dir)
     check_pool_column((f["path"] for task in tasks for f in task["files"]), judge_column)
+    check_pool_column((f["path"] for task in tasks for f in task["score_files"] or []), judge_column, "grade")
     _LOG.info("ingest: %d day(s) into %s", len(tasks), state_dir)
     return (
         pipeline

@@ -14,9 +14,13 @@ Two rules, one option:
   so changing it re-aggregates every day rather than mixing pooled and unpooled days.
 
 A battle whose pool value is null or blank keeps its own judge (a voter with no group is its own
-judge, shrunk to the population as usual): nothing is dropped.  The column must exist in every
-input file with rows and hold text or integers; both are checked from the files' footers before
-the pipeline runs, and a missing or mistyped column fails in one line naming it and the file.
+judge, shrunk to the population as usual): nothing is dropped.  Grades (``--scores``) are pooled by
+the same column: a voter's grades and battles are one judge's, and grades that kept their voters
+fitted each voter's severity as a judge apart from its battles' pool (a board of 63 judges under
+``prefix:/`` had 663 under ``column:``, without a word).  The column must exist in every battle and
+grade file with rows and hold text or integers (null where a row keeps its own judge, e.g. an LLM
+grader); both are checked from the files' footers before the pipeline runs, and a missing or
+mistyped column fails in one line naming it and the file.
 """
 
 from __future__ import annotations
@@ -112,10 +116,13 @@ def _poolable(dtype: pa.DataType) -> bool:
     )
 
 
-def check_pool_column(paths: Iterable[str], column: str | None) -> None:
-    """InputError when a battle file with rows lacks ``column`` or holds it as neither text nor integers.
+def check_pool_column(paths: Iterable[str], column: str | None, kind: str = "battle") -> None:
+    """InputError when a ``kind`` (battle or grade) file with rows lacks ``column`` or holds it as neither text nor
+    integers.
 
-    Reads only each file's footer (as the up-front file check does), before any pipeline runs.
+    Reads only each file's footer (as the up-front file check does), before any pipeline runs.  A grade file
+    without the column is refused rather than read unpooled: its graders would be fitted as judges apart from
+    the pools their battles joined.
     """
     if not column:
         return
@@ -125,8 +132,14 @@ def check_pool_column(paths: Iterable[str], column: str | None) -> None:
             continue
         schema = reader.schema_arrow
         if column not in schema.names:
+            hint = (
+                f"; grades are pooled by it too: add '{column}' (null where a grader is its own judge)"
+                if kind == "grade"
+                else ""
+            )
             raise InputError(
-                f"--judge-pool column:{column}: {path} has no column '{column}' (has: {', '.join(schema.names)})"
+                f"--judge-pool column:{column}: {kind} file {path} has no column '{column}' "
+                f"(has: {', '.join(schema.names)}){hint}"
             )
         dtype = schema.field(column).type
         if not _poolable(dtype):

@@ -215,6 +215,7 @@ def fit_state(
         # A history too big to hold: each bucket coded onto a scratch folder, then read a shard at a time by every
         # evaluation; the buckets' files go once coded.
         totals = CellTotals.of_buckets(buckets.tables())  # the stored judges (voters), as the summary counts them
+        totals = replace(totals, graders=stored_graders(score_cells))
         coded = time.perf_counter()
         if spec.config.judge_pool is not None:
             buckets = pool_buckets(buckets, spec.config.judge_pool, state.bucket_rows_setting())
@@ -238,7 +239,7 @@ def fit_state(
         )
         del buckets
     else:
-        totals = CellTotals.of(cells)
+        totals = replace(CellTotals.of(cells), graders=stored_graders(score_cells))
         slice_cells = TableSlices(cells) if spec.slices else None  # the slices' boards need the labels: it stays
         # Coded once for every fit of this snapshot (anchors are added to the coded cells as one more judge); the
         # Arrow table goes before the fit (it is as big as the coded cells: bench/scale.py), unless the slices
@@ -481,6 +482,9 @@ class CellTotals:
     #: snapshot's posterior keeps for ``plan --no-repeat`` (:func:`planned_judge_pairs`).  Rows, not an array:
     #: at most one per judged (judge, ordered pair), which the cells already bound.
     judge_pairs: pa.Table
+    #: The stored graders' names (the score cells' judges), read before ``--judge-pool`` pools them: a prefix
+    #: rule that pools nothing reads them too (:func:`judge_pool_warnings`).
+    graders: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, cells: pa.Table) -> CellTotals:
@@ -560,11 +564,19 @@ def planned_judge_pairs(totals: CellTotals, judge_pool: str | None) -> pl.DataFr
 _PAIR_TOTALS = ("model_a", "model_b", "n", "win_a", "win_b", "tie", "tie_bothbad")
 
 
+def stored_graders(score_cells: pa.Table | None) -> tuple[str, ...]:
+    """The distinct judges of the stored score cells (none without grades)."""
+    if score_cells is None or not score_cells.num_rows:
+        return ()
+    return tuple(score_cells.column("judge").cast(pa.string()).unique().to_pylist())
+
+
 def judge_pool_warnings(rule: str | None, totals: CellTotals) -> list[str]:
-    """A ``--judge-pool prefix:SEP`` that pools nothing (no stored judge's name holds SEP) said, not silent."""
+    """A ``--judge-pool prefix:SEP`` that pools nothing (no stored judge's or grader's name holds SEP) said, not
+    silent.  The graders count: on a board of grades alone the battle judges are none."""
     if rule is None:
         return []
-    stored = totals.judges.column("judge").to_pylist()
+    stored = sorted({*totals.judges.column("judge").to_pylist(), *totals.graders})
     if not stored or pool_judge_names(stored, rule) != tuple(stored):
         return []
     separator = rule.partition(":")[2]
