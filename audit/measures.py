@@ -110,6 +110,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.rules import winner_expr
 from biasboard.schemas.string_hash import pair_hash
 
 #: Columns every audit input needs; the rest (prompt_id, lengths, families, gold) are optional.
@@ -1249,14 +1250,17 @@ def attach_gold(battles: pl.DataFrame, gold_lookup: pl.DataFrame | None = None) 
     """Add ``gold_model``: the model a trusted label says should win ("" = no winner, null = unlabeled).
 
     The row's own ``gold`` column (FastChat values for this row's order) wins over
-    the anchor lookup from :func:`anchor_gold`.
+    the anchor lookup from :func:`anchor_gold`.  Its values are read as ``winner``'s are, trimmed and
+    lower-cased (:func:`~biasboard.schemas.rules.winner_expr`): ``Model_A`` was a verdict in ``winner`` and no
+    label in ``gold``, so its rows were left out of the gold accuracy without a word.
     """
+    gold = winner_expr(GOLD_COLUMN)
     from_column = (
-        pl.when(pl.col(GOLD_COLUMN) == "model_a")
+        pl.when(gold == "model_a")
         .then(pl.col("model_a"))
-        .when(pl.col(GOLD_COLUMN) == "model_b")
+        .when(gold == "model_b")
         .then(pl.col("model_b"))
-        .when(pl.col(GOLD_COLUMN).is_in(["tie", "tie (bothbad)"]))
+        .when(gold.is_in(["tie", "tie (bothbad)"]))
         .then(pl.lit(""))
         .otherwise(None)
     )
@@ -1583,10 +1587,18 @@ class ClusterRecurrence:
         """
         if self.recurring_share < RECURRING_NOTE_SHARE or self.closed_over == "history":
             return None
+        distinct = round(self.distinct_keys)
+        # Past the bound, or under it with days stored without their keyed sums (a day audited beside a history past
+        # the bound, of which days were dropped since; an older audit): "more than the bound" was then said of fewer.
+        why = (
+            f"more than the {HISTORY_CLOSURE_MAX_KEYS:,} whose clusters the audit closes over the whole history"
+            if distinct >= HISTORY_CLOSURE_MAX_KEYS
+            else f"but days among them were stored without the keyed sums that closing over the whole history needs "
+            f"(audited beside a history of more than {HISTORY_CLOSURE_MAX_KEYS:,}, or by an older version)"
+        )
         return (
             f"{self.recurring_share:.0%} of the (judge, prompt) clusters repeat one judged on another day "
-            f"({self.day_keys:,} clusters over {self.days:,} days, about {round(self.distinct_keys):,} distinct, more "
-            f"than the {HISTORY_CLOSURE_MAX_KEYS:,} whose clusters the audit closes over the whole history): the "
+            f"({self.day_keys:,} clusters over {self.days:,} days, about {distinct:,} distinct, {why}): the "
             "clustered standard errors count each day's verdicts on a prompt as a cluster of its own, so they are "
             "too small when verdicts on a prompt correlate across days (one model a day against a baseline on the "
             "same 40 prompts, 8 days: 95% intervals covered 0.745, not 0.955)"
@@ -1710,10 +1722,14 @@ def _gold_table(gold: pl.DataFrame) -> pl.DataFrame:
     With one battle a cluster it is the per-case scores' (1, ½ or 0) spread over √(n − 1) — not the binomial
     acc(1 − acc)/n, which overstates the variance when the judge ties (a judge tying every case has accuracy
     ½ and no spread).
+
+    The longest-pick baseline scores a case without a longer answer (equal or unknown lengths) ½, a coin flip; with
+    no discriminative case that has a longer answer it is null, not ½: without lengths (most gold sets) it read
+    "longest pick 50%" and a lift over it equal to the lift over random, a rule that was never measured.
     """
     score = pl.col("hits") + 0.5 * pl.col("judge_ties")
     accuracy = _ratio(score, pl.col("n_disc"))
-    longest = _ratio(pl.col("longest_score"), pl.col("n_disc"))
+    longest = pl.when(pl.col("n_len_disc") > 0).then(_ratio(pl.col("longest_score"), pl.col("n_disc")))
     return gold.select(
         "judge",
         pl.col("n_labeled").alias("gold_n_labeled"),

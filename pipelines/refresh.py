@@ -406,6 +406,7 @@ def refresh(
         parse_slices(options.slices),
         options.slice_min_battles,
         tuple(import_rejected),
+        aliases=aliases,
     )
     timings = Timings()
     started = dt.datetime.now(dt.timezone.utc)
@@ -758,7 +759,9 @@ def build_refresh(
         written = pipeline | "NothingNew" >> beam.Create([])
     after = []
     if audit.rerun and input_glob is not None:  # never reruns without battles: refresh turns the audit off
-        input_days, out, families, lookup = audit_inputs(input_glob, audit.written_to, options.anchors, family_map)
+        input_days, out, families, lookup = audit_inputs(
+            input_glob, audit.written_to, options.anchors, family_map, aliases
+        )
         days_dir = storage.join(state_dir, DAY_PARTIALS)
         settings = _digest({"anchors": _anchors_fingerprint(options), "audit_version": AUDIT_DAYS_VERSION})
         todo_audit, keys = {}, {}

@@ -1301,3 +1301,87 @@ def test_lmarena_voters_are_the_other_judges_a_self_preference_is_measured_again
     gpt4 = family.filter(pl.col("judge") == "gpt-4-1106-preview").row(0, named=True)
     assert (gpt4["n_self"], gpt4["n_other_judges"]) == (6, 6)
     assert gpt4["self_preference"] == pytest.approx(5.5 / 6 - 3 / 6)
+
+
+def test_aliases_rename_the_anchors_as_they_rename_the_battles(tmp_path: Path) -> None:
+    """``--aliases`` renamed the battles' models but not the anchors', which are matched to battles by model name:
+    every battle of a renamed model lost its gold label, and the gold accuracy was null without a word."""
+    from biasboard.pipelines import cli
+
+    rows = [("j", f"p{i}", "gpt4", "claude", w) for i, w in enumerate([FIRST, FIRST, SECOND, TIE])]
+    _write_battles(battles(rows), tmp_path / "in" / "day=2024-01-01" / "part-0.parquet")
+    gold = [("human", f"p{i}", "gpt4", "claude", FIRST) for i in range(4)]
+    _write_battles(battles(gold), tmp_path / "anchors" / "day=2024-01-01" / "a.parquet")
+    (tmp_path / "aliases.json").write_text(json.dumps({"gpt4": "gpt-4"}))
+    out = tmp_path / "out"
+    argv = ["audit", "--input", str(tmp_path / "in"), "--out", str(out), "--anchors", str(tmp_path / "anchors")]
+    assert cli.main([*argv, "--aliases", str(tmp_path / "aliases.json")]) == 0
+    judge = pl.read_parquet(out / "audit_judges.parquet").row(0, named=True)
+    assert judge["gold_n_discriminative"] == 4
+    assert judge["gold_accuracy"] == pytest.approx((2 + 0.5) / 4)  # two hits, a miss, a tie (½)
+
+
+def test_a_gold_column_is_read_as_the_winner_is() -> None:
+    """``winner`` is trimmed and lower-cased before it is read ("Model_A " is model_a); ``gold`` was compared as
+    written, so a label spelled as the winner may be spelled was no label: its rows left out of the accuracy."""
+    cols = ("judge", "prompt_id", "model_a", "model_b", "winner", "gold")
+    spelled = [
+        ("j", "p1", "x", "y", FIRST, "Model_A "),
+        ("j", "p2", "x", "y", FIRST, " MODEL_B"),
+        ("j", "p3", "x", "y", SECOND, "model_b"),
+        ("j", "p4", "x", "y", TIE, "Tie (BothBad)"),
+    ]
+    judge = audit(battles(spelled, cols)).judges.row(0, named=True)
+    assert judge["gold_n_labeled"] == 4
+    assert judge["gold_n_discriminative"] == 3
+    assert judge["gold_accuracy"] == pytest.approx(2 / 3)
+
+
+def test_a_note_says_gold_accuracy_is_not_measured_when_no_battle_matches_the_anchors(tmp_path: Path, capsys) -> None:
+    """Anchors matched to no battle (here: without a prompt_id) left every gold column null and the notes silent: the
+    audit read as one run without --anchors.  With anchors that match, no such note."""
+    from biasboard.pipelines import cli
+
+    rows = [("j", "p1", "x", "y", FIRST), ("j", "p1", "y", "x", SECOND)]
+    _write_battles(battles(rows), tmp_path / "in" / "day=2024-01-01" / "part-0.parquet")
+    gold = battles([("human", "p1", "x", "y", FIRST)])
+    _write_battles(gold.drop("prompt_id"), tmp_path / "apart" / "day=2024-01-01" / "a.parquet")
+    _write_battles(gold, tmp_path / "matched" / "day=2024-01-01" / "a.parquet")
+    said = "gold-label accuracy is not measured"
+    for anchors, expected in (("apart", True), ("matched", False)):
+        out = tmp_path / f"out-{anchors}"
+        argv = ["audit", "--input", str(tmp_path / "in"), "--out", str(out), "--anchors", str(tmp_path / anchors)]
+        assert cli.main(argv) == 0
+        assert (said in capsys.readouterr().out) is expected, anchors
+        notes = json.loads((out / "audit.json").read_text())["notes"]
+        assert any(said in n for n in notes) is expected, notes
+
+
+def test_the_longest_pick_baseline_is_not_measured_without_lengths() -> None:
+    """Gold labels without lengths scored every case ½ for the longest pick: "longest pick 50%" and a lift over it
+    equal to the lift over random, for a rule never measured.  With lengths it is measured (a case of equal
+    lengths ½)."""
+    cols = ("judge", "prompt_id", "model_a", "model_b", "winner", "gold")
+    verdicts = [(FIRST, FIRST), (FIRST, SECOND), (SECOND, SECOND)]
+    rows = [("j", f"p{i}", "x", "y", w, g) for i, (w, g) in enumerate(verdicts)]
+    judge = audit(battles(rows, cols)).judges.row(0, named=True)
+    assert judge["gold_accuracy"] == pytest.approx(2 / 3)
+    assert judge["gold_longest_pick_baseline"] is None and judge["gold_lift_over_longest"] is None
+    lengths = battles(rows, cols).with_columns(pl.Series("len_a", [10, 5, 7]), pl.Series("len_b", [5, 10, 7]))
+    judge = audit(lengths).judges.row(0, named=True)
+    assert judge["gold_longest_pick_baseline"] == pytest.approx((1 + 1 + 0.5) / 3)
+    assert judge["gold_lift_over_longest"] == pytest.approx(2 / 3 - 2.5 / 3)
+
+
+def test_the_recurrence_note_says_why_clusters_under_the_bound_were_closed_within_a_day() -> None:
+    """Clusters closed within each day under the history closure's bound (days stored without their keyed sums
+    beside a history past it, then days dropped) were said to be "about 500 distinct, more than the 262,144"."""
+    from biasboard.audit import measures
+
+    few = measures.ClusterRecurrence(day_keys=1000, distinct_keys=500.0, days=2, recurring_share=0.5)
+    note = few.note()
+    assert note is not None and "about 500 distinct" in note and "more than the 262,144 whose" not in note
+    assert "stored without the keyed sums" in note
+    many = dataclasses.replace(few, day_keys=600_000, distinct_keys=300_000.0)
+    note = many.note()
+    assert note is not None and "more than the 262,144 whose clusters the audit closes" in note

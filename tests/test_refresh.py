@@ -936,3 +936,22 @@ def test_a_day_holding_every_rejection_is_warned_of_once(days, broken, said, tmp
     out = capsys.readouterr().out
     warned = [line for line in out.splitlines() if "rejected" in line and line.startswith("warning: ")]
     assert warned == [f"warning: {line.replace('STATE', str(state))}" for line in said], out
+
+
+def test_aliases_rename_the_anchors_as_they_rename_the_battles(sim, tmp_path):
+    """``--aliases`` renamed the battles' models and not the anchors': every anchor verdict on a renamed model was a
+    verdict on a model the board does not have, left out of the reference (30 anchors read 20 with one of the
+    six models renamed), and the audit's gold lookup, matched by model name, lost those battles' labels."""
+    anchors = _write_anchors(sim, tmp_path / "anchors")
+    renamed = sorted(m["model"] for m in json.loads((sim / "truth.json").read_text())["models"])[0]
+    aliases = tmp_path / "aliases.json"
+    aliases.write_text(json.dumps({renamed: "renamed-model"}))
+    options = RefreshOptions(anchors=anchors, aliases=str(aliases))
+    outcome = refresh(_glob(sim), str(tmp_path / "state"), str(tmp_path / "out"), [], options)
+    assert outcome.summary.reference is not None and outcome.summary.reference.verdicts == 30
+    assert "renamed-model" in set(pl.read_parquet(_snapshot(tmp_path / "out") / "leaderboard.parquet")["model"])
+    judges = pl.read_parquet(_snapshot(tmp_path / "out") / "audit_judges.parquet")
+    plain = refresh(_glob(sim), str(tmp_path / "state0"), str(tmp_path / "out0"), [], RefreshOptions(anchors=anchors))
+    assert plain.summary.reference is not None
+    before = pl.read_parquet(_snapshot(tmp_path / "out0") / "audit_judges.parquet")
+    assert judges["gold_n_labeled"].to_list() == before["gold_n_labeled"].to_list()

@@ -19,6 +19,7 @@ import polars as pl
 from biasboard.ranking.reference import ANCHOR_JUDGE
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.names import AliasMap
 from biasboard.transforms import read
 from biasboard.transforms.cells import IngestCounts, merge_cells, partial_cells
 from biasboard.transforms.validate import SeenIds
@@ -57,8 +58,10 @@ def as_anchor_rows(batch: pl.DataFrame) -> pl.DataFrame:
     return out
 
 
-def read_anchors(glob: str, family_map: FamilyMap | None = None) -> AnchorSet:
-    """Validate and aggregate every anchor file under ``glob`` (local or ``gs://``)."""
+def read_anchors(glob: str, family_map: FamilyMap | None = None, aliases: AliasMap | None = None) -> AnchorSet:
+    """Validate and aggregate every anchor file under ``glob`` (local or ``gs://``), its names renamed by ``aliases``
+    (``--aliases``) as the battles' are: with the battles renamed and the anchors not, every anchor verdict on a
+    renamed model was on a model the board does not have, and left out of the reference."""
     family_map = family_map or FamilyMap.with_user_rules()
     seen = SeenIds()
     parts, counts = [], IngestCounts()
@@ -67,7 +70,7 @@ def read_anchors(glob: str, family_map: FamilyMap | None = None) -> AnchorSet:
         for f, offset, batch in read.day_batches(day, files):
             if "judge" in batch.columns:
                 raters.update(v for v in batch.get_column("judge").cast(pl.String).unique().to_list() if v)
-            result = partial_cells(as_anchor_rows(batch), family_map, seen, f.path, offset)
+            result = partial_cells(as_anchor_rows(batch), family_map, seen, f.path, offset, aliases=aliases)
             counts = counts + result.counts
             if result.counts.rejected:
                 _LOG.warning(

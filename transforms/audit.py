@@ -280,7 +280,7 @@ def run_audit(
     """
     storage.configure_gcs(no_auth=options.view_as(GoogleCloudOptions).no_auth)
     with storage.if_unreachable(LEFT_BEFORE_WRITING):
-        inputs = audit_inputs(input_glob, out, anchors, family_map)
+        inputs = audit_inputs(input_glob, out, anchors, family_map, aliases)
     marker = storage.join(out, AUDIT_JSON)
     with storage.if_unreachable(left_writing(out)):
         storage.delete([marker])
@@ -331,6 +331,22 @@ def _add_left_out_days(marker: str, days: Sequence[str]) -> None:
     _amend_audit(marker, [note])
 
 
+def _add_unmatched_gold(out: str) -> None:
+    """``audit.json`` under ``out`` with a note when ``--anchors`` were given and no battle has a gold label.
+
+    Why: anchors are matched to battles by ``prompt_id`` and model pair; anchors without a ``prompt_id``, on other
+    prompts or other models left every gold column null and the notes silent, an audit that read as if no anchors
+    had been given.  Read from the judges' Parquet file, which holds every judge (``audit.json`` may hold a few)."""
+    judges = pl.read_parquet(io.BytesIO(storage.read_bytes(storage.join(out, table_file("judges")))))
+    if "gold_n_labeled" in judges.columns and judges.get_column("gold_n_labeled").fill_null(0).sum() > 0:
+        return
+    note = (
+        "no battle matches a trusted verdict of --anchors (matched by prompt_id and model pair; an anchor without "
+        "a prompt_id matches none): gold-label accuracy is not measured"
+    )
+    _amend_audit(storage.join(out, AUDIT_JSON), [note])
+
+
 #: What an audit that lost its storage before writing leaves (:func:`storage.if_unreachable`): it only read.
 LEFT_BEFORE_WRITING = "no audit file was written (an audit.json there is the previous audit's, with its files)"
 
@@ -348,11 +364,14 @@ def audit_inputs(
     out: str,
     anchors: str | None,
     family_map: FamilyMap | str | None,
+    aliases: AliasMap | None = None,
 ) -> tuple[dict[str, list[read.InputFile]], str, FamilyMap, pl.DataFrame | None]:
-    """What :func:`audit_days` takes, from the job's options (input problems fail here, before any pipeline)."""
+    """What :func:`audit_days` takes, from the job's options (input problems fail here, before any pipeline).
+
+    ``aliases`` rename the anchors' names as they rename the battles' (:func:`load_anchors`)."""
     families = family_map if isinstance(family_map, FamilyMap) else read.load_family_map(family_map)
     days = read.list_input_days(input_glob)
-    lookup = load_anchor_lookup(anchors) if anchors else None
+    lookup = load_anchor_lookup(anchors, aliases) if anchors else None
     return days, out, families, lookup
 
 
@@ -442,17 +461,22 @@ def audit_day(
     return drop_keyed_sums(reduce_order_rows(merge_partials(parts)), history), counts
 
 
-def load_anchors(glob: str) -> pl.DataFrame:
+def load_anchors(glob: str, aliases: AliasMap | None = None) -> pl.DataFrame:
     """Trusted verdicts (battle-shaped Parquet), validated by the ingest's rules, as audit rows.
 
     Every verdict is kept by its id (repeats of a pair are evidence); the refresh's reference reads the
-    same files through :func:`biasboard.transforms.anchors.read_anchors`.
+    same files through :func:`biasboard.transforms.anchors.read_anchors`.  ``aliases`` (``--aliases``) rename
+    their model names as they rename the battles': the gold lookup matches battles by model name, and with the
+    battles renamed and the anchors not, no battle of a renamed model found its gold label (gold accuracy null,
+    without a word).
     """
     frames = []
     seen = SeenIds()  # one id set over every anchor file: a repeated id is a duplicate, a repeated pair is not
     for day, files in read.list_input_days(glob).items():
         for f, offset, batch in read.day_batches(day, files, carry=AUDIT_CARRY):
-            checked = validate_battles(batch, seen, source_file=f.path, row_offset=offset, carry=AUDIT_CARRY)
+            checked = validate_battles(
+                batch, seen, source_file=f.path, row_offset=offset, carry=AUDIT_CARRY, aliases=aliases
+            )
             if checked.rejected:
                 _LOG.warning(
                     "anchors %s: %s rows rejected: %s", f.path, sum(checked.rejected.values()), checked.rejected
@@ -463,9 +487,9 @@ def load_anchors(glob: str) -> pl.DataFrame:
     return pl.concat(frames, how="diagonal_relaxed")
 
 
-def load_anchor_lookup(glob: str) -> pl.DataFrame:
+def load_anchor_lookup(glob: str, aliases: AliasMap | None = None) -> pl.DataFrame:
     """Trusted verdicts → the gold lookup (by judge-free prompt and pair) the audit scores judges against."""
-    lookup = anchor_gold(load_anchors(glob))
+    lookup = anchor_gold(load_anchors(glob, aliases))
     if lookup.height == 0:
         _LOG.warning("anchors %s: no verdict has a prompt_id to match battles by; no gold-label accuracy", glob)
     return lookup
@@ -771,7 +795,8 @@ def audit_days_incremental(
     (``scratch``: then delete ``days_dir``).  ``keys``: every day's key (of ``all_days``), for the summed
     days' cache (:mod:`~biasboard.transforms.audit_cache`): the refresh's; None, no cache.  ``left_out``: days
     the board has that the audit cannot read (kept without input, never audited), named in a note of
-    ``audit.json`` (:func:`_add_left_out_days`).
+    ``audit.json`` (:func:`_add_left_out_days`).  Given a ``gold_lookup`` that labels no battle, a note says so
+    (:func:`_add_unmatched_gold`).
 
     The result equals a full audit of every day (:func:`audit_days`): both
     audit each day by :func:`audit_day` and sum the days.  Returns the written
@@ -788,7 +813,10 @@ def audit_days_incremental(
     return (
         audited
         | "AllDaysAudited" >> beam.combiners.Count.Globally()
-        | "SumStoredDays" >> beam.FlatMap(_sum_and_write, sorted(all_days), days_dir, out, scratch, keys, left_out)
+        | "SumStoredDays"
+        >> beam.FlatMap(
+            _sum_and_write, sorted(all_days), days_dir, out, scratch, keys, left_out, gold_lookup is not None
+        )
     )
 
 
@@ -819,10 +847,13 @@ def _sum_and_write(
     scratch: bool,
     keys: Mapping[str, str] | None,
     left_out: Sequence[str] = (),
+    gold_expected: bool = False,
 ) -> list[str]:
     started = time.perf_counter()
     written = write_stored_sum(days, days_dir, out, keys)
     _add_left_out_days(storage.join(out, AUDIT_JSON), left_out)
+    if gold_expected:
+        _add_unmatched_gold(out)
     if scratch:
         storage.delete_tree(days_dir)
     Metrics.counter(METRICS_NAMESPACE, "sum_ms").inc(round(1000 * (time.perf_counter() - started)))

@@ -35,6 +35,7 @@ from biasboard.schemas.battle import SLICE_LABEL_SEPARATOR
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA, SCORE_CELL_KEYS
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.names import AliasMap
 from biasboard.schemas.summary import Summary
 from biasboard.schemas.wording import first_few
 from biasboard.transforms import publish, state, storage
@@ -95,8 +96,9 @@ class FitSpec:
     ``reference``/``settings``: the raters the corrections are taken against and
     the trusted-anchor gate's settings (:mod:`biasboard.ranking.reference`);
     ``anchors``: trusted verdicts (a battle-shaped Parquet glob), read with
-    ``family_map``; ``slices``: per-slice boards (:mod:`biasboard.transforms.slices`); ``import_rejected``: what
-    the imports whose folders are the inputs rejected (the launcher counts them), reported, never fitted.
+    ``family_map`` and renamed by ``aliases`` as the battles are; ``slices``: per-slice boards
+    (:mod:`biasboard.transforms.slices`); ``import_rejected``: what the imports whose folders are the inputs
+    rejected (the launcher counts them), reported, never fitted.
     """
 
     config: ModelConfig
@@ -108,6 +110,9 @@ class FitSpec:
     slices: tuple[str, ...] = ()
     slice_min_battles: int = DEFAULT_MIN_BATTLES
     import_rejected: tuple[S.ImportRejections, ...] = ()
+    #: ``--aliases``: the anchors' names renamed as the battles' (else an anchor of a renamed model was a verdict on
+    #: a model the board does not have, left out of the reference without a word).
+    aliases: AliasMap | None = None
 
 
 @dataclass(frozen=True)
@@ -374,7 +379,8 @@ def fit_with_anchors(cells: pa.Table | Dataset, spec: FitSpec, only: tuple[str, 
     anchors are added to it as one more judge (:func:`~biasboard.ranking.data.with_judge`).
     """
     reference = spec.reference
-    anchors = read_anchors(spec.anchors, spec.family_map or FamilyMap.with_user_rules()) if spec.anchors else None
+    family_map = spec.family_map or FamilyMap.with_user_rules()
+    anchors = read_anchors(spec.anchors, family_map, spec.aliases) if spec.anchors else None
     if anchors is not None:
         _LOG.info("fit: %d trusted anchor verdict(s) from %d rater name(s)", anchors.k, len(anchors.raters))
     anchor_cells = anchors.cells if anchors is not None and reference.kind == "anchors" else None
