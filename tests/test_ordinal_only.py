@@ -320,6 +320,19 @@ def test_battles_all_rejected_stay_an_error_with_grades(tmp_path, capsys):
     assert "no valid battle to fit in the 1 stored day(s): all 300 rows read were rejected (bad_winner 300)" in err
 
 
+def _lonely_grader() -> pl.DataFrame:
+    """40 grades of one model by a judge that grades nothing else, on prompts the others grade: a model no grade links
+    to the board (left off the corrected one) and a grader no other grader's models link to."""
+    return pl.DataFrame(
+        {
+            "judge": ["judge-lonely"] * 40,
+            "model": ["m-lonely"] * 40,
+            "prompt_id": [f"p{i:03d}" for i in range(40)],
+            "score": [10.0, 9.0] * 20,
+        }
+    )
+
+
 def test_a_model_left_off_the_corrected_grades_board_takes_no_naive_rank_from_the_others():
     """A model graded only by a judge that grades nothing else shares no same-judge same-prompt grade with the
     board: the corrected board leaves it off, but the naive board pools every grade and ranked it.  Counted in the
@@ -329,14 +342,7 @@ def test_a_model_left_off_the_corrected_grades_board_takes_no_naive_rank_from_th
     from biasboard.transforms.ranks import rank_intervals
 
     rows, _ = _grades(seed=1, n=3000, models=6)
-    lonely = pl.DataFrame(
-        {
-            "judge": ["judge-lonely"] * 40,
-            "model": ["m-lonely"] * 40,
-            "prompt_id": [f"p{i:03d}" for i in range(40)],
-            "score": [10.0, 9.0] * 20,
-        }
-    )
+    lonely = _lonely_grader()
     cells = _score_cells(pl.concat([rows, lonely]))
     naive, corrected = fit_leaderboards(None, cells, config=ModelConfig(diagnostics="off"))
     board = side_by_side(naive, corrected)
@@ -358,14 +364,7 @@ def test_kendall_tau_naive_vs_corrected_is_over_the_models_both_boards_rank():
     from biasboard.ranking.rank_stats import kendall_tau_b
 
     rows, _ = _grades(seed=1, n=3000, models=6)
-    lonely = pl.DataFrame(
-        {
-            "judge": ["judge-lonely"] * 40,
-            "model": ["m-lonely"] * 40,
-            "prompt_id": [f"p{i:03d}" for i in range(40)],
-            "score": [10.0, 9.0] * 20,
-        }
-    )
+    lonely = _lonely_grader()
     naive, corrected = fit_leaderboards(
         None, _score_cells(pl.concat([rows, lonely])), config=ModelConfig(diagnostics="off")
     )
@@ -411,14 +410,7 @@ def test_a_grader_linked_to_no_other_moves_no_other_graders_severity():
     thresholds; checked within 0.01), and its
     own is 0 by definition, not identified, with a note saying why."""
     rows, _ = _grades(seed=1, n=3000, models=6)
-    lonely = pl.DataFrame(
-        {
-            "judge": ["judge-lonely"] * 40,
-            "model": ["m-lonely"] * 40,
-            "prompt_id": [f"p{i:03d}" for i in range(40)],
-            "score": [10.0, 9.0] * 20,
-        }
-    )
+    lonely = _lonely_grader()
     config = ModelConfig(diagnostics="off")
 
     def severities(frame: pl.DataFrame) -> pl.DataFrame:

@@ -4,6 +4,7 @@ replaced, and ``fast`` (the quadratic (Wald) profile from the centre's factorisa
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -200,14 +201,11 @@ def test_refresh_takes_diagnostics_and_judge_pool(tmp_path):
     assert judges and not any("-sim" in judge for judge in judges)  # one judge per pool (family prefix)
 
 
-def test_diagnostics_off_is_said_not_left_as_an_empty_check(tmp_path):
-    """--diagnostics off: the summary says the check was not run, the bias table's global rows say what their
-    "identified" then means, and the report says so where the identifiability sentences would be (it said nothing,
-    and the global effects read "identified" with no note, as if their profiles had been measured)."""
+def _refreshed(tmp_path, diagnostics: str) -> tuple[Path, dict]:
+    """(snapshot folder, its summary.json) of a refresh of a small simulation with ``--diagnostics``."""
     import json
 
     from biasboard.pipelines.refresh import RefreshOptions, refresh
-    from biasboard.ranking.bias_table import NO_PROFILE_NOTE
     from biasboard.simulate import SimulationConfig, write_simulation
 
     logs = write_simulation(SimulationConfig(battles=3000, models=6, judges=3, days=1, seed=3), tmp_path / "logs")
@@ -216,11 +214,20 @@ def test_diagnostics_off_is_said_not_left_as_an_empty_check(tmp_path):
         str(tmp_path / "state"),
         str(tmp_path / "out"),
         [],
-        RefreshOptions(k=3, audit=False, diagnostics="off"),
+        RefreshOptions(k=3, audit=False, diagnostics=diagnostics),
     )
     assert outcome.published is not None
     snapshot = tmp_path / "out" / "snapshots" / outcome.published.snapshot_id
-    summary = json.loads((snapshot / "summary.json").read_text())
+    return snapshot, json.loads((snapshot / "summary.json").read_text())
+
+
+def test_diagnostics_off_is_said_not_left_as_an_empty_check(tmp_path):
+    """--diagnostics off: the summary says the check was not run, the bias table's global rows say what their
+    "identified" then means, and the report says so where the identifiability sentences would be (it said nothing,
+    and the global effects read "identified" with no note, as if their profiles had been measured)."""
+    from biasboard.ranking.bias_table import NO_PROFILE_NOTE
+
+    snapshot, summary = _refreshed(tmp_path, "off")
     assert summary["diagnostics"]["profiles"] == "off" and summary["diagnostics"]["identifiability"] == {}
     bias = pl.read_parquet(snapshot / "bias.parquet")
     globals_ = bias.filter(pl.col("judge") == "*", pl.col("effect").is_in(["position", "length", "affinity"]))
@@ -231,22 +238,7 @@ def test_diagnostics_off_is_said_not_left_as_an_empty_check(tmp_path):
 def test_a_fast_profile_is_published_as_the_approximation_it_is(tmp_path):
     """--diagnostics fast: summary.json, the bias table and the report say the ranges are the quadratic approximation's
     (its ``method`` was dropped on the way into summary.json, so a fast range read as a solved profile's)."""
-    import json
-
-    from biasboard.pipelines.refresh import RefreshOptions, refresh
-    from biasboard.simulate import SimulationConfig, write_simulation
-
-    logs = write_simulation(SimulationConfig(battles=3000, models=6, judges=3, days=1, seed=3), tmp_path / "logs")
-    outcome = refresh(
-        str(logs / "battles" / "day=*" / "*.parquet"),
-        str(tmp_path / "state"),
-        str(tmp_path / "out"),
-        [],
-        RefreshOptions(k=3, audit=False, diagnostics="fast"),
-    )
-    assert outcome.published is not None
-    snapshot = tmp_path / "out" / "snapshots" / outcome.published.snapshot_id
-    summary = json.loads((snapshot / "summary.json").read_text())
+    snapshot, summary = _refreshed(tmp_path, "fast")
     profiles = summary["diagnostics"]["profile_likelihood"]
     assert profiles
     for name, info in profiles.items():
