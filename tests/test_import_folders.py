@@ -170,41 +170,31 @@ def test_an_input_flag_given_twice_is_refused_in_one_line(tmp_path, monkeypatch,
     assert list(tmp_path.iterdir()) == []
 
 
+FOLDER, RULES = "a job writes one folder per flag", "a job reads one rules file per flag"
+
+
 @pytest.mark.parametrize(
-    ("command", "flags"),
+    ("command", "flags", "advice"),
     [
-        ("refresh", ["--input", "i", "--state", "A", "--out", "o", "--state", "B"]),
-        ("refresh", ["--input", "i", "--state", "s", "--out", "A", "--out", "B"]),
-        ("export", ["--out", "o", "--format", "csv", "--to", "A", "--to", "B"]),
-        ("simulate", ["--out", "A", "--out", "B"]),
+        ("refresh", ["--input", "i", "--state", "A", "--out", "o", "--state", "B"], FOLDER),
+        ("refresh", ["--input", "i", "--state", "s", "--out", "A", "--out", "B"], FOLDER),
+        ("export", ["--out", "o", "--format", "csv", "--to", "A", "--to", "B"], FOLDER),
+        ("simulate", ["--out", "A", "--out", "B"], FOLDER),
+        ("refresh", ["--input", "i", "--state", "s", "--out", "o", "--family-map", "A", "--family-map", "B"], RULES),
+        ("refresh", ["--input", "i", "--state", "s", "--out", "o", "--aliases", "A", "--aliases", "B"], RULES),
+        ("backfill", ["--input", "i", "--state", "s", "--family-map", "A", "--family-map", "B"], RULES),
+        ("audit", ["--input", "i", "--out", "o", "--aliases", "A", "--aliases", "B"], RULES),
     ],
 )
-def test_a_folder_flag_given_twice_is_refused_in_one_line(tmp_path, monkeypatch, capsys, command, flags):
-    """``--state a --state b`` wrote to b alone, without a word (the QA pass): refused as a repeated input is."""
+def test_a_folder_or_rules_file_flag_given_twice_is_refused_in_one_line(
+    tmp_path, monkeypatch, capsys, command, flags, advice
+):
+    """``--state a --state b`` wrote to b alone, and ``--family-map a.json --family-map b.json`` applied b's rules
+    alone, without a word: refused as a repeated input is."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exited:
         cli.main([command, *flags])
     assert exited.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "given twice (A, then B): a job writes one folder per flag" in err
-    assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.parametrize(
-    ("command", "flags"),
-    [
-        ("refresh", ["--input", "i", "--state", "s", "--out", "o", "--family-map", "A", "--family-map", "B"]),
-        ("refresh", ["--input", "i", "--state", "s", "--out", "o", "--aliases", "A", "--aliases", "B"]),
-        ("backfill", ["--input", "i", "--state", "s", "--family-map", "A", "--family-map", "B"]),
-        ("audit", ["--input", "i", "--out", "o", "--aliases", "A", "--aliases", "B"]),
-    ],
-)
-def test_a_rules_file_flag_given_twice_is_refused_in_one_line(tmp_path, monkeypatch, capsys, command, flags):
-    """``--family-map a.json --family-map b.json`` applied b's rules alone, a's dropped without a word."""
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as exited:
-        cli.main([command, *flags])
-    assert exited.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "given twice (A, then B): a job reads one rules file per flag" in err
+    assert "\n" not in err and f"given twice (A, then B): {advice}" in err
     assert list(tmp_path.iterdir()) == []
