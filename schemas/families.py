@@ -53,11 +53,13 @@ def _text(obj: dict, key: str, source: str, index: int) -> str:
 
     Why: ``str()`` of anything made ``"family": null`` the family ``"None"`` (shared by every rule so written:
     a judge and the models so mapped were one family, an affinity from nothing), a list ``"['openai']"``, and an
-    empty ``prefix`` matched every name."""
+    empty ``prefix`` matched every name.  A family is trimmed and lower-cased, as a family given in the data is
+    (:func:`~biasboard.transforms.covariates.given_family`): kept as written, a map's ``Acme`` never met a battle's
+    given ``Acme`` (read as ``acme``), so the judge so mapped was a stranger to its own models."""
     value = obj[key]
     if not isinstance(value, str) or not value.strip():
         raise InputError(f"{source}: family rule #{index}: '{key}' must be a non-empty string, got {value!r}")
-    return value.strip() if key == "family" else value
+    return value.strip().lower() if key == "family" else value
 
 
 def _rule_from_obj(obj: object, source: str, index: int) -> FamilyRule:

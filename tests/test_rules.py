@@ -498,3 +498,21 @@ def test_the_sure_year_screen_reads_four_digit_years_only():
     assert _sure_year(series).tolist() == expected
     assert _sure_year(series.slice(3, 9)).tolist() == expected[3:12]  # a view with an offset
     assert _sure_year(pl.Series([1, 2])) is None
+
+
+def test_a_user_maps_family_is_lower_cased_as_a_family_given_in_the_data_is():
+    """Families given in the data are lower-cased (``OpenAI`` → ``openai``), so a user map's ``"family": "Acme"``
+    kept as written never met a battle's given ``Acme``: the judge the map called ``Acme`` was a stranger to the
+    models the data called so, and its own-family preference went unmeasured."""
+    from biasboard.transforms.covariates import resolve_families
+
+    fmap = FamilyMap.with_user_rules('{"rules": [{"prefix": "acme-judge", "family": " Acme "}]}', "m.json")
+    assert fmap.family_of("acme-judge") == "acme"
+    assert FamilyMap.with_user_rules('{"acme": "Acme-Corp"}', "m.json").family_of("acme-7b") == "acme-corp"
+    df = pl.DataFrame(
+        {"model_a": ["acme-7b"], "model_b": ["gpt-4"], "judge": ["acme-judge"],
+         "family_a": ["Acme"], "family_b": [None], "judge_family": [None]},
+        schema_overrides={"family_b": pl.String, "judge_family": pl.String},
+    )  # fmt: skip
+    out = resolve_families(df, fmap)
+    assert out["family_a"].item() == out["judge_family"].item() == "acme"
