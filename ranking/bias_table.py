@@ -301,7 +301,9 @@ def severity_groups(problem: Problem) -> list[np.ndarray]:
     if problem.severity_group is None:
         return [graders] if graders.size else []
     group = problem.severity_group
-    return [np.flatnonzero(group == g) for g in range(int(group.max()) + 1)]
+    graders = np.flatnonzero(group >= 0)
+    order = graders[np.argsort(group[graders], kind="stable")]  # (one sort, not a pass over the judges per group)
+    return np.split(order, np.flatnonzero(np.diff(group[order])) + 1)
 
 
 def _lone_grader(table: pl.DataFrame) -> pl.DataFrame:
