@@ -45,7 +45,10 @@ Lengths: ``len_chars_*`` / ``len_words_*`` when given, else computed from
 ``--length-unit words``).  No time stamps: every battle gets the default day.
 ``prompt_id`` is ``instruction_id`` when given, else the first 16 hex digits of
 the instruction text's SHA-1 (the same instruction gets the same id in every
-file).  ``battle_id`` = ``alpacaeval:<annotator>:<prompt>:<generator_1>:<generator_2>``,
+file of one layout; a compact file's ``instruction_id`` and an ``annotations.json``'s
+text name it differently, so where both layouts hold one annotator's verdicts on one
+pair of generators the text rows are dead-lettered ``in_both_layouts``: the same
+verdicts again, under other ids).  ``battle_id`` = ``alpacaeval:<annotator>:<prompt>:<generator_1>:<generator_2>``,
 so the two copies of one annotation file nested in some results folders
 collide and the second is a ``duplicate_battle_id``.
 """
@@ -98,6 +101,8 @@ LEGACY_DRAW = 0.0
 #: draw itself (its annotator's "deals with equality" step sets the preference to 1.5, 0 in old files), without
 #: asking the judge (see :func:`unjudged_self_battle`).
 REASON_IDENTICAL_OUTPUTS = "identical_outputs"
+#: An annotations.json row (instruction text) whose annotator and generators a compact file (instruction_id) holds.
+REASON_BOTH_LAYOUTS = "in_both_layouts"
 #: How close ``preference`` must sit to ``2 - P(m)`` (or ``1 + P(m)``) to name the shown order (AlpacaEval
 #: rounds preferences to 10 decimals; the log-probabilities are rounded to about 7 significant digits).
 ORDER_TOLERANCE = 1e-6
@@ -141,6 +146,25 @@ def no_preference(frame: pl.DataFrame, preference: pl.Expr) -> pl.Expr:
     if frame.schema["preference"] == pl.Boolean:
         return missing
     return missing | preference.is_nan().fill_null(False)
+
+
+def copy_in_other_layout(frame: pl.DataFrame, judge: pl.Expr) -> pl.Expr:
+    """Whether a row identified by its instruction text alone (AlpacaEval's ``annotations.json``) is of an annotator
+    and pair of generators that rows with an ``instruction_id`` (a compact file) hold too.
+
+    Why: the two layouts name one instruction by two prompt ids (``"0"``, the text's SHA-1), so the same annotation
+    in both got two battle ids and was imported twice: the documented ``import --format alpacaeval --in alpacaeval/``
+    over the shared folder counted the real-layout files' 2,414 verdicts twice.  Within one layout such a repeat is a
+    ``duplicate_battle_id``; across the two it is this, and the ``instruction_id`` rows are kept.
+    """
+    if "instruction_id" not in frame.columns or "instruction" not in frame.columns:
+        return pl.lit(False)
+    by_id = pl.col("instruction_id").is_not_null()
+    key = pl.concat_str(
+        [judge.fill_null(""), *(pl.col(c).cast(pl.String).fill_null("") for c in ("generator_1", "generator_2"))],
+        separator="\x1f",
+    )
+    return (~by_id & pl.col("instruction").is_not_null() & by_id.any().over(key)).fill_null(False)
 
 
 def unjudged_self_battle(frame: pl.DataFrame, preference: pl.Expr) -> pl.Expr:
@@ -319,7 +343,9 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         .otherwise(pl.lit("model_b"))
     )
     reason = (
-        pl.when(no_preference(raw, preference))
+        pl.when(copy_in_other_layout(raw, judge))
+        .then(pl.lit(REASON_BOTH_LAYOUTS))
+        .when(no_preference(raw, preference))
         .then(pl.lit(REASON_NO_VERDICT))
         .when(unjudged_self_battle(raw, preference))
         .then(pl.lit(REASON_IDENTICAL_OUTPUTS))
@@ -362,6 +388,16 @@ def _notes(result: ImportResult, options: ImportOptions, unit: str) -> tuple[str
         if identical
         else ()
     )
+    copies = result.dead_by_reason().get(REASON_BOTH_LAYOUTS, 0)
+    both = (
+        (
+            f"{REASON_BOTH_LAYOUTS}: {copies} annotations.json rows (instruction text, no instruction_id) are of "
+            "annotators and generators a file with instruction_id holds too: the same verdicts under other prompt "
+            "ids, so only the instruction_id rows are kept",
+        )
+        if copies
+        else ()
+    )
     return (
         f"no time stamps in AlpacaEval annotations: every battle dated {options.default_date.isoformat()} 00:00 UTC",
         f"verdict threshold: preference > 1.5 → generator_2, < 1.5 → generator_1, |p - 1.5| <= {options.tie_band} "
@@ -369,5 +405,6 @@ def _notes(result: ImportResult, options: ImportOptions, unit: str) -> tuple[str
         f"shown order: recovered for {result.rows_converted - unknown} battles; {unknown} battles kept with "
         "order_known = false (listed order; no position information)",
         *unjudged,
+        *both,
         f"lengths: {unit}",
     )

@@ -454,7 +454,7 @@ def test_alpacaeval_annotations_of_both_layouts_imported_together_keep_each_rows
     (tmp_path / "annotations_a.jsonl").write_text("\n".join(json.dumps(r) for r in compact) + "\n")
     real = [
         {"instruction": f"q{i}", "output_1": "short", "output_2": "a longer answer", "generator_1": "base",
-         "generator_2": "m", "annotator": "a", "preference": p}
+         "generator_2": "m2", "annotator": "a", "preference": p}
         for i, p in enumerate([1.0, 2.0, 1.5])
     ]  # fmt: skip
     (tmp_path / "annotations.json").write_text(json.dumps(real))
@@ -464,6 +464,31 @@ def test_alpacaeval_annotations_of_both_layouts_imported_together_keep_each_rows
     prompts = rows["prompt_id"].to_list()
     assert prompts[:3] == [hashlib.sha1(f"q{i}".encode()).hexdigest()[:16] for i in range(3)] and prompts[3] == "1"
     assert rows["len_a"].to_list() == [5] * 4 and rows["len_b"].to_list() == [15] * 4  # each row's own lengths
+
+
+def test_alpacaeval_verdicts_held_in_both_layouts_are_imported_once(tmp_path):
+    """The same annotations as a compact file (``instruction_id``) and as AlpacaEval's ``annotations.json``
+    (instruction text) got two prompt ids, so two battle ids, and every verdict was imported twice: importing the
+    shared alpacaeval folder, as pipelines/import_formats.py's example does, doubled the real-layout files' 2,414
+    battles.  The text rows of an annotator and pair of generators the compact rows hold are dead-lettered; a pair
+    only the text rows hold is kept."""
+    compact = [
+        {"instruction_id": i, "generator_1": "base", "generator_2": "m", "annotator": "a", "preference": p,
+         "len_chars_1": 5, "len_chars_2": 15}
+        for i, p in enumerate([1.0, 2.0])
+    ]  # fmt: skip
+    (tmp_path / "annotations_a.jsonl").write_text("\n".join(json.dumps(r) for r in compact) + "\n")
+    real = [
+        {"instruction": f"q{i}", "output_1": "short", "output_2": "a longer answer", "generator_1": "base",
+         "generator_2": g, "annotator": "a", "preference": p}
+        for i, (g, p) in enumerate([("m", 1.0), ("m", 2.0), ("other", 2.0)])
+    ]  # fmt: skip
+    (tmp_path / "annotations.json").write_text(json.dumps(real))
+    result = import_path("alpacaeval", tmp_path)
+    assert result.dead_by_reason() == {"in_both_layouts": 2} and result.rows_converted == 3
+    rows = pl.from_arrow(result.rows)
+    assert rows.filter(pl.col("model_b") == "m")["prompt_id"].sort().to_list() == ["0", "1"]
+    assert any("in_both_layouts: 2" in note for note in result.notes)
 
 
 def test_alpacaeval_1_has_no_recoverable_order_and_is_counted():
