@@ -104,6 +104,20 @@ def for_files(lengths: pl.DataFrame, files: Sequence[str]) -> pl.DataFrame:
     return lengths.join(pl.DataFrame({FILE_KEY: list(files)}, schema={FILE_KEY: pl.String}), how="cross")
 
 
+def for_folder(lengths: pl.DataFrame, folder: Path, files: Sequence[str]) -> tuple[pl.DataFrame, pl.Expr]:
+    """``lengths`` (read from ``folder``) keyed once by the folder, and the :data:`FILE_KEY` that rows read from
+    ``files`` (the judgment files beside ``folder``) must carry instead of their file to join them: the folder,
+    null for any other file (a null key joins nothing).
+
+    Why not :func:`for_files`: it repeats the lengths once per file, and arena-hard-auto has one judgment file per
+    model beside one ``model_answer/`` of every model's answers, so the table grew as models² (measured: 150
+    models × 750 questions, 17 million rows, 7.4 GB peak against 0.6 GB before the per-file key).
+    """
+    key = str(folder)
+    keyed = lengths.with_columns(pl.lit(key, dtype=pl.String).alias(FILE_KEY))
+    return keyed, pl.when(pl.col(FILE_KEY).is_in(list(files))).then(pl.lit(key, dtype=pl.String)).alias(FILE_KEY)
+
+
 def missing_lengths_note(
     result: ImportResult,
     sides: Sequence[tuple[str, str]],

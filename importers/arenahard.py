@@ -62,7 +62,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
-from biasboard.importers.answers import FILE_KEY, arena_hard_answer_lengths, default_answers_dir, for_files
+from biasboard.importers.answers import FILE_KEY, arena_hard_answer_lengths, default_answers_dir, for_folder
 from biasboard.importers.common import (
     REASON,
     REASON_NO_VERDICT,
@@ -192,7 +192,8 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
             # Found beside some files only: the others (another bench's judgments, with no model_answer/ beside
             # them) took this run's answers' lengths wherever their model and question ids matched.
             beside = [str(p) for p in paths if default_answers_dir([p], depth=2) == answers_dir]
-            lengths = for_files(lengths, beside)
+            lengths, key = for_folder(lengths, answers_dir, beside)
+            mapped = mapped.with_columns(key)
             if len(beside) < len(paths):
                 notes.append(
                     f"{len(paths) - len(beside)} judgment file(s) sit beside no model_answer folder: their battles "

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from biasboard.importers.alpacaeval import REASON_IDENTICAL_OUTPUTS, annotator_family, listed_winner
+from biasboard.importers.answers import FILE_KEY, arena_hard_answer_lengths, for_folder
 from biasboard.importers.common import REASON_NO_VERDICT, ImportOptions, ImportResult
 from biasboard.importers.registry import import_path
 from biasboard.pipelines import cli
@@ -865,6 +866,46 @@ def test_arena_hard_v2_answers_given_with_the_flag_in_characters_when_a_count_is
     (bad / "m.jsonl").write_text('{"uid": "u1", "model": "m"}\n')
     assert cli.main([*args.copy()[:-1], str(tmp_path / "imported-2"), "--answers", str(bad)]) == 2
     assert "lacks 'uid'/'question_id' or 'choices'/'messages'" in capsys.readouterr().err
+
+
+def test_arena_hard_lengths_are_keyed_once_per_folder_not_once_per_judgment_file(tmp_path):
+    """arena-hard-auto has one judgment file per model beside one ``model_answer/`` of all models' answers.  The
+    lengths were repeated once per judgment file (a cross join) so that files beside no folder joined none: the
+    table grew as models² (150 models × 750 questions: 17 million rows, 7.4 GB peak, 27 s against 0.6 GB, 4 s).
+    Now it is keyed once by the folder, and another bench's files (beside no folder) still take no lengths."""
+    models = ["m1", "m2", "m3"]
+    for bench in ("a", "b"):
+        for model in models:
+            lines = [
+                {"question_id": q, "model": model, "judge": f"j{bench}", "games": [{"score": "A>B"}, {"score": "B>A"}]}
+                for q in ("1", "2")
+            ]
+            _jsonl(tmp_path / bench / "model_judgment" / "j" / f"{model}.jsonl", lines)
+    tokens = {(m, q): 10 * i + int(q) for i, m in enumerate(["base", *models]) for q in ("1", "2")}
+    for model in ["base", *models]:
+        answers = [
+            {
+                "question_id": q,
+                "choices": [{"turns": [{"content": "x"}]}],
+                "conv_metadata": {"token_len": tokens[model, q]},
+            }
+            for q in ("1", "2")
+        ]
+        _jsonl(tmp_path / "a" / "model_answer" / f"{model}.jsonl", answers)
+    pattern = str(tmp_path / "*" / "model_judgment" / "j" / "*.jsonl")
+    rows = check_contract(import_path("arena-hard", pattern, ImportOptions(baseline="base")))
+    for row in rows.iter_rows(named=True):
+        for side in "ab":
+            expected = tokens[row[f"model_{side}"], row["prompt_id"]] if row["judge"] == "ja" else None
+            assert row[f"len_{side}"] == expected, row
+    assert rows.filter(pl.col("judge") == "ja").height == 12
+
+    lengths, _ = arena_hard_answer_lengths(tmp_path / "a" / "model_answer")
+    files = [str(tmp_path / "a" / "model_judgment" / "j" / f"{m}.jsonl") for m in models]
+    keyed, key = for_folder(lengths, tmp_path / "a" / "model_answer", files)
+    assert keyed.height == lengths.height == 8  # not 8 × 3 judgment files
+    judged = pl.DataFrame({FILE_KEY: [*files, str(tmp_path / "b" / "model_judgment" / "j" / "m1.jsonl")]})
+    assert judged.select(key)[FILE_KEY].to_list() == [str(tmp_path / "a" / "model_answer")] * 3 + [None]
 
 
 def test_arena_hard_with_answers_fits_the_judges_length_effect(tmp_path):
