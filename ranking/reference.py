@@ -271,6 +271,17 @@ class ReferenceFit:
     #: The input's judges the reference selects (its names, or its patterns' matches).
     raters: tuple[str, ...] = ()
 
+    def gate_counts(self) -> tuple[int, int, int]:
+        """(excesses the published board corrects, excesses the gate supports but leaves off as prior-selected —
+        without ``--apply-unidentified`` — and excesses the gate tested); zeros without a gate.  One count for the
+        board's warning and each slice's note: "the gate corrected 12 of 12" was said of a board applying 10."""
+        if self.gate is None:
+            return 0, 0, 0
+        decisions = self.gate.decisions
+        supported = decisions.filter(pl.col("enabled")).select("judge", "effect").iter_rows()
+        withheld = sum(1 for pair in supported if pair in self.config.disabled)
+        return int(decisions["enabled"].sum()) - withheld, withheld, decisions.height
+
     @property
     def n_raters(self) -> int:
         """How many of the input's judges the reference selects."""

@@ -1200,7 +1200,7 @@ def _diagnostics(summary: Summary) -> str:
         settings = [
             # (ω weighs the grades against the battles: on a board without grades it does not apply)
             f"ω (weight of pairwise vs ordinal evidence) {fmt(diag.omega, 2)}"
-            if diag.omega is not None and summary.score_counts is not None and summary.score_counts.counted
+            if diag.omega is not None and _graded(summary)
             else "",
             f"length covariate clipped at ±{diag.length_clip:g}"
             if diag.length_clip is not None

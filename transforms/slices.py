@@ -427,12 +427,10 @@ def gate_note(fitted: ReferenceFit) -> str:
     gate = fitted.gate
     if gate is None:
         return ""
-    decisions = gate.decisions
-    supported = decisions.filter(pl.col("enabled")).select("judge", "effect").iter_rows()
-    corrected = sum(1 for pair in supported if pair not in fitted.config.disabled)  # (prior-selected: not applied)
+    corrected, _, tested = fitted.gate_counts()  # (prior-selected: not applied, not counted)
     return (
         f"the reference has {fitted.k:,} verdict(s) in this slice: its gate corrected {corrected} of "
-        f"{decisions.height} (judge, effect) excesses over the reference at level {gate.level}, the others tied to it"
+        f"{tested} (judge, effect) excesses over the reference at level {gate.level}, the others tied to it"
     )
 
 

@@ -444,14 +444,10 @@ def reference_warnings(fitted: ReferenceFit) -> list[str]:
     """Plain-words warnings of the reference fit: what the gate enabled, what was not applied and why."""
     out = []
     if fitted.gate is not None:
-        decisions = fitted.gate.decisions
-        supported = decisions.filter(pl.col("enabled")).select("judge", "effect")
         # A correction the gate supports is still left off when it is prior-selected (without --apply-unidentified):
-        # counted apart, since "the gate corrected 12 of 12" was said of a board that applied 10 of them.
-        off = pl.DataFrame(list(fitted.config.disabled), schema={"judge": pl.String, "effect": pl.String}, orient="row")
-        withheld = supported.join(off, on=["judge", "effect"], how="semi").height
-        enabled = supported.height - withheld
-        others = "; the others are tied to the reference" if supported.height < decisions.height else ""
+        # counted apart (ReferenceFit.gate_counts).
+        enabled, withheld, tested = fitted.gate_counts()
+        others = "; the others are tied to the reference" if enabled + withheld < tested else ""
         ref = fitted.reference
         who = ref.kind  # anchors; named judges by their names (one judge: singular)
         if ref.kind == "judges":
@@ -463,7 +459,7 @@ def reference_warnings(fitted: ReferenceFit) -> list[str]:
         )
         out.append(
             f"reference {who} ({fitted.k:,} verdicts): the gate corrected {enabled} of "
-            f"{decisions.height} (judge, effect) excesses at level {fitted.gate.level}{left}{others}"
+            f"{tested} (judge, effect) excesses at level {fitted.gate.level}{left}{others}"
         )
     out.extend(weak_reference_warning(fitted))
     for entry in fitted.unidentified:
