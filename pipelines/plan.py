@@ -70,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--judge",
         action="append",
         help="plan for this judge (repeatable; default: every judge of the fit's battles); '*' is a new judge of the "
-        "population (the next crowd voter: the fit's global effects), what a board of voter-judges plans for",
+        "population (the next crowd voter: the fit's global effects; toward a --reference, the judges' mean "
+        "position effect, not the reference's), what a board of voter-judges plans for",
     )
     parser.add_argument(
         "--strategy",
@@ -104,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=SHARE.flag_type("--max-judge-share"),
         help="most of the batch one judge may take, a fraction in (0, 1] (default: an equal split "
         "over the judges, rounded up); a limit, rounded down to whole units: a plan that fills it stops short of "
-        "the budget, with a note",
+        "the budget, with a note; '*' (a new judge for every verdict) is not held by it",
     )
     defaults_from(parser, PlanOptions())
 

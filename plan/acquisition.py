@@ -73,8 +73,9 @@ STOP_NO_REPEAT, STOP_PAIR_CAP, STOP_JUDGE_CAP = "no_repeat", "pair_cap", "judge_
 ANY_JUDGE = ""
 #: The judge a plan names for "a new judge of the population" — the next crowd voter of an arena, whose verdicts
 #: carry the population's effects (the fit's global judge ``'*'``: its position effect, a = 1, the judges' median
-#: tie propensity), as :data:`ANY_JUDGE` does; the one judge to plan for on a board of voter-judges, none of whom
-#: can be asked again by name.
+#: tie propensity), as :data:`ANY_JUDGE` does — toward a reference, whose global position effect is the reference's own,
+#: the judges' mean position effect (:func:`population_position`); the one judge to plan for on a board of
+#: voter-judges, none of whom can be asked again by name.
 POPULATION_JUDGE = "*"
 
 #: Prior SD of one rating (logits): the bias-aware fit's θ prior, all that is known of the level of a comparison
@@ -391,7 +392,8 @@ def posterior_from_fit(fit, judged: pl.DataFrame | None = None) -> Posterior:
     """The :class:`Posterior` of a :class:`~biasboard.ranking.result.FitResult`.
 
     Judge effects are the fit's named effects (:attr:`~biasboard.ranking.result.FitResult.judges`; judge
-    ``'*'`` is global; the trusted anchors' rater is left out, and with ``judged`` a judge of no battle):
+    ``'*'`` is global, except its position toward a reference: :func:`population_position`; the trusted anchors'
+    rater is left out, and with ``judged`` a judge of no battle):
     ``position`` → γ_j (a judge's whole effect: its excess over a reference plus the reference's), ``discrimination``
     → a_j, ``tie`` → ν_j.  A naive fit has no judge effects: one pseudo-judge with no position effect, a = 1 and no
     ties (the naive model counts ties as half wins).  ``judged``: rows (judge, model_a, model_b, n) of the battles the
@@ -420,14 +422,13 @@ def posterior_from_fit(fit, judged: pl.DataFrame | None = None) -> Posterior:
         # A fit toward a reference reports a judge's position effect as its excess over the reference's (0 when tied
         # to it), the global coefficient; the judge's verdicts carry both.  Read as the whole effect, judges tied to
         # a reference of γ = -0.54 were planned as if they had no position bias at all.
-        value = named[judge].position
-        over_reference = value is not None and value.note in (EXCESS_ROW_NOTE, TIED_ROW_NOTE)
-        return estimate(judge, "position", g_pos) + (g_pos if over_reference else 0.0)
+        return estimate(judge, "position", g_pos) + (g_pos if _over_reference(named[judge].position) else 0.0)
 
     pos = [position(j) for j in judges]
     disc = [estimate(j, "discrimination", 1.0) for j in judges]
     tie = [estimate(j, "tie", 0.0) for j in judges]
     g_tie = float(np.median(tie)) if tie else 0.0
+    toward_reference = any(_over_reference(named[j].position) for j in judges)
     return Posterior(
         models=tuple(fit.models),
         mean=np.asarray(fit.rating, float),
@@ -437,12 +438,35 @@ def posterior_from_fit(fit, judged: pl.DataFrame | None = None) -> Posterior:
         position=np.array(pos, float),
         discrimination=np.array(disc, float),
         tie=np.array(tie, float),
-        global_position=g_pos,
+        global_position=population_position(pos) if toward_reference else g_pos,
         global_tie=g_tie,
         method=str(fit.method),
         component=np.asarray(fit.component, dtype=np.int64),
         judged=None if judged is None else JudgedPairs.of_frame(judged, tuple(fit.models), tuple(judges)),
     )
+
+
+def _over_reference(value) -> bool:
+    """Whether a judge's bias-table position row holds its excess over a reference (or is tied to it): the row of a
+    fit toward a reference, whose global position coefficient is the reference's own effect, not the judges' mean."""
+    return value is not None and value.note in (EXCESS_ROW_NOTE, TIED_ROW_NOTE)
+
+
+def population_position(positions: Sequence[float]) -> float:
+    """The position effect a new judge of the population (:data:`POPULATION_JUDGE`) is planned with, toward a
+    reference: the judges' mean whole effect (the reference's effect plus the judges' mean excess over it).
+
+    Why not the fit's global coefficient, as without a reference: there the judges' deviations are shrunk toward the
+    global γ₀, which is thereby the model's estimate of the population mean.  Toward a reference the global coefficient
+    *is* the reference's effect, and the excesses' prior (``Priors.excess_sd`` = 2) is centred on it wide on purpose,
+    a device to keep the reference's effect its own verdicts', not a model of the population: the model says nothing
+    of where a new judge's effect lies but what the judges' effects show.  A new judge's verdicts do not depend on
+    which raters the board trusts, so '*' is planned as without a reference, from every judge of the fit (those of
+    the reference included, each with the reference's effect): with the judges first-shown-biased by −0.8 logits and a
+    reference without that bias, '*' was planned at the reference's −0.05, against −0.64 for the same judges without
+    a reference (the truth over the five judges: −0.66).
+    """
+    return float(np.mean(positions)) if len(positions) else 0.0
 
 
 def _finite(value, default: float) -> float:

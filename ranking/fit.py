@@ -56,7 +56,7 @@ from biasboard.ranking.uncertainty import (
     percentile_interval,
     top_k_probabilities,
 )
-from biasboard.schemas.summary import ORDINAL_ONLY
+from biasboard.schemas.summary import NAIVE_LAPLACE, NAIVE_SANDWICH, ORDINAL_ONLY
 from biasboard.schemas.wording import first_few
 
 
@@ -366,13 +366,15 @@ def fit_naive(cells: CellsInput | Dataset, *, config: NaiveConfig | None = None,
     notes = _NaiveNotes(warnings, "a tie counts as half a win for each side (Evalica/arena convention)", theta_sd)
     cov = laplace_covariance(solution)
     if theta_sd is None:  # maximum likelihood: the half-win score's own variance (a prior's posterior stays Laplace)
-        cov = half_win_sandwich(totals, solution.core[problem.layout.theta], cov, component)
+        sandwich = half_win_sandwich(totals, solution.core[problem.layout.theta], cov, component)
+        if sandwich is not None:
+            cov, notes = sandwich, replace(notes, covariance=NAIVE_SANDWICH)
     return _naive_result(config, problem, solution, shards, data, notes, cov)
 
 
 def half_win_sandwich(
     totals: PairArrays, theta: np.ndarray, bread: np.ndarray | BlockCovariance, component: np.ndarray
-) -> np.ndarray | BlockCovariance:
+) -> np.ndarray | None:
     """The naive ratings' sandwich covariance H⁻¹ J H⁻¹, J the battles' summed score outer products (a tie scores
     ½ − p): what arena-rank's ``BradleyTerry`` publishes for the same fit (``ci_method="sandwich"``).
 
@@ -381,11 +383,13 @@ def half_win_sandwich(
     whose score is ½ − p ≈ 0: with 41% ties (Davidson, 6 models, 1,500 battles, 150 runs) the Laplace SEs were
     1.38× the ratings' spread and 95% intervals covered 99.8%; on MTEB-Arena's retrieval battles (47% ties) the
     naive 95% intervals were 1.57× arena-rank's.  ``bread`` is the Laplace covariance (its gauge direction is
-    added back, centred away later, so that θ's block stays positive definite for the posterior draws); when the
-    scores leave a model's rating with no variance (every battle of it a tie at p = ½) the Laplace one is kept.
+    added back, centred away later, so that θ's block stays positive definite for the posterior draws).  None where
+    there is no sandwich to publish: when the scores leave a model's rating with no variance (every battle of it a tie
+    at p = ½, e.g. two models whose every battle is a tie) or the bread is block-factored; the caller then keeps the
+    Laplace covariance and says so (``diagnostics["covariance"]``), so the report does not call it the sandwich.
     """
     if isinstance(bread, BlockCovariance):  # (a naive fit is dense: θ alone)
-        return bread
+        return None
     p = 1.0 / (1.0 + np.exp(theta[totals.b] - theta[totals.a]))
     v = totals.win_a * (1.0 - p) ** 2 + totals.win_b * p**2 + totals.tie * (0.5 - p) ** 2
     m = theta.size
@@ -399,7 +403,7 @@ def half_win_sandwich(
     proj = centring_matrix(component, m)
     laplace_var = np.diag(proj @ block @ proj.T)
     if np.any(np.diag(proj @ sandwich @ proj.T) <= 1e-9 * laplace_var):
-        return bread
+        return None
     gauge = block - proj @ block @ proj.T  # the Laplace's variance along each component's common shift
     out = bread.copy()
     out[:m, :m] = 0.5 * (sandwich + sandwich.T) + gauge
@@ -468,6 +472,9 @@ class _NaiveNotes:
     warnings: list[str]
     tie_convention: str
     theta_sd: float | None
+    #: Which covariance the intervals come from (``NAIVE_SANDWICH`` or ``NAIVE_LAPLACE``): the Laplace one unless the
+    #: maximum-likelihood board of battles has its sandwich (:func:`half_win_sandwich`).
+    covariance: str = NAIVE_LAPLACE
 
 
 def _naive_result(
@@ -486,6 +493,7 @@ def _naive_result(
     diagnostics["warnings"] = notes.warnings + diagnostics.pop("warnings")
     diagnostics["tie_convention"] = notes.tie_convention
     diagnostics["prior_theta_sd"] = notes.theta_sd
+    diagnostics["covariance"] = notes.covariance
     if not solution.converged:
         diagnostics["warnings"].append(f"naive fit did not converge (relative gradient {solution.rel_grad:.2e})")
     return _assemble(

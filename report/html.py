@@ -46,6 +46,8 @@ from biasboard.report.svg import (
 from biasboard.schemas.summary import (
     AGREEMENT_BOARDS,
     GLOBAL_JUDGE,
+    NAIVE_LAPLACE,
+    NAIVE_SANDWICH,
     ORDINAL_ONLY,
     ORDINAL_ONLY_BOARDS,
     SUMMARY_JUDGES_MAX,
@@ -560,16 +562,27 @@ def _scale_note(summary: Summary) -> str:
 
 def _interval_source(summary: Summary) -> str:
     """Where the plotted intervals come from.  A naive maximum-likelihood board of battles publishes the sandwich
-    (:func:`~biasboard.ranking.fit.half_win_sandwich`), which the note must not call the Laplace posterior."""
+    (:func:`~biasboard.ranking.fit.half_win_sandwich`), which the note must not call the Laplace posterior — unless the
+    sandwich left a rating no variance and the fit kept its Laplace covariance, which the note must not call the
+    sandwich (it did: the fit's choice was not recorded).  The summary's ``diagnostics.naive.covariance`` says which;
+    a summary written before it was recorded is read as the fit then chose, the sandwich for a maximum-likelihood board
+    of battles."""
     if summary.uncertainty == "bootstrap":
         return "percentiles of the bootstrap replicates"
     laplace = "from the Laplace approximation to the posterior"
-    if _ordinal_only(summary) or summary.diagnostics.naive.prior_theta_sd is not None:
-        return laplace
-    return (
-        f"corrected: {laplace}; naive: the sandwich covariance of its maximum-likelihood fit, as arena-rank "
-        "publishes, since a tie as half a win is no likelihood of the three outcomes"
-    )
+    naive = summary.diagnostics.naive
+    by_ml = not _ordinal_only(summary) and naive.prior_theta_sd is None  # a maximum-likelihood board of battles
+    if (naive.covariance or (NAIVE_SANDWICH if by_ml else NAIVE_LAPLACE)) == NAIVE_SANDWICH:
+        return (
+            f"corrected: {laplace}; naive: the sandwich covariance of its maximum-likelihood fit, as arena-rank "
+            "publishes, since a tie as half a win is no likelihood of the three outcomes"
+        )
+    if by_ml:
+        return (
+            f"corrected and naive alike: {laplace}; the naive maximum-likelihood fit's sandwich covariance, which "
+            "arena-rank publishes, left a rating no variance, as when every battle of a model is a tie between equals"
+        )
+    return laplace
 
 
 def _rank_cell(intervals: Mapping[str, RankInterval], model: str) -> str:

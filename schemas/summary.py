@@ -362,12 +362,21 @@ class Comparison:
     n_models: int
 
 
+#: Which covariance a naive board's intervals come from (:attr:`NaiveDiagnostics.covariance`).
+NAIVE_SANDWICH, NAIVE_LAPLACE = "sandwich", "laplace"
+
+
 @dataclass
 class NaiveDiagnostics:
     n_components: int
     tie_convention: str
     prior_theta_sd: float | None = None
     components: list[list[str]] | None = None
+    #: :data:`NAIVE_SANDWICH` or :data:`NAIVE_LAPLACE`: the covariance its intervals came from — the sandwich for a
+    #: maximum-likelihood board of battles unless it left a rating no variance
+    #: (:func:`~biasboard.ranking.fit.half_win_sandwich`), the Laplace one otherwise.  None in a summary written before
+    #: it was recorded.
+    covariance: str | None = None
 
 
 @dataclass

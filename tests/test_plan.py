@@ -17,6 +17,7 @@ import pytest
 from biasboard.pipelines import cli
 from biasboard.plan.acquisition import (
     PLAN_COLUMNS,
+    POPULATION_JUDGE,
     STRATEGIES,
     JudgedPairs,
     Posterior,
@@ -828,6 +829,23 @@ def test_the_trusted_anchors_are_not_a_judge_to_plan_for():
     assert ANCHOR_JUDGE not in post.judges and len(post.judges) == 5
     truth = params.gamma[[list(params.judge_names).index(j) for j in post.judges]]
     np.testing.assert_allclose(post.position, truth, atol=0.2)
+
+
+def test_a_new_judge_of_the_population_toward_a_reference_takes_the_judges_mean_position_not_the_references():
+    # Four LLM judges put the second-shown model ahead by ~0.8 logits; the human pool, the reference, has no position
+    # bias.  Toward it, the fit's global position is the pool's own (~0), and '*' (a new judge of the population, the
+    # next crowd voter) was planned with it: as if a new judge had none of the bias every judge of the board shows.
+    config = SimulationConfig(battles=8000, models=8, judges=5, human_judges=1, days=1, seed=61, gamma0=-0.8, sd_u=0.05)
+    params = draw_parameters(config)
+    params = dataclasses.replace(params, gamma=np.where(params.judge_human, 0.0, params.gamma))
+    cells = [partial_cells(day, FamilyMap.with_user_rules()).cells for _, day, _ in simulate_days(config, params)]
+    humans = tuple(name for name, human in zip(params.judge_names, params.judge_human, strict=True) if human)
+    toward = posterior_from_fit(fit_with_reference(cells, reference=Reference("judges", humans)).corrected)
+    alone = posterior_from_fit(fit_with_reference(cells, reference=Reference()).corrected)
+    new_judge = toward.judge_effects([POPULATION_JUDGE])[1][0]
+    assert toward.position[toward.judges.index(humans[0])] == pytest.approx(0.0, abs=0.15)  # the reference's own
+    assert new_judge == pytest.approx(params.gamma.mean(), abs=0.1)  # the five judges' mean, -0.66
+    assert new_judge == pytest.approx(alone.judge_effects([POPULATION_JUDGE])[1][0], abs=0.1)  # as without a reference
 
 
 def test_roundrobin_counts_each_past_comparison_once():

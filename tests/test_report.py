@@ -541,6 +541,46 @@ def test_summary_json_round_trips_and_refuses_other_versions(published):
     assert np.isnan(Summary.from_json({**doc, "spearman": None}).spearman or math.nan)
 
 
+SANDWICH_SOURCE = "naive: the sandwich covariance of its maximum-likelihood fit"
+
+
+def test_the_interval_note_names_the_covariance_the_naive_board_used(published, tmp_path):
+    """Two models whose every battle is a tie: the half-win scores (½ − p at p = ½) are all 0, the sandwich leaves the
+    ratings no variance, and the naive fit keeps its Laplace covariance.  The report said the naive intervals were
+    the sandwich's all the same; the summary now records which covariance was used and the note follows it."""
+    n = 40
+    day = tmp_path / "in" / "day=2024-01-01"
+    day.mkdir(parents=True)
+    pl.DataFrame(
+        {
+            "battle_id": [f"b{i}" for i in range(n)],
+            "ts": ["2024-01-01T12:00:00Z"] * n,
+            "judge": ["j"] * n,
+            "model_a": ["x", "y"] * (n // 2),
+            "model_b": ["y", "x"] * (n // 2),
+            "winner": ["tie"] * n,
+        }
+    ).write_parquet(day / "part-0.parquet")
+    refresh(str(tmp_path / "in"), str(tmp_path / "state"), str(tmp_path / "out"), [], RefreshOptions(k=1))
+    snap = Path(publish.resolve_snapshot(str(tmp_path / "out")))
+    summary = Summary.from_json(json.loads((snap / "summary.json").read_text()))
+    assert summary.diagnostics.naive.covariance == "laplace" and summary.diagnostics.naive.prior_theta_sd is None
+    board = pl.read_parquet(snap / "leaderboard.parquet")
+    # The Laplace SE of a centred rating: Var(θx − θy) = 1 / (n · ¼) = 0.1, each SE half its root (0.158 logits).
+    half_width = (board["ci_high_naive"] - board["ci_low_naive"]) / 2 / (400 / math.log(10))
+    np.testing.assert_allclose(half_width, 1.959964 * math.sqrt(0.1) / 2, rtol=1e-4)
+    text = text_of((snap / "report.html").read_text(encoding="utf-8"))
+    assert SANDWICH_SOURCE not in text and "corrected and naive alike: from the Laplace approximation" in text
+    # A board of battles with decided verdicts keeps the sandwich, and a summary written before the covariance was
+    # recorded reads as before.
+    assert published.summary.diagnostics.naive.covariance == "sandwich" and SANDWICH_SOURCE in text_of(published.page)
+    doc = published.summary.to_json()
+    del doc["diagnostics"]["naive"]["covariance"]
+    older = Summary.from_json(doc)
+    assert older.diagnostics.naive.covariance is None
+    assert SANDWICH_SOURCE in text_of(render_report(published.leaderboard, published.bias, older))
+
+
 # --------------------------------------------------------------------------- svg builders
 
 

@@ -645,6 +645,7 @@ def build_summary(
             n_components=naive.diagnostics.get("n_components", 1),
             tie_convention=naive.diagnostics.get("tie_convention", ""),
             prior_theta_sd=naive.diagnostics.get("prior_theta_sd"),
+            covariance=naive.diagnostics.get("covariance"),
             components=naive.diagnostics.get("components"),
         ),
         n_components=fit_diag.get("n_components", 1),
