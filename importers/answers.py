@@ -27,7 +27,8 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -51,35 +52,86 @@ def default_answers_dir(judgment_files: Sequence[Path], depth: int = 1) -> Path 
     return None
 
 
-#: The judgment file a length row belongs to (its ``read_records`` source file), when lengths are read per run.
+#: The column a judgment row and a length row join on: the folder (or sidecar file) the lengths were read from.  A
+#: judgment row carries its own file (its ``read_records`` source file) until :attr:`FolderLengths.key` maps that
+#: file to the folder beside it.
 FILE_KEY = "__file"
 
 
-def lengths_by_run(
-    judgment_files: Sequence[Path], answers_dir: Path | None, read: Callable[[Path], pl.DataFrame], depth: int = 1
-) -> tuple[pl.DataFrame | None, list[Path]]:
-    """The answer lengths for ``judgment_files`` and the folders they came from.
+#: Lengths read from one folder (or sidecar file), with the judgment files (as read) that take them.
+FolderPart = tuple[Path, pl.DataFrame, Sequence[str]]
+
+
+@dataclass(frozen=True)
+class FolderLengths:
+    """Lengths keyed once per folder they were read from, and the folder each judgment file joins.
+
+    ``table``: every folder's lengths, each row carrying its folder in :data:`FILE_KEY`; ``folders``: the folders
+    (or sidecars) read, in order; ``files``: judgment file (as read) → its folder's key.
+
+    Why once per folder, not once per judgment file: the lengths used to be repeated for every judgment file beside
+    a folder (a cross join), so that a row matched only its own run's answers.  That grew as files × answers:
+    arena-hard-auto has one judgment file per model beside one ``model_answer/`` of every model's answers (150 models
+    × 750 questions: 17 million rows, 7.4 GB peak against 0.6 GB), and an MT-Bench or LLMFAO folder of many judgment
+    files repeated its answers or sidecar once per file.  Mapping each row's file to its folder keeps the same
+    matches with one copy of each folder's lengths.
+    """
+
+    table: pl.DataFrame
+    folders: tuple[Path, ...]
+    files: Mapping[str, str]
+
+    @property
+    def key(self) -> pl.Expr:
+        """:data:`FILE_KEY` of judgment rows (their file) → the folder whose lengths they join; null for a file beside
+        no folder read (a null key joins nothing)."""
+        return pl.col(FILE_KEY).replace_strict(dict(self.files), default=None, return_dtype=pl.String).alias(FILE_KEY)
+
+
+def keyed_by_folder(parts: Iterable[FolderPart]) -> FolderLengths | None:
+    """(folder, the lengths read from it, the judgment files beside it) → one :class:`FolderLengths`; None when
+    no folder was read.  A folder's lengths are kept once however many files sit beside it."""
+    tables, folders, files = [], [], {}
+    for folder, lengths, beside in parts:
+        key = str(folder)
+        tables.append(lengths.with_columns(pl.lit(key, dtype=pl.String).alias(FILE_KEY)))
+        folders.append(folder)
+        files.update(dict.fromkeys(beside, key))
+    if not tables:
+        return None
+    return FolderLengths(pl.concat(tables, how="vertical_relaxed"), tuple(folders), files)
+
+
+def answer_folders(judgment_files: Sequence[Path], answers_dir: Path | None, depth: int = 1) -> dict[Path, list[str]]:
+    """The answer folders of ``judgment_files``, each with the judgment files (as read) that take its lengths.
 
     With ``--answers`` (``answers_dir``) every file takes that folder's lengths.  Otherwise each file takes the
-    ``model_answer/`` beside its own ``model_judgment/`` (:func:`default_answers_dir`), and the lengths carry
-    :data:`FILE_KEY` (the judgment file) so the join matches a row only to its own run's answers.
+    ``model_answer/`` beside its own ``model_judgment/`` (:func:`default_answers_dir`); a file beside none is in no
+    list.
 
     Why per file: a glob over several runs (``samples/*/mt_bench/model_judgment/gpt-4_pair.jsonl``) used to read
     the first file's folder alone, and the other runs' rows came out without lengths, silently (measured: 155 of
     302 pair battles, 1,599 of 1,759 single grades); two runs may also answer under one model name with
-    different answers, so the folders are not merged into one table.
+    different answers, so the folders are not merged into one table (:class:`FolderLengths` keys each by its folder).
     """
     if answers_dir is not None:
-        return read(answers_dir), [answers_dir]
-    folders = {path: default_answers_dir([path], depth) for path in judgment_files}
-    found = sorted({folder for folder in folders.values() if folder is not None})
-    if not found:
-        return None, []
-    frames = []
-    for folder in found:
-        files = [str(path) for path, f in folders.items() if f == folder]
-        frames.append(read(folder).join(pl.DataFrame({FILE_KEY: files}), how="cross"))
-    return pl.concat(frames), found
+        return {answers_dir: [str(path) for path in judgment_files]}
+    found: dict[Path, list[str]] = {}
+    for path in judgment_files:
+        folder = default_answers_dir([path], depth)
+        if folder is not None:
+            found.setdefault(folder, []).append(str(path))
+    return dict(sorted(found.items()))
+
+
+def read_answer_folders(
+    judgment_files: Sequence[Path], answers_dir: Path | None, read: Callable[[Path], pl.DataFrame], depth: int = 1
+) -> list[FolderPart]:
+    """Each of the :func:`answer_folders` of ``judgment_files``, ``read`` once, with its files: the parts of
+    :func:`keyed_by_folder`."""
+    return [
+        (folder, read(folder), files) for folder, files in answer_folders(judgment_files, answers_dir, depth).items()
+    ]
 
 
 def sidecars_by_file(judgment_files: Sequence[Path], name: str) -> dict[Path, list[str]]:
@@ -96,26 +148,6 @@ def sidecars_by_file(judgment_files: Sequence[Path], name: str) -> dict[Path, li
         if sidecar.is_file():
             found.setdefault(sidecar, []).append(str(path))
     return dict(sorted(found.items()))
-
-
-def for_files(lengths: pl.DataFrame, files: Sequence[str]) -> pl.DataFrame:
-    """``lengths`` once per judgment file in ``files``, keyed by :data:`FILE_KEY`, so a join matches a row to the
-    lengths of its own run or folder only."""
-    return lengths.join(pl.DataFrame({FILE_KEY: list(files)}, schema={FILE_KEY: pl.String}), how="cross")
-
-
-def for_folder(lengths: pl.DataFrame, folder: Path, files: Sequence[str]) -> tuple[pl.DataFrame, pl.Expr]:
-    """``lengths`` (read from ``folder``) keyed once by the folder, and the :data:`FILE_KEY` that rows read from
-    ``files`` (the judgment files beside ``folder``) must carry instead of their file to join them: the folder,
-    null for any other file (a null key joins nothing).
-
-    Why not :func:`for_files`: it repeats the lengths once per file, and arena-hard-auto has one judgment file per
-    model beside one ``model_answer/`` of every model's answers, so the table grew as models² (measured: 150
-    models × 750 questions, 17 million rows, 7.4 GB peak against 0.6 GB before the per-file key).
-    """
-    key = str(folder)
-    keyed = lengths.with_columns(pl.lit(key, dtype=pl.String).alias(FILE_KEY))
-    return keyed, pl.when(pl.col(FILE_KEY).is_in(list(files))).then(pl.lit(key, dtype=pl.String)).alias(FILE_KEY)
 
 
 def missing_lengths_note(
@@ -158,22 +190,19 @@ def missing_lengths_note(
     )
 
 
-def models_without_lengths(
-    mapped: pl.DataFrame, lengths: pl.DataFrame | None, sides: Sequence[tuple[str, str]]
-) -> list[str]:
-    """The models of ``mapped`` with no row at all in ``lengths`` (for their own run or folder, when both carry
-    :data:`FILE_KEY`; rows of a file with no lengths at all are left out), sorted.
+def models_without_lengths(mapped: pl.DataFrame, lengths: pl.DataFrame, sides: Sequence[tuple[str, str]]) -> list[str]:
+    """The models of ``mapped`` with no row at all in ``lengths`` for their own folder (both keyed by
+    :data:`FILE_KEY`, ``mapped`` through :attr:`FolderLengths.key`; rows of a file with no lengths at all are left
+    out), sorted.
 
     ``sides``: (column joined on the lengths' ``model``, column naming the model)."""
-    on = [FILE_KEY] if lengths is not None and FILE_KEY in lengths.columns and FILE_KEY in mapped.columns else []
     named = pl.concat(
-        [mapped.select(pl.col(key).alias("model"), pl.col(name).alias("__name"), *on) for key, name in sides],
+        [mapped.select(pl.col(key).alias("model"), pl.col(name).alias("__name"), FILE_KEY) for key, name in sides],
         how="vertical_relaxed",
     ).drop_nulls("model")
-    if lengths is not None:
-        if on:  # a file with no lengths beside it at all says nothing of which models have answers
-            named = named.filter(pl.col(FILE_KEY).is_in(lengths[FILE_KEY].unique().to_list()))
-        named = named.join(lengths.select("model", *on).unique(), on=["model", *on], how="anti")
+    # A file with no lengths beside it at all says nothing of which models have answers.
+    named = named.filter(pl.col(FILE_KEY).is_in(lengths[FILE_KEY].unique().to_list()))
+    named = named.join(lengths.select("model", FILE_KEY).unique(), on=["model", FILE_KEY], how="anti")
     return sorted(named["__name"].drop_nulls().unique().to_list())
 
 

@@ -58,11 +58,11 @@ explanations and prompts are not carried into dead letters (only each game's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import polars as pl
-from biasboard.importers.answers import FILE_KEY, arena_hard_answer_lengths, default_answers_dir, for_folder
+from biasboard.importers.answers import FILE_KEY, answer_folders, arena_hard_answer_lengths, keyed_by_folder
 from biasboard.importers.common import (
     REASON,
     REASON_NO_VERDICT,
@@ -183,22 +183,20 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         "game 1 shows the baseline first, game 2 the model; '>>' and '>' are both a win (strength 2 / 1)",
         *non_text_slice_notes(raw),
     ]
-    answers_dir = options.answers_dir or _one_answers_dir(paths)
+    folders = answer_folders(paths, options.answers_dir, depth=2)
     lengths = None
-    if answers_dir is not None:
-        lengths, unit = arena_hard_answer_lengths(answers_dir)
+    if folders:
+        answers_dir, beside = _one_answers_dir(folders)
+        table, unit = arena_hard_answer_lengths(answers_dir)
+        lengths = keyed_by_folder([(answers_dir, table, beside)])
         notes.append(f"lengths: {unit} of each model's answer, from {answers_dir}")
-        if options.answers_dir is None:
+        if len(beside) < len(paths):
             # Found beside some files only: the others (another bench's judgments, with no model_answer/ beside
             # them) took this run's answers' lengths wherever their model and question ids matched.
-            beside = [str(p) for p in paths if default_answers_dir([p], depth=2) == answers_dir]
-            lengths, key = for_folder(lengths, answers_dir, beside)
-            mapped = mapped.with_columns(key)
-            if len(beside) < len(paths):
-                notes.append(
-                    f"{len(paths) - len(beside)} judgment file(s) sit beside no model_answer folder: their battles "
-                    "have no lengths"
-                )
+            notes.append(
+                f"{len(paths) - len(beside)} judgment file(s) sit beside no model_answer folder: their battles "
+                "have no lengths"
+            )
     else:
         notes.append("no model_answer folder found (--answers): battles without lengths")
     mapped = attach_answer_lengths(mapped, lengths, (("model_a", "len_a"), ("model_b", "len_b")))
@@ -206,19 +204,21 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     return with_missing_lengths_note(result, mapped, lengths)
 
 
-def _one_answers_dir(paths: Sequence[Path]) -> Path | None:
-    """The ``model_answer/`` folder beside the judgments; an error when they sit beside more than one.
+def _one_answers_dir(folders: Mapping[Path, list[str]]) -> tuple[Path, list[str]]:
+    """The one ``model_answer/`` folder of the judgments (``folders``:
+    :func:`~biasboard.importers.answers.answer_folders`) and the files beside it; an error when they sit beside
+    more than one.
 
     Why: the first file's folder used to serve every file, so a glob over two benches gave the other bench's rows
     no lengths (or another run's answers' lengths) without a word.  Each folder's lengths may be in its own unit
     (token counts where every answer has one, else characters) and one import has one unit, so rather than mix
     them the import asks for one run at a time or one ``--answers`` folder.
     """
-    found = sorted({f for f in (default_answers_dir([p], depth=2) for p in paths) if f is not None})
+    found = sorted(folders)
     if len(found) > 1:
         shown = ", ".join(map(str, found[:3])) + (f" … ({len(found)} in all)" if len(found) > 3 else "")
         raise InputError(
             f"the judgments sit beside {len(found)} model_answer folders ({shown}): their lengths may be in "
             "different units; import one run at a time, or name one folder with --answers"
         )
-    return found[0] if found else None
+    return found[0], folders[found[0]]

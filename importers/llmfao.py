@@ -31,7 +31,9 @@ from pathlib import Path
 import polars as pl
 from biasboard.importers.answers import (
     FILE_KEY,
-    for_files,
+    FolderLengths,
+    FolderPart,
+    keyed_by_folder,
     missing_lengths_note,
     models_without_lengths,
     sidecars_by_file,
@@ -60,15 +62,16 @@ def judge_from_file(path: str) -> str:
     return Path(path).name.split("-")[0]
 
 
-def _lengths(paths: Sequence[Path], unit: str) -> tuple[pl.DataFrame | None, list[Path], list[str]]:
-    """Each folder's sidecar lengths by (model, prompt) and :data:`~biasboard.importers.answers.FILE_KEY` (the input
-    files beside it), the sidecars read, and notes on the lengths they could not read.
+def _lengths(paths: Sequence[Path], unit: str) -> tuple[FolderLengths | None, list[str]]:
+    """Each folder's sidecar lengths by (model, prompt), keyed once by the sidecar (the input files beside it join
+    them: :class:`~biasboard.importers.answers.FolderLengths`), and notes on the lengths they could not read.
 
     Per folder (:func:`~biasboard.importers.answers.sidecars_by_file`): a file joins only the sidecar beside it, not
     the first one found.  A sidecar without ``model_id``, ``prompt_id`` and ``len_<unit>`` gives no lengths.
     A length that is no whole number (``about 40``, a value past int64) is left unknown: those battles are kept
     without that answer's length, and the note counts them (it was a polars traceback)."""
-    frames, read, notes = [], [], []
+    parts: list[FolderPart] = []
+    notes = []
     for sidecar, files in sidecars_by_file(paths, LENGTHS_SIDECAR).items():
         table = read_records(sidecar)
         column = f"len_{unit}"
@@ -92,9 +95,8 @@ def _lengths(paths: Sequence[Path], unit: str) -> tuple[pl.DataFrame | None, lis
                 f"{sidecar}: {unread} {column} value(s) are not whole numbers; those answers' lengths are left "
                 "unknown (their battles are kept, without the length covariate)"
             )
-        frames.append(for_files(lengths.drop("__unread"), files))
-        read.append(sidecar)
-    return (pl.concat(frames) if frames else None), read, notes
+        parts.append((sidecar, lengths.drop("__unread"), files))
+    return keyed_by_folder(parts), notes
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
@@ -139,22 +141,23 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     notes = [f"no time stamps in LLMFAO: every battle dated {options.default_date.isoformat()} 00:00 UTC"]
     if options.voters and "worker" not in raw.columns:
         notes.append("--voters: these files have no worker column: every vote keeps its file's judge")
-    lengths, origins, length_notes = _lengths(paths, unit)
+    lengths, length_notes = _lengths(paths, unit)
     if lengths is None:
         mapped = mapped.with_columns(
             pl.lit(None, dtype=pl.Int64).alias("len_a"), pl.lit(None, dtype=pl.Int64).alias("len_b")
         )
     else:
-        notes.extend([f"lengths: {unit} from {', '.join(map(str, origins))}", *length_notes])
+        notes.extend([f"lengths: {unit} from {', '.join(map(str, lengths.folders))}", *length_notes])
+        mapped = mapped.with_columns(lengths.key)
         for model_column, length_column in (("__x", "len_a"), ("__y", "len_b")):
-            keyed = lengths.rename({"__model": model_column, "__prompt": "prompt_id", "__len": length_column})
+            keyed = lengths.table.rename({"__model": model_column, "__prompt": "prompt_id", "__len": length_column})
             mapped = mapped.join(keyed, on=[model_column, "prompt_id", FILE_KEY], how="left", maintain_order="left")
     result = finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)
     if lengths is None:
         return result
     sides = (("model_a", "len_a"), ("model_b", "len_b"))
     lacking = models_without_lengths(
-        mapped, lengths.rename({"__model": "model"}), (("__x", "model_a"), ("__y", "model_b"))
+        mapped, lengths.table.rename({"__model": "model"}), (("__x", "model_a"), ("__y", "model_b"))
     )
     said = missing_lengths_note(result, sides, "battles", lacking, f"no row in {LENGTHS_SIDECAR} for")
     return replace(result, notes=(*result.notes, said)) if said else result

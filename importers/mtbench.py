@@ -44,10 +44,12 @@ from pathlib import Path
 import polars as pl
 from biasboard.importers.answers import (
     FILE_KEY,
+    FolderLengths,
     answer_lengths,
-    lengths_by_run,
+    keyed_by_folder,
     missing_lengths_note,
     models_without_lengths,
+    read_answer_folders,
 )
 from biasboard.importers.common import (
     REASON,
@@ -91,16 +93,21 @@ def shown_order_winner(game: pl.Expr, verdict: pl.Expr) -> pl.Expr:
 
 
 def attach_answer_lengths(
-    frame: pl.DataFrame, lengths: pl.DataFrame | None, pairs: Sequence[tuple[str, str]]
+    frame: pl.DataFrame, lengths: FolderLengths | None, pairs: Sequence[tuple[str, str]]
 ) -> pl.DataFrame:
-    """Left-join answer lengths for each (model column → length column) pair, keeping row order."""
+    """Left-join answer lengths for each (model column → length column) pair, keeping row order; each row joins only
+    the lengths of its own file's folder (its :data:`~biasboard.importers.answers.FILE_KEY` mapped by
+    :attr:`~biasboard.importers.answers.FolderLengths.key`, as the returned frame keeps it)."""
+    if lengths is not None:
+        frame = frame.with_columns(lengths.key)
     for model_column, length_column in pairs:
         if lengths is None:
             frame = frame.with_columns(pl.lit(None, dtype=pl.Int64).alias(length_column))
             continue
-        keyed = lengths.rename({"model": model_column, "question_id": "__qid", "turn": "__turn", "len": length_column})
-        on = [model_column, "__qid", "__turn", *([FILE_KEY] if FILE_KEY in keyed.columns else [])]
-        frame = frame.join(keyed, on=on, how="left", maintain_order="left")
+        keyed = lengths.table.rename(
+            {"model": model_column, "question_id": "__qid", "turn": "__turn", "len": length_column}
+        )
+        frame = frame.join(keyed, on=[model_column, "__qid", "__turn", FILE_KEY], how="left", maintain_order="left")
     return frame
 
 
@@ -143,20 +150,24 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         turn.alias("__turn"),
         pl.col(SOURCE_FILE).alias(FILE_KEY),
     )
-    lengths, folders = lengths_by_run(paths, options.answers_dir, answer_lengths)
+    lengths = keyed_by_folder(read_answer_folders(paths, options.answers_dir, answer_lengths))
     if lengths is not None:
-        notes.append(f"lengths: characters of the judged answer turns, from {', '.join(map(str, folders))}")
+        notes.append(f"lengths: characters of the judged answer turns, from {', '.join(map(str, lengths.folders))}")
     mapped = attach_answer_lengths(mapped, lengths, (("model_a", "len_a"), ("model_b", "len_b")))
     result = finalize_battles(raw, mapped, sources=paths, source_rows=lines.height, notes=notes)
     return with_missing_lengths_note(result, mapped, lengths)
 
 
-def with_missing_lengths_note(result: ImportResult, mapped: pl.DataFrame, lengths: pl.DataFrame | None) -> ImportResult:
+def with_missing_lengths_note(
+    result: ImportResult, mapped: pl.DataFrame, lengths: FolderLengths | None
+) -> ImportResult:
     """``result`` with a note counting its battles left without a length and naming the models that have no
-    answer file (:func:`~biasboard.importers.answers.missing_lengths_note`); as it was when no answers were read."""
+    answer file (:func:`~biasboard.importers.answers.missing_lengths_note`); as it was when no answers were read.
+
+    ``mapped``: the rows as :func:`attach_answer_lengths` returned them (keyed by their folder)."""
     if lengths is None:
         return result
     sides = (("model_a", "len_a"), ("model_b", "len_b"))
-    lacking = models_without_lengths(mapped, lengths, [(model, model) for model, _ in sides])
+    lacking = models_without_lengths(mapped, lengths.table, [(model, model) for model, _ in sides])
     said = missing_lengths_note(result, sides, "battles", lacking)
     return replace(result, notes=(*result.notes, said)) if said else result

@@ -35,11 +35,12 @@ from pathlib import Path
 import polars as pl
 from biasboard.importers.answers import (
     FILE_KEY,
+    FolderPart,
     answer_lengths,
-    for_files,
-    lengths_by_run,
+    keyed_by_folder,
     missing_lengths_note,
     models_without_lengths,
+    read_answer_folders,
     sidecars_by_file,
 )
 from biasboard.importers.common import (
@@ -67,10 +68,11 @@ SCALAR = (*REQUIRED, "turn", "tstamp")
 SCORES_SIDECAR = "scores.csv"
 
 
-def _sidecar_lengths(paths: Sequence[Path]) -> tuple[pl.DataFrame | None, list[Path]]:
-    """Arena-Bench-v1's ``scores.csv`` (question_id, model, answer_chars) beside each input, keyed like answers
-    and by :data:`~biasboard.importers.answers.FILE_KEY`: a file takes its own folder's, not the first one found."""
-    frames, read = [], []
+def _sidecar_lengths(paths: Sequence[Path]) -> list[FolderPart]:
+    """Arena-Bench-v1's ``scores.csv`` (question_id, model, answer_chars) beside each input, keyed like answers,
+    with the input files beside it (for :func:`~biasboard.importers.answers.keyed_by_folder`): a file takes its own
+    folder's, not the first one found.  A ``scores.csv`` without those columns gives none."""
+    found: list[FolderPart] = []
     for sidecar, files in sidecars_by_file(paths, SCORES_SIDECAR).items():
         table = read_records(sidecar)
         if {"question_id", "model", "answer_chars"} <= set(table.columns):
@@ -80,9 +82,8 @@ def _sidecar_lengths(paths: Sequence[Path]) -> tuple[pl.DataFrame | None, list[P
                 pl.lit(1, dtype=pl.Int64).alias("turn"),
                 pl.col("answer_chars").cast(pl.Int64).alias("len"),
             ).unique(subset=["model", "question_id", "turn"], keep="last", maintain_order=True)
-            frames.append(for_files(lengths, files))
-            read.append(sidecar)
-    return (pl.concat(frames) if frames else None), read
+            found.append((sidecar, lengths, files))
+    return found
 
 
 def _no_grade(raw: pl.DataFrame, score: pl.Expr) -> pl.Expr:
@@ -127,15 +128,13 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         turn.alias("__turn"),
         pl.col(SOURCE_FILE).alias(FILE_KEY),
     )
-    lengths, origins = lengths_by_run(paths, options.answers_dir, answer_lengths)
+    parts = read_answer_folders(paths, options.answers_dir, answer_lengths)
     if options.answers_dir is None:  # a file beside no model_answer/ folder: the scores.csv beside it, if any
-        answered = set() if lengths is None else set(lengths[FILE_KEY].unique().to_list())
-        sidecar, sidecars = _sidecar_lengths([p for p in paths if str(p) not in answered])
-        if sidecar is not None:
-            lengths = sidecar if lengths is None else pl.concat([lengths, sidecar], how="vertical_relaxed")
-            origins = [*origins, *sidecars]
+        answered = {file for _, _, files in parts for file in files}
+        parts.extend(_sidecar_lengths([p for p in paths if str(p) not in answered]))
+    lengths = keyed_by_folder(parts)
     if lengths is not None:
-        notes.append(f"lengths: characters of the judged answer, from {', '.join(map(str, origins))}")
+        notes.append(f"lengths: characters of the judged answer, from {', '.join(map(str, lengths.folders))}")
     mapped = attach_answer_lengths(mapped, lengths, (("model", "len"),))
     result = finalize_scores(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)
     missing = (
@@ -143,7 +142,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
             result,
             (("model", "len"),),
             "grades",
-            models_without_lengths(mapped, lengths, (("model", "model"),)),
+            models_without_lengths(mapped, lengths.table, (("model", "model"),)),
             "no answer file (or scores.csv row) for",
         )
         if lengths is not None

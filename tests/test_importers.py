@@ -22,8 +22,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from biasboard.importers.alpacaeval import REASON_IDENTICAL_OUTPUTS, annotator_family, listed_winner
-from biasboard.importers.answers import FILE_KEY, arena_hard_answer_lengths, for_folder
+from biasboard.importers.answers import (
+    FILE_KEY,
+    answer_lengths,
+    arena_hard_answer_lengths,
+    keyed_by_folder,
+    read_answer_folders,
+)
 from biasboard.importers.common import REASON_NO_VERDICT, ImportOptions, ImportResult
+from biasboard.importers.llmfao import _lengths as llmfao_lengths
 from biasboard.importers.registry import import_path
 from biasboard.pipelines import cli
 from biasboard.pipelines.refresh import RefreshOptions, refresh
@@ -902,10 +909,61 @@ def test_arena_hard_lengths_are_keyed_once_per_folder_not_once_per_judgment_file
 
     lengths, _ = arena_hard_answer_lengths(tmp_path / "a" / "model_answer")
     files = [str(tmp_path / "a" / "model_judgment" / "j" / f"{m}.jsonl") for m in models]
-    keyed, key = for_folder(lengths, tmp_path / "a" / "model_answer", files)
-    assert keyed.height == lengths.height == 8  # not 8 × 3 judgment files
+    keyed = keyed_by_folder([(tmp_path / "a" / "model_answer", lengths, files)])
+    assert keyed is not None and keyed.table.height == lengths.height == 8  # not 8 × 3 judgment files
     judged = pl.DataFrame({FILE_KEY: [*files, str(tmp_path / "b" / "model_judgment" / "j" / "m1.jsonl")]})
-    assert judged.select(key)[FILE_KEY].to_list() == [str(tmp_path / "a" / "model_answer")] * 3 + [None]
+    assert judged.select(keyed.key)[FILE_KEY].to_list() == [str(tmp_path / "a" / "model_answer")] * 3 + [None]
+
+
+def test_mtbench_and_sidecar_lengths_are_keyed_once_per_folder_not_once_per_judgment_file(tmp_path):
+    """MT-Bench answers and LLMFAO / Arena-Bench sidecars were repeated once per judgment file beside them (a cross
+    join with the file), so memory grew with the files per folder, as arena-hard's did (models²).  Keyed once per
+    folder now: one row per (folder, answer turn), and each judgment file still joins its own folder's lengths
+    only: two runs answer under the same model names with different answers, and a file beside no folder gets none.
+    """
+    judges = ("gpt-4_pair.jsonl", "gpt-4-0613_pair.jsonl", "claude_pair.jsonl")
+    line = {"question_id": 81, "model_1": "m1", "model_2": "m2", "g1_winner": "tie", "g2_winner": "tie"}
+    for run, scale in (("r1", 1), ("r2", 10)):
+        bench = tmp_path / run / "mt_bench"
+        for model, extra in (("m1", 0), ("m2", 1)):
+            answers = [
+                {"question_id": q, "choices": [{"turns": ["x" * (scale * q + extra), "y" * scale]}]} for q in (81, 82)
+            ]
+            _jsonl(bench / "model_answer" / f"{model}.jsonl", answers)
+        for name in judges:
+            lines = [{**line, "judge": [f"{run}/{name}", "pair-v2"], "turn": turn} for turn in (1, 2)]
+            _jsonl(bench / "model_judgment" / name, lines)
+    _jsonl(tmp_path / "r3" / "mt_bench" / "model_judgment" / judges[0], [{**line, "judge": ["r3", "pair-v2"]}])
+    paths = sorted(tmp_path.glob("*/mt_bench/model_judgment/*.jsonl"))
+
+    keyed = keyed_by_folder(read_answer_folders(paths, None, answer_lengths))
+    assert keyed is not None
+    # 2 runs × 2 models × 2 questions × 2 turns, not × 3 judgment files each
+    assert keyed.table.height == keyed.table.select(FILE_KEY, "model", "question_id", "turn").n_unique() == 16
+    assert keyed.folders == tuple(tmp_path / run / "mt_bench" / "model_answer" for run in ("r1", "r2"))
+    assert sorted(keyed.files) == [str(p) for p in paths if "/r3/" not in str(p)]
+
+    result = import_path("mtbench-pair", str(tmp_path / "*" / "mt_bench" / "model_judgment" / "*.jsonl"))
+    rows = check_contract(result)
+    assert rows.height == 2 * 3 * 2 * 2 + 2  # r1, r2: 3 files × 2 turns × 2 games; r3: 2 games
+    for row in rows.iter_rows(named=True):
+        run = row["judge"].split("/")[0]
+        scale = {"r1": 1, "r2": 10}.get(run)
+        first = row["model_a"] == "m1"
+        turn = int(row["prompt_id"].split(":t")[1])
+        expected = [None, None] if scale is None else [scale * 81 + extra + (turn - 1) * scale for extra in (0, 1)]
+        assert [row["len_a"], row["len_b"]] == (expected if first else expected[::-1]), row
+
+    for judge in ("gpt4", "gpt3", "crowd"):  # LLMFAO: three judgment files beside one sidecar
+        (tmp_path / "f").mkdir(exist_ok=True)
+        (tmp_path / "f" / f"{judge}-comparisons.csv").write_text(
+            "id,prompt,model_x,model_y,winner,left,right\n1,8,97,98,left,A,B\n"
+        )
+    (tmp_path / "f" / "response_lengths.csv").write_text("model_id,prompt_id,len_chars\n97,8,10\n98,8,20\n")
+    sidecar, _ = llmfao_lengths(sorted((tmp_path / "f").glob("*-comparisons.csv")), "chars")
+    assert sidecar is not None and sidecar.table.height == 2 and len(sidecar.files) == 3  # not 2 × 3 files
+    rows = check_contract(import_path("llmfao", tmp_path / "f"))
+    assert rows.select("len_a", "len_b").rows() == [(10, 20)] * 3
 
 
 def test_arena_hard_with_answers_fits_the_judges_length_effect(tmp_path):
