@@ -109,7 +109,10 @@ class ModelConfig:
     ``discrimination``: a_j fixed at 1); judge ``'*'`` switches the effect off for
     every judge.  ``omega`` is Katoch et al.'s weight of the pairwise part against the
     ordinal part; the likelihoods are weighted 2ω and 2(1 − ω), so the default
-    ω = 0.5 is the plain joint likelihood and the Laplace CIs stay calibrated.
+    ω = 0.5 is the plain joint likelihood with its Laplace CIs.  Any other ω with grades is a
+    composite likelihood: its CIs are the Godambe (sandwich) covariance (:mod:`biasboard.ranking.composite`),
+    which is the Laplace one at ω = 0.5 and tends to the pairs' own as ω → 1.  ω = 1 drops the grades (the
+    board of the battles alone, pairs weighted 1).
 
     ``length_clip`` bounds the length term: the covariate is x_c = clip(x, −c, c) with
     x = ln(len_a / len_b), so β is "log-odds per unit log length ratio, up to ±c" and no answer earns

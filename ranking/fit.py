@@ -21,6 +21,7 @@ from biasboard.ranking.attribution import attribute_moves
 from biasboard.ranking.bias_table import bias_table
 from biasboard.ranking.bootstrap import Engine, Redraws, default_workers
 from biasboard.ranking.bootstrap import run as run_replicates
+from biasboard.ranking.composite import godambe_covariance, is_composite
 from biasboard.ranking.config import ModelConfig, NaiveConfig
 from biasboard.ranking.data import CellsInput, Dataset, PairArrays, build_dataset
 from biasboard.ranking.diagnostics import (
@@ -280,7 +281,9 @@ def _assemble(
     boot_reference: np.ndarray | None = None,
 ) -> FitResult:
     """The published result.  With bootstrap replicates the CIs (percentile), P(top-k) and the rank
-    intervals come from the replicates (``uncertainty="bootstrap"``); otherwise from the Laplace posterior."""
+    intervals come from the replicates (``uncertainty="bootstrap"``); otherwise from the Laplace posterior, or its
+    Godambe sandwich where battles and grades are weighed unequally (``"godambe"``,
+    :mod:`~biasboard.ranking.composite`)."""
     component = model_components(problem.data, grades=not problem.naive)
     rating, cov, se = _theta_posterior(problem, solution, cov_core, component)
     rng = np.random.default_rng(seed)
@@ -289,7 +292,7 @@ def _assemble(
     samples = centred_draws(rating, chol, draws, rng, groups)
     ci_low, ci_high = rating - Z95 * se, rating + Z95 * se
     boot_lo = boot_hi = None
-    uncertainty = "laplace"
+    uncertainty = "godambe" if is_composite(problem.spec) else "laplace"
     if boot_theta is not None and len(boot_theta):
         boot_lo, boot_hi = percentile_interval(boot_theta)
         ci_low, ci_high, samples, uncertainty = boot_lo, boot_hi, boot_theta, "bootstrap"
@@ -725,7 +728,7 @@ def publish_bias_aware(
     (``FitResult.boot_reference``).
     """
     data = problem.data
-    cov_core = laplace_covariance(solution) if cov_core is None else cov_core
+    cov_core = godambe_covariance(problem, solution, shards) if cov_core is None else cov_core
     boot = _replicates_of(config, problem, solution, shards)
     boot_theta, boot_core = (None, None) if boot is None else (boot.theta, boot.cores)
     unconverged = 0 if boot is None else boot.unconverged

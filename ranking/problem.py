@@ -282,6 +282,10 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         data = replace(data, pairs=stream.totals(), stream=stream)
     else:
         data = replace(data, pairs=clip_length(data.pairs, config.length_clip))
+    if config.omega >= 1.0 and data.scores is not None and not data.ordinal_only:
+        # ω = 1 weighs the grades 0: the board of the battles alone, without the grades' prompts and thresholds
+        # (kept, prior-only, they left the blocked solver a prompt block of no grades: a crash).
+        data = replace(data, scores=None, prompts=(), score_values=())
     m, jn = len(data.models), len(data.judges)
     scores = data.scores
     n_tau = max(data.n_categories - 1, 0)

@@ -386,7 +386,7 @@ def with_rating(
         boot_theta=boot,
         boot_ci_low=boot_lo,
         boot_ci_high=boot_hi,
-        uncertainty="laplace" if boot is None else "bootstrap",
+        uncertainty="bootstrap" if boot is not None else ("godambe" if fit.uncertainty == "godambe" else "laplace"),
         boot_reference=None,
     )
 

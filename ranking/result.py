@@ -215,7 +215,8 @@ class FitResult:
     solver: SolverState | None = None
     #: The Poisson-bootstrap replicates of the centred ratings (replicates × models), when published.
     boot_theta: np.ndarray | None = None
-    #: Where ``ci_*``, ``p_top_k`` and the rank intervals come from: "laplace" (posterior draws) or
+    #: Where ``ci_*``, ``p_top_k`` and the rank intervals come from: "laplace" (posterior draws),
+    #: "godambe" (draws from the Godambe sandwich of an ω-weighted fit: :mod:`~biasboard.ranking.composite`) or
     #: "bootstrap" (the replicates in ``boot_theta``, percentile CIs).
     uncertainty: str = "laplace"
     #: The reference rating φ at each bootstrap replicate (replicates × models, uncentred) when the fit has a

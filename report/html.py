@@ -270,6 +270,13 @@ def _graded(summary: Summary) -> bool:
     return not _ordinal_only(summary) and summary.score_counts is not None and summary.score_counts.counted > 0
 
 
+def _weighted(summary: Summary) -> bool:
+    """A board whose battles and grades were weighed unequally (ω ∉ {0.5, 1} with grades): its corrected intervals
+    are the Godambe sandwich (:mod:`biasboard.ranking.composite`), not the Laplace posterior.  Read from the
+    summary's ``uncertainty``, not inferred from ω: a summary written before the sandwich had Laplace intervals."""
+    return summary.uncertainty == "godambe"
+
+
 def _header(title: str, lb: list[dict[str, Any]], summary: Summary) -> str:
     days = summary.days
     span = days.first if days.first == days.last else f"{days.first} to {days.last}"
@@ -557,7 +564,8 @@ def _scale_note(summary: Summary) -> str:
     scale, said in its header), the grades on a board of battles and grades, else the judges' average."""
     if _ordinal_only(summary):
         return ""
-    return GRADED_SCALE_NOTE if _graded(summary) else SCALE_NOTE
+    # (ω = 1 weighs the grades 0: the judges' average sets the scale, as without grades)
+    return GRADED_SCALE_NOTE if _graded(summary) and summary.diagnostics.omega != 1.0 else SCALE_NOTE
 
 
 def _interval_source(summary: Summary) -> str:
@@ -570,19 +578,28 @@ def _interval_source(summary: Summary) -> str:
     if summary.uncertainty == "bootstrap":
         return "percentiles of the bootstrap replicates"
     laplace = "from the Laplace approximation to the posterior"
+    corrected = (
+        "from the Godambe (sandwich) covariance of the ω-weighted likelihood, as a weighted likelihood's "
+        "inverse Hessian is no calibrated covariance"
+        if _weighted(summary)
+        else laplace
+    )
     naive = summary.diagnostics.naive
     by_ml = not _ordinal_only(summary) and naive.prior_theta_sd is None  # a maximum-likelihood board of battles
     if (naive.covariance or (NAIVE_SANDWICH if by_ml else NAIVE_LAPLACE)) == NAIVE_SANDWICH:
         return (
-            f"corrected: {laplace}; naive: the sandwich covariance of its maximum-likelihood fit, as arena-rank "
+            f"corrected: {corrected}; naive: the sandwich covariance of its maximum-likelihood fit, as arena-rank "
             "publishes, since a tie as half a win is no likelihood of the three outcomes"
         )
-    if by_ml:
-        return (
-            f"corrected and naive alike: {laplace}; the naive maximum-likelihood fit's sandwich covariance, which "
-            "arena-rank publishes, left a rating no variance, as when every battle of a model is a tie between equals"
-        )
-    return laplace
+    fallback = (
+        "; the naive maximum-likelihood fit's sandwich covariance, which arena-rank publishes, left a rating no "
+        "variance, as when every battle of a model is a tie between equals"
+        if by_ml
+        else ""
+    )
+    if corrected == laplace:
+        return f"corrected and naive alike: {laplace}{fallback}" if by_ml else laplace
+    return f"corrected: {corrected}; naive: {laplace}{fallback}"
 
 
 def _rank_cell(intervals: Mapping[str, RankInterval], model: str) -> str:

@@ -748,7 +748,8 @@ class Summary:
     head_to_head: HeadToHead | None = None
     reference: ReferenceInfo | None = None
     #: Where the leaderboard's CIs, P(top-k) and rank intervals come from: "laplace" (the Laplace
-    #: posterior) or "bootstrap" (refresh --bootstrap B: the replicates, percentile CIs).
+    #: posterior), "godambe" (with grades weighed at ω ∉ {0.5, 1}: the Godambe sandwich of the weighted likelihood,
+    #: ``ranking/composite.py``) or "bootstrap" (refresh --bootstrap B: the replicates, percentile CIs).
     uncertainty: str = "laplace"
     #: Per-slice boards (``refresh --slices``; their tables in slices.parquet); empty when not asked.
     slices: list[SliceInfo] = field(default_factory=list)

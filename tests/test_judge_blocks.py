@@ -9,16 +9,19 @@ likelihoods and the bootstrap replicates.
 
 from __future__ import annotations
 
+import dataclasses
 import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from biasboard.ranking import ModelConfig, arrowhead
 from biasboard.ranking.arrowhead import BlockCovariance, glob_index
 from biasboard.ranking.bias_table import bias_table
+from biasboard.ranking.composite import godambe_covariance
 from biasboard.ranking.data import build_dataset
 from biasboard.ranking.fit import fit_bias_aware, solve_bias_aware
 from biasboard.ranking.model import LEN, SEV
@@ -322,6 +325,35 @@ def test_blocked_newton_with_grades_equals_the_dense_solve(style):
     gi = glob_index(lay)
     assert np.max(np.abs(cd[np.ix_(gi, gi)] - cb.glob)) < TOL
     _assert_judge_variances(pd, cd, cb)
+
+
+def test_blocked_godambe_covariance_of_a_weighted_fit_equals_the_dense_one():
+    """At ω ≠ 0.5 the globals' block (θ, global effects, graders' severities, τ) is the sandwich H_w⁻¹ J H_w⁻¹ on
+    both paths (the blocked one a global at a time, the prompts marginalised) and not the Laplace H_w⁻¹."""
+    data = _graded(5)
+    (pd, sd, cd), (pb, sb, _) = _both(data, omega=0.8)
+    gd, gb = godambe_covariance(pd, sd), godambe_covariance(pb, sb)
+    assert isinstance(gb, BlockCovariance) and isinstance(gd, np.ndarray)
+    gi = glob_index(pb.layout)  # (the graders' severities among the blocked path's globals)
+    assert np.max(np.abs(gd[np.ix_(gi, gi)] - gb.glob)) < TOL
+    theta, m = pd.layout.theta, pd.layout.n_models
+    centred = np.eye(m) - 1.0 / m  # (θ's location is the prior's alone: compared on the centred ratings)
+    ratio = np.diag(centred @ gd[theta, theta] @ centred) / np.diag(centred @ cd[theta, theta] @ centred)
+    assert np.max(np.abs(ratio - 1.0)) > 0.05  # a real change, not a no-op
+
+
+def test_omega_one_is_the_board_of_the_battles_alone_on_both_solvers():
+    """ω = 1 weighs the grades 0: both solvers fit the battles' board (the blocked one crashed on the grades'
+    prompt block, which no grade filled).  (Grades of the judges of the battles only: a judge with grades alone would
+    still count in the mean of log a_j that fixes θ's scale.)"""
+    pairs, grades = _graded_tables(5)
+    grades = grades.filter(pc.not_equal(grades["judge"], "grader"))
+    config = ModelConfig(omega=1.0, profile=False, posterior_draws=200)
+    alone = fit_bias_aware(build_dataset(pairs), config=dataclasses.replace(config, judge_solver="dense"))
+    for solver in ("dense", "blocked"):
+        fit = fit_bias_aware(build_dataset(pairs, grades), config=dataclasses.replace(config, judge_solver=solver))
+        for name in ("rating", "ci_low", "ci_high"):
+            assert np.max(np.abs(getattr(fit, name) - getattr(alone, name))) < TOL, (solver, name)
 
 
 def test_blocked_fit_with_grades_publishes_the_dense_tables():

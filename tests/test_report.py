@@ -26,7 +26,7 @@ from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.report.html import render_report
 from biasboard.report.svg import Part, Series, esc, forest_plot, nice_ticks, slope_chart, split_bars, text_width
 from biasboard.report.text import PRINTED_AGREEMENT, agreement_text
-from biasboard.schemas.summary import ReferenceInfo, Summary, agreement_listed_note
+from biasboard.schemas.summary import Counts, ReferenceInfo, Summary, agreement_listed_note
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms import publish, state
 
@@ -1219,3 +1219,23 @@ def test_a_move_past_a_graded_only_model_reads_in_the_ranks_it_is_counted_in():
     assert "(naive #6 → #5 of the models both rank, #6)" in _move_line(row)
     plain = dataclasses.replace(row, rank_corrected=5)
     assert "(naive #6 → #5)" in _move_line(plain)
+
+
+def test_a_board_weighed_at_omega_off_one_half_says_its_intervals_are_the_godambe_sandwich(published) -> None:
+    """With grades at ω ∉ {0.5, 1} the corrected intervals are the sandwich of the weighted likelihood
+    (``ranking/composite.py``), not its Laplace posterior: the note under the intervals says so, and at ω = 0.5
+    it still names the Laplace approximation."""
+    summary = published.summary
+    grades = Counts(read=10, counted=10, rejected={}, rejected_total=0)
+    for omega, godambe in ((0.8, True), (0.5, False), (1.0, False)):
+        diagnostics = dataclasses.replace(summary.diagnostics, omega=omega)
+        uncertainty = "godambe" if godambe else "laplace"  # (what the fit writes: test_ranking_recovery)
+        page = render_report(
+            published.leaderboard,
+            published.bias,
+            dataclasses.replace(summary, diagnostics=diagnostics, score_counts=grades, uncertainty=uncertainty),
+        )
+        assert ("Godambe (sandwich) covariance of the ω-weighted likelihood" in page) == godambe, omega
+        assert ("from the Laplace approximation to the posterior" in page) != godambe, omega
+        graded_scale = "discrimination measured against it), not the judges"  # (GRADED_SCALE_NOTE, escaped apart)
+        assert (graded_scale in page) == (omega != 1.0), omega  # ω = 1 weighs the grades 0: they set no scale
