@@ -57,7 +57,6 @@ from biasboard.importers.arena_categories import arena_category
 from biasboard.importers.common import (
     REASON,
     SOURCE_FILE,
-    DType,
     ImportOptions,
     ImportResult,
     as_text,
@@ -71,7 +70,7 @@ from biasboard.importers.common import (
     require_columns,
     text_slice_labels,
 )
-from biasboard.schemas.battle import STYLE_COUNT_COLUMNS
+from biasboard.importers.style_counts import meta_field, style_counts
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.rules import TS_MAX, TS_MIN
 
@@ -89,11 +88,10 @@ REASON_NOT_SAMPLED = "not_sampled"
 
 def _token_lengths(frame: pl.DataFrame, notes: list[str]) -> tuple[pl.Expr, pl.Expr]:
     """The answers' token counts, noted as the import's length unit (the note a refresh compares across imports)."""
-    meta = frame.schema.get("conv_metadata")
-    if isinstance(meta, pl.Struct) and all(name in {f.name for f in meta.fields} for name in TOKEN_FIELDS):
-        len_a, len_b = (pl.col("conv_metadata").struct.field(name) for name in TOKEN_FIELDS)
+    lengths = [found[0] for name in TOKEN_FIELDS if (found := meta_field(frame, name)) is not None]
+    if len(lengths) == len(TOKEN_FIELDS):
         notes.append(f"lengths: tokens ({', '.join(TOKEN_FIELDS)})")
-        return len_a, len_b
+        return lengths[0], lengths[1]
     return pl.lit(None, dtype=pl.Int64), pl.lit(None, dtype=pl.Int64)
 
 
@@ -108,41 +106,6 @@ def _slice_labels(raw: pl.DataFrame, notes: list[str]) -> list[pl.Expr]:
     else:  # (text categories: the rows that held a list instead, if any)
         notes.extend(non_text_slice_notes(raw, ["category"]))
     return labels
-
-
-def _sub_count(part: pl.Expr, dtype: DType) -> pl.Expr:
-    """One sub-count of a style count (``h1`` of ``header_count_a`` ...) as a number to sum.
-
-    Why: a sub-count written as text (``"4"``: a log whose JSON type varies) was summed as text, the sum
-    concatenating the digits (``"0" + "4" + "0"`` read as 40): a header count of 40,000 for an answer with four
-    headers, and no word.  Text is read as a number, as a plain count is; text that is not one is NaN, so the
-    ingest rejects the row as ``bad_style_count`` rather than sum around it.
-    """
-    if dtype.is_numeric() or dtype == pl.Null:
-        return part
-    text = part.cast(pl.String).str.strip_chars()
-    number = text.cast(pl.Float64, strict=False)
-    return pl.when(text.is_null() | (text == "")).then(None).otherwise(number.fill_null(float("nan")))
-
-
-def _style_counts(frame: pl.DataFrame) -> list[pl.Expr]:
-    """The six style count columns from ``conv_metadata`` (each a struct of sub-counts, summed), when present."""
-    meta = frame.schema.get("conv_metadata")
-    if not isinstance(meta, pl.Struct):
-        return []
-    fields = {f.name: f.dtype for f in meta.fields}
-    out = []
-    for name in STYLE_COUNT_COLUMNS:
-        kind = fields.get(name)
-        value = pl.col("conv_metadata").struct.field(name)
-        if isinstance(kind, pl.Struct) and kind.fields:
-            parts = [_sub_count(value.struct.field(f.name), f.dtype) for f in kind.fields]
-            # Every sub-count null (the row has no such field) is unknown, not zero.
-            total = pl.when(pl.any_horizontal(p.is_not_null() for p in parts)).then(pl.sum_horizontal(parts))
-            out.append(total.alias(name))
-        elif kind is not None and kind != pl.Null:
-            out.append(value.alias(name))
-    return out
 
 
 @dataclass(frozen=True)
@@ -309,7 +272,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.lit(None, dtype=pl.String).alias("prompt_id"),
         len_a.alias("len_a"),
         len_b.alias("len_b"),
-        *_style_counts(raw),  # header/list/bold counts (conv_metadata), when the log has them
+        *style_counts(raw, notes),  # header/list/bold counts (conv_metadata), when the log has them
         *labels,
         _arena_filters(raw, options, notes).alias(REASON),
     )

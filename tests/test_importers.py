@@ -29,7 +29,7 @@ from biasboard.importers.answers import (
     keyed_by_folder,
     read_answer_folders,
 )
-from biasboard.importers.common import REASON_NO_VERDICT, ImportOptions, ImportResult
+from biasboard.importers.common import REASON_NO_VERDICT, ImportOptions, ImportResult, read_records
 from biasboard.importers.llmfao import _lengths as llmfao_lengths
 from biasboard.importers.registry import import_path
 from biasboard.pipelines import cli
@@ -1597,6 +1597,25 @@ def test_a_field_whose_json_type_varies_is_read_as_text_and_judged_row_by_row(tm
         (1, "bad_timestamp"), (2, "bad_type:winner"), (3, "bad_type:question_id"),
     ]  # fmt: skip
     assert dead["winner"][1] == '{"k":1}' and dead["tstamp"][0] == "soon"
+
+
+@pytest.mark.parametrize("layout", ["array", "lines"])
+def test_a_nested_field_whose_json_kind_varies_loses_no_value(tmp_path, layout):
+    """An object beside a number inside a nested object (``conv_metadata.header_count_a``): polars kept the objects
+    and made the numbers null, or, beside text, rendered the objects as ``"{1}"``.  Each such value is kept as text
+    at its place (an object as its JSON), and the object's other fields keep their types."""
+    records = [
+        {"id": 1, "m": {"h": {"a": 1}, "n": 5, "s": "x"}},
+        {"id": 2, "m": {"h": 3, "n": 6, "s": {"k": [1, 2]}}},
+        {"id": 3, "m": {"h": "4", "n": 7, "s": None}},
+    ]
+    path = tmp_path / ("records.json" if layout == "array" else "records.jsonl")
+    path.write_text(json.dumps(records) if layout == "array" else "\n".join(json.dumps(r) for r in records))
+    frame = read_records(path)
+    nested = frame["m"].struct.unnest()
+    assert nested["h"].to_list() == ['{"a":1}', "3", "4"]
+    assert nested["s"].to_list() == ["x", '{"k":[1,2]}', None]
+    assert nested.schema["n"] == pl.Int64 and nested["n"].to_list() == [5, 6, 7]
 
 
 def test_input_fields_named_like_the_provenance_columns_are_kept_apart(tmp_path):

@@ -23,6 +23,7 @@ from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.ranking import ModelConfig, build_dataset, fit_bias_aware
 from biasboard.ranking.config import STYLE_EFFECTS
 from biasboard.ranking.rank_stats import kendall_tau_b
+from biasboard.schemas.battle import STYLE_COUNT_COLUMNS
 from biasboard.schemas.cells import STYLE_SQUARES, STYLE_SUMS
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.rules import REASON_BAD_STYLE_COUNT
@@ -111,6 +112,90 @@ def test_fastchat_sub_counts_written_as_text_are_read_as_numbers(tmp_path):
     assert out["battle_id"].to_list() == ["q1"]
     assert out.select("header_count_a", "header_count_b").rows() == [(3, 1)]
     assert result.dead_by_reason() == {REASON_BAD_STYLE_COUNT: 1}
+
+
+def _battles(metas: list[dict]) -> list[dict]:
+    """FastChat clean_battle rows around the given ``conv_metadata`` (``None``: the row has none)."""
+    return [
+        {"question_id": f"q{i}", "model_a": "a", "model_b": "b", "winner": "model_a", "judge": "u",
+         "tstamp": 1.72e9 + i, **({} if meta is None else {"conv_metadata": meta})}
+        for i, meta in enumerate(metas)
+    ]  # fmt: skip
+
+
+def _write(tmp_path: Path, rows: list[dict], layout: str, name: str) -> Path:
+    path = tmp_path / (f"{name}.json" if layout == "array" else f"{name}.jsonl")
+    path.write_text(json.dumps(rows) if layout == "array" else "\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def _uniform_metas(n: int) -> list[dict]:
+    return [
+        {**_meta(100 + i, [i % 3, 1, 0, 0, 0, 0], i, 2, (i, 1), "a"),
+         **_meta(200 + i, [0, i % 2, 0, 0, 0, 0], 1, i % 4, (2, 0), "b")}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+STYLE_AND_LENGTHS = ["battle_id", "len_a", "len_b", *STYLE_COUNT_COLUMNS]
+
+
+@pytest.mark.parametrize("layout", ["array", "lines"])
+def test_fastchat_counts_written_as_objects_numbers_and_text_in_one_log_are_all_read(tmp_path, layout):
+    """A log that writes a count as an object of sub-counts on some battles, a number on others and text on others
+    gives every battle the counts the same log written uniformly gives.  Before, the reader typed the field by its
+    objects and made the numbers null (those battles imported without style, nothing naming why), or by its text,
+    rendering each object as ``"{0,1,...}"``, which dead-lettered its battle as a bad style count (6 of these 8)."""
+    uniform = _uniform_metas(8)
+    mixed = json.loads(json.dumps(uniform))
+    for i, meta in enumerate(mixed):
+        if i % 3 == 1:  # plain numbers: the sum of the sub-counts
+            for name in ("header_count_a", "list_count_b", "bold_count_a"):
+                meta[name] = sum(meta[name].values())
+        elif i % 3 == 2:  # numbers as text, and a token count as text
+            for name in ("header_count_b", "bold_count_b"):
+                meta[name] = str(sum(meta[name].values()))
+            meta["sum_assistant_a_tokens"] = str(meta["sum_assistant_a_tokens"])
+        elif i == 3:  # a sub-count as text beside numbers
+            meta["list_count_a"]["ordered"] = str(meta["list_count_a"]["ordered"])
+    want = import_path("fastchat", _write(tmp_path, _battles(uniform), layout, "uniform"))
+    got = import_path("fastchat", _write(tmp_path, _battles(mixed), layout, "mixed"))
+    assert got.dead_by_reason() == {} and got.notes == want.notes
+    expected = pl.from_arrow(want.rows).select(STYLE_AND_LENGTHS)
+    assert expected.null_count().sum_horizontal().item() == 0
+    assert pl.from_arrow(got.rows).select(STYLE_AND_LENGTHS).equals(expected)
+
+
+@pytest.mark.parametrize("layout", ["array", "lines"])
+def test_a_count_no_representation_reads_leaves_its_battle_without_style_and_says_why(tmp_path, layout):
+    """A list where a count belongs, or an object whose sub-count is an object, is no count: that battle is imported
+    without style (counted as missing by the style coverage, not rejected) and a note names the field and the
+    cause.  Before, one list made the reader keep the whole ``conv_metadata`` as text, so every battle lost its
+    counts and its token lengths, with no word; an object sub-count made the others' sub-counts null (wrong sums)."""
+    metas = _uniform_metas(4)
+    metas[1]["header_count_a"] = [1, 2]
+    metas[2]["header_count_a"]["h2"] = {"x": 1}
+    result = import_path("fastchat", _write(tmp_path, _battles(metas), layout, "clean_battle"))
+    out = pl.from_arrow(result.rows)
+    assert out["header_count_a"].to_list() == [1, None, None, 1]
+    assert out["len_a"].to_list() == [100, 101, 102, 103] and out["bold_count_b"].null_count() == 0
+    (note,) = [n for n in result.notes if n.startswith("conv_metadata.header_count_a:")]
+    assert "2 row(s) hold a list, or an object that is not one of counts" in note and "no style information" in note
+    assert result.dead_by_reason() == {}
+
+
+@pytest.mark.parametrize("layout", ["array", "lines"])
+def test_a_log_whose_conv_metadata_is_text_on_some_rows_keeps_the_other_rows_counts(tmp_path, layout):
+    """``conv_metadata`` text on one battle (``"n/a"``) made the reader keep the field as text on every row: no
+    battle had style counts or token lengths, and nothing said so.  Each row's object is read from its JSON."""
+    metas: list = _uniform_metas(4)
+    metas[2] = "n/a"
+    uniform = import_path("fastchat", _write(tmp_path, _battles(_uniform_metas(4)), layout, "uniform"))
+    result = import_path("fastchat", _write(tmp_path, _battles(metas), layout, "clean_battle"))
+    got, want = (pl.from_arrow(r.rows).select(STYLE_AND_LENGTHS) for r in (result, uniform))
+    assert got.filter(pl.col("battle_id") != "q2").equals(want.filter(pl.col("battle_id") != "q2"))
+    assert got.filter(pl.col("battle_id") == "q2").null_count().sum_horizontal().item() == len(STYLE_AND_LENGTHS) - 1
+    assert "conv_metadata: 1 row(s) hold something else than an object" in " ".join(result.notes)
 
 
 def test_bad_style_counts_are_dead_lettered_and_null_is_unknown():

@@ -1,0 +1,113 @@
+"""Where parsed JSON records disagree on a value's kind, down inside their nested objects, and that value as text.
+
+Why: polars types a field from all its values and silently drops the ones that do not fit.  An object beside a
+number (FastChat's ``conv_metadata.header_count_a`` written ``{"h1": 1, "h2": 0}`` on some battles and ``1`` on
+others) kept the objects and made every number null; an object beside text became polars' own rendering of it
+(``"{1,0}"``), which no reader can parse.  The top-level fields of a record were already compared
+(:func:`biasboard.importers.common.read_records`); the fields inside objects and lists were not.  A value whose
+kind varies is kept as text at its own place, strings as they are and anything else as JSON, so the format's
+mapping reads each representation as it would read it alone, and the other fields of the object keep their types.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+
+#: The path of a field inside a record: ``("conv_metadata", "header_count_a")``; ``ITEM`` stands for a list's items.
+FieldPath = tuple[str, ...]
+ITEM = "[]"
+
+
+#: A parsed JSON value's Python type → its kind for type agreement (numbers agree with each other).
+_KINDS: dict[type, str] = {bool: "bool", int: "number", float: "number", str: "str", dict: "dict", list: "list"}
+
+
+def _kinds_of(values: list[object]) -> set[str]:
+    """The kinds among non-null ``values``; integers beyond int64 are a kind of their own (``bigint``)."""
+    types = set(map(type, values))
+    found = {_KINDS.get(t, t.__name__) for t in types}
+    if int in types:
+        ints = [v for v in values if type(v) is int]
+        if min(ints) < -(2**63) or max(ints) >= 2**63:
+            found.add("bigint")
+            if all(not -(2**63) <= v < 2**63 for v in ints) and float not in types:
+                found.discard("number")
+    return found
+
+
+def as_text(value: object) -> str | None:
+    """A value of a field whose kind varies: text as it is, anything else as compact JSON, null as null."""
+    return value if value is None or isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def path_kinds(records: Iterable[Mapping[str, object]]) -> dict[FieldPath, set[str]]:
+    """The kinds each field holds across ``records`` (nulls aside), the fields of objects and lists by their path.
+
+    Run only on records pyarrow refused to type (:func:`biasboard.importers.common.read_records`).  Level by level:
+    each field's values are gathered into one list and typed with builtins, not visited one Python call each.
+    """
+    rows = list(records)
+    names = set().union(*rows)
+    todo: list[tuple[FieldPath, list[object]]] = [((name,), [r.get(name) for r in rows]) for name in names]
+    kinds: dict[FieldPath, set[str]] = {}
+    while todo:
+        path, values = todo.pop()
+        present = [v for v in values if v is not None]
+        if not present:
+            continue
+        found = kinds[path] = _kinds_of(present)
+        if "dict" in found:
+            objects = [v for v in present if type(v) is dict]
+            for name in set().union(*objects):
+                todo.append(((*path, name), [obj.get(name) for obj in objects]))
+        if "list" in found:
+            todo.append(((*path, ITEM), [item for v in present if type(v) is list for item in v]))
+    return kinds
+
+
+def mixed_paths(kinds: Mapping[FieldPath, set[str]]) -> set[FieldPath]:
+    """The outermost paths whose values are of more than one kind (or integers beyond int64): to be read as text."""
+    mixed = {path for path, seen in kinds.items() if len(seen) > 1 or "bigint" in seen}
+    return {path for path in mixed if not any(path[:n] in mixed for n in range(1, len(path)))}
+
+
+#: Paths below one field as a tree: a name maps to its own subtree, or to None where the value becomes text.
+Tree = dict[str, "Tree | None"]
+
+
+def _tree(paths: Iterable[FieldPath]) -> Tree:
+    tree: Tree = {}
+    for path in sorted(paths, key=len):
+        node = tree
+        for name in path[:-1]:
+            child = node.setdefault(name, {})
+            if child is None:  # an outer value is text already
+                break
+            node = child
+        else:
+            node[path[-1]] = None
+    return tree
+
+
+def _texted(value: object, tree: Tree) -> object:
+    """``value`` with the values at ``tree``'s leaves as text (:func:`as_text`), everything else as it was."""
+    if isinstance(value, dict):
+        out = dict(value)
+        for name, sub in tree.items():
+            if name in out and out[name] is not None:
+                out[name] = as_text(out[name]) if sub is None else _texted(out[name], sub)
+        return out
+    if isinstance(value, list) and ITEM in tree:
+        sub = tree[ITEM]
+        return [as_text(v) if sub is None else _texted(v, sub) for v in value]
+    return value
+
+
+def texted_column(records: Iterable[Mapping[str, object]], name: str, inner: Iterable[FieldPath]) -> list[object]:
+    """Field ``name`` of every record, its values at the ``inner`` paths (below ``name``) as text.
+
+    Why per field: only the fields that hold a varying value are rebuilt; the others go to polars as parsed.
+    """
+    tree = _tree(path[1:] for path in inner)
+    return [_texted(record.get(name), tree) for record in records]
