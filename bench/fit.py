@@ -423,9 +423,9 @@ def tau_vs_truth(result: dict, tr: dict) -> float:
     return kendall_tau_b(np.array([est[m] for m in names]), np.array([theta[m] for m in names]))
 
 
-def coverage(result: dict, tr: dict) -> float:
-    """Share of 95% CIs covering the true θ on the fit's scale (θ·geomean(a): see tests/test_ranking_recovery)."""
-    g = float(np.exp(np.mean([np.log(j["a"]) for j in tr["judges"]])))
+def coverage(result: dict, tr: dict, g: float) -> float:
+    """Share of 95% CIs covering the true θ on the fit's scale (θ·g, g = ``oracle.true_scale``: the verdict-weighted
+    geometric mean of the true a_j, see tests/test_ranking_recovery)."""
     theta = {m["model"]: m["theta"] for m in tr["models"]}
     true = np.array([theta[m] for m in result["models"]])
     true = (true - true.mean()) * g
@@ -436,7 +436,7 @@ def coverage_study(seeds: int, battles: int = 20_000, models: int = 16, judges: 
     """Laplace CI coverage of θ and of the per-judge effects over many seeds, with τ next to naive and oracle."""
     import polars as pl
     from biasboard.ranking import ModelConfig, fit_leaderboards
-    from biasboard.ranking.oracle import fit_oracle
+    from biasboard.ranking.oracle import fit_oracle, true_scale
     from biasboard.ranking.rank_stats import kendall_tau_b
     from biasboard.schemas.families import FamilyMap
     from biasboard.simulate import SimulationConfig, simulate_days, truth
@@ -453,7 +453,7 @@ def coverage_study(seeds: int, battles: int = 20_000, models: int = 16, judges: 
         # upward (measured: +0.007 at 300k battles, coverage 0.938; unclipped −0.002, 0.979) — the
         # simulator-vs-model mismatch, not a miscalibrated CI.  The oracle likewise fits the linear term.
         naive, fit = fit_leaderboards(cells, config=ModelConfig(profile=False, posterior_draws=200, length_clip=None))
-        g = float(np.exp(np.mean([np.log(j["a"]) for j in tr["judges"]])))
+        g = true_scale(cells, {j["judge"]: j for j in tr["judges"]})
         theta = {m["model"]: m["theta"] for m in tr["models"]}
         true = np.array([theta[m] for m in fit.models])
         true = (true - true.mean()) * g
@@ -747,7 +747,11 @@ def main(argv: list[str] | None = None) -> int:
         extra = f", traced numpy/python peak {r['traced_peak_mb']:.0f} MB"
         conv = f"converged={r['converged']} rel_grad={r['rel_grad']:.1e} iterations={r['iterations']}"
         print(f"  {labels[kind]}: {conv}{extra}")
-    print(f"  bias-aware 95% CI coverage of θ (one dataset): {coverage(rows['bias_aware'], tr):.3f}")
+    from biasboard.ranking.data import read_cells
+    from biasboard.ranking.oracle import true_scale
+
+    g = true_scale(read_cells(args.out / "cells.parquet"), {j["judge"]: j for j in tr["judges"]})
+    print(f"  bias-aware 95% CI coverage of θ (one dataset): {coverage(rows['bias_aware'], tr, g):.3f}")
     print(
         f"  arena data preparation (not in fit time): BT {rows['arena_bt']['prepare_s']:.1f} s, "
         f"contextual {rows['arena_contextual']['prepare_s']:.1f} s"

@@ -33,6 +33,7 @@ import dataclasses
 import numpy as np
 from biasboard.ranking import ModelConfig, build_dataset, fit_bias_aware, fit_naive
 from biasboard.ranking.config import STYLE_EFFECTS
+from biasboard.ranking.oracle import true_scale
 from biasboard.ranking.rank_stats import kendall_tau_b
 from biasboard.ranking.reference import Reference, fit_with_reference
 from biasboard.ranking.reference_rating import typical_style
@@ -102,9 +103,10 @@ def one_reference_seed(
     )
     zero = fit_with_reference(cells, reference=Reference(), config=ModelConfig(profile=False))
     data = build_dataset(cells)
-    # What the pool concludes, on the fit's scale: the fit centres log a over the judges, so its θ is the truth times
-    # their geometric mean g and the pool's a_r is its discrimination over g.
-    g = np.exp(np.mean(np.log(params.disc)))
+    # What the pool concludes, on the fit's scale: the fit centres log a over the judges weighted by their verdicts,
+    # so its θ is the truth times that geometric mean g (oracle.true_scale) and the pool's a_r is its discrimination
+    # over g.
+    g = true_scale(data, dict(zip(params.judge_names.tolist(), ({"a": a} for a in params.disc), strict=True)))
     a_r = params.disc[r] / g
     index = {m: i for i, m in enumerate(params.model_names.tolist())}
     target = g * params.theta[[index[m] for m in data.models]] + typical_style(data) @ (np.asarray(human) / a_r)

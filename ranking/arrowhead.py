@@ -34,10 +34,15 @@ block, and δ, whose Hessian block is diagonal and couples to the globals only (
 the globals' Schur complement as the dense path eliminates it: S = H − Σ_j X_jᵀA_j⁻¹X_j − B D⁻¹Bᵀ.
 
 Two couplings reach every judge at once and are kept out of the blocks as rank-one terms, solved by
-Woodbury with two extra block solves: the centring of log a_j (mean over enabled judges fixed at 0, a
-linear constraint — Woodbury with κ = ∞ — exactly what the dense path's centred parametrisation does at
-every point with Σρ_j = 0, which its iterates keep) and, in a likelihood profile, the stiff
-sum-to-zero gauge of the profiled effect's deviations.
+Woodbury with extra block solves: the centring of log a_j and, in a likelihood profile, the stiff
+sum-to-zero gauge of the profiled effect's deviations.  The centring (:class:`ScaleGauge`): the dense path
+has L_j = ρ_j − Σ_k w_k ρ_k (w: each judge's share of the verdicts) with the raw ρ's prior p|ρ|²/2, so its
+iterates keep Σρ_j = 0 and its raw Hessian is Eᵀ(H − P)E + P.  The blocked factorisation solves for the
+effective step t = E s instead, where the blocks are the partials' own: on Σs = 0, s = F t (F subtracts the
+mean over the centred judges), so t solves (H − (p/n)11ᵀ) t = F r with wᵀt = 0 — a linear constraint
+(Woodbury with κ = ∞) and a rank-one term of negative κ — and s = F t + (mean r / p) 1, the dense step
+exactly.  With equal weights wᵀt = 0 is 1ᵀt = 0 and t = s.  The covariance the factorisation gives is then
+that of the effective L_j, what the bias table publishes.
 
 The Laplace covariance follows from the same blocks: Σ_GG = S⁻¹ (the θ/global covariance the
 leaderboard needs), and per judge the diagonal of (H⁻¹)_jj = A_j⁻¹ + A_j⁻¹X_j S⁻¹ X_jᵀA_j⁻¹ and the
@@ -319,12 +324,37 @@ def deviation_masks(spec: Spec) -> np.ndarray:
     return np.stack([spec.deviation_mask(t) for t in range(spec.layout.n_blocks)], axis=1)
 
 
-def centring(spec: Spec) -> np.ndarray | None:
-    """Judges whose log a_j are centred (the dense path's L_j = ρ_j − mean ρ), or None."""
-    if not spec.centre_discrimination:
-        return None
-    on = np.flatnonzero(spec.masks[DISC] > 0)
-    return on if on.size >= 2 else None
+@dataclass(frozen=True)
+class ScaleGauge:
+    """The centring of log a_j as the blocked path holds it (see the module docstring): the core indices ``at`` of
+    the centred judges' ρ_j, their weights ``w`` (summing to 1) and the ρ_j's prior precision (one for all)."""
+
+    at: np.ndarray
+    w: np.ndarray
+    precision: float
+
+    @staticmethod
+    def of(spec: Spec, precision: np.ndarray) -> ScaleGauge | None:
+        centred = spec.disc_centring()
+        if centred is None:
+            return None
+        on, w = centred
+        at = spec.layout.block(DISC).start + on
+        p = precision[at]
+        if not np.all(p == p[0]):
+            raise ValueError("the centred log a_j need one prior precision (the blocked step's rank-one term)")
+        return ScaleGauge(at, w, float(p[0]))
+
+    def matvec(self, v: np.ndarray, effective_matvec: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """The raw Hessian Eᵀ(H − P)E v + P v from ``effective_matvec`` (H v, H the partials' own plus the prior)."""
+        at, w, p = self.at, self.w, self.precision
+        u = v.copy()
+        u[at] -= w @ v[at]
+        y = effective_matvec(u)
+        y[at] -= p * u[at]
+        y[at] -= w * y[at].sum()
+        y[at] += p * v[at]
+        return y
 
 
 def _per_judge(cross: CrossIndex, w: np.ndarray) -> np.ndarray:
@@ -431,6 +461,8 @@ class ArrowHessian:
     #: couples to the globals only and is eliminated into their Schur complement, as the dense path does.
     B: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     D: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: The centring of log a_j (its constraint is among ``low_rank``), or None.
+    scale: ScaleGauge | None = None
 
     def prompt_row(self, index: int) -> np.ndarray:
         """The prompts' Hessian entries with core parameter ``index`` (P,): zero but for a global's."""
@@ -470,7 +502,12 @@ class ArrowHessian:
         return out
 
     def matvec(self, v: np.ndarray) -> np.ndarray:
-        """H v for a core vector (penalty terms included, constraints not)."""
+        """H v for a raw core vector (penalty terms included, constraints not; the centring's map E applied)."""
+        if self.scale is not None:
+            return self.scale.matvec(v, self._effective_matvec)
+        return self._effective_matvec(v)
+
+    def _effective_matvec(self, v: np.ndarray) -> np.ndarray:
         v_g, v_j = split(self.lay, v)
         out = join(self.lay, self.H @ v_g + self.xt_judge(v_j), np.einsum("jtu,ju->jt", self.A, v_j) + self.x_glob(v_g))
         for u, kinv in self.low_rank:
@@ -686,12 +723,12 @@ def assemble(
             u = np.zeros(lay.n_core)
             u[idx] = 1.0
             low_rank.append((u, 1.0 / kappa))
-    on = centring(spec)
-    if on is not None:
+    scale = ScaleGauge.of(spec, precision)
+    if scale is not None:  # the effective step's constraint wᵀt = 0
         u = np.zeros(lay.n_core)
-        u[lay.block(DISC).start + on] = 1.0
+        u[scale.at] = scale.w
         low_rank.append((u, 0.0))
-    return ArrowHessian(lay, H, A, Xg, couplings, tuple(low_rank), dev > 0)
+    return ArrowHessian(lay, H, A, Xg, couplings, tuple(low_rank), dev > 0, scale=scale)
 
 
 @dataclass(frozen=True)
@@ -927,6 +964,17 @@ class ArrowFactor:
             raise np.linalg.LinAlgError("Schur complement is not finite")
         us = [(u if self.all_free else u * free, kinv) for u, kinv in hess.low_rank]
         us = [(u, kinv) for u, kinv in us if np.any(u)]
+        #: (indices, p + μ) of the centred log a_j when they are free: the step is solved for t (module docstring).
+        self._scale: tuple[np.ndarray, float] | None = None
+        sc = hess.scale
+        if sc is not None and free[sc.at].any():
+            if not free[sc.at].all():
+                raise ValueError("the centred log a_j are held only in part: hold all of them or none")
+            curvature = sc.precision + mu
+            u = np.zeros(lay.n_core)
+            u[sc.at] = 1.0
+            us.append((u, -sc.at.size / curvature))  # −(p + μ)/n (1ᵀt)²: the prior of s = F t, less t's own
+            self._scale = (sc.at, curvature)
         self.U = np.array([u for u, _ in us]).reshape(len(us), lay.n_core)
         self.Z = np.array([self._base_solve(u) for u, _ in us]).reshape(len(us), lay.n_core)
         self.M = np.diag([kinv for _, kinv in us]) + self.U @ self.Z.T
@@ -1048,13 +1096,21 @@ class ArrowFactor:
         return x
 
     def full_solve(self, rhs: np.ndarray) -> np.ndarray:
-        """x with (H_free + μ + Σκuuᵀ) x = rhs (and uᵀx = 0 for each constraint), by Woodbury."""
+        """x with (H_free + μ + Σκuuᵀ) x = rhs (and uᵀx = 0 for each constraint), by Woodbury; with the centring of
+        log a_j, the raw step s = F t + (mean r / (p + μ)) 1 of the effective step t (module docstring)."""
+        if self._scale is not None:
+            at, curvature = self._scale
+            mean = float(rhs[at].mean())
+            rhs = rhs.copy()
+            rhs[at] -= mean
         x = self._base_solve(rhs)
         if len(self.U):
             c = self.Minv @ (self.U @ x)
             # One constraint (the centring): Z's row times a number, the same bits as Zᵀc, whose matmul with
             # an inner dimension of 1 is ~6x slower (1.3 ms on a 300k-entry core); subtracted in place.
             x -= self.Z[0] * c[0] if c.size == 1 else self.Z.T @ c
+        if self._scale is not None:
+            x[at] += mean / curvature - x[at].mean()
         return x
 
     def solve(self, g: np.ndarray, g_diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

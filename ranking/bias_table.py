@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 import polars as pl
-from biasboard.ranking.arrowhead import BlockCovariance, centring, deviation_masks
+from biasboard.ranking.arrowhead import BlockCovariance, deviation_masks
 from biasboard.ranking.model import AFF, DISC, LEN, POS, SEV, STYLE_BLOCKS, TIE
 from biasboard.ranking.problem import BLOCK_EFFECT, LONE_GRADER_NOTE, ONE_GRADER_NOTE, Problem, prior_sd_of_effect
 from biasboard.ranking.result import BIAS_COLUMNS, Z95
@@ -286,9 +286,10 @@ def judge_prior_var(problem: Problem) -> np.ndarray:
         out[t] = (spec.masks[t] if t != TIE else 1.0) * sd_dev**2
         if t in lay.global_effects:
             out[t] = spec.deviation_mask(t) * sd_dev**2 + spec.masks[t] * sd_glob**2
-    centred = centring(spec)
-    if centred is not None:
-        out[DISC, centred] *= 1.0 - 1.0 / centred.size
+    centred = spec.disc_centring()
+    if centred is not None:  # L_j = ρ_j − Σ w_k ρ_k: prior variance σ²((1 − w_j)² + Σ_{k≠j} w_k²)
+        on, w = centred
+        out[DISC, on] *= 1.0 - 2.0 * w + w @ w
     for group in severity_groups(problem):
         out[SEV, group] *= 1.0 - 1.0 / group.size
     return out
@@ -339,7 +340,7 @@ def _judge_rows_blocked(
     unit = {t: spec.unit(t) for t in (LEN, *STYLE_BLOCKS[: lay.n_style])}
     blocks = tuple(range(lay.n_blocks))  # the dense loop's order: the six, then the style blocks
     globs = lay.global_effects  # global coefficient c (at m + c among the globals) is block globs[c]
-    centred = centring(spec)
+    centred = spec.disc_centring()
     groups = severity_groups(problem)
 
     dev = deviation_masks(spec).T  # (K, J)
@@ -347,7 +348,8 @@ def _judge_rows_blocked(
     def effects(core: np.ndarray) -> np.ndarray:  # (..., K, J) effective judge effects from raw cores
         raw = core[..., lay.block(0).start : lay.tau.start].reshape(*core.shape[:-1], len(blocks), jn) * dev
         if centred is not None:
-            raw[..., DISC, :] -= raw[..., DISC, centred].mean(axis=-1, keepdims=True)
+            on, w = centred
+            raw[..., DISC, :] -= (raw[..., DISC, on] @ w)[..., None]
             raw[..., DISC, :] *= masks[DISC]
         for group in groups:
             raw[..., SEV, group] -= raw[..., SEV, group].mean(axis=-1, keepdims=True)

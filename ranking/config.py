@@ -52,7 +52,8 @@ class Priors:
     - ``tie_mean = 0``, ``tie_sd = 2`` on log ν_j (Davidson): ν = 1 gives a 1/3
       tie chance between equals; the data dominate whenever a judge has ties.
     - ``discrimination_sd = 0.3`` on log a_j (log-normal around 1); the mean of
-      log a_j over judges is fixed at 0 so θ keeps the scale of the average judge.
+      log a_j over judges, each weighted by its share of the verdicts, is fixed at 0 so θ keeps the scale of
+      the average verdict's judge (a judge with few verdicts, its a_j mostly this prior, does not set it).
     - ``severity_sd = 1`` (α_j), ``difficulty_sd = 1`` (δ_p), ``threshold_sd = 2``
       (τ_k) for the ordinal many-facet Rasch part.
     """

@@ -7,9 +7,10 @@ Pairwise part, for a cell of judge j with model a shown first and b second::
 
 so without ties P(a wins) = σ(η) and θ is on the Bradley–Terry logit scale.  x̄ is the cell's mean
 *standardised* log length ratio.  γ_j = γ₀ + u_j, β_j = β₀ + b_j, λ_j = λ₀ + l_j; a_j = exp(L_j) with
-L_j = ρ_j − mean(ρ) over judges whose discrimination is enabled (the mean of log a_j is 0, so θ keeps the
-scale of the average judge) — unless ordinal scores fix the scale of θ, then L_j = ρ_j.  A self-battle
-has θ_a − θ_b = 0 and s_a − s_b = 0: it informs γ, β, ν only.
+L_j = ρ_j − Σ_k w_k ρ_k over judges whose discrimination is enabled, w_k judge k's share of their pair verdicts
+(the verdict-weighted mean of log a_j is 0, so θ keeps the scale of the average verdict's judge, which a judge
+with a handful of verdicts cannot make uncertain) — unless ordinal scores fix the scale of θ, then L_j = ρ_j.
+A self-battle has θ_a − θ_b = 0 and s_a − s_b = 0: it informs γ, β, ν only.
 
 Ordinal part (Katoch et al. 2026, partial-credit many-facet Rasch), for a (judge, model, prompt) with counts n_k of
 category k = 0..K−1::
@@ -140,9 +141,13 @@ class Spec:
     x_scale: float = 1.0
     w_pair: float = 1.0
     w_ord: float = 1.0
-    #: Fix mean(log a_j) = 0 — needed when only pairwise data set the scale of θ; with ordinal scores
+    #: Fix a mean of log a_j at 0 — needed when only pairwise data set the scale of θ; with ordinal scores
     #: (where a_j does not enter) the common scale of a_j is identified and left free.
     centre_discrimination: bool = True
+    #: Per judge, its weight in that mean (:meth:`disc_centring`); None: every enabled judge alike.  The fit
+    #: weighs each judge by its share of the pair verdicts, so a judge whose a_j the data barely measure
+    #: (mostly its prior) does not make the scale of θ, and every interval at the board's ends, uncertain.
+    disc_weights: np.ndarray | None = None
     #: Keep the per-judge Hessian as blocks and eliminate them by a Schur complement (many judges; pair
     #: cells only): :mod:`biasboard.ranking.arrowhead`.
     judge_blocks: bool = False
@@ -162,6 +167,33 @@ class Spec:
     def deviation_mask(self, t: int) -> np.ndarray:
         """Where judge j's own deviation of effect t enters η: the effect is on and not tied to the global."""
         return self.masks[t] if self.tied is None or t >= len(self.tied) else self.masks[t] * (1.0 - self.tied[t])
+
+    def disc_centring(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(judges, weights) of the centring L_j = ρ_j − Σ_k w_k ρ_k of log a_j (weights over those judges, summing
+        to 1), or None when log a_j is not centred (grades set the scale, or one judge alone: a_j = 1)."""
+        if not self.centre_discrimination:
+            return None
+        on = np.flatnonzero(self.masks[DISC] > 0)
+        if on.size < 2:
+            return None
+        if self.disc_weights is None:
+            return on, np.full(on.size, 1.0 / on.size)
+        w = np.asarray(self.disc_weights, float)[on]
+        return on, w / w.sum()
+
+    def centred_disc(self, eff: np.ndarray, core: np.ndarray, transpose: bool = False) -> np.ndarray:
+        """``eff`` with the centring of log a_j applied in O(J): E @ core from ``effective_map(centred=False) @ core``
+        (``transpose``: Eᵀ g from ``effective_map(centred=False).T @ g``, ``core`` the effective gradient)."""
+        centring = self.disc_centring()
+        if centring is None:
+            return eff
+        on, w = centring
+        lay = self.layout
+        if transpose:
+            eff[lay.block(DISC).start + on] -= w * core[lay.eff_block(DISC).start + on].sum()
+        else:
+            eff[lay.eff_block(DISC).start + on] -= w @ core[lay.block(DISC).start + on]
+        return eff
 
     def effective_map(self, centred: bool = True) -> sp.csr_matrix:
         """The sparse linear map E with effective = E @ raw (constant over a fit).
@@ -189,13 +221,14 @@ class Spec:
             col[eff, 1] = raw
             mask = self.masks[t]
             if t == DISC and self.centre_discrimination:
-                on = np.flatnonzero(mask > 0)
-                if on.size >= 2:  # L_j = ρ_j − mean over enabled judges; one judge alone: a_j = 1
+                centre = self.disc_centring()
+                if centre is not None:  # L_j = ρ_j − weighted mean over enabled judges; one judge alone: a_j = 1
+                    on, w = centre
                     val[eff.start + on, 1] = 1.0
                     if centred:
                         rr, cc = np.meshgrid(eff.start + on, raw[on], indexing="ij")
                         centring = sp.csr_matrix(
-                            (np.full(rr.size, -1.0 / on.size), (rr.ravel(), cc.ravel())), shape=(n, lay.n_core)
+                            (np.broadcast_to(-w, rr.shape).ravel(), (rr.ravel(), cc.ravel())), shape=(n, lay.n_core)
                         )
                 continue
             val[eff, 1] = self.deviation_mask(t) if t in globs else mask

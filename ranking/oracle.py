@@ -22,6 +22,16 @@ from biasboard.ranking.model import AFF, DISC, LEN, POS, SEV, STYLE_BLOCKS, TIE
 from biasboard.ranking.problem import bias_aware_problem
 
 
+def true_scale(cells: CellsInput | Dataset, judges: Mapping[str, Mapping[str, Any]]) -> float:
+    """exp(Σ_j w_j log a_j) of the true a_j, w_j judge j's share of the pair verdicts: the scale the fit puts θ
+    on when pairs alone set it (``Spec.disc_weights``).  The truth a fit estimates is then θ times this and each
+    a_j divided by it (with grades beside the pairs: θ and a_j themselves)."""
+    data = cells if isinstance(cells, Dataset) else build_dataset(cells)
+    verdicts = data.judge_sums("n")
+    log_a = np.array([np.log(judges.get(judge, {}).get("a", 1.0)) for judge in data.judges])
+    return float(np.exp(verdicts @ log_a / verdicts.sum()))
+
+
 def fit_oracle(
     cells: CellsInput | Dataset,
     judges: Mapping[str, Mapping[str, Any]],
@@ -34,10 +44,10 @@ def fit_oracle(
     The judges' true β acts on the *unclipped* log length ratio (the simulator's
     length effect is linear), so the oracle always fits with ``length_clip=None``
     whatever ``config`` says; otherwise it would not be the oracle.  Likewise the true a_j act as they are:
-    the fit's centring of log a_j (which sets θ's scale to the average judge's when only pairs do) is off, or θ
-    came out scaled by the geometric mean of the true a_j (1.16 with ``disc_sd`` 0.6: θ 0.12 RMS from truth on
-    200k battles, against 0.01 with grades, where log a_j is not centred).  With style counts, the style effects
-    are fixed at the truth too (they were estimated from the data).
+    the fit's centring of log a_j (which sets θ's scale to the verdict-weighted average judge's when only pairs do:
+    :func:`true_scale`) is off, or θ came out scaled by the geometric mean of the true a_j (1.16 with ``disc_sd``
+    0.6: θ 0.12 RMS from truth on 200k battles, against 0.01 with grades, where log a_j is not centred).
+    With style counts, the style effects are fixed at the truth too (they were estimated from the data).
     """
     config = replace(config or ModelConfig(profile=False), length_clip=None)
     data = cells if isinstance(cells, Dataset) else build_dataset(cells, score_cells)

@@ -345,6 +345,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         w_pair,
         w_ord,
         centre_discrimination=not has_ord,
+        disc_weights=None if has_ord else data.judge_sums("n"),
         judge_blocks=blocked,
         tied=tied,
         style_scale=style_scale(pairs) if with_style else None,

@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import scipy.sparse as sp
-from biasboard.ranking.arrowhead import BlockCovariance, centring
+from biasboard.ranking.arrowhead import BlockCovariance
 from biasboard.ranking.bias_table import informed_by_data
 from biasboard.ranking.config import ModelConfig, NaiveConfig
 from biasboard.ranking.data import CellsInput, Dataset, build_dataset, with_judge
@@ -319,12 +319,7 @@ class ReferenceFit:
 
 def effective_core(problem: Problem, core: np.ndarray) -> np.ndarray:
     """E @ core (the effective coordinates), the centring of log a_j applied in O(J) rather than through E."""
-    lay = problem.layout
-    eff = problem.spec.effective_map(centred=False) @ core
-    on = centring(problem.spec)
-    if on is not None:
-        eff[lay.eff_block(DISC).start + on] -= core[lay.block(DISC).start + on].mean()
-    return eff
+    return problem.spec.centred_disc(problem.spec.effective_map(centred=False) @ core, core)
 
 
 def with_rating(

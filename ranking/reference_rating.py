@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from biasboard.ranking.arrowhead import BlockCovariance, centring
+from biasboard.ranking.arrowhead import BlockCovariance
 from biasboard.ranking.data import Dataset
 from biasboard.ranking.diagnostics import mean_log_length, signed_model_means
 from biasboard.ranking.gate import gated_effects, reference_mask, row_covariance
@@ -54,7 +54,8 @@ def rated_effects(layout: Layout) -> dict[str, int]:
 
 
 def discrimination_row(problem: Problem, reference: frozenset[str]) -> np.ndarray:
-    """v with v · raw core = the mean over the reference raters of their log a_r (centred as the fit centres it).
+    """v with v · raw core = the mean over the reference raters of their log a_r (centred as the fit centres it:
+    L_j = ρ_j − Σ_k w_k ρ_k, :meth:`~biasboard.ranking.model.Spec.disc_centring`).
 
     The row of the effective map E averaged over the reference, built without E: with the centring of
     log a_j E holds a J² block (every enabled judge's mean), which a 10⁴–10⁶ voter-judge fit cannot form.
@@ -69,11 +70,12 @@ def discrimination_row(problem: Problem, reference: frozenset[str]) -> np.ndarra
     if not spec.centre_discrimination:
         v[raw[ref & mask]] = 1.0 / ref.sum()
         return v
-    on = centring(spec)
-    if on is None:  # one judge alone: a_j = 1
+    centred = spec.disc_centring()
+    if centred is None:  # one judge alone: a_j = 1
         return v
+    on, w = centred
     v[raw[ref & mask]] = 1.0 / ref.sum()
-    v[raw[on]] -= (ref & mask).sum() / (ref.sum() * on.size)
+    v[raw[on]] -= w * (ref & mask).sum() / ref.sum()
     return v
 
 

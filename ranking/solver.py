@@ -32,10 +32,8 @@ from biasboard.ranking.arrowhead import (
     CrossIndex,
     assemble,
     assemble_masks,
-    centring,
 )
 from biasboard.ranking.model import (
-    DISC,
     PAIR_SLICE_CELLS,
     SEV,
     BlockPartials,
@@ -141,7 +139,6 @@ class Objective:
             else:
                 parts = [sh.pairs for sh in self.shards if sh.pairs is not None]
                 self.cross = cross or CrossIndex.of(parts, lay.n_models, lay.n_judges)
-            self.centred = centring(spec)
         self._slices: list[BlockSlice] | None = None  # the judge-blocked path's slices of the cells
         self._last: tuple[np.ndarray, Evaluation, list[DavidsonTerms]] | None = None
 
@@ -153,18 +150,12 @@ class Objective:
         return f + sum(0.5 * kappa * float(core[idx].sum()) ** 2 for idx, kappa in pr.gauges)
 
     def _effective(self, core: np.ndarray) -> np.ndarray:
-        eff = self.E @ core
-        if self.blocked and self.centred is not None:  # L_j = ρ_j − mean ρ over the centred judges, in O(J)
-            lay = self.spec.layout
-            eff[lay.eff_block(DISC).start + self.centred] -= core[lay.block(DISC).start + self.centred].mean()
-        return eff
+        eff = self.E @ core  # the blocked path's E leaves out the centring of log a_j: applied in O(J)
+        return self.spec.centred_disc(eff, core) if self.blocked else eff
 
     def _effective_grad(self, g_eff: np.ndarray) -> np.ndarray:
         g = self.ET @ g_eff
-        if self.blocked and self.centred is not None:
-            lay = self.spec.layout
-            g[lay.block(DISC).start + self.centred] -= g_eff[lay.eff_block(DISC).start + self.centred].mean()
-        return g
+        return self.spec.centred_disc(g, g_eff, transpose=True) if self.blocked else g
 
     def effective(self, core: np.ndarray) -> np.ndarray:
         """The effective coordinates (what the partials take) of the raw ``core``."""

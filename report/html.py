@@ -89,8 +89,8 @@ EFFECTS: dict[str, tuple[str, float | None]] = {
     "affinity": ("Same-family affinity (λ): logit advantage for a model of the judge's own family.", 0.0),
     "tie": ("Tie propensity (ν): how readily the judge calls a tie; higher is less decisive.", None),
     "discrimination": (
-        "Discrimination (a): the judge's scale on quality differences; 1 is average, "
-        "below 1 a lax judge that flattens the leaderboard.",
+        "Discrimination (a): the judge's scale on quality differences; 1 is average (each judge weighted by its "
+        "verdicts), below 1 a lax judge that flattens the leaderboard.",
         1.0,
     ),
     "severity": ("Severity (α): how harshly the judge scores in ordinal grading.", 0.0),
@@ -1404,11 +1404,12 @@ def _anchor_results(summary: Summary) -> str:
 
 
 #: Why wide intervals at a pairwise board's ends need not mean an uncertain order (not said of an ordinal-only board,
-#: whose scale the grade thresholds set: no judge has a discrimination there).
+#: whose scale the grade thresholds set: no judge has a discrimination there).  The average weighs each judge by its
+#: verdicts, so a judge with a handful of them no longer widens the ends (docs/design-notes.md, "Scale of θ").
 SCALE_NOTE = (
-    " — though the ratings' scale is the judges' average discrimination, so a judge with few verdicts widens the "
-    "intervals at the board's ends without making the order less certain: the rank intervals say how well the order "
-    "is known"
+    " — though the ratings' scale is the judges' average discrimination (each judge weighted by its verdicts), and "
+    "how well that is known widens the intervals at the board's ends without making the order less certain: the rank "
+    "intervals say how well the order is known"
 )
 #: A board of battles and grades: the grades set the scale (each judge's discrimination is measured against it), so
 #: :data:`SCALE_NOTE`'s average judge is not the scale there.

@@ -4,8 +4,9 @@ Battles come from the project's simulator and become cells through the real inge
 tests fit exactly what the pipeline fits.  Small sizes keep the file fast; bench/fit.py runs the big ones.
 
 The estimand: without ordinal scores only the product a_j·θ is seen, and the fit fixes the geometric
-mean of the discriminations a_j at 1, so it estimates θ·g (g = geometric mean of the true a_j) and
-a_j / g.  With scores the ordinal part fixes the scale and θ itself is the estimand.
+mean of the discriminations a_j, weighted by each judge's share of the verdicts, at 1, so it estimates θ·g
+(g = that mean of the true a_j: ``oracle.true_scale``) and a_j / g.  With scores the ordinal part fixes the
+scale and θ itself is the estimand.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 import polars as pl
 import pytest
 from biasboard.ranking import ModelConfig, fit_bias_aware, fit_leaderboards
-from biasboard.ranking.oracle import fit_oracle
+from biasboard.ranking.oracle import fit_oracle, true_scale
 from biasboard.ranking.rank_stats import kendall_tau_b, top_k_recall
 from biasboard.schemas.cells import SCORE_CELLS_SCHEMA
 from biasboard.schemas.families import FamilyMap
@@ -42,12 +43,13 @@ def simulated(**settings):
     return merge_batches(pairs).cells, score_cells, truth(config)
 
 
-def true_theta(models, tr, scale_by_discrimination: bool) -> np.ndarray:
+def true_theta(models, tr, cells=None) -> np.ndarray:
+    """The true θ, centred; on the fit's scale (``true_scale``) when ``cells`` (pairs alone) are given."""
     theta = {m["model"]: m["theta"] for m in tr["models"]}
     out = np.array([theta[m] for m in models])
     out -= out.mean()
-    if scale_by_discrimination:
-        out *= np.exp(np.mean([np.log(j["a"]) for j in tr["judges"]]))
+    if cells is not None:
+        out *= true_scale(cells, {j["judge"]: j for j in tr["judges"]})
     return out
 
 
@@ -72,9 +74,9 @@ def test_parameters_recovered_with_near_nominal_ci_coverage():
         )
         fit = fit_bias_aware(cells, scores, config=FAST)
         assert fit.converged and fit.rel_grad < 1e-8
-        theta = true_theta(fit.models, tr, scale_by_discrimination=not with_scores)
+        theta = true_theta(fit.models, tr, None if with_scores else cells)
         theta_hits.extend((theta >= fit.ci_low) & (theta <= fit.ci_high))
-        g = 1.0 if with_scores else np.exp(np.mean([np.log(j["a"]) for j in tr["judges"]]))
+        g = 1.0 if with_scores else true_scale(cells, {j["judge"]: j for j in tr["judges"]})
         alpha_mean = np.mean([j["alpha"] for j in tr["judges"]])
         for j in tr["judges"]:
             name = j["judge"]
@@ -97,7 +99,7 @@ def _taus(cells, tr, k=5):
     naive, corrected = fit_leaderboards(cells, config=FAST)
     models, oracle = fit_oracle(cells, {j["judge"]: j for j in tr["judges"]}, config=FAST)
     assert models == corrected.models
-    theta = true_theta(corrected.models, tr, scale_by_discrimination=True)
+    theta = true_theta(corrected.models, tr, cells)
     return {
         "naive": kendall_tau_b(naive.rating, theta),
         "corrected": kendall_tau_b(corrected.rating, theta),
@@ -188,7 +190,7 @@ def test_the_oracle_fixes_each_judges_true_discrimination_and_style():
     cells, _, tr = simulated(battles=60_000, models=10, judges=4, seed=11, disc_sd=0.6)
     assert np.exp(np.mean([np.log(j["a"]) for j in tr["judges"]])) > 1.1
     models, oracle = fit_oracle(cells, {j["judge"]: j for j in tr["judges"]}, config=FAST)
-    theta = true_theta(models, tr, scale_by_discrimination=False)
+    theta = true_theta(models, tr)
     assert np.sqrt(np.mean((oracle - theta) ** 2)) < 0.04
     assert abs(np.polyfit(theta, oracle, 1)[0] - 1.0) < 0.03
 
@@ -212,7 +214,7 @@ def test_theta_intervals_of_a_weighted_fit_cover_at_every_omega():
             config = dataclasses.replace(FAST, omega=omega, posterior_draws=100, diagnostics="off")
             fit = fit_bias_aware(cells, scores, config=config)
             assert fit.converged and fit.uncertainty == ("laplace" if omega == 0.5 else "godambe")
-            theta = true_theta(fit.models, tr, scale_by_discrimination=False)
+            theta = true_theta(fit.models, tr)
             hits.extend((theta >= fit.ci_low) & (theta <= fit.ci_high))
     for omega, hits in coverage.items():
         assert 0.93 <= np.mean(hits) <= 0.99, (omega, np.mean(hits))

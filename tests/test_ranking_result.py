@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 import pytest
 from biasboard.ranking import ModelConfig, fit_bias_aware, fit_naive
+from biasboard.ranking.oracle import true_scale
 from biasboard.ranking.rank_stats import ranks_within
 from biasboard.ranking.result import Z95, z_value
 from biasboard.schemas.families import FamilyMap
@@ -24,9 +25,11 @@ FAST = ModelConfig(profile=False, posterior_draws=500, length_clip=None)
 
 
 def _simulated(seed: int):
+    """(cells, truth) with the truth's ``fit_scale``: the scale the fit puts θ and the a_j on (``true_scale``)."""
     config = SimulationConfig(days=1, battles=20_000, models=12, judges=4, seed=seed)
     cells = merge_batches([partial_cells(b, FamilyMap.with_user_rules()) for _, b, _ in simulate_days(config)]).cells
-    return cells, truth(config)
+    tr = truth(config)
+    return cells, {**tr, "fit_scale": true_scale(cells, {j["judge"]: j for j in tr["judges"]})}
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +68,7 @@ def test_named_effects_are_the_bias_table(fits):
 def test_intervals_cover_the_true_judge_effects_at_their_level(fits, alpha, low, high):
     hits = []
     for fit, tr in fits:
-        g = np.exp(np.mean([np.log(j["a"]) for j in tr["judges"]]))
+        g = tr["fit_scale"]
         for j in tr["judges"]:
             named = fit.judges[j["judge"]]
             truths = {"position": j["gamma"], "length": j["beta"], "tie": j["nu"], "discrimination": j["a"] / g}

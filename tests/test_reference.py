@@ -325,7 +325,8 @@ def test_reference_rating_intervals_come_from_its_replicates_with_bootstrap() ->
 def test_reference_rating_bootstrap_warnings_name_the_published_intervals() -> None:
     # The warning of ratings outside their own bootstrap intervals was made on θ's intervals, and kept when the
     # published board became φ's: it named 1 model where 2 of the published ratings were outside their intervals.
-    cells, params = simulated(seed=42, battles=6000, models=10, beta0=0.5, sd_beta=0.0, len_model_sd=0.6)
+    # (Seed 45: on seed 42's board one rating is outside since the scale of θ weighs the judges by their verdicts.)
+    cells, params = simulated(seed=45, battles=6000, models=10, beta0=0.5, sd_beta=0.0, len_model_sd=0.6)
     anchors = anchor_cells(anchor_rows(params, 3000, 8, beta=0.5))
     config = ModelConfig(bootstrap=3, profile=False)
     board = fit_with_reference(cells, reference=ANCHORS, config=config, anchor_cells=anchors).corrected

@@ -434,7 +434,8 @@ def weak_reference_warning(fitted: ReferenceFit) -> list[str]:
         return []
     return [
         f"the reference's verdicts follow the comparisons' quality order only weakly: its discrimination a_r is "
-        f"{disc['estimate']:.2f} [{disc['ci_low']:.2f}, {disc['ci_high']:.2f}] (1 is the judges' geometric mean), "
+        f"{disc['estimate']:.2f} [{disc['ci_low']:.2f}, {disc['ci_high']:.2f}] (1 is the judges' geometric mean, "
+        "weighted by their verdicts), "
         f"so its own preferences enter its rating divided by it — ×{1 / disc['estimate']:.0f}; check that the "
         "reference judges the same task in the same sense (flipped or mislabelled verdicts, another benchmark)"
     ]
