@@ -266,7 +266,7 @@ def _summed(values: Iterable[np.ndarray]) -> np.ndarray:
     return functools.reduce(np.add, values)
 
 
-def _block_diagonal(blocks: np.ndarray) -> sp.csr_matrix:
+def block_diagonal(blocks: np.ndarray) -> sp.csr_matrix:
     """diag(B_1 … B_J) as a sparse (J·k × J·k) matrix from a stack of k × k blocks (J, k, k)."""
     j_count, k = blocks.shape[0], blocks.shape[1]
     index = _index_dtype(j_count * k * k + 1)
@@ -1010,7 +1010,7 @@ class ArrowFactor:
                 Xsp = p.cross.coupling(Xc, m, R, self._on[p.j0 : p.j1, R])
             yield p, Xc, Xsp
 
-    def _sparse(self) -> Iterator[tuple[int, int, sp.csr_matrix]]:
+    def sparse_couplings(self) -> Iterator[tuple[int, int, sp.csr_matrix]]:
         """Each piece's judge range j0 … j1 − 1 and sparse (J_p·R × M) coupling matrix (``Xsp`` of :meth:`_pieces`)
         for the products: held, or kept by the factorisation's first pass (:class:`SparseStore`), else made."""
         if self._kept is not None:
@@ -1018,13 +1018,6 @@ class ArrowFactor:
             return
         for p, _, Xsp in self._pieces():
             yield p.j0, p.j1, Xsp
-
-    def times_couplings(self, rows: sp.csr_matrix) -> sp.csr_matrix:
-        """``rows`` (p × J·R) times the couplings' sparse (J·R × M) matrix, a piece at a time (spilled couplings
-        are read back from disk: no (J·R × M) matrix in memory)."""
-        k = self.R.size
-        products = (sp.csr_matrix(rows[:, j0 * k : j1 * k] @ Xsp) for j0, j1, Xsp in self._sparse())
-        return functools.reduce(operator.add, products)
 
     @staticmethod
     def build(hess: ArrowHessian, free: np.ndarray, mu: float = 0.0, hold: bool = False) -> ArrowFactor | None:
@@ -1061,7 +1054,7 @@ class ArrowFactor:
         m, n_e = self.lay.n_models, self.lay.n_glob
         k = self.R.size
         out = self.Xg.reshape(-1, n_e) @ v_g[m : m + n_e]
-        for j0, j1, Xsp in self._sparse():
+        for j0, j1, Xsp in self.sparse_couplings():
             out[j0 * k : j1 * k] += Xsp @ v_g[:m]
         return out.reshape(-1, k)
 
@@ -1069,7 +1062,7 @@ class ArrowFactor:
         m, n_e, k = self.lay.n_models, self.lay.n_glob, self.R.size
         out = np.zeros(self.S.shape[0])
         flat = np.ascontiguousarray(v).ravel()
-        out[:m] = _summed(Xsp.T @ flat[j0 * k : j1 * k] for j0, j1, Xsp in self._sparse())
+        out[:m] = _summed(Xsp.T @ flat[j0 * k : j1 * k] for j0, j1, Xsp in self.sparse_couplings())
         out[m : m + n_e] = self.Xg.reshape(-1, n_e).T @ flat
         return out
 
@@ -1128,21 +1121,15 @@ class ArrowFactor:
         t = -(g_diag + self.B.T @ x[gi]) / self.d if self.d.size else np.zeros(0)
         return (x if self.all_free else x[self.free]), t
 
-    def covariance(self) -> BlockCovariance:
-        """The Laplace covariance blocks at this factorisation (μ = 0): see the module docstring."""
+    def coupled_covariance(self, sinv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For F_j = A_j⁻¹X_j (judge j's coupled rows, R × n_G) and a symmetric n_G × n_G matrix ``sinv`` (S⁻¹ for the
+        Laplace covariance, the globals' sandwich for the Godambe one, :mod:`~biasboard.ranking.composite`): the
+        diagonal of F_j·sinv·F_jᵀ (J, R) and −F_j·sinv's global-effect columns (J, R, n_e), for every judge at once.
+        """
         lay, R = self.lay, self.R
-        m, n_e, k = lay.n_models, lay.n_glob, self.R.size
-        n_g = self.S.shape[0]
-        sinv = sla.cho_solve(self.factor, np.eye(n_g), check_finite=False)
-        # Symmetric from here on: S⁻¹_gθ is then S⁻¹_θgᵀ exactly, so judge j's term yS⁻¹_θg·Yg + Yg·S⁻¹_gθyᵀ
-        # (of the diagonal below) is twice one product — gathered and multiplied once, not twice.
-        sinv = 0.5 * (sinv + sinv.T)
+        m, n_e, k = lay.n_models, lay.n_glob, R.size
         n_j = lay.n_judges
-        var_j = 1.0 / self.diag
-        for a, r in enumerate(R.tolist()):  # A_j⁻¹'s diagonal: contiguous rows of AinvT (3x a strided einsum's speed)
-            var_j[:, r] = self.AinvT[a, a]
-        cov_jg = np.zeros((n_j, lay.n_blocks, n_e))
-        cols = _as_slice(R)  # the coupled columns: usually a run (views of cov_jg and of the gathered rows)
+        cols = _as_slice(R)
         # Minus the coupled rows' covariance with the global effects, A_j⁻¹X_jᵀS⁻¹_θg + A_j⁻¹X_g,jS⁻¹_gg: the
         # first from X_jᵀS⁻¹_θg for every judge at once (a sparse (J·R × M) @ (M × n_e) product per piece,
         # O(entries · n_e)) and one batched (J, R, R) @ (J, R, n_e) matmul (6x an einsum's speed).  Made
@@ -1150,7 +1137,7 @@ class ArrowFactor:
         # passes below over a strided view of cov_jg cost more than that copy (matmul, two passes and the copy:
         # 4.9 ms, against 6.1 ms in place in the view, at 50k judges).
         s_mg = np.ascontiguousarray(sinv[:m, m : m + n_e])
-        xs = [(j0, j1, Xsp @ s_mg) for j0, j1, Xsp in self._sparse()]
+        xs = [(j0, j1, Xsp @ s_mg) for j0, j1, Xsp in self.sparse_couplings()]
         if len(xs) == 1 and xs[0][:2] == (0, n_j):
             xs_all = xs[0][2].reshape(n_j, k, n_e)
         else:  # pieces by judge range; a judge with grades alone (no battles) is in none: no coupling
@@ -1174,8 +1161,7 @@ class ArrowFactor:
         for c in range(1, n_e):
             var_c -= yg_gg[:, :, c]
         del yg_gg
-        cov_jg[:, cols] = np.negative(cov_c, out=cov_c)
-        del cov_c
+        np.negative(cov_c, out=cov_c)
         # Its θ part, the diagonal of A_j⁻¹X_jᵀ S⁻¹_θθ X_jA_j⁻¹, judge j's made over the n_j models it met only
         # (S⁻¹ gathered there: O(Σ_j n_j²), not a dense (J·R × M) product); y = X_jA_j⁻¹ (A_j⁻¹ is symmetric).
         s_mm = np.ascontiguousarray(sinv[:m, :m]).ravel()
@@ -1184,6 +1170,49 @@ class ArrowFactor:
                 judges = p.j0 + batch.judges
                 y = _entry_rows(Xc, batch.entries, cols, self._zero or ()) @ np.take(Ainv, judges, axis=0)
                 var_c[judges] += np.einsum("jnr,jnr->jr", np.take(s_mm, batch.key) @ y, y)
+        return var_c, cov_c
+
+    def coupling_columns(self) -> Iterator[np.ndarray]:
+        """X_j's column at each global in turn (globals' order), every judge's coupled rows: (J, R), zero at fixed
+        parameters and for the graders' severities and τ (no judge couples to them).  Each piece's sparse rows are
+        made column-major once (O(entries) memory): for the Godambe covariance's per-judge terms
+        (:mod:`~biasboard.ranking.composite`)."""
+        lay, k = self.lay, self.R.size
+        m, n_e, n_j = lay.n_models, lay.n_glob, lay.n_judges
+        by_model = [(j0, j1, sp.csc_matrix(Xsp)) for j0, j1, Xsp in self.sparse_couplings()]
+        for model in range(m):
+            out = np.zeros((n_j, k))
+            for j0, j1, Xcsc in by_model:
+                out[j0:j1] = Xcsc[:, [model]].toarray().reshape(j1 - j0, k)
+            yield out
+        for c in range(n_e):
+            yield np.array(self.Xg[:, :, c])
+        for _ in range(self.S.shape[0] - m - n_e):
+            yield np.zeros((n_j, k))
+
+    def ainv_rows(self, v: np.ndarray) -> np.ndarray:
+        """A_j⁻¹ v_j for every judge over all K entries, v judge-major (J, K, …): the coupled ones by the blocks'
+        inverses, the others by their diagonal."""
+        out = v / self.diag.reshape(self.diag.shape + (1,) * (v.ndim - 2))
+        out[:, self.R] = np.einsum("jrs,js...->jr...", self.Ainv, v[:, self.R])
+        return out
+
+    def covariance(self) -> BlockCovariance:
+        """The Laplace covariance blocks at this factorisation (μ = 0): see the module docstring."""
+        lay, R = self.lay, self.R
+        m, n_e = lay.n_models, lay.n_glob
+        n_g = self.S.shape[0]
+        sinv = sla.cho_solve(self.factor, np.eye(n_g), check_finite=False)
+        # Symmetric from here on: S⁻¹_gθ is then S⁻¹_θgᵀ exactly, so judge j's term yS⁻¹_θg·Yg + Yg·S⁻¹_gθyᵀ
+        # (of the diagonal below) is twice one product — gathered and multiplied once, not twice.
+        sinv = 0.5 * (sinv + sinv.T)
+        n_j = lay.n_judges
+        var_j = 1.0 / self.diag
+        for a, r in enumerate(R.tolist()):  # A_j⁻¹'s diagonal: contiguous rows of AinvT (3x a strided einsum's speed)
+            var_j[:, r] = self.AinvT[a, a]
+        cov_jg = np.zeros((n_j, lay.n_blocks, n_e))
+        cols = _as_slice(R)  # the coupled columns: usually a run (a view of cov_jg)
+        var_c, cov_jg[:, cols] = self.coupled_covariance(sinv)
         var_j[:, cols] += var_c
         if len(self.U):
             z_g = self.Z[:, glob_index(lay)]
@@ -1196,21 +1225,30 @@ class ArrowFactor:
                 z_q = np.ascontiguousarray(z_j[q].T)
                 for c in range(n_e):
                     cov_jg[:, :, c] -= z_q * low[q, c]
+        return self.blocks(sinv, var_j, cov_jg)
+
+    def blocks(self, glob: np.ndarray, var_j: np.ndarray, cov_jg: np.ndarray) -> BlockCovariance:
+        """The published blocks of a covariance (the Laplace one, or the Godambe one of
+        :mod:`~biasboard.ranking.composite`): fixed parameters' rows zeroed, a grader's severity read from the
+        globals' block (its judge entry unused)."""
+        lay = self.lay
+        m, n_e = lay.n_models, lay.n_glob
         if not self.all_free:
             f_g, f_j = split(lay, self.free.astype(float))
-            sinv = sinv * f_g[:, None] * f_g[None, :]
+            glob = glob * f_g[:, None] * f_g[None, :]
             var_j = var_j * f_j
             cov_jg = cov_jg * f_j[:, :, None] * f_g[None, None, m : m + n_e]
         if lay.graders:  # a grader's severity is a global: its variance and covariances are the globals' block's
             at, graders = m + n_e + np.arange(len(lay.graders)), np.array(lay.graders)
-            var_j[graders, SEV] = np.diag(sinv)[at]
-            cov_jg[graders, SEV] = sinv[at, m : m + n_e]
-        return BlockCovariance(glob_index(lay), 0.5 * (sinv + sinv.T), var_j, cov_jg)
+            var_j[graders, SEV] = np.diag(glob)[at]
+            cov_jg[graders, SEV] = glob[at, m : m + n_e]
+        return BlockCovariance(glob_index(lay), 0.5 * (glob + glob.T), var_j, cov_jg)
 
 
 @dataclass(frozen=True)
 class BlockCovariance:
-    """Laplace covariance of a judge-blocked fit: what is published, without the (KJ)² matrix.
+    """Laplace (or Godambe: ``information``) covariance of a judge-blocked fit: what is published, without the
+    (KJ)² matrix.
 
     ``glob`` is the dense covariance of the globals (core indices ``glob_index``: θ, global effects, τ);
     ``judge_var[j, t]`` the variance of judge j's raw entry t (log a_j: of ρ_j − mean ρ, the centred
@@ -1225,6 +1263,10 @@ class BlockCovariance:
     #: The factorisation these came from (μ = 0), when kept: covariances of any other linear functions of
     #: the core (:func:`row_covariance`: the reference gate's joint covariance of the judges' excesses).
     factor: ArrowFactor | None = field(default=None, repr=False, compare=False)
+    #: J, the Hessian of the objective with its parts' weights squared, when these blocks are the Godambe
+    #: sandwich H_w⁻¹ J H_w⁻¹ of an ω-weighted fit (:mod:`~biasboard.ranking.composite`): the covariances of other
+    #: linear functions are then that sandwich's too (:func:`biasboard.ranking.gate.row_covariance`).
+    information: ArrowHessian | None = field(default=None, repr=False, compare=False)
 
     def block(self, index: slice | int) -> np.ndarray:
         """The covariance of core parameters ``index`` (a slice or one index, among the globals)."""
@@ -1312,8 +1354,43 @@ def row_covariance(factor: ArrowFactor, rows: sp.csr_matrix) -> RowCovariance:
     A⁻¹ (the factor's A_j⁻¹) and then by the sparse couplings, batched over judges.  Fixed
     parameters have zero covariance (as in :meth:`ArrowFactor.covariance`).
     """
+    parts = row_parts(factor, rows)
+    judge = sp.csr_matrix(parts.PA @ parts.VR.T + parts.rest_rows() @ parts.rest_rows().T)
+    Q = sp.csr_matrix(parts.G - coupled_through(factor, parts.PA, factor.sparse_couplings(), factor.Xg))
+    low = np.asarray(parts.V @ factor.Z.T) if len(factor.U) else np.zeros((parts.V.shape[0], 0))
+    return RowCovariance(judge, Q, low, factor)
+
+
+@dataclass(frozen=True)
+class RowParts:
+    """Linear functions V (p × n_core) of a judge-blocked fit split along its factorisation: the globals' part ``G``
+    (p × n_G), the coupled judge entries ``VR`` (p × J·R, row j·R + r: judge j's effect R[r]), those outside the
+    coupled blocks as (row, judge, effect, value) ``rest``, and ``PA`` = V_J A⁻¹ (the rows through the blocks'
+    inverses); fixed parameters' entries dropped, a grader's severity among the globals."""
+
+    V: sp.csr_matrix
+    G: sp.csr_matrix
+    VR: sp.csr_matrix
+    rest: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    PA: sp.csr_matrix
+    factor: ArrowFactor
+
+    def rest_rows(self, curvature: np.ndarray | None = None) -> sp.csr_matrix:
+        """The entries outside the coupled blocks (diagonal d there) as rows whose Gram is their covariance:
+        v/√d (Laplace), or v·√c/d for the sandwich with J's diagonal ``curvature`` c (J, K) there."""
+        row, j, t, value = self.rest
+        d = self.factor.diag[j, t]
+        scaled = value / np.sqrt(d) if curvature is None else value * np.sqrt(curvature[j, t]) / d
+        lay = self.factor.lay
+        return sp.csr_matrix(
+            (scaled, (row, j * lay.n_blocks + t)), shape=(self.V.shape[0], lay.n_judges * lay.n_blocks)
+        )
+
+
+def row_parts(factor: ArrowFactor, rows: sp.csr_matrix) -> RowParts:
+    """``rows`` split along ``factor`` (:class:`RowParts`)."""
     lay, R = factor.lay, factor.R
-    jn, k, n_e = lay.n_judges, factor.R.size, lay.n_glob
+    jn, k = lay.n_judges, factor.R.size
     V = rows @ sp.diags(factor.free.astype(float))
     p = V.shape[0]
     G = sp.csr_matrix(V[:, glob_index(lay)])
@@ -1330,17 +1407,21 @@ def row_covariance(factor: ArrowFactor, rows: sp.csr_matrix) -> RowCovariance:
     VR = sp.csr_matrix((J.data[coupled], (J.row[coupled], j[coupled] * k + position[t[coupled]])), shape=(p, jn * k))
     # Entries outside the coupled blocks are a diagonal of their own (no coupling to the globals).
     rest = ~coupled
-    VD = sp.csr_matrix(
-        (J.data[rest] / np.sqrt(factor.diag[j[rest], t[rest]]), (J.row[rest], j[rest] * lay.n_blocks + t[rest])),
-        shape=(p, jn * lay.n_blocks),
-    )
-    PA = VR @ _block_diagonal(factor.Ainv)  # rows of V_J A⁻¹
-    judge = sp.csr_matrix(PA @ VR.T + VD @ VD.T)
+    PA = VR @ block_diagonal(factor.Ainv)  # rows of V_J A⁻¹
+    return RowParts(sp.csr_matrix(V), G, VR, (J.row[rest], j[rest], t[rest], J.data[rest]), sp.csr_matrix(PA), factor)
+
+
+def coupled_through(
+    factor: ArrowFactor, rows: sp.csr_matrix, sparse: Iterable[tuple[int, int, sp.csr_matrix]], Xg: np.ndarray
+) -> sp.csr_matrix:
+    """``rows`` (p × J·R) times the judges' couplings to the globals (p × n_G): to θ by the pieces' sparse
+    (J_p·R × M) matrices ``sparse``, to the global effects by ``Xg`` (J, R, n_e); none to the graders and τ.
+    The couplings are H_w's (:meth:`ArrowFactor.sparse_couplings`) or, for the Godambe rows, J's."""
+    lay, k = factor.lay, factor.R.size
+    p, n_e = rows.shape[0], lay.n_glob
+    theta = functools.reduce(operator.add, (sp.csr_matrix(rows[:, j0 * k : j1 * k] @ Xsp) for j0, j1, Xsp in sparse))
+    parts = [theta, sp.csr_matrix(rows @ Xg.reshape(lay.n_judges * k, n_e))]
     n_g = factor.S.shape[0]
-    parts = [factor.times_couplings(PA), sp.csr_matrix(PA @ factor.Xg.reshape(jn * k, n_e))]
     if n_g > lay.n_models + n_e:  # the graders' severities and τ: no coupling to any judge
         parts.append(sp.csr_matrix((p, n_g - lay.n_models - n_e)))
-    through = sp.hstack(parts)
-    Q = sp.csr_matrix(G - through)
-    low = np.asarray(V @ factor.Z.T) if len(factor.U) else np.zeros((p, 0))
-    return RowCovariance(judge, Q, low, factor)
+    return sp.csr_matrix(sp.hstack(parts))

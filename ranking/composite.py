@@ -17,14 +17,31 @@ code; at ω = 0.5 J = H_w and V is the Laplace covariance exactly, and as ω →
 The prompts' difficulties δ (a diagonal block, eliminated by a Schur complement in the fit) are marginalised the
 same way: V's core block is S⁻¹ K S⁻¹ with S the Schur complement of H_w and K the one of J taken along H_w's
 elimination (core rows of the full inverse are S⁻¹ [I, −B D⁻¹]).
+
+A judge-blocked fit never forms a (KJ)² matrix: the globals' columns of V take two solves each, the judges'
+own blocks follow from H_w⁻¹'s judge columns in block-arrowhead form (:func:`_blocked_sandwich`), and the
+covariances of other linear functions — the reference gate's, the reference rating's — are a block-diagonal
+term plus one of rank 2·n_G (:class:`SandwichRows`): the same V as the dense path's, to 1e-8.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
-from biasboard.ranking.arrowhead import ArrowHessian, BlockCovariance, glob_index
+import scipy.linalg as sla
+import scipy.sparse as sp
+from biasboard.ranking.arrowhead import (
+    DENSE_ROWS,
+    ArrowFactor,
+    ArrowHessian,
+    BlockCovariance,
+    block_diagonal,
+    coupled_through,
+    glob_index,
+    row_parts,
+    split,
+)
 from biasboard.ranking.model import Spec
 from biasboard.ranking.problem import Problem
 from biasboard.ranking.solver import Evaluation, Solution, laplace_covariance
@@ -45,16 +62,16 @@ def godambe_covariance(problem: Problem, solution: Solution, shards: int = 1) ->
     """The covariance of the core at ``solution``: Laplace (H_w⁻¹) unless the likelihood is weighted, then the
     Godambe sandwich H_w⁻¹ J H_w⁻¹ (module docstring).
 
-    A judge-blocked fit gets the sandwich for its globals' block (θ, the global effects, the graders' severities,
-    τ: what the leaderboard's intervals read); its per-judge variances stay Laplace's (see the module's caveat in
-    ``docs/design-notes.md``)."""
+    A judge-blocked fit gets the sandwich's blocks (the globals', every judge's variances and covariances with the
+    global effects: :func:`_blocked_sandwich`) and keeps J beside its factorisation, so the covariances of other
+    linear functions (the reference gate's, the reference rating's) are the sandwich's too (:func:`sandwich_rows`)."""
     cov = laplace_covariance(solution)
     if not is_composite(problem.spec):
         return cov
     info = replace(problem, spec=information_spec(problem.spec)).objective(shards)
     J = info.evaluate(solution.core, solution.diag)
     if isinstance(cov, BlockCovariance):
-        return replace(cov, glob=_blocked_globals(cov, J, solution))
+        return _blocked_sandwich(cov, J)
     return _dense_sandwich(cov, solution.evaluation, J, solution.free)
 
 
@@ -73,34 +90,103 @@ def _dense_sandwich(cov: np.ndarray, H: Evaluation, J: Evaluation, free: np.ndar
     return out
 
 
-def _blocked_globals(cov: BlockCovariance, J: Evaluation, solution: Solution) -> np.ndarray:
-    """The globals' block of H_w⁻¹ J H_w⁻¹ for a judge-blocked fit, a global at a time: y = H_w⁻¹ e (prompts
-    included), then H_w⁻¹ (J y)'s globals — two solves with the fit's factorisation and one product with J, so
-    never a (KJ)² matrix.  O(n_G) solves: the globals are the models, a few effects, the graders and τ."""
-    factor = cov.factor
-    hess = J.H
+def _blocked_sandwich(cov: BlockCovariance, J: Evaluation) -> BlockCovariance:
+    """H_w⁻¹ J H_w⁻¹'s published blocks for a judge-blocked fit, never as a (KJ)² matrix.
+
+    The globals' columns a global at a time: y = H_w⁻¹ e (prompts included), then H_w⁻¹ (J y) — two solves with
+    the fit's factorisation and one product with J (O(n_G) solves: the models, a few effects, the graders and τ);
+    their judge rows are the judges' covariances with the global effects.  Each judge's own variances from its
+    columns of H_w⁻¹: as H_w H_w⁻¹ = I and judge j's column block of H_w is (A_j; X_jᵀ) (plus the low-rank terms,
+    H_w⁻¹ U K = Z M⁻¹ by Woodbury),
+
+        H_w⁻¹ E_j = E_j A_j⁻¹ − Ω F_jᵀ − Φ Ũ_jᵀ
+
+    (Ω: H_w⁻¹'s globals' columns, F_j = A_j⁻¹X_j, Φ = Z M⁻¹, Ũ_j = A_j⁻¹U_j),
+
+    so V_jj = A_j⁻¹J_jjA_j⁻¹ + F_j V_GG F_jᵀ + Ũ_j ΦᵀJΦ Ũ_jᵀ − 2 sym(A_j⁻¹(JΩ)_j F_jᵀ + A_j⁻¹(JΦ)_j Ũ_jᵀ
+    − F_j ΩᵀJΦ Ũ_jᵀ): V_GG, JΩ and ΩᵀJΦ come from the globals' columns, F_j V_GG F_jᵀ is the Laplace covariance's
+    per-judge product with V_GG for S⁻¹, the rest per judge batched over judges (O(J·K²·n_G))."""
+    factor, hess = cov.factor, J.H
     assert factor is not None and isinstance(hess, ArrowHessian)
-    gi = glob_index(factor.lay)
-    free = factor.free
-    n_p = hess.D.size
-    out = np.zeros((gi.size, gi.size))
-    for c, index in enumerate(gi):
+    lay, R = factor.lay, factor.R
+    gi, free = glob_index(lay), factor.free
+    m, n_e = lay.n_models, lay.n_glob
+    Ainv = factor.Ainv
+    phi, jphi, low = _low_rank(factor, hess)  # Φ's rows (core, prompts), JΦ's, Ũ (J, K, n_u)
+    var_j = factor.ainv_rows(_judge_blocks_of(hess, factor))  # A_j⁻¹ J_jj A_j⁻¹, its diagonal below
+    var_j = np.einsum("jtt->jt", factor.ainv_rows(np.swapaxes(var_j, 1, 2)))
+    for u, kinv in hess.low_rank:  # J's penalties (a profile's gauge) in J_jj
+        if kinv > 0:
+            var_j += factor.ainv_rows(split(lay, u * free)[1]) ** 2 / kinv
+    glob = np.zeros((gi.size, gi.size))
+    cov_jg = np.zeros((lay.n_judges, lay.n_blocks, n_e))
+    cross = np.zeros((lay.n_judges, R.size))  # −2 A_j⁻¹(JΩ)_j F_jᵀ + 2 F_j ΩᵀJΦ Ũ_jᵀ, diagonal
+    for c, (index, column) in enumerate(zip(gi, factor.coupling_columns(), strict=True)):
         if not free[index]:
             continue
         e = np.zeros(free.size)
         e[index] = 1.0
-        y, t = _solve(factor, e, np.zeros(n_p))
-        z = hess.matvec(y)
-        z_diag = np.zeros(n_p)
-        if n_p:
-            z[gi] += hess.B @ t
-            z_diag = hess.B.T @ y[gi] + hess.D * t
-        v, _ = _solve(factor, z * free, z_diag)
-        out[:, c] = v[gi]
-    return 0.5 * (out + out.T)
+        y, t = _solve(factor, e, np.zeros(hess.D.size))
+        z, z_diag = _times(hess, free, y, t)
+        v, _ = _solve(factor, z, z_diag)
+        glob[:, c] = v[gi]
+        v_j = split(lay, v)[1]
+        if m <= c < m + n_e:
+            cov_jg[:, :, c - m] = v_j
+        f = np.einsum("jrs,js->jr", Ainv, column)  # F_j's column c
+        cross -= 2.0 * f * np.einsum("jrs,js->jr", Ainv, split(lay, z)[1][:, R])
+        if phi is not None:
+            ojp = jphi[0] @ y + jphi[1] @ t  # (ΩᵀJΦ)'s row c
+            cross += 2.0 * f * (low[:, R] @ ojp)
+    glob = 0.5 * (glob + glob.T)
+    var_j[:, R] += cross + factor.coupled_covariance(glob)[0]
+    if phi is not None:
+        C = phi[0] @ jphi[0].T + phi[1] @ jphi[1].T  # ΦᵀJΦ
+        jphi_j = np.stack([split(lay, row)[1] for row in jphi[0]], axis=2)
+        var_j += np.einsum("jtu,uv,jtv->jt", low, 0.5 * (C + C.T), low)
+        var_j -= 2.0 * np.einsum("jtu,jtu->jt", factor.ainv_rows(jphi_j), low)
+    return replace(factor.blocks(glob, var_j, cov_jg), factor=factor, information=hess)
 
 
-def _solve(factor, rhs: np.ndarray, rhs_diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _judge_blocks_of(hess: ArrowHessian, factor: ArrowFactor) -> np.ndarray:
+    """J's judge blocks J_jj (J, K, K) over the free entries; the coupled effects' blocks and the others' diagonal
+    (the factorisation's structure: an effect outside R couples to nothing)."""
+    f_j = split(factor.lay, factor.free.astype(float))[1]
+    out = np.zeros(hess.A.shape)
+    R = factor.R
+    out[:, R[:, None], R[None, :]] = hess.A[:, R[:, None], R[None, :]]
+    diag = np.einsum("jtt->jt", hess.A)
+    np.einsum("jtt->jt", out)[...] = diag
+    return out * f_j[:, :, None] * f_j[:, None, :]
+
+
+def _low_rank(factor: ArrowFactor, hess: ArrowHessian):
+    """Φ = Z M⁻¹'s rows over (core, prompts), JΦ's rows and Ũ_j = A_j⁻¹U_j (J, K, n_u) of the factorisation's
+    low-rank terms (the centring of log a_j; a profile's gauge), or Nones without them."""
+    if not len(factor.U):
+        return None, None, None
+    lay, gi = factor.lay, glob_index(factor.lay)
+    Z = factor.Z
+    Zp = -(Z[:, gi] @ factor.B) / factor.d if factor.d.size else np.zeros((len(Z), 0))
+    phi = (factor.Minv @ Z, factor.Minv @ Zp)
+    products = [_times(hess, factor.free, a, b) for a, b in zip(*phi, strict=True)]
+    jphi = (np.array([a for a, _ in products]), np.array([b for _, b in products]).reshape(len(Z), -1))
+    low = factor.ainv_rows(np.stack([split(lay, u)[1] for u in factor.U], axis=2))
+    return phi, jphi, low
+
+
+def _times(hess: ArrowHessian, free: np.ndarray, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """J (y, t) over the free core and the prompts (J's penalties included, its constraints not)."""
+    z = hess.matvec(y * free)
+    z_diag = np.zeros(hess.D.size)
+    if hess.D.size:
+        gi = glob_index(hess.lay)
+        z[gi] += hess.B @ t
+        z_diag = hess.B.T @ y[gi] + hess.D * t
+    return z * free, z_diag
+
+
+def _solve(factor: ArrowFactor, rhs: np.ndarray, rhs_diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """H_w⁻¹ (rhs, rhs_diag) over the core (fixed entries 0) and the prompts, from the fit's factorisation
     (whose ``solve`` is the Newton step −H⁻¹ g over the free entries)."""
     free = factor.free
@@ -108,3 +194,86 @@ def _solve(factor, rhs: np.ndarray, rhs_diag: np.ndarray) -> tuple[np.ndarray, n
     full = np.zeros(free.size)
     full[free] = x
     return full, t
+
+
+@dataclass(frozen=True)
+class SandwichRows:
+    """C = V H_w⁻¹ J H_w⁻¹ Vᵀ for p linear functions V of a judge-blocked ω-weighted fit, never as a (KJ)² matrix:
+    the Godambe counterpart of :class:`~biasboard.ranking.arrowhead.RowCovariance` (the gate's, the relative bias
+    table's and the reference rating's joint covariances), with its methods.
+
+    H_w⁻¹Vᵀ = E A⁻¹V_Jᵀ + Ω Qᵀ (Ω: H_w⁻¹'s globals' columns; Q = V_G − V_J A⁻¹X, as the Laplace rows), and J's
+    judge rows meet Ω as (JΩ)_j = (X^J_j − A^J_j A_j⁻¹X_j) S⁻¹ (J's rows have no prompt), so ::
+
+        C = V_J A⁻¹ A^J A⁻¹ V_Jᵀ  +  Q V_GG Qᵀ  +  T Qᵀ + Q Tᵀ,     T = V_J A⁻¹ (X^J − A^J A⁻¹ X) S⁻¹
+
+    (``judge``, ``coupled``, ``glob``, ``through``): a block-diagonal term plus rank ≤ 2·n_G, so the Wald form is
+    one Woodbury solve of size 2·n_G.  At ω = 0.5 (J = H_w) T = 0 and C is the Laplace rows' covariance."""
+
+    judge: sp.csr_matrix  # (p, p)
+    coupled: sp.csr_matrix  # Q (p, n_G)
+    through: np.ndarray  # T (p, n_G)
+    glob: np.ndarray  # V_GG (n_G, n_G): the published globals' block
+
+    def dense(self) -> np.ndarray:
+        """C as a dense (p × p) matrix (for a few rows)."""
+        q = self.coupled.toarray()
+        qg, tq = q @ self.glob @ q.T, self.through @ q.T
+        return self.judge.toarray() + 0.5 * (qg + qg.T) + tq + tq.T
+
+    def diagonal(self) -> np.ndarray:
+        """diag(C), in row slices (O(p·n_G) time)."""
+        out = self.judge.diagonal().astype(float)
+        for lo in range(0, out.size, DENSE_ROWS):
+            q = self.coupled[lo : lo + DENSE_ROWS].toarray()
+            out[lo : lo + DENSE_ROWS] += np.einsum(
+                "rc,rc->r", q @ self.glob + 2.0 * self.through[lo : lo + DENSE_ROWS], q
+            )
+        return out
+
+    def wald(self, d: np.ndarray) -> tuple[float, int]:
+        """(dᵀC⁻¹d, p) by Woodbury around the diagonal judge term, C = D + U [[V_GG, I], [I, 0]] Uᵀ with U = [Q, T];
+        ValueError when that term is not a positive diagonal (rows sharing a judge: use :meth:`dense`)."""
+        diag = self.judge.diagonal()
+        if self.judge.count_nonzero() != np.count_nonzero(diag) or not np.all(diag > 0):
+            raise ValueError("the Woodbury Wald form needs one positive-variance judge entry per row")
+        dinv = 1.0 / diag
+        U = np.hstack([self.coupled.toarray(), self.through])
+        n_g = self.glob.shape[0]
+        core = U.T @ (U * dinv[:, None])
+        core[:n_g, n_g:] += np.eye(n_g)  # + the middle's inverse [[0, I], [I, −V_GG]]
+        core[n_g:, :n_g] += np.eye(n_g)
+        core[n_g:, n_g:] -= self.glob
+        rhs = U.T @ (d * dinv)
+        return float(d @ (d * dinv)) - float(rhs @ np.linalg.solve(core, rhs)), int(d.size)
+
+
+def sandwich_rows(cov: BlockCovariance, rows: sp.csr_matrix) -> SandwichRows:
+    """The Godambe covariance of the linear functions ``rows`` (p × n_core) of a judge-blocked ω-weighted fit
+    (``cov`` from :func:`godambe_covariance`: its factorisation and J).  Memory O(nnz(rows) + p·n_G + J·K²).
+
+    An ω-weighted fit has grades, so no centring of log a_j (the dense path's too): H_w has no low-rank term here;
+    ValueError if it had one (a profile's gauge), whose rows this form leaves out."""
+    factor, info = cov.factor, cov.information
+    assert factor is not None and info is not None
+    if len(factor.U) or any(kinv > 0 for _, kinv in info.low_rank):
+        raise ValueError("the Godambe rows of a fit with low-rank (centring or gauge) terms are not implemented")
+    lay, R = factor.lay, factor.R
+    f_g, f_j = (f.astype(float) for f in split(lay, factor.free))
+    parts = row_parts(factor, rows)
+    f_r = f_j[:, R]
+    AJ = info.A[:, R][:, :, R] * f_r[:, :, None] * f_r[:, None, :]  # J's judge blocks
+    PAJ = sp.csr_matrix(parts.PA @ block_diagonal(AJ))  # V_J A⁻¹ A^J
+    rest = parts.rest_rows(np.einsum("jtt->jt", info.A))
+    judge = sp.csr_matrix(PAJ @ parts.PA.T + rest @ rest.T)
+    Q = sp.csr_matrix(parts.G - coupled_through(factor, parts.PA, factor.sparse_couplings(), factor.Xg))
+    m, n_e = lay.n_models, lay.n_glob
+    pieces = info.couplings.pieces()
+    sparse_j = ((p.j0, p.j1, p.cross.coupling(p.X, m, R, info.on[p.j0 : p.j1, R])) for p in pieces)
+    xg_j = info.Xg[:, R] * f_r[:, :, None] * f_g[None, None, m : m + n_e]
+    PA2 = sp.csr_matrix(PAJ @ block_diagonal(factor.Ainv))  # V_J A⁻¹ A^J A⁻¹
+    delta = coupled_through(factor, parts.PA, sparse_j, xg_j) - coupled_through(
+        factor, PA2, factor.sparse_couplings(), factor.Xg
+    )
+    T = sla.cho_solve(factor.factor, delta.toarray().T, check_finite=False).T * f_g
+    return SandwichRows(judge, Q, T, cov.glob)

@@ -47,6 +47,7 @@ import scipy.sparse as sp
 from biasboard.ranking.arrowhead import BlockCovariance, RowCovariance
 from biasboard.ranking.arrowhead import row_covariance as blocked_rows
 from biasboard.ranking.bias_table import informed_by_data
+from biasboard.ranking.composite import SandwichRows, sandwich_rows
 from biasboard.ranking.model import AFF, LEN, POS, STYLE_BLOCKS, Layout, block_name
 from biasboard.ranking.problem import Problem, prior_sd_of_effect
 from biasboard.ranking.result import FitResult
@@ -206,16 +207,20 @@ class DenseRows:
         return wald_group(d, self.matrix)
 
 
-def row_covariance(cov: np.ndarray | BlockCovariance, rows: sp.csr_matrix) -> DenseRows | RowCovariance:
+def row_covariance(cov: np.ndarray | BlockCovariance, rows: sp.csr_matrix) -> DenseRows | RowCovariance | SandwichRows:
     """The posterior covariance of the linear functions ``rows`` (p × n_core) of a fit's raw core.
 
-    A dense Laplace covariance gives it directly; a judge-blocked one (10⁴–10⁶ voter-judges) through the
-    factorisation it keeps (:func:`~biasboard.ranking.arrowhead.row_covariance`), never as a (KJ)² matrix.
+    A dense covariance (Laplace, or an ω-weighted fit's Godambe sandwich) gives it directly; a judge-blocked one
+    (10⁴–10⁶ voter-judges) through the factorisation it keeps (:func:`~biasboard.ranking.arrowhead.row_covariance`),
+    never as a (KJ)² matrix — the sandwich's rows when it is one (:func:`~biasboard.ranking.composite.sandwich_rows`:
+    the same covariance the dense path's gate tests with).
     """
     if not isinstance(cov, BlockCovariance):
         return DenseRows(cov, rows)
     if cov.factor is None:
         raise ValueError("a judge-blocked covariance without its factorisation has no joint covariances")
+    if cov.information is not None:
+        return sandwich_rows(cov, rows)
     return blocked_rows(cov.factor, rows)
 
 

@@ -941,12 +941,12 @@ def _unidentified_report(
 
 
 def _lean(fit: FitResult) -> FitResult:
-    """``fit`` without the factorisation a judge-blocked covariance keeps (hundreds of MB at 50,000 voter-judges):
-    the reference's joint covariances are taken, and the published result needs only the blocks."""
+    """``fit`` without the factorisation a judge-blocked covariance keeps (hundreds of MB at 50,000 voter-judges), and
+    a Godambe one's J: the reference's joint covariances are taken, and the published result needs only the blocks."""
     cov = fit.state.cov_core
     if not isinstance(cov, BlockCovariance) or cov.factor is None:
         return fit
-    return replace(fit, solver=replace(fit.state, cov_core=replace(cov, factor=None)))
+    return replace(fit, solver=replace(fit.state, cov_core=replace(cov, factor=None, information=None)))
 
 
 def _aligned(values: np.ndarray, models: Sequence[str], target: Sequence[str]) -> np.ndarray:
