@@ -545,6 +545,7 @@ def refresh(
         same_board = _same_board(options, record.get("model_options", {}))
         published = publish.publish_staged(out_dir, staging, manifest, same_board=same_board)
     _remember_fit(state_dir, fit_key, published.snapshot_id)
+    storage.delete([storage.join(state_dir, DROPPED)])  # the board just published lists the days dropped
     reason = ""
     if published.snapshot_id == previous:  # e.g. a day file uploaded again with the same rows
         reason = nothing_new(previous, "refitted: the same board, identical content and options")
@@ -847,13 +848,38 @@ def drop_days_without_input(
     are aggregated again under the new settings, it cannot be.
     """
     days = tuple(changes.without_input)
+    # A run killed after dropping days and before publishing left them gone from the state with no snapshot
+    # saying so: the rerun (with or without the flag) found nothing to drop and published a board without them
+    # and an empty ``days.dropped``.  The note, written before the first removal, carries them to the next board.
+    earlier = _dropped_unpublished(state_dir)
     if not drop or not days:
-        return _kept(state_dir, days, settings, reads)
+        kept = _kept(state_dir, days, settings, reads)
+        return replace(kept, dropped=earlier) if earlier else kept
+    dropped = tuple(sorted({*earlier, *days}))
+    storage.atomic_write_bytes(storage.join(state_dir, DROPPED), publish.json_bytes({"days": list(dropped)}))
     for day in days:
         state.delete_day(state_dir, day)
         storage.delete_tree(day_partials_dir(storage.join(state_dir, DAY_PARTIALS), day))  # its audit partials
     _LOG.info("read: dropped %d stored day(s) from %s: %s", len(days), state_dir, ", ".join(days))
-    return DaysWithoutInput(dropped=days)
+    return DaysWithoutInput(dropped=dropped)
+
+
+#: The days ``--drop-missing-days`` removed from the state that no published snapshot lists yet (written before the
+#: first removal, removed once a snapshot is published).
+DROPPED = "dropped_days.json"
+
+
+def _dropped_unpublished(state_dir: str) -> tuple[str, ...]:
+    """The days of :data:`DROPPED` still absent from the state (one aggregated again since is not dropped)."""
+    path = storage.join(state_dir, DROPPED)
+    try:
+        noted = json.loads(storage.read_text(path)).get("days", []) if storage.exists(path) else []
+    except (OSError, ValueError, StateError, AttributeError) as err:  # a note only names days; without it none
+        raise_if_unreachable(err)
+        _LOG.warning("refresh: %s is unreadable (%s); ignored", path, err)
+        return ()
+    stored = set(state.list_state_days(state_dir))
+    return tuple(sorted(str(day) for day in noted if str(day) not in stored))
 
 
 #: The inputs a day manifest records the files of, by flag: a kept day with files of an input the run does not read

@@ -155,3 +155,29 @@ def test_killed_after_the_audit_keeps_the_stored_audit_and_the_rerun_replaces_it
     for name in ("audit.json", "audit_judges.parquet"):
         assert (Path(again.published.path) / name).read_bytes() == (Path(fresh.published.path) / name).read_bytes()
     assert not (tmp_path / "state" / "audit.next").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rerun_drops", [True, False])
+def test_killed_after_dropping_days_the_rerun_still_says_they_were_dropped(sim, tmp_path, rerun_drops):
+    """A ``--drop-missing-days`` run killed after removing a day and before publishing: the rerun found nothing to
+    drop and published a board without the day whose summary and manifest said nothing was dropped (an
+    uninterrupted run says ``dropped: [day]``)."""
+    logs = tmp_path / "logs"
+    shutil.copytree(sim / "battles", logs / "battles")
+    first = refresh(_glob(logs), str(tmp_path / "state"), str(tmp_path / "out"), [], OPTIONS)
+    shutil.rmtree(logs / "battles" / "day=2024-01-02")
+    env = {**os.environ, publish.FAILPOINT_ENV: "after-aggregate"}
+    proc = subprocess.run(
+        [*_command(logs, tmp_path), "--drop-missing-days"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    _assert_intact(tmp_path / "out", first.published.snapshot_id)
+    assert not (tmp_path / "state" / "manifests" / "day=2024-01-02.json").exists()  # the day is gone already
+    options = RefreshOptions(audit=False, drop_missing_days=rerun_drops)
+    again = refresh(_glob(logs), str(tmp_path / "state"), str(tmp_path / "out"), [], options)
+    assert again.summary.days.dropped == ["2024-01-02"] and again.summary.days.without_input == []
+    manifest = json.loads((Path(again.published.path) / "manifest.json").read_text())
+    assert manifest["days_without_input"] == {"kept": [], "dropped": ["2024-01-02"]}
+    later = refresh(_glob(logs), str(tmp_path / "state"), str(tmp_path / "out"), [], options)
+    assert later.published.snapshot_id == again.published.snapshot_id  # noted once: nothing new after that

@@ -13,6 +13,8 @@ Layout (``STATE`` may be local or ``gs://``)::
                                                          (transforms.audit, transforms.audit_cache)
     STATE/last_fit.json                                  the last fit's inputs digest and the snapshot it made
                                                          (pipelines.refresh)
+    STATE/dropped_days.json                              days --drop-missing-days removed that no published
+                                                         snapshot lists yet (pipelines.refresh)
 
 The manifest is the commit marker of a day: readers only trust days that have
 one.  Rewriting a day (:func:`write_day`) writes every file under a temporary
