@@ -326,7 +326,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     unit = pick_length_unit(options)
     raw = read_all(paths, scalar=SCALAR)
     require_columns(raw, REQUIRED, paths, "AlpacaEval annotation")
-    judge = judge_expr(raw, options, paths, column="annotator")
+    judge, renamed = judge_expr(raw, options, paths, column="annotator")
     preference = json_number(raw, "preference")
     listed = listed_winner(preference, options.tie_band)
     first = shown_first(raw, preference)
@@ -366,7 +366,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         annotator_family(judge).alias("judge_family"),
         pl.when(first.is_null()).then(False).otherwise(None).cast(pl.Boolean).alias("order_known"),
     )
-    result = finalize_battles(raw, mapped, sources=paths, source_rows=raw.height)
+    result = finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=[renamed] if renamed else [])
     return replace(result, notes=(*_notes(result, options, unit), *result.notes))  # keep finalize's duplicate note
 
 

@@ -151,7 +151,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
             "pass --baseline (the run's judge_config.yaml baseline_model, e.g. gpt-4-0314)"
         )
     raw = _games(lines).select(pl.exclude(SOURCE_FILE, SOURCE_ROW), SOURCE_FILE, SOURCE_ROW)
-    judge = judge_expr(raw, options, paths)
+    judge, renamed = judge_expr(raw, options, paths)
     given = pl.col("baseline").cast(pl.String) if "baseline" in raw.columns else pl.lit(None, dtype=pl.String)
     baseline = given.fill_null(pl.lit(options.baseline, dtype=pl.String))
     model = pl.col("model").cast(pl.String)
@@ -182,6 +182,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         f"no time stamps in arena-hard-auto judgments: every battle dated {options.default_date.isoformat()} 00:00 UTC",
         "game 1 shows the baseline first, game 2 the model; '>>' and '>' are both a win (strength 2 / 1)",
         *non_text_slice_notes(raw),
+        *([renamed] if renamed else []),
     ]
     folders = answer_folders(paths, options.answers_dir, depth=2)
     lengths = None

@@ -440,32 +440,37 @@ def stable_id(prefix: str, *parts: pl.Expr) -> pl.Expr:
     return pl.concat_str([pl.lit(prefix), *(part.fill_null("") for part in parts)], separator=":")
 
 
-def judge_expr(frame: pl.DataFrame, options: ImportOptions, paths: Sequence[Path], column: str = "judge") -> pl.Expr:
-    """Each row's judge: ``--judge`` when given, else the file's ``column``; a file with neither needs ``--judge``.
+def judge_expr(
+    frame: pl.DataFrame, options: ImportOptions, paths: Sequence[Path], column: str = "judge"
+) -> tuple[pl.Expr, str | None]:
+    """(each row's judge, the note saying which judge ``--judge`` replaced): ``--judge`` when given, else the file's
+    ``column``; a file with neither needs ``--judge``.
 
     ``--judge`` renames a file's one judge, but is refused over a file that names several
     (:func:`one_judge_or_refuse`)."""
     if options.judge:
-        one_judge_or_refuse(frame, column, options.judge, paths)
-        return pl.lit(options.judge)
+        return pl.lit(options.judge), one_judge_or_refuse(frame, column, options.judge, paths)
     if column not in frame.columns:
         names = ", ".join(str(p) for p in paths)
         raise InputError(f"{names}: no '{column}' field in the file; name the judge with --judge")
-    return pl.col(column).cast(pl.String)
+    return pl.col(column).cast(pl.String), None
 
 
-def one_judge_or_refuse(frame: pl.DataFrame, column: str, judge: str, paths: Sequence[Path]) -> None:
-    """InputError when ``--judge`` would give one name to the verdicts of several judges the file names.
+def one_judge_or_refuse(frame: pl.DataFrame, column: str, judge: str, paths: Sequence[Path]) -> str | None:
+    """InputError when ``--judge`` would give one name to the verdicts of several judges the file names; else the
+    note saying which judge it replaced on how many rows (None when the file names none, or names ``judge``).
 
-    Why: ``import --format pba --in 'mtbench_judgments_*' --judge gpt4`` made gemini-pro's, gpt-3.5's and gpt-4's
-    verdicts one judge's, so two thirds of them became duplicate ids (9,568 dead letters) and the rest carried the
-    wrong judge, with exit 0."""
+    Why refused: ``import --format pba --in 'mtbench_judgments_*' --judge gpt4`` made gemini-pro's, gpt-3.5's and
+    gpt-4's verdicts one judge's, so two thirds of them became duplicate ids (9,568 dead letters) and the rest
+    carried the wrong judge, with exit 0.  Why the note: over one judge it renamed MT-Bench's ``gpt-4`` (or a FastChat
+    log's one voter) without a word, where the help and README spoke of naming the judge of a file that names none."""
     if column not in frame.columns:
-        return
+        return None
     names = frame[column]
     if isinstance(names.dtype, pl.List):  # FastChat's [model, prompt]
         names = names.list.get(0, null_on_oob=True)
-    named = names.cast(pl.String).drop_nulls().unique().sort()
+    names = names.cast(pl.String)
+    named = names.drop_nulls().unique().sort()
     if named.len() > 1:
         shown = first_few(named.to_list(), 3)
         files = ", ".join(str(p) for p in paths[:2]) + (" …" if len(paths) > 2 else "")
@@ -474,25 +479,49 @@ def one_judge_or_refuse(frame: pl.DataFrame, column: str, judge: str, paths: Seq
             f"({shown}): their verdicts would become one judge's. Leave --judge out (refresh --aliases renames "
             "judges)"
         )
+    if named.len() == 0 or named[0] == judge:
+        return None
+    replaced = names.is_not_null().sum()
+    return (
+        f"--judge {judge} replaced the judge the input names, {named[0]}, on {replaced:,} of its {frame.height:,} rows"
+    )
 
 
-def judge_parts(frame: pl.DataFrame, options: ImportOptions, paths: Sequence[Path]) -> tuple[pl.Expr, pl.Expr]:
-    """(judge name, prompt template name) from FastChat's ``judge`` field, ``[model, prompt]`` or a plain string.
+def judge_parts(
+    frame: pl.DataFrame, options: ImportOptions, paths: Sequence[Path]
+) -> tuple[pl.Expr, pl.Expr, str | None]:
+    """(judge name, prompt template name, the note of :func:`judge_expr`) from FastChat's ``judge`` field,
+    ``[model, prompt]`` or a plain string.
 
-    ``--judge`` wins over the file; a file without any judge field needs ``--judge``.
+    ``--judge`` wins over the file (with a note when it names another); a file without any judge field needs
+    ``--judge``.
     """
     prompt = pl.lit(None, dtype=pl.String)
     if "judge" in frame.columns and isinstance(frame.schema["judge"], pl.List):
         prompt = pl.col("judge").list.get(1, null_on_oob=True).cast(pl.String)
         if not options.judge:
-            return pl.col("judge").list.get(0, null_on_oob=True).cast(pl.String), prompt
-    return judge_expr(frame, options, paths), prompt
+            return pl.col("judge").list.get(0, null_on_oob=True).cast(pl.String), prompt, None
+    judge, note = judge_expr(frame, options, paths)
+    return judge, prompt, note
 
 
 def fixed_day(options: ImportOptions) -> pl.Expr:
     """00:00 UTC of the documented default day, for sources without time stamps."""
     moment = dt.datetime.combine(options.default_date, dt.time(), tzinfo=dt.timezone.utc)
     return pl.lit(moment, dtype=pl.Datetime("us", "UTC"))
+
+
+def unused_date_note(rows: pa.Table, day: dt.date) -> str | None:
+    """The note for a ``--date`` that dated none of the converted ``rows`` (each carries its source's time stamp).
+
+    Why: ``--date`` dates only rows whose source has no time stamp, and over a file whose every row is dated it did
+    nothing, without a word.  A row counts as dated by it when its ``ts`` is that day's 00:00 UTC, as
+    :func:`fixed_day` writes it: a source stamp at that very instant would hide the note, never give a false one."""
+    moment = dt.datetime.combine(day, dt.time(), tzinfo=dt.timezone.utc)
+    stamps = pl.DataFrame(rows.select(["ts"])).get_column("ts")
+    if rows.num_rows == 0 or (stamps == moment).any():
+        return None
+    return f"--date {day.isoformat()} dated no row: every row converted carries its own time stamp"
 
 
 def fixed_epoch_seconds(options: ImportOptions) -> float:

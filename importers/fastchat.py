@@ -222,8 +222,8 @@ def _row_key() -> pl.Expr:
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     raw = read_all(paths, scalar=SCALAR)
     require_columns(raw, REQUIRED, paths, "FastChat battle")
-    notes: list[str] = []
-    judge = judge_expr(raw, options, paths)
+    judge, renamed = judge_expr(raw, options, paths)
+    notes: list[str] = [renamed] if renamed else []
     time_column = next((c for c in ("tstamp", "ts") if c in raw.columns), None)
     undated = _undated_file(time_column)
     if time_column is None:

@@ -105,10 +105,11 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     require_columns(raw, REQUIRED, paths, "LLMFAO comparison")
     names = {str(p): judge_from_file(str(p)) for p in paths}
     source_judge = pl.col(SOURCE_FILE).replace_strict(names, return_dtype=pl.String)
+    renamed = None  # the note saying which judge --judge replaced
     if options.judge:
         # Files of several judges (the folder: crowd, gpt3, gpt4) under one --judge made the crowd's votes and
         # GPT-3.5's verdicts GPT-4's, and dead-lettered the real GPT-4 rows as duplicate ids (exit 0).
-        one_judge_or_refuse(raw.select(source_judge.alias("judge")), "judge", options.judge, paths)
+        renamed = one_judge_or_refuse(raw.select(source_judge.alias("judge")), "judge", options.judge, paths)
         source_judge = pl.lit(options.judge)
     judge = source_judge
     # A blank worker is no worker: as a judge name it would make one pseudo-voter ``crowd/`` of every such row.
@@ -139,6 +140,8 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.col(SOURCE_FILE).alias(FILE_KEY),
     )
     notes = [f"no time stamps in LLMFAO: every battle dated {options.default_date.isoformat()} 00:00 UTC"]
+    if renamed:
+        notes.append(renamed)
     if options.voters and "worker" not in raw.columns:
         notes.append("--voters: these files have no worker column: every vote keeps its file's judge")
     lengths, length_notes = _lengths(paths, unit)

@@ -114,8 +114,8 @@ def attach_answer_lengths(
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     lines = read_all(paths, scalar=SCALAR)
     require_columns(lines, REQUIRED, paths, "MT-Bench pair")
-    judge, prompt = judge_parts(lines, options, paths)
-    notes: list[str] = []
+    judge, prompt, renamed = judge_parts(lines, options, paths)
+    notes: list[str] = [renamed] if renamed else []
     raw = explode_games(lines)
     game = pl.col("game")
     turn, bad_turn = integer_field(raw, "turn", 1)

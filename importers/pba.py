@@ -57,7 +57,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     raw = read_all(paths, scalar=SCALAR)
     require_columns(raw, REQUIRED, paths, "Position-Bias-Analyzer judgment")
     named = refuse_mixed_benchmarks(raw, paths)
-    judge, _ = judge_parts(raw, options, paths)
+    judge, _, renamed = judge_parts(raw, options, paths)
     position = column_or_null(raw, "position_a").cast(pl.String).fill_null("first")
     second = position == "second"
     benchmark = column_or_null(raw, "benchmark").cast(pl.String).fill_null("")
@@ -107,6 +107,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         *_position_notes(raw),
         *_repetition_notes(raw),
         *non_text_slice_notes(raw),
+        *([renamed] if renamed else []),
     ]
     return finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=notes)
 

@@ -97,8 +97,8 @@ def _no_grade(raw: pl.DataFrame, score: pl.Expr) -> pl.Expr:
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     raw = read_all(paths, scalar=SCALAR)
     require_columns(raw, REQUIRED, paths, "single-answer grading")
-    judge, prompt = judge_parts(raw, options, paths)
-    notes: list[str] = []
+    judge, prompt, renamed = judge_parts(raw, options, paths)
+    notes: list[str] = [renamed] if renamed else []
     turn, bad_turn = integer_field(raw, "turn", 1)
     ts, undated = tstamp_or_default_day(raw, options)
     if undated:

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+from dataclasses import replace
 from pathlib import Path
 
-from biasboard.importers.common import DEFAULT_DATE, TIE_BAND, ImportOptions, resolve_inputs
+from biasboard.importers.common import DEFAULT_DATE, TIE_BAND, ImportOptions, resolve_inputs, unused_date_note
 from biasboard.importers.output import summary_lines, write_import
 from biasboard.importers.registry import FORMATS, convert
 from biasboard.pipelines import validation
@@ -59,12 +60,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--date",
         type=_date,
-        default=DEFAULT_DATE,
         metavar="YYYY-MM-DD",
         help=f"day stamped on rows whose source has no time stamp (default {DEFAULT_DATE.isoformat()}, "
-        "an obviously artificial day)",
+        "an obviously artificial day); rows the source dates keep their own day (a note says when it dated none)",
     )
-    parser.add_argument("--judge", help="judge name for every row (needed when the file names none)")
+    parser.add_argument(
+        "--judge",
+        help="judge name for every row: needed when the file names none; over a file naming one judge it replaces "
+        "that name (a note says which, on how many rows); refused over a file naming several",
+    )
     parser.add_argument(
         "--voters",
         action="store_true",
@@ -165,8 +169,9 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     answers = Path(args.answers) if args.answers else None
     if answers is not None and not answers.is_dir():
         raise InputError(f"{answers}: --answers folder not found")
+    day = args.date or DEFAULT_DATE
     options = ImportOptions(
-        default_date=args.date,
+        default_date=day,
         judge=args.judge,
         length_unit=args.length_unit,
         tie_band=args.tie_band,
@@ -177,6 +182,8 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         sampled_only=args.sampled_only,
     )
     result = convert(fmt, paths, options)
+    if args.date is not None and (unused := unused_date_note(result.rows, args.date)):
+        result = replace(result, notes=(*result.notes, unused))
     if result.rows_converted == 0:
         dead = ", ".join(f"{reason}: {n}" for reason, n in result.dead_by_reason().items()) or "none"
         raise InputError(
@@ -187,7 +194,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         Path(args.out),
         fmt.name,
         {
-            "date": args.date.isoformat(),
+            "date": day.isoformat(),
             "judge": args.judge,
             "length_unit": args.length_unit,
             "tie_band": args.tie_band,

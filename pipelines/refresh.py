@@ -761,7 +761,7 @@ def build_refresh(
     after = []
     if audit.rerun and input_glob is not None:  # never reruns without battles: refresh turns the audit off
         input_days, out, families, lookup = audit_inputs(
-            input_glob, audit.written_to, options.anchors, family_map, aliases
+            input_glob, audit.written_to, options.anchors, family_map, aliases, beside=options.scores_glob
         )
         days_dir = storage.join(state_dir, DAY_PARTIALS)
         settings = _digest({"anchors": _anchors_fingerprint(options), "audit_version": AUDIT_DAYS_VERSION})
@@ -1031,8 +1031,8 @@ def input_changes(
     re-aggregates every day: families are stored in the cells.
     """
     settings = dict(settings) if settings is not None else None
-    battles = read.list_input_days(input_glob, check=False) if input_glob is not None else {}
-    scores = read.list_input_days(scores_glob, kind="score", check=False) if scores_glob else {}
+    battles = read.list_input_days(input_glob, check=False, beside=scores_glob) if input_glob is not None else {}
+    scores = read.list_input_days(scores_glob, kind="score", check=False, beside=input_glob) if scores_glob else {}
     fingerprints = {}
     for day in sorted(set(battles) | set(scores)):
         inputs = [f.fingerprint() for f in battles.get(day, [])]

@@ -629,7 +629,9 @@ class SliceInfo:
     and/or its battles do not identify some other correction, left off its board as prior-selected, or its fit did
     not converge (:func:`~biasboard.transforms.slices.left_off_note`), and/or they lack the lengths or style counts
     (some or all) the overall board corrects with (:func:`~biasboard.transforms.slices.coverage_note`), and with a
-    reference what the slice's own gate corrected (:func:`~biasboard.transforms.slices.gate_note`);
+    reference what the slice's own gate corrected (:func:`~biasboard.transforms.slices.gate_note`), and whatever it
+    says, the other spellings (by case) of its label its battles carry
+    (:func:`~biasboard.transforms.slices.spelling_note`);
     ``kendall_tau``: naive vs corrected within the slice (None when not fit); ``ranks``: the slice's
     rank intervals, drawn as the overall board's are (None when not fit).
     """

@@ -1750,3 +1750,39 @@ def test_importer_sidecars_with_a_bad_field_give_an_error_or_an_unknown_length_n
     _jsonl(mt / "model_answer" / "b.jsonl", [{"question_id": 81, "choices": "generation failed"}])
     with pytest.raises(InputError, match=r"b\.jsonl: FastChat answer file: 'choices' must hold"):
         import_path("mtbench-pair", mt / "model_judgment" / "gpt-4_pair.jsonl")
+
+
+def test_judge_over_a_file_naming_its_judge_says_which_it_replaced(tmp_path, capsys):
+    """``--judge`` over MT-Bench's ``gpt-4`` renamed every verdict without a word, where the help and README spoke
+    of naming the judge of a file that names none: the import now says which judge it replaced, on how many rows.
+    Naming the file's own judge, or leaving the flag out, says nothing."""
+    pair = str(real_data(*STEFAN_PAIR))
+    for judge, said in (
+        ("gpt4-judge", "--judge gpt4-judge replaced the judge the input names, gpt-4, on 75 of its 75 rows"),
+        ("gpt-4", None),
+        (None, None),
+    ):
+        out = tmp_path / f"imp-{judge}"
+        argv = ["import", "--format", "mtbench-pair", "--in", pair, "--out", str(out)]
+        assert cli.main([*argv, *(["--judge", judge] if judge else [])]) == 0
+        notes = json.loads((out / "import_manifest.json").read_text())["notes"]
+        replaced = [note for note in notes if "replaced the judge" in note]
+        assert replaced == ([said] if said else [])
+        assert (f"note: {said}" in capsys.readouterr().out) if said else True
+
+
+def test_date_over_a_file_whose_rows_are_all_dated_says_it_dated_none(tmp_path):
+    """``--date`` dates only rows without a time stamp; over MT-Bench's stamped games it did nothing, silently.  A
+    Position-Bias-Analyzer file (no time stamps) is dated by it, and says so as before."""
+    cases = (
+        ("mtbench-pair", real_data(*STEFAN_PAIR), True),
+        ("pba", real_data(*PBA, "mtbench_judgments_gemini-pro.jsonl.gz"), False),
+    )
+    for fmt, source, unused in cases:
+        out = tmp_path / fmt
+        assert (
+            cli.main(["import", "--format", fmt, "--in", str(source), "--out", str(out), "--date", "2024-05-05"]) == 0
+        )
+        notes = json.loads((out / "import_manifest.json").read_text())["notes"]
+        said = "--date 2024-05-05 dated no row: every row converted carries its own time stamp"
+        assert (said in notes) is unused

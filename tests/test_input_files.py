@@ -253,3 +253,36 @@ def test_an_import_folder_as_input_reads_its_battles_not_its_dead_letters(tmp_pa
     write(other / f"day={D1}" / "part-00000.parquet", battles(4))
     write(other / "import_dead_letters.parquet", battles(2, prefix="x"))  # no import manifest: an ordinary file
     assert len(match_files(str(other))) == 2
+
+
+def test_a_simulation_folder_as_input_leaves_its_grades_to_scores(tmp_path: Path, capsys):
+    """``simulate --scores --out SIM`` then ``refresh --input SIM --scores SIM/scores``: --input's recursion read the
+    grades as battles and failed saying grades are read with --scores, which was given.  The files another flag
+    names are that flag's: the refresh counts what ``--input SIM/battles`` does.  The same folder given to both
+    flags is still refused (no file is left to either)."""
+    from biasboard.simulate import SimulationConfig, write_simulation
+
+    sim = write_simulation(
+        SimulationConfig(battles=1500, models=4, judges=2, days=2, scores=0.2, seed=3), tmp_path / "s"
+    )
+    argv = ["refresh", "--scores", str(sim / "scores"), "--state", str(tmp_path / "st"), "--out", str(tmp_path / "o")]
+    assert cli.main([*argv, "--input", str(sim), "--no-audit"]) == 0
+    summary = json.loads(
+        (tmp_path / "o" / "snapshots" / (tmp_path / "o" / "LATEST").read_text().strip() / "summary.json").read_text()
+    )
+    assert summary["counts"]["read"] == 1500 and summary["score_counts"]["read"] == 300
+    assert [Path(f.path).parent.parent.name for f in match_files(str(sim), str(sim / "scores"))] == ["battles"] * 2
+    assert len(match_files(str(sim), str(sim))) == 4  # the same files to both flags: nothing to tell apart
+    capsys.readouterr()
+    again = [
+        "refresh",
+        "--input",
+        str(sim),
+        "--scores",
+        str(sim),
+        "--state",
+        str(tmp_path / "st2"),
+        "--out",
+        str(tmp_path / "o2"),
+    ]
+    assert cli.main(again) == 2 and "it is a score file" in capsys.readouterr().err

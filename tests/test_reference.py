@@ -612,7 +612,14 @@ def test_the_reference_is_described_as_the_fit_used_it() -> None:
     from biasboard.transforms.snapshot import reference_warnings
 
     assert reference_warnings(one)[0].startswith(f"reference judge human-pool-1 ({one.k:,} verdicts): the gate")
-    assert reference_warnings(both)[0].startswith(f"reference judges human-pool-* ({both.k:,} verdicts): the gate")
+    # ... the judges a pattern matched, not the pattern (it said "reference judge claude-sim-judge-[1]"), and a
+    # voter pool by its count
+    said = f"reference judges human-pool-1, human-pool-2 ({both.k:,} verdicts): the gate"
+    assert reference_warnings(both)[0].startswith(said)
+    bracket = fit_with_reference(cells, reference=Reference.parse("human-pool-[1]", False), config=ModelConfig(k=3))
+    assert reference_warnings(bracket)[0].startswith(f"reference judge human-pool-1 ({bracket.k:,} verdicts): the gate")
+    voters = dataclasses.replace(both, raters=tuple(f"human-pool-{i}" for i in range(1, 8)))
+    assert reference_warnings(voters)[0].startswith(f"reference 7 judges matching human-pool-* ({both.k:,} verdicts)")
     matched = Reference.parse("human-pool-1*", False)
     assert matched.describe(matched.resolve(params.judge_names.tolist()), ["position"]) == (
         "judge: human-pool-1 (the one judge matching 'human-pool-1*')"

@@ -55,3 +55,9 @@ def test_a_slice_is_corrected_toward_its_own_anchors_only(tmp_path):
     ).sort("model")
     assert sliced["model"].to_list() == alone["model"].to_list()
     np.testing.assert_allclose(sliced["rating_corrected"].to_numpy(), alone["rating_corrected"].to_numpy(), atol=1e-6)
+    # Labels are compared without case, as the slices are cut: anchors labelled "CODING" are the coding slice's.
+    shouted = pl.from_arrow(anchors).with_columns(pl.col("category").str.to_uppercase())
+    shouted.write_parquet(tmp_path / "shouted_anchors.parquet")
+    spelled = board(str(tmp_path / "battles"), str(tmp_path / "shouted_anchors.parquet"), "shouted", slices="category")
+    again = pl.read_parquet(spelled / "slices.parquet").filter(pl.col("slice") == f"category={label}").sort("model")
+    np.testing.assert_allclose(again["rating_corrected"].to_numpy(), alone["rating_corrected"].to_numpy(), atol=1e-6)

@@ -579,3 +579,45 @@ def test_slices_beside_grades_say_their_points_are_on_another_scale(tmp_path):
     without = refresh(str(sim / "battles"), str(tmp_path / "st2"), str(tmp_path / "out2"), [], RefreshOptions(
         k=3, audit=False, slices="category"))  # fmt: skip
     assert without.summary is not None and SLICES_BESIDE_GRADES_WARNING not in without.summary.warnings
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_label_spelled_in_several_cases_is_one_slice(tmp_path, monkeypatch, streamed):
+    """Labels are trimmed, and were compared with their case: ``' Coding '`` and ``coding`` became two slices, each
+    fit on part of the category's battles.  Compared without case, the slice is the one the log spelled alike
+    publishes (the same battles and ratings), named by its most common spelling, its note naming the others."""
+    if streamed:
+        monkeypatch.setenv("BIASBOARD_STREAM_CELLS", "0")
+    logs = write_simulation(
+        SimulationConfig(battles=4_000, models=5, judges=2, days=1, categories=2, seed=7), tmp_path / "logs"
+    )
+    (path,) = (logs / "battles").glob("day=*/*.parquet")
+    first = sorted(set(pl.read_parquet(path)["category"]))[0]
+    alike = tmp_path / "alike" / "day=2024-01-01" / "part-00000.parquet"
+    alike.parent.mkdir(parents=True)
+    alike.write_bytes(path.read_bytes())
+    quarter = pl.int_range(pl.len()) % 4  # half the category's battles keep its spelling, a quarter each take another
+    ours = pl.col("category") == first
+    spelled = pl.when(ours & (quarter == 2)).then(pl.lit(f" {first.title()} ")).when(ours & (quarter == 3))
+    pl.read_parquet(path).with_columns(
+        spelled.then(pl.lit(first.upper())).otherwise(pl.col("category")).alias("category")
+    ).write_parquet(path)
+    options = RefreshOptions(k=3, audit=False, slices="category", slice_min_battles=50)
+    boards = {}
+    for name, given in (("alike", alike), ("spelled", path)):
+        outcome = refresh(str(given), str(tmp_path / f"state-{name}"), str(tmp_path / f"out-{name}"), [], options)
+        assert outcome.published is not None
+        snapshot = Path(outcome.published.path)
+        boards[name] = (
+            _summary(snapshot).slices,
+            pl.read_parquet(io.BytesIO((snapshot / "slices.parquet").read_bytes())),
+        )
+    (alike_info, alike_board), (info, board) = boards["alike"], boards["spelled"]
+    assert len(info) == len(alike_info) == 2
+    ours_info = next(i for i in info if i.value.lower() == first)
+    assert ours_info.battles == next(i.battles for i in alike_info if i.value == first)
+    assert ours_info.value == first  # the spelling of half its battles
+    assert f"its battles spell the label '{first}' also as '{first.upper()}', '{first.title()}'" in ours_info.note
+    assert board.height == alike_board.height and board["slice"].to_list() == alike_board["slice"].to_list()
+    ratings = [b.sort("slice", "model").get_column("rating_corrected").to_numpy() for b in (board, alike_board)]
+    np.testing.assert_allclose(ratings[0], ratings[1], rtol=0, atol=1e-6)

@@ -365,12 +365,15 @@ def audit_inputs(
     anchors: str | None,
     family_map: FamilyMap | str | None,
     aliases: AliasMap | None = None,
+    beside: str | None = None,
 ) -> tuple[dict[str, list[read.InputFile]], str, FamilyMap, pl.DataFrame | None]:
     """What :func:`audit_days` takes, from the job's options (input problems fail here, before any pipeline).
 
-    ``aliases`` rename the anchors' names as they rename the battles' (:func:`load_anchors`)."""
+    ``aliases`` rename the anchors' names as they rename the battles' (:func:`load_anchors`); ``beside``: the
+    refresh's ``--scores``, whose grades are not battles to audit
+    (:func:`~biasboard.transforms.read.without_nested`)."""
     families = family_map if isinstance(family_map, FamilyMap) else read.load_family_map(family_map)
-    days = read.list_input_days(input_glob)
+    days = read.list_input_days(input_glob, beside=beside)
     lookup = load_anchor_lookup(anchors, aliases) if anchors else None
     return days, out, families, lookup
 

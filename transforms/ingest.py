@@ -101,8 +101,10 @@ def day_tasks(
 
     ``input_glob`` None: score files only (an ordinal-only refresh); each day's battle cells are then empty.
     """
-    battles = list_input_days(input_glob, days, day_range, "battle") if input_glob is not None else {}
-    scores = list_input_days(scores_glob, days, day_range, "score") if scores_glob else {}
+    battles = (
+        list_input_days(input_glob, days, day_range, "battle", beside=scores_glob) if input_glob is not None else {}
+    )
+    scores = list_input_days(scores_glob, days, day_range, "score", beside=input_glob) if scores_glob else {}
     all_days = sorted(set(battles) | set(scores))
     where = " and ".join(g for g in (input_glob, scores_glob) if g is not None)
     if days is not None:

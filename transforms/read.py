@@ -144,10 +144,11 @@ def validate_day(day: str, option: str) -> str:
     return _checked_day(day, option, "given", datable=False)  # a range's bound: any day
 
 
-def match_files(glob: str) -> list[InputFile]:
-    """Files matching ``glob`` (see :func:`resolve_input`), sorted by path, with their fingerprints."""
+def match_files(glob: str, beside: str | None = None) -> list[InputFile]:
+    """Files matching ``glob`` (see :func:`resolve_input`), sorted by path, with their fingerprints; ``beside``: the
+    other input flag's glob, whose files are left to it (:func:`without_nested`)."""
     out = []
-    for m in sorted(resolve_input(glob).files, key=lambda m: m.path):
+    for m in sorted(without_nested(resolve_input(glob).files, beside), key=lambda m: m.path):
         try:
             checksum = str(FileSystems.checksum(m.path))
         except Exception as err:  # some file systems have no checksum; size + mtime still fingerprint
@@ -155,6 +156,24 @@ def match_files(glob: str) -> list[InputFile]:
             checksum = ""
         out.append(InputFile(m.path, int(m.size_in_bytes or 0), float(m.last_updated_in_seconds or 0.0), checksum))
     return out
+
+
+def without_nested(files: list[FileMetadata], beside: str | None) -> list[FileMetadata]:
+    """``files`` without those the other input flag's glob ``beside`` selects, when that is a part of them.
+
+    Why: ``simulate --scores --out SIM`` writes ``SIM/battles`` and ``SIM/scores``, and ``refresh --input SIM --scores
+    SIM/scores`` read the grades twice, the second time as battles, and failed saying they are read with
+    ``--scores``, which the user had given.  A folder's recursion cannot mean the files another flag names
+    explicitly, so they are that flag's alone.  Only a strict part is left out: the same files given to both flags
+    (or files each selects some of) stay, and are refused as the wrong kind of file where they are read.
+    """
+    if not beside:
+        return files
+    other = {normal_path(m.path) for m in resolve_input(beside).files}
+    mine = {normal_path(m.path) for m in files}
+    if not other < mine:
+        return files
+    return [m for m in files if normal_path(m.path) not in other]
 
 
 @dataclass(frozen=True)
@@ -614,11 +633,14 @@ def list_input_days(
     day_range: tuple[str | None, str | None] = (None, None),
     kind: str = "battle",
     check: bool = True,
+    beside: str | None = None,
 ) -> dict[str, list[InputFile]]:
     """Input files grouped by day (sorted), restricted to ``days`` and the inclusive ``day_range``.
 
     Every selected file is checked up front (see :func:`check_file`) when
     ``check`` is true; an undated file is listed under each day its rows fall on.
+    ``beside``: the other input flag's glob (``--scores`` for ``--input`` and the reverse), whose files are not
+    this input's when they lie within it (:func:`without_nested`).
     """
     wanted = set(days) if days is not None else None
     low, high = day_range
@@ -627,7 +649,7 @@ def list_input_days(
         return (wanted is None or day in wanted) and (low is None or day >= low) and (high is None or day <= high)
 
     by_day: dict[str, list[InputFile]] = {}
-    for f in match_files(input_glob):
+    for f in match_files(input_glob, beside):
         day = day_of_path(f.path)
         if day is not None:
             if keep(day):

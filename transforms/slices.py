@@ -13,7 +13,9 @@ then lists them separated by ``|`` (:data:`~biasboard.schemas.battle.SLICE_LABEL
 still **one** cell row keyed by that whole label, so the overall board, which
 sums over labels, counts it once, while the slice of each label it lists fits
 the cells whose label contains it (so slices' battle counts may add up to more
-than the battles counted).  Order and blanks inside a label do not matter.
+than the battles counted).  Order and blanks inside a label do not matter, and
+neither does case: ``Coding`` and ``coding`` are one slice (:func:`label_members`),
+named by the spelling most of its battles carry, its note naming the others.
 
 Unlabelled battles (null ``category``) count on the overall board and in no
 ``category`` slice.  A slice with fewer than ``min_battles`` battles is listed
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
@@ -84,6 +86,7 @@ class SlicePart:
     streamed: bool = False  # its fits read the cells from disk a shard at a time
     both_orders: float | None = None  # :func:`both_orders_share` (None: no battle of known order)
     first_shares: tuple[float, float] | None = None  # :func:`first_share_range` (None: no battle of known order)
+    other_spellings: tuple[str, ...] = ()  # the label's spellings besides ``label``, by case (:func:`label_members`)
 
 
 class SliceSource:
@@ -101,16 +104,19 @@ class TableSlices(SliceSource):
 
     def parts(self, dim: str) -> Iterator[SlicePart]:
         column = _as_strings(self.table.column(dim))
-        for value, keys in _label_members(pc.unique(column).to_pylist()).items():
-            part = self.table.filter(pc.is_in(column, value_set=pa.array(keys, pa.string())))
+        sums = pa.table({"key": column, "n": self.table.column("n")}).group_by("key").aggregate([("n", "sum")])
+        battles_of = {k: n for k, n in zip(sums["key"].to_pylist(), sums["n_sum"].to_pylist(), strict=True) if k}
+        for label in label_members(battles_of):
+            part = self.table.filter(pc.is_in(column, value_set=pa.array(label.keys, pa.string())))
             battles = int(pc.sum(part.column("n")).as_py() or 0)
             yield SlicePart(
-                value,
+                label.name,
                 battles,
                 _model_count(part),
                 _held(part),
                 both_orders=both_orders_share(part),
                 first_shares=first_share_range(part),
+                other_spellings=label.others,
             )
 
 
@@ -145,19 +151,21 @@ class BucketSlices(SliceSource):
                     if key is not None:
                         models_of.setdefault(key, set()).add(model)
         orders = pl.concat(shown).group_by("key", "model_a", "model_b").agg(pl.col("n").sum()) if shown else None
-        for value, members in _label_members(list(battles_of)).items():
+        for label in label_members(battles_of):
+            members = label.keys
             battles = int(sum(battles_of[k] for k in members))
             models = len(set().union(*(models_of[k] for k in members)))
             part = _FilteredBuckets(self.buckets, dim, tuple(members))
-            order = None if orders is None else orders.filter(pl.col("key").is_in(members)).drop("key").to_arrow()
+            order = None if orders is None else orders.filter(pl.col("key").is_in(list(members))).drop("key").to_arrow()
             yield SlicePart(
-                value,
+                label.name,
                 battles,
                 models,
                 _streamed(part),
                 streamed=True,
                 both_orders=None if order is None else both_orders_share(order),
                 first_shares=None if order is None else first_share_range(order),
+                other_spellings=label.others,
             )
 
 
@@ -268,11 +276,23 @@ def fit_slices(
                         gate_note(fitted),
                     )
                     info.note = "; ".join(n for n in notes if n)
+            info.note = "; ".join(n for n in (info.note, spelling_note(part)) if n)
             done = ("fit, streamed" if part.streamed else "fit") if info.fitted else info.note
             done += f"; {info.note}" if info.fitted and info.note else ""
             _LOG.info("slice %s: %d battles, %s", name, part.battles, done)
             infos.append(info)
     return (pl.concat(boards) if boards else pl.DataFrame(schema={"slice": pl.String})), infos
+
+
+def spelling_note(part: SlicePart) -> str:
+    """What a slice whose label its battles spell several ways (by case) must say: the spellings read as this one.
+
+    Empty when they spell it one way.  Why said: the slice's name is one spelling, and a reader counting a
+    ``coding`` slice's battles in the log would miss those labelled ``Coding``."""
+    if not part.other_spellings:
+        return ""
+    others = ", ".join(repr(spelling) for spelling in part.other_spellings)
+    return f"its battles spell the label {part.label!r} also as {others} (labels are compared without case): one slice"
 
 
 def split_note(board: pl.DataFrame) -> str:
@@ -457,16 +477,38 @@ def left_off_note(fitted: ReferenceFit, position_said: bool) -> str:
     return "; ".join(parts)
 
 
-def _label_members(keys: Sequence[str | None]) -> dict[str, list[str]]:
-    """Each label (sorted) → the cell keys that list it: ``["a|b", "a"]`` → ``{"a": ["a|b", "a"], "b": ["a|b"]}``."""
-    members: dict[str, list[str]] = {}
-    for key in keys:
-        if key is None:
-            continue
+@dataclass(frozen=True)
+class SliceLabel:
+    """One slice of a dimension: its ``name``, the cell ``keys`` that list it, its ``others`` spellings by case."""
+
+    name: str
+    keys: tuple[str, ...]
+    others: tuple[str, ...] = ()
+
+
+def label_members(battles_of: Mapping[str, float]) -> list[SliceLabel]:
+    """Each label (sorted by name) with the cell keys that list it: ``{"a|b": 5, "a": 3}`` → a: both keys, b: "a|b".
+
+    Labels are compared without case: ``Coding`` and ``coding`` are one slice, named by the spelling with the most
+    battles (``battles_of``: each cell key's), the first in sorted order on a tie.  Why: the ingest trims labels but
+    keeps their case (the slice names a user wrote), so a log that spelled a category two ways split its battles over
+    two boards, each fit on part of the evidence and one perhaps below ``--slice-min-battles``.
+    """
+    keys_of: dict[str, list[str]] = {}
+    spellings: dict[str, dict[str, float]] = {}
+    for key, battles in battles_of.items():
         for label in dict.fromkeys(part.strip() for part in key.split(SLICE_LABEL_SEPARATOR)):
             if label:
-                members.setdefault(label, []).append(key)
-    return dict(sorted(members.items()))
+                keys = keys_of.setdefault(label.lower(), [])
+                if key not in keys:  # "Coding|coding" lists the slice once
+                    keys.append(key)
+                count = spellings.setdefault(label.lower(), {})
+                count[label] = count.get(label, 0.0) + battles
+    out = []
+    for folded, keys in keys_of.items():
+        ranked = sorted(spellings[folded], key=lambda spelling: (-spellings[folded][spelling], spelling))
+        out.append(SliceLabel(ranked[0], tuple(keys), tuple(sorted(ranked[1:]))))
+    return sorted(out, key=lambda label: label.name)
 
 
 def slice_config(config, models: int):

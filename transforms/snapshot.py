@@ -27,7 +27,7 @@ from biasboard.ranking.attribution import move_table
 from biasboard.ranking.data import Dataset, build_dataset, pool_judge_names
 from biasboard.ranking.diagnostics import CROSSING_TYPICAL
 from biasboard.ranking.leaderboard import side_by_side, top_k_warnings
-from biasboard.ranking.reference import Reference, ReferenceFit, ReferenceSettings, fit_with_reference
+from biasboard.ranking.reference import NAMED_RATERS, Reference, ReferenceFit, ReferenceSettings, fit_with_reference
 from biasboard.ranking.stream import stream_dataset, streaming_wanted
 from biasboard.report.html import render_report
 from biasboard.schemas import summary as S
@@ -387,10 +387,11 @@ def fit_with_anchors(cells: pa.Table | Dataset, spec: FitSpec, only: tuple[str, 
     if anchor_cells is not None and only is not None and anchor_cells.get_column(only[0]).drop_nulls().len():
         # A slice's fit takes the anchors labelled with the slice's label, as it takes its battles: anchors judged
         # on other categories' prompts compare the models on those categories' quality.  (Anchors without any
-        # label in that column are all taken, as before.)
+        # label in that column are all taken, as before.)  Without case, as the slices are cut (slices.label_members).
         dim, label = only
-        labels = pl.col(dim).cast(pl.String).str.split(SLICE_LABEL_SEPARATOR).list.eval(pl.element().str.strip_chars())
-        anchor_cells = anchor_cells.filter(labels.list.contains(label).fill_null(False))
+        labels = pl.col(dim).cast(pl.String).str.split(SLICE_LABEL_SEPARATOR)
+        folded = labels.list.eval(pl.element().str.strip_chars().str.to_lowercase())
+        anchor_cells = anchor_cells.filter(folded.list.contains(label.lower()).fill_null(False))
     fitted = fit_with_reference(
         cells,
         reference=reference,
@@ -441,6 +442,21 @@ def weak_reference_warning(fitted: ReferenceFit) -> list[str]:
     ]
 
 
+def _reference_who(fitted: ReferenceFit) -> str:
+    """The reference as the warning names it: ``anchors``, or the judges it matched (one judge: singular).
+
+    Why the matches, not the names given: ``--reference 'claude-sim-judge-[1]'`` was warned of as "reference judge
+    claude-sim-judge-[1]", a pattern no judge is called, while the report named the judge.  A pool of voters (more
+    than :data:`~biasboard.ranking.reference.NAMED_RATERS`) is named by its count and the patterns that matched it."""
+    ref = fitted.reference
+    if ref.kind != "judges":
+        return ref.kind
+    names = sorted(fitted.raters) or list(ref.judges)
+    if len(names) > NAMED_RATERS:
+        return f"{len(names):,} judges matching {', '.join(ref.judges)}"
+    return f"{'judge' if len(names) == 1 else 'judges'} {', '.join(names)}"
+
+
 def reference_warnings(fitted: ReferenceFit) -> list[str]:
     """Plain-words warnings of the reference fit: what the gate enabled, what was not applied and why."""
     out = []
@@ -449,10 +465,7 @@ def reference_warnings(fitted: ReferenceFit) -> list[str]:
         # counted apart (ReferenceFit.gate_counts).
         enabled, withheld, tested = fitted.gate_counts()
         others = "; the others are tied to the reference" if enabled + withheld < tested else ""
-        ref = fitted.reference
-        who = ref.kind  # anchors; named judges by their names (one judge: singular)
-        if ref.kind == "judges":
-            who = f"{'judge' if fitted.n_raters == 1 else 'judges'} {', '.join(ref.judges)}"
+        who = _reference_who(fitted)
         left = (
             f" ({withheld} more it supports are prior-selected and not applied: tied to the reference)"
             if withheld
