@@ -222,7 +222,7 @@ class Reference:
             what = f"the {len(names)} judges"
         return (
             f"judges: {given} ({what} together: one rater for {shared}, each judge with its own "
-            "discrimination (the reference's: their geometric mean) and tie propensity)"
+            "discrimination (the reference's: their geometric mean, weighted by their verdicts) and tie propensity)"
         )
 
 
@@ -270,6 +270,9 @@ class ReferenceFit:
     agreement: list[dict[str, Any]] = field(default_factory=list)
     #: The input's judges the reference selects (its names, or its patterns' matches).
     raters: tuple[str, ...] = ()
+    #: Grades beside the battles set θ's scale (the discriminations a_j, a_r among them, are free, not centred on the
+    #: judges' verdict-weighted mean): what a_r's 1 means in words (``transforms.snapshot.weak_reference_warning``).
+    graded_scale: bool = False
 
     def gate_counts(self) -> tuple[int, int, int]:
         """(excesses the published board corrects, excesses the gate supports but leaves off as prior-selected —
@@ -913,6 +916,7 @@ def fit_with_reference(
         notes=notes,
         agreement=agreement,
         raters=tuple(sorted(raters)),
+        graded_scale=not problem_pub.spec.centre_discrimination,
     )
 
 

@@ -53,29 +53,42 @@ def rated_effects(layout: Layout) -> dict[str, int]:
     return {effect: t for effect, t in gated_effects(layout).items() if t == LEN or t in STYLE_BLOCKS}
 
 
+def reference_shares(problem: Problem, reference: frozenset[str]) -> np.ndarray:
+    """Each judge's share of the reference raters' pair verdicts (0 outside the reference; sums to 1 over it).
+
+    Why by verdicts: the board's scale is the verdict-weighted mean of log a_j (``Spec.disc_weights``), and a rater
+    of a pooled reference with a handful of verdicts, its log a_r mostly its prior, set as much of an unweighted
+    mean as the rater of thousands — one rater of 10 verdicts beside one of ~2,400 moved a_r by up to 28% and φ by
+    up to 0.07 logits (docs/design-notes.md, "The reference and the gate").  Equal shares if no rater has a verdict."""
+    ref = reference_mask(problem, reference)
+    verdicts = np.where(ref, problem.data.judge_sums("n"), 0.0)
+    total = verdicts.sum()
+    return verdicts / total if total > 0 else ref / max(int(ref.sum()), 1)
+
+
 def discrimination_row(problem: Problem, reference: frozenset[str]) -> np.ndarray:
-    """v with v · raw core = the mean over the reference raters of their log a_r (centred as the fit centres it:
-    L_j = ρ_j − Σ_k w_k ρ_k, :meth:`~biasboard.ranking.model.Spec.disc_centring`).
+    """v with v · raw core = the reference raters' mean log a_r, each weighted by its share of their verdicts
+    (:func:`reference_shares`), centred as the fit centres it: L_j = ρ_j − Σ_k w_k ρ_k,
+    :meth:`~biasboard.ranking.model.Spec.disc_centring` (a rater whose discrimination is off has L_r = 0).
 
     The row of the effective map E averaged over the reference, built without E: with the centring of
     log a_j E holds a J² block (every enabled judge's mean), which a 10⁴–10⁶ voter-judge fit cannot form.
     """
     lay, spec = problem.layout, problem.spec
-    ref = reference_mask(problem, reference)
     v = np.zeros(lay.n_core)
-    if not ref.any():
+    if not reference_mask(problem, reference).any():
         return v
     raw = lay.block(DISC).start + np.arange(lay.n_judges)
-    mask = spec.masks[DISC] > 0
+    share = reference_shares(problem, reference) * (spec.masks[DISC] > 0)
     if not spec.centre_discrimination:
-        v[raw[ref & mask]] = 1.0 / ref.sum()
+        v[raw] = share
         return v
     centred = spec.disc_centring()
     if centred is None:  # one judge alone: a_j = 1
         return v
     on, w = centred
-    v[raw[ref & mask]] = 1.0 / ref.sum()
-    v[raw[on]] -= w * (ref & mask).sum() / ref.sum()
+    v[raw] = share
+    v[raw[on]] -= w * share.sum()
     return v
 
 

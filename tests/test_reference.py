@@ -593,7 +593,8 @@ def test_a_prior_selected_global_correction_is_named_for_every_judge_not_by_its_
 def test_the_reference_is_described_as_the_fit_used_it() -> None:
     """A pattern matching two pools said "g* (2 judges, pooled as one rater ...)" without naming them, and two named
     judges "(pooled as one rater)", as if nothing of theirs was their own.  Several judges are one rater for the
-    shared effects and keep their own discrimination (two a_j, their geometric mean the rating's a_r)."""
+    shared effects and keep their own discrimination (two a_j, their verdict-weighted geometric mean the rating's
+    a_r)."""
     cells, params = biased_against_humans(seed=26, battles=4000, models=8, humans=2)
     pools = sorted(params.judge_names[params.judge_human].tolist())
     assert pools == ["human-pool-1", "human-pool-2"]
@@ -601,7 +602,7 @@ def test_the_reference_is_described_as_the_fit_used_it() -> None:
     assert both.summary()["description"] == (
         "judges: human-pool-* (the 2 judges matching 'human-pool-*', human-pool-1 and human-pool-2, together: one "
         "rater for position, length and affinity, each judge with its own discrimination (the reference's: their "
-        "geometric mean) and tie propensity)"
+        "geometric mean, weighted by their verdicts) and tie propensity)"
     )
     listed = fit_with_reference(cells, reference=Reference.parse(",".join(pools), False), config=ModelConfig(k=3))
     assert listed.summary()["description"].startswith("judges: human-pool-1, human-pool-2 (the 2 judges together: ")

@@ -101,3 +101,22 @@ def test_a_judge_of_grades_alone_is_not_scored_against_the_reference() -> None:
     scored = {row["judge"] for row in fit.agreement}
     assert "grader-only" not in scored
     assert {"gpt-sim-judge-1", "claude-sim-judge-1"} <= scored  # the judges of battles are scored
+
+
+def test_the_weak_reference_warning_names_the_grades_scale_beside_grades() -> None:
+    """With grades beside the battles the grades set θ's scale and the judges' discriminations are free, so a_r's 1
+    is the grades' scale; the warning said "1 is the judges' geometric mean, weighted by their verdicts" there too."""
+    from biasboard.transforms.cells import partial_score_cells
+
+    config = SimulationConfig(battles=12_000, models=8, judges=3, human_judges=1, days=1, seed=5, scores=0.3)
+    ((_, battles, scores),) = list(simulate_days(config))
+    human = pl.from_arrow(battles)["judge"] == "human-pool-1"
+    winner = pl.from_arrow(battles)["winner"]
+    flipped = winner.replace({"model_a": "model_b", "model_b": "model_a"})
+    column = pa.array(pl.select(pl.when(human).then(flipped).otherwise(winner)).to_series().to_list(), pa.string())
+    battles = battles.set_column(battles.schema.get_field_index("winner"), "winner", column)
+    fit = fit_with_reference(
+        [partial_cells(battles, FAMILIES).cells], [partial_score_cells(scores, FAMILIES).cells], reference=HUMAN
+    )
+    (warning,) = [w for w in reference_warnings(fit) if "only weakly" in w]
+    assert "judges' geometric mean" not in warning and "(1 is the grades' scale)" in warning, warning

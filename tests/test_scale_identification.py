@@ -15,7 +15,12 @@ import pyarrow.compute as pc
 import pytest
 from biasboard.ranking import fit_bias_aware
 from biasboard.ranking.data import build_dataset
+from biasboard.ranking.fit import solve_bias_aware
+from biasboard.ranking.model import DISC
 from biasboard.ranking.oracle import true_scale
+from biasboard.ranking.problem import bias_aware_problem
+from biasboard.ranking.reference import Reference, fit_with_reference
+from biasboard.ranking.reference_rating import discrimination_row
 from biasboard.schemas.families import FamilyMap
 from biasboard.simulate import SimulationConfig, simulate_days, truth
 from biasboard.transforms.cells import merge_batches, partial_cells
@@ -89,3 +94,36 @@ def test_the_judge_blocked_solver_centres_with_the_same_weights():
     theta = pd.layout.theta
     assert np.max(np.abs(cd[theta, theta] - cb.block(theta))) < TOL
     _assert_judge_variances(pd, cd, cb)
+
+
+def test_a_reference_rater_with_ten_verdicts_leaves_the_references_scale_as_it_was():
+    """A reference of two raters, one cut to 10 verdicts: the reference's discrimination a_r (what its rating φ
+    divides its length preference by) is the raters' geometric mean weighted by their verdicts, as the board's
+    scale is.  Unweighted, the 10-verdict rater (its log a_r mostly its prior) set half of it: a_r moved from 0.947
+    to 1.027 and from 0.796 to 0.900 on these boards against the first rater alone (up to 28% over 20 seeds), φ by
+    up to 0.024 logits; now within 0.2% and 0.003."""
+    for seed in (0, 4):
+        data = build_dataset(_board(seed, 10)[0])
+        first = next(j for j in data.judges if j != SPARSE)
+        fits = [
+            fit_with_reference(data, reference=Reference("judges", raters), config=FAST)
+            for raters in ((first,), (first, SPARSE))
+        ]
+        alone, pooled = (f.own_effects["discrimination"]["estimate"] for f in fits)
+        assert pooled == pytest.approx(alone, rel=0.002), (seed, alone, pooled)
+        phi = [f.corrected.rating - f.corrected.rating.mean() for f in fits]
+        assert np.max(np.abs(phi[0] - phi[1])) < 0.003, seed
+
+
+def test_the_references_discrimination_row_weighs_its_raters_by_their_verdicts():
+    """discrimination_row · core = Σ_r s_r log a_r over the reference raters, s_r each one's share of their verdicts."""
+    data = build_dataset(_board(1, 10)[0])
+    raters = frozenset(data.judges[:2]) | {SPARSE}
+    problem = bias_aware_problem(data, FAST)
+    solution = solve_bias_aware(problem, FAST)
+    log_a = problem.spec.effective_map() @ solution.core
+    log_a = log_a[problem.layout.eff_block(DISC)]
+    verdicts = data.judge_sums("n") * np.array([j in raters for j in data.judges])
+    expected = float(verdicts @ log_a / verdicts.sum())
+    assert discrimination_row(problem, raters) @ solution.core == pytest.approx(expected, abs=1e-12)
+    assert abs(expected - float(np.mean(log_a[[data.judges.index(j) for j in raters]]))) > 1e-3  # not unweighted

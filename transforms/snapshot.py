@@ -417,9 +417,16 @@ ANCHORS_NOT_FITTED = (
 )
 
 
-#: A reference discrimination a_r (on the judges' geometric-mean scale, 1) whose whole 95% interval lies below this
-#: is warned of: its verdicts follow the comparisons' quality order only weakly.
+#: A reference discrimination a_r (1: the judges' verdict-weighted geometric mean, or the grades' scale beside grades)
+#: whose whole 95% interval lies below this is warned of: its verdicts follow the comparisons' quality order only
+#: weakly.
 WEAK_REFERENCE: float = 0.25
+
+
+#: What a_r = 1 is, in :func:`weak_reference_warning`: with battles alone the judges' verdict-weighted geometric mean
+#: of a_j is fixed at 1; beside grades the grades set the scale and the a_j are free (it said the judges' mean there).
+JUDGES_UNIT = "1 is the judges' geometric mean, weighted by their verdicts"
+GRADED_UNIT = "1 is the grades' scale"
 
 
 def weak_reference_warning(fitted: ReferenceFit) -> list[str]:
@@ -435,8 +442,8 @@ def weak_reference_warning(fitted: ReferenceFit) -> list[str]:
         return []
     return [
         f"the reference's verdicts follow the comparisons' quality order only weakly: its discrimination a_r is "
-        f"{disc['estimate']:.2f} [{disc['ci_low']:.2f}, {disc['ci_high']:.2f}] (1 is the judges' geometric mean, "
-        "weighted by their verdicts), "
+        f"{disc['estimate']:.2f} [{disc['ci_low']:.2f}, {disc['ci_high']:.2f}] "
+        f"({GRADED_UNIT if fitted.graded_scale else JUDGES_UNIT}), "
         f"so its own preferences enter its rating divided by it — ×{1 / disc['estimate']:.0f}; check that the "
         "reference judges the same task in the same sense (flipped or mislabelled verdicts, another benchmark)"
     ]
