@@ -92,6 +92,7 @@ from biasboard.transforms.judge_pool import JudgePool
 from biasboard.transforms.plan import LEFT_BEFORE_WRITING as PLAN_NOT_WRITTEN
 from biasboard.transforms.plan import MAX_BUDGET, PlanTooLarge, has_posterior, make_plan
 from biasboard.transforms.publish import failpoint
+from biasboard.transforms.run_lock import folders_lock
 from biasboard.transforms.runner import counters, run_to_completion
 from biasboard.transforms.slices import DEFAULT_MIN_BATTLES, parse_slices
 from biasboard.transforms.snapshot import AUDIT_INPUTS, DaysWithoutInput, FitSpec
@@ -408,6 +409,22 @@ def refresh(
         tuple(import_rejected),
         aliases=aliases,
     )
+    with folders_lock([state_dir, out_dir]):  # one refresh at a time on a state and an output (transforms.run_lock)
+        return _refresh_checked(input_glob, state_dir, out_dir, options, pipeline_options, family_map, aliases, spec)
+
+
+def _refresh_checked(
+    input_glob: str | None,
+    state_dir: str,
+    out_dir: str,
+    options: RefreshOptions,
+    pipeline_options: PipelineOptions,
+    family_map: FamilyMap,
+    aliases: AliasMap | None,
+    spec: FitSpec,
+) -> Outcome:
+    """:func:`refresh` once its flags, folders and inputs are checked and it holds the folders' locks."""
+    inputs = (("--input", input_glob), ("--scores", options.scores_glob))
     timings = Timings()
     started = dt.datetime.now(dt.timezone.utc)
 

@@ -23,7 +23,8 @@ A reader follows ``LATEST`` and only ever sees complete snapshots; a snapshot
 folder without its ``manifest.json`` (a bucket copy cut short) is ignored by
 :func:`list_snapshots`.  A killed run therefore leaves at worst an orphan in
 ``staging/`` or such a folder (both removed by the next publish) and the previous ``LATEST`` intact.
-One refresh at a time per ``OUT`` is assumed (the scheduler's job).
+One refresh at a time per ``OUT`` (and state): the scheduler serialises runs, and refresh holds both folders' locks
+(:mod:`biasboard.transforms.run_lock`).
 
 The snapshot id is the UTC time plus a hash of the content, so ids sort in
 time order and two snapshots with the same id are byte-identical.  One content
@@ -215,8 +216,8 @@ def stage_files(staging: str, files: Mapping[str, bytes], record: Mapping[str, o
     if missing:
         raise StateError(f"snapshot staged in {staging} lacks {', '.join(missing)}")
     storage.ensure_dir(staging)
-    for name in sorted(files):
-        storage.write_bytes(storage.join(staging, name), files[name])
+    for name in sorted(files):  # on disk before the rename that makes them visible (a power cut)
+        storage.write_synced_bytes(storage.join(staging, name), files[name])
     if record is not None:
         storage.write_bytes(storage.join(staging, RUN_RECORD), json_bytes(record))
     _LOG.info("publish: wrote %d files (%d bytes) to staging", len(files), sum(map(len, files.values())))
@@ -293,7 +294,8 @@ def publish_staged(
     full_manifest["files"] = {
         name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in sorted(files.items())
     }
-    storage.write_bytes(storage.join(staging, MANIFEST), json_bytes(full_manifest))
+    storage.write_synced_bytes(storage.join(staging, MANIFEST), json_bytes(full_manifest))
+    storage.sync_folder(staging)  # its entries on disk before the rename that makes it visible
     failpoint("publish-staged")
 
     _make_visible(out_dir, staging, final)

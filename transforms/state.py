@@ -39,6 +39,7 @@ import io
 import json
 import logging
 import os
+import re
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -156,7 +157,7 @@ def write_day(
     for final, table in targets.items():
         temp = _temp_name(final)
         data = _parquet_bytes(table)
-        _write_bytes(temp, data)
+        storage.write_synced_bytes(temp, data)  # on disk before the manifest commits it (a power cut)
         temps[final] = temp
         hashes[_relative(state_dir, final)] = hashlib.sha256(data).hexdigest()
     manifest = {
@@ -168,7 +169,7 @@ def write_day(
     }
     manifest_file = manifest_path(state_dir, day)
     manifest_temp = _temp_name(manifest_file)
-    _write_bytes(manifest_temp, json.dumps(manifest, indent=2, sort_keys=True).encode())
+    storage.write_synced_bytes(manifest_temp, json.dumps(manifest, indent=2, sort_keys=True).encode())
     if _exists(manifest_file):
         FileSystems.delete([manifest_file])
     for final, temp in temps.items():
@@ -180,7 +181,10 @@ def write_day(
         if stale not in targets and _exists(stale):
             FileSystems.delete([stale])
     _remove_leftover_temps(state_dir, day)
+    for folder in {FileSystems.split(final)[0] for final in targets}:
+        storage.sync_folder(folder)  # the files' renames are on disk before the manifest's
     _replace(manifest_temp, manifest_file)
+    storage.sync_folder(FileSystems.split(manifest_file)[0])
     return manifest
 
 
@@ -256,7 +260,34 @@ def _state_file(path: str) -> Iterator[pa.BufferReader]:
             data = handle.read()
         yield pa.BufferReader(data)
     except Exception as err:
-        raise StateError(f"{path}: unreadable state file: {err}") from err
+        recovery = _day_recovery(path)
+        detail = str(err).rstrip(". ") if recovery else err
+        raise StateError(f"{path}: unreadable state file: {detail}{recovery}") from err
+
+
+#: A stored day's own file: ``STATE/cells/day=D/...`` or ``STATE/deadletters/day=D/...``.
+_DAY_FILE = re.compile(r"^(?P<state>.+)/(?:cells|deadletters)/day=(?P<day>\d{4}-\d{2}-\d{2})/[^/]+$")
+
+
+def _day_recovery(path: str) -> str:
+    """How to mend a stored day whose file cannot be read (empty for a file of no day: a cache is recomputed).
+
+    Every later fit reads the day, so the state stays broken until the day is aggregated again.  Deleting the
+    day's manifest (its commit mark) makes the next refresh find the day new and aggregate it from its input
+    with the refresh's own flags; ``backfill --from D --to D`` does the same if given those flags.  Both were
+    checked to write the day's cells back byte for byte.  Neither can help a day whose input is gone.
+    """
+    found = _DAY_FILE.match(path.replace(os.sep, "/"))
+    if found is None:
+        return ""
+    day = found["day"]
+    manifest = manifest_path(found["state"], day)
+    return (
+        f"; day {day}'s stored partition is damaged: delete {manifest} (the day's commit mark) and run the refresh "
+        f"again, which aggregates day {day} anew from its input (or run `biasboard backfill --from {day} --to {day}` "
+        "with the refresh's --state and input flags); if the day's input files are gone, restore the file from a "
+        "backup instead (without its manifest the day would leave the board)"
+    )
 
 
 def _read_table(path: str, schema: pa.Schema | None = None) -> pa.Table:
