@@ -217,13 +217,21 @@ TOP_LOGPROBS_PATH = "$.logprobs.content[0].top_logprobs"
 
 
 def _typed_masses(top: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
-    """(P(m), P(M)) unnormalised from the top-log-probability list as parsed structs; null where there is no list."""
+    """(P(m), P(M)) unnormalised from the top-log-probability list as parsed structs; null where there is no list.
+
+    A token listed with a logprob that is no number (text, or ``true``, read as text) has an unknown mass, so its
+    row's order is not recovered.  Why: counted as no mass, it recovered a confident wrong order (a ``true`` for
+    ``M``'s logprob, P(M) ≈ 1 in the file, swapped the row); read as 1.0 (pyarrow's reading of ``true`` among
+    floats) it was a probability of e ≈ 2.7.
+    """
 
     def mass(token: str) -> pl.Expr:
         element = pl.element().struct
-        return top.list.eval(
-            pl.when(element.field("token") == token).then(element.field("logprob").cast(pl.Float64).exp())
-        ).list.sum()
+        # A logprob that is no number (text: a field whose kind varies is read as text) is cast to null, not raised.
+        logprob = element.field("logprob").cast(pl.Float64, strict=False)
+        listed = element.field("token") == token
+        unknown = top.list.eval(listed & logprob.is_null()).list.any()
+        return pl.when(~unknown).then(top.list.eval(pl.when(listed).then(logprob.exp())).list.sum())
 
     return mass(FIRST_TOKEN), mass(SECOND_TOKEN)
 
@@ -236,13 +244,16 @@ def _text_masses(text: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     keeps a field whose JSON type varies as text.  JSONPath reads each row on
     its own (text that is no JSON, or lacks the path, gives null for that row
     only), where a typed decode would fail for the whole column.  A token's
-    first entry counts (the API lists each token once).
+    first entry counts (the API lists each token once); one listed with a logprob that is no number has an unknown
+    mass, as in :func:`_typed_masses`.
     """
     listed = text.str.json_path_match(f"{TOP_LOGPROBS_PATH}[*].token").is_not_null()
 
     def mass(token: str) -> pl.Expr:
-        logprob = text.str.json_path_match(f"{TOP_LOGPROBS_PATH}[?(@.token == '{token}')].logprob")
-        return pl.when(listed).then(logprob.cast(pl.Float64, strict=False).exp().fill_null(0.0))
+        entry = f"{TOP_LOGPROBS_PATH}[?(@.token == '{token}')]"
+        present = text.str.json_path_match(f"{entry}.token").is_not_null()
+        logprob = text.str.json_path_match(f"{entry}.logprob").cast(pl.Float64, strict=False)
+        return pl.when(listed & ~(present & logprob.is_null())).then(logprob.exp().fill_null(0.0))
 
     return mass(FIRST_TOKEN), mass(SECOND_TOKEN)
 

@@ -31,14 +31,16 @@ them, joined by ``|`` in the order above (``hard_prompts|coding``): it stays
 one battle on the overall board and is in each of those slices
 (:mod:`biasboard.transforms.slices`).  A battle in none is unlabelled (null).
 The language boards come from the log's own ``language`` column.  A tag that
-is absent, null or not a flag counts as false; a tag the file does not carry
-at all gives no board, and the import's notes say which boards were derived.
+is absent, null or not a flag counts as false; one written as a number (or a
+number as text) is true when not 0, as the arena's Python code reads it; a tag
+the file does not carry at all gives no board, and the import's notes say which
+boards were derived.
 """
 
 from __future__ import annotations
 
 import polars as pl
-from biasboard.importers.common import DType, nested_field
+from biasboard.importers.common import DType, json_truth, nested_field
 from biasboard.schemas.battle import SLICE_LABEL_SEPARATOR
 
 #: The arena's "Hard Prompts" board: at least this many of the seven criteria.
@@ -50,16 +52,16 @@ MULTI_TURN = 2
 
 
 def _flag(found: tuple[pl.Expr, DType] | None) -> pl.Expr | None:
-    """A tag as a Boolean (null and anything not a flag: false); None when the file lacks it or it is no flag."""
+    """A tag as a Boolean (null and anything not a flag: false); None when the file lacks it or it is no flag.
+
+    A boolean, a number and text are read alike (:func:`~biasboard.importers.common.json_truth`): a tag written
+    ``1.0`` on some battles and ``true`` on others is text on every row, and ``"1.0"`` was read as false.
+    """
     if found is None:
         return None
     expr, dtype = found
-    if dtype == pl.Boolean:
-        return expr.fill_null(False)
-    if dtype.is_numeric():
-        return (expr != 0).fill_null(False)
-    if dtype == pl.String:  # a field whose JSON type varies is read as text
-        return expr.str.strip_chars().str.to_lowercase().is_in(["true", "1"]).fill_null(False)
+    if dtype == pl.Boolean or dtype.is_numeric() or dtype == pl.String:
+        return json_truth(expr)
     return None
 
 

@@ -40,8 +40,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
+from biasboard.importers.json_kinds import ITEM, FieldPath, mixed_paths, path_kinds, texted_column, values_at
 from biasboard.importers.json_kinds import as_text as as_json_text
-from biasboard.importers.json_kinds import mixed_paths, path_kinds, texted_column
 from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA, SLICE_COLUMNS, STYLE_COUNT_COLUMNS
 from biasboard.schemas.coerce import FLAG_PREFIX, REASON_BAD_TYPE_PREFIX, coerce_types, flag_reasons
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
@@ -247,13 +247,24 @@ def _json_lines(path: Path) -> list[object]:
     return records
 
 
+def _float_paths(dtype: DType, path: FieldPath) -> list[FieldPath]:
+    """The paths of the float fields under a column of type ``dtype`` (itself at ``path``), inside objects and lists."""
+    if isinstance(dtype, pl.Struct):
+        return [found for f in dtype.fields for found in _float_paths(f.dtype, (*path, f.name))]
+    if isinstance(dtype, (pl.List, pl.Array)):
+        return _float_paths(dtype.inner, (*path, ITEM))
+    return [path] if dtype.is_float() else []
+
+
 def _booleans_among_numbers(frame: pl.DataFrame, records: list[dict]) -> bool:
-    """Whether a numeric column of ``frame`` took a JSON ``true``/``false`` as 1/0: polars types booleans mixed with
-    numbers as numbers, so a grade ``true`` was imported as the grade 1 (and an AlpacaEval preference ``true`` as a
-    win of output_1).  Then the fields' kinds are compared and such a field is read as text, for the rules to judge.
-    One pass over the records per numeric column (JSON arrays only: they are parsed record by record anyway)."""
-    numeric = [name for name, dtype in frame.schema.items() if dtype.is_numeric()]
-    return any(type(record.get(name)) is bool for name in numeric for record in records)
+    """Whether a float field of ``frame``, at any depth, took a JSON ``true``/``false`` as 1.0/0.0: pyarrow types
+    booleans among floats as floats (among integers it refuses them), so a grade ``true`` was imported as the grade
+    1, an AlpacaEval preference ``true`` as a win of output_1, and a token count ``true`` inside ``conv_metadata``
+    as a length of 1 token (text, a bad length, when any other field of the file varied).  Then the fields' kinds
+    are compared and such a field is read as text, for the rules to judge.  One pass over the records per float
+    field (JSON arrays, and JSON lines pyarrow's reader refused: parsed record by record anyway)."""
+    paths = [found for name, dtype in frame.schema.items() for found in _float_paths(dtype, (name,))]
+    return any(bool in set(map(type, values_at(records, path))) for path in paths)
 
 
 def json_number(frame: pl.DataFrame, column: str) -> pl.Expr:
@@ -412,6 +423,18 @@ def nested_field(frame: pl.DataFrame, column: str, *names: str) -> tuple[pl.Expr
             return None
         expr, dtype = expr.struct.field(name), inner[name]
     return (expr, dtype) if dtype is not None else None
+
+
+def json_truth(value: pl.Expr) -> pl.Expr:
+    """A JSON flag as Python's truth test in the arena's code reads it: ``true``, or a number other than 0 (also
+    written as text: a field whose JSON type varies is read as text, ``1.0`` as ``"1.0"``); anything else false.
+
+    Why one reading: a boolean, a number and the same number as text must give one answer, whichever type the
+    reader gave the field (it depends on the file's other rows).
+    """
+    text = value.cast(pl.String).str.strip_chars().str.to_lowercase()
+    number = text.cast(pl.Float64, strict=False)
+    return ((text == "true") | (number.is_not_null() & (number != 0.0))).fill_null(False)
 
 
 def as_text(frame: pl.DataFrame, column: str) -> pl.Expr:

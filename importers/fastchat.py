@@ -63,6 +63,7 @@ from biasboard.importers.common import (
     finalize_battles,
     fixed_day,
     fixed_epoch_seconds,
+    json_truth,
     judge_expr,
     nested_field,
     non_text_slice_notes,
@@ -135,9 +136,7 @@ class ArenaFilter:
         found = nested_field(raw, *self.field)
         if found is None:
             return None
-        text = found[0].cast(pl.String).str.strip_chars().str.to_lowercase()
-        number = text.cast(pl.Float64, strict=False)
-        return ((text == "true") | (number.is_not_null() & (number != 0.0))).fill_null(False)
+        return json_truth(found[0])
 
     def reason_expr(self, raw: pl.DataFrame, options: ImportOptions, notes: list[str]) -> pl.Expr:
         """The dead-letter reason of a battle this filter leaves out (null when kept), and a note of the count."""

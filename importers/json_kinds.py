@@ -66,6 +66,21 @@ def path_kinds(records: Iterable[Mapping[str, object]]) -> dict[FieldPath, set[s
     return kinds
 
 
+def values_at(records: Iterable[Mapping[str, object]], path: FieldPath) -> list[object]:
+    """Every value at ``path`` across ``records``: objects' fields by name, lists' items by ``ITEM``.
+
+    Why: to look for a kind pyarrow typed as another (a boolean among floats) in the few fields where it can hide,
+    without walking every field as :func:`path_kinds` does.
+    """
+    values: list[object] = list(records)
+    for name in path:
+        if name == ITEM:
+            values = [item for v in values if type(v) is list for item in v]
+        else:
+            values = [v.get(name) for v in values if type(v) is dict]
+    return values
+
+
 def mixed_paths(kinds: Mapping[FieldPath, set[str]]) -> set[FieldPath]:
     """The outermost paths whose values are of more than one kind (or integers beyond int64): to be read as text."""
     mixed = {path for path, seen in kinds.items() if len(seen) > 1 or "bigint" in seen}

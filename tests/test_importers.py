@@ -566,6 +566,28 @@ def test_alpacaeval_one_malformed_raw_completion_loses_only_its_own_rows_order(t
     assert "shown order: recovered for 802 battles; 3 battles kept with order_known = false" in " ".join(result.notes)
 
 
+@pytest.mark.parametrize("raw", [False, True], ids=["parsed", "as-text"])
+@pytest.mark.parametrize("logprob", ["n/a", True, None], ids=["text", "boolean", "null"])
+def test_alpacaeval_a_logprob_that_is_no_number_loses_only_its_own_rows_order(tmp_path, logprob, raw):
+    """``M``'s top log-probability written as no number (text, ``true`` or null) makes that row's order unknown, on
+    the parsed path and on the text one (another row's completion is text).  Before: text crashed the import;
+    ``true`` was read as 1.0 (P(M) = e), or as text, no mass, which recovered the wrong order with confidence."""
+    path = real_data(*REAL_LAYOUT, "gpt4_gamed", "weighted_alpaca_eval_gpt4_turbo", "annotations.json.gz")
+    records = json.loads(gzip.decompress(path.read_bytes()))
+    (entry,) = [e for e in records[0]["raw_completion"]["logprobs"]["content"][0]["top_logprobs"] if e["token"] == "M"]
+    entry["logprob"] = logprob
+    if raw:
+        records[4]["raw_completion"] = "garbage"
+    edited = tmp_path / "annotations.json"
+    edited.write_text(json.dumps(records))
+    shown = ["battle_id", "model_a", "model_b", "winner", "len_a", "len_b", "order_known"]
+    published = pl.from_arrow(import_path("alpacaeval", path).rows).select(shown)
+    rows = check_contract(import_path("alpacaeval", edited)).select(shown)
+    edited_rows = pl.int_range(pl.len()).is_in([0, 4] if raw else [0])
+    assert rows.height == 805 and rows.filter(~edited_rows).equals(published.filter(~edited_rows))
+    assert rows["order_known"][0] is False and published["order_known"][0] is None
+
+
 @pytest.mark.parametrize(
     ("parts", "expected"),
     [
@@ -1616,6 +1638,24 @@ def test_a_nested_field_whose_json_kind_varies_loses_no_value(tmp_path, layout):
     assert nested["h"].to_list() == ['{"a":1}', "3", "4"]
     assert nested["s"].to_list() == ["x", '{"k":[1,2]}', None]
     assert nested.schema["n"] == pl.Int64 and nested["n"].to_list() == [5, 6, 7]
+
+
+@pytest.mark.parametrize("layout", ["array", "lines"])
+@pytest.mark.parametrize("varying", [False, True], ids=["alone", "beside-a-field-that-varies"])
+def test_a_boolean_among_floats_at_any_depth_is_text_wherever_it_is(tmp_path, layout, varying):
+    """pyarrow types ``true`` among floats as 1.0 (among integers it refuses), inside objects and lists too: a
+    token count ``true`` beside float counts became a length of 1 token, with no word, while the same value was
+    text (a bad length) as soon as any other field of the file varied in kind.  It is text in both files now."""
+    records: list[dict] = [{"id": i, "m": {"n": 10.5 + i, "l": [0.5, 1.5], "x": 3}} for i in range(3)]
+    records[1]["m"]["n"] = True
+    records[2]["m"]["l"] = [0.5, False]
+    if varying:
+        records[2]["m"]["x"] = "y"
+    path = tmp_path / ("records.json" if layout == "array" else "records.jsonl")
+    path.write_text(json.dumps(records) if layout == "array" else "\n".join(json.dumps(r) for r in records))
+    nested = read_records(path)["m"].struct.unnest()
+    assert nested["n"].to_list() == ["10.5", "true", "12.5"]
+    assert nested["l"].to_list() == [["0.5", "1.5"], ["0.5", "1.5"], ["0.5", "false"]]
 
 
 def test_input_fields_named_like_the_provenance_columns_are_kept_apart(tmp_path):

@@ -239,6 +239,24 @@ def test_the_arena_tags_become_the_arena_categories(tmp_path):
     assert any("category: the arena's category boards" in note for note in result.notes)
 
 
+@pytest.mark.parametrize("varying", [False, True], ids=["alone", "beside-a-field-that-varies"])
+def test_arena_tags_written_as_numbers_among_booleans_are_read_as_the_numbers_say(tmp_path, varying):
+    """A tag written ``1.0``/``0.0`` on some battles and ``true``/``false`` on others is read as Python's truth
+    test in the arena's code reads it.  Such a field is text (pyarrow typed it as numbers only while nothing else
+    varied): the text ``"1.0"`` was read as false, so a battle's categories hung on the file's other rows."""
+    rows, expected = _arena_battles(60, seed=6)
+    for row in rows[::3]:
+        tags = row["category_tag"]
+        tags["criteria_v0.1"] = {name: float(flag) for name, flag in tags["criteria_v0.1"].items()}
+        tags["math_v0.1"]["math"] = float(tags["math_v0.1"]["math"])
+    if varying:
+        rows[1]["conv_metadata"]["sum_user_tokens"] = str(rows[1]["conv_metadata"]["sum_user_tokens"])
+    path = tmp_path / "clean_battle.json"
+    path.write_text(json.dumps(rows))
+    got = import_path("fastchat", path).rows.column("category").to_pylist()
+    assert got == ["|".join(e) or None for e in expected]
+
+
 def test_a_text_category_column_wins_over_the_tags(tmp_path):
     rows, _ = _arena_battles(3, seed=4)
     for row, category in zip(rows, ["coding", "", None], strict=True):

@@ -26,7 +26,7 @@ from biasboard.ranking.rank_stats import kendall_tau_b
 from biasboard.schemas.battle import STYLE_COUNT_COLUMNS
 from biasboard.schemas.cells import STYLE_SQUARES, STYLE_SUMS
 from biasboard.schemas.families import FamilyMap
-from biasboard.schemas.rules import REASON_BAD_STYLE_COUNT
+from biasboard.schemas.rules import REASON_BAD_LENGTH, REASON_BAD_STYLE_COUNT
 from biasboard.schemas.summary import Summary
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.simulate.simulator import Parameters, draw_parameters, simulate_days
@@ -196,6 +196,24 @@ def test_a_log_whose_conv_metadata_is_text_on_some_rows_keeps_the_other_rows_cou
     assert got.filter(pl.col("battle_id") != "q2").equals(want.filter(pl.col("battle_id") != "q2"))
     assert got.filter(pl.col("battle_id") == "q2").null_count().sum_horizontal().item() == len(STYLE_AND_LENGTHS) - 1
     assert "conv_metadata: 1 row(s) hold something else than an object" in " ".join(result.notes)
+
+
+@pytest.mark.parametrize("layout", ["array", "lines"])
+@pytest.mark.parametrize("varying", [False, True], ids=["alone", "beside-a-count-written-as-a-number"])
+def test_a_token_count_true_among_float_counts_is_no_length_whatever_the_other_rows(tmp_path, layout, varying):
+    """``sum_assistant_a_tokens: true`` among float token counts (a pandas round trip writes counts as floats) was
+    imported as a length of 1 token when nothing else in the log varied (pyarrow reads ``true`` among floats as
+    1.0), and dead-lettered as a bad length when another count did: the battle's fate hung on other rows."""
+    metas = _uniform_metas(4)
+    for meta in metas:
+        meta["sum_assistant_a_tokens"] = float(meta["sum_assistant_a_tokens"])
+    metas[1]["sum_assistant_a_tokens"] = True
+    if varying:
+        metas[3]["list_count_b"] = 2  # a plain number where the others write an object of sub-counts
+    result = import_path("fastchat", _write(tmp_path, _battles(metas), layout, "clean_battle"))
+    assert result.dead_by_reason() == {REASON_BAD_LENGTH: 1}
+    out = pl.from_arrow(result.rows)
+    assert out["battle_id"].to_list() == ["q0", "q2", "q3"] and out["len_a"].to_list() == [100, 102, 103]
 
 
 def test_bad_style_counts_are_dead_lettered_and_null_is_unknown():
