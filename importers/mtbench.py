@@ -114,9 +114,11 @@ def attach_answer_lengths(
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     lines = read_all(paths, scalar=SCALAR)
     require_columns(lines, REQUIRED, paths, "MT-Bench pair")
-    judge, prompt, renamed = judge_parts(lines, options, paths)
-    notes: list[str] = [renamed] if renamed else []
     raw = explode_games(lines)
+    # (on the games, the rows the import counts: over the judgment lines the note said "75 of its 75 rows" beside
+    # "read 150 rows (games)")
+    judge, prompt, renamed = judge_parts(raw, options, paths)
+    notes: list[str] = [renamed] if renamed else []
     game = pl.col("game")
     turn, bad_turn = integer_field(raw, "turn", 1)
     verdict = pl.when(game == 1).then(pl.col("g1_winner")).otherwise(pl.col("g2_winner")).cast(pl.String)

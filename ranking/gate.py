@@ -47,7 +47,7 @@ import scipy.sparse as sp
 from biasboard.ranking.arrowhead import BlockCovariance, RowCovariance
 from biasboard.ranking.arrowhead import row_covariance as blocked_rows
 from biasboard.ranking.bias_table import informed_by_data
-from biasboard.ranking.composite import SandwichRows, sandwich_rows
+from biasboard.ranking.composite import SandwichRows, is_composite, sandwich_rows
 from biasboard.ranking.model import AFF, LEN, POS, STYLE_BLOCKS, Layout, block_name
 from biasboard.ranking.problem import Problem, prior_sd_of_effect
 from biasboard.ranking.result import FitResult
@@ -81,6 +81,13 @@ GATE_COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
 }
 
 
+#: The covariance the gate's method names, by whether the fit is ω-weighted (:func:`is_composite`).
+GATE_COVARIANCE = {
+    False: "the posterior covariance",
+    True: "the Godambe (sandwich) covariance of the ω-weighted likelihood",
+}
+
+
 @dataclass(frozen=True)
 class GateResult:
     """Per-(judge, effect) decisions with their evidence, and the corrections left off (tied to the reference)."""
@@ -89,6 +96,9 @@ class GateResult:
     disabled: frozenset[tuple[str, str]]
     k: int
     level: float
+    #: Which covariance the Wald tests read, as the summary's method names it: an ω-weighted fit's is the Godambe
+    #: sandwich (:func:`row_covariance`), which the method had called "the posterior covariance".
+    godambe: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The summary's gate.  An effect decided over more than :data:`LISTED_JUDGES` judges (voter-judges)
@@ -101,7 +111,7 @@ class GateResult:
         ]
         method = (
             "Wald test of each effect's excesses over the reference (all judges jointly, every other "
-            "correction on), Holm-corrected over effects; threshold from the posterior covariance, no margin"
+            f"correction on), Holm-corrected over effects; threshold from {GATE_COVARIANCE[self.godambe]}, no margin"
         )
         if listed.height < self.decisions.height:
             method += (
@@ -355,4 +365,4 @@ def run_gate(
         if not on:
             disabled.update(zip(judge, [effect] * n, strict=True))
     table = pl.concat(frames) if frames else pl.DataFrame(schema=GATE_COLUMNS)
-    return GateResult(table, frozenset(disabled), k, level)
+    return GateResult(table, frozenset(disabled), k, level, godambe=is_composite(problem.spec))

@@ -270,6 +270,13 @@ def _graded(summary: Summary) -> bool:
     return not _ordinal_only(summary) and summary.score_counts is not None and summary.score_counts.counted > 0
 
 
+def _grades_set_scale(summary: Summary) -> bool:
+    """Whether the grades set the ratings' scale: a board of battles and grades, unless ω = 1 weighed the grades 0
+    (the fit drops them, and the judges' verdict-weighted average sets the scale as without grades).  One test for
+    the intervals' note and the discrimination panel: the panel had said "1 is the grades' scale" at ω = 1."""
+    return _graded(summary) and summary.diagnostics.omega != 1.0
+
+
 def _weighted(summary: Summary) -> bool:
     """A board whose battles and grades were weighed unequally (ω ∉ {0.5, 1} with grades): its corrected intervals
     are the Godambe sandwich (:mod:`biasboard.ranking.composite`), not the Laplace posterior.  Read from the
@@ -564,8 +571,7 @@ def _scale_note(summary: Summary) -> str:
     scale, said in its header), the grades on a board of battles and grades, else the judges' average."""
     if _ordinal_only(summary):
         return ""
-    # (ω = 1 weighs the grades 0: the judges' average sets the scale, as without grades)
-    return GRADED_SCALE_NOTE if _graded(summary) and summary.diagnostics.omega != 1.0 else SCALE_NOTE
+    return GRADED_SCALE_NOTE if _grades_set_scale(summary) else SCALE_NOTE
 
 
 def _interval_source(summary: Summary) -> str:
@@ -905,13 +911,11 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
         ordered = [by_judge[j] for j in order]
         desc, ref = EFFECTS.get(effect, ("", 0.0))
         desc = desc.format(clip=_clip_text(summary))
-        if effect == "discrimination" and _graded(summary):
-            # (the judges the battles measure: a grader of no battle has the prior's a = 1)
-            logs = [
-                math.log(r["estimate"]) for r in ordered if r["identified"] is not False and (r["estimate"] or 0) > 0
-            ]
-            if logs:
-                desc = GRADED_DISCRIMINATION.format(mean=math.exp(sum(logs) / len(logs)))
+        if effect == "discrimination" and _grades_set_scale(summary):
+            mean = _judges_average_discrimination(ordered, summary)
+            desc = GRADED_DISCRIMINATION.format(
+                mean="" if mean is None else f" (here {mean:.2f}: their geometric mean, each weighted by its verdicts)"
+            )
         labels = [judge_label(r["judge"]) for r in ordered]
         tips = [f"{label} · {effect}" for label in labels]  # a dot's tooltip names the panel's effect with the judge
         series = [
@@ -1420,9 +1424,19 @@ GRADED_SCALE_NOTE = (
 #: judge's ("1 is average" beside judges all below 1 read as a board of lax judges).
 GRADED_DISCRIMINATION = (
     "Discrimination (a): the judge's scale on quality differences; with grades beside the battles 1 is the grades' "
-    "scale, not the judges' average (their geometric mean here: {mean:.2f}), below 1 a judge that separates the "
-    "models less sharply than the grades do."
+    "scale, not the judges' average{mean}, below 1 a judge that separates the models less sharply than the grades do."
 )
+
+
+def _judges_average_discrimination(rows: list[dict[str, Any]], summary: Summary) -> float | None:
+    """The judges' average discrimination as the scale without grades defines it: the geometric mean of their a_j,
+    each weighted by its battle verdicts (``Spec.disc_weights``; the verdicts from ``summary.judges``).  Why
+    weighted: the panel called the unweighted mean "the judges' average" beside notes that define that average by
+    verdicts.  A grader of no battle (the prior's a = 1) weighs 0; None when no judge listed has a verdict."""
+    verdicts = {j.judge: j.n for j in summary.judges}
+    weighted = [(verdicts.get(r["judge"], 0), r["estimate"]) for r in rows if (r["estimate"] or 0) > 0]
+    total = sum(n for n, _ in weighted)
+    return math.exp(sum(n * math.log(a) for n, a in weighted) / total) if total > 0 else None
 
 
 def _counts(summary: Summary) -> str:

@@ -340,3 +340,17 @@ def test_the_naive_vs_corrected_comparison_leaves_out_the_models_the_naive_board
     x, y = board["rating_naive"].to_numpy(), board["rating_corrected"].to_numpy()
     assert compared["spearman"] == pytest.approx(spearman(x, y))
     assert compared["kendall_tau"] == pytest.approx(kendall_tau_b(x, y))
+
+
+def test_rank_intervals_of_a_weighted_fit_name_the_godambe_draws():
+    """With grades at ω ∉ {0.5, 1} the corrected draws come from the Godambe sandwich (``ranking/composite.py``),
+    which the report's interval note names, but the rank-interval note said "2,000 Laplace posterior draws"."""
+    from biasboard.transforms.ranks import rank_intervals
+
+    from tests.test_ranking_model import _score_cells
+
+    rng = np.random.default_rng(3)
+    battles, grades = _cells(rng, models=6, judges=3, cells=400), _score_cells(rng, models=6, rows=400)
+    for omega, source in ((0.8, "draws from the Godambe (sandwich) covariance"), (0.5, "Laplace posterior draws")):
+        naive, corrected = fit_leaderboards(battles, grades, config=ModelConfig(profile=False, omega=omega))
+        assert rank_intervals(naive, corrected, seed=0).source == source, omega

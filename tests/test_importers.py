@@ -1794,11 +1794,12 @@ def test_importer_sidecars_with_a_bad_field_give_an_error_or_an_unknown_length_n
 
 def test_judge_over_a_file_naming_its_judge_says_which_it_replaced(tmp_path, capsys):
     """``--judge`` over MT-Bench's ``gpt-4`` renamed every verdict without a word, where the help and README spoke
-    of naming the judge of a file that names none: the import now says which judge it replaced, on how many rows.
-    Naming the file's own judge, or leaving the flag out, says nothing."""
+    of naming the judge of a file that names none: the import now says which judge it replaced, on how many rows —
+    counted as the import counts them (MT-Bench's games; it said 75 beside "read 150 rows (games)").  Naming the
+    file's own judge, or leaving the flag out, says nothing."""
     pair = str(real_data(*STEFAN_PAIR))
     for judge, said in (
-        ("gpt4-judge", "--judge gpt4-judge replaced the judge the input names, gpt-4, on 75 of its 75 rows"),
+        ("gpt4-judge", "--judge gpt4-judge replaced the judge the input names, gpt-4, on 150 of its 150 rows"),
         ("gpt-4", None),
         (None, None),
     ):
@@ -1808,6 +1809,8 @@ def test_judge_over_a_file_naming_its_judge_says_which_it_replaced(tmp_path, cap
         notes = json.loads((out / "import_manifest.json").read_text())["notes"]
         replaced = [note for note in notes if "replaced the judge" in note]
         assert replaced == ([said] if said else [])
+        # (its rows are the games the import reads: "read 150 rows (games)", two per judgment line)
+        assert json.loads((out / "import_manifest.json").read_text())["rows_read"] == 150
         assert (f"note: {said}" in capsys.readouterr().out) if said else True
 
 

@@ -521,3 +521,16 @@ def test_reference_fit_of_a_weighted_blocked_fit_equals_the_dense_path():
         for key in ("estimate", "ci_low", "ci_high"):
             if own[key] is not None:
                 assert _close(own[key], b.own_effects[effect][key]), (effect, key)
+
+
+def test_the_gate_of_a_weighted_fit_names_the_godambe_covariance_it_tests_with():
+    """At ω ≠ 0.5 with grades the gate's Wald tests read the Godambe sandwich (:func:`row_covariance`), but the
+    summary's method, which the report prints above the gate table, said "threshold from the posterior covariance"."""
+    pairs, grades = _graded_tables(5)
+    for omega, godambe in ((0.8, True), (0.5, False)):
+        fitted = fit_with_reference(
+            pairs, grades, reference=Reference("judges", ("judge-0",)), config=ModelConfig(omega=omega)
+        )
+        method = fitted.gate.to_json()["method"]
+        assert ("threshold from the Godambe (sandwich) covariance of the ω-weighted likelihood" in method) == godambe
+        assert ("threshold from the posterior covariance" in method) != godambe

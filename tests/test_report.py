@@ -1197,12 +1197,29 @@ def test_a_board_of_battles_and_grades_says_the_grades_set_the_scale(tmp_path, p
     )
     snap = Path(publish.resolve_snapshot(str(tmp_path / "out")))
     bias = pl.read_parquet(snap / "bias.parquet").filter(pl.col("effect") == "discrimination")
-    mean = math.exp(float(np.log(bias["estimate"].to_numpy()).mean()))
+    board = pl.read_parquet(snap / "leaderboard.parquet")
+    # The judges' average as the scale without grades defines it: weighted by each judge's verdicts.
+    verdicts = {j.judge: j.n for j in outcome.summary.judges}
+    weights = np.array([verdicts[j] for j in bias["judge"]], float)
+    mean = math.exp(float(np.average(np.log(bias["estimate"].to_numpy()), weights=weights)))
     assert abs(mean - 1.0) > 0.01  # not centred on 1: the grades set the scale
-    page = text_of(render_report(pl.read_parquet(snap / "leaderboard.parquet"), bias, outcome.summary))
+    page = text_of(render_report(board, bias, outcome.summary))
     assert "1 is average" not in page and "the ratings' scale is the judges' average discrimination" not in page
-    assert f"their geometric mean here: {mean:.2f}" in page
+    said = "(here {:.2f}: their geometric mean, each weighted by its verdicts)"
+    assert said.format(mean) in page
     assert "the ratings' scale is the grades'" in page
+    # Weighted, not the plain mean the panel showed: one judge with 100× the verdicts pulls the mean to its a_j.
+    heavy = [dataclasses.replace(j, n=j.n * (100 if i == 0 else 1)) for i, j in enumerate(outcome.summary.judges)]
+    first = dict(zip(bias["judge"], bias["estimate"], strict=True))[heavy[0].judge]
+    weights = np.array([{j.judge: j.n for j in heavy}[j] for j in bias["judge"]], float)
+    pulled = math.exp(float(np.average(np.log(bias["estimate"].to_numpy()), weights=weights)))
+    assert abs(pulled - first) < abs(mean - first) and f"{pulled:.2f}" != f"{mean:.2f}"
+    page = text_of(render_report(board, bias, dataclasses.replace(outcome.summary, judges=heavy)))
+    assert said.format(pulled) in page
+    # ω = 1 weighs the grades 0 (the fit drops them): the panel said "1 is the grades' scale" there.
+    at_one = dataclasses.replace(outcome.summary.diagnostics, omega=1.0)
+    page = text_of(render_report(board, bias, dataclasses.replace(outcome.summary, diagnostics=at_one)))
+    assert "1 is the grades' scale" not in page and "1 is average (each judge weighted by its verdicts)" in page
     # A board of battles alone keeps the average judge's wording.
     assert "1 is average" in text_of(published.page)
     assert "the ratings' scale is the judges' average discrimination" in text_of(published.page)

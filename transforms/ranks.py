@@ -2,8 +2,9 @@
 
 One function for the overall board (:func:`biasboard.transforms.snapshot.build_summary`) and every
 slice's (:mod:`biasboard.transforms.slices`), so a slice's intervals come from the same draws at the
-same level as the overall board's: the bootstrap replicates when the fit made them, else Laplace
-posterior draws (:meth:`biasboard.ranking.result.FitResult.rank_interval`).
+same level as the overall board's: the bootstrap replicates when the fit made them, else draws from the fit's
+covariance (:meth:`biasboard.ranking.result.FitResult.rank_interval`) — the Laplace posterior's, or the Godambe
+sandwich of an ω-weighted fit (:mod:`biasboard.ranking.composite`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,14 @@ from biasboard.schemas import summary as S
 #: Level and number of posterior draws of the published rank intervals.
 RANK_LEVEL = 0.95
 RANK_DRAWS = 2000
+#: ``Ranks.source`` by the corrected fit's ``uncertainty``: what the report's rank-interval note names.  Why not
+#: "Laplace posterior draws" throughout: an ω-weighted fit's draws come from its Godambe sandwich, which the
+#: intervals' note above the board already names, so the rank note contradicted it.
+RANK_SOURCES = {
+    "bootstrap": "bootstrap replicates",
+    "godambe": "draws from the Godambe (sandwich) covariance",
+    "laplace": "Laplace posterior draws",
+}
 
 
 def rank_intervals(naive: FitResult, corrected: FitResult, seed: int) -> S.Ranks:
@@ -31,7 +40,7 @@ def rank_intervals(naive: FitResult, corrected: FitResult, seed: int) -> S.Ranks
     naive_shown = shown - set(left_off_models(naive))
     return S.Ranks(
         level=RANK_LEVEL,
-        source="bootstrap replicates" if corrected.boot_theta is not None else "Laplace posterior draws",
+        source=RANK_SOURCES["bootstrap" if corrected.boot_theta is not None else corrected.uncertainty],
         draws=len(corrected.boot_theta) if corrected.boot_theta is not None else RANK_DRAWS,
         naive=_intervals(naive, seed, naive_shown),
         corrected=_intervals(corrected, seed, shown),
