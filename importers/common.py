@@ -40,7 +40,14 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
-from biasboard.importers.json_kinds import ITEM, FieldPath, mixed_paths, path_kinds, texted_column, values_at
+from biasboard.importers.json_kinds import (
+    FieldPath,
+    mixed_paths,
+    refused,
+    refused_kinds,
+    texted_column,
+    typed_array,
+)
 from biasboard.importers.json_kinds import as_text as as_json_text
 from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA, SLICE_COLUMNS, STYLE_COUNT_COLUMNS
 from biasboard.schemas.coerce import FLAG_PREFIX, REASON_BAD_TYPE_PREFIX, coerce_types, flag_reasons
@@ -247,26 +254,6 @@ def _json_lines(path: Path) -> list[object]:
     return records
 
 
-def _float_paths(dtype: DType, path: FieldPath) -> list[FieldPath]:
-    """The paths of the float fields under a column of type ``dtype`` (itself at ``path``), inside objects and lists."""
-    if isinstance(dtype, pl.Struct):
-        return [found for f in dtype.fields for found in _float_paths(f.dtype, (*path, f.name))]
-    if isinstance(dtype, (pl.List, pl.Array)):
-        return _float_paths(dtype.inner, (*path, ITEM))
-    return [path] if dtype.is_float() else []
-
-
-def _booleans_among_numbers(frame: pl.DataFrame, records: list[dict]) -> bool:
-    """Whether a float field of ``frame``, at any depth, took a JSON ``true``/``false`` as 1.0/0.0: pyarrow types
-    booleans among floats as floats (among integers it refuses them), so a grade ``true`` was imported as the grade
-    1, an AlpacaEval preference ``true`` as a win of output_1, and a token count ``true`` inside ``conv_metadata``
-    as a length of 1 token (text, a bad length, when any other field of the file varied).  Then the fields' kinds
-    are compared and such a field is read as text, for the rules to judge.  One pass over the records per float
-    field (JSON arrays, and JSON lines pyarrow's reader refused: parsed record by record anyway)."""
-    paths = [found for name, dtype in frame.schema.items() for found in _float_paths(dtype, (name,))]
-    return any(bool in set(map(type, values_at(records, path))) for path in paths)
-
-
 def json_number(frame: pl.DataFrame, column: str) -> pl.Expr:
     """``column`` as Float64: numbers, and numbers as text, as they are; other text and a JSON boolean NaN (a value
     that is no number: the format's range check rejects it), null as null.  Why: polars casts ``true`` to 1.0."""
@@ -282,47 +269,98 @@ def _frame_from_records(path: Path, records: object) -> tuple[pl.DataFrame, dict
     refuses a field whose values differ in kind, where polars' ``from_dicts``
     kept the values of one kind and made the others null, inside nested objects
     too: :mod:`biasboard.importers.json_kinds`; 3-4x faster as well).  When it
-    refuses the records, the fields' kinds are compared and each value of more
-    than one kind is kept as text at its place (strings as they are, anything
-    else as JSON), so the format's mapping and the ingest's rules judge the values.
+    refuses the records, each field is typed alone, and only in the fields it
+    refuses are the kinds compared, each value of more than one kind kept as text
+    at its place (strings as they are, anything else as JSON), so the format's
+    mapping and the ingest's rules judge the values.  A text holding a lone UTF-16
+    surrogate (``"\\ud800"``, which JSON allows and UTF-8 cannot hold) marks its
+    row ``bad_text:<field>`` (:func:`_good_text`).
     """
     if not isinstance(records, list) or not records:
         raise InputError(f"{path}: input file holds no JSON records")
     if not all(isinstance(r, dict) for r in records):
         raise InputError(f"{path}: JSON records must be objects (one per row)")
     try:  # pyarrow refuses a value of another kind than its field's, at any depth (polars made it null)
-        typed = pl.from_arrow(pa.array(records)).struct.unnest()  # type: ignore[union-attr]
-    except (pa.ArrowException, pl.exceptions.PolarsError, TypeError, OverflowError, ValueError):
-        typed = None
-    if typed is not None and not _booleans_among_numbers(typed, records):
-        return typed, {}
-    kinds = path_kinds(records)
+        whole = typed_array(records)
+        if whole is not None:
+            return pl.from_arrow(whole).struct.unnest(), {}  # type: ignore[union-attr]
+    except (UnicodeEncodeError, pl.exceptions.PolarsError):
+        pass
+    columns = list(dict.fromkeys(key for record in records for key in record))
+    raw = {key: [r.get(key) for r in records] for key in columns}
+    kinds: dict[FieldPath, set[str]] = {}
+    for key in columns:
+        if refused(raw[key]):
+            kinds.update(refused_kinds((key,), raw[key]))
     varying = mixed_paths(kinds)
     mixed = {path[0] for path in varying if len(path) == 1}
     inner = {path[0]: [p for p in varying if p[0] == path[0]] for path in varying if len(path) > 1}
     nested = {key for key in mixed if kinds[(key,)] & {"list", "dict"}}
-    columns = list(dict.fromkeys(key for record in records for key in record))
-    marks = {NESTED_PREFIX + key: [isinstance(r.get(key), (list, dict)) for r in records] for key in nested}
+    marks = {NESTED_PREFIX + key: [isinstance(v, (list, dict)) for v in raw[key]] for key in nested}
 
     def values(key: str) -> list[object]:
         if key in mixed:
-            return [as_json_text(r.get(key)) for r in records]
-        return texted_column(records, key, inner[key]) if key in inner else [r.get(key) for r in records]
+            return [as_json_text(v) for v in raw[key]]
+        return texted_column(records, key, inner[key]) if key in inner else raw[key]
 
     try:
-        frame = pl.DataFrame([_typed_column(key, values(key)) for key in columns])
+        frame = pl.DataFrame([_good_text(key, values(key), marks) for key in columns])
     except (pl.exceptions.PolarsError, TypeError, OverflowError, ValueError):
         # Values polars still cannot hold together: every non-text field is kept as JSON text.
-        texts = {key: [as_json_text(r.get(key)) for r in records] for key in columns}
-        frame = pl.DataFrame(texts, schema=dict.fromkeys(columns, pl.String))
-        marks = {NESTED_PREFIX + key: [isinstance(r.get(key), (list, dict)) for r in records] for key in columns}
+        marks = {NESTED_PREFIX + key: [isinstance(v, (list, dict)) for v in raw[key]] for key in columns}
+        frame = pl.DataFrame([_good_text(key, [as_json_text(v) for v in raw[key]], marks) for key in columns])
     return frame, marks
 
 
+#: A text that holds a lone UTF-16 surrogate, which no UTF-8 column can hold (see :func:`_good_text`).
+REASON_BAD_TEXT_PREFIX = "bad_text:"
+
+
+def _good_text(name: str, values: list[object], marks: dict[str, list[bool]]) -> pl.Series:
+    """One field's values as a column (:func:`_typed_column`); where a value holds a lone UTF-16 surrogate
+    (``"\\ud800"``: Python's JSON parser accepts it, UTF-8 cannot encode it) its texts are shown escaped
+    (``\\ud800``) and its row flagged ``bad_text:<name>`` in ``marks``.
+
+    Why: such a value crashed the import with a raw UnicodeEncodeError, or, inside an object, made polars keep
+    the whole field as Python objects that no mapping reads.  The check runs only when the column cannot be built.
+    """
+    try:
+        return _typed_column(name, values)
+    except UnicodeEncodeError:
+        pass
+    bad = [_holds_surrogate(v) for v in values]
+    marks[FLAG_PREFIX + REASON_BAD_TEXT_PREFIX + name] = bad
+    return _typed_column(name, [_escaped(v) if b else v for v, b in zip(values, bad, strict=True)])
+
+
+def _holds_surrogate(value: object) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _escaped(value: object) -> object:
+    """``value`` with every text (keys too) UTF-8 can hold, a lone surrogate written as its escape ``\\udxxx``."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
+    return value
+
+
 def _typed_column(name: str, values: list[object]) -> pl.Series:
-    """One field's values as a column: by pyarrow when they agree in kind (3-4x faster than polars), else by polars."""
+    """One field's values as a column: by pyarrow when they agree in kind (3-4x faster than polars), else by polars.
+
+    A lone surrogate raises UnicodeEncodeError (:func:`_good_text`); polars would keep such objects as Python objects.
+    """
     try:
         return pl.Series(name, pa.array(values))
+    except UnicodeEncodeError:
+        raise
     except (pa.ArrowException, pl.exceptions.PolarsError, TypeError, OverflowError, ValueError):
         return pl.Series(name, values, strict=False)
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
+import pyarrow as pa
+
 #: The path of a field inside a record: ``("conv_metadata", "header_count_a")``; ``ITEM`` stands for a list's items.
 FieldPath = tuple[str, ...]
 ITEM = "[]"
@@ -41,36 +43,74 @@ def as_text(value: object) -> str | None:
     return value if value is None or isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
-def path_kinds(records: Iterable[Mapping[str, object]]) -> dict[FieldPath, set[str]]:
-    """The kinds each field holds across ``records`` (nulls aside), the fields of objects and lists by their path.
+def _float_paths(dtype: pa.DataType, path: FieldPath) -> list[FieldPath]:
+    """The paths of the float fields under a value of arrow type ``dtype`` (itself at ``path``)."""
+    if pa.types.is_struct(dtype):
+        return [found for f in dtype for found in _float_paths(f.type, (*path, f.name))]
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_fixed_size_list(dtype):
+        return _float_paths(dtype.value_type, (*path, ITEM))
+    return [path] if pa.types.is_floating(dtype) else []
 
-    Run only on records pyarrow refused to type (:func:`biasboard.importers.common.read_records`).  Level by level:
-    each field's values are gathered into one list and typed with builtins, not visited one Python call each.
+
+def typed_array(values: list[object]) -> pa.Array | None:
+    """``values`` typed by pyarrow, or None where it refuses them or typed a JSON boolean as a float, at any depth.
+
+    Why the booleans: pyarrow types ``true`` among floats as 1.0 (among integers it refuses it), so a grade ``true``
+    was imported as the grade 1 and a token count ``true`` as a length of 1 token.  Where pyarrow refuses, the
+    kinds are compared (:func:`refused_kinds`).  A lone UTF-16 surrogate raises :class:`UnicodeEncodeError`, left
+    to the caller (its rows are dead-lettered: :func:`biasboard.importers.common.read_records`).
     """
-    rows = list(records)
-    names = set().union(*rows)
-    todo: list[tuple[FieldPath, list[object]]] = [((name,), [r.get(name) for r in rows]) for name in names]
-    kinds: dict[FieldPath, set[str]] = {}
-    while todo:
-        path, values = todo.pop()
-        present = [v for v in values if v is not None]
-        if not present:
-            continue
-        found = kinds[path] = _kinds_of(present)
-        if "dict" in found:
-            objects = [v for v in present if type(v) is dict]
-            for name in set().union(*objects):
-                todo.append(((*path, name), [obj.get(name) for obj in objects]))
-        if "list" in found:
-            todo.append(((*path, ITEM), [item for v in present if type(v) is list for item in v]))
+    try:
+        array = pa.array(values)
+    except UnicodeEncodeError:
+        raise
+    except (pa.ArrowException, TypeError, OverflowError, ValueError):
+        return None
+    paths = _float_paths(array.type, ())
+    return None if any(bool in set(map(type, values_at(values, p))) for p in paths) else array
+
+
+def refused_kinds(path: FieldPath, values: list[object]) -> dict[FieldPath, set[str]]:
+    """The kinds of ``values`` (at ``path``, which pyarrow refused to type), and below them the kinds of the fields
+    pyarrow refuses in turn: the varying values found without typing in Python the fields that agree.
+
+    Why: one odd value among 200k nested records made the reader type every field of every record in
+    Python (~4 s); pyarrow tells in C which fields agree.  It refuses exactly what is mixed here
+    (kinds, integers beyond int64) besides a boolean among floats, which :func:`typed_array` refuses itself.
+    """
+    present = [v for v in values if v is not None]
+    if not present:
+        return {}
+    found = _kinds_of(present)
+    kinds = {path: found}
+    if len(found) > 1 or "bigint" in found:  # the whole value becomes text: nothing below it matters
+        return kinds
+    below: list[tuple[FieldPath, list[object]]] = []
+    if found == {"dict"}:
+        objects = [v for v in present if isinstance(v, dict)]
+        names: set[str] = set().union(*objects)
+        below = [((*path, name), [obj.get(name) for obj in objects]) for name in names]
+    elif found == {"list"}:
+        below = [((*path, ITEM), [item for v in present if isinstance(v, list) for item in v])]
+    for inner, inner_values in below:
+        if refused(inner_values):
+            kinds.update(refused_kinds(inner, inner_values))
     return kinds
 
 
-def values_at(records: Iterable[Mapping[str, object]], path: FieldPath) -> list[object]:
+def refused(values: list[object]) -> bool:
+    """Whether pyarrow refuses to type ``values`` (a lone surrogate counts as refused: its kinds still agree)."""
+    try:
+        return typed_array(values) is None
+    except UnicodeEncodeError:
+        return True
+
+
+def values_at(records: Iterable[object], path: FieldPath) -> list[object]:
     """Every value at ``path`` across ``records``: objects' fields by name, lists' items by ``ITEM``.
 
     Why: to look for a kind pyarrow typed as another (a boolean among floats) in the few fields where it can hide,
-    without walking every field as :func:`path_kinds` does.
+    without walking every field.
     """
     values: list[object] = list(records)
     for name in path:

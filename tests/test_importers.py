@@ -1829,3 +1829,29 @@ def test_date_over_a_file_whose_rows_are_all_dated_says_it_dated_none(tmp_path):
         notes = json.loads((out / "import_manifest.json").read_text())["notes"]
         said = "--date 2024-05-05 dated no row: every row converted carries its own time stamp"
         assert (said in notes) is unused
+
+
+@pytest.mark.parametrize("layout", ["array", "lines"])
+@pytest.mark.parametrize("field", ["model_a", "conv_metadata"])
+def test_a_lone_surrogate_in_a_json_string_dead_letters_its_row_as_bad_text(tmp_path, layout, field):
+    """``"\\ud800"`` is valid JSON (Python's parser accepts it) but no UTF-8 text: it crashed the import with a raw
+    UnicodeEncodeError, or inside ``conv_metadata`` (beside a count whose kind varies) made polars keep the field as
+    Python objects.  Its row is dead-lettered ``bad_text:<field>``, the value shown escaped; the others import."""
+    rows = [
+        {"model_a": "a", "model_b": "b", "winner": "model_a", "judge": "j", "tstamp": 1.72e9,
+         "conv_metadata": {"sum_assistant_a_tokens": 5, "sum_assistant_b_tokens": 6}},
+        {"model_a": "b", "model_b": "a", "winner": "tie", "judge": "j", "tstamp": 1.72e9 + 1,
+         "conv_metadata": {"sum_assistant_a_tokens": "7", "sum_assistant_b_tokens": 8}},
+    ]  # fmt: skip
+    text = [json.dumps(r) for r in rows]
+    if field == "model_a":
+        text[1] = text[1].replace('"model_a": "b"', '"model_a": "b\\ud800"')
+    else:
+        text[1] = text[1].replace('"sum_assistant_b_tokens": 8', '"sum_assistant_b_tokens": 8, "x": "\\udc00"')
+    path = tmp_path / ("battles.json" if layout == "array" else "battles.jsonl")
+    path.write_text("[" + ",\n".join(text) + "]" if layout == "array" else "\n".join(text) + "\n")
+    result = import_path("fastchat", path)
+    assert result.rows_converted == 1
+    assert result.dead_by_reason() == {f"bad_text:{field}": 1}
+    (dead,) = result.dead_letters.to_pylist()
+    assert "\\ud800" in dead[field] if field == "model_a" else "\\udc00" in dead[field]
