@@ -107,8 +107,9 @@ class ModelConfig:
     """How the bias-aware model is fit.
 
     ``disabled`` holds (judge, effect) pairs whose effect is fixed at zero (for
-    ``discrimination``: a_j fixed at 1); judge ``'*'`` switches the effect off for
-    every judge.  ``omega`` is Katoch et al.'s weight of the pairwise part against the
+    ``discrimination``: a_j fixed at 1, and a judge so fixed with pair verdicts sets θ's scale: the other a_j are
+    then measured against it, not centred — :func:`~biasboard.ranking.model.fixed_scale_judges`); judge ``'*'``
+    switches the effect off for every judge.  ``omega`` is Katoch et al.'s weight of the pairwise part against the
     ordinal part; the likelihoods are weighted 2ω and 2(1 − ω), so the default
     ω = 0.5 is the plain joint likelihood with its Laplace CIs.  Any other ω with grades is a
     composite likelihood: its CIs are the Godambe (sandwich) covariance (:mod:`biasboard.ranking.composite`),

@@ -40,7 +40,7 @@ from biasboard.ranking.problem import (
     naive_ordinal_problem,
     naive_problem,
 )
-from biasboard.ranking.reference_rating import reference_replicates
+from biasboard.ranking.reference_rating import discrimination_row, reference_replicates
 from biasboard.ranking.result import Z95, FitResult, SolverState, empty_bias_table
 from biasboard.ranking.solver import (
     NewtonFactor,
@@ -708,6 +708,16 @@ def _few_grades_bootstrap_warning(data: Dataset, replicates: int) -> list[str]:
     ]
 
 
+def judges_discrimination(problem: Problem, core: np.ndarray) -> float:
+    """The judges' average discrimination: exp(Σ_j w_j log a_j) over every judge, w_j its share of the pair
+    verdicts (a judge whose a_j is fixed at 1 counts with log a_j = 0).  1 by construction on a board of battles
+    alone unless a fixed judge sets the scale; free with grades, where the report's discrimination panel shows it.
+
+    Why recorded by the fit: the summary lists only the busiest judges of a voter board (``SUMMARY_JUDGES_MAX``),
+    and the panel's mean of the listed ones is not the mean over all of them."""
+    return float(np.exp(discrimination_row(problem, frozenset(problem.data.judges)) @ core))
+
+
 def publish_bias_aware(
     problem: Problem,
     solution: Solution,
@@ -772,6 +782,8 @@ def publish_bias_aware(
     diagnostics["omega"] = config.omega
     if data.ordinal_only:
         diagnostics["board"] = ORDINAL_ONLY
+    else:
+        diagnostics["judges_discrimination"] = judges_discrimination(problem, solution.core)
     diagnostics["length_scale"] = problem.spec.x_scale
     diagnostics["length_clip"] = config.length_clip
     warnings.extend(_prior_bound_warning(data, config.priors.theta_sd))

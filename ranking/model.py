@@ -9,7 +9,8 @@ so without ties P(a wins) = σ(η) and θ is on the Bradley–Terry logit scale.
 *standardised* log length ratio.  γ_j = γ₀ + u_j, β_j = β₀ + b_j, λ_j = λ₀ + l_j; a_j = exp(L_j) with
 L_j = ρ_j − Σ_k w_k ρ_k over judges whose discrimination is enabled, w_k judge k's share of their pair verdicts
 (the verdict-weighted mean of log a_j is 0, so θ keeps the scale of the average verdict's judge, which a judge
-with a handful of verdicts cannot make uncertain) — unless ordinal scores fix the scale of θ, then L_j = ρ_j.
+with a handful of verdicts cannot make uncertain) — unless ordinal scores fix the scale of θ, or a judge with pair
+verdicts whose a_j is fixed at 1 does (:func:`fixed_scale_judges`), then L_j = ρ_j.
 A self-battle has θ_a − θ_b = 0 and s_a − s_b = 0: it informs γ, β, ν only.
 
 Ordinal part (Katoch et al. 2026, partial-credit many-facet Rasch), for a (judge, model, prompt) with counts n_k of
@@ -128,6 +129,16 @@ class Layout:
         return self.eff_tau.stop
 
 
+def fixed_scale_judges(disc_mask: np.ndarray, verdicts: np.ndarray | None) -> np.ndarray:
+    """Per judge, whether its a_j is fixed at 1 (``disc_mask`` 0) while it has pair verdicts (``verdicts`` > 0; None:
+    every judge has some) and some judge's a_j is free: its verdicts then set θ's scale (:class:`Spec`).  All False
+    when every a_j is fixed (nothing is left to centre) or none is."""
+    off = np.asarray(disc_mask) <= 0
+    if off.all() or not off.any():
+        return np.zeros(off.size, bool)
+    return off if verdicts is None else off & (np.asarray(verdicts) > 0)
+
+
 @dataclass(frozen=True)
 class Spec:
     """What is fixed during a fit: the layout, which effects each judge has, the covariate scale, weights.
@@ -168,10 +179,22 @@ class Spec:
         """Where judge j's own deviation of effect t enters η: the effect is on and not tied to the global."""
         return self.masks[t] if self.tied is None or t >= len(self.tied) else self.masks[t] * (1.0 - self.tied[t])
 
+    @cached_property
+    def scale_set_by_fixed_judge(self) -> bool:
+        """Whether a judge with pair verdicts has its a_j fixed at 1 (discrimination off) beside judges whose a_j is
+        free: that judge's verdicts then set θ's scale, and the free log a_j are left uncentred (L_j = ρ_j).
+
+        Why not centred as well: fixing the free judges' weighted mean of log a_j at 0 on top of a_k = 1 is a
+        restriction of the model, not a convention — it forces their discriminations to average the fixed judge's
+        (a fixed judge at 1 beside three at 1.5: θ's slope on the truth 1.34, the free a_j 0.98–1.03, 82 nats
+        worse than the unrestricted fit; docs/design-notes.md, "Scale of θ")."""
+        return self.centre_discrimination and bool(fixed_scale_judges(self.masks[DISC], self.disc_weights).any())
+
     def disc_centring(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(judges, weights) of the centring L_j = ρ_j − Σ_k w_k ρ_k of log a_j (weights over those judges, summing
-        to 1), or None when log a_j is not centred (grades set the scale, or one judge alone: a_j = 1)."""
-        if not self.centre_discrimination:
+        to 1), or None when log a_j is not centred (grades set the scale, a judge whose a_j is fixed at 1 does —
+        :attr:`scale_set_by_fixed_judge` — or one judge alone: a_j = 1)."""
+        if not self.centre_discrimination or self.scale_set_by_fixed_judge:
             return None
         on = np.flatnonzero(self.masks[DISC] > 0)
         if on.size < 2:
@@ -220,7 +243,7 @@ class Spec:
             eff, raw = lay.eff_block(t), lay.block(t).start + jj
             col[eff, 1] = raw
             mask = self.masks[t]
-            if t == DISC and self.centre_discrimination:
+            if t == DISC and self.centre_discrimination and not self.scale_set_by_fixed_judge:
                 centre = self.disc_centring()
                 if centre is not None:  # L_j = ρ_j − weighted mean over enabled judges; one judge alone: a_j = 1
                     on, w = centre

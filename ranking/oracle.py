@@ -18,16 +18,27 @@ import numpy as np
 from biasboard.ranking.config import ModelConfig
 from biasboard.ranking.data import CellsInput, Dataset, build_dataset
 from biasboard.ranking.fit import solve_bias_aware
-from biasboard.ranking.model import AFF, DISC, LEN, POS, SEV, STYLE_BLOCKS, TIE
+from biasboard.ranking.model import AFF, DISC, LEN, POS, SEV, STYLE_BLOCKS, TIE, fixed_scale_judges
 from biasboard.ranking.problem import bias_aware_problem
 
 
-def true_scale(cells: CellsInput | Dataset, judges: Mapping[str, Mapping[str, Any]]) -> float:
+def true_scale(
+    cells: CellsInput | Dataset, judges: Mapping[str, Mapping[str, Any]], config: ModelConfig | None = None
+) -> float:
     """exp(Σ_j w_j log a_j) of the true a_j, w_j judge j's share of the pair verdicts: the scale the fit puts θ
     on when pairs alone set it (``Spec.disc_weights``).  The truth a fit estimates is then θ times this and each
-    a_j divided by it (with grades beside the pairs: θ and a_j themselves)."""
+    a_j divided by it (with grades beside the pairs: θ and a_j themselves).
+
+    When ``config`` fixes some judges' a_j at 1 (``disabled`` discrimination) beside free ones, those judges' verdicts
+    set the scale (:func:`~biasboard.ranking.model.fixed_scale_judges`): the mean is over them alone — exactly
+    their a_j when they share one; if they do not, the fixed model is misspecified and this is its first-order
+    scale."""
     data = cells if isinstance(cells, Dataset) else build_dataset(cells)
     verdicts = data.judge_sums("n")
+    if config is not None:
+        on = np.array([config.is_enabled(judge, "discrimination") for judge in data.judges], float)
+        fixed = fixed_scale_judges(on, verdicts)
+        verdicts = np.where(fixed, verdicts, 0.0) if fixed.any() else verdicts
     log_a = np.array([np.log(judges.get(judge, {}).get("a", 1.0)) for judge in data.judges])
     return float(np.exp(verdicts @ log_a / verdicts.sum()))
 

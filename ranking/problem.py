@@ -27,6 +27,7 @@ from biasboard.ranking.model import (
     Layout,
     Shard,
     Spec,
+    fixed_scale_judges,
 )
 from biasboard.ranking.solver import Objective, Prior
 from biasboard.schemas.summary import GLOBAL_JUDGE, TIED_TO_REFERENCE
@@ -325,7 +326,9 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     severity_group = _severity_groups(data, masks[SEV] > 0, notes)
     tied = _tie_to_reference(data, config, masks, notes, has_data)
     has_ord = scores is not None and config.omega < 1.0
-    if masks[DISC].sum() < 2 and not has_ord:
+    verdicts = data.judge_sums("n")
+    if masks[DISC].sum() < 2 and not has_ord and not fixed_scale_judges(masks[DISC], verdicts).any():
+        # (a lone free a_j beside a judge with verdicts whose a_j is fixed at 1 is measured against that judge)
         notes.set_default(DISC, masks[DISC] > 0, "fixed at 1: the scale of a single judge is the scale of θ")
         masks[DISC] = 0.0
     w_pair, w_ord = (2.0 * config.omega, 2.0 * (1.0 - config.omega)) if has_ord else (1.0, 0.0)
@@ -345,7 +348,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         w_pair,
         w_ord,
         centre_discrimination=not has_ord,
-        disc_weights=None if has_ord else data.judge_sums("n"),
+        disc_weights=None if has_ord else verdicts,
         judge_blocks=blocked,
         tied=tied,
         style_scale=style_scale(pairs) if with_style else None,

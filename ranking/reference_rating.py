@@ -79,16 +79,12 @@ def discrimination_row(problem: Problem, reference: frozenset[str]) -> np.ndarra
     if not reference_mask(problem, reference).any():
         return v
     raw = lay.block(DISC).start + np.arange(lay.n_judges)
-    share = reference_shares(problem, reference) * (spec.masks[DISC] > 0)
-    if not spec.centre_discrimination:
-        v[raw] = share
-        return v
-    centred = spec.disc_centring()
-    if centred is None:  # one judge alone: a_j = 1
-        return v
-    on, w = centred
+    share = reference_shares(problem, reference) * (spec.masks[DISC] > 0)  # a_j = 1 (one judge alone: all): L_j = 0
     v[raw] = share
-    v[raw[on]] -= w * share.sum()
+    centred = spec.disc_centring()
+    if centred is not None:  # else L_j = ρ_j: grades, or a judge whose a_j is fixed at 1, set θ's scale
+        on, w = centred
+        v[raw[on]] -= w * share.sum()
     return v
 
 

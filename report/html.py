@@ -1430,9 +1430,15 @@ GRADED_DISCRIMINATION = (
 
 def _judges_average_discrimination(rows: list[dict[str, Any]], summary: Summary) -> float | None:
     """The judges' average discrimination as the scale without grades defines it: the geometric mean of their a_j,
-    each weighted by its battle verdicts (``Spec.disc_weights``; the verdicts from ``summary.judges``).  Why
-    weighted: the panel called the unweighted mean "the judges' average" beside notes that define that average by
-    verdicts.  A grader of no battle (the prior's a = 1) weighs 0; None when no judge listed has a verdict."""
+    each weighted by its battle verdicts (``Spec.disc_weights``).  Why weighted: the panel called the unweighted
+    mean "the judges' average" beside notes that define that average by verdicts.
+
+    The fit's own value over every judge (``diagnostics.judges_discrimination``) when the summary has it: a voter
+    board's summary lists only its busiest judges, whose mean is not the average over all.  An older summary's is
+    computed from the listed rows and ``summary.judges`` (a grader of no battle, the prior's a = 1, weighs 0; None
+    when no judge listed has a verdict)."""
+    if summary.diagnostics.judges_discrimination is not None:
+        return summary.diagnostics.judges_discrimination
     verdicts = {j.judge: j.n for j in summary.judges}
     weighted = [(verdicts.get(r["judge"], 0), r["estimate"]) for r in rows if (r["estimate"] or 0) > 0]
     total = sum(n for n, _ in weighted)

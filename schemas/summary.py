@@ -573,6 +573,10 @@ class Diagnostics:
     covariates: Covariates | None = None
     naive_vs_corrected: Comparison | None = None
     omega: float | None = None
+    #: The judges' average discrimination: the geometric mean of every judge's a_j, each weighted by its pair
+    #: verdicts (``ranking.fit.judges_discrimination``), over all judges, not only those the summary lists.  None on
+    #: an ordinal-only board and in a summary written before it was recorded.
+    judges_discrimination: float | None = None
     length_scale: float | None = None
     length_clip: float | None = None
     components: list[list[str]] | None = None

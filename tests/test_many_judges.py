@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
+import pytest
 from biasboard.audit import audit
 from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.report.judges import MAX_JUDGES_SHOWN, shown_judges
@@ -125,3 +128,36 @@ def test_the_reports_left_out_notes_name_the_files_that_hold_every_judge() -> No
     assert where == f"bias.parquet, {JUDGES_FILE} (the JSON files keep the 200 with the most battles)"
     whole = SimpleNamespace(judge_tables=None)
     assert _judges_where(whole, 60, 40, "bias.parquet and bias.json") == (60, 40, "bias.parquet and bias.json")  # type: ignore[arg-type]
+
+
+def test_the_discrimination_panel_shows_the_judges_average_over_every_judge(tmp_path, monkeypatch) -> None:
+    """On a board of battles and grades the discrimination panel shows the judges' average discrimination (their
+    verdict-weighted geometric mean; the grades set the scale, so it is free).  It was computed from the judges
+    summary.json lists, the busiest only on a voter board: 0.82 here against 0.88 over every judge.  Now the fit
+    records it (``diagnostics.judges_discrimination``) and the panel shows that."""
+    from tests.test_judge_pool import _split  # each human-pool battle cast by one of 8 voters
+
+    monkeypatch.setattr(S, "SUMMARY_JUDGES_MAX", 4)
+    config = SimulationConfig(
+        battles=4_000, models=5, judges=3, human_judges=1, days=1, prompts=20, scores=0.3, grades=5, seed=1,
+        disc_sd=0.4,
+    )  # fmt: skip
+    logs = write_simulation(config, tmp_path / "logs", relabel=_split)
+    outcome = refresh(
+        str(logs / "battles" / "day=*" / "*.parquet"), str(tmp_path / "state"), str(tmp_path / "out"), [],
+        RefreshOptions(k=2, diagnostics="off", scores_glob=str(logs / "scores" / "day=*" / "*.parquet")),
+    )  # fmt: skip
+    snapshot = Path(outcome.published.path)
+    summary = S.Summary.from_json(json.loads((snapshot / "summary.json").read_text()))
+    bias = pl.read_parquet(snapshot / "bias.parquet").filter(pl.col("effect") == "discrimination")
+    bias = bias.filter(pl.col("judge") != GLOBAL_JUDGE)
+    verdicts = dict(pl.read_parquet(snapshot / JUDGES_FILE).select("judge", "n").iter_rows())
+    log_a = np.log(bias["estimate"].to_numpy())
+    listed = {j.judge for j in summary.judges}
+    weights = np.array([verdicts.get(j, 0) for j in bias["judge"]], float)  # a grader of no battle weighs 0
+    every = math.exp(float(np.average(log_a, weights=weights)))
+    busiest = math.exp(float(np.average(log_a, weights=weights * bias["judge"].is_in(list(listed)).to_numpy())))
+    assert bias.height > len(listed) and f"{every:.2f}" != f"{busiest:.2f}"
+    html = (snapshot / "report.html").read_text()
+    assert f"(here {every:.2f}: their geometric mean, each weighted by its verdicts)" in html
+    assert summary.diagnostics.judges_discrimination == pytest.approx(every, rel=1e-9)

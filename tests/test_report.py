@@ -1207,14 +1207,17 @@ def test_a_board_of_battles_and_grades_says_the_grades_set_the_scale(tmp_path, p
     assert "1 is average" not in page and "the ratings' scale is the judges' average discrimination" not in page
     said = "(here {:.2f}: their geometric mean, each weighted by its verdicts)"
     assert said.format(mean) in page
+    assert outcome.summary.diagnostics.judges_discrimination == pytest.approx(mean, rel=1e-9)  # the fit's own
     assert "the ratings' scale is the grades'" in page
-    # Weighted, not the plain mean the panel showed: one judge with 100× the verdicts pulls the mean to its a_j.
+    # A summary written before the fit recorded it: the mean of the listed judges, weighted, not the plain mean the
+    # panel showed — one judge with 100× the verdicts pulls the mean to its a_j.
+    older = dataclasses.replace(outcome.summary.diagnostics, judges_discrimination=None)
     heavy = [dataclasses.replace(j, n=j.n * (100 if i == 0 else 1)) for i, j in enumerate(outcome.summary.judges)]
     first = dict(zip(bias["judge"], bias["estimate"], strict=True))[heavy[0].judge]
     weights = np.array([{j.judge: j.n for j in heavy}[j] for j in bias["judge"]], float)
     pulled = math.exp(float(np.average(np.log(bias["estimate"].to_numpy()), weights=weights)))
     assert abs(pulled - first) < abs(mean - first) and f"{pulled:.2f}" != f"{mean:.2f}"
-    page = text_of(render_report(board, bias, dataclasses.replace(outcome.summary, judges=heavy)))
+    page = text_of(render_report(board, bias, dataclasses.replace(outcome.summary, judges=heavy, diagnostics=older)))
     assert said.format(pulled) in page
     # ω = 1 weighs the grades 0 (the fit drops them): the panel said "1 is the grades' scale" there.
     at_one = dataclasses.replace(outcome.summary.diagnostics, omega=1.0)

@@ -9,11 +9,14 @@ ingest, as in tests/test_ranking_recovery.py.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from biasboard.ranking import fit_bias_aware
+from biasboard.ranking import ModelConfig, fit_bias_aware
 from biasboard.ranking.data import build_dataset
 from biasboard.ranking.fit import solve_bias_aware
 from biasboard.ranking.model import DISC
@@ -21,11 +24,13 @@ from biasboard.ranking.oracle import true_scale
 from biasboard.ranking.problem import bias_aware_problem
 from biasboard.ranking.reference import Reference, fit_with_reference
 from biasboard.ranking.reference_rating import discrimination_row
+from biasboard.schemas.cells import conform_pair_cells
 from biasboard.schemas.families import FamilyMap
 from biasboard.simulate import SimulationConfig, simulate_days, truth
 from biasboard.transforms.cells import merge_batches, partial_cells
 
 from tests.test_judge_blocks import TOL, _assert_judge_variances, _both
+from tests.test_ranking_model import _cells
 from tests.test_ranking_recovery import FAST
 
 #: The judge cut to a few verdicts (the last by name of the simulator's five).
@@ -127,3 +132,109 @@ def test_the_references_discrimination_row_weighs_its_raters_by_their_verdicts()
     expected = float(verdicts @ log_a / verdicts.sum())
     assert discrimination_row(problem, raters) @ solution.core == pytest.approx(expected, abs=1e-12)
     assert abs(expected - float(np.mean(log_a[[data.judges.index(j) for j in raters]]))) > 1e-3  # not unweighted
+
+
+#: Known discriminations: judge-0 at 1, the three others at 1.5 (no other judge effect, no ties).
+KNOWN_A = np.array([1.0, 1.5, 1.5, 1.5])
+KNOWN_THETA = np.linspace(-1.5, 1.5, 10)
+#: Only the discriminations act: the other effects off, so the fit's model is the simulation's.
+ONLY_DISC = replace(FAST, disabled=frozenset(("*", e) for e in ("position", "length", "affinity")))
+FIXED = frozenset({("judge-0", "discrimination")})
+
+
+def _known_a_cells(seed: int, a: np.ndarray = KNOWN_A, verdicts: int = 5000, per_cell: int = 20) -> pa.Table:
+    """Pair cells of judges j with P(a beats b) = σ(a_j (θ_a − θ_b)), ``verdicts`` each in cells of ``per_cell``."""
+    rng = np.random.default_rng(seed)
+    cells = verdicts // per_cell
+    j = np.repeat(np.arange(a.size), cells)
+    x = rng.integers(0, KNOWN_THETA.size, j.size)
+    y = (x + rng.integers(1, KNOWN_THETA.size, j.size)) % KNOWN_THETA.size
+    n = np.full(j.size, per_cell)
+    win = rng.binomial(n, 1 / (1 + np.exp(-a[j] * (KNOWN_THETA[x] - KNOWN_THETA[y]))))
+    zeros, none = np.zeros(j.size, np.int64), [None] * j.size
+    return conform_pair_cells(
+        pa.table(
+            {
+                "judge": [f"judge-{k}" for k in j],
+                "judge_family": ["x"] * j.size,
+                "model_a": [f"m{k:02d}" for k in x],
+                "model_b": [f"m{k:02d}" for k in y],
+                "family_a": ["f"] * j.size,
+                "family_b": ["f"] * j.size,
+                "len_bin": np.full(j.size, 10, np.int16),
+                "order_known": np.ones(j.size, bool),
+                "category": none,
+                "language": none,
+                "n": n,
+                "win_a": win,
+                "win_b": n - win,
+                "tie": zeros,
+                "tie_bothbad": zeros,
+                "n_len": zeros,
+                "sum_x": np.zeros(j.size),
+                "sum_x2": np.zeros(j.size),
+                "sum_loglen_a": np.zeros(j.size),
+                "sum_loglen_b": np.zeros(j.size),
+            }
+        )
+    )
+
+
+def _fit_known(data, config: ModelConfig) -> tuple[np.ndarray, np.ndarray, float]:
+    """(centred θ, a_j, the negative log-likelihood without the prior) at the MAP."""
+    problem = bias_aware_problem(data, config)
+    solution = solve_bias_aware(problem, config)
+    assert solution.converged
+    objective = problem.objective()
+    f = objective.evaluate(solution.core, solution.diag, derivatives=False).f
+    theta = solution.core[problem.layout.theta]
+    log_a = (problem.spec.effective_map() @ solution.core)[problem.layout.eff_block(DISC)]
+    return theta - theta.mean(), np.exp(log_a), f - objective.prior_value(solution.core, solution.diag)
+
+
+def test_a_judge_whose_discrimination_is_fixed_sets_the_scale_and_the_others_stay_free():
+    """judge-0's a fixed at 1 (discrimination off) beside three judges of true a = 1.5.  Its verdicts set θ's scale,
+    so the truth the fit estimates is θ itself and a = 1.5 for the others.  Centring the others' verdict-weighted
+    mean of log a_j at 0 as well forced them to ~1: θ's slope on the truth was 1.34, their a_j 0.98–1.03, and the
+    likelihood 82 nats below the all-on fit's (5 seeds, docs/design-notes.md).  Now it is the all-on model in
+    another gauge: the same likelihood (to the priors' pull), θ on judge-0's scale."""
+    for seed in (0, 1):
+        data = build_dataset(_known_a_cells(seed))
+        theta, a, nll = _fit_known(data, replace(ONLY_DISC, disabled=ONLY_DISC.disabled | FIXED))
+        _, a_all, nll_all = _fit_known(data, ONLY_DISC)
+        assert a[0] == 1.0
+        assert np.abs(a[1:] - 1.5).max() < 0.15, a
+        assert np.polyfit(KNOWN_THETA, theta, 1)[0] == pytest.approx(1.0, abs=0.08)
+        assert abs(nll - nll_all) < 0.5, (nll, nll_all)
+        assert a[1:] / a[0] == pytest.approx(a_all[1:] / a_all[0], rel=0.02)  # the all-on fit's ratios
+
+
+def test_a_lone_free_discrimination_beside_a_fixed_judge_is_measured_against_it():
+    """Two judges, judge-0's a fixed at 1: judge-1's a (true 1.5) is identified against it.  It was fixed at 1 too,
+    as if it were the board's only judge."""
+    data = build_dataset(_known_a_cells(2, a=KNOWN_A[:2]))
+    _, a, _ = _fit_known(data, replace(ONLY_DISC, disabled=ONLY_DISC.disabled | FIXED))
+    assert a[0] == 1.0 and a[1] == pytest.approx(1.5, abs=0.15), a
+
+
+def test_the_oracle_scale_follows_a_fixed_judge():
+    """``true_scale`` with the fit's config: the fixed judge's a (1) sets the scale, not the verdicts' mean (1.36)."""
+    cells = _known_a_cells(0)
+    judges = {f"judge-{j}": {"a": float(v)} for j, v in enumerate(KNOWN_A)}
+    assert true_scale(cells, judges) == pytest.approx(1.5**0.75)
+    assert true_scale(cells, judges, FAST) == pytest.approx(1.5**0.75)  # nothing fixed
+    assert true_scale(cells, judges, replace(FAST, disabled=FIXED)) == pytest.approx(1.0)
+    every = replace(FAST, disabled=frozenset({("*", "discrimination")}))  # every a_j fixed: no free one to measure
+    assert true_scale(cells, judges, every) == pytest.approx(1.5**0.75)
+
+
+def test_the_judge_blocked_solver_leaves_the_scale_to_a_fixed_judge_as_the_dense_one_does():
+    """Dense and judge-blocked fits with judge-0's a fixed agree to 1e-8 (core, θ covariance, judge variances), on
+    cells with ties and lengths (every judge effect measured)."""
+    data = build_dataset(_cells(np.random.default_rng(3), models=8, judges=5, cells=500))
+    (pd, sd, cd), (_, sb, cb) = _both(data, profile=False, disabled=FIXED)
+    assert pd.spec.scale_set_by_fixed_judge and pd.spec.disc_centring() is None
+    assert np.max(np.abs(sd.core - sb.core)) < TOL
+    theta = pd.layout.theta
+    assert np.max(np.abs(cd[theta, theta] - cb.block(theta))) < TOL
+    _assert_judge_variances(pd, cd, cb)

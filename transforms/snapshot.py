@@ -675,6 +675,7 @@ def build_summary(
         covariates=covariates,
         naive_vs_corrected=_record(S.Comparison, comparison) if comparison else None,
         omega=fit_diag.get("omega"),
+        judges_discrimination=fit_diag.get("judges_discrimination"),
         length_scale=fit_diag.get("length_scale"),
         length_clip=fit_diag.get("length_clip"),
         components=fit_diag.get("components"),
