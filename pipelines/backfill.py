@@ -10,7 +10,9 @@ logs), dead-letters every bad row with its reason, and writes per day::
 A day is the unit of work (a backfill is embarrassingly parallel per day); the
 graph is :class:`~biasboard.transforms.ingest.AggregateDays` over one task per
 day, and this module only parses the flags and prints the outcome.  Re-running a
-day replaces its partition, so the job is idempotent.
+day replaces its partition, so the job is idempotent.  Once its input is checked it takes the state's lock,
+as a refresh does (:mod:`biasboard.transforms.run_lock`): beside a refresh or another backfill on that state it
+does nothing and exits 2 in one line naming the holder.
 
 Run locally (the default runner is FnApiRunner)::
 
@@ -31,6 +33,8 @@ the rows rejected reach 5% of those read or a day rejected most of its rows
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -47,6 +51,7 @@ from biasboard.transforms.day_warnings import off_day_warnings, rejected_share_w
 from biasboard.transforms.ingest import IngestResult, run_ingest
 from biasboard.transforms.read import DEFAULT_BATCH_ROWS, load_aliases, validate_day
 from biasboard.transforms.repeated_ids import repeated_ids
+from biasboard.transforms.run_lock import folder_lock
 from biasboard.transforms.state import list_state_days, load_cells, read_committed_manifests
 
 #: What a backfill that lost its storage leaves (:func:`storage.if_unreachable`): a day counts once its manifest,
@@ -65,9 +70,10 @@ def run_backfill(
     day_range: tuple[str | None, str | None] = (None, None),
     batch_rows: int = DEFAULT_BATCH_ROWS,
     aliases: AliasMap | None = None,
+    hold: Callable[[str], object] | None = None,
 ) -> IngestResult:
     """Aggregate the selected days of ``input_glob`` into ``state_dir`` (:func:`~biasboard.transforms.ingest.run_ingest`
-    with the Beam options of ``beam_args``).
+    with the Beam options of ``beam_args``; ``hold``: as there, what takes the state's lock).
 
     Unless ``beam_args`` say how the local runner runs its workers
     (``--direct_running_mode``, ``--direct_num_workers``), a big input runs its
@@ -79,7 +85,7 @@ def run_backfill(
     storage.configure_gcs(no_auth=options.view_as(GoogleCloudOptions).no_auth)
     auto = not any(a.startswith(("--direct_running_mode", "--direct_num_workers")) for a in beam_args or [])
     return run_ingest(
-        input_glob, state_dir, options, days, family_map, scores_glob, day_range, batch_rows, aliases, auto
+        input_glob, state_dir, options, days, family_map, scores_glob, day_range, batch_rows, aliases, auto, hold
     )
 
 
@@ -199,15 +205,21 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     validation.writable_folder(args.state, "--state")
     validation.not_owned(args.state, "--state", state=False)
     validation.input_buckets(("--input", args.input), ("--scores", job.scores))
-    result = run_backfill(
-        args.input,
-        args.state,
-        beam_args,
-        family_map=family_map,
-        scores_glob=job.scores,
-        day_range=(low, high),
-        batch_rows=job.batch_rows,
-        aliases=aliases,
-    )
-    print(backfill_summary(result))
+    # The state's lock, as a refresh takes it: a backfill beside a refresh (or another backfill) on one state raced
+    # its day partitions and manifests.  Taken once the input is checked, and held while the summary writes the
+    # repeated-id cache.
+    with ExitStack() as held:
+        result = run_backfill(
+            args.input,
+            args.state,
+            beam_args,
+            family_map=family_map,
+            scores_glob=job.scores,
+            day_range=(low, high),
+            batch_rows=job.batch_rows,
+            aliases=aliases,
+            hold=lambda state: held.enter_context(folder_lock(state, "backfill")),
+        )
+        summary = backfill_summary(result)
+    print(summary)
     return 0 if result.counts.conserved else 1

@@ -143,3 +143,85 @@ def test_a_bucket_lock_is_renewed_while_held_and_taken_over_once_not_renewed(emu
     with run_lock.folder_lock(folder):
         assert json.loads(storage.read_text(lock))["pid"] == os.getpid()
     assert not storage.exists(lock)
+
+
+def test_a_bucket_lock_naming_a_reused_pid_is_taken_over_at_once_and_a_live_holders_is_not(emulator):
+    """A holder that died and whose pid now names another process (the record is the dead process's own, its pid
+    set to a live process's: the reuse) looked alive for up to 10 minutes; its start time tells them apart."""
+    folder, lock = f"{emulator}/reused/state", f"{emulator}/reused/state/{run_lock.LOCK_NAME}"
+    record = "from biasboard.transforms import run_lock; print(run_lock.Holder.me().to_bytes().decode(), flush=True)"
+    dead = json.loads(subprocess.run([sys.executable, "-c", record], capture_output=True, text=True).stdout)
+    live = subprocess.Popen([sys.executable, "-c", record + "; import time; time.sleep(60)"],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        alive = json.loads(live.stdout.readline())
+        storage.write_bytes(lock, json.dumps(alive).encode())  # the live holder's own lock: refused
+        with pytest.raises(StateError, match=f"pid {live.pid} on host"), run_lock.folder_lock(folder):
+            pass
+        storage.write_bytes(lock, json.dumps({**dead, "pid": live.pid}).encode())  # its pid reused by the live one
+        with run_lock.folder_lock(folder):
+            assert json.loads(storage.read_text(lock))["pid"] == os.getpid()
+        storage.write_bytes(lock, json.dumps({**alive, "boot": "a boot before"}).encode())  # the host rebooted since
+        with run_lock.folder_lock(folder):
+            assert json.loads(storage.read_text(lock))["pid"] == os.getpid()
+    finally:
+        live.kill()
+        live.wait()
+        live.stdout.close()
+    assert not storage.exists(lock)
+
+
+def test_without_proc_the_pid_alone_tells_a_dead_holder(emulator, monkeypatch):
+    """Where /proc is absent nothing but the pid is recorded or checked: a freed pid is still taken over at once, a
+    live one refused (a reused pid then blocks for up to 10 minutes, as before)."""
+    folder, lock = f"{emulator}/no-proc/state", f"{emulator}/no-proc/state/{run_lock.LOCK_NAME}"
+    monkeypatch.setattr(run_lock, "PROC", "/nonexistent-proc")
+    me = run_lock.Holder.me()
+    assert (me.boot, me.ticks) == (None, None)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    storage.write_bytes(lock, run_lock.Holder(me.host, int(dead.stdout), me.started).to_bytes())
+    with run_lock.folder_lock(folder):
+        assert json.loads(storage.read_text(lock))["pid"] == os.getpid()
+    storage.write_bytes(lock, run_lock.Holder(me.host, os.getppid(), me.started, boot="b", ticks=1).to_bytes())
+    with pytest.raises(StateError, match=f"pid {os.getppid()} on host"), run_lock.folder_lock(folder):
+        pass
+
+
+HOLD = (
+    "import sys, time; from biasboard.transforms import run_lock\n"
+    "with run_lock.folder_lock(sys.argv[1], 'refresh'):\n"
+    "    print(flush=True); time.sleep(120)"
+)
+
+
+@pytest.mark.parametrize("where", ["local", "bucket"])
+def test_a_backfill_into_a_state_a_refresh_holds_says_so_in_one_line_and_changes_nothing(
+    where, emulator, sim, tmp_path, capsys
+):
+    """A backfill took no lock: beside a running refresh it rewrote the days and manifests the refresh was reading."""
+    state = str(tmp_path / "state") if where == "local" else f"{emulator}/backfill-{where}/state"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, state], stdout=subprocess.PIPE, text=True)
+    try:
+        holder.stdout.readline()  # it holds the lock
+        before = sorted((f.path, f.size) for f in storage.list_files(state))
+        glob = str(sim / "battles" / "day=*" / "*.parquet")
+        assert cli.main(["backfill", "--input", glob, "--state", state]) == 2
+        after = sorted((f.path, f.size) for f in storage.list_files(state))
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    err = capsys.readouterr().err
+    line = err.strip()
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err[-3000:]
+    assert line.startswith(f"biasboard backfill: error: {state}: a refresh appears to be running on this folder "
+                           f"(pid {holder.pid} on host {run_lock.socket.gethostname()}"), line  # fmt: skip
+    assert "rerun once it has finished" in line, line
+    assert before == after and [p for p, _ in after] == [storage.join(state, run_lock.LOCK_NAME)]  # nothing written
+
+
+def test_a_refresh_beside_a_backfill_names_the_backfill(tmp_path):
+    folder = str(tmp_path / "state")
+    with run_lock.folder_lock(folder, "backfill"), pytest.raises(StateError) as refused, run_lock.folder_lock(folder):
+        pass
+    assert f"{folder}: a backfill appears to be running on this folder (pid {os.getpid()} on host" in str(refused.value)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import apache_beam as beam
@@ -369,6 +370,7 @@ def run_ingest(
     batch_rows: int = DEFAULT_BATCH_ROWS,
     aliases: AliasMap | None = None,
     worker_threads: bool = False,
+    hold: Callable[[str], object] | None = None,
 ) -> IngestResult:
     """Aggregate the selected days of ``input_glob`` into ``state_dir`` and read their manifests back.
 
@@ -376,14 +378,19 @@ def run_ingest(
     ``day_range``: inclusive (from, to) bounds; ``family_map``: a FamilyMap or
     the path of a user rule file; ``aliases``: judge/model renames
     (:mod:`biasboard.schemas.names`); ``worker_threads``: a big input may
-    run its days in worker threads (:func:`use_worker_threads`).  Input
-    problems raise InputError before any pipeline starts.
+    run its days in worker threads (:func:`use_worker_threads`); ``hold``:
+    called with the state folder once the input is checked and before
+    anything is written there (a backfill takes the state's lock: a refusal
+    for bad input leaves no folder behind).  Input problems raise InputError
+    before any pipeline starts.
     """
     if not isinstance(family_map, FamilyMap):
         family_map = load_family_map(family_map)
     input_glob, scores_glob = storage.launcher_path(input_glob), storage.launcher_path(scores_glob)
     tasks = day_tasks(input_glob, days, day_range, scores_glob)
     state_dir = storage.launcher_path(state_dir)  # the workers write it: never relative to their working directory
+    if hold is not None:
+        hold(state_dir)
     storage.ensure_dir(state_dir)  # an unwritable state folder fails here, in one line, not inside a worker
     # Decided before the graph is built: Beam copies the options into it.
     parallel = worker_threads and use_worker_threads(options, tasks)

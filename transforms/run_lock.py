@@ -3,7 +3,9 @@
 Two refreshes started at once on one state used to race each other's renames; the loser ended in a raw
 ``FileNotFoundError`` (locally) or a Beam ``Rename operation failed ... 404`` (on a bucket), and the state
 and ``staging/`` each run cleans were not safe from the other.  The docs asked the scheduler to serialise
-runs (``flock`` in cron); this makes the job itself refuse, in one line, to start beside another.
+runs (``flock`` in cron); this makes the job itself refuse, in one line, to start beside another.  A backfill
+writes the same state (cells, manifests, the repeated-id cache) and takes the same lock, so a backfill and a refresh
+on one state refuse each other too; the line names the holder's job.
 
 Locally: ``fcntl.flock`` on ``FOLDER/.refresh.lock``.  The kernel drops the lock when its holder dies,
 SIGKILL included, so a killed run never blocks its rerun (a process it forked closes its copy of the lock's
@@ -15,7 +17,9 @@ On a bucket (no kernel to notice a death): an object ``FOLDER/.refresh.lock`` cr
 ``if_generation_match=0`` (GCS creates it only if absent, atomically), holding the same fields.  While
 the job runs a thread renews it every :data:`RENEW_EVERY_S`; a lock not renewed for :data:`STALE_AFTER_S`
 is a dead holder's and is taken over, and so at once is a lock whose holder is a process of this host
-that no longer exists (a killed cron run's rerun on the same host waits for nothing).  A holder that
+that no longer exists (a killed cron run's rerun on the same host waits for nothing).  The holder is named by
+its pid and, from ``/proc``, the host's boot id and the process's start time: a pid reused by another process
+(or a host rebooted since) does not make a dead holder look alive (:meth:`Holder.dead_here`).  A holder that
 died on another host blocks for at most :data:`STALE_AFTER_S`; an operator sure no job runs may delete
 the object.  Other remote schemes are not locked (the scheduler must serialise runs there).
 """
@@ -50,26 +54,45 @@ SERIALISE = "runs on one state are meant to be serialised (flock in cron, Airflo
 
 @dataclass(frozen=True)
 class Holder:
-    """Who holds a lock: what the refusal names, so the operator can find the other run."""
+    """Who holds a lock: what the refusal names, so the operator can find the other run, and what tells its death.
+
+    ``boot`` and ``ticks`` (this host's boot id and the holder's start time in clock ticks since boot, both from
+    ``/proc``) name the process instance, not only its pid: a pid the kernel reused for another process made a dead
+    holder look alive, so its bucket lock blocked runs for up to :data:`STALE_AFTER_S`.  None where ``/proc`` is
+    absent (and in locks written before they were recorded): then the pid alone is checked, as before.
+    """
 
     host: str
     pid: int
     started: str
+    job: str = "refresh"
+    boot: str | None = None
+    ticks: int | None = None
 
     @classmethod
-    def me(cls) -> Holder:
+    def me(cls, job: str = "refresh") -> Holder:
         now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        return cls(socket.gethostname(), os.getpid(), now)
+        pid = os.getpid()
+        return cls(socket.gethostname(), pid, now, job, boot_id(), start_ticks(pid))
 
     def to_bytes(self, renewed: float | None = None) -> bytes:
-        fields = {"host": self.host, "pid": self.pid, "started": self.started}
+        fields: dict[str, object] = {"host": self.host, "pid": self.pid, "started": self.started, "job": self.job}
+        fields.update({k: v for k, v in (("boot", self.boot), ("ticks", self.ticks)) if v is not None})
         return json.dumps(fields if renewed is None else {**fields, "renewed": renewed}).encode()
 
     @classmethod
     def parse(cls, data: bytes) -> Holder | None:
         try:
             fields = json.loads(data.decode())
-            return cls(str(fields["host"]), int(fields["pid"]), str(fields["started"]))
+            boot, ticks = fields.get("boot"), fields.get("ticks")
+            return cls(
+                str(fields["host"]),
+                int(fields["pid"]),
+                str(fields["started"]),
+                str(fields.get("job", "refresh")),  # locks written before the job was recorded: only refresh locked
+                None if boot is None else str(boot),
+                None if ticks is None else int(ticks),
+            )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None  # being written, or not ours: the refusal says less
 
@@ -77,23 +100,59 @@ class Holder:
         return f"pid {self.pid} on host {self.host}, started {self.started}"
 
     def dead_here(self) -> bool:
-        """A process of this host that no longer exists (pid reuse can only make a dead holder look alive)."""
+        """A process of this host that no longer exists: its pid is free, this host booted since (another boot id),
+        or the process now under its pid started at another time (the pid was reused).  Without ``/proc`` (or a
+        lock that recorded neither) only the pid is checked, and a reused pid still makes a dead holder look alive."""
         if self.host != socket.gethostname():
             return False
+        here = boot_id()
+        if self.boot is not None and here is not None and self.boot != here:
+            return True  # one host name is one machine: rebooted since, every process of the holder's boot is gone
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
             return True
         except OSError:
-            return False  # EPERM: someone else's live process
-        return False
+            pass  # EPERM: someone else's live process, which may still be a reuse of the holder's pid
+        if self.ticks is None or self.boot is None or here is None:
+            return False
+        now = start_ticks(self.pid)
+        return now is not None and now != self.ticks
+
+
+#: Where the kernel's process table is read (Linux); elsewhere the files are absent and only pids are checked.
+PROC = "/proc"
+
+
+def boot_id() -> str | None:
+    """This boot's id (``/proc/sys/kernel/random/boot_id``), or None without ``/proc``: start ticks count from boot,
+    so they identify a process only together with it."""
+    try:
+        with open(os.path.join(PROC, "sys", "kernel", "random", "boot_id")) as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat`` field 22), or None (no such
+    process, or no ``/proc``): a reused pid has a later start."""
+    try:
+        with open(os.path.join(PROC, str(pid), "stat"), "rb") as handle:
+            stat = handle.read().decode(errors="replace")
+        # field 2 (the command name, in parentheses) may hold spaces and ')': count fields after its last ')'
+        return int(stat.rsplit(")", 1)[1].split()[22 - 3])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def busy(job: str, folder: str, lock: str, holder: Holder | None, extra: str = "") -> StateError:
-    """The one line a job that finds ``folder`` locked ends with."""
-    who = f" ({holder.describe()})" if holder else ""
+    """The one line a job that finds ``folder`` locked ends with (naming the holder's job: a backfill refused by a
+    refresh says so)."""
+    who = "another job" if holder is None else f"another {job}" if holder.job == job else f"a {holder.job}"
     return StateError(
-        f"{folder}: another {job} appears to be running on this folder{who}, holding {lock}: nothing was done; "
+        f"{folder}: {who} appears to be running on this folder"
+        f"{f' ({holder.describe()})' if holder else ''}, holding {lock}: nothing was done; "
         f"rerun once it has finished; {SERIALISE}{extra}"
     )
 
@@ -159,7 +218,7 @@ def _local_lock(folder: str, job: str) -> Iterator[None]:
     _HELD.add(fd)
     try:
         os.ftruncate(fd, 0)
-        os.write(fd, Holder.me().to_bytes())
+        os.write(fd, Holder.me(job).to_bytes())
         yield
     finally:
         with suppress(FileNotFoundError):  # removed while still locked: an opener then finds the path gone, retries
@@ -187,7 +246,7 @@ def _bucket_lock(folder: str, job: str) -> Iterator[None]:
 
     path = storage.join(folder, LOCK_NAME)
     blob = _blob(path)
-    me = Holder.me()
+    me = Holder.me(job)
     for _ in range(3):  # again only after a stale lock was taken away or the lock changed as it was read
         found = blob.bucket.get_blob(blob.name)
         if found is not None:
