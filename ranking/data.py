@@ -505,6 +505,8 @@ def judge_totals(pairs: PairArrays, n_judges: int, what: str) -> np.ndarray:
         weights = np.abs(pairs.ds) * pairs.n
     elif what == "n_pos":  # battles of known shown order: what a position effect is told from
         weights = pairs.pos * pairs.n
+    elif what == "n_versus":  # battles of two different models: a self-battle says nothing of θ or a_j
+        weights = np.where(pairs.a != pairs.b, pairs.n, 0.0)
     elif what == "n_style" and pairs.n_style is None:
         return np.zeros(n_judges)
     else:
@@ -543,8 +545,8 @@ class Dataset:
 
     def judge_sums(self, what: str) -> np.ndarray:
         """Per judge: the sum over its pair cells of ``what`` — ``n``, ``n_len``, ``n_pos`` (battles of known shown
-        order), ``n_style``, ``tie``, ``bothbad`` or ``affinity`` (|s_a − s_b|·n: battles where a model of the judge's
-        family met another)."""
+        order), ``n_versus`` (battles of two different models, self-battles aside), ``n_style``, ``tie``, ``bothbad``
+        or ``affinity`` (|s_a − s_b|·n: battles where a model of the judge's family met another)."""
         if self.stream is not None:
             return self.stream.judge_sums(what)
         return judge_totals(self.pairs, len(self.judges), what)

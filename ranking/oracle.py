@@ -32,13 +32,15 @@ def true_scale(
     When ``config`` fixes some judges' a_j at 1 (``disabled`` discrimination) beside free ones, those judges' verdicts
     set the scale (:func:`~biasboard.ranking.model.fixed_scale_judges`): the mean is over them alone — exactly
     their a_j when they share one; if they do not, the fixed model is misspecified and this is its first-order
-    scale."""
+    scale.  Fixed judges of self-battles alone set nothing: the mean is then over the free judges, as the fit
+    centres them (``Spec.disc_centring``)."""
     data = cells if isinstance(cells, Dataset) else build_dataset(cells)
-    verdicts = data.judge_sums("n")
+    verdicts = data.judge_sums("n_versus")
     if config is not None:
         on = np.array([config.is_enabled(judge, "discrimination") for judge in data.judges], float)
         fixed = fixed_scale_judges(on, verdicts)
-        verdicts = np.where(fixed, verdicts, 0.0) if fixed.any() else verdicts
+        if fixed.any() or 0 < on.sum() < on.size:  # none fixed, or every a_j (misspecified): over every judge
+            verdicts = np.where(fixed if fixed.any() else on > 0, verdicts, 0.0)
     log_a = np.array([np.log(judges.get(judge, {}).get("a", 1.0)) for judge in data.judges])
     return float(np.exp(verdicts @ log_a / verdicts.sum()))
 

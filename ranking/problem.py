@@ -326,9 +326,10 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
     severity_group = _severity_groups(data, masks[SEV] > 0, notes)
     tied = _tie_to_reference(data, config, masks, notes, has_data)
     has_ord = scores is not None and config.omega < 1.0
-    verdicts = data.judge_sums("n")
-    if masks[DISC].sum() < 2 and not has_ord and not fixed_scale_judges(masks[DISC], verdicts).any():
-        # (a lone free a_j beside a judge with verdicts whose a_j is fixed at 1 is measured against that judge)
+    versus = data.judge_sums("n_versus")
+    if masks[DISC].sum() < 2 and not has_ord and not fixed_scale_judges(masks[DISC], versus).any():
+        # (a lone free a_j beside a judge whose a_j is fixed at 1, with verdicts on two different models, is measured
+        # against that judge)
         notes.set_default(DISC, masks[DISC] > 0, "fixed at 1: the scale of a single judge is the scale of θ")
         masks[DISC] = 0.0
     w_pair, w_ord = (2.0 * config.omega, 2.0 * (1.0 - config.omega)) if has_ord else (1.0, 0.0)
@@ -348,7 +349,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         w_pair,
         w_ord,
         centre_discrimination=not has_ord,
-        disc_weights=None if has_ord else verdicts,
+        disc_weights=None if has_ord else versus,
         judge_blocks=blocked,
         tied=tied,
         style_scale=style_scale(pairs) if with_style else None,

@@ -61,7 +61,7 @@ def reference_shares(problem: Problem, reference: frozenset[str]) -> np.ndarray:
     mean as the rater of thousands — one rater of 10 verdicts beside one of ~2,400 moved a_r by up to 28% and φ by
     up to 0.07 logits (docs/design-notes.md, "The reference and the gate").  Equal shares if no rater has a verdict."""
     ref = reference_mask(problem, reference)
-    verdicts = np.where(ref, problem.data.judge_sums("n"), 0.0)
+    verdicts = np.where(ref, problem.data.judge_sums("n_versus"), 0.0)
     total = verdicts.sum()
     return verdicts / total if total > 0 else ref / max(int(ref.sum()), 1)
 

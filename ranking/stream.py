@@ -102,7 +102,7 @@ OBJECTIVE_COLUMNS: tuple[str, ...] = ("a", "b", "j", "win_a", "win_b", "tie", "n
 #: A cell's counts: what a bootstrap replicate redraws (:meth:`PairStore.redrawn`).
 _COUNTS: tuple[str, ...] = ("win_a", "win_b", "tie", "bothbad", "n")
 #: Per-judge sums a streamed data set keeps (:meth:`~biasboard.ranking.data.Dataset.judge_sums`).
-JUDGE_SUMS: tuple[str, ...] = ("n", "n_len", "n_pos", "n_style", "tie", "bothbad", "affinity")
+JUDGE_SUMS: tuple[str, ...] = ("n", "n_len", "n_pos", "n_versus", "n_style", "tie", "bothbad", "affinity")
 _EMPTY = np.zeros(0)
 
 

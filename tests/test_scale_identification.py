@@ -24,6 +24,7 @@ from biasboard.ranking.oracle import true_scale
 from biasboard.ranking.problem import bias_aware_problem
 from biasboard.ranking.reference import Reference, fit_with_reference
 from biasboard.ranking.reference_rating import discrimination_row
+from biasboard.ranking.stream import TableBuckets, stream_dataset
 from biasboard.schemas.cells import conform_pair_cells
 from biasboard.schemas.families import FamilyMap
 from biasboard.simulate import SimulationConfig, simulate_days, truth
@@ -142,13 +143,17 @@ ONLY_DISC = replace(FAST, disabled=frozenset(("*", e) for e in ("position", "len
 FIXED = frozenset({("judge-0", "discrimination")})
 
 
-def _known_a_cells(seed: int, a: np.ndarray = KNOWN_A, verdicts: int = 5000, per_cell: int = 20) -> pa.Table:
-    """Pair cells of judges j with P(a beats b) = σ(a_j (θ_a − θ_b)), ``verdicts`` each in cells of ``per_cell``."""
+def _known_a_cells(
+    seed: int, a: np.ndarray = KNOWN_A, verdicts: int = 5000, per_cell: int = 20, selves: tuple[int, ...] = ()
+) -> pa.Table:
+    """Pair cells of judges j with P(a beats b) = σ(a_j (θ_a − θ_b)), ``verdicts`` each in cells of ``per_cell``;
+    the judges ``selves`` judge self-battles only (a model against itself: even odds, whatever a_j)."""
     rng = np.random.default_rng(seed)
     cells = verdicts // per_cell
     j = np.repeat(np.arange(a.size), cells)
     x = rng.integers(0, KNOWN_THETA.size, j.size)
     y = (x + rng.integers(1, KNOWN_THETA.size, j.size)) % KNOWN_THETA.size
+    y = np.where(np.isin(j, selves), x, y)
     n = np.full(j.size, per_cell)
     win = rng.binomial(n, 1 / (1 + np.exp(-a[j] * (KNOWN_THETA[x] - KNOWN_THETA[y]))))
     zeros, none = np.zeros(j.size, np.int64), [None] * j.size
@@ -217,6 +222,28 @@ def test_a_lone_free_discrimination_beside_a_fixed_judge_is_measured_against_it(
     assert a[0] == 1.0 and a[1] == pytest.approx(1.5, abs=0.15), a
 
 
+def test_a_fixed_judge_of_self_battles_alone_leaves_the_scale_to_the_free_judges():
+    """judge-0's a fixed at 1, but it judged only self-battles (θ_a − θ_b = 0: its verdicts say nothing of θ's scale)
+    beside three judges of true a = 1.5.  It was taken to set the scale all the same: the free log a_j uncentred,
+    θ's scale left to the priors (slope on the truth 1.35, a_j 1.10–1.18, where nothing measures either).  The
+    free judges' verdict-weighted mean sets it, as without the fixed judge: the truth is θ·1.5 and a_j = 1."""
+    cells = _known_a_cells(0, selves=(0,))
+    config = replace(ONLY_DISC, disabled=ONLY_DISC.disabled | FIXED)
+    data = build_dataset(cells)
+    assert not bias_aware_problem(data, config).spec.scale_set_by_fixed_judge
+    streamed = stream_dataset(TableBuckets(cells, 120))  # a history too big to hold: its per-judge sums on disk
+    try:
+        assert not bias_aware_problem(streamed, config).spec.scale_set_by_fixed_judge
+        assert streamed.judge_sums("n_versus") == pytest.approx([0, 5000, 5000, 5000])
+    finally:
+        streamed.stream.close()
+    theta, a, _ = _fit_known(data, config)
+    assert a[0] == 1.0 and np.abs(a[1:] - 1.0).max() < 0.1, a
+    assert np.polyfit(KNOWN_THETA, theta, 1)[0] == pytest.approx(1.5, abs=0.1)
+    judges = {f"judge-{j}": {"a": float(v)} for j, v in enumerate(KNOWN_A)}
+    assert true_scale(cells, judges, config) == pytest.approx(1.5)  # the free judges' mean, as the fit's
+
+
 def test_the_oracle_scale_follows_a_fixed_judge():
     """``true_scale`` with the fit's config: the fixed judge's a (1) sets the scale, not the verdicts' mean (1.36)."""
     cells = _known_a_cells(0)
@@ -238,3 +265,19 @@ def test_the_judge_blocked_solver_leaves_the_scale_to_a_fixed_judge_as_the_dense
     theta = pd.layout.theta
     assert np.max(np.abs(cd[theta, theta] - cb.block(theta))) < TOL
     _assert_judge_variances(pd, cd, cb)
+
+
+def test_a_judge_of_self_battles_alone_has_no_weight_in_the_scale():
+    """Every a_j free; judge-0 judged only self-battles (its a_j is the prior's: nothing measures it) beside three
+    judges of true a = 1.5.  Weighted by all its verdicts it took a quarter of the scale: θ's slope on the truth 1.47,
+    against the oracle's 1.36 (the same flaw's share).  Weighted by its battles of two different models it weighs 0,
+    and the scale is the three measured judges' (slope 1.5, the oracle's too)."""
+    cells = _known_a_cells(0, selves=(0,))
+    data = build_dataset(cells)
+    spec = bias_aware_problem(data, ONLY_DISC).spec
+    on, weights = spec.disc_centring()
+    assert weights[list(on).index(0)] == 0.0
+    theta, _, _ = _fit_known(data, ONLY_DISC)
+    assert np.polyfit(KNOWN_THETA, theta, 1)[0] == pytest.approx(1.5, abs=0.1)
+    judges = {f"judge-{j}": {"a": float(v)} for j, v in enumerate(KNOWN_A)}
+    assert true_scale(cells, judges) == pytest.approx(1.5)
