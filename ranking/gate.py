@@ -26,12 +26,15 @@ asks, per effect, whether the excesses are zero:
 * **never below ``MIN_ANCHORS_FLOOR`` reference verdicts** (Xu et al. 2026 saw false enables at K = 5 and none at
   K ≥ 10).
 
-Per (judge, effect) the table gives the excess, its SE, z, the Wald gain ½z² in nats (the quadratic
-approximation of the log-likelihood gain of freeing that excess alone), and the group's χ², p and Holm p
-that decide.  Memory is O(judges²) per effect with the dense solver, and O(judges·n_G) with the
-judge-blocked one (voter-judges: the excesses' covariance is diagonal plus rank n_G, so the Wald form is a
-Woodbury solve; :func:`biasboard.ranking.arrowhead.row_covariance`), independent of the number of anchors K:
-the anchors enter the fit as cells (at most one per ordered pair, length bin and day), never as a K-long array.
+Per (judge, effect) the table gives the excess, its SE, z, ½z², and the group's χ², p and Holm p that decide.
+½z² is the Wald gain in nats (``gain_nats``: the quadratic approximation of the log-likelihood gain of freeing
+that excess alone) only where the fit's likelihood is the plain one; an ω-weighted fit's (:data:`HALF_Z2_COLUMN`)
+is half a Wald χ²(1) under the Godambe covariance, and no gain of any likelihood.
+
+Memory is O(judges²) per effect with the dense solver, and O(judges·n_G) with the judge-blocked one (voter-judges:
+the excesses' covariance is diagonal plus rank n_G, so the Wald form is a Woodbury solve;
+:func:`biasboard.ranking.arrowhead.row_covariance`), independent of the number of anchors K: the anchors enter
+the fit as cells (at most one per ordered pair, length bin and day), never as a K-long array.
 """
 
 from __future__ import annotations
@@ -79,6 +82,20 @@ GATE_COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
     "group_p_holm": pl.Float64,
     "reason": pl.String,
 }
+
+
+#: The name of the ½z² column, by whether the fit is ω-weighted (:func:`is_composite`).  Why: with the plain
+#: likelihood ½z² is the quadratic approximation of the log-likelihood gain of freeing one excess, in nats.  At
+#: ω ≠ 0.5 z's SE is the Godambe sandwich's, and ½z² is half a Wald χ²(1): the weighted objective's own gain would
+#: be ½ excess² over H_w⁻¹'s variance instead, in nats that count the battles 2ω times, and the plain likelihood's
+#: is not what was fitted — so neither "gain" nor "nats" describes it.
+HALF_Z2_COLUMN = {False: "gain_nats", True: "half_z2"}
+
+
+def gate_columns(godambe: bool) -> dict[str, pl.DataType | type[pl.DataType]]:
+    """:data:`GATE_COLUMNS` with the ½z² column named for the fit (:data:`HALF_Z2_COLUMN`)."""
+    half = HALF_Z2_COLUMN[godambe]
+    return {half if name == HALF_Z2_COLUMN[False] else name: kind for name, kind in GATE_COLUMNS.items()}
 
 
 #: The covariance the gate's method names, by whether the fit is ω-weighted (:func:`is_composite`).
@@ -140,7 +157,7 @@ class GateResult:
             top = top.head(LISTED_JUDGES).sort("_i").drop("_i")
             rest = group.head(1).with_columns(
                 pl.lit(f"({group.height - LISTED_JUDGES} more judges)").alias("judge"),
-                *(pl.lit(None, dtype=pl.Float64).alias(c) for c in ("excess", "se", "z", "gain_nats")),
+                *(pl.lit(None, dtype=pl.Float64).alias(c) for c in ("excess", "se", "z", HALF_Z2_COLUMN[self.godambe])),
             )
             parts.append(pl.concat([top, rest]))
         return pl.concat(parts) if parts else self.decisions
@@ -317,6 +334,8 @@ def run_gate(
         raise ValueError(f"gate level must be in (0, 1), got {level}")
     core, cov = fit.state.core, fit.state.cov_core
     names = np.asarray(problem.data.judges, dtype=object)
+    godambe = is_composite(problem.spec)
+    schema = gate_columns(godambe)
     groups = []
     for effect, t in gated_effects(problem.layout).items():
         judges_all, rows_all, unit = excess_vectors(problem, t, reference)
@@ -355,14 +374,15 @@ def run_gate(
         # One group's rows as columns (a voter pool's group holds tens of thousands of judges).
         with np.errstate(divide="ignore", invalid="ignore"):
             z = np.where(se > 0, d / se, np.nan)
-        gain = np.where(np.isfinite(z), 0.5 * z * z, np.nan)
+        half_z2 = np.where(np.isfinite(z), 0.5 * z * z, np.nan)
         judge = names[judges].tolist()
         n = len(judge)
         scalars = {"effect": effect, "enabled": on, "group_chi2": chi2, "group_df": df, "group_p": p}
-        columns = {"judge": judge, "excess": d, "se": se, "z": z, "gain_nats": gain, "group_p_holm": float(ph)}
-        frame = pl.DataFrame({**columns, **scalars, "reason": reason}, schema_overrides=GATE_COLUMNS)
-        frames.append(frame.select(list(GATE_COLUMNS)))
+        columns = {"judge": judge, "excess": d, "se": se, "z": z, HALF_Z2_COLUMN[godambe]: half_z2}
+        columns["group_p_holm"] = float(ph)
+        frame = pl.DataFrame({**columns, **scalars, "reason": reason}, schema_overrides=schema)
+        frames.append(frame.select(list(schema)))
         if not on:
             disabled.update(zip(judge, [effect] * n, strict=True))
-    table = pl.concat(frames) if frames else pl.DataFrame(schema=GATE_COLUMNS)
-    return GateResult(table, frozenset(disabled), k, level, godambe=is_composite(problem.spec))
+    table = pl.concat(frames) if frames else pl.DataFrame(schema=schema)
+    return GateResult(table, frozenset(disabled), k, level, godambe=godambe)

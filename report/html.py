@@ -1271,6 +1271,7 @@ def _reference_note(summary: Summary) -> str:
 GATE_COLUMNS: dict[str, str] = {
     "excess": "excess (all corrections on)",
     "gain_nats": "gain (nats)",
+    "half_z2": "½z² (Wald)",
     "group_chi2": "joint χ²",
     "group_df": "df",
     "group_p": "joint p",
@@ -1279,11 +1280,21 @@ GATE_COLUMNS: dict[str, str] = {
 }
 
 
+#: Why neither a judge's z nor its ½z² switches its correction on (:data:`GATE_READING`).
+GATE_DECIDES = (
+    "Neither decides: an effect is switched on for all its judges or none, by the joint χ² of every judge's excess, "
+    "Holm-corrected over the effects tested."
+)
 #: How the gate table's columns are read (a reader asked what "gain (nats)" is, and whether a judge's own z decides).
 GATE_READING = (
     "z is a judge's excess over its SE; gain (nats) is ½z², about what freeing that one excess adds to the "
-    "log-likelihood. Neither decides: an effect is switched on for all its judges or none, by the joint χ² of every "
-    "judge's excess, Holm-corrected over the effects tested."
+    "log-likelihood. " + GATE_DECIDES
+)
+#: The same for an ω-weighted fit's gate (its ½z² column ``half_z2``: :data:`~biasboard.ranking.gate.HALF_Z2_COLUMN`
+#: says why it is no gain in nats there).
+GATE_READING_WEIGHTED = (
+    "z is a judge's excess over its SE from the Godambe (sandwich) covariance; ½z² (Wald) is half its Wald χ² on "
+    "1 df — the likelihood is ω-weighted, so it is no log-likelihood gain in nats. " + GATE_DECIDES
 )
 
 
@@ -1304,6 +1315,7 @@ def _gate(summary: Summary) -> str:
         note = _reference_note(summary) + _anchor_results(summary)
         return _section("gate", "Reference", note) if note else ""
     columns = list(dict.fromkeys(k for row in gate.decisions for k in row))
+    reading = GATE_READING_WEIGHTED if "half_z2" in columns else GATE_READING  # (gate.HALF_Z2_COLUMN[True])
     head = "<tr>" + "".join(f'<th class="l">{esc(GATE_COLUMNS.get(c, c))}</th>' for c in columns) + "</tr>"
     rows = [
         "<tr>" + "".join(f'<td class="l">{esc(_gate_cell(c, row.get(c)))}</td>' for c in columns) + "</tr>"
@@ -1311,7 +1323,7 @@ def _gate(summary: Summary) -> str:
     ]
     body = (
         _reference_note(summary) + f'<p class="note">{esc(gate.method)}: {gate.k} reference verdicts, '
-        f"family-wise level {gate.level:g}. {esc(_gate_excess_meaning(summary))} {esc(GATE_READING)}</p>"
+        f"family-wise level {gate.level:g}. {esc(_gate_excess_meaning(summary))} {esc(reading)}</p>"
         + _table("gate", head, rows)
         + _anchor_results(summary)
     )

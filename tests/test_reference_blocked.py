@@ -525,12 +525,19 @@ def test_reference_fit_of_a_weighted_blocked_fit_equals_the_dense_path():
 
 def test_the_gate_of_a_weighted_fit_names_the_godambe_covariance_it_tests_with():
     """At ω ≠ 0.5 with grades the gate's Wald tests read the Godambe sandwich (:func:`row_covariance`), but the
-    summary's method, which the report prints above the gate table, said "threshold from the posterior covariance"."""
+    summary's method, which the report prints above the gate table, said "threshold from the posterior covariance".
+    Its ½z² is then half a Wald χ²(1), no gain in nats of any likelihood: the column was ``gain_nats`` all the same."""
     pairs, grades = _graded_tables(5)
     for omega, godambe in ((0.8, True), (0.5, False)):
         fitted = fit_with_reference(
             pairs, grades, reference=Reference("judges", ("judge-0",)), config=ModelConfig(omega=omega)
         )
-        method = fitted.gate.to_json()["method"]
+        summary = fitted.gate.to_json()
+        method = summary["method"]
         assert ("threshold from the Godambe (sandwich) covariance of the ω-weighted likelihood" in method) == godambe
         assert ("threshold from the posterior covariance" in method) != godambe
+        decisions = fitted.gate.decisions
+        half, other = ("half_z2", "gain_nats") if godambe else ("gain_nats", "half_z2")
+        assert half in decisions.columns and other not in decisions.columns
+        assert all(half in row and other not in row for row in summary["decisions"])
+        assert np.array_equal(decisions[half].to_numpy(), (0.5 * decisions["z"] ** 2).to_numpy())

@@ -765,6 +765,19 @@ def test_the_gate_says_what_gain_is_and_that_the_joint_test_decides(referenced):
     assert "an effect is switched on for all its judges or none, by the joint χ² of every judge's excess" in text
 
 
+def test_the_gate_of_a_weighted_fit_calls_its_half_z2_a_wald_quantity_not_a_gain_in_nats(referenced):
+    """At ω ≠ 0.5 the gate's z reads the Godambe covariance and its ½z² (the summary's ``half_z2``) is half a Wald
+    χ²(1), no log-likelihood's gain: the table's header and the reading above it said "gain (nats)" regardless."""
+    doc = referenced.summary.to_json()
+    for row in doc["diagnostics"]["gate"]["decisions"]:
+        row["half_z2"] = row.pop("gain_nats")  # what an ω-weighted fit's gate writes (tests/test_reference_blocked.py)
+    page = render_report(referenced.leaderboard, referenced.bias, Summary.from_json(doc))
+    text = text_of(re.search(r'<section id="gate">.*?</section>', page, re.S).group(0))
+    assert "½z² (Wald)" in text and "half its Wald χ² on 1 df" in text and "no log-likelihood gain in nats" in text
+    assert "gain (nats)" not in text and "adds to the log-likelihood" not in text
+    assert "an effect is switched on for all its judges or none, by the joint χ² of every judge's excess" in text
+
+
 # --------------------------------------------------------------------------- in a real browser
 
 #: Headless Chromium binaries, in the order tried (Debian: ``apt-get install chromium-headless-shell``).
