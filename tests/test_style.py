@@ -18,7 +18,9 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from biasboard.importers.common import read_all
 from biasboard.importers.registry import import_path
+from biasboard.importers.style_counts import style_counts
 from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.ranking import ModelConfig, build_dataset, fit_bias_aware
 from biasboard.ranking.config import STYLE_EFFECTS
@@ -164,6 +166,23 @@ def test_fastchat_counts_written_as_objects_numbers_and_text_in_one_log_are_all_
     expected = pl.from_arrow(want.rows).select(STYLE_AND_LENGTHS)
     assert expected.null_count().sum_horizontal().item() == 0
     assert pl.from_arrow(got.rows).select(STYLE_AND_LENGTHS).equals(expected)
+
+
+def test_one_odd_count_among_objects_decodes_the_objects_once_not_per_sub_count(tmp_path):
+    """One count written as a number among 2,000 written as objects: the field is text on every row, and the mapping
+    read each object's sub-counts through an expression that decoded every row's text again for each sub-count and
+    each use of it (one odd value among 200k nested records: 5.4 s of a 12.5 s import, against 3.5 s for the
+    uniform log, profiled).  The objects are decoded once; the mapping reads the decoded column."""
+    metas = _uniform_metas(2_000)
+    metas[1_000]["header_count_a"] = sum(metas[1_000]["header_count_a"].values())
+    path = _write(tmp_path, _battles(metas), "array", "clean_battle")
+    raw = read_all([path], scalar=())
+    assert raw.schema["conv_metadata"].to_schema()["header_count_a"] == pl.String  # the odd value made the field text
+    counts = style_counts(raw, [])
+    assert [e.meta.output_name() for e in counts] == list(STYLE_COUNT_COLUMNS)
+    assert not [str(e) for e in counts if "json_decode" in str(e)]
+    want = pl.from_arrow(import_path("fastchat", _write(tmp_path, _battles(_uniform_metas(2_000)), "array", "u")).rows)
+    assert raw.select(counts).equals(want.select(STYLE_COUNT_COLUMNS))
 
 
 @pytest.mark.parametrize("layout", ["array", "lines"])
