@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -160,7 +161,8 @@ class Reference:
             if not has_anchors:
                 raise InputError("--reference anchors: no --anchors given")
             return Reference("anchors", (ANCHOR_JUDGE,))
-        names = tuple(sorted({name.strip() for name in value.split(",") if name.strip()}))
+        # in NFC, as the input's judge names are (biasboard.schemas.names): a name pasted decomposed names its judge
+        names = tuple(sorted({unicodedata.normalize("NFC", name.strip()) for name in value.split(",") if name.strip()}))
         if not names:
             raise InputError(f"--reference: no judge named in {text!r}")
         return Reference("judges", names)

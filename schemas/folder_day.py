@@ -131,15 +131,19 @@ def _all_on_day(values: pl.Series, day: str) -> bool:
     """
     if values.null_count() == values.len():
         return True
-    if values.dtype == pl.Date:
-        return values.min() == values.max() == dt.date.fromisoformat(day)
-    start, end = day_window(day)
-    if isinstance(values.dtype, pl.Datetime):  # the usual column: two Python datetimes (an expression costs 1 ms)
-        low, high = values.min(), values.max()
+    if values.dtype == pl.Date or isinstance(values.dtype, pl.Datetime):  # two Python values (an expression: 1 ms)
+        try:
+            low, high = values.min(), values.max()
+        except (OverflowError, ValueError):  # beyond Python's years 1-9999 (epoch ms written with a unit of seconds)
+            return False
+        if values.dtype == pl.Date:
+            return low == high == dt.date.fromisoformat(day)
         if not (isinstance(low, dt.datetime) and isinstance(high, dt.datetime)):
             return False
+        start, end = day_window(day)
         low, high = (b if b.tzinfo else b.replace(tzinfo=dt.timezone.utc) for b in (low, high))
         return start <= low and high < end
+    start, end = day_window(day)
     bounds = values.to_frame().select(pl.concat([pl.col(values.name).min(), pl.col(values.name).max()]))
     instants = bounds.select(timestamp_expr(values.dtype, values.name)).to_series()
     return bool(instants.is_between(start, end, closed="left").fill_null(False).all())

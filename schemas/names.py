@@ -4,8 +4,9 @@ Names are the leaderboard's keys, so two spellings of one model become two
 models.  Before any rule runs, every judge and model name is
 
 * **trimmed** of surrounding whitespace and invisible characters (``" gpt-4 "`` and
-  ``"gpt-4\u200b"`` are ``gpt-4``: :data:`INVISIBLE`; the counted rows this changed
-  are reported as ``trimmed``);
+  ``"gpt-4\u200b"`` are ``gpt-4``: :data:`INVISIBLE`) and put in Unicode NFC (``"e\u0301"``, as a macOS
+  or JavaScript export may decompose it, is ``"\u00e9"``: the two display alike, and were two models of one
+  name on the board); the counted rows this changed are reported as ``trimmed``;
 * **renamed** by the optional alias map (``--aliases FILE``: a JSON object
   ``{"name as written": "canonical name"}``, e.g. for case variants; applied
   once, after trimming, to judges and models alike; reported as ``renamed``);
@@ -24,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -74,7 +76,11 @@ class AliasMap:
         bad = [k for k, v in document.items() if not isinstance(v, str) or not v.strip() or not k.strip()]
         if bad:
             raise InputError(f"{source}: alias map entries must map a name to a non-empty name (not: {bad[0]!r})")
-        aliases = {k.strip(): v.strip() for k, v in document.items()}
+        # in NFC, as the names they rename are (:func:`_trimmed`): a key typed decomposed would match no name
+        aliases = {
+            unicodedata.normalize("NFC", k.strip()): unicodedata.normalize("NFC", v.strip())
+            for k, v in document.items()
+        }
         unusable = [v for v in aliases.values() if name_fault(v) is not None]
         if unusable:
             raise InputError(
@@ -93,9 +99,9 @@ class AliasMap:
 
 
 def _trimmed(names: pl.Series | pl.Expr):
-    """``names`` without whitespace or :data:`INVISIBLE` characters at either end (in any mix of the two)."""
+    """``names`` without whitespace or :data:`INVISIBLE` characters at either end (in any mix of the two), in NFC."""
     edges = f"[\\s{INVISIBLE}]+"
-    return names.str.replace(f"^{edges}", "").str.replace(f"{edges}$", "")
+    return names.str.replace(f"^{edges}", "").str.replace(f"{edges}$", "").str.normalize("NFC")
 
 
 def name_fault(name: str) -> str | None:

@@ -60,6 +60,18 @@ HOSTILE = {
         pa.array([dt.time(1), None, dt.time(2), dt.time(3)], pa.time64("us")),
         {"bad_timestamp": 3, "missing:ts": 1},
     ),
+    # epoch milliseconds written with a unit of seconds (year 56000), a sentinel before year 1: no Python datetime
+    # holds them, and the day check's bounds failed the run (OverflowError) instead of the rows being dead-lettered
+    "ts_beyond_python_years": (
+        "ts",
+        pa.array([int(T0.timestamp()) * 1000, -(10**11), None, int(T0.timestamp())], pa.timestamp("s", tz="UTC")),
+        {"bad_timestamp": 2, "missing:ts": 1},
+    ),
+    "ts_date_beyond_python_years": (
+        "ts",
+        pa.array([3_000_000, -800_000, None, (T0.date() - dt.date(1970, 1, 1)).days], pa.date32()),
+        {"bad_timestamp": 2, "missing:ts": 1},
+    ),
     "ts_duration": ("ts", pa.array([1, 2, None, 4], pa.duration("s")), {"bad_type:ts": 3, "missing:ts": 1}),
     "ts_list": ("ts", pa.array([[1], [], None, [2, 3]], pa.list_(pa.int64())), {"bad_type:ts": 3, "missing:ts": 1}),
     "ts_binary": (
@@ -202,3 +214,21 @@ def test_carried_schema_column_of_an_unreadable_type_is_coerced_once():
     flags = [c for c in df.columns if c.endswith("prompt_id") and c != "prompt_id"]
     assert len(flags) == 1 and df[flags[0]].to_list() == [True, False]
     assert df.schema["prompt_id"] == pl.String
+
+
+def test_times_in_a_zone_polars_does_not_take_are_read_as_their_instants(tmp_path: Path, capsys):
+    """pandas writes times parsed with an offset in the zone ``+05:30``; polars' reader panicked on such a file's
+    schema (a Rust panic through the runner), whichever column held them.  Read through pyarrow, each row keeps its
+    instant: 03:00 at +05:30 on May 2 is 21:30 UTC on May 1, so an undated file files it under May 1."""
+    zone = dt.timezone(dt.timedelta(hours=5, minutes=30))
+    late = dt.datetime(2024, 5, 2, 3, 0, tzinfo=zone)
+    zoned = pa.array([T0, T0, late, late], pa.timestamp("ns", tz="+05:30"))
+    code, state, _ = run_backfill_cli(tmp_path, pa.table(battle_columns(ts=zoned, exported_at=zoned)))
+    assert code == 0, capsys.readouterr().err
+    counts = read_day_manifest(state, DAY)["counts"]
+    assert counts["read"] == N == counts["counted"] and "off_day" not in counts
+    undated = tmp_path / "undated" / "export.parquet"
+    undated.parent.mkdir()
+    pq.write_table(pa.table(battle_columns(ts=zoned)), undated)
+    assert cli.main(["backfill", "--input", str(undated.parent), "--state", str(tmp_path / "s2")]) == 0
+    assert read_day_manifest(str(tmp_path / "s2"), DAY)["counts"]["counted"] == N

@@ -58,6 +58,27 @@ def test_empty_part_files_are_skipped_and_counted(tmp_path: Path):
     assert len(read_day_manifest(str(tmp_path / "state"), D1)["inputs"]) == 3  # fingerprinted like any file
 
 
+def test_a_writers_hidden_files_and_folders_are_not_read(tmp_path: Path):
+    """Spark leaves ``_temporary/`` attempt copies, ``.spark-staging`` folders and ``.part-….crc`` checksums beside
+    its parts, and an upload in progress is a hidden ``.part``: ``--input logs`` read the copies as battles (every
+    row a duplicate id: half the day "rejected") and stopped on a checksum as "text, not Parquet".  A glob of files
+    skips them too; a name the glob spells itself (``_backfill/*``) is read."""
+    logs = tmp_path / "logs"
+    write(logs / f"day={D1}" / "part-00000.parquet", battles(4))
+    write(logs / "_temporary" / "0" / "attempt_1" / f"day={D1}" / "part-00000.parquet", battles(4))
+    write(logs / ".spark-staging-1" / f"day={D1}" / "part-00000.parquet", battles(4))
+    (logs / f"day={D1}" / ".part-00000.parquet.crc").write_bytes(b"crc\x00\x01")
+    (logs / f"day={D1}" / ".part-00001.parquet").write_bytes(b"PAR1 still uploading")
+    (logs / f"day={D1}" / "_metadata").write_bytes(b"not a battle file")
+    for given in (str(logs), str(logs / "day=*" / "*"), str(logs / "**")):
+        days = list_input_days(given)
+        assert [f.path.rsplit("/", 1)[-1] for f in days[D1]] == ["part-00000.parquet"], given
+    result = run_backfill(str(logs), str(tmp_path / "state"))
+    assert result.counts.read == 4 == result.counts.counted and result.counts.rejected_total == 0
+    write(logs / "_backfill" / f"day={D2}" / "part-00000.parquet", battles(2, D2, "c"))
+    assert sorted(list_input_days(str(logs / "_backfill" / "*" / "*.parquet"))) == [D2]
+
+
 def test_nested_day_folders_file_rows_under_the_innermost_day(tmp_path: Path):
     assert day_of_path(f"/logs/day={D1}/day={D2}/part.parquet") == D2
     assert day_of_path(f"/logs/day={D1}/x/dt={D2}/part.parquet") == D2

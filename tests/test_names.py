@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from biasboard.pipelines import cli
 from biasboard.pipelines.refresh import RefreshOptions, refresh
+from biasboard.ranking.reference import Reference
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import MAX_NAME_CHARS, AliasMap, name_fault
@@ -83,6 +84,21 @@ def test_invisible_characters_at_a_names_ends_are_trimmed_like_whitespace():
     # A bidirectional override makes one name display as another ("rlo\u202eevil" shows as "rlolive"): rejected.
     spoof = validate_battles(table(["j", "j"], ["rlo\u202eevil", "m\u20661"], ["m2", "m2"]))
     assert spoof.rejected == {"control_chars:model_a": 2} and name_fault("rlo\u202eevil") == "holds a control character"
+
+
+def test_a_decomposed_name_is_the_composed_one():
+    """``"mode\u0300le"`` (NFD, as a macOS or JavaScript export writes it) and ``"mod\u00e8le"`` (NFC) display alike,
+    and were two models of one name on the board (and two judges): names are put in NFC, counted as trimmed, and an
+    alias map's keys are too, so a decomposed key still renames the name."""
+    nfc, nfd = "mod\u00e8le", "mode\u0300le"
+    out = validate_battles(table([nfd, "j\u00fcdge", "ju\u0308dge"], [nfc, nfd, "m1"], ["m1", "m1", nfd]))
+    assert out.read == 3 == out.valid.height and out.trimmed == 3
+    assert out.valid.get_column("judge").to_list() == [nfc, "j\u00fcdge", "j\u00fcdge"]
+    assert set(out.valid.get_column("model_a")) | set(out.valid.get_column("model_b")) == {nfc, "m1"}
+    aliases = AliasMap.parse(json.dumps({nfd: "m9"}), "a.json")
+    renamed = validate_battles(table(["j", "j"], [nfc, nfd], ["m1", "m1"]), aliases=aliases)
+    assert renamed.valid.get_column("model_a").to_list() == ["m9", "m9"] and renamed.renamed == 2
+    assert Reference.parse(f"ju\u0308dge, {nfd}", False).judges == ("j\u00fcdge", nfc)  # --reference names them too
 
 
 def test_aliases_rename_case_variants_and_are_counted():

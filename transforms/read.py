@@ -42,6 +42,7 @@ duplicate rule dead-letters them.
 
 from __future__ import annotations
 
+import functools
 import glob as pyglob
 import hashlib
 import io
@@ -300,13 +301,43 @@ def _local_folders(glob: str) -> list[str]:
 
 
 def _listed(pattern: str, glob: str) -> list[FileMetadata]:
-    """The files (not folders, not Spark's ``_SUCCESS`` markers) Beam lists for ``pattern``; InputError naming
-    ``glob`` when the listing fails."""
+    """The files (not folders, not Spark's ``_SUCCESS`` markers, not a writer's hidden files: :func:`_hidden`) Beam
+    lists for ``pattern``; InputError naming ``glob`` when the listing fails."""
     try:
         metadata = FileSystems.match([pattern])[0].metadata_list
     except Exception as err:  # Beam raises BeamIOError with nested causes
         raise InputError(f"{glob}: cannot list input files: {err}") from err
-    return [m for m in metadata if not m.path.rstrip("/").endswith("/_SUCCESS") and not _is_folder(m.path)]
+    files = [m for m in metadata if not m.path.rstrip("/").endswith("/_SUCCESS") and not _is_folder(m.path)]
+    hidden = {m.path for m in files if _hidden(m.path, pattern)}
+    if hidden:
+        _LOG.info(
+            "%s: %d hidden file(s) (named _… or .…, or below such a folder) not read: %s",
+            glob,
+            len(hidden),
+            first_few(sorted(hidden), 3),
+        )
+    return [m for m in files if m.path not in hidden]
+
+
+def _hidden(path: str, pattern: str) -> bool:
+    """Whether the part of ``path`` a wildcard of ``pattern`` matched has a file or folder named ``_…`` or ``.…``.
+
+    Why: such names are a writer's leftovers, not data (Spark's ``_temporary/`` attempt files and ``.spark-staging``
+    folders, the ``.part-….crc`` checksums beside each part file, a ``.part`` still being uploaded, ``_metadata``),
+    and Spark, Hive and Arrow's datasets skip them.  ``--input logs`` read a failed job's ``_temporary/`` copy of a
+    day as battles (every row dead-lettered as a duplicate: half the day "rejected"), and a hidden file still being
+    written stopped the run as not Parquet.  A name the pattern spells itself (``logs/_backfill/*.parquet``, or a
+    file given by its path) is read.
+    """
+    if not storage.is_pattern(pattern):
+        return False
+    fixed = re.match(r"^[^[*?]*", pattern)
+    prefix = fixed.group(0).rsplit("/", 1)[0] + "/" if fixed and "/" in fixed.group(0) else ""
+    if not path.startswith(prefix):
+        return False
+    rest = pattern[len(prefix) :]
+    spelled = {c for c in "_." if rest.startswith(c) or f"/{c}" in rest}
+    return any(part[:1] in "_." and part[:1] not in spelled for part in path[len(prefix) :].split("/") if part)
 
 
 def import_rejections(inputs: Iterable[tuple[str, str | None]]) -> list[ImportRejections]:
@@ -520,6 +551,35 @@ def _dictionary_columns(schema: pa.Schema, columns: list[str]) -> list[str]:
     ]
 
 
+@functools.cache
+def _polars_zone(zone: str) -> bool:
+    """Whether polars takes the time zone ``zone`` (IANA names and whole-hour offsets; not ``+05:30``)."""
+    try:
+        pl.Series("t", [], dtype=pl.Datetime("us", zone))
+    except Exception:
+        return False
+    return True
+
+
+def _foreign_zones(schema: pa.Schema) -> list[str]:
+    """The columns of ``schema`` holding times in a zone polars does not take (:func:`_polars_zone`).
+
+    Why: pandas writes times parsed with an offset (``2024-05-01T12:00:00+05:30``) in the zone ``+05:30``, and
+    polars' Parquet reader then panicked on the file's schema (a Rust panic, not even an exception: a traceback
+    through the runner), whichever column held them; such a file is read through pyarrow (:func:`in_utc`).
+    """
+    return [f.name for f in schema if pa.types.is_timestamp(f.type) and f.type.tz and not _polars_zone(str(f.type.tz))]
+
+
+def in_utc(table: pa.Table) -> pa.Table:
+    """``table`` with the times of a zone polars does not take put in UTC: the same instants (Arrow stores a
+    zoned time as UTC; the zone only says how to show it)."""
+    for name in _foreign_zones(table.schema):
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, table.column(i).cast(pa.timestamp(table.schema.field(i).type.unit, "UTC")))
+    return table
+
+
 def _arrow_slices(reader: pq.ParquetFile, columns: list[str], batch_rows: int) -> Iterator[pa.Table]:
     """``columns`` of a file as consecutive tables of ``batch_rows`` rows (the last one shorter)."""
     held: list[pa.RecordBatch] = []
@@ -558,6 +618,16 @@ def iter_batches(
     """
     source = _polars_source(path)
     try:
+        arrow_file = pa.BufferReader(source.getbuffer()) if isinstance(source, io.BytesIO) else source
+        if _foreign_zones(pq.ParquetFile(arrow_file).schema_arrow):
+            reader = pq.ParquetFile(arrow_file)
+            offset = 0
+            for table in _arrow_slices(reader, wanted_columns(reader.schema_arrow.names, kind, carry), batch_rows):
+                frame = pl.from_arrow(in_utc(table))
+                assert isinstance(frame, pl.DataFrame)
+                yield offset, frame
+                offset += frame.height
+            return
         scan = pl.scan_parquet(source)
         names = scan.collect_schema().names()
         columns = wanted_columns(names, kind, carry)
@@ -595,7 +665,7 @@ def _ts_days(path: str, kind: str) -> pl.Series:
     if ts_name is None:  # refresh lists files without the up-front check: say what backfill's check says
         raise InputError(f"{path}: required column 'ts' is missing (has: {', '.join(names)})")
     column = reader.read(columns=[ts_name]).rename_columns(["ts"])
-    frame = pl.from_arrow(column)
+    frame = pl.from_arrow(in_utc(column))
     assert isinstance(frame, pl.DataFrame)
     return rules.parse_timestamps(frame, "ts").dt.date().cast(pl.String)
 
