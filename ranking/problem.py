@@ -385,6 +385,8 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         np.zeros(lay.n_prompts),
         np.full(lay.n_prompts, 1.0 / pr.difficulty_sd**2),
     )
+    if has_ord:
+        prior = weigh_grades_prior(prior, lay, w_ord)
     if not has_ord and scores is not None:
         data = replace(data, scores=None)
     return Problem(data, lay, spec, prior, notes, untied_precision=untied, severity_group=severity_group)
@@ -456,10 +458,32 @@ def _tie_to_reference(
     return tied
 
 
+def weigh_grades_prior(prior: Prior, layout: Layout, weight: float) -> Prior:
+    """``prior`` with the precisions of the parameters only the grades inform — the graders' severities α_j, the
+    thresholds τ, the prompts' difficulties δ_p — times ``weight`` (the ordinal part's, 2(1 − ω)).
+
+    Why: those priors are the grades' own, so they weigh what the grades weigh.  Left at weight 1 beside grades
+    weighted 0.02 (ω = 0.99), 1,000 grades counted as 20 against 30 difficulties and 9 thresholds held at their
+    priors, and the grades, read through those shrunk parameters, pulled θ's scale down — the judges' common
+    discrimination (mean log a_j), which nothing else pins once the grades are weighted low, came out 0.10
+    high on average and θ's 95% intervals covered 0.916 (docs/design-notes.md, ω).  Weighted with their part,
+    the grades' parameters given θ are the plain likelihood's at every ω (the weight multiplies their whole
+    conditional objective); at ω = 0.5 the weight is 1 and nothing changes.  The Godambe J counts them with the
+    weight squared, as the grades (:func:`~biasboard.ranking.composite.godambe_covariance`)."""
+    precision = prior.precision.copy()
+    precision[layout.block(SEV)] *= weight
+    precision[layout.tau] *= weight
+    return replace(prior, precision=precision, precision_diag=prior.precision_diag * weight)
+
+
 def prior_sd_of_effect(problem: Problem, block: int) -> tuple[float, float]:
-    """(global SD, per-judge deviation SD) of a block's prior (global 0 when the block has none)."""
+    """(global SD, per-judge deviation SD) of a block's prior (global 0 when the block has none).
+
+    The severities' is the prior's own SD, without the grades' weight (:func:`weigh_grades_prior`): what their
+    Godambe variance, in the same units as the plain likelihood's, is measured against for "identified"."""
     pr = problem.prior.precision
     lay = problem.layout
-    dev = 1.0 / np.sqrt(pr[lay.block(block).start]) if lay.n_judges else 0.0
+    weight = problem.spec.w_ord if block == SEV and problem.spec.w_ord > 0 else 1.0
+    dev = 1.0 / np.sqrt(pr[lay.block(block).start] / weight) if lay.n_judges else 0.0
     glob = 1.0 / np.sqrt(pr[lay.glob(block)]) if block in lay.global_effects else 0.0
     return float(glob), float(dev)
