@@ -12,8 +12,9 @@ With ``--reference`` the judges are three LLM judges and a human pool, the pool 
 judge has an excess) and the pool has *none* while the judges have strong ones.  Per scenario: how often the
 gate enables a style correction, the coverage of the excesses' and of the pool's own effects' 95% intervals,
 and Kendall τ-b of the published board and of the zero-reference (style control) board against what the
-pool concludes: φ_m = θ_m + Σ_k (δ_rk / a_r)·s̄_mk (a_r on θ's scale, s̄ each model's mean style difference against
-its opponents, :func:`~biasboard.ranking.reference_rating.typical_style`).  With ``--bootstrap B`` also the
+pool concludes: φ_m = θ_m + Σ_k (δ_rk / a_r)·s̄_mk (a_r on θ's scale, s̄ each model's typical style difference
+fitted to its pairs' mean differences, :func:`~biasboard.ranking.reference_rating.typical_style`).  With
+``--bootstrap B`` also the
 coverage of the published ratings' 95% intervals of φ (centred), from the same fits: the delta method's
 (rating ± 1.96 se) and the B replicates' percentiles (what ``refresh --bootstrap`` publishes).
 

@@ -20,7 +20,8 @@ excess over r.  The corrected rating is what r would conclude on each model's ty
 with μ_m model m's mean log length, c the length clip, β_r r's length effect per unit of log length ratio
 and a_r r's discrimination (so r's preference is expressed on θ's scale); with style counts in the cells,
 δ_rk is r's effect of style feature k (header, list, bold) per unit of normalised difference and s̄_mk model
-m's mean difference against the opponents it met (:func:`~biasboard.ranking.reference_rating.typical_style`).
+m's typical difference: the least-squares fit of the pairs' mean differences it met, s̄_m − s̄_n ≈ the mean d
+between m and n (:func:`~biasboard.ranking.reference_rating.typical_style`).
 Position is averaged out and r's affinity (a rater's preference for its own family) is reported, not added.
 φ (:mod:`biasboard.ranking.reference_rating`) is identified even where θ and β_r are not (length constant within
 each model, Xu et al. 2026): r's verdicts measure θ_m + β_r·μ_m directly, whatever split the prior picks.  Its
@@ -307,8 +308,8 @@ class ReferenceFit:
             "corrected_rating": "theta"
             if self.reference.kind == "none"
             else "theta_m + (beta_r / a_r) * clip(mean log length_m - pool mean, -clip, clip) [+ sum_k (delta_rk / "
-            "a_r) * mean style difference_mk against its opponents, with style counts]: what the reference "
-            "concludes on each model's typical answers, position averaged out",
+            "a_r) * typical style difference_mk (least squares over the pairs it met), with style counts]: what the "
+            "reference concludes on each model's typical answers, position averaged out",
             "verdicts": self.k,
             "own_effects": self.own_effects,
             "gate": None if self.gate is None else self.gate.to_json(),

@@ -17,10 +17,12 @@ import numpy as np
 import scipy.sparse as sp
 from biasboard.ranking.arrowhead import BlockCovariance
 from biasboard.ranking.data import Dataset
-from biasboard.ranking.diagnostics import mean_log_length, signed_model_means
+from biasboard.ranking.diagnostics import mean_log_length
 from biasboard.ranking.gate import gated_effects, reference_mask, row_covariance
 from biasboard.ranking.model import DISC, LEN, STYLE_BLOCKS, Layout
 from biasboard.ranking.problem import Problem
+from scipy.sparse.csgraph import connected_components
+from scipy.sparse.linalg import spsolve
 
 
 def typical_length(data: Dataset, clip: float | None) -> np.ndarray:
@@ -34,17 +36,45 @@ def typical_length(data: Dataset, clip: float | None) -> np.ndarray:
 
 
 def typical_style(data: Dataset) -> np.ndarray:
-    """s̄ (M × 3): each model's mean normalised style difference (header, list, bold) against the opponents it
-    met, signed toward the model (0 where unknown, and without style counts).
+    """s̄ (M × 3): each model's typical normalised style difference (header, list, bold), on the scale of a pair's:
+    the per-model values whose differences s̄_m − s̄_n best match the mean difference d = (c_a − c_b)/(c_a + c_b)
+    of the battles between m and n (least squares over the battles with style counts, self-battles skipped; 0
+    where a model has none, and without style counts).
 
-    The cells keep each battle's difference d = (c_a − c_b)/(c_a + c_b), not the counts, so a model's typical
-    style is read against its opponents (an arena draws them across the pool), where length's is against the
-    pool's mean log length (:func:`typical_length`).  d is bounded by construction: no clip."""
+    The cells keep each battle's d, not the counts, so a model's typical style is read from the pairs it met
+    (where length's is its mean log length against the pool's, :func:`typical_length`).  Why not each model's
+    mean d against its opponents: that mean leaves the model itself out of the pool it is measured against, so
+    two models' means differ by M/(M − 1) times their mean d (8 simulated models, header: slope 1.131, M/(M − 1)
+    = 1.143): φ carried the reference's style preference M/(M − 1) times over (14% at 8 models), where
+    length's typical value, against the pool's mean with the model in it, has no such factor.  d is bounded by
+    construction: no clip."""
     pairs, m = data.pairs, len(data.models)
+    out = np.zeros((m, len(STYLE_BLOCKS)))
     if pairs.style is None or pairs.n_style is None:
-        return np.zeros((m, len(STYLE_BLOCKS)))
-    means = [signed_model_means(pairs, pairs.style[:, k], pairs.n_style, m) for k in range(len(STYLE_BLOCKS))]
-    return np.nan_to_num(np.column_stack(means), nan=0.0)
+        return out
+    w = np.where(pairs.a != pairs.b, pairs.n_style, 0.0)
+    used = w > 0
+    if not used.any():
+        return out
+    a, b, w = pairs.a[used], pairs.b[used], w[used]
+    # The weighted least squares min Σ w (s_a − s_b − d̄)²: the graph Laplacian's system L s = Σ ± w d̄, solved in
+    # each comparison component with one model grounded, then centred there (a model without style battles: 0).
+    rows, cols = np.concatenate([a, b, a, b]), np.concatenate([a, b, b, a])
+    lap = sp.coo_matrix((np.concatenate([w, w, -w, -w]), (rows, cols)), shape=(m, m)).tocsr()
+    rhs = np.zeros((m, len(STYLE_BLOCKS)))
+    for k in range(len(STYLE_BLOCKS)):
+        wd = w * pairs.style[used, k]
+        rhs[:, k] = np.bincount(a, weights=wd, minlength=m) - np.bincount(b, weights=wd, minlength=m)
+    n_comp, component = connected_components(lap, directed=False)
+    for c in range(n_comp):
+        members = np.flatnonzero(component == c)
+        if members.size < 2:
+            continue
+        rest = members[1:]
+        solved = spsolve(lap[rest][:, rest].tocsc(), rhs[rest])
+        out[rest] = np.asarray(solved).reshape(rest.size, -1)
+        out[members] -= out[members].mean(axis=0)
+    return out
 
 
 def rated_effects(layout: Layout) -> dict[str, int]:

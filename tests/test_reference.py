@@ -470,6 +470,71 @@ def test_typical_style_is_each_models_mean_signed_difference() -> None:
     assert not typical_style(build_dataset(simulated(seed=5, battles=500)[0])).any()  # no style counts: zeros
 
 
+def _styled_battles(headers: dict[str, int], pairs: list[tuple[str, str]]) -> pa.Table:
+    """One battle per ``pairs`` entry (each model's answers with ``headers[model]`` headers, no lists or bold)."""
+    from datetime import datetime, timezone
+
+    from biasboard.schemas.battle import BATTLE_SCHEMA, STYLE_COUNT_COLUMNS
+
+    n = len(pairs)
+    counts = {c: [0] * n for c in STYLE_COUNT_COLUMNS}
+    counts["header_count_a"] = [headers[a] for a, _ in pairs]
+    counts["header_count_b"] = [headers[b] for _, b in pairs]
+    return pa.table(
+        {
+            "battle_id": [f"b{i}" for i in range(n)],
+            "ts": pa.array([datetime(2024, 5, 1, tzinfo=timezone.utc)] * n, pa.timestamp("us", tz="UTC")),
+            "judge": ["judge-1"] * n,
+            "model_a": [a for a, _ in pairs],
+            "model_b": [b for _, b in pairs],
+            "winner": ["model_a", "model_b"] * (n // 2) + ["model_a"] * (n % 2),
+            "prompt_id": [None] * n,
+            "len_a": [None] * n,
+            "len_b": [None] * n,
+            "family_a": ["fam-x"] * n,
+            "family_b": ["fam-x"] * n,
+            "judge_family": ["fam-judge"] * n,
+            "order_known": [None] * n,
+            "strength": [None] * n,
+            "category": [None] * n,
+            "language": [None] * n,
+            **counts,
+        },
+        schema=BATTLE_SCHEMA,
+    )
+
+
+def test_typical_style_differences_are_the_pairs_mean_differences() -> None:
+    # By hand: A and B answer with 10 headers, C with none, every pair met equally (both orders).  A pair's mean
+    # d is 0 for A-B and 1 for A-C and B-C, so what the reference concludes on typical answers differs by δ·1
+    # between A and C.  Each model's mean d against its opponents (A: ½, C: −1) put 1.5 between them: φ
+    # carried the reference's style preference M/(M − 1) times over (here 3/2).
+    pairs = [p for x, y in (("A", "B"), ("A", "C"), ("B", "C")) for p in ((x, y), (y, x))] * 10
+    data = build_dataset([partial_cells(_styled_battles({"A": 10, "B": 10, "C": 0}, pairs), FAMILIES).cells])
+    s = dict(zip(data.models, typical_style(data)[:, 0], strict=True))
+    assert s["A"] - s["C"] == pytest.approx(1.0) and s["B"] - s["C"] == pytest.approx(1.0)
+    assert s["A"] - s["B"] == pytest.approx(0.0, abs=1e-12) and sum(s.values()) == pytest.approx(0.0, abs=1e-12)
+    # Simulated (16 models): the differences of typical style match the pairs' mean differences, slope 1 (it was
+    # M/(M − 1) = 1.067 with each model's mean against its opponents).
+    cells, _, _ = styled_humans_and_llms((0.0,) * 3, (0.0,) * 3, seed=3)
+    data = build_dataset(cells)
+    pairs_ = data.pairs
+    keep = (pairs_.a != pairs_.b) & (pairs_.n_style > 0)
+    a, b, w, d = pairs_.a[keep], pairs_.b[keep], pairs_.n_style[keep], pairs_.style[keep, 0]
+    m = len(data.models)
+    total, count = np.zeros((m, m)), np.zeros((m, m))
+    np.add.at(total, (a, b), w * d)
+    np.add.at(total, (b, a), -w * d)
+    np.add.at(count, (a, b), w)
+    np.add.at(count, (b, a), w)
+    upper = np.triu_indices(m, 1)
+    met = count[upper] > 0
+    mean_d = (total[upper] / np.where(count[upper] > 0, count[upper], 1.0))[met]
+    s = typical_style(data)[:, 0]
+    slope = np.polyfit(mean_d, (s[:, None] - s[None, :])[upper][met], 1)[0]
+    assert abs(slope - 1.0) < 0.02, slope
+
+
 def test_agreement_with_styled_anchors_counts_the_style_excess() -> None:
     # The human pool's verdicts, with their style counts, are the anchors; the LLM judges reward a style the pool
     # does not.  With each judge's excess removed (the anchors' effects in its place) its verdicts predict the
