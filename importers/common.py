@@ -54,6 +54,7 @@ from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA, SLICE_COLUMNS,
 from biasboard.schemas.coerce import FLAG_PREFIX, REASON_BAD_TYPE_PREFIX, coerce_types, flag_reasons
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.names import canonical_names
 from biasboard.schemas.numbers import NumberRule
 from biasboard.schemas.rules import (
     REASON_DUPLICATE_SCORE_ID,
@@ -544,7 +545,8 @@ def one_judge_or_refuse(frame: pl.DataFrame, column: str, judge: str, paths: Seq
     names = frame[column]
     if isinstance(names.dtype, pl.List):  # FastChat's [model, prompt]
         names = names.list.get(0, null_on_oob=True)
-    names = names.cast(pl.String)
+    # as the ingest will read them: one judge spelt " gpt-4" and "gpt-4" (or composed and decomposed) is one judge
+    names = canonical_names(names.cast(pl.String))
     named = names.drop_nulls().unique().sort()
     if named.len() > 1:
         shown = first_few(named.to_list(), 3)

@@ -35,7 +35,7 @@ from biasboard.importers.registry import FORMATS, convert
 from biasboard.pipelines import validation
 from biasboard.pipelines.options import OneFolder
 from biasboard.schemas.errors import InputError
-from biasboard.schemas.names import name_fault
+from biasboard.schemas.names import canonical_name, name_fault
 from biasboard.schemas.rules import undatable_day
 
 
@@ -157,11 +157,13 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             f"--length-unit {args.length_unit}: the {fmt.name} format has one length unit (formats with characters "
             f"and words: {with_units})"
         )
-    for flag, name in (("--judge", args.judge), ("--baseline", args.baseline)):
+    # written as the ingest reads a name (trimmed, composed), so the notes and ids name what the board will
+    judge, baseline = (None if name is None else canonical_name(name) for name in (args.judge, args.baseline))
+    for flag, name, given in (("--judge", judge, args.judge), ("--baseline", baseline, args.baseline)):
         # a name the ingest would reject on every row it is written into: refused here, where it is given
-        fault = None if name is None else ("is empty" if not name.strip() else name_fault(name.strip()))
+        fault = None if name is None else ("is empty" if not name else name_fault(name))
         if fault:
-            raise InputError(f"{flag} {name[:40]!r}: not a usable name ({fault})")
+            raise InputError(f"{flag} {given[:40]!r}: not a usable name ({fault})")
     _local_only(("--in", args.input), ("--out", args.out), ("--answers", args.answers))
     validation.writable_folder(args.out, "--out")
     validation.not_owned(args.out, "--out")
@@ -172,11 +174,11 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     day = args.date or DEFAULT_DATE
     options = ImportOptions(
         default_date=day,
-        judge=args.judge,
+        judge=judge,
         length_unit=args.length_unit,
         tie_band=args.tie_band,
         answers_dir=answers,
-        baseline=args.baseline,
+        baseline=baseline,
         voters=args.voters,
         anony_only=args.anony_only,
         sampled_only=args.sampled_only,

@@ -29,6 +29,7 @@ from biasboard.pipelines.options import OneFolder, beam_options, defaults_from, 
 from biasboard.pipelines.validation import NumberRule
 from biasboard.plan import STRATEGIES
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.names import canonical_name
 from biasboard.transforms import storage
 from biasboard.transforms.plan import make_plan
 
@@ -114,7 +115,9 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     job = options_from(PlanOptions, args)
     storage.configure_gcs(no_auth=beam_options(beam_args).view_as(GoogleCloudOptions).no_auth)
     validation.input_buckets(("--out", args.out), ("--to", job.to))  # storage gone from the start: the probe's 12 s
-    if job.judge and any(not name.strip() for name in job.judge):
+    # read as the fit's judge names are: " gpt-4" or a decomposed "é" named no judge of the fit ('*' is kept)
+    judges = [canonical_name(name) for name in job.judge] if job.judge else job.judge
+    if judges and any(not name for name in judges):
         # '' is the planner's own stand-in for "no judge" (a board without judges): given, it planned for no judge
         raise InputError("--judge '': a judge name is empty (name a judge of the fit, or '*' for a new judge)")
     if job.to:
@@ -125,7 +128,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         args.budget,
         strategy=job.strategy,
         k=job.k,
-        judges=job.judge,
+        judges=judges,
         snapshot_id=job.snapshot,
         to=job.to,
         seed=job.seed,

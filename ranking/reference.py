@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -99,6 +98,7 @@ from biasboard.ranking.result import Z95, FitResult
 from biasboard.ranking.solver import Solution
 from biasboard.ranking.uncertainty import centre_within, centring_matrix, percentile_interval, top_k_probabilities
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.names import canonical_name
 from biasboard.schemas.summary import (
     AGREEMENT_BOARDS,
     GLOBAL_JUDGE,
@@ -162,8 +162,8 @@ class Reference:
             if not has_anchors:
                 raise InputError("--reference anchors: no --anchors given")
             return Reference("anchors", (ANCHOR_JUDGE,))
-        # in NFC, as the input's judge names are (biasboard.schemas.names): a name pasted decomposed names its judge
-        names = tuple(sorted({unicodedata.normalize("NFC", name.strip()) for name in value.split(",") if name.strip()}))
+        # read as the input's judge names are: a name pasted decomposed names its judge
+        names = tuple(sorted({canonical_name(name) for name in value.split(",") if canonical_name(name)}))
         if not names:
             raise InputError(f"--reference: no judge named in {text!r}")
         return Reference("judges", names)

@@ -33,6 +33,7 @@ from importlib import resources
 import polars as pl
 from biasboard.schemas.cells import UNKNOWN_FAMILY
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.names import in_name_form
 
 DEFAULT_FAMILIES_RESOURCE = "default_families.json"
 
@@ -68,8 +69,10 @@ def _rule_from_obj(obj: object, source: str, index: int) -> FamilyRule:
     family = _text(obj, "family", source, index)
     # A regex is kept as written and matched case-insensitively: lower-casing its text turned \D, \W, \S, \B
     # into \d, \w, \s, \b (another pattern, silently) and \Z into the bad escape \z.
+    # The pattern in the names' form (composed), as the names it is matched against are: a prefix or a regex typed
+    # decomposed ("cafe\u0301") matched none of them.
     key = "regex" if "regex" in obj else "prefix"
-    text = _text(obj, key, source, index)
+    text = in_name_form(_text(obj, key, source, index))
     pattern = text if key == "regex" else r"(^|/)" + re.escape(text.lower())
     try:
         re.compile(pattern, re.IGNORECASE)

@@ -6,7 +6,10 @@ models.  Before any rule runs, every judge and model name is
 * **trimmed** of surrounding whitespace and invisible characters (``" gpt-4 "`` and
   ``"gpt-4\u200b"`` are ``gpt-4``: :data:`INVISIBLE`) and put in Unicode NFC (``"e\u0301"``, as a macOS
   or JavaScript export may decompose it, is ``"\u00e9"``: the two display alike, and were two models of one
-  name on the board); the counted rows this changed are reported as ``trimmed``;
+  name on the board); the counted rows this changed are reported as ``trimmed``.  A name the user types
+  (``--aliases``, ``--reference``, ``plan --judge``, ``import --judge``/``--baseline``) is read the same way
+  (:func:`canonical_name`), and a pattern matched against names (``--judge-pool prefix:SEP``, a family map's
+  ``prefix`` and ``regex``) is put in the same form (:func:`in_name_form`): typed decomposed, it matched nothing;
 * **renamed** by the optional alias map (``--aliases FILE``: a JSON object
   ``{"name as written": "canonical name"}``, e.g. for case variants; applied
   once, after trimming, to judges and models alike; reported as ``renamed``);
@@ -28,6 +31,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 import polars as pl
@@ -48,6 +52,14 @@ INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u200e\u200f"
 #: embedding, override and isolate controls, with which one name displays as another (``"rlo\u202eevil"`` shows as
 #: "rlolive" in the report, the console and a spreadsheet).
 UNUSABLE_CHARS = r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
+
+#: The Unicode normal form of every name (composed: what most keyboards and writers produce).
+NAME_FORM: Final = "NFC"
+
+#: A run of whitespace or :data:`INVISIBLE` characters, as trimmed from a name's ends, in a pattern polars (Rust) and
+#: Python read alike: Python's ``\s`` also matches the separators ``\x1c``-``\x1f``, control characters that the
+#: data's rule rejects (``control_chars``) rather than trims.
+_EDGES = f"(?:[^\\S\\x1c-\\x1f]|[{INVISIBLE}])+"
 
 BATTLE_NAME_COLUMNS = ("judge", "model_a", "model_b")
 SCORE_NAME_COLUMNS = ("judge", "model")
@@ -73,14 +85,13 @@ class AliasMap:
             raise InputError(f"{source}: the alias map is not JSON: {err}") from err
         if not isinstance(document, dict):
             raise InputError(f"{source}: the alias map must be a JSON object of name -> canonical name")
-        bad = [k for k, v in document.items() if not isinstance(v, str) or not v.strip() or not k.strip()]
+        bad = [
+            k for k, v in document.items() if not isinstance(v, str) or not canonical_name(v) or not canonical_name(k)
+        ]
         if bad:
             raise InputError(f"{source}: alias map entries must map a name to a non-empty name (not: {bad[0]!r})")
-        # in NFC, as the names they rename are (:func:`_trimmed`): a key typed decomposed would match no name
-        aliases = {
-            unicodedata.normalize("NFC", k.strip()): unicodedata.normalize("NFC", v.strip())
-            for k, v in document.items()
-        }
+        # read as the names they rename are (:func:`canonical_names`): a key typed decomposed would match no name
+        aliases = {canonical_name(k): canonical_name(v) for k, v in document.items()}
         unusable = [v for v in aliases.values() if name_fault(v) is not None]
         if unusable:
             raise InputError(
@@ -98,10 +109,24 @@ class AliasMap:
         return cls(aliases, source)
 
 
-def _trimmed(names: pl.Series | pl.Expr):
-    """``names`` without whitespace or :data:`INVISIBLE` characters at either end (in any mix of the two), in NFC."""
-    edges = f"[\\s{INVISIBLE}]+"
-    return names.str.replace(f"^{edges}", "").str.replace(f"{edges}$", "").str.normalize("NFC")
+def canonical_names(names: pl.Series | pl.Expr):
+    """``names`` without whitespace or :data:`INVISIBLE` characters at either end (in any mix of the two), in
+    :data:`NAME_FORM`: each name as the leaderboard keys it."""
+    return names.str.replace(f"^{_EDGES}", "").str.replace(f"{_EDGES}$", "").str.normalize(NAME_FORM)
+
+
+def canonical_name(name: str) -> str:
+    """One name as :func:`canonical_names` reads a column's: for the names a user types in an option or a map.
+
+    Why: the names of the data are trimmed and composed before anything matches them, so a name typed with a
+    trailing space or decomposed (``"e\u0301"``, as a macOS terminal may paste it) named no judge or model."""
+    return in_name_form(re.sub(f"{_EDGES}$", "", re.sub(f"^{_EDGES}", "", name)))
+
+
+def in_name_form(text: str) -> str:
+    """``text`` in :data:`NAME_FORM`, nothing trimmed: for a pattern matched against names (a separator, a prefix,
+    a regex), whose spaces may be meant."""
+    return unicodedata.normalize(NAME_FORM, text)
 
 
 def name_fault(name: str) -> str | None:
@@ -156,14 +181,14 @@ def clean_names(
         # nulls dropped first: polars' unique() of a Categorical holding nulls takes twice as long
         distinct = (raw if raw.dtype == pl.Categorical else raw.cast(pl.String)).drop_nulls().unique()
         distinct = distinct.cast(pl.String)
-        stripped = _trimmed(distinct)
+        stripped = canonical_names(distinct)
         blanks[name] = distinct.filter(stripped == "")
         canonical = stripped.replace(mapping) if mapping else stripped
         faults = pl.DataFrame({"name": distinct, "clean": canonical}).with_columns(
             (pl.col("clean").str.len_chars() > MAX_NAME_CHARS).alias("long"),
             pl.col("clean").str.contains(UNUSABLE_CHARS).alias("ctrl"),
             (pl.col("name") != pl.col("clean")).alias("changed"),
-            (_trimmed(pl.col("name")) != pl.col("clean")).alias("aliased"),
+            (canonical_names(pl.col("name")) != pl.col("clean")).alias("aliased"),
         )
         if not faults.select(pl.any_horizontal("long", "ctrl", "changed").any()).item():
             continue  # every name is usable as written (the usual case)

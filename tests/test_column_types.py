@@ -10,6 +10,7 @@ rejected``.  Input columns named like the dead-letter fields never reach them.
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -107,6 +108,13 @@ HOSTILE = {
         {"bad_utf8:winner": 1, "missing:winner": 1},
     ),
     "len_list": ("len_a", pa.array([[1], None, [2], None], pa.list_(pa.int64())), {"bad_type:len_a": 2}),
+    # a decimal wider than 38 digits (a tool that widens decimals): polars refused the whole file in one line; its
+    # values are lengths like a decimal128's, one too large for any answer dead-lettered as such
+    "len_decimal256": (
+        "len_a",
+        pa.array([decimal.Decimal(120), decimal.Decimal("1e45"), None, decimal.Decimal("7.00")], pa.decimal256(50, 2)),
+        {"absurd_length": 1},
+    ),
 }
 
 
@@ -232,3 +240,34 @@ def test_times_in_a_zone_polars_does_not_take_are_read_as_their_instants(tmp_pat
     pq.write_table(pa.table(battle_columns(ts=zoned)), undated)
     assert cli.main(["backfill", "--input", str(undated.parent), "--state", str(tmp_path / "s2")]) == 0
     assert read_day_manifest(str(tmp_path / "s2"), DAY)["counts"]["counted"] == N
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pa.array([{"at": T0, "n": 1}] * N, pa.struct([("at", pa.timestamp("us", "+05:30")), ("n", pa.int64())])),
+        pa.array([[T0], [], None, [T0, T0]], pa.list_(pa.timestamp("ms", "+05:30"))),
+        pa.array([[("k", T0)]] * N, pa.map_(pa.string(), pa.timestamp("us", "-03:30"))),
+    ],
+    ids=["struct", "list", "map"],
+)
+def test_times_in_a_foreign_zone_inside_a_nested_extra_column_do_not_stop_the_read(extra, tmp_path: Path, capsys):
+    """A ``+05:30`` time inside a struct, list or map column the ingest never reads made polars' reader panic on the
+    file's schema all the same (the top-level check did not look inside): every row is read and counted."""
+    code, state, _ = run_backfill_cli(tmp_path, pa.table(battle_columns(exported=extra)))
+    assert code == 0, capsys.readouterr().err
+    counts = read_day_manifest(state, DAY)["counts"]
+    assert counts["read"] == N == counts["counted"]
+
+
+def test_a_carried_nested_column_with_foreign_zone_times_keeps_its_instants():
+    """The pyarrow route casts nested times to UTC rather than dropping them: the same instants reach polars."""
+    import polars as pl
+    from biasboard.transforms.read import in_polars_types
+
+    zone = dt.timezone(dt.timedelta(hours=5, minutes=30))
+    local = dt.datetime(2024, 5, 2, 3, 0, tzinfo=zone)
+    table = pa.table({"meta": pa.array([{"at": local}], pa.struct([("at", pa.timestamp("us", "+05:30"))]))})
+    frame = pl.from_arrow(in_polars_types(table))
+    assert isinstance(frame, pl.DataFrame)
+    assert frame["meta"].struct.field("at").to_list() == [dt.datetime(2024, 5, 1, 21, 30, tzinfo=dt.timezone.utc)]

@@ -223,3 +223,48 @@ def test_the_audit_counts_names_as_the_ingest_does(tmp_path: Path):
     audited = json.loads((tmp_path / "audit" / "audit.json").read_text())["counts"]
     assert audited["trimmed"] == ingest["trimmed"] == 1 and audited["renamed"] == ingest["renamed"] == 1
     assert {k: audited[k] for k in ingest} == ingest
+
+
+def test_names_a_user_types_are_read_as_the_datas_names():
+    """Every place a user names a judge or model, or a pattern matched against names, reads it as the data's names
+    are read (trimmed, composed): typed decomposed (``"e\u0301"``, a macOS paste) or with a zero-width space, each
+    matched nothing (a family rule no model, a pool separator no judge, an alias key no name)."""
+    from biasboard.ranking.data import pool_judge_names
+    from biasboard.transforms.judge_pool import JudgePool
+
+    rules = [{"prefix": "cafe\u0301", "family": "bistro"}, {"regex": "^the\u0301", "family": "tea"}]
+    families = FamilyMap.with_user_rules(json.dumps({"rules": rules}))
+    assert [families.family_of(name) for name in ("caf\u00e9-7b", "th\u00e9-2")] == ["bistro", "tea"]
+    pool = JudgePool.parse("prefix:e\u0301")  # a separator, kept untrimmed: only composed
+    assert pool_judge_names(["arena\u00e9voter-1", "solo"], pool.fit_rule or "") == ("arena", "solo")
+    assert JudgePool.parse("prefix: ").arg == " "
+    aliases = AliasMap.parse(json.dumps({"m1\u200b": "cafe\u0301"}), "a.json")
+    assert aliases.aliases == {"m1": "caf\u00e9"}
+    assert validate_battles(table(["j"], ["m1"], ["m2"]), aliases=aliases).renamed == 1
+    from biasboard.schemas.names import canonical_name
+
+    assert canonical_name(" cafe\u0301\u200b ") == "caf\u00e9" == canonical_name("caf\u00e9")
+
+
+def test_import_reads_the_judge_it_is_given_and_the_files_judges_as_the_ingest_does(tmp_path: Path, capsys):
+    """``import --judge`` over a file naming one judge, spelt composed on some lines and decomposed on others, was
+    refused as "names 2 judges" (the ingest reads them as one), and a ``--judge`` naming that judge decomposed or
+    with a trailing space "replaced" it, with a note, by what the ingest reads as the same name."""
+    import polars as pl
+    from biasboard.importers.common import one_judge_or_refuse
+
+    frame = pl.DataFrame({"judge": ["juge-\u00e9", "juge-e\u0301", " juge-\u00e9"]})
+    assert one_judge_or_refuse(frame, "judge", "juge-\u00e9", [tmp_path / "x.jsonl"]) is None
+    lines = [
+        {"question_id": i, "model_1": "m1", "model_2": "m2", "g1_winner": "model_1", "g2_winner": "model_2",
+         "judge": ["juge-\u00e9" if i % 2 else "juge-e\u0301", "pair-v2"], "turn": 1, "tstamp": 1714564800.0}
+        for i in range(4)
+    ]  # fmt: skip
+    source = tmp_path / "model_judgment" / "gpt-4_pair.jsonl"
+    source.parent.mkdir()
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    out = tmp_path / "imp"
+    argv = ["import", "--format", "mtbench-pair", "--in", str(source), "--out", str(out), "--judge", "juge-e\u0301 "]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    manifest = json.loads((out / "import_manifest.json").read_text())
+    assert manifest["rows_converted"] == 8 and not [n for n in manifest["notes"] if "replaced the judge" in n]

@@ -203,7 +203,7 @@ def test_posterior_bytes_round_trip():
 # ------------------------------------------------------------------ a real fit, a real snapshot, the CLI
 
 
-def _battles(reps: int = 3, seed: int = 0) -> pa.Table:
+def _battles(reps: int = 3, seed: int = 0, judge: str = "judge-x") -> pa.Table:
     """Every ordered pair ``reps`` times, verdicts from THETA with a position effect, one judge."""
     rng = np.random.default_rng(seed)
     names = np.array([f"gpt-sim-{i:02d}" for i in range(M)])
@@ -218,7 +218,7 @@ def _battles(reps: int = 3, seed: int = 0) -> pa.Table:
         {
             "battle_id": [f"b{i}" for i in range(n)],
             "ts": pa.array([ts] * n, pa.timestamp("us", tz="UTC")),
-            "judge": ["judge-x"] * n,
+            "judge": [judge] * n,
             "model_a": names[a].tolist(),
             "model_b": names[b].tolist(),
             "winner": winner.tolist(),
@@ -889,3 +889,18 @@ def test_a_refresh_plans_with_its_own_seed(tmp_path):
     assert json.loads((made / "plan.json").read_text())["seed"] == 3
     assert cli.main(["plan", "--out", out, "--budget", "20", "--seed", "3", "--to", str(tmp_path / "p")]) == 0
     assert pl.read_parquet(made / "plan.parquet").equals(pl.read_parquet(tmp_path / "p" / "plan.parquet"))
+
+
+def test_plan_judge_is_named_as_the_fits_judges_are(tmp_path):
+    """The fit's judge names are trimmed and composed (NFC) when read; ``plan --judge`` took the name as typed, so a
+    decomposed ``"e\u0301"`` (a macOS terminal's paste) or a trailing space named no judge of the fit."""
+    composed = "judg\u00e9-x"
+    cells = partial_cells(_battles(judge="judge\u0301-x"), FamilyMap.with_user_rules()).cells
+    fit = fit_bias_aware(cells, config=ModelConfig(k=K, profile=False, posterior_draws=200))
+    assert posterior_from_fit(fit).judges == (composed,)
+    out = str(tmp_path / "out")
+    _snapshot(out, fit)
+    for typed in ("judge\u0301-x", f" {composed}\u200b"):
+        to = str(tmp_path / f"plan-{len(typed)}")
+        assert cli.main(["plan", "--out", out, "--budget", "4", "--judge", typed, "--to", to]) == 0
+        assert set(pl.read_parquet(Path(to) / "plan.parquet")["judge"]) == {composed}

@@ -19,7 +19,7 @@ import polars as pl
 from biasboard.ranking.reference import ANCHOR_JUDGE
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
-from biasboard.schemas.names import AliasMap
+from biasboard.schemas.names import AliasMap, canonical_names
 from biasboard.transforms import read
 from biasboard.transforms.cells import IngestCounts, merge_cells, partial_cells
 from biasboard.transforms.validate import SeenIds
@@ -69,7 +69,9 @@ def read_anchors(glob: str, family_map: FamilyMap | None = None, aliases: AliasM
     for day, files in read.list_input_days(glob).items():
         for f, offset, batch in read.day_batches(day, files):
             if "judge" in batch.columns:
-                raters.update(v for v in batch.get_column("judge").cast(pl.String).unique().to_list() if v)
+                # named as the rows' judges are read (an NFD and an NFC spelling are one rater)
+                named = canonical_names(batch.get_column("judge").cast(pl.String).unique())
+                raters.update(v for v in named.to_list() if v)
             result = partial_cells(as_anchor_rows(batch), family_map, seen, f.path, offset, aliases=aliases)
             counts = counts + result.counts
             if result.counts.rejected:

@@ -35,6 +35,7 @@ from biasboard.ranking.data import CellsFold, pool_judge_names
 from biasboard.ranking.spill import BucketedFold, JudgeBuckets, bucket_bounds, scratch_folder
 from biasboard.schemas.battle import STYLE_COUNT_COLUMNS
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.names import in_name_form
 from biasboard.transforms.read import open_parquet
 from biasboard.transforms.state import merge_due
 
@@ -71,7 +72,8 @@ class JudgePool:
                 "answers), not a group of judges: pool by a column the log carries beside the judge (e.g. "
                 f"{KINDS['column']!r}, or judge_family)"
             )
-        return cls(kind, arg)
+        # a separator in the names' form (composed), as the names it splits are; a column's name is the file's own
+        return cls(kind, in_name_form(arg) if kind == "prefix" else arg)
 
     @property
     def fit_rule(self) -> str | None:

@@ -561,22 +561,45 @@ def _polars_zone(zone: str) -> bool:
     return True
 
 
-def _foreign_zones(schema: pa.Schema) -> list[str]:
-    """The columns of ``schema`` holding times in a zone polars does not take (:func:`_polars_zone`).
+def _polars_type(dtype: pa.DataType) -> pa.DataType:
+    """``dtype`` with every part polars cannot take replaced by one it can, at any depth (struct fields, list items,
+    map keys and values): a time in a zone polars refuses (:func:`_polars_zone`) by the same instant in UTC, a
+    ``decimal256`` by ``decimal128`` of its precision (exact) or, past 38 digits, by ``float64``.
 
-    Why: pandas writes times parsed with an offset (``2024-05-01T12:00:00+05:30``) in the zone ``+05:30``, and
-    polars' Parquet reader then panicked on the file's schema (a Rust panic, not even an exception: a traceback
-    through the runner), whichever column held them; such a file is read through pyarrow (:func:`in_utc`).
+    Why: polars' Parquet reader panicked (a Rust panic, not an exception) on a file holding ``+05:30`` times, in a
+    struct or list as at the top, whether or not the column was read, and refused a whole file holding one
+    ``decimal256(50, 2)`` column (a length written by a tool that widens decimals) in one line.  A length is read as
+    ``float64`` by the rules anyway (:func:`~biasboard.schemas.rules.length_expr`), so the ``decimal256`` values become
+    what a ``decimal128`` or an integer column's do: one that is too large is dead-lettered ``absurd_length``.
     """
-    return [f.name for f in schema if pa.types.is_timestamp(f.type) and f.type.tz and not _polars_zone(str(f.type.tz))]
+    if pa.types.is_timestamp(dtype):
+        return pa.timestamp(dtype.unit, "UTC") if dtype.tz and not _polars_zone(str(dtype.tz)) else dtype
+    if pa.types.is_decimal256(dtype):
+        return pa.decimal128(dtype.precision, dtype.scale) if dtype.precision <= 38 else pa.float64()
+    if pa.types.is_struct(dtype):
+        return pa.struct([dtype.field(i).with_type(_polars_type(dtype.field(i).type)) for i in range(dtype.num_fields)])
+    if pa.types.is_map(dtype):
+        return pa.map_(_polars_type(dtype.key_type), dtype.item_field.with_type(_polars_type(dtype.item_type)))
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_fixed_size_list(dtype):
+        item = dtype.value_field.with_type(_polars_type(dtype.value_type))
+        if pa.types.is_fixed_size_list(dtype):
+            return pa.list_(item, dtype.list_size)
+        return pa.large_list(item) if pa.types.is_large_list(dtype) else pa.list_(item)
+    return dtype
 
 
-def in_utc(table: pa.Table) -> pa.Table:
-    """``table`` with the times of a zone polars does not take put in UTC: the same instants (Arrow stores a
-    zoned time as UTC; the zone only says how to show it)."""
-    for name in _foreign_zones(table.schema):
+def _foreign_columns(schema: pa.Schema) -> list[str]:
+    """The columns of ``schema`` whose type polars cannot take (:func:`_polars_type`); a file with any is read through
+    pyarrow (:func:`in_polars_types`), its other columns never reaching polars' reader."""
+    return [f.name for f in schema if _polars_type(f.type) != f.type]
+
+
+def in_polars_types(table: pa.Table) -> pa.Table:
+    """``table`` with its columns of types polars cannot take cast to ones it can (:func:`_polars_type`): times put
+    in UTC are the same instants (Arrow stores a zoned time as UTC; the zone only says how to show it)."""
+    for name in _foreign_columns(table.schema):
         i = table.schema.get_field_index(name)
-        table = table.set_column(i, name, table.column(i).cast(pa.timestamp(table.schema.field(i).type.unit, "UTC")))
+        table = table.set_column(i, name, table.column(i).cast(_polars_type(table.schema.field(i).type)))
     return table
 
 
@@ -619,11 +642,11 @@ def iter_batches(
     source = _polars_source(path)
     try:
         arrow_file = pa.BufferReader(source.getbuffer()) if isinstance(source, io.BytesIO) else source
-        if _foreign_zones(pq.ParquetFile(arrow_file).schema_arrow):
+        if _foreign_columns(pq.ParquetFile(arrow_file).schema_arrow):
             reader = pq.ParquetFile(arrow_file)
             offset = 0
             for table in _arrow_slices(reader, wanted_columns(reader.schema_arrow.names, kind, carry), batch_rows):
-                frame = pl.from_arrow(in_utc(table))
+                frame = pl.from_arrow(in_polars_types(table))
                 assert isinstance(frame, pl.DataFrame)
                 yield offset, frame
                 offset += frame.height
@@ -665,7 +688,7 @@ def _ts_days(path: str, kind: str) -> pl.Series:
     if ts_name is None:  # refresh lists files without the up-front check: say what backfill's check says
         raise InputError(f"{path}: required column 'ts' is missing (has: {', '.join(names)})")
     column = reader.read(columns=[ts_name]).rename_columns(["ts"])
-    frame = pl.from_arrow(in_utc(column))
+    frame = pl.from_arrow(in_polars_types(column))
     assert isinstance(frame, pl.DataFrame)
     return rules.parse_timestamps(frame, "ts").dt.date().cast(pl.String)
 
