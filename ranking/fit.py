@@ -57,6 +57,7 @@ from biasboard.ranking.uncertainty import (
     percentile_interval,
     top_k_probabilities,
 )
+from biasboard.schemas.names import spelling_twins
 from biasboard.schemas.summary import NAIVE_LAPLACE, NAIVE_SANDWICH, ORDINAL_ONLY
 from biasboard.schemas.wording import first_few
 
@@ -618,6 +619,22 @@ def _prior_bound_warning(data: Dataset, theta_sd: float | None) -> list[str]:
     ]
 
 
+def _spelling_twins_warning(data: Dataset) -> list[str]:
+    """A warning naming models or judges whose names differ only as the name rules now read them (trimmed, NFC):
+    days stored before the rules did so keep the old spelling (:func:`~biasboard.schemas.names.spelling_twins`),
+    and their battles sit in a second row until those days are aggregated again."""
+    found = [
+        (kind, group)
+        for kind, names in (("models", data.models), ("judges", data.judges))
+        for group in spelling_twins(names)
+    ]
+    return [
+        f"{kind} {' and '.join(map(repr, group))} are one name once trimmed and put in Unicode NFC (their days were "
+        "stored before names were): backfill the days that hold the old spelling to merge them"
+        for kind, group in found
+    ]
+
+
 #: Why the summary's Kendall τ and Spearman ρ are null on a board of two or more models.
 TAU_UNDEFINED_WARNING = (
     "Kendall tau and Spearman rho naive vs corrected are undefined: a board rates every model the same (every "
@@ -787,6 +804,7 @@ def publish_bias_aware(
     diagnostics["length_scale"] = problem.spec.x_scale
     diagnostics["length_clip"] = config.length_clip
     warnings.extend(_prior_bound_warning(data, config.priors.theta_sd))
+    warnings.extend(_spelling_twins_warning(data))
     if not solution.converged:
         warnings.append(f"bias-aware fit did not converge (relative gradient {solution.rel_grad:.2e})")
     if not data.ordinal_only and problem.notes.noted(LEN, NO_LENGTHS_NOTE).all():

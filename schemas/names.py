@@ -129,6 +129,31 @@ def in_name_form(text: str) -> str:
     return unicodedata.normalize(NAME_FORM, text)
 
 
+def spelling_twins(names: Iterable[str]) -> list[list[str]]:
+    """Groups of ``names`` (each of two or more, sorted) that :func:`canonical_names` makes one name.
+
+    Why: a day's cells keep its names as cleaned when it was aggregated, and a stored day is aggregated again only
+    when its inputs or settings change.  Days stored before names were put in NFC keep a decomposed spelling
+    beside the new days' composed one — two rows of one model on the board, which only this check can see."""
+    every = list(names)
+    # Only a name with an edge to trim or a character past ASCII can change: the rest are their own canonical form
+    # (50,000 voter-judges: 63 ms through polars, ~5 ms so).
+    odd = [name for name in every if not name.isascii() or name != name.strip()]
+    if not odd:
+        return []
+    keys = set(canonical_names(pl.Series(odd, dtype=pl.String)).to_list())
+    plain = set(every).difference(odd)
+    frame = pl.DataFrame({"name": odd + sorted(keys & plain)}, schema={"name": pl.String})
+    twins = (
+        frame.with_columns(canonical_names(pl.col("name")).alias("key"))
+        .group_by("key")
+        .agg(pl.col("name").unique().sort())
+        .filter(pl.col("name").list.len() > 1)
+        .sort("key")
+    )
+    return twins["name"].to_list()
+
+
 def name_fault(name: str) -> str | None:
     """Why a (trimmed) name is unusable, or None (the scalar form of the rule, for option checks)."""
     if len(name) > MAX_NAME_CHARS:

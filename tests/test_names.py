@@ -268,3 +268,27 @@ def test_import_reads_the_judge_it_is_given_and_the_files_judges_as_the_ingest_d
     assert cli.main(argv) == 0, capsys.readouterr().err
     manifest = json.loads((out / "import_manifest.json").read_text())
     assert manifest["rows_converted"] == 8 and not [n for n in manifest["notes"] if "replaced the judge" in n]
+
+
+def test_a_board_whose_stored_days_spell_a_name_apart_says_which_to_backfill():
+    """Days stored before names were put in NFC keep the decomposed spelling (a stored day is aggregated again
+    only when its inputs or settings change), so the board had two rows of one model, without a word."""
+    import numpy as np
+    import pyarrow.compute as pc
+    from biasboard.ranking import ModelConfig, fit_bias_aware
+    from biasboard.schemas.names import spelling_twins
+
+    from tests.test_ranking_model import _cells
+
+    cells = _cells(np.random.default_rng(5))
+    old_days = pa.array(np.arange(cells.num_rows) % 2 == 0)
+    for column in ("model_a", "model_b"):  # m1 is "modèle", spelled "mode\u0300le" by the days stored before NFC
+        i = cells.schema.get_field_index(column)
+        is_m1 = pc.equal(cells[column], "m1")
+        renamed = pc.if_else(is_m1, pc.if_else(old_days, "mode\u0300le", "mod\u00e8le"), cells[column])
+        cells = cells.set_column(i, column, renamed)
+    fit = fit_bias_aware(cells, config=ModelConfig(profile=False))
+    assert "mode\u0300le" in fit.models and "mod\u00e8le" in fit.models
+    warned = [w for w in fit.diagnostics["warnings"] if "Unicode NFC" in w]
+    assert len(warned) == 1 and "models 'mode\u0300le' and 'mod\u00e8le'" in warned[0] and "backfill" in warned[0]
+    assert spelling_twins(["a", " a", "b"]) == [[" a", "a"]] and spelling_twins(["a", "b"]) == []
