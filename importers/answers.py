@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
-from biasboard.importers.common import SOURCE_ROW, DType, ImportResult, nested_field, read_records
+from biasboard.importers.common import SOURCE_ROW, DType, ImportResult, name_text, nested_field, read_records
 from biasboard.schemas.errors import InputError
 
 ANSWER_PATTERNS = ("*.jsonl", "*.jsonl.gz")
@@ -233,7 +233,7 @@ def answer_lengths(answers_dir: Path) -> pl.DataFrame:
             )
         turn_chars = turns[0].list.eval(pl.element().str.len_chars())
         per_answer = frame.select(
-            pl.lit(_stem(path)).alias("model"),
+            name_text(pl.lit(_stem(path))).alias("model"),  # a macOS file name is decomposed; names are NFC
             pl.col("question_id").cast(pl.String),
             pl.col(SOURCE_ROW),
             turn_chars.alias("chars"),

@@ -54,7 +54,7 @@ from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA, SLICE_COLUMNS,
 from biasboard.schemas.coerce import FLAG_PREFIX, REASON_BAD_TYPE_PREFIX, coerce_types, flag_reasons
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
 from biasboard.schemas.errors import InputError
-from biasboard.schemas.names import canonical_names
+from biasboard.schemas.names import NAME_FORM, canonical_names
 from biasboard.schemas.numbers import NumberRule
 from biasboard.schemas.rules import (
     REASON_DUPLICATE_SCORE_ID,
@@ -394,6 +394,37 @@ def _rename_reserved(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.rename(renames) if renames else frame
 
 
+#: The source fields that hold judge or model names in any format (FastChat's ``judge`` may be ``[model, prompt]``):
+#: put in the names' Unicode form as they are read (:func:`in_names_form`).
+NAME_FIELDS = (
+    "judge", "annotator", "worker", "model", "model_a", "model_b", "model_1", "model_2", "generator_1", "generator_2",
+    "baseline", "left", "right", "model_x", "model_y",
+)  # fmt: skip
+
+
+def name_text(names: pl.Expr) -> pl.Expr:
+    """Names as text in the names' Unicode form (NFC, :data:`~biasboard.schemas.names.NAME_FORM`), not trimmed (the
+    ingest trims and counts that): for a key a sidecar's lengths are joined on."""
+    return names.cast(pl.String).str.normalize(NAME_FORM)
+
+
+def in_names_form(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with its :data:`NAME_FIELDS` in NFC (text, or a list of text).
+
+    Why here, before any id is built: importers write names as the source spells them, and the ids made of them
+    (``arena-hard:<judge>:<prompt>:<model>:<baseline>:g<game>``) differed between a composed and a decomposed spelling
+    of one name, which the ingest then reads as one name: a battle repeated so was two battles, not a duplicate.
+    ASCII names are unchanged (NFC leaves them as they are)."""
+    fixed = []
+    for column in NAME_FIELDS:
+        dtype = frame.schema.get(column)
+        if dtype == pl.String:
+            fixed.append(pl.col(column).str.normalize(NAME_FORM))
+        elif isinstance(dtype, pl.List) and dtype.inner == pl.String:
+            fixed.append(pl.col(column).list.eval(pl.element().str.normalize(NAME_FORM)))
+    return frame.with_columns(fixed) if fixed else frame
+
+
 def read_all(paths: Sequence[Path], scalar: Iterable[str] = ()) -> pl.DataFrame:
     """Several input files as one frame (columns unioned; types relaxed to a common supertype).
 
@@ -431,7 +462,7 @@ def read_all(paths: Sequence[Path], scalar: Iterable[str] = ()) -> pl.DataFrame:
         for c in labels
     ]
     dropped = [c for c in marked if c not in labels]
-    return coerce_types(frame.with_columns(flags).with_columns(unlabel).drop(dropped), scalar)
+    return in_names_form(coerce_types(frame.with_columns(flags).with_columns(unlabel).drop(dropped), scalar))
 
 
 def _flag_reason(raw: pl.DataFrame) -> pl.Expr:

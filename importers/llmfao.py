@@ -45,6 +45,7 @@ from biasboard.importers.common import (
     ImportResult,
     finalize_battles,
     fixed_day,
+    name_text,
     one_judge_or_refuse,
     pick_length_unit,
     read_all,
@@ -84,7 +85,7 @@ def _lengths(paths: Sequence[Path], unit: str) -> tuple[FolderLengths | None, li
             number = given.cast(pl.Float64, strict=False)
             length = pl.when(number == number.floor()).then(number.cast(pl.Int64, strict=False))
         lengths = table.select(
-            pl.col("model_id").cast(pl.String).alias("__model"),
+            name_text(pl.col("model_id")).alias("__model"),  # joined on the names read_all put in NFC
             pl.col("prompt_id").cast(pl.String).alias("__prompt"),
             length.alias("__len"),
             (given.is_not_null() & length.is_null()).alias("__unread"),

@@ -476,6 +476,31 @@ def zero_reference_notes(
     return bias.with_columns(note.alias("note"))
 
 
+#: The start of the note of a '*' row that holds the reference's own effect (:func:`reference_global_notes`).
+REFERENCE_GLOBAL_NOTE = "the reference's own effect, not the judges' mean"
+
+
+def reference_global_notes(bias: pl.DataFrame, effects: dict[str, dict[str, Any]]) -> pl.DataFrame:
+    """``bias`` with the '*' row of each effect the reference has its own of (and the ratings keep) said to be the
+    reference's: with a reference the global coefficient *is* the reference's effect (the judges' rows are their
+    deviations from it), so that row is not the judges' population mean it is without one, while the report labels it
+    "all judges (global)" and README called the style rows population means (simulated, a pool with header 0.3 beside
+    three judges with 0.7-1.1: the '*' header row 0.195, the pool's own, where the judges' mean is 0.9).  Its note says
+    whose verdicts estimate it (:func:`own_effects`: the judges tied to it share it) before the row's own note."""
+    kept = {e: v["source"] for e, v in effects.items() if e != "discrimination" and not zero_reference_effect(v)}
+    if not kept:
+        return bias
+    note = pl.col("note")
+    for effect, source in kept.items():
+        said = pl.lit(f"{REFERENCE_GLOBAL_NOTE} ({source})")
+        here = (pl.col("effect") == effect) & (pl.col("judge") == GLOBAL_JUDGE)
+        joined = (
+            pl.when(note.is_null() | (note == "")).then(said).otherwise(pl.concat_str([said, note], separator="; "))
+        )
+        note = pl.when(here).then(joined).otherwise(note)
+    return bias.with_columns(note.alias("note"))
+
+
 def reference_effect_supported(own: dict[str, Any], level: float) -> bool:
     """Whether one of the reference's own effects (:func:`own_effects`) differs from zero at ``level`` (two-sided
     Wald).
@@ -899,7 +924,8 @@ def fit_with_reference(
                 f"{settings.gate_level:g}, so taken as zero",
             }
     if raters:
-        corrected = replace(corrected, bias=zero_reference_notes(corrected.bias, effects, raters, frozenset(gated_off)))
+        bias = zero_reference_notes(corrected.bias, effects, raters, frozenset(gated_off))
+        corrected = replace(corrected, bias=reference_global_notes(bias, effects))
     agreement = reference_agreement(problem_pub, corrected_fit, naive, corrected, raters) if raters else []
     # (the judges the agreement could score: not the reference's, and with a battle: :func:`agreement_judges`)
     scored = int((~reference_mask(problem_pub, raters) & (data.judge_sums("n") > 0)).sum())

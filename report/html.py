@@ -665,17 +665,25 @@ def _style(summary: Summary) -> str:
     style = summary.style
     if style is None:
         return ""
+    kept_by_reference = _reference_style(summary)
+    # With a reference the global row of a feature is the reference's own effect where the rating keeps it, and the
+    # judges' mean where the reference's is taken as zero (ranking.reference.reference_global_notes): said per feature.
+    whose = (
+        {f: " (the reference's own)" if f in kept_by_reference else " (the judges' mean)" for f in style.features}
+        if summary.reference is not None
+        else {}
+    )
     effects = ", ".join(
-        f"{e.feature} {fmt(e.estimate, 2)} [{fmt(e.ci_low, 2)}, {fmt(e.ci_high, 2)}]" for e in style.effects
+        f"{e.feature} {fmt(e.estimate, 2)} [{fmt(e.ci_low, 2)}, {fmt(e.ci_high, 2)}]{whose.get(e.feature, '')}"
+        for e in style.effects
     )
     tau = f" Kendall τ between the two boards: {fmt(style.kendall_tau, 3)}." if style.kendall_tau is not None else ""
-    kept_by_reference = _reference_style(summary)
     if kept_by_reference:
         removed = (
             "style <b>measured against the reference</b> (each judge's style effects are fitted beside length, per "
             "unit of (a − b)/(a + b), and only its excess over the reference's is removed; the reference's own "
-            f"preference for {', '.join(kept_by_reference)} is kept at each model's typical style; global effects — "
-            f"the reference's own where it has them — log-odds with 95% CI: {esc(effects)})"
+            f"preference for {', '.join(kept_by_reference)} is kept at each model's typical style; global effects, "
+            f"log-odds with 95% CI: {esc(effects)})"
         )
     else:
         removed = (

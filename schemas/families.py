@@ -33,7 +33,7 @@ from importlib import resources
 import polars as pl
 from biasboard.schemas.cells import UNKNOWN_FAMILY
 from biasboard.schemas.errors import InputError
-from biasboard.schemas.names import in_name_form
+from biasboard.schemas.names import NAME_FORM, in_name_form
 
 DEFAULT_FAMILIES_RESOURCE = "default_families.json"
 
@@ -60,7 +60,19 @@ def _text(obj: dict, key: str, source: str, index: int) -> str:
     value = obj[key]
     if not isinstance(value, str) or not value.strip():
         raise InputError(f"{source}: family rule #{index}: '{key}' must be a non-empty string, got {value!r}")
-    return value.strip().lower() if key == "family" else value
+    return family_form(value) if key == "family" else value
+
+
+def family_form(family: str) -> str:
+    """A family as the map keys it: trimmed, in the names' Unicode form (NFC) and lower-cased, as a family given in the
+    data is (:func:`~biasboard.transforms.covariates.given_family`).  Why NFC: ``"Soci\u00e9t\u00e9"`` and its
+    decomposed spelling display alike and were two families (a judge a stranger to its own models)."""
+    return in_name_form(family.strip()).lower()
+
+
+def family_text(text: pl.Expr | pl.Series) -> pl.Expr | pl.Series:
+    """:func:`family_form` over a column (the families given in the data): one rule for both."""
+    return text.str.strip_chars().str.normalize(NAME_FORM).str.to_lowercase()
 
 
 def _rule_from_obj(obj: object, source: str, index: int) -> FamilyRule:

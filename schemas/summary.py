@@ -42,7 +42,9 @@ ORDINAL_ONLY_BOARDS = (
     "or tie effects, and no judge audit"
 )
 
-#: Judge name of the global (population) effects in the fit and the bias table: no judge of the input carries it.
+#: Judge name of the global effects in the fit and the bias table: no judge of the input carries it.  Without a
+#: reference they are the judges' population means; with one, the reference's own effects where the ratings keep them
+#: (:func:`biasboard.ranking.reference.reference_global_notes` says which, row by row).
 GLOBAL_JUDGE = "*"
 
 
@@ -681,8 +683,11 @@ class StyleInfo:
     The published corrected board (``leaderboard.*``) has style **removed**: θ is fitted beside per-judge
     header/list/bold effects, as it is beside length.  With a reference (``ReferenceInfo``) style is measured
     against it like length: a judge's excess over the reference's style effects is removed, and the reference's
-    own preference (its ``own_effects``, when told from zero) is kept in the rating; ``effects`` are then the
-    reference's own where it has them.  ``kept`` is the same bias-aware model fitted
+    own preference (its ``own_effects``, when told from zero) is kept in the rating; ``effects`` (the bias table's
+    ``*`` rows) are then the reference's own effects where the rating keeps them (estimated from its verdicts and
+    those of the judges tied to it), and the judges' mean where the reference's is taken as zero (no data of it, or
+    not told from zero: ``own_effects`` ``applied`` 0) — without a reference, the judges' population means.  ``kept``
+    is the same bias-aware model fitted
     without the style effects (``ModelConfig(style=False)``, same reference, priors and length term):
     θ there keeps whatever the judges rewarded in formatting — LMArena's default board against its
     style-controlled one.  The per-judge style effects are rows of ``bias.*`` (effects ``header``,

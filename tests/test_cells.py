@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import json
 import math
 from collections import defaultdict
 
@@ -366,6 +367,25 @@ def _plain_rows(n: int) -> list[dict]:
         }
         for i in range(n)
     ]
+
+
+def test_a_family_spelled_composed_and_decomposed_is_one_family():
+    """A family a map gives decomposed (``soci\u0065\u0301t\u0065\u0301``, typed on macOS) and the same family given
+    composed in the data display alike and were two families: the judge a stranger to its own family's models (no
+    affinity measured).  Both are put in the names' form (NFC) before the case fold, as slice labels and names are."""
+    decomposed, composed = "Soci\u0065\u0301t\u0065\u0301", "Soci\u00e9t\u00e9"
+    fmap = FamilyMap.with_user_rules(json.dumps({"acme": decomposed}))
+    assert fmap.family_of("acme-judge") == "soci\u00e9t\u00e9"
+    rows = [
+        {"battle_id": "1", "judge": "acme-judge", "model_a": "gpt-4", "model_b": "acme-7b", "winner": "model_a",
+         "family_a": "openai", "family_b": decomposed},
+        {"battle_id": "2", "judge": "acme-judge", "model_a": "zeta", "model_b": "claude-2", "winner": "model_b",
+         "family_a": composed},
+    ]  # fmt: skip
+    cells = frame(partial_cells(to_table(rows), fmap, SeenIds()).cells)
+    families = {m: f for side in "ab" for m, f in zip(cells[f"model_{side}"], cells[f"family_{side}"], strict=True)}
+    assert set(cells["judge_family"]) == {"soci\u00e9t\u00e9"}
+    assert families["acme-7b"] == families["zeta"] == "soci\u00e9t\u00e9", families  # the judge's own family
 
 
 def test_families_given_in_the_data_are_read_as_the_maps_are_trimmed_and_lower_cased():

@@ -713,6 +713,24 @@ def test_arena_hard_judgments_of_v01_and_v2_code_in_one_folder_keep_each_rows_qu
     assert rows.select("prompt_id", "winner").rows() == [("q0", "model_a"), ("q1", "model_b"), ("q2", "tie")]
 
 
+def test_a_judgment_repeated_with_a_decomposed_name_is_a_duplicate(tmp_path):
+    """The same arena-hard judgment in two files, its model and judge spelt composed in one and decomposed in the other
+    (``e`` + combining acute, as a macOS or JavaScript export writes it): the ingest reads both as one name, but the ids
+    were built from the names as written, so the repeat was two battles rather than a ``duplicate_battle_id``.  Names
+    are put in NFC as they are read, before any id."""
+    folder = tmp_path / "judge"
+    folder.mkdir()
+    line = {"uid": "q0", "baseline": "o3-mini", "games": [{"score": "A>B"}, {"score": "B>A"}]}
+    for name, spelling in (("a", "\u00e9"), ("b", "e\u0301")):
+        row = {**line, "model": f"caf{spelling}-7b", "judge": f"juge-{spelling}"}
+        (folder / f"{name}.jsonl").write_text(json.dumps(row) + "\n")
+    result = import_path("arena-hard", folder)
+    assert result.rows_converted == 2 and result.dead_by_reason() == {REASON_DUPLICATE_ID: 2}
+    rows = pl.from_arrow(result.rows)
+    assert set(rows["model_a"]) | set(rows["model_b"]) == {"caf\u00e9-7b", "o3-mini"}, rows
+    assert set(rows["judge"]) == {"juge-\u00e9"}
+
+
 def test_arena_hard_v2_category_is_each_battles_slice_label(tmp_path):
     """arena-hard-auto v2 publishes a board per category (hard_prompt against o3-mini, creative_writing against
     gemini-2.0-flash); the line's ``category`` was dropped, so ``refresh --slices category`` found no label."""

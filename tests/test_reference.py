@@ -28,6 +28,7 @@ from biasboard.ranking.reference_rating import reference_map, typical_length, ty
 from biasboard.ranking.uncertainty import centre_within, percentile_interval
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.summary import zero_reference_effect
 from biasboard.simulate import SimulationConfig, draw_parameters, simulate_days
 from biasboard.transforms.anchors import read_anchors
 from biasboard.transforms.cells import partial_cells
@@ -563,6 +564,26 @@ def test_anchors_without_style_counts_leave_style_against_zero_without_a_refit()
     assert header["note"].str.starts_with("the judge's own effect").all(), header  # whole effects, said so
     overall = fit.bias.filter((pl.col("effect") == "header") & (pl.col("judge") == "*"))["note"].item()
     assert overall.startswith("the judges' mean, not the reference's"), overall  # the zero reference's, said so
+
+
+def test_the_global_rows_under_a_reference_are_the_references_own_effects_and_say_so() -> None:
+    """With a reference the '*' row of an effect the rating keeps the reference's own of is that effect (the global
+    coefficient is the reference's), not the judges' population mean it is without a reference: it carried no word
+    (or only the profile's), under a label, "all judges (global)", and a README that called it the population mean."""
+    cells, _, pool = styled_humans_and_llms((0.6, 0.0, 0.0), (1.2, 0.5, 0.5), seed=3, battles=10_000, models=10)
+    fit = fit_with_reference(cells, reference=Reference("judges", (pool,)), config=ModelConfig(profile=False))
+    own = fit.own_effects
+    assert own["header"].get("applied") is None and own["header"]["ci_high"] < 1.0, own["header"]  # kept, not 1.2
+    star = {r["effect"]: r for r in fit.bias.filter(pl.col("judge") == "*").iter_rows(named=True)}
+    kept = [e for e in ("position", "length", "affinity", *STYLE_EFFECTS) if not zero_reference_effect(own[e])]
+    assert {"position", "header"} <= set(kept) and "affinity" not in kept, kept  # a human pool has no family
+    for effect in kept:
+        assert star[effect]["estimate"] == pytest.approx(own[effect]["estimate"]), effect
+        assert star[effect]["note"].startswith("the reference's own effect"), (effect, star[effect]["note"])
+    for effect in {"affinity", *STYLE_EFFECTS} - set(kept):
+        assert star[effect]["note"].startswith("the judges' mean, not the reference's"), star[effect]["note"]
+    none = fit_with_reference(cells, config=ModelConfig(profile=False))
+    assert not none.bias.filter(pl.col("note").str.starts_with("the reference's own effect")).height  # population means
 
 
 def test_excess_rows_carry_no_bootstrap_interval_of_the_whole_effect() -> None:

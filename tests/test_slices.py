@@ -28,7 +28,7 @@ from biasboard.schemas.errors import InputError
 from biasboard.schemas.summary import Summary
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.simulate.simulator import CATEGORY_NAMES, draw_parameters, truth
-from biasboard.transforms.slices import both_orders_share
+from biasboard.transforms.slices import both_orders_share, label_members
 from scipy.stats import kendalltau
 
 CONFIG = SimulationConfig(battles=16_000, models=8, judges=3, days=1, categories=2, category_sd=1.0, seed=11)
@@ -639,3 +639,15 @@ def test_a_label_spelled_in_several_cases_is_one_slice(tmp_path, monkeypatch, st
     assert board.height == alike_board.height and board["slice"].to_list() == alike_board["slice"].to_list()
     ratings = [b.sort("slice", "model").get_column("rating_corrected").to_numpy() for b in (board, alike_board)]
     np.testing.assert_allclose(ratings[0], ratings[1], rtol=0, atol=1e-6)
+
+
+def test_a_label_spelled_composed_and_decomposed_is_one_slice():
+    """A decomposed ``français`` (``c`` + combining cedilla, as a macOS or JavaScript export writes it) displays as the
+    composed one and was a second slice beside it: labels are put in the names' form (NFC) before the case fold, so the
+    two are one spelling (named composed, the note naming only the case variant), their cell keys both the slice's."""
+    composed, decomposed = "fran\u00e7ais", "franc\u0327ais"
+    labels = label_members({composed: 30.0, decomposed: 20.0, "Fran\u00e7ais": 40.0, f"coding|{decomposed}": 5.0})
+    assert [label.name for label in labels] == ["coding", composed]
+    french = labels[1]
+    assert set(french.keys) == {composed, decomposed, "Fran\u00e7ais", f"coding|{decomposed}"}
+    assert french.others == ("Fran\u00e7ais",)  # 55 battles spelled composed or not beat its 40

@@ -435,6 +435,10 @@ def test_refresh_measures_style_against_a_human_pool_reference(tmp_path):
     html = (snapshot / "report.html").read_text()
     assert re.search(r"Its own effects:[^<]*header", html), "the report lists the pool's own style effects"
     assert "style <b>measured against the reference</b>" in html and "preference for header" in html
+    # the global header row is the pool's own effect (kept), not the judges' population mean, and the line says whose
+    assert re.search(r"header -?[\d.]+ \[[^]]*\] \(the reference&#x27;s own\)", html), "the report says whose"
+    star = bias.filter((pl.col("judge") == "*") & (pl.col("effect") == "header"))
+    assert star["note"].item().startswith("the reference's own effect"), star["note"].item()
 
 
 def test_style_study_reference_smoke():

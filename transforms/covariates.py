@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 from biasboard.schemas.battle import STYLE_COLUMNS
 from biasboard.schemas.cells import STYLE_SQUARES, STYLE_SUMS, length_bin, style_bin
-from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.families import FamilyMap, family_text
 
 #: (family column, name column it describes)
 FAMILY_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -38,7 +38,7 @@ def given_family(column: str) -> pl.Expr:
     Why: taken exactly as written, ``OpenAI`` never met the map's ``openai`` (a judge's own family missed, no affinity
     measured), ``Unknown`` and ``Human`` were real families to the fit (two rows given ``Unknown`` were "one family",
     an affinity corrected between strangers), and a family of spaces was a family."""
-    text = pl.col(column).cast(pl.String).str.strip_chars().str.to_lowercase()
+    text = family_text(pl.col(column).cast(pl.String))
     return pl.when(text.str.len_bytes() == 0).then(None).otherwise(text).alias(column)
 
 
@@ -55,7 +55,7 @@ def normalise_given(df: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
 
     def needs(column: str) -> bool:
         text = _distinct_text(df.get_column(column))
-        return bool((text.str.strip_chars().str.to_lowercase() != text).any() or (text.str.len_bytes() == 0).any())
+        return bool((family_text(text) != text).any() or (text.str.len_bytes() == 0).any())
 
     changed = [c for c in columns if needs(c)]
     return df.with_columns(given_family(c) for c in changed) if changed else df

@@ -48,6 +48,7 @@ from biasboard.schemas import summary as S
 from biasboard.schemas.battle import SLICE_LABEL_SEPARATOR
 from biasboard.schemas.cells import SLICE_KEYS
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.names import in_name_form
 from biasboard.transforms.ranks import rank_intervals
 
 _LOG = logging.getLogger(__name__)
@@ -492,12 +493,16 @@ def label_members(battles_of: Mapping[str, float]) -> list[SliceLabel]:
     Labels are compared without case: ``Coding`` and ``coding`` are one slice, named by the spelling with the most
     battles (``battles_of``: each cell key's), the first in sorted order on a tie.  Why: the ingest trims labels but
     keeps their case (the slice names a user wrote), so a log that spelled a category two ways split its battles over
-    two boards, each fit on part of the evidence and one perhaps below ``--slice-min-battles``.
+    two boards, each fit on part of the evidence and one perhaps below ``--slice-min-battles``.  They are put in the
+    names' Unicode form (NFC, :func:`~biasboard.schemas.names.in_name_form`) first: a composed and a decomposed
+    ``français``, which display alike, were two slices.
     """
     keys_of: dict[str, list[str]] = {}
     spellings: dict[str, dict[str, float]] = {}
     for key, battles in battles_of.items():
-        for label in dict.fromkeys(part.strip() for part in key.split(SLICE_LABEL_SEPARATOR)):
+        # in the names' Unicode form before the case fold: a decomposed "franc\u0327ais" (a macOS or JavaScript
+        # export) is the slice "français" is, not a second one; one spelling, so the note names no other
+        for label in dict.fromkeys(in_name_form(part.strip()) for part in key.split(SLICE_LABEL_SEPARATOR)):
             if label:
                 keys = keys_of.setdefault(label.lower(), [])
                 if key not in keys:  # "Coding|coding" lists the slice once
