@@ -10,11 +10,12 @@ across the step to ω = 1 (where the grades are dropped and the pairs weigh 1). 
     V = H_w⁻¹ J H_w⁻¹,   H_w = w_p H_pair + w_o (H_ord + P_o) + P,   J = w_p² H_pair + w_o² (H_ord + P_o) + P
 
 (w_p = 2ω, w_o = 2(1 − ω); P_o the precision of the priors of the grades' own parameters — severities, thresholds,
-difficulties — which weigh with the grades (:func:`~biasboard.ranking.problem.weigh_grades_prior`); P the other
-priors' precision, which weighs 1 in the objective and so 1² in J) estimates each part's score variance by its own
-curvature (the information identity, part by part: the two parts are independent
-verdicts).  J is the Hessian of the same objective with the weights squared, so it is evaluated by the fit's own
-code; at ω = 0.5 J = H_w and V is the Laplace covariance exactly, and as ω → 1 it tends to the pairs' own H_pair⁻¹.
+difficulties, and the ratings of models in no battle — which weigh with the grades
+(:func:`~biasboard.ranking.problem.weigh_grades_prior`); P the other priors' precision, which weighs 1 in the
+objective and so 1² in J) estimates each part's score variance by its own curvature (the information identity, part
+by part: the two parts are independent verdicts).  J is the Hessian of the same objective with the weights squared,
+so it is evaluated by the fit's own code; at ω = 0.5 J = H_w and V is the Laplace covariance exactly, and as ω → 1
+it tends to the pairs' own H_pair⁻¹.
 
 The prompts' difficulties δ (a diagonal block, eliminated by a Schur complement in the fit) are marginalised the
 same way: V's core block is S⁻¹ K S⁻¹ with S the Schur complement of H_w and K the one of J taken along H_w's
@@ -45,7 +46,7 @@ from biasboard.ranking.arrowhead import (
     split,
 )
 from biasboard.ranking.model import Spec
-from biasboard.ranking.problem import Problem, weigh_grades_prior
+from biasboard.ranking.problem import Problem, models_without_battles, weigh_grades_prior
 from biasboard.ranking.solver import Evaluation, Solution, laplace_covariance
 
 
@@ -71,7 +72,9 @@ def godambe_covariance(problem: Problem, solution: Solution, shards: int = 1) ->
     if not is_composite(problem.spec):
         return cov
     spec = problem.spec
-    prior = weigh_grades_prior(problem.prior, problem.layout, spec.w_ord)  # the grades' priors: w_o² in J
+    lay = problem.layout
+    graded_only = models_without_battles(problem.data.pairs, lay.n_models)
+    prior = weigh_grades_prior(problem.prior, lay, spec.w_ord, graded_only)  # the grades' priors: w_o² in J
     info = replace(problem, spec=information_spec(spec), prior=prior).objective(shards)
     J = info.evaluate(solution.core, solution.diag)
     if isinstance(cov, BlockCovariance):

@@ -55,8 +55,8 @@ class Priors:
       log a_j over judges, each weighted by its share of the verdicts, is fixed at 0 so θ keeps the scale of
       the average verdict's judge (a judge with few verdicts, its a_j mostly this prior, does not set it).
     - ``severity_sd = 1`` (α_j), ``difficulty_sd = 1`` (δ_p), ``threshold_sd = 2``
-      (τ_k) for the ordinal many-facet Rasch part; weighted with the grades, 2(1 − ω), at ω ≠ 0.5
-      (:func:`~biasboard.ranking.problem.weigh_grades_prior`).
+      (τ_k) for the ordinal many-facet Rasch part; weighted with the grades, 2(1 − ω), at ω ≠ 0.5, as is
+      ``theta_sd`` for a model graded but in no battle (:func:`~biasboard.ranking.problem.weigh_grades_prior`).
     """
 
     theta_sd: float = 2.0
@@ -116,9 +116,10 @@ class ModelConfig:
     composite likelihood: its CIs are the Godambe (sandwich) covariance (:mod:`biasboard.ranking.composite`),
     which is the Laplace one at ω = 0.5 and tends to the pairs' own as ω → 1.  ω = 1 drops the grades (the
     board of the battles alone, pairs weighted 1).  The priors of the parameters only the grades inform (α_j, τ,
-    δ_p) are weighted with the grades, 2(1 − ω): left at weight 1, at ω = 0.99 they outweighed the grades, pulled
-    θ's scale (which nothing else pins once the grades are weighted low) down by ~10% and θ's intervals covered
-    0.916 with unequal a_j; weighted, 0.944 (docs/design-notes.md, ω).  Left: near ω = 1 that scale rests on the
+    δ_p, and θ_m of a model in no battle) are weighted with the grades, 2(1 − ω): left at weight 1, at ω = 0.99
+    they outweighed the grades, pulled θ's scale (which nothing else pins once the grades are weighted low) down
+    by ~10% and θ's intervals covered 0.916 with unequal a_j; weighted, 0.944 (docs/design-notes.md, ω).  Left:
+    near ω = 1 that scale rests on the
     priors of log a_j and θ, so a_j's intervals cover ~0.93 with unequal a_j, and θ's over-cover (~0.976) when
     every a_j is 1.
 

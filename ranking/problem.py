@@ -386,7 +386,7 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         np.full(lay.n_prompts, 1.0 / pr.difficulty_sd**2),
     )
     if has_ord:
-        prior = weigh_grades_prior(prior, lay, w_ord)
+        prior = weigh_grades_prior(prior, lay, w_ord, models_without_battles(pairs, m))
     if not has_ord and scores is not None:
         data = replace(data, scores=None)
     return Problem(data, lay, spec, prior, notes, untied_precision=untied, severity_group=severity_group)
@@ -458,9 +458,17 @@ def _tie_to_reference(
     return tied
 
 
-def weigh_grades_prior(prior: Prior, layout: Layout, weight: float) -> Prior:
+def models_without_battles(pairs: PairArrays, n_models: int) -> np.ndarray:
+    """Per model: whether no battle between two different models involves it, so only its grades inform its θ
+    (a self-battle has θ_a − θ_b = 0).  A board of battles and grades ranks such a model from its grades alone."""
+    versus = pairs.n * (pairs.a != pairs.b)
+    return (np.bincount(pairs.a, versus, n_models) + np.bincount(pairs.b, versus, n_models)) == 0
+
+
+def weigh_grades_prior(prior: Prior, layout: Layout, weight: float, graded_only: np.ndarray) -> Prior:
     """``prior`` with the precisions of the parameters only the grades inform — the graders' severities α_j, the
-    thresholds τ, the prompts' difficulties δ_p — times ``weight`` (the ordinal part's, 2(1 − ω)).
+    thresholds τ, the prompts' difficulties δ_p, and the θ of the models in no battle (``graded_only``, per model:
+    :func:`models_without_battles`) — times ``weight`` (the ordinal part's, 2(1 − ω)).
 
     Why: those priors are the grades' own, so they weigh what the grades weigh.  Left at weight 1 beside grades
     weighted 0.02 (ω = 0.99), 1,000 grades counted as 20 against 30 difficulties and 9 thresholds held at their
@@ -469,10 +477,13 @@ def weigh_grades_prior(prior: Prior, layout: Layout, weight: float) -> Prior:
     high on average and θ's 95% intervals covered 0.916 (docs/design-notes.md, ω).  Weighted with their part,
     the grades' parameters given θ are the plain likelihood's at every ω (the weight multiplies their whole
     conditional objective); at ω = 0.5 the weight is 1 and nothing changes.  The Godambe J counts them with the
-    weight squared, as the grades (:func:`~biasboard.ranking.composite.godambe_covariance`)."""
+    weight squared, as the grades (:func:`~biasboard.ranking.composite.godambe_covariance`).  A model in no battle
+    is the same case: its θ prior left at weight 1 beside its grades at 0.02 shrank its rating (slope on the truth
+    0.95 at ω = 0.99, 0.58 at 0.999) and made its interval the prior's (0.30 wide at ω = 0.5, 0.60 and 2.9 there)."""
     precision = prior.precision.copy()
     precision[layout.block(SEV)] *= weight
     precision[layout.tau] *= weight
+    precision[layout.theta][graded_only] *= weight
     return replace(prior, precision=precision, precision_diag=prior.precision_diag * weight)
 
 
