@@ -36,13 +36,13 @@ the globals' Schur complement as the dense path eliminates it: S = H − Σ_j X_
 Two couplings reach every judge at once and are kept out of the blocks as rank-one terms, solved by
 Woodbury with extra block solves: the centring of log a_j and, in a likelihood profile, the stiff
 sum-to-zero gauge of the profiled effect's deviations.  The centring (:class:`ScaleGauge`): the dense path
-has L_j = ρ_j − Σ_k w_k ρ_k (w: each judge's share of the verdicts) with the raw ρ's prior p|ρ|²/2, so its
-iterates keep Σρ_j = 0 and its raw Hessian is Eᵀ(H − P)E + P.  The blocked factorisation solves for the
-effective step t = E s instead, where the blocks are the partials' own: on Σs = 0, s = F t (F subtracts the
-mean over the centred judges), so t solves (H − (p/n)11ᵀ) t = F r with wᵀt = 0 — a linear constraint
-(Woodbury with κ = ∞) and a rank-one term of negative κ — and s = F t + (mean r / p) 1, the dense step
-exactly.  With equal weights wᵀt = 0 is 1ᵀt = 0 and t = s.  The covariance the factorisation gives is then
-that of the effective L_j, what the bias table publishes.
+has L_j = ρ_j − Σ_k w_k ρ_k (w: each judge's share of the pair verdicts between two different models) with
+the raw ρ's prior p|ρ|²/2, so its iterates keep Σρ_j = 0 and its raw Hessian is Eᵀ(H − P)E + P.  The blocked
+factorisation solves for the effective step t = E s instead, where the blocks are the partials' own: on
+Σs = 0, s = F t (F subtracts the mean over the centred judges), so t solves (H − (p/n)11ᵀ) t = F r with
+wᵀt = 0 — a linear constraint (Woodbury with κ = ∞) and a rank-one term of negative κ — and
+s = F t + (mean r / p) 1, the dense step exactly.  With equal weights wᵀt = 0 is 1ᵀt = 0 and t = s.  The
+covariance the factorisation gives is then that of the effective L_j, what the bias table publishes.
 
 The Laplace covariance follows from the same blocks: Σ_GG = S⁻¹ (the θ/global covariance the
 leaderboard needs), and per judge the diagonal of (H⁻¹)_jj = A_j⁻¹ + A_j⁻¹X_j S⁻¹ X_jᵀA_j⁻¹ and the

@@ -57,7 +57,8 @@ def is_composite(spec: Spec) -> bool:
 
 
 def information_spec(spec: Spec) -> Spec:
-    """The spec whose objective's Hessian is J: each part's weight squared (the prior's, 1, unchanged)."""
+    """The spec whose objective's Hessian is J: each part's weight squared.  The priors are not the spec's: the
+    caller weighs the grades' own with w_o² (:func:`godambe_covariance`), the others stay at 1."""
     return replace(spec, w_pair=spec.w_pair**2, w_ord=spec.w_ord**2)
 
 

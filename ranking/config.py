@@ -52,8 +52,10 @@ class Priors:
     - ``tie_mean = 0``, ``tie_sd = 2`` on log ν_j (Davidson): ν = 1 gives a 1/3
       tie chance between equals; the data dominate whenever a judge has ties.
     - ``discrimination_sd = 0.3`` on log a_j (log-normal around 1); the mean of
-      log a_j over judges, each weighted by its share of the verdicts, is fixed at 0 so θ keeps the scale of
-      the average verdict's judge (a judge with few verdicts, its a_j mostly this prior, does not set it).
+      log a_j over judges, each weighted by its share of the pair verdicts between two different models, is fixed
+      at 0 so θ keeps the scale of the average verdict's judge (a judge with few verdicts, its a_j mostly this
+      prior, does not set it) — on a board of battles alone where no judge's a_j is fixed at 1 (grades, or such a
+      judge, set the scale otherwise: docs/design-notes.md, "Scale of θ").
     - ``severity_sd = 1`` (α_j), ``difficulty_sd = 1`` (δ_p), ``threshold_sd = 2``
       (τ_k) for the ordinal many-facet Rasch part; weighted with the grades, 2(1 − ω), at ω ≠ 0.5, as is
       ``theta_sd`` for a model graded but in no battle (:func:`~biasboard.ranking.problem.weigh_grades_prior`).

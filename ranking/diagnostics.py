@@ -99,21 +99,40 @@ def connectivity_report(data: Dataset, grades: bool = True) -> dict:
     if rated_elsewhere:
         report["warnings"].append(
             f"{len(rated_elsewhere)} model(s) have grades but no battle against another model, so this board of "
-            "battles does not rate them (the corrected board rates them from their grades): "
-            + first_few(rated_elsewhere, MAX_NAMED)
+            "battles does not rate them (the corrected board rates them from their grades, unless ω = 1 leaves the "
+            "grades out): " + first_few(rated_elsewhere, MAX_NAMED)
         )
     if unranked:
         report["unranked"] = unranked
-        what = (
-            "have only self-battles (no battle against another model)"
-            if not data.ordinal_only
-            else f"share no {link} with another model"
-        )
-        report["warnings"].append(
-            f"{len(unranked)} model(s) {what}, so they cannot be ranked and are left off the leaderboard: "
-            f"{first_few(unranked, MAX_NAMED)}"
-        )
+        for what, names in _unranked_reasons(data, unranked, link):
+            report["warnings"].append(
+                f"{len(names)} model(s) {what}, so they cannot be ranked and are left off the leaderboard: "
+                f"{first_few(names, MAX_NAMED)}"
+            )
     return report
+
+
+def _unranked_reasons(data: Dataset, unranked: list[str], link: str) -> list[tuple[str, list[str]]]:
+    """The models left off the leaderboard, grouped by why (what is said of them, their names).
+
+    Why more than one reason: "only self-battles" was said of every such model, also of one in no battle at all — a
+    model only graded, on a board fitted at ω = 1 (which leaves the grades out), or whose grades link it to no other
+    model."""
+    if data.ordinal_only:
+        return [(f"share no {link} with another model", unranked)]
+    pairs = data.pairs
+    index = {name: i for i, name in enumerate(data.models)}
+    battled = np.zeros(len(data.models), bool)
+    battled[pairs.a[pairs.n > 0]] = battled[pairs.b[pairs.n > 0]] = True
+    selfish = [name for name in unranked if battled[index[name]]]
+    none = [name for name in unranked if not battled[index[name]]]
+    unlinked = (
+        "are in no battle, and their grades link them to no other model"
+        if data.scores is not None
+        else "are in no battle (a model graded only is not rated by a fit at ω = 1, which leaves the grades out)"
+    )
+    reasons = [("have only self-battles (no battle against another model)", selfish), (unlinked, none)]
+    return [(what, names) for what, names in reasons if names]
 
 
 def mean_log_length(data: Dataset) -> np.ndarray:

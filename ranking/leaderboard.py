@@ -35,9 +35,10 @@ def side_by_side(naive: FitResult, corrected: FitResult, anchor: str | None = No
     connected components (0 = the largest): ranks, CIs and P(top-k) hold within a component, each
     centred on its own — models no battle chain links are never ranked against each other.
 
-    A model alone in its component (seen only in self-battles: no battle against another model, no grade linking
-    it) is left off the board when other models are ranked: its rating is its component's centre by definition, so
-    it would read as rank 1 with a zero-width CI and P(top-k) = 1.  The fit's diagnostics name it
+    A model alone in its component (no battle against another model — only self-battles, or none, as a model only
+    graded has at ω = 1, which leaves the grades out — and no grade linking it) is left off the board when other
+    models are ranked: its rating is its component's centre by definition, so it would read as rank 1 with a
+    zero-width CI and P(top-k) = 1.  The fit's diagnostics name it
     (:func:`~biasboard.ranking.diagnostics.connectivity_report`).
     """
     # A model the naive fit has no battle for (graded only) is its own component there, rated at that component's

@@ -8,9 +8,10 @@ Pairwise part, for a cell of judge j with model a shown first and b second::
 so without ties P(a wins) = σ(η) and θ is on the Bradley–Terry logit scale.  x̄ is the cell's mean
 *standardised* log length ratio.  γ_j = γ₀ + u_j, β_j = β₀ + b_j, λ_j = λ₀ + l_j; a_j = exp(L_j) with
 L_j = ρ_j − Σ_k w_k ρ_k over judges whose discrimination is enabled, w_k judge k's share of their pair verdicts
-(the verdict-weighted mean of log a_j is 0, so θ keeps the scale of the average verdict's judge, which a judge
-with a handful of verdicts cannot make uncertain) — unless ordinal scores fix the scale of θ, or a judge with pair
-verdicts whose a_j is fixed at 1 does (:func:`fixed_scale_judges`), then L_j = ρ_j.
+between two different models (the verdict-weighted mean of log a_j is 0, so θ keeps the scale of the average
+verdict's judge, which a judge with a handful of verdicts cannot make uncertain) — unless ordinal scores fix the
+scale of θ, or a judge with such verdicts whose a_j is fixed at 1 does (:func:`fixed_scale_judges`), then
+L_j = ρ_j.
 A self-battle has θ_a − θ_b = 0 and s_a − s_b = 0: it informs γ, β, ν only.
 
 Ordinal part (Katoch et al. 2026, partial-credit many-facet Rasch), for a (judge, model, prompt) with counts n_k of

@@ -25,9 +25,10 @@ from biasboard.ranking.problem import bias_aware_problem
 def true_scale(
     cells: CellsInput | Dataset, judges: Mapping[str, Mapping[str, Any]], config: ModelConfig | None = None
 ) -> float:
-    """exp(Σ_j w_j log a_j) of the true a_j, w_j judge j's share of the pair verdicts: the scale the fit puts θ
-    on when pairs alone set it (``Spec.disc_weights``).  The truth a fit estimates is then θ times this and each
-    a_j divided by it (with grades beside the pairs: θ and a_j themselves).
+    """exp(Σ_j w_j log a_j) of the true a_j, w_j judge j's share of the pair verdicts between two different models
+    (self-battles aside): the scale the fit puts θ on when pairs alone set it (``Spec.disc_weights``).  The truth a
+    fit estimates is then θ times this and each a_j divided by it (with grades beside the pairs: θ and a_j
+    themselves).
 
     When ``config`` fixes some judges' a_j at 1 (``disabled`` discrimination) beside free ones, those judges' verdicts
     set the scale (:func:`~biasboard.ranking.model.fixed_scale_judges`): the mean is over them alone — exactly

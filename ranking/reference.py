@@ -104,6 +104,7 @@ from biasboard.schemas.summary import (
     GLOBAL_JUDGE,
     TIED_TO_REFERENCE,
     agreement_listed_note,
+    reference_keeps,
     zero_reference_effect,
 )
 
@@ -483,11 +484,12 @@ REFERENCE_GLOBAL_NOTE = "the reference's own effect, not the judges' mean"
 def reference_global_notes(bias: pl.DataFrame, effects: dict[str, dict[str, Any]]) -> pl.DataFrame:
     """``bias`` with the '*' row of each effect the reference has its own of (and the ratings keep) said to be the
     reference's: with a reference the global coefficient *is* the reference's effect (the judges' rows are their
-    deviations from it), so that row is not the judges' population mean it is without one, while the report labels it
-    "all judges (global)" and README called the style rows population means (simulated, a pool with header 0.3 beside
-    three judges with 0.7-1.1: the '*' header row 0.195, the pool's own, where the judges' mean is 0.9).  Its note says
-    whose verdicts estimate it (:func:`own_effects`: the judges tied to it share it) before the row's own note."""
-    kept = {e: v["source"] for e, v in effects.items() if e != "discrimination" and not zero_reference_effect(v)}
+    deviations from it), so that row is not the judges' population mean it is without one, though the report labelled
+    it "all judges (global)" (now :data:`~biasboard.schemas.summary.REFERENCE_OWN_LABEL`) and README called the style
+    rows population means (simulated, a pool with header 0.3 beside three judges with 0.7-1.1: the '*' header row
+    0.195, the pool's own, where the judges' mean is 0.9).  Its note says whose verdicts estimate it
+    (:func:`own_effects`: the judges tied to it share it) before the row's own note."""
+    kept = {e: v["source"] for e, v in effects.items() if reference_keeps(e, effects)}
     if not kept:
         return bias
     note = pl.col("note")

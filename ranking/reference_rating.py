@@ -84,7 +84,8 @@ def rated_effects(layout: Layout) -> dict[str, int]:
 
 
 def reference_shares(problem: Problem, reference: frozenset[str]) -> np.ndarray:
-    """Each judge's share of the reference raters' pair verdicts (0 outside the reference; sums to 1 over it).
+    """Each judge's share of the reference raters' pair verdicts between two different models (0 outside the
+    reference; sums to 1 over it; a self-battle says nothing of a_r).
 
     Why by verdicts: the board's scale is the verdict-weighted mean of log a_j (``Spec.disc_weights``), and a rater
     of a pooled reference with a handful of verdicts, its log a_r mostly its prior, set as much of an unweighted
@@ -99,7 +100,8 @@ def reference_shares(problem: Problem, reference: frozenset[str]) -> np.ndarray:
 def discrimination_row(problem: Problem, reference: frozenset[str]) -> np.ndarray:
     """v with v · raw core = the reference raters' mean log a_r, each weighted by its share of their verdicts
     (:func:`reference_shares`), centred as the fit centres it: L_j = ρ_j − Σ_k w_k ρ_k,
-    :meth:`~biasboard.ranking.model.Spec.disc_centring` (a rater whose discrimination is off has L_r = 0).
+    :meth:`~biasboard.ranking.model.Spec.disc_centring`, or L_j = ρ_j where grades or a judge whose a_j is fixed
+    at 1 set θ's scale (a rater whose discrimination is off has L_r = 0).
 
     The row of the effective map E averaged over the reference, built without E: with the centring of
     log a_j E holds a J² block (every enabled judge's mean), which a 10⁴–10⁶ voter-judge fit cannot form.

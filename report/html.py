@@ -62,6 +62,7 @@ from biasboard.schemas.summary import (
     agreement_listed_in,
     agreement_yardstick,
     judge_label,
+    reference_keeps,
     zero_reference_effect,
 )
 
@@ -716,8 +717,7 @@ def _reference_style(summary: Summary) -> list[str]:
     reference, style = summary.reference, summary.style
     if reference is None or style is None:
         return []
-    own = reference.own_effects
-    return [f for f in style.features if own.get(f, {}).get("ci_low") is not None and own[f].get("applied") is None]
+    return [f for f in style.features if reference_keeps(f, reference.own_effects)]
 
 
 def _signed(n: int) -> str:
@@ -910,7 +910,7 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
                 note = str(r.get("note") or "")
                 gated = note.startswith(TIED_TO_REFERENCE)
                 listed = (withheld if "prior-selected" in note else tied) if gated else disabled
-                listed.append(f"{effect} ({judge_label(r['judge'])})")
+                listed.append(f"{effect} ({_bias_label(r, summary)})")
         rows = [r for r in rows if r["enabled"] is not False]
         if not rows or (effect == "tie_bothbad_share" and not any(r["estimate"] for r in rows)):
             continue  # (a source without both-bad ties: a panel of zeros)
@@ -924,7 +924,7 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
             desc = GRADED_DISCRIMINATION.format(
                 mean="" if mean is None else f" (here {mean:.2f}: their geometric mean, each weighted by its verdicts)"
             )
-        labels = [judge_label(r["judge"]) for r in ordered]
+        labels = [_bias_label(r, summary) for r in ordered]
         tips = [f"{label} · {effect}" for label in labels]  # a dot's tooltip names the panel's effect with the judge
         series = [
             Series(
@@ -967,8 +967,15 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
         )
     if disabled:
         parts.append(f'<p class="note">Not fitted (disabled): {esc(_listed(disabled))}.</p>')
-    parts.append(_bias_table(bias))
+    parts.append(_bias_table(bias, summary))
     return _section("bias", "Judge biases", "".join(parts))
+
+
+def _bias_label(row: Mapping[str, Any], summary: Summary) -> str:
+    """A bias row's judge as the panels and the table name it: a global row holding the reference's own effect is
+    the reference's (:func:`~biasboard.schemas.summary.reference_keeps`, from the summary's ``own_effects``)."""
+    own = summary.reference.own_effects if summary.reference is not None else {}
+    return judge_label(row["judge"], reference_keeps(str(row["effect"]), own))
 
 
 def _listed(items: list[str], most: int = 20) -> str:
@@ -976,7 +983,7 @@ def _listed(items: list[str], most: int = 20) -> str:
     return ", ".join(items[:most]) + (f" and {len(items) - most} more (bias.parquet)" if len(items) > most else "")
 
 
-def _bias_table(bias: list[dict[str, Any]]) -> str:
+def _bias_table(bias: list[dict[str, Any]], summary: Summary) -> str:
     order = {e: i for i, e in enumerate(_effect_order(str(r["effect"]) for r in bias))}
     rows = sorted(bias, key=lambda r: (order.get(str(r["effect"]), 0), judge_key(r["judge"])))
 
@@ -994,7 +1001,7 @@ def _bias_table(bias: list[dict[str, Any]]) -> str:
 
     body = "".join(
         "<tr>"
-        f'<td class="name">{esc(judge_label(r["judge"]))}</td><td class="l">{esc(r["effect"])}</td>'
+        f'<td class="name">{esc(_bias_label(r, summary))}</td><td class="l">{esc(r["effect"])}</td>'
         f"<td>{fmt(r['estimate'], 3)}</td>"
         f'<td class="ci">[{fmt(r["ci_low"], 3)}, {fmt(r["ci_high"], 3)}]</td>{boot_cell(r)}'
         f"<td>{flag(r['identified'], 'identified', 'prior-selected')}</td>"
@@ -1315,6 +1322,17 @@ def _gate_cell(column: str, value: Any) -> str:
     return "—" if value is None else str(value)
 
 
+def _gate_godambe(summary: Summary) -> bool:
+    """Whether the gate's z read the Godambe covariance, so its ½z² is half a Wald χ²(1), not a gain in nats
+    (:data:`~biasboard.ranking.gate.HALF_Z2_COLUMN`).  Why from the fit and not from a ``half_z2`` column: a gate
+    with no decision listed has no column, and its reading fell back to the plain likelihood's.  With --bootstrap
+    the summary's ``uncertainty`` is "bootstrap" while the gate still reads the ω-weighted fit's sandwich: ω with
+    grades says so there."""
+    if summary.uncertainty == "bootstrap":
+        return _grades_set_scale(summary) and summary.diagnostics.omega not in (None, 0.5)
+    return _weighted(summary)
+
+
 def _gate(summary: Summary) -> str:
     gate = summary.diagnostics.gate
     if gate is None and _ordinal_only(summary):  # no pairwise bias, so no reference to measure it from
@@ -1323,7 +1341,7 @@ def _gate(summary: Summary) -> str:
         note = _reference_note(summary) + _anchor_results(summary)
         return _section("gate", "Reference", note) if note else ""
     columns = list(dict.fromkeys(k for row in gate.decisions for k in row))
-    reading = GATE_READING_WEIGHTED if "half_z2" in columns else GATE_READING  # (gate.HALF_Z2_COLUMN[True])
+    reading = GATE_READING_WEIGHTED if _gate_godambe(summary) else GATE_READING
     head = "<tr>" + "".join(f'<th class="l">{esc(GATE_COLUMNS.get(c, c))}</th>' for c in columns) + "</tr>"
     rows = [
         "<tr>" + "".join(f'<td class="l">{esc(_gate_cell(c, row.get(c)))}</td>' for c in columns) + "</tr>"

@@ -48,10 +48,27 @@ ORDINAL_ONLY_BOARDS = (
 GLOBAL_JUDGE = "*"
 
 
-def judge_label(judge: object) -> str:
+#: How the report names a global row that holds the reference's own effect (:func:`judge_label`).
+REFERENCE_OWN_LABEL = "the reference (its own effect)"
+
+
+def judge_label(judge: object, reference_own: bool = False) -> str:
     """A judge as a reader is told it: the global rows are "all judges (global)" (the report's bias table, the
-    warnings and the slices' notes say it alike), any other judge by its name."""
-    return "all judges (global)" if judge == GLOBAL_JUDGE else str(judge)
+    warnings and the slices' notes say it alike), any other judge by its name.
+
+    ``reference_own``: the row's effect is one the reference's rating keeps (:func:`reference_keeps`), so its global
+    row is the reference's own effect, not the judges' — labelled "all judges (global)", it read as their mean."""
+    if judge != GLOBAL_JUDGE:
+        return str(judge)
+    return REFERENCE_OWN_LABEL if reference_own else "all judges (global)"
+
+
+def reference_keeps(effect: str, own_effects: dict[str, dict[str, Any]]) -> bool:
+    """Whether the global ('*') row of ``effect`` holds the reference's own effect (``reference.own_effects``): the
+    ratings keep it (it is not taken as zero, :func:`zero_reference_effect`).  Discrimination aside: the reference's
+    a_r is no global row."""
+    own = own_effects.get(effect)
+    return effect != "discrimination" and own is not None and not zero_reference_effect(own)
 
 
 #: ``ReferenceInfo.agreement`` rows of the boards' own ratings (beside one row per judge), in this order.

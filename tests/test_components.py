@@ -282,6 +282,20 @@ def test_a_model_with_grades_but_no_battle_is_ranked_by_the_corrected_board_with
     assert "m6" in side_by_side_text(board, 10)
 
 
+def test_at_omega_1_a_graded_only_model_left_off_the_board_is_not_said_to_have_only_self_battles():
+    """ω = 1 drops the grades, so m6 and m7 (graded, in no battle) are left off the corrected board; its warning said
+    they "have only self-battles", though they are in no battle at all.  It says so now, and why they are unrated."""
+    from tests.test_ranking_model import _score_cells
+
+    rng = np.random.default_rng(3)
+    battles, grades = _cells(rng, models=6, judges=3, cells=400), _score_cells(rng, models=8, rows=400)
+    corrected = fit_leaderboards(battles, grades, config=ModelConfig(profile=False, omega=1.0))[1]
+    warnings = corrected.diagnostics["warnings"]
+    assert not any("only self-battles" in w for w in warnings), warnings
+    (said,) = [w for w in warnings if "left off the leaderboard" in w]
+    assert said.startswith("2 model(s) are in no battle") and "ω = 1" in said and said.endswith("m6, m7"), said
+
+
 def test_a_model_with_grades_but_no_battle_has_no_naive_rank_interval():
     """The leaderboard leaves a graded-only model's naive rank empty, but the summary's rank intervals ranked it on
     the naive side alone in its component: "rank 1, interval 1" in summary.json, and the report's naive "Rank 95%

@@ -768,7 +768,7 @@ def test_the_gate_says_what_gain_is_and_that_the_joint_test_decides(referenced):
 def test_the_gate_of_a_weighted_fit_calls_its_half_z2_a_wald_quantity_not_a_gain_in_nats(referenced):
     """At ω ≠ 0.5 the gate's z reads the Godambe covariance and its ½z² (the summary's ``half_z2``) is half a Wald
     χ²(1), no log-likelihood's gain: the table's header and the reading above it said "gain (nats)" regardless."""
-    doc = referenced.summary.to_json()
+    doc = _weighted_summary(referenced.summary, "godambe")
     for row in doc["diagnostics"]["gate"]["decisions"]:
         row["half_z2"] = row.pop("gain_nats")  # what an ω-weighted fit's gate writes (tests/test_reference_blocked.py)
     page = render_report(referenced.leaderboard, referenced.bias, Summary.from_json(doc))
@@ -776,6 +776,46 @@ def test_the_gate_of_a_weighted_fit_calls_its_half_z2_a_wald_quantity_not_a_gain
     assert "½z² (Wald)" in text and "half its Wald χ² on 1 df" in text and "no log-likelihood gain in nats" in text
     assert "gain (nats)" not in text and "adds to the log-likelihood" not in text
     assert "an effect is switched on for all its judges or none, by the joint χ² of every judge's excess" in text
+
+
+def test_a_global_row_that_holds_the_reference_own_effect_is_labelled_the_reference(referenced):
+    """Under a reference the '*' row of an effect the rating keeps is the reference's own effect (its note says so:
+    ranking/reference.py ``reference_global_notes``), but the bias table and the panels labelled it "all judges
+    (global)".  It is labelled the reference's from the summary's ``own_effects``; the '*' row of an effect the
+    reference has no data of (affinity here) is still the judges' mean."""
+    own = referenced.summary.reference.own_effects
+    assert own["length"]["ci_low"] is not None and own["affinity"]["ci_low"] is None  # kept, and taken as zero
+    table = re.search(r'<table[^>]*>(?:(?!</table>).)*<th class="l">Note</th>.*?</table>', referenced.page, re.S)
+    assert table
+    labels = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", table.group(0), re.S):
+        cells = [text_of(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        if cells:
+            labels.setdefault(cells[1], []).append(cells[0])
+    assert all("the reference (its own effect)" in labels[effect] for effect in ("length", "position"))
+    assert "all judges (global)" not in labels["length"] + labels["position"]
+    assert "all judges (global)" in labels["affinity"] and "the reference (its own effect)" not in labels["affinity"]
+    assert "the reference (its own effect) · length" in referenced.page  # the panel's dot says it too
+
+
+def _weighted_summary(summary: Summary, uncertainty: str) -> dict:
+    """``summary``'s JSON as an ω = 0.9 fit of battles and grades writes it, its intervals from ``uncertainty``."""
+    doc = summary.to_json()
+    doc["uncertainty"], doc["diagnostics"]["omega"] = uncertainty, 0.9
+    doc["score_counts"] = dataclasses.asdict(Counts(read=1000, counted=1000, rejected={}, rejected_total=0))
+    return doc
+
+
+@pytest.mark.parametrize("uncertainty", ["godambe", "bootstrap"])
+def test_a_weighted_fit_gate_without_decisions_still_reads_its_z_by_the_godambe_covariance(referenced, uncertainty):
+    """The reading was chosen by whether a ``half_z2`` column was among the decisions, so an ω-weighted fit's gate
+    with no decision listed read "gain (nats) ... adds to the log-likelihood", the plain likelihood's reading.  It is
+    chosen from the fit (``uncertainty``; with --bootstrap, ω with grades), whose gate reads the Godambe SE."""
+    doc = _weighted_summary(referenced.summary, uncertainty)
+    doc["diagnostics"]["gate"]["decisions"] = []
+    page = render_report(referenced.leaderboard, referenced.bias, Summary.from_json(doc))
+    text = text_of(re.search(r'<section id="gate">.*?</section>', page, re.S).group(0))
+    assert "no log-likelihood gain in nats" in text and "adds to the log-likelihood" not in text, text
 
 
 # --------------------------------------------------------------------------- in a real browser

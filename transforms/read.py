@@ -186,8 +186,9 @@ class ResolvedInput:
 
 
 def resolve_input(glob: str) -> ResolvedInput:
-    """The files and imports ``glob`` names: a folder (every ``*.parquet`` below it), a file, a glob of files, or
-    a glob that matches no file but folders (``'imp/*/battles'``), read as if each folder were given.
+    """The files and imports ``glob`` names: a folder (every ``*.parquet`` below it, a writer's hidden files aside:
+    :func:`_hidden`), a file, a glob of files, or a glob that matches no file but folders (``'imp/*/battles'``),
+    read as if each folder were given.
 
     A folder that is an import's (:func:`~biasboard.transforms.import_folders.find_import`) is read without the
     rows the import rejected, and the imports of one input must agree
