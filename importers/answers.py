@@ -233,7 +233,7 @@ def answer_lengths(answers_dir: Path) -> pl.DataFrame:
             )
         turn_chars = turns[0].list.eval(pl.element().str.len_chars())
         per_answer = frame.select(
-            name_text(pl.lit(_stem(path))).alias("model"),  # a macOS file name is decomposed; names are NFC
+            name_text(pl.lit(_stem(path))).alias("model"),  # as names are read: a macOS file name is decomposed
             pl.col("question_id").cast(pl.String),
             pl.col(SOURCE_ROW),
             turn_chars.alias("chars"),
@@ -328,7 +328,7 @@ def arena_hard_answer_lengths(answers_dir: Path) -> tuple[pl.DataFrame, str]:
             raise InputError(f"{path}: arena-hard-auto answer file lacks 'uid'/'question_id' or 'choices'/'messages'")
         frames.append(
             frame.select(
-                pl.lit(_stem(path)).alias("model"),
+                name_text(pl.lit(_stem(path))).alias("model"),  # as names are read: a macOS file name is decomposed
                 pl.col(qid).cast(pl.String).alias("question_id"),
                 pl.col(SOURCE_ROW),
                 _token_count(frame).alias("tokens"),

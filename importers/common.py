@@ -59,6 +59,7 @@ from biasboard.schemas.numbers import NumberRule
 from biasboard.schemas.rules import (
     REASON_DUPLICATE_SCORE_ID,
     battle_reason_expr,
+    is_text,
     length_expr,
     score_reason_expr,
     score_value_expr,
@@ -86,6 +87,9 @@ BATTLE_CONTENT = ("judge", "model_a", "model_b", "winner", "prompt_id")
 SCORE_CONTENT = ("judge", "model", "prompt_id", "score")
 #: Prefix of the per-row marks "this mixed-type field held a list or object here" (see :func:`read_all`).
 NESTED_PREFIX = "__nested:"
+#: Per-row mark (added by :func:`in_names_form` only when some row has one): a name field of the row was changed,
+#: counted among the converted rows in a note by :func:`finalize_battles` / :func:`finalize_scores`.
+NAMES_CHANGED = "__names_changed"
 
 #: Dead-letter meta fields: an input field of that name is dropped from the dead letters (the contract's meta wins).
 META_FIELDS = ("reason", "source_file", "source_row")
@@ -385,7 +389,7 @@ def _rename_reserved(frame: pl.DataFrame) -> pl.DataFrame:
     taken = set(frame.columns)
     renames = {}
     for name in frame.columns:
-        if name in (SOURCE_FILE, SOURCE_ROW, REASON) or name.startswith((FLAG_PREFIX, NESTED_PREFIX)):
+        if name in (SOURCE_FILE, SOURCE_ROW, REASON, NAMES_CHANGED) or name.startswith((FLAG_PREFIX, NESTED_PREFIX)):
             new = "input" + name
             while new in taken:
                 new = "input" + new
@@ -395,7 +399,7 @@ def _rename_reserved(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 #: The source fields that hold judge or model names in any format (FastChat's ``judge`` may be ``[model, prompt]``):
-#: put in the names' Unicode form as they are read (:func:`in_names_form`).
+#: put in the form the ingest reads names in as they are read (:func:`in_names_form`).
 NAME_FIELDS = (
     "judge", "annotator", "worker", "model", "model_a", "model_b", "model_1", "model_2", "generator_1", "generator_2",
     "baseline", "left", "right", "model_x", "model_y",
@@ -403,26 +407,78 @@ NAME_FIELDS = (
 
 
 def name_text(names: pl.Expr) -> pl.Expr:
-    """Names as text in the names' Unicode form (NFC, :data:`~biasboard.schemas.names.NAME_FORM`), not trimmed (the
-    ingest trims and counts that): for a key a sidecar's lengths are joined on."""
-    return names.cast(pl.String).str.normalize(NAME_FORM)
+    """Names as text as the ingest keys them (:func:`~biasboard.schemas.names.canonical_names`: trimmed, in NFC),
+    for the ids built of them and the keys a sidecar's lengths are joined on; a name that is blank once trimmed
+    stays as written (the rules reject it as missing, and its dead letter shows what was there, as the ingest's
+    :func:`~biasboard.schemas.names.clean_names` leaves it)."""
+    text = names.cast(pl.String)
+    clean = canonical_names(text)
+    return pl.when(clean == "").then(text).otherwise(clean)
 
 
 def in_names_form(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with its :data:`NAME_FIELDS` in NFC (text, or a list of text).
+    """``frame`` with its :data:`NAME_FIELDS` as the ingest reads names (:func:`name_text`; text, Categorical or
+    Enum as text, or the first item of a list of text), and the :data:`NAMES_CHANGED` mark where a row's changed.
 
     Why here, before any id is built: importers write names as the source spells them, and the ids made of them
-    (``arena-hard:<judge>:<prompt>:<model>:<baseline>:g<game>``) differed between a composed and a decomposed spelling
-    of one name, which the ingest then reads as one name: a battle repeated so was two battles, not a duplicate.
-    ASCII names are unchanged (NFC leaves them as they are)."""
-    fixed = []
+    (``arena-hard:<judge>:<prompt>:<model>:<baseline>:g<game>``) differed between ``" gpt-4"`` and ``gpt-4``, or a
+    composed and a decomposed spelling, which the ingest then reads as one name: a battle repeated so was two
+    battles, not a duplicate.  Why counted: the ingest counts the rows whose names it changed (``trimmed``), and
+    sees none of these, which arrive changed.  A list's later items (FastChat's prompt template) are only put in
+    NFC: no name.  ASCII names without edges are unchanged."""
+    fixed: list[pl.Series] = []
+    changed: list[pl.Series] = []
     for column in NAME_FIELDS:
         dtype = frame.schema.get(column)
-        if dtype == pl.String:
-            fixed.append(pl.col(column).str.normalize(NAME_FORM))
-        elif isinstance(dtype, pl.List) and dtype.inner == pl.String:
-            fixed.append(pl.col(column).list.eval(pl.element().str.normalize(NAME_FORM)))
-    return frame.with_columns(fixed) if fixed else frame
+        if dtype is not None and is_text(dtype):
+            named = _names_in_form(frame.get_column(column))
+            if named is not None:
+                fixed.append(named[0])
+                changed.append(named[1])
+        elif isinstance(dtype, pl.List) and is_text(dtype.inner):
+            first = pl.int_range(pl.len()) == 0
+            items = pl.element().cast(pl.String)
+            listed = frame.select(
+                pl.col(column).list.eval(
+                    pl.when(first).then(name_text(items)).otherwise(items.str.normalize(NAME_FORM))
+                )
+            ).to_series()
+            fixed.append(listed)
+            changed.append(frame.get_column(column).cast(pl.List(pl.String)).ne_missing(listed))
+    frame = frame.with_columns(fixed) if fixed else frame
+    if changed and (mark := pl.select(pl.any_horizontal(changed).fill_null(False)).to_series()).any():
+        return frame.with_columns(mark.alias(NAMES_CHANGED))
+    return frame
+
+
+def _names_in_form(names: pl.Series) -> tuple[pl.Series, pl.Series] | None:
+    """(``names`` as :func:`name_text` reads them, the mask of the rows it changed), or None when it changes none.
+
+    Why by distinct name: names repeat across rows, and the trim's two regular expressions per row cost 1.5 s over
+    a million rows of three name columns; a column without anything to change is left as it is (its type too)."""
+    text = names.cast(pl.String)
+    distinct = text.drop_nulls().unique()
+    clean = distinct.to_frame("name").select(name_text(pl.col("name"))).to_series()
+    differs = distinct != clean
+    if not differs.any():
+        return None
+    old, new = distinct.filter(differs), clean.filter(differs)
+    return text.replace(old, new).alias(names.name), text.is_in(old.implode()).fill_null(False)
+
+
+def names_changed_note(raw: pl.DataFrame, kept: pl.Series) -> list[str]:
+    """The note counting the converted rows (``kept``: a mask over ``raw``) whose names :func:`in_names_form`
+    changed, in the words of the ingest's ``trimmed`` count, which these rows no longer reach."""
+    if NAMES_CHANGED not in raw.columns:
+        return []
+    n = int(raw[NAMES_CHANGED].filter(kept).sum())
+    if not n:
+        return []
+    return [
+        f"names: {n:,} of the {int(kept.sum()):,} rows converted had a judge or model name with whitespace or "
+        "invisible characters at an end, or not in Unicode NFC: written trimmed and in NFC, as the ingest reads "
+        "names (so its 'trimmed' count does not see them)"
+    ]
 
 
 def read_all(paths: Sequence[Path], scalar: Iterable[str] = ()) -> pl.DataFrame:
@@ -681,7 +737,7 @@ def pick_length_unit(options: ImportOptions) -> str:
 def _dead_letters(raw: pl.DataFrame, reasons: pl.Series, mask: pl.Series) -> pa.Table:
     """Rejected rows: every original field as text, then reason, source file and row (the dead-letter contract)."""
     original = [c for c in raw.columns if c not in (SOURCE_FILE, SOURCE_ROW) and c not in META_FIELDS]
-    original = [c for c in original if not c.startswith((FLAG_PREFIX, NESTED_PREFIX))]
+    original = [c for c in original if not c.startswith((FLAG_PREFIX, NESTED_PREFIX)) and c != NAMES_CHANGED]
     texts = []
     for column in original:
         dtype = raw.schema[column]
@@ -838,7 +894,13 @@ def finalize_battles(
         rows_read=raw.height,
         source_rows=source_rows,
         sources=tuple(str(p) for p in sources),
-        notes=(*notes, *([repeated] if repeated else []), *_global_judge_note(valid), *_partial_style_note(styles)),
+        notes=(
+            *notes,
+            *([repeated] if repeated else []),
+            *_global_judge_note(valid),
+            *_partial_style_note(styles),
+            *names_changed_note(raw, ~rejected),
+        ),
     )
 
 
@@ -899,5 +961,5 @@ def finalize_scores(
         rows_read=raw.height,
         source_rows=source_rows,
         sources=tuple(str(p) for p in sources),
-        notes=(*notes, *([repeated] if repeated else [])),
+        notes=(*notes, *([repeated] if repeated else []), *names_changed_note(raw, ~rejected)),
     )

@@ -85,7 +85,7 @@ def _lengths(paths: Sequence[Path], unit: str) -> tuple[FolderLengths | None, li
             number = given.cast(pl.Float64, strict=False)
             length = pl.when(number == number.floor()).then(number.cast(pl.Int64, strict=False))
         lengths = table.select(
-            name_text(pl.col("model_id")).alias("__model"),  # joined on the names read_all put in NFC
+            name_text(pl.col("model_id")).alias("__model"),  # joined on the names as read_all reads them
             pl.col("prompt_id").cast(pl.String).alias("__prompt"),
             length.alias("__len"),
             (given.is_not_null() & length.is_null()).alias("__unread"),

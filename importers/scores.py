@@ -78,7 +78,7 @@ def _sidecar_lengths(paths: Sequence[Path]) -> list[FolderPart]:
         table = read_records(sidecar)
         if {"question_id", "model", "answer_chars"} <= set(table.columns):
             lengths = table.select(
-                name_text(pl.col("model")),  # joined on the names read_all put in NFC
+                name_text(pl.col("model")),  # joined on the names as read_all reads them
                 pl.col("question_id").cast(pl.String),
                 pl.lit(1, dtype=pl.Int64).alias("turn"),
                 pl.col("answer_chars").cast(pl.Int64).alias("len"),

@@ -104,10 +104,10 @@ def connectivity_report(data: Dataset, grades: bool = True) -> dict:
         )
     if unranked:
         report["unranked"] = unranked
-        for what, names in _unranked_reasons(data, unranked, link):
+        for what, left_off in _unranked_reasons(data, unranked, link):
             report["warnings"].append(
-                f"{len(names)} model(s) {what}, so they cannot be ranked and are left off the leaderboard: "
-                f"{first_few(names, MAX_NAMED)}"
+                f"{len(left_off)} model(s) {what}, so they cannot be ranked and are left off the leaderboard: "
+                f"{first_few(left_off, MAX_NAMED)}"
             )
     return report
 

@@ -1015,8 +1015,8 @@ def _bias_table(bias: list[dict[str, Any]], summary: Summary) -> str:
         f"<th>CI</th>{'<th>Bootstrap CI</th>' if boot else ''}"
         '<th>Identified</th><th>Enabled</th><th class="l">Note</th></tr>'
     )
-    summary = f"<summary>All {len(rows)} coefficients as a table</summary>"
-    return f"<details>{summary}{_table('bias', head, [body])}</details>"
+    caption = f"<summary>All {len(rows)} coefficients as a table</summary>"
+    return f"<details>{caption}{_table('bias', head, [body])}</details>"
 
 
 def _clip_text(summary: Summary) -> str:

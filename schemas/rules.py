@@ -74,6 +74,7 @@ from biasboard.schemas.deadletter import (
 from biasboard.schemas.names import INVISIBLE
 
 if TYPE_CHECKING:
+    from polars.datatypes import DataTypeClass
     from polars.expr.whenthen import ChainedThen, Then
 
 #: A length that is present but not a number (NaN, unparseable text).
@@ -301,7 +302,7 @@ def _polars_iso(text: pl.Series) -> pl.Series:
     return parsed
 
 
-def is_text(dtype: pl.DataType | type[pl.DataType]) -> bool:
+def is_text(dtype: pl.DataType | DataTypeClass) -> bool:
     """Whether a column of ``dtype`` holds text the rules read (String, Categorical or Enum)."""
     return dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
 

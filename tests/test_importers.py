@@ -29,7 +29,14 @@ from biasboard.importers.answers import (
     keyed_by_folder,
     read_answer_folders,
 )
-from biasboard.importers.common import REASON_NO_VERDICT, ImportOptions, ImportResult, read_records
+from biasboard.importers.common import (
+    NAMES_CHANGED,
+    REASON_NO_VERDICT,
+    ImportOptions,
+    ImportResult,
+    in_names_form,
+    read_records,
+)
 from biasboard.importers.json_kinds import mixed_paths, refused_kinds, struct_column, texted_column
 from biasboard.importers.llmfao import _lengths as llmfao_lengths
 from biasboard.importers.registry import import_path
@@ -729,6 +736,132 @@ def test_a_judgment_repeated_with_a_decomposed_name_is_a_duplicate(tmp_path):
     rows = pl.from_arrow(result.rows)
     assert set(rows["model_a"]) | set(rows["model_b"]) == {"caf\u00e9-7b", "o3-mini"}, rows
     assert set(rows["judge"]) == {"juge-\u00e9"}
+
+
+#: One judgment per format whose id is built of its names, with the judge and the model (or voter) as given: the
+#: file name (a folder's pattern takes it) and the line.
+EDGED_NAMES = {
+    "arena-hard": ("a.jsonl", lambda j, m: {"uid": "q0", "games": [{"score": "A>B"}, {"score": "B>A"}], "model": m,
+                                            "judge": j}),
+    "alpacaeval": ("annotations.json", lambda j, m: {"instruction": "hi", "generator_1": "m2", "generator_2": m,
+                                                      "preference": 2.0, "annotator": j}),
+    "pba": ("judgments.jsonl", lambda j, m: {"question_id": 1, "model_a": m, "model_b": "m2", "winner": "model_a",
+                                            "judge": j}),
+    "mtbench-pair": ("pair.jsonl", lambda j, m: {"question_id": 81, "model_1": m, "model_2": "m2", "g1_winner": "tie",
+                                               "g2_winner": "tie", "judge": [j, "pair-v2"], "tstamp": 1717245894.5}),
+    "mtbench-single": ("single.jsonl", lambda j, m: {"question_id": 81, "model": m, "score": 5.0,
+                                                    "judge": [j, "single-v1"], "tstamp": 1717245894.5}),
+    "fastchat": ("battles.jsonl", lambda j, m: {"model_a": m, "model_b": "m2", "winner": "model_a", "judge": j,
+                                               "tstamp": 1717245894.5}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", sorted(EDGED_NAMES))
+def test_a_judgment_repeated_with_a_name_spelt_with_edges_is_a_duplicate_and_the_import_counts_it(fmt, tmp_path):
+    """The same judgment in two folders, its judge and model spelt ``" gpt-4\u200b"`` and decomposed in one and
+    plainly in the other: the ingest trims both to one name, but the ids were built of the names as written (NFC
+    only), so the repeat was two battles, not a ``duplicate_battle_id``.  Names are read as the ingest reads them
+    before any id is built, and since the ingest's ``trimmed`` count no longer sees them, the import counts them."""
+    file, line = EDGED_NAMES[fmt]
+    options = ImportOptions(baseline="o3") if fmt == "arena-hard" else ImportOptions()
+    plain = import_path(fmt, _written(tmp_path / "plain" / file, line("juge-\u00e9", "gpt-4")), options)
+    assert not [n for n in plain.notes if n.startswith("names:")]
+    _written(tmp_path / "edged" / file, line("\tjuge-e\u0301 ", " gpt-4\u200b"))
+    result = import_path(fmt, str(tmp_path / "*" / file), options)
+    assert result.rows_converted == plain.rows_converted > 0
+    duplicate = "duplicate_score_id" if fmt == "mtbench-single" else REASON_DUPLICATE_ID
+    assert result.dead_by_reason() == {duplicate: plain.rows_converted}
+    edged = import_path(fmt, tmp_path / "edged" / file, options)
+    assert (
+        pl.from_arrow(edged.rows)
+        .drop("battle_id", "score_id", strict=False)
+        .equals(pl.from_arrow(plain.rows).drop("battle_id", "score_id", strict=False))
+    )
+    n = edged.rows_converted
+    assert [note for note in edged.notes if note.startswith("names:")] == [
+        f"names: {n} of the {n} rows converted had a judge or model name with whitespace or invisible characters "
+        "at an end, or not in Unicode NFC: written trimmed and in NFC, as the ingest reads names (so its 'trimmed' "
+        "count does not see them)"
+    ]
+    validated = validate_battles(edged.rows) if edged.kind == "battles" else validate_scores(edged.rows)
+    assert validated.trimmed == 0 and validated.rejected == {}
+
+
+def _written(path: Path, record: dict) -> Path:
+    """``record`` as the one line of ``path`` (a JSON array for AlpacaEval's annotations); returns the path."""
+    text = json.dumps([record]) if path.suffix == ".json" else json.dumps(record) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_llmfao_crowd_vote_repeated_with_a_voter_spelt_with_edges_is_a_duplicate(tmp_path):
+    """LLMFAO's crowd ids end with the ``worker``: ``" w1"`` and ``w1``, one voter to the ingest under ``--voters``
+    (``crowd/w1``), made two battles of one vote."""
+    header = "id,prompt,model_x,model_y,winner,left,right,worker\n"
+    for folder, worker in (("a", "w1"), ("b", " w1\u200b")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "crowd-comparisons.csv").write_text(header + f"1,8,97,98,left,A,B,{worker}\n")
+    result = import_path("llmfao", str(tmp_path / "*" / "crowd-comparisons.csv"), ImportOptions(voters=True))
+    assert result.rows_converted == 1 and result.dead_by_reason() == {REASON_DUPLICATE_ID: 1}
+    assert pl.from_arrow(result.rows)["judge"].to_list() == ["crowd/w1"]
+
+
+@pytest.mark.parametrize("dtype", [pl.Categorical, pl.Enum([" gpt-4", "cafe\u0301-7b", "m2"])])
+def test_name_columns_read_as_categories_are_put_in_the_names_form(dtype):
+    """A name column of categories (Categorical, Enum) was passed over (only text and lists of text were put in
+    NFC), so its ids kept the decomposed or edged spelling the ingest reads as another."""
+    frame = pl.DataFrame({"model": pl.Series([" gpt-4", "cafe\u0301-7b", "m2", None], dtype=dtype)})
+    named = in_names_form(frame)
+    assert named["model"].to_list() == ["gpt-4", "caf\u00e9-7b", "m2", None]
+    assert named[NAMES_CHANGED].to_list() == [True, True, False, False]
+
+
+#: A model name as a macOS file name or a JavaScript export may spell it (decomposed, an edge), and as the judgments
+#: spell it: one name to the ingest.
+DECOMPOSED, COMPOSED = "cafe\u0301-7b", " caf\u00e9-7b"
+
+
+def test_a_decomposed_model_name_in_an_answers_folder_still_joins_its_lengths(tmp_path):
+    """MT-Bench's and arena-hard-auto's answer files are named after the model: a decomposed file name (macOS) took
+    no lengths from the judgments' composed spelling (arena-hard's stems were not put in NFC at all), nor did a
+    judgment naming the model with a space at an end."""
+    bench = tmp_path / "mt_bench"
+    for model, chars in ((DECOMPOSED, 7), ("m2", 9)):
+        _jsonl(bench / "model_answer" / f"{model}.jsonl", [{"question_id": 81, "choices": [{"turns": ["x" * chars]}]}])
+    line = {"question_id": 81, "model_1": COMPOSED, "model_2": "m2", "g1_winner": "tie", "g2_winner": "tie"}
+    _jsonl(bench / "model_judgment" / "gpt-4_pair.jsonl", [{**line, "judge": ["gpt-4", "pair-v2"], "turn": 1}])
+    rows = check_contract(import_path("mtbench-pair", bench / "model_judgment"))
+    assert sorted(rows.select("model_a", "len_a").rows()) == [("caf\u00e9-7b", 7), ("m2", 9)]
+
+    hard = tmp_path / "arena-hard"
+    for model, chars in ((DECOMPOSED, 30), ("o3", 40)):
+        answer = {"uid": "q0", "choices": [{"index": 0, "turns": [{"content": "x" * chars}]}]}
+        _jsonl(hard / "model_answer" / f"{model}.jsonl", [answer])
+    judgment = {"uid": "q0", "games": [{"score": "A>B"}, {"score": "B>A"}], "model": COMPOSED, "judge": "j"}
+    _jsonl(hard / "model_judgment" / "j" / "judgments.jsonl", [judgment])
+    rows = check_contract(import_path("arena-hard", hard / "model_judgment", ImportOptions(baseline="o3")))
+    assert sorted(rows.select("model_a", "len_a").rows()) == [("caf\u00e9-7b", 30), ("o3", 40)]
+
+
+def test_a_decomposed_model_name_in_a_sidecar_still_joins_its_lengths(tmp_path):
+    """LLMFAO's ``response_lengths.csv`` and Arena-Bench-v1's ``scores.csv`` name the model in their own spelling:
+    decomposed there and composed with an edge in the judgments, the lengths joined no battle or grade."""
+    (tmp_path / "llmfao").mkdir()
+    (tmp_path / "llmfao" / "gpt4-comparisons.csv").write_text(
+        f"id,prompt,model_x,model_y,winner,left,right\n1,8,{COMPOSED},m2,left,A,B\n"
+    )
+    (tmp_path / "llmfao" / "response_lengths.csv").write_text(
+        f"model_id,prompt_id,len_chars\n{DECOMPOSED},8,10\nm2,8,20\n"
+    )
+    rows = check_contract(import_path("llmfao", tmp_path / "llmfao"))
+    assert rows.select("len_a", "len_b").rows() == [(10, 20)]
+
+    bench = tmp_path / "bench"
+    _jsonl(bench / "judgments.jsonl", [{"question_id": 1, "model": COMPOSED, "score": 5.0}])
+    (bench / "scores.csv").write_text(f"question_id,model,answer_chars\n1,{DECOMPOSED},11\n")
+    graded = check_contract(import_path("mtbench-single", bench / "judgments.jsonl", ImportOptions(judge="j")))
+    assert graded.select("model", "len").rows() == [("caf\u00e9-7b", 11)]
 
 
 def test_arena_hard_v2_category_is_each_battles_slice_label(tmp_path):
