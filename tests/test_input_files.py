@@ -106,6 +106,21 @@ def test_an_undated_file_with_ts_and_its_alias_is_filed_by_the_ts_the_rows_are_r
     assert result.counts.conserved
 
 
+def test_an_input_whose_every_match_is_hidden_says_so_and_how_to_read_it(tmp_path: Path, capsys):
+    """``data/*/battles.parquet`` over a user's ``data/_2024/`` read it before hidden files were skipped; since, it
+    said "no input files match" (a folder: "holds no .parquet files") under a log naming the file it matched.  The
+    refusal names the hidden files and the way to read them, and that way reads them."""
+    data = tmp_path / "data"
+    write(data / "_2024" / "battles.parquet", battles(3))
+    for given in (str(data / "*" / "battles.parquet"), str(data)):
+        with pytest.raises(InputError, match=r"matches only hidden files .*_2024/battles\.parquet.*spell the '_'"):
+            match_files(given)
+        code = cli.main(["backfill", "--input", given, "--state", str(tmp_path / "s")])
+        err = capsys.readouterr().err
+        assert code == 2 and "matches only hidden files" in err and "no input files match" not in err
+    assert sorted(list_input_days(str(data / "_*" / "battles.parquet"))) == [D1]
+
+
 def test_a_glob_of_files_says_which_folders_beside_them_it_does_not_read(tmp_path: Path, caplog):
     """``day=*/*`` reads the files it matches only (a writer's ``_temporary/`` stays out); a day whose file sat in
     ``day=D/sub/`` was left out without a word.  Said once a run, naming the folder; a writer's ``_…`` folder not."""

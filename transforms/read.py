@@ -209,6 +209,8 @@ def resolve_input(glob: str) -> ResolvedInput:
             return replace(folders, files=_literal_paths(folders.files, glob))
     if not wildcard and (files := _listed(glob, glob)):
         return ResolvedInput(_literal_paths(files, glob), [])
+    if (hidden := _only_hidden(glob if wildcard else glob.rstrip("/") + "/**.parquet", glob)) is not None:
+        raise hidden
     if not wildcard and _is_folder(glob):
         raise InputError(f"{glob}: the folder holds no .parquet files")
     if "[" in glob and _is_folder(glob):  # a folder named "in[v2]": the brackets are a character class
@@ -304,20 +306,41 @@ def _local_folders(glob: str) -> list[str]:
 def _listed(pattern: str, glob: str) -> list[FileMetadata]:
     """The files (not folders, not Spark's ``_SUCCESS`` markers, not a writer's hidden files: :func:`_hidden`) Beam
     lists for ``pattern``; InputError naming ``glob`` when the listing fails."""
+    files, hidden = _split_hidden(pattern, glob)
+    if hidden:
+        _LOG.info(
+            "%s: %d hidden file(s) (named _… or .…, or below such a folder) not read: %s",
+            glob,
+            len(hidden),
+            first_few(hidden, 3),
+        )
+    return files
+
+
+def _split_hidden(pattern: str, glob: str) -> tuple[list[FileMetadata], list[str]]:
+    """(the files :func:`_listed` reads, the sorted paths of the hidden ones it leaves out) for ``pattern``."""
     try:
         metadata = FileSystems.match([pattern])[0].metadata_list
     except Exception as err:  # Beam raises BeamIOError with nested causes
         raise InputError(f"{glob}: cannot list input files: {err}") from err
     files = [m for m in metadata if not m.path.rstrip("/").endswith("/_SUCCESS") and not _is_folder(m.path)]
     hidden = {m.path for m in files if _hidden(m.path, pattern)}
-    if hidden:
-        _LOG.info(
-            "%s: %d hidden file(s) (named _… or .…, or below such a folder) not read: %s",
-            glob,
-            len(hidden),
-            first_few(sorted(hidden), 3),
-        )
-    return [m for m in files if m.path not in hidden]
+    return [m for m in files if m.path not in hidden], sorted(hidden)
+
+
+def _only_hidden(pattern: str, glob: str) -> InputError | None:
+    """The error for an input whose every match is hidden (:func:`_hidden`), or None when none is.
+
+    Why: a folder ``data/_2024`` reached by ``data/*/battles.parquet`` was read before hidden files were skipped;
+    then the run said "no input files match" (or "the folder holds no .parquet files") one line below the log that
+    named the file it had matched, and did not say how to read it."""
+    hidden = _split_hidden(pattern, glob)[1]
+    if not hidden:
+        return None
+    return InputError(
+        f"{glob}: matches only hidden files (named _… or .…, or below such a folder: a writer's leftovers, not read): "
+        f"{first_few(hidden, 3)}; to read them, spell the '_' or '.' in the input (e.g. 'data/_*/battles.parquet')"
+    )
 
 
 def _hidden(path: str, pattern: str) -> bool:
@@ -579,8 +602,9 @@ def _polars_type(dtype: pa.DataType) -> pa.DataType:
         return pa.decimal128(dtype.precision, dtype.scale) if dtype.precision <= 38 else pa.float64()
     if pa.types.is_struct(dtype):
         return pa.struct([dtype.field(i).with_type(_polars_type(dtype.field(i).type)) for i in range(dtype.num_fields)])
-    if pa.types.is_map(dtype):
-        return pa.map_(_polars_type(dtype.key_type), dtype.item_field.with_type(_polars_type(dtype.item_type)))
+    if pa.types.is_map(dtype):  # keys_sorted kept: a map rebuilt without it compares unequal, read as foreign
+        item = dtype.item_field.with_type(_polars_type(dtype.item_type))
+        return pa.map_(_polars_type(dtype.key_type), item, keys_sorted=dtype.keys_sorted)
     if pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_fixed_size_list(dtype):
         item = dtype.value_field.with_type(_polars_type(dtype.value_type))
         if pa.types.is_fixed_size_list(dtype):
