@@ -1333,6 +1333,15 @@ def _gate_godambe(summary: Summary) -> bool:
     return _weighted(summary)
 
 
+def _gate_heading(column: str, godambe: bool) -> str:
+    """A gate column's header.  Why the ½z² column is headed by the fit (``godambe``, as its reading is) and not by
+    its name: a summary written before the gate named it for the fit keeps ``gain_nats`` at ω ≠ 0.5, where its z read
+    the Godambe covariance too, and its header "gain (nats)" stood under a reading that says it is no gain in nats."""
+    if godambe and column == "gain_nats":
+        column = "half_z2"
+    return GATE_COLUMNS.get(column, column)
+
+
 def _gate(summary: Summary) -> str:
     gate = summary.diagnostics.gate
     if gate is None and _ordinal_only(summary):  # no pairwise bias, so no reference to measure it from
@@ -1341,8 +1350,9 @@ def _gate(summary: Summary) -> str:
         note = _reference_note(summary) + _anchor_results(summary)
         return _section("gate", "Reference", note) if note else ""
     columns = list(dict.fromkeys(k for row in gate.decisions for k in row))
-    reading = GATE_READING_WEIGHTED if _gate_godambe(summary) else GATE_READING
-    head = "<tr>" + "".join(f'<th class="l">{esc(GATE_COLUMNS.get(c, c))}</th>' for c in columns) + "</tr>"
+    godambe = _gate_godambe(summary)
+    reading = GATE_READING_WEIGHTED if godambe else GATE_READING
+    head = "<tr>" + "".join(f'<th class="l">{esc(_gate_heading(c, godambe))}</th>' for c in columns) + "</tr>"
     rows = [
         "<tr>" + "".join(f'<td class="l">{esc(_gate_cell(c, row.get(c)))}</td>' for c in columns) + "</tr>"
         for row in gate.decisions

@@ -818,6 +818,21 @@ def test_a_weighted_fit_gate_without_decisions_still_reads_its_z_by_the_godambe_
     assert "no log-likelihood gain in nats" in text and "adds to the log-likelihood" not in text, text
 
 
+@pytest.mark.parametrize("uncertainty", ["godambe", "bootstrap"])
+def test_an_older_weighted_summary_gate_column_is_headed_as_its_reading_says(referenced, uncertainty):
+    """A summary written before the gate named its ½z² column for the fit keeps ``gain_nats`` at ω ≠ 0.5 too, though
+    its z read the Godambe covariance there as well.  The reading above the table (chosen from the fit) says the
+    column is "½z² (Wald) ... no log-likelihood gain in nats", while its header still read "gain (nats)": the page
+    contradicted itself.  The header follows the reading."""
+    doc = _weighted_summary(referenced.summary, uncertainty)
+    assert all("gain_nats" in row for row in doc["diagnostics"]["gate"]["decisions"])  # as the old gate wrote it
+    page = render_report(referenced.leaderboard, referenced.bias, Summary.from_json(doc))
+    section = re.search(r'<section id="gate">.*?</section>', page, re.S).group(0)
+    heads = [text_of(h) for h in re.findall(r"<th[^>]*>(.*?)</th>", section, re.S)]
+    assert "no log-likelihood gain in nats" in text_of(section)
+    assert "½z² (Wald)" in heads and "gain (nats)" not in heads, heads
+
+
 # --------------------------------------------------------------------------- in a real browser
 
 #: Headless Chromium binaries, in the order tried (Debian: ``apt-get install chromium-headless-shell``).
