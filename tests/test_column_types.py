@@ -290,3 +290,58 @@ def test_an_extra_map_column_with_sorted_keys_leaves_the_file_on_polars_reader(t
     assert plain[0].schema["judge"] == pl.Categorical
     assert len(plain) == len(with_map) == 1
     assert_frame_equal(plain[0], with_map[0])
+
+
+#: Extra columns (never read by the ingest) that send a file down the pyarrow route: a type polars refuses, at the
+#: top or nested.
+FOREIGN_EXTRAS = {
+    "decimal256": pa.array([decimal.Decimal(i) for i in range(3 * N)], pa.decimal256(50, 2)),
+    "zone": pa.array([T0] * (3 * N), pa.timestamp("us", "+05:30")),
+    "nested_zone": pa.array([{"at": T0}] * (3 * N), pa.struct([("at", pa.timestamp("ms", "+05:30"))])),
+}
+
+
+@pytest.mark.parametrize("extra", sorted(FOREIGN_EXTRAS))
+def test_a_file_read_through_pyarrow_keeps_the_battle_keys_as_dictionary_codes(extra: str, tmp_path: Path):
+    """A file holding a type polars refuses is read through pyarrow, which ignored ``dictionary``: its judge, model
+    and winner columns came as plain text, not Categorical as from polars' reader, so the cells took their slower
+    path.  Both routes yield the same frames, batch by batch, and a backfill stores the same cells."""
+    import polars as pl
+    from biasboard.transforms.read import iter_batches
+    from biasboard.transforms.state import load_cells
+    from polars.testing import assert_frame_equal
+
+    rows = 3 * N
+    battles = pa.table(
+        battle_columns(
+            battle_id=[f"b{i}" for i in range(rows)],
+            ts=pa.array([T0] * rows, pa.timestamp("us", tz="UTC")),
+            judge=[f"judge-{i % 2}" for i in range(rows)],
+            model_a=[f"m{i % 3}" for i in range(rows)],
+            model_b=["m9" if i % 4 else None for i in range(rows)],
+            winner=[("model_a", "model_b", "tie")[i % 3] for i in range(rows)],
+        )
+    )
+    paths = {"polars": tmp_path / "polars" / f"day={DAY}" / "part-0.parquet"}
+    paths["pyarrow"] = tmp_path / "pyarrow" / f"day={DAY}" / "part-0.parquet"
+    for route, table in (("polars", battles), ("pyarrow", battles.append_column(extra, FOREIGN_EXTRAS[extra]))):
+        paths[route].parent.mkdir(parents=True)
+        pq.write_table(table, paths[route])
+    for dictionary in (True, False):
+        read = {
+            route: [frame for _, frame in iter_batches(str(path), batch_rows=5, dictionary=dictionary)]
+            for route, path in paths.items()
+        }
+        assert [f.height for f in read["pyarrow"]] == [f.height for f in read["polars"]] == [5, 5, 2]
+        assert (read["polars"][0].schema["judge"] == pl.Categorical) is dictionary
+        for polars_frame, pyarrow_frame in zip(read["polars"], read["pyarrow"], strict=True):
+            assert_frame_equal(polars_frame, pyarrow_frame, categorical_as_str=True)
+            assert polars_frame.schema == pyarrow_frame.schema
+    cells = {}
+    for route, path in paths.items():
+        state = str(tmp_path / f"state-{route}")
+        assert cli.main(["backfill", "--input", str(path.parent.parent), "--state", state]) == 0
+        cells[route] = pl.from_arrow(load_cells(state))
+        assert isinstance(cells[route], pl.DataFrame)
+    assert cells["polars"]["n"].sum() == rows - rows // 4  # a row without model_b is dead-lettered
+    assert_frame_equal(cells["polars"].sort(pl.all()), cells["pyarrow"].sort(pl.all()))

@@ -266,6 +266,25 @@ def test_a_glob_of_import_folders_on_a_bucket(emulator, tmp_path):
         match_files(f"{imp}/*/battles")
 
 
+def test_a_glob_of_import_folders_on_a_bucket_skips_the_hidden_ones(emulator, tmp_path):
+    """As locally (tests/test_import_folders.py): ``gs://…/imp/*/battles`` skips ``imp/_old/battles``, reads it when
+    the glob spells the ``_``, and when every folder it matches is hidden says so rather than 'no input files match'
+    (a bucket glob of folders matches no object, so the hidden files below them went unseen)."""
+    from biasboard.schemas.errors import InputError
+    from biasboard.transforms.read import match_files
+    from test_import_folders import pba_import
+
+    pba_import(tmp_path / "imp" / "judge-a", "judge-a")
+    pba_import(tmp_path / "imp" / "_old", "judge-old")
+    storage.copy_tree(str(tmp_path / "imp"), f"{emulator}/hid")
+    hid, part = f"{emulator}/hid", "battles/day=2000-01-01/part-00000.parquet"
+    assert [f.path for f in match_files(f"{hid}/*/battles")] == [f"{hid}/judge-a/{part}"]
+    assert [f.path for f in match_files(f"{hid}/_*/battles")] == [f"{hid}/_old/{part}"]
+    storage.delete_tree(f"{hid}/judge-a")
+    with pytest.raises(InputError, match=r"matches only hidden files .*_old/battles/.*spell the '_'"):
+        match_files(f"{hid}/*/battles")
+
+
 def test_a_glob_of_files_on_a_bucket_names_the_folders_beside_them_it_does_not_read(emulator, caplog):
     """A bucket's listing has no folders, so the warning that a glob of files leaves ``day=D/sub/`` out never fired
     there; the folders are now found from the files below the glob's prefix, on every file system alike."""

@@ -79,6 +79,27 @@ def test_an_import_folder_linked_in_beside_others_is_read(tmp_path):
     assert [r.rejected_total for r in import_rejections([("--input", f"{imp}/*")])] == [1, 0]
 
 
+def test_a_glob_of_import_folders_skips_the_hidden_ones_it_matches(tmp_path):
+    """``data/*/battles.parquet`` skips ``data/_2024/`` (a writer's leftovers, as Spark does), but ``imp/*/battles``
+    read ``imp/_old/battles``: each matched folder was listed by its own path, which spells the ``_``.  A folder
+    glob skips the hidden folders its wildcard matches, reads those it spells, and one that matches only hidden
+    folders is refused as a glob of files is."""
+    imp = tmp_path / "imp"
+    pba_import(imp / "judge-a", "judge-a")
+    pba_import(imp / "_old", "judge-old", unjudged=1)
+    pba_import(imp / ".staging", "judge-staging")
+    part = "battles/day=2000-01-01/part-00000.parquet"
+    for glob in (f"{imp}/*/battles", f"{imp}/*", f"{imp}/*/battles/"):
+        assert [f.path for f in match_files(glob)] == [f"{imp}/judge-a/{part}"], glob
+        assert [r.path for r in import_rejections([("--input", glob)])] == [f"{imp}/judge-a/{DEAD_LETTERS}"], glob
+    assert [f.path for f in match_files(f"{imp}/_*/battles")] == [f"{imp}/_old/{part}"]
+    assert [r.rejected_total for r in import_rejections([("--input", f"{imp}/_*")])] == [1]
+    (imp / "judge-a" / "battles" / "day=2000-01-01" / "part-00000.parquet").unlink()
+    for glob in (f"{imp}/*/battles", f"{imp}/*"):
+        with pytest.raises(InputError, match=r"matches only hidden files .*_old/battles/.*spell the '_'"):
+            match_files(glob)
+
+
 def test_an_imports_battles_folder_is_its_import(tmp_path):
     """``--input DIR/battles`` is DIR's import: its rejected rows are reported as for ``--input DIR`` (before: none);
     a glob of files into it still names no import (it may select only some days), nor does a folder that merely

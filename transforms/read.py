@@ -209,7 +209,10 @@ def resolve_input(glob: str) -> ResolvedInput:
             return replace(folders, files=_literal_paths(folders.files, glob))
     if not wildcard and (files := _listed(glob, glob)):
         return ResolvedInput(_literal_paths(files, glob), [])
-    if (hidden := _only_hidden(glob if wildcard else glob.rstrip("/") + "/**.parquet", glob)) is not None:
+    hidden = _only_hidden(glob, glob) if wildcard else None
+    if hidden is None and (not wildcard or "**" not in glob):  # a folder, or a glob of folders, of hidden files
+        hidden = _only_hidden(glob.rstrip("/") + "/**.parquet", glob)
+    if hidden is not None:
         raise hidden
     if not wildcard and _is_folder(glob):
         raise InputError(f"{glob}: the folder holds no .parquet files")
@@ -295,25 +298,36 @@ _SAID: set[str] = set()
 
 
 def _local_folders(glob: str) -> list[str]:
-    """The local folders ``glob`` matches, symbolic links to folders included.
+    """The local folders ``glob`` matches, symbolic links to folders included, a writer's hidden ones aside
+    (:func:`_hidden`, logged as :func:`_listed` logs hidden files).
 
     Why not Beam's listing below the glob: it walks from the glob's fixed prefix without following links, so an
-    import folder linked in beside others (``imp/b -> /elsewhere/b``) was left out without a word.
+    import folder linked in beside others (``imp/b -> /elsewhere/b``) was left out without a word.  Why the hidden
+    ones are left out here: each folder is then listed by its own path, which spells the ``_`` or ``.`` the
+    wildcard matched, so ``imp/*/battles`` read ``imp/_old/battles`` where ``imp/*/battles.parquet`` skips it.
     """
-    return sorted(name.rstrip("/") for name in pyglob.glob(glob) if os.path.isdir(name))
+    names = sorted(name.rstrip("/") for name in pyglob.glob(glob) if os.path.isdir(name))
+    _log_hidden(glob, [name for name in names if _hidden(name, glob)], "folder")
+    return [name for name in names if not _hidden(name, glob)]
+
+
+def _log_hidden(glob: str, hidden: list[str], what: str) -> None:
+    """Say at info which hidden files or folders (``what``) ``glob`` matched and are not read."""
+    if hidden:
+        _LOG.info(
+            "%s: %d hidden %s(s) (named _… or .…, or below such a folder) not read: %s",
+            glob,
+            len(hidden),
+            what,
+            first_few(hidden, 3),
+        )
 
 
 def _listed(pattern: str, glob: str) -> list[FileMetadata]:
     """The files (not folders, not Spark's ``_SUCCESS`` markers, not a writer's hidden files: :func:`_hidden`) Beam
     lists for ``pattern``; InputError naming ``glob`` when the listing fails."""
     files, hidden = _split_hidden(pattern, glob)
-    if hidden:
-        _LOG.info(
-            "%s: %d hidden file(s) (named _… or .…, or below such a folder) not read: %s",
-            glob,
-            len(hidden),
-            first_few(hidden, 3),
-        )
+    _log_hidden(glob, hidden, "file")
     return files
 
 
@@ -656,7 +670,9 @@ def iter_batches(
     ``carry`` names extra columns a caller needs (the audit's ``gold``).
     ``dictionary``: the text keys of battle cells (:data:`DICTIONARY_COLUMNS`)
     come as Categorical columns straight from the file's dictionary pages
-    (pyarrow's ``read_dictionary``: integer codes, no string per row).
+    (pyarrow's ``read_dictionary``: integer codes, no string per row), on
+    either route: a file polars cannot take (:func:`in_polars_types`) yields
+    the same frames as one it can, so the cells keep their coded path.
 
     Polars' Parquet reader decodes strings several times faster than
     pyarrow's here, and a sliced scan reads only the rows asked for, so a
@@ -667,25 +683,22 @@ def iter_batches(
     source = _polars_source(path)
     try:
         arrow_file = pa.BufferReader(source.getbuffer()) if isinstance(source, io.BytesIO) else source
-        if _foreign_columns(pq.ParquetFile(arrow_file).schema_arrow):
-            reader = pq.ParquetFile(arrow_file)
+        schema = pq.ParquetFile(arrow_file).schema_arrow
+        columns = wanted_columns(schema.names, kind, carry)
+        coded = _dictionary_columns(schema, columns) if dictionary and kind == "battle" else []
+        if _foreign_columns(schema):  # codes as polars' route gives them: pyarrow's dictionary, then polars'
+            reader = pq.ParquetFile(arrow_file, read_dictionary=coded or None)
             offset = 0
-            for table in _arrow_slices(reader, wanted_columns(reader.schema_arrow.names, kind, carry), batch_rows):
+            for table in _arrow_slices(reader, columns, batch_rows):
                 frame = pl.from_arrow(in_polars_types(table))
                 assert isinstance(frame, pl.DataFrame)
                 yield offset, frame
                 offset += frame.height
             return
         scan = pl.scan_parquet(source)
-        names = scan.collect_schema().names()
-        columns = wanted_columns(names, kind, carry)
-        coded: list[str] = []
         slices: Iterator[pa.Table] = iter(())
-        if dictionary and kind == "battle":
-            arrow = pa.BufferReader(source.getbuffer()) if isinstance(source, io.BytesIO) else source
-            coded = _dictionary_columns(pq.ParquetFile(arrow).schema_arrow, columns)
-            if coded:
-                slices = _arrow_slices(pq.ParquetFile(arrow, read_dictionary=coded), coded, batch_rows)
+        if coded:
+            slices = _arrow_slices(pq.ParquetFile(arrow_file, read_dictionary=coded), coded, batch_rows)
         plain = [c for c in columns if c not in coded]
         total = scan.select(pl.len()).collect().item()
         for offset in range(0, total, batch_rows):
