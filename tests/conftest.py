@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from biasboard.schemas.battle import BATTLE_SCHEMA
 
 # Beam leaves beam-temp* folders behind and, without credentials, looks for GCE
 # metadata; keep both out of the way for every test process.
@@ -27,6 +30,16 @@ def real_data(*parts: str) -> Path:
     if not path.exists():
         pytest.fail(f"test data not found at {path} (regenerate with python tests/data/make_extracts.py)")
     return path
+
+
+def battle_table(n: int, **columns: object) -> pa.Table:
+    """``n`` battles in the contract's schema: ``columns`` as given, ids ``b0``, ``b1``, …, one day's timestamp, and
+    every other column null — for tests that spell only the columns they are about."""
+    unknown = set(columns) - set(BATTLE_SCHEMA.names)
+    assert not unknown, f"not battle columns: {sorted(unknown)}"
+    stamp = pa.array([datetime(2024, 5, 1, tzinfo=timezone.utc)] * n, pa.timestamp("us", tz="UTC"))
+    given = {"battle_id": [f"b{i}" for i in range(n)], "ts": stamp, **columns}
+    return pa.table({f.name: given.get(f.name, [None] * n) for f in BATTLE_SCHEMA}, schema=BATTLE_SCHEMA)
 
 
 def next_second() -> None:

@@ -473,35 +473,24 @@ def test_typical_style_is_each_models_mean_signed_difference() -> None:
 
 def _styled_battles(headers: dict[str, int], pairs: list[tuple[str, str]]) -> pa.Table:
     """One battle per ``pairs`` entry (each model's answers with ``headers[model]`` headers, no lists or bold)."""
-    from datetime import datetime, timezone
+    from biasboard.schemas.battle import STYLE_COUNT_COLUMNS
 
-    from biasboard.schemas.battle import BATTLE_SCHEMA, STYLE_COUNT_COLUMNS
+    from tests.conftest import battle_table
 
     n = len(pairs)
     counts = {c: [0] * n for c in STYLE_COUNT_COLUMNS}
     counts["header_count_a"] = [headers[a] for a, _ in pairs]
     counts["header_count_b"] = [headers[b] for _, b in pairs]
-    return pa.table(
-        {
-            "battle_id": [f"b{i}" for i in range(n)],
-            "ts": pa.array([datetime(2024, 5, 1, tzinfo=timezone.utc)] * n, pa.timestamp("us", tz="UTC")),
-            "judge": ["judge-1"] * n,
-            "model_a": [a for a, _ in pairs],
-            "model_b": [b for _, b in pairs],
-            "winner": ["model_a", "model_b"] * (n // 2) + ["model_a"] * (n % 2),
-            "prompt_id": [None] * n,
-            "len_a": [None] * n,
-            "len_b": [None] * n,
-            "family_a": ["fam-x"] * n,
-            "family_b": ["fam-x"] * n,
-            "judge_family": ["fam-judge"] * n,
-            "order_known": [None] * n,
-            "strength": [None] * n,
-            "category": [None] * n,
-            "language": [None] * n,
-            **counts,
-        },
-        schema=BATTLE_SCHEMA,
+    return battle_table(
+        n,
+        judge=["judge-1"] * n,
+        model_a=[a for a, _ in pairs],
+        model_b=[b for _, b in pairs],
+        winner=["model_a", "model_b"] * (n // 2) + ["model_a"] * (n % 2),
+        family_a=["fam-x"] * n,
+        family_b=["fam-x"] * n,
+        judge_family=["fam-judge"] * n,
+        **counts,
     )
 
 
