@@ -87,8 +87,9 @@ BATTLE_CONTENT = ("judge", "model_a", "model_b", "winner", "prompt_id")
 SCORE_CONTENT = ("judge", "model", "prompt_id", "score")
 #: Prefix of the per-row marks "this mixed-type field held a list or object here" (see :func:`read_all`).
 NESTED_PREFIX = "__nested:"
-#: Per-row mark (added by :func:`in_names_form` only when some row has one): a name field of the row was changed,
-#: counted among the converted rows in a note by :func:`finalize_battles` / :func:`finalize_scores`.
+#: Per-row mark (added by :func:`in_names_form` or :func:`mark_names_changed` only when some row has one): a name of
+#: the row was changed, counted over the rows read, converted and dead-lettered, in a note by
+#: :func:`finalize_battles` / :func:`finalize_scores`.
 NAMES_CHANGED = "__names_changed"
 
 #: Dead-letter meta fields: an input field of that name is dropped from the dead letters (the contract's meta wins).
@@ -466,18 +467,39 @@ def _names_in_form(names: pl.Series) -> tuple[pl.Series, pl.Series] | None:
     return text.replace(old, new).alias(names.name), text.is_in(old.implode()).fill_null(False)
 
 
+def mark_names_changed(frame: pl.DataFrame, changed: pl.Series) -> pl.DataFrame:
+    """``frame`` with the rows of ``changed`` (a mask over them) added to its :data:`NAMES_CHANGED` mark.
+
+    Why: a name an importer takes from elsewhere than a field (LLMFAO's judge, the prefix of the file name) is put
+    in the names' form too, and its rows must be counted in the same note as the fields' (:func:`names_changed_note`)
+    — the ingest, which sees it changed, no longer counts it."""
+    if not changed.any():
+        return frame
+    if NAMES_CHANGED in frame.columns:
+        changed = changed | frame.get_column(NAMES_CHANGED)
+    return frame.with_columns(changed.alias(NAMES_CHANGED))
+
+
 def names_changed_note(raw: pl.DataFrame, kept: pl.Series) -> list[str]:
-    """The note counting the converted rows (``kept``: a mask over ``raw``) whose names :func:`in_names_form`
-    changed, in the words of the ingest's ``trimmed`` count, which these rows no longer reach."""
+    """The note counting the rows read whose names :func:`in_names_form` changed, split into those converted
+    (``kept``: a mask over ``raw``) and those dead-lettered, in the words of the ingest's ``trimmed`` count, which
+    these rows no longer reach.
+
+    Why every row read, not only the converted ones: a rejected row's names are changed as well (its dead letter
+    shows them trimmed and in NFC), and counted nowhere it was a change the user could not learn of; the two parts
+    add up to the whole, as the rows read add up to converted + dead letters."""
     if NAMES_CHANGED not in raw.columns:
         return []
-    n = int(raw[NAMES_CHANGED].filter(kept).sum())
+    changed = raw.get_column(NAMES_CHANGED)
+    n = int(changed.sum())
     if not n:
         return []
+    converted = int(changed.filter(kept).sum())
     return [
-        f"names: {n:,} of the {int(kept.sum()):,} rows converted had a judge or model name with whitespace or "
-        "invisible characters at an end, or not in Unicode NFC: written trimmed and in NFC, as the ingest reads "
-        "names (so its 'trimmed' count does not see them)"
+        f"names: {n:,} of the {raw.height:,} rows read ({converted:,} converted, {n - converted:,} dead-lettered) "
+        "had a judge or model name with whitespace or invisible characters at an end, or not in Unicode NFC: "
+        "written trimmed and in NFC, dead letters too, as the ingest reads names (so its 'trimmed' count does not "
+        "see them)"
     ]
 
 

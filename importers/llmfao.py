@@ -45,6 +45,7 @@ from biasboard.importers.common import (
     ImportResult,
     finalize_battles,
     fixed_day,
+    mark_names_changed,
     name_text,
     one_judge_or_refuse,
     pick_length_unit,
@@ -52,15 +53,33 @@ from biasboard.importers.common import (
     read_records,
     require_columns,
 )
+from biasboard.schemas.names import canonical_name
 
 PATTERNS = ("*comparisons.csv", "*comparisons.csv.gz")
 REQUIRED = ("id", "prompt", "model_x", "model_y", "winner", "left", "right")
 LENGTHS_SIDECAR = "response_lengths.csv"
 
 
-def judge_from_file(path: str) -> str:
-    """``gpt4-crowd-comparisons.csv`` → ``gpt4``; ``crowd-comparisons.csv`` → ``crowd``."""
+def _file_prefix(path: str) -> str:
+    """The file name up to its first ``-``, as written: ``gpt4-crowd-comparisons.csv`` → ``gpt4``."""
     return Path(path).name.split("-")[0]
+
+
+def judge_from_file(path: str) -> str:
+    """``gpt4-crowd-comparisons.csv`` → ``gpt4``; ``crowd-comparisons.csv`` → ``crowd``; read as every other name is
+    (:func:`~biasboard.schemas.names.canonical_name`: trimmed, in NFC).
+
+    Why: the judge is in every battle id (``llmfao:<judge>:<id>``), and a macOS file name is decomposed (or one
+    copied by hand may end in a space): a folder's copy so named gave its repeated rows other ids, so two battles of
+    one verdict, where the ingest then reads the two judges as one."""
+    return canonical_name(_file_prefix(path))
+
+
+def _judges_renamed(raw: pl.DataFrame, paths: Sequence[Path]) -> pl.DataFrame:
+    """``raw`` with the rows of the files whose judge :func:`judge_from_file` changed marked as renamed, so the
+    import's ``names:`` note counts them as it counts the fields' names."""
+    changed = [str(p) for p in paths if judge_from_file(str(p)) != _file_prefix(str(p))]
+    return mark_names_changed(raw, raw.get_column(SOURCE_FILE).is_in(changed))
 
 
 def _lengths(paths: Sequence[Path], unit: str) -> tuple[FolderLengths | None, list[str]]:
@@ -112,6 +131,8 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         # GPT-3.5's verdicts GPT-4's, and dead-lettered the real GPT-4 rows as duplicate ids (exit 0).
         renamed = one_judge_or_refuse(raw.select(source_judge.alias("judge")), "judge", options.judge, paths)
         source_judge = pl.lit(options.judge)
+    else:
+        raw = _judges_renamed(raw, paths)
     judge = source_judge
     # A blank worker is no worker: as a judge name it would make one pseudo-voter ``crowd/`` of every such row.
     raw_worker = pl.col("worker").cast(pl.String)

@@ -31,7 +31,7 @@ from biasboard.ranking.diagnostics import (
     profile_ranges,
 )
 from biasboard.ranking.graph import comparison_components, mle_exists, model_components, one_sided_models
-from biasboard.ranking.model import DISC, LEN, STYLE_BLOCKS
+from biasboard.ranking.model import DISC, LEN, STYLE_BLOCKS, fixed_scale_judges
 from biasboard.ranking.pages import base_pages
 from biasboard.ranking.problem import (
     NO_LENGTHS_NOTE,
@@ -740,6 +740,19 @@ def judges_discrimination(problem: Problem, core: np.ndarray) -> float:
     return float(np.exp(discrimination_row(problem, frozenset(problem.data.judges)) @ core))
 
 
+def scale_judges(problem: Problem) -> list[str]:
+    """The judges whose a_j, fixed at 1, sets θ's scale, by name
+    (:attr:`~biasboard.ranking.model.Spec.scale_set_by_fixed_judge`); empty when the judges' verdict-weighted average
+    (or the grades) sets it.
+
+    Why recorded: the report and the warnings read a discrimination of 1 as "the judges' average", which on such a
+    board it is not: 1 is the fixed judge's own discrimination, and the other judges' are measured against it."""
+    spec = problem.spec
+    if not spec.scale_set_by_fixed_judge:
+        return []
+    return [problem.data.judges[j] for j in np.flatnonzero(fixed_scale_judges(spec.masks[DISC], spec.disc_weights))]
+
+
 def publish_bias_aware(
     problem: Problem,
     solution: Solution,
@@ -806,6 +819,8 @@ def publish_bias_aware(
         diagnostics["board"] = ORDINAL_ONLY
     else:
         diagnostics["judges_discrimination"] = judges_discrimination(problem, solution.core)
+        if fixed := scale_judges(problem):
+            diagnostics["scale_judges"] = fixed
     diagnostics["length_scale"] = problem.spec.x_scale
     diagnostics["length_clip"] = config.length_clip
     warnings.extend(_prior_bound_warning(data, config.priors.theta_sd))

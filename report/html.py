@@ -65,6 +65,7 @@ from biasboard.schemas.summary import (
     reference_keeps,
     zero_reference_effect,
 )
+from biasboard.schemas.wording import first_few
 
 #: How many models the plots show at most: the top ``TOP_N`` by corrected rank plus the ``MOVERS``
 #: largest rank changes outside them.  The full table always lists every model.
@@ -457,7 +458,7 @@ def _leaderboard(lb: list[dict[str, Any]], summary: Summary, top_n: int, movers:
     body = [
         f'<p class="note">{esc(scope)} Dots are ratings, bars their {esc(ci_name)}s '
         f"({esc(_interval_source(summary))}). Intervals that overlap widely mean the data cannot order those models "
-        f"with confidence{_scale_note(summary)}.</p>",
+        f"with confidence{esc(_scale_note(summary))}.</p>",
         f'<p class="note">{esc(_corrected_meaning(summary))}</p>',
         forest,
         "<h3>Rank change</h3>",
@@ -569,10 +570,20 @@ def _corrected_meaning(summary: Summary) -> str:
 
 def _scale_note(summary: Summary) -> str:
     """What sets the ratings' scale, after the intervals' sentence: nothing on an ordinal-only board (the grades'
-    scale, said in its header), the grades on a board of battles and grades, else the judges' average."""
+    scale, said in its header), the grades on a board of battles and grades, a judge whose discrimination is fixed at
+    1 where one does (``diagnostics.scale_judges``), else the judges' average."""
     if _ordinal_only(summary):
         return ""
-    return GRADED_SCALE_NOTE if _grades_set_scale(summary) else SCALE_NOTE
+    if _grades_set_scale(summary):
+        return GRADED_SCALE_NOTE
+    if summary.diagnostics.scale_judges:
+        return FIXED_SCALE_NOTE.format(judges=_scale_judges(summary))
+    return SCALE_NOTE
+
+
+def _scale_judges(summary: Summary) -> str:
+    """The judges whose fixed discrimination sets the scale, as the page names judges (the first few of many)."""
+    return first_few([judge_label(j) for j in summary.diagnostics.scale_judges or []], 3)
 
 
 def _interval_source(summary: Summary) -> str:
@@ -919,11 +930,8 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
         ordered = [by_judge[j] for j in order]
         desc, ref = EFFECTS.get(effect, ("", 0.0))
         desc = desc.format(clip=_clip_text(summary))
-        if effect == "discrimination" and _grades_set_scale(summary):
-            mean = _judges_average_discrimination(ordered, summary)
-            desc = GRADED_DISCRIMINATION.format(
-                mean="" if mean is None else f" (here {mean:.2f}: their geometric mean, each weighted by its verdicts)"
-            )
+        if effect == "discrimination":
+            desc = _discrimination_text(desc, ordered, summary)
         labels = [_bias_label(r, summary) for r in ordered]
         tips = [f"{label} · {effect}" for label in labels]  # a dot's tooltip names the panel's effect with the judge
         series = [
@@ -1474,6 +1482,37 @@ GRADED_DISCRIMINATION = (
     "Discrimination (a): the judge's scale on quality differences; with grades beside the battles 1 is the grades' "
     "scale, not the judges' average{mean}, below 1 a judge that separates the models less sharply than the grades do."
 )
+
+
+#: The discrimination panel's text where a judge's discrimination is fixed at 1 and sets the scale
+#: (``diagnostics.scale_judges``): 1 is that judge's, and the others are measured against it, not centred on 1.
+FIXED_DISCRIMINATION = (
+    "Discrimination (a): the judge's scale on quality differences; 1 is the discrimination of {judges}, fixed at 1 "
+    "(it sets the ratings' scale), not the judges' average{mean}, below 1 a judge that separates the models less "
+    "sharply than {judges} does."
+)
+#: :func:`_scale_note` on such a board: the scale is the fixed judge's, known exactly, not the judges' average.
+FIXED_SCALE_NOTE = (
+    "; the ratings' scale is the discrimination of {judges}, fixed at 1 (each other judge's discrimination measured "
+    "against it), not the judges' average"
+)
+
+
+def _discrimination_text(desc: str, rows: list[dict[str, Any]], summary: Summary) -> str:
+    """The discrimination panel's text: what its 1 is.  The grades' scale beside grades, the fixed judge's where one
+    sets the scale, else ``desc`` (the judges' average).  Why: "1 is average" beside a board whose 1 is the grades' or
+    one judge's read the judges below it as lax."""
+    if _grades_set_scale(summary):
+        return GRADED_DISCRIMINATION.format(mean=_mean_said(rows, summary))
+    if summary.diagnostics.scale_judges:
+        return FIXED_DISCRIMINATION.format(judges=_scale_judges(summary), mean=_mean_said(rows, summary))
+    return desc
+
+
+def _mean_said(rows: list[dict[str, Any]], summary: Summary) -> str:
+    """`` (here 0.85: their geometric mean, …)``, the judges' average when it is not the scale; empty unknown."""
+    mean = _judges_average_discrimination(rows, summary)
+    return "" if mean is None else f" (here {mean:.2f}: their geometric mean, each weighted by its verdicts)"
 
 
 def _judges_average_discrimination(rows: list[dict[str, Any]], summary: Summary) -> float | None:

@@ -596,6 +596,10 @@ class Diagnostics:
     #: verdicts (``ranking.fit.judges_discrimination``), over all judges, not only those the summary lists.  None on
     #: an ordinal-only board and in a summary written before it was recorded.
     judges_discrimination: float | None = None
+    #: The judges whose discrimination, fixed at 1 (``ModelConfig.disabled``), sets the ratings' scale
+    #: (``ranking.fit.scale_judges``): on such a board a discrimination of 1 is theirs, not the judges' average.  None
+    #: when the judges' average (or the grades) sets it, and in a summary written before it was recorded.
+    scale_judges: list[str] | None = None
     length_scale: float | None = None
     length_clip: float | None = None
     components: list[list[str]] | None = None

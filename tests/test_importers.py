@@ -779,9 +779,9 @@ def test_a_judgment_repeated_with_a_name_spelt_with_edges_is_a_duplicate_and_the
     )
     n = edged.rows_converted
     assert [note for note in edged.notes if note.startswith("names:")] == [
-        f"names: {n} of the {n} rows converted had a judge or model name with whitespace or invisible characters "
-        "at an end, or not in Unicode NFC: written trimmed and in NFC, as the ingest reads names (so its 'trimmed' "
-        "count does not see them)"
+        f"names: {n} of the {n} rows read ({n} converted, 0 dead-lettered) had a judge or model name with whitespace "
+        "or invisible characters at an end, or not in Unicode NFC: written trimmed and in NFC, dead letters too, as "
+        "the ingest reads names (so its 'trimmed' count does not see them)"
     ]
     validated = validate_battles(edged.rows) if edged.kind == "battles" else validate_scores(edged.rows)
     assert validated.trimmed == 0 and validated.rejected == {}
@@ -805,6 +805,50 @@ def test_llmfao_crowd_vote_repeated_with_a_voter_spelt_with_edges_is_a_duplicate
     result = import_path("llmfao", str(tmp_path / "*" / "crowd-comparisons.csv"), ImportOptions(voters=True))
     assert result.rows_converted == 1 and result.dead_by_reason() == {REASON_DUPLICATE_ID: 1}
     assert pl.from_arrow(result.rows)["judge"].to_list() == ["crowd/w1"]
+
+
+@pytest.mark.parametrize("prefix", ["juge\u0301", "jug\u00e9 "])
+def test_llmfao_judge_from_a_file_name_spelt_otherwise_is_read_as_names_are(prefix, tmp_path):
+    """The judge is the file name's prefix, which was taken as written: a folder's copy of ``jugé-comparisons.csv``
+    whose name is decomposed (macOS) or ends its prefix in a space gave its rows judge ``jugé `` and other battle ids,
+    so the repeated verdict was two battles of what the ingest reads as one judge.  The prefix is now read as names
+    are (trimmed, in NFC), and its rows are counted in the ``names:`` note as a field's changed names are."""
+    row = "id,prompt,model_x,model_y,winner,left,right\n1,8,97,98,left,A,B\n"
+    for folder, name in (("a", "jug\u00e9"), ("b", prefix)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / f"{name}-comparisons.csv").write_text(row)
+    result = import_path("llmfao", str(tmp_path / "*" / "*comparisons.csv"))
+    assert result.rows_converted == 1 and result.dead_by_reason() == {REASON_DUPLICATE_ID: 1}
+    assert pl.from_arrow(result.rows)["battle_id"].to_list() == ["llmfao:jug\u00e9:1"]
+    alone = import_path("llmfao", tmp_path / "b")
+    assert pl.from_arrow(alone.rows)["judge"].to_list() == ["jug\u00e9"]
+    assert [n for n in alone.notes if n.startswith("names:")] == [
+        "names: 1 of the 1 rows read (1 converted, 0 dead-lettered) had a judge or model name with whitespace or "
+        "invisible characters at an end, or not in Unicode NFC: written trimmed and in NFC, dead letters too, as the "
+        "ingest reads names (so its 'trimmed' count does not see them)"
+    ]
+
+
+def test_the_names_note_counts_the_dead_lettered_rows_whose_names_were_changed_too(tmp_path):
+    """Two rows with a model spelt ``" gpt-4"``, one converted and one rejected (``bad_winner``): the note said "1 of
+    the 1 rows converted", and the rejected row, whose dead letter holds the trimmed name, was counted nowhere.  It
+    counts every row read, converted and dead-lettered apart, and the parts add up."""
+    rows = ((1, " gpt-4", "model_a"), (2, " gpt-4", "nobody"), (3, "m3", "model_a"))
+    source = tmp_path / "judgments.jsonl"
+    source.write_text(
+        "".join(
+            json.dumps({"question_id": q, "model_a": model, "model_b": "m2", "winner": winner, "judge": "j"}) + "\n"
+            for q, model, winner in rows
+        )
+    )
+    result = import_path("pba", source)
+    assert result.rows_converted == 2 and sum(result.dead_by_reason().values()) == 1
+    assert pl.from_arrow(result.dead_letters)["model_a"].to_list() == ["gpt-4"]
+    assert [n for n in result.notes if n.startswith("names:")] == [
+        "names: 2 of the 3 rows read (1 converted, 1 dead-lettered) had a judge or model name with whitespace or "
+        "invisible characters at an end, or not in Unicode NFC: written trimmed and in NFC, dead letters too, as the "
+        "ingest reads names (so its 'trimmed' count does not see them)"
+    ]
 
 
 @pytest.mark.parametrize("dtype", [pl.Categorical, pl.Enum([" gpt-4", "cafe\u0301-7b", "m2"])])

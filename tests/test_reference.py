@@ -28,6 +28,7 @@ from biasboard.ranking.reference_rating import reference_map, typical_length, ty
 from biasboard.ranking.uncertainty import centre_within, percentile_interval
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
+from biasboard.schemas.names import AliasMap
 from biasboard.schemas.summary import zero_reference_effect
 from biasboard.simulate import SimulationConfig, draw_parameters, simulate_days
 from biasboard.transforms.anchors import read_anchors
@@ -218,6 +219,21 @@ def test_anchors_are_kept_per_id(tmp_path) -> None:
     assert anchors.cells["n"].sum() == 100
     assert set(anchors.cells["judge"]) == {ANCHOR_JUDGE}
     assert anchors.raters == ("trusted",)
+
+
+def test_anchor_raters_are_named_through_the_aliases(tmp_path) -> None:
+    """``--aliases`` renamed the anchors' models but not their raters' names: a rater named ``gpt4`` in one file and
+    ``gpt-4`` in another, one judge under ``{"gpt4": "gpt-4"}``, were two raters (the audit, which reads the anchors'
+    judges through the same map, saw one).  The verdicts are the anchor rater's either way."""
+    _, params = simulated(seed=5, battles=200)
+    rows = anchor_rows(params, 6, 9)
+    rows = rows.with_columns(pl.Series("judge", ["gpt4", " gpt4", "gpt-4", "gpt-4", "other", "gpt4"], pl.String))
+    folder = tmp_path / "anchors" / "day=2024-01-01"
+    folder.mkdir(parents=True)
+    rows.write_parquet(folder / "a.parquet")
+    aliases = AliasMap.parse('{"gpt4": "gpt-4"}', "aliases.json")
+    assert read_anchors(str(tmp_path / "anchors"), aliases=aliases).raters == ("gpt-4", "other")
+    assert read_anchors(str(tmp_path / "anchors")).raters == ("gpt-4", "gpt4", "other")
 
 
 def test_anchors_without_a_rater_are_rejected_as_the_audit_rejects_them(tmp_path) -> None:

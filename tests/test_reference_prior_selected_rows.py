@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -15,7 +17,7 @@ from biasboard.ranking.reference import (
 from biasboard.schemas.families import FamilyMap
 from biasboard.simulate import SimulationConfig, simulate_days
 from biasboard.transforms.cells import partial_cells
-from biasboard.transforms.snapshot import reference_warnings
+from biasboard.transforms.snapshot import reference_warnings, weak_reference_warning
 
 FAMILIES = FamilyMap.with_user_rules()
 HUMAN = Reference("judges", ("human-pool-1",))
@@ -120,3 +122,18 @@ def test_the_weak_reference_warning_names_the_grades_scale_beside_grades() -> No
     )
     (warning,) = [w for w in reference_warnings(fit) if "only weakly" in w]
     assert "judges' geometric mean" not in warning and "(1 is the grades' scale)" in warning, warning
+
+
+def test_the_weak_reference_warning_names_the_judge_whose_fixed_discrimination_sets_the_scale() -> None:
+    """With a judge's a fixed at 1 setting θ's scale (``diagnostics["scale_judges"]``), a_r's 1 is that judge's
+    discrimination; the warning said "1 is the judges' geometric mean, weighted by their verdicts" there too."""
+    weak = {"discrimination": {"estimate": 0.1, "ci_low": 0.05, "ci_high": 0.2}}
+
+    def fitted(scale_judges: list[str] | None) -> SimpleNamespace:
+        diagnostics = {} if scale_judges is None else {"scale_judges": scale_judges}
+        return SimpleNamespace(own_effects=weak, graded_scale=False, corrected=SimpleNamespace(diagnostics=diagnostics))
+
+    (warning,) = weak_reference_warning(fitted(["judge-0"]))
+    assert "(1 is the discrimination of judge-0, fixed at 1)" in warning and "geometric mean" not in warning
+    (warning,) = weak_reference_warning(fitted(None))
+    assert "(1 is the judges' geometric mean, weighted by their verdicts)" in warning

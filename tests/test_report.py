@@ -1296,6 +1296,31 @@ def test_a_board_of_battles_and_grades_says_the_grades_set_the_scale(tmp_path, p
     assert "the ratings' scale is the judges' average discrimination" in text_of(published.page)
 
 
+def test_a_board_whose_scale_a_fixed_judge_sets_says_1_is_that_judges_discrimination(published):
+    """A judge's discrimination fixed at 1 (``ModelConfig.disabled``) sets the ratings' scale, the others measured
+    against it: the page still said "1 is average (each judge weighted by its verdicts)" and "the ratings' scale is
+    the judges' average discrimination".  It names the judge (escaped: a hostile name) and says 1 is its own."""
+    from biasboard.schemas.summary import judge_label
+
+    fixed = HOSTILE_JUDGES[0]
+    off = (pl.col("effect") == "discrimination") & (pl.col("judge") == fixed)
+    bias = published.bias.with_columns(pl.when(off).then(False).otherwise(pl.col("enabled")).alias("enabled"))
+    diagnostics = dataclasses.replace(published.summary.diagnostics, scale_judges=[fixed])
+    page = render_report(published.leaderboard, bias, dataclasses.replace(published.summary, diagnostics=diagnostics))
+    text = text_of(page)
+    assert "1 is average" not in text and "the ratings' scale is the judges' average discrimination" not in text
+    label = judge_label(fixed)
+    said = f"1 is the discrimination of {label}, fixed at 1 (it sets the ratings' scale), not the judges' average"
+    assert said in text
+    assert f"less sharply than {label} does" in text
+    assert f"the ratings' scale is the discrimination of {label}, fixed at 1" in text
+    assert fixed not in page  # escaped
+    checker = Checker()
+    checker.feed(page)
+    assert not checker.errors and not checker.stack
+    assert "1 is average" in text_of(published.page)  # a board without a fixed judge keeps its wording
+
+
 def test_a_move_past_a_graded_only_model_reads_in_the_ranks_it_is_counted_in():
     """A move is counted among the models both boards rank; with a graded-only model above it a model's "▲ 1" read
     "(naive #6 → #6)", its corrected rank counting the model it never passed."""

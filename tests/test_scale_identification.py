@@ -244,6 +244,18 @@ def test_a_fixed_judge_of_self_battles_alone_leaves_the_scale_to_the_free_judges
     assert true_scale(cells, judges, config) == pytest.approx(1.5)  # the free judges' mean, as the fit's
 
 
+def test_the_fit_names_the_judge_whose_fixed_discrimination_sets_the_scale():
+    """The report and the warnings read a discrimination of 1 as the judges' average unless told otherwise; with
+    judge-0's a fixed at 1 it is judge-0's.  The fit names it (``diagnostics["scale_judges"]``), and names none when
+    nothing is fixed or the fixed judge judged self-battles alone (it sets no scale then)."""
+    fixed = replace(ONLY_DISC, disabled=ONLY_DISC.disabled | FIXED)
+    data = build_dataset(_known_a_cells(0))
+    assert fit_bias_aware(data, config=fixed).diagnostics["scale_judges"] == ["judge-0"]
+    assert "scale_judges" not in fit_bias_aware(data, config=ONLY_DISC).diagnostics
+    selves = build_dataset(_known_a_cells(0, selves=(0,)))
+    assert "scale_judges" not in fit_bias_aware(selves, config=fixed).diagnostics
+
+
 def test_the_oracle_scale_follows_a_fixed_judge():
     """``true_scale`` with the fit's config: the fixed judge's a (1) sets the scale, not the verdicts' mean (1.36)."""
     cells = _known_a_cells(0)

@@ -58,6 +58,19 @@ def as_anchor_rows(batch: pl.DataFrame) -> pl.DataFrame:
     return out
 
 
+def _rater_names(batch: pl.DataFrame, aliases: AliasMap | None) -> list[str]:
+    """The raters a batch of anchors names, as the rows' judges are read: trimmed, in NFC (an NFD and an NFC spelling
+    are one rater) and renamed by ``aliases`` (``--aliases``: a rater named by an alias in one file and by its
+    canonical name in another is one rater, as the audit, which reads the anchors' judges through the same map,
+    counts it)."""
+    if "judge" not in batch.columns:
+        return []
+    named = canonical_names(batch.get_column("judge").cast(pl.String).unique())
+    if aliases is not None and aliases.aliases:
+        named = named.replace(dict(aliases.aliases))
+    return [v for v in named.to_list() if v]
+
+
 def read_anchors(glob: str, family_map: FamilyMap | None = None, aliases: AliasMap | None = None) -> AnchorSet:
     """Validate and aggregate every anchor file under ``glob`` (local or ``gs://``), its names renamed by ``aliases``
     (``--aliases``) as the battles' are: with the battles renamed and the anchors not, every anchor verdict on a
@@ -68,10 +81,7 @@ def read_anchors(glob: str, family_map: FamilyMap | None = None, aliases: AliasM
     raters: set[str] = set()
     for day, files in read.list_input_days(glob).items():
         for f, offset, batch in read.day_batches(day, files):
-            if "judge" in batch.columns:
-                # named as the rows' judges are read (an NFD and an NFC spelling are one rater)
-                named = canonical_names(batch.get_column("judge").cast(pl.String).unique())
-                raters.update(v for v in named.to_list() if v)
+            raters.update(_rater_names(batch, aliases))
             result = partial_cells(as_anchor_rows(batch), family_map, seen, f.path, offset, aliases=aliases)
             counts = counts + result.counts
             if result.counts.rejected:

@@ -427,6 +427,17 @@ WEAK_REFERENCE: float = 0.25
 #: of a_j is fixed at 1; beside grades the grades set the scale and the a_j are free (it said the judges' mean there).
 JUDGES_UNIT = "1 is the judges' geometric mean, weighted by their verdicts"
 GRADED_UNIT = "1 is the grades' scale"
+#: Where a judge's discrimination fixed at 1 sets the scale (``diagnostics["scale_judges"]``): 1 is that judge's.
+FIXED_UNIT = "1 is the discrimination of {judges}, fixed at 1"
+
+
+def _discrimination_unit(fitted: ReferenceFit) -> str:
+    """What a discrimination of 1 is on ``fitted``'s board, in the words of :func:`weak_reference_warning`: the
+    grades' scale beside grades, the fixed judge's where one sets the scale, else the judges' weighted mean."""
+    if fitted.graded_scale:
+        return GRADED_UNIT
+    fixed = fitted.corrected.diagnostics.get("scale_judges")
+    return FIXED_UNIT.format(judges=first_few(fixed, 3)) if fixed else JUDGES_UNIT
 
 
 def weak_reference_warning(fitted: ReferenceFit) -> list[str]:
@@ -443,7 +454,7 @@ def weak_reference_warning(fitted: ReferenceFit) -> list[str]:
     return [
         f"the reference's verdicts follow the comparisons' quality order only weakly: its discrimination a_r is "
         f"{disc['estimate']:.2f} [{disc['ci_low']:.2f}, {disc['ci_high']:.2f}] "
-        f"({GRADED_UNIT if fitted.graded_scale else JUDGES_UNIT}), "
+        f"({_discrimination_unit(fitted)}), "
         f"so its own preferences enter its rating divided by it — ×{1 / disc['estimate']:.0f}; check that the "
         "reference judges the same task in the same sense (flipped or mislabelled verdicts, another benchmark)"
     ]
@@ -676,6 +687,7 @@ def build_summary(
         naive_vs_corrected=_record(S.Comparison, comparison) if comparison else None,
         omega=fit_diag.get("omega"),
         judges_discrimination=fit_diag.get("judges_discrimination"),
+        scale_judges=fit_diag.get("scale_judges"),
         length_scale=fit_diag.get("length_scale"),
         length_clip=fit_diag.get("length_clip"),
         components=fit_diag.get("components"),
