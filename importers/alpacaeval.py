@@ -335,8 +335,7 @@ def prompt_ids(frame: pl.DataFrame, paths: Sequence[Path]) -> pl.Expr:
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     TIE_BAND.check(options.tie_band, "--tie-band")
     unit = pick_length_unit(options)
-    raw = read_all(paths, scalar=SCALAR)
-    require_columns(raw, REQUIRED, paths, "AlpacaEval annotation")
+    raw = read_all(paths, scalar=SCALAR, required=REQUIRED, what="AlpacaEval annotation")
     judge, renamed = judge_expr(raw, options, paths, column="annotator")
     preference = json_number(raw, "preference")
     listed = listed_winner(preference, options.tie_band)

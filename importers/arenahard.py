@@ -75,12 +75,12 @@ from biasboard.importers.common import (
     judge_expr,
     non_text_slice_notes,
     read_all,
-    require_columns,
     stable_id,
     text_slice_labels,
 )
 from biasboard.importers.mtbench import attach_answer_lengths, with_missing_lengths_note
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.wording import first_few
 
 #: ``model_judgment/<judge>/<model>.jsonl``: a judge folder, the ``model_judgment`` folder or one file.
 PATTERNS = ("*.jsonl", "*.jsonl.gz", "*/*.jsonl", "*/*.jsonl.gz")
@@ -138,9 +138,30 @@ def _game_reason(game: pl.Expr, count: pl.Expr, score: pl.Expr) -> pl.Expr:
     )
 
 
+#: Baselines an unused ``--baseline`` note names at most (a v2 run has one per category).
+NAMED_BASELINES = 5
+
+
+def unused_baseline_note(lines: pl.DataFrame, baseline: str | None) -> list[str]:
+    """The note for a ``--baseline`` that set no line's baseline: every line names its own (v2), which wins.
+
+    Why: over a v2 run the flag did nothing without a word, so ``--baseline gpt-4-0314`` on a run judged against
+    o3-mini and gemini-2.0-flash read as a board against gpt-4-0314 (``--date`` says the same of a file whose every
+    row is dated)."""
+    if not baseline or "baseline" not in lines.columns:
+        return []
+    named = lines.get_column("baseline").cast(pl.String)
+    if named.null_count():
+        return []
+    own = sorted(named.unique().to_list())
+    return [
+        f"--baseline {baseline} set no line's baseline: every line names its own "
+        f"({first_few(own, NAMED_BASELINES)}), which wins over it"
+    ]
+
+
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
-    lines = read_all(paths)
-    require_columns(lines, REQUIRED, paths, "arena-hard-auto judgment")
+    lines = read_all(paths, required=REQUIRED, what="arena-hard-auto judgment")
     if not isinstance(lines.schema["games"], pl.List) or not isinstance(lines.schema["games"].inner, pl.Struct):
         raise InputError(f"{', '.join(map(str, paths))}: 'games' must be a list of game objects")
     if "uid" not in lines.columns and "question_id" not in lines.columns:
@@ -183,6 +204,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         "game 1 shows the baseline first, game 2 the model; '>>' and '>' are both a win (strength 2 / 1)",
         *non_text_slice_notes(raw),
         *([renamed] if renamed else []),
+        *unused_baseline_note(lines, options.baseline),
     ]
     folders = answer_folders(paths, options.answers_dir, depth=2)
     lengths = None

@@ -503,7 +503,9 @@ def names_changed_note(raw: pl.DataFrame, kept: pl.Series) -> list[str]:
     ]
 
 
-def read_all(paths: Sequence[Path], scalar: Iterable[str] = ()) -> pl.DataFrame:
+def read_all(
+    paths: Sequence[Path], scalar: Iterable[str] = (), required: Iterable[str] = (), what: str = ""
+) -> pl.DataFrame:
     """Several input files as one frame (columns unioned; types relaxed to a common supertype).
 
     ``scalar`` names the fields the format reads as single values: a list or
@@ -511,8 +513,17 @@ def read_all(paths: Sequence[Path], scalar: Iterable[str] = ()) -> pl.DataFrame:
     (:func:`biasboard.schemas.coerce.coerce_types`, as the ingest does; in a
     field whose JSON type varies, read as text, the rows that held one), which
     :func:`finalize_battles` / :func:`finalize_scores` turn into the row's reason.
+
+    ``required`` (the format's columns, ``what`` its name in the error) is checked in each file before the union,
+    by :func:`require_columns`.  Why each file: the union has a column if any file has it, so a glob of a FastChat
+    run's ``model_judgment/*.jsonl.gz`` (``gpt-4_single`` beside ``gpt-4_pair``) as ``--format mtbench-single``
+    dead-lettered the 75 pair rows as ``no_verdict`` (as ``mtbench-pair``, 320 grade games as ``missing:model_a``)
+    where either file alone is refused naming the format its columns fit.
     """
+    required = tuple(required)
     frames = [read_records(p) for p in paths]
+    for path, frame in zip(paths, frames, strict=True):
+        require_columns(frame, required, [path], what)
     try:
         frame = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
     except pl.exceptions.PolarsError as err:  # a field typed (say) as a list in one file and a number in another

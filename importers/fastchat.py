@@ -68,7 +68,6 @@ from biasboard.importers.common import (
     nested_field,
     non_text_slice_notes,
     read_all,
-    require_columns,
     text_slice_labels,
 )
 from biasboard.importers.style_counts import meta_field, style_counts
@@ -219,8 +218,7 @@ def _row_key() -> pl.Expr:
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
-    raw = read_all(paths, scalar=SCALAR)
-    require_columns(raw, REQUIRED, paths, "FastChat battle")
+    raw = read_all(paths, scalar=SCALAR, required=REQUIRED, what="FastChat battle")
     judge, renamed = judge_expr(raw, options, paths)
     notes: list[str] = [renamed] if renamed else []
     time_column = next((c for c in ("tstamp", "ts") if c in raw.columns), None)

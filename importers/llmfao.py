@@ -51,7 +51,6 @@ from biasboard.importers.common import (
     pick_length_unit,
     read_all,
     read_records,
-    require_columns,
 )
 from biasboard.schemas.names import canonical_name
 
@@ -121,8 +120,7 @@ def _lengths(paths: Sequence[Path], unit: str) -> tuple[FolderLengths | None, li
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     unit = pick_length_unit(options)
-    raw = read_all(paths, scalar=(*REQUIRED, "worker"))
-    require_columns(raw, REQUIRED, paths, "LLMFAO comparison")
+    raw = read_all(paths, scalar=(*REQUIRED, "worker"), required=REQUIRED, what="LLMFAO comparison")
     names = {str(p): judge_from_file(str(p)) for p in paths}
     source_judge = pl.col(SOURCE_FILE).replace_strict(names, return_dtype=pl.String)
     renamed = None  # the note saying which judge --judge replaced

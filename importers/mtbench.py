@@ -62,7 +62,6 @@ from biasboard.importers.common import (
     integer_field,
     judge_parts,
     read_all,
-    require_columns,
     stable_id,
     tstamp_or_default_day,
 )
@@ -112,8 +111,7 @@ def attach_answer_lengths(
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
-    lines = read_all(paths, scalar=SCALAR)
-    require_columns(lines, REQUIRED, paths, "MT-Bench pair")
+    lines = read_all(paths, scalar=SCALAR, required=REQUIRED, what="MT-Bench pair")
     raw = explode_games(lines)
     # (on the games, the rows the import counts: over the judgment lines the note said "75 of its 75 rows" beside
     # "read 150 rows (games)")

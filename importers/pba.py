@@ -38,7 +38,6 @@ from biasboard.importers.common import (
     non_text_slice_notes,
     pick_length_unit,
     read_all,
-    require_columns,
     text_slice_labels,
 )
 from biasboard.schemas.errors import InputError
@@ -54,8 +53,7 @@ SCALAR = (*REQUIRED, "turn", "repetition", "benchmark", "position_a")
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     unit = pick_length_unit(options)
-    raw = read_all(paths, scalar=SCALAR)
-    require_columns(raw, REQUIRED, paths, "Position-Bias-Analyzer judgment")
+    raw = read_all(paths, scalar=SCALAR, required=REQUIRED, what="Position-Bias-Analyzer judgment")
     named = refuse_mixed_benchmarks(raw, paths)
     judge, _, renamed = judge_parts(raw, options, paths)
     position = column_or_null(raw, "position_a").cast(pl.String).fill_null("first")

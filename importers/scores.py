@@ -56,7 +56,6 @@ from biasboard.importers.common import (
     name_text,
     read_all,
     read_records,
-    require_columns,
     stable_id,
     tstamp_or_default_day,
 )
@@ -96,8 +95,7 @@ def _no_grade(raw: pl.DataFrame, score: pl.Expr) -> pl.Expr:
 
 
 def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
-    raw = read_all(paths, scalar=SCALAR)
-    require_columns(raw, REQUIRED, paths, "single-answer grading")
+    raw = read_all(paths, scalar=SCALAR, required=REQUIRED, what="single-answer grading")
     judge, prompt, renamed = judge_parts(raw, options, paths)
     notes: list[str] = [renamed] if renamed else []
     turn, bad_turn = integer_field(raw, "turn", 1)

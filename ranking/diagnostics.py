@@ -198,6 +198,20 @@ def _corr(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(x[ok], y[ok])[0, 1])
 
 
+def crossing_place(corr: float) -> str:
+    """Where |corr| lies against Xu et al.'s crossing range, in the warning's words.
+
+    Why three places: past the typical crossing point the warning said "beyond the typical range 0.22-0.6", which
+    read as outside the range for an r inside it (AlpacaEval 2: r = 0.50, "beyond the typical range 0.22-0.6")."""
+    size = abs(corr)
+    span = f"the range {CROSSING_LOW}-{CROSSING_HIGH}"
+    if size >= CROSSING_HIGH:
+        return f"beyond {span}"
+    if size >= CROSSING_TYPICAL:
+        return f"past the typical crossing point {CROSSING_TYPICAL} of {span}"
+    return f"inside {span}"
+
+
 def covariate_report(
     data: Dataset,
     rating: np.ndarray,
@@ -231,12 +245,11 @@ def covariate_report(
         "warnings": [],
     }
     if np.isfinite(corrected) and abs(corrected) >= CROSSING_LOW:
-        strength = "beyond the typical" if abs(corrected) >= CROSSING_TYPICAL else "inside the"
         better = "longer" if corrected > 0 else "shorter"  # the direction the ratings still lean
         report["warnings"].append(
             f"corrected ratings correlate with mean response length (r = {corrected:.2f}), "
-            f"{'' if corrected > 0 else '|r| '}{strength} range "
-            f"{CROSSING_LOW}-{CROSSING_HIGH} where Xu et al. 2026 found length correction starts to hurt: if {better} "
+            f"{'' if corrected > 0 else '|r| '}{crossing_place(corrected)} "
+            f"where Xu et al. 2026 found length correction starts to hurt: if {better} "
             "answers are genuinely better here, the correction removes real quality "
             + (
                 "(the published ratings keep the reference's own length preference, where its verdicts show one)"

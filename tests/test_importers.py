@@ -118,6 +118,28 @@ def test_a_file_given_the_wrong_format_is_told_the_format_its_columns_fit(wrong,
         import_path(wrong, real_data(*source))
 
 
+@pytest.mark.parametrize(
+    ("wrong", "stray", "fits"),
+    [
+        ("mtbench-single", "gpt-4_pair.jsonl.gz", "mtbench-pair"),
+        ("mtbench-pair", "gpt-4_single.jsonl.gz", "mtbench-single"),
+    ],
+)
+def test_a_glob_holding_a_file_of_another_format_is_refused_naming_it(tmp_path, wrong, stray, fits):
+    """A FastChat run's model_judgment folder holds its pair and single files side by side, so a glob of it takes
+    both: the file of the other format is refused, as it is alone (its rows had become no_verdict or
+    missing:model_a dead letters, the columns of the union being the other file's)."""
+    folder = tmp_path / "model_judgment"
+    folder.mkdir()
+    shutil.copy(real_data(*STEFAN_PAIR), folder / "gpt-4_pair.jsonl.gz")
+    shutil.copy(real_data(*DON_SINGLE), folder / "gpt-4_single.jsonl.gz")
+    stray_file = re.escape(str(folder / stray))
+    with pytest.raises(
+        InputError, match=rf"^{stray_file}: .* lacks required column '\w+'; its columns fit --format {fits}$"
+    ):
+        import_path(wrong, f"{folder}/*.jsonl.gz")
+
+
 def test_a_file_no_format_fits_is_told_only_what_it_lacks(tmp_path):
     path = tmp_path / "other.json"
     path.write_text(json.dumps([{"x": 1, "y": 2}]))
@@ -688,6 +710,11 @@ def test_arena_hard_v2_names_its_baseline_and_skips_a_failed_game(tmp_path):
     result = import_path("arena-hard", folder, ImportOptions(baseline="ignored-when-the-file-names-one"))
     rows = check_contract(result)
     assert result.rows_read == 6 and result.dead_by_reason() == {REASON_NO_VERDICT: 1}
+    # The flag it ignores is named, with the baselines that won over it (it did nothing without a word).
+    assert (
+        "--baseline ignored-when-the-file-names-one set no line's baseline: every line names its own "
+        "(gemini-2.0-flash-001, o3-mini-2025-01-31), which wins over it"
+    ) in result.notes
     assert set(rows["model_a"]) | set(rows["model_b"]) == {"qwen3-32b", "o3-mini-2025-01-31", "gemini-2.0-flash-001"}
     creative = rows.filter(pl.col("prompt_id") == "2b4d6f8a0c1e3579").sort("battle_id")
     assert creative.select("model_a", "model_b", "winner", "strength").rows() == [

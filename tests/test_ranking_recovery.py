@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 import polars as pl
 import pytest
-from biasboard.ranking import ModelConfig, build_dataset, fit_bias_aware, fit_leaderboards
+from biasboard.ranking import ModelConfig, build_dataset, diagnostics, fit_bias_aware, fit_leaderboards
 from biasboard.ranking.fit import solve_bias_aware
 from biasboard.ranking.model import SEV
 from biasboard.ranking.oracle import fit_oracle, true_scale
@@ -184,6 +184,26 @@ def test_quality_length_correlation_past_the_crossing_point_warns(corr_length):
     referenced = fit_bias_aware(cells, config=dataclasses.replace(FAST, reference=frozenset({judge})))
     said = [w for w in referenced.diagnostics["warnings"] if "Xu et al. 2026" in w]
     assert said and all("keep the reference's own length preference" in w for w in said), said
+
+
+@pytest.mark.parametrize(
+    ("corr", "place"),
+    [
+        (0.3, "r = 0.30), inside the range 0.22-0.6 where"),
+        (0.5, "r = 0.50), past the typical crossing point 0.45 of the range 0.22-0.6 where"),
+        (-0.5, "r = -0.50), |r| past the typical crossing point 0.45 of the range 0.22-0.6 where"),
+        (0.7, "r = 0.70), beyond the range 0.22-0.6 where"),
+    ],
+)
+def test_the_crossing_warning_places_r_inside_or_beyond_the_range_as_it_is(monkeypatch, corr, place):
+    """An r of 0.50 (AlpacaEval 2's) was said to lie "beyond the typical range 0.22-0.6", a range it is inside."""
+    length = np.array([-2.0, -1.0, 0.0, 1.0, 2.0])
+    orthogonal = np.array([1.0, -2.0, 0.0, 2.0, -1.0])  # same norm as length, zero dot product: corr = cos
+    rating = corr * length + np.sqrt(1.0 - corr**2) * orthogonal
+    monkeypatch.setattr(diagnostics, "mean_log_length", lambda _data: length)
+    report = diagnostics.covariate_report(None, rating, None, length_clip=None, length_effect=False)
+    assert report["corr_theta_length_corrected"] == pytest.approx(corr)
+    assert len(report["warnings"]) == 1 and place in report["warnings"][0], report["warnings"]
 
 
 def test_the_oracle_fixes_each_judges_true_discrimination_and_style():
