@@ -11,8 +11,9 @@ other parameter held at the MAP:
   and the reference's own effect, part of its rating φ, is kept);
 * Δθ_e is θ re-minimised with e removed and every other parameter held at the MAP, by :data:`CHORD_STEPS` chord
   steps from the MAP: each Δ = −H_θθ⁻¹ [g_θ(e removed, θ so far) − g_θ(MAP)], with g_θ the gradient of the
-  negative log-posterior in θ (one gradient pass over the cells a step) and H_θθ the θ block of the MAP's Hessian,
-  the θ prior included (the fit's identifiability constraint; every comparison component is centred on its own
+  negative log-posterior in θ (one pass over the cells a step, θ's gradient only:
+  :meth:`~biasboard.ranking.solver.Objective.theta_pass`) and H_θθ the θ block of the MAP's Hessian, the θ prior
+  included (the fit's identifiability constraint; every comparison component is centred on its own
   afterwards, as the published ratings are).  The exact answer is :func:`exact_theta_response` (two steps are
   within 0.1–1.1% of it on the tests' boards, one step was 5.8–10.5%); a refit with e fixed at 0 lets the other
   judge effects move too (:func:`refit_without`); docs/design-notes.md gives the measured gaps.  When the first
@@ -150,17 +151,20 @@ def attribute_moves(problem: Problem, solution: Solution, shards: int = 1) -> di
         delta = np.zeros(m)
         trusted = True
         f_before, predicted = 0.0, 0.0
+        # θ moves, the rest is held at the MAP with the correction removed: a θ-only pass each step.
+        at_theta = objective.theta_pass(removed, removed_diag)
+        theta = removed[lay.theta].copy()
         for step_no in range(CHORD_STEPS):
-            at = objective.evaluate(removed, removed_diag, hessian=False)
+            f, g_theta = at_theta(theta)
             if step_no == 1:
-                trusted = _chord_step_trusted(f_before - at.f, predicted)
+                trusted = _chord_step_trusted(f_before - f, predicted)
                 if not trusted:
                     break
-            g = at.g[lay.theta] - g_map
+            g = g_theta - g_map
             step = -_cho_solve(factor, g)
-            f_before, predicted = at.f, -0.5 * float(g @ step)
+            f_before, predicted = f, -0.5 * float(g @ step)
             delta += step
-            removed[lay.theta] += step
+            theta += step
         if not trusted:
             t = (
                 DIFFICULTY_BLOCK

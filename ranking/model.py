@@ -523,11 +523,14 @@ def davidson_terms(
     hessian: bool = True,
     prep: PairPrep | None = None,
     spare: list[np.ndarray] | None = None,
+    psi_gradient: bool = True,
 ) -> DavidsonTerms:
     """η, the Davidson probabilities and the per-cell derivatives of one slice of pair cells.
 
     Without ``hessian`` the second derivatives are left to :meth:`DavidsonTerms.add_hessian` (the
-    probabilities are kept).  ``prep`` is the slice's :class:`PairPrep` when the caller keeps it (made here
+    probabilities are kept).  Without ``psi_gradient`` ``g_psi`` is left empty: a pass that wants θ's gradient
+    only (:func:`block_theta_partials`) reads no ∂f/∂ψ, and its three passes over the cells are skipped.
+    ``prep`` is the slice's :class:`PairPrep` when the caller keeps it (made here
     otherwise).  ``spare``: arrays of the slice's length the caller is done with (the last pass's terms,
     :meth:`DavidsonTerms.arrays`), written over here (consumed) instead of fresh ones for the terms that outlive
     the call: fresh memory each pass was handed back to the kernel between passes and faulted in again.
@@ -594,9 +597,11 @@ def davidson_terms(
     g_eta = np.multiply(n, diff, out=log_norm)
     g_eta -= dw
     g_eta *= 0.5 * wgt
-    g_psi = np.multiply(n, p_t, out=top)
-    g_psi -= pairs.tie
-    g_psi *= wgt
+    g_psi = np.empty(0)
+    if psi_gradient:
+        g_psi = np.multiply(n, p_t, out=top)
+        g_psi -= pairs.tie
+        g_psi *= wgt
     terms = DavidsonTerms(disc, z, q, f, g_eta, g_psi, prep.acts, probs=(p_a, p_b, p_t, diff))
     if hessian:
         terms.add_hessian(n, wgt)
@@ -1068,6 +1073,24 @@ class BlockSlice:
         return None if sides[0] is None or sides[1] is None else (sides[0], sides[1])
 
 
+def _slice_theta_gradient(sl: BlockSlice, tm: DavidsonTerms, m: int) -> np.ndarray:
+    """The slice's Σ_c ∂f/∂η_c · a_j (e_a − e_b): θ's data gradient over its cells (M,)."""
+    return _theta_gradient(sl, tm.g_eta * tm.disc, m)
+
+
+def block_theta_partials(
+    eff: np.ndarray, sl: BlockSlice, spec: Spec, spare: list[np.ndarray] | None = None
+) -> tuple[DavidsonTerms, np.ndarray]:
+    """One slice's Davidson terms (value ``f`` included) and θ's data gradient over it, the same values
+    :func:`block_partials` adds, but none of the judges' sums (their gradient, ∂f/∂ψ, the Hessian).
+
+    Why: a pass that moves θ alone with every other parameter held (the attribution's chord steps,
+    :mod:`~biasboard.ranking.attribution`) reads θ's gradient only; the per-judge sums were ~15% of a
+    gradient pass over 647k voter cells.  ``spare``: as :func:`davidson_terms`'."""
+    tm = davidson_terms(eff, sl.pairs, spec, False, sl.prep, spare, psi_gradient=False)
+    return tm, _slice_theta_gradient(sl, tm, spec.layout.n_models)
+
+
 def block_partials(
     eff: np.ndarray,
     sl: BlockSlice,
@@ -1096,7 +1119,7 @@ def block_partials(
     runs = None if sl.prep.runs is None else [(judge - sl.j0, cells) for judge, cells in sl.prep.runs]
     if terms is None:
         out.f += tm.f
-        out.g[lay.theta] += _theta_gradient(sl, g_eta * disc, lay.n_models)
+        out.g[lay.theta] += _slice_theta_gradient(sl, tm, lay.n_models)
         acting = [i for i in range(len(eta_types)) if tm.acts[i]]
         for i, total in zip([*acting, None], _judge_gradient(tm, acting, jl, n_j, runs), strict=True):
             out.g[lay.eff_block(TIE if i is None else eta_types[i])][judges] += total

@@ -15,7 +15,7 @@ count to ~1e-12 rather than ~tol.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import cached_property, reduce
@@ -44,6 +44,7 @@ from biasboard.ranking.model import (
     Shard,
     Spec,
     block_partials,
+    block_theta_partials,
     partials,
     score_partials,
 )
@@ -72,12 +73,30 @@ class Prior:
     precision_diag: np.ndarray
     gauges: tuple[tuple[np.ndarray, float], ...] = ()
 
-    def core_gradient(self, core: np.ndarray) -> np.ndarray:
-        """The prior's part of the objective's gradient over the core (gauges included) at ``core``."""
-        g = self.precision * (core - self.mean)
+    def core_gradient(self, core: np.ndarray, part: slice | None = None) -> np.ndarray:
+        """The prior's part of the objective's gradient over the core (gauges included) at ``core``; with ``part``
+        (a slice of the core with a start and stop: θ) only its entries, the same values."""
+        if part is None:
+            g = self.precision * (core - self.mean)
+            for idx, kappa in self.gauges:
+                g[idx] += kappa * float(core[idx].sum())
+            return g
+        lo, hi = part.start, part.stop
+        g = self.precision[part] * (core[part] - self.mean[part])
         for idx, kappa in self.gauges:
-            g[idx] += kappa * float(core[idx].sum())
+            inside = idx[(idx >= lo) & (idx < hi)]
+            if inside.size:
+                g[inside - lo] += kappa * float(core[idx].sum())
         return g
+
+    def part_value(self, core: np.ndarray, part: slice) -> float:
+        """The prior's terms that involve the core's entries ``part`` (their Gaussian terms and every gauge that
+        reaches them) at ``core``: what changes of the objective's prior when only those entries move."""
+        d = core[part] - self.mean[part]
+        f = 0.5 * float(d @ (self.precision[part] * d))
+        lo, hi = part.start, part.stop
+        reach = [(idx, kappa) for idx, kappa in self.gauges if np.any((idx >= lo) & (idx < hi))]
+        return f + sum(0.5 * kappa * float(core[idx].sum()) ** 2 for idx, kappa in reach)
 
     def curvature(self, s: np.ndarray, t: np.ndarray) -> float:
         """sᵀ P s + tᵀ P_δ t: the prior's (constant) second derivative along the step (s over the core, t over
@@ -141,6 +160,8 @@ class Objective:
                 self.cross = cross or CrossIndex.of(parts, lay.n_models, lay.n_judges)
         self._slices: list[BlockSlice] | None = None  # the judge-blocked path's slices of the cells
         self._last: tuple[np.ndarray, Evaluation, list[DavidsonTerms]] | None = None
+        #: A θ-only pass's terms (:meth:`theta_pass`): arrays the next pass writes into, no point's Hessian terms.
+        self._spare: list[DavidsonTerms] | None = None
 
     def prior_value(self, core: np.ndarray, diag: np.ndarray) -> float:
         """The prior's part of the objective (−log prior, gauges included) at (core, diag)."""
@@ -170,6 +191,74 @@ class Objective:
         pr = self.prior
         g = self._effective_grad(g_eff) + pr.core_gradient(core)
         return g, g_diag + pr.precision_diag * (diag - pr.mean_diag)
+
+    @cached_property
+    def _theta_is_own_effective(self) -> bool:
+        """Whether θ's effective values are its raw ones and no other effective value reads them (E's and Eᵀ's θ
+        rows the identity): then a θ-only pass sets θ in the effective values directly and θ's raw gradient is
+        its effective one plus the prior's."""
+        m = self.spec.layout.n_models
+        ident = np.arange(m + 1)
+        return all(
+            np.array_equal(X.indptr[: m + 1], ident)
+            and np.array_equal(X.indices[:m], ident[:m])
+            and bool(np.all(X.data[:m] == 1.0))
+            for X in (self.E, self.ET)
+        )
+
+    def theta_pass(self, core: np.ndarray, diag: np.ndarray) -> Callable[[np.ndarray], tuple[float, np.ndarray]]:
+        """θ ↦ (f, ∂f/∂θ) at (``core`` with θ set to that value, ``diag``), every other parameter held.
+
+        Why: a caller that moves θ alone (the attribution's chord steps, :mod:`~biasboard.ranking.attribution`) reads
+        θ's gradient only.  A judge-blocked objective in memory then skips what a full gradient pass adds for the
+        other parameters — the judges' sums, ∂f/∂ψ, the map of the gradient to raw coordinates and the prior over
+        the whole core — and makes the effective values once (the held parameters' do not change); θ's gradient is
+        the same bits as :meth:`evaluate`'s.  ``f`` is the data's value plus the prior's terms that involve θ: it
+        differs from :meth:`evaluate`'s by the held parameters' prior, a constant, so only differences of it
+        between two θ of one pass mean anything (equal to the objective's to rounding).  Other objectives (dense,
+        streamed) evaluate their full gradient."""
+        theta = self.spec.layout.theta
+        point = core.copy()
+        if not (self.blocked and self.source is None and self._theta_is_own_effective):
+
+            def full(values: np.ndarray) -> tuple[float, np.ndarray]:
+                point[theta] = values
+                ev = self.evaluate(point, diag, hessian=False)
+                return ev.f, ev.g[theta]
+
+            return full
+        eff = self._effective(point)
+
+        def blocked(values: np.ndarray) -> tuple[float, np.ndarray]:
+            point[theta] = values
+            eff[theta] = values
+            f, g = self._theta_partials(eff, diag)
+            return f + self.prior.part_value(point, theta), g + self.prior.core_gradient(point, theta)
+
+        return blocked
+
+    def _theta_partials(self, eff: np.ndarray, diag: np.ndarray) -> tuple[float, np.ndarray]:
+        """The data's value and θ's data gradient at ``eff`` (judge-blocked, in memory): the slices' sums, then the
+        grades', added as :meth:`_evaluate_blocked` adds them (the same bits)."""
+        last, self._last = self._last, None
+        spare = self._spare if last is None else last[2]
+        self._spare = None
+        del last
+        f, g = 0.0, np.zeros(self.spec.layout.n_models)
+        kept: list[DavidsonTerms] = []
+        for sl in self._block_slices():
+            old = spare.pop(0).arrays() if spare else None
+            terms, g_slice = block_theta_partials(eff, sl, self.spec, old)
+            del old
+            f += terms.f
+            g += g_slice
+            kept.append(terms)
+        self._spare = kept
+        if self._grades is not None:  # its θ entries lead its compact index (GradeIndex.effective)
+            graded = self._grades.sums(eff, diag, self.shards, self.spec, False)
+            f += graded.f
+            g += graded.g[: g.size]
+        return f, g
 
     def _block_slices(self) -> Iterable[BlockSlice]:
         """The cells in slices of at most :data:`~biasboard.ranking.model.PAIR_SLICE_CELLS` (what a slice's sums
@@ -284,7 +373,8 @@ class Objective:
         # The last terms are not held beside the new ones: the new are written into their arrays, a slice at a
         # time (fresh arrays each pass were handed back to the kernel between passes and faulted in again: 9,300
         # page faults and about half of a 44 ms gradient pass over 647k voter cells).
-        spare = None if last is None else last[2]
+        spare = self._spare if last is None else last[2]
+        self._spare = None
         del last
         # A gradient-only evaluation keeps its terms (see above), but for a streamed objective: 48 bytes a cell.
         keep = derivatives and not hessian and self.source is None

@@ -274,3 +274,18 @@ def test_the_places_of_a_board_with_a_graded_only_model_count_among_the_models_b
             assert move["places"] == expected[row["model"]] - rank[row["model"]], (name, row["model"])
             checked += 1
     assert checked
+
+
+def test_the_theta_only_passes_attribute_what_full_gradient_passes_attribute(monkeypatch) -> None:
+    """The chord steps read θ's gradient from a θ-only pass (the judges' sums skipped on the judge-blocked path):
+    the published Δθ are those of full gradient passes, bit for bit."""
+    from biasboard.ranking.solver import Objective
+
+    data, _ = long_answers_board(seed=5, battles=6000)
+    config = dataclasses.replace(FAST, judge_solver="blocked")
+    problem = bias_aware_problem(data, config)
+    solution = solve_bias_aware(problem, config)
+    theta_only = attribute_moves(problem, solution)
+    monkeypatch.setattr(Objective, "_theta_is_own_effective", property(lambda self: False))  # full passes
+    assert attribute_moves(problem, solution) == theta_only
+    assert np.abs(np.asarray(theta_only["effects"]["length"])).max() > 1e-3

@@ -483,3 +483,45 @@ def test_identified_measures_each_row_against_its_own_prior(solver):
     disc = fit.bias.filter(pl.col("effect") == "discrimination")
     assert disc["identified"].to_list() == [False, False]
     assert disc["note"].str.starts_with("prior-selected").all()
+
+
+def _buffers(terms) -> set[int]:
+    """The addresses of the per-cell arrays of ``terms`` (DavidsonTerms)."""
+    return {a.__array_interface__["data"][0] for tm in terms for a in tm.arrays()}
+
+
+@pytest.mark.parametrize("solver", ["blocked", "dense"])
+@pytest.mark.parametrize("graded", [False, True])
+def test_a_theta_only_pass_gives_the_full_passes_theta_gradient_bit_for_bit(solver, graded):
+    """Objective.theta_pass (the attribution's chord steps: θ moves, the rest held) gives θ's gradient of a full
+    gradient pass bit for bit, and its value's differences between two θ are the objective's; judge-blocked it skips
+    the judges' sums and writes into the last pass's arrays, and a full pass after it is a fresh objective's."""
+    data = _graded(5) if graded else _data(7, True, models=8, judges=12, cells=600)
+    config = ModelConfig(judge_solver=solver)
+    problem = bias_aware_problem(data, config)
+    lay, theta = problem.layout, problem.layout.theta
+    solution = solve_bias_aware(problem, config)
+    core = solution.core.copy()
+    core[lay.block(LEN)] = 0.0  # a correction removed, as the attribution's passes have it
+    diag = solution.diag + 0.05 * np.sin(np.arange(lay.n_prompts))
+    objective = problem.objective()
+    objective.evaluate(solution.core, solution.diag, hessian=False)  # a pass whose arrays the θ-only pass reuses
+    held = None if objective._last is None else _buffers(objective._last[2])
+    at_theta = objective.theta_pass(core, diag)
+    steps = [core[theta] + 0.1 * np.cos(np.arange(lay.n_models) + k) for k in range(2)]
+    values = []
+    for k, values_k in enumerate(steps):
+        f, g = at_theta(values_k.copy())
+        point = core.copy()
+        point[theta] = values_k
+        full = problem.objective().evaluate(point, diag, hessian=False)
+        assert np.array_equal(g, full.g[theta]), k
+        values.append((f, full.f))
+        if solver == "blocked":
+            assert objective._spare is not None and objective._last is None
+            if k == 0 and held is not None:
+                assert held <= _buffers(objective._spare)  # every array of the last pass written into
+    (f0, full0), (f1, full1) = values
+    assert abs((f0 - f1) - (full0 - full1)) <= 1e-9 * max(1.0, abs(full0))
+    after, fresh = objective.evaluate(core, diag), problem.objective().evaluate(core, diag)
+    assert after.f == fresh.f and np.array_equal(after.g, fresh.g)
