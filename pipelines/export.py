@@ -246,7 +246,7 @@ def read_table(snapshot_path: str, table: str) -> pl.DataFrame:
     """A snapshot's table from its Parquet file (the typed source of truth); ``moves`` from its summary.json."""
     if table == "moves":
         path = storage.join(snapshot_path, "summary.json")
-        return moves_table(json.loads(storage.read_text(path)), path)
+        return moves_table(publish.read_snapshot_json(path), path)
     path = storage.join(snapshot_path, f"{table}.parquet")
     if table == "slices" and not storage.exists(path):  # an empty table would read as "no slice has a board"
         raise StateError(

@@ -71,7 +71,13 @@ class NumberRule:
         """Refuse a value outside the rule for ``flag`` in one line (None means "not given" or the ``none`` word)."""
         if value is not None and not self.holds(value):
             shown = value if isinstance(value, int) else f"{value:g}"  # 5, not 5.0; 1000000000, not 1e+09
-            raise InputError(f"{flag} must be {self.allowed()}, got {shown}")
+            raise InputError(f"{flag} must be {self._finite(value)}{self.allowed()}, got {shown}")
+
+    def _finite(self, value: float) -> str:
+        """``a finite number, `` before a one-sided bound that a NaN or an infinity is refused by: ``--sd-u inf`` was
+        told "must be at least 0", which inf is (a range, ``a number in [0, 1]``, needs no such word)."""
+        one_bound = [self.low, self.above, self.high, self.below].count(None) == 3
+        return "a finite number, " if one_bound and not self.edges and not math.isfinite(value) else ""
 
     def read(self, text: str, flag: str) -> int | float | None:
         """The command line's ``text`` for ``flag`` as the rule's number (or None for the ``none`` word), checked."""

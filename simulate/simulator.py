@@ -284,8 +284,9 @@ class SimulationConfig:
             (len(self.style_effects) == 3 and len(self.style_means) == 3, "style_effects/style_means: 3 values"),
             (min(self.style_means) > 0 and self.sd_style >= 0, "style_means must be positive, sd_style >= 0"),
             (
-                # the ingest rejects instants outside [TS_MIN, TS_MAX): a simulation past them was all bad_timestamp
-                TS_MIN.date() <= self.start_date and day_of(self, self.days - 1) < TS_MAX.date(),
+                # the ingest rejects instants outside [TS_MIN, TS_MAX): a simulation past them was all bad_timestamp;
+                # counted in days, not dates (a last day past 9999-12-31 raised OverflowError before this refusal)
+                TS_MIN.date() <= self.start_date and self.days <= (TS_MAX.date() - self.start_date).days,
                 f"--start-date {self.start_date} with --days {self.days}: the days must lie from "
                 f"{TS_MIN.date()} to before {TS_MAX.date()}, where the ingest takes time stamps",
             ),

@@ -335,6 +335,25 @@ def test_another_tools_file_given_as_input_is_told_to_import_it_first(tmp_path: 
     assert "`biasboard import --format F --in PATH --out DIR`" in err
 
 
+@pytest.mark.parametrize(
+    ("content", "says", "advice"),
+    [
+        (b"ARROW1\x00\x00\xff\xff" + bytes(20), "the file is Arrow IPC (Feather), not Parquet: ", "write_table"),
+        (b"x\x00\x91\xfe\x02binary" + bytes(20), "the file is not Parquet: ", "biasboard import"),
+    ],
+)
+def test_a_binary_file_is_not_called_text(tmp_path: Path, capsys, content, says, advice):
+    """Only the first byte was looked at: a binary file starting with an ASCII byte (an Arrow/Feather file's
+    ``ARROW1``) was "text, not Parquet", to be converted by ``biasboard import``, which reads no Arrow file."""
+    path = tmp_path / "logs" / f"day={D1}" / "part-0.parquet"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    assert cli.main(["backfill", "--input", str(tmp_path / "logs"), "--state", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path}: {says}battle and score logs are read as Parquet; " in err
+    assert "text" not in err and advice in err
+
+
 def test_an_empty_or_broken_parquet_file_is_told_apart_from_another_format(tmp_path: Path):
     """A 0-byte file is said to be empty (not told to be imported); a file that starts as Parquet but is broken keeps
     pyarrow's own reason."""

@@ -158,6 +158,35 @@ def test_export_in_another_format_removes_the_earlier_formats_files_and_nothing_
     assert (dest / "notes.txt").read_text() == "the team's own file\n" and (dest / "bias.json").read_text() == "[]\n"
 
 
+@pytest.mark.parametrize(
+    ("name", "damage", "said"),
+    [
+        ("manifest.json", b'{\n  "files": {\n    "lea', "not JSON"),  # cut short (an interrupted copy)
+        ("manifest.json", b"", "not JSON"),  # emptied (a disk filled)
+        ("summary.json", b"[1]", "a JSON list, not an object"),  # read for --tables moves
+    ],
+)
+def test_a_damaged_snapshot_file_is_a_one_line_refusal_naming_it(tmp_path, capsys, name, damage, said):
+    """A snapshot whose manifest.json or summary.json is no longer a JSON object raised json's traceback."""
+    out = str(tmp_path / "out")
+    snapshot = _publish(out)
+    (Path(snapshot.path) / name).write_bytes(damage)
+    argv = ["export", "--out", out, "--to", str(tmp_path / "dash"), "--format", "csv", "--tables", "moves"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("biasboard export: error: ") and "\n" not in err
+    assert name in err and said in err and "--snapshot" in err
+
+
+def test_an_empty_latest_is_said_to_be_empty_not_missing(tmp_path, capsys):
+    """An emptied LATEST was reported as "(no LATEST)" beside the file the user could see."""
+    out = tmp_path / "out"
+    _publish(str(out))
+    (out / "LATEST").write_text("")
+    assert cli.main(["export", "--out", str(out), "--to", str(tmp_path / "dash"), "--format", "csv"]) == 2
+    assert "(its LATEST is empty)" in capsys.readouterr().err
+
+
 def test_export_moves_is_the_published_attribution_as_rows(tmp_path, capsys):
     """``--tables ...,moves``: one row per model and correction, what a dashboard joins to the leaderboard to say
     why a model moved; a snapshot without an attribution is refused in one line, not exported as an empty table."""

@@ -58,6 +58,31 @@ def test_empty_part_files_are_skipped_and_counted(tmp_path: Path):
     assert len(read_day_manifest(str(tmp_path / "state"), D1)["inputs"]) == 3  # fingerprinted like any file
 
 
+def test_an_input_of_only_undated_empty_files_says_they_are_empty_not_out_of_a_range(tmp_path: Path, capsys):
+    """Every matched file empty and undated (nothing to file a day under) was refused as "no input files in the
+    day range … to …", naming a range no flag gave; with --from/--to the range is still what is said."""
+    write(tmp_path / "logs" / "a.parquet", battles(0))
+    write(tmp_path / "logs" / "b.parquet", pa.table({"x": pa.array([], pa.int64())}))
+    base = ["backfill", "--input", str(tmp_path / "logs"), "--state", str(tmp_path / "state")]
+    assert cli.main(base) == 2
+    err = capsys.readouterr().err.strip()
+    assert "every file matched holds no rows" in err and "day range" not in err and "\n" not in err
+    assert cli.main([*base, "--from", D1, "--to", D2]) == 2
+    assert f"no input files in the day range {D1} to {D2}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["winner", "extra"])
+def test_a_file_with_two_columns_of_one_name_is_refused_up_front_naming_them(tmp_path: Path, capsys, name):
+    """pyarrow writes two columns of one name; the reader refused the file only mid-ingest (after the day was
+    under way), and a repeated 'winner' was said to "not exist in schema"."""
+    table = battles(3) if name == "winner" else battles(3).append_column(name, pa.array([1, 2, 3]))
+    write(tmp_path / "logs" / f"day={D1}" / "p.parquet", table.append_column(name, table[name]))
+    assert cli.main(["backfill", "--input", str(tmp_path / "logs"), "--state", str(tmp_path / "state")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"column(s) {name} appear more than once" in err and "\n" not in err
+    assert not (tmp_path / "state").exists()  # refused before anything was written
+
+
 def test_a_writers_hidden_files_and_folders_are_not_read(tmp_path: Path):
     """Spark leaves ``_temporary/`` attempt copies, ``.spark-staging`` folders and ``.part-….crc`` checksums beside
     its parts, and an upload in progress is a hidden ``.part``: ``--input logs`` read the copies as battles (every

@@ -309,6 +309,16 @@ def test_cli_errors_are_one_line(tmp_path, fitted, capsys):
     assert pl.read_parquet(tmp_path / "odd" / "plan.parquet").height == 8
 
 
+@pytest.mark.parametrize("name", ["manifest.json", "summary.json"])
+def test_a_snapshot_file_cut_short_is_a_one_line_refusal(tmp_path, fitted, capsys, name):
+    """plan reads the snapshot's manifest.json and summary.json: either emptied raised json's traceback."""
+    out = str(tmp_path / "out")
+    (Path(_snapshot(out, fitted).path) / name).write_text("")
+    assert cli.main(["plan", "--out", out, "--budget", "10"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("biasboard plan: error: ") and name in err and "not JSON" in err and "\n" not in err
+
+
 def _three_judge_posterior() -> Posterior:
     """Six models, the 3rd and 4th straddling k = 3; judge j1 discriminates best, so greedy loves it."""
     mean = np.array([2.0, 1.2, 0.42, 0.38, -0.6, -1.4])

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from biasboard.pipelines import cli
 from biasboard.pipelines.backfill import run_backfill
 from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.schemas.errors import StateError
@@ -73,4 +74,25 @@ def test_the_backfill_the_line_names_mends_the_day(refreshed, tmp_path):
     st, line = _damaged(refreshed, tmp_path)
     assert f"biasboard backfill --from {DAY} --to {DAY}" in line
     run_backfill(_glob(refreshed[0]), str(st), [], day_range=(DAY, DAY))
+    _same_day_and_board(refreshed, st, tmp_path)
+
+
+@pytest.mark.parametrize("damage", [b"", b'{"inputs": [', b"[]", b"null"])
+def test_a_damaged_manifest_is_refused_in_one_line_naming_the_recovery_that_mends_it(
+    refreshed, tmp_path, capsys, damage
+):
+    """A day's manifest emptied or cut short said only "unreadable manifest" (no way on); a JSON list raised
+    AttributeError's traceback; ``null`` read as no manifest at all.  Each is refused naming the recovery, which
+    is followed here and gives back the same board."""
+    sim, good, _, _ = refreshed
+    st = tmp_path / "state"
+    shutil.copytree(good, st)
+    manifest = st / "manifests" / f"day={DAY}.json"
+    manifest.write_bytes(damage)
+    argv = ["refresh", "--no-audit", "--input", _glob(sim), "--state", str(st), "--out", str(tmp_path / "out")]
+    assert cli.main(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"biasboard refresh: error: {manifest}: unreadable manifest: ") and "\n" not in line
+    (named,) = re.findall(r"delete (\S+) \(the day's commit mark\)", line)
+    Path(named).unlink()
     _same_day_and_board(refreshed, st, tmp_path)

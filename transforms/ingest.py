@@ -113,8 +113,7 @@ def day_tasks(
         if absent:
             raise InputError(f"{where}: no input files for day(s) {', '.join(absent)}")
     if not all_days:
-        low, high = day_range
-        raise InputError(f"{where}: no input files in the day range {low or '…'} to {high or '…'}")
+        raise InputError(f"{where}: {_why_no_days(day_range)}")
     return [
         {
             "day": day,
@@ -123,6 +122,18 @@ def day_tasks(
         }
         for day in all_days
     ]
+
+
+def _why_no_days(day_range: tuple[str | None, str | None]) -> str:
+    """Why files that matched left no day to aggregate: outside the day range, or (no range) every one is empty.
+
+    Without a range only a file with no rows and no day folder in its path is left out (:func:`list_input_days`),
+    which was reported as "no input files in the day range … to …", a range the user never gave.
+    """
+    low, high = day_range
+    if low is None and high is None:
+        return "every file matched holds no rows (and no day=YYYY-MM-DD folder in its path): no day to aggregate"
+    return f"no input files in the day range {low or '…'} to {high or '…'}"
 
 
 def check_stored_copies(tasks: list[dict], state_dir: str) -> None:

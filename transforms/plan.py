@@ -16,7 +16,6 @@ lost mid-run leaves one line saying so (:data:`LEFT_BEFORE_WRITING`, :func:`left
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,7 +113,7 @@ BOOTSTRAP_NOTE = (
 def _snapshot_summary(snapshot_path: str) -> dict:
     """The snapshot's summary.json as plain values ({} when it has none)."""
     path = storage.join(snapshot_path, "summary.json")
-    return json.loads(storage.read_text(path)) if storage.exists(path) else {}
+    return publish.read_snapshot_json(path) if storage.exists(path) else {}
 
 
 def _bootstrap_note(summary: dict) -> list[str]:

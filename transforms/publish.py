@@ -361,6 +361,10 @@ def failpoint(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+#: What to do about a damaged snapshot file (:func:`read_snapshot_json`): its snapshots are never rewritten.
+_DAMAGED_ADVICE = "pick another snapshot with --snapshot, or run `biasboard refresh` to publish a new one"
+
+
 def latest_snapshot_id(out_dir: str) -> str | None:
     """The id ``LATEST`` names, or None when nothing was published yet."""
     pointer = storage.join(out_dir, LATEST)
@@ -374,7 +378,8 @@ def resolve_snapshot(out_dir: str, snapshot_id: str | None = None) -> str:
     """Folder of ``snapshot_id`` (default: ``LATEST``), checked complete; a clear error otherwise."""
     chosen = snapshot_id or latest_snapshot_id(out_dir)
     if chosen is None:
-        raise StateError(f"no snapshot published under {out_dir} (no {LATEST}); run `biasboard refresh` first")
+        pointer = f"its {LATEST} is empty" if storage.exists(storage.join(out_dir, LATEST)) else f"no {LATEST}"
+        raise StateError(f"no snapshot published under {out_dir} ({pointer}); run `biasboard refresh` first")
     path = snapshot_dir(out_dir, chosen)
     if not _is_complete(path):
         known = ", ".join(list_snapshots(out_dir)[-5:]) or "none"
@@ -389,7 +394,24 @@ def list_snapshots(out_dir: str) -> list[str]:
 
 
 def read_snapshot_manifest(snapshot_path: str) -> dict:
-    return json.loads(storage.read_text(storage.join(snapshot_path, MANIFEST)))
+    return read_snapshot_json(storage.join(snapshot_path, MANIFEST))
+
+
+def read_snapshot_json(path: str) -> dict:
+    """A snapshot's JSON file (manifest.json, summary.json) as an object; StateError when it is not one.
+
+    A file cut short or emptied (a copy of the site interrupted, a disk filled) raised json's traceback from
+    export and plan; this says which file and how to go on in one line.
+    """
+    try:
+        document = json.loads(storage.read_text(path))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise StateError(f"{path}: damaged snapshot file, not JSON ({err}); {_DAMAGED_ADVICE}") from err
+    if not isinstance(document, dict):
+        raise StateError(
+            f"{path}: damaged snapshot file, a JSON {type(document).__name__}, not an object; {_DAMAGED_ADVICE}"
+        )
+    return document
 
 
 def _is_complete(path: str) -> bool:

@@ -42,6 +42,7 @@ duplicate rule dead-letters them.
 
 from __future__ import annotations
 
+import codecs
 import functools
 import glob as pyglob
 import hashlib
@@ -49,6 +50,7 @@ import io
 import logging
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 
@@ -409,8 +411,33 @@ def _is_folder(path: str) -> bool:
 
 #: The first bytes of every Parquet file.
 PARQUET_MAGIC = b"PAR1"
-#: What a non-Parquet input file looks like, by its first bytes (after leading whitespace), in the error.
-_LOOKS_LIKE: tuple[tuple[bytes, str], ...] = ((b"{", "JSON"), (b"[", "JSON"), (b"\x1f\x8b", "gzip"))
+#: How to go on from another tool's file: ``biasboard import`` converts its JSON and CSV.
+_IMPORT_ADVICE = (
+    "convert another tool's file first with `biasboard import --format F --in PATH --out DIR` "
+    "(`biasboard import --help` lists the formats)"
+)
+#: An Arrow file (pandas' ``to_feather``) holds a table already: it is rewritten as Parquet, not imported.
+_ARROW_ADVICE = "rewrite it as Parquet, e.g. pyarrow.parquet.write_table(pyarrow.feather.read_table(PATH), OUT)"
+#: What a non-Parquet input file looks like, by its first bytes (after leading whitespace), and how to go on.
+_LOOKS_LIKE: tuple[tuple[bytes, str, str], ...] = (
+    (b"{", "JSON", _IMPORT_ADVICE),
+    (b"[", "JSON", _IMPORT_ADVICE),
+    (b"\x1f\x8b", "gzip", _IMPORT_ADVICE),
+    (b"ARROW1", "Arrow IPC (Feather)", _ARROW_ADVICE),
+)
+
+
+def _is_text(head: bytes) -> bool:
+    """Whether a file's first bytes read as UTF-8 text without control bytes (a character cut at the end is text).
+
+    Only the first byte was looked at, so a binary file that began with an ASCII byte (random bytes half the
+    time, an Arrow file's ``ARROW1``) was called "text", which sent the user looking for a CSV.
+    """
+    try:
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return False
+    return not any(ch < " " and ch not in "\t\n\r\f" for ch in text)
 
 
 def not_parquet_error(path: str, err: BaseException) -> InputError:
@@ -434,12 +461,12 @@ def not_parquet_error(path: str, err: BaseException) -> InputError:
             "is skipped): rewrite or remove it"
         )
     stripped = head.lstrip()
-    kind = "text, not Parquet" if stripped[:1].isascii() else "not Parquet"
-    kind = next((f"{name}, not Parquet" for magic, name in _LOOKS_LIKE if stripped.startswith(magic)), kind)
-    return InputError(
-        f"{path}: the file is {kind}: battle and score logs are read as Parquet; convert another tool's file "
-        "first with `biasboard import --format F --in PATH --out DIR` (`biasboard import --help` lists the formats)"
-    )
+    kind, advice = ("text, not Parquet" if _is_text(head) else "not Parquet"), _IMPORT_ADVICE
+    for magic, name, how in _LOOKS_LIKE:
+        if stripped.startswith(magic):
+            kind, advice = f"{name}, not Parquet", how
+            break
+    return InputError(f"{path}: the file is {kind}: battle and score logs are read as Parquet; {advice}")
 
 
 def open_parquet(path: str) -> pq.ParquetFile:
@@ -478,6 +505,7 @@ def check_file(path: str, kind: str = "battle") -> pq.FileMetaData:
         raise InputError(f"{path}: cannot read the Parquet footer: {err}") from err
     if meta.num_rows == 0:
         return meta
+    _check_unique_names(path, names)
     renamed = [rules.apply_column_aliases(names).get(n, n) for n in names]
     for column in required_columns(kind):
         if column not in renamed:
@@ -485,6 +513,20 @@ def check_file(path: str, kind: str = "battle") -> pq.FileMetaData:
                 f"{path}: required column '{column}' is missing (has: {', '.join(names)}){_other_kind(renamed, kind)}"
             )
     return meta
+
+
+def _check_unique_names(path: str, names: list[str]) -> None:
+    """Refuse a file with two columns of one name (pyarrow writes them) before any day is aggregated.
+
+    The batch reader refuses such a file mid-ingest, and a repeated required column was said to "not exist in
+    schema" ('cannot read as Parquet: Column winner does not exist'), while the file plainly has it, twice.
+    """
+    repeated = sorted(name for name, times in Counter(names).items() if times > 1)
+    if repeated:
+        raise InputError(
+            f"{path}: column(s) {', '.join(repeated)} appear more than once: columns are read by name, so each name "
+            "must be unique; rewrite the file keeping one column of each name"
+        )
 
 
 #: What to say of a file that has every column of the other kind: single grades given as battles, or the reverse.

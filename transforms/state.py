@@ -219,9 +219,12 @@ def read_day_manifest(state_dir: str, day: str) -> dict | None:
         return None
     try:
         with FileSystems.open(path, compression_type="uncompressed") as handle:
-            return json.loads(handle.read().decode())
+            manifest = json.loads(handle.read().decode())
+        if not isinstance(manifest, dict):  # (a list raised AttributeError's traceback, null read as no manifest)
+            raise ValueError(f"a JSON {type(manifest).__name__}, not an object")
     except Exception as err:
-        raise StateError(f"{path}: unreadable manifest: {err}") from err
+        raise StateError(f"{path}: unreadable manifest: {err}{_recovery(state_dir, day)}") from err
+    return manifest
 
 
 #: How a reader names a selected day without a manifest (:func:`read_committed_manifests`).
@@ -278,10 +281,13 @@ def _day_recovery(path: str) -> str:
     checked to write the day's cells back byte for byte.  Neither can help a day whose input is gone.
     """
     found = _DAY_FILE.match(path.replace(os.sep, "/"))
-    if found is None:
-        return ""
-    day = found["day"]
-    manifest = manifest_path(found["state"], day)
+    return "" if found is None else _recovery(found["state"], found["day"])
+
+
+def _recovery(state_dir: str, day: str) -> str:
+    """How to mend ``day``'s stored partition, a file of which (or its manifest) cannot be read; see
+    :func:`_day_recovery`."""
+    manifest = manifest_path(state_dir, day)
     return (
         f"; day {day}'s stored partition is damaged: delete {manifest} (the day's commit mark) and run the refresh "
         f"again, which aggregates day {day} anew from its input (or run `biasboard backfill --from {day} --to {day}` "
