@@ -54,7 +54,7 @@ from biasboard.schemas.battle import BATTLE_SCHEMA, SCORE_SCHEMA, SLICE_COLUMNS,
 from biasboard.schemas.coerce import FLAG_PREFIX, REASON_BAD_TYPE_PREFIX, coerce_types, flag_reasons
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
 from biasboard.schemas.errors import InputError
-from biasboard.schemas.names import NAME_FORM, canonical_names
+from biasboard.schemas.names import AS_WRITTEN_PREFIX, NAME_FORM, as_written, canonical_names
 from biasboard.schemas.numbers import NumberRule
 from biasboard.schemas.rules import (
     REASON_DUPLICATE_SCORE_ID,
@@ -91,6 +91,10 @@ NESTED_PREFIX = "__nested:"
 #: the row was changed, counted over the rows read, converted and dead-lettered, in a note by
 #: :func:`finalize_battles` / :func:`finalize_scores`.
 NAMES_CHANGED = "__names_changed"
+
+#: Prefixes of the per-row marks and copies the import adds beside the input's fields (never a dead letter's field;
+#: an input field so named is renamed ``input<name>``: :func:`_rename_reserved`).
+_MARK_PREFIXES = (FLAG_PREFIX, NESTED_PREFIX, AS_WRITTEN_PREFIX)
 
 #: Dead-letter meta fields: an input field of that name is dropped from the dead letters (the contract's meta wins).
 META_FIELDS = ("reason", "source_file", "source_row")
@@ -390,7 +394,7 @@ def _rename_reserved(frame: pl.DataFrame) -> pl.DataFrame:
     taken = set(frame.columns)
     renames = {}
     for name in frame.columns:
-        if name in (SOURCE_FILE, SOURCE_ROW, REASON, NAMES_CHANGED) or name.startswith((FLAG_PREFIX, NESTED_PREFIX)):
+        if name in (SOURCE_FILE, SOURCE_ROW, REASON, NAMES_CHANGED) or name.startswith(_MARK_PREFIXES):
             new = "input" + name
             while new in taken:
                 new = "input" + new
@@ -426,30 +430,38 @@ def in_names_form(frame: pl.DataFrame) -> pl.DataFrame:
     composed and a decomposed spelling, which the ingest then reads as one name: a battle repeated so was two
     battles, not a duplicate.  Why counted: the ingest counts the rows whose names it changed (``trimmed``), and
     sees none of these, which arrive changed.  A list's later items (FastChat's prompt template) are only put in
-    NFC: no name.  ASCII names without edges are unchanged."""
+    NFC: no name.  ASCII names without edges are unchanged.  A column whose names changed keeps them as written
+    beside it (``__as_written:<column>``): a dead letter holds the row's original fields, for the user to find it
+    at its source (:func:`~biasboard.schemas.names.as_written`)."""
     fixed: list[pl.Series] = []
     changed: list[pl.Series] = []
     for column in NAME_FIELDS:
         dtype = frame.schema.get(column)
         if dtype is not None and is_text(dtype):
             named = _names_in_form(frame.get_column(column))
-            if named is not None:
-                fixed.append(named[0])
-                changed.append(named[1])
         elif isinstance(dtype, pl.List) and is_text(dtype.inner):
-            first = pl.int_range(pl.len()) == 0
-            items = pl.element().cast(pl.String)
-            listed = frame.select(
-                pl.col(column).list.eval(
-                    pl.when(first).then(name_text(items)).otherwise(items.str.normalize(NAME_FORM))
-                )
-            ).to_series()
-            fixed.append(listed)
-            changed.append(frame.get_column(column).cast(pl.List(pl.String)).ne_missing(listed))
+            named = _listed_names_in_form(frame, column)
+        else:
+            named = None
+        if named is not None:  # the names as written kept beside, for the dead letters (:func:`_original_text`)
+            fixed.extend((named[0], frame.get_column(column).alias(AS_WRITTEN_PREFIX + column)))
+            changed.append(named[1])
     frame = frame.with_columns(fixed) if fixed else frame
     if changed and (mark := pl.select(pl.any_horizontal(changed).fill_null(False)).to_series()).any():
         return frame.with_columns(mark.alias(NAMES_CHANGED))
     return frame
+
+
+def _listed_names_in_form(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Series] | None:
+    """(a list column with its first item as :func:`name_text` reads it and the others in NFC, the mask of the rows
+    it changed), or None when it changes none: FastChat's ``judge``, ``[model, prompt template]``."""
+    first = pl.int_range(pl.len()) == 0
+    items = pl.element().cast(pl.String)
+    listed = frame.select(
+        pl.col(column).list.eval(pl.when(first).then(name_text(items)).otherwise(items.str.normalize(NAME_FORM)))
+    ).to_series()
+    differs = frame.get_column(column).cast(pl.List(pl.String)).ne_missing(listed)
+    return (listed, differs) if differs.any() else None
 
 
 def _names_in_form(names: pl.Series) -> tuple[pl.Series, pl.Series] | None:
@@ -485,9 +497,9 @@ def names_changed_note(raw: pl.DataFrame, kept: pl.Series) -> list[str]:
     (``kept``: a mask over ``raw``) and those dead-lettered, in the words of the ingest's ``trimmed`` count, which
     these rows no longer reach.
 
-    Why every row read, not only the converted ones: a rejected row's names are changed as well (its dead letter
-    shows them trimmed and in NFC), and counted nowhere it was a change the user could not learn of; the two parts
-    add up to the whole, as the rows read add up to converted + dead letters."""
+    Why every row read, not only the converted ones: a rejected row's names are changed as well (for its battle id
+    and the duplicate check; its dead letter keeps them as written), and counted nowhere it was a change the user
+    could not learn of; the two parts add up to the whole, as the rows read add up to converted + dead letters."""
     if NAMES_CHANGED not in raw.columns:
         return []
     changed = raw.get_column(NAMES_CHANGED)
@@ -498,8 +510,8 @@ def names_changed_note(raw: pl.DataFrame, kept: pl.Series) -> list[str]:
     return [
         f"names: {n:,} of the {raw.height:,} rows read ({converted:,} converted, {n - converted:,} dead-lettered) "
         "had a judge or model name with whitespace or invisible characters at an end, or not in Unicode NFC: "
-        "written trimmed and in NFC, dead letters too, as the ingest reads names (so its 'trimmed' count does not "
-        "see them)"
+        "written trimmed and in NFC, as the ingest reads names (so its 'trimmed' count does not see them); dead "
+        "letters keep them as written"
     ]
 
 
@@ -767,19 +779,23 @@ def pick_length_unit(options: ImportOptions) -> str:
 # ---------------------------------------------------------------------------------------------- finalizing
 
 
+def _original_text(raw: pl.DataFrame, column: str) -> pl.Expr:
+    """A field of ``raw`` as its dead letters' text, as the input wrote it: names before :func:`in_names_form`
+    (:func:`~biasboard.schemas.names.as_written`), lists joined with ', ', objects as JSON."""
+    value = as_written(column, raw.columns)
+    dtype = raw.schema[column]  # (a name's copy as written has its column's kind: text, categories or a list)
+    if isinstance(dtype, (pl.List, pl.Array)):
+        return value.list.eval(pl.element().cast(pl.String)).list.join(", ").alias(column)
+    if isinstance(dtype, pl.Struct):
+        return value.struct.json_encode().alias(column)
+    return value.cast(pl.String).alias(column)
+
+
 def _dead_letters(raw: pl.DataFrame, reasons: pl.Series, mask: pl.Series) -> pa.Table:
     """Rejected rows: every original field as text, then reason, source file and row (the dead-letter contract)."""
     original = [c for c in raw.columns if c not in (SOURCE_FILE, SOURCE_ROW) and c not in META_FIELDS]
-    original = [c for c in original if not c.startswith((FLAG_PREFIX, NESTED_PREFIX)) and c != NAMES_CHANGED]
-    texts = []
-    for column in original:
-        dtype = raw.schema[column]
-        if isinstance(dtype, (pl.List, pl.Array)):
-            texts.append(pl.col(column).list.eval(pl.element().cast(pl.String)).list.join(", ").alias(column))
-        elif isinstance(dtype, pl.Struct):
-            texts.append(pl.col(column).struct.json_encode().alias(column))
-        else:
-            texts.append(pl.col(column).cast(pl.String).alias(column))
+    original = [c for c in original if not c.startswith(_MARK_PREFIXES) and c != NAMES_CHANGED]
+    texts = [_original_text(raw, column) for column in original]
     dead = (
         raw.with_columns(reasons.alias(REASON))
         .filter(mask)

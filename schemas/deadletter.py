@@ -1,7 +1,9 @@
 """The dead-letter contract: a rejected row, its original fields as text, and why.
 
 Original values are kept as strings because a bad row is often bad precisely in
-its type (an unparseable timestamp, a length that is not a number).
+its type (an unparseable timestamp, a length that is not a number).  Judge and model names too are kept as
+written, not as cleaned for the rules (trimmed, in NFC, renamed: :func:`biasboard.schemas.names.as_written`), so a
+search of the source for a dead letter's names finds its row.
 """
 
 from __future__ import annotations

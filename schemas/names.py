@@ -29,7 +29,7 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -60,6 +60,10 @@ NAME_FORM: Final = "NFC"
 #: Python read alike: Python's ``\s`` also matches the separators ``\x1c``-``\x1f``, control characters that the
 #: data's rule rejects (``control_chars``) rather than trims.
 _EDGES = f"(?:[^\\S\\x1c-\\x1f]|[{INVISIBLE}])+"
+
+#: Prefix of the column that keeps a name column as the input wrote it, added beside it only when trimming, NFC or an
+#: alias changed one of its names (:func:`clean_names`, the importers' ``in_names_form``): see :func:`as_written`.
+AS_WRITTEN_PREFIX = "__as_written:"
 
 BATTLE_NAME_COLUMNS = ("judge", "model_a", "model_b")
 SCORE_NAME_COLUMNS = ("judge", "model")
@@ -107,6 +111,18 @@ class AliasMap:
                 f"{aliases[aliases[old]]!r}: names are renamed once, so map each name straight to its final name"
             )
         return cls(aliases, source)
+
+
+def as_written(column: str, columns: Collection[str]) -> pl.Expr:
+    """``column`` as the input wrote it: its :data:`AS_WRITTEN_PREFIX` copy when one is among ``columns``, else the
+    column itself (no name of it was changed), named ``column``.
+
+    Why: names are cleaned before the rules run (ids, duplicates and the board's keys depend on the clean form), but
+    a dead letter keeps the row's original fields (:mod:`biasboard.schemas.deadletter`) so that the user can find the
+    row at its source and fix it there: a search for ``gpt-4`` finds no ``" gpt-4"``, nor a composed ``modèle`` the
+    decomposed one the file holds."""
+    kept = AS_WRITTEN_PREFIX + column
+    return (pl.col(kept) if kept in columns else pl.col(column)).alias(column)
 
 
 def canonical_names(names: pl.Series | pl.Expr):
@@ -189,7 +205,8 @@ def clean_names(
     """Trim and alias the name ``columns`` of ``df``; flag unusable names for the rules.
 
     Flags are ``__flag:control_chars:<col>`` / ``__flag:name_too_long:<col>``
-    columns (see :mod:`biasboard.schemas.coerce`), added only when some row has one.
+    columns (see :mod:`biasboard.schemas.coerce`), added only when some row has one; a column whose names were
+    changed keeps its names as written beside it (``__as_written:<col>``, for the dead letters: :func:`as_written`).
     """
     mapping = dict(aliases.aliases) if aliases is not None else {}
     replaced: list[pl.Series] = []
@@ -227,6 +244,7 @@ def clean_names(
         if changed.height:
             old, new = changed.get_column("name"), changed.get_column("clean")
             replaced.append(column.replace(old, new).alias(name))
+            replaced.append(raw.alias(AS_WRITTEN_PREFIX + name))  # for the dead letters (:func:`as_written`)
             aliased = changed.filter(pl.col("aliased")).get_column("name")
             rows_aliased = column.is_in(aliased.implode()).fill_null(False)
             rows_trimmed = column.is_in(old.implode()).fill_null(False) & ~rows_aliased

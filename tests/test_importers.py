@@ -807,8 +807,8 @@ def test_a_judgment_repeated_with_a_name_spelt_with_edges_is_a_duplicate_and_the
     n = edged.rows_converted
     assert [note for note in edged.notes if note.startswith("names:")] == [
         f"names: {n} of the {n} rows read ({n} converted, 0 dead-lettered) had a judge or model name with whitespace "
-        "or invisible characters at an end, or not in Unicode NFC: written trimmed and in NFC, dead letters too, as "
-        "the ingest reads names (so its 'trimmed' count does not see them)"
+        "or invisible characters at an end, or not in Unicode NFC: written trimmed and in NFC, as the ingest reads "
+        "names (so its 'trimmed' count does not see them); dead letters keep them as written"
     ]
     validated = validate_battles(edged.rows) if edged.kind == "battles" else validate_scores(edged.rows)
     assert validated.trimmed == 0 and validated.rejected == {}
@@ -820,6 +820,73 @@ def _written(path: Path, record: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
+
+
+@pytest.mark.parametrize("fmt", sorted(EDGED_NAMES))
+def test_a_dead_letter_keeps_the_names_as_the_source_wrote_them(fmt, tmp_path):
+    """One judgment written twice with its judge and model spelt ``"\tjuge-e\u0301 "`` and ``" gpt-4\u200b"``: the
+    converted rows carry the names trimmed and in NFC, but the repeat's dead letters carried them so too, where the
+    dead-letter contract keeps a row's original fields so that the user can find it at its source (no search for
+    ``gpt-4`` finds ``" gpt-4\u200b"``).  Every format keeps the names as written, a list's (``[judge, prompt]``)
+    too."""
+    file, line = EDGED_NAMES[fmt]
+    options = ImportOptions(baseline="o3") if fmt == "arena-hard" else ImportOptions()
+    judge, model = "\tjuge-e\u0301 ", " gpt-4\u200b"
+    source = tmp_path / file
+    record = line(judge, model)
+    source.write_text(json.dumps([record, record]) if source.suffix == ".json" else 2 * (json.dumps(record) + "\n"))
+    result = import_path(fmt, source, options)
+    plain = import_path(fmt, _written(tmp_path / "plain" / file, line("juge-\u00e9", "gpt-4")), options)
+    drop = ("battle_id", "score_id")
+    assert (
+        pl.from_arrow(result.rows).drop(drop, strict=False).equals(pl.from_arrow(plain.rows).drop(drop, strict=False))
+    )
+    dead = pl.from_arrow(result.dead_letters)
+    assert dead.height == plain.rows_converted > 0
+    model_field = next(k for k, v in record.items() if v == model)
+    judge_field = next(k for k, v in record.items() if judge in (v if isinstance(v, list) else [v]))
+    assert set(dead[model_field]) == {model}
+    assert set(dead[judge_field]) == {", ".join(record[judge_field]) if fmt.startswith("mtbench") else judge}
+
+
+#: A rejected row (an unknown verdict) beside a converted one, both naming a model spelt with an edge and decomposed,
+#: per format whose verdict field a user can misspell: (file, its text, the reason, the fields holding the names).
+REJECTED_NAMES = {
+    "fastchat": ("battles.json", json.dumps([
+        {"question_id": "q1", "model_a": " gpt-4", "model_b": "mode\u0300le", "winner": "bogus", "judge": " alice",
+         "tstamp": 1700000000},
+        {"question_id": "q2", "model_a": " gpt-4", "model_b": "mode\u0300le", "winner": "model_a", "judge": " alice",
+         "tstamp": 1700000001},
+    ]), "bad_winner", {"model_a": " gpt-4", "model_b": "mode\u0300le", "judge": " alice"}),
+    "alpacaeval": ("annotations.json", json.dumps([
+        {"instruction": "hi", "generator_1": " gpt-4", "generator_2": "mode\u0300le", "preference": "sure",
+         "annotator": " alice"},
+        {"instruction": "ho", "generator_1": " gpt-4", "generator_2": "mode\u0300le", "preference": 2.0,
+         "annotator": " alice"},
+    ]), "bad_winner", {"generator_1": " gpt-4", "generator_2": "mode\u0300le", "annotator": " alice"}),
+    "llmfao": ("gpt4-comparisons.csv",
+               "id,prompt,model_x,model_y,winner,left,right\n"
+               "1,8, gpt-4,mode\u0300le,middle, gpt-4,mode\u0300le\n"
+               "2,8, gpt-4,mode\u0300le,left, gpt-4,mode\u0300le\n",
+               "bad_winner",
+               {"model_x": " gpt-4", "model_y": "mode\u0300le", "left": " gpt-4", "right": "mode\u0300le"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", sorted(REJECTED_NAMES))
+def test_a_row_rejected_for_its_verdict_keeps_its_names_as_written(fmt, tmp_path):
+    """FastChat, AlpacaEval and LLMFAO rows rejected for an unknown verdict, their models spelt ``" gpt-4"`` and
+    decomposed (``"mode\u0300le"``): the dead letter held them trimmed and composed, the converted row's spelling,
+    so the user searching the source file for the dead letter's names found nothing.  Converted rows still carry
+    the names as the ingest reads them."""
+    file, text, reason, names = REJECTED_NAMES[fmt]
+    (tmp_path / file).write_text(text)
+    result = import_path(fmt, tmp_path / file)
+    assert result.rows_converted == 1 and result.dead_by_reason() == {reason: 1}
+    (dead,) = result.dead_letters.to_pylist()
+    assert {field: dead[field] for field in names} == names
+    (row,) = result.rows.to_pylist()
+    assert {row["model_a"], row["model_b"]} == {"gpt-4", "mod\u00e8le"}
 
 
 def test_llmfao_crowd_vote_repeated_with_a_voter_spelt_with_edges_is_a_duplicate(tmp_path):
@@ -851,15 +918,16 @@ def test_llmfao_judge_from_a_file_name_spelt_otherwise_is_read_as_names_are(pref
     assert pl.from_arrow(alone.rows)["judge"].to_list() == ["jug\u00e9"]
     assert [n for n in alone.notes if n.startswith("names:")] == [
         "names: 1 of the 1 rows read (1 converted, 0 dead-lettered) had a judge or model name with whitespace or "
-        "invisible characters at an end, or not in Unicode NFC: written trimmed and in NFC, dead letters too, as the "
-        "ingest reads names (so its 'trimmed' count does not see them)"
+        "invisible characters at an end, or not in Unicode NFC: written trimmed and in NFC, as the ingest reads names "
+        "(so its 'trimmed' count does not see them); dead letters keep them as written"
     ]
 
 
 def test_the_names_note_counts_the_dead_lettered_rows_whose_names_were_changed_too(tmp_path):
     """Two rows with a model spelt ``" gpt-4"``, one converted and one rejected (``bad_winner``): the note said "1 of
-    the 1 rows converted", and the rejected row, whose dead letter holds the trimmed name, was counted nowhere.  It
-    counts every row read, converted and dead-lettered apart, and the parts add up."""
+    the 1 rows converted", and the rejected row, whose name was trimmed for its id, was counted nowhere.  It counts
+    every row read, converted and dead-lettered apart, and the parts add up; the dead letter keeps the name as
+    written (the dead-letter contract: the row's original fields)."""
     rows = ((1, " gpt-4", "model_a"), (2, " gpt-4", "nobody"), (3, "m3", "model_a"))
     source = tmp_path / "judgments.jsonl"
     source.write_text(
@@ -870,11 +938,11 @@ def test_the_names_note_counts_the_dead_lettered_rows_whose_names_were_changed_t
     )
     result = import_path("pba", source)
     assert result.rows_converted == 2 and sum(result.dead_by_reason().values()) == 1
-    assert pl.from_arrow(result.dead_letters)["model_a"].to_list() == ["gpt-4"]
+    assert pl.from_arrow(result.dead_letters)["model_a"].to_list() == [" gpt-4"]
     assert [n for n in result.notes if n.startswith("names:")] == [
         "names: 2 of the 3 rows read (1 converted, 1 dead-lettered) had a judge or model name with whitespace or "
-        "invisible characters at an end, or not in Unicode NFC: written trimmed and in NFC, dead letters too, as the "
-        "ingest reads names (so its 'trimmed' count does not see them)"
+        "invisible characters at an end, or not in Unicode NFC: written trimmed and in NFC, as the ingest reads names "
+        "(so its 'trimmed' count does not see them); dead letters keep them as written"
     ]
 
 

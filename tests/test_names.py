@@ -23,7 +23,7 @@ from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import MAX_NAME_CHARS, AliasMap, name_fault
 from biasboard.simulate import SimulationConfig, write_simulation
 from biasboard.transforms.cells import partial_cells
-from biasboard.transforms.state import load_cells, read_day_manifest
+from biasboard.transforms.state import load_cells, load_dead_letters, read_day_manifest
 from biasboard.transforms.validate import validate_battles, validate_scores
 
 T0 = dt.datetime(2024, 5, 1, 12, tzinfo=dt.timezone.utc)
@@ -99,6 +99,49 @@ def test_a_decomposed_name_is_the_composed_one():
     renamed = validate_battles(table(["j", "j"], [nfc, nfd], ["m1", "m1"]), aliases=aliases)
     assert renamed.valid.get_column("model_a").to_list() == ["m9", "m9"] and renamed.renamed == 2
     assert Reference.parse(f"ju\u0308dge, {nfd}", False).judges == ("j\u00fcdge", nfc)  # --reference names them too
+
+
+def test_dead_letters_keep_the_names_as_written():
+    """A rejected row's names were trimmed, composed and renamed by ``--aliases`` in its dead letter as in the valid
+    rows, where the dead-letter contract keeps the row's original fields, for the user to find it at its source (a
+    search for ``gpt-4`` finds no ``" gpt-4"``).  Valid rows keep the clean names; a score's dead letter does too."""
+    nfd = "mode\u0300le"
+    batch = table([" alice", "alice", "GPT-4"], [" gpt-4", "gpt-4", nfd], [nfd, "m2", "m3"]).set_column(
+        5, "winner", pa.array(["nobody", "model_a", "model_a"])
+    )
+    out = validate_battles(batch, aliases=AliasMap({"GPT-4": "gpt-4"}, "a.json"))
+    assert out.rejected == {"bad_winner": 1}
+    assert out.valid.select("judge", "model_a").rows() == [("alice", "gpt-4"), ("gpt-4", "mod\u00e8le")]
+    (dead,) = out.dead_letters.to_pylist()
+    assert (dead["judge"], dead["model_a"], dead["model_b"]) == (" alice", " gpt-4", nfd)
+    scores = pa.table(
+        {
+            "score_id": ["s1", "s1"],
+            "ts": pa.array([T0] * 2, pa.timestamp("us", tz="UTC")),
+            "judge": ["j", " j"],
+            "model": ["m", nfd],
+            "prompt_id": ["p", "p"],
+            "score": [3, 4],
+        }
+    )
+    (repeat,) = validate_scores(scores).dead_letters.to_pylist()
+    assert (repeat["judge"], repeat["model"], repeat["reason"]) == (" j", nfd, "duplicate_score_id")
+
+
+def test_the_stored_dead_letters_keep_the_names_as_written(tmp_path: Path):
+    """The ingest's dead letters as backfill stores them (the state folder refresh reads too): names as written."""
+    rows = table([" gpt-4", "gpt-4"], ["mode\u0300le", "m1"], ["m2", "m2"]).set_column(
+        5, "winner", pa.array(["model_c", "model_a"])
+    )
+    path = tmp_path / "logs" / "day=2024-05-01" / "p.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(rows, path)
+    assert cli.main(["backfill", "--input", str(path.parent.parent), "--state", str(tmp_path / "state")]) == 0
+    dead = load_dead_letters(str(tmp_path / "state"))
+    assert dead is not None
+    assert dead.select(["judge", "model_a", "reason"]).to_pylist() == [
+        {"judge": " gpt-4", "model_a": "mode\u0300le", "reason": "bad_winner"}
+    ]
 
 
 def test_aliases_rename_case_variants_and_are_counted():

@@ -30,7 +30,14 @@ from biasboard.schemas.coerce import coerce_types
 from biasboard.schemas.deadletter import REASON_DUPLICATE_ID, dead_letter_schema
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.folder_day import OffDay, dated_outside
-from biasboard.schemas.names import BATTLE_NAME_COLUMNS, SCORE_NAME_COLUMNS, AliasMap, NameFixes, clean_names
+from biasboard.schemas.names import (
+    BATTLE_NAME_COLUMNS,
+    SCORE_NAME_COLUMNS,
+    AliasMap,
+    NameFixes,
+    as_written,
+    clean_names,
+)
 from biasboard.schemas.string_hash import string_hash
 
 REASON = "_reason"
@@ -264,13 +271,14 @@ class Validated:
 
 
 def _dead_letters(rejected: pl.DataFrame | None, schema: pa.Schema, source_file: str, row_offset: int) -> pa.Table:
-    """Rejected rows (with ``_reason`` and their batch position ``_row``) → dead letters in batch order."""
+    """Rejected rows (with ``_reason`` and their batch position ``_row``) → dead letters in batch order, their names
+    as the input wrote them (:func:`~biasboard.schemas.names.as_written`), not trimmed, composed or renamed."""
     if rejected is None or rejected.height == 0:
         return schema.empty_table()
     originals = [f.name for f in schema if f.name not in {"reason", "source_file", "source_row"}]
     source_row = pl.col(SOURCE_ROW) if SOURCE_ROW in rejected.columns else pl.col(ROW) + row_offset
     out = rejected.sort(ROW).select(
-        *[pl.col(c).cast(pl.String) for c in originals],
+        *[as_written(c, rejected.columns).cast(pl.String) for c in originals],  # names as the input wrote them
         pl.col(REASON).alias("reason"),
         pl.lit(source_file, dtype=pl.String).alias("source_file"),
         source_row.cast(pl.Int64).alias("source_row"),
