@@ -37,6 +37,7 @@ from biasboard.pipelines.options import OneFolder
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.names import canonical_name, name_fault
 from biasboard.schemas.rules import undatable_day
+from biasboard.schemas.summary import GLOBAL_JUDGE
 
 
 def _date(text: str) -> dt.date:
@@ -162,6 +163,8 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     for flag, name, given in (("--judge", judge, args.judge), ("--baseline", baseline, args.baseline)):
         # a name the ingest would reject on every row it is written into: refused here, where it is given
         fault = None if name is None else ("is empty" if not name else name_fault(name))
+        if flag == "--judge" and name == GLOBAL_JUDGE:  # a name refresh refuses for a judge: refused where given
+            fault = "the name of the global effects, which refresh refuses for a judge: give the judge's own name"
         if fault:
             raise InputError(f"{flag} {given[:40]!r}: not a usable name ({fault})")
     _local_only(("--in", args.input), ("--out", args.out), ("--answers", args.answers))

@@ -181,7 +181,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("full", "fast", "off"),
         default="full",
         help="profile-likelihood identifiability checks: full (each point solved), fast (quadratic approximation "
-        "from one factorisation per effect), off (default full)",
+        "from one factorisation per effect), off (no checks, and no "
+        "account of what moved each model: summary.json's attribution, export's moves table; default full)",
     )
     parser.add_argument(
         "--judge-pool",

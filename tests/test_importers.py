@@ -1408,6 +1408,23 @@ def test_a_judge_named_like_the_global_effects_is_said_at_import(tmp_path):
     assert any(n.startswith("1 battle(s) name their judge '*'") and "--aliases" in n for n in result.notes)
 
 
+def test_judge_flag_naming_the_global_effects_is_refused_where_given(tmp_path, capsys):
+    """``import --judge '*'`` wrote battles that every refresh then refuses (a judge may not be named ``*``), with a
+    note saying to rename it with ``--aliases``: a name the user typed is refused in one line, nothing written."""
+    path = tmp_path / "clean_battle.json"
+    path.write_text(json.dumps([{"model_a": "a", "model_b": "b", "winner": "model_a", "judge": "u", "tstamp": 1.7e9}]))
+    out = tmp_path / "imp"
+    for given in ("*", " * "):
+        argv = ["import", "--format", "fastchat", "--in", str(path), "--out", str(out), "--judge", given]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (
+            f"biasboard import: error: --judge {given!r}: not a usable name (the name of the global effects, which "
+            "refresh refuses for a judge: give the judge's own name)"
+        )
+        assert not out.exists()
+
+
 def test_judge_flag_over_a_file_of_several_judges_is_refused(tmp_path):
     """``--judge`` made the verdicts of the three MT-Bench judges one judge's: two thirds became duplicate ids (9,568
     dead letters), the rest carried the wrong judge, exit 0.  Over a file of one judge it still renames it."""
@@ -1695,11 +1712,17 @@ def test_grades_given_as_battles_or_battles_as_grades_are_told_which_flag_reads_
         == 0
     )
     capsys.readouterr()
-    for flag, folder, says in (
-        ("--input", grades, "it is a score file (single grades): refresh and backfill read those with --scores"),
-        ("--scores", battles, "it is a battle file: refresh and backfill read those with --input"),
+    grades_say = (
+        "it is a score file (single grades): refresh and backfill read those with --scores, the judge audit none "
+        "(give it the battles alone, e.g. DIR/battles)"
+    )
+    for job, flag, folder, says in (
+        ("refresh", "--input", grades, grades_say),
+        ("refresh", "--scores", battles, "it is a battle file: refresh and backfill read those with --input"),
+        ("audit", "--input", grades, grades_say),  # the audit has no --scores to be sent to
     ):
-        argv = ["refresh", flag, str(folder), "--state", str(tmp_path / "s"), "--out", str(tmp_path / "o")]
+        argv = [job, flag, str(folder), "--out", str(tmp_path / "o")]
+        argv += ["--state", str(tmp_path / "s")] if job == "refresh" else []
         assert cli.main(argv) == 2
         err = capsys.readouterr().err
         assert "is missing (has: " in err and err.rstrip().endswith(says) and len(err.strip().splitlines()) == 1

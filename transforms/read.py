@@ -531,7 +531,10 @@ def _check_unique_names(path: str, names: list[str]) -> None:
 
 #: What to say of a file that has every column of the other kind: single grades given as battles, or the reverse.
 _OTHER_KIND: dict[str, str] = {
-    "battle": "; it is a score file (single grades): refresh and backfill read those with --scores",
+    "battle": (
+        "; it is a score file (single grades): refresh and backfill read those with --scores, the judge audit none "
+        "(give it the battles alone, e.g. DIR/battles)"
+    ),
     "score": "; it is a battle file: refresh and backfill read those with --input",
 }
 
@@ -540,7 +543,8 @@ def _other_kind(columns: list[str], kind: str) -> str:
     """:data:`_OTHER_KIND`'s hint when ``columns`` hold every required column of the other kind of file, else ''.
 
     Why: ``biasboard import --format mtbench-single --out DIR`` writes DIR/scores, and ``refresh --input DIR`` (the
-    way an import's battles are read) then said only that 'battle_id' is missing from a score file.
+    way an import's battles are read) then said only that 'battle_id' is missing from a score file.  The audit,
+    which has no --scores, was sent to that flag too over a ``simulate --scores`` folder.
     """
     other = "score" if kind == "battle" else "battle"
     return _OTHER_KIND[kind] if set(required_columns(other)) <= set(columns) else ""
