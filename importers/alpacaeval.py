@@ -66,6 +66,8 @@ import pyarrow.compute as pc
 from biasboard.importers.common import (
     REASON,
     REASON_NO_VERDICT,
+    SOURCE_FILE,
+    SOURCE_ROW,
     TIE_BAND,
     ImportOptions,
     ImportResult,
@@ -377,16 +379,36 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         pl.when(first.is_null()).then(False).otherwise(None).cast(pl.Boolean).alias("order_known"),
     )
     result = finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=[renamed] if renamed else [])
-    return replace(result, notes=(*_notes(result, options, unit), *result.notes))  # keep finalize's duplicate note
+    banded = _band_ties(raw, preference, options.tie_band, result)
+    return replace(result, notes=(*_notes(result, options, unit, banded), *result.notes))
 
 
-def _notes(result: ImportResult, options: ImportOptions, unit: str) -> tuple[str, ...]:
+def _band_ties(raw: pl.DataFrame, preference: pl.Expr, tie_band: float, result: ImportResult) -> int:
+    """How many of the battles written ``--tie-band`` made ties that the strict rule (1.5 or 0) left wins.
+
+    Why: the note said the rule alone, so ``--tie-band 0.2`` on AlpacaEval 1 (preferences 1, 1.5 and 2 only) read as
+    if it had widened the ties, where it had made none.  Rows dead-lettered (duplicates, no verdict) are no battle,
+    so they are not counted: the written ties are the strict rule's plus these.
+    """
+    made_tie = (listed_winner(preference, tie_band) == "tie") & (listed_winner(preference, 0.0) != "tie")
+    keys = ["source_file", "source_row"]
+    rows = raw.select(
+        pl.col(SOURCE_FILE).cast(pl.String).alias(keys[0]),
+        pl.col(SOURCE_ROW).cast(pl.Int64).alias(keys[1]),
+        made_tie.fill_null(False).alias("made_tie"),
+    )
+    dead = pl.DataFrame(result.dead_letters.select(keys)).with_columns(pl.col(keys[0]).cast(pl.String))
+    return int(rows.join(dead, on=keys, how="anti")["made_tie"].sum())
+
+
+def _notes(result: ImportResult, options: ImportOptions, unit: str, banded: int) -> tuple[str, ...]:
     """The manifest's notes; the shown-order counts are of the battles written, so they add up to rows_converted.
 
     Counted after :func:`~biasboard.importers.common.finalize_battles`: a row it
     rejects (``no_verdict``, a ``duplicate_battle_id`` copy) is no battle, known
     order or not.  The caller appends finalize's own notes (whether the duplicate ids repeat their kept row
-    exactly): replacing them silenced that line for AlpacaEval alone.
+    exactly): replacing them silenced that line for AlpacaEval alone.  ``banded``: the rows the tie band made
+    ties (:func:`_band_ties`), said when a band is given.
     """
     unknown = int(pc.sum(pc.invert(pc.fill_null(result.rows.column("order_known"), True))).as_py() or 0)
     identical = result.dead_by_reason().get(REASON_IDENTICAL_OUTPUTS, 0)
@@ -411,7 +433,7 @@ def _notes(result: ImportResult, options: ImportOptions, unit: str) -> tuple[str
     return (
         f"no time stamps in AlpacaEval annotations: every battle dated {options.default_date.isoformat()} 00:00 UTC",
         f"verdict threshold: preference > 1.5 → generator_2, < 1.5 → generator_1, |p - 1.5| <= {options.tie_band} "
-        "or p == 0 → tie",
+        "or p == 0 → tie" + (f" (the band turned {banded} verdict(s) into ties)" if options.tie_band else ""),
         f"shown order: recovered for {result.rows_converted - unknown} battles; {unknown} battles kept with "
         "order_known = false (listed order; no position information)",
         *unjudged,

@@ -85,7 +85,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     # A glob checked against the files it matches, as refresh does: ``--out`` a day folder of ``day=*/*.parquet``
     # was accepted, and the next audit read its own audit_*.parquet as battles (a missing battle_id).
     if storage.is_pattern(args.input):
-        matched = [m.path for m in resolve_input(args.input).files]
+        matched = [m.path for m in resolve_input(args.input, "--input").files]
         validation.files_outside("--input", args.input, matched, out=args.out)
     # the workers read and write these: never relative to a worker's own working directory
     glob, anchors = storage.launcher_path(args.input), storage.launcher_path(job.anchors)

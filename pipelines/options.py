@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from biasboard.schemas.errors import InputError
+from biasboard.transforms import storage
 
 DEFAULT_LOCAL_RUNNER = "FnApiRunner"
 
@@ -80,7 +81,8 @@ class GivenOnce(argparse.Action):
 
     Why: argparse keeps the last of a repeated flag, so ``--input imp/a --input imp/b`` read imp/b alone and
     published a board without imp/a's rows, without a word.  Folders side by side are one glob
-    (:func:`biasboard.transforms.read.resolve_input`).
+    (:func:`biasboard.transforms.read.resolve_input`).  A path with one slash after its scheme (``gs:/bucket/x``) is
+    refused as it is read (:func:`biasboard.transforms.storage.check_scheme_slashes`).
     """
 
     #: What the refusal advises.
@@ -93,6 +95,8 @@ class GivenOnce(argparse.Action):
         values: str | Sequence[Any] | None,
         option_string: str | None = None,
     ) -> None:
+        if isinstance(values, str):  # (a path: ``--input gs:/bucket/x`` was read as a local folder "gs:")
+            storage.check_scheme_slashes(values, option_string)
         given: dict[str, object] = vars(namespace).setdefault("_given_once", {})
         if self.dest in given:
             twice = f"{option_string} given twice ({given[self.dest]}, then {values})"

@@ -528,6 +528,7 @@ def _refresh_checked(
         counts.rejected_total,
         summary.days.count,
     )
+    _note_unmatched_aliases(aliases, summary)
     timings.stages.update(record.get("timings_s", {}))
 
     manifest = {
@@ -676,11 +677,34 @@ def _same_board(options: RefreshOptions, model_options: Mapping[str, object]) ->
     return same
 
 
+def _note_unmatched_aliases(aliases: AliasMap | None, summary: Summary) -> None:
+    """A note (a log line, not a warning) when no entry of ``--aliases`` renamed a counted row of any day.
+
+    Why: a map that matched nothing (a stale or wrong file, names spelled otherwise than the logs') was silent, only
+    ``renamed: 0`` in summary.json.  A map reused across days may rightly miss some names on some days, so the
+    entries that matched nothing are not listed, and a map any of whose entries renamed a row says nothing.
+    """
+    if aliases is None or not aliases.aliases:
+        return
+    renamed = summary.counts.renamed + (summary.score_counts.renamed if summary.score_counts is not None else 0)
+    if not renamed:
+        _LOG.info(
+            "aliases: none of the %d entries of %s renamed a counted row (renamed: 0 in summary.json); the names it "
+            "maps from are not in the input as written there",
+            len(aliases.aliases),
+            aliases.source,
+        )
+
+
 def _anchors_fingerprint(options: RefreshOptions) -> list[dict] | None:
     """The anchor files' fingerprints (path, size, mtime, checksum): they change when an anchor file does."""
     if not options.anchors:
         return None
-    return [f.fingerprint() for files in read.list_input_days(options.anchors, check=False).values() for f in files]
+    return [
+        f.fingerprint()
+        for files in read.list_input_days(options.anchors, check=False, flag="--anchors").values()
+        for f in files
+    ]
 
 
 #: Bumped when the stored per-day audit partials change form (every day is then audited again).

@@ -234,35 +234,55 @@ def _unconverged_bootstrap_warning(method: str, unconverged: int, replicates: in
 
 
 def _off_centre_bootstrap_warnings(
-    method: str, models: Sequence[str], rating: np.ndarray, low: np.ndarray, high: np.ndarray
+    method: str, models: Sequence[str], rating: np.ndarray, low: np.ndarray, high: np.ndarray, replicates: int
 ) -> list[str]:
-    """A warning naming the models whose published rating lies outside their own bootstrap interval.
+    """A warning naming the models whose published rating lies outside their own bootstrap interval, and why.
 
     Why: on a board of many few-battle voter-judges the replicates' ratings spread away from the fit's (the judges'
     shrinkage changes with each redraw; fresh fits on Poisson-resampled battles too: slope 1.07–1.10 against the
-    MAP at 5,000 voters), and 7 of 30 intervals missed their own ratings with no word."""
+    MAP at 5,000 voters), and 7 of 30 intervals missed their own ratings with no word.  Under :data:`FEW_REPLICATES`
+    replicates the cause is their number (``--bootstrap 1``: every interval is one point), and blaming voter-judges
+    sent the user looking for a cause the board does not have."""
     outside = np.flatnonzero((rating < low) | (rating > high))
     if not outside.size:
         return []
     named = first_few([models[int(i)] for i in outside], 5)
     return [
         f"{_BOARD.get(method, method)} board: {outside.size} of {len(models)} published ratings lie outside their "
-        f"own bootstrap intervals ({named}): the replicates' ratings are spread away from the fit's (as on boards of "
-        "many few-battle voter-judges, whose shrinkage changes with each redraw), so the bootstrap intervals, "
-        "P(top-k) and rank intervals are off-centre; the Laplace intervals (without --bootstrap) are centred on the "
-        "ratings"
+        f"own bootstrap intervals ({named}): {_off_centre_cause(replicates)}"
     ]
 
 
+def _off_centre_cause(replicates: int) -> str:
+    """Why ratings lie outside their bootstrap intervals: too few replicates to place the ends, or spread replicates."""
+    if replicates < FEW_REPLICATES:
+        return (
+            f"{replicates} replicate(s) are too few to place a 95% interval's ends (see the warning on too few "
+            "replicates), so this says nothing of the fit"
+        )
+    return (
+        "the replicates' ratings are spread away from the fit's (as on boards of many few-battle voter-judges, whose "
+        "shrinkage changes with each redraw), so the bootstrap intervals, P(top-k) and rank intervals are off-centre; "
+        "the Laplace intervals (without --bootstrap) are centred on the ratings"
+    )
+
+
 def bootstrap_interval_warnings(
-    method: str, models: Sequence[str], rating: np.ndarray, se: np.ndarray, low: np.ndarray, high: np.ndarray
+    method: str,
+    models: Sequence[str],
+    rating: np.ndarray,
+    se: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    replicates: int,
 ) -> list[str]:
     """The warnings about a board's bootstrap intervals that depend on the rating they are published for: the
     intervals far wider than the Laplace ones (:func:`_wide_bootstrap_warnings`) and the ratings outside their own
-    intervals (:func:`_off_centre_bootstrap_warnings`).  One function for θ's board and for the reference rating's
-    (:func:`~biasboard.ranking.reference.with_rating`), which replaces θ's intervals by φ's and so these warnings."""
+    intervals (:func:`_off_centre_bootstrap_warnings`), of ``replicates`` replicates.  One function for θ's board and
+    for the reference rating's (:func:`~biasboard.ranking.reference.with_rating`), which replaces θ's intervals by φ's
+    and so these warnings."""
     return _wide_bootstrap_warnings(method, models, high - low, se) + _off_centre_bootstrap_warnings(
-        method, models, rating, low, high
+        method, models, rating, low, high, replicates
     )
 
 
@@ -298,7 +318,9 @@ def _assemble(
         boot_lo, boot_hi = percentile_interval(boot_theta)
         ci_low, ci_high, samples, uncertainty = boot_lo, boot_hi, boot_theta, "bootstrap"
         models = problem.data.models
-        diagnostics["warnings"].extend(bootstrap_interval_warnings(method, models, rating, se, boot_lo, boot_hi))
+        diagnostics["warnings"].extend(
+            bootstrap_interval_warnings(method, models, rating, se, boot_lo, boot_hi, len(boot_theta))
+        )
         if boot_unconverged:
             diagnostics["warnings"].append(_unconverged_bootstrap_warning(method, boot_unconverged, len(boot_theta)))
         if len(boot_theta) < FEW_REPLICATES:

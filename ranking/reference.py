@@ -367,13 +367,13 @@ def with_rating(
     else:
         samples = centred_draws(centred, chol, draws, np.random.default_rng(seed), split)
     warnings = list(fit.diagnostics.get("warnings", []))
-    if fit.boot_ci_low is not None and fit.boot_ci_high is not None:
+    if fit.boot_ci_low is not None and fit.boot_ci_high is not None and fit.boot_theta is not None:
         theta_warnings = bootstrap_interval_warnings(
-            fit.method, fit.models, fit.rating, fit.se, fit.boot_ci_low, fit.boot_ci_high
+            fit.method, fit.models, fit.rating, fit.se, fit.boot_ci_low, fit.boot_ci_high, len(fit.boot_theta)
         )
         warnings = [w for w in warnings if w not in theta_warnings]
-    if boot_lo is not None and boot_hi is not None:
-        warnings += bootstrap_interval_warnings(fit.method, fit.models, centred, se, boot_lo, boot_hi)
+    if boot is not None and boot_lo is not None and boot_hi is not None:
+        warnings += bootstrap_interval_warnings(fit.method, fit.models, centred, se, boot_lo, boot_hi, len(boot))
     return replace(
         fit,
         diagnostics={**fit.diagnostics, "warnings": warnings},

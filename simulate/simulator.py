@@ -164,10 +164,14 @@ _EPOCH = dt.date(1970, 1, 1)
 
 _WHOLE = NumberRule(integer=True, low=0)
 _COUNT = NumberRule(integer=True, low=1)
-_SD = NumberRule(low=0.0)
+#: The bound on the logit-scale flags (effects, and the SDs that spread them): at 20 the odds are e²⁰ ≈ 5·10⁸ to 1,
+#: every verdict already certain, and the largest runs stay far from float overflow.  Without it ``--gamma0 1e308``
+#: passed as a finite number, numpy's overflow/invalid-value RuntimeWarnings were printed and every verdict was a tie.
+_LOGIT_BOUND = 20.0
+_SD = NumberRule(low=0.0, high=_LOGIT_BOUND)
 _SHARE = NumberRule(low=0.0, high=1.0)
 _CORRELATION = NumberRule(above=-1.0, below=1.0)
-_EFFECT = NumberRule()
+_EFFECT = NumberRule(low=-_LOGIT_BOUND, high=_LOGIT_BOUND)
 
 #: The config's fields a ``biasboard simulate`` flag sets, with the flag and what it accepts: the CLI reads each
 #: flag with its rule (``--seed -1`` and ``--sd-u -1`` were tracebacks from numpy, ``--gamma0 inf`` NaN verdicts)
@@ -497,16 +501,20 @@ class Chunk:
     bad_scores: int
 
 
-def _split(total: int, parts: int) -> list[int]:
+def _split(total: int, parts: int) -> Iterator[int]:
+    """``total`` in ``parts`` near-equal whole parts, one at a time (a list of them grew with the input)."""
     base, extra = divmod(total, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
+    return (base + (1 if i < extra else 0) for i in range(parts))
 
 
-def plan(config: SimulationConfig) -> list[Chunk]:
-    """Every chunk of the run in write order; counts here are the truth's counts."""
+def plan(config: SimulationConfig) -> Iterator[Chunk]:
+    """Every chunk of the run in write order, made as it is needed; counts here are the truth's counts.
+
+    Lazy because ``--battles 99999999999999`` built its list of ~10⁸ chunks first: memory grew by ~70 MB/s and
+    nothing was written.  Now memory holds one chunk whatever the run's size.
+    """
     per_row = 2 if config.both_orders else 1
     total_units = -(-config.battles // per_row)
-    chunks: list[Chunk] = []
     bad_offset = 0
     for day_index, day_units in enumerate(_split(total_units, config.days)):
         max_units = max(1, config.chunk_rows // per_row)
@@ -516,26 +524,24 @@ def plan(config: SimulationConfig) -> list[Chunk]:
             rows = units * per_row
             bad = round(config.bad_rows * rows)
             scores = round(config.scores * rows)
-            chunks.append(
-                Chunk(
-                    day_index=day_index,
-                    chunk_index=chunk_index,
-                    day_chunks=n_chunks,
-                    units=units,
-                    self_units=round(config.self_battles * units),
-                    rows=rows,
-                    row_offset=row_offset,
-                    bad=bad,
-                    bad_offset=bad_offset,
-                    scores=scores,
-                    score_offset=score_offset,
-                    bad_scores=round(config.bad_rows * scores),
-                )
+            bad_scores = round(config.bad_rows * scores)
+            yield Chunk(
+                day_index=day_index,
+                chunk_index=chunk_index,
+                day_chunks=n_chunks,
+                units=units,
+                self_units=round(config.self_battles * units),
+                rows=rows,
+                row_offset=row_offset,
+                bad=bad,
+                bad_offset=bad_offset,
+                scores=scores,
+                score_offset=score_offset,
+                bad_scores=bad_scores,
             )
             row_offset += rows + bad
-            score_offset += scores + chunks[-1].bad_scores
+            score_offset += scores + bad_scores
             bad_offset += bad
-    return chunks
 
 
 def _bad_kinds(chunk: Chunk) -> np.ndarray:
@@ -953,25 +959,33 @@ def _jsonable(value):
     return value
 
 
-def truth(config: SimulationConfig, params: Parameters | None = None) -> dict:
-    """Everything needed to score a fit, and the exact row counts of the run (no data drawn)."""
-    params = params or draw_parameters(config)
-    chunks = plan(config)
-    per_row = 2 if config.both_orders else 1
-    bad_counts = dict.fromkeys(BAD_ROW_REASONS, 0)
+def _plan_totals(config: SimulationConfig) -> dict:
+    """The plan's row counts summed in one pass over its lazy chunks (memory stays one chunk's, whatever the run)."""
+    totals: dict = dict.fromkeys(("units", "self_units", "identical", "rows", "scores", "bad_scores"), 0)
+    totals["bad_kinds"] = np.zeros(len(BAD_ROW_REASONS), dtype=np.int64)
     per_day: dict[str, dict[str, int]] = {}
-    for chunk in chunks:
-        kinds = np.bincount(_bad_kinds(chunk), minlength=len(BAD_ROW_REASONS))
-        for reason, count in zip(BAD_ROW_REASONS, kinds, strict=True):
-            bad_counts[reason] += int(count)
+    for chunk in plan(config):
+        totals["bad_kinds"] += np.bincount(_bad_kinds(chunk), minlength=len(BAD_ROW_REASONS))
         day = per_day.setdefault(day_of(config, chunk.day_index).isoformat(), {"rows": 0, "valid": 0, "bad": 0})
         day["rows"] += chunk.rows + chunk.bad
         day["valid"] += chunk.rows
         day["bad"] += chunk.bad
-    self_units = sum(c.self_units for c in chunks)
-    identical = sum(round(config.self_identical * c.self_units) for c in chunks)
-    valid = sum(c.rows for c in chunks)
-    bad_total = sum(bad_counts.values())
+        totals["units"] += chunk.units
+        totals["self_units"] += chunk.self_units
+        totals["identical"] += round(config.self_identical * chunk.self_units)
+        totals["rows"] += chunk.rows
+        totals["scores"] += chunk.scores
+        totals["bad_scores"] += chunk.bad_scores
+    return {**totals, "per_day": per_day}
+
+
+def truth(config: SimulationConfig, params: Parameters | None = None) -> dict:
+    """Everything needed to score a fit, and the exact row counts of the run (no data drawn)."""
+    params = params or draw_parameters(config)
+    per_row = 2 if config.both_orders else 1
+    totals = _plan_totals(config)
+    bad_counts = dict(zip(BAD_ROW_REASONS, totals.pop("bad_kinds").tolist(), strict=True))
+    valid, bad_total = totals["rows"], sum(bad_counts.values())
     family = params.family_names
     z, mu = _centred(params.theta), _centred(params.mu)
     spread = np.sqrt(np.sum(z**2) * np.sum(mu**2))
@@ -1074,15 +1088,15 @@ def truth(config: SimulationConfig, params: Parameters | None = None) -> dict:
         "counts": {
             "rows": valid + bad_total,
             "valid": valid,
-            "units": sum(c.units for c in chunks),
-            "self_battles": self_units * per_row,
-            "identical_self_battles": identical * per_row,
+            "units": totals["units"],
+            "self_battles": totals["self_units"] * per_row,
+            "identical_self_battles": totals["identical"] * per_row,
             "bad_rows": bad_counts,
             "bad_total": bad_total,
-            "score_rows": sum(c.scores + c.bad_scores for c in chunks),
-            "score_valid": sum(c.scores for c in chunks),
-            "score_bad_rows": {REASON_BAD_SCORE: sum(c.bad_scores for c in chunks)},
-            "per_day": per_day,
+            "score_rows": totals["scores"] + totals["bad_scores"],
+            "score_valid": totals["scores"],
+            "score_bad_rows": {REASON_BAD_SCORE: totals["bad_scores"]},
+            "per_day": totals["per_day"],
         },
         "layout": {
             "battles": "battles/day=YYYY-MM-DD/part-00000.parquet",

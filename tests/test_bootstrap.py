@@ -362,16 +362,31 @@ def test_a_95_percent_percentile_interval_of_100_replicates_holds_95_percent() -
 def test_ratings_outside_their_own_bootstrap_intervals_are_named() -> None:
     """On 4,995 voter-judges 7 of 30 published ratings lay outside their own 95% bootstrap intervals (the replicates
     spread away from the MAP, slope 1.07), with no word; such ratings are named now, and none is when all lie in."""
-    from biasboard.ranking.fit import _off_centre_bootstrap_warnings
+    from biasboard.ranking.fit import FEW_REPLICATES, _off_centre_bootstrap_warnings
 
     models = ("a", "b", "c")
     rating = np.array([1.0, 0.0, -1.0])
-    inside = _off_centre_bootstrap_warnings("bias_aware", models, rating, rating - 0.2, rating + 0.2)
+    inside = _off_centre_bootstrap_warnings("bias_aware", models, rating, rating - 0.2, rating + 0.2, FEW_REPLICATES)
     low = rating + np.array([0.1, -0.2, 0.05])  # a and c above their intervals' lower ends
-    (said,) = _off_centre_bootstrap_warnings("bias_aware", models, rating, low, rating + 0.3)
+    (said,) = _off_centre_bootstrap_warnings("bias_aware", models, rating, low, rating + 0.3, FEW_REPLICATES)
     assert inside == [] and said.startswith(
         "corrected board: 2 of 3 published ratings lie outside their own bootstrap intervals (a, c)"
     )
+    assert "few-battle voter-judges" in said
+
+
+def test_ratings_outside_intervals_of_too_few_replicates_are_not_blamed_on_voters() -> None:
+    """``refresh --bootstrap 1``: every interval is one replicate's point, so ratings lay outside them, and the warning
+    blamed "few-battle voter-judges" on a board with none.  Below the too-few-replicates warning's threshold the cause
+    it names is the replicates' number; the board still names the ratings outside."""
+    from biasboard.ranking.fit import FEW_REPLICATES, fit_leaderboards
+
+    problem, _ = _dense()
+    for board in fit_leaderboards(problem.data, config=ModelConfig(profile=False, bootstrap=1)):
+        warnings = board.diagnostics["warnings"]
+        (outside,) = [w for w in warnings if "outside their own bootstrap intervals" in w]
+        assert "voter" not in outside and "1 replicate(s) are too few to place a 95% interval's ends" in outside
+        assert any(f"use --bootstrap {FEW_REPLICATES} or more" in w for w in warnings)
 
 
 def test_replicates_that_stop_short_of_the_tolerance_are_counted_and_warned_about(monkeypatch):

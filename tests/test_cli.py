@@ -194,15 +194,15 @@ def test_demo_and_plan_numbers_are_refused_in_one_line_naming_the_flag(argv, sai
     [
         (["simulate", "--battles", "abc"], "--battles must be a whole number, at least 1, got 'abc'"),
         (["simulate", "--seed", "-1"], "--seed must be at least 0, got -1"),  # was numpy's traceback
-        (["simulate", "--sd-u", "-1"], "--sd-u must be at least 0, got -1"),  # was numpy's traceback
-        (["simulate", "--gamma0", "inf"], "--gamma0 must be a finite number, got inf"),  # was NaN verdicts, exit 0
+        (["simulate", "--sd-u", "-1"], "--sd-u must be a number in [0, 20], got -1"),  # was numpy's traceback
+        (["simulate", "--gamma0", "inf"], "--gamma0 must be a number in [-20, 20], got inf"),  # was NaN verdicts
         (["simulate", "--grades", "1000"], "--grades must be from 2 to 100, got 1000"),  # the ingest rejected them all
         (["simulate", "--start-date", "2099-12-30", "--days", "5"], "--start-date 2099-12-30 with --days 5: the days"),
         # past 9999-12-31: OverflowError's traceback before the range check could refuse it
         (["simulate", "--start-date", "9999-12-31", "--days", "3"], "--start-date 9999-12-31 with --days 3: the days"),
         (["simulate", "--days", "999999999"], "--start-date 2024-01-01 with --days 999999999: the days"),
-        (["simulate", "--theta-sd", "nan"], "--theta-sd must be a finite number, at least 0, got nan"),
-        (["simulate", "--sd-u", "inf"], "--sd-u must be a finite number, at least 0, got inf"),  # was "at least 0"
+        (["simulate", "--theta-sd", "nan"], "--theta-sd must be a number in [0, 20], got nan"),
+        (["simulate", "--sd-u", "inf"], "--sd-u must be a number in [0, 20], got inf"),  # was "at least 0"
         (["simulate", "--hubs", "1.5"], "--hubs must be a whole number, at least 0, got '1.5'"),
         (["simulate", "--self-identical", "2"], "--self-identical must be a number in [0, 1], got 2"),
         (["simulate", "--categories", "9"], "--categories must be from 0 to 6, got 9"),

@@ -399,6 +399,35 @@ def test_alpacaeval_preference_threshold():
     assert banded[6] == "tie"
 
 
+def _threshold_note(result) -> str:
+    return next(n for n in result.notes if n.startswith("verdict threshold:"))
+
+
+def test_alpacaeval_tie_band_note_counts_the_ties_it_made(tmp_path):
+    """The note said the rule alone: ``--tie-band 0.2`` on AlpacaEval 1 (preferences 1, 1.5 and 2 only) read as if it
+    had widened the ties, where it made none.  It counts the battles written that the band, not 1.5, made ties (a
+    dead-lettered row's verdict is no battle: not counted)."""
+    alpaca_1 = import_path("alpacaeval", real_data(*REAL_LAYOUT, "alpaca-7b"), ImportOptions(tie_band=0.2))
+    assert _threshold_note(alpaca_1).endswith(
+        "|p - 1.5| <= 0.2 or p == 0 → tie (the band turned 0 verdict(s) into ties)"
+    )
+    prefs = [1.0, 1.6, 1.4, 1.5, 0.0, 2.0, 1.75, 1.45, None]  # 1.6, 1.4 and 1.45 are the band's; 1.45 comes twice
+    records = [
+        {"instruction": f"q{i}", "output_1": "a", "output_2": "b", "generator_1": "base", "generator_2": "m",
+         "annotator": "weighted_alpaca_eval_gpt4_turbo", "preference": p}
+        for i, p in enumerate(prefs)
+    ] + [{"instruction": "q7", "output_1": "a", "output_2": "b", "generator_1": "base", "generator_2": "m",
+          "annotator": "weighted_alpaca_eval_gpt4_turbo", "preference": 1.45}]  # fmt: skip
+    (tmp_path / "annotations.json").write_text(json.dumps(records))
+    banded = import_path("alpacaeval", tmp_path / "annotations.json", ImportOptions(tie_band=0.2))
+    strict = import_path("alpacaeval", tmp_path / "annotations.json")
+    assert banded.dead_by_reason() == {REASON_NO_VERDICT: 1, REASON_DUPLICATE_ID: 1}
+    assert _threshold_note(banded).endswith("(the band turned 3 verdict(s) into ties)")
+    ties = [pl.from_arrow(r.rows)["winner"].eq("tie").sum() for r in (banded, strict)]
+    assert ties == [5, 2]  # the written ties: the strict rule's plus the band's
+    assert _threshold_note(strict).endswith("or p == 0 → tie")  # no band: the rule alone, as before
+
+
 def test_alpacaeval_shown_order_from_recovered_rows():
     path = real_data("alpacaeval", "annotations_weighted_alpaca_eval_gpt4_turbo.jsonl.gz")
     result = import_path("alpacaeval", path)

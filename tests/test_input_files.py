@@ -16,6 +16,7 @@ import pytest
 from biasboard.pipelines import cli
 from biasboard.pipelines.backfill import run_backfill
 from biasboard.schemas.errors import InputError
+from biasboard.transforms import storage
 from biasboard.transforms.read import day_of_path, list_input_days, match_files
 from biasboard.transforms.state import read_day_manifest
 
@@ -347,3 +348,33 @@ def test_a_simulation_folder_as_input_leaves_its_grades_to_scores(tmp_path: Path
         str(tmp_path / "o2"),
     ]
     assert cli.main(again) == 2 and "it is a score file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--input", "--scores", "--anchors"])
+def test_a_glob_that_matches_nothing_names_its_flag(tmp_path: Path, capsys, flag: str):
+    """ "no input files match" named the path alone: with --input, --scores and --anchors on one line, the user had
+    to tell which flag it was (``--scores`` was listed beside ``--input`` first, so it did not even come second)."""
+    write(tmp_path / "logs" / f"day={D1}" / "part-00000.parquet", battles(4))
+    given = {"--input": str(tmp_path / "logs"), flag: str(tmp_path / "nowhere" / "*.parquet")}
+    argv = ["refresh", "--state", str(tmp_path / "st"), "--out", str(tmp_path / "out"), "--bootstrap", "0"]
+    assert cli.main([*argv, *(part for pair in given.items() for part in pair)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"{flag} {tmp_path / 'nowhere' / '*.parquet'}: no input files match") and "\n" not in err
+
+
+@pytest.mark.parametrize("flag", ["--input", "--scores", "--state"])
+def test_a_bucket_url_with_one_slash_is_refused_with_the_url_meant(tmp_path: Path, capsys, monkeypatch, flag: str):
+    """``gs:/bucket/x`` was read as a local folder "gs:" (an input: "no input files match"; --state or --out: written
+    on this machine); it is refused as the flag is read, saying ``gs://`` is probably meant."""
+    monkeypatch.chdir(tmp_path)  # where a local folder "gs:" would be made
+    given = {"--input": str(tmp_path), "--state": str(tmp_path / "st"), flag: "gs:/bucket/x"}
+    argv = ["refresh", "--out", str(tmp_path / "out"), *(part for pair in given.items() for part in pair)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        f"{flag} gs:/bucket/x: one slash after 'gs:' is read as a local path; gs://bucket/x is probably meant"
+    )
+    assert not (tmp_path / "gs:").exists()
+    with pytest.raises(InputError, match=r"^s3:/b: one slash after 's3:' .* s3://b is probably meant$"):
+        storage.launcher_path("s3:/b")  # a caller of the job's function, without a flag
+    assert storage.launcher_path("gs://bucket/x") == "gs://bucket/x"

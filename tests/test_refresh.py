@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+import logging
 import os
 import re
 import shutil
@@ -955,3 +956,23 @@ def test_aliases_rename_the_anchors_as_they_rename_the_battles(sim, tmp_path):
     assert plain.summary.reference is not None
     before = pl.read_parquet(_snapshot(tmp_path / "out0") / "audit_judges.parquet")
     assert judges["gold_n_labeled"].to_list() == before["gold_n_labeled"].to_list()
+
+
+def test_an_alias_map_that_renames_nothing_is_noted(sim, tmp_path, caplog):
+    """An ``--aliases`` map none of whose entries matched a name was silent (only ``renamed: 0`` in summary.json): a
+    stale file, or names spelled otherwise than the logs', went unseen.  A note says so; a map that renamed rows
+    says nothing, though some of its entries match nothing (a map reused across days may)."""
+    judge = json.loads((sim / "truth.json").read_text())["judges"][0]["judge"]
+    notes = {}
+    for name, mapping in (("none", {"GPT4-judge": "gpt-4"}), ("some", {judge: "renamed-judge", "GPT4-judge": "x"})):
+        aliases = tmp_path / f"{name}.json"
+        aliases.write_text(json.dumps(mapping))
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="biasboard.pipelines.refresh"):
+            result = refresh(_glob(sim), str(tmp_path / name), str(tmp_path / f"out-{name}"), [],
+                             RefreshOptions(audit=False, bootstrap=0, aliases=str(aliases)))  # fmt: skip
+        notes[name] = ([r.getMessage() for r in caplog.records if r.getMessage().startswith("aliases:")], result)
+    (said,), unmatched = notes["none"]
+    assert said.startswith(f"aliases: none of the 1 entries of {tmp_path / 'none.json'} renamed a counted row")
+    assert unmatched.summary.counts.renamed == 0
+    assert notes["some"][0] == [] and notes["some"][1].summary.counts.renamed > 0

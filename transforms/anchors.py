@@ -79,7 +79,7 @@ def read_anchors(glob: str, family_map: FamilyMap | None = None, aliases: AliasM
     seen = SeenIds()
     parts, counts = [], IngestCounts()
     raters: set[str] = set()
-    for day, files in read.list_input_days(glob).items():
+    for day, files in read.list_input_days(glob, flag="--anchors").items():
         for f, offset, batch in read.day_batches(day, files):
             raters.update(_rater_names(batch, aliases))
             result = partial_cells(as_anchor_rows(batch), family_map, seen, f.path, offset, aliases=aliases)

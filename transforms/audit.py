@@ -475,7 +475,7 @@ def load_anchors(glob: str, aliases: AliasMap | None = None) -> pl.DataFrame:
     """
     frames = []
     seen = SeenIds()  # one id set over every anchor file: a repeated id is a duplicate, a repeated pair is not
-    for day, files in read.list_input_days(glob).items():
+    for day, files in read.list_input_days(glob, flag="--anchors").items():
         for f, offset, batch in read.day_batches(day, files, carry=AUDIT_CARRY):
             checked = validate_battles(
                 batch, seen, source_file=f.path, row_offset=offset, carry=AUDIT_CARRY, aliases=aliases

@@ -147,11 +147,19 @@ def validate_day(day: str, option: str) -> str:
     return _checked_day(day, option, "given", datable=False)  # a range's bound: any day
 
 
-def match_files(glob: str, beside: str | None = None) -> list[InputFile]:
+#: The flag each kind of input file is given with (``--anchors`` are battle-shaped and name their own flag).
+INPUT_FLAGS = {"battle": "--input", "score": "--scores"}
+#: The other input flag, whose glob is read ``beside`` one's (:func:`without_nested`).
+_BESIDE_FLAG = {"--input": "--scores", "--scores": "--input"}
+
+
+def match_files(glob: str, beside: str | None = None, flag: str | None = None) -> list[InputFile]:
     """Files matching ``glob`` (see :func:`resolve_input`), sorted by path, with their fingerprints; ``beside``: the
-    other input flag's glob, whose files are left to it (:func:`without_nested`)."""
+    other input flag's glob, whose files are left to it (:func:`without_nested`); ``flag``: the flag ``glob`` was
+    given with (:data:`INPUT_FLAGS`), named when nothing matches."""
     out = []
-    for m in sorted(without_nested(resolve_input(glob).files, beside), key=lambda m: m.path):
+    files = without_nested(resolve_input(glob, flag).files, beside, _BESIDE_FLAG.get(flag or ""))
+    for m in sorted(files, key=lambda m: m.path):
         try:
             checksum = str(FileSystems.checksum(m.path))
         except Exception as err:  # some file systems have no checksum; size + mtime still fingerprint
@@ -161,18 +169,19 @@ def match_files(glob: str, beside: str | None = None) -> list[InputFile]:
     return out
 
 
-def without_nested(files: list[FileMetadata], beside: str | None) -> list[FileMetadata]:
+def without_nested(files: list[FileMetadata], beside: str | None, flag: str | None = None) -> list[FileMetadata]:
     """``files`` without those the other input flag's glob ``beside`` selects, when that is a part of them.
 
     Why: ``simulate --scores --out SIM`` writes ``SIM/battles`` and ``SIM/scores``, and ``refresh --input SIM --scores
     SIM/scores`` read the grades twice, the second time as battles, and failed saying they are read with
     ``--scores``, which the user had given.  A folder's recursion cannot mean the files another flag names
     explicitly, so they are that flag's alone.  Only a strict part is left out: the same files given to both flags
-    (or files each selects some of) stay, and are refused as the wrong kind of file where they are read.
+    (or files each selects some of) stay, and are refused as the wrong kind of file where they are read.  ``flag``:
+    the one ``beside`` was given with, named when it matches nothing.
     """
     if not beside:
         return files
-    other = {normal_path(m.path) for m in resolve_input(beside).files}
+    other = {normal_path(m.path) for m in resolve_input(beside, flag).files}
     mine = {normal_path(m.path) for m in files}
     if not other < mine:
         return files
@@ -187,7 +196,7 @@ class ResolvedInput:
     imports: list[ImportFolder]
 
 
-def resolve_input(glob: str) -> ResolvedInput:
+def resolve_input(glob: str, flag: str | None = None) -> ResolvedInput:
     """The files and imports ``glob`` names: a folder (every ``*.parquet`` below it, a writer's hidden files aside:
     :func:`_hidden`), a file, a glob of files, or a glob that matches no file but folders (``'imp/*/battles'``),
     read as if each folder were given.
@@ -197,7 +206,9 @@ def resolve_input(glob: str) -> ResolvedInput:
     (:func:`~biasboard.transforms.import_folders.check_agreement`).  A glob that matches files reads those files
     only (``day=*/*`` never reaches into a ``_temporary/`` folder beside them) and names no import: it may select
     only some of a folder's days.  An empty glob (an unset shell variable) is refused rather than read as the
-    root folder, and a folder without Parquet files says so.
+    root folder, and a folder without Parquet files says so.  ``flag``: the flag ``glob`` was given with, named in
+    those refusals ("no input files match" named the path alone: with --input, --scores and --anchors given, the
+    user had to tell which of them it was).
     """
     if not glob.strip():
         raise InputError("the input path is empty (an unset shell variable?): give a folder or a glob of Parquet files")
@@ -216,14 +227,15 @@ def resolve_input(glob: str) -> ResolvedInput:
         hidden = _only_hidden(glob.rstrip("/") + "/**.parquet", glob)
     if hidden is not None:
         raise hidden
+    where = f"{flag} {glob}" if flag else glob
     if not wildcard and _is_folder(glob):
-        raise InputError(f"{glob}: the folder holds no .parquet files")
+        raise InputError(f"{where}: the folder holds no .parquet files")
     if "[" in glob and _is_folder(glob):  # a folder named "in[v2]": the brackets are a character class
         raise InputError(
-            f"{glob}: no input files match: '[' starts a character class in a glob, and the readers take paths as "
+            f"{where}: no input files match: '[' starts a character class in a glob, and the readers take paths as "
             "patterns, so a folder of that name cannot be read; rename it"
         )
-    raise InputError(f"{glob}: no input files match")
+    raise InputError(f"{where}: no input files match")
 
 
 def _folders_input(glob: str) -> ResolvedInput:
@@ -386,7 +398,7 @@ def import_rejections(inputs: Iterable[tuple[str, str | None]]) -> list[ImportRe
     ``reason`` column only: cheap whatever the rows hold."""
     out = []
     for option, glob in inputs:
-        for found in resolve_input(glob).imports if glob else ():
+        for found in resolve_input(glob, option).imports if glob else ():
             if not FileSystems.exists(found.dead_letters):
                 continue
             with open_parquet(found.dead_letters) as reader:
@@ -811,14 +823,17 @@ def list_input_days(
     kind: str = "battle",
     check: bool = True,
     beside: str | None = None,
+    flag: str | None = None,
 ) -> dict[str, list[InputFile]]:
     """Input files grouped by day (sorted), restricted to ``days`` and the inclusive ``day_range``.
 
     Every selected file is checked up front (see :func:`check_file`) when
     ``check`` is true; an undated file is listed under each day its rows fall on.
     ``beside``: the other input flag's glob (``--scores`` for ``--input`` and the reverse), whose files are not
-    this input's when they lie within it (:func:`without_nested`).
+    this input's when they lie within it (:func:`without_nested`).  ``flag``: the flag ``input_glob`` was given
+    with, named when it matches nothing (default: the ``kind``'s, :data:`INPUT_FLAGS`; ``--anchors`` say so).
     """
+    flag = flag or INPUT_FLAGS[kind]
     wanted = set(days) if days is not None else None
     low, high = day_range
 
@@ -826,7 +841,7 @@ def list_input_days(
         return (wanted is None or day in wanted) and (low is None or day >= low) and (high is None or day <= high)
 
     by_day: dict[str, list[InputFile]] = {}
-    for f in match_files(input_glob, beside):
+    for f in match_files(input_glob, beside, flag):
         day = day_of_path(f.path)
         if day is not None:
             if keep(day):

@@ -36,6 +36,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from biasboard.schemas.errors import (
     BucketUnreachable,
+    InputError,
     StateError,
     StorageUnreachable,
     raise_if_unreachable,
@@ -80,6 +81,24 @@ def holds_glob_characters(path: str) -> bool:
     return any(c in path for c in GLOB_CHARACTERS)
 
 
+#: The schemes of Beam's remote file systems, whose URLs take two slashes (``gs://bucket/x``).
+REMOTE_SCHEMES = ("gs", "s3", "hdfs", "azfs")
+
+
+def check_scheme_slashes(path: str | None, flag: str | None = None) -> None:
+    """Refuse ``gs:/bucket/x`` (one slash) in one line, naming ``flag`` when given, with the URL probably meant.
+
+    Why: Beam reads it as a local path (a folder ``gs:`` in the working directory), so an input matched nothing
+    ("no input files match", a path that looked right) and an output would have been written on this machine.
+    """
+    scheme, slash, rest = (path or "").partition(":/")
+    if slash and scheme in REMOTE_SCHEMES and not rest.startswith("/"):
+        where = f"{flag} {path}" if flag else path
+        raise InputError(
+            f"{where}: one slash after '{scheme}:' is read as a local path; {scheme}://{rest} is probably meant"
+        )
+
+
 @overload
 def launcher_path(path: str) -> str: ...
 
@@ -91,7 +110,9 @@ def launcher_path(path: None) -> None: ...
 def launcher_path(path: str | None) -> str | None:
     """``path`` as the launching process means it (absolute locally; None stays None): a path a worker opens or
     writes must not depend on that worker's working directory.  A remote or empty path is left as given (an empty
-    one is refused by name where it is checked, not read as this folder)."""
+    one is refused by name where it is checked, not read as this folder; ``gs:/x`` is refused:
+    :func:`check_scheme_slashes`)."""
+    check_scheme_slashes(path)
     return path if path is None or not path.strip() or is_remote(path) else os.path.abspath(path)
 
 
