@@ -147,13 +147,15 @@ def unused_baseline_note(lines: pl.DataFrame, baseline: str | None) -> list[str]
 
     Why: over a v2 run the flag did nothing without a word, so ``--baseline gpt-4-0314`` on a run judged against
     o3-mini and gemini-2.0-flash read as a board against gpt-4-0314 (``--date`` says the same of a file whose every
-    row is dated)."""
+    row is dated).  No note where every line names the flag's baseline itself: nothing won over it."""
     if not baseline or "baseline" not in lines.columns:
         return []
     named = lines.get_column("baseline").cast(pl.String)
     if named.null_count():
         return []
     own = sorted(named.unique().to_list())
+    if own == [baseline]:
+        return []
     return [
         f"--baseline {baseline} set no line's baseline: every line names its own "
         f"({first_few(own, NAMED_BASELINES)}), which wins over it"

@@ -58,6 +58,16 @@ if TYPE_CHECKING:
 CHUNK_CELLS: int = 1 << 17
 
 
+def _bounds(core: np.ndarray, part: slice | None) -> tuple[int, int]:
+    """(start, stop) of ``part`` of the core (the whole core for None): a slice with both given, as θ's is."""
+    return (0, core.size) if part is None else (part.start, part.stop)
+
+
+def _within(idx: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The mask of the gauge's indices ``idx`` that lie in [lo, hi)."""
+    return (idx >= lo) & (idx < hi)
+
+
 @dataclass(frozen=True)
 class Prior:
     """Independent Gaussian priors on the raw core and the diagonal (prompt) parameters.
@@ -75,16 +85,12 @@ class Prior:
 
     def core_gradient(self, core: np.ndarray, part: slice | None = None) -> np.ndarray:
         """The prior's part of the objective's gradient over the core (gauges included) at ``core``; with ``part``
-        (a slice of the core with a start and stop: θ) only its entries, the same values."""
-        if part is None:
-            g = self.precision * (core - self.mean)
-            for idx, kappa in self.gauges:
-                g[idx] += kappa * float(core[idx].sum())
-            return g
-        lo, hi = part.start, part.stop
-        g = self.precision[part] * (core[part] - self.mean[part])
+        (a slice of the core with a start and stop: θ) only its entries, the same values (one computation for both:
+        the θ-only pass's gradient must be the full pass's bit for bit, :meth:`Objective.theta_pass`)."""
+        lo, hi = _bounds(core, part)
+        g = self.precision[lo:hi] * (core[lo:hi] - self.mean[lo:hi])
         for idx, kappa in self.gauges:
-            inside = idx[(idx >= lo) & (idx < hi)]
+            inside = idx[_within(idx, lo, hi)]
             if inside.size:
                 g[inside - lo] += kappa * float(core[idx].sum())
         return g
@@ -92,10 +98,10 @@ class Prior:
     def part_value(self, core: np.ndarray, part: slice) -> float:
         """The prior's terms that involve the core's entries ``part`` (their Gaussian terms and every gauge that
         reaches them) at ``core``: what changes of the objective's prior when only those entries move."""
-        d = core[part] - self.mean[part]
-        f = 0.5 * float(d @ (self.precision[part] * d))
-        lo, hi = part.start, part.stop
-        reach = [(idx, kappa) for idx, kappa in self.gauges if np.any((idx >= lo) & (idx < hi))]
+        lo, hi = _bounds(core, part)
+        d = core[lo:hi] - self.mean[lo:hi]
+        f = 0.5 * float(d @ (self.precision[lo:hi] * d))
+        reach = [(idx, kappa) for idx, kappa in self.gauges if np.any(_within(idx, lo, hi))]
         return f + sum(0.5 * kappa * float(core[idx].sum()) ** 2 for idx, kappa in reach)
 
     def curvature(self, s: np.ndarray, t: np.ndarray) -> float:

@@ -759,6 +759,27 @@ def test_arena_hard_v2_names_its_baseline_and_skips_a_failed_game(tmp_path):
     assert table.schema.equals(BATTLE_SCHEMA) and table.num_rows == 5
 
 
+def test_a_baseline_flag_the_lines_name_as_their_own_draws_no_note(tmp_path):
+    """``--baseline`` naming the very baseline every line names (the run's own, given as a v0.1 run needs it) set
+    nothing the lines did not: the note that it "set no line's baseline, which wins over it" read as a board against
+    another baseline.  Named when some line's own baseline differs from it."""
+    lines = [
+        {"uid": f"q{i}", "model": "m", "judge": "j", "baseline": "gpt-4-0314",
+         "games": [{"score": "A>B"}, {"score": "B>A"}]}
+        for i in range(2)
+    ]  # fmt: skip
+    path = tmp_path / "model_judgment" / "j" / "m.jsonl"
+    _jsonl(path, lines)
+    result = import_path("arena-hard", path, ImportOptions(baseline="gpt-4-0314"))
+    assert not [n for n in result.notes if n.startswith("--baseline")], result.notes
+    _jsonl(path, [*lines, {**lines[0], "uid": "q9", "baseline": "o3-mini"}])
+    result = import_path("arena-hard", path, ImportOptions(baseline="gpt-4-0314"))
+    assert (
+        "--baseline gpt-4-0314 set no line's baseline: every line names its own (gpt-4-0314, o3-mini), which wins "
+        "over it"
+    ) in result.notes
+
+
 def test_arena_hard_judgments_of_v01_and_v2_code_in_one_folder_keep_each_rows_question(tmp_path):
     """A run continued with v2's code beside judgments written by v0.1's: the v2 file's ``uid`` column was taken for
     every row, so the v0.1 rows' prompt was null, all games of a model in one order shared one id, and all but the

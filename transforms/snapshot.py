@@ -417,14 +417,16 @@ ANCHORS_NOT_FITTED = (
 )
 
 
-#: A reference discrimination a_r (1: the judges' verdict-weighted geometric mean, or the grades' scale beside grades)
+#: A reference discrimination a_r (1: the judges' verdict-weighted geometric mean, the grades' scale beside grades,
+#: or the discrimination of a judge fixed at 1 where one sets the scale: :func:`_discrimination_unit`)
 #: whose whole 95% interval lies below this is warned of: its verdicts follow the comparisons' quality order only
 #: weakly.
 WEAK_REFERENCE: float = 0.25
 
 
 #: What a_r = 1 is, in :func:`weak_reference_warning`: with battles alone the judges' verdict-weighted geometric mean
-#: of a_j is fixed at 1; beside grades the grades set the scale and the a_j are free (it said the judges' mean there).
+#: of a_j is fixed at 1 (unless a judge's a_j fixed at 1 sets the scale: :data:`FIXED_UNIT`); beside grades the
+#: grades set the scale and the a_j are free (it said the judges' mean there).
 JUDGES_UNIT = "1 is the judges' geometric mean, weighted by their verdicts"
 GRADED_UNIT = "1 is the grades' scale"
 #: Where a judge's discrimination fixed at 1 sets the scale (``diagnostics["scale_judges"]``): 1 is that judge's.
