@@ -33,9 +33,11 @@ severities among the globals (``Layout.graders``; few: the LLM judges that grade
 block, and δ, whose Hessian block is diagonal and couples to the globals only (B, n_G × P), is eliminated into
 the globals' Schur complement as the dense path eliminates it: S = H − Σ_j X_jᵀA_j⁻¹X_j − B D⁻¹Bᵀ.
 
-Two couplings reach every judge at once and are kept out of the blocks as rank-one terms, solved by
-Woodbury with extra block solves: the centring of log a_j and, in a likelihood profile, the stiff
-sum-to-zero gauge of the profiled effect's deviations.  The centring (:class:`ScaleGauge`): the dense path
+Three couplings reach every judge at once and are kept out of the blocks as rank-one terms, solved by
+Woodbury with extra block solves: the centring of log a_j, the free log a_j's common mean beside a judge whose
+a_j is fixed (a prior gauge of negative κ: :func:`~biasboard.ranking.problem.free_discrimination_mean`) and, in a
+likelihood profile, the stiff sum-to-zero gauge of the profiled effect's deviations.
+The centring (:class:`ScaleGauge`): the dense path
 has L_j = ρ_j − Σ_k w_k ρ_k (w: each judge's share of the pair verdicts between two different models) with
 the raw ρ's prior p|ρ|²/2, so its iterates keep Σρ_j = 0 and its raw Hessian is Eᵀ(H − P)E + P.  The blocked
 factorisation solves for the effective step t = E s instead, where the blocks are the partials' own: on
@@ -511,7 +513,7 @@ class ArrowHessian:
         v_g, v_j = split(self.lay, v)
         out = join(self.lay, self.H @ v_g + self.xt_judge(v_j), np.einsum("jtu,ju->jt", self.A, v_j) + self.x_glob(v_g))
         for u, kinv in self.low_rank:
-            if kinv > 0:
+            if kinv != 0:  # a penalty (a negative κ too: the free log a_j's common mean); 0 marks a constraint
                 out += u * (u @ v) / kinv
         return out
 

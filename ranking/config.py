@@ -56,6 +56,13 @@ class Priors:
       at 0 so θ keeps the scale of the average verdict's judge (a judge with few verdicts, its a_j mostly this
       prior, does not set it) — on a board of battles alone where no judge's a_j is fixed at 1 (grades, or such a
       judge, set the scale otherwise: docs/design-notes.md, "Scale of θ").
+    - ``discrimination_mean_sd = 2``: where a judge whose a_j is fixed at 1 sets θ's scale, the free judges' log a_j
+      are not centred, and each is ρ_j ~ N(μ_a, ``discrimination_sd``²) about their own common mean μ_a ~ N(0, 2²)
+      (integrated out: :func:`~biasboard.ranking.problem.free_discrimination_mean`), not about the fixed judge's 0.
+      Wide on purpose: the free judges may share a discrimination far from the fixed judge's, and a prior about 0
+      shrank them all toward it (one fixed judge at a = 1 beside three at 1.5, 1,000 verdicts each, 400 seeds:
+      log a_j 0.058 low on average, their 95% intervals covering 0.877 and θ's 0.926; now +0.007, 0.931 and 0.939 —
+      docs/design-notes.md, "Scale of θ").
     - ``severity_sd = 1`` (α_j), ``difficulty_sd = 1`` (δ_p), ``threshold_sd = 2``
       (τ_k) for the ordinal many-facet Rasch part; weighted with the grades, 2(1 − ω), at ω ≠ 0.5, as is
       ``theta_sd`` for a model graded but in no battle (:func:`~biasboard.ranking.problem.weigh_grades_prior`).
@@ -74,6 +81,7 @@ class Priors:
     tie_mean: float = 0.0
     tie_sd: float = 2.0
     discrimination_sd: float = 0.3
+    discrimination_mean_sd: float = 2.0
     severity_sd: float = 1.0
     difficulty_sd: float = 1.0
     threshold_sd: float = 2.0

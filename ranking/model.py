@@ -188,7 +188,9 @@ class Spec:
     @cached_property
     def scale_set_by_fixed_judge(self) -> bool:
         """Whether a judge with pair verdicts has its a_j fixed at 1 (discrimination off) beside judges whose a_j is
-        free: that judge's verdicts then set θ's scale, and the free log a_j are left uncentred (L_j = ρ_j).
+        free: that judge's verdicts then set θ's scale, and the free log a_j are left uncentred (L_j = ρ_j), shrunk
+        toward their own common mean rather than the fixed judge's 0
+        (:func:`~biasboard.ranking.problem.free_discrimination_mean`).
 
         Why not centred as well: fixing the free judges' weighted mean of log a_j at 0 on top of a_k = 1 is a
         restriction of the model, not a convention — it forces their discriminations to average the fixed judge's

@@ -190,9 +190,9 @@ class Problem:
         theta = np.arange(lay.n_models)
         if self.spec.tied is not None and self.spec.tied[block].any():
             # The global level is the reference's own effect: deviations are measured from it, no gauge.
-            return replace(self.prior, precision=precision, gauges=((theta, 1.0),))
+            return replace(self.prior, precision=precision, gauges=(*self.prior.gauges, (theta, 1.0)))
         stiff = 1e4 * max(1.0, float(np.max(self.prior.precision)))
-        return replace(self.prior, precision=precision, gauges=((theta, 1.0), (on, stiff)))
+        return replace(self.prior, precision=precision, gauges=(*self.prior.gauges, (theta, 1.0), (on, stiff)))
 
 
 def naive_problem(data: Dataset, theta_sd: float | None, component: np.ndarray | None = None) -> Problem:
@@ -384,12 +384,32 @@ def bias_aware_problem(data: Dataset, config: ModelConfig) -> Problem:
         precision,
         np.zeros(lay.n_prompts),
         np.full(lay.n_prompts, 1.0 / pr.difficulty_sd**2),
+        gauges=free_discrimination_mean(spec, pr),
     )
     if has_ord:
         prior = weigh_grades_prior(prior, lay, w_ord, models_without_battles(pairs, m))
     if not has_ord and scores is not None:
         data = replace(data, scores=None)
     return Problem(data, lay, spec, prior, notes, untied_precision=untied, severity_group=severity_group)
+
+
+def free_discrimination_mean(spec: Spec, priors: Priors) -> tuple[tuple[np.ndarray, float], ...]:
+    """The prior's rank-one term that lets the free log a_j shrink toward their own common mean, where a judge whose
+    a_j is fixed at 1 sets θ's scale (:attr:`~biasboard.ranking.model.Spec.scale_set_by_fixed_judge`); () otherwise.
+
+    Why: those ρ_j are not centred, and each one's prior N(0, sd²) alone pulls every free judge toward a = 1, the
+    fixed judge's value, though they may share a discrimination far from it.  The hierarchical model
+    ρ_j = μ_a + e_j, e_j ~ N(0, sd²), μ_a ~ N(0, sd_μ²) (``Priors.discrimination_mean_sd``), with μ_a integrated
+    out, is ρ ~ N(0, sd² I + sd_μ² 11ᵀ) over the n free judges: precision (I + κ sd² 11ᵀ)/sd² with
+    κ = −1 / (sd² (n + sd²/sd_μ²)) — the diagonal prior already there plus one gauge of negative κ over their ρ_j.
+    The MAP and the Laplace covariance are the explicit μ_a's (a Gaussian integrated exactly), with no new
+    parameter in the layout, so both solvers take it as they take any gauge."""
+    if not spec.scale_set_by_fixed_judge:
+        return ()
+    lay = spec.layout
+    free = lay.block(DISC).start + np.flatnonzero(spec.masks[DISC] > 0)
+    sd2, ratio = priors.discrimination_sd**2, (priors.discrimination_sd / priors.discrimination_mean_sd) ** 2
+    return ((free, -1.0 / (sd2 * (free.size + ratio))),)
 
 
 def _severity_groups(data: Dataset, graders: np.ndarray, notes: JudgeNotes) -> np.ndarray | None:

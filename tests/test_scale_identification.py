@@ -19,18 +19,19 @@ import pytest
 from biasboard.ranking import ModelConfig, fit_bias_aware
 from biasboard.ranking.data import build_dataset
 from biasboard.ranking.fit import solve_bias_aware
-from biasboard.ranking.model import DISC
+from biasboard.ranking.model import DISC, POS
 from biasboard.ranking.oracle import true_scale
 from biasboard.ranking.problem import bias_aware_problem
 from biasboard.ranking.reference import Reference, fit_with_reference
 from biasboard.ranking.reference_rating import discrimination_row
+from biasboard.ranking.solver import newton_factor
 from biasboard.ranking.stream import TableBuckets, stream_dataset
 from biasboard.schemas.cells import conform_pair_cells
 from biasboard.schemas.families import FamilyMap
 from biasboard.simulate import SimulationConfig, simulate_days, truth
 from biasboard.transforms.cells import merge_batches, partial_cells
 
-from tests.test_judge_blocks import TOL, _assert_judge_variances, _both
+from tests.test_judge_blocks import TOL, _assert_judge_variances, _both, _same_tables
 from tests.test_ranking_model import _cells
 from tests.test_ranking_recovery import FAST
 
@@ -273,6 +274,7 @@ def test_the_judge_blocked_solver_leaves_the_scale_to_a_fixed_judge_as_the_dense
     data = build_dataset(_cells(np.random.default_rng(3), models=8, judges=5, cells=500))
     (pd, sd, cd), (_, sb, cb) = _both(data, profile=False, disabled=FIXED)
     assert pd.spec.scale_set_by_fixed_judge and pd.spec.disc_centring() is None
+    assert len(pd.prior.gauges) == 1  # the free log a_j's common mean: a rank-one term across every judge's block
     assert np.max(np.abs(sd.core - sb.core)) < TOL
     theta = pd.layout.theta
     assert np.max(np.abs(cd[theta, theta] - cb.block(theta))) < TOL
@@ -293,3 +295,57 @@ def test_a_judge_of_self_battles_alone_has_no_weight_in_the_scale():
     assert np.polyfit(KNOWN_THETA, theta, 1)[0] == pytest.approx(1.5, abs=0.1)
     judges = {f"judge-{j}": {"a": float(v)} for j, v in enumerate(KNOWN_A)}
     assert true_scale(cells, judges) == pytest.approx(1.5)
+
+
+def test_the_free_discriminations_beside_a_fixed_judge_shrink_toward_their_own_mean():
+    """judge-0's a fixed at 1 beside three judges of true a = 1.5, 1,000 verdicts each, 40 seeds.  Each free log a_j's
+    prior N(0, 0.3²) pulled it toward the fixed judge's 0: log a_j 0.058 low on average, θ stretched by 1.050, their
+    95% intervals covering 0.877 and θ's 0.926 (400 seeds).  They now shrink toward their own common mean
+    (``Priors.discrimination_mean_sd``, :func:`~biasboard.ranking.problem.free_discrimination_mean`): +0.007, θ's
+    slope 0.999, covering 0.931 and 0.939 (docs/design-notes.md, "Scale of θ")."""
+    config = replace(ONLY_DISC, disabled=ONLY_DISC.disabled | FIXED)
+    errors, slopes = [], []
+    for seed in range(40):
+        theta, a, _ = _fit_known(build_dataset(_known_a_cells(seed, verdicts=1000)), config)
+        errors.append(np.log(a[1:] / 1.5))
+        slopes.append(np.polyfit(KNOWN_THETA, theta, 1)[0])
+    assert abs(float(np.mean(errors))) < 0.02, np.mean(errors)
+    assert float(np.mean(slopes)) == pytest.approx(1.0, abs=0.015)
+
+
+def test_only_a_board_with_a_fixed_judge_has_the_free_discriminations_common_mean():
+    """The common mean's term is one gauge of negative κ over the free judges' ρ_j where a fixed judge sets θ's
+    scale; a board without one keeps the prior it had (no gauge), so its fit is unchanged."""
+    data = build_dataset(_known_a_cells(0, verdicts=1000))
+    assert bias_aware_problem(data, ONLY_DISC).prior.gauges == ()
+    problem = bias_aware_problem(data, replace(ONLY_DISC, disabled=ONLY_DISC.disabled | FIXED))
+    ((at, kappa),) = problem.prior.gauges
+    assert list(at - problem.layout.block(DISC).start) == [1, 2, 3]
+    sd2, sd_mu2 = 0.3**2, 2.0**2
+    assert kappa == pytest.approx(-1.0 / (sd2 * (3 + sd2 / sd_mu2)))
+    # a likelihood profile frees θ and the profiled deviations, not the free a_j's common mean (it was replaced)
+    assert problem.profile_prior(POS).gauges[0] is problem.prior.gauges[0]
+
+
+def test_the_blocked_fit_with_a_fixed_judge_publishes_the_dense_tables():
+    """Ratings, bootstrap, bias table and profile ranges agree between the solvers with judge-0's a fixed: the free
+    log a_j's common mean is a rank-one term of negative κ in the blocked path (Woodbury), kept under a profile's
+    own gauges (:meth:`~biasboard.ranking.problem.Problem.profile_prior`)."""
+    data = build_dataset(_cells(np.random.default_rng(3), models=7, judges=6, cells=400))
+    _same_tables(data, lambda r: 1e-6, disabled=FIXED)
+
+
+def test_the_blocked_hessian_product_keeps_the_free_discriminations_common_mean():
+    """sᵀHs from the blocked Hessian's product equals −gᵀs − μ‖s‖² from its solve of (H + μI)s = −g with judge-0's
+    a fixed: the product counts the common mean's negative-κ term as the factorisation does (it counted only
+    positive κ, a profile's stiff gauge, and was off by κ(Σ_free s)²)."""
+    data = build_dataset(_cells(np.random.default_rng(6), models=7, judges=9, cells=400))
+    config = ModelConfig(judge_solver="blocked", disabled=FIXED)
+    problem = bias_aware_problem(data, config)
+    assert problem.prior.gauges and problem.prior.gauges[0][1] < 0
+    core = solve_bias_aware(problem, config).core + np.random.default_rng(0).normal(0.0, 0.05, problem.layout.n_core)
+    ev = problem.objective().evaluate(core, np.zeros(0))
+    for mu in (0.0, 0.3, 30.0):
+        s, _ = newton_factor(ev, np.ones(core.size, bool), mu).solve(ev.g, np.zeros(0))
+        curvature = float(s @ ev.H.matvec(s))
+        assert abs(curvature - (-float(ev.g @ s) - mu * float(s @ s))) < 1e-9 * abs(curvature), mu
