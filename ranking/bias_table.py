@@ -278,7 +278,9 @@ def judge_prior_var(problem: Problem) -> np.ndarray:
     and the excess's (SD 2): a reference judge's length was "identified" on two cells beside the global row, the
     same number with the same interval, saying "not identified".  log a_j centred over n judges and a severity
     measured from the mean of its G graders have prior variance σ²(1 − 1/n) and σ²(1 − 1/G): with two judges
-    σ²/2, so measured against σ² any data at all (35 battles of one of them) made both a_j "identified"."""
+    σ²/2, so measured against σ² any data at all (35 battles of one of them) made both a_j "identified".  The free
+    log a_j beside a judge whose a_j is fixed at 1 are uncentred and share a common mean: each is measured against its
+    prior given the other free judges' (:func:`_given_the_other_free_judges`)."""
     lay, spec = problem.layout, problem.spec
     out = np.zeros((lay.n_blocks, lay.n_judges))
     for t in range(lay.n_blocks):
@@ -290,9 +292,27 @@ def judge_prior_var(problem: Problem) -> np.ndarray:
     if centred is not None:  # L_j = ρ_j − Σ w_k ρ_k: prior variance σ²((1 − w_j)² + Σ_{k≠j} w_k²)
         on, w = centred
         out[DISC, on] *= 1.0 - 2.0 * w + w @ w
+    _given_the_other_free_judges(problem, out[DISC])
     for group in severity_groups(problem):
         out[SEV, group] *= 1.0 - 1.0 / group.size
     return out
+
+
+def _given_the_other_free_judges(problem: Problem, disc_var: np.ndarray) -> None:
+    """``disc_var`` (per judge, σ² on entry) with each free log a_j beside a fixed judge measured against
+    Var(ρ_j | the other free ρ_k) = 1 / (1/σ² + κ): the diagonal of the prior's precision, its common mean's
+    negative-κ gauge included (:func:`~biasboard.ranking.problem.free_discrimination_mean`); no change elsewhere.
+
+    Why: there ρ_j = μ_a + e_j, μ_a ~ N(0, sd_μ²), so ρ_j's own verdicts must halve σ² plus what the other free
+    judges leave unknown of μ_a.  Against σ² alone a lone free judge (its prior N(0, σ² + sd_μ²) = N(0, 2.02²)),
+    60 verdicts beside a fixed judge's 1,000, was "prior-selected" on every simulated board though its estimate
+    followed its own truth (slope 1.1); against the whole marginal σ² + sd_μ² a free judge of self-battles alone,
+    its a_j read from the others' mean, was "identified" on every board (docs/design-notes.md, "Identified")."""
+    start = problem.layout.block(DISC).start
+    for at, kappa in problem.prior.gauges:
+        judges = at - start
+        if judges.size and judges.min() >= 0 and judges.max() < disc_var.size:  # a gauge over log a_j alone
+            disc_var[judges] = 1.0 / (1.0 / disc_var[judges] + kappa)
 
 
 def severity_groups(problem: Problem) -> list[np.ndarray]:

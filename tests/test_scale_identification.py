@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from biasboard.ranking import ModelConfig, fit_bias_aware
+from biasboard.ranking.bias_table import PRIOR_SELECTED, judge_prior_var
 from biasboard.ranking.data import build_dataset
 from biasboard.ranking.fit import solve_bias_aware
 from biasboard.ranking.model import DISC, POS
@@ -145,10 +146,14 @@ FIXED = frozenset({("judge-0", "discrimination")})
 
 
 def _known_a_cells(
-    seed: int, a: np.ndarray = KNOWN_A, verdicts: int = 5000, per_cell: int = 20, selves: tuple[int, ...] = ()
+    seed: int,
+    a: np.ndarray = KNOWN_A,
+    verdicts: int | np.ndarray = 5000,
+    per_cell: int = 20,
+    selves: tuple[int, ...] = (),
 ) -> pa.Table:
-    """Pair cells of judges j with P(a beats b) = σ(a_j (θ_a − θ_b)), ``verdicts`` each in cells of ``per_cell``;
-    the judges ``selves`` judge self-battles only (a model against itself: even odds, whatever a_j)."""
+    """Pair cells of judges j with P(a beats b) = σ(a_j (θ_a − θ_b)), ``verdicts`` each (or per judge) in cells of
+    ``per_cell``; the judges ``selves`` judge self-battles only (a model against itself: even odds, whatever a_j)."""
     rng = np.random.default_rng(seed)
     cells = verdicts // per_cell
     j = np.repeat(np.arange(a.size), cells)
@@ -349,3 +354,48 @@ def test_the_blocked_hessian_product_keeps_the_free_discriminations_common_mean(
         s, _ = newton_factor(ev, np.ones(core.size, bool), mu).solve(ev.g, np.zeros(0))
         curvature = float(s @ ev.H.matvec(s))
         assert abs(curvature - (-float(ev.g @ s) - mu * float(s @ s))) < 1e-9 * abs(curvature), mu
+
+
+def _discrimination_rows(data, config: ModelConfig) -> pl.DataFrame:
+    """The bias table's per-judge discrimination rows, in judge order."""
+    bias = fit_bias_aware(data, config=config).bias
+    return bias.filter((pl.col("effect") == "discrimination") & (pl.col("judge") != "*")).sort("judge")
+
+
+def test_a_lone_free_discrimination_beside_a_fixed_judge_is_identified_by_its_own_verdicts():
+    """judge-0's a fixed at 1 (1,000 verdicts) beside judge-1 (true a = 1.5, 60 verdicts): judge-1's log a_j has prior
+    N(0, 0.3² + 2²) — its common mean's N(0, 2²) is all its own — and its 60 verdicts set it (over 200 simulated
+    boards its estimate followed its truth with slope 1.1, posterior variance 0.136).  Measured against 0.3² alone it
+    was "prior-selected" on every one of them; now identified, by both solvers."""
+    data = build_dataset(_known_a_cells(4, a=KNOWN_A[:2], verdicts=np.array([1000, 60])))
+    for solver in ("dense", "blocked"):
+        config = replace(ONLY_DISC, disabled=ONLY_DISC.disabled | FIXED, judge_solver=solver)
+        row = _discrimination_rows(data, config).row(1, named=True)
+        assert row["judge"] == "judge-1" and row["ci_low"] < 1.5 < row["ci_high"], row
+        assert row["identified"] and row["note"] == "", (solver, row)
+
+
+def test_a_free_judge_of_self_battles_alone_beside_a_fixed_judge_stays_prior_selected():
+    """Beside a fixed judge and two measured free judges, a free judge of self-battles alone has its a_j from the
+    others' common mean: its posterior variance (σ² plus that mean's) is below half its marginal prior's
+    (σ² + sd_μ²), but nothing of its own moved it, so it is measured against σ² given the others and stays
+    prior-selected; the measured judges are identified."""
+    cells = _known_a_cells(0, verdicts=1000, selves=(3,))
+    rows = _discrimination_rows(build_dataset(cells), replace(ONLY_DISC, disabled=ONLY_DISC.disabled | FIXED))
+    assert rows["identified"].to_list() == [False, True, True, False]  # judge-0's a is fixed (not enabled)
+    assert rows["note"][3] == PRIOR_SELECTED
+
+
+def test_the_free_discriminations_prior_variance_is_given_the_other_free_judges():
+    """Beside a fixed judge, each of n free log a_j is measured against Var(ρ_j | the other free ρ_k) =
+    σ²(n + r)/(n + r − 1), r = σ²/sd_μ² (the prior precision's diagonal, its common mean's gauge included): σ² + sd_μ²
+    for a lone free judge, toward σ² as n grows.  Without a fixed judge the centred formula is unchanged."""
+    sd2, r = 0.3**2, 0.3**2 / 2.0**2
+    fixed = replace(ONLY_DISC, disabled=ONLY_DISC.disabled | FIXED)
+    for a in (KNOWN_A[:2], KNOWN_A):
+        data = build_dataset(_known_a_cells(0, a=a, verdicts=100))
+        n = a.size - 1
+        prior_var = judge_prior_var(bias_aware_problem(data, fixed))[DISC]
+        assert prior_var[0] == 0.0 and prior_var[1:] == pytest.approx(sd2 * (n + r) / (n + r - 1), rel=1e-12)
+    centred = judge_prior_var(bias_aware_problem(build_dataset(_known_a_cells(0, verdicts=100)), ONLY_DISC))[DISC]
+    assert centred == pytest.approx(sd2 * (1 - 2 / 4 + 4 / 16))
