@@ -29,6 +29,8 @@ from biasboard.schemas.summary import GLOBAL_JUDGE
 IDENTIFIED_NATS: float = 2.0
 #: Notes of per-judge rows (the same in the dense loop and the vectorised judge-blocked rows).
 PRIOR_SELECTED = "prior-selected: the data barely move this coefficient from its prior"
+#: The note of a global ('*') row whose effect no judge has on (the judges' rows read ``DISABLED_NOTE``).
+DISABLED_EVERY_JUDGE_NOTE = "disabled for every judge"
 LEVEL_PRIOR_SELECTED = "differences between judges are identified; their common level is prior-selected"
 #: The global effects a full or fast diagnostics run profiles (:data:`~biasboard.ranking.diagnostics.PROFILED`).
 PROFILED = (POS, LEN, AFF)
@@ -180,7 +182,7 @@ def bias_table(
             identified = any_on and bool(informed_by_data(post, sd_glob**2))
             # (the style effects are never profiled: NO_PROFILE_NOTE is for the profiled three without diagnostics)
             note = (
-                "disabled for every judge" if not any_on else NO_PROFILE_NOTE if not profiles and t in PROFILED else ""
+                DISABLED_EVERY_JUDGE_NOTE if not any_on else NO_PROFILE_NOTE if not profiles and t in PROFILED else ""
             )
             if any_on and not identified and not note:
                 note = PRIOR_SELECTED  # (a style feature constant over the battles: its row was the prior's, no word)

@@ -61,7 +61,8 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 from biasboard.ranking.arrowhead import BlockCovariance
-from biasboard.ranking.bias_table import informed_by_data
+from biasboard.ranking.attribution import NOT_APPLIED
+from biasboard.ranking.bias_table import DISABLED_EVERY_JUDGE_NOTE, informed_by_data
 from biasboard.ranking.config import ModelConfig, NaiveConfig
 from biasboard.ranking.data import CellsInput, Dataset, build_dataset, with_judge
 from biasboard.ranking.diagnostics import compare_rankings
@@ -85,7 +86,7 @@ from biasboard.ranking.gate import (
     run_gate,
 )
 from biasboard.ranking.model import DISC, LEN, POS, STYLE_BLOCKS
-from biasboard.ranking.problem import Problem, bias_aware_problem
+from biasboard.ranking.problem import DISABLED_NOTE, Problem, bias_aware_problem
 from biasboard.ranking.rank_stats import ranks_desc
 from biasboard.ranking.reference_rating import (
     RatingMap,
@@ -789,6 +790,7 @@ def fit_with_reference(
     reference = reference or Reference()
     config = config or ModelConfig()
     settings = settings or ReferenceSettings()
+    asked_off = frozenset(config.disabled)  # the caller's own switches: their rows keep "disabled by configuration"
     naive_config = naive_config or NaiveConfig(k=config.k, seed=config.seed, bootstrap=config.bootstrap)
     if isinstance(cells, Dataset):  # coded by the caller (score cells included)
         judge_data = cells
@@ -928,6 +930,8 @@ def fit_with_reference(
     if raters:
         bias = zero_reference_notes(corrected.bias, effects, raters, frozenset(gated_off))
         corrected = replace(corrected, bias=reference_global_notes(bias, effects))
+    if not settings.apply_unidentified:
+        corrected = withheld_notes(corrected, unidentified, asked_off)
     agreement = reference_agreement(problem_pub, corrected_fit, naive, corrected, raters) if raters else []
     # (the judges the agreement could score: not the reference's, and with a battle: :func:`agreement_judges`)
     scored = int((~reference_mask(problem_pub, raters) & (data.judge_sums("n") > 0)).sum())
@@ -949,6 +953,47 @@ def fit_with_reference(
         raters=tuple(sorted(raters)),
         graded_scale=not problem_pub.spec.centre_discrimination,
     )
+
+
+#: Why a correction is off the published board when the data do not identify it: its bias rows' note and the
+#: moves table's reason (:func:`withheld_notes`).
+WITHHELD_NOTE = (
+    "prior-selected: the data do not identify this correction, so the published board does not apply it "
+    "(--apply-unidentified applies it)"
+)
+
+
+def withheld_notes(
+    fit: FitResult, withheld: set[tuple[str, str]], asked_off: frozenset[tuple[str, str]] = frozenset()
+) -> FitResult:
+    """``fit`` with the bias rows and the moves table of each effect whose global correction (judge ``'*'`` in
+    ``withheld``) the published board left off as prior-selected saying so.
+
+    Why: that correction is taken off through the switch a configuration uses, so on a refresh given no flag its rows
+    read "disabled for every judge" and "disabled by configuration", and the moves table "switched off by the gate
+    or the configuration", while the warnings said prior-selected (AlpacaEval 2's one judge: its affinity is
+    constant within each model).  Rows the caller's own ``asked_off`` switched off keep their note, as do rows with
+    any other note; a judge's own withheld excess under a reference is noted by :func:`relative_bias`."""
+    everywhere = {effect for judge, effect in asked_off if judge == GLOBAL_JUDGE}
+    effects = sorted({effect for judge, effect in withheld if judge == GLOBAL_JUDGE} - everywhere)
+    if not effects:
+        return fit
+    kept = pl.lit(False)
+    for effect in effects:
+        judges = [judge for judge, e in asked_off if e == effect]
+        if judges:
+            kept = kept | ((pl.col("effect") == effect) & pl.col("judge").is_in(judges))
+    off = pl.col("effect").is_in(effects) & pl.col("note").is_in([DISABLED_NOTE, DISABLED_EVERY_JUDGE_NOTE]) & ~kept
+    bias = fit.bias.with_columns(pl.when(off).then(pl.lit(WITHHELD_NOTE)).otherwise(pl.col("note")).alias("note"))
+    diagnostics = dict(fit.diagnostics)
+    attribution = diagnostics.get("attribution")
+    if attribution:
+        left_out = {
+            effect: WITHHELD_NOTE if effect in effects and why == NOT_APPLIED else why
+            for effect, why in attribution["left_out"].items()
+        }
+        diagnostics["attribution"] = {**attribution, "left_out": left_out}
+    return replace(fit, bias=bias, diagnostics=diagnostics)
 
 
 def _unidentified_report(

@@ -752,8 +752,8 @@ class ModelMove:
 class Attribution:
     """Which correction moved each model (:mod:`biasboard.ranking.attribution`): per model and correction of the
     published board, the rating change and rank with that correction removed.  ``left_out`` names the effects
-    the published board does not correct (switched off by the gate or the configuration, tied to the reference,
-    no data), with why; they have no rows."""
+    the published board does not correct (switched off by the gate or the configuration, prior-selected, tied to the
+    reference, no data), with why; they have no rows."""
 
     method: str
     effects: list[str]

@@ -7,12 +7,16 @@ from types import SimpleNamespace
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from biasboard.ranking import ModelConfig, fit_bias_aware
+from biasboard.ranking.problem import DISABLED_NOTE
 from biasboard.ranking.reference import (
     PRIOR_SELECTED_TIED_NOTE,
     TIED_ROW_NOTE,
+    WITHHELD_NOTE,
     Reference,
     ReferenceSettings,
     fit_with_reference,
+    withheld_notes,
 )
 from biasboard.schemas.families import FamilyMap
 from biasboard.simulate import SimulationConfig, simulate_days
@@ -64,6 +68,41 @@ def test_applied_anyway_with_apply_unidentified_they_are_counted_and_read_as_exc
     supported = fit.gate.decisions["enabled"].sum()
     (warning,) = [w for w in reference_warnings(fit) if "the gate corrected" in w]
     assert f"corrected {supported} of" in warning and "prior-selected" not in warning
+
+
+def one_judge_cells() -> list[pa.Table]:
+    """One simulated judge: its affinity is constant within each model, so its profile is flat (prior-selected)."""
+    config = SimulationConfig(battles=4000, models=8, judges=1, days=1, seed=3)
+    ((_, battles, _),) = list(simulate_days(config))
+    return [partial_cells(battles, FAMILIES).cells]
+
+
+def test_a_prior_selected_effect_left_off_without_a_reference_says_so_not_disabled_by_configuration() -> None:
+    """The flat profile leaves affinity off the published board.  Its rows read "disabled for every judge" /
+    "disabled by configuration" and the moves table "switched off by the gate or the configuration" on a refresh
+    given no flag (AlpacaEval 2), while the warnings said prior-selected."""
+    fit = fit_with_reference(one_judge_cells(), reference=Reference("none", ()))
+    assert [(e["judge"], e["effect"], e["applied"]) for e in fit.unidentified] == [("*", "affinity", False)]
+    rows = fit.bias.filter(pl.col("effect") == "affinity")
+    assert rows.height == 2 and (rows["note"] == WITHHELD_NOTE).all() and not rows["enabled"].any()
+    assert fit.corrected.diagnostics["attribution"]["left_out"] == {"affinity": WITHHELD_NOTE}
+    # The other effects' rows keep their notes: position and length are identified and applied.
+    assert not (fit.bias.filter(pl.col("effect") != "affinity")["note"] == WITHHELD_NOTE).any()
+
+
+def test_a_switch_the_caller_asked_for_keeps_its_note() -> None:
+    off = ModelConfig(disabled=frozenset({("*", "affinity")}), profile=False)
+    fit = fit_bias_aware(one_judge_cells(), config=off)
+    withheld = {("*", "affinity")}
+
+    def notes(f) -> dict[str, str]:
+        return dict(f.bias.filter(pl.col("effect") == "affinity").select("judge", "note").iter_rows())
+
+    assert set(notes(withheld_notes(fit, withheld)).values()) == {WITHHELD_NOTE}
+    judge_asked = withheld_notes(fit, withheld, frozenset({("gpt-sim-judge-1", "affinity")}))
+    assert notes(judge_asked) == {"*": WITHHELD_NOTE, "gpt-sim-judge-1": DISABLED_NOTE}
+    everyone_asked = withheld_notes(fit, withheld, frozenset(withheld))
+    assert notes(everyone_asked) == notes(fit) and everyone_asked.diagnostics == fit.diagnostics
 
 
 def test_a_reference_whose_verdicts_barely_follow_the_comparisons_is_warned_of() -> None:
