@@ -1187,7 +1187,7 @@ def _identifiability_sentences(summary: Summary) -> list[str]:
         else:
             s = f"The {cov} coefficient is identified by the data{rng_text}."
         if finite(info.corr_theta) is not None:
-            s += f" Correlation between model quality and mean {cov} per model: {info.corr_theta:.2f}"
+            s += f" Correlation between the corrected ratings and mean {cov} per model: {info.corr_theta:.2f}"
             s += f" (correction starts to hurt near {info.crossing:.2f})." if finite(info.crossing) is not None else "."
         out.append(s)
     return out

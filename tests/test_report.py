@@ -319,6 +319,9 @@ def test_summary_numbers_and_plain_words(published):
     for cov, info in summary.diagnostics.identifiability.items():
         word = "prior-selected" if info.prior_selected else "identified by the data"
         assert f"The {cov} coefficient is {word}" in text
+        if info.corr_theta is not None:  # of the fitted ratings, not of the (unknown) quality itself
+            assert f"Correlation between the corrected ratings and mean {cov} per model: {info.corr_theta:.2f}" in text
+    assert any(info.corr_theta is not None for info in summary.diagnostics.identifiability.values())
     assert "The comparison graph is connected" in text
     rows = {r[0]: r[1] for r in table_rows(published.page, "reasons")}
     assert rows == {k: f"{v:,}" for k, v in summary.counts.rejected.items()} and rows
