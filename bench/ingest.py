@@ -24,12 +24,19 @@ for clean logs and for logs carrying ``--bad-rows F`` bad rows per valid row
 side by side in one table.  Targets: a/b ≤ 2 at 20M, clean and with 1% bad
 rows; RSS < 1 GB and flat as N doubles.
 
+``--dirty-names F`` (default 0: the table as before) runs each data set again with names the ingest must clean:
+every name gets an accented suffix (``-é``) and a share F of the rows has one name written with a trailing space
+or decomposed (NFD), bad rows included, so the dead letters' copy of the names as written
+(``__as_written:<col>``, :func:`biasboard.schemas.names.as_written`) is exercised; printed: a/b with those names
+over a/b without.
+
 Days grow with N (``--rows-per-day``, default 500k): history grows by days,
 and a day is the unit of work, so memory is bounded by the largest day.
 
     python bench/ingest.py                  # 20M and 40M, clean and 1% bad rows (generates ~1.5 GB per data set)
     python bench/ingest.py --bad-rows 0.001 --no-double   # N only
     python bench/ingest.py --smoke          # 200k and 400k, seconds
+    python bench/ingest.py --battles 200000 --no-double --dirty-names 0.05   # names to clean in 5% of rows
     python bench/ingest.py --no-double --direct_num_workers=1   # Beam one day at a time
     python bench/ingest.py --no-double --repeat 5 --day-check-cost   # the folder-day check's cost at 20M
 
@@ -53,6 +60,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from benchlib import child_command, peak_rss_mb, run_child
 
@@ -168,12 +176,58 @@ def child_polars(data: str) -> dict:
     }
 
 
-def generate(folder: Path, battles: int, rows_per_day: int, bad_rows: float, seed: int) -> None:
+def generate(folder: Path, battles: int, rows_per_day: int, bad_rows: float, seed: int, dirty: float = 0.0) -> None:
     from biasboard.simulate import SimulationConfig, write_simulation
 
     days = max(1, round(battles / rows_per_day))
     config = SimulationConfig(battles=battles, days=days, models=40, judges=8, bad_rows=bad_rows, seed=seed)
     write_simulation(config, folder, overwrite=True)
+    if dirty:
+        for path in sorted((folder / "battles").rglob("*.parquet")):
+            dirty_names(path, dirty, seed)
+
+
+#: The name columns :func:`dirty_names` writes, and the suffix it gives every name: composed (NFC), decomposed.
+NAME_COLUMNS = ("judge", "model_a", "model_b")
+ACCENT_NFC, ACCENT_NFD = "-\u00e9", "-e\u0301"
+
+
+def dirty_names(path: Path, fraction: float, seed: int) -> None:
+    """Rewrite the Parquet file ``path`` with names the ingest must clean, in place.
+
+    Why: the simulator writes clean ASCII names, so its bad rows never carried a name as written that differs from
+    the cleaned one, and the dead letters' copy of it (``__as_written:<col>``) was never timed.  Every name gets
+    the suffix :data:`ACCENT_NFC`, so a decomposed spelling (:data:`ACCENT_NFD`) is the same name once in NFC; in a
+    share ``fraction`` of the rows, picked at random, one name column is written with a trailing space or
+    decomposed (half each); an empty name (a bad row's ``missing:<col>``) stays empty.  Columnar throughout: one
+    mask per column and spelling, no loop over rows."""
+    import numpy as np
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    rng = np.random.default_rng([seed, table.num_rows])
+    picked = rng.random(table.num_rows) < fraction
+    column = rng.integers(0, len(NAME_COLUMNS), table.num_rows)
+    spaced = rng.random(table.num_rows) < 0.5
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    written = []
+    for i, name in enumerate(NAME_COLUMNS):
+        mine = picked & (column == i)
+        base = pl.col(name).cast(pl.String)
+        written.append(
+            pl.when(base == "")
+            .then(base)  # a bad row's missing name stays missing
+            .when(pl.lit(mine & spaced))
+            .then(base + ACCENT_NFC + " ")
+            .when(pl.lit(mine & ~spaced))
+            .then(base + ACCENT_NFD)
+            .otherwise(base + ACCENT_NFC)
+            .alias(name)
+        )
+    out = frame.with_columns(written).to_arrow()
+    pq.write_table(out.cast(table.schema), path, row_group_size=1 << 20)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,6 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-day", type=int, default=500_000)
     parser.add_argument(
         "--bad-rows", type=float, default=0.01, help="bad rows per valid row in the dirty run (0: clean run only)"
+    )
+    parser.add_argument(
+        "--dirty-names",
+        type=float,
+        default=0.0,
+        help="also run each data set with accented names, this share of rows with one spelt untrimmed or in NFD",
     )
     parser.add_argument("--no-double", action="store_true", help="run N only (skip 2N)")
     parser.add_argument("--work", help="folder for generated data (default: a temp folder, removed after)")
@@ -209,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     rows_per_day = min(args.rows_per_day, 50_000) if args.smoke else args.rows_per_day
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     fractions = [0.0] if args.bad_rows == 0 else [0.0, args.bad_rows]
+    dirties = [0.0] if args.dirty_names == 0 else [0.0, args.dirty_names]
     sides = ["polars", "beam", *([NO_DAY_CHECK] if args.day_check_cost else [])]
     if args.day_check_cost and any("multi_processing" in a for a in beam_args):
         parser.error("--day-check-cost switches the check off in forked workers only, not multi_processing ones")
@@ -217,16 +278,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for size in (n,) if args.no_double else (n, 2 * n):
             for bad in fractions:
-                data = work / f"n{size}-bad{bad}"
-                generate(data, size, rows_per_day, bad, seed=size)
-                disk = sum(p.stat().st_size for p in (data / "battles").rglob("*.parquet")) / 2**20
-                fastest = run_sides(sides, data, work / f"state{size}", beam_args, args.repeat)
-                assert fastest["beam"]["read"] == fastest["polars"]["read"], fastest
-                one_day = None
-                if args.day_check_cost:
-                    one_day = run_child(child_command(__file__, "--child", ONE_DAY, str(data), str(4 * args.repeat)))
-                rows.append((size, bad, disk, fastest["beam"], fastest["polars"], fastest.get(NO_DAY_CHECK), one_day))
-                shutil.rmtree(data, ignore_errors=True)
+                for dirty in dirties:
+                    data = work / f"n{size}-bad{bad}-dirty{dirty}"
+                    generate(data, size, rows_per_day, bad, seed=size, dirty=dirty)
+                    disk = sum(p.stat().st_size for p in (data / "battles").rglob("*.parquet")) / 2**20
+                    fastest = run_sides(sides, data, work / f"state{size}", beam_args, args.repeat)
+                    assert fastest["beam"]["read"] == fastest["polars"]["read"], fastest
+                    one_day = None
+                    if args.day_check_cost:
+                        one_day = run_child(
+                            child_command(__file__, "--child", ONE_DAY, str(data), str(4 * args.repeat))
+                        )
+                    found = (fastest["beam"], fastest["polars"], fastest.get(NO_DAY_CHECK), one_day)
+                    rows.append(Row(size, bad, dirty, disk, *found))
+                    shutil.rmtree(data, ignore_errors=True)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
@@ -234,6 +299,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.day_check_cost:
         print_day_check(rows, args.repeat)
     return 0
+
+
+class Row(NamedTuple):
+    """One data set's measurements: its size, bad-row and dirty-name shares, MB on disk, and each side's fastest run
+    (``unchecked``: Beam without the folder-day check, ``one_day``: the in-process day; None when not run)."""
+
+    size: int
+    bad: float
+    dirty: float
+    disk: float
+    beam: dict
+    polars: dict
+    unchecked: dict | None
+    one_day: dict | None
 
 
 #: The side that runs the Beam ingest with the folder-day check switched off (:func:`without_day_check`).
@@ -259,24 +338,27 @@ def run_sides(sides: list[str], data: Path, state: Path, beam_args: list[str], r
     }
 
 
-def print_day_check(rows: list[tuple], repeat: int) -> None:
+def print_day_check(rows: list[Row], repeat: int) -> None:
     """What the folder-day check costs: the Beam ingest with it against without it, and each against polars."""
     print(f"\nfolder-day check (fastest of {repeat} interleaved run(s) of each side)")
     header = (
-        f"{'battles':>11} {'bad':>6} | {'with s':>7} {'without s':>9} {'with/without':>12} "
+        f"{'battles':>11} {'bad':>6} {'names':>6} | {'with s':>7} {'without s':>9} {'with/without':>12} "
         f"{'cpu with/without':>16} | {'a/b with':>8} {'a/b without':>11}"
     )
     print(header)
     print("-" * len(header))
-    for size, bad, _, beam_info, polars_info, unchecked, _ in rows:
+    for size, bad, dirty, _, beam_info, polars_info, unchecked, _ in rows:
+        assert unchecked is not None
         b, u, p = beam_info["seconds"], unchecked["seconds"], polars_info["seconds"]
         print(
-            f"{size:>11,} {bad:>6.2%} | {b:>7.2f} {u:>9.2f} {b / u:>12.3f} "
+            f"{size:>11,} {bad:>6.2%} {_names(dirty):>6} | {b:>7.2f} {u:>9.2f} {b / u:>12.3f} "
             f"{beam_info['cpu'] / unchecked['cpu']:>16.3f} | {b / p:>8.2f} {u / p:>11.2f}"
         )
-    for size, bad, *_, day in rows:
+    for size, bad, dirty, *_, day in rows:
+        assert day is not None
         print(
-            f"one day of the {size:,} battles, {bad:.2%} bad rows, in one process (least of {day['rounds']} "
+            f"one day of the {size:,} battles, {bad:.2%} bad rows, names to clean {_names(dirty)}, in one process "
+            f"(least of {day['rounds']} "
             f"interleaved runs each): with/without {day['with_s'] / day['without_s']:.3f} wall "
             f"({day['with_s'] * 1e3:.0f} / {day['without_s'] * 1e3:.0f} ms), "
             f"{day['with_cpu'] / day['without_cpu']:.3f} CPU "
@@ -285,49 +367,62 @@ def print_day_check(rows: list[tuple], repeat: int) -> None:
         )
 
 
+def _names(dirty: float) -> str:
+    """The share of rows with a name to clean, as the tables show it (``-``: none, the simulator's names)."""
+    return f"{dirty:.2%}" if dirty else "-"
+
+
 def _workers(info: dict) -> str:
     threads = info["threads"]
     return f"{threads}{'p' if info.get('processes') else ''}" if threads else "-"
 
 
-def print_table(rows: list[tuple], rows_per_day: int, load_start: float) -> None:
+def print_table(rows: list[Row], rows_per_day: int, load_start: float) -> None:
     """One table: clean and dirty runs at each N side by side; rows/s counts every row read, bad ones too.
 
     ``workers``: Beam's worker threads, ``p`` when forked processes did their days' work (``-``: Beam's own
     setting, e.g. from ``--direct_*`` flags).  ``cpu s``: CPU
     seconds of each side (its workers included), which a loaded machine inflates less than wall time; the
-    target is on wall time (``a/b``).
+    target is on wall time (``a/b``).  ``names``: the share of rows with a name to clean (``--dirty-names``).
     """
     print(
         f"ingest benchmark ({os.cpu_count()} cores, 1-min load average {load_start:.2f} at the start, "
         f"{os.getloadavg()[0]:.2f} at the end), days of {rows_per_day:,} valid rows"
     )
     header = (
-        f"{'battles':>11} {'bad':>6} {'rows':>11} {'days':>5} {'MB':>6} | {'workers':>7} {'beam s':>7} {'cpu s':>6} "
+        f"{'battles':>11} {'bad':>6} {'names':>6} {'rows':>11} {'days':>5} {'MB':>6} | "
+        f"{'workers':>7} {'beam s':>7} {'cpu s':>6} "
         f"{'rows/s':>11} {'RSS MB':>7} | {'polars s':>8} {'cpu s':>6} {'rows/s':>11} {'RSS MB':>7} | "
         f"{'a/b':>5} {'cpu a/b':>7}"
     )
     print(header)
     print("-" * len(header))
     ratios = {}
-    for size, bad, disk, beam_info, polars_info, *_ in rows:
+    for size, bad, dirty, disk, beam_info, polars_info, *_ in rows:
         b, p = beam_info["seconds"], polars_info["seconds"]
-        ratios[size, bad] = b / p
+        ratios[size, bad, dirty] = b / p
         print(
-            f"{size:>11,} {bad:>6.2%} {beam_info['read']:>11,} {beam_info['days']:>5} {disk:>6.0f} | "
+            f"{size:>11,} {bad:>6.2%} {_names(dirty):>6} {beam_info['read']:>11,} {beam_info['days']:>5} "
+            f"{disk:>6.0f} | "
             f"{_workers(beam_info):>7} {b:>7.2f} {beam_info['cpu']:>6.1f} {beam_info['read'] / b:>11,.0f} "
             f"{beam_info['peak_rss_mb']:>7.0f} | {p:>8.2f} {polars_info['cpu']:>6.1f} "
             f"{polars_info['read'] / p:>11,.0f} {polars_info['peak_rss_mb']:>7.0f} | {b / p:>5.2f} "
             f"{beam_info['cpu'] / polars_info['cpu']:>7.2f}"
         )
-    for size in sorted({r[0] for r in rows}):
-        dirty = [bad for s, bad in ratios if s == size and bad > 0]
-        for bad in dirty:
-            print(f"N={size:,}: a/b with {bad:.2%} bad rows / a/b clean = {ratios[size, bad] / ratios[size, 0.0]:.2f}")
-    for bad in sorted({r[1] for r in rows}):
-        rss = [r[3]["peak_rss_mb"] for r in rows if r[1] == bad]
+    for size, bad, dirty in ratios:
+        if bad and not dirty:
+            worse = ratios[size, bad, 0.0] / ratios[size, 0.0, 0.0]
+            print(f"N={size:,}: a/b with {bad:.2%} bad rows / a/b clean = {worse:.2f}")
+        if dirty:
+            print(
+                f"N={size:,}, {bad:.2%} bad rows: a/b with {dirty:.2%} names to clean / a/b without = "
+                f"{ratios[size, bad, dirty] / ratios[size, bad, 0.0]:.2f}"
+            )
+    for bad, dirty in sorted({(r.bad, r.dirty) for r in rows}):
+        rss = [r.beam["peak_rss_mb"] for r in rows if (r.bad, r.dirty) == (bad, dirty)]
         if len(rss) == 2:
-            print(f"beam peak RSS at 2N / at N (bad rows {bad:.2%}): {rss[1] / rss[0]:.2f}")
+            names = f", names to clean {dirty:.2%}" if dirty else ""
+            print(f"beam peak RSS at 2N / at N (bad rows {bad:.2%}{names}): {rss[1] / rss[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,9 @@ and ``games_in_line``, the length of its line's list.
 v0.1 lines name no baseline (it is ``baseline_model`` in the run's
 ``judge_config.yaml``, ``gpt-4-0314`` for arena-hard-v0.1): pass
 ``--baseline``.  v2 lines carry ``baseline`` (per category), which wins over
-``--baseline``.  ``prompt_id`` is ``question_id`` (v0.1) or ``uid`` (v2);
+``--baseline``.  A blank ``baseline`` (empty, whitespace) names none: ``--baseline`` fills it, and without the flag
+each of its games is dead-lettered as ``no_baseline``; a note counts the lines of a file with a ``baseline`` field
+that name none.  ``prompt_id`` is ``question_id`` (v0.1) or ``uid`` (v2);
 ``battle_id`` = ``arena-hard:<judge>:<prompt>:<model>:<baseline>:g<game>``.
 v2's ``category`` (``hard_prompt``, ``creative_writing``) is kept as the battle's
 slice label: arena-hard-auto publishes a board per category, each against its
@@ -80,6 +82,7 @@ from biasboard.importers.common import (
 )
 from biasboard.importers.mtbench import attach_answer_lengths, with_missing_lengths_note
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.names import canonical_names
 from biasboard.schemas.wording import first_few
 
 #: ``model_judgment/<judge>/<model>.jsonl``: a judge folder, the ``model_judgment`` folder or one file.
@@ -101,6 +104,8 @@ GAMES_PER_LINE = 2
 REASON_MISSING_GAME = "missing_game"
 #: A game beyond the two orders arena-hard-auto defines: no shown order to give it.
 REASON_EXTRA_GAME = "extra_game"
+#: A line that names no baseline (none, or a blank one) and no ``--baseline`` to fill it: the model met no one.
+REASON_NO_BASELINE = "no_baseline"
 
 
 def _games(lines: pl.DataFrame) -> pl.DataFrame:
@@ -125,13 +130,16 @@ def _games(lines: pl.DataFrame) -> pl.DataFrame:
     return exploded.select(*keep, "game", "games_in_line", score.alias("score"))
 
 
-def _game_reason(game: pl.Expr, count: pl.Expr, score: pl.Expr) -> pl.Expr:
-    """Why a game is no battle: beyond the two orders, absent from its line, or without a verdict; else null."""
+def _game_reason(game: pl.Expr, count: pl.Expr, baseline: pl.Expr, score: pl.Expr) -> pl.Expr:
+    """Why a game is no battle: beyond the two orders, absent from its line, against no baseline, or without a
+    verdict; else null."""
     return (
         pl.when(game > GAMES_PER_LINE)
         .then(pl.lit(REASON_EXTRA_GAME))
         .when(game > count)
         .then(pl.lit(REASON_MISSING_GAME))
+        .when(baseline.is_null())
+        .then(pl.lit(REASON_NO_BASELINE))
         .when(score.is_null())
         .then(pl.lit(REASON_NO_VERDICT))
         .otherwise(None)
@@ -142,16 +150,49 @@ def _game_reason(game: pl.Expr, count: pl.Expr, score: pl.Expr) -> pl.Expr:
 NAMED_BASELINES = 5
 
 
+def named_baseline(baseline: pl.Expr) -> pl.Expr:
+    """A line's own baseline as text, null where it names none or a blank one (empty, whitespace, invisible marks).
+
+    Why: :func:`~biasboard.importers.common.name_text` leaves a blank name as written for the rules to reject, so a
+    ``"baseline": ""`` line was taken as naming one: ``--baseline`` did not fill it, and its games were dead-lettered
+    as ``missing:model_a`` / ``missing:model_b`` with the flag given, a reason that named neither field nor flag."""
+    text = baseline.cast(pl.String)
+    return pl.when(canonical_names(text) != "").then(text)
+
+
+def _line_baselines(lines: pl.DataFrame) -> pl.Series | None:
+    """Each line's :func:`named_baseline`, or None when the files have no ``baseline`` field (v0.1)."""
+    if "baseline" not in lines.columns:
+        return None
+    return lines.select(named_baseline(pl.col("baseline"))).to_series()
+
+
+def unnamed_baseline_note(lines: pl.DataFrame, baseline: str | None) -> list[str]:
+    """The note counting the lines of files with a ``baseline`` field that name none (how many of them a blank one),
+    and what became of them: ``--baseline`` is theirs, or their games are ``no_baseline`` dead letters.
+
+    Why: in a v2 run (or a folder continued from v0.1) such lines either took the flag's baseline or were dropped,
+    and neither was said; v0.1 files, with no field at all, need no note (the flag is every line's baseline)."""
+    named = _line_baselines(lines)
+    if named is None or not (unnamed := named.null_count()):
+        return []
+    blank = unnamed - lines.get_column("baseline").null_count()
+    fate = (
+        f"--baseline {baseline} is theirs"
+        if baseline
+        else f"their games are dead-lettered as {REASON_NO_BASELINE} (pass --baseline)"
+    )
+    return [f"baseline: {unnamed:,} of the {lines.height:,} lines name none ({blank:,} a blank one): {fate}"]
+
+
 def unused_baseline_note(lines: pl.DataFrame, baseline: str | None) -> list[str]:
     """The note for a ``--baseline`` that set no line's baseline: every line names its own (v2), which wins.
 
     Why: over a v2 run the flag did nothing without a word, so ``--baseline gpt-4-0314`` on a run judged against
     o3-mini and gemini-2.0-flash read as a board against gpt-4-0314 (``--date`` says the same of a file whose every
     row is dated).  No note where every line names the flag's baseline itself: nothing won over it."""
-    if not baseline or "baseline" not in lines.columns:
-        return []
-    named = lines.get_column("baseline").cast(pl.String)
-    if named.null_count():
+    named = _line_baselines(lines)
+    if not baseline or named is None or named.null_count():
         return []
     own = sorted(named.unique().to_list())
     if own == [baseline]:
@@ -175,7 +216,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         )
     raw = _games(lines).select(pl.exclude(SOURCE_FILE, SOURCE_ROW), SOURCE_FILE, SOURCE_ROW)
     judge, renamed = judge_expr(raw, options, paths)
-    given = pl.col("baseline").cast(pl.String) if "baseline" in raw.columns else pl.lit(None, dtype=pl.String)
+    given = named_baseline(pl.col("baseline")) if "baseline" in raw.columns else pl.lit(None, dtype=pl.String)
     baseline = given.fill_null(pl.lit(options.baseline, dtype=pl.String))
     model = pl.col("model").cast(pl.String)
     # Row by row: judgments written by v0.1's code (question_id) and v2's (uid) in one run's folder
@@ -194,7 +235,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         qid.alias("prompt_id"),
         qid.alias("__qid"),
         pl.lit(1, dtype=pl.Int64).alias("__turn"),
-        _game_reason(pl.col("game"), pl.col("games_in_line"), pl.col("score")).cast(pl.String).alias(REASON),
+        _game_reason(pl.col("game"), pl.col("games_in_line"), baseline, pl.col("score")).cast(pl.String).alias(REASON),
         label.replace_strict({k: s for k, (_, s) in LABELS.items()}, default=None, return_dtype=pl.Int8).alias(
             "strength"
         ),
@@ -207,6 +248,7 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
         *non_text_slice_notes(raw),
         *([renamed] if renamed else []),
         *unused_baseline_note(lines, options.baseline),
+        *unnamed_baseline_note(lines, options.baseline),
     ]
     folders = answer_folders(paths, options.answers_dir, depth=2)
     lengths = None

@@ -46,6 +46,7 @@ from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.transforms import storage
+from biasboard.transforms.anchors import unmatched_aliases
 from biasboard.transforms.cells import IngestCounts, judge_summary
 from biasboard.transforms.day_warnings import off_day_warnings, rejected_share_warnings, rejection_warnings
 from biasboard.transforms.ingest import IngestResult, run_ingest
@@ -137,8 +138,9 @@ def format_summary(cells: pa.Table) -> str:
     return "\n".join(lines)
 
 
-def backfill_summary(result: IngestResult) -> str:
-    """Conservation lines and the per-judge table for the days a backfill wrote."""
+def backfill_summary(result: IngestResult, aliases: AliasMap | None = None) -> str:
+    """Conservation lines and the per-judge table for the days a backfill wrote; with ``aliases``, a line naming
+    its entries that renamed no counted row of any stored day (as a refresh logs it)."""
     parts = [f"backfill: {len(result.days)} day(s) written to {result.state_dir}", format_counts(result.counts)]
     if result.score_counts is not None:
         parts.append(format_counts(result.score_counts, "scores"))
@@ -151,6 +153,8 @@ def backfill_summary(result: IngestResult) -> str:
     every = read_committed_manifests(result.state_dir, stored, "lost its manifest during the backfill")
     warnings += repeated_ids(result.state_dir, stored, [every[d] for d in stored]).warnings()
     parts += [f"warning: {w}" for w in warnings]
+    note = unmatched_aliases(aliases, every.values())
+    parts += [note] if note else []
     parts.append(format_summary(load_cells(result.state_dir, result.days)))
     return "\n".join(parts)
 
@@ -220,6 +224,6 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             aliases=aliases,
             hold=lambda state: held.enter_context(folder_lock(state, "backfill")),
         )
-        summary = backfill_summary(result)
+        summary = backfill_summary(result, aliases)
     print(summary)
     return 0 if result.counts.conserved else 1

@@ -74,6 +74,7 @@ from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.schemas.summary import Summary
 from biasboard.transforms import publish, read, repeated_ids, state, storage
+from biasboard.transforms.anchors import unmatched_aliases
 from biasboard.transforms.audit import (
     AUDIT_JSON,
     DAY_PARTIALS,
@@ -528,7 +529,7 @@ def _refresh_checked(
         counts.rejected_total,
         summary.days.count,
     )
-    _note_unmatched_aliases(aliases, summary)
+    _note_unmatched_aliases(aliases, state_dir, options.anchors)
     timings.stages.update(record.get("timings_s", {}))
 
     manifest = {
@@ -677,23 +678,18 @@ def _same_board(options: RefreshOptions, model_options: Mapping[str, object]) ->
     return same
 
 
-def _note_unmatched_aliases(aliases: AliasMap | None, summary: Summary) -> None:
-    """A note (a log line, not a warning) when no entry of ``--aliases`` renamed a counted row of any day.
+def _note_unmatched_aliases(aliases: AliasMap | None, state_dir: str, anchors: str | None) -> None:
+    """A note (a log line, not a warning) naming the entries of ``--aliases`` that renamed no counted row of any
+    stored day and no name of the anchors (:func:`~biasboard.transforms.anchors.unmatched_aliases`).
 
     Why: a map that matched nothing (a stale or wrong file, names spelled otherwise than the logs') was silent, only
-    ``renamed: 0`` in summary.json.  A map reused across days may rightly miss some names on some days, so the
-    entries that matched nothing are not listed, and a map any of whose entries renamed a row says nothing.
-    """
-    if aliases is None or not aliases.aliases:
-        return
-    renamed = summary.counts.renamed + (summary.score_counts.renamed if summary.score_counts is not None else 0)
-    if not renamed:
-        _LOG.info(
-            "aliases: none of the %d entries of %s renamed a counted row (renamed: 0 in summary.json); the names it "
-            "maps from are not in the input as written there",
-            len(aliases.aliases),
-            aliases.source,
-        )
+    ``renamed: 0`` in summary.json; and a map most of whose entries matched said nothing of the one with a typo.
+    A map reused across days may rightly miss some names on some days, so the entries are matched over every day
+    the state holds."""
+    manifests = (state.read_day_manifest(state_dir, day) or {} for day in state.list_state_days(state_dir))
+    note = unmatched_aliases(aliases, manifests, anchors)
+    if note:
+        _LOG.info("%s", note)
 
 
 def _anchors_fingerprint(options: RefreshOptions) -> list[dict] | None:

@@ -37,6 +37,7 @@ import numpy as np
 import polars as pl
 from biasboard.schemas.coerce import FLAG_PREFIX
 from biasboard.schemas.errors import InputError
+from biasboard.schemas.wording import first_few
 
 #: Longest accepted judge or model name, in characters.
 MAX_NAME_CHARS = 256
@@ -111,6 +112,29 @@ class AliasMap:
                 f"{aliases[aliases[old]]!r}: names are renamed once, so map each name straight to its final name"
             )
         return cls(aliases, source)
+
+
+#: Unmatched ``--aliases`` entries a note names at most.
+NAMED_ALIASES = 5
+
+
+def unmatched_aliases_note(aliases: AliasMap, matched: Collection[str]) -> str | None:
+    """The note naming the entries of ``aliases`` whose names (keys) are not among ``matched`` (the keys that
+    renamed a counted row), or None when every entry matched.
+
+    Why: the note once came only when no entry matched, so a user with a typo in one entry of 30 never heard of it;
+    the entries are named (a few, and how many), as they are the user's to check.  A map reused across days may
+    miss some names on some days: the caller passes the keys matched over all of the days it reads."""
+    unmatched = sorted(set(aliases.aliases) - set(matched))
+    if not unmatched:
+        return None
+    few = first_few([repr(k) for k in unmatched], NAMED_ALIASES)
+    entries = f"{len(aliases.aliases):,} entries of {aliases.source}"
+    if len(unmatched) == len(aliases.aliases):
+        head = f"none of the {entries} renamed a counted row (renamed: 0 in summary.json): {few}"
+    else:
+        head = f"{len(unmatched):,} of the {entries} renamed no counted row: {few}"
+    return f"aliases: {head}; the names they map from are not in the input as written there"
 
 
 def as_written(column: str, columns: Collection[str]) -> pl.Expr:
@@ -193,10 +217,30 @@ class NameFixes:
     #: the validator's blank check reads them here rather than finding the column's distinct names again.
     blanks: dict[str, pl.Series] = field(default_factory=dict)
 
+    #: Per name column an alias renamed rows of: (its names as written, the mask of those rows, the alias keys that
+    #: renamed them), for :meth:`aliased`.
+    aliased_rows: list[tuple[pl.Series, np.ndarray, frozenset[str]]] = field(default_factory=list)
+
     def counts(self, kept: np.ndarray) -> tuple[int, int]:
         """(trimmed, renamed) among the rows at positions ``kept``."""
         trimmed, renamed = (int(m[kept].sum()) if m is not None else 0 for m in (self.trimmed, self.renamed))
         return trimmed, renamed
+
+    def aliased(self, kept: np.ndarray) -> frozenset[str]:
+        """The alias map's keys (names in :func:`canonical_names`' form) that renamed a row at positions ``kept``.
+
+        Why: ``renamed`` counts rows, not entries, so a map one of whose 30 entries had a typo renamed rows and said
+        nothing of it (:func:`unmatched_aliases_note`).  Only the renamed rows are looked at: a run without aliases,
+        or whose aliases match nothing, pays nothing; where every renamed row is kept (the usual case) the column's
+        keys are all matched without gathering a name."""
+        found: set[str] = set()
+        for names, rows, keys in self.aliased_rows:
+            picked = kept[rows[kept]]
+            if len(picked) == np.count_nonzero(rows):
+                found |= keys
+            elif len(picked):
+                found.update(canonical_names(names.gather(picked).cast(pl.String).drop_nulls().unique()).to_list())
+        return frozenset(found)
 
 
 def clean_names(
@@ -212,6 +256,7 @@ def clean_names(
     replaced: list[pl.Series] = []
     trimmed_rows = renamed_rows = None
     blanks: dict[str, pl.Series] = {}
+    aliased_rows: list[tuple[pl.Series, np.ndarray, frozenset[str]]] = []
     for name in columns:
         if name not in df.columns or (
             df.schema[name] not in (pl.String, pl.Categorical) and not isinstance(df.schema[name], pl.Enum)
@@ -249,9 +294,12 @@ def clean_names(
             rows_aliased = column.is_in(aliased.implode()).fill_null(False)
             rows_trimmed = column.is_in(old.implode()).fill_null(False) & ~rows_aliased
             renamed_rows = rows_aliased if renamed_rows is None else renamed_rows | rows_aliased
+            if len(aliased):
+                keys = frozenset(canonical_names(aliased).to_list())
+                aliased_rows.append((column, rows_aliased.to_numpy(), keys))
             trimmed_rows = rows_trimmed if trimmed_rows is None else trimmed_rows | rows_trimmed
     renamed = renamed_rows.to_numpy() if renamed_rows is not None else None
     trimmed = trimmed_rows.to_numpy() if trimmed_rows is not None else None
     if trimmed is not None and renamed is not None:
         trimmed = trimmed & ~renamed
-    return (df.with_columns(replaced) if replaced else df), NameFixes(trimmed, renamed, blanks)
+    return (df.with_columns(replaced) if replaced else df), NameFixes(trimmed, renamed, blanks, aliased_rows)

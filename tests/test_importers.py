@@ -29,6 +29,7 @@ from biasboard.importers.answers import (
     keyed_by_folder,
     read_answer_folders,
 )
+from biasboard.importers.arenahard import REASON_NO_BASELINE
 from biasboard.importers.common import (
     NAMES_CHANGED,
     REASON_NO_VERDICT,
@@ -778,6 +779,33 @@ def test_a_baseline_flag_the_lines_name_as_their_own_draws_no_note(tmp_path):
         "--baseline gpt-4-0314 set no line's baseline: every line names its own (gpt-4-0314, o3-mini), which wins "
         "over it"
     ) in result.notes
+
+
+def test_a_blank_arena_hard_baseline_names_none(tmp_path):
+    """A v2 line whose ``baseline`` is empty or whitespace was taken as naming one: ``--baseline`` did not fill it and
+    its games were dead-lettered as ``missing:model_a`` / ``missing:model_b``.  It names none: the flag fills it, and
+    without the flag its games are ``no_baseline`` dead letters; a note counts the lines either way."""
+    line = {"model": "m", "judge": "j", "games": [{"score": "A>B"}, {"score": "B>A"}]}
+    named = [{**line, "uid": "q0", "baseline": "o3"}, {**line, "uid": "q3", "baseline": None}]
+    blank = [{**line, "uid": "q1", "baseline": ""}, {**line, "uid": "q2", "baseline": " \u200b"}]
+    path = tmp_path / "m.jsonl"
+    _jsonl(path, [*named, *blank])
+    filled = import_path("arena-hard", path, ImportOptions(baseline="base"))
+    rows = check_contract(filled)
+    assert filled.dead_by_reason() == {} and rows.height == 8
+    g1 = rows.filter(pl.col("battle_id").str.ends_with(":g1")).sort("prompt_id")
+    assert g1.select("prompt_id", "model_a").rows() == [("q0", "o3"), ("q1", "base"), ("q2", "base"), ("q3", "base")]
+    assert "baseline: 3 of the 4 lines name none (2 a blank one): --baseline base is theirs" in filled.notes
+    assert not [n for n in filled.notes if n.startswith("--baseline")], filled.notes  # the flag did set some
+    refused = import_path("arena-hard", path)
+    check_contract(refused)
+    assert refused.rows_converted == 2 and refused.dead_by_reason() == {REASON_NO_BASELINE: 6}
+    assert (
+        "baseline: 3 of the 4 lines name none (2 a blank one): their games are dead-lettered as no_baseline "
+        "(pass --baseline)"
+    ) in refused.notes
+    dead = pl.from_arrow(refused.dead_letters).sort("source_row", "game")
+    assert dead["baseline"].to_list() == [None, None, "", "", " \u200b", " \u200b"]  # as written
 
 
 def test_arena_hard_judgments_of_v01_and_v2_code_in_one_folder_keep_each_rows_question(tmp_path):

@@ -12,6 +12,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -20,9 +21,10 @@ from biasboard.pipelines.refresh import RefreshOptions, refresh
 from biasboard.ranking.reference import Reference
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
-from biasboard.schemas.names import MAX_NAME_CHARS, AliasMap, name_fault
+from biasboard.schemas.names import MAX_NAME_CHARS, AliasMap, name_fault, unmatched_aliases_note
 from biasboard.simulate import SimulationConfig, write_simulation
-from biasboard.transforms.cells import partial_cells
+from biasboard.transforms.cells import IngestCounts, partial_cells
+from biasboard.transforms.ingest import aliases_matched
 from biasboard.transforms.state import load_cells, load_dead_letters, read_day_manifest
 from biasboard.transforms.validate import validate_battles, validate_scores
 
@@ -168,6 +170,39 @@ def test_aliases_rename_case_variants_and_are_counted():
     assert checked.trimmed == 1
 
 
+def test_the_alias_entries_that_renamed_a_counted_row_are_kept_with_the_counts():
+    """``renamed`` counted rows, not entries: which entries of a map renamed a counted row was known nowhere, so one
+    mistyped entry of many went unseen.  An entry whose rows were all rejected (a bad winner) renamed no counted row;
+    a decomposed or padded spelling of an entry's name is the entry's."""
+    aliases = AliasMap({"GPT-4": "gpt-4", "Claude-3": "claude-3", "Mistrall": "mistral", "Bad": "bad"}, "a.json")
+    batch = table([" GPT-4", "human", "Bad"], ["Claude-3", "x", "y"], ["m", "m", "m"])
+    batch = batch.set_column(5, "winner", pa.array(["model_a", "model_b", "nobody"]))
+    out = validate_battles(batch, aliases=aliases)
+    assert out.aliased == {"GPT-4", "Claude-3"} and out.renamed == 1
+    days = [partial_cells(batch, FamilyMap.with_user_rules(), aliases=aliases).counts, IngestCounts()]
+    assert sum(days, IngestCounts()).aliased == {"GPT-4", "Claude-3"}
+    assert "aliased" not in days[0].to_dict()  # the summary's counts stay as they were
+    assert unmatched_aliases_note(aliases, out.aliased) == (
+        "aliases: 2 of the 4 entries of a.json renamed no counted row: 'Bad', 'Mistrall'; the names they map from "
+        "are not in the input as written there"
+    )
+    assert unmatched_aliases_note(aliases, set(aliases.aliases)) is None
+    many = AliasMap({f"m{i}": "x" for i in range(8)}, "b.json")
+    assert unmatched_aliases_note(many, ()) == (
+        "aliases: none of the 8 entries of b.json renamed a counted row (renamed: 0 in summary.json): 'm0', 'm1', "
+        "'m2', 'm3', 'm4' and 3 more; the names they map from are not in the input as written there"
+    )
+
+
+def test_days_stored_before_their_manifests_listed_the_aliases_used_leave_the_match_unknown():
+    """A day kept from an earlier run is not read again: the entries it matched come from its manifest, and one
+    stored before manifests listed them, with renamed rows, leaves them unknown (no note, rather than a wrong one)."""
+    listed = {"counts": {"renamed": 3}, "aliased": ["GPT-4"]}
+    unrenamed = {"counts": {"renamed": 0}, "score_counts": {"renamed": 0}}
+    assert aliases_matched([listed, unrenamed, {}]) == {"GPT-4"}
+    assert aliases_matched([listed, {"counts": {"renamed": 0}, "score_counts": {"renamed": 2}}]) is None
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
@@ -213,6 +248,15 @@ def test_backfill_with_aliases_merges_case_variants(tmp_path: Path, capsys):
     cells = load_cells(str(tmp_path / "state"))
     assert set(cells.column("judge").to_pylist()) == {"gpt-4"}
     assert set(cells.column("model_a").to_pylist()) == {"claude-3", "m1"}
+
+    # A mistyped entry beside ones that matched is named, as a refresh names it (it was said nowhere).
+    typo = tmp_path / "typo.json"
+    typo.write_text(json.dumps({"GPT-4": "gpt-4", "Claude-3": "claude-3", "Clade-3": "claude-3"}))
+    assert cli.main([*argv, "--aliases", str(typo)]) == 0
+    assert (
+        f"aliases: 1 of the 3 entries of {typo} renamed no counted row: 'Clade-3'; the names they map from are not "
+        "in the input as written there"
+    ) in capsys.readouterr().out.splitlines()
 
     (tmp_path / "bad.json").write_text("[]")
     code = cli.main([*argv, "--aliases", str(tmp_path / "bad.json")])
@@ -335,3 +379,45 @@ def test_a_board_whose_stored_days_spell_a_name_apart_says_which_to_backfill():
     warned = [w for w in fit.diagnostics["warnings"] if "Unicode NFC" in w]
     assert len(warned) == 1 and "models 'mode\u0300le' and 'mod\u00e8le'" in warned[0] and "backfill" in warned[0]
     assert spelling_twins(["a", " a", "b"]) == [[" a", "a"]] and spelling_twins(["a", "b"]) == []
+
+
+def _bench_ingest():
+    """``bench/ingest.py`` as a module (it imports ``benchlib`` from its own folder, as when run as a script)."""
+    import importlib.util
+    import sys
+
+    folder = Path(__file__).resolve().parents[1] / "bench"
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_ingest", folder / "ingest.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(folder))
+
+
+def test_the_ingest_bench_can_give_its_bad_rows_names_as_written():
+    """``bench/ingest.py --bad-rows`` wrote clean ASCII names only, so the dead letters' copy of the names as written
+    (``__as_written:<col>``) was never timed.  ``--dirty-names F`` gives every name an accented suffix and a share F
+    of the rows (bad ones too) one name untrimmed or decomposed: the ingest reads them as the same names, counts them
+    trimmed, and its dead letters keep them as written; F = 0 leaves the simulator's files as they are."""
+    bench = _bench_ingest()
+    folder = Path(pytest.importorskip("tempfile").mkdtemp())
+    bench.generate(folder / "dirty", 4000, 4000, 0.05, seed=7, dirty=0.2)
+    bench.generate(folder / "plain", 4000, 4000, 0.05, seed=7)
+    (dirty,) = (folder / "dirty" / "battles").rglob("*.parquet")
+    (plain,) = (folder / "plain" / "battles").rglob("*.parquet")
+    written, original = pq.read_table(dirty), pq.read_table(plain)
+    assert written.schema.equals(original.schema) and written.num_rows == original.num_rows
+    out = validate_battles(written)
+    clean = validate_battles(original)
+    assert out.counted == clean.counted and out.rejected == clean.rejected
+    suffixed = {n + "-\u00e9" for n in clean.valid.get_column("model_a").unique().to_list()}
+    assert set(out.valid.get_column("model_a").unique().to_list()) == suffixed  # one name per model, in NFC
+    assert 0.15 < out.trimmed / out.counted < 0.25
+    dead = pl.from_arrow(out.dead_letters)
+    names = pl.concat([dead.get_column(c) for c in ("judge", "model_a", "model_b")]).drop_nulls()
+    assert names.str.ends_with(" ").any() and names.str.ends_with("e\u0301").any()  # as written
+    assert bench.generate.__defaults__ == (0.0,)  # the default table's data: the simulator's own

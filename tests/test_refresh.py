@@ -958,21 +958,40 @@ def test_aliases_rename_the_anchors_as_they_rename_the_battles(sim, tmp_path):
     assert judges["gold_n_labeled"].to_list() == before["gold_n_labeled"].to_list()
 
 
-def test_an_alias_map_that_renames_nothing_is_noted(sim, tmp_path, caplog):
-    """An ``--aliases`` map none of whose entries matched a name was silent (only ``renamed: 0`` in summary.json): a
-    stale file, or names spelled otherwise than the logs', went unseen.  A note says so; a map that renamed rows
-    says nothing, though some of its entries match nothing (a map reused across days may)."""
+def test_the_alias_entries_that_matched_nothing_are_named(sim, tmp_path, caplog):
+    """An ``--aliases`` map none of whose entries matched a name was silent (only ``renamed: 0`` in summary.json); a
+    note then said so, but a map any of whose entries renamed rows said nothing, so a typo in one entry of many went
+    unseen.  The note names the entries that renamed no counted row of any stored day (a refit that reads no day
+    again matches them from the days' manifests) nor name an anchor rater or model; a map whose every entry matched
+    says nothing."""
     judge = json.loads((sim / "truth.json").read_text())["judges"][0]["judge"]
-    notes = {}
-    for name, mapping in (("none", {"GPT4-judge": "gpt-4"}), ("some", {judge: "renamed-judge", "GPT4-judge": "x"})):
+    anchors = _write_anchors(sim, tmp_path / "anchors")
+    maps = {
+        "none": ({"GPT4-judge": "gpt-4"}, None),
+        "some": ({judge: "renamed-judge", "GPT4-judge": "x"}, None),
+        "anchors": ({judge: "renamed-judge", "trusted-humans": "humans", "GPT4-judge": "x"}, anchors),
+        "all": ({judge: "renamed-judge"}, None),
+    }
+
+    def said(name: str, refit: bool = False) -> list[str]:
+        mapping, anchor_glob = maps[name]
         aliases = tmp_path / f"{name}.json"
         aliases.write_text(json.dumps(mapping))
+        options = RefreshOptions(audit=False, bootstrap=0, aliases=str(aliases), anchors=anchor_glob, refit=refit)
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="biasboard.pipelines.refresh"):
-            result = refresh(_glob(sim), str(tmp_path / name), str(tmp_path / f"out-{name}"), [],
-                             RefreshOptions(audit=False, bootstrap=0, aliases=str(aliases)))  # fmt: skip
-        notes[name] = ([r.getMessage() for r in caplog.records if r.getMessage().startswith("aliases:")], result)
-    (said,), unmatched = notes["none"]
-    assert said.startswith(f"aliases: none of the 1 entries of {tmp_path / 'none.json'} renamed a counted row")
-    assert unmatched.summary.counts.renamed == 0
-    assert notes["some"][0] == [] and notes["some"][1].summary.counts.renamed > 0
+            refresh(_glob(sim), str(tmp_path / name), str(tmp_path / f"out-{name}"), [], options)
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("aliases:")]
+
+    tail = "; the names they map from are not in the input as written there"
+    assert said("none") == [
+        f"aliases: none of the 1 entries of {tmp_path / 'none.json'} renamed a counted row (renamed: 0 in "
+        f"summary.json): 'GPT4-judge'{tail}"
+    ]
+    some = [f"aliases: 1 of the 2 entries of {tmp_path / 'some.json'} renamed no counted row: 'GPT4-judge'{tail}"]
+    assert said("some") == some
+    assert said("some", refit=True) == some  # every day kept: matched from the manifests
+    assert said("anchors") == [
+        f"aliases: 1 of the 3 entries of {tmp_path / 'anchors.json'} renamed no counted row: 'GPT4-judge'{tail}"
+    ]
+    assert said("all") == []

@@ -13,15 +13,17 @@ K-long array per test.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import polars as pl
 from biasboard.ranking.reference import ANCHOR_JUDGE
 from biasboard.schemas.errors import InputError
 from biasboard.schemas.families import FamilyMap
-from biasboard.schemas.names import AliasMap, canonical_names
+from biasboard.schemas.names import AliasMap, canonical_names, unmatched_aliases_note
 from biasboard.transforms import read
 from biasboard.transforms.cells import IngestCounts, merge_cells, partial_cells
+from biasboard.transforms.ingest import aliases_matched
 from biasboard.transforms.validate import SeenIds
 
 _LOG = logging.getLogger(__name__)
@@ -69,6 +71,39 @@ def _rater_names(batch: pl.DataFrame, aliases: AliasMap | None) -> list[str]:
     if aliases is not None and aliases.aliases:
         named = named.replace(dict(aliases.aliases))
     return [v for v in named.to_list() if v]
+
+
+def names_among(glob: str, names: Collection[str]) -> frozenset[str]:
+    """Which of ``names`` (in :func:`canonical_names`' form) name a rater or a model in the anchor files under
+    ``glob``: the ``--aliases`` entries the anchors use, which the battles' day manifests do not list.
+
+    Why: an entry that renames an anchor rater (or a model only the anchors judge) matched something, and the note
+    on entries that matched nothing must not name it.  Read only when some entry matched no battle or grade."""
+    wanted = pl.Series(list(names), dtype=pl.String)
+    found: set[str] = set()
+    for day, files in read.list_input_days(glob, flag="--anchors").items():
+        for _, _, batch in read.day_batches(day, files):
+            for column in ("judge", "model_a", "model_b"):
+                if column in batch.columns:
+                    named = canonical_names(batch.get_column(column).cast(pl.String).drop_nulls().unique())
+                    found.update(named.filter(named.is_in(wanted.implode())).to_list())
+    return frozenset(found)
+
+
+def unmatched_aliases(aliases: AliasMap | None, manifests: Iterable[Mapping], anchors: str | None = None) -> str | None:
+    """The note naming the ``--aliases`` entries that renamed no counted row of the days of ``manifests`` (every day
+    the state holds) nor name a rater or model of the ``anchors`` files (:func:`unmatched_aliases_note`); None when
+    all matched, no map was given, or which matched is unknown (:func:`aliases_matched`).
+
+    Why one function: refresh and backfill apply the same map to the same state, and said different things of it."""
+    if aliases is None or not aliases.aliases:
+        return None
+    matched = aliases_matched(manifests)
+    if matched is None:
+        return None
+    if anchors and (unmatched := set(aliases.aliases) - matched):
+        matched |= names_among(anchors, unmatched)
+    return unmatched_aliases_note(aliases, matched)
 
 
 def read_anchors(glob: str, family_map: FamilyMap | None = None, aliases: AliasMap | None = None) -> AnchorSet:

@@ -70,6 +70,9 @@ class IngestCounts:
     renamed: int = 0
     #: Counted rows dated outside the day their folder names (:mod:`biasboard.schemas.folder_day`).
     off_day: OffDay = field(default_factory=OffDay)
+    #: The alias map's keys that renamed a counted row: kept in the day's manifest (``aliased``), not in
+    #: :meth:`to_dict` (the summary's counts), for the note on entries that matched nothing.
+    aliased: frozenset[str] = frozenset()
 
     def __add__(self, other: IngestCounts) -> IngestCounts:
         rejected = dict(self.rejected)
@@ -84,6 +87,7 @@ class IngestCounts:
             self.trimmed + other.trimmed,
             self.renamed + other.renamed,
             self.off_day + other.off_day,
+            self.aliased | other.aliased,
         )
 
     @property
@@ -113,7 +117,7 @@ class IngestCounts:
     def validated(cls, checked: Validated, counted: int, self_battles: int = 0) -> IngestCounts:
         """One batch's counts from its validation; ``counted``: its rows that reached the cells."""
         return cls(checked.read, counted, checked.rejected, self_battles, 0, checked.trimmed, checked.renamed,
-                   checked.off_day)  # fmt: skip
+                   checked.off_day, checked.aliased)  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict) -> IngestCounts:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import apache_beam as beam
@@ -263,6 +263,9 @@ class AggregateDayFn(beam.DoFn):
             tables[SCORE_DEAD_LETTERS_FILE] = scores.dead_letters
             manifest["score_inputs"] = [InputFile(**f).fingerprint() for f in task["score_files"]]
             manifest["score_counts"] = scores.counts.to_dict()
+        aliased = battles.counts.aliased | (scores.counts.aliased if scores is not None else frozenset())
+        if aliased:  # the --aliases entries this day used (:func:`aliases_matched`)
+            manifest[ALIASED] = sorted(aliased)
         written = write_day(self.state_dir, day, manifest, tables)
         return written, battles.counts, None if scores is None else scores.counts
 
@@ -358,6 +361,24 @@ def use_worker_threads(options: PipelineOptions, tasks: list[dict]) -> bool:
     direct.direct_num_workers = min(cores, len(tasks))
     _LOG.info("ingest: %d MB of input: days spread over %d worker threads", size >> 20, direct.direct_num_workers)
     return True
+
+
+#: A day manifest's list of the ``--aliases`` keys that renamed a counted row of it (battles or grades).
+ALIASED = "aliased"
+
+
+def aliases_matched(manifests: Iterable[Mapping]) -> frozenset[str] | None:
+    """The ``--aliases`` keys that renamed a counted row of any of these days (their :data:`ALIASED` lists); None
+    when a day stored before manifests kept the list renamed rows, so which entries matched is unknown.
+
+    Why from the manifests: a day kept from an earlier run is not read again, and its entries matched all the same."""
+    found: set[str] = set()
+    for manifest in manifests:
+        renamed = sum(int(manifest.get(key, {}).get("renamed", 0)) for key in ("counts", "score_counts"))
+        if ALIASED not in manifest and renamed:
+            return None
+        found.update(manifest.get(ALIASED, ()))
+    return frozenset(found)
 
 
 def committed(state_dir: str, days: list[str], with_scores: bool, metrics: dict[str, int]) -> IngestResult:

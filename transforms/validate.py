@@ -258,6 +258,8 @@ class Validated:
     renamed: int = 0
     #: Valid rows dated outside the day their folder names (:mod:`biasboard.schemas.folder_day`; checked when given).
     off_day: OffDay = field(default_factory=OffDay)
+    #: The alias map's keys that renamed a valid row (:meth:`~biasboard.schemas.names.NameFixes.aliased`).
+    aliased: frozenset[str] = frozenset()
 
     @cached_property
     def valid(self) -> pl.DataFrame:
@@ -369,7 +371,8 @@ def _split(
     rejected = dict(sorted(rejected.items()))
     dead = _dead_letters(pl.concat(parts) if parts else None, dead_schema, source_file, row_offset)
     trimmed, renamed = fixes.counts(good[admitted])
-    return Validated(df.select(*keep), kept, dead, df.height, rejected, trimmed, renamed)
+    aliased = fixes.aliased(good[admitted])
+    return Validated(df.select(*keep), kept, dead, df.height, rejected, trimmed, renamed, aliased=aliased)
 
 
 def _check_day(checked: Validated, df: pl.DataFrame, day: str | None) -> Validated:
