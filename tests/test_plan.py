@@ -47,7 +47,7 @@ from biasboard.transforms.plan import (
     make_plan,
     plan_inputs,
 )
-from biasboard.transforms.snapshot import CellTotals, planned_judge_pairs
+from biasboard.transforms.snapshot import CellTotals, judge_pair_counts, planned_judge_pairs
 from conftest import PROJECT_ROOT
 
 M, K = 20, 5
@@ -641,6 +641,75 @@ def test_pooled_voters_have_judged_what_any_of_them_judged():
     totals = CellTotals(pa.table({}), pa.table({}), 0, pa.table({**judged, "n": [1, 2, 5]}))
     pooled = planned_judge_pairs(totals, "prefix:/").sort("judge", "model_a")
     assert pooled.rows() == [("arena", "a", "b", 1), ("arena", "b", "a", 2), ("gpt", "a", "b", 5)]
+
+
+def test_judged_pairs_are_coded_holding_a_key_and_a_count_per_row(monkeypatch) -> None:
+    """:meth:`JudgedPairs.of_frame` holds two int64 columns of the coded rows, not four and their masked copies: its
+    traced peak (numpy's allocations) per row, which the refresh pays after the fit (4.96M rows at bench/scale.py's
+    full N; it measured 105 bytes a row before, 64 now)."""
+    import tracemalloc
+
+    from biasboard.plan import acquisition
+
+    monkeypatch.setattr(acquisition, "CODE_ROWS", 1 << 14)
+    rng = np.random.default_rng(2)
+    rows = 300_000
+    models, judges = [f"m{i}" for i in range(100)], [f"v{i}" for i in range(20_000)]
+    frame = pl.DataFrame(
+        {
+            "judge": rng.choice(judges, rows),
+            "model_a": rng.choice(models, rows),
+            "model_b": rng.choice(models, rows),
+            "n": rng.integers(1, 9, rows),
+        }
+    ).with_columns(pl.col("judge", "model_a", "model_b").cast(pl.Categorical))
+    tracemalloc.start()
+    try:
+        got = JudgedPairs.of_frame(frame, models, judges)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got.n.sum() == frame.filter(pl.col("model_a") != pl.col("model_b")).get_column("n").sum()
+    assert peak <= 80 * rows
+
+
+def test_judge_pair_counts_keep_dictionary_codes_and_sum_as_by_name():
+    """The judged pairs the refresh holds from before the fit to the snapshot are codes over the cells' dictionaries
+    (20 bytes a row; as strings ~72, which set the refresh's peak at bench/scale.py's full N), and they sum and plan
+    as the names do: self-battles dropped, the same JudgedPairs as from the rows by name."""
+    rng = np.random.default_rng(11)
+    rows = 20_000
+    voters = [f"human-pool-1/voter-{i:05d}" for i in range(5_000)]
+    models = [f"model-sim-{i:03d}" for i in range(60)]
+    names = pa.table(
+        {
+            "judge": rng.choice(voters, rows),
+            "model_a": rng.choice(models, rows),
+            "model_b": rng.choice(models, rows),
+            "n": rng.integers(1, 9, rows),
+        }
+    )
+    coded = pa.table(
+        {c: names.column(c).dictionary_encode() if c != "n" else names.column(c) for c in names.schema.names}
+    )
+    got = judge_pair_counts(coded)
+    keys = ["judge", "model_a", "model_b"]
+    assert all(pa.types.is_dictionary(got.schema.field(c).type) for c in keys)
+    row_bytes = sum(chunk.indices.nbytes for c in keys for chunk in got.column(c).chunks) + got.column("n").nbytes
+    assert row_bytes <= 20 * got.num_rows
+    by_name = (
+        pl.from_arrow(names)
+        .filter(pl.col("model_a") != pl.col("model_b"))
+        .group_by(keys)
+        .agg(pl.col("n").sum())
+        .sort(keys)
+    )
+    assert pl.from_arrow(got).with_columns(pl.col(keys).cast(pl.String)).sort(keys).equals(by_name)
+    judges = sorted(set(voters[:4_000]))
+    planned = planned_judge_pairs(CellTotals(pa.table({}), pa.table({}), 0, got), None)
+    coded_pairs, named_pairs = (JudgedPairs.of_frame(f, models[:50], judges) for f in (planned, by_name))
+    for field in ("judge", "first", "second", "n"):
+        assert np.array_equal(getattr(coded_pairs, field), getattr(named_pairs, field))
 
 
 def test_bench_acquisition_study_smoke(tmp_path):

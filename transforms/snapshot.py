@@ -574,14 +574,57 @@ def _frame(table: pa.Table) -> pl.DataFrame:
 def judge_pair_counts(cells: pa.Table) -> pa.Table:
     """:attr:`CellTotals.judge_pairs` of pair cells: ``n`` summed over every other key (bins, families, slices).
 
-    Grouped on the keys as they come (a merged history's are dictionary-encoded) and cast to strings after, on
-    the far fewer grouped rows (casting every cell's keys cost ~100 bytes a cell: :func:`judge_summary`).
+    Grouped and kept as dictionary codes over the cells' own dictionaries (the models' one dictionary for both
+    sides), never as strings: the rows, ~0.8 a cell with voter-judges, are held from before the fit until the
+    snapshot is written, and as strings they took ~72 bytes a row (plus what polars' allocator kept of the cast),
+    against 20 now.  At bench/scale.py's full N they set the refresh's peak, held through the streamed solve.
     """
-    used = ["judge", "model_a", "model_b", "n"]
-    frame = _frame(cells.select(used) if cells.num_rows else PAIR_CELLS_SCHEMA.empty_table().select(used))
-    grouped = frame.group_by("judge", "model_a", "model_b").agg(pl.col("n").cast(pl.Int64).sum())
-    grouped = grouped.with_columns(pl.col("judge", "model_a", "model_b").cast(pl.String))
-    return grouped.filter(pl.col("model_a") != pl.col("model_b")).to_arrow()
+    used = ("judge", "model_a", "model_b", "n")
+    table = cells.select(used) if cells.num_rows else PAIR_CELLS_SCHEMA.empty_table().select(used)
+    (judge,) = _dictionary_codes(table.column("judge"))
+    model_a, model_b = _dictionary_codes(table.column("model_a"), table.column("model_b"))
+    frame = pl.DataFrame(
+        {"judge": judge.indices, "model_a": model_a.indices, "model_b": model_b.indices, "n": table.column("n")}
+    )
+    grouped = (
+        frame.filter(pl.col("model_a") != pl.col("model_b"))  # one dictionary: equal codes are one model
+        .group_by("judge", "model_a", "model_b")
+        .agg(pl.col("n").cast(pl.Int64).sum())
+    )
+
+    def coded(column: str, dictionary: pa.Array) -> pa.DictionaryArray:
+        return pa.DictionaryArray.from_arrays(grouped.get_column(column).to_arrow().cast(pa.int32()), dictionary)
+
+    return pa.table(
+        {
+            "judge": coded("judge", judge.dictionary),
+            "model_a": coded("model_a", model_a.dictionary),
+            "model_b": coded("model_b", model_b.dictionary),
+            "n": grouped.get_column("n").to_arrow(),
+        }
+    )
+
+
+def _dictionary_codes(*columns: pa.ChunkedArray) -> list[pa.DictionaryArray]:
+    """``columns`` as dictionary arrays of one chunk each, all over one dictionary (codes comparable across them).
+
+    Why one dictionary: a merged bucket's columns already share the global sorted dictionaries (only it is copied),
+    while a table of strings or of separately encoded chunks would compare codes of different dictionaries.
+    """
+    encoded = [c if pa.types.is_dictionary(c.type) else c.dictionary_encode() for c in columns]
+    value_type = encoded[0].type.value_type
+    chunks = [chunk.cast(pa.dictionary(pa.int32(), value_type)) for c in encoded for chunk in c.chunks]
+    merged = pa.table({"c": pa.chunked_array(chunks, pa.dictionary(pa.int32(), value_type))}).unify_dictionaries()
+    unified, out, start = merged.column("c").chunks, [], 0
+    for column in encoded:
+        parts = unified[start : start + column.num_chunks]
+        start += column.num_chunks
+        # A copy: a merged bucket's dictionary lies in its memory-mapped file, which a view would keep resident
+        # (every bucket's whole table: +1.2 GB at bench/scale.py's full N), not the few names it holds.
+        dictionary = pa.concat_arrays([parts[0].dictionary] if parts else [pa.array([], value_type)])
+        indices = pa.concat_arrays([p.indices for p in parts]) if parts else pa.array([], pa.int32())
+        out.append(pa.DictionaryArray.from_arrays(indices, dictionary))
+    return out
 
 
 def planned_judge_pairs(totals: CellTotals, judge_pool: str | None) -> pl.DataFrame:
