@@ -121,17 +121,52 @@ def _hash_array(array: pa.Array, seed: Seed) -> np.ndarray:
     if hi > lo:
         padded[: hi - lo] = np.frombuffer(data_buf, np.uint8, hi - lo, lo)
     words = np.ndarray((hi - lo + 1,), "<u8", padded, strides=(1,))
-    length = np.diff(offsets)
+    held = np.diff(offsets)  # the bytes each slot holds (a null's may hold some)
     valid = np.ones(n, bool) if array.null_count == 0 else array.is_valid().to_numpy(zero_copy_only=False)
-    length[~valid] = 0
+    length = np.where(valid, held, 0)
     h = length.astype(_U64)
     h *= _GOLDEN
     h[~valid] = _U64(NULL_TAG)
     h ^= _U64(seed) if isinstance(seed, int) else np.asarray(seed, _U64)
-    scratch = np.empty(min(n, _BLOCK), _U64)
-    same = n > 0 and int(length.min()) == int(length.max()) and array.null_count == 0
     starts = offsets[:-1] - lo
-    for first in range(0, n, _BLOCK):  # a block of rows at a time: its few arrays stay in the CPU's cache
-        last = min(n, first + _BLOCK)
-        _chain(h[first:last], words, starts[first:last], length[first:last], same, scratch[: last - first])
+    filled = _one_length_rows(held, starts)
+    if filled is None:  # lengths vary: each word gathered
+        _blocks(h, words, starts, length, same=False)
+    elif len(filled) == n and not array.null_count:  # every value as long (an id format): words read with a stride
+        _blocks(h, words, starts, length, same=True)
+    else:  # one length besides empty values and nulls (a dirty batch's blank ids): the rest strided
+        empty = length == 0
+        part, blank = h[filled], h[empty]
+        _blocks(part, words, starts[filled], held[filled], same=True)
+        _blocks(blank, words, starts[empty], length[empty], same=False)  # no word read: the start state mixed
+        h[filled] = part
+        h[empty] = blank  # last: a null whose slot holds bytes was strided over with the rest, and hashes as a null
     return h
+
+
+def _one_length_rows(held: np.ndarray, starts: np.ndarray) -> np.ndarray | None:
+    """The slots holding bytes (``held``: bytes per slot), when they all hold one length and lie back to back in
+    the buffer; else None.
+
+    Why: the strided read (:func:`_chain`) needs value i at ``start_0 + i·L``.  A dirty batch's ids are one format
+    but for a few empty ones and nulls (0.1% of a 1%-bad day; polars' nulls may keep a value's bytes), which used
+    to send every row to the gathered path (~3x slower: 28–35 against 10–11 ms for 505k ids).  An empty value or a
+    null hashes without reading a word, so only the slots holding bytes need be evenly spaced.  Offsets never
+    decrease, so with every such slot L bytes long they lie back to back exactly when the first and last are
+    ``L·(k − 1)`` bytes apart.
+    """
+    filled = np.flatnonzero(held)
+    if not filled.size:  # every value empty or null: no word to read
+        return filled
+    width = int(held[filled[0]])
+    if np.count_nonzero(held == width) != filled.size:  # some slot of another length
+        return None
+    return filled if int(starts[filled[-1]] - starts[filled[0]]) == width * (filled.size - 1) else None
+
+
+def _blocks(h: np.ndarray, words: np.ndarray, starts: np.ndarray, length: np.ndarray, same: bool) -> None:
+    """:func:`_chain` over ``h`` in place, a block of rows at a time: its few arrays stay in the CPU's cache."""
+    scratch = np.empty(min(h.size, _BLOCK), _U64)
+    for first in range(0, h.size, _BLOCK):
+        last = min(h.size, first + _BLOCK)
+        _chain(h[first:last], words, starts[first:last], length[first:last], same, scratch[: last - first])

@@ -84,6 +84,38 @@ def test_values_of_one_length_take_the_strided_path_to_the_same_hashes() -> None
         assert alone.tolist() == [_definition(v, SEED) for v in ids]
 
 
+def test_ids_of_one_length_beside_blanks_and_nulls_are_read_with_a_stride(monkeypatch) -> None:
+    """A dirty batch's ids: one format but for a few empty ones and nulls.  The rest keep the strided read (no word
+    gathered; it once gathered every row's words, ~3x slower) and every hash is the definition's.  A null whose slot
+    holds bytes hashes as a null: strided over when they are as many as the others', else (the values not evenly
+    spaced) read by the gathered path."""
+    from biasboard.schemas import string_hash as module
+
+    chained = []
+    chain = module._chain
+
+    def spy(h, words, starts, length, same, scratch):
+        chained.append((same, int(length.max()) if length.size else 0))
+        return chain(h, words, starts, length, same, scratch)
+
+    monkeypatch.setattr(module, "_chain", spy)
+    monkeypatch.setattr(module, "_BLOCK", 64)
+    ids: list[str | None] = [f"b20240101-{i:09d}" for i in range(300)]
+    for i in range(0, 300, 37):
+        ids[i] = None if i % 2 else ""
+    assert string_hash(pa.array(ids), SEED).tolist() == [_definition(v, SEED) for v in ids]
+    assert chained and all(same or longest == 0 for same, longest in chained)  # no word gathered
+    assert string_hash(pa.array(ids)[5:], SEED).tolist() == [_definition(v, SEED) for v in ids[5:]]
+    for junk, strided in (("junk", False), ("12345678", True)):  # a null's slot holding 4 bytes, then 8
+        data = pa.array(["x" * 8, junk, "y" * 8]).buffers()[2]
+        offsets = pa.py_buffer(np.array([0, 8, 8 + len(junk), 16 + len(junk)], np.int32).tobytes())
+        validity = pa.py_buffer(np.packbits([1, 0, 1], bitorder="little").tobytes())
+        gap = pa.Array.from_buffers(pa.string(), 3, [validity, offsets, data], null_count=1)
+        chained.clear()
+        assert string_hash(gap, SEED).tolist() == [_definition(v, SEED) for v in ["x" * 8, None, "y" * 8]]
+        assert all(same or longest == 0 for same, longest in chained) == strided, junk
+
+
 def test_rows_hashed_a_block_at_a_time_hash_as_one(monkeypatch) -> None:
     """Blocks of rows (the cache-sized pieces the hash works in) of 7 rows: the same hashes, strided and not."""
     from biasboard.schemas import string_hash as module
