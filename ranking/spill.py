@@ -17,6 +17,7 @@ global dictionaries, its codes those of the in-memory table.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -75,7 +76,7 @@ class BucketedFold(CodedFold):
         self.bucket_pending = [0] * self.n_buckets
         self._blocks: list[list[int]] = [[] for _ in range(self.n_buckets)]  # rows of each pending block
         self._loaders: dict[int, TotalLoader] = {}
-        self.scratch: tempfile.TemporaryDirectory | None = None  # a scratch folder the fold keeps alive
+        self.scratch: ScratchFolder | None = None  # a scratch folder the fold keeps alive
 
     # -- files ------------------------------------------------------------------------------------------
     def _path(self, bucket: int, kind: str) -> str:
@@ -218,7 +219,7 @@ class JudgeBuckets:
 
     paths: tuple[str, ...]
     rows: tuple[int, ...]
-    scratch: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
+    scratch: ScratchFolder | None = field(default=None, repr=False)
 
     @property
     def n_rows(self) -> int:
@@ -239,8 +240,21 @@ class JudgeBuckets:
         return pa.concat_tables(tables) if tables else pa.table({})
 
 
-def scratch_folder(parent: str | None = None) -> tempfile.TemporaryDirectory:
+class ScratchFolder:
+    """A scratch folder (``name``) removed when this object is collected, at exit, or by :meth:`cleanup`.
+
+    Why not ``tempfile.TemporaryDirectory`` with a finalizer calling its ``cleanup``: that bound method holds the
+    object, so the finalizer kept every folder (the merged buckets' files, GBs at scale) until the process exited;
+    and the directory's own finalizer warns when it is the one that cleans up."""
+
+    def __init__(self, parent: str | None = None) -> None:
+        self.name = tempfile.mkdtemp(prefix="biasboard-buckets-", dir=parent)
+        self._remove = weakref.finalize(self, shutil.rmtree, self.name, ignore_errors=True)
+
+    def cleanup(self) -> None:
+        self._remove()
+
+
+def scratch_folder(parent: str | None = None) -> ScratchFolder:
     """A scratch folder removed when its object is collected (or at exit)."""
-    folder = tempfile.TemporaryDirectory(prefix="biasboard-buckets-", dir=parent)
-    weakref.finalize(folder, folder.cleanup)
-    return folder
+    return ScratchFolder(parent)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from biasboard.ranking.spill import bucket_bounds
+from biasboard.ranking.spill import bucket_bounds, scratch_folder
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA
 from biasboard.schemas.errors import StateError
 from biasboard.transforms import state
@@ -220,3 +220,18 @@ def test_a_corrupt_cached_bucket_is_said_and_recomputed_a_corrupt_day_is_a_state
     day_file.write_bytes(b"garbage")
     with pytest.raises(StateError, match="day=2024-03-01"):
         state.load_cells_by_judge(str(st), cache=True, bucket_rows=300)
+
+
+def test_a_scratch_folder_goes_when_its_object_is_collected(tmp_path):
+    """The merged buckets' scratch folder (GBs at scale) is removed once nothing holds it, not kept to exit."""
+    import gc
+
+    folder = scratch_folder(str(tmp_path))
+    path = Path(folder.name)
+    (path / "bucket-0.arrow").write_bytes(b"x" * 100)
+    del folder
+    gc.collect()
+    assert not path.exists()
+    kept = scratch_folder(str(tmp_path))
+    kept.cleanup()
+    assert not Path(kept.name).exists()
