@@ -686,6 +686,8 @@ def _note_unmatched_aliases(aliases: AliasMap | None, state_dir: str, anchors: s
     ``renamed: 0`` in summary.json; and a map most of whose entries matched said nothing of the one with a typo.
     A map reused across days may rightly miss some names on some days, so the entries are matched over every day
     the state holds."""
+    if aliases is None or not aliases.aliases:  # no map: the state's days are not listed (a bucket listing on gs://)
+        return
     manifests = (state.read_day_manifest(state_dir, day) or {} for day in state.list_state_days(state_dir))
     note = unmatched_aliases(aliases, manifests, anchors)
     if note:
