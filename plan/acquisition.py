@@ -164,23 +164,40 @@ class JudgedPairs:
         coding = (judge.alias("j"), index_of("model_a", models).alias("a"), index_of("model_b", models).alias("b"), "n")
         m = max(len(models), 1)
 
-        # Each slice keeps only its rows' (judge, first, second) key and n: holding all rows' four coded columns and
-        # their masked copies at once took +530 MB at bench/scale.py's full N (4.96M rows), the refresh's peak.
-        def keyed(part: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        # The rows' (judge, first, second) keys and counts are written a slice at a time into two arrays of the frame's
+        # height, then sorted and summed by key: holding every slice's arrays and their concatenation, and
+        # np.unique's inverse beside them, took 49 bytes a row (4.96M rows at bench/scale.py's full N: the refresh's
+        # peak, after the fit); this holds 32 at most, and the rows it is given are fewer (the refresh's are summed
+        # over both orders already, CellTotals.judge_pairs).
+        keys = np.empty(frame.height, np.int64)
+        counts = np.empty(frame.height, np.int64)
+        filled = 0
+        for lo in range(0, frame.height, CODE_ROWS):
+            part = frame.slice(lo, CODE_ROWS).select(coding).drop_nulls()
             j, a, b, n = (part.get_column(c).to_numpy().astype(np.int64) for c in ("j", "a", "b", "n"))
             keep = a != b
-            return (((j + 1) * m + np.minimum(a, b)) * m + np.maximum(a, b))[keep], n[keep]
-
-        parts = [
-            keyed(frame.slice(lo, CODE_ROWS).select(coding).drop_nulls()) for lo in range(0, frame.height, CODE_ROWS)
-        ]
-        keys, counts = (np.concatenate([p[i] for p in parts] or [np.zeros(0, np.int64)]) for i in (0, 1))
-        del parts
+            size = int(keep.sum())
+            keys[filled : filled + size] = (((j + 1) * m + np.minimum(a, b)) * m + np.maximum(a, b))[keep]
+            counts[filled : filled + size] = n[keep]
+            filled += size
+        keys, counts = keys[:filled], counts[:filled]
         # Summed by (judge, first, second) in numpy: one int64 key in (j, first, second) order (j = -1 first).
-        key, slot = np.unique(keys, return_inverse=True)
+        order = np.argsort(keys)  # integer counts: their sums do not depend on the order of equal keys
+        keys = keys[order]
+        counts = counts[order]
+        del order
+        first_of_key = np.empty(filled, bool)
+        first_of_key[:1] = True
+        np.not_equal(keys[1:], keys[:-1], out=first_of_key[1:])
+        starts = np.flatnonzero(first_of_key)
+        del first_of_key
+        key = keys[starts]
         del keys
-        total = np.bincount(slot, weights=counts, minlength=key.size).astype(np.int64)
-        return cls(key // (m * m) - 1, key // m % m, key % m, total)
+        total = np.add.reduceat(counts, starts) if filled else np.zeros(0, np.int64)
+        # int32 names (as posterior.npz stores them): 4 bytes a row each, where the keys' int64 took 8.
+        return cls(
+            (key // (m * m) - 1).astype(np.int32), (key // m % m).astype(np.int32), (key % m).astype(np.int32), total
+        )
 
 
 #: Rows of (judge, model_a, model_b, n) names coded at once by :meth:`JudgedPairs.of_frame` (memory: a slice's).
