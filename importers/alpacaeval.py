@@ -380,7 +380,31 @@ def convert(paths: Sequence[Path], options: ImportOptions) -> ImportResult:
     )
     result = finalize_battles(raw, mapped, sources=paths, source_rows=raw.height, notes=[renamed] if renamed else [])
     banded = _band_ties(raw, preference, options.tie_band, result)
-    return replace(result, notes=(*_notes(result, options, unit, banded), *result.notes))
+    notes = (*_notes(result, options, unit, banded), *_baselines_note(raw, judge), *result.notes)
+    return replace(result, notes=notes)
+
+
+def _baselines_note(raw: pl.DataFrame, judge: pl.Expr) -> tuple[str, ...]:
+    """A note naming each annotator's baseline (its most common ``generator_1``) when the annotators' differ.
+
+    Why: AlpacaEval's ``results/`` tree holds AlpacaEval 1's annotators (``alpaca_eval_gpt4``, against
+    ``text_davinci_003``) beside AlpacaEval 2's (``weighted_alpaca_eval_gpt4_turbo``, against ``gpt4_1106_preview``),
+    which AlpacaEval publishes as two leaderboards.  Imported together they are two judges of one board, which is
+    a fit the model supports, but a user who imported the tree to reproduce one leaderboard got both silently.
+    """
+    pairs = raw.select(judge.alias("judge"), pl.col("generator_1").cast(pl.String).alias("baseline")).drop_nulls()
+    counted = pairs.group_by("judge", "baseline").len().sort("len", "baseline", descending=[True, False])
+    top = counted.group_by("judge", maintain_order=True).first().sort("judge")
+    if top.get_column("baseline").n_unique() < 2:
+        return ()
+    listed = "; ".join(f"{j} against {b} ({n:,} rows)" for j, b, n in top.iter_rows())
+    example = top.get_column("judge")[-1]
+    return (
+        f"annotators with different baselines (generator_1): {listed}. AlpacaEval publishes each baseline's results "
+        "as a leaderboard of its own (AlpacaEval 1 against text_davinci_003, 2 against gpt4_1106_preview); here every "
+        "annotator is a judge of one board. To rank against one baseline, import its annotator's folders alone "
+        f"(--in 'results/*/{example}/annotations*')",
+    )
 
 
 def _band_ties(raw: pl.DataFrame, preference: pl.Expr, tie_band: float, result: ImportResult) -> int:

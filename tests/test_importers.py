@@ -572,6 +572,22 @@ def test_alpacaeval_1_has_no_recoverable_order_and_is_counted():
 REAL_LAYOUT = ("alpacaeval", "real-layout", "results")
 
 
+def test_alpacaeval_results_tree_of_two_baselines_says_so(tmp_path):
+    """AlpacaEval's ``results/`` tree holds AlpacaEval 1's annotator (against text_davinci_003) beside AlpacaEval 2's
+    (against gpt4_1106_preview), two leaderboards as AlpacaEval publishes them: imported whole they are two judges of
+    one board, which a note now says, naming a glob that imports one of them alone (which says nothing)."""
+    tree = real_data(*REAL_LAYOUT)
+    (note,) = [n for n in import_path("alpacaeval", tree).notes if n.startswith("annotators with different baselines")]
+    assert "alpaca_eval_gpt4 against text_davinci_003 (1,610 rows)" in note
+    assert "weighted_alpaca_eval_gpt4_turbo against gpt4_1106_preview (805 rows)" in note
+    glob = note.rsplit("--in '", 1)[1].rstrip("')").replace("results/", "", 1)
+    out = tmp_path / "imp"
+    assert cli.main(["import", "--format", "alpacaeval", "--in", f"{tree}/{glob}", "--out", str(out)]) == 0
+    manifest = json.loads((out / "import_manifest.json").read_text())
+    assert manifest["rows_converted"] > 0
+    assert not any(n.startswith("annotators with different baselines") for n in manifest["notes"])
+
+
 @pytest.mark.parametrize("unit", ["chars", "words"])
 def test_alpacaeval_real_annotations_file_recovers_order_from_the_logprobs(unit):
     """AlpacaEval's own annotations.json: order from raw_completion, lengths from the outputs.
