@@ -1321,6 +1321,35 @@ def test_aliases_rename_the_anchors_as_they_rename_the_battles(tmp_path: Path) -
     assert judge["gold_accuracy"] == pytest.approx((2 + 0.5) / 4)  # two hits, a miss, a tie (½)
 
 
+def test_audit_names_the_alias_entries_that_matched_nothing(tmp_path: Path, capsys) -> None:
+    """``biasboard audit --aliases`` said nothing of entries that renamed no row (refresh names them): a typo in one
+    entry of a map went unseen.  The same note now, in audit.json and printed; an entry that names an anchor rater
+    matched something; a map whose every entry matched says nothing."""
+    from biasboard.pipelines import cli
+
+    rows = [("j", f"p{i}", "gpt4", "claude", w) for i, w in enumerate([FIRST, FIRST, SECOND, TIE])]
+    _write_battles(battles(rows), tmp_path / "in" / "day=2024-01-01" / "part-0.parquet")
+    _write_battles(battles([("j", "p9", "gpt4", "llama", FIRST)]), tmp_path / "in" / "day=2024-01-02" / "p.parquet")
+    gold = [("human", f"p{i}", "gpt4", "claude", FIRST) for i in range(4)]
+    _write_battles(battles(gold), tmp_path / "anchors" / "day=2024-01-01" / "a.parquet")
+
+    def notes(mapping: dict[str, str], name: str) -> tuple[list[str], str]:
+        aliases = tmp_path / f"{name}.json"
+        aliases.write_text(json.dumps(mapping))
+        out = tmp_path / name
+        argv = ["audit", "--input", str(tmp_path / "in"), "--out", str(out), "--anchors", str(tmp_path / "anchors")]
+        capsys.readouterr()
+        assert cli.main([*argv, "--aliases", str(aliases)]) == 0
+        said = [n for n in json.loads((out / "audit.json").read_text())["notes"] if n.startswith("aliases:")]
+        return said, capsys.readouterr().out
+
+    tail = "; the names they map from are not in the input as written there"
+    said, printed = notes({"gpt4": "gpt-4", "llama": "llama-2", "human": "humans", "Clade-3": "claude-3"}, "typo")
+    assert said == [f"aliases: 1 of the 4 entries of {tmp_path / 'typo.json'} renamed no counted row: 'Clade-3'{tail}"]
+    assert f"note: {said[0]}" in printed
+    assert notes({"gpt4": "gpt-4", "llama": "llama-2"}, "all")[0] == []
+
+
 def test_a_gold_column_is_read_as_the_winner_is() -> None:
     """``winner`` is trimmed and lower-cased before it is read ("Model_A " is model_a); ``gold`` was compared as
     written, so a label spelled as the winner may be spelled was no label: its rows left out of the accuracy."""

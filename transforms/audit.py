@@ -97,8 +97,10 @@ from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.names import AliasMap
 from biasboard.schemas.wording import first_few
 from biasboard.transforms import audit_cache, publish, read, state, storage
+from biasboard.transforms.anchors import unmatched_aliases
 from biasboard.transforms.cells import IngestCounts
 from biasboard.transforms.covariates import resolve_families
+from biasboard.transforms.ingest import ALIASED
 from biasboard.transforms.judge_pool import carry, pool_by_column
 from biasboard.transforms.runner import run_to_completion
 from biasboard.transforms.validate import WINNER_CODE, SeenIds, validate_battles
@@ -227,10 +229,12 @@ def audit_days(
     family_map: FamilyMap,
     gold_lookup: pl.DataFrame | None = None,
     aliases: AliasMap | None = None,
+    anchors: str | None = None,
 ) -> beam.PCollection:
     """Add the audit to ``pipeline``: read, validate and audit each day (its both orders paired within it),
     sum the days, write the files under ``out``; returns the PCollection of written paths (what a later stage
-    waits for).
+    waits for).  ``audit.json`` gets the note on ``aliases`` entries that renamed no counted row nor name a rater
+    or model of the ``anchors`` files (:func:`~biasboard.transforms.anchors.unmatched_aliases`), as refresh prints.
 
     The refresh's incremental audit (:func:`audit_days_incremental`) with every day to do and the days'
     partials kept in a scratch folder under ``out`` (:data:`SCRATCH_DAYS`, removed once the files are
@@ -240,8 +244,9 @@ def audit_days(
     todo = {day: (files, "") for day, files in days.items()}
     scratch = storage.join(out, SCRATCH_DAYS)
     return audit_days_incremental(
-        pipeline, todo, sorted(days), scratch, out, family_map, gold_lookup, aliases, scratch=True
-    )
+        pipeline, todo, sorted(days), scratch, out, family_map, gold_lookup, aliases, scratch=True,
+        note_aliases=(aliases, anchors) if aliases is not None else None,
+    )  # fmt: skip
 
 
 #: Where ``biasboard audit`` keeps each day's partials until the days are summed (under its output folder).
@@ -255,10 +260,11 @@ def build_audit(
     family_map: FamilyMap,
     gold_lookup: pl.DataFrame | None = None,
     aliases: AliasMap | None = None,
+    anchors: str | None = None,
 ) -> beam.Pipeline:
     """The audit graph on its own (``biasboard audit``), built and not run."""
     pipeline = beam.Pipeline(options=options)
-    audit_days(pipeline, days, out, family_map, gold_lookup, aliases)
+    audit_days(pipeline, days, out, family_map, gold_lookup, aliases, anchors)
     return pipeline
 
 
@@ -284,7 +290,7 @@ def run_audit(
     marker = storage.join(out, AUDIT_JSON)
     with storage.if_unreachable(left_writing(out)):
         storage.delete([marker])
-        run_to_completion(build_audit(options, *inputs, aliases=aliases))
+        run_to_completion(build_audit(options, *inputs, aliases=aliases, anchors=anchors))
         _add_import_rejections(marker, read.import_rejections([("--input", input_glob)]))
     return marker
 
@@ -345,6 +351,19 @@ def _add_unmatched_gold(out: str) -> None:
         "a prompt_id matches none): gold-label accuracy is not measured"
     )
     _amend_audit(storage.join(out, AUDIT_JSON), [note])
+
+
+def _add_unmatched_aliases(
+    marker: str, days: Sequence[str], days_dir: str, aliases: AliasMap, anchors: str | None
+) -> None:
+    """``audit.json`` at ``marker`` with the note on ``--aliases`` entries that renamed no counted row of ``days``
+    (their stored ``day.json`` lists the entries that did) nor name a rater or model of ``anchors``.  Why:
+    ``biasboard audit --aliases`` said nothing of a map whose entries matched nothing, where refresh names them (the
+    same note, :func:`~biasboard.transforms.anchors.unmatched_aliases`)."""
+    stored = [json.loads(storage.read_text(storage.join(day_partials_dir(days_dir, day), _DAY_DONE))) for day in days]
+    note = unmatched_aliases(aliases, stored, anchors)
+    if note:
+        _amend_audit(marker, [note])
 
 
 #: What an audit that lost its storage before writing leaves (:func:`storage.if_unreachable`): it only read.
@@ -751,6 +770,8 @@ class AuditDayFn(beam.DoFn):
             frame = getattr(merged, f.name)
             storage.atomic_write_bytes(storage.join(folder, f"{f.name}.parquet"), publish.table_bytes(frame, "parquet"))
         done = {"day": day, "key": key, "counts": counts.to_dict()}
+        if counts.aliased:  # as a day manifest keeps them: which --aliases entries matched (aliases_matched)
+            done[ALIASED] = sorted(counts.aliased)
         storage.atomic_write_bytes(storage.join(folder, _DAY_DONE), publish.json_bytes(done))
         Metrics.counter(METRICS_NAMESPACE, "days_ms").inc(round(1000 * (time.perf_counter() - started)))
         yield day
@@ -792,6 +813,7 @@ def audit_days_incremental(
     scratch: bool = False,
     keys: Mapping[str, str] | None = None,
     left_out: Sequence[str] = (),
+    note_aliases: tuple[AliasMap, str | None] | None = None,
 ) -> beam.PCollection:
     """Add the incremental audit to ``pipeline``: audit the ``todo`` days (day → (files, key)) into
     ``days_dir``, then sum the stored partials of ``all_days`` and write the audit files under ``out``
@@ -818,7 +840,15 @@ def audit_days_incremental(
         | "AllDaysAudited" >> beam.combiners.Count.Globally()
         | "SumStoredDays"
         >> beam.FlatMap(
-            _sum_and_write, sorted(all_days), days_dir, out, scratch, keys, left_out, gold_lookup is not None
+            _sum_and_write,
+            sorted(all_days),
+            days_dir,
+            out,
+            scratch,
+            keys,
+            left_out,
+            gold_lookup is not None,
+            note_aliases,
         )
     )
 
@@ -851,12 +881,15 @@ def _sum_and_write(
     keys: Mapping[str, str] | None,
     left_out: Sequence[str] = (),
     gold_expected: bool = False,
+    note_aliases: tuple[AliasMap, str | None] | None = None,
 ) -> list[str]:
     started = time.perf_counter()
     written = write_stored_sum(days, days_dir, out, keys)
     _add_left_out_days(storage.join(out, AUDIT_JSON), left_out)
     if gold_expected:
         _add_unmatched_gold(out)
+    if note_aliases is not None:
+        _add_unmatched_aliases(storage.join(out, AUDIT_JSON), days, days_dir, *note_aliases)
     if scratch:
         storage.delete_tree(days_dir)
     Metrics.counter(METRICS_NAMESPACE, "sum_ms").inc(round(1000 * (time.perf_counter() - started)))
