@@ -166,9 +166,9 @@ class JudgedPairs:
 
         # The rows' (judge, first, second) keys and counts are written a slice at a time into two arrays of the frame's
         # height, then sorted and summed by key: holding every slice's arrays and their concatenation, and
-        # np.unique's inverse beside them, took 49 bytes a row (4.96M rows at bench/scale.py's full N: the refresh's
-        # peak, after the fit); this holds 32 at most, and the rows it is given are fewer (the refresh's are summed
-        # over both orders already, CellTotals.judge_pairs).
+        # np.unique's inverse beside them, set the refresh's peak after the fit at bench/scale.py's full N (4.96M
+        # rows; numpy's traced peak 64 bytes a row, 52 now), and the rows it is given are fewer (the refresh's are
+        # summed over both orders already, CellTotals.judge_pairs: 3.38M).
         keys = np.empty(frame.height, np.int64)
         counts = np.empty(frame.height, np.int64)
         filled = 0

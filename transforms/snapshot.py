@@ -516,9 +516,10 @@ class CellTotals:
     judges: pa.Table  # judge_summary: a row per judge
     model_pairs: pa.Table  # battles and verdicts per (model_a, model_b), over judges and the other keys
     style_battles: int
-    #: Battles per (judge, model_a, model_b), self-battles left out: what each judge has already judged, which the
-    #: snapshot's posterior keeps for ``plan --no-repeat`` (:func:`planned_judge_pairs`).  Rows, not an array:
-    #: at most one per judged (judge, ordered pair), which the cells already bound.
+    #: Battles per judge and pair of models in either order (``model_a`` the first by name), self-battles left out:
+    #: what each judge has already judged, which the snapshot's posterior keeps for ``plan --no-repeat``
+    #: (:func:`planned_judge_pairs`).  Rows, not an array: at most one per judged (judge, pair), which the cells
+    #: already bound.
     judge_pairs: pa.Table
     #: The stored graders' names (the score cells' judges), read before ``--judge-pool`` pools them: a prefix
     #: rule that pools nothing reads them too (:func:`judge_pool_warnings`).
@@ -574,7 +575,8 @@ def _frame(table: pa.Table) -> pl.DataFrame:
 
 
 def judge_pair_counts(cells: pa.Table) -> pa.Table:
-    """:attr:`CellTotals.judge_pairs` of pair cells: ``n`` summed over every other key (bins, families, slices).
+    """:attr:`CellTotals.judge_pairs` of pair cells: ``n`` summed over both orders of a pair and every other key
+    (bins, families, slices).
 
     Grouped and kept as dictionary codes over the cells' own dictionaries (the models' one dictionary for both
     sides), never as strings: the rows, ~0.8 a cell with voter-judges, are held from before the fit until the
