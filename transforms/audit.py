@@ -244,9 +244,17 @@ def audit_days(
     todo = {day: (files, "") for day, files in days.items()}
     scratch = storage.join(out, SCRATCH_DAYS)
     return audit_days_incremental(
-        pipeline, todo, sorted(days), scratch, out, family_map, gold_lookup, aliases, scratch=True,
+        pipeline,
+        todo,
+        sorted(days),
+        scratch,
+        out,
+        family_map,
+        gold_lookup,
+        aliases,
+        scratch=True,
         note_aliases=(aliases, anchors) if aliases is not None else None,
-    )  # fmt: skip
+    )
 
 
 #: Where ``biasboard audit`` keeps each day's partials until the days are summed (under its output folder).
@@ -821,7 +829,9 @@ def audit_days_incremental(
     days' cache (:mod:`~biasboard.transforms.audit_cache`): the refresh's; None, no cache.  ``left_out``: days
     the board has that the audit cannot read (kept without input, never audited), named in a note of
     ``audit.json`` (:func:`_add_left_out_days`).  Given a ``gold_lookup`` that labels no battle, a note says so
-    (:func:`_add_unmatched_gold`).
+    (:func:`_add_unmatched_gold`).  ``note_aliases``: the ``--aliases`` map and the ``--anchors`` glob whose
+    unmatched entries a note of ``audit.json`` names (:func:`_add_unmatched_aliases`: ``biasboard audit``'s; a
+    refresh logs its own from the day manifests).
 
     The result equals a full audit of every day (:func:`audit_days`): both
     audit each day by :func:`audit_day` and sum the days.  Returns the written
