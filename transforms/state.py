@@ -108,8 +108,11 @@ def _parquet_bytes(table: pa.Table) -> bytes:
     parallel (~2.5x faster than pyarrow's here); it stores strings as
     ``large_string`` and drops the not-null flags, which every reader undoes
     (:func:`_read_table` casts to the cells schema; ``ranking.data.read_cells``
-    takes any string type).  Dead letters keep pyarrow's writer, since
-    :func:`load_dead_letters` returns them as stored.
+    takes any string type).  Dead letters and a day's id hashes keep pyarrow's
+    writer, since :func:`load_dead_letters` returns them as stored, with a
+    dictionary for text columns only: the id hashes are distinct by design, and
+    trying a dictionary on them took 31 of the 33 ms a 500k-battle day's hashes
+    took to write (2.5 ms without it, and 4.0 MB on disk instead of 5.0).
     """
     if table.schema in (PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA):
         frame = pl.from_arrow(table)
@@ -118,7 +121,10 @@ def _parquet_bytes(table: pa.Table) -> bytes:
         frame.write_parquet(buffer, compression="snappy", row_group_size=CELLS_ROW_GROUP, statistics=False)
         return buffer.getvalue()
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="snappy", row_group_size=CELLS_ROW_GROUP, write_statistics=False)
+    text = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    pq.write_table(
+        table, sink, compression="snappy", row_group_size=CELLS_ROW_GROUP, write_statistics=False, use_dictionary=text
+    )
     return sink.getvalue().to_pybytes()
 
 
