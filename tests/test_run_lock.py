@@ -194,6 +194,38 @@ HOLD = (
 )
 
 
+def test_a_bucket_lock_held_in_another_pid_namespace_of_this_host_is_refused(emulator):
+    """Containers that share a host name (host networking) but not a pid namespace: the holder's pid is its own
+    namespace's (1 here), which names another process in ours, so its live lock was taken for a reused pid's and
+    taken over, and two jobs ran at once.  A real holder in a new pid namespace (``unshare``), then records: a pid
+    free here refuses too when its namespace differs, and is taken over when it is ours."""
+    folder, lock = f"{emulator}/pidns/state", f"{emulator}/pidns/state/{run_lock.LOCK_NAME}"
+    command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", HOLD, folder]
+    holder = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        if holder.stdout.readline() != "\n":  # no new namespace to be had here (unprivileged): said, not hidden
+            pytest.skip(f"unshare --pid could not run: {holder.communicate()[1].strip()[-300:]}")
+        recorded = json.loads(storage.read_text(lock))
+        assert recorded["pid"] == 1 and recorded["pidns"] != run_lock.pid_namespace(), recorded
+        with pytest.raises(StateError, match=r"pid 1 on host"), run_lock.folder_lock(folder):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+        holder.stderr.close()
+    me = run_lock.Holder.me()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    elsewhere = run_lock.Holder(me.host, int(dead.stdout), me.started, boot=me.boot, pidns="pid:[1]")
+    storage.write_bytes(lock, elsewhere.to_bytes())
+    with pytest.raises(StateError, match=f"pid {dead.stdout.strip()} on host"), run_lock.folder_lock(folder):
+        pass
+    storage.write_bytes(lock, run_lock.Holder(me.host, int(dead.stdout), me.started, pidns=me.pidns).to_bytes())
+    with run_lock.folder_lock(folder):
+        assert json.loads(storage.read_text(lock))["pid"] == os.getpid()
+    assert not storage.exists(lock)
+
+
 @pytest.mark.parametrize("where", ["local", "bucket"])
 def test_a_backfill_into_a_state_a_refresh_holds_says_so_in_one_line_and_changes_nothing(
     where, emulator, sim, tmp_path, capsys

@@ -19,9 +19,11 @@ the job runs a thread renews it every :data:`RENEW_EVERY_S`; a lock not renewed 
 is a dead holder's and is taken over, and so at once is a lock whose holder is a process of this host
 that no longer exists (a killed cron run's rerun on the same host waits for nothing).  The holder is named by
 its pid and, from ``/proc``, the host's boot id and the process's start time: a pid reused by another process
-(or a host rebooted since) does not make a dead holder look alive (:meth:`Holder.dead_here`).  A holder that
-died on another host blocks for at most :data:`STALE_AFTER_S`; an operator sure no job runs may delete
-the object.  Other remote schemes are not locked (the scheduler must serialise runs there).
+(or a host rebooted since) does not make a dead holder look alive (:meth:`Holder.dead_here`).  Its pid namespace
+is recorded too: containers that share a host name (host networking) but not a pid namespace cannot see each
+other's processes, so a live holder in another one is judged by its renewals alone, never by a pid.  A holder
+that died on another host (or in another container) blocks for at most :data:`STALE_AFTER_S`; an operator sure no
+job runs may delete the object.  Other remote schemes are not locked (the scheduler must serialise runs there).
 """
 
 from __future__ import annotations
@@ -58,8 +60,10 @@ class Holder:
 
     ``boot`` and ``ticks`` (this host's boot id and the holder's start time in clock ticks since boot, both from
     ``/proc``) name the process instance, not only its pid: a pid the kernel reused for another process made a dead
-    holder look alive, so its bucket lock blocked runs for up to :data:`STALE_AFTER_S`.  None where ``/proc`` is
-    absent (and in locks written before they were recorded): then the pid alone is checked, as before.
+    holder look alive, so its bucket lock blocked runs for up to :data:`STALE_AFTER_S`.  ``pidns`` names the pid
+    namespace its pid counts in (:func:`pid_namespace`): a container on the same host, seeing other pids, took a
+    live holder's pid for a dead or reused one and ran beside it.  None where ``/proc`` is absent (and in locks
+    written before they were recorded): then the pid alone is checked, as before.
     """
 
     host: str
@@ -68,23 +72,25 @@ class Holder:
     job: str = "refresh"
     boot: str | None = None
     ticks: int | None = None
+    pidns: str | None = None
 
     @classmethod
     def me(cls, job: str = "refresh") -> Holder:
         now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         pid = os.getpid()
-        return cls(socket.gethostname(), pid, now, job, boot_id(), start_ticks(pid))
+        return cls(socket.gethostname(), pid, now, job, boot_id(), start_ticks(pid), pid_namespace())
 
     def to_bytes(self, renewed: float | None = None) -> bytes:
         fields: dict[str, object] = {"host": self.host, "pid": self.pid, "started": self.started, "job": self.job}
-        fields.update({k: v for k, v in (("boot", self.boot), ("ticks", self.ticks)) if v is not None})
+        known = (("boot", self.boot), ("ticks", self.ticks), ("pidns", self.pidns))
+        fields.update({k: v for k, v in known if v is not None})
         return json.dumps(fields if renewed is None else {**fields, "renewed": renewed}).encode()
 
     @classmethod
     def parse(cls, data: bytes) -> Holder | None:
         try:
             fields = json.loads(data.decode())
-            boot, ticks = fields.get("boot"), fields.get("ticks")
+            boot, ticks, pidns = fields.get("boot"), fields.get("ticks"), fields.get("pidns")
             return cls(
                 str(fields["host"]),
                 int(fields["pid"]),
@@ -92,6 +98,7 @@ class Holder:
                 str(fields.get("job", "refresh")),  # locks written before the job was recorded: only refresh locked
                 None if boot is None else str(boot),
                 None if ticks is None else int(ticks),
+                None if pidns is None else str(pidns),
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None  # being written, or not ours: the refusal says less
@@ -99,15 +106,26 @@ class Holder:
     def describe(self) -> str:
         return f"pid {self.pid} on host {self.host}, started {self.started}"
 
+    def seen_here(self) -> bool:
+        """Whether this process sees the holder's pid as the holder did: the same host name, and the same pid
+        namespace where both are known."""
+        if self.host != socket.gethostname():
+            return False
+        here = pid_namespace()
+        return self.pidns is None or here is None or self.pidns == here
+
     def dead_here(self) -> bool:
         """A process of this host that no longer exists: its pid is free, this host booted since (another boot id),
         or the process now under its pid started at another time (the pid was reused).  Without ``/proc`` (or a
-        lock that recorded neither) only the pid is checked, and a reused pid still makes a dead holder look alive."""
+        lock that recorded neither) only the pid is checked, and a reused pid still makes a dead holder look alive.
+        A holder in another pid namespace (another container of this host) is never judged dead by a pid here."""
         if self.host != socket.gethostname():
             return False
         here = boot_id()
         if self.boot is not None and here is not None and self.boot != here:
             return True  # one host name is one machine: rebooted since, every process of the holder's boot is gone
+        if not self.seen_here():
+            return False  # its pid means another process here, or none: only its renewals tell its death
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
@@ -130,6 +148,15 @@ def boot_id() -> str | None:
     try:
         with open(os.path.join(PROC, "sys", "kernel", "random", "boot_id")) as handle:
             return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def pid_namespace() -> str | None:
+    """This process's pid namespace (``/proc/self/ns/pid``, e.g. ``pid:[4026531836]``), or None without ``/proc``:
+    pids, and the start ticks read under them, mean the same process only within one namespace."""
+    try:
+        return os.readlink(os.path.join(PROC, "self", "ns", "pid"))
     except OSError:
         return None
 
@@ -299,7 +326,7 @@ def _stale_because(found, holder: Holder | None, path: str) -> str | None:
     there, or has not renewed it for :data:`STALE_AFTER_S`), or None."""
     if holder is not None and holder.dead_here():
         return f"died on this host ({holder.describe()})"
-    mine = holder is not None and (holder.host, holder.pid) == (socket.gethostname(), os.getpid())
+    mine = holder is not None and holder.seen_here() and holder.pid == os.getpid()
     if mine and path not in _HELD_BUCKET:
         return "ran in this process and could not remove it (storage was lost)"
     updated = found.updated.timestamp() if found.updated is not None else _now()
