@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -207,7 +208,8 @@ def test_a_bucket_lock_held_in_another_pid_namespace_of_this_host_is_refused(emu
             pytest.skip(f"unshare --pid could not run: {holder.communicate()[1].strip()[-300:]}")
         recorded = json.loads(storage.read_text(lock))
         assert recorded["pid"] == 1 and recorded["pidns"] != run_lock.pid_namespace(), recorded
-        with pytest.raises(StateError, match=r"pid 1 on host"), run_lock.folder_lock(folder):
+        namespace = re.escape(f"pid 1 of pid namespace {recorded['pidns']} on host")
+        with pytest.raises(StateError, match=namespace), run_lock.folder_lock(folder):
             pass
     finally:
         holder.kill()
@@ -218,7 +220,10 @@ def test_a_bucket_lock_held_in_another_pid_namespace_of_this_host_is_refused(emu
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     elsewhere = run_lock.Holder(me.host, int(dead.stdout), me.started, boot=me.boot, pidns="pid:[1]")
     storage.write_bytes(lock, elsewhere.to_bytes())
-    with pytest.raises(StateError, match=f"pid {dead.stdout.strip()} on host"), run_lock.folder_lock(folder):
+    with (
+        pytest.raises(StateError, match=rf"pid {dead.stdout.strip()} of pid namespace pid:\[1\] on host"),
+        run_lock.folder_lock(folder),
+    ):
         pass
     storage.write_bytes(lock, run_lock.Holder(me.host, int(dead.stdout), me.started, pidns=me.pidns).to_bytes())
     with run_lock.folder_lock(folder):

@@ -104,7 +104,13 @@ class Holder:
             return None  # being written, or not ours: the refusal says less
 
     def describe(self) -> str:
-        return f"pid {self.pid} on host {self.host}, started {self.started}"
+        """Who holds it, as the refusal names it; a pid of another pid namespace says so (it is not this host's pid
+        of that number: another container's, found with e.g. ``docker top``)."""
+        elsewhere = self.host == socket.gethostname() and not self.seen_here()
+        return (
+            f"pid {self.pid}{f' of pid namespace {self.pidns}' if elsewhere else ''} on host {self.host}, "
+            f"started {self.started}"
+        )
 
     def seen_here(self) -> bool:
         """Whether this process sees the holder's pid as the holder did: the same host name, and the same pid
