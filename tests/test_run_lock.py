@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -201,6 +202,8 @@ def test_a_bucket_lock_held_in_another_pid_namespace_of_this_host_is_refused(emu
     taken over, and two jobs ran at once.  A real holder in a new pid namespace (``unshare``), then records: a pid
     free here refuses too when its namespace differs, and is taken over when it is ours."""
     folder, lock = f"{emulator}/pidns/state", f"{emulator}/pidns/state/{run_lock.LOCK_NAME}"
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare (util-linux) on this machine")
     command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", HOLD, folder]
     holder = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
