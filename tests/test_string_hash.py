@@ -91,14 +91,19 @@ def test_ids_of_one_length_beside_blanks_and_nulls_are_read_with_a_stride(monkey
     spaced) read by the gathered path."""
     from biasboard.schemas import string_hash as module
 
-    chained = []
-    chain = module._chain
+    chained = []  # (strided, longest value) per block hashed
+    chain, strided_chain = module._chain, module._chain_strided
 
-    def spy(h, words, starts, length, same, scratch):
-        chained.append((same, int(length.max()) if length.size else 0))
-        return chain(h, words, starts, length, same, scratch)
+    def spy(h, words, starts, length, scratch):
+        chained.append((False, int(length.max()) if length.size else 0))
+        return chain(h, words, starts, length, scratch)
+
+    def strided_spy(h, words, start, width, scratch):
+        chained.append((True, width))
+        return strided_chain(h, words, start, width, scratch)
 
     monkeypatch.setattr(module, "_chain", spy)
+    monkeypatch.setattr(module, "_chain_strided", strided_spy)
     monkeypatch.setattr(module, "_BLOCK", 64)
     ids: list[str | None] = [f"b20240101-{i:09d}" for i in range(300)]
     for i in range(0, 300, 37):
