@@ -109,7 +109,7 @@ def test_ids_of_one_length_beside_blanks_and_nulls_are_read_with_a_stride(monkey
     for i in range(0, 300, 37):
         ids[i] = None if i % 2 else ""
     assert string_hash(pa.array(ids), SEED).tolist() == [_definition(v, SEED) for v in ids]
-    assert chained and all(same or longest == 0 for same, longest in chained)  # no word gathered
+    assert chained and all(by_stride or longest == 0 for by_stride, longest in chained)  # no word gathered
     assert string_hash(pa.array(ids)[5:], SEED).tolist() == [_definition(v, SEED) for v in ids[5:]]
     for junk, strided in (("junk", False), ("12345678", True)):  # a null's slot holding 4 bytes, then 8
         data = pa.array(["x" * 8, junk, "y" * 8]).buffers()[2]
@@ -118,7 +118,7 @@ def test_ids_of_one_length_beside_blanks_and_nulls_are_read_with_a_stride(monkey
         gap = pa.Array.from_buffers(pa.string(), 3, [validity, offsets, data], null_count=1)
         chained.clear()
         assert string_hash(gap, SEED).tolist() == [_definition(v, SEED) for v in ["x" * 8, None, "y" * 8]]
-        assert all(same or longest == 0 for same, longest in chained) == strided, junk
+        assert all(by_stride or longest == 0 for by_stride, longest in chained) == strided, junk
 
 
 def test_rows_hashed_a_block_at_a_time_hash_as_one(monkeypatch) -> None:
