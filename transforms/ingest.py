@@ -218,7 +218,7 @@ class AggregateDayFn(beam.DoFn):
             batch = pool_by_column(batch, column)
             part = partial(batch, self.family_map, seen, f.path, offset, aliases=self.aliases, day=day)
             pending.append(part)
-            pending_rows += part.cells.num_rows
+            pending_rows += part.num_cells
             if pending_rows >= MERGE_EVERY_ROWS:
                 merged, pending, pending_rows = merge_batches([merged, *pending], schema, sort=False), [], 0
         # no sort: rows of a stored partition are in no particular order (load_cells sorts what it merges)
@@ -245,7 +245,7 @@ class AggregateDayFn(beam.DoFn):
         day = task["day"]
         battles, ids = self._aggregate(day, task["files"], "battle")
         tables = {
-            PAIR_CELLS_FILE: battles.cells,
+            PAIR_CELLS_FILE: battles.stored,
             DEAD_LETTERS_FILE: battles.dead_letters,
             BATTLE_IDS_FILE: ids_table(ids.kept_hashes()),  # to find its battles counted on other days
         }

@@ -99,23 +99,26 @@ def _write_bytes(path: str, data: bytes) -> None:
 CELLS_ROW_GROUP = 1 << 16
 
 
-def _parquet_bytes(table: pa.Table) -> bytes:
+def _parquet_bytes(table: pa.Table | pl.DataFrame) -> bytes:
     """Snappy, dictionary-encoded strings, row groups of CELLS_ROW_GROUP, no column statistics.
 
     Every reader of the state reads whole row groups (no predicate pushdown),
     so min/max statistics would never prune anything.  Cells (a day holds
     ~350k of them) go through polars' writer, which encodes columns in
-    parallel (~2.5x faster than pyarrow's here); it stores strings as
-    ``large_string`` and drops the not-null flags, which every reader undoes
-    (:func:`_read_table` casts to the cells schema; ``ranking.data.read_cells``
-    takes any string type).  Dead letters and a day's id hashes keep pyarrow's
+    parallel (~2.5x faster than pyarrow's here); a day's cells come as the
+    frame they were summed in (``table`` a polars frame:
+    :class:`~biasboard.transforms.cells.BatchCells`), whose text keys it stores
+    from their codes as dictionary columns, the rest as ``large_string``, and it
+    drops the not-null flags; every reader undoes both (:func:`_read_table` casts
+    to the cells schema; ``ranking.data.read_cells`` takes any string type,
+    dictionary-encoded or not).  Dead letters and a day's id hashes keep pyarrow's
     writer, since :func:`load_dead_letters` returns them as stored, with a
     dictionary for text columns only: the id hashes are distinct by design, and
     trying a dictionary on them took 31 of the 33 ms a 500k-battle day's hashes
     took to write (2.5 ms without it, and 4.0 MB on disk instead of 5.0).
     """
-    if table.schema in (PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA):
-        frame = pl.from_arrow(table)
+    if isinstance(table, pl.DataFrame) or table.schema in (PAIR_CELLS_SCHEMA, SCORE_CELLS_SCHEMA):
+        frame = table if isinstance(table, pl.DataFrame) else pl.from_arrow(table)
         assert isinstance(frame, pl.DataFrame)
         buffer = io.BytesIO()
         frame.write_parquet(buffer, compression="snappy", row_group_size=CELLS_ROW_GROUP, statistics=False)
@@ -147,7 +150,7 @@ def write_day(
     state_dir: str,
     day: str,
     manifest: dict,
-    tables: dict[str, pa.Table],
+    tables: dict[str, pa.Table | pl.DataFrame],
 ) -> dict:
     """Replace day ``day``'s partition with ``tables`` ({file name: table}) and its manifest.
 
