@@ -408,10 +408,20 @@ def test_families_given_in_the_data_are_read_as_the_maps_are_trimmed_and_lower_c
     assert families == {"gpt-4": "openai", "acme": "unknown", "vicuna-13b": FMAP.family_of("vicuna-13b")}
 
 
+def test_battles_whose_given_families_differ_only_in_form_share_one_cell():
+    """Given families are put in their form on the cells, not on each battle: cells whose family becomes another's
+    (``OpenAI``, `` openai``, ``openai``), or is blank and mapped to the one given beside it, are one cell."""
+    base = {"judge": "human", "model_a": "gpt-4", "model_b": "acme", "winner": "model_a", "len_a": 10, "len_b": 20}
+    for spellings in (["OpenAI", " openai", "openai"], ["OpenAI", " openai", "openai", "", None]):
+        rows = [{**base, "battle_id": str(i), "family_a": f} for i, f in enumerate(spellings)]
+        cells = frame(cells_of(rows))
+        assert cells.select("family_a", "n", "win_a").rows() == [("openai", len(rows), len(rows))]
+
+
 def test_a_days_stored_cells_are_written_from_their_codes_and_read_back_as_the_cells(tmp_path):
     """A day's cells file is written from the frame the batch summed, its text keys still dictionary codes (decoding
-    them to text for the writer to encode them again took 41 of the 15 ms a 1%-bad day's cells take to write), and
-    every reader gets the cells the batch gave: the same table through the state's reader, bit for bit."""
+    them to text for the writer to encode them again took 41 ms of a 1%-bad day, where writing the codes takes 15),
+    and every reader gets the cells the batch gave: the same table through the state's reader, bit for bit."""
     import pyarrow.parquet as pq
     from biasboard.transforms import state
     from biasboard.transforms.ingest import AggregateDayFn

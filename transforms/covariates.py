@@ -49,25 +49,36 @@ def _distinct_text(column: pl.Series) -> pl.Series:
     return column.cast(pl.String)
 
 
-def normalise_given(df: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
-    """Apply :func:`given_family` to ``columns``, skipping the pass when every value is already in its form (the usual
-    case: tested on the distinct values of a dictionary-coded column)."""
+def families_to_normalise(df: pl.DataFrame, columns: list[str]) -> list[str]:
+    """Those of ``columns`` holding a value :func:`given_family` changes (tested on the distinct values of a
+    dictionary-coded column); usually none."""
 
     def needs(column: str) -> bool:
         text = _distinct_text(df.get_column(column))
         return bool((family_text(text) != text).any() or (text.str.len_bytes() == 0).any())
 
-    changed = [c for c in columns if needs(c)]
+    return [c for c in columns if needs(c)]
+
+
+def normalise_given(df: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+    """Apply :func:`given_family` to ``columns``, skipping the pass when every value is already in its form (the usual
+    case: :func:`families_to_normalise`)."""
+    changed = families_to_normalise(df, columns)
     return df.with_columns(given_family(c) for c in changed) if changed else df
 
 
 def resolve_families(df: pl.DataFrame, family_map: FamilyMap, pairs=FAMILY_COLUMNS) -> pl.DataFrame:
-    """Fill each family column from the data when given, else from the map.
+    """Fill each family column from the data when given (in its form: :func:`given_family`), else from the map.
 
     Cheap on cells (the map runs once per distinct name); it is applied after
     the per-batch aggregation, so never per battle.
     """
-    df = normalise_given(df, [family_col for family_col, _ in pairs])
+    return map_families(normalise_given(df, [family_col for family_col, _ in pairs]), family_map, pairs)
+
+
+def map_families(df: pl.DataFrame, family_map: FamilyMap, pairs=FAMILY_COLUMNS) -> pl.DataFrame:
+    """Fill each family column's nulls from the map (:func:`resolve_families` for given families already in their
+    form)."""
     columns = []
     for family_col, name_col in pairs:
         if df.get_column(family_col).null_count() == 0:
