@@ -336,7 +336,7 @@ def test_cells_of_the_valid_rows_whatever_the_rejected_rows_hold():
     import numpy as np
     from biasboard.transforms.cells import _aggregate_pairs, pair_cells_table
 
-    def cells_of(checked, kept) -> pa.Table:
+    def summed(checked, kept) -> pa.Table:
         return pair_cells_table(_aggregate_pairs(checked.rows, FMAP, kept))
 
     n = 40
@@ -348,8 +348,8 @@ def test_cells_of_the_valid_rows_whatever_the_rejected_rows_hold():
     checked = validate_battles(to_table(bad + good), SeenIds())  # a rejected row first
     assert checked.kept is not None and checked.kept.sum() == n
     alone = validate_battles(to_table(good), SeenIds())
-    assert cells_of(checked, checked.kept).equals(cells_of(alone, alone.kept))
-    nothing = cells_of(checked, np.zeros(len(good) + len(bad), dtype=bool))
+    assert summed(checked, checked.kept).equals(summed(alone, alone.kept))
+    nothing = summed(checked, np.zeros(len(good) + len(bad), dtype=bool))
     assert nothing.num_rows == 0 and nothing.schema == PAIR_CELLS_SCHEMA
 
 
