@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 from biasboard.ranking.config import Priors
 from biasboard.ranking.reference import ANCHOR_JUDGE, EXCESS_ROW_NOTE, TIED_ROW_NOTE
 from biasboard.ranking.result import ELO_CENTER, ELO_PER_LOGIT
@@ -149,55 +150,101 @@ class JudgedPairs:
         return counts + counts.transpose(0, 2, 1)
 
     @classmethod
-    def of_frame(cls, frame: pl.DataFrame, models: Sequence[str], judges: Sequence[str]) -> JudgedPairs:
-        """From rows (judge, model_a, model_b, n) of names: rows of other judges or models, and self-battles,
-        are dropped; with no named judge every row counts as "any judge" (-1)."""
+    def of_frame(cls, frame: pl.DataFrame | pa.Table, models: Sequence[str], judges: Sequence[str]) -> JudgedPairs:
+        """From rows (judge, model_a, model_b, n) of names (strings or dictionary codes): rows of other judges or
+        models, and self-battles, are dropped; with no named judge every row counts as "any judge" (-1).
 
-        # Names become indices through a dict of the known names (a name it does not hold: null, dropped), a slice of
-        # rows at a time, not by joins on the strings: the joins' hash tables over every row took +630 MB for 1.5M
-        # rows (5,020 judges), the refresh's peak at bench/scale.py --scale 0.1.
-        def index_of(column: str, names: Sequence[str]) -> pl.Expr:
-            codes = {name: i for i, name in enumerate(names)}
-            return pl.col(column).cast(pl.String).replace_strict(codes, default=None, return_dtype=pl.Int64)
-
-        judge = index_of("judge", judges) if judges else pl.lit(-1, pl.Int64)
-        coding = (judge.alias("j"), index_of("model_a", models).alias("a"), index_of("model_b", models).alias("b"), "n")
+        Memory: the coded rows' key and count (16 bytes a row) and one chunk's sort.  The names are coded through
+        their dictionary (a lookup table of the names it holds, then a take), never by joins on the strings (their
+        hash tables took +630 MB for 1.5M rows, the refresh's peak at bench/scale.py --scale 0.1) nor by decoding
+        them; each chunk is summed on its own, and the chunks are summed together only when their keys overlap.
+        The refresh's rows (:attr:`~biasboard.transforms.snapshot.CellTotals.judge_pairs`) are a chunk per judge
+        bucket, in judge order and summed already: their keys come out in order and that last sum is skipped (at
+        bench/scale.py's full 2N, 5.16M rows held after the fit: one global sort of the rows and a polars copy of
+        them set the refresh's peak).
+        """
+        table = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame
         m = max(len(models), 1)
-
-        # The rows' (judge, first, second) keys and counts are written a slice at a time into two arrays of the frame's
-        # height, then sorted and summed by key: holding every slice's arrays and their concatenation, and
-        # np.unique's inverse beside them, set the refresh's peak after the fit at bench/scale.py's full N (4.96M
-        # rows; numpy's traced peak 64 bytes a row, 52 now), and the rows it is given are fewer (the refresh's are
-        # summed over both orders already, CellTotals.judge_pairs: 3.38M).
-        keys = np.empty(frame.height, np.int64)
-        counts = np.empty(frame.height, np.int64)
-        filled = 0
-        for lo in range(0, frame.height, CODE_ROWS):
-            part = frame.slice(lo, CODE_ROWS).select(coding).drop_nulls()
-            j, a, b, n = (part.get_column(c).to_numpy().astype(np.int64) for c in ("j", "a", "b", "n"))
-            keep = a != b
-            size = int(keep.sum())
-            keys[filled : filled + size] = (((j + 1) * m + np.minimum(a, b)) * m + np.maximum(a, b))[keep]
-            counts[filled : filled + size] = n[keep]
-            filled += size
+        code_model, code_judge = _NameCoder(models), _NameCoder(judges)
+        keys = np.empty(table.num_rows, np.int64)
+        counts = np.empty(table.num_rows, np.int64)
+        filled, in_order = 0, True
+        for chunk in table.select(["judge", "model_a", "model_b", "n"]).to_batches():
+            start = filled
+            for lo in range(0, chunk.num_rows, CODE_ROWS):
+                part = chunk.slice(lo, CODE_ROWS)
+                j = code_judge(part.column(0)) if judges else np.full(part.num_rows, -1, np.int64)
+                a, b = code_model(part.column(1)), code_model(part.column(2))
+                n = part.column(3)
+                keep = (a >= 0) & (b >= 0) & (a != b) & n.is_valid().to_numpy(zero_copy_only=False)  # (a row of nulls)
+                if judges:
+                    keep &= j >= 0
+                size = int(keep.sum())
+                keys[filled : filled + size] = (((j + 1) * m + np.minimum(a, b)) * m + np.maximum(a, b))[keep]
+                counts[filled : filled + size] = n.fill_null(0).to_numpy(zero_copy_only=False)[keep]
+                filled += size
+            filled = start + _sum_by_key(keys[start:filled], counts[start:filled])
+            in_order = in_order and (start == 0 or filled == start or keys[start] > keys[start - 1])
         keys, counts = keys[:filled], counts[:filled]
-        # Summed by (judge, first, second) in numpy: one int64 key in (j, first, second) order (j = -1 first).
-        order = np.argsort(keys)  # integer counts: their sums do not depend on the order of equal keys
-        keys = keys[order]
-        counts = counts[order]
-        del order
-        first_of_key = np.empty(filled, bool)
-        first_of_key[:1] = True
-        np.not_equal(keys[1:], keys[:-1], out=first_of_key[1:])
-        starts = np.flatnonzero(first_of_key)
-        del first_of_key
-        key = keys[starts]
-        del keys
-        total = np.add.reduceat(counts, starts) if filled else np.zeros(0, np.int64)
-        # int32 names (as posterior.npz stores them): 4 bytes a row each, where the keys' int64 took 8.
-        return cls(
-            (key // (m * m) - 1).astype(np.int32), (key // m % m).astype(np.int32), (key % m).astype(np.int32), total
-        )
+        if not in_order:
+            filled = _sum_by_key(keys, counts)
+            keys, counts = keys[:filled], counts[:filled]
+        # int32 names (as posterior.npz stores them): 4 bytes a row each, where the keys' int64 took 8; a slice at a
+        # time, so no int64 temporary of every row is made.
+        judge, first, second = (np.empty(filled, np.int32) for _ in range(3))
+        for lo in range(0, filled, CODE_ROWS):
+            key = keys[lo : lo + CODE_ROWS]
+            judge[lo : lo + key.size] = key // (m * m) - 1
+            first[lo : lo + key.size] = key // m % m
+            second[lo : lo + key.size] = key % m
+        return cls(judge, first, second, counts)
+
+
+def _sum_by_key(keys: np.ndarray, counts: np.ndarray) -> int:
+    """Sum ``counts`` by ``keys`` in place (both views of one length): the distinct keys, sorted, and their sums come
+    first; returns how many.  Integer counts: the sums do not depend on the order of equal keys."""
+    if not keys.size:
+        return 0
+    if keys.size == 1 or bool(np.all(keys[1:] > keys[:-1])):
+        return keys.size  # sorted and distinct already (a bucket the refresh summed, in the key's order)
+    order = np.argsort(keys)
+    sorted_keys = keys[order]
+    sorted_counts = counts[order]
+    del order
+    first_of_key = np.empty(keys.size, bool)
+    first_of_key[0] = True
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first_of_key[1:])
+    starts = np.flatnonzero(first_of_key)
+    del first_of_key
+    distinct = starts.size
+    keys[:distinct] = sorted_keys[starts]
+    counts[:distinct] = np.add.reduceat(sorted_counts, starts)
+    return distinct
+
+
+class _NameCoder:
+    """Names → their index in ``names`` (-1: not there, or null), for string or dictionary-encoded Arrow columns.
+
+    A dictionary column is coded through a lookup table over its dictionary (the refresh's judge buckets share one
+    copy of the global dictionary: the table is built once and kept while the dictionary is the same); a column of
+    strings is dictionary-encoded first, a slice at a time.
+    """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.index = {name: i for i, name in enumerate(names)}
+        self._dictionary: pa.Array | None = None
+        self._table = np.zeros(0, np.int64)
+
+    def __call__(self, column: pa.Array) -> np.ndarray:
+        if not pa.types.is_dictionary(column.type):
+            column = column.dictionary_encode()
+        dictionary = column.dictionary
+        if self._dictionary is None or not dictionary.equals(self._dictionary):
+            names = dictionary.cast(pa.string()).to_pylist()
+            self._table = np.array([self.index.get(name, -1) for name in names] + [-1], np.int64)
+            self._dictionary = dictionary
+        indices = column.indices.fill_null(len(self._table) - 1)  # a null name: the table's last entry, -1
+        return self._table[indices.to_numpy(zero_copy_only=False)]
 
 
 #: Rows of (judge, model_a, model_b, n) names coded at once by :meth:`JudgedPairs.of_frame` (memory: a slice's).
@@ -412,7 +459,20 @@ class Posterior:
 _JUDGED_FIELDS = ("judge", "first", "second", "n")
 
 
-def posterior_from_fit(fit, judged: pl.DataFrame | None = None) -> Posterior:
+def judged_names(judged: pl.DataFrame | pa.Table) -> set[str]:
+    """The judges that rows (judge, model_a, model_b, n) name: of a dictionary column, the names its codes use (the
+    refresh's millions of rows are not decoded to strings for it)."""
+    column = judged.to_arrow().column("judge") if isinstance(judged, pl.DataFrame) else judged.column("judge")
+    names: set[str] = set()
+    for chunk in column.chunks:
+        if pa.types.is_dictionary(chunk.type):
+            used = np.unique(chunk.indices.drop_null().to_numpy(zero_copy_only=False))
+            chunk = chunk.dictionary.take(pa.array(used, pa.int64()))
+        names.update(name for name in chunk.cast(pa.string()).unique().to_pylist() if name is not None)
+    return names
+
+
+def posterior_from_fit(fit, judged: pl.DataFrame | pa.Table | None = None) -> Posterior:
     """The :class:`Posterior` of a :class:`~biasboard.ranking.result.FitResult`.
 
     Judge effects are the fit's named effects (:attr:`~biasboard.ranking.result.FitResult.judges`; judge
@@ -435,7 +495,7 @@ def posterior_from_fit(fit, judged: pl.DataFrame | None = None) -> Posterior:
         # A judge of single grades alone (a board of battles and grades) gave no pairwise verdict: its discrimination
         # and tie propensity are the prior's, which a plan of pairwise comparisons weighed as measured (it took an equal
         # share of every plan, "ν = 1, a = 1"), as an ordinal-only board's plan did before it was refused.
-        battled = set(judged.get_column("judge").unique().cast(pl.String).to_list())
+        battled = judged_names(judged)
         judges = [j for j in judges if j in battled]
 
     def estimate(judge: str, effect: str, default: float) -> float:

@@ -24,6 +24,7 @@ from biasboard.plan.acquisition import (
     _believer_update,
     circle_schedule,
     davidson_information,
+    judged_names,
     posterior_from_fit,
     select_comparisons,
 )
@@ -720,6 +721,39 @@ def test_judge_pair_counts_keep_dictionary_codes_and_sum_as_by_name():
     coded_pairs, named_pairs = (JudgedPairs.of_frame(f, models[:50], judges) for f in (planned, by_name))
     for field in ("judge", "first", "second", "n"):
         assert np.array_equal(getattr(coded_pairs, field), getattr(named_pairs, field))
+
+
+@pytest.mark.parametrize("bucket_order", ["judge order", "reversed"])
+def test_judged_pairs_of_judge_buckets_are_coded_from_their_codes_as_by_name(bucket_order: str) -> None:
+    """The refresh hands :meth:`JudgedPairs.of_frame` its held rows as they are: a chunk per judge bucket, codes over
+    each bucket's dictionaries.  Coded so (each chunk summed alone, and the chunks together only when their keys
+    overlap: buckets out of judge order), they are the arrays coded from the same rows by name."""
+    rng = np.random.default_rng(4)
+    rows = 30_000
+    voters = sorted(f"pool/voter-{i:04d}" for i in range(3_000))
+    models = [f"model-{i:02d}" for i in range(40)]
+    names = pa.table(
+        {
+            "judge": rng.choice(voters, rows),
+            "model_a": rng.choice(models, rows),
+            "model_b": rng.choice(models, rows),
+            "n": rng.integers(1, 9, rows),
+        }
+    )
+    bounds = [voters[1_000], voters[2_000]]  # three buckets of contiguous judge ranges, as the merge cuts them
+    judge = pl.from_arrow(names).get_column("judge")
+    masks = [judge < bounds[0], (judge >= bounds[0]) & (judge < bounds[1]), judge >= bounds[1]]
+    buckets = [judge_pair_counts(names.filter(pa.array(mask.to_numpy()))) for mask in masks]
+    held = pa.concat_tables(buckets if bucket_order == "judge order" else buckets[::-1])
+    assert held.column("judge").num_chunks == 3
+    known = models[:35]  # rows of models the fit does not hold are dropped
+    judges = voters[::2]
+    by_name = JudgedPairs.of_frame(pl.from_arrow(names), known, judges)
+    from_codes = JudgedPairs.of_frame(held, known, judges)
+    assert by_name.n.size > 10_000
+    for field in ("judge", "first", "second", "n"):
+        assert np.array_equal(getattr(from_codes, field), getattr(by_name, field)), field
+    assert judged_names(held) == set(voters)
 
 
 def test_bench_acquisition_study_smoke(tmp_path):

@@ -982,6 +982,10 @@ def sum_stored_days(
         partials, day_counts = read_day_partials(day, days_dir, keyed)
         partials = reduce_order_rows(partials)  # (stored days are paired already: a no-op)
         pairs.add(partials.order_pairs.to_arrow(), what=f"audit partials of day {day}")
+        # Arrow's pool (mimalloc) kept what each day's coding freed, and the next fold's bucket was allocated on
+        # top of it: the sum's peak grew with the days (bench/scale.py's states alone: 1,295 MB at N, 1,380 at
+        # 2N; handed back after every day, 1,226 and 1,257; glibc's trim alone did not move it).
+        release_freed_memory()
         pending.append(dataclasses.replace(partials, order_pairs=empty))
         counts = counts + day_counts
         if len(pending) >= SUM_DAYS_CHUNK:
@@ -1106,6 +1110,7 @@ def _write_stored_sum(
     todo = len(days) if cached is None else len(set(days) - set(cached.days))
     onto = "" if cached is None else f" onto the cached sum of {len(cached.days)} day(s)"
     _LOG.info("audit: %d stored day(s) read%s", todo, onto)
+    release_freed_memory()  # what the stages before freed (the days' audit in the runner): the sum starts without it
     partials, pairs, counts = sum_stored_days(days, days_dir, cached)
     writer = None
     if keys is not None and todo:

@@ -643,12 +643,13 @@ def _dictionary_codes(*columns: pa.ChunkedArray) -> list[pa.DictionaryArray]:
     return out
 
 
-def planned_judge_pairs(totals: CellTotals, judge_pool: str | None) -> pl.DataFrame:
+def planned_judge_pairs(totals: CellTotals, judge_pool: str | None) -> pl.DataFrame | pa.Table:
     """The judged pairs under the fit's judge names (``--judge-pool`` renames voters to their pools, and a pool
-    has judged what any of its voters has): what :func:`~biasboard.transforms.plan.plan_inputs` keeps."""
+    has judged what any of its voters has): what :func:`~biasboard.transforms.plan.plan_inputs` keeps.  Without
+    pools, the held rows themselves (dictionary codes, a chunk per judge bucket: no copy of them is made)."""
+    if judge_pool is None or not totals.judge_pairs.num_rows:
+        return totals.judge_pairs
     frame = _frame(totals.judge_pairs)
-    if judge_pool is None or not frame.height:
-        return frame
     stored = frame.get_column("judge").unique().to_list()
     pools = dict(zip(stored, pool_judge_names(stored, judge_pool), strict=True))
     renamed = frame.with_columns(pl.col("judge").replace_strict(pools, return_dtype=pl.String))
