@@ -675,6 +675,18 @@ def test_judged_pairs_are_coded_holding_a_key_and_a_count_per_row(monkeypatch) -
     assert peak <= 58 * rows
 
 
+def _random_judged_rows(rng: np.random.Generator, rows: int, voters: list[str], models: list[str]) -> pa.Table:
+    """Rows (judge, model_a, model_b, n) of names drawn at random: self-battles and repeats among them."""
+    return pa.table(
+        {
+            "judge": rng.choice(voters, rows),
+            "model_a": rng.choice(models, rows),
+            "model_b": rng.choice(models, rows),
+            "n": rng.integers(1, 9, rows),
+        }
+    )
+
+
 def test_judge_pair_counts_keep_dictionary_codes_and_sum_as_by_name():
     """The judged pairs the refresh holds from before the fit to the snapshot are codes over the cells' dictionaries
     (20 bytes a row; as strings ~72, which set the refresh's peak at bench/scale.py's full N), and they sum and plan
@@ -683,14 +695,7 @@ def test_judge_pair_counts_keep_dictionary_codes_and_sum_as_by_name():
     rows = 20_000
     voters = [f"human-pool-1/voter-{i:05d}" for i in range(5_000)]
     models = [f"model-sim-{i:03d}" for i in range(60)]
-    names = pa.table(
-        {
-            "judge": rng.choice(voters, rows),
-            "model_a": rng.choice(models, rows),
-            "model_b": rng.choice(models, rows),
-            "n": rng.integers(1, 9, rows),
-        }
-    )
+    names = _random_judged_rows(rng, rows, voters, models)
     coded = pa.table(
         {c: names.column(c).dictionary_encode() if c != "n" else names.column(c) for c in names.schema.names}
     )
@@ -732,14 +737,7 @@ def test_judged_pairs_of_judge_buckets_are_coded_from_their_codes_as_by_name(buc
     rows = 30_000
     voters = sorted(f"pool/voter-{i:04d}" for i in range(3_000))
     models = [f"model-{i:02d}" for i in range(40)]
-    names = pa.table(
-        {
-            "judge": rng.choice(voters, rows),
-            "model_a": rng.choice(models, rows),
-            "model_b": rng.choice(models, rows),
-            "n": rng.integers(1, 9, rows),
-        }
-    )
+    names = _random_judged_rows(rng, rows, voters, models)
     bounds = [voters[1_000], voters[2_000]]  # three buckets of contiguous judge ranges, as the merge cuts them
     judge = pl.from_arrow(names).get_column("judge")
     masks = [judge < bounds[0], (judge >= bounds[0]) & (judge < bounds[1]), judge >= bounds[1]]
