@@ -202,7 +202,9 @@ class JudgedPairs:
 
 def _sum_by_key(keys: np.ndarray, counts: np.ndarray) -> int:
     """Sum ``counts`` by ``keys`` in place (both views of one length): the distinct keys, sorted, and their sums come
-    first; returns how many.  Integer counts: the sums do not depend on the order of equal keys."""
+    first; returns how many.  Integer counts: the sums do not depend on the order of equal keys.  In place, not
+    :func:`~biasboard.ranking.data._group_sum` (the cells' fold): that one packs a copy of the key before it sorts,
+    8 bytes a row more at the peak this function sets after the fit."""
     if not keys.size:
         return 0
     if keys.size == 1 or bool(np.all(keys[1:] > keys[:-1])):
