@@ -20,6 +20,8 @@ from biasboard.pipelines.options import stray_arguments, unknown_options
 from biasboard.schemas.errors import BiasboardError, InputError, recover_user_error, storage_unreachable
 from biasboard.schemas.wording import first_few
 
+from biasboard import hand_back_polars_memory
+
 #: command name → (module under biasboard.pipelines, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("simulate", "write day-partitioned synthetic battle logs and truth.json"),
@@ -31,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("plan", "the next comparisons to run (top-k-aware)"),
     "demo": ("demo", "simulate + refresh in a temp folder and print the leaderboards"),
 }
+
+#: Commands whose work keeps what it frees for the next day (forked day workers), rather than handing it back
+#: to the system between stages (:func:`biasboard.hand_back_polars_memory`).
+KEEPS_FREED_MEMORY = frozenset({"backfill"})
 
 
 def _load(command: str):
@@ -85,6 +91,8 @@ def _hide_user_error_tracebacks(record: logging.LogRecord) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if a in COMMANDS), None)
+    if command not in KEEPS_FREED_MEMORY:  # before the command's module imports polars
+        hand_back_polars_memory()
     parser = build_parser(command)
     try:
         args, beam_args = parser.parse_known_args(argv)

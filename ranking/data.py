@@ -318,6 +318,15 @@ class CodedFold:
         self.total_rows = 0
         self.pending_rows = 0
 
+    def coded_dtypes(self) -> dict[str, np.dtype]:
+        """Each column's type as :func:`_code_tables` codes it: int32 codes for string keys, the schema's type else."""
+        numeric = {f.name: pa.array([], f.type).to_numpy(zero_copy_only=False).dtype for f in self.schema}
+        return {name: np.dtype(np.int32) if name in self.vocabs else dtype for name, dtype in numeric.items()}
+
+    def row_bytes(self) -> int:
+        """Bytes a coded row takes (what a bucket of rows costs in memory, column by column)."""
+        return sum(dtype.itemsize for dtype in self.coded_dtypes().values())
+
     def add(self, cells: CellsInput, what: str = "cells") -> None:
         """Code ``cells`` (tables or record batches of the schema) and keep them until the next fold."""
         coded = _code_tables(cells, self.schema, what, self.vocabs, nullable=self.nullable)

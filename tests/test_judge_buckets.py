@@ -235,3 +235,22 @@ def test_a_scratch_folder_goes_when_its_object_is_collected(tmp_path):
     kept = scratch_folder(str(tmp_path))
     kept.cleanup()
     assert not Path(kept.name).exists()
+
+
+def test_a_wider_fold_gets_fewer_rows_a_bucket_and_the_same_bytes(monkeypatch):
+    """The audit's order pairs (3 string keys as int32 codes, 40 float64 sums: 332 bytes a row) are cut into
+    buckets of the bytes a cells bucket takes, not of its rows."""
+    from biasboard.audit.measures import PAIR_KEYS
+    from biasboard.ranking.data import CellsFold, CodedFold
+    from biasboard.transforms.audit_cache import ORDER_PAIRS_SCHEMA
+
+    pairs = CodedFold(ORDER_PAIRS_SCHEMA, PAIR_KEYS, [("judge",), ("model_x", "model_y")])
+    assert pairs.row_bytes() == 3 * 4 + (len(ORDER_PAIRS_SCHEMA) - 3) * 8
+    monkeypatch.setenv(state.BUCKET_ROWS_ENV, str(1 << 20))
+    rows = state.bucket_rows_for(pairs)
+    cells_bytes = (1 << 20) * CellsFold().row_bytes()
+    assert rows * pairs.row_bytes() <= cells_bytes < (rows + 1) * pairs.row_bytes()
+    assert rows < 1 << 20
+    assert state.bucket_rows_for(CellsFold()) == 1 << 20
+    monkeypatch.setenv(state.BUCKET_ROWS_ENV, "1")  # tests' tiny buckets stay at least a row
+    assert state.bucket_rows_for(pairs) == 1

@@ -917,10 +917,10 @@ _ORDER_PAIRS_SCHEMA = audit_cache.ORDER_PAIRS_SCHEMA
 
 def _order_pairs_fold(names: list[str], rows: np.ndarray) -> CodedFold:
     """The fold that sums the order pairs: in memory when they fit in one judge bucket
-    (:func:`~biasboard.transforms.state.bucket_rows_setting` rows), else by judge bucket on disk
+    (:func:`~biasboard.transforms.state.bucket_rows_for` rows), else by judge bucket on disk
     (:class:`~biasboard.ranking.spill.BucketedFold`, bounds from each judge's input ``rows``)."""
     fold = CodedFold(_ORDER_PAIRS_SCHEMA, PAIR_KEYS, [("judge",), ("model_x", "model_y")])
-    bounds = bucket_bounds(names, rows, state.bucket_rows_setting())
+    bounds = bucket_bounds(names, rows, state.bucket_rows_for(fold))
     if not bounds:
         return fold
     scratch = scratch_folder()

@@ -546,6 +546,14 @@ def bucket_rows_setting() -> int:
     return rows
 
 
+def bucket_rows_for(fold: CodedFold) -> int:
+    """Input rows per judge bucket of ``fold``: as many coded bytes as :func:`bucket_rows_setting` rows of pair
+    cells take (172 bytes a row), so a wider table's bucket costs the memory a cells bucket costs.  The audit's
+    order pairs take 332 bytes a row: at the cells' row count their fold held two buckets of ~330 MB at once
+    (bench/scale.py, 50,000 voter-judges: the audit's sum peaked in the fold at 1,184 MB on the N state)."""
+    return max(1, bucket_rows_setting() * CellsFold().row_bytes() // fold.row_bytes())
+
+
 def stored_battles(state_dir: str) -> int:
     """Battles counted over the stored days (their manifests): an upper bound of the merged cells, known
     before any cells file is read — what decides between the in-memory and the bucketed merge."""
