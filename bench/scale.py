@@ -242,6 +242,9 @@ def run_part(name: str, state: Path) -> dict:
 
 def part_child(name: str, state: str) -> int:
     """Run part ``name`` on ``state`` in this process and print its measurements as one JSON line."""
+    import biasboard
+
+    biasboard.hand_back_polars_memory()  # as the refresh command does, before polars is imported
     from biasboard.transforms import audit
     from biasboard.transforms import state as st
 
