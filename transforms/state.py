@@ -550,7 +550,7 @@ def bucket_rows_for(fold: CodedFold) -> int:
     """Input rows per judge bucket of ``fold``: as many coded bytes as :func:`bucket_rows_setting` rows of pair
     cells take (172 bytes a row), so a wider table's bucket costs the memory a cells bucket costs.  The audit's
     order pairs take 332 bytes a row: at the cells' row count their fold held two buckets of ~330 MB at once
-    (bench/scale.py, 50,000 voter-judges: the audit's sum peaked in the fold at 1,184 MB on the N state)."""
+    (bench/scale.py, 50,000 voter-judges: the audit's sum peaked at ~1,180 MB in its adds and folds on the N state)."""
     return max(1, bucket_rows_setting() * CellsFold().row_bytes() // fold.row_bytes())
 
 
