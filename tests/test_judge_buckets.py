@@ -240,11 +240,11 @@ def test_a_scratch_folder_goes_when_its_object_is_collected(tmp_path):
 def test_a_wider_fold_gets_fewer_rows_a_bucket_and_the_same_bytes(monkeypatch):
     """The audit's order pairs (3 string keys as int32 codes, 40 float64 sums: 332 bytes a row) are cut into
     buckets of the bytes a cells bucket takes, not of its rows."""
-    from biasboard.audit.measures import PAIR_KEYS
-    from biasboard.ranking.data import CellsFold, CodedFold
+    from biasboard.ranking.data import CellsFold
+    from biasboard.transforms.audit import _order_pairs_fold
     from biasboard.transforms.audit_cache import ORDER_PAIRS_SCHEMA
 
-    pairs = CodedFold(ORDER_PAIRS_SCHEMA, PAIR_KEYS, [("judge",), ("model_x", "model_y")])
+    pairs = _order_pairs_fold([], np.zeros(0, np.int64))  # no rows: the audit's fold in memory, not bucketed
     assert pairs.row_bytes() == 3 * 4 + (len(ORDER_PAIRS_SCHEMA) - 3) * 8
     monkeypatch.setenv(state.BUCKET_ROWS_ENV, str(1 << 20))
     rows = state.bucket_rows_for(pairs)
