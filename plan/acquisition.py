@@ -61,7 +61,7 @@ import polars as pl
 import pyarrow as pa
 from biasboard.ranking.config import Priors
 from biasboard.ranking.reference import ANCHOR_JUDGE, EXCESS_ROW_NOTE, TIED_ROW_NOTE
-from biasboard.ranking.result import ELO_CENTER, ELO_PER_LOGIT
+from biasboard.ranking.result import ELO_CENTER, ELO_PER_LOGIT, JUDGE_EFFECTS
 
 STRATEGIES: tuple[str, ...] = ("topk", "dopt", "thompson", "roundrobin", "random")
 
@@ -486,44 +486,38 @@ def posterior_from_fit(fit, judged: pl.DataFrame | pa.Table | None = None) -> Po
     fit's data holds per judge and pair (the refresh's :attr:`~biasboard.transforms.snapshot.CellTotals.judge_pairs`),
     kept as :attr:`Posterior.judged` for the judges and models of the fit.
     """
-    named = fit.judges
-    glob = named.get("*")
-    g_pos = _finite(glob.position.estimate if glob is not None and glob.position else None, 0.0)
-    # The trusted anchors are fitted as one more rater, under a name of the fit's own: not a judge of the battles, so
-    # none a plan can ask or whose judged pairs --no-repeat sees (planned for, it took an equal share of every plan,
-    # under --no-repeat pairs its anchors had already judged).
-    judges = sorted(j for j in named if j not in ("*", ANCHOR_JUDGE))
+    effects = planned_effects(fit.bias)
+    g_pos = _finite(effects.global_position, 0.0)
+    frame = effects.judges
     if judged is not None:
         # A judge of single grades alone (a board of battles and grades) gave no pairwise verdict: its discrimination
         # and tie propensity are the prior's, which a plan of pairwise comparisons weighed as measured (it took an equal
         # share of every plan, "ν = 1, a = 1"), as an ordinal-only board's plan did before it was refused.
-        battled = judged_names(judged)
-        judges = [j for j in judges if j in battled]
+        frame = frame.filter(pl.col("judge").is_in(sorted(judged_names(judged))))
+    judges = frame.get_column("judge").to_list()
 
-    def estimate(judge: str, effect: str, default: float) -> float:
-        value = getattr(named[judge], effect)
-        return _finite(value.estimate if value is not None else None, default)
+    def estimate(effect: str, default: float) -> np.ndarray:
+        values = frame.get_column(effect).to_numpy().astype(float)  # null (no row): NaN
+        return np.where(np.isfinite(values), values, default)
 
-    def position(judge: str) -> float:
-        # A fit toward a reference reports a judge's position effect as its excess over the reference's (0 when tied
-        # to it), the global coefficient; the judge's verdicts carry both.  Read as the whole effect, judges tied to
-        # a reference of γ = -0.54 were planned as if they had no position bias at all.
-        return estimate(judge, "position", g_pos) + (g_pos if _over_reference(named[judge].position) else 0.0)
-
-    pos = [position(j) for j in judges]
-    disc = [estimate(j, "discrimination", 1.0) for j in judges]
-    tie = [estimate(j, "tie", 0.0) for j in judges]
-    g_tie = float(np.median(tie)) if tie else 0.0
-    toward_reference = any(_over_reference(named[j].position) for j in judges)
+    # A fit toward a reference reports a judge's position effect as its excess over the reference's (0 when tied to
+    # it), the global coefficient; the judge's verdicts carry both.  Read as the whole effect, judges tied to a
+    # reference of γ = -0.54 were planned as if they had no position bias at all.
+    over_reference = frame.get_column("over_reference").to_numpy()
+    pos = estimate("position", g_pos) + np.where(over_reference, g_pos, 0.0)
+    disc = estimate("discrimination", 1.0)
+    tie = estimate("tie", 0.0)
+    g_tie = float(np.median(tie)) if tie.size else 0.0
+    toward_reference = bool(over_reference.any())
     return Posterior(
         models=tuple(fit.models),
         mean=np.asarray(fit.rating, float),
         cov=np.asarray(fit.cov, float),
         k=int(fit.k),
         judges=tuple(judges),
-        position=np.array(pos, float),
-        discrimination=np.array(disc, float),
-        tie=np.array(tie, float),
+        position=pos,
+        discrimination=disc,
+        tie=tie,
         global_position=population_position(pos) if toward_reference else g_pos,
         global_tie=g_tie,
         method=str(fit.method),
@@ -532,10 +526,43 @@ def posterior_from_fit(fit, judged: pl.DataFrame | pa.Table | None = None) -> Po
     )
 
 
-def _over_reference(value) -> bool:
-    """Whether a judge's bias-table position row holds its excess over a reference (or is tied to it): the row of a
-    fit toward a reference, whose global position coefficient is the reference's own effect, not the judges' mean."""
-    return value is not None and value.note in (EXCESS_ROW_NOTE, TIED_ROW_NOTE)
+#: The judge effects a plan reads off a fit: γ_j, a_j and ν_j (:func:`posterior_from_fit`).
+PLANNED_EFFECTS: tuple[str, ...] = ("position", "discrimination", "tie")
+
+
+@dataclass(frozen=True)
+class PlannedEffects:
+    """What :func:`posterior_from_fit` reads off a fit's bias table.  ``judges``: a row per named judge (any judge
+    effect), sorted by name, the anchors' rater and ``'*'`` left out, with each :data:`PLANNED_EFFECTS` estimate (null:
+    no row) and ``over_reference`` (its position row holds its excess over a reference, or is tied to it: the row
+    of a fit toward a reference, whose global position coefficient is the reference's own effect, not the judges'
+    mean); ``global_position``: judge ``'*'``'s position estimate (None: no row)."""
+
+    judges: pl.DataFrame
+    global_position: float | None
+
+
+def planned_effects(bias: pl.DataFrame) -> PlannedEffects:
+    """:class:`PlannedEffects` of a bias table, by column.
+
+    Why not :attr:`~biasboard.ranking.result.FitResult.judges`: it builds an object per effect, and with 50,000
+    voter-judges (350k rows) that took +280 MB for a moment and kept +210 MB, the refresh's peak after the fit
+    (bench/scale.py).  A judge's last row of an effect is the one read, as there.
+    """
+    rows = bias.filter(pl.col("effect").is_in(JUDGE_EFFECTS))
+    frame = rows.select("judge").unique().filter(~pl.col("judge").is_in(["*", ANCHOR_JUDGE])).sort("judge")
+    over_reference = pl.col("note").is_in([EXCESS_ROW_NOTE, TIED_ROW_NOTE]).fill_null(False).alias("over_reference")
+    glob = None
+    for effect in PLANNED_EFFECTS:
+        part = rows.filter(pl.col("effect") == effect).unique("judge", keep="last", maintain_order=True)
+        columns = [pl.col("estimate").cast(pl.Float64).alias(effect)]
+        if effect == "position":
+            star = part.filter(pl.col("judge") == "*").get_column("estimate")
+            glob = star.item() if star.len() else None
+            columns.append(over_reference)
+        frame = frame.join(part.select("judge", *columns), on="judge", how="left", maintain_order="left")
+    frame = frame.with_columns(pl.col("over_reference").fill_null(False))
+    return PlannedEffects(frame, glob)
 
 
 def population_position(positions: Sequence[float]) -> float:

@@ -6,6 +6,7 @@ Figures from “Position bias in pairwise judging” and “Judge bias in best-o
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 import pickle
@@ -28,6 +29,7 @@ from biasboard.audit import (
 )
 from biasboard.audit.measures import PAIR_KEYS, PAIR_MEASURES, judge_order_sums, order_models_table
 from biasboard.schemas.errors import InputError
+from biasboard.transforms import snapshot
 from biasboard.transforms.snapshot import _pooled_order_models
 
 FIRST, SECOND, TIE, BOTHBAD = "model_a", "model_b", "tie", "tie (bothbad)"
@@ -746,6 +748,19 @@ def summed_over_judges(order_pairs: pl.DataFrame) -> pl.DataFrame:
     """The audit's order pairs summed over judges per model pair under judge ``*`` (as the snapshot pools them)."""
     pairs = order_pairs.select(*PAIR_KEYS, *PAIR_MEASURES).with_columns(pl.lit("*").alias("judge"))
     return pairs.group_by(PAIR_KEYS).agg(pl.all().sum())
+
+
+def test_the_order_pairs_file_summed_over_judges_a_batch_at_a_time_is_the_whole_files_sum(monkeypatch) -> None:
+    """The snapshot sums audit_order_pairs.parquet over judges from the file, a few rows at a time in codes
+    (its rows are about the cells' with voter-judges): every model pair's measures are the whole table's sums."""
+    order_pairs = audit(several_judges_shared_prompts(1, replicates=40)).order_pairs
+    sink = io.BytesIO()
+    order_pairs.sample(fraction=1.0, shuffle=True, seed=3).write_parquet(sink, row_group_size=97)
+    monkeypatch.setattr(snapshot, "_PAIRS_BATCH_ROWS", 41)  # many batches, folded every four
+    summed = snapshot._pairs_over_judges(sink.getvalue())
+    expected = summed_over_judges(order_pairs).select(summed.columns).sort(PAIR_KEYS[1:])
+    assert order_pairs.height > 8 * 41 and summed.height == expected.height
+    assert summed.sort(PAIR_KEYS[1:]).equals(expected)
 
 
 def pooled_models(order_pairs: pl.DataFrame) -> pl.DataFrame:

@@ -25,11 +25,12 @@ from biasboard.plan.acquisition import (
     circle_schedule,
     davidson_information,
     judged_names,
+    planned_effects,
     posterior_from_fit,
     select_comparisons,
 )
 from biasboard.ranking import ModelConfig, fit_bias_aware
-from biasboard.ranking.reference import ANCHOR_JUDGE, Reference, fit_with_reference
+from biasboard.ranking.reference import ANCHOR_JUDGE, EXCESS_ROW_NOTE, TIED_ROW_NOTE, Reference, fit_with_reference
 from biasboard.schemas import summary as S
 from biasboard.schemas.battle import BATTLE_SCHEMA, STYLE_COUNT_COLUMNS
 from biasboard.schemas.errors import InputError
@@ -950,6 +951,36 @@ def test_the_trusted_anchors_are_not_a_judge_to_plan_for():
     assert ANCHOR_JUDGE not in post.judges and len(post.judges) == 5
     truth = params.gamma[[list(params.judge_names).index(j) for j in post.judges]]
     np.testing.assert_allclose(post.position, truth, atol=0.2)
+
+
+def test_the_planned_effects_read_by_column_are_the_fits_named_effects():
+    # posterior_from_fit reads the bias table by column (FitResult.judges' object per effect set the refresh's peak
+    # with 50,000 voter-judges); every judge, estimate and over-reference flag is the named effects' own.
+    battles, cells, params = _reference_board()
+    humans = tuple(name for name, human in zip(params.judge_names, params.judge_human, strict=True) if human)
+    first = pl.from_arrow(battles[0]).filter(pl.col("judge") == params.judge_names[0]).head(400)
+    anchors = pl.from_arrow(partial_cells(as_anchor_rows(first), FamilyMap.with_user_rules()).cells)
+    fits = [
+        fit_with_reference(cells, reference=Reference()).corrected,
+        fit_with_reference(cells, reference=Reference("judges", humans)).corrected,
+        fit_with_reference(cells, reference=Reference("anchors", (ANCHOR_JUDGE,)), anchor_cells=anchors).corrected,
+    ]
+    flagged = 0
+    for fit in fits:
+        effects = planned_effects(fit.bias)
+        named = fit.judges
+        assert effects.global_position == named["*"].position.estimate
+        expected = sorted(j for j in named if j not in ("*", ANCHOR_JUDGE))
+        assert effects.judges.get_column("judge").to_list() == expected
+        for row in effects.judges.iter_rows(named=True):
+            judge = named[row["judge"]]
+            for effect in ("position", "discrimination", "tie"):
+                value = getattr(judge, effect)
+                assert row[effect] == (value.estimate if value is not None else None)
+            over = judge.position is not None and judge.position.note in (EXCESS_ROW_NOTE, TIED_ROW_NOTE)
+            assert row["over_reference"] == over
+            flagged += over
+    assert flagged > 0  # the fit toward the human pools flags the LLM judges' rows
 
 
 def test_a_new_judge_of_the_population_toward_a_reference_takes_the_judges_mean_position_not_the_references():

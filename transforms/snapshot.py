@@ -25,8 +25,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from biasboard.audit.measures import PAIR_KEYS, PAIR_MEASURES, order_models_table, records
 from biasboard.ranking import ModelConfig
+from biasboard.ranking.allocator import release_freed_memory
 from biasboard.ranking.attribution import move_table
-from biasboard.ranking.data import Dataset, build_dataset, pool_judge_names
+from biasboard.ranking.data import CodedFold, Dataset, build_dataset, pool_judge_names
 from biasboard.ranking.diagnostics import CROSSING_TYPICAL
 from biasboard.ranking.leaderboard import side_by_side, top_k_warnings
 from biasboard.ranking.reference import NAMED_RATERS, Reference, ReferenceFit, ReferenceSettings, fit_with_reference
@@ -838,26 +839,37 @@ def _record(cls: type[T], row: Mapping) -> T:
     return S.from_jsonable(cls, S.to_jsonable(declared), cls.__name__)
 
 
+#: Rows of audit_order_pairs.parquet read at a time to sum it over judges (:func:`_pairs_over_judges`).
+_PAIRS_BATCH_ROWS = 1 << 14
+#: What :func:`_pairs_over_judges` sums: the model pair and the additive measures.
+_POOLED_PAIRS_SCHEMA = pa.schema(
+    [pa.field("model_x", pa.string()), pa.field("model_y", pa.string())]
+    + [pa.field(name, pa.float64()) for name in PAIR_MEASURES]
+)
+
+
 def _pairs_over_judges(parquet: bytes) -> pl.DataFrame:
     """audit_order_pairs.parquet's measures summed over judges per model pair (under judge ``*``): every judge's
     rows, as the prompt-cluster sums (``pcl_*``) of the pooled per-model SE need.
 
-    Read a row group at a time, only the columns summed: the file has a row per (judge, model pair), about
-    as many rows as the cells with voter-judges, and reading it whole with its strings and rate columns
-    cost ~250 bytes a row (bench/scale.py).  The sums are exact (counts on a 2⁻²⁰ grid), so the grouping
-    does not matter.
+    The file has a row per (judge, model pair), about as many rows as the cells with voter-judges: it is read
+    :data:`_PAIRS_BATCH_ROWS` rows at a time, only the columns summed, the model names as dictionary codes, and
+    summed in codes (:class:`~biasboard.ranking.data.CodedFold`).  Read whole with its strings it cost ~250 bytes
+    a row; a batch of 2¹⁷ rows at a time summed through polars still took +330 MB for a moment and kept +210 MB
+    (bench/scale.py's 2N: 5.2M rows), against +120 MB and +95 MB now.  The sums are exact (counts on a 2⁻²⁰
+    grid), so the grouping does not matter.  Rows in model-pair order.
     """
     columns = ["model_x", "model_y", *PAIR_MEASURES]
-    keys = ["model_x", "model_y"]
-    pooled = None  # the running sum: a row per model pair
-    for batch in pq.ParquetFile(io.BytesIO(parquet)).iter_batches(batch_size=1 << 17, columns=columns):
-        frame = pl.from_arrow(batch)
-        assert isinstance(frame, pl.DataFrame)
-        if pooled is not None:
-            frame = pl.concat([pooled, frame])
-        pooled = frame.group_by(keys).agg(pl.all().sum())
-    if pooled is None:
+    reader = pq.ParquetFile(io.BytesIO(parquet), read_dictionary=["model_x", "model_y"])
+    fold = CodedFold(_POOLED_PAIRS_SCHEMA, ("model_x", "model_y"), [("model_x", "model_y")])
+    for batch in reader.iter_batches(batch_size=_PAIRS_BATCH_ROWS, columns=columns, use_threads=False):
+        fold.add([batch], "audit order pairs")
+        if fold.pending_rows >= 4 * _PAIRS_BATCH_ROWS:
+            fold.fold()
+    if not fold.total_rows + fold.pending_rows:
         return pl.DataFrame()  # no pair judged in both orders
+    pooled = _frame(fold.table())
+    release_freed_memory()  # the batches' buffers: back to the system before the summary and the plan's posterior
     return pooled.select(pl.lit("*").alias("judge"), *columns)
 
 
