@@ -565,7 +565,7 @@ def planned_effects(bias: pl.DataFrame) -> PlannedEffects:
     return PlannedEffects(frame, glob)
 
 
-def population_position(positions: Sequence[float]) -> float:
+def population_position(positions: Sequence[float] | np.ndarray) -> float:
     """The position effect a new judge of the population (:data:`POPULATION_JUDGE`) is planned with, toward a
     reference: the judges' mean whole effect (the reference's effect plus the judges' mean excess over it).
 
