@@ -550,6 +550,9 @@ def planned_effects(bias: pl.DataFrame) -> PlannedEffects:
     (bench/scale.py).  A judge's last row of an effect is the one read, as there.
     """
     rows = bias.filter(pl.col("effect").is_in(JUDGE_EFFECTS))
+    # The trusted anchors are fitted as one more rater, under a name of the fit's own: not a judge of the battles, so
+    # none a plan can ask or whose judged pairs --no-repeat sees (planned for, it took an equal share of every plan,
+    # under --no-repeat pairs its anchors had already judged).
     frame = rows.select("judge").unique().filter(~pl.col("judge").is_in(["*", ANCHOR_JUDGE])).sort("judge")
     over_reference = pl.col("note").is_in([EXCESS_ROW_NOTE, TIED_ROW_NOTE]).fill_null(False).alias("over_reference")
     glob = None
