@@ -44,6 +44,7 @@ from biasboard.schemas.wording import first_few
 from biasboard.transforms import publish, state, storage
 from biasboard.transforms.anchors import read_anchors
 from biasboard.transforms.audit import AUDIT_JSON, JSON_TABLES, table_file
+from biasboard.transforms.audit_cache import ORDER_PAIRS_SCHEMA
 from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
 from biasboard.transforms.day_warnings import (
     battle_rows_read,
@@ -842,10 +843,7 @@ def _record(cls: type[T], row: Mapping) -> T:
 #: Rows of audit_order_pairs.parquet read at a time to sum it over judges (:func:`_pairs_over_judges`).
 _PAIRS_BATCH_ROWS = 1 << 14
 #: What :func:`_pairs_over_judges` sums: the model pair and the additive measures.
-_POOLED_PAIRS_SCHEMA = pa.schema(
-    [pa.field("model_x", pa.string()), pa.field("model_y", pa.string())]
-    + [pa.field(name, pa.float64()) for name in PAIR_MEASURES]
-)
+_POOLED_PAIRS_SCHEMA = pa.schema([f for f in ORDER_PAIRS_SCHEMA if f.name != "judge"])
 
 
 def _pairs_over_judges(parquet: bytes) -> pl.DataFrame:
@@ -856,7 +854,7 @@ def _pairs_over_judges(parquet: bytes) -> pl.DataFrame:
     :data:`_PAIRS_BATCH_ROWS` rows at a time, only the columns summed, the model names as dictionary codes, and
     summed in codes (:class:`~biasboard.ranking.data.CodedFold`).  Read whole with its strings it cost ~250 bytes
     a row; a batch of 2¹⁷ rows at a time summed through polars still took +330 MB for a moment and kept +210 MB
-    (bench/scale.py's 2N: 5.2M rows), against +120 MB and +95 MB now.  The sums are exact (counts on a 2⁻²⁰
+    (bench/scale.py's 2N file alone: 5.2M rows), against +122 MB and +58 MB now.  The sums are exact (counts on a 2⁻²⁰
     grid), so the grouping does not matter.  Rows in model-pair order.
     """
     columns = ["model_x", "model_y", *PAIR_MEASURES]
