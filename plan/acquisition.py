@@ -154,23 +154,23 @@ class JudgedPairs:
         """From rows (judge, model_a, model_b, n) of names (strings or dictionary codes): rows of other judges or
         models, and self-battles, are dropped; with no named judge every row counts as "any judge" (-1).
 
-        Memory: the coded rows' key and count (16 bytes a row) and one chunk's sort.  The names are coded through
-        their dictionary (a lookup table of the names it holds, then a take), never by joins on the strings (their
-        hash tables took +630 MB for 1.5M rows, the refresh's peak at bench/scale.py --scale 0.1) nor by decoding
-        them; each chunk is summed on its own, and the chunks are summed together only when their keys overlap.
-        The refresh's rows (:attr:`~biasboard.transforms.snapshot.CellTotals.judge_pairs`) are a chunk per judge
-        bucket, in judge order and summed already: their keys come out in order and that last sum is skipped (at
-        bench/scale.py's full 2N, 5.16M rows held after the fit: one global sort of the rows and a polars copy of
-        them set the refresh's peak).
+        Memory: the four int32 columns it returns (16 bytes a row, as ``posterior.npz`` stores them) and one slice's
+        coded keys and sort.  The names are coded through their dictionary (a lookup table of the names it holds, then
+        a take), never by joins on the strings (their hash tables took +630 MB for 1.5M rows, the refresh's peak at
+        bench/scale.py --scale 0.1) nor by decoding them; each slice of :data:`CODE_ROWS` rows is summed on its own,
+        and the slices are summed together only when their keys overlap.  The refresh's rows
+        (:attr:`~biasboard.transforms.snapshot.CellTotals.judge_pairs`) are a chunk per judge bucket (fewer rows than
+        a slice), in judge order and summed already: their keys come out in order and that last sum is skipped.  Why
+        not the key and count of every row first, as before: at bench/scale.py's full 2N (5.16M rows, coded after
+        the fit) those 16 bytes a row, with the int64 counts kept and copied to int32 for the file, made +216 MB
+        over the fit's held memory, the refresh's peak then.
         """
         table = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame
         m = max(len(models), 1)
         code_model, code_judge = _NameCoder(models), _NameCoder(judges)
-        keys = np.empty(table.num_rows, np.int64)
-        counts = np.empty(table.num_rows, np.int64)
-        filled, in_order = 0, True
+        columns = tuple(np.empty(table.num_rows, np.int32) for _ in _JUDGED_FIELDS)
+        filled, last_key, in_order = 0, -1, True
         for chunk in table.select(["judge", "model_a", "model_b", "n"]).to_batches():
-            start = filled
             for lo in range(0, chunk.num_rows, CODE_ROWS):
                 part = chunk.slice(lo, CODE_ROWS)
                 j = code_judge(part.column(0)) if judges else np.full(part.num_rows, -1, np.int64)
@@ -179,25 +179,38 @@ class JudgedPairs:
                 keep = (a >= 0) & (b >= 0) & (a != b) & n.is_valid().to_numpy(zero_copy_only=False)  # (a row of nulls)
                 if judges:
                     keep &= j >= 0
-                size = int(keep.sum())
-                keys[filled : filled + size] = (((j + 1) * m + np.minimum(a, b)) * m + np.maximum(a, b))[keep]
-                counts[filled : filled + size] = n.fill_null(0).to_numpy(zero_copy_only=False)[keep]
-                filled += size
-            filled = start + _sum_by_key(keys[start:filled], counts[start:filled])
-            in_order = in_order and (start == 0 or filled == start or keys[start] > keys[start - 1])
-        keys, counts = keys[:filled], counts[:filled]
-        if not in_order:
+                keys = (((j + 1) * m + np.minimum(a, b)) * m + np.maximum(a, b))[keep]
+                counts = np.asarray(n.fill_null(0).to_numpy(zero_copy_only=False), np.int64)[keep]
+                size = _sum_by_key(keys, counts)
+                if size:
+                    in_order = in_order and int(keys[0]) > last_key
+                    last_key = int(keys[size - 1])
+                    _decode_keys(keys[:size], counts[:size], m, columns, filled)
+                    filled += size
+        columns = tuple(column[:filled] for column in columns)
+        if not in_order:  # the slices' keys overlap: summed again, from the columns (freed as the keys are made)
+            judge, first, second, n = columns
+            keys = ((judge.astype(np.int64) + 1) * m + first) * m + second
+            counts = n.astype(np.int64)
+            del columns, judge, first, second, n
             filled = _sum_by_key(keys, counts)
-            keys, counts = keys[:filled], counts[:filled]
-        # int32 names (as posterior.npz stores them): 4 bytes a row each, where the keys' int64 took 8; a slice at a
-        # time, so no int64 temporary of every row is made.
-        judge, first, second = (np.empty(filled, np.int32) for _ in range(3))
-        for lo in range(0, filled, CODE_ROWS):
-            key = keys[lo : lo + CODE_ROWS]
-            judge[lo : lo + key.size] = key // (m * m) - 1
-            first[lo : lo + key.size] = key // m % m
-            second[lo : lo + key.size] = key % m
-        return cls(judge, first, second, counts)
+            columns = tuple(np.empty(filled, np.int32) for _ in _JUDGED_FIELDS)
+            _decode_keys(keys[:filled], counts[:filled], m, columns, 0)
+        return cls(*columns)
+
+
+def _decode_keys(keys: np.ndarray, counts: np.ndarray, m: int, columns: tuple[np.ndarray, ...], at: int) -> None:
+    """Write coded (judge, pair) keys and their counts into :class:`JudgedPairs`' int32 ``columns`` from row ``at``,
+    a slice of :data:`CODE_ROWS` at a time (no int64 temporary of every row).  A count past int32 is stored as
+    int32's largest (over 2.1 billion battles of one pair by one judge: a plan reads it as "judged" all the same)."""
+    judge, first, second, n = columns
+    top = np.iinfo(np.int32).max
+    for lo in range(0, keys.size, CODE_ROWS):
+        key, at_lo = keys[lo : lo + CODE_ROWS], at + lo
+        judge[at_lo : at_lo + key.size] = key // (m * m) - 1
+        first[at_lo : at_lo + key.size] = key // m % m
+        second[at_lo : at_lo + key.size] = key % m
+        n[at_lo : at_lo + key.size] = np.minimum(counts[lo : lo + CODE_ROWS], top)
 
 
 def _sum_by_key(keys: np.ndarray, counts: np.ndarray) -> int:
