@@ -149,12 +149,23 @@ def tree_rss_mb(root: int) -> float:
     return total * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def file_rss_mb(pid: int) -> float:
+    """Of a process's resident memory, the file-backed and shared pages (/proc status ``RssFile`` + ``RssShmem``):
+    memory-mapped files read, which the kernel may drop, unlike the heap."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return 0.0
+    kb = sum(int(line.split()[1]) for line in lines if line.startswith(("RssFile:", "RssShmem:")))
+    return kb / 1024
+
+
 def run_refresh(data: Path, state: Path, out: Path, beam_args: list[str]) -> dict:
     """One ``biasboard refresh`` in a fresh process: wall time, stage times, peak RSS (process and tree)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(data), str(state), str(out), *beam_args]
     env = {**os.environ, "NO_GCE_CHECK": "true"}
     log = out.with_suffix(".log")
-    peak = [0.0, 0.0]  # MB, wall-clock time of the peak
+    peak = [0.0, 0.0, 0.0]  # MB, wall-clock time of the peak, the refresh process's file-backed MB then
     samples: list[tuple[float, float]] = []  # (wall-clock time, tree RSS MB)
     with open(log, "w") as sink:
         start, cpu_start = time.perf_counter(), _children_cpu_s()
@@ -166,7 +177,7 @@ def run_refresh(data: Path, state: Path, out: Path, beam_args: list[str]) -> dic
                 rss = tree_rss_mb(proc.pid)
                 samples.append((time.time(), rss))
                 if rss > peak[0]:
-                    peak[:] = [rss, time.time()]
+                    peak[:] = [rss, time.time(), file_rss_mb(proc.pid)]
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -196,6 +207,7 @@ def run_refresh(data: Path, state: Path, out: Path, beam_args: list[str]) -> dic
         "cells": cells,
         "peak_rss_mb": child["peak_rss_mb"],
         "tree_rss_mb": peak[0],
+        "file_rss_mb": peak[2],
     }
 
 
@@ -245,6 +257,9 @@ def part_child(name: str, state: str) -> int:
     import biasboard
 
     biasboard.hand_back_polars_memory()  # as the refresh command does, before polars is imported
+    from biasboard.ranking.allocator import hand_back_arrow_memory
+
+    hand_back_arrow_memory()  # and Arrow's
     from biasboard.transforms import audit
     from biasboard.transforms import state as st
 
@@ -395,7 +410,10 @@ def print_table(shape: dict, rows: list[tuple], generated: float) -> None:
             + f" | {r['cpu_s']:>7.1f} | {r['peak_rss_mb']:>7.0f} {r['tree_rss_mb']:>7.0f} | {r['json_mb']:>7.1f}"
         )
     for label, _, _, _, r in rows:
-        print(f"{label}: tree RSS peaked after: {r['peak_during'][:110]}")
+        print(
+            f"{label}: tree RSS peaked after: {r['peak_during'][:110]} "
+            f"({r['file_rss_mb']:.0f} MB of it file-backed in the refresh's process)"
+        )
     for label, _, _, _, r in rows:
         phases = "; ".join(f"{message[:48]} {mb:.0f}" for message, mb in r["phase_peaks"])
         print(f"{label}: tree RSS peak (MB) after each log message: {phases}")

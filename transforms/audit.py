@@ -1111,7 +1111,10 @@ def _write_stored_sum(
     onto = "" if cached is None else f" onto the cached sum of {len(cached.days)} day(s)"
     _LOG.info("audit: %d stored day(s) read%s", todo, onto)
     release_freed_memory()  # what the stages before freed (the days' audit in the runner): the sum starts without it
+    started = time.perf_counter()
     partials, pairs, counts = sum_stored_days(days, days_dir, cached)
+    _LOG.info("audit: stored days summed in %.1f s", time.perf_counter() - started)
+    started = time.perf_counter()
     writer = None
     if keys is not None and todo:
         writer = audit_cache.SumCacheWriter(days_dir)
@@ -1138,4 +1141,5 @@ def _write_stored_sum(
     written = write_audit(result, out, counts, streamed)
     del result, streamed, pair_rows, model_rows
     release_freed_memory()  # the fold's buckets and the slices' frames: the fit that follows starts without them
+    _LOG.info("audit: finished by judge and %d file(s) written in %.1f s", len(written), time.perf_counter() - started)
     return written
