@@ -257,9 +257,6 @@ def part_child(name: str, state: str) -> int:
     import biasboard
 
     biasboard.hand_back_polars_memory()  # as the refresh command does, before polars is imported
-    from biasboard.ranking.allocator import hand_back_arrow_memory
-
-    hand_back_arrow_memory()  # and Arrow's
     from biasboard.transforms import audit
     from biasboard.transforms import state as st
 

@@ -35,8 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 #: Commands whose work keeps what it frees for the next day (forked day workers), rather than handing it back
-#: to the system between stages (:func:`biasboard.hand_back_polars_memory`,
-#: :func:`biasboard.ranking.allocator.hand_back_arrow_memory`).
+#: to the system between stages (:func:`biasboard.hand_back_polars_memory`).
 KEEPS_FREED_MEMORY = frozenset({"backfill"})
 
 
@@ -94,9 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if a in COMMANDS), None)
     if command not in KEEPS_FREED_MEMORY:  # before the command's module imports polars
         hand_back_polars_memory()
-        from biasboard.ranking.allocator import hand_back_arrow_memory
-
-        hand_back_arrow_memory()
     parser = build_parser(command)
     try:
         args, beam_args = parser.parse_known_args(argv)

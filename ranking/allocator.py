@@ -42,25 +42,6 @@ def keep_freed_memory() -> bool:
     return mallopt is not None and all(mallopt(param, value) == 1 for param, value in _KEEP_FREED)
 
 
-def hand_back_arrow_memory() -> bool:
-    """Have Arrow allocate from the C library's malloc from now on, so that :func:`release_freed_memory` hands back
-    what any thread freed; False where this Arrow has no such pool.
-
-    Why: Arrow's default pool on Linux (mimalloc) keeps a heap per thread, and pages freed into the heap of a
-    thread that allocates no more (Arrow's reader threads, after a stage) stay resident until that thread calls
-    it again: ``release_unused`` from the main thread did not return them.  glibc's ``malloc_trim`` trims every
-    arena.  Measured on bench/scale.py's full 2N state, the audit's sum with its files written, one run each: peak
-    RSS 882 MB and 200 s with mimalloc, 811 MB and 180 s with the system pool (855 MB, 207 s with jemalloc).
-    Buffers made before the switch go back to the pool they came from.  For the jobs whose stages run one after
-    another in one process (the ``biasboard`` command sets it for every job but ``backfill``).
-    """
-    try:
-        pa.set_memory_pool(pa.system_memory_pool())
-    except (NotImplementedError, pa.ArrowException):
-        return False
-    return True
-
-
 def release_freed_memory() -> None:
     """Hand the memory a stage freed back to the system, so the next stage does not start on top of it.
 

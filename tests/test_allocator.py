@@ -67,26 +67,3 @@ def test_every_command_but_backfill_hands_freed_memory_back():
 def test_too_late_once_polars_is_imported():
     code = "import polars, biasboard; print(biasboard.hand_back_polars_memory())"
     assert _python(code).strip() == "False"
-
-
-#: Runs the console script's main on ``--help`` of a command and prints the Arrow memory pool it left.
-COMMAND_ARROW_POOL = """
-import sys
-import pyarrow as pa
-from biasboard.pipelines import cli
-try:
-    cli.main([sys.argv[1], "--help"])
-except SystemExit:
-    pass
-print("pool:", pa.default_memory_pool().backend_name)
-"""
-
-
-def test_every_command_but_backfill_has_arrow_allocate_from_the_c_library():
-    """Arrow's default pool (mimalloc) keeps freed pages in the heap of the thread that made them, which
-    ``release_freed_memory`` cannot reach; the system pool's are glibc's, which it trims."""
-    default = _python("import pyarrow as pa; print('pool:', pa.default_memory_pool().backend_name)").split()[-1]
-    refresh = _python(COMMAND_ARROW_POOL, "refresh").split()[-1]
-    backfill = _python(COMMAND_ARROW_POOL, "backfill").split()[-1]
-    assert refresh == "system" != default
-    assert backfill == default
