@@ -9,6 +9,8 @@ import itertools
 import json
 import subprocess
 import sys
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -646,13 +648,20 @@ def test_pooled_voters_have_judged_what_any_of_them_judged():
     assert pooled.rows() == [("arena", "a", "b", 1), ("arena", "b", "a", 2), ("gpt", "a", "b", 5)]
 
 
+def _traced_peak(call: Callable[[], JudgedPairs]) -> tuple[JudgedPairs, int]:
+    """``call()``'s result and the peak of the memory traced while it ran (numpy's allocations, Python's)."""
+    tracemalloc.start()
+    try:
+        return call(), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_judged_pairs_are_coded_holding_a_key_and_a_count_per_row(monkeypatch) -> None:
     """:meth:`JudgedPairs.of_frame` holds two int64 columns of the coded rows, not four and their masked copies, and
     sums them by sorting, not by ``np.unique``'s inverse: its traced peak (numpy's allocations) per row, which the
     refresh pays after the fit (4.96M rows at bench/scale.py's full N; it measured 105 bytes a row at first, then 64,
     52 now)."""
-    import tracemalloc
-
     from biasboard.plan import acquisition
 
     monkeypatch.setattr(acquisition, "CODE_ROWS", 1 << 14)
@@ -667,12 +676,7 @@ def test_judged_pairs_are_coded_holding_a_key_and_a_count_per_row(monkeypatch) -
             "n": rng.integers(1, 9, rows),
         }
     ).with_columns(pl.col("judge", "model_a", "model_b").cast(pl.Categorical))
-    tracemalloc.start()
-    try:
-        got = JudgedPairs.of_frame(frame, models, judges)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    got, peak = _traced_peak(lambda: JudgedPairs.of_frame(frame, models, judges))
     assert got.n.sum() == frame.filter(pl.col("model_a") != pl.col("model_b")).get_column("n").sum()
     assert peak <= 58 * rows
 
@@ -682,8 +686,6 @@ def test_judged_pairs_of_judge_buckets_are_coded_into_four_int32_columns_without
     into the int32 columns ``posterior.npz`` stores: the traced peak (numpy's allocations) is those 16 bytes a row
     and one chunk's keys, not a key and a count of every row first (48.5 bytes a row before, 27.2 now, measured on
     these rows; at bench/scale.py's full 2N, 5.16M rows, that built after the fit set the refresh's peak)."""
-    import tracemalloc
-
     rng = np.random.default_rng(12)
     voters = sorted(f"pool/voter-{i:05d}" for i in range(20_000))
     models = [f"model-{i:02d}" for i in range(100)]
@@ -699,12 +701,7 @@ def test_judged_pairs_of_judge_buckets_are_coded_into_four_int32_columns_without
         coded = bucket.with_columns(pl.col("judge", "model_a", "model_b").cast(pl.Categorical)).to_arrow()
         buckets.append(judge_pair_counts(coded))
     held = pa.concat_tables(buckets)
-    tracemalloc.start()
-    try:
-        got = JudgedPairs.of_frame(held, models, voters)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    got, peak = _traced_peak(lambda: JudgedPairs.of_frame(held, models, voters))
     assert all(np.asarray(getattr(got, field)).dtype == np.int32 for field in ("judge", "first", "second", "n"))
     assert got.n.size == held.num_rows > 250_000
     assert peak <= 32 * held.num_rows
