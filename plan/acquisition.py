@@ -157,10 +157,10 @@ class JudgedPairs:
         Memory: the four int32 columns it returns (16 bytes a row, as ``posterior.npz`` stores them) and one slice's
         coded keys and sort.  The names are coded through their dictionary (a lookup table of the names it holds, then
         a take), never by joins on the strings (their hash tables took +630 MB for 1.5M rows, the refresh's peak at
-        bench/scale.py --scale 0.1) nor by decoding them; each slice of :data:`CODE_ROWS` rows is summed on its own,
-        and the slices are summed together only when their keys overlap.  The refresh's rows
-        (:attr:`~biasboard.transforms.snapshot.CellTotals.judge_pairs`) are a chunk per judge bucket (fewer rows than
-        a slice), in judge order and summed already: their keys come out in order and that last sum is skipped.  Why
+        bench/scale.py --scale 0.1) nor by decoding them; each chunk (or, past :data:`SUM_ROWS`, each slice of
+        :data:`CODE_ROWS` rows) is summed on its own, and they are summed together only when their keys overlap.  The
+        refresh's rows (:attr:`~biasboard.transforms.snapshot.CellTotals.judge_pairs`) are a chunk per judge bucket,
+        in judge order and summed already: their keys come out in order and that last sum is skipped.  Why
         not the key and count of every row first, as before: at bench/scale.py's full 2N (5.16M rows, coded after
         the fit) those 16 bytes a row, with the int64 counts kept and copied to int32 for the file, made +216 MB
         over the fit's held memory, the refresh's peak then.
@@ -171,17 +171,26 @@ class JudgedPairs:
         columns = tuple(np.empty(table.num_rows, np.int32) for _ in _JUDGED_FIELDS)
         filled, last_key, in_order = 0, -1, True
         for chunk in table.select(["judge", "model_a", "model_b", "n"]).to_batches():
-            for lo in range(0, chunk.num_rows, CODE_ROWS):
-                part = chunk.slice(lo, CODE_ROWS)
-                j = code_judge(part.column(0)) if judges else np.full(part.num_rows, -1, np.int64)
-                a, b = code_model(part.column(1)), code_model(part.column(2))
-                n = part.column(3)
-                keep = (a >= 0) & (b >= 0) & (a != b) & n.is_valid().to_numpy(zero_copy_only=False)  # (a row of nulls)
-                if judges:
-                    keep &= j >= 0
-                keys = (((j + 1) * m + np.minimum(a, b)) * m + np.maximum(a, b))[keep]
-                counts = np.asarray(n.fill_null(0).to_numpy(zero_copy_only=False), np.int64)[keep]
-                size = _sum_by_key(keys, counts)
+            # A bucket's chunk is summed whole (its rows are in no order: a slice of it would overlap the next);
+            # a chunk past SUM_ROWS (one table of every row) a slice at a time, summed together below.
+            segment = chunk.num_rows if chunk.num_rows <= SUM_ROWS else CODE_ROWS
+            for start in range(0, chunk.num_rows, max(segment, 1)):
+                rows = chunk.slice(start, segment)
+                keys, counts = np.empty(rows.num_rows, np.int64), np.empty(rows.num_rows, np.int64)
+                size = 0
+                for lo in range(0, rows.num_rows, CODE_ROWS):
+                    part = rows.slice(lo, CODE_ROWS)
+                    j = code_judge(part.column(0)) if judges else np.full(part.num_rows, -1, np.int64)
+                    a, b = code_model(part.column(1)), code_model(part.column(2))
+                    n = part.column(3)
+                    keep = (a >= 0) & (b >= 0) & (a != b) & n.is_valid().to_numpy(zero_copy_only=False)  # (nulls)
+                    if judges:
+                        keep &= j >= 0
+                    kept = int(keep.sum())
+                    keys[size : size + kept] = (((j + 1) * m + np.minimum(a, b)) * m + np.maximum(a, b))[keep]
+                    counts[size : size + kept] = n.fill_null(0).to_numpy(zero_copy_only=False)[keep]
+                    size += kept
+                size = _sum_by_key(keys[:size], counts[:size])
                 if size:
                     in_order = in_order and int(keys[0]) > last_key
                     last_key = int(keys[size - 1])
@@ -264,6 +273,9 @@ class _NameCoder:
 
 #: Rows of (judge, model_a, model_b, n) names coded at once by :meth:`JudgedPairs.of_frame` (memory: a slice's).
 CODE_ROWS = 1 << 18
+#: Rows of one chunk :meth:`JudgedPairs.of_frame` sums whole (a judge bucket's: ~215k at bench/scale.py's full 2N);
+#: a bigger chunk is summed a slice at a time, and the slices together after.
+SUM_ROWS = 1 << 20
 
 
 @dataclass(frozen=True, eq=False)

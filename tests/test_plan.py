@@ -658,13 +658,14 @@ def _traced_peak(call: Callable[[], JudgedPairs]) -> tuple[JudgedPairs, int]:
 
 
 def test_judged_pairs_are_coded_holding_a_key_and_a_count_per_row(monkeypatch) -> None:
-    """:meth:`JudgedPairs.of_frame` holds two int64 columns of the coded rows, not four and their masked copies, and
-    sums them by sorting, not by ``np.unique``'s inverse: its traced peak (numpy's allocations) per row, which the
-    refresh pays after the fit (4.96M rows at bench/scale.py's full N; it measured 105 bytes a row at first, then 64,
-    52 now)."""
+    """A table of one chunk past :data:`SUM_ROWS` (a big input in one piece, not the refresh's buckets): while its
+    slices are summed together, :meth:`JudgedPairs.of_frame` holds two int64 columns of the coded rows, not four and
+    their masked copies, and sums them by sorting, not by ``np.unique``'s inverse: its traced peak (numpy's
+    allocations) per row (105 bytes a row at first, then 64, 52 now).  The sizes are scaled down together."""
     from biasboard.plan import acquisition
 
     monkeypatch.setattr(acquisition, "CODE_ROWS", 1 << 14)
+    monkeypatch.setattr(acquisition, "SUM_ROWS", 1 << 16)
     rng = np.random.default_rng(2)
     rows = 300_000
     models, judges = [f"m{i}" for i in range(100)], [f"v{i}" for i in range(20_000)]
@@ -681,11 +682,16 @@ def test_judged_pairs_are_coded_holding_a_key_and_a_count_per_row(monkeypatch) -
     assert peak <= 58 * rows
 
 
-def test_judged_pairs_of_judge_buckets_are_coded_into_four_int32_columns_without_a_key_per_row() -> None:
+def test_judged_pairs_of_judge_buckets_are_coded_into_four_int32_columns_without_a_key_per_row(monkeypatch) -> None:
     """The refresh's rows (a chunk per judge bucket, in judge order, summed) are coded a chunk at a time straight
     into the int32 columns ``posterior.npz`` stores: the traced peak (numpy's allocations) is those 16 bytes a row
     and one chunk's keys, not a key and a count of every row first (48.5 bytes a row before, 27.2 now, measured on
-    these rows; at bench/scale.py's full 2N, 5.16M rows, that built after the fit set the refresh's peak)."""
+    these rows; at bench/scale.py's full 2N, 5.16M rows, that built after the fit set the refresh's peak).  A chunk
+    is summed whole though it spans several coding slices (summed a slice at a time, a bucket's unordered rows
+    overlapped and every row was summed again: 50 bytes a row)."""
+    from biasboard.plan import acquisition
+
+    monkeypatch.setattr(acquisition, "CODE_ROWS", 1 << 12)  # a bucket (~30k rows here) spans several slices
     rng = np.random.default_rng(12)
     voters = sorted(f"pool/voter-{i:05d}" for i in range(20_000))
     models = [f"model-{i:02d}" for i in range(100)]
