@@ -154,7 +154,7 @@ class JudgedPairs:
         """From rows (judge, model_a, model_b, n) of names (strings or dictionary codes): rows of other judges or
         models, and self-battles, are dropped; with no named judge every row counts as "any judge" (-1).
 
-        Memory: the four int32 columns it returns (16 bytes a row, as ``posterior.npz`` stores them) and one slice's
+        Memory: the four int32 columns it returns (16 bytes a row, as ``posterior.npz`` stores them) and one chunk's
         coded keys and sort.  The names are coded through their dictionary (a lookup table of the names it holds, then
         a take), never by joins on the strings (their hash tables took +630 MB for 1.5M rows, the refresh's peak at
         bench/scale.py --scale 0.1) nor by decoding them; each chunk (or, past :data:`SUM_ROWS`, each slice of
@@ -175,29 +175,15 @@ class JudgedPairs:
             # a chunk past SUM_ROWS (one table of every row) a slice at a time, summed together below.
             segment = chunk.num_rows if chunk.num_rows <= SUM_ROWS else CODE_ROWS
             for start in range(0, chunk.num_rows, max(segment, 1)):
-                rows = chunk.slice(start, segment)
-                keys, counts = np.empty(rows.num_rows, np.int64), np.empty(rows.num_rows, np.int64)
-                size = 0
-                for lo in range(0, rows.num_rows, CODE_ROWS):
-                    part = rows.slice(lo, CODE_ROWS)
-                    j = code_judge(part.column(0)) if judges else np.full(part.num_rows, -1, np.int64)
-                    a, b = code_model(part.column(1)), code_model(part.column(2))
-                    n = part.column(3)
-                    keep = (a >= 0) & (b >= 0) & (a != b) & n.is_valid().to_numpy(zero_copy_only=False)  # (nulls)
-                    if judges:
-                        keep &= j >= 0
-                    kept = int(keep.sum())
-                    keys[size : size + kept] = (((j + 1) * m + np.minimum(a, b)) * m + np.maximum(a, b))[keep]
-                    counts[size : size + kept] = n.fill_null(0).to_numpy(zero_copy_only=False)[keep]
-                    size += kept
-                size = _sum_by_key(keys[:size], counts[:size])
+                keys, counts = _coded_rows(chunk.slice(start, segment), m, code_model, code_judge if judges else None)
+                size = _sum_by_key(keys, counts)
                 if size:
                     in_order = in_order and int(keys[0]) > last_key
                     last_key = int(keys[size - 1])
                     _decode_keys(keys[:size], counts[:size], m, columns, filled)
                     filled += size
         columns = tuple(column[:filled] for column in columns)
-        if not in_order:  # the slices' keys overlap: summed again, from the columns (freed as the keys are made)
+        if not in_order:  # the chunks' keys overlap: summed again, from the columns (freed as the keys are made)
             judge, first, second, n = columns
             keys = ((judge.astype(np.int64) + 1) * m + first) * m + second
             counts = n.astype(np.int64)
@@ -206,6 +192,29 @@ class JudgedPairs:
             columns = tuple(np.empty(filled, np.int32) for _ in _JUDGED_FIELDS)
             _decode_keys(keys[:filled], counts[:filled], m, columns, 0)
         return cls(*columns)
+
+
+def _coded_rows(
+    rows: pa.RecordBatch, m: int, code_model: _NameCoder, code_judge: _NameCoder | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows (judge, model_a, model_b, n) as (judge, pair) keys and their counts, coded a slice of :data:`CODE_ROWS`
+    at a time: rows of judges or models not coded, self-battles and rows of no count left out.  Without
+    ``code_judge`` every row is "any judge" (-1)."""
+    keys, counts = np.empty(rows.num_rows, np.int64), np.empty(rows.num_rows, np.int64)
+    size = 0
+    for lo in range(0, rows.num_rows, CODE_ROWS):
+        part = rows.slice(lo, CODE_ROWS)
+        j = code_judge(part.column(0)) if code_judge is not None else np.full(part.num_rows, -1, np.int64)
+        a, b = code_model(part.column(1)), code_model(part.column(2))
+        n = part.column(3)
+        keep = (a >= 0) & (b >= 0) & (a != b) & n.is_valid().to_numpy(zero_copy_only=False)  # (a row of nulls)
+        if code_judge is not None:
+            keep &= j >= 0
+        kept = int(keep.sum())
+        keys[size : size + kept] = (((j + 1) * m + np.minimum(a, b)) * m + np.maximum(a, b))[keep]
+        counts[size : size + kept] = n.fill_null(0).to_numpy(zero_copy_only=False)[keep]
+        size += kept
+    return keys[:size], counts[:size]
 
 
 def _decode_keys(keys: np.ndarray, counts: np.ndarray, m: int, columns: tuple[np.ndarray, ...], at: int) -> None:

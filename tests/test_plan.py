@@ -685,7 +685,7 @@ def test_judged_pairs_are_coded_holding_a_key_and_a_count_per_row(monkeypatch) -
 def test_judged_pairs_of_judge_buckets_are_coded_into_four_int32_columns_without_a_key_per_row(monkeypatch) -> None:
     """The refresh's rows (a chunk per judge bucket, in judge order, summed) are coded a chunk at a time straight
     into the int32 columns ``posterior.npz`` stores: the traced peak (numpy's allocations) is those 16 bytes a row
-    and one chunk's keys, not a key and a count of every row first (48.5 bytes a row before, 27.2 now, measured on
+    and one chunk's keys, not a key and a count of every row first (48.5 bytes a row before, 28.0 now, measured on
     these rows; at bench/scale.py's full 2N, 5.16M rows, that built after the fit set the refresh's peak).  A chunk
     is summed whole though it spans several coding slices (summed a slice at a time, a bucket's unordered rows
     overlapped and every row was summed again: 50 bytes a row)."""
