@@ -13,6 +13,8 @@ day-partitioned battle Parquet as a user has it, from an empty state, twice:
 Each refresh runs in a fresh process (``--child``); printed per size: wall time, the refresh's own stage
 times (its ``stage times`` log line), peak RSS of the refresh process (VmHWM) and of its whole process
 tree (RSS of the process and every descendant summed, sampled every 0.1 s), and the ratios 2N / N.
+Each run's RSS timeline is written beside its log (``out-N.rss.tsv``: every 0.1 s the tree, the process, its
+anonymous and file-backed memory; once a second its anonymous memory in transparent huge pages).
 Also printed: the CPU seconds (user + system) of the refresh's process tree, which a machine shared with other
 work inflates far less than the wall time; the fit's merge of the stored cells (part of ``fit``); and the size
 of the snapshot's JSON files.  Targets: time ratio ≤ 2.1, peak RSS flat (ratio ≈ 1).
@@ -149,25 +151,45 @@ def tree_rss_mb(root: int) -> float:
     return total * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def file_rss_mb(pid: int) -> float:
-    """Of a process's resident memory, the file-backed and shared pages (/proc status ``RssFile`` + ``RssShmem``):
-    memory-mapped files read, which the kernel may drop, unlike the heap."""
+#: Columns of the RSS timeline each run writes beside its log (``out-N.rss.tsv``), one row per sample.
+TIMELINE_COLUMNS = ("seconds", "tree_mb", "rss_mb", "anon_mb", "file_mb", "anon_huge_mb")
+#: Samples between two reads of ``AnonHugePages`` (smaps_rollup walks the process's page tables: once a second).
+HUGE_EVERY = 10
+
+
+def process_memory_mb(pid: int, huge: bool) -> dict[str, float]:
+    """A process's resident memory now by kind, in MB: all, anonymous, file-backed (``RssFile`` + ``RssShmem``)
+    and, when ``huge``, the anonymous memory in transparent huge pages (``AnonHugePages``; else NaN)."""
+    sizes = {"rss": 0.0, "anon": 0.0, "file": 0.0, "anon_huge": float("nan")}
+    fields = {"VmRSS:": "rss", "RssAnon:": "anon", "RssFile:": "file", "RssShmem:": "file"}
     try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError:
-        return 0.0
-    kb = sum(int(line.split()[1]) for line in lines if line.startswith(("RssFile:", "RssShmem:")))
-    return kb / 1024
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key = fields.get(line.split(":", 1)[0] + ":")
+            if key is not None:
+                sizes[key] += int(line.split()[1]) / 1024
+        if huge:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("AnonHugePages:"):
+                    sizes["anon_huge"] = int(line.split()[1]) / 1024
+    except OSError:  # the process has ended
+        pass
+    return sizes
 
 
 def run_refresh(data: Path, state: Path, out: Path, beam_args: list[str]) -> dict:
-    """One ``biasboard refresh`` in a fresh process: wall time, stage times, peak RSS (process and tree)."""
+    """One ``biasboard refresh`` in a fresh process: wall time, stage times, peak RSS (process and tree).
+
+    Every sample is also written to ``out``'s RSS timeline (:data:`TIMELINE_COLUMNS`, tab-separated, seconds
+    from the start): what the peaks alone do not show, such as the anonymous memory's floor between phases or
+    how much of it is in transparent huge pages.
+    """
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(data), str(state), str(out), *beam_args]
     env = {**os.environ, "NO_GCE_CHECK": "true"}
     log = out.with_suffix(".log")
     peak = [0.0, 0.0, 0.0]  # MB, wall-clock time of the peak, the refresh process's file-backed MB then
     samples: list[tuple[float, float]] = []  # (wall-clock time, tree RSS MB)
-    with open(log, "w") as sink:
+    with open(log, "w") as sink, open(out.with_suffix(".rss.tsv"), "w") as timeline:
+        timeline.write("\t".join(TIMELINE_COLUMNS) + "\n")
         start, cpu_start = time.perf_counter(), _children_cpu_s()
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, text=True)
         done = threading.Event()
@@ -176,8 +198,11 @@ def run_refresh(data: Path, state: Path, out: Path, beam_args: list[str]) -> dic
             while not done.wait(0.1):
                 rss = tree_rss_mb(proc.pid)
                 samples.append((time.time(), rss))
+                own = process_memory_mb(proc.pid, huge=len(samples) % HUGE_EVERY == 1)
+                timeline.write(f"{time.perf_counter() - start:.1f}\t{rss:.0f}\t" + "\t".join(
+                    f"{own[k]:.0f}" for k in ("rss", "anon", "file", "anon_huge")) + "\n")  # fmt: skip
                 if rss > peak[0]:
-                    peak[:] = [rss, time.time(), file_rss_mb(proc.pid)]
+                    peak[:] = [rss, time.time(), own["file"]]
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
