@@ -161,10 +161,10 @@ def process_memory_mb(pid: int, huge: bool) -> dict[str, float]:
     """A process's resident memory now by kind, in MB: all, anonymous, file-backed (``RssFile`` + ``RssShmem``)
     and, when ``huge``, the anonymous memory in transparent huge pages (``AnonHugePages``; else NaN)."""
     sizes = {"rss": 0.0, "anon": 0.0, "file": 0.0, "anon_huge": float("nan")}
-    fields = {"VmRSS:": "rss", "RssAnon:": "anon", "RssFile:": "file", "RssShmem:": "file"}
+    fields = {"VmRSS": "rss", "RssAnon": "anon", "RssFile": "file", "RssShmem": "file"}
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key = fields.get(line.split(":", 1)[0] + ":")
+            key = fields.get(line.split(":", 1)[0])
             if key is not None:
                 sizes[key] += int(line.split()[1]) / 1024
         if huge:
