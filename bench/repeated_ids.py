@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 from biasboard.transforms import state
 from biasboard.transforms.repeated_ids import CACHE_FILE, IDS_FILE, ids_table, repeated_ids
 from biasboard.transforms.validate import _HASH_SEEDS, first_hash
@@ -66,9 +67,14 @@ def hash_cost(per_day: int, repeat: int) -> list[tuple[str, float, float]]:
     return rows
 
 
+def write_day(state_dir: str, i: int, ids: pa.Table) -> None:
+    """Day i's ids file and a manifest that counts them, as the ingest writes it (the check sizes its work by it)."""
+    state.write_day(state_dir, day_name(i), {"counts": {"counted": ids.num_rows}}, {IDS_FILE: ids})
+
+
 def write_days(state_dir: str, first: int, last: int, per_day: int) -> None:
     for i in range(first, last):
-        state.write_day(state_dir, day_name(i), {}, {IDS_FILE: ids_table(day_hashes(i, per_day))})
+        write_day(state_dir, i, ids_table(day_hashes(i, per_day)))
 
 
 def check(state_dir: str) -> tuple[float, int]:
@@ -92,7 +98,7 @@ def measure(state_dir: str, history: int, per_day: int, share: float, repeat: in
     new[: int(share * per_day)] = day_hashes(0, per_day)[: int(share * per_day)]  # the first day's ids again
     kept = cache.read_text()  # the history's counts, put back before each +1 day run
     runs = []
-    state.write_day(state_dir, day_name(history), {}, {IDS_FILE: ids_table(np.unique(new))})
+    write_day(state_dir, history, ids_table(np.unique(new)))
     for _ in range(repeat):
         cache.write_text(kept)
         runs.append(check(state_dir))  # recounts the new day only (the kept counts cover the rest)

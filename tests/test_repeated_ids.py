@@ -259,3 +259,63 @@ def test_the_benchmark_smoke_run_finds_the_planted_repeats():
     assert stored, done.stdout
     assert 8.0 < float(stored.group(1)) < 16.0
     assert float(stored.group(2)) == pytest.approx(float(stored.group(1)) * 120_000 / 2**20, abs=0.06)
+
+
+def _brute_force(days: dict[str, np.ndarray], foreign: set[str]) -> dict[str, tuple]:
+    """Each day's (repeated rows, the first days that counted them, smallest repeated hashes), one id at a time."""
+    first_day: dict[int, str] = {}
+    out = {}
+    for day, hashes in days.items():
+        if day in foreign:
+            out[day] = (None, (), ())
+            continue
+        repeats = sorted(int(h) for h in hashes if int(h) in first_day)
+        earlier = sorted({first_day[h] for h in repeats})
+        out[day] = (len(repeats), tuple(earlier[:3]), tuple(repeats[:3]))
+        for h in hashes.tolist():
+            first_day.setdefault(h, day)
+    return out
+
+
+@pytest.mark.parametrize("long_recount", [False, True], ids=["held-days", "hash-ranges"])
+def test_both_ways_of_counting_agree_with_counting_one_id_at_a_time(tmp_path, monkeypatch, long_recount):
+    """The recount of a few days (held against the days before them) and of a long history (by hash range, in
+    scratch files) count the same repeats, earlier days and example hashes as a per-id count, from an empty cache
+    and from one kept for the first days; a day hashed otherwise is not compared either way."""
+    from biasboard.transforms import repeated_ids as rid
+    from biasboard.transforms.repeated_ids import ids_table
+
+    rng = np.random.default_rng(7)
+    names = [f"2024-06-{d:02d}" for d in range(1, 11)]
+    days = {day: rng.integers(0, 2**64, 300, dtype=np.uint64) for day in names}
+    days[names[3]][:40] = days[names[0]][:40]  # repeats of one earlier day
+    for k in range(4):  # repeats of four earlier days (three are named), one of them itself a repeat
+        days[names[5]][10 * k : 10 * k + 10] = days[names[k + 1]][:10]
+    days[names[6]][:5] = days[names[5]][:5]
+    days[names[8]][:300] = days[names[2]][:300]  # a whole day again
+    foreign = {names[4]}
+    days[names[4]][:20] = days[names[0]][50:70]  # not compared: hashed otherwise
+    days[names[7]][:20] = days[names[4]][:20]  # its first counted day is day 0 (day 4 is not compared)
+    days = {day: np.unique(h) for day, h in days.items()}
+    state_dir = str(tmp_path / "state")
+    for day in names:
+        table = ids_table(days[day], "another hash" if day in foreign else ID_HASH_SCHEME)
+        state.write_day(state_dir, day, {"counts": {"counted": table.num_rows}}, {IDS_FILE: table})
+    ranges = []
+    if long_recount:
+        monkeypatch.setattr(rid, "BLOCK_IDS", 100)
+        monkeypatch.setattr(rid, "RANGE_IDS", 256)  # 3,000 ids: 12 ranges
+        by_range = rid._count_by_hash_range
+        monkeypatch.setattr(rid, "_count_by_hash_range", lambda *args: ranges.append(args[2]) or by_range(*args))
+    expected = _brute_force(days, foreign)
+    for stored in (names[:4], names):  # from an empty cache, then the last days against a kept count of the first
+        manifests = [state.read_day_manifest(state_dir, d) or {} for d in stored]
+        found = repeated_ids(state_dir, stored, manifests)
+        got = {day: (r.rows, r.earlier, r.example_hashes) for day, r in found.days.items()}
+        got.update({day: (None, (), ()) for day in found.unchecked})
+        assert got == {day: expected[day] for day in stored}
+    assert ranges == ([0, 4] if long_recount else [])  # counted by hash range from none kept, then from 4 days kept
+    # what the planted days make of it: day 6 repeats ids first counted on days 1, 2 and 0 (those of day 4, hashed
+    # otherwise, are not repeats); day 8 counts day 5's ids, which day 0 counted first, once each
+    assert expected[names[5]][:2] == (30, tuple(names[:3])) and expected[names[7]][:2] == (20, (names[0],))
+    assert expected[names[8]][0] == 300 and expected[names[4]][0] is None

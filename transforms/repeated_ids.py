@@ -15,8 +15,11 @@ independently).  The warning says which days to clean upstream.
 
 Incremental like the cells: the counts are kept in the state (:data:`CACHE_FILE`) with the days' ids-file
 digests; a refresh recounts only the days from the first one that is new, changed or gone, each against the
-days before it, reading each earlier day's hashes once, one day at a time, and holding only the recounted
-days' hashes (a daily refresh: the new day's).  Days aggregated before ids were kept, or hashed otherwise (before
+days before it.  A few recounted days (a daily refresh: the new day) are held and every earlier day's hashes
+read once against them, one day at a time; a long recount (a backfilled history) cuts every day's hashes by
+hash range into scratch files and counts a range at a time (:func:`_count_by_hash_range`): each day is read
+once and memory is one range, where counting it a block of days at a time read the days before every block
+again (time grew with the square of the history).  Days aggregated before ids were kept, or hashed otherwise (before
 :func:`~biasboard.schemas.string_hash.string_hash`, with polars' hash, which is stable within a polars version
 only), are not checked, and a warning names them with the backfill that re-aggregates them.  Hashes, not ids: two
 different ids collide with probability ~2⁻⁶⁴ a pair (about 10⁻⁷ for a new day of 10⁵ ids against 10⁸).  The
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -36,6 +40,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 from biasboard.ranking.allocator import release_freed_memory
+from biasboard.ranking.spill import scratch_folder
 from biasboard.schemas import rules
 from biasboard.schemas import summary as S
 from biasboard.schemas.errors import InputError
@@ -51,9 +56,11 @@ CACHE_FILE = "repeated_ids.json"
 CACHE_VERSION = 2  # 2: each day's example hashes
 #: The hash an ids file holds, in its schema metadata: files of another scheme are not compared.
 SCHEME_KEY = b"biasboard.ids_hash"
-#: Ids recounted at once (a block of days): bounds the recount's memory (~50 bytes an id: ~100 MB) on a backfilled
-#: history, whose every block reads the days before it.
+#: Recounted ids held at once against the days before them (:func:`_count`); a recount of more is counted by
+#: hash range (:func:`_count_by_hash_range`).
 BLOCK_IDS = 1 << 21
+#: Ids (of every day) per hash range of :func:`_count_by_hash_range`: its memory (~50 bytes an id: ~50 MB).
+RANGE_IDS = 1 << 20
 #: Days a warning names (the ones with the most repeats), then a count of the rest.
 DAYS_NAMED = 3
 #: Repeated battle ids a warning quotes per named day (read back from the day's input: the state keeps hashes).
@@ -280,18 +287,11 @@ class Recount(NamedTuple):
 def _recount(
     state_dir: str, checked: list[str], keep: int, manifests: dict[str, dict], scheme: str
 ) -> dict[str, Recount]:
-    """:func:`_count` of ``checked[keep:]`` in blocks of about :data:`BLOCK_IDS` ids, in day order: memory is a
-    block's hashes (a backfilled history is counted a block at a time), and each block reads the days before it."""
-    out: dict[str, Recount] = {}
-    lo = keep
-    while lo < len(checked):
-        hi, ids = lo + 1, _counted(manifests[checked[lo]])
-        while hi < len(checked) and ids + _counted(manifests[checked[hi]]) <= BLOCK_IDS:
-            ids += _counted(manifests[checked[hi]])
-            hi += 1
-        out.update(_count(state_dir, checked[:lo], checked[lo:hi], manifests, scheme))
-        lo = hi
-    return out
+    """The counts of ``checked[keep:]``: held together against the days before them (:func:`_count`) when they are
+    at most :data:`BLOCK_IDS` ids, else every day counted by hash range (:func:`_count_by_hash_range`)."""
+    if sum(_counted(manifests[day]) for day in checked[keep:]) <= BLOCK_IDS:
+        return _count(state_dir, checked[:keep], checked[keep:], manifests, scheme)
+    return _count_by_hash_range(state_dir, checked, keep, manifests, scheme)
 
 
 def _counted(manifest: dict) -> int:
@@ -320,12 +320,7 @@ def _count(
         owner.append(np.full(h.size, i, np.int32))
     h_all = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
     day_of = np.concatenate(owner) if owner else np.zeros(0, np.int32)
-    order = np.argsort(h_all, kind="stable")  # by hash, then day: the days' sorted runs come in day order
-    h_all, day_of = h_all[order], day_of[order]
-    del order
-    later = np.zeros(h_all.size, bool)
-    later[1:] = h_all[1:] == h_all[:-1]  # not its run's first entry: a recounted day before it counted the id
-    start = np.maximum.accumulate(np.where(later, 0, np.arange(h_all.size)))  # each entry's run's first entry
+    h_all, day_of, later, start = _runs(h_all, day_of)
     origin = np.full(h_all.size, -1, np.int32)  # at a run's first entry: the earliest day of ``before`` holding it
     for k, day in enumerate(before if h_all.size else []):
         h, day_scheme = _read_ids(state_dir, day, manifests[day])
@@ -335,20 +330,105 @@ def _count(
         hit = at[h_all[at] == h]  # run starts (searchsorted finds a run's first entry)
         origin[hit[origin[hit] < 0]] = k
     repeated = later | (origin[start] >= 0)
-    counts = np.bincount(day_of[repeated], minlength=len(recount))
-    # Which days first counted them: each (repeating day, first day) pair once, its first day as an index into
-    # ``before`` + ``recount`` (a whole re-emitted day repeats 10⁵ rows: no loop per row).
+    # Which day first counted each repeated id, as an index into ``before`` + ``recount``: a day of ``before``
+    # when one holds it, else its run's first (earliest) recounted day.
     first = np.where(origin[start] >= 0, origin[start], len(before) + day_of[start])[repeated]
-    names = [*before, *recount]
-    firsts: dict[int, list[str]] = {}
-    for code in np.unique(day_of[repeated].astype(np.int64) * len(names) + first).tolist():
-        firsts.setdefault(code // len(names), []).append(names[code % len(names)])
-    # Each day's smallest repeated hashes: the repeated entries are in hash order, so a stable sort by day keeps them
-    # in hash order within each day.
-    by_day = np.argsort(day_of[repeated], kind="stable")
-    rep_hashes = h_all[repeated][by_day]
-    starts = np.searchsorted(day_of[repeated][by_day], np.arange(len(recount)))
-    for i, day in enumerate(recount):
-        examples = rep_hashes[starts[i] : starts[i] + min(EXAMPLES, int(counts[i]))].tolist()
-        out.setdefault(day, Recount(int(counts[i]), firsts.get(i, [])[:DAYS_NAMED], examples))
-    return {day: out[day] for day in recount}
+    tally = _Tally(len(recount), len(before) + len(recount))
+    tally.add(day_of[repeated], first, h_all[repeated])
+    return tally.result([*before, *recount], recount, out)
+
+
+def _count_by_hash_range(
+    state_dir: str, checked: list[str], keep: int, manifests: dict[str, dict], scheme: str
+) -> dict[str, Recount]:
+    """:func:`_count` of ``checked[keep:]`` against ``checked[:keep]``, by hash range: each day's sorted hashes are
+    cut into ranges of the 64-bit hash (the ids' hashes are uniform over it: about :data:`RANGE_IDS` of all days'
+    ids a range) and appended to a scratch file per range, then each range's file is counted on its own — an id's
+    entries all fall in one range.  Every day is read once and the scratch files once; memory is one range."""
+    n_ranges = max(1, -(-sum(_counted(manifests[day]) for day in checked) // RANGE_IDS))
+    cuts = (np.arange(1, n_ranges) * (2.0**64 / n_ranges)).astype(np.uint64)
+    out: dict[str, Recount] = {}
+    blocks: list[list[tuple[int, int]]] = [[] for _ in range(n_ranges)]  # each range's (day, ids) in file order
+    scratch = scratch_folder()
+    try:
+        paths = [os.path.join(scratch.name, f"range-{r:05d}.u64") for r in range(n_ranges)]
+        for k, day in enumerate(checked):
+            hashes, day_scheme = _read_ids(state_dir, day, manifests[day])
+            if day_scheme != scheme:
+                if k >= keep:
+                    out[day] = Recount(None, [], [])
+                continue
+            if np.any(hashes[1:] < hashes[:-1]):  # written sorted (ids_table); a file that is not still counts
+                hashes = np.sort(hashes)
+            for r, part in enumerate(np.split(hashes, np.searchsorted(hashes, cuts))):
+                if part.size:
+                    with open(paths[r], "ab") as sink:
+                        part.tofile(sink)
+                    blocks[r].append((k, part.size))
+        tally = _Tally(len(checked) - keep, len(checked))
+        for r in range(n_ranges):
+            if not blocks[r]:
+                continue
+            hashes = np.fromfile(paths[r], np.uint64)
+            os.remove(paths[r])
+            days, sizes = zip(*blocks[r], strict=True)
+            day_of = np.repeat(np.array(days, np.int32), sizes)
+            hashes, day_of, later, start = _runs(hashes, day_of)
+            repeated = later & (day_of >= keep)
+            tally.add(day_of[repeated] - keep, day_of[start[repeated]], hashes[repeated])
+            del hashes, day_of, later, start, repeated
+    finally:
+        scratch.cleanup()
+    return tally.result(checked, checked[keep:], out)
+
+
+def _runs(hashes: np.ndarray, day_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``hashes`` and their days (``day_of``) sorted by hash, then day (a stable sort: the days' sorted runs come
+    in day order), so an id's entries are a run whose first is its earliest day; ``later``: not its run's first
+    entry (an earlier day counted the id); ``start``: each entry's run's first entry."""
+    order = np.argsort(hashes, kind="stable")
+    hashes, day_of = hashes[order], day_of[order]
+    del order
+    later = np.zeros(hashes.size, bool)
+    later[1:] = hashes[1:] == hashes[:-1]
+    start = np.maximum.accumulate(np.where(later, 0, np.arange(hashes.size)))
+    return hashes, day_of, later, start
+
+
+class _Tally:
+    """The repeated ids found so far, per recounted day: how many, which days first counted them, the smallest hashes.
+
+    Fed a part of the ids at a time (:meth:`add`: a block of days, or a hash range), parts in ascending hash order."""
+
+    def __init__(self, days: int, names: int) -> None:
+        self.counts = np.zeros(days, np.int64)
+        self.names = names
+        self.firsts: list[np.ndarray] = []  # (repeating day, first day) pairs, coded as one integer
+        self.examples: list[list[int]] = [[] for _ in range(days)]
+
+    def add(self, day: np.ndarray, first: np.ndarray, hashes: np.ndarray) -> None:
+        """Repeated entries: each one's recounted ``day``, the day that ``first`` counted its id (an index into the
+        names :meth:`result` is given), and its hash (``hashes`` ascending)."""
+        here = np.bincount(day, minlength=self.counts.size)
+        self.counts += here
+        # each (repeating day, first day) pair once (a whole re-emitted day repeats 10⁵ rows: no loop per row)
+        self.firsts.append(np.unique(day.astype(np.int64) * self.names + first))
+        # each day's smallest repeated hashes: a stable sort by day keeps them in hash order within each day
+        by_day = np.argsort(day, kind="stable")
+        sorted_days, sorted_hashes = day[by_day], hashes[by_day]
+        for i in np.flatnonzero(here).tolist():
+            need = EXAMPLES - len(self.examples[i])
+            if need > 0:
+                lo = int(np.searchsorted(sorted_days, i))
+                self.examples[i].extend(sorted_hashes[lo : lo + min(need, int(here[i]))].tolist())
+
+    def result(self, names: list[str], recount: list[str], out: dict[str, Recount]) -> dict[str, Recount]:
+        """Each of ``recount``'s :class:`Recount` (the days in ``out`` as they are there), in ``recount``'s order;
+        the first days named by ``names`` (the earliest :data:`DAYS_NAMED` of each day)."""
+        firsts: dict[int, list[str]] = {}
+        codes = np.unique(np.concatenate(self.firsts)) if self.firsts else np.zeros(0, np.int64)
+        for code in codes.tolist():
+            firsts.setdefault(code // self.names, []).append(names[code % self.names])
+        for i, day in enumerate(recount):
+            out.setdefault(day, Recount(int(self.counts[i]), firsts.get(i, [])[:DAYS_NAMED], self.examples[i]))
+        return {day: out[day] for day in recount}
