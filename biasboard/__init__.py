@@ -21,6 +21,8 @@ POLARS_ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
 #: Freed pages handed back at once.  polars' own delays do not hand them back in time: jemalloc (no background
 #: thread) purges only when it is called again, so a stage's freed frames stayed resident (pola-rs/polars#23128).
 HAND_BACK = "dirty_decay_ms:0,muzzy_decay_ms:0"
+#: What polars' import writes into :data:`POLARS_ALLOCATOR_ENV` ahead of any value found there (polars/__init__.py).
+POLARS_DEFAULT = "dirty_decay_ms:500,muzzy_decay_ms:1000"
 
 
 def hand_back_polars_memory() -> bool:
@@ -31,11 +33,18 @@ def hand_back_polars_memory() -> bool:
     ended holding 833 MB, 251 MB with this (its peak 1,258 → 882 MB, +14% time, one run each).  The price is
     page faults where frames are freed and made again: ~15% more CPU in a backfill's day workers
     (bench/ingest.py), which keep what they free on purpose (:mod:`biasboard.ranking.allocator`), so the
-    ``biasboard`` command sets it for every job but ``backfill``.  A value the user set is kept.
+    ``biasboard`` command sets it for every job but ``backfill``.  A user's decay settings are kept.
+
+    polars' own defaults in the variable are not a user's: a parent process that imported polars (a scheduler's
+    Python task, bench/scale.py after its first refresh) passes them on to the ``biasboard`` it starts, and taken
+    for a user's they turned the hand-back off — bench/scale.py's 2N refresh held ~300 MB more through the audit
+    than a 2N refresh started on its own (docs/performance.md, Scale).
     """
     if "polars" in sys.modules:
         return False
-    os.environ.setdefault(POLARS_ALLOCATOR_ENV, HAND_BACK)
+    given = os.environ.get(POLARS_ALLOCATOR_ENV, "")
+    if "decay_ms" not in given.replace(POLARS_DEFAULT, ""):
+        os.environ[POLARS_ALLOCATOR_ENV] = f"{given},{HAND_BACK}" if given else HAND_BACK
     return True
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from biasboard import HAND_BACK, POLARS_ALLOCATOR_ENV
+from biasboard import HAND_BACK, POLARS_ALLOCATOR_ENV, POLARS_DEFAULT
 
 #: Builds and frees ~0.5 GB of polars frames three times and prints the resident anonymous memory it kept (MB).
 FREED_FRAMES = """
@@ -43,8 +43,10 @@ print("setting:", os.environ.get(sys.argv[2], "unset"))
 """
 
 
-def _python(code: str, *args: str) -> str:
+def _python(code: str, *args: str, allocator: str | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if k != POLARS_ALLOCATOR_ENV}
+    if allocator is not None:
+        env[POLARS_ALLOCATOR_ENV] = allocator
     return subprocess.run(
         [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, check=True
     ).stdout
@@ -67,3 +69,19 @@ def test_every_command_but_backfill_hands_freed_memory_back():
 def test_too_late_once_polars_is_imported():
     code = "import polars, biasboard; print(biasboard.hand_back_polars_memory())"
     assert _python(code).strip() == "False"
+
+
+def test_polars_defaults_passed_on_by_a_parent_do_not_turn_the_hand_back_off():
+    """A process that imported polars passes polars' own setting to what it starts (bench/scale.py's second
+    refresh ran without the hand-back); a user's own decay setting is still kept."""
+    import polars  # noqa: F401  (this process's polars wrote its defaults into the variable)
+
+    inherited = os.environ[POLARS_ALLOCATOR_ENV]
+    assert inherited.startswith(POLARS_DEFAULT)
+    refresh = _python(COMMAND_SETTING, "refresh", POLARS_ALLOCATOR_ENV, allocator=inherited).splitlines()[-1]
+    assert refresh.endswith(HAND_BACK)
+    own = "dirty_decay_ms:250"
+    refresh = _python(COMMAND_SETTING, "refresh", POLARS_ALLOCATOR_ENV, allocator=own).splitlines()[-1]
+    assert refresh.endswith(own) and HAND_BACK not in refresh
+    handed_back = int(_python(FREED_FRAMES, "hand-back", allocator=inherited))
+    assert handed_back < 50
