@@ -881,10 +881,14 @@ def _judge_battles(summary: Summary) -> dict[str, float]:
     return {a.judge: a.slot_n or 0 for a in summary.diagnostics.order}
 
 
-def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
-    if not bias:
+def _bias(table: pl.DataFrame, summary: Summary) -> str:
+    """The bias panels and table: of the shown judges' rows, made Python rows only once the judges are chosen (a
+    voter board's bias table has a row per voter and effect: made rows whole, bench/scale.py's 350k took +250 MB
+    for a moment, the refresh's peak at N)."""
+    if table.is_empty():
         return _section("bias", "Judge biases", '<p class="empty">No bias coefficients in this snapshot.</p>')
-    judges = {str(r["judge"]) for r in bias} - {GLOBAL_JUDGE}
+    names = table.get_column("judge").unique(maintain_order=True).to_list()
+    judges = {str(j) for j in names} - {GLOBAL_JUDGE}
     battles = _judge_battles(summary)
     shown = shown_judges({j: battles.get(j, 0) for j in judges}) | {GLOBAL_JUDGE}
     relative = summary.reference is not None and summary.reference.kind != "none"
@@ -909,7 +913,7 @@ def _bias(bias: list[dict[str, Any]], summary: Summary) -> str:
             )
         ),
     ]
-    bias = keep(bias, lambda r: r["judge"], shown)
+    bias = table.filter(pl.col("judge").is_in(keep(names, lambda j: j, shown))).to_dicts()
     disabled: list[str] = []
     tied: list[str] = []
     withheld: list[str] = []  # tied as prior-selected though the gate supports the excess (not "see the gate")
@@ -1686,7 +1690,7 @@ def render_report(
         _slices(slices, summary),
         _style(summary),
         _head_to_head(summary, {r["model"]: r.get("component") for r in lb}),
-        _bias(bias.to_dicts(), summary),
+        _bias(bias, summary),
         _judge_audit(summary, corrected_rank),
         _gate(summary),
         _diagnostics(summary),

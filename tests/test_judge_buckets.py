@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from biasboard.ranking.spill import bucket_bounds, scratch_folder
+from biasboard.ranking.spill import bucket_bounds, mapped_copy, scratch_folder
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA
 from biasboard.schemas.errors import StateError
 from biasboard.transforms import state
@@ -235,6 +235,18 @@ def test_a_scratch_folder_goes_when_its_object_is_collected(tmp_path):
     kept = scratch_folder(str(tmp_path))
     kept.cleanup()
     assert not Path(kept.name).exists()
+
+
+def test_a_mapped_copy_reads_the_same_and_leaves_no_file(tmp_path):
+    """Rows held for later (the judged pairs through the fit) come back equal, each chunk's dictionary kept, and
+    their scratch file is unlinked at once: nothing is left to remove, whatever holds the table."""
+    a = pa.table({"judge": pa.array(["x", "y", "x"]).dictionary_encode(), "n": pa.array([1, 2, 3], pa.int64())})
+    b = pa.table({"judge": pa.array(["z", "y"]).dictionary_encode(), "n": pa.array([4, 5], pa.int64())})
+    table = pa.concat_tables([a, b])
+    mapped = mapped_copy(table, str(tmp_path))
+    assert mapped.equals(table) and mapped.column("judge").num_chunks == 2
+    assert mapped.column("judge").to_pylist() == ["x", "y", "x", "z", "y"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_wider_fold_gets_fewer_rows_a_bucket_and_the_same_bytes(monkeypatch):

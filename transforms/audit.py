@@ -906,8 +906,11 @@ def _sum_and_write(
     return written
 
 
-#: Stored days read before their small per-judge partials are merged into the running sum (amortises polars calls).
-SUM_DAYS_CHUNK = 16
+#: Stored days read before their per-judge partials are merged into the running sum (amortises polars calls).  Not
+#: more: with voter-judges a day's per-judge partials are not small (bench/scale.py: 46k family rows a day, 300k in
+#: the sum), and 16 days held and merged at once took +370 MB for a moment, the refresh's peak at its full 2N; 4
+#: days take +150 MB, and ~0.3 s a merge against ~0.6 s.
+SUM_DAYS_CHUNK = 4
 #: Order-pair rows coded before they are folded into the running sum (or a quarter of the sum, if more).
 FOLD_ORDER_ROWS = 1 << 18
 #: Order-pair rows finished at a time (cut at a judge's end): the rates, the per-model table, the Parquet row group.
