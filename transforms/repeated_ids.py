@@ -407,8 +407,8 @@ class _Tally:
         self.examples: list[list[int]] = [[] for _ in range(days)]
 
     def add(self, day: np.ndarray, first: np.ndarray, hashes: np.ndarray) -> None:
-        """Repeated entries: each one's recounted ``day``, the day that ``first`` counted its id (an index into the
-        names :meth:`result` is given), and its hash (``hashes`` ascending)."""
+        """Repeated entries: for each, the recounted ``day`` it is on, the day that counted its id ``first`` (an
+        index into the names :meth:`result` is given), and its hash (``hashes`` ascending)."""
         here = np.bincount(day, minlength=self.counts.size)
         self.counts += here
         # each (repeating day, first day) pair once (a whole re-emitted day repeats 10⁵ rows: no loop per row)
