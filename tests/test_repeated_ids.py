@@ -315,7 +315,8 @@ def test_both_ways_of_counting_agree_with_counting_one_id_at_a_time(tmp_path, mo
         got.update({day: (None, (), ()) for day in found.unchecked})
         assert got == {day: expected[day] for day in stored}
     assert ranges == ([0, 4] if long_recount else [])  # counted by hash range from none kept, then from 4 days kept
-    # what the planted days make of it: day 6 repeats ids first counted on days 1, 2 and 0 (those of day 4, hashed
-    # otherwise, are not repeats); day 8 counts day 5's ids, which day 0 counted first, once each
+    # what the planted days make of it: names[5] repeats ids first counted on names[0] (through names[3]), names[1]
+    # and names[2], not those of names[4] (hashed otherwise); names[7] repeats 20 ids that reached names[4] from
+    # names[0], which counted them first
     assert expected[names[5]][:2] == (30, tuple(names[:3])) and expected[names[7]][:2] == (20, (names[0],))
     assert expected[names[8]][0] == 300 and expected[names[4]][0] is None

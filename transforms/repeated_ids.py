@@ -400,9 +400,9 @@ class _Tally:
 
     Fed a part of the ids at a time (:meth:`add`: a block of days, or a hash range), parts in ascending hash order."""
 
-    def __init__(self, days: int, names: int) -> None:
+    def __init__(self, days: int, n_names: int) -> None:
         self.counts = np.zeros(days, np.int64)
-        self.names = names
+        self.n_names = n_names
         self.firsts: list[np.ndarray] = []  # (repeating day, first day) pairs, coded as one integer
         self.examples: list[list[int]] = [[] for _ in range(days)]
 
@@ -412,7 +412,7 @@ class _Tally:
         here = np.bincount(day, minlength=self.counts.size)
         self.counts += here
         # each (repeating day, first day) pair once (a whole re-emitted day repeats 10⁵ rows: no loop per row)
-        self.firsts.append(np.unique(day.astype(np.int64) * self.names + first))
+        self.firsts.append(np.unique(day.astype(np.int64) * self.n_names + first))
         # each day's smallest repeated hashes: a stable sort by day keeps them in hash order within each day
         by_day = np.argsort(day, kind="stable")
         sorted_days, sorted_hashes = day[by_day], hashes[by_day]
@@ -428,7 +428,7 @@ class _Tally:
         firsts: dict[int, list[str]] = {}
         codes = np.unique(np.concatenate(self.firsts)) if self.firsts else np.zeros(0, np.int64)
         for code in codes.tolist():
-            firsts.setdefault(code // self.names, []).append(names[code % self.names])
+            firsts.setdefault(code // self.n_names, []).append(names[code % self.n_names])
         for i, day in enumerate(recount):
             out.setdefault(day, Recount(int(self.counts[i]), firsts.get(i, [])[:DAYS_NAMED], self.examples[i]))
         return {day: out[day] for day in recount}
