@@ -10,6 +10,7 @@ budget where it can still change who is in the top k
 from biasboard.plan.acquisition import (
     PLAN_COLUMNS,
     STRATEGIES,
+    JudgedRows,
     Posterior,
     Selection,
     circle_schedule,
@@ -21,6 +22,7 @@ from biasboard.plan.acquisition import (
 __all__ = [
     "PLAN_COLUMNS",
     "STRATEGIES",
+    "JudgedRows",
     "Posterior",
     "Selection",
     "circle_schedule",

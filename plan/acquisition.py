@@ -52,9 +52,9 @@ from __future__ import annotations
 import functools
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import polars as pl
@@ -62,6 +62,7 @@ import pyarrow as pa
 from biasboard.ranking.config import Priors
 from biasboard.ranking.reference import ANCHOR_JUDGE, EXCESS_ROW_NOTE, TIED_ROW_NOTE
 from biasboard.ranking.result import ELO_CENTER, ELO_PER_LOGIT, JUDGE_EFFECTS
+from biasboard.ranking.spill import SpilledRows
 
 STRATEGIES: tuple[str, ...] = ("topk", "dopt", "thompson", "roundrobin", "random")
 
@@ -109,6 +110,22 @@ def rating_elo(theta: np.ndarray) -> np.ndarray:
     return ELO_CENTER + ELO_PER_LOGIT * np.asarray(theta, dtype=float)
 
 
+#: Rows (judge, model_a, model_b, n) of the battles judged: a frame, a table, or rows set aside on disk through the fit
+#: (the refresh's :attr:`~biasboard.transforms.snapshot.CellTotals.judge_pairs`), read here a record batch at a time.
+JudgedRows: TypeAlias = pl.DataFrame | pa.Table | SpilledRows
+
+
+def record_batches(rows: JudgedRows, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """``rows``' record batches (a chunk each: a bucket of the refresh's rows) with ``columns`` only."""
+    batches = rows.to_arrow().to_batches() if isinstance(rows, pl.DataFrame) else rows.to_batches()
+    for batch in batches:
+        yield batch.select(columns)
+
+
+def _num_rows(rows: JudgedRows) -> int:
+    return rows.height if isinstance(rows, pl.DataFrame) else rows.num_rows
+
+
 @dataclass(frozen=True, eq=False)
 class JudgedPairs:
     """Battles the data already holds per (judge, unordered model pair), as sparse rows (the refresh's count).
@@ -150,7 +167,7 @@ class JudgedPairs:
         return counts + counts.transpose(0, 2, 1)
 
     @classmethod
-    def of_frame(cls, frame: pl.DataFrame | pa.Table, models: Sequence[str], judges: Sequence[str]) -> JudgedPairs:
+    def of_frame(cls, frame: JudgedRows, models: Sequence[str], judges: Sequence[str]) -> JudgedPairs:
         """From rows (judge, model_a, model_b, n) of names (strings or dictionary codes): rows of other judges or
         models, and self-battles, are dropped; with no named judge every row counts as "any judge" (-1).
 
@@ -165,12 +182,11 @@ class JudgedPairs:
         the fit) those 16 bytes a row, with the int64 counts kept and copied to int32 for the file, made +216 MB
         over the fit's held memory, the refresh's peak then.
         """
-        table = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame
         m = max(len(models), 1)
         code_model, code_judge = _NameCoder(models), _NameCoder(judges)
-        columns = tuple(np.empty(table.num_rows, np.int32) for _ in _JUDGED_FIELDS)
+        columns = tuple(np.empty(_num_rows(frame), np.int32) for _ in _JUDGED_FIELDS)
         filled, last_key, in_order = 0, -1, True
-        for chunk in table.select(["judge", "model_a", "model_b", "n"]).to_batches():
+        for chunk in record_batches(frame, ["judge", "model_a", "model_b", "n"]):
             # A bucket's chunk is summed whole (its rows are in no order: a slice of it would overlap the next);
             # a chunk past SUM_ROWS (one table of every row) a slice at a time, summed together below.
             segment = chunk.num_rows if chunk.num_rows <= SUM_ROWS else CODE_ROWS
@@ -500,12 +516,12 @@ class Posterior:
 _JUDGED_FIELDS = ("judge", "first", "second", "n")
 
 
-def judged_names(judged: pl.DataFrame | pa.Table) -> set[str]:
+def judged_names(judged: JudgedRows) -> set[str]:
     """The judges that rows (judge, model_a, model_b, n) name: of a dictionary column, the names its codes use (the
     refresh's millions of rows are not decoded to strings for it)."""
-    column = judged.to_arrow().column("judge") if isinstance(judged, pl.DataFrame) else judged.column("judge")
     names: set[str] = set()
-    for chunk in column.chunks:
+    for batch in record_batches(judged, ["judge"]):
+        chunk = batch.column(0)
         if pa.types.is_dictionary(chunk.type):
             used = np.unique(chunk.indices.drop_null().to_numpy(zero_copy_only=False))
             chunk = chunk.dictionary.take(pa.array(used, pa.int64()))
@@ -513,7 +529,7 @@ def judged_names(judged: pl.DataFrame | pa.Table) -> set[str]:
     return names
 
 
-def posterior_from_fit(fit, judged: pl.DataFrame | pa.Table | None = None) -> Posterior:
+def posterior_from_fit(fit, judged: JudgedRows | None = None) -> Posterior:
     """The :class:`Posterior` of a :class:`~biasboard.ranking.result.FitResult`.
 
     Judge effects are the fit's named effects (:attr:`~biasboard.ranking.result.FitResult.judges`; judge

@@ -16,6 +16,7 @@ global dictionaries, its codes those of the in-memory table.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import tempfile
@@ -163,12 +164,19 @@ class BucketedFold(CodedFold):
             self.bucket_total[bucket] = rows
         self.pending_rows = 0
 
-    def finish(self, folder: str, on_total: Callable[[int, dict[str, np.ndarray]], None] | None = None) -> JudgeBuckets:
+    def finish(
+        self,
+        folder: str,
+        on_total: Callable[[int, dict[str, np.ndarray]], None] | None = None,
+        batch_rows: int | None = None,
+    ) -> JudgeBuckets:
         """Fold every bucket, sort the vocabularies, and write each bucket's table (as :meth:`CodedFold.table`
         makes it: rows in key order, dictionary-encoded keys with the global vocabularies) under ``folder``.
 
         ``on_total``: called with each non-empty bucket's running total as of the last :meth:`fold` (provisional
         codes; views, not to be kept) before the pending rows join it — what the merged-cells cache stores.
+        ``batch_rows``: write each table as record batches of about that many rows, each ending where a judge's rows
+        end, for a reader that takes a batch at a time (:meth:`JudgeBuckets.batches`); None: a batch per bucket.
         """
         vocabularies, remaps = {}, {}
         for vocab in dict.fromkeys(self.vocabs.values()):
@@ -190,10 +198,12 @@ class BucketedFold(CodedFold):
                     columns[key] = np.where(codes >= 0, remap[np.maximum(codes, 0)], np.int32(-1))
             columns = _group_sum(columns, self.keys, self.measures)  # distinct keys: only a sort
             n = len(columns[self.keys[0]])
-            table = self._arrow(columns, vocabularies, dictionary=True)
+            cuts = [0, n] if batch_rows is None else judge_cuts(columns[self.column], batch_rows)
+            table = self._arrow(columns, vocabularies, dictionary=True)  # (takes the columns)
             path = os.path.join(folder, f"table-{bucket:05d}.arrow")
             with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-                writer.write_table(table)
+                for start, end in itertools.pairwise(cuts):
+                    writer.write_table(table.slice(start, end - start))
             del table
             paths.append(path)
             rows.append(n)
@@ -202,6 +212,21 @@ class BucketedFold(CodedFold):
                     os.remove(self._path(bucket, kind))
         self.total_rows = self.pending_rows = 0
         return JudgeBuckets(tuple(paths), tuple(rows))
+
+
+def judge_cuts(codes: np.ndarray, rows: int) -> list[int]:
+    """Row offsets (0 first, ``len(codes)`` last) cutting sorted judge ``codes`` into runs of about ``rows`` rows,
+    each ending where a judge's rows end (a judge of more rows is a run of its own)."""
+    cuts, start = [0], 0
+    while start < len(codes):
+        end = start + rows
+        if end < len(codes):
+            cut = int(np.searchsorted(codes, codes[end], side="left"))
+            end = cut if cut > start else int(np.searchsorted(codes, codes[start], side="right"))
+        end = min(end, len(codes))
+        cuts.append(end)
+        start = end
+    return cuts if len(cuts) > 1 else [0, 0]
 
 
 @dataclass
@@ -230,6 +255,18 @@ class JudgeBuckets:
         for path in self.paths:
             yield pa.ipc.open_file(pa.memory_map(path)).read_all()
 
+    def batches(self) -> Iterator[pa.Table]:
+        """Each bucket's record batches in turn (:meth:`BucketedFold.finish`'s ``batch_rows``), each as a table read
+        into memory of its own: memory one batch.  Why not :meth:`tables`' mapped files: a mapped table's pages,
+        once read, stay resident until the whole table is dropped, so reading one through held the whole bucket
+        (the audit's summed order pairs, ~330 bytes a row: +190 MB at bench/scale.py's tenth-size N)."""
+        for path in self.paths:
+            with pa.OSFile(path) as source:
+                reader = pa.ipc.open_file(source)
+                for i in range(reader.num_record_batches):
+                    yield pa.Table.from_batches([reader.get_batch(i)])
+                    pa.default_memory_pool().release_unused()
+
     def table(self) -> pa.Table:
         """All buckets as one table (for tests and small states: this holds the whole history)."""
         tables = list(self.tables())
@@ -256,18 +293,43 @@ def scratch_folder(parent: str | None = None) -> ScratchFolder:
     return ScratchFolder(parent)
 
 
-def mapped_copy(table: pa.Table, parent: str | None = None) -> pa.Table:
-    """``table`` written to a scratch file and read back memory-mapped: rows held for later leave the process's
-    memory until they are read again (the kernel's page cache keeps them, or drops them and reads the file).
+@dataclass
+class SpilledRows:
+    """Rows set aside on disk until they are read again, a record batch at a time (:func:`spill_rows`).
 
-    An IPC stream, not a file: a stream takes each chunk's own dictionaries (a table concatenated from judge
-    buckets).  The file is unlinked at once: the mapping keeps its pages (POSIX); where a mapped file cannot
-    be removed (Windows), its folder is left to the system's temporary files.
+    Why not the table memory-mapped, as before: a mapped file's pages, once read, stay in the process's resident
+    set until the whole table is dropped, so reading it through (the plan's posterior after the fit: the judged
+    pairs, 68 / 103 MB at bench/scale.py's N / 2N) held every batch at once, at the refresh's peak.  A batch read
+    here is the process's own memory, freed with it: the reader holds one batch.
     """
+
+    path: str
+    schema: pa.Schema
+    num_rows: int
+    scratch: ScratchFolder = field(repr=False)
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        """The rows' record batches as written (one per chunk of the table spilled, each with its dictionaries)."""
+        with pa.OSFile(self.path) as source:
+            yield from pa.ipc.open_stream(source)
+
+    def read_all(self) -> pa.Table:
+        """Every row as one table (for small tables and tests: this holds them all)."""
+        batches = list(self.to_batches())
+        return pa.Table.from_batches(batches, self.schema)
+
+
+def spill_rows(table: pa.Table, parent: str | None = None) -> SpilledRows:
+    """``table`` written to a scratch file (removed when the result is collected): rows held for later leave the
+    process's memory until they are read again.  An IPC stream, not a file: a stream takes each chunk's own
+    dictionaries (a table concatenated from judge buckets)."""
     scratch = scratch_folder(parent)
-    path = os.path.join(scratch.name, "table.arrows")
+    path = os.path.join(scratch.name, "rows.arrows")
     with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    mapped = pa.ipc.open_stream(pa.memory_map(path)).read_all()
-    scratch.cleanup()
-    return mapped
+    return SpilledRows(path, table.schema, table.num_rows, scratch)
+
+
+def as_table(rows: pa.Table | SpilledRows) -> pa.Table:
+    """``rows`` as a table (spilled rows read back whole)."""
+    return rows.read_all() if isinstance(rows, SpilledRows) else rows

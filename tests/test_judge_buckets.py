@@ -3,13 +3,15 @@ bit for bit, whatever the buckets, the merge points and the cache."""
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from biasboard.ranking.spill import bucket_bounds, mapped_copy, scratch_folder
+from biasboard.ranking.data import CellsFold
+from biasboard.ranking.spill import BucketedFold, as_table, bucket_bounds, judge_cuts, scratch_folder, spill_rows
 from biasboard.schemas.cells import PAIR_CELLS_SCHEMA
 from biasboard.schemas.errors import StateError
 from biasboard.transforms import state
@@ -117,6 +119,33 @@ def test_bucket_bounds_cut_sorted_names_without_splitting_a_judge():
     assert list(bounds) == sorted(bounds) and set(bounds) <= set(names)
     assert bucket_bounds(names, rows, 100) == ()
     assert len(bucket_bounds(names, np.ones(5, np.int64), 1)) == 4  # one judge each
+
+
+def test_judge_cuts_end_every_run_where_a_judge_ends():
+    codes = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 3])
+    assert judge_cuts(codes, 3) == [0, 3, 5, 9, 10]  # judge 2 (4 rows) a run of its own
+    assert judge_cuts(codes, 100) == [0, 10] and judge_cuts(codes[:0], 3) == [0, 0]
+    assert judge_cuts(codes, 1) == [0, 3, 5, 9, 10]
+
+
+def test_bucket_batches_are_the_tables_cut_at_judges_ends_and_read_unmapped(tmp_path: Path):
+    """A bucket written in record batches (:meth:`BucketedFold.finish`'s ``batch_rows``, what the audit's sum
+    reads) holds the bucket's rows, each batch ending where a judge's rows end, read into memory of its own."""
+    days = [day_cells(seed) for seed in range(3)]
+    names = sorted({str(judge) for cells in days for judge in cells["judge"].to_pylist()})
+    fold = BucketedFold(CellsFold(), "judge", names[10::10], str(tmp_path))
+    for cells in days:
+        fold.add(cells)
+    buckets = fold.finish(str(tmp_path), batch_rows=7)
+    batches = []
+    for batch in buckets.batches():
+        assert not any(p in Path("/proc/self/maps").read_text() for p in buckets.paths)
+        batches.append(batch)
+    assert len(batches) > 2 * buckets.n_buckets > 2
+    assert pa.concat_tables(batches).equals(pa.concat_tables(list(buckets.tables())))
+    ends = [batch["judge"].to_pylist()[-1] for batch in batches[:-1]]
+    starts = [batch["judge"].to_pylist()[0] for batch in batches[1:]]
+    assert all(end < start for end, start in zip(ends, starts, strict=True))  # no judge split between batches
 
 
 def cached_days(st: Path) -> list[str]:
@@ -237,15 +266,24 @@ def test_a_scratch_folder_goes_when_its_object_is_collected(tmp_path):
     assert not Path(kept.name).exists()
 
 
-def test_a_mapped_copy_reads_the_same_and_leaves_no_file(tmp_path):
-    """Rows held for later (the judged pairs through the fit) come back equal, each chunk's dictionary kept, and
-    their scratch file is unlinked at once: nothing is left to remove, whatever holds the table."""
+def test_spilled_rows_read_back_the_same_a_batch_at_a_time_and_leave_no_file(tmp_path):
+    """Rows held for later (the judged pairs through the fit) come back equal, a batch per chunk with each chunk's
+    dictionary, in memory of their own (no mapping of the file keeps them resident); their scratch file goes with
+    them."""
     a = pa.table({"judge": pa.array(["x", "y", "x"]).dictionary_encode(), "n": pa.array([1, 2, 3], pa.int64())})
     b = pa.table({"judge": pa.array(["z", "y"]).dictionary_encode(), "n": pa.array([4, 5], pa.int64())})
     table = pa.concat_tables([a, b])
-    mapped = mapped_copy(table, str(tmp_path))
-    assert mapped.equals(table) and mapped.column("judge").num_chunks == 2
-    assert mapped.column("judge").to_pylist() == ["x", "y", "x", "z", "y"]
+    spilled = spill_rows(table, str(tmp_path))
+    assert spilled.num_rows == 5 and len(list(tmp_path.iterdir())) == 1
+    batches = []
+    for batch in spilled.to_batches():
+        assert spilled.path not in Path("/proc/self/maps").read_text()  # read into memory, not mapped
+        batches.append(batch)
+    assert [batch.num_rows for batch in batches] == [3, 2]
+    assert [batch.column("judge").dictionary.to_pylist() for batch in batches] == [["x", "y"], ["z", "y"]]
+    assert spilled.read_all().equals(table) and as_table(spilled).equals(table) and as_table(table) is table
+    del spilled, batches
+    gc.collect()
     assert list(tmp_path.iterdir()) == []
 
 

@@ -32,6 +32,7 @@ from biasboard.ranking.fit import bootstrap_replicates, fit_leaderboards, solve_
 from biasboard.ranking.problem import bias_aware_problem
 from biasboard.ranking.reference import ANCHOR_JUDGE, Reference, fit_with_reference
 from biasboard.ranking.solver import newton_factor, refit_nearby
+from biasboard.ranking.spill import SpilledRows, as_table
 from biasboard.ranking.stream import STORED, TableBuckets, stream_dataset
 from biasboard.schemas.families import FamilyMap
 from biasboard.schemas.summary import GLOBAL_JUDGE, to_jsonable
@@ -132,8 +133,8 @@ def test_cell_totals_of_buckets_equal_those_of_the_whole_table():
     assert parts.model_pairs.sort_by(key).equals(whole.model_pairs.sort_by(key))
     judged = ["judge", "model_a", "model_b"]  # dictionary codes (each bucket's table its own): compared by name
 
-    def by_name(pairs: pa.Table) -> pl.DataFrame:
-        return pl.from_arrow(pairs).with_columns(pl.col(judged).cast(pl.String)).sort(judged)
+    def by_name(pairs: pa.Table | SpilledRows) -> pl.DataFrame:
+        return pl.from_arrow(as_table(pairs)).with_columns(pl.col(judged).cast(pl.String)).sort(judged)
 
     assert by_name(parts.judge_pairs).equals(by_name(whole.judge_pairs))
 

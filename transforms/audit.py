@@ -939,13 +939,14 @@ def _fold_when_due(pairs: CodedFold) -> None:
 
 
 def _summed_tables(pairs: CodedFold) -> Iterator[pa.Table]:
-    """The summed order pairs in key order, as one table (in memory) or a table per judge bucket."""
+    """The summed order pairs in key order, as one table (in memory) or, from judge buckets on disk, a table per
+    record batch of about :data:`FINISH_ROWS` rows (each ending at a judge's end), read one at a time."""
     if not isinstance(pairs, BucketedFold):
         yield pairs.table(dictionary=True)
         return
-    buckets = pairs.finish(pairs.folder)
+    buckets = pairs.finish(pairs.folder, batch_rows=FINISH_ROWS)
     buckets.scratch, pairs.scratch = pairs.scratch, None
-    yield from buckets.tables()
+    yield from buckets.batches()
 
 
 def sum_stored_days(

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
-from biasboard.plan import Posterior, Selection, posterior_from_fit, select_comparisons
+from biasboard.plan import JudgedRows, Posterior, Selection, posterior_from_fit, select_comparisons
 from biasboard.plan.acquisition import POPULATION_JUDGE, STOP_JUDGE_CAP, STOP_NO_REPEAT, STOP_PAIR_CAP
 from biasboard.schemas import summary as S
 from biasboard.schemas.errors import InputError, StateError
@@ -38,7 +37,7 @@ POSTERIOR_FILE = "posterior.npz"
 PLAN_FILES = ("plan.parquet", "plan.csv", "plan.json")
 
 
-def plan_inputs(fit_result, judged: pl.DataFrame | pa.Table | None = None) -> dict[str, bytes]:
+def plan_inputs(fit_result, judged: JudgedRows | None = None) -> dict[str, bytes]:
     """Files to add to a snapshot so ``plan`` can run from it: ``{"posterior.npz": bytes}``.
 
     Call with the corrected (bias-aware) :class:`~biasboard.ranking.result.FitResult` when

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from biasboard.audit.measures import PAIR_KEYS, PAIR_MEASURES, order_models_table, records
+from biasboard.plan import JudgedRows
 from biasboard.ranking import ModelConfig
 from biasboard.ranking.allocator import release_freed_memory
 from biasboard.ranking.attribution import move_table
@@ -31,7 +32,7 @@ from biasboard.ranking.data import CodedFold, Dataset, build_dataset, pool_judge
 from biasboard.ranking.diagnostics import CROSSING_TYPICAL
 from biasboard.ranking.leaderboard import side_by_side, top_k_warnings
 from biasboard.ranking.reference import NAMED_RATERS, Reference, ReferenceFit, ReferenceSettings, fit_with_reference
-from biasboard.ranking.spill import mapped_copy
+from biasboard.ranking.spill import SpilledRows, as_table, spill_rows
 from biasboard.ranking.stream import stream_dataset, streaming_wanted
 from biasboard.report.html import render_report
 from biasboard.schemas import summary as S
@@ -522,8 +523,8 @@ class CellTotals:
     #: Battles per judge and pair of models in either order (``model_a`` the first by name), self-battles left out:
     #: what each judge has already judged, which the snapshot's posterior keeps for ``plan --no-repeat``
     #: (:func:`planned_judge_pairs`).  Rows, not an array: at most one per judged (judge, pair), which the cells
-    #: already bound.
-    judge_pairs: pa.Table
+    #: already bound.  A refresh's are spilled to disk until the plan reads them (:meth:`of_buckets`).
+    judge_pairs: pa.Table | SpilledRows
     #: The stored graders' names (the score cells' judges), read before ``--judge-pool`` pools them: a prefix
     #: rule that pools nothing reads them too (:func:`judge_pool_warnings`).
     graders: tuple[str, ...] = ()
@@ -558,9 +559,9 @@ class CellTotals:
             style += part.style_battles
         if pairs is None:
             return cls.of(PAIR_CELLS_SCHEMA.empty_table())
-        # Read again only for the plan's posterior, after the fit: on disk until then, not held through the solve
-        # (~20 bytes a judged pair: 103 MB at bench/scale.py's full 2N, 68 MB at N)
-        judge_pairs = mapped_copy(pa.concat_tables(judged))
+        # Read again only for the plan's posterior, after the fit, a bucket at a time: on disk until then, not held
+        # through the solve (~20 bytes a judged pair: 103 MB at bench/scale.py's full 2N, 68 MB at N)
+        judge_pairs = spill_rows(pa.concat_tables(judged))
         del judged
         return cls(pl.concat(judges).sort("judge", "judge_family").to_arrow(), pairs.to_arrow(), style, judge_pairs)
 
@@ -645,13 +646,13 @@ def _dictionary_codes(*columns: pa.ChunkedArray) -> list[pa.DictionaryArray]:
     return out
 
 
-def planned_judge_pairs(totals: CellTotals, judge_pool: str | None) -> pl.DataFrame | pa.Table:
+def planned_judge_pairs(totals: CellTotals, judge_pool: str | None) -> JudgedRows:
     """The judged pairs under the fit's judge names (``--judge-pool`` renames voters to their pools, and a pool
     has judged what any of its voters has): what :func:`~biasboard.transforms.plan.plan_inputs` keeps.  Without
     pools, the held rows themselves (dictionary codes, a chunk per judge bucket: no copy of them is made)."""
     if judge_pool is None or not totals.judge_pairs.num_rows:
         return totals.judge_pairs
-    frame = _frame(totals.judge_pairs)
+    frame = _frame(as_table(totals.judge_pairs))
     stored = frame.get_column("judge").unique().to_list()
     pools = dict(zip(stored, pool_judge_names(stored, judge_pool), strict=True))
     renamed = frame.with_columns(pl.col("judge").replace_strict(pools, return_dtype=pl.String))
