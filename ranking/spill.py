@@ -26,11 +26,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+from biasboard.ranking.allocator import release_freed_memory
 from biasboard.ranking.data import CellsInput, CodedFold, _code_tables, _group_sum
 
 #: Loads a bucket's starting running total (e.g. from the merged-cells cache) into the first rows of the
 #: coded columns it is given (allocated for the total and the pending rows: no second copy).
 TotalLoader = Callable[[dict[str, np.ndarray]], None]
+
+
+#: Where batches read back from scratch files a batch at a time are allocated (:meth:`JudgeBuckets.batches`,
+#: :meth:`SpilledRows.to_batches`): malloc's, each read's freed batches handed back after it
+#: (:func:`~biasboard.ranking.allocator.release_freed_memory`).  Left in malloc's heap or in Arrow's default pool
+#: (mimalloc, which kept them even when asked to release between batches), a pass over the plan's judged pairs kept
+#: the file's size (+24 MB at bench/scale.py --scale 0.1) under the posterior's columns allocated next.
+READ_POOL = pa.system_memory_pool()
 
 
 def bucket_bounds(names: Sequence[str], rows: np.ndarray, bucket_rows: int) -> tuple[str, ...]:
@@ -261,11 +270,11 @@ class JudgeBuckets:
         once read, stay resident until the whole table is dropped, so reading one through held the whole bucket
         (the audit's summed order pairs, ~330 bytes a row: +190 MB at bench/scale.py's tenth-size N)."""
         for path in self.paths:
-            with pa.OSFile(path) as source:
-                reader = pa.ipc.open_file(source)
+            with pa.OSFile(path, memory_pool=READ_POOL) as source:
+                reader = pa.ipc.open_file(source, memory_pool=READ_POOL)
                 for i in range(reader.num_record_batches):
                     yield pa.Table.from_batches([reader.get_batch(i)])
-                    pa.default_memory_pool().release_unused()
+            release_freed_memory()
 
     def table(self) -> pa.Table:
         """All buckets as one table (for tests and small states: this holds the whole history)."""
@@ -310,8 +319,9 @@ class SpilledRows:
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """The rows' record batches as written (one per chunk of the table spilled, each with its dictionaries)."""
-        with pa.OSFile(self.path) as source:
-            yield from pa.ipc.open_stream(source)
+        with pa.OSFile(self.path, memory_pool=READ_POOL) as source:
+            yield from pa.ipc.open_stream(source, memory_pool=READ_POOL)
+        release_freed_memory()
 
     def read_all(self) -> pa.Table:
         """Every row as one table (for small tables and tests: this holds them all)."""
