@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 from biasboard.audit import audit
 from biasboard.pipelines.refresh import RefreshOptions, refresh
+from biasboard.report.audit import render_audit_section
 from biasboard.report.judges import MAX_JUDGES_SHOWN, shown_judges
 from biasboard.schemas import summary as S
 from biasboard.schemas.summary import GLOBAL_JUDGE
@@ -55,6 +56,8 @@ def test_audit_section_and_json_stay_bounded_and_parquet_keeps_every_judge() -> 
     document = json.loads(files[AUDIT_JSON])
     assert set(document["tables"]) == set(JSON_TABLES)
     assert len(document["tables"]["judges"]) == JUDGES
+    # the shown judges' rows taken from the result's frames (only they made Python rows) as from audit.json's
+    assert render_audit_section(document) == html
     assert document["files"]["order_pairs"] == table_file("order_pairs")
     pairs = pl.read_parquet(io.BytesIO(files[table_file("order_pairs")]))
     assert pairs.height == result.order_pairs.height > 0
