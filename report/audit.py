@@ -73,7 +73,7 @@ def _records(audit: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
     return list(tables.get(name, []))
 
 
-def _judge_verdicts(audit: AuditResult | Mapping[str, Any]) -> dict[str, float]:
+def _judge_verdicts(audit: AuditResult | Mapping[str, Any]) -> dict[str, float | None]:
     """Each audited judge's verdicts (``slot_n``): what the judges shown are chosen by."""
     if isinstance(audit, AuditResult):
         names = audit.judges.get_column("judge").cast(pl.String).to_list()
