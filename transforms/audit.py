@@ -1018,9 +1018,9 @@ def _judge_slices(tables: Iterable[pa.Table]) -> Iterator[pl.DataFrame]:
 
     The rows a slice might still take from the next table are carried over to it (a table ends at a judge's
     end, so a cut inside the rows at hand is the cut the whole table would have), and the last table's rest
-    is cut once the tables are done, as the whole table's end would be.  Memory: one table and the carried
-    rows, copied out of their table (a slice shares its table's buffers: the table, read memory-mapped, would
-    stay resident beside the next one), and the next table is not read ahead.
+    is cut once the tables are done, as the whole table's end would be.  Memory: one table (a bucket's record
+    batch, :func:`_summed_tables`) and the carried rows, copied out of their table (a slice shares its table's
+    buffers: the whole table would stay resident beside the next one), and the next table is not read ahead.
     """
     carried: pa.Table | None = None
     for table in itertools.chain((t for t in tables if t.num_rows), [None]):  # (an empty sum: plain strings)
