@@ -84,7 +84,7 @@ def _judge_verdicts(audit: AuditResult | Mapping[str, Any]) -> dict[str, float |
 def _shown_rows(audit: AuditResult | Mapping[str, Any], name: str, shown: set[str]) -> list[dict[str, Any]]:
     """Table ``name``'s rows of the ``shown`` judges, in their order.  Of an :class:`AuditResult`, only those rows
     are made Python rows: a voter board's audit has a row per voter (made whole, bench/scale.py's 50,020 judges' rows
-    took +200 MB for a moment as the audit was written, the report's ``_bias`` did the same with the bias rows)."""
+    took +141 MB for a moment as the audit was written, the report's ``_bias`` did the same with the bias rows)."""
     if isinstance(audit, AuditResult):
         frame = getattr(audit, name)
         return records(frame.filter(pl.col("judge").cast(pl.String).is_in(sorted(shown))))

@@ -88,7 +88,7 @@ from biasboard.audit.measures import (
 )
 from biasboard.ranking.allocator import release_freed_memory
 from biasboard.ranking.data import CodedFold
-from biasboard.ranking.spill import BucketedFold, bucket_bounds, scratch_folder
+from biasboard.ranking.spill import BucketedFold, bucket_bounds, judge_cuts, scratch_folder
 from biasboard.report.audit import render_audit_section
 from biasboard.schemas import summary as S
 from biasboard.schemas.battle import WINNER_VALUES
@@ -1033,19 +1033,15 @@ def _judge_slices(tables: Iterable[pa.Table]) -> Iterator[pl.DataFrame]:
             return
         table = carried = None
         judge = np.concatenate([c.indices.to_numpy() for c in pairs.column("judge").chunks if len(c)])
-        start = 0
-        while start < len(judge):
-            if not last and start + FINISH_ROWS >= len(judge):
-                carried = _owned(pairs.slice(start))  # the cut may lie in the next table
+        for start, end in itertools.pairwise(judge_cuts(judge, FINISH_ROWS)):
+            if end == start:  # (no rows)
                 break
-            end = min(start + FINISH_ROWS, len(judge))
-            if end < len(judge):
-                cut = int(np.searchsorted(judge, judge[end], side="left"))
-                end = cut if cut > start else int(np.searchsorted(judge, judge[start], side="right"))
+            if not last and start + FINISH_ROWS >= len(judge):  # the last run, whose cut may lie in the next table
+                carried = _owned(pairs.slice(start))
+                break
             frame = pl.from_arrow(pairs.slice(start, end - start).cast(_ORDER_PAIRS_SCHEMA))
             assert isinstance(frame, pl.DataFrame)
             yield frame
-            start = end
         del pairs, judge
 
 
