@@ -290,16 +290,22 @@ def _fit_snapshot(
     fit_input, cells = inputs
     n_cells, merge_s = sizes
     fitted = fit_with_anchors(fit_input, spec)
+    # What the solve freed, back to the system: the summary's records and the report are Python objects and
+    # polars frames, which glibc's heap does not serve (the N state of bench/scale.py: anonymous memory 518 → 305 MB).
+    release_freed_memory()
     naive, corrected = fitted.naive, fitted.corrected
     leaderboard = side_by_side(naive, corrected)
+    kept = busiest_judges(totals.judges)
     audit_files = dict(audit_files or {})
     audit_tables, order_pairs, audit_clusters = None, None, None
     if audit_files:
         if AUDIT_JSON in audit_files:  # how many clusters recur across days: measured on the days' sketches only
             audit_clusters = json.loads(audit_files[AUDIT_JSON]).get("clusters")
-        # Every judge's rows, from Parquet: audit.json keeps only the busiest judges (transforms.audit).
+        # The summary's judges' rows, from Parquet (audit.json keeps the busiest judges by the audit's own count,
+        # transforms.audit): made records only for the judges summary.json lists, as a record a row is ~5 KB
+        # (50,020 judges: +241 MB, held to the snapshot's end).
         audit_tables = {
-            name: records(pl.read_parquet(io.BytesIO(audit_files[table_file(name)])))
+            name: records(judges_rows(pl.read_parquet(io.BytesIO(audit_files[table_file(name)])), kept))
             for name in JSON_TABLES
             if table_file(name) in audit_files
         } or None
@@ -327,7 +333,7 @@ def _fit_snapshot(
         lambda: fit_with_anchors(fit_input, replace(spec, config=kept_config(spec.config))).corrected,
     )
     summary.warnings.extend(judge_pool_warnings(spec.config.judge_pool, totals))
-    judge_files = keep_busiest_judges(summary, audit_files)
+    judge_files = keep_busiest_judges(summary, audit_files, kept)
     slice_files, boards = {}, None
     if spec.slices:
         assert cells is not None
@@ -909,21 +915,37 @@ def _config_dict(config) -> dict:
 JUDGES_FILE = "judges.parquet"
 
 
-def keep_busiest_judges(summary: Summary, audit_files: Mapping[str, bytes]) -> dict[str, bytes]:
-    """Cut summary.json's per-judge lists to the :data:`~S.SUMMARY_JUDGES_MAX` busiest judges; their files.
+def busiest_judges(judges: pa.Table) -> frozenset[str] | None:
+    """The judges summary.json lists (:func:`keep_busiest_judges`): the :data:`~S.SUMMARY_JUDGES_MAX` with the most
+    battles, names breaking ties; None when it lists every judge.  ``judges``: :attr:`CellTotals.judges`."""
+    if judges.num_rows <= S.SUMMARY_JUDGES_MAX:
+        return None
+    counts = pl.from_arrow(judges.select(["judge", "n"]))
+    assert isinstance(counts, pl.DataFrame)
+    busiest = counts.sort(["n", "judge"], descending=[True, False], maintain_order=True).head(S.SUMMARY_JUDGES_MAX)
+    return frozenset(busiest.get_column("judge").to_list())
 
-    Past that many judges (arena voters: 50,000) the per-judge rows are kept
+
+def judges_rows(table: pl.DataFrame, kept: frozenset[str] | None) -> pl.DataFrame:
+    """``table``'s rows of the ``kept`` judges (:func:`busiest_judges`; every row when None)."""
+    return table if kept is None else table.filter(pl.col("judge").is_in(list(kept)))
+
+
+def keep_busiest_judges(
+    summary: Summary, audit_files: Mapping[str, bytes], kept: frozenset[str] | None
+) -> dict[str, bytes]:
+    """Cut summary.json's per-judge lists to the ``kept`` judges (:func:`busiest_judges`); their files.
+
+    Past :data:`~S.SUMMARY_JUDGES_MAX` judges (arena voters: 50,000) the per-judge rows are kept
     in Parquet only: ``judges.parquet`` (returned, every judge's
     :class:`~S.JudgeCounts`), ``bias.parquet`` and the audit's
     ``audit_judges.parquet`` / ``audit_family.parquet``; ``summary.judge_tables``
     says how many judges there are and names those files.  The busiest judges
     are the ones with most battles, names breaking ties (the report's rule).
-    Returns {} (and changes nothing) when the summary lists few enough judges.
+    Returns {} (and changes nothing) when ``kept`` is None: the summary lists few enough judges.
     """
-    if len(summary.judges) <= S.SUMMARY_JUDGES_MAX:
+    if kept is None:
         return {}
-    busiest = sorted(summary.judges, key=lambda j: (-j.n, j.judge))[: S.SUMMARY_JUDGES_MAX]
-    kept = {j.judge for j in busiest}
     every = pl.DataFrame([asdict(j) for j in summary.judges], schema=[f.name for f in fields(S.JudgeCounts)])
     files = {"judges": JUDGES_FILE, "bias": "bias.parquet"}
     files.update({name: table_file(name[len("audit_") :]) for name in ("audit_judges", "audit_family")})
