@@ -102,6 +102,28 @@ def test_snapshot_json_keeps_the_busiest_judges_and_parquet_keeps_every_judge(tm
     }  # fmt: skip
 
 
+def test_busiest_judges_are_decided_from_the_cell_totals_by_the_summarys_rule(monkeypatch) -> None:
+    """The judges summary.json lists are chosen before its records are made (only theirs are: a record a row of
+    the audit's judges table is ~5 KB, 50,000 of them held +241 MB): the rule is the one the cut applied to the
+    records, most battles first, names breaking ties, a judge under two families kept or dropped whole."""
+    from biasboard.transforms.snapshot import busiest_judges, judges_rows
+
+    monkeypatch.setattr(S, "SUMMARY_JUDGES_MAX", 3)
+    judges = pa.table({
+        "judge": ["e", "b", "a", "c", "d", "c"],
+        "judge_family": ["x", "x", "x", "x", "x", "y"],
+        "n": [2, 9, 5, 5, 5, 1],
+    })  # fmt: skip
+    rows = judges.to_pylist()
+    by_rule = {r["judge"] for r in sorted(rows, key=lambda r: (-r["n"], r["judge"]))[:3]}
+    assert busiest_judges(judges) == by_rule == {"b", "a", "c"}
+    frame = pl.from_arrow(judges)
+    assert isinstance(frame, pl.DataFrame)
+    assert judges_rows(frame, busiest_judges(judges))["judge"].to_list() == ["b", "a", "c", "c"]
+    assert busiest_judges(judges.slice(0, 3)) is None  # every judge fits: nothing cut
+    assert judges_rows(frame, None).equals(frame)
+
+
 def test_manifest_model_options_stay_bounded_in_the_judges(monkeypatch) -> None:
     """The manifest lists at most SUMMARY_JUDGES_MAX reference judges and gate decisions, with their counts."""
     from biasboard.ranking.config import ModelConfig
