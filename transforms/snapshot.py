@@ -290,8 +290,9 @@ def _fit_snapshot(
     fit_input, cells = inputs
     n_cells, merge_s = sizes
     fitted = fit_with_anchors(fit_input, spec)
-    # What the solve freed, back to the system: the summary's records and the report are Python objects and
-    # polars frames, which glibc's heap does not serve (the N state of bench/scale.py: anonymous memory 518 → 305 MB).
+    # What the solve freed, back to the system: the steps after it allocate mostly outside glibc's heap (Python's
+    # small objects, polars' and Arrow's pools), where it would only sit under them (bench/scale.py's N state:
+    # anonymous memory 518 → 305 MB).
     release_freed_memory()
     naive, corrected = fitted.naive, fitted.corrected
     leaderboard = side_by_side(naive, corrected)
