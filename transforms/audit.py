@@ -658,12 +658,22 @@ def busiest_judge_rows(tables: Mapping[str, pl.DataFrame]) -> tuple[dict[str, pl
     tables and ``{"total", "kept", "files"}`` (None, and the tables unchanged, below the cap).
     """
     judges = tables["judges"]
-    if judges.height <= S.SUMMARY_JUDGES_MAX:
+    kept = busiest_judge_names(judges, "slot_n")
+    if kept is None:
         return dict(tables), None
-    kept = judges.sort(["slot_n", "judge"], descending=[True, False]).head(S.SUMMARY_JUDGES_MAX)["judge"]
     cut = {name: frame.filter(pl.col("judge").is_in(kept.implode())) for name, frame in tables.items()}
     files = {name: table_file(name) for name in tables}
     return cut, {"total": judges.height, "kept": kept.len(), "files": files}
+
+
+def busiest_judge_names(judges: pl.DataFrame, count: str) -> pl.Series | None:
+    """The ``judge`` column of the :data:`~S.SUMMARY_JUDGES_MAX` rows of ``judges`` with the most ``count``, names
+    breaking ties (a judge's rows in their order); None when there are no more rows than that.  The rule of
+    audit.json's cut (``slot_n``) and of summary.json's (the cells' ``n``, ``transforms.snapshot``)."""
+    if judges.height <= S.SUMMARY_JUDGES_MAX:
+        return None
+    busiest = judges.sort([count, "judge"], descending=[True, False], maintain_order=True)
+    return busiest.head(S.SUMMARY_JUDGES_MAX).get_column("judge")
 
 
 def table_file(name: str) -> str:

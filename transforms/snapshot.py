@@ -45,7 +45,7 @@ from biasboard.schemas.summary import Summary
 from biasboard.schemas.wording import first_few
 from biasboard.transforms import publish, state, storage
 from biasboard.transforms.anchors import read_anchors
-from biasboard.transforms.audit import AUDIT_JSON, JSON_TABLES, table_file
+from biasboard.transforms.audit import AUDIT_JSON, JSON_TABLES, busiest_judge_names, table_file
 from biasboard.transforms.audit_cache import ORDER_PAIRS_SCHEMA
 from biasboard.transforms.cells import IngestCounts, head_to_head, judge_summary
 from biasboard.transforms.day_warnings import (
@@ -919,12 +919,10 @@ JUDGES_FILE = "judges.parquet"
 def busiest_judges(judges: pa.Table) -> frozenset[str] | None:
     """The judges summary.json lists (:func:`keep_busiest_judges`): the :data:`~S.SUMMARY_JUDGES_MAX` with the most
     battles, names breaking ties; None when it lists every judge.  ``judges``: :attr:`CellTotals.judges`."""
-    if judges.num_rows <= S.SUMMARY_JUDGES_MAX:
-        return None
     counts = pl.from_arrow(judges.select(["judge", "n"]))
     assert isinstance(counts, pl.DataFrame)
-    busiest = counts.sort(["n", "judge"], descending=[True, False], maintain_order=True).head(S.SUMMARY_JUDGES_MAX)
-    return frozenset(busiest.get_column("judge").to_list())
+    busiest = busiest_judge_names(counts, "n")
+    return None if busiest is None else frozenset(busiest.to_list())
 
 
 def judges_rows(table: pl.DataFrame, kept: frozenset[str] | None) -> pl.DataFrame:
