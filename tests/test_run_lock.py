@@ -189,8 +189,11 @@ def test_without_proc_the_pid_alone_tells_a_dead_holder(emulator, monkeypatch):
         pass
 
 
+#: A refresh's hold on a folder's lock, alone: it configures GCS as every job does first (on the emulator, no
+#: ~20 s credential lookup before it takes the lock), then holds the lock until killed.
 HOLD = (
-    "import sys, time; from biasboard.transforms import run_lock\n"
+    "import sys, time; from biasboard.transforms import run_lock, storage\n"
+    "storage.configure_gcs()\n"
     "with run_lock.folder_lock(sys.argv[1], 'refresh'):\n"
     "    print(flush=True); time.sleep(120)"
 )
