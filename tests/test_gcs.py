@@ -207,6 +207,41 @@ def test_the_audit_sum_and_its_cache_on_a_bucket(emulator, tmp_path):
         assert storage.read_bytes(f"{emulator}/cached/{path.name}") == path.read_bytes(), path.name
 
 
+@pytest.mark.parametrize("where", ["local", "bucket"])
+def test_a_sum_that_fails_leaves_no_cache_file_and_nothing_to_upload(emulator, tmp_path, monkeypatch, where):
+    """The cache's order pairs are streamed to their file as the sum goes: a sum that failed half way left the file
+    open, and the garbage collector later finished it — on a bucket, a partial Parquet uploaded after the job had
+    failed (or ~30 s of retries at exit when storage was gone).  Now the file is given up with the sum."""
+    import gc
+
+    from biasboard.simulate import SimulationConfig, write_simulation
+    from biasboard.transforms import audit, audit_cache, read
+
+    config = SimulationConfig(battles=1500, models=5, judges=3, days=2, both_orders=True, prompts=30, seed=4)
+    inputs = read.list_input_days(str(write_simulation(config, tmp_path / "sim") / "battles" / "day=*" / "*.parquet"))
+    days = sorted(inputs)
+    days_dir = str(tmp_path / "audit_days") if where == "local" else f"{emulator}/failed-sum/audit_days"
+    audit_fn = audit.AuditDayFn(days_dir, read.load_family_map(None), None)
+    for day in days:
+        list(audit_fn.process((day, inputs[day], f"k-{day}")))
+    real_slices = audit._judge_slices
+
+    def failing_slices(pairs):
+        for frame in real_slices(pairs):  # the cache file is open and has been written to
+            yield frame
+            raise OSError("disk full")
+
+    monkeypatch.setattr(audit, "_judge_slices", failing_slices)
+    with pytest.raises(OSError, match="disk full"):
+        audit.write_stored_sum(days, days_dir, str(tmp_path / "out"), {day: f"k-{day}" for day in days})
+    gc.collect()
+    cache = storage.join(days_dir, audit_cache.SUM_CACHE)
+    assert [f.path for f in storage.list_files(cache)] == []
+    monkeypatch.setattr(audit, "_judge_slices", real_slices)  # the next sum writes its cache as ever
+    audit.write_stored_sum(days, days_dir, str(tmp_path / "out"), {day: f"k-{day}" for day in days})
+    assert sorted(audit_cache.read_cache(days_dir, {day: f"k-{day}" for day in days}).days) == days
+
+
 def test_backfill_goes_anonymous_on_an_emulator_as_every_job_does(emulator, tmp_path):
     """backfill alone skipped the shortcut: ~25 s of Beam's credential retries and four tracebacks on stderr per run,
     and 52 lines before a missing bucket's one-line error.  In a process of its own (the shortcut is per process)."""

@@ -1131,15 +1131,20 @@ def _write_stored_sum(
         pairs = writer.tee(pairs)
     closed, unit_sums = close_over_history(partials)  # (``partials`` stay the additive sums the cache keeps)
     sums, pair_rows, model_rows = [], _ParquetRowGroups(), _ParquetRowGroups()
-    for frame in _judge_slices(pairs):
-        frame = with_history_units(frame, unit_sums)
-        sums.append(judge_order_sums(frame))
-        pair_rows.write(order_pairs_table(frame))
-        model_rows.write(order_models_table(frame))
-    del pairs
-    if writer is not None:
-        assert keys is not None
-        writer.commit(keys, partials, counts)
+    try:
+        for frame in _judge_slices(pairs):
+            frame = with_history_units(frame, unit_sums)
+            sums.append(judge_order_sums(frame))
+            pair_rows.write(order_pairs_table(frame))
+            model_rows.write(order_models_table(frame))
+        del pairs
+        if writer is not None:
+            assert keys is not None
+            writer.commit(keys, partials, counts)
+    except BaseException:
+        if writer is not None:
+            writer.abandon()  # not left for the garbage collector to finish (a partial upload)
+        raise
     empty = AuditPartials().order_pairs
     judge_sums = pl.concat(sums) if sums else judge_order_sums(empty)
     result = finish_with_pairs(

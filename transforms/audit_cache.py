@@ -22,12 +22,14 @@ is derived data; a stored day's file that cannot be read is a :class:`StateError
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -165,6 +167,54 @@ def add_judge_rows(*parts: tuple[list[str], np.ndarray]) -> tuple[list[str], np.
     return names, rows
 
 
+class _AbandonableSink(io.RawIOBase):
+    """The order pairs file as the Parquet writer's sink, which a failed sum can abandon.
+
+    Why: the file is written as the sum streams by, so it is open while the sum can still fail.  Left open, the
+    garbage collector later closed it, and closing finishes a file: on a bucket that uploaded a partial Parquet
+    after the job had failed (or spent the requests' retries at exit when storage was gone).  Abandoned, an upload
+    is cancelled (google-cloud-storage's ``BlobWriter.terminate``, what its own ``with`` block does on an error)
+    and a local file removed; the Parquet writer's last bytes, written as it closes, then go nowhere.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._file = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        self._written = 0
+        self._abandoned = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:  # a buffer (bytes, memoryview, pyarrow Buffer)
+        if not self._abandoned:
+            self._file.write(data)
+        size = memoryview(data).nbytes
+        self._written += size
+        return size
+
+    def tell(self) -> int:
+        return self._written
+
+    def close(self) -> None:
+        if not self._abandoned and not self.closed:
+            self._file.close()
+        super().close()
+
+    def abandon(self) -> None:
+        """Leave no file: cancel an upload, remove a local file (best effort: the sum's own error is the news)."""
+        if self._abandoned or self.closed:
+            return
+        self._abandoned = True
+        terminate = getattr(self._file, "terminate", None)
+        with contextlib.suppress(Exception):
+            if terminate is not None:
+                terminate()
+            else:
+                self._file.close()
+                storage.delete([self.path])
+
+
 class SumCacheWriter:
     """Writes the cache as the sum is finished: the summed order pairs as they stream by (:meth:`tee`), then
     the per-judge partials, the judge rows and the manifest (:meth:`commit`), then removes stale files."""
@@ -176,7 +226,7 @@ class SumCacheWriter:
         self.rows = 0
         self.judges: dict[str, int] = {}
         storage.ensure_dir(self.folder)
-        self._sink = FileSystems.create(self._path("order_pairs"), compression_type=CompressionTypes.UNCOMPRESSED)
+        self._sink = _AbandonableSink(self._path("order_pairs"))
         self._writer = pq.ParquetWriter(self._sink, ORDER_PAIRS_SCHEMA, compression="zstd", write_statistics=False)
 
     def _relative(self, name: str) -> str:
@@ -198,6 +248,12 @@ class SumCacheWriter:
                     self.judges[judge] = self.judges.get(judge, 0) + n
                 del plain, counted  # not held while the table is finished downstream (a bucket's size, strings)
             yield table
+
+    def abandon(self) -> None:
+        """Give the cache up, for a sum that failed: its order pairs file goes unfinished (see
+        :class:`_AbandonableSink`), and the cache that was there before stays the cache."""
+        self._sink.abandon()
+        self._writer.close()  # its footer goes nowhere
 
     def commit(self, keys: Mapping[str, str], partials: AuditPartials, counts: IngestCounts) -> None:
         """Finish the files and write the manifest naming them (the commit marker) for the days of ``keys``."""
