@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import json
 import random
 import socket
@@ -327,7 +328,7 @@ def test_plan_with_its_storage_gone_before_plan_json_leaves_no_plan_json(
     """Killed as a rerun into the same folder starts writing: the line says what a missing plan.json means, and it
     is missing.  Before: no word of what was left, and the previous plan's plan.json (a budget of 4) stood beside
     whatever of this run's tables was written, one plan's description over another's rows.  (A table whose upload
-    was cut short may still complete once storage is back: its writer stays open; plan.json was not begun.)"""
+    was cut short is given up, not left open to complete once storage is back: the test below.)"""
     process, root = emulator
     dest = f"{root}/plan"
     argv = ["plan", "--out", nightly["site"], "--to", dest, "--budget"]
@@ -340,6 +341,26 @@ def test_plan_with_its_storage_gone_before_plan_json_leaves_no_plan_json(
     assert err.startswith(f"biasboard plan: error: cannot reach storage at {process.host} for gs://{BUCKET}/"), err
     assert err.endswith(plan_step.left_writing(dest)), err
     assert not storage.exists(f"{dest}/plan.json")
+
+
+def test_a_write_that_lost_storage_is_given_up_not_left_open(emulator, quick_bounds, monkeypatch):
+    """google-cloud-storage's writer uploads what it holds when it is closed, and a close that failed left it open:
+    the collector or the exit closed it again, so a file the job had said was not written appeared once storage
+    was back (a partial one for a stream cut short), or the exit spent ~30 s of retries against storage gone."""
+    from google.cloud.storage.fileio import BlobWriter
+
+    process, root = emulator
+    path = f"{root}/given-up/file.json"
+    process.kill()
+    try:
+        with pytest.raises(StorageUnreachable):
+            storage.write_bytes(path, b"{}")
+        left_open = [o for o in gc.get_objects() if isinstance(o, BlobWriter) and not o.closed]
+    finally:
+        _storage_back(monkeypatch, process.start)
+    assert left_open == []
+    gc.collect()
+    assert not storage.exists(path)
 
 
 def test_audit_with_its_storage_gone_before_audit_json_leaves_no_audit_json(

@@ -173,8 +173,8 @@ class _AbandonableSink(io.RawIOBase):
     Why: the file is written as the sum streams by, so it is open while the sum can still fail.  Left open, the
     garbage collector later closed it, and closing finishes a file: on a bucket that uploaded a partial Parquet
     after the job had failed (or spent the requests' retries at exit when storage was gone).  Abandoned, an upload
-    is cancelled (google-cloud-storage's ``BlobWriter.terminate``, what its own ``with`` block does on an error)
-    and a local file removed; the Parquet writer's last bytes, written as it closes, then go nowhere.
+    is cancelled (:func:`~biasboard.transforms.storage.abandon_upload`) and a local file removed; the Parquet
+    writer's last bytes, written as it closes, then go nowhere.
     """
 
     def __init__(self, path: str) -> None:
@@ -206,13 +206,12 @@ class _AbandonableSink(io.RawIOBase):
         if self._abandoned or self.closed:
             return
         self._abandoned = True
-        terminate = getattr(self._file, "terminate", None)
+        if storage.is_remote(self.path):
+            storage.abandon_upload(self._file)
+            return
         with contextlib.suppress(Exception):
-            if terminate is not None:
-                terminate()
-            else:
-                self._file.close()
-                storage.delete([self.path])
+            self._file.close()
+            storage.delete([self.path])
 
 
 class SumCacheWriter:

@@ -23,6 +23,7 @@ What differs between the two, and is handled here once:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import posixpath
@@ -30,7 +31,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import overload
+from typing import BinaryIO, overload
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -177,12 +178,42 @@ def read_text(path: str) -> str:
 
 
 def write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` (not atomic locally; use :func:`atomic_write_bytes` for that)."""
+    """Write ``data`` to ``path`` (not atomic locally; use :func:`atomic_write_bytes` for that).
+
+    On a bucket a write that failed is given up (:func:`abandon_upload`), never left for a retry at exit."""
     with _writing(path):
         if not is_remote(path):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            handle.write(data)
+            with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+                handle.write(data)
+            return
+        upload = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        try:
+            upload.write(data)
+            upload.close()
+        except BaseException:
+            abandon_upload(upload)
+            raise
+
+
+def abandon_upload(upload: BinaryIO) -> None:
+    """Give up a bucket upload that failed or is no longer wanted, so that nothing finishes it later.
+
+    Why: google-cloud-storage's writer uploads what it holds when it is closed, and a close that fails (storage
+    gone) leaves it open — so the garbage collector or the interpreter's exit closed it again: a file the job
+    had said was not written could appear once storage was back (a partial one, for a stream cut short), or
+    the exit spent the requests' retries against storage that was gone (~30 s).  Its ``terminate`` cancels a
+    started upload (what its own ``with`` block does on an error); it cannot fail here (storage may be gone:
+    the upload session then expires unfinished) and the writer is closed even when its cancel request failed.
+    """
+    with contextlib.suppress(Exception):
+        upload.terminate()  # type: ignore[attr-defined]
+    buffer = getattr(upload, "_buffer", None)  # what terminate closes last, not reached when its request failed
+    with contextlib.suppress(Exception):
+        if buffer is not None:
+            buffer.close()
+        else:
+            upload.close()
 
 
 def write_synced_bytes(path: str, data: bytes) -> None:
