@@ -35,8 +35,10 @@ browser:
 demo: $(STAMP)
 	$(BIN)/biasboard demo
 
+# One pytest worker per core (at most 4), a test file per worker at a time: the file's module fixtures (a GCS
+# emulator, a simulated log) are made once, and the suite takes about half the time on a 2-core machine.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/python -m pytest -q tests/test_lint.py

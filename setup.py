@@ -47,6 +47,7 @@ setup(
     extras_require={
         "test": [
             "pytest>=8",
+            "pytest-xdist>=3.5",  # make test: a worker per core
             "hypothesis>=6",
             "gcp-storage-emulator>=2024.0",
             "build",
