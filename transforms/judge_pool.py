@@ -129,10 +129,10 @@ def check_pool_column(paths: Iterable[str], column: str | None, kind: str = "bat
     if not column:
         return
     for path in paths:
-        reader = open_parquet(path)
-        if reader.metadata.num_rows == 0:
+        with open_parquet(path) as reader:
+            rows, schema = reader.metadata.num_rows, reader.schema_arrow
+        if rows == 0:
             continue
-        schema = reader.schema_arrow
         if column not in schema.names:
             hint = (
                 f"; grades are pooled by it too: add '{column}' (null where a grader is its own judge)"

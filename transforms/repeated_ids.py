@@ -265,12 +265,12 @@ def example_ids(manifest: dict, hashes: tuple[int, ...]) -> tuple[str, ...]:
 
 def _id_column(path: str) -> pl.Series:
     """A battle file's ``battle_id`` column (or its FastChat alias) as text."""
-    reader = read.open_parquet(path)
-    names = reader.schema_arrow.names
-    name = rules.source_column(names, "battle_id")
-    if name is None:
-        raise InputError(f"{path}: no battle_id column")
-    column = pl.from_arrow(reader.read(columns=[name]).column(0))
+    with read.open_parquet(path) as reader:
+        names = reader.schema_arrow.names
+        name = rules.source_column(names, "battle_id")
+        if name is None:
+            raise InputError(f"{path}: no battle_id column")
+        column = pl.from_arrow(reader.read(columns=[name]).column(0))
     assert isinstance(column, pl.Series)
     return column.cast(pl.String)
 
