@@ -378,3 +378,19 @@ def test_a_bucket_url_with_one_slash_is_refused_with_the_url_meant(tmp_path: Pat
     with pytest.raises(InputError, match=r"^s3:/b: one slash after 's3:' .* s3://b is probably meant$"):
         storage.launcher_path("s3:/b")  # a caller of the job's function, without a flag
     assert storage.launcher_path("gs://bucket/x") == "gs://bucket/x"
+
+
+def test_listing_and_checking_input_files_leaves_no_file_handle_to_the_collector(tmp_path: Path):
+    """pyarrow closes only a source it opened itself: a reader on Beam's handle left the handle open until it
+    was collected, a ResourceWarning for every input file listed with the up-front check or dated by its rows."""
+    import gc
+    import warnings
+
+    write(tmp_path / "logs" / f"day={D1}" / "part-0.parquet", battles(4))
+    write(tmp_path / "undated" / "part-0.parquet", battles(4, D2))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        assert list(list_input_days(str(tmp_path / "logs" / "day=*" / "*.parquet"))) == [D1]
+        assert list(list_input_days(str(tmp_path / "undated" / "*.parquet"))) == [D2]
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
