@@ -252,7 +252,8 @@ class SumCacheWriter:
         """Give the cache up, for a sum that failed: its order pairs file goes unfinished (see
         :class:`_AbandonableSink`), and the cache that was there before stays the cache."""
         self._sink.abandon()
-        self._writer.close()  # its footer goes nowhere
+        with contextlib.suppress(Exception):  # the sum's own error is the news
+            self._writer.close()  # its footer goes nowhere
 
     def commit(self, keys: Mapping[str, str], partials: AuditPartials, counts: IngestCounts) -> None:
         """Finish the files and write the manifest naming them (the commit marker) for the days of ``keys``."""
