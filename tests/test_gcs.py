@@ -220,10 +220,11 @@ def test_a_sum_that_fails_leaves_no_cache_file_and_nothing_to_upload(emulator, t
     config = SimulationConfig(battles=1500, models=5, judges=3, days=2, both_orders=True, prompts=30, seed=4)
     inputs = read.list_input_days(str(write_simulation(config, tmp_path / "sim") / "battles" / "day=*" / "*.parquet"))
     days = sorted(inputs)
+    keys = {day: f"k-{day}" for day in days}
     days_dir = str(tmp_path / "audit_days") if where == "local" else f"{emulator}/failed-sum/audit_days"
     audit_fn = audit.AuditDayFn(days_dir, read.load_family_map(None), None)
     for day in days:
-        list(audit_fn.process((day, inputs[day], f"k-{day}")))
+        list(audit_fn.process((day, inputs[day], keys[day])))
     real_slices = audit._judge_slices
 
     def failing_slices(pairs):
@@ -233,13 +234,13 @@ def test_a_sum_that_fails_leaves_no_cache_file_and_nothing_to_upload(emulator, t
 
     monkeypatch.setattr(audit, "_judge_slices", failing_slices)
     with pytest.raises(OSError, match="disk full"):
-        audit.write_stored_sum(days, days_dir, str(tmp_path / "out"), {day: f"k-{day}" for day in days})
+        audit.write_stored_sum(days, days_dir, str(tmp_path / "out"), keys)
     gc.collect()
     cache = storage.join(days_dir, audit_cache.SUM_CACHE)
     assert [f.path for f in storage.list_files(cache)] == []
     monkeypatch.setattr(audit, "_judge_slices", real_slices)  # the next sum writes its cache as ever
-    audit.write_stored_sum(days, days_dir, str(tmp_path / "out"), {day: f"k-{day}" for day in days})
-    assert sorted(audit_cache.read_cache(days_dir, {day: f"k-{day}" for day in days}).days) == days
+    audit.write_stored_sum(days, days_dir, str(tmp_path / "out"), keys)
+    assert sorted(audit_cache.read_cache(days_dir, keys).days) == days
 
 
 def test_backfill_goes_anonymous_on_an_emulator_as_every_job_does(emulator, tmp_path):

@@ -182,12 +182,14 @@ def write_bytes(path: str, data: bytes) -> None:
 
     On a bucket a write that failed is given up (:func:`abandon_upload`), never left for a retry at exit."""
     with _writing(path):
-        if not is_remote(path):
+        remote = is_remote(path)
+        if not remote:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-                handle.write(data)
-            return
         upload = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        if not remote:
+            with upload:
+                upload.write(data)
+            return
         try:
             upload.write(data)
             upload.close()
@@ -205,15 +207,17 @@ def abandon_upload(upload: BinaryIO) -> None:
     the exit spent the requests' retries against storage that was gone (~30 s).  Its ``terminate`` cancels a
     started upload (what its own ``with`` block does on an error); it cannot fail here (storage may be gone:
     the upload session then expires unfinished) and the writer is closed even when its cancel request failed.
+    A writer without ``terminate`` (another file system's) is left as it is: closing it would finish the file.
     """
+    terminate = getattr(upload, "terminate", None)
+    if terminate is None:
+        return
     with contextlib.suppress(Exception):
-        upload.terminate()  # type: ignore[attr-defined]
+        terminate()
     buffer = getattr(upload, "_buffer", None)  # what terminate closes last, not reached when its request failed
-    with contextlib.suppress(Exception):
-        if buffer is not None:
+    if buffer is not None:
+        with contextlib.suppress(Exception):
             buffer.close()
-        else:
-            upload.close()
 
 
 def write_synced_bytes(path: str, data: bytes) -> None:
